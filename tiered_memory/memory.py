@@ -1,0 +1,390 @@
+"""The :class:`TieredMemory` facade. Sync methods do the work; async twins run the
+same method in a worker thread (``asyncio.to_thread``), so there is one implementation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from .buffer import select_buffer
+from .config import MemoryConfig
+from .context import ContextItem, MemoryContext, SectionRequest, fit_sections, item_cost
+from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
+from .errors import ConfigurationError, NotFoundError, StoreLockedError, VectorIndexError
+from .indexing import index_messages, repair
+from .recall import search_turns
+from .store.base import RecordStore
+from .tokens import TokenCounter, default_token_counter
+from .types import MemoryHit, Message, Stats, StoredMessage
+from .validation import check_id, normalize_message
+from .vector.base import VectorIndex
+
+log = logging.getLogger("tiered_memory")
+T = TypeVar("T")
+
+
+def default_path() -> Path:
+    """``$TIERED_MEMORY_HOME`` or ``~/.tiered-memory``."""
+    return Path(os.environ.get("TIERED_MEMORY_HOME") or Path.home() / ".tiered-memory")
+
+
+def _twin(method: Callable[..., T]) -> Callable[..., Any]:
+    """Make the async twin of a sync method: same signature, run off the event loop."""
+
+    @functools.wraps(method)
+    async def twin(self: "TieredMemory", *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    twin.__name__ = "a" + method.__name__
+    twin.__doc__ = f"Async twin of :meth:`{method.__name__}`."
+    return twin
+
+
+class _FolderLock:
+    """An exclusive lock on an embedded store folder; the OS drops it if the process dies."""
+
+    def __init__(self, folder: Path) -> None:
+        self.file = open(folder / ".lock", "a+")
+        try:
+            import fcntl
+
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # not POSIX: no cross-process protection
+            pass
+        except OSError as e:
+            self.file.close()
+            raise StoreLockedError(
+                f"{folder} is open in another process. The embedded store serves one process; "
+                "for many workers use a PostgreSQL record store and a vector server "
+                "(see 'Running at scale' in the README)."
+            ) from e
+
+    def release(self) -> None:
+        self.file.close()
+
+
+class TieredMemory:
+    """Long-term memory for LLM agents, scoped by ``user_id`` and ``session_id``.
+
+    Args:
+        path: folder of the embedded store (SQLite + Chroma); default ``~/.tiered-memory``.
+        config: tuning (buffer, retrieval, budgets, limits).
+        embedder: any object with ``embed_documents``/``embed_query``; default the
+            bundled all-MiniLM-L6-v2.
+        vector_store: a :class:`~tiered_memory.vector.base.VectorIndex`, or ``"chroma"``
+            (default), ``"qdrant"`` (local mode in ``path``) or an ``http(s)://`` Chroma URL.
+        record_store: a :class:`~tiered_memory.store.base.RecordStore`; default SQLite in ``path``.
+        token_counter: ``str -> int``; default cl100k offline, else a heuristic.
+
+    Example:
+        >>> with TieredMemory("/tmp/tm-doc") as memory:  # doctest: +SKIP
+        ...     memory.add("user", "I live in Lisbon", user_id="u1", session_id="s1")
+        ...     memory.search("where do I live?", user_id="u1")[0].text
+        'I live in Lisbon'
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        config: MemoryConfig | None = None,
+        embedder: Embedder | None = None,
+        vector_store: VectorIndex | str | None = None,
+        record_store: RecordStore | str | None = None,
+        token_counter: TokenCounter | None = None,
+        llm: Any = None,
+    ) -> None:
+        self.config = config or MemoryConfig()
+        self.embedder: Embedder = embedder or SentenceTransformerEmbedder(
+            batch_size=self.config.embed_batch_size)
+        self.count_tokens: TokenCounter = token_counter or default_token_counter()
+        self.llm = llm
+        self.path = Path(path) if path is not None else default_path()
+        self._lock: _FolderLock | None = None
+        self._closed = False
+        self._write_lock = threading.RLock()
+        self.store = self._open_store(record_store)
+        try:
+            self.index = self._open_index(vector_store)
+            self._startup_repair()
+        except BaseException:
+            self.store.close()
+            if self._lock:
+                self._lock.release()
+            raise
+
+    # ---- opening ---------------------------------------------------------
+    def _open_store(self, record_store: RecordStore | str | None) -> RecordStore:
+        if record_store is not None and not isinstance(record_store, str):
+            return record_store
+        if isinstance(record_store, str) and record_store.startswith(("postgresql://", "postgres://")):
+            from .store.postgres import PostgresRecordStore  # type: ignore[import-not-found]
+
+            return PostgresRecordStore(record_store)  # type: ignore[no-any-return]
+        if self.path.exists() and not self.path.is_dir():
+            raise ConfigurationError(f"path {self.path} is a file; tiered-memory needs a folder")
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigurationError(f"cannot create memory folder {self.path}: {e}") from e
+        if not os.access(self.path, os.R_OK | os.W_OK | os.X_OK):
+            raise ConfigurationError(f"memory folder {self.path} is not readable and writable")
+        self._lock = _FolderLock(self.path)
+        from .store.sqlite import SQLiteRecordStore
+
+        try:
+            return SQLiteRecordStore(self.path / "records.sqlite3")
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _open_index(self, vector_store: VectorIndex | str | None) -> VectorIndex:
+        if vector_store is not None and not isinstance(vector_store, str):
+            return vector_store
+        kind = vector_store or "chroma"
+        if kind.startswith(("http://", "https://")):
+            from .vector.chroma import ChromaVectorIndex
+
+            return ChromaVectorIndex.from_url(kind)
+        if kind == "chroma":
+            from .vector.chroma import ChromaVectorIndex
+
+            return ChromaVectorIndex(str(self.path / "chroma"))
+        if kind == "qdrant":
+            from .vector.qdrant import QdrantVectorIndex
+
+            return QdrantVectorIndex(str(self.path / "qdrant"))
+        raise ConfigurationError(
+            f"vector_store must be a VectorIndex, 'chroma', 'qdrant' or a Chroma URL, got {kind!r}")
+
+    def _startup_repair(self) -> None:
+        name = embedder_name(self.embedder)
+        previous = self.store.get_meta("embedder")
+        unclean = self.store.get_meta("state") == "open"
+        self.store.set_meta("state", "open")
+        if previous is not None and previous != name:
+            log.warning("embedder changed (%s -> %s): rebuilding the vector index", previous, name)
+            self._rebuild()
+        else:
+            self._repair(full=unclean)
+        self.store.set_meta("embedder", name)
+
+    def _repair(self, *, full: bool) -> dict[str, int]:
+        with self._write_lock:
+            return repair(store=self.store, index=self.index, embedder=self.embedder,
+                          threshold=self.config.dedup_threshold, full=full)
+
+    def _rebuild(self) -> dict[str, int]:
+        with self._write_lock:
+            self.index.reset()
+            self.store.reset_indexed()
+            return self._repair(full=False)
+
+    # ---- lifecycle -------------------------------------------------------
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.store.set_meta("state", "closed")
+        finally:
+            self.index.close()
+            self.store.close()
+            if self._lock:
+                self._lock.release()
+
+    def __enter__(self) -> "TieredMemory":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- writes ----------------------------------------------------------
+    def add(
+        self, role: str, content: str, *, session_id: str, user_id: str,
+        metadata: Mapping[str, Any] | None = None, timestamp: Any = None,
+    ) -> str:
+        """Store one message; returns its id. See :meth:`add_many`."""
+        msg = {"role": role, "content": content, "metadata": metadata, "timestamp": timestamp}
+        return self.add_many([msg], session_id=session_id, user_id=user_id)[0]
+
+    def add_many(
+        self, messages: Iterable[Message | Mapping[str, Any]], *, session_id: str, user_id: str,
+    ) -> list[str]:
+        """Store messages in order (the bulk path; embeds in batches); returns their ids.
+
+        Every message is validated first; if one is bad, nothing is written and
+        :class:`~tiered_memory.errors.InvalidInputError` says which. When this returns,
+        the messages are committed. If the vector engine then fails,
+        :class:`~tiered_memory.errors.VectorIndexError` is raised, the messages stay
+        stored, and they are indexed on the next open or :meth:`rebuild_index`.
+        """
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        now = time.time()
+        items = list(messages)
+        normalized = []
+        for n, item in enumerate(items):
+            try:
+                normalized.append(normalize_message(
+                    item, max_chars=self.config.max_content_chars,
+                    max_metadata_bytes=self.config.max_metadata_bytes, now=now))
+            except Exception as e:
+                raise type(e)(f"message {n}: {e}") from e
+        rows = [
+            StoredMessage(id=uuid.uuid4().hex, user_id=user_id, session_id=session_id, role=m.role,
+                          content=m.content, metadata=dict(m.metadata or {}),
+                          timestamp=float(m.timestamp))  # type: ignore[arg-type]
+            for m in normalized
+        ]
+        if not rows:
+            return []
+        with self._write_lock:
+            self.store.insert_messages(rows)
+            try:
+                index_messages(rows, store=self.store, index=self.index, embedder=self.embedder,
+                               threshold=self.config.dedup_threshold)
+            except VectorIndexError as e:
+                raise VectorIndexError(
+                    f"{len(rows)} messages were stored but not indexed ({e}); they will be "
+                    "indexed on the next open or by rebuild_index()") from e
+        return [r.id for r in rows]
+
+    def forget(self, memory_id: str, *, user_id: str) -> None:
+        """Delete one message of ``user_id`` from every store and index."""
+        check_id(user_id, "user_id")
+        with self._write_lock:
+            if not self.store.delete_message(user_id, memory_id):
+                raise NotFoundError(f"no memory {memory_id!r} for this user")
+            self.index.delete([memory_id])
+
+    def clear_session(self, session_id: str, *, user_id: str) -> int:
+        """Delete a session's messages; returns how many."""
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        with self._write_lock:
+            ids = self.store.clear_session(user_id, session_id)
+            self.index.delete(ids)
+        return len(ids)
+
+    def forget_user(self, user_id: str) -> int:
+        """Remove every trace of ``user_id`` from every store and index; returns messages removed."""
+        check_id(user_id, "user_id")
+        with self._write_lock:
+            ids = self.store.forget_user(user_id)
+            self.index.delete_user(user_id)
+        return len(ids)
+
+    def rebuild_index(self) -> dict[str, int]:
+        """Drop the vector index and rebuild it from the record store."""
+        return self._rebuild()
+
+    # ---- reads -----------------------------------------------------------
+    def get_messages(self, session_id: str, *, user_id: str, limit: int | None = None) -> list[StoredMessage]:
+        """A session's messages, oldest first (the last ``limit`` if given)."""
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        return self.store.get_messages(user_id, session_id, limit=limit)
+
+    def get_buffer(self, session_id: str, *, user_id: str) -> list[StoredMessage]:
+        """The session's recent whole turns within the buffer's message and token limits."""
+        msgs = self.get_messages(session_id, user_id=user_id, limit=self.config.buffer.max_messages * 2)
+        kept, _ = select_buffer(msgs, max_messages=self.config.buffer.max_messages,
+                                max_tokens=self.config.buffer.max_tokens, count=self.count_tokens)
+        return kept
+
+    def search(
+        self, query: str, *, user_id: str, k: int = 10, session_id: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[MemoryHit]:
+        """Hybrid recall (vector + keyword + recency) over ``user_id``'s memories."""
+        check_id(user_id, "user_id")
+        if session_id is not None:
+            check_id(session_id, "session_id")
+        if not isinstance(query, str) or not query.strip():
+            from .errors import InvalidInputError
+
+            raise InvalidInputError("query must be a non-empty string")
+        if not isinstance(k, int) or k < 1:
+            from .errors import InvalidInputError
+
+            raise InvalidInputError(f"k must be a positive int, got {k!r}")
+        hits = search_turns(store=self.store, index=self.index, embedder=self.embedder,
+                            config=self.config.retrieval, query=query, user_id=user_id, k=k,
+                            session_id=session_id, filters=filters)
+        self.store.touch([h.id for h in hits], time.time())
+        return hits
+
+    def build_context(
+        self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
+    ) -> MemoryContext:
+        """Recent turns plus relevant long-term memory, within ``max_tokens``."""
+        budget = max_tokens if max_tokens is not None else self.config.budget.max_tokens
+        buffer = self.get_buffer(session_id, user_id=user_id)
+        recent = [self._item(m) for m in buffer]
+        recent_budget = int(budget * self.config.budget.buffer_share)
+        dropped_recent = []
+        while recent and sum(i.tokens for i in recent) > recent_budget and len(recent) > 1:
+            dropped_recent.append(recent.pop(0))
+        in_buffer = {m.id for m in buffer}
+        hits = self.search(query, user_id=user_id, k=20) if query.strip() else []
+        turns = [self._item_from_hit(h) for h in hits if h.id not in in_buffer]
+        requests = [SectionRequest(name="turns", title="Relevant past conversation", items=turns,
+                                   share=1.0, priority=3)]
+        used = sum(i.tokens for i in recent)
+        sections, dropped = fit_sections(requests, max(0, budget - used))
+        from .context import Dropped
+
+        dropped = [Dropped(section="recent", id=i.id, tokens=i.tokens, reason="buffer over budget")
+                   for i in dropped_recent] + dropped
+        return MemoryContext(sections=sections, recent=recent, dropped=dropped, max_tokens=budget)
+
+    def _item(self, m: StoredMessage) -> ContextItem:
+        item = ContextItem(id=m.id, text=m.content, tokens=0, role=m.role, timestamp=m.timestamp)
+        return ContextItem(**{**item.__dict__, "tokens": item_cost(item, self.count_tokens)})
+
+    def _item_from_hit(self, h: MemoryHit) -> ContextItem:
+        item = ContextItem(id=h.id, text=h.text, tokens=0, role=h.role, timestamp=h.timestamp,
+                           score=h.score)
+        return ContextItem(**{**item.__dict__, "tokens": item_cost(item, self.count_tokens)})
+
+    def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
+        """Write messages (one user's or all) as JSONL; returns the count. See :mod:`.portable`."""
+        from .portable import export_jsonl
+
+        return export_jsonl(self, path, user_id)
+
+    def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,
+                     progress: Callable[[int], None] | None = None) -> Any:
+        """Import a JSONL export (vectors recomputed); returns an ``ImportReport``."""
+        from .portable import import_jsonl
+
+        return import_jsonl(self, path, skip_invalid=skip_invalid, progress=progress)
+
+    def stats(self) -> Stats:
+        c = self.store.counts()
+        return Stats(users=c["users"], sessions=c["sessions"], messages=c["messages"],
+                     indexed=c["indexed"], duplicates=c["duplicates"], vectors=self.index.count())
+
+    # ---- async twins -----------------------------------------------------
+    aadd = _twin(add)
+    aadd_many = _twin(add_many)
+    aforget = _twin(forget)
+    aclear_session = _twin(clear_session)
+    aforget_user = _twin(forget_user)
+    arebuild_index = _twin(rebuild_index)
+    aget_messages = _twin(get_messages)
+    aget_buffer = _twin(get_buffer)
+    asearch = _twin(search)
+    abuild_context = _twin(build_context)
+    astats = _twin(stats)
+    aexport_jsonl = _twin(export_jsonl)
+    aimport_jsonl = _twin(import_jsonl)

@@ -1,0 +1,120 @@
+"""JSONL export and import. Vectors are not exported: they are recomputed on import,
+so a dump moves between embedding models and vector engines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from .errors import InvalidInputError
+from .validation import check_id, normalize_message
+
+if TYPE_CHECKING:
+    from .memory import TieredMemory
+
+FORMAT = "tiered-memory/1"
+
+
+class ImportFormatError(InvalidInputError):
+    """One or more JSONL lines are invalid; ``errors`` lists ``(line_number, message)``."""
+
+    def __init__(self, errors: list[tuple[int, str]]) -> None:
+        shown = "; ".join(f"line {n}: {m}" for n, m in errors[:5])
+        more = f" (and {len(errors) - 5} more)" if len(errors) > 5 else ""
+        super().__init__(f"{len(errors)} invalid line(s), nothing imported: {shown}{more}")
+        self.errors = errors
+
+
+@dataclass
+class ImportReport:
+    imported: int = 0
+    skipped_existing: int = 0
+    invalid: list[tuple[int, str]] = field(default_factory=list)
+
+
+def export_lines(memory: "TieredMemory", user_id: str | None) -> Iterator[str]:
+    for m in memory.store.iter_messages(user_id):
+        yield json.dumps({
+            "format": FORMAT, "type": "message", "id": m.id, "user_id": m.user_id,
+            "session_id": m.session_id, "role": m.role, "content": m.content,
+            "metadata": m.metadata, "timestamp": m.timestamp,
+        }, ensure_ascii=False)
+
+
+def export_jsonl(memory: "TieredMemory", path: str | Path, user_id: str | None = None) -> int:
+    """Write messages (one user's, or everyone's) to ``path``; returns the count."""
+    if user_id is not None:
+        check_id(user_id, "user_id")
+    n = 0
+    tmp = Path(str(path) + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        for line in export_lines(memory, user_id):
+            f.write(line + "\n")
+            n += 1
+    tmp.replace(path)
+    return n
+
+
+def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str, Any]:
+    """Validate one JSONL line (pure); raises InvalidInputError."""
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as e:
+        raise InvalidInputError(f"not JSON ({e.msg})") from e
+    if not isinstance(obj, dict) or obj.get("type") != "message":
+        raise InvalidInputError("expected an object with type 'message'")
+    for key in ("id", "user_id", "session_id"):
+        check_id(obj.get(key), key)
+    msg = normalize_message(
+        {k: obj.get(k) for k in ("role", "content", "metadata", "timestamp")},
+        max_chars=max_chars, max_metadata_bytes=max_metadata_bytes, now=0.0,
+    )
+    if obj.get("timestamp") is None:
+        raise InvalidInputError("timestamp is required")
+    return {"id": obj["id"], "user_id": obj["user_id"], "session_id": obj["session_id"],
+            "role": msg.role, "content": msg.content, "metadata": dict(msg.metadata or {}),
+            "timestamp": msg.timestamp}
+
+
+def import_jsonl(
+    memory: "TieredMemory", path: str | Path, *, skip_invalid: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> ImportReport:
+    """Import a JSONL export. Every line is checked first; with any invalid line nothing
+    is imported (``ImportFormatError`` lists them by line) unless ``skip_invalid``."""
+    from .indexing import index_messages
+    from .types import StoredMessage
+
+    report = ImportReport()
+    rows: list[StoredMessage] = []
+    with open(path, encoding="utf-8", errors="strict") as f:
+        for n, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                d = parse_line(raw, max_chars=memory.config.max_content_chars,
+                               max_metadata_bytes=memory.config.max_metadata_bytes)
+            except InvalidInputError as e:
+                report.invalid.append((n, str(e)))
+                continue
+            rows.append(StoredMessage(**d))
+    if report.invalid and not skip_invalid:
+        raise ImportFormatError(report.invalid)
+    existing = set()
+    for user in {r.user_id for r in rows}:
+        existing |= set(memory.store.get_by_ids(user, [r.id for r in rows if r.user_id == user]))
+    taken = memory.store.existing_ids([r.id for r in rows if r.id not in existing])
+    new = [r for r in rows if r.id not in existing and r.id not in taken]
+    report.skipped_existing = len(rows) - len(new)
+    with memory._write_lock:
+        for start in range(0, len(new), 512):
+            part = new[start : start + 512]
+            memory.store.insert_messages(part)
+            index_messages(part, store=memory.store, index=memory.index, embedder=memory.embedder,
+                           threshold=memory.config.dedup_threshold)
+            report.imported += len(part)
+            if progress:
+                progress(len(part))
+    return report

@@ -1,0 +1,341 @@
+"""SQLite record store (WAL, FTS5). The embedded default's source of truth."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from ..errors import CorruptStoreError, StoreError
+from ..types import StoredMessage
+
+APP_ID = "tiered-memory"
+
+# Each migration runs once, in order, inside a transaction; the version is
+# recorded in meta('schema_version'). Append, never edit.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS messages (
+        rowid INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{}',
+        timestamp REAL NOT NULL,
+        created_at REAL NOT NULL,
+        importance REAL NOT NULL DEFAULT 0.5,
+        access_count INTEGER NOT NULL DEFAULT 0,
+        last_access REAL,
+        indexed INTEGER NOT NULL DEFAULT 0,
+        duplicate_of TEXT
+    );
+    CREATE INDEX IF NOT EXISTS messages_user_session ON messages(user_id, session_id, rowid);
+    CREATE INDEX IF NOT EXISTS messages_pending ON messages(indexed);
+    CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
+        content, content='messages', content_rowid='rowid', tokenize='porter unicode61'
+    );
+    CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts(rowid, content) VALUES (new.rowid, new.content);
+    END;
+    CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
+    END;
+    """,
+]
+
+_COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, rowid"
+
+
+def _row(r: tuple[Any, ...]) -> StoredMessage:
+    return StoredMessage(
+        id=r[0], user_id=r[1], session_id=r[2], role=r[3], content=r[4],
+        metadata=json.loads(r[5]), timestamp=r[6], seq=r[7],
+    )
+
+
+class SQLiteRecordStore:
+    """Thread-safe (one connection behind a lock); one process per file.
+
+    Args:
+        path: the database file; created with its schema when missing.
+        extra_migrations: migrations of other layers, keyed by name, applied after ours.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.lock = threading.RLock()
+        try:
+            self.conn = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=30
+            )
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            self._check_identity()
+        except sqlite3.DatabaseError as e:
+            raise CorruptStoreError(
+                f"{self.path} is not a readable tiered-memory database ({e}). "
+                "Point `path` at an empty or tiered-memory folder."
+            ) from e
+        self.migrate("core", MIGRATIONS)
+
+    # ---- plumbing -------------------------------------------------------
+    def _check_identity(self) -> None:
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            with self.transaction() as c:
+                c.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                c.execute("INSERT INTO meta VALUES ('app', ?)", (APP_ID,))
+            return
+        app = None
+        if "meta" in tables:
+            found = self.conn.execute("SELECT value FROM meta WHERE key='app'").fetchone()
+            app = found[0] if found else None
+        if app != APP_ID:
+            raise CorruptStoreError(
+                f"{self.path} is a SQLite database that tiered-memory did not create "
+                f"(tables: {sorted(tables)[:5]}). Use another path."
+            )
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self.lock:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                yield self.conn
+                self.conn.execute("COMMIT")
+            except BaseException as e:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                if isinstance(e, sqlite3.Error):
+                    raise StoreError(f"record store write failed: {e}") from e
+                raise
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.lock:
+            try:
+                return self.conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.Error as e:
+                raise StoreError(f"record store read failed: {e}") from e
+
+    def migrate(self, name: str, steps: list[str]) -> None:
+        """Apply ``steps`` not yet recorded under ``schema_version:<name>``."""
+        key = f"schema_version:{name}"
+        current = int(self.get_meta(key) or 0)
+        for version, script in enumerate(steps[current:], start=current + 1):
+            with self.transaction() as c:
+                for statement in _split_sql(script):
+                    c.execute(statement)
+                c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(version)))
+
+    def get_meta(self, key: str) -> str | None:
+        found = self.query("SELECT value FROM meta WHERE key=?", (key,))
+        return found[0][0] if found else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()
+
+    # ---- writes ---------------------------------------------------------
+    def insert_messages(self, rows: list[StoredMessage]) -> None:
+        with self.transaction() as c:
+            c.executemany(
+                "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'))",
+                [
+                    (m.id, m.user_id, m.session_id, m.role, m.content,
+                     json.dumps(m.metadata, ensure_ascii=False), m.timestamp)
+                    for m in rows
+                ],
+            )
+
+    def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None:
+        with self.transaction() as c:
+            c.executemany(
+                "UPDATE messages SET indexed=1, duplicate_of=? WHERE id=?",
+                [(duplicates.get(i), i) for i in ids],
+            )
+
+    def touch(self, ids: list[str], now: float) -> None:
+        if ids:
+            with self.transaction() as c:
+                c.executemany(
+                    "UPDATE messages SET access_count=access_count+1, last_access=? WHERE id=?",
+                    [(now, i) for i in ids],
+                )
+
+    def delete_message(self, user_id: str, message_id: str) -> bool:
+        with self.transaction() as c:
+            cur = c.execute("DELETE FROM messages WHERE user_id=? AND id=?", (user_id, message_id))
+            return cur.rowcount > 0
+
+    def clear_session(self, user_id: str, session_id: str) -> list[str]:
+        with self.transaction() as c:
+            ids = [r[0] for r in c.execute(
+                "SELECT id FROM messages WHERE user_id=? AND session_id=?", (user_id, session_id))]
+            c.execute("DELETE FROM messages WHERE user_id=? AND session_id=?", (user_id, session_id))
+            return ids
+
+    def forget_user(self, user_id: str) -> list[str]:
+        with self.transaction() as c:
+            ids = [r[0] for r in c.execute("SELECT id FROM messages WHERE user_id=?", (user_id,))]
+            c.execute("DELETE FROM messages WHERE user_id=?", (user_id,))
+            for hook in _FORGET_HOOKS:
+                hook(c, user_id)
+        with self.lock:
+            # rebuild the FTS shadow tables' free pages so deleted text does not linger on disk
+            self.conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
+        return ids
+
+    # ---- reads ----------------------------------------------------------
+    def get_messages(
+        self, user_id: str, session_id: str, *, limit: int | None = None
+    ) -> list[StoredMessage]:
+        if limit is None:
+            rows = self.query(
+                f"SELECT {_COLUMNS} FROM messages WHERE user_id=? AND session_id=? ORDER BY rowid",
+                (user_id, session_id),
+            )
+        else:
+            rows = self.query(
+                f"SELECT * FROM (SELECT {_COLUMNS} FROM messages WHERE user_id=? AND session_id=?"
+                " ORDER BY rowid DESC LIMIT ?) ORDER BY rowid",
+                (user_id, session_id, limit),
+            )
+        return [_row(r) for r in rows]
+
+    def get_by_ids(self, user_id: str, ids: Iterable[str]) -> dict[str, StoredMessage]:
+        wanted = list(dict.fromkeys(ids))
+        out: dict[str, StoredMessage] = {}
+        for start in range(0, len(wanted), 500):
+            part = wanted[start : start + 500]
+            marks = ",".join("?" * len(part))
+            for r in self.query(
+                f"SELECT {_COLUMNS} FROM messages WHERE user_id=? AND id IN ({marks})",
+                [user_id, *part],
+            ):
+                out[r[0]] = _row(r)
+        return out
+
+    def keyword_search(
+        self, user_id: str, match: str, *, k: int, session_id: str | None = None
+    ) -> list[tuple[str, float]]:
+        """BM25 over FTS5 (``match`` is an FTS5 expression); higher score is better."""
+        sql = (
+            "SELECT m.id, -bm25(messages_fts) AS s FROM messages_fts"
+            " JOIN messages m ON m.rowid = messages_fts.rowid"
+            " WHERE messages_fts MATCH ? AND m.user_id = ?"
+        )
+        params: list[Any] = [match, user_id]
+        if session_id is not None:
+            sql += " AND m.session_id = ?"
+            params.append(session_id)
+        sql += " ORDER BY bm25(messages_fts) LIMIT ?"
+        params.append(k)
+        return [(r[0], float(r[1])) for r in self.query(sql, params)]
+
+    def neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
+        """For each id, the messages of the same session within ``window`` positions (itself included)."""
+        out: dict[str, list[StoredMessage]] = {}
+        for mid in ids:
+            rows = self.query(
+                f"SELECT {_COLUMNS} FROM messages WHERE user_id=? AND session_id="
+                "(SELECT session_id FROM messages WHERE id=? AND user_id=?) AND rowid BETWEEN"
+                " (SELECT rowid FROM messages WHERE id=?) - ? AND (SELECT rowid FROM messages WHERE id=?) + ?"
+                " ORDER BY rowid",
+                (user_id, mid, user_id, mid, window * 4, mid, window * 4),
+            )
+            msgs = [_row(r) for r in rows]
+            pos = next((i for i, m in enumerate(msgs) if m.id == mid), None)
+            out[mid] = [] if pos is None else msgs[max(0, pos - window) : pos + window + 1]
+        return out
+
+    def existing_ids(self, ids: list[str]) -> set[str]:
+        """Which of ``ids`` exist for any user (ids are global keys)."""
+        out: set[str] = set()
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            out |= {r[0] for r in self.query(
+                f"SELECT id FROM messages WHERE id IN ({','.join('?' * len(part))})", part)}
+        return out
+
+    def pending_index(self, limit: int) -> list[StoredMessage]:
+        return [_row(r) for r in self.query(
+            f"SELECT {_COLUMNS} FROM messages WHERE indexed=0 ORDER BY rowid LIMIT ?", (limit,))]
+
+    def indexed_ids(self) -> set[str]:
+        return {r[0] for r in self.query(
+            "SELECT id FROM messages WHERE indexed=1 AND duplicate_of IS NULL")}
+
+    def reset_indexed(self) -> None:
+        with self.transaction() as c:
+            c.execute("UPDATE messages SET indexed=0, duplicate_of=NULL")
+
+    def reset_indexed_ids(self, ids: list[str]) -> None:
+        with self.transaction() as c:
+            c.executemany("UPDATE messages SET indexed=0, duplicate_of=NULL WHERE id=?", [(i,) for i in ids])
+
+    def iter_messages(self, user_id: str | None = None) -> Iterator[StoredMessage]:
+        last = 0
+        while True:
+            if user_id is None:
+                rows = self.query(f"SELECT {_COLUMNS} FROM messages WHERE rowid>? ORDER BY rowid LIMIT 1000", (last,))
+            else:
+                rows = self.query(
+                    f"SELECT {_COLUMNS} FROM messages WHERE rowid>? AND user_id=? ORDER BY rowid LIMIT 1000",
+                    (last, user_id),
+                )
+            if not rows:
+                return
+            for r in rows:
+                yield _row(r)
+            last = rows[-1][7]
+
+    def counts(self) -> dict[str, int]:
+        users, sessions, messages, indexed, dups = self.query(
+            "SELECT COUNT(DISTINCT user_id), COUNT(DISTINCT user_id || char(31) || session_id),"
+            " COUNT(*), COALESCE(SUM(indexed),0), COUNT(duplicate_of) FROM messages"
+        )[0]
+        return {"users": users, "sessions": sessions, "messages": messages,
+                "indexed": indexed, "duplicates": dups}
+
+
+# Other layers register a function run inside forget_user's transaction, so that
+# deleting a user removes their rows from every table at once.
+_FORGET_HOOKS: list[Callable[[sqlite3.Connection, str], None]] = []
+
+
+def on_forget_user(hook: Callable[[sqlite3.Connection, str], None]) -> Callable[[sqlite3.Connection, str], None]:
+    _FORGET_HOOKS.append(hook)
+    return hook
+
+
+def _split_sql(script: str) -> list[str]:
+    """Split a migration into statements, keeping trigger bodies whole."""
+    statements, buf, depth = [], [], 0
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        buf.append(line)
+        upper = stripped.upper()
+        if upper.startswith("CREATE TRIGGER"):
+            depth += 1
+        if depth and upper.startswith("END;"):
+            depth -= 1
+        if not depth and stripped.endswith(";"):
+            statements.append("\n".join(buf))
+            buf = []
+    if buf:
+        statements.append("\n".join(buf))
+    return statements
+

@@ -1,0 +1,133 @@
+"""Pure checks of caller input. Nothing is written until every message passes."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from .errors import ContentTooLargeError, InvalidInputError
+from .types import ROLES, Message
+
+MAX_ID_LENGTH = 256
+
+
+def check_id(value: object, name: str) -> str:
+    """Return ``value`` if it is a usable user/session id.
+
+    Ids are opaque strings stored as data (never used in paths or SQL text),
+    so any printable characters are allowed, path separators and quotes included.
+    """
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidInputError(f"{name} must be a non-empty string")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidInputError(f"{name} is {len(value)} characters; the limit is {MAX_ID_LENGTH}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise InvalidInputError(f"{name} must not contain control characters")
+    if not _encodable(value):
+        raise InvalidInputError(f"{name} contains lone surrogates and cannot be stored as UTF-8")
+    return value
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_content(content: object, max_chars: int) -> str:
+    if not isinstance(content, str):
+        raise InvalidInputError(f"content must be a str, got {type(content).__name__}")
+    if not content.strip():
+        raise InvalidInputError("content must contain non-whitespace text")
+    if len(content) > max_chars:
+        raise ContentTooLargeError(
+            f"content is {len(content):,} characters; the limit is {max_chars:,} "
+            "(raise MemoryConfig.max_content_chars or split the text)"
+        )
+    if "\x00" in content:
+        raise InvalidInputError("content must not contain NUL characters")
+    if not _encodable(content):
+        raise InvalidInputError("content contains lone surrogates and cannot be stored as UTF-8")
+    return content
+
+
+def check_role(role: object) -> str:
+    if role not in ROLES:
+        raise InvalidInputError(f"role must be one of {sorted(ROLES)}, got {role!r}")
+    return str(role)
+
+
+def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
+    """Return a deep copy of ``metadata`` as JSON-safe data (nested values kept)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise InvalidInputError(f"metadata must be a mapping, got {type(metadata).__name__}")
+    try:
+        encoded = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"metadata must be JSON-serialisable: {e}") from e
+    if not _encodable(encoded):
+        raise InvalidInputError("metadata contains lone surrogates")
+    if len(encoded.encode("utf-8")) > max_bytes:
+        raise InvalidInputError(
+            f"metadata is {len(encoded.encode('utf-8')):,} bytes as JSON; the limit is {max_bytes:,}"
+        )
+    decoded = json.loads(encoded)
+    if not all(isinstance(k, str) for k in metadata):
+        raise InvalidInputError("metadata keys must be strings")
+    return dict(decoded)
+
+
+def to_epoch(timestamp: object, default: float) -> float:
+    """Accept epoch seconds, an aware/naive datetime (naive = UTC) or an ISO string."""
+    if timestamp is None:
+        return default
+    if isinstance(timestamp, bool):
+        raise InvalidInputError("timestamp must be a number, datetime or ISO string, not bool")
+    if isinstance(timestamp, (int, float)):
+        value = float(timestamp)
+    elif isinstance(timestamp, datetime):
+        ts = timestamp if timestamp.tzinfo else timestamp.replace(tzinfo=timezone.utc)
+        value = ts.timestamp()
+    elif isinstance(timestamp, str):
+        try:
+            parsed = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+        except ValueError as e:
+            raise InvalidInputError(f"timestamp {timestamp!r} is not ISO 8601") from e
+        return to_epoch(parsed, default)
+    else:
+        raise InvalidInputError(
+            f"timestamp must be a number, datetime or ISO string, got {type(timestamp).__name__}"
+        )
+    if not math.isfinite(value):
+        raise InvalidInputError("timestamp must be finite")
+    return value
+
+
+def normalize_message(item: object, *, max_chars: int, max_metadata_bytes: int, now: float) -> Message:
+    """Turn a dict or :class:`Message` into a validated :class:`Message` with epoch timestamp."""
+    if isinstance(item, Message):
+        role, content, metadata, timestamp = item.role, item.content, item.metadata, item.timestamp
+    elif isinstance(item, Mapping):
+        unknown = set(item) - {"role", "content", "metadata", "timestamp"}
+        if unknown:
+            raise InvalidInputError(f"unknown message fields {sorted(unknown)}")
+        if "role" not in item or "content" not in item:
+            raise InvalidInputError("a message needs 'role' and 'content'")
+        role, content = item["role"], item["content"]
+        metadata, timestamp = item.get("metadata"), item.get("timestamp")
+    else:
+        raise InvalidInputError(f"a message must be a dict or Message, got {type(item).__name__}")
+    return Message(
+        role=check_role(role),
+        content=check_content(content, max_chars),
+        metadata=check_metadata(metadata, max_metadata_bytes),
+        timestamp=to_epoch(timestamp, now),
+    )

@@ -1,0 +1,5 @@
+"""Vector indexes: derived from the record store, rebuildable from it."""
+
+from .base import VectorIndex, VectorItem
+
+__all__ = ["VectorIndex", "VectorItem"]

@@ -1,0 +1,43 @@
+"""The vector index protocol. Implementations: Chroma (default), Qdrant."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True, kw_only=True)
+class VectorItem:
+    id: str
+    vector: Sequence[float]
+    user_id: str
+    layer: str = "turn"
+    session_id: str = ""
+    timestamp: float = 0.0
+
+
+class VectorIndex(Protocol):
+    """Cosine-similarity index of unit vectors, filtered by user (and optionally layer, session)."""
+
+    def upsert(self, items: list[VectorItem]) -> None: ...
+
+    def query(
+        self, vectors: np.ndarray, *, user_id: str, k: int,
+        layers: Sequence[str] | None = None, session_id: str | None = None,
+    ) -> list[list[tuple[str, float]]]:
+        """For each row of ``vectors``, up to ``k`` (id, cosine similarity), best first."""
+
+    def delete(self, ids: list[str]) -> None: ...
+
+    def delete_user(self, user_id: str) -> None: ...
+
+    def ids(self, user_id: str | None = None) -> set[str]: ...
+
+    def count(self, user_id: str | None = None) -> int: ...
+
+    def reset(self) -> None:
+        """Drop every vector (used by ``rebuild_index``)."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,143 @@
+"""ChromaDB vector index: embedded ``PersistentClient`` or a server's ``HttpClient``."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import VectorIndexError, missing
+from .base import VectorItem
+
+COLLECTION = "tiered_memory"
+
+
+def _settings() -> Any:
+    from chromadb.config import Settings
+
+    return Settings(anonymized_telemetry=False)
+
+
+class ChromaVectorIndex:
+    """Cosine HNSW collection; we always pass our own embeddings (no Chroma embedding function).
+
+    Args:
+        path: folder of an embedded ``PersistentClient``.
+        client: an existing Chroma client (for example ``chromadb.HttpClient(host, port)``).
+        collection: collection name, to share a server between apps.
+    """
+
+    def __init__(self, path: str | None = None, *, client: Any = None, collection: str = COLLECTION) -> None:
+        try:
+            import chromadb
+        except ImportError as e:
+            raise missing("chromadb", "embedded") from e
+        try:
+            if client is None:
+                if path is None:
+                    raise ValueError("ChromaVectorIndex needs a path or a client")
+                client = chromadb.PersistentClient(path=str(path), settings=_settings())
+            self.client = client
+            self.collection = client.get_or_create_collection(
+                collection, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+            )
+        except Exception as e:
+            raise VectorIndexError(f"could not open Chroma collection {collection!r}: {e}") from e
+
+    @classmethod
+    def from_url(cls, url: str, *, collection: str = COLLECTION) -> "ChromaVectorIndex":
+        """``http://host:port`` of a Chroma server (``chroma run``)."""
+        import chromadb
+        from urllib.parse import urlparse
+
+        u = urlparse(url)
+        client = chromadb.HttpClient(
+            host=u.hostname or "127.0.0.1", port=u.port or 8000, ssl=u.scheme == "https",
+            settings=_settings(),
+        )
+        return cls(client=client, collection=collection)
+
+    def upsert(self, items: list[VectorItem]) -> None:
+        if not items:
+            return
+        try:
+            for start in range(0, len(items), 2000):
+                part = items[start : start + 2000]
+                self.collection.upsert(
+                    ids=[i.id for i in part],
+                    embeddings=np.asarray([i.vector for i in part], dtype=np.float32),
+                    metadatas=[
+                        {"user_id": i.user_id, "layer": i.layer, "session_id": i.session_id,
+                         "timestamp": float(i.timestamp)}
+                        for i in part
+                    ],
+                )
+        except Exception as e:
+            raise VectorIndexError(f"Chroma upsert failed: {e}") from e
+
+    def query(
+        self, vectors: np.ndarray, *, user_id: str, k: int,
+        layers: Sequence[str] | None = None, session_id: str | None = None,
+    ) -> list[list[tuple[str, float]]]:
+        if len(vectors) == 0:
+            return []
+        clauses: list[dict[str, Any]] = [{"user_id": user_id}]
+        if layers:
+            clauses.append({"layer": {"$in": list(layers)}})
+        if session_id is not None:
+            clauses.append({"session_id": session_id})
+        where = clauses[0] if len(clauses) == 1 else {"$and": clauses}
+        try:
+            res = self.collection.query(
+                query_embeddings=np.asarray(vectors, dtype=np.float32), n_results=k,
+                where=where, include=["distances"],
+            )
+        except Exception as e:
+            raise VectorIndexError(f"Chroma query failed: {e}") from e
+        return [
+            [(i, 1.0 - float(d)) for i, d in zip(ids, dists)]
+            for ids, dists in zip(res["ids"], res["distances"] or [])
+        ]
+
+    def delete(self, ids: list[str]) -> None:
+        if ids:
+            try:
+                for start in range(0, len(ids), 2000):
+                    self.collection.delete(ids=ids[start : start + 2000])
+            except Exception as e:
+                raise VectorIndexError(f"Chroma delete failed: {e}") from e
+
+    def delete_user(self, user_id: str) -> None:
+        try:
+            self.collection.delete(where={"user_id": user_id})
+        except Exception as e:
+            raise VectorIndexError(f"Chroma delete failed: {e}") from e
+
+    def ids(self, user_id: str | None = None) -> set[str]:
+        out: set[str] = set()
+        offset = 0
+        while True:
+            res = self.collection.get(
+                where={"user_id": user_id} if user_id is not None else None,
+                include=[], limit=5000, offset=offset,
+            )
+            out.update(res["ids"])
+            if len(res["ids"]) < 5000:
+                return out
+            offset += 5000
+
+    def count(self, user_id: str | None = None) -> int:
+        if user_id is None:
+            return int(self.collection.count())
+        return len(self.ids(user_id))
+
+    def reset(self) -> None:
+        name = self.collection.name
+        self.client.delete_collection(name)
+        self.collection = self.client.get_or_create_collection(
+            name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+        )
+
+    def close(self) -> None:
+        # PersistentClient has no close(); drop references so files are released
+        self.collection = None  # type: ignore[assignment]

@@ -1,0 +1,145 @@
+"""Qdrant vector index: local on-disk mode (``path``) or a server (``url``)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..errors import VectorIndexError, missing
+from .base import VectorItem
+
+COLLECTION = "tiered_memory"
+_NS = uuid.UUID("6f1c9d1e-5a53-4e0b-9a6e-3c1f2b7d8e90")
+
+
+def point_id(memory_id: str) -> str:
+    """Qdrant accepts only UUIDs or integers; derive a stable UUID from our id."""
+    return str(uuid.uuid5(_NS, memory_id))
+
+
+class QdrantVectorIndex:
+    """Args: ``path`` for local mode, or ``url`` (and ``api_key``) for a server."""
+
+    def __init__(
+        self, path: str | None = None, *, url: str | None = None, api_key: str | None = None,
+        collection: str = COLLECTION, client: Any = None,
+    ) -> None:
+        try:
+            from qdrant_client import QdrantClient, models
+        except ImportError as e:
+            raise missing("qdrant-client", "qdrant") from e
+        self.models = models
+        try:
+            self.client = client or (QdrantClient(url=url, api_key=api_key) if url else QdrantClient(path=str(path)))
+        except Exception as e:
+            raise VectorIndexError(f"could not open Qdrant: {e}") from e
+        self.name = collection
+        self._ready = self.client.collection_exists(collection)
+
+    def _ensure(self, dim: int) -> None:
+        if not self._ready:
+            m = self.models
+            self.client.create_collection(
+                self.name, vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE)
+            )
+            for field in ("user_id", "layer", "session_id"):
+                try:
+                    self.client.create_payload_index(self.name, field, m.PayloadSchemaType.KEYWORD)
+                except Exception:
+                    pass  # local mode ignores payload indexes
+            self._ready = True
+
+    def _filter(self, user_id: str | None, layers: Sequence[str] | None = None, session_id: str | None = None) -> Any:
+        m = self.models
+        must: list[Any] = []
+        if user_id is not None:
+            must.append(m.FieldCondition(key="user_id", match=m.MatchValue(value=user_id)))
+        if layers:
+            must.append(m.FieldCondition(key="layer", match=m.MatchAny(any=list(layers))))
+        if session_id is not None:
+            must.append(m.FieldCondition(key="session_id", match=m.MatchValue(value=session_id)))
+        return m.Filter(must=must) if must else None
+
+    def upsert(self, items: list[VectorItem]) -> None:
+        if not items:
+            return
+        try:
+            self._ensure(len(items[0].vector))
+            m = self.models
+            for start in range(0, len(items), 1000):
+                self.client.upsert(self.name, points=[
+                    m.PointStruct(
+                        id=point_id(i.id), vector=[float(x) for x in i.vector],
+                        payload={"memory_id": i.id, "user_id": i.user_id, "layer": i.layer,
+                                 "session_id": i.session_id, "timestamp": float(i.timestamp)},
+                    )
+                    for i in items[start : start + 1000]
+                ])
+        except Exception as e:
+            raise VectorIndexError(f"Qdrant upsert failed: {e}") from e
+
+    def query(
+        self, vectors: np.ndarray, *, user_id: str, k: int,
+        layers: Sequence[str] | None = None, session_id: str | None = None,
+    ) -> list[list[tuple[str, float]]]:
+        if not self._ready:
+            return [[] for _ in range(len(vectors))]
+        flt = self._filter(user_id, layers, session_id)
+        try:
+            out = []
+            for v in vectors:
+                res = self.client.query_points(
+                    self.name, query=[float(x) for x in v], query_filter=flt, limit=k, with_payload=["memory_id"]
+                )
+                out.append([(p.payload["memory_id"], float(p.score)) for p in res.points])
+            return out
+        except Exception as e:
+            raise VectorIndexError(f"Qdrant query failed: {e}") from e
+
+    def delete(self, ids: list[str]) -> None:
+        if ids and self._ready:
+            try:
+                self.client.delete(self.name, points_selector=self.models.PointIdsList(
+                    points=[point_id(i) for i in ids]))
+            except Exception as e:
+                raise VectorIndexError(f"Qdrant delete failed: {e}") from e
+
+    def delete_user(self, user_id: str) -> None:
+        if self._ready:
+            try:
+                self.client.delete(self.name, points_selector=self.models.FilterSelector(
+                    filter=self._filter(user_id)))
+            except Exception as e:
+                raise VectorIndexError(f"Qdrant delete failed: {e}") from e
+
+    def ids(self, user_id: str | None = None) -> set[str]:
+        if not self._ready:
+            return set()
+        out: set[str] = set()
+        offset = None
+        while True:
+            points, offset = self.client.scroll(
+                self.name, scroll_filter=self._filter(user_id), limit=2000, offset=offset,
+                with_payload=["memory_id"], with_vectors=False,
+            )
+            out.update(p.payload["memory_id"] for p in points)
+            if offset is None:
+                return out
+
+    def count(self, user_id: str | None = None) -> int:
+        if not self._ready:
+            return 0
+        return int(self.client.count(self.name, count_filter=self._filter(user_id), exact=True).count)
+
+    def reset(self) -> None:
+        if self._ready:
+            self.client.delete_collection(self.name)
+            self._ready = False
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:
+            pass
