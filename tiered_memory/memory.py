@@ -125,10 +125,15 @@ class TieredMemory:
     def _open_store(self, record_store: RecordStore | str | None) -> RecordStore:
         if record_store is not None and not isinstance(record_store, str):
             return record_store
+        # configuration without code: TIERED_MEMORY_RECORD_STORE=postgresql://...
+        record_store = record_store or os.environ.get("TIERED_MEMORY_RECORD_STORE") or None
         if isinstance(record_store, str) and record_store.startswith(("postgresql://", "postgres://")):
-            from .store.postgres import PostgresRecordStore  # type: ignore[import-not-found]
+            from .store.postgres import PostgresRecordStore
 
-            return PostgresRecordStore(record_store)  # type: ignore[no-any-return]
+            return PostgresRecordStore(record_store)
+        if record_store not in (None, "sqlite"):
+            raise ConfigurationError(
+                f"record_store must be a RecordStore, 'sqlite' or a postgresql:// URL, got {record_store!r}")
         if self.path.exists() and not self.path.is_dir():
             raise ConfigurationError(f"path {self.path} is a file; tiered-memory needs a folder")
         try:
@@ -149,7 +154,15 @@ class TieredMemory:
     def _open_index(self, vector_store: VectorIndex | str | None) -> VectorIndex:
         if vector_store is not None and not isinstance(vector_store, str):
             return vector_store
-        kind = vector_store or "chroma"
+        kind = vector_store or os.environ.get("TIERED_MEMORY_VECTOR_STORE") or "chroma"
+        if kind in ("chroma", "qdrant") and self._lock is None and getattr(self.store, "shared", False):
+            # a shared record store with an embedded index: the index folder still serves one process
+            self.path.mkdir(parents=True, exist_ok=True)
+            self._lock = _FolderLock(self.path)
+        if kind.startswith(("qdrant+http://", "qdrant+https://")):
+            from .vector.qdrant import QdrantVectorIndex
+
+            return QdrantVectorIndex(url=kind[len("qdrant+"):], api_key=os.environ.get("QDRANT_API_KEY"))
         if kind.startswith(("http://", "https://")):
             from .vector.chroma import ChromaVectorIndex
 
@@ -163,11 +176,21 @@ class TieredMemory:
 
             return QdrantVectorIndex(str(self.path / "qdrant"))
         raise ConfigurationError(
-            f"vector_store must be a VectorIndex, 'chroma', 'qdrant' or a Chroma URL, got {kind!r}")
+            f"vector_store must be a VectorIndex, 'chroma', 'qdrant', a Chroma http(s):// URL or a "
+            f"qdrant+http(s):// URL, got {kind!r}")
 
     def _startup_repair(self) -> None:
         name = embedder_name(self.embedder)
         previous = self.store.get_meta("embedder")
+        if getattr(self.store, "shared", False):
+            # Many workers share this store: a crash flag and a start-up repair would race with
+            # their writes, so repair is an explicit step (rebuild_index) from one process.
+            if previous is None:
+                self.store.set_meta("embedder", name)
+            elif previous != name:
+                log.warning("embedder %s differs from the shared store's %s: call rebuild_index() "
+                            "from one process to re-embed", name, previous)
+            return
         unclean = self.store.get_meta("state") == "open"
         self.store.set_meta("state", "open")
         if previous is not None and previous != name:
@@ -186,6 +209,7 @@ class TieredMemory:
         with self._write_lock:
             self.index.reset()
             self.store.reset_indexed()
+            self.store.set_meta("embedder", embedder_name(self.embedder))
             return self._repair(full=False)
 
     # ---- lifecycle -------------------------------------------------------
@@ -194,7 +218,8 @@ class TieredMemory:
             return
         self._closed = True
         try:
-            self.store.set_meta("state", "closed")
+            if not getattr(self.store, "shared", False):
+                self.store.set_meta("state", "closed")
         finally:
             self.index.close()
             self.store.close()

@@ -1,0 +1,223 @@
+"""Pytest plugin: real PostgreSQL and Chroma servers on 127.0.0.1, started once per session.
+
+PostgreSQL comes from Debian's packages (``/usr/lib/postgresql/<version>/bin``): ``initdb``
+into a temporary folder and ``pg_ctl start`` on a free port. ``initdb`` refuses to run
+as root, so under root the cluster belongs to an unprivileged user (``nobody``). The
+Chroma server is the ``chroma`` command of the chromadb package in this virtualenv.
+Both are stopped at the end of the session (SIGKILL if they do not stop in time).
+
+Fixtures: ``postgres_server`` (admin URL), ``make_postgres_url`` (a fresh database per
+call), ``postgres_url``, ``chroma_server`` (URL) and ``chroma_collection`` (fresh name).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+
+PG_USER = "postgres"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def postgres_bin() -> Path:
+    """The newest Debian PostgreSQL bin folder (``make test`` installs the package if missing)."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0)
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("initdb")
+    if on_path:
+        return Path(on_path).parent
+    raise RuntimeError(
+        "PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin. "
+        "Install them with: apt-get install -y postgresql (make test does this).")
+
+
+def _as_user(cmd: list[str]) -> list[str]:
+    """Run ``cmd`` as an unprivileged user when we are root (initdb and postgres refuse root)."""
+    if os.geteuid() != 0:
+        return cmd
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", *cmd]
+
+
+def wait_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with code {proc.returncode} before listening on {port}")
+        with socket.socket() as s:
+            s.settimeout(0.5)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout}s")
+
+
+@dataclass
+class PostgresServer:
+    folder: Path
+    port: int
+    bindir: Path
+
+    @property
+    def admin_url(self) -> str:
+        return f"postgresql://{PG_USER}@127.0.0.1:{self.port}/postgres"
+
+    def url(self, dbname: str) -> str:
+        return f"postgresql://{PG_USER}@127.0.0.1:{self.port}/{dbname}"
+
+    def _pg_ctl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(_as_user([str(self.bindir / "pg_ctl"), "-D", str(self.folder / "data"), *args]),
+                              capture_output=True, timeout=timeout)
+
+    @classmethod
+    def start(cls) -> "PostgresServer":
+        bindir = postgres_bin()
+        folder = Path(tempfile.mkdtemp(prefix="tm-pg-"))
+        if os.geteuid() == 0:
+            nobody = pwd.getpwnam("nobody")
+            os.chown(folder, nobody.pw_uid, nobody.pw_gid)
+        server = cls(folder=folder, port=free_port(), bindir=bindir)
+        init = subprocess.run(
+            _as_user([str(bindir / "initdb"), "-D", str(folder / "data"), "-U", PG_USER,
+                      "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync"]),
+            capture_output=True, timeout=120)
+        if init.returncode != 0:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise RuntimeError(f"initdb failed: {init.stderr.decode(errors='replace')}")
+        # a throwaway test cluster: durability settings off for speed
+        options = (f"-p {server.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={folder}"
+                   " -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        started = server._pg_ctl("start", "-w", "-t", "60", "-l", str(folder / "log"), "-o", options,
+                                 timeout=90)
+        if started.returncode != 0:
+            log = (folder / "log").read_text(errors="replace") if (folder / "log").exists() else ""
+            shutil.rmtree(folder, ignore_errors=True)
+            raise RuntimeError(f"pg_ctl start failed: {started.stderr.decode(errors='replace')}\n{log}")
+        return server
+
+    def create_database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def stop(self) -> None:
+        stopped = self._pg_ctl("stop", "-m", "fast", "-w", "-t", "20", timeout=40)
+        if stopped.returncode != 0:
+            pid_file = self.folder / "data" / "postmaster.pid"
+            if pid_file.exists():
+                try:
+                    os.kill(int(pid_file.read_text().split()[0]), signal.SIGKILL)
+                except (OSError, ValueError):
+                    pass
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@dataclass
+class ChromaServer:
+    folder: Path
+    port: int
+    proc: subprocess.Popen[bytes]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @classmethod
+    def start(cls) -> "ChromaServer":
+        chroma = Path(sys.executable).parent / "chroma"
+        if not chroma.exists():
+            found = shutil.which("chroma")
+            if found is None:
+                raise RuntimeError("the `chroma` command is missing: pip install \"tiered-memory[embedded]\"")
+            chroma = Path(found)
+        folder = Path(tempfile.mkdtemp(prefix="tm-chroma-"))
+        port = free_port()
+        env = {**os.environ, "ANONYMIZED_TELEMETRY": "False"}
+        log = open(folder / "log", "wb")
+        proc = subprocess.Popen(
+            [str(chroma), "run", "--path", str(folder / "data"), "--host", "127.0.0.1", "--port", str(port)],
+            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        log.close()
+        server = cls(folder=folder, port=port, proc=proc)
+        try:
+            wait_port(port, 60, proc)
+        except BaseException:
+            server.stop()
+            raise
+        return server
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def make_postgres_url(postgres_server: PostgresServer) -> Callable[[], str]:
+    """Create a fresh, empty database on the session's server; returns its URL."""
+
+    def make() -> str:
+        return postgres_server.create_database("tm_" + uuid.uuid4().hex[:12])
+
+    return make
+
+
+@pytest.fixture
+def postgres_url(make_postgres_url: Callable[[], str]) -> str:
+    return make_postgres_url()
+
+
+@pytest.fixture(scope="session")
+def chroma_server() -> Iterator[ChromaServer]:
+    server = ChromaServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def chroma_url(chroma_server: ChromaServer) -> str:
+    return chroma_server.url
+
+
+@pytest.fixture
+def chroma_collection() -> str:
+    """A fresh collection name, so tests sharing the server never see each other's vectors."""
+    return "t_" + uuid.uuid4().hex[:12]

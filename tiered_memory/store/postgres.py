@@ -1,0 +1,423 @@
+"""PostgreSQL record store: the source of truth shared by many workers on many hosts.
+
+Same protocol as :class:`~tiered_memory.store.sqlite.SQLiteRecordStore`. Keyword search
+uses PostgreSQL's own full-text search (a generated ``tsvector`` column with a GIN
+index, ranked by ``ts_rank``). Connections come from a ``psycopg_pool`` pool; every
+write batch is one transaction. The schema lives in its own PostgreSQL schema
+(``tiered_memory`` by default) so it never collides with an application's tables, and is
+created or migrated on first use, recorded in the ``schema_migrations`` version table.
+
+Example:
+    >>> store = PostgresRecordStore("postgresql://app@db:5432/app")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import zlib
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Sequence, Union
+
+from ..errors import CorruptStoreError, StoreError, missing
+from ..retrieval import keywords
+from ..types import StoredMessage
+
+APP_ID = "tiered-memory"
+DEFAULT_SCHEMA = "tiered_memory"
+TEXT_SEARCH_CONFIG = "english"
+
+# A migration step is SQL text (may hold several statements) or a function of the
+# connection, run inside the step's transaction. Append, never edit.
+Step = Union[str, Callable[[Any], None]]
+
+MIGRATIONS: list[Step] = [
+    f"""
+    CREATE TABLE IF NOT EXISTS messages (
+        seq BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{{}}',
+        timestamp DOUBLE PRECISION NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        importance REAL NOT NULL DEFAULT 0.5,
+        access_count INTEGER NOT NULL DEFAULT 0,
+        last_access DOUBLE PRECISION,
+        indexed BOOLEAN NOT NULL DEFAULT FALSE,
+        duplicate_of TEXT,
+        tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', content)) STORED
+    );
+    CREATE INDEX IF NOT EXISTS messages_user_session ON messages (user_id, session_id, seq);
+    CREATE INDEX IF NOT EXISTS messages_pending ON messages (seq) WHERE NOT indexed;
+    CREATE INDEX IF NOT EXISTS messages_tsv ON messages USING GIN (tsv);
+    """,
+]
+
+_COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+# Conflicts between concurrent workers that are safe to retry as a whole transaction.
+_RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+
+
+def _row(r: Sequence[Any]) -> StoredMessage:
+    return StoredMessage(
+        id=r[0], user_id=r[1], session_id=r[2], role=r[3], content=r[4],
+        metadata=json.loads(r[5]), timestamp=r[6], seq=r[7],
+    )
+
+
+def tsquery_text(match: str) -> str | None:
+    """A ``to_tsquery`` OR-expression from an FTS5 expression or plain text (pure).
+
+    Recall passes the FTS5 form built by :func:`~tiered_memory.retrieval.fts_query`
+    (``"a" OR "b"``); its quoted words are reused, otherwise the text's keywords.
+    Only word characters survive, so the result is always valid tsquery syntax.
+    """
+    quoted = [q.replace('""', '"') for q in _QUOTED.findall(match)]
+    words: list[str] = []
+    for part in quoted or [match]:
+        for w in keywords(part):
+            if w not in words:
+                words.append(w)
+    return " | ".join(words) if words else None
+
+
+def _lock_key(name: str) -> int:
+    """A stable 32-bit advisory-lock key (the same in every process)."""
+    return zlib.crc32(name.encode("utf-8"))
+
+
+def _redact(url: str) -> str:
+    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+
+
+class PostgresRecordStore:
+    """Thread- and process-safe record store on PostgreSQL (shared by many workers).
+
+    Args:
+        url: a libpq URL, ``postgresql://user:password@host:5432/dbname``.
+        schema: the PostgreSQL schema holding the tables; created when missing.
+        min_size: connections the pool keeps open.
+        max_size: most connections this process opens.
+        connect_timeout: seconds to wait for the first connection before failing.
+    """
+
+    #: Many processes may open this store at once; TieredMemory takes no folder lock
+    #: and leaves crash repair to an explicit call (see "Running at scale").
+    shared = True
+
+    def __init__(
+        self, url: str, *, schema: str = DEFAULT_SCHEMA, min_size: int = 1, max_size: int = 8,
+        connect_timeout: float = 10.0,
+    ) -> None:
+        try:
+            import psycopg
+            from psycopg import sql
+            from psycopg_pool import ConnectionPool
+        except ImportError as e:
+            raise missing("psycopg", "postgres") from e
+        self._psycopg = psycopg
+        self.url = url
+        self.schema = schema
+        search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
+
+        def configure(conn: Any) -> None:
+            conn.execute(search_path)
+
+        self.pool = ConnectionPool(
+            url, min_size=min_size, max_size=max_size, open=False, configure=configure,
+            kwargs={"autocommit": True}, check=ConnectionPool.check_connection,
+            name="tiered-memory",
+        )
+        try:
+            self.pool.open(wait=True, timeout=connect_timeout)
+        except Exception as e:
+            self.pool.close()
+            raise StoreError(
+                f"could not connect to PostgreSQL at {_redact(url)} within {connect_timeout}s "
+                f"({e}). Check the URL, that the server runs, and that the user may connect."
+            ) from e
+        try:
+            self._bootstrap()
+            self.migrate("core", MIGRATIONS)
+        except BaseException:
+            self.pool.close()
+            raise
+
+    # ---- plumbing -------------------------------------------------------
+    def _bootstrap(self) -> None:
+        from psycopg import sql
+
+        def run(conn: Any) -> None:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("tiered-memory:schema"),))
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
+                " version INTEGER NOT NULL, applied_at DOUBLE PRECISION NOT NULL,"
+                " PRIMARY KEY (name, version))")
+            found = conn.execute("SELECT value FROM meta WHERE key='app'").fetchone()
+            if found is None:
+                others = conn.execute("SELECT count(*) FROM meta").fetchone()[0]
+                if others:
+                    raise CorruptStoreError(
+                        f"schema {self.schema!r} holds a 'meta' table that tiered-memory did not "
+                        "create. Use another schema (PostgresRecordStore(url, schema=...)).")
+                conn.execute("INSERT INTO meta VALUES ('app', %s)", (APP_ID,))
+            elif found[0] != APP_ID:
+                raise CorruptStoreError(
+                    f"schema {self.schema!r} belongs to {found[0]!r}, not tiered-memory. "
+                    "Use another schema.")
+
+        self.write(run)
+
+    def write(self, fn: Callable[[Any], Any], *, retries: int = 3) -> Any:
+        """Run ``fn(conn)`` in one transaction; retried whole on deadlock or serialization failure."""
+        for attempt in range(retries + 1):
+            try:
+                with self.pool.connection() as conn, conn.transaction():
+                    return fn(conn)
+            except self._psycopg.Error as e:
+                if getattr(e, "sqlstate", None) in _RETRY_SQLSTATES and attempt < retries:
+                    time.sleep(0.01 * 2**attempt)
+                    continue
+                raise StoreError(f"record store write failed: {e}") from e
+            except CorruptStoreError:
+                raise
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Any]:
+        """A connection inside one transaction, for other layers' multi-statement writes."""
+        try:
+            with self.pool.connection() as conn, conn.transaction():
+                yield conn
+        except self._psycopg.Error as e:
+            raise StoreError(f"record store write failed: {e}") from e
+
+    def query(self, sql: Any, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            with self.pool.connection() as conn:
+                return conn.execute(sql, params).fetchall()
+        except self._psycopg.Error as e:
+            raise StoreError(f"record store read failed: {e}") from e
+
+    def migrate(self, name: str, steps: Sequence[Step]) -> None:
+        """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``.
+
+        Each step runs in its own transaction under an advisory lock, so workers
+        starting together apply it exactly once.
+        """
+        def current() -> int:
+            return int(self.query(
+                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=%s", (name,))[0][0])
+
+        if current() >= len(steps):
+            return
+        for version, step in enumerate(steps, start=1):
+            def run(conn: Any, version: int = version, step: Step = step) -> None:
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(f"tiered-memory:{name}"),))
+                done = conn.execute(
+                    "SELECT 1 FROM schema_migrations WHERE name=%s AND version=%s", (name, version)
+                ).fetchone()
+                if done:
+                    return
+                if callable(step):
+                    step(conn)
+                else:
+                    conn.execute(step)  # no parameters: several statements are allowed
+                conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, %s)",
+                             (name, version, time.time()))
+
+            self.write(run, retries=0)
+
+    def schema_version(self, name: str = "core") -> int:
+        return int(self.query(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=%s", (name,))[0][0])
+
+    def get_meta(self, key: str) -> str | None:
+        found = self.query("SELECT value FROM meta WHERE key=%s", (key,))
+        return found[0][0] if found else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.write(lambda c: c.execute(
+            "INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value=EXCLUDED.value",
+            (key, value)))
+
+    def close(self) -> None:
+        self.pool.close()
+
+    # ---- writes ---------------------------------------------------------
+    def insert_messages(self, rows: list[StoredMessage]) -> None:
+        if not rows:
+            return
+
+        def run(conn: Any) -> None:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO messages (id, user_id, session_id, role, content, metadata,"
+                    " timestamp, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, extract(epoch FROM now()))",
+                    [(m.id, m.user_id, m.session_id, m.role, m.content,
+                      json.dumps(m.metadata, ensure_ascii=False), m.timestamp) for m in rows],
+                )
+
+        self.write(run)
+
+    def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None:
+        if not ids:
+            return
+        ordered = sorted(set(ids))  # one lock order for every worker: no deadlocks
+        self.write(lambda c: c.execute(
+            "UPDATE messages m SET indexed=TRUE, duplicate_of=v.dup"
+            " FROM unnest(%s::text[], %s::text[]) AS v(id, dup) WHERE m.id = v.id",
+            (ordered, [duplicates.get(i) for i in ordered])))
+
+    def touch(self, ids: list[str], now: float) -> None:
+        if not ids:
+            return
+        counts: dict[str, int] = {}
+        for i in ids:
+            counts[i] = counts.get(i, 0) + 1
+        ordered = sorted(counts)
+        self.write(lambda c: c.execute(
+            "UPDATE messages m SET access_count=m.access_count+v.n, last_access=%s"
+            " FROM unnest(%s::text[], %s::int[]) AS v(id, n) WHERE m.id = v.id",
+            (now, ordered, [counts[i] for i in ordered])))
+
+    def delete_message(self, user_id: str, message_id: str) -> bool:
+        return bool(self.write(lambda c: c.execute(
+            "DELETE FROM messages WHERE user_id=%s AND id=%s", (user_id, message_id)).rowcount > 0))
+
+    def clear_session(self, user_id: str, session_id: str) -> list[str]:
+        return list(self.write(lambda c: [r[0] for r in c.execute(
+            "DELETE FROM messages WHERE user_id=%s AND session_id=%s RETURNING id",
+            (user_id, session_id)).fetchall()]))
+
+    def forget_user(self, user_id: str) -> list[str]:
+        def run(conn: Any) -> list[str]:
+            ids = [r[0] for r in conn.execute(
+                "DELETE FROM messages WHERE user_id=%s RETURNING id", (user_id,)).fetchall()]
+            for hook in _FORGET_HOOKS:
+                hook(conn, user_id)
+            return ids
+
+        return list(self.write(run))
+
+    def reset_indexed(self) -> None:
+        self.write(lambda c: c.execute("UPDATE messages SET indexed=FALSE, duplicate_of=NULL"))
+
+    def reset_indexed_ids(self, ids: list[str]) -> None:
+        if ids:
+            self.write(lambda c: c.execute(
+                "UPDATE messages SET indexed=FALSE, duplicate_of=NULL WHERE id = ANY(%s)",
+                (sorted(set(ids)),)))
+
+    # ---- reads ----------------------------------------------------------
+    def get_messages(
+        self, user_id: str, session_id: str, *, limit: int | None = None
+    ) -> list[StoredMessage]:
+        if limit is None:
+            rows = self.query(
+                f"SELECT {_COLUMNS} FROM messages WHERE user_id=%s AND session_id=%s ORDER BY seq",
+                (user_id, session_id))
+        else:
+            rows = self.query(
+                f"SELECT * FROM (SELECT {_COLUMNS} FROM messages WHERE user_id=%s AND session_id=%s"
+                " ORDER BY seq DESC LIMIT %s) AS last ORDER BY seq",
+                (user_id, session_id, limit))
+        return [_row(r) for r in rows]
+
+    def get_by_ids(self, user_id: str, ids: Iterable[str]) -> dict[str, StoredMessage]:
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        rows = self.query(
+            f"SELECT {_COLUMNS} FROM messages WHERE user_id=%s AND id = ANY(%s)", (user_id, wanted))
+        return {r[0]: _row(r) for r in rows}
+
+    def keyword_search(
+        self, user_id: str, match: str, *, k: int, session_id: str | None = None
+    ) -> list[tuple[str, float]]:
+        """PostgreSQL full-text search OR-ing the words of ``match``; higher score is better."""
+        text = tsquery_text(match)
+        if text is None:
+            return []
+        sql = (
+            "SELECT m.id, ts_rank(m.tsv, q) AS s FROM messages m,"
+            f" to_tsquery('{TEXT_SEARCH_CONFIG}', %s) AS q"
+            " WHERE m.tsv @@ q AND m.user_id = %s"
+        )
+        params: list[Any] = [text, user_id]
+        if session_id is not None:
+            sql += " AND m.session_id = %s"
+            params.append(session_id)
+        sql += " ORDER BY s DESC, m.seq DESC LIMIT %s"
+        params.append(k)
+        return [(r[0], float(r[1])) for r in self.query(sql, params)]
+
+    def neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
+        """For each id, the messages of the same session within ``window`` positions (itself included)."""
+        out: dict[str, list[StoredMessage]] = {}
+        for mid in ids:
+            rows = self.query(
+                f"WITH t AS (SELECT session_id, seq FROM messages WHERE id=%s AND user_id=%s)"
+                f" (SELECT {_COLUMNS} FROM messages m WHERE m.user_id=%s"
+                "   AND m.session_id=(SELECT session_id FROM t) AND m.seq <= (SELECT seq FROM t)"
+                "   ORDER BY m.seq DESC LIMIT %s)"
+                f" UNION ALL (SELECT {_COLUMNS} FROM messages m WHERE m.user_id=%s"
+                "   AND m.session_id=(SELECT session_id FROM t) AND m.seq > (SELECT seq FROM t)"
+                "   ORDER BY m.seq LIMIT %s)",
+                (mid, user_id, user_id, window + 1, user_id, window))
+            out[mid] = sorted((_row(r) for r in rows), key=lambda m: m.seq)
+        return out
+
+    def existing_ids(self, ids: list[str]) -> set[str]:
+        """Which of ``ids`` exist for any user (ids are global keys)."""
+        if not ids:
+            return set()
+        return {r[0] for r in self.query("SELECT id FROM messages WHERE id = ANY(%s)", (list(ids),))}
+
+    def pending_index(self, limit: int) -> list[StoredMessage]:
+        return [_row(r) for r in self.query(
+            f"SELECT {_COLUMNS} FROM messages WHERE NOT indexed ORDER BY seq LIMIT %s", (limit,))]
+
+    def indexed_ids(self) -> set[str]:
+        return {r[0] for r in self.query(
+            "SELECT id FROM messages WHERE indexed AND duplicate_of IS NULL")}
+
+    def iter_messages(self, user_id: str | None = None) -> Iterator[StoredMessage]:
+        last = 0
+        while True:
+            if user_id is None:
+                rows = self.query(
+                    f"SELECT {_COLUMNS} FROM messages WHERE seq>%s ORDER BY seq LIMIT 1000", (last,))
+            else:
+                rows = self.query(
+                    f"SELECT {_COLUMNS} FROM messages WHERE seq>%s AND user_id=%s ORDER BY seq LIMIT 1000",
+                    (last, user_id))
+            if not rows:
+                return
+            for r in rows:
+                yield _row(r)
+            last = rows[-1][7]
+
+    def counts(self) -> dict[str, int]:
+        users, sessions, messages, indexed, dups = self.query(
+            "SELECT COUNT(DISTINCT user_id), COUNT(DISTINCT (user_id, session_id)), COUNT(*),"
+            " COUNT(*) FILTER (WHERE indexed), COUNT(duplicate_of) FROM messages")[0]
+        return {"users": users, "sessions": sessions, "messages": messages,
+                "indexed": indexed, "duplicates": dups}
+
+
+# Other layers register a function run inside forget_user's transaction (with the
+# psycopg connection), so deleting a user removes their rows from every table at once.
+_FORGET_HOOKS: list[Callable[[Any, str], None]] = []
+
+
+def on_forget_user(hook: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
+    _FORGET_HOOKS.append(hook)
+    return hook
