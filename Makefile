@@ -24,6 +24,7 @@ $(VENV)/.installed: $(VENV)/.base pyproject.toml
 
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) install -q -e ".[all,test]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
 install: $(VENV)/.installed
