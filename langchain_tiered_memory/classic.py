@@ -1,0 +1,131 @@
+"""The bridge for apps still on classic chains: a ``BaseMemory`` for ``memory=``.
+
+LangChain 1.x moved ``BaseMemory``, ``ConversationChain`` and ``LLMChain`` to
+``langchain-classic`` and recommends ``create_agent`` with a store instead (see
+:mod:`.middleware` and :mod:`.store`). Apps that still build classic chains can
+switch to tiered memory by changing one argument::
+
+    chain = ConversationChain(llm=model, memory=TieredConversationMemory(
+        memory=memory, user_id="u1", session_id="s1"))
+
+It behaves like the classic ``ConversationBufferMemory``: ``memory_key`` names the
+prompt variable, ``input_key``/``output_key`` pick which chain values are stored,
+and ``return_messages`` chooses messages (for chat prompts) or one string (for
+string prompts). The variable holds the assembled context for the current input:
+relevant long-term memory (quoted data) followed by the session's recent turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from langchain_classic.base_memory import BaseMemory
+from langchain_classic.memory.utils import get_prompt_input_key
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, get_buffer_string
+from pydantic import ConfigDict, field_validator
+
+from tiered_memory import TieredMemory
+from tiered_memory.validation import check_id
+
+from .messages import from_stored_many, to_core_many
+
+__all__ = ["TieredConversationMemory"]
+
+
+class TieredConversationMemory(BaseMemory):
+    """Classic chain memory backed by :class:`~tiered_memory.TieredMemory`.
+
+    Args:
+        memory: the shared :class:`~tiered_memory.TieredMemory`.
+        user_id: whose memory it is.
+        session_id: the conversation this chain is having.
+        memory_key: the prompt variable to fill (default ``"history"``).
+        input_key: the chain input to store and to recall for; default the only
+            input that is not a memory variable.
+        output_key: the chain output to store; default the only output.
+        return_messages: a list of messages instead of one string.
+        human_prefix, ai_prefix: speaker labels of the string form.
+        max_tokens: token budget of the assembled context.
+
+    Example:
+        >>> chain = ConversationChain(llm=model, memory=TieredConversationMemory(  # doctest: +SKIP
+        ...     memory=memory, user_id="u1", session_id="s2"))
+        >>> chain.invoke({"input": "Where do I live?"})  # doctest: +SKIP
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    memory: TieredMemory
+    user_id: str
+    session_id: str
+    memory_key: str = "history"
+    input_key: str | None = None
+    output_key: str | None = None
+    return_messages: bool = False
+    human_prefix: str = "Human"
+    ai_prefix: str = "AI"
+    max_tokens: int | None = None
+
+    @field_validator("user_id", "session_id")
+    @classmethod
+    def _check_ids(cls, value: str, info: Any) -> str:
+        return check_id(value, info.field_name)
+
+    @property
+    def memory_variables(self) -> list[str]:
+        return [self.memory_key]
+
+    def _input_text(self, inputs: dict[str, Any]) -> str:
+        key = self.input_key or get_prompt_input_key(inputs, self.memory_variables)
+        return str(inputs[key])
+
+    def _output_text(self, outputs: dict[str, Any]) -> str:
+        if self.output_key is not None:
+            value = outputs[self.output_key]
+        elif len(outputs) == 1:
+            value = next(iter(outputs.values()))
+        elif "output" in outputs:
+            value = outputs["output"]
+        else:
+            raise ValueError(
+                f"got output keys {sorted(outputs)}; set output_key to the one to store")
+        return value.text if isinstance(value, BaseMessage) else str(value)
+
+    def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """The assembled context for this input: long-term memory, then recent turns."""
+        query = self._input_text(inputs)
+        ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
+                                        max_tokens=self.max_tokens)
+        recent_ids = {i.id for i in ctx.recent}
+        buffer = self.memory.get_buffer(self.session_id, user_id=self.user_id)
+        recent = from_stored_many([m for m in buffer if m.id in recent_ids])
+        memory_text = ctx.memory_text()
+        if self.return_messages:
+            lead: list[BaseMessage] = [SystemMessage(content=memory_text)] if memory_text else []
+            return {self.memory_key: lead + recent}
+        parts = [memory_text] if memory_text else []
+        if recent:
+            parts.append(get_buffer_string(recent, human_prefix=self.human_prefix,
+                                           ai_prefix=self.ai_prefix))
+        return {self.memory_key: "\n\n".join(parts)}
+
+    def save_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        """Store the turn (the input as a user message, the output as an AI message)."""
+        turn = [HumanMessage(content=self._input_text(inputs)),
+                AIMessage(content=self._output_text(outputs))]
+        self.memory.add_many(to_core_many(turn), session_id=self.session_id, user_id=self.user_id)
+
+    def clear(self) -> None:
+        """Delete this session's messages."""
+        self.memory.clear_session(self.session_id, user_id=self.user_id)
+
+    # async twins: the same implementation, off the event loop
+    async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        return await asyncio.to_thread(self.load_memory_variables, inputs)
+
+    async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
+        await asyncio.to_thread(self.save_context, inputs, outputs)
+
+    async def aclear(self) -> None:
+        await asyncio.to_thread(self.clear)

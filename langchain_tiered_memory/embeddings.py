@@ -1,0 +1,88 @@
+"""Embedding adapters in both directions.
+
+- :class:`LangChainEmbedder`: any LangChain ``Embeddings`` as the core's embedder.
+  The core's :class:`~tiered_memory.Embedder` protocol is duck-typed on
+  ``embed_documents``/``embed_query``, so a LangChain model already works as is;
+  this wrapper adds a stable ``name`` (the core rebuilds its vector index when the
+  embedder's name changes) and wraps failures in :class:`~tiered_memory.EmbeddingError`.
+- :class:`TieredMemoryEmbeddings`: the bundled all-MiniLM-L6-v2 (or any core
+  embedder) as a LangChain ``Embeddings``, e.g. for a LangGraph store's ``index``
+  config or a LangChain vector store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from langchain_core.embeddings import Embeddings
+
+from tiered_memory import Embedder, SentenceTransformerEmbedder
+from tiered_memory.embedding import embedder_name
+from tiered_memory.errors import EmbeddingError
+
+__all__ = ["LangChainEmbedder", "TieredMemoryEmbeddings"]
+
+
+class LangChainEmbedder:
+    """Use a LangChain ``Embeddings`` as the core's embedder.
+
+    Args:
+        embeddings: any LangChain embeddings model.
+        name: identifies the model in the store; default derived from the model
+            (its ``model``/``model_name`` and class). Changing it rebuilds the index.
+
+    Example:
+        >>> memory = TieredMemory(path, embedder=LangChainEmbedder(OpenAIEmbeddings()))  # doctest: +SKIP
+    """
+
+    def __init__(self, embeddings: Embeddings, *, name: str | None = None) -> None:
+        self.embeddings = embeddings
+        model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
+        self.name = name or (f"langchain:{type(embeddings).__name__}"
+                             + (f":{model}" if isinstance(model, str) else ""))
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        try:
+            return [list(map(float, v)) for v in self.embeddings.embed_documents(list(texts))]
+        except Exception as e:
+            raise EmbeddingError(f"{self.name} failed to embed {len(texts)} texts: {e}") from e
+
+    def embed_query(self, text: str) -> list[float]:
+        try:
+            return list(map(float, self.embeddings.embed_query(text)))
+        except Exception as e:
+            raise EmbeddingError(f"{self.name} failed to embed a query: {e}") from e
+
+    def __repr__(self) -> str:
+        return f"LangChainEmbedder({self.name!r})"
+
+
+class TieredMemoryEmbeddings(Embeddings):
+    """The core's embedder (default: the bundled all-MiniLM-L6-v2) as LangChain ``Embeddings``.
+
+    Args:
+        embedder: a core embedder; default the bundled model, loaded on first use.
+
+    Example:
+        >>> from langgraph.store.memory import InMemoryStore  # doctest: +SKIP
+        >>> store = InMemoryStore(index={"dims": 384, "embed": TieredMemoryEmbeddings()})  # doctest: +SKIP
+    """
+
+    def __init__(self, embedder: Embedder | None = None) -> None:
+        self.embedder: Embedder = embedder or SentenceTransformerEmbedder()
+
+    @property
+    def name(self) -> str:
+        return embedder_name(self.embedder)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [list(map(float, v)) for v in self.embedder.embed_documents(list(texts))]
+
+    def embed_query(self, text: str) -> list[float]:
+        return list(map(float, self.embedder.embed_query(text)))
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self.embed_documents, texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return await asyncio.to_thread(self.embed_query, text)

@@ -1,0 +1,144 @@
+"""A LangChain chat message history backed by :class:`~tiered_memory.TieredMemory`.
+
+``TieredChatMessageHistory`` is what ``RunnableWithMessageHistory`` reads before a
+call and appends to after it. Reads return the session's token-bounded buffer
+(the newest whole turns within ``MemoryConfig.buffer``), not the full session:
+everything older stays in the store and is reachable through recall. With
+``include_memory=True`` the assembled long-term memory comes first, as one
+``SystemMessage`` of quoted data (:meth:`MemoryContext.memory_text`).
+
+Note that ``RunnableWithMessageHistory`` reads the history before it sees the new
+input, so the long-term memory is recalled for the latest *stored* user message.
+To recall for the new input itself, use :class:`~.middleware.TieredMemoryMiddleware`
+(``create_agent``) or :class:`~.retriever.TieredMemoryRetriever` in the chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Callable, Sequence
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.runnables.utils import ConfigurableFieldSpec
+
+from tiered_memory import TieredMemory
+from tiered_memory.types import StoredMessage
+from tiered_memory.validation import check_id
+
+from .messages import from_stored_many, to_core_many
+
+__all__ = ["TieredChatMessageHistory", "history_factory", "history_factory_config"]
+
+
+def _latest_user_text(buffer: Sequence[StoredMessage]) -> str:
+    return next((m.content for m in reversed(buffer) if m.role == "user"), "")
+
+
+class TieredChatMessageHistory(BaseChatMessageHistory):
+    """One session of one user, as a LangChain chat history.
+
+    Args:
+        memory: the shared :class:`~tiered_memory.TieredMemory`.
+        session_id: the conversation.
+        user_id: whose memory it is (scopes all reads and writes).
+        include_memory: prepend the assembled long-term memory (relevant older turns,
+            and the other layers the core provides) as a leading ``SystemMessage``.
+        max_tokens: token budget of that assembly; default ``MemoryConfig.budget``.
+
+    Example:
+        >>> history = TieredChatMessageHistory(memory, session_id="s1", user_id="u1")  # doctest: +SKIP
+        >>> history.add_messages([HumanMessage("hi"), AIMessage("hello")])  # doctest: +SKIP
+        >>> [m.type for m in history.messages]  # doctest: +SKIP
+        ['human', 'ai']
+    """
+
+    def __init__(
+        self, memory: TieredMemory, *, session_id: str, user_id: str,
+        include_memory: bool = False, max_tokens: int | None = None,
+    ) -> None:
+        self.memory = memory
+        self.session_id = check_id(session_id, "session_id")
+        self.user_id = check_id(user_id, "user_id")
+        self.include_memory = include_memory
+        self.max_tokens = max_tokens
+
+    # ---- reads: one implementation, run in a worker thread by the async twin ----
+    def _read(self) -> list[BaseMessage]:
+        buffer = self.memory.get_buffer(self.session_id, user_id=self.user_id)
+        if not self.include_memory:
+            return from_stored_many(buffer)
+        query = _latest_user_text(buffer)
+        if not query.strip():
+            return from_stored_many(buffer)
+        ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
+                                        max_tokens=self.max_tokens)
+        # the assembly may trim the oldest buffered turns to fit its budget
+        recent_ids = {i.id for i in ctx.recent}
+        kept = [m for m in buffer if m.id in recent_ids]
+        text = ctx.memory_text()
+        lead: list[BaseMessage] = [SystemMessage(content=text)] if text else []
+        return lead + from_stored_many(kept)
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The session's token-bounded buffer (after the memory message if enabled)."""
+        return self._read()
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        return await asyncio.to_thread(self._read)
+
+    # ---- writes ----------------------------------------------------------
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Store messages in one bulk write (one embedding batch, one transaction)."""
+        rows = to_core_many(messages)
+        if rows:
+            self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        rows = to_core_many(messages)
+        if rows:
+            await self.memory.aadd_many(rows, session_id=self.session_id, user_id=self.user_id)
+
+    def clear(self) -> None:
+        """Delete this session's messages (other sessions and users are untouched)."""
+        self.memory.clear_session(self.session_id, user_id=self.user_id)
+
+    async def aclear(self) -> None:
+        await self.memory.aclear_session(self.session_id, user_id=self.user_id)
+
+    def __repr__(self) -> str:
+        return (f"TieredChatMessageHistory(user_id={self.user_id!r}, "
+                f"session_id={self.session_id!r}, include_memory={self.include_memory})")
+
+
+def history_factory_config() -> list[ConfigurableFieldSpec]:
+    """The ``history_factory_config`` for ``RunnableWithMessageHistory``: ``user_id`` and
+    ``session_id``, read from ``config["configurable"]``."""
+    return [
+        ConfigurableFieldSpec(id="user_id", annotation=str, name="User ID",
+                              description="Whose memory to use.", default="", is_shared=True),
+        ConfigurableFieldSpec(id="session_id", annotation=str, name="Session ID",
+                              description="The conversation.", default="", is_shared=True),
+    ]
+
+
+def history_factory(
+    memory: TieredMemory, *, include_memory: bool = False, max_tokens: int | None = None,
+) -> Callable[..., TieredChatMessageHistory]:
+    """A ``get_session_history(user_id, session_id)`` for ``RunnableWithMessageHistory``.
+
+    Example:
+        >>> chain = RunnableWithMessageHistory(  # doctest: +SKIP
+        ...     prompt | model, history_factory(memory),
+        ...     input_messages_key="input", history_messages_key="history",
+        ...     history_factory_config=history_factory_config())
+        >>> chain.invoke({"input": "hi"},  # doctest: +SKIP
+        ...     {"configurable": {"user_id": "u1", "session_id": "s1"}})
+    """
+
+    def get_session_history(user_id: str, session_id: str) -> TieredChatMessageHistory:
+        return TieredChatMessageHistory(memory, user_id=user_id, session_id=session_id,
+                                        include_memory=include_memory, max_tokens=max_tokens)
+
+    return get_session_history

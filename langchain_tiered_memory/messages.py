@@ -1,0 +1,139 @@
+"""Conversion between LangChain messages and the core's stored messages.
+
+A LangChain message becomes one core message: a core ``role``, the message's
+text as ``content`` (what the indexes embed and match), and everything else
+LangChain knows about it (type, name, id, tool calls, ``tool_call_id``,
+``additional_kwargs``, ``response_metadata``, non-text content blocks) under
+``metadata["langchain"]``. Reading it back rebuilds an equal message.
+
+Messages the core stored without that key (written through the core API, or
+imported) are mapped by role: user -> ``HumanMessage``, assistant ->
+``AIMessage``, system -> ``SystemMessage``, tool -> ``ToolMessage``, and get
+the stored id as their ``id``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, Mapping, Sequence
+
+from tiered_memory.errors import InvalidInputError
+from tiered_memory.types import StoredMessage
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_from_dict,
+)
+
+__all__ = ["LC_KEY", "from_stored", "from_stored_many", "role_of", "text_of", "to_core", "to_core_many"]
+
+LC_KEY = "langchain"
+"""The metadata key that carries what LangChain needs to rebuild the message."""
+
+_TYPE_TO_ROLE = {
+    "human": "user",
+    "HumanMessageChunk": "user",
+    "ai": "assistant",
+    "AIMessageChunk": "assistant",
+    "system": "system",
+    "SystemMessageChunk": "system",
+    "tool": "tool",
+    "ToolMessageChunk": "tool",
+    "function": "tool",
+    "FunctionMessageChunk": "tool",
+}
+_CHAT_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant",
+               "system": "system", "tool": "tool", "function": "tool"}
+
+
+def role_of(message: BaseMessage) -> str:
+    """The core role of a LangChain message (``ChatMessage`` roles outside the core's
+    four are stored as ``assistant``: another speaker, never the user)."""
+    if message.type in ("chat", "ChatMessageChunk"):
+        return _CHAT_ROLES.get(str(getattr(message, "role", "")).lower(), "assistant")
+    role = _TYPE_TO_ROLE.get(message.type)
+    if role is None:
+        raise InvalidInputError(
+            f"cannot store a LangChain {message.type!r} message; store human, ai, system, "
+            "tool, function or chat messages")
+    return role
+
+
+def text_of(message: BaseMessage) -> str:
+    """The text to store and index; a description of the tool calls when there is none."""
+    text = str(message.text)
+    if text.strip():
+        return text
+    calls = getattr(message, "tool_calls", None) or []
+    if calls:
+        return "[tool calls] " + "; ".join(
+            f"{c.get('name')}({json.dumps(c.get('args', {}), ensure_ascii=False, sort_keys=True)})"
+            for c in calls)
+    return f"[{message.type} message without text]"
+
+
+def _jsonable(value: Any) -> Any:
+    """A JSON-safe deep copy (objects JSON cannot hold become their ``repr``)."""
+    return json.loads(json.dumps(value, ensure_ascii=False, default=repr))
+
+
+def to_core(message: BaseMessage, *, timestamp: Any = None) -> dict[str, Any]:
+    """One LangChain message as a core message dict (the input is not mutated)."""
+    if not isinstance(message, BaseMessage):
+        raise InvalidInputError(f"expected a LangChain BaseMessage, got {type(message).__name__}")
+    role = role_of(message)
+    content = text_of(message)
+    data = _jsonable(message.model_dump())
+    if data.get("content") == content:
+        del data["content"]  # the stored content is the same; don't keep it twice
+    # drop empty defaults to keep metadata small; from_stored restores them
+    data = {k: v for k, v in data.items() if v not in (None, {}, [], "") or k == "content"}
+    data.pop("type", None)
+    out: dict[str, Any] = {"role": role, "content": content,
+                           "metadata": {LC_KEY: {"type": message.type, "data": data}}}
+    if timestamp is not None:
+        out["timestamp"] = timestamp
+    return out
+
+
+def to_core_many(messages: Iterable[BaseMessage]) -> list[dict[str, Any]]:
+    """LangChain messages as core message dicts, in order."""
+    return [to_core(m) for m in messages]
+
+
+def _by_role(m: StoredMessage) -> BaseMessage:
+    if m.role == "user":
+        return HumanMessage(content=m.content, id=m.id)
+    if m.role == "assistant":
+        return AIMessage(content=m.content, id=m.id)
+    if m.role == "system":
+        return SystemMessage(content=m.content, id=m.id)
+    if m.role == "tool":
+        call_id = m.metadata.get("tool_call_id")
+        return ToolMessage(content=m.content, id=m.id, tool_call_id=str(call_id or m.id))
+    return ChatMessage(content=m.content, role=m.role, id=m.id)
+
+
+def from_stored(m: StoredMessage) -> BaseMessage:
+    """Rebuild the LangChain message of a stored message."""
+    lc = m.metadata.get(LC_KEY)
+    if not isinstance(lc, Mapping) or not isinstance(lc.get("data"), Mapping):
+        return _by_role(m)
+    data = dict(lc["data"])
+    data.setdefault("content", m.content)
+    if data.get("id") is None:
+        data["id"] = m.id
+    try:
+        return messages_from_dict([{"type": lc.get("type"), "data": data}])[0]
+    except (ValueError, TypeError):
+        # an unknown or damaged record still reads back as a plain message
+        return _by_role(m)
+
+
+def from_stored_many(messages: Sequence[StoredMessage]) -> list[BaseMessage]:
+    return [from_stored(m) for m in messages]

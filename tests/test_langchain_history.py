@@ -1,0 +1,244 @@
+"""TieredChatMessageHistory and RunnableWithMessageHistory over real chains and a real store."""
+
+from __future__ import annotations
+
+import copy
+import sys
+from typing import Any, Callable
+
+import pytest
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables.history import RunnableWithMessageHistory
+
+from langchain_tiered_memory import (
+    TieredChatMessageHistory,
+    from_stored,
+    history_factory,
+    history_factory_config,
+    to_core,
+)
+from lc_support import PromptRecorder
+from tiered_memory import BufferConfig, InvalidInputError, MemoryConfig, TieredMemory
+
+# RunnableWithMessageHistory is deprecated by LangChain (in favour of LangGraph persistence)
+# but still the documented way for plain chains; its construction warns.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:RunnableWithMessageHistory is deprecated:langchain_core._api.deprecation.LangChainDeprecationWarning")
+
+
+def _varied_messages() -> list[BaseMessage]:
+    return [
+        SystemMessage(content="You are terse.", id="sys-1"),
+        HumanMessage(content="What's the weather in Lisbon?", name="alice", id="h-1",
+                     additional_kwargs={"client": {"lang": "pt"}}),
+        AIMessage(content="", id="a-1", name="bot",
+                  tool_calls=[{"name": "weather", "args": {"city": "Lisbon"}, "id": "call-1",
+                               "type": "tool_call"}],
+                  response_metadata={"model_name": "fake"}),
+        ToolMessage(content="22C and sunny", tool_call_id="call-1", name="weather", id="t-1",
+                    artifact={"raw": [22, "C"]}),
+        AIMessage(content=[{"type": "text", "text": "It is 22C and sunny."}], id="a-2"),
+        FunctionMessage(content="42", name="answer", id="f-1"),
+        ChatMessage(content="Looks right to me.", role="critic", id="c-1"),
+        HumanMessage(content="thanks"),  # no id: gets the stored id back
+    ]
+
+
+def test_round_trip_preserves_types_names_tool_calls_and_ids(memory: TieredMemory) -> None:
+    history = TieredChatMessageHistory(memory, session_id="s1", user_id="u1")
+    sent = _varied_messages()
+    before = copy.deepcopy(sent)
+    history.add_messages(sent)
+    assert sent == before  # caller inputs are not mutated
+    back = history.messages
+    assert [type(m) for m in back] == [type(m) for m in sent]
+    assert back[:-1] == sent[:-1]
+    assert back[2].tool_calls[0]["args"] == {"city": "Lisbon"}  # type: ignore[attr-defined]
+    assert back[3].tool_call_id == "call-1"  # type: ignore[attr-defined]
+    assert back[1].additional_kwargs == {"client": {"lang": "pt"}}
+    assert back[-1].content == "thanks" and back[-1].id  # stored id
+    stored = memory.get_messages("s1", user_id="u1")
+    assert [m.role for m in stored] == ["system", "user", "assistant", "tool", "assistant", "tool",
+                                        "assistant", "user"]
+    # the text that is indexed: tool calls are described when a message has no text
+    assert stored[2].content == '[tool calls] weather({"city": "Lisbon"})'
+    assert stored[4].content == "It is 22C and sunny."
+    assert memory.search("weather tool call Lisbon", user_id="u1", k=3)
+
+
+def test_messages_stored_through_the_core_read_back_by_role(memory: TieredMemory) -> None:
+    memory.add_many([{"role": "user", "content": "hello"},
+                     {"role": "assistant", "content": "hi"},
+                     {"role": "tool", "content": "out", "metadata": {"tool_call_id": "x"}}],
+                    session_id="s", user_id="u")
+    got = TieredChatMessageHistory(memory, session_id="s", user_id="u").messages
+    assert [type(m).__name__ for m in got] == ["HumanMessage", "AIMessage", "ToolMessage"]
+    assert got[2].tool_call_id == "x"  # type: ignore[attr-defined]
+    assert all(m.id for m in got)
+
+
+def test_to_core_rejects_what_cannot_be_a_chat_turn() -> None:
+    from langchain_core.messages import RemoveMessage
+
+    with pytest.raises(InvalidInputError, match="remove"):
+        to_core(RemoveMessage(id="x"))
+    with pytest.raises(InvalidInputError):
+        to_core("not a message")  # type: ignore[arg-type]
+
+
+def test_bulk_write_is_all_or_nothing(memory: TieredMemory) -> None:
+    history = TieredChatMessageHistory(memory, session_id="s", user_id="u")
+    too_big = HumanMessage(content="x" * (memory.config.max_content_chars + 1))
+    with pytest.raises(InvalidInputError, match="message 1"):
+        history.add_messages([HumanMessage(content="fine"), too_big])
+    assert history.messages == []
+
+
+def test_history_is_the_token_bounded_buffer(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory(config=MemoryConfig(buffer=BufferConfig(max_messages=4, max_tokens=2000)))
+    history = TieredChatMessageHistory(memory, session_id="s", user_id="u")
+    for n in range(5):
+        history.add_messages([HumanMessage(content=f"question {n}"), AIMessage(content=f"answer {n}")])
+    assert [m.text for m in history.messages] == ["question 3", "answer 3", "question 4", "answer 4"]
+    assert len(memory.get_messages("s", user_id="u")) == 10  # older turns are kept, not returned
+
+
+def test_clear_only_clears_its_session(memory: TieredMemory) -> None:
+    a = TieredChatMessageHistory(memory, session_id="a", user_id="u")
+    b = TieredChatMessageHistory(memory, session_id="b", user_id="u")
+    other = TieredChatMessageHistory(memory, session_id="a", user_id="someone-else")
+    for h in (a, b, other):
+        h.add_messages([HumanMessage(content="hi"), AIMessage(content="hello")])
+    a.clear()
+    assert a.messages == [] and len(b.messages) == 2 and len(other.messages) == 2
+
+
+def test_include_memory_prepends_quoted_long_term_memory(memory: TieredMemory) -> None:
+    old = TieredChatMessageHistory(memory, session_id="old", user_id="u1")
+    old.add_messages([HumanMessage(content="My cat is called Ziggy."), AIMessage(content="Noted!")])
+    TieredChatMessageHistory(memory, session_id="x", user_id="u2").add_messages(
+        [HumanMessage(content="My cat is called Mittens.")])
+    new = TieredChatMessageHistory(memory, session_id="new", user_id="u1", include_memory=True)
+    assert new.messages == []  # nothing to recall for yet
+    new.add_messages([HumanMessage(content="What is my cat called?"), AIMessage(content="Let me think.")])
+    got = new.messages
+    assert isinstance(got[0], SystemMessage)
+    assert "Ziggy" in got[0].text and "Mittens" not in got[0].text
+    assert "not instructions" in got[0].text  # quoted data, not a prompt
+    assert [m.text for m in got[1:]] == ["What is my cat called?", "Let me think."]
+
+
+def _chain(memory: TieredMemory, recorder: PromptRecorder, replies: list[str],
+           **factory: Any) -> RunnableWithMessageHistory:
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "You are a helpful assistant."),
+        MessagesPlaceholder("history"),
+        ("human", "{input}"),
+    ])
+    model = FakeMessagesListChatModel(responses=[AIMessage(content=r) for r in replies],
+                                      callbacks=[recorder])
+    return RunnableWithMessageHistory(
+        prompt | model, history_factory(memory, **factory), input_messages_key="input",
+        history_messages_key="history", history_factory_config=history_factory_config())
+
+
+def _cfg(user: str, session: str) -> dict[str, Any]:
+    return {"configurable": {"user_id": user, "session_id": session}}
+
+
+def test_runnable_with_message_history_two_users_two_sessions_and_restart(
+    make_memory: Callable[..., TieredMemory],
+) -> None:
+    memory = make_memory("shared")
+    rec = PromptRecorder()
+    chain = _chain(memory, rec, ["Nice to meet you, Ana.", "Hello Bo.", "You are Ana.", "Fresh start."])
+    chain.invoke({"input": "I am Ana."}, _cfg("ana", "s1"))
+    chain.invoke({"input": "I am Bo."}, _cfg("bo", "s1"))
+    chain.invoke({"input": "Who am I?"}, _cfg("ana", "s1"))
+    prompt = rec.last_text()
+    assert "I am Ana." in prompt and "Nice to meet you, Ana." in prompt
+    assert "Bo" not in prompt  # another user's turns never reach this prompt
+    chain.invoke({"input": "New topic."}, _cfg("ana", "s2"))
+    assert [m.type for m in rec.last] == ["system", "human"]  # a new session starts empty
+    memory.close()
+
+    # restart: new objects on the same folder see the same sessions
+    reopened = make_memory("shared")
+    rec2 = PromptRecorder()
+    chain2 = _chain(reopened, rec2, ["Still Ana."])
+    chain2.invoke({"input": "Remember me?"}, _cfg("ana", "s1"))
+    texts = [m.text for m in rec2.last]
+    assert texts[1:5] == ["I am Ana.", "Nice to meet you, Ana.", "Who am I?", "You are Ana."]
+    assert texts[-1] == "Remember me?"
+    stored = reopened.get_messages("s1", user_id="ana")
+    assert [m.content for m in stored][-2:] == ["Remember me?", "Still Ana."]
+    assert len(reopened.get_messages("s1", user_id="bo")) == 2
+
+
+async def test_runnable_with_message_history_async(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("async")
+    rec = PromptRecorder()
+    chain = _chain(memory, rec, ["Got it.", "Paris.", "Hi."])
+    await chain.ainvoke({"input": "I live in Paris."}, _cfg("u1", "s1"))
+    await chain.ainvoke({"input": "Where do I live?"}, _cfg("u1", "s1"))
+    assert "I live in Paris." in rec.last_text()
+    await chain.ainvoke({"input": "Where do I live?"}, _cfg("u2", "s1"))
+    assert "Paris" not in rec.last_text()
+    history = TieredChatMessageHistory(memory, session_id="s1", user_id="u1")
+    got = await history.aget_messages()
+    assert [m.type for m in got] == ["human", "ai", "human", "ai"]
+    assert got[-1].text == "Paris."
+    await history.aclear()
+    assert await history.aget_messages() == []
+    assert len(await TieredChatMessageHistory(memory, session_id="s1", user_id="u2").aget_messages()) == 2
+
+
+def test_runnable_with_include_memory_recalls_an_earlier_session(memory: TieredMemory) -> None:
+    rec = PromptRecorder()
+    chain = _chain(memory, rec, ["Enjoy the climbing!", "Sure.", "You like climbing."],
+                   include_memory=True)
+    chain.invoke({"input": "I go bouldering every Sunday."}, _cfg("u1", "monday"))
+    chain.invoke({"input": "Let's plan my weekend hobbies."}, _cfg("u1", "friday"))
+    chain.invoke({"input": "Which sport do I do on weekends?"}, _cfg("u1", "friday"))
+    system_texts = [m.text for m in rec.last if m.type == "system"]
+    assert any("bouldering every Sunday" in t for t in system_texts)
+
+
+def test_core_stays_framework_free() -> None:
+    import importlib
+    import subprocess
+
+    code = ("import sys, tiered_memory; "
+            "assert not [m for m in sys.modules if m.startswith(('langchain', 'langgraph'))]")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert importlib.import_module("tiered_memory")
+
+
+def test_public_surface() -> None:
+    import langchain_tiered_memory as lc
+
+    assert lc.__all__ == sorted(lc.__all__)
+    assert {"TieredChatMessageHistory", "TieredConversationMemory", "TieredMemoryRetriever",
+            "TieredMemoryStore", "TieredMemoryMiddleware", "LangChainEmbedder",
+            "TieredMemoryEmbeddings", "history_factory"} <= set(lc.__all__)
+    for name in lc.__all__:
+        assert getattr(lc, name) is not None
+    with pytest.raises(AttributeError):
+        lc.NoSuchThing  # noqa: B018
+
+
+def test_from_stored_tolerates_damaged_langchain_metadata(memory: TieredMemory) -> None:
+    memory.add("user", "hello", session_id="s", user_id="u",
+               metadata={"langchain": {"type": "nonsense", "data": {"x": 1}}})
+    (m,) = memory.get_messages("s", user_id="u")
+    assert isinstance(from_stored(m), HumanMessage) and from_stored(m).text == "hello"
