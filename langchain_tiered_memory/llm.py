@@ -1,0 +1,136 @@
+"""Use any LangChain chat model as the LLM of :class:`~tiered_memory.TieredMemory`.
+
+The core speaks a small async protocol (messages as ``{"role", "content"}`` dicts in,
+text out). :class:`LangChainLLM` adapts a LangChain ``BaseChatModel`` to it, so
+``ChatOpenAI`` works against OpenAI or any OpenAI-compatible server (Ollama, vLLM,
+llama.cpp's server), and every other LangChain chat model works through ``ainvoke``.
+
+Example:
+    >>> from langchain_openai import ChatOpenAI  # doctest: +SKIP
+    >>> llm = LangChainLLM(ChatOpenAI(base_url="http://127.0.0.1:8080/v1",  # doctest: +SKIP
+    ...                               api_key="not-needed", model="qwen"))
+    >>> await llm.complete([{"role": "user", "content": "Say hi"}])  # doctest: +SKIP
+    'Hi!'
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Mapping, Sequence
+
+from tiered_memory.errors import InvalidInputError, LLMError, missing
+
+try:
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise missing("langchain-core", "langchain") from e
+
+__all__ = ["LangChainLLM", "is_openai_chat_model", "to_langchain_messages"]
+
+_ROLES: dict[str, type[BaseMessage]] = {
+    "system": SystemMessage,
+    "user": HumanMessage,
+    "human": HumanMessage,
+    "assistant": AIMessage,
+    "ai": AIMessage,
+}
+
+
+def to_langchain_messages(messages: Sequence[Mapping[str, str]]) -> list[BaseMessage]:
+    """Convert ``{"role", "content"}`` dicts to LangChain messages (inputs are not mutated).
+
+    Raises:
+        InvalidInputError: a message has an unknown role or no string content.
+    """
+    out: list[BaseMessage] = []
+    for i, m in enumerate(messages):
+        role, content = m.get("role"), m.get("content")
+        cls = _ROLES.get(str(role).lower()) if role is not None else None
+        if cls is None:
+            raise InvalidInputError(
+                f"message {i} has role {role!r}; use one of {sorted(set(_ROLES))}")
+        if not isinstance(content, str):
+            raise InvalidInputError(f"message {i} content must be a string, got {type(content).__name__}")
+        out.append(cls(content=content))
+    return out
+
+
+def is_openai_chat_model(model: object) -> bool:
+    """True for ``ChatOpenAI`` and its siblings (``AzureChatOpenAI``...) from langchain-openai.
+
+    Checked by class, without importing langchain-openai when it is not installed.
+    """
+    try:
+        from langchain_openai.chat_models.base import BaseChatOpenAI
+    except ImportError:
+        return False
+    return isinstance(model, BaseChatOpenAI)
+
+
+def call_options(model: object, *, json_mode: bool, max_tokens: int | None) -> dict[str, Any]:
+    """The per-call options to bind for ``model`` (a pure decision; table-tested).
+
+    For langchain-openai models: JSON mode is ``response_format={"type": "json_object"}``
+    (the json_schema mode of ``with_structured_output`` fails on llama.cpp's server),
+    and the token cap travels in ``extra_body`` as ``max_tokens`` because langchain-openai
+    sends ``max_completion_tokens``, a name llama.cpp's server ignores. The model's own
+    ``extra_body`` is kept: a bound ``extra_body`` replaces it whole.
+    Other chat models get no options: their JSON support differs per provider, and
+    the core parses JSON out of plain text anyway.
+    """
+    if not is_openai_chat_model(model):
+        return {}
+    options: dict[str, Any] = {}
+    if json_mode:
+        options["response_format"] = {"type": "json_object"}
+    if max_tokens is not None:
+        base = getattr(model, "extra_body", None) or {}
+        options["extra_body"] = {**base, "max_tokens": max_tokens}
+    return options
+
+
+def message_text(message: object) -> str:
+    """The text of a chat model's reply (string content or text content blocks)."""
+    if isinstance(message, BaseMessage):
+        return message.text
+    return str(message)
+
+
+class LangChainLLM:
+    """Adapter from a LangChain chat model to the core's async LLM protocol.
+
+    Args:
+        model: any ``langchain_core.language_models.BaseChatModel``.
+
+    Errors from the model (HTTP errors, timeouts, bad responses) are raised as
+    :class:`~tiered_memory.errors.LLMError` with the original as ``__cause__``.
+    """
+
+    def __init__(self, model: BaseChatModel) -> None:
+        if not isinstance(model, BaseChatModel):
+            raise InvalidInputError(
+                f"LangChainLLM needs a LangChain BaseChatModel, got {type(model).__name__}")
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f"LangChainLLM({type(self.model).__name__})"
+
+    async def complete(
+        self,
+        messages: list[dict[str, str]],
+        *,
+        json_mode: bool = False,
+        max_tokens: int | None = None,
+    ) -> str:
+        """Send ``messages`` to the model and return its reply as text."""
+        lc_messages = to_langchain_messages(messages)
+        options = call_options(self.model, json_mode=json_mode, max_tokens=max_tokens)
+        runnable = self.model.bind(**options) if options else self.model
+        try:
+            reply = await runnable.ainvoke(lc_messages)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            raise LLMError(f"{type(self.model).__name__} failed: {type(e).__name__}: {e}") from e
+        return message_text(reply)

@@ -1,0 +1,173 @@
+"""LangChainLLM without an LLM server: LangChain's own fake chat models, and a real
+``ChatOpenAI`` talking to a tiny recording HTTP endpoint to check what goes on the wire."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Iterator
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel, ParrotFakeChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_openai import ChatOpenAI
+
+from langchain_tiered_memory.llm import LangChainLLM, call_options, is_openai_chat_model, to_langchain_messages
+from tiered_memory.errors import InvalidInputError, LLMError
+from tiered_memory.llm import LLM, resolve_llm
+
+
+def fake(*replies: Any) -> GenericFakeChatModel:
+    return GenericFakeChatModel(messages=iter([AIMessage(content=r) for r in replies]))
+
+
+def openai_model(base_url: str = "http://127.0.0.1:9/v1", **kw: Any) -> ChatOpenAI:
+    return ChatOpenAI(base_url=base_url, api_key="not-needed", model="qwen", max_retries=0,
+                      timeout=5, **kw)
+
+
+# ---- pure parts ----------------------------------------------------------------
+@pytest.mark.parametrize(("role", "cls"), [
+    ("system", SystemMessage), ("user", HumanMessage), ("human", HumanMessage),
+    ("assistant", AIMessage), ("ai", AIMessage), ("USER", HumanMessage),
+])
+def test_roles_map_to_langchain_message_classes(role: str, cls: type) -> None:
+    [m] = to_langchain_messages([{"role": role, "content": "hello"}])
+    assert type(m) is cls and m.content == "hello"
+
+
+@pytest.mark.parametrize("bad", [
+    {"role": "tool", "content": "x"}, {"content": "x"}, {"role": "user", "content": 3},
+    {"role": "user"},
+])
+def test_bad_messages_are_rejected_with_a_usage_error(bad: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInputError):
+        to_langchain_messages([bad])
+
+
+@pytest.mark.parametrize(("json_mode", "max_tokens", "model_extra", "expected"), [
+    (False, None, None, {}),
+    (True, None, None, {"response_format": {"type": "json_object"}}),
+    (False, 64, None, {"extra_body": {"max_tokens": 64}}),
+    (True, 64, {"top_k": 5}, {"response_format": {"type": "json_object"},
+                              "extra_body": {"top_k": 5, "max_tokens": 64}}),
+    (False, 32, {"max_tokens": 512}, {"extra_body": {"max_tokens": 32}}),
+])
+def test_call_options_for_openai_models(json_mode: bool, max_tokens: int | None,
+                                        model_extra: dict[str, Any] | None,
+                                        expected: dict[str, Any]) -> None:
+    model = openai_model(extra_body=model_extra)
+    assert call_options(model, json_mode=json_mode, max_tokens=max_tokens) == expected
+    assert model.extra_body == model_extra  # the model's own options are not touched
+
+
+@pytest.mark.parametrize(("json_mode", "max_tokens"), [(False, None), (True, 100)])
+def test_generic_models_get_no_provider_specific_options(json_mode: bool, max_tokens: int | None) -> None:
+    model = fake("x")
+    assert not is_openai_chat_model(model)
+    assert call_options(model, json_mode=json_mode, max_tokens=max_tokens) == {}
+
+
+# ---- through fake chat models ---------------------------------------------------------
+async def test_complete_returns_the_model_reply_text() -> None:
+    llm = LangChainLLM(fake("first", "second"))
+    assert isinstance(llm, LLM)
+    assert await llm.complete([{"role": "user", "content": "hi"}]) == "first"
+    assert await llm.complete([{"role": "user", "content": "again"}], json_mode=True, max_tokens=10) == "second"
+
+
+async def test_text_content_blocks_are_joined() -> None:
+    model = GenericFakeChatModel(messages=iter([AIMessage(content=[
+        {"type": "text", "text": '{"a": '}, {"type": "text", "text": "1}"}])]))
+    assert json.loads(await LangChainLLM(model).complete([{"role": "user", "content": "json"}])) == {"a": 1}
+
+
+async def test_conversation_reaches_the_model_in_order_and_inputs_are_not_mutated() -> None:
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ping"},
+                {"role": "assistant", "content": "pong"}, {"role": "user", "content": "last words"}]
+    snapshot = json.dumps(messages)
+    # the parrot answers with the last message it received
+    assert await LangChainLLM(ParrotFakeChatModel()).complete(messages) == "last words"
+    assert json.dumps(messages) == snapshot
+
+
+def test_only_chat_models_are_accepted() -> None:
+    with pytest.raises(InvalidInputError, match="BaseChatModel"):
+        LangChainLLM("gpt-4")  # type: ignore[arg-type]
+
+
+def test_core_resolves_a_langchain_chat_model_to_the_adapter() -> None:
+    model = fake("x")
+    llm = resolve_llm(model)
+    assert isinstance(llm, LangChainLLM) and llm.model is model
+
+
+# ---- a real ChatOpenAI on the wire ----------------------------------------------------------
+class _Recorder(BaseHTTPRequestHandler):
+    bodies: list[dict[str, Any]] = []
+    reply = '{"ok": true}'
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append({"path": self.path, **body})
+        out = json.dumps({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "qwen",
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": type(self).reply}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def recording_server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    bodies: list[dict[str, Any]] = []
+    handler = type("Handler", (_Recorder,), {"bodies": bodies})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+async def test_chat_openai_request_carries_json_mode_and_a_max_tokens_the_server_reads(
+        recording_server: tuple[str, list[dict[str, Any]]]) -> None:
+    url, bodies = recording_server
+    llm = LangChainLLM(openai_model(url, temperature=0, extra_body={"top_k": 5}))
+    text = await llm.complete([{"role": "system", "content": "Reply in JSON."},
+                               {"role": "user", "content": "ok?"}], json_mode=True, max_tokens=77)
+    assert json.loads(text) == {"ok": True}
+    [body] = bodies
+    assert body["path"] == "/v1/chat/completions"
+    assert body["response_format"] == {"type": "json_object"}
+    # llama.cpp's server reads "max_tokens"; extra_body fields land at the top level
+    assert body["max_tokens"] == 77 and body["top_k"] == 5
+    assert "max_completion_tokens" not in body
+    assert [m["role"] for m in body["messages"]] == ["system", "user"]
+
+
+async def test_chat_openai_plain_call_sends_no_json_mode(
+        recording_server: tuple[str, list[dict[str, Any]]]) -> None:
+    url, bodies = recording_server
+    await LangChainLLM(openai_model(url)).complete([{"role": "user", "content": "hi"}])
+    [body] = bodies
+    assert "response_format" not in body and "max_tokens" not in body
+
+
+async def test_provider_errors_become_llm_errors_with_the_cause_kept() -> None:
+    llm = LangChainLLM(openai_model("http://127.0.0.1:9/v1"))  # nothing listens on port 9
+    with pytest.raises(LLMError, match="ChatOpenAI failed") as info:
+        await llm.complete([{"role": "user", "content": "hi"}])
+    assert info.value.__cause__ is not None
