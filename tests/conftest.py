@@ -14,6 +14,8 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 from tiered_memory import SentenceTransformerEmbedder, TieredMemory  # noqa: E402
 
+pytest_plugins = ["servers", "llm_server"]  # PostgreSQL + Chroma servers (`servers`); local LLM (`llm`)
+
 
 @pytest.fixture(scope="session")
 def embedder() -> SentenceTransformerEmbedder:
