@@ -1,0 +1,310 @@
+"""Backend conformance: every record store and every vector index passes the same tests.
+
+A new backend proves itself by subclassing :class:`RecordStoreConformance` or
+:class:`VectorIndexConformance` and providing one fixture that opens it.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from tiered_memory.errors import StoreError
+from tiered_memory.retrieval import fts_query
+from tiered_memory.store.base import RecordStore
+from tiered_memory.types import StoredMessage
+from tiered_memory.vector.base import VectorIndex, VectorItem
+
+OpenStore = Callable[[], Any]
+
+
+def msg(mid: str, content: str, *, user: str = "u1", session: str = "s1", t: float = 0.0,
+        role: str = "user", metadata: dict[str, Any] | None = None) -> StoredMessage:
+    return StoredMessage(id=mid, user_id=user, session_id=session, role=role, content=content,
+                         timestamp=t, metadata=metadata or {})
+
+
+# ---------------------------------------------------------------------------
+# record stores
+# ---------------------------------------------------------------------------
+class RecordStoreConformance:
+    """Subclasses provide ``open_store``: a function opening the same store each call."""
+
+    @pytest.fixture
+    def store(self, open_store: OpenStore) -> Any:
+        s = open_store()
+        yield s
+        s.close()
+
+    def test_messages_come_back_in_insertion_order_and_limit_keeps_the_last(self, store: RecordStore) -> None:
+        store.insert_messages([msg(f"m{i}", f"message {i}", t=float(100 - i)) for i in range(5)])
+        store.insert_messages([msg("other", "other session", session="s2")])
+        assert [m.id for m in store.get_messages("u1", "s1")] == ["m0", "m1", "m2", "m3", "m4"]
+        assert [m.id for m in store.get_messages("u1", "s1", limit=2)] == ["m3", "m4"]
+        assert store.get_messages("u2", "s1") == []
+
+    def test_round_trip_keeps_every_field(self, store: RecordStore) -> None:
+        meta = {"lang": "pt", "nested": {"a": [1, 2.5, None]}, "emoji": "😀", "nul": "a\x00b"}
+        store.insert_messages([msg("m1", "Olá, moro em Lisboa 😀", role="assistant", t=1234.5, metadata=meta)])
+        got = store.get_by_ids("u1", ["m1"])["m1"]
+        assert (got.user_id, got.session_id, got.role, got.content, got.timestamp, got.metadata) == (
+            "u1", "s1", "assistant", "Olá, moro em Lisboa 😀", 1234.5, meta)
+
+    def test_a_failed_batch_writes_nothing(self, store: RecordStore) -> None:
+        store.insert_messages([msg("m1", "first")])
+        with pytest.raises(StoreError):
+            store.insert_messages([msg("m2", "second"), msg("m1", "clashes with an existing id")])
+        assert [m.id for m in store.get_messages("u1", "s1")] == ["m1"]
+
+    def test_get_by_ids_is_scoped_to_the_user(self, store: RecordStore) -> None:
+        store.insert_messages([msg("a", "mine"), msg("b", "theirs", user="u2")])
+        assert set(store.get_by_ids("u1", ["a", "b", "missing", "a"])) == {"a"}
+        assert set(store.get_by_ids("u2", ["a", "b"])) == {"b"}
+
+    def test_keyword_search_ranks_matches_best_first_within_user_and_session(self, store: RecordStore) -> None:
+        store.insert_messages([
+            msg("both", "My cats love the garden in Lisbon"),
+            msg("one", "Lisbon is sunny"),
+            msg("none", "Completely unrelated text"),
+            msg("other-session", "cats and Lisbon again", session="s2"),
+            msg("other-user", "cats garden Lisbon", user="u2"),
+        ])
+        match = fts_query("cat garden Lisbon")
+        assert match is not None
+        hits = store.keyword_search("u1", match, k=10)
+        ids = [i for i, _ in hits]
+        assert set(ids) == {"both", "one", "other-session"}
+        assert ids.index("both") < ids.index("one")
+        scores = [s for _, s in hits]
+        assert scores == sorted(scores, reverse=True)
+        assert {i for i, _ in store.keyword_search("u1", match, k=10, session_id="s1")} == {"both", "one"}
+        assert len(store.keyword_search("u1", match, k=1)) == 1
+        nothing = fts_query("zebra")
+        assert nothing is not None and store.keyword_search("u1", nothing, k=10) == []
+
+    def test_neighbors_are_the_surrounding_messages_of_the_same_session(self, store: RecordStore) -> None:
+        for i in range(6):  # interleave another session between every message
+            store.insert_messages([msg(f"m{i}", f"turn {i}"), msg(f"x{i}", f"noise {i}", session="s2")])
+        got = store.neighbors("u1", ["m3", "m0", "x0"], 1)
+        assert [m.id for m in got["m3"]] == ["m2", "m3", "m4"]
+        assert [m.id for m in got["m0"]] == ["m0", "m1"]
+        assert [m.id for m in got["x0"]] == ["x0", "x1"]
+        assert store.neighbors("u2", ["m3"], 1)["m3"] == []
+
+    def test_index_bookkeeping(self, store: RecordStore) -> None:
+        store.insert_messages([msg(f"m{i}", f"text {i}") for i in range(4)])
+        assert [m.id for m in store.pending_index(3)] == ["m0", "m1", "m2"]
+        store.mark_indexed(["m0", "m1", "m2"], {"m2": "m0"})
+        assert [m.id for m in store.pending_index(10)] == ["m3"]
+        assert store.indexed_ids() == {"m0", "m1"}
+        assert store.counts()["duplicates"] == 1
+        store.reset_indexed_ids(["m1"])
+        assert [m.id for m in store.pending_index(10)] == ["m1", "m3"]
+        store.reset_indexed()
+        assert len(store.pending_index(10)) == 4 and store.indexed_ids() == set()
+
+    def test_existing_ids_are_global(self, store: RecordStore) -> None:
+        store.insert_messages([msg("a", "x"), msg("b", "y", user="u2")])
+        assert store.existing_ids(["a", "b", "c"]) == {"a", "b"}
+        assert store.existing_ids([]) == set()
+
+    def test_deletes(self, store: RecordStore) -> None:
+        store.insert_messages([msg("a", "x"), msg("b", "y"), msg("c", "z", session="s2"),
+                               msg("d", "w", user="u2")])
+        assert store.delete_message("u2", "a") is False  # not the owner
+        assert store.delete_message("u1", "a") is True
+        assert store.delete_message("u1", "a") is False
+        assert store.clear_session("u1", "s1") == ["b"]
+        store.insert_messages([msg("e", "v", session="s3")])
+        assert sorted(store.forget_user("u1")) == ["c", "e"]
+        assert [m.id for m in store.iter_messages()] == ["d"]
+
+    def test_iter_messages_pages_through_everything_in_order(self, store: RecordStore) -> None:
+        rows = [msg(f"m{i:04d}", f"t{i}", user="u1" if i % 3 else "u2") for i in range(1205)]
+        store.insert_messages(rows)
+        assert [m.id for m in store.iter_messages()] == [r.id for r in rows]
+        assert [m.id for m in store.iter_messages("u2")] == [r.id for r in rows if r.user_id == "u2"]
+
+    def test_counts(self, store: RecordStore) -> None:
+        store.insert_messages([msg("a", "x"), msg("b", "y", session="s2"), msg("c", "z", user="u2")])
+        store.mark_indexed(["a"], {})
+        assert store.counts() == {"users": 2, "sessions": 3, "messages": 3, "indexed": 1, "duplicates": 0}
+
+    def test_meta_is_set_overwritten_and_persistent(self, store: RecordStore, open_store: OpenStore) -> None:
+        assert store.get_meta("k") is None
+        store.set_meta("k", "1")
+        store.set_meta("k", "2")
+        again = open_store()
+        try:
+            assert again.get_meta("k") == "2"
+        finally:
+            again.close()
+
+    def test_data_survives_reopening(self, store: RecordStore, open_store: OpenStore) -> None:
+        store.insert_messages([msg("a", "persistent cats")])
+        store.close()
+        again = open_store()
+        try:
+            assert [m.id for m in again.get_messages("u1", "s1")] == ["a"]
+            match = fts_query("cats")
+            assert match is not None and [i for i, _ in again.keyword_search("u1", match, k=5)] == ["a"]
+        finally:
+            again.close()
+
+    def test_migrate_applies_each_step_once(self, store: Any, open_store: OpenStore) -> None:
+        create = "CREATE TABLE conformance_extra (id TEXT PRIMARY KEY);"  # fails if run twice
+        store.migrate("conformance", [create])
+        store.migrate("conformance", [create])
+        store.migrate("conformance", [create, "ALTER TABLE conformance_extra ADD COLUMN n INTEGER;"])
+        again = open_store()
+        try:
+            again.migrate("conformance", [create, "ALTER TABLE conformance_extra ADD COLUMN n INTEGER;"])
+        finally:
+            again.close()
+        assert store.query("SELECT COUNT(*) FROM conformance_extra") == [(0,)]
+
+    def test_concurrent_writers_lose_nothing(self, store: RecordStore) -> None:
+        errors: list[BaseException] = []
+
+        def writer(w: int) -> None:
+            try:
+                for b in range(10):
+                    store.insert_messages([msg(f"w{w}-{b}-{i}", f"text {w} {b} {i}", user=f"u{w % 2}")
+                                           for i in range(5)])
+                    store.mark_indexed([f"w{w}-{b}-{i}" for i in range(5)], {})
+            except BaseException as e:  # surfaced below
+                errors.append(e)
+
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert store.counts()["messages"] == 200 and store.counts()["indexed"] == 200
+        assert len({m.id for m in store.iter_messages()}) == 200
+
+
+class TestSQLiteRecordStore(RecordStoreConformance):
+    @pytest.fixture
+    def open_store(self, tmp_path: Path) -> OpenStore:
+        from tiered_memory.store.sqlite import SQLiteRecordStore
+
+        return lambda: SQLiteRecordStore(tmp_path / "records.sqlite3")
+
+
+@pytest.fixture(scope="module")
+def _conformance_database(request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue("make_postgres_url")())
+
+
+@pytest.mark.servers
+class TestPostgresRecordStore(RecordStoreConformance):
+    @pytest.fixture
+    def open_store(self, _conformance_database: str) -> OpenStore:
+        from tiered_memory.store.postgres import PostgresRecordStore
+
+        schema = "t_" + uuid.uuid4().hex[:12]  # one schema per test: cheaper than a database
+        return lambda: PostgresRecordStore(_conformance_database, schema=schema)
+
+
+# ---------------------------------------------------------------------------
+# vector indexes
+# ---------------------------------------------------------------------------
+DIM = 16
+
+
+def unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=DIM)
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+def item(mid: str, seed: int, *, user: str = "u1", layer: str = "turn", session: str = "s1") -> VectorItem:
+    return VectorItem(id=mid, vector=unit(seed), user_id=user, layer=layer, session_id=session, timestamp=1.0)
+
+
+class VectorIndexConformance:
+    """Subclasses provide ``index``: an open, empty index (closed by the fixture)."""
+
+    def test_nearest_first_with_cosine_similarity(self, index: VectorIndex) -> None:
+        index.upsert([item(f"v{i}", i) for i in range(10)])
+        res = index.query(unit(3)[None, :], user_id="u1", k=3)[0]
+        assert res[0][0] == "v3" and res[0][1] == pytest.approx(1.0, abs=1e-4)
+        assert len(res) == 3
+        assert [s for _, s in res] == sorted((s for _, s in res), reverse=True)
+
+    def test_one_result_list_per_query_row(self, index: VectorIndex) -> None:
+        index.upsert([item(f"v{i}", i) for i in range(5)])
+        res = index.query(np.stack([unit(1), unit(4)]), user_id="u1", k=1)
+        assert [r[0][0] for r in res] == ["v1", "v4"]
+
+    def test_users_never_see_each_other(self, index: VectorIndex) -> None:
+        index.upsert([item("mine", 1), item("theirs", 1, user="u2")])
+        assert [i for i, _ in index.query(unit(1)[None, :], user_id="u1", k=5)[0]] == ["mine"]
+        assert [i for i, _ in index.query(unit(1)[None, :], user_id="u2", k=5)[0]] == ["theirs"]
+        assert index.query(unit(1)[None, :], user_id="nobody", k=5) == [[]]
+
+    def test_layer_and_session_filters(self, index: VectorIndex) -> None:
+        index.upsert([item("t1", 1), item("f1", 2, layer="fact"), item("t2", 3, session="s2")])
+        q = unit(2)[None, :]
+        assert {i for i, _ in index.query(q, user_id="u1", k=5, layers=["turn"])[0]} == {"t1", "t2"}
+        assert {i for i, _ in index.query(q, user_id="u1", k=5, layers=["fact", "episode"])[0]} == {"f1"}
+        assert {i for i, _ in index.query(q, user_id="u1", k=5, session_id="s2")[0]} == {"t2"}
+
+    def test_upsert_replaces_by_id(self, index: VectorIndex) -> None:
+        index.upsert([item("a", 1), item("b", 2)])
+        index.upsert([item("a", 7)])
+        assert index.count() == 2
+        assert index.query(unit(7)[None, :], user_id="u1", k=1)[0][0][0] == "a"
+
+    def test_ids_count_and_deletes(self, index: VectorIndex) -> None:
+        index.upsert([item("a", 1), item("b", 2), item("fact:c", 3, layer="fact"), item("d", 4, user="u2")])
+        assert index.ids() == {"a", "b", "fact:c", "d"} and index.count() == 4
+        assert index.ids("u1") == {"a", "b", "fact:c"} and index.count("u2") == 1
+        index.delete(["a", "never-existed"])
+        assert index.ids("u1") == {"b", "fact:c"}
+        index.delete_user("u1")
+        assert index.ids() == {"d"} and index.count("u1") == 0
+
+    def test_reset_empties_and_stays_usable(self, index: VectorIndex) -> None:
+        index.upsert([item("a", 1)])
+        index.reset()
+        assert index.count() == 0 and index.ids() == set()
+        index.upsert([item("b", 2)])
+        assert index.ids() == {"b"}
+
+
+class TestChromaEmbedded(VectorIndexConformance):
+    @pytest.fixture
+    def index(self, tmp_path: Path) -> Any:
+        from tiered_memory.vector.chroma import ChromaVectorIndex
+
+        ix = ChromaVectorIndex(str(tmp_path / "chroma"))
+        yield ix
+        ix.close()
+
+
+@pytest.mark.servers
+class TestChromaServer(VectorIndexConformance):
+    @pytest.fixture
+    def index(self, chroma_url: str, chroma_collection: str) -> Any:
+        from tiered_memory.vector.chroma import ChromaVectorIndex
+
+        ix = ChromaVectorIndex.from_url(chroma_url, collection=chroma_collection)
+        yield ix
+        ix.close()
+
+
+class TestQdrantLocal(VectorIndexConformance):
+    @pytest.fixture
+    def index(self, tmp_path: Path) -> Any:
+        from tiered_memory.vector.qdrant import QdrantVectorIndex
+
+        ix = QdrantVectorIndex(str(tmp_path / "qdrant"))
+        yield ix
+        ix.close()
