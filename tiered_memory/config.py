@@ -31,14 +31,79 @@ class BudgetConfig:
     """Token budget of :meth:`TieredMemory.build_context`.
 
     ``shares`` splits the memory budget (what is left after the recent buffer)
-    between sections; unused share flows to the next section by priority.
+    between sections: ``session`` (working memory), ``facts``, ``episodes`` (past
+    sessions) and ``turns`` (relevant past turns). Shares are relative weights,
+    normalised over the sections that have something to show, so by default
+    session, facts and episodes split 30/40/30 and relevant turns weigh 0.3 beside
+    them. What a section leaves unused flows to the others by priority (session,
+    facts, episodes, turns); items are dropped whole, lowest priority first.
     """
 
     max_tokens: int = 3000
     buffer_share: float = 0.4
     shares: dict[str, float] = field(
-        default_factory=lambda: {"session": 0.3, "facts": 0.4, "episodes": 0.3}
+        default_factory=lambda: {"session": 0.3, "facts": 0.4, "episodes": 0.3, "turns": 0.3}
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LLMConfig:
+    """How the core calls the LLM (episodes, facts, resolution).
+
+    With ``strict`` a failing LLM raises ``LLMError``/``LLMOutputError``; otherwise the
+    layer falls back to the extractive path and says so in the record's metadata.
+    Turns are always stored before any LLM work, so a failure never loses them.
+    """
+
+    timeout_s: float = 60.0
+    max_tokens: int = 800
+    retries: int = 1
+    strict: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeConfig:
+    """Episodic memory. ``compress_after_turns``: when a session holds more turns than
+    this beyond the buffer, the evicted part is compressed into an episode by a
+    background worker (never inside ``add``); ``None`` waits for ``end_session``."""
+
+    compress_after_turns: int | None = None
+    recency_weight: float = 0.2
+    recency_half_life_days: float = 30.0
+    candidates: int = 40
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactConfig:
+    """Semantic memory: fact resolution thresholds (cosine similarity)."""
+
+    same_similarity: float = 0.95
+    merge_similarity: float = 0.85
+    related_similarity: float = 0.6
+    related_k: int = 5
+    candidates: int = 40
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkingConfig:
+    """Working memory per session."""
+
+    capacity: int = 50
+    decay_per_hour: float = 0.05
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsolidationConfig:
+    """What :meth:`TieredMemory.consolidate` does."""
+
+    merge_similarity: float = 0.92
+    promote_access_count: int = 3
+    compress_after_days: float = 30.0
+    delete_raw: bool = False
+    session_idle_hours: float = 24.0
+    prune_below: float = 0.05
+    prune_min_age_days: float = 30.0
+    prune_fact_half_life_days: float = 180.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +113,11 @@ class MemoryConfig:
     buffer: BufferConfig = field(default_factory=BufferConfig)
     retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
     budget: BudgetConfig = field(default_factory=BudgetConfig)
+    llm: LLMConfig = field(default_factory=LLMConfig)
+    episodes: EpisodeConfig = field(default_factory=EpisodeConfig)
+    facts: FactConfig = field(default_factory=FactConfig)
+    working: WorkingConfig = field(default_factory=WorkingConfig)
+    consolidation: ConsolidationConfig = field(default_factory=ConsolidationConfig)
     dedup_threshold: float = 0.95
     max_content_chars: int = 200_000
     max_metadata_bytes: int = 64_000

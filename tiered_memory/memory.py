@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .buffer import select_buffer
 from .config import MemoryConfig
-from .context import ContextItem, MemoryContext, SectionRequest, fit_sections, item_cost
+from .context import MemoryContext
 from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
 from .errors import ConfigurationError, NotFoundError, StoreLockedError, VectorIndexError
 from .indexing import index_messages, repair
@@ -24,6 +24,7 @@ from .recall import search_turns
 from .store.base import RecordStore
 from .tokens import TokenCounter, default_token_counter
 from .types import MemoryHit, Message, Stats, StoredMessage
+from .facade_layers import LayerMethods
 from .validation import check_id, normalize_message
 from .vector.base import VectorIndex
 
@@ -46,6 +47,7 @@ def _twin(method: Callable[..., T]) -> Callable[..., Any]:
     twin.__name__ = "a" + method.__name__
     twin.__doc__ = f"Async twin of :meth:`{method.__name__}`."
     return twin
+
 
 
 class _FolderLock:
@@ -71,7 +73,7 @@ class _FolderLock:
         self.file.close()
 
 
-class TieredMemory:
+class TieredMemory(LayerMethods):
     """Long-term memory for LLM agents, scoped by ``user_id`` and ``session_id``.
 
     Args:
@@ -202,15 +204,33 @@ class TieredMemory:
 
     def _repair(self, *, full: bool) -> dict[str, int]:
         with self._write_lock:
-            return repair(store=self.store, index=self.index, embedder=self.embedder,
-                          threshold=self.config.dedup_threshold, full=full)
+            report = repair(store=self.store, index=self.index, embedder=self.embedder,
+                            threshold=self.config.dedup_threshold, full=full)
+            if full and self._layers_ok():  # episode / fact vectors are derived from their rows too
+                report.update(self._layers.repair())
+            return report
 
     def _rebuild(self) -> dict[str, int]:
         with self._write_lock:
             self.index.reset()
             self.store.reset_indexed()
             self.store.set_meta("embedder", embedder_name(self.embedder))
-            return self._repair(full=False)
+            report = self._repair(full=False)
+            if self._layers_ok():
+                report.update(self._layers.reindex())
+            return report
+
+    @functools.cached_property
+    def _layers(self) -> Any:
+        """Episodic, semantic and working memory (:class:`~tiered_memory.layers.Layers`), on first use."""
+        from .layers import Layers
+
+        return Layers(self)
+
+    def _layers_ok(self) -> bool:
+        from .store.sqlite import SQLiteRecordStore
+
+        return isinstance(self.store, SQLiteRecordStore)
 
     # ---- lifecycle -------------------------------------------------------
     def close(self) -> None:
@@ -218,6 +238,8 @@ class TieredMemory:
             return
         self._closed = True
         try:
+            if "_layers" in self.__dict__:
+                self._layers.close()  # waits for background compression
             if not getattr(self.store, "shared", False):
                 self.store.set_meta("state", "closed")
         finally:
@@ -281,6 +303,8 @@ class TieredMemory:
                 raise VectorIndexError(
                     f"{len(rows)} messages were stored but not indexed ({e}); they will be "
                     "indexed on the next open or by rebuild_index()") from e
+        if self.config.episodes.compress_after_turns is not None:  # no LLM here: queued to a worker
+            self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]
 
     def forget(self, memory_id: str, *, user_id: str) -> None:
@@ -351,35 +375,12 @@ class TieredMemory:
     def build_context(
         self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
     ) -> MemoryContext:
-        """Recent turns plus relevant long-term memory, within ``max_tokens``."""
-        budget = max_tokens if max_tokens is not None else self.config.budget.max_tokens
-        buffer = self.get_buffer(session_id, user_id=user_id)
-        recent = [self._item(m) for m in buffer]
-        recent_budget = int(budget * self.config.budget.buffer_share)
-        dropped_recent = []
-        while recent and sum(i.tokens for i in recent) > recent_budget and len(recent) > 1:
-            dropped_recent.append(recent.pop(0))
-        in_buffer = {m.id for m in buffer}
-        hits = self.search(query, user_id=user_id, k=20) if query.strip() else []
-        turns = [self._item_from_hit(h) for h in hits if h.id not in in_buffer]
-        requests = [SectionRequest(name="turns", title="Relevant past conversation", items=turns,
-                                   share=1.0, priority=3)]
-        used = sum(i.tokens for i in recent)
-        sections, dropped = fit_sections(requests, max(0, budget - used))
-        from .context import Dropped
+        """Recent turns plus working memory, known facts, past sessions and relevant past turns,
+        within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.assembly`."""
+        from .assembly import assemble
 
-        dropped = [Dropped(section="recent", id=i.id, tokens=i.tokens, reason="buffer over budget")
-                   for i in dropped_recent] + dropped
-        return MemoryContext(sections=sections, recent=recent, dropped=dropped, max_tokens=budget)
-
-    def _item(self, m: StoredMessage) -> ContextItem:
-        item = ContextItem(id=m.id, text=m.content, tokens=0, role=m.role, timestamp=m.timestamp)
-        return ContextItem(**{**item.__dict__, "tokens": item_cost(item, self.count_tokens)})
-
-    def _item_from_hit(self, h: MemoryHit) -> ContextItem:
-        item = ContextItem(id=h.id, text=h.text, tokens=0, role=h.role, timestamp=h.timestamp,
-                           score=h.score)
-        return ContextItem(**{**item.__dict__, "tokens": item_cost(item, self.count_tokens)})
+        return assemble(self, query, user_id=user_id, session_id=session_id, max_tokens=max_tokens,
+                        layers=self._layers if self._layers_ok() else None)
 
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """Write messages (one user's or all) as JSONL; returns the count. See :mod:`.portable`."""
@@ -410,6 +411,14 @@ class TieredMemory:
     aget_buffer = _twin(get_buffer)
     asearch = _twin(search)
     abuild_context = _twin(build_context)
+    afacts = _twin(LayerMethods.facts)
+    aadd_fact = _twin(LayerMethods.add_fact)
+    aupdate_fact = _twin(LayerMethods.update_fact)
+    adelete_fact = _twin(LayerMethods.delete_fact)
+    afact_history = _twin(LayerMethods.fact_history)
+    asearch_facts = _twin(LayerMethods.search_facts)
+    aepisodes = _twin(LayerMethods.episodes)
+    asearch_episodes = _twin(LayerMethods.search_episodes)
     astats = _twin(stats)
     aexport_jsonl = _twin(export_jsonl)
     aimport_jsonl = _twin(import_jsonl)

@@ -1,0 +1,209 @@
+"""Keeping memory tidy over months: :func:`consolidate`.
+
+Steps, each a pure decision (table-tested) followed by small transactions, so the
+whole run is idempotent and safe to interrupt and rerun (finished work is marked:
+``deleted_at``, ``promoted_at``, ``compressed_at``, the session cursor):
+
+1. ``sessions``: idle sessions with turns no episode covers are compressed.
+2. ``merge``: near-duplicate facts are merged into the best one (soft delete + history).
+3. ``promote``: episodes accessed at least ``promote_access_count`` times become facts.
+4. ``compress``: episodes older than ``compress_after_days`` move their raw messages to
+   ``messages_archive``, out of the hot keyword and vector indexes (or delete them
+   with ``delete_raw``).
+5. ``prune``: facts and working items whose decayed value fell below ``prune_below``
+   and that were never accessed are soft-deleted with an audit record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import numpy as np
+
+from .extractive import FactCandidate
+from .retrieval import recency_score
+from .working import decayed
+
+if TYPE_CHECKING:
+    from .episodic import Episode
+    from .layers import Layers
+    from .semantic import Fact
+
+Progress = Callable[[str, int, int], None]
+STEPS = ("sessions", "merge", "promote", "compress", "prune")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsolidationReport:
+    """What one :meth:`TieredMemory.consolidate` run changed."""
+
+    sessions: int = 0
+    merged: int = 0
+    promoted: int = 0
+    compressed: int = 0
+    archived_messages: int = 0
+    pruned: int = 0
+    details: dict[str, list[str]] = field(default_factory=dict)
+
+
+def plan_merges(facts: Sequence["Fact"], sims: np.ndarray, threshold: float) -> list[tuple[str, list[str]]]:
+    """Groups of near-duplicates as (keeper id, duplicate ids), pure.
+
+    The keeper is the most confident, then most accessed, then oldest fact; a
+    duplicate has the same type and polarity and similarity >= ``threshold`` to it.
+    """
+    order = sorted(range(len(facts)), key=lambda i: (-facts[i].confidence, -facts[i].access_count,
+                                                      facts[i].created_at, facts[i].id))
+    taken: set[int] = set()
+    plan = []
+    for i in order:
+        if i in taken:
+            continue
+        taken.add(i)
+        dups = [j for j in order if j not in taken and sims[i, j] >= threshold
+                and facts[j].type == facts[i].type and facts[j].polarity == facts[i].polarity]
+        taken.update(dups)
+        if dups:
+            plan.append((facts[i].id, [facts[j].id for j in dups]))
+    return plan
+
+
+def select_promotions(episodes: Sequence["Episode"], min_access: int) -> list["Episode"]:
+    return [e for e in episodes if e.promoted_at is None and e.access_count >= min_access]
+
+
+def select_compressions(episodes: Sequence["Episode"], now: float, older_than_days: float) -> list["Episode"]:
+    return [e for e in episodes if e.compressed_at is None and e.end < now - older_than_days * 86400]
+
+
+def promotion_candidates(episode: "Episode") -> list[FactCandidate]:
+    """Facts from a frequently recalled episode: its key facts, else its decisions, else its summary."""
+    sources = tuple(episode.source_ids[-20:])
+    if episode.key_facts:
+        return [FactCandidate(type="fact", text=t, confidence=0.7, source_ids=sources) for t in episode.key_facts]
+    if episode.decisions:
+        return [FactCandidate(type="decision", text=t, confidence=0.7, source_ids=sources) for t in episode.decisions]
+    return [FactCandidate(type="fact", text=episode.summary, confidence=0.6, source_ids=sources)]
+
+
+def fact_value(confidence: float, last_touch: float, now: float, half_life_days: float) -> float:
+    """A fact's value: its confidence, halved every ``half_life_days`` since its last update or access."""
+    return confidence * recency_score(last_touch, now, half_life_days)
+
+
+def should_prune(value: float, access_count: int, age_days: float, *, below: float, min_age_days: float) -> bool:
+    return access_count == 0 and age_days >= min_age_days and value < below
+
+
+async def consolidate(layers: "Layers", user_id: str, *, progress: Progress | None = None,
+                      now: float | None = None) -> ConsolidationReport:
+    """Run every step for ``user_id``; see the module docstring."""
+    now = time.time() if now is None else now
+    cfg = layers.memory.config.consolidation
+    tick: Progress = progress or (lambda step, done, total: None)
+    details: dict[str, list[str]] = {s: [] for s in STEPS}
+
+    idle = await asyncio.to_thread(layers.rows.idle_sessions, user_id, now - cfg.session_idle_hours * 3600)
+    for n, sid in enumerate(idle, 1):
+        ep = await layers.end_session(user_id, sid)
+        if ep is not None:
+            details["sessions"].append(ep.id)
+        tick("sessions", n, len(idle))
+
+    merged = await asyncio.to_thread(_merge, layers, user_id, now, cfg.merge_similarity, tick)
+    details["merge"] = merged
+
+    episodes = layers.episodes.list(user_id)
+    promote = select_promotions(episodes, cfg.promote_access_count)
+    for n, ep in enumerate(promote, 1):
+        await layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
+        with layers.rows.transaction() as c:
+            c.execute("UPDATE episodes SET promoted_at=? WHERE id=? AND promoted_at IS NULL", (now, ep.id))
+            layers.rows.audit(c, user_id, "episode", ep.id, "promote", {"access_count": ep.access_count}, now)
+        details["promote"].append(ep.id)
+        tick("promote", n, len(promote))
+
+    archived = await asyncio.to_thread(_compress, layers, user_id, episodes, now, tick, details)
+    details["prune"] = await asyncio.to_thread(_prune, layers, user_id, now, tick)
+    return ConsolidationReport(
+        sessions=len(details["sessions"]), merged=sum(1 for _ in details["merge"]),
+        promoted=len(details["promote"]), compressed=len(details["compress"]), archived_messages=archived,
+        pruned=len(details["prune"]), details=details)
+
+
+def _merge(layers: "Layers", user_id: str, now: float, threshold: float, tick: Progress) -> list[str]:
+    facts, vecs = layers.facts.vectors(user_id)
+    if len(facts) < 2:
+        return []
+    plan = plan_merges(facts, vecs @ vecs.T, threshold)
+    by_id = {f.id: f for f in facts}
+    merged: list[str] = []
+    for n, (keep, dups) in enumerate(plan, 1):
+        sources = list(dict.fromkeys(s for i in [keep, *dups] for s in by_id[i].source_ids))
+        with layers.memory._write_lock, layers.rows.transaction() as c:
+            c.execute("UPDATE facts SET source_ids=?, access_count=access_count+?, updated_at=? WHERE id=?",
+                      (_dumps(sources), sum(by_id[d].access_count for d in dups), now, keep))
+            for d in dups:
+                layers.facts.soft_delete(c, user_id, d, "merge", now, {"merged_into": keep})
+        layers.memory.index.delete([f"fact:{d}" for d in dups])
+        merged.extend(dups)
+        tick("merge", n, len(plan))
+    return merged
+
+
+def _compress(layers: "Layers", user_id: str, episodes: Sequence["Episode"], now: float, tick: Progress,
+              details: dict[str, list[str]]) -> int:
+    cfg = layers.memory.config.consolidation
+    todo = select_compressions(episodes, now, cfg.compress_after_days)
+    moved = 0
+    for n, ep in enumerate(todo, 1):
+        with layers.memory._write_lock:
+            with layers.rows.transaction() as c:
+                count = layers.rows.archive_messages(c, user_id, ep.source_ids, ep.id, now, delete=cfg.delete_raw)
+                c.execute("UPDATE episodes SET compressed_at=? WHERE id=?", (now, ep.id))
+                layers.rows.audit(c, user_id, "episode", ep.id, "delete_raw" if cfg.delete_raw else "archive",
+                                  {"messages": count}, now)
+            # after the commit: a crash here leaves stray vectors that startup repair removes
+            layers.memory.index.delete(list(ep.source_ids))
+        moved += count
+        details["compress"].append(ep.id)
+        tick("compress", n, len(todo))
+    return moved
+
+
+def _prune(layers: "Layers", user_id: str, now: float, tick: Progress) -> list[str]:
+    cfg = layers.memory.config.consolidation
+    decay = layers.memory.config.working.decay_per_hour
+    pruned: list[str] = []
+    facts = layers.facts.list(user_id)
+    doomed = [f for f in facts if should_prune(
+        fact_value(f.confidence, max(f.updated_at, f.last_access or 0.0), now, cfg.prune_fact_half_life_days), f.access_count,
+        (now - f.updated_at) / 86400, below=cfg.prune_below, min_age_days=cfg.prune_min_age_days)]
+    items = layers.rows.query("SELECT id, importance, created_at, access_count FROM working_items"
+                              " WHERE user_id=? AND deleted_at IS NULL", (user_id,))
+    stale = [r[0] for r in items if should_prune(decayed(r[1], r[2], now, decay), r[3], (now - r[2]) / 86400,
+                                                 below=cfg.prune_below, min_age_days=0.0)]
+    total = len(doomed) + len(stale)
+    with layers.memory._write_lock:
+        for f in doomed:
+            with layers.rows.transaction() as c:
+                layers.facts.soft_delete(c, user_id, f.id, "prune", now, {"confidence": f.confidence})
+            layers.memory.index.delete([f"fact:{f.id}"])
+            pruned.append(f.id)
+            tick("prune", len(pruned), total)
+        for item_id in stale:
+            with layers.rows.transaction() as c:
+                c.execute("UPDATE working_items SET deleted_at=? WHERE id=?", (now, item_id))
+                layers.rows.audit(c, user_id, "working", item_id, "prune", {}, now)
+            pruned.append(item_id)
+            tick("prune", len(pruned), total)
+    return pruned
+
+
+def _dumps(obj: object) -> str:
+    from .store.sqlite_layers import dumps
+
+    return dumps(obj)

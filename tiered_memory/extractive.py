@@ -1,0 +1,196 @@
+"""What the layers do without an LLM, by rules (pure functions).
+
+Episode summaries are the most salient sentences of a session, with named
+entities, ids, numbers and dates found by regular expressions. Fact candidates
+come from first-person patterns of user messages ("I live in ...", "I'm allergic
+to ...", "my wife ...", "we decided ..."). Everything produced here is marked
+``{"method": "extractive"}`` by the layers, so nobody mistakes it for model output.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from .retrieval import keywords
+from .types import StoredMessage
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
+_ENTITY = re.compile(r"\b(?:[A-Z][a-zA-Z0-9'&-]+)(?:\s+(?:of|de|da|van|von|the)?\s*[A-Z][a-zA-Z0-9'&-]+)*")
+_ID = re.compile(
+    r"\b(?:[A-Z]{2,}[-_]\d+|[A-Za-z]+-\d{2,}|#\d+|[0-9a-f]{8,}(?:-[0-9a-f]{4,})*)\b"
+    r"|[\w.+-]+@[\w-]+\.[\w.]+|https?://\S+")
+_NUMBER = re.compile(r"(?<![\w.])[$€£]?\d+(?:[.,]\d+)*(?:\s?(?:%|k|kg|km|mb|gb|ms|s|h|usd|eur))?(?![\w])", re.I)
+_MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|december|"
+           "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec")
+_DATE = re.compile(
+    r"\b\d{4}-\d{2}-\d{2}\b|\b\d{1,2}/\d{1,2}/\d{2,4}\b"
+    rf"|\b(?:{_MONTHS})\.?\s+\d{{1,2}}(?:st|nd|rd|th)?(?:,?\s+\d{{4}})?\b"
+    rf"|\b\d{{1,2}}(?:st|nd|rd|th)?\s+(?:of\s+)?(?:{_MONTHS})\b(?:\s+\d{{4}})?"
+    r"|\b(?:next|last|this)\s+(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday|week|month|year)\b"
+    r"|\b(?:today|tomorrow|yesterday|tonight)\b",
+    re.I)
+_COMMON_CAPS = frozenset(
+    "I I'm I'll I've I'd The A An And But So Yes No Ok Okay Sure Thanks Thank Hi Hello Hey Please "
+    "What When Where Why How Who Which Can Could Would Should Will Do Does Did Is Are It It's This That "
+    "We We're Let's Let My You Your Also Then Great Good Maybe Just Here There Also If Not".split())
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactCandidate:
+    """A fact proposed by rules or by the LLM, before resolution."""
+
+    type: str
+    text: str
+    confidence: float
+    source_ids: tuple[str, ...] = ()
+    key: str | None = None  # a slot like "residence" or "pref:sushi": same key, one truth
+    polarity: int = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeDraft:
+    """The content of an episode, from the LLM or from rules."""
+
+    summary: str
+    entities: list[str] = field(default_factory=list)
+    decisions: list[str] = field(default_factory=list)
+    open_questions: list[str] = field(default_factory=list)
+    key_facts: list[str] = field(default_factory=list)
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE.split(text) if s and len(s.strip()) > 1]
+
+
+def find_entities(text: str) -> list[str]:
+    """Capitalised names, in order, no repeats. A lone capitalised word that starts a sentence
+    counts only if it also appears capitalised mid-sentence (so "Nice to meet you" is not a name)."""
+    out: dict[str, None] = {}
+    initial: set[int] = {0} | {m.end() for m in re.finditer(r"[.!?]\s+|\n+", text)}
+    mid = {m.group(0) for m in _ENTITY.finditer(text) if m.start() not in initial}
+    for m in _ENTITY.finditer(text):
+        if m.start() in initial and " " not in m.group(0) and m.group(0) not in mid and not _ID.fullmatch(m.group(0)):
+            continue
+        words = [w for w in m.group(0).split() if w not in _COMMON_CAPS]
+        name = " ".join(words).strip(" '-")
+        if len(name) > 1 and not name.isupper() or (name.isupper() and 2 <= len(name) <= 6):
+            if name and name not in _COMMON_CAPS:
+                out.setdefault(name, None)
+    return list(out)
+
+
+def find_ids(text: str) -> list[str]:
+    return list(dict.fromkeys(m.group(0).rstrip(".,);") for m in _ID.finditer(text)))
+
+
+def find_numbers(text: str) -> list[str]:
+    return list(dict.fromkeys(m.group(0).strip() for m in _NUMBER.finditer(text)))
+
+
+def find_dates(text: str) -> list[str]:
+    return list(dict.fromkeys(m.group(0) for m in _DATE.finditer(text)))
+
+
+def salient_sentences(texts: Sequence[str], k: int = 3) -> list[str]:
+    """The ``k`` sentences carrying the most frequent content words, ids, numbers and dates,
+    returned in their original order."""
+    all_sents = [s for t in texts for s in sentences(t)]
+    if not all_sents:
+        return []
+    freq = Counter(w for s in all_sents for w in keywords(s))
+
+    def score(s: str) -> float:
+        words = keywords(s)
+        if not words:
+            return 0.0
+        base = sum(freq[w] for w in words) / (len(words) ** 0.5)
+        bonus = len(find_ids(s)) + len(find_dates(s)) + 0.5 * len(find_numbers(s))
+        bonus += 0.5 * len(find_entities(s))
+        return base + bonus
+
+    best = sorted(range(len(all_sents)), key=lambda i: (-score(all_sents[i]), i))[:k]
+    return list(dict.fromkeys(all_sents[i] for i in sorted(best)))
+
+
+_DECISION = re.compile(
+    r"\b(?:we|i)\s+(?:have\s+)?(?:decided|agreed|chose|settled on|will go with)\b|\blet'?s go with\b"
+    r"|\bdecision\b|\bwe'll use\b", re.I)
+_TODO = re.compile(r"\b(?:todo|to do|need to (?:figure out|check|find out|decide)|open question|not sure)\b", re.I)
+
+
+def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences: int = 3) -> EpisodeDraft:
+    """An episode from rules: salient sentences, entities, decisions, open questions, key facts."""
+    texts = [m.content for m in messages]
+    joined = "\n".join(texts)
+    summary = " ".join(salient_sentences(texts, k=max_summary_sentences))
+    entities = list(dict.fromkeys(find_entities(joined) + find_ids(joined)))[:20]
+    decisions = [s for t in texts for s in sentences(t) if _DECISION.search(s)][:10]
+    questions: list[str] = []
+    for i, m in enumerate(messages):
+        if m.role != "user":
+            continue
+        answered = any(n.role == "assistant" for n in messages[i + 1:])
+        for s in sentences(m.content):
+            if (s.endswith("?") and not answered) or _TODO.search(s):
+                questions.append(s)
+    key_facts = [c.text for c in extract_fact_candidates(messages)]
+    key_facts += [s for s in sentences(joined) if (find_dates(s) or find_ids(s)) and s not in key_facts]
+    return EpisodeDraft(summary=summary or joined[:300], entities=entities, decisions=decisions,
+                        open_questions=list(dict.fromkeys(questions))[:10],
+                        key_facts=list(dict.fromkeys(key_facts))[:10])
+
+
+_OBJ = r"(?P<x>[^.!?\n;]{2,80}?)"
+_NAME = r"(?P<x>[A-Z][\w'-]+(?:\s+[A-Z][\w'-]+){0,2})"
+_PLACE = r"(?P<x>[A-Z][\w'-]+(?:(?:\s+|,\s*)(?:de |da |do )?[A-Z][\w'-]+){0,3})"
+_END = r"(?=\s+(?:now|anymore|these days|lately|a lot|very much|so much|too)\b|[.!?;\n]|,\s*(?:but|and|so)\b|\s+(?:and|but|so|because)\s|$)"
+_RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
+    # (type, pattern, text template, key template, polarity)
+    ("fact", re.compile(rf"\b[Mm]y name is {_NAME}"), "User's name is {x}", "name", 1),
+    ("fact", re.compile(rf"\b[Cc]all me {_NAME}"), "User's name is {x}", "name", 1),
+    ("fact", re.compile(rf"\bI (?:live|am living|'m living) in {_PLACE}"), "User lives in {x}", "residence", 1),
+    ("fact", re.compile(rf"\bI (?:just |recently )?moved to {_PLACE}"), "User lives in {x}", "residence", 1),
+    ("fact", re.compile(rf"\bI work (?:at|for) {_PLACE}"), "User works at {x}", "employer", 1),
+    ("fact", re.compile(rf"\bi(?: am|'m) an? {_OBJ}{_END}", re.I), "User is a {x}", None, 1),  # type: ignore[list-item]
+    ("constraint", re.compile(rf"\bi(?: am|'m) allergic to {_OBJ}{_END}", re.I), "User is allergic to {x}", "allergy:{x}", 1),
+    ("constraint", re.compile(rf"\bi (?:can't|cannot|can not|don't|do not|never) eat {_OBJ}{_END}", re.I), "User does not eat {x}", "diet:{x}", 1),
+    ("constraint", re.compile(r"\bi(?: am|'m) (?P<x>vegetarian|vegan|pescatarian|lactose intolerant|gluten[- ]free)\b", re.I), "User is {x}", "diet:{x}", 1),
+    ("preference", re.compile(rf"\bi (?:really )?(?:don't|do not) like {_OBJ}{_END}", re.I), "User dislikes {x}", "pref:{x}", -1),
+    ("preference", re.compile(rf"\bi (?:really )?(?:hate|dislike|can't stand|cannot stand) {_OBJ}{_END}", re.I), "User dislikes {x}", "pref:{x}", -1),
+    ("preference", re.compile(rf"\bi (?:really )?(?:like|love|enjoy|adore) {_OBJ}{_END}", re.I), "User likes {x}", "pref:{x}", 1),
+    ("preference", re.compile(rf"\bi (?:usually |really |would )?prefer {_OBJ}{_END}", re.I), "User prefers {x}", "prefer:{x}", 1),
+    ("preference", re.compile(rf"\bmy favou?rite (?P<what>[a-z ]{{2,30}}?) is {_OBJ}{_END}", re.I), "User's favourite {what} is {x}", "favourite:{what}", 1),
+    ("relationship", re.compile(
+        r"\b[Mm]y (?P<rel>wife|husband|partner|girlfriend|boyfriend|son|daughter|brother|sister|mother|mom|mum|father|dad"
+        r"|dog|cat|boss|friend|colleague|manager)(?:'s name)?(?: is| named| called|,)? (?P<x>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
+        "User's {rel} is {x}", "rel:{rel}", 1),
+    ("decision", re.compile(rf"\bwe (?:have )?(?:decided|agreed) (?:to |on |that )?{_OBJ}{_END}", re.I), "Decided: {x}", None, 1),  # type: ignore[list-item]
+    ("decision", re.compile(rf"\blet'?s go with {_OBJ}{_END}", re.I), "Decided: go with {x}", None, 1),  # type: ignore[list-item]
+]
+
+
+def normalize_key(key: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"\b(?:the|a|an|my|some)\b", " ", key.lower())).strip()
+
+
+def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandidate]:
+    """Rule-based fact candidates from user messages (first person only), in order."""
+    out: dict[str, FactCandidate] = {}
+    for m in messages:
+        if m.role != "user":
+            continue
+        for sent in sentences(m.content):
+            for ftype, pattern, template, key_t, polarity in _RULES:
+                for found in pattern.finditer(sent):
+                    groups = {k: v.strip().rstrip(",") for k, v in found.groupdict().items() if v}
+                    if not groups.get("x"):
+                        continue
+                    text = template.format(**groups)
+                    key = normalize_key(key_t.format(**groups)) if key_t else None
+                    out.setdefault(text.lower(), FactCandidate(
+                        type=ftype, text=text, confidence=0.6, source_ids=(m.id,), key=key,
+                        polarity=polarity))
+    return list(out.values())

@@ -1,0 +1,101 @@
+"""The :class:`~tiered_memory.TieredMemory` methods of the episodic, semantic and working layers.
+
+A mixin, so ``memory.py`` stays small: each method validates ids and hands over to
+:class:`~tiered_memory.layers.Layers` (created on first use as ``self._layers``).
+LLM work is async first (``aend_session``, ``aconsolidate``); the sync twins run it
+with :func:`~tiered_memory._sync.run_sync`, which also works inside Jupyter.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from ._sync import run_sync
+from .validation import check_id as _uid
+
+if TYPE_CHECKING:
+    from .layers import Layers
+
+
+def _blocking(method: Callable[..., Any]) -> Callable[..., Any]:
+    """The sync twin of an async method; works where an event loop is already running."""
+
+    @functools.wraps(method)
+    def sync(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return run_sync(method(self, *args, **kwargs))
+
+    sync.__name__ = method.__name__[1:]
+    return sync
+
+
+class LayerMethods:
+    """Episodes, facts, working memory and consolidation on :class:`~tiered_memory.TieredMemory`."""
+
+    _layers: "Layers"
+    config: Any
+
+    async def aend_session(self, session_id: str, *, user_id: str) -> Any:
+        """Extract facts from the session's turns not yet in an episode, then compress them into an
+        :class:`~tiered_memory.episodic.Episode` (returned). Without an LLM, or if it fails, rules do
+        it (``metadata["method"] == "extractive"``); turns are never lost. Idempotent."""
+        return await self._layers.end_session(_uid(user_id, "user_id"), session_id)
+
+    async def aconsolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None) -> Any:
+        """Compress idle sessions, merge near-duplicate facts, promote often-recalled episodes, archive
+        old raw turns and prune stale memories; idempotent. See :mod:`.consolidation`."""
+        return await self._layers.consolidate(_uid(user_id, "user_id"), progress)
+
+    end_session = _blocking(aend_session)
+    consolidate = _blocking(aconsolidate)
+
+    def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Any]:
+        """The user's facts (``Fact``), optionally of one type; invalidated ones on request."""
+        return self._layers.facts.list(_uid(user_id, "user_id"), type, include_invalid)  # type: ignore[no-any-return]
+
+    def add_fact(self, text: str, *, user_id: str, type: str = "fact", confidence: float = 1.0,
+                 metadata: Mapping[str, Any] | None = None) -> Any:
+        """Add a fact through resolution (may update or invalidate a related one); returns the fact."""
+        return self._layers.add_fact(_uid(user_id, "user_id"), text, type, confidence, metadata)
+
+    def update_fact(self, fact_id: str, *, user_id: str, **changes: Any) -> Any:
+        """Edit ``text``, ``type``, ``confidence`` or ``metadata`` of a fact (recorded in its history)."""
+        return self._layers.facts.edit(_uid(user_id, "user_id"), fact_id, **changes)
+
+    def delete_fact(self, fact_id: str, *, user_id: str) -> None:
+        """Delete a fact; its history keeps a ``delete`` entry (``forget_user`` erases everything)."""
+        self._layers.facts.delete(_uid(user_id, "user_id"), fact_id)
+
+    def fact_history(self, user_id: str, fact_id: str | None = None) -> list[Any]:
+        """The audit trail of the user's facts (``FactChange``), oldest first."""
+        return self._layers.facts.history(_uid(user_id, "user_id"), fact_id)  # type: ignore[no-any-return]
+
+    def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list[Any]:
+        """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
+        return self._layers.facts.search(  # type: ignore[no-any-return]
+            self._query(query), user_id=_uid(user_id, "user_id"), k=k, type=type, retrieval=self.config.retrieval)
+
+    def episodes(self, user_id: str, session_id: str | None = None) -> list[Any]:
+        """The user's episodes, oldest first."""
+        return self._layers.episodes.list(_uid(user_id, "user_id"), session_id)  # type: ignore[no-any-return]
+
+    def search_episodes(self, query: str, *, user_id: str, k: int = 5) -> list[Any]:
+        """Whole episodes (``EpisodeHit``) ranked by their best-matching key point and recency."""
+        return self._layers.episodes.search(  # type: ignore[no-any-return]
+            self._query(query), user_id=_uid(user_id, "user_id"), k=k, retrieval=self.config.retrieval)
+
+    def working_memory(self, session_id: str, *, user_id: str) -> Any:
+        """The session's :class:`~tiered_memory.working.WorkingMemory` (``remember``, ``items``, ``scratchpad``)."""
+        return self._layers.working(session_id, user_id)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for background compression queued by ``EpisodeConfig.compress_after_turns``."""
+        if "_layers" in self.__dict__:
+            self._layers.wait(timeout)
+
+    def _query(self, query: str) -> str:
+        if not isinstance(query, str) or not query.strip():
+            from .errors import InvalidInputError
+
+            raise InvalidInputError("query must be a non-empty string")
+        return query

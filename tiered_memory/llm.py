@@ -1,0 +1,175 @@
+"""The small async LLM protocol of the core, and robust JSON out of model text.
+
+Any object with ``async def complete(messages, *, json_mode=False, max_tokens=None)
+-> str`` is an LLM here. :func:`resolve_llm` also accepts a LangChain chat model or a
+LlamaIndex LLM and wraps it with the adapter of its framework package, imported
+only then, so the core never imports a framework by itself.
+
+:func:`complete_json` is the one path every layer uses to get structured output:
+strip code fences, find the JSON object in chatter, validate it against a pydantic
+schema, retry once telling the model what was wrong, and otherwise raise
+:class:`~tiered_memory.errors.LLMOutputError` so the caller can fall back to the
+extractive (rule-based) path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import re
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import ConfigurationError, LLMError, LLMOutputError, MissingDependencyError
+
+M = TypeVar("M", bound=BaseModel)
+
+_FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript)?[ \t]*\n?(.*?)```", re.DOTALL)
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """Messages (``{"role", "content"}`` dicts) in, text out."""
+
+    async def complete(
+        self, messages: list[dict[str, str]], *, json_mode: bool = False,
+        max_tokens: int | None = None,
+    ) -> str: ...
+
+
+def strip_fences(text: str) -> str:
+    """The body of the first fenced code block, or ``text`` itself when there is none."""
+    found = _FENCE.search(text)
+    return found.group(1).strip() if found else text.strip()
+
+
+def find_json_object(text: str) -> dict[str, Any]:
+    """The first JSON object in ``text`` (fenced or surrounded by chatter).
+
+    Raises:
+        ValueError: no JSON object could be decoded (the message says why).
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError("the model returned empty output")
+    body = strip_fences(text)
+    decoder = json.JSONDecoder()
+    last_error = "no '{' found"
+    for candidate in (body, text):
+        for start in [m.start() for m in re.finditer(r"\{", candidate)]:
+            try:
+                obj, _ = decoder.raw_decode(candidate[start:])
+            except json.JSONDecodeError as e:
+                last_error = str(e)
+                continue
+            if isinstance(obj, dict):
+                return obj
+    raise ValueError(f"no JSON object in the output ({last_error})")
+
+
+def parse_output(text: str, schema: type[M]) -> M:
+    """Find the JSON object in ``text`` and validate it against ``schema``.
+
+    Raises:
+        ValueError: no JSON object, or it does not match the schema (message says how).
+    """
+    obj = find_json_object(text)
+    try:
+        return schema.model_validate(obj)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors())
+        raise ValueError(f"the JSON does not match the schema: {problems}") from e
+
+
+def schema_hint(schema: type[BaseModel]) -> str:
+    """A compact JSON schema to show the model."""
+    return json.dumps(schema.model_json_schema(), separators=(",", ":"))
+
+
+async def call_llm(
+    llm: LLM, messages: list[dict[str, str]], *, json_mode: bool, max_tokens: int | None,
+    timeout: float | None,
+) -> str:
+    """One call with a timeout; every failure becomes :class:`LLMError`."""
+    try:
+        text = await asyncio.wait_for(
+            llm.complete(messages, json_mode=json_mode, max_tokens=max_tokens), timeout)
+    except asyncio.TimeoutError as e:
+        raise LLMError(f"the LLM did not answer within {timeout} s; raise LLMConfig.timeout_s "
+                       "or use a faster model") from e
+    except LLMError:
+        raise
+    except Exception as e:
+        raise LLMError(f"the LLM failed: {type(e).__name__}: {e}") from e
+    if not isinstance(text, str):
+        raise LLMError(f"the LLM returned {type(text).__name__}, not text")
+    return text
+
+
+async def complete_json(
+    llm: LLM, messages: list[dict[str, str]], schema: type[M], *, max_tokens: int | None = None,
+    timeout: float | None = 60.0, retries: int = 1,
+) -> M:
+    """Ask for JSON matching ``schema``; on invalid output retry ``retries`` times with the error.
+
+    Raises:
+        LLMError: the model raised or timed out.
+        LLMOutputError: the output never validated.
+    """
+    convo = list(messages)
+    error = ""
+    for _ in range(retries + 1):
+        text = await call_llm(llm, convo, json_mode=True, max_tokens=max_tokens, timeout=timeout)
+        try:
+            return parse_output(text, schema)
+        except ValueError as e:
+            error = str(e)
+            convo = [*convo, {"role": "assistant", "content": text[:4000]},
+                     {"role": "user", "content": (
+                         f"That output was invalid: {error}. Reply again with only one JSON "
+                         f"object matching this schema: {schema_hint(schema)}")}]
+    raise LLMOutputError(f"the LLM output did not validate after {retries + 1} attempts: {error}")
+
+
+def _from_package(obj: object, prefixes: tuple[str, ...]) -> bool:
+    return any(c.__module__.startswith(prefixes) for c in type(obj).__mro__)
+
+
+def resolve_llm(obj: Any) -> LLM | None:
+    """An :class:`LLM` for ``obj``: itself, or a LangChain / LlamaIndex model wrapped.
+
+    Raises:
+        ConfigurationError: ``obj`` is none of those.
+        MissingDependencyError: it is a framework model but the adapter is not installed.
+    """
+    if obj is None:
+        return None
+    if _from_package(obj, ("langchain_core", "langchain")):
+        try:
+            from langchain_core.language_models import BaseChatModel
+        except ImportError as e:
+            raise MissingDependencyError("langchain-core", "langchain") from e
+        if isinstance(obj, BaseChatModel):
+            try:
+                from langchain_tiered_memory.llm import LangChainLLM
+            except ImportError as e:
+                raise MissingDependencyError("langchain-tiered-memory", "langchain") from e
+            return LangChainLLM(obj)  # type: ignore[no-any-return]
+    if _from_package(obj, ("llama_index",)):
+        try:
+            from llama_index.core.base.llms.base import BaseLLM
+        except ImportError as e:
+            raise MissingDependencyError("llama-index-core", "llamaindex") from e
+        if isinstance(obj, BaseLLM):
+            try:
+                from llamaindex_tiered_memory.llm import LlamaIndexLLM  # type: ignore[import-not-found]
+            except ImportError as e:
+                raise MissingDependencyError("llamaindex-tiered-memory", "llamaindex") from e
+            return LlamaIndexLLM(obj)  # type: ignore[no-any-return]
+    if isinstance(obj, LLM) and inspect.iscoroutinefunction(type(obj).complete):
+        return obj
+    raise ConfigurationError(
+        f"llm must have 'async def complete(messages, *, json_mode=False, max_tokens=None) -> str', "
+        f"or be a LangChain chat model or a LlamaIndex LLM; got {type(obj).__name__}")

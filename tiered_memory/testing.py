@@ -1,0 +1,145 @@
+"""Fakes for testing code that uses tiered-memory, where the real thing cannot run.
+
+:class:`ScriptedLLM` implements the core LLM protocol from a script: each call
+takes the next step of the script (a reply, an exception to raise, a delay, or a
+function of the messages), optionally per task, and every call is recorded.
+
+Example:
+    >>> import asyncio
+    >>> llm = ScriptedLLM([fenced({"ok": True}), RuntimeError("provider down")])
+    >>> asyncio.run(llm.complete([{"role": "user", "content": "hi"}]))
+    '```json\\n{"ok": true}\\n```'
+    >>> len(llm.calls)
+    1
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping, Union
+
+__all__ = [
+    "Delay", "LLMCall", "ScriptedLLM", "chatty", "empty", "fenced", "malformed", "task_of", "timeout",
+]
+
+
+@dataclass(frozen=True)
+class Delay:
+    """Sleep ``seconds``, then answer with ``then`` (a step of the script)."""
+
+    seconds: float
+    then: Any = ""
+
+
+Step = Union[str, BaseException, Delay, Callable[[list[dict[str, str]]], Any], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class LLMCall:
+    """One recorded call."""
+
+    messages: list[dict[str, str]]
+    json_mode: bool
+    max_tokens: int | None
+    task: str | None
+
+
+_TASK = re.compile(r"^Task:\s*([\w-]+)", re.MULTILINE)
+
+
+def task_of(messages: list[dict[str, str]]) -> str | None:
+    """The ``Task: <name>`` line the core puts in its system prompts (``episode``, ``facts``, ``resolve``)."""
+    for m in messages:
+        if m.get("role") == "system":
+            found = _TASK.search(m.get("content", ""))
+            if found:
+                return found.group(1)
+    return None
+
+
+def fenced(obj: Any) -> str:
+    """``obj`` as JSON inside a Markdown code fence."""
+    return "```json\n" + json.dumps(obj) + "\n```"
+
+
+def chatty(obj: Any) -> str:
+    """``obj`` as JSON surrounded by chatter."""
+    return "Sure! Here is the JSON you asked for:\n" + json.dumps(obj) + "\nLet me know if you need more."
+
+
+def malformed() -> str:
+    """Broken JSON (unclosed object, trailing comma)."""
+    return '{"summary": "half an answer", "entities": ["a",'
+
+
+def empty() -> str:
+    return ""
+
+
+def timeout(seconds: float = 3600.0) -> Delay:
+    """A step that never answers in time."""
+    return Delay(seconds)
+
+
+class ScriptedLLM:
+    """A fake LLM that answers from a script and records its calls.
+
+    Args:
+        script: steps used in order by every call (when ``by_task`` has no entry).
+        by_task: steps per task name (see :func:`task_of`), used before ``script``.
+        default: the answer once a script runs out; ``None`` raises ``AssertionError``
+            so a test notices an unexpected call.
+
+    A step is a ``str`` (returned), a mapping (returned as JSON), an exception
+    instance (raised), a :class:`Delay`, or a callable taking the messages and
+    returning any of these.
+    """
+
+    def __init__(
+        self, script: Iterable[Step] = (), *, by_task: Mapping[str, Iterable[Step]] | None = None,
+        default: Step | None = None,
+    ) -> None:
+        self.script: list[Step] = list(script)
+        self.by_task: dict[str, list[Step]] = {k: list(v) for k, v in (by_task or {}).items()}
+        self.default = default
+        self.calls: list[LLMCall] = []
+
+    def __repr__(self) -> str:
+        return f"ScriptedLLM({len(self.calls)} calls)"
+
+    def tasks(self) -> list[str | None]:
+        return [c.task for c in self.calls]
+
+    def _next(self, task: str | None) -> Step:
+        queue = self.by_task.get(task or "")
+        if queue:
+            return queue.pop(0)
+        if self.script:
+            return self.script.pop(0)
+        if self.default is not None:
+            return self.default
+        raise AssertionError(f"ScriptedLLM has no step left for task {task!r}")
+
+    async def _play(self, step: Any, messages: list[dict[str, str]]) -> str:
+        if isinstance(step, Delay):
+            await asyncio.sleep(step.seconds)
+            return await self._play(step.then, messages)
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return await self._play(step(messages), messages)
+        if isinstance(step, Mapping):
+            return json.dumps(step)
+        return step  # type: ignore[no-any-return]  # wrong types pass through on purpose
+
+    async def complete(
+        self, messages: list[dict[str, str]], *, json_mode: bool = False,
+        max_tokens: int | None = None,
+    ) -> str:
+        copied = [dict(m) for m in messages]
+        task = task_of(copied)
+        self.calls.append(LLMCall(messages=copied, json_mode=json_mode, max_tokens=max_tokens, task=task))
+        return await self._play(self._next(task), copied)

@@ -1,0 +1,192 @@
+"""Working memory: what matters right now in one session.
+
+Items have an importance that decays with age (``(1 - decay_per_hour) ** hours``);
+the session holds at most ``capacity`` items and evicts the lowest decayed
+importance; a query ranks items by relevance blended with importance. A
+scratchpad dict keeps agent state (JSON values) for the session. Decisions are the
+pure functions :func:`decayed`, :func:`evict` and :func:`rank`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .config import WorkingConfig
+from .embedding import Embedder, embed, embed_query
+from .errors import InvalidInputError
+from .store.sqlite_layers import LayerStore, dumps, from_blob, to_blob
+from .validation import check_id
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkingItem:
+    id: str
+    user_id: str
+    session_id: str
+    text: str
+    type: str = "note"
+    importance: float = 0.5
+    created_at: float = 0.0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    access_count: int = 0
+    score: float | None = None
+
+
+def decayed(importance: float, created_at: float, now: float, decay_per_hour: float) -> float:
+    """Importance after ``(now - created_at)`` hours of decay (future items do not grow)."""
+    hours = max(0.0, now - created_at) / 3600.0
+    return importance * (1.0 - min(max(decay_per_hour, 0.0), 1.0)) ** hours
+
+
+def evict(items: Sequence[WorkingItem], capacity: int, now: float, decay_per_hour: float
+          ) -> tuple[list[WorkingItem], list[WorkingItem]]:
+    """(kept, evicted): keep the ``capacity`` items of highest decayed importance (newer wins ties)."""
+    order = sorted(items, key=lambda i: (-decayed(i.importance, i.created_at, now, decay_per_hour),
+                                         -i.created_at, i.id))
+    return order[:max(0, capacity)], order[max(0, capacity):]
+
+
+def rank(items: Sequence[WorkingItem], now: float, decay_per_hour: float,
+         relevance: Sequence[float] | None = None, relevance_weight: float = 0.6) -> list[WorkingItem]:
+    """Items best first with their ``score``: decayed importance, blended with relevance if given."""
+    scored = []
+    for n, item in enumerate(items):
+        s = decayed(item.importance, item.created_at, now, decay_per_hour)
+        if relevance is not None:
+            s = (1 - relevance_weight) * s + relevance_weight * max(0.0, float(relevance[n]))
+        scored.append(WorkingItem(**{**item.__dict__, "score": s}))
+    return sorted(scored, key=lambda i: (-(i.score or 0.0), -i.created_at, i.id))
+
+
+_COLS = "id, user_id, session_id, text, type, importance, created_at, metadata, access_count"
+
+
+def _item(r: tuple[Any, ...]) -> WorkingItem:
+    return WorkingItem(id=r[0], user_id=r[1], session_id=r[2], text=r[3], type=r[4], importance=r[5],
+                       created_at=r[6], metadata=json.loads(r[7]), access_count=r[8])
+
+
+class Scratchpad(MutableMapping[str, Any]):
+    """A dict of JSON values persisted per session; every write is committed."""
+
+    def __init__(self, rows: LayerStore, user_id: str, session_id: str) -> None:
+        self.rows, self.user_id, self.session_id = rows, user_id, session_id
+
+    def _load(self) -> dict[str, Any]:
+        found = self.rows.query("SELECT data FROM scratchpads WHERE user_id=? AND session_id=?",
+                                (self.user_id, self.session_id))
+        return json.loads(found[0][0]) if found else {}
+
+    def _save(self, data: dict[str, Any]) -> None:
+        with self.rows.transaction() as c:
+            c.execute("INSERT INTO scratchpads VALUES (?,?,?,?) ON CONFLICT(user_id, session_id) DO UPDATE"
+                      " SET data=excluded.data, updated_at=excluded.updated_at",
+                      (self.user_id, self.session_id, dumps(data), time.time()))
+
+    def __getitem__(self, key: str) -> Any:
+        return self._load()[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as e:
+            raise InvalidInputError(f"scratchpad values must be JSON-serialisable: {e}") from e
+        with self.rows.db.lock:
+            data = self._load()
+            data[key] = value
+            self._save(data)
+
+    def __delitem__(self, key: str) -> None:
+        with self.rows.db.lock:
+            data = self._load()
+            del data[key]
+            self._save(data)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._load())
+
+    def __len__(self) -> int:
+        return len(self._load())
+
+    def to_dict(self) -> dict[str, Any]:
+        return self._load()
+
+
+class WorkingMemory:
+    """One session's working memory. Get it with :meth:`TieredMemory.working_memory`.
+
+    Example:
+        >>> wm = memory.working_memory("s1", user_id="u1")  # doctest: +SKIP
+        >>> wm.remember("user is debugging the payment webhook", importance=0.9, type="goal")
+        >>> wm.scratchpad["step"] = 2
+    """
+
+    def __init__(self, rows: LayerStore, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,
+                 *, user_id: str, session_id: str) -> None:
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        self.rows, self.embedder, self.config, self.lock = rows, embedder, config, lock
+        self.user_id, self.session_id = user_id, session_id
+        self.scratchpad = Scratchpad(rows, user_id, session_id)
+
+    def remember(self, text: str, *, importance: float = 0.5, type: str = "note",
+                 metadata: dict[str, Any] | None = None, now: float | None = None) -> WorkingItem:
+        """Add an item; evicts the least important ones beyond ``capacity``."""
+        if not isinstance(text, str) or not text.strip():
+            raise InvalidInputError("working memory text must be a non-empty string")
+        if not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
+            raise InvalidInputError(f"importance must be within [0, 1], got {importance!r}")
+        now = time.time() if now is None else now
+        item = WorkingItem(id=uuid.uuid4().hex, user_id=self.user_id, session_id=self.session_id, text=text,
+                           type=type, importance=float(importance), created_at=now, metadata=dict(metadata or {}))
+        vector = embed(self.embedder, [text])[0]
+        with self.lock:
+            kept, evicted = evict([*self.items_raw(), item], self.config.capacity, now, self.config.decay_per_hour)
+            with self.rows.transaction() as c:
+                c.execute(f"INSERT INTO working_items ({_COLS}, vector) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                          (item.id, self.user_id, self.session_id, text, type, item.importance, now,
+                           dumps(item.metadata), 0, to_blob(vector)))
+                for old in evicted:
+                    c.execute("DELETE FROM working_items WHERE id=?", (old.id,))
+                    self.rows.audit(c, self.user_id, "working", old.id, "evict", {"text": old.text}, now)
+        return item
+
+    def items_raw(self) -> list[WorkingItem]:
+        return [_item(r) for r in self.rows.query(
+            f"SELECT {_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
+            " ORDER BY created_at", (self.user_id, self.session_id))]
+
+    def items(self, query: str | None = None, *, k: int | None = None, now: float | None = None) -> list[WorkingItem]:
+        """Items best first: by decayed importance, or blended with relevance to ``query``."""
+        now = time.time() if now is None else now
+        rows = self.rows.query(
+            f"SELECT {_COLS}, vector FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL",
+            (self.user_id, self.session_id))
+        items = [_item(r[:-1]) for r in rows]
+        relevance = None
+        if query and query.strip() and items:
+            qv = embed_query(self.embedder, query)
+            vecs = [from_blob(r[-1]) for r in rows]
+            relevance = [float(np.dot(v, qv)) if v is not None else 0.0 for v in vecs]
+        ranked = rank(items, now, self.config.decay_per_hour, relevance)
+        return ranked[:k] if k is not None else ranked
+
+    def forget(self, item_id: str) -> bool:
+        with self.rows.transaction() as c:
+            return c.execute("DELETE FROM working_items WHERE user_id=? AND session_id=? AND id=?",
+                             (self.user_id, self.session_id, item_id)).rowcount > 0
+
+    def clear(self) -> int:
+        """Remove every item and the scratchpad of this session; returns items removed."""
+        with self.rows.transaction() as c:
+            c.execute("DELETE FROM scratchpads WHERE user_id=? AND session_id=?", (self.user_id, self.session_id))
+            return c.execute("DELETE FROM working_items WHERE user_id=? AND session_id=?",
+                             (self.user_id, self.session_id)).rowcount
