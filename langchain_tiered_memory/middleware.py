@@ -1,0 +1,159 @@
+"""An ``AgentMiddleware`` that gives ``langchain.agents.create_agent`` tiered memory.
+
+Before each model call it assembles memory for the latest user message
+(:meth:`TieredMemory.build_context`) and adds it to the system message as quoted
+data; the agent's own state and the conversation are left as they are. After each
+model call it records the turn so far (the user message, the model's replies,
+tool calls and tool results) in the session, skipping messages already stored,
+so a turn with several model calls is stored once.
+
+Who and which conversation: ``user_id`` and ``session_id`` come from the run's
+context (``agent.invoke(..., context={"user_id": ..., "session_id": ...})`` or an
+object with those attributes), else ``config["configurable"]`` (``session_id``
+falls back to ``thread_id``), else the constructor's defaults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
+from langgraph.runtime import Runtime
+
+from tiered_memory import TieredMemory
+from tiered_memory.errors import ConfigurationError
+from tiered_memory.validation import check_id
+
+from .messages import LC_KEY, from_stored_many, to_core_many
+
+__all__ = ["TieredMemoryMiddleware", "turn_to_record"]
+
+
+def turn_to_record(messages: list[AnyMessage], stored_ids: set[str]) -> list[AnyMessage]:
+    """The messages of the current turn (from the last human message on) not yet stored (pure).
+
+    System messages are instructions, not conversation, and are never recorded.
+    """
+    start = next((n for n in range(len(messages) - 1, -1, -1) if isinstance(messages[n], HumanMessage)), None)
+    if start is None:
+        return []
+    return [m for m in messages[start:]
+            if not isinstance(m, SystemMessage) and not (m.id and m.id in stored_ids)]
+
+
+def _get(source: Any, name: str) -> Any:
+    if source is None:
+        return None
+    if isinstance(source, Mapping):
+        return source.get(name)
+    return getattr(source, name, None)
+
+
+def _configurable() -> Mapping[str, Any]:
+    try:
+        from langgraph.config import get_config
+
+        return get_config().get("configurable", {}) or {}
+    except RuntimeError:  # called outside a graph run
+        return {}
+
+
+class TieredMemoryMiddleware(AgentMiddleware):
+    """Inject assembled memory before each model call; record the turn after it.
+
+    Args:
+        memory: the shared :class:`~tiered_memory.TieredMemory`.
+        user_id, session_id: defaults when the run's context and config give none.
+        max_tokens: token budget of the injected memory.
+        include_recent: also put the session's recent turns (the buffer) before the
+            conversation, for agents run without a checkpointer; turns already in
+            the agent's messages are not repeated.
+        record: store the turns (turn off to only read memory).
+
+    Example:
+        >>> agent = create_agent(model, tools=[...],  # doctest: +SKIP
+        ...     middleware=[TieredMemoryMiddleware(memory)])
+        >>> agent.invoke({"messages": [{"role": "user", "content": "hi"}]},  # doctest: +SKIP
+        ...     context={"user_id": "u1", "session_id": "s1"})
+    """
+
+    def __init__(
+        self, memory: TieredMemory, *, user_id: str | None = None, session_id: str | None = None,
+        max_tokens: int | None = None, include_recent: bool = False, record: bool = True,
+    ) -> None:
+        super().__init__()
+        self.memory = memory
+        self.user_id = user_id
+        self.session_id = session_id
+        self.max_tokens = max_tokens
+        self.include_recent = include_recent
+        self.record = record
+
+    # ---- whose memory -----------------------------------------------------
+    def ids(self, runtime: Runtime[Any] | None) -> tuple[str, str]:
+        ctx = getattr(runtime, "context", None)
+        conf = _configurable()
+        user = _get(ctx, "user_id") or conf.get("user_id") or self.user_id
+        session = (_get(ctx, "session_id") or conf.get("session_id") or conf.get("thread_id")
+                   or self.session_id)
+        if not user or not session:
+            raise ConfigurationError(
+                "TieredMemoryMiddleware needs a user_id and a session_id: pass them in the run's "
+                "context (context={'user_id': ..., 'session_id': ...}), in "
+                "config['configurable'], or to the middleware")
+        return check_id(str(user), "user_id"), check_id(str(session), "session_id")
+
+    # ---- before the model: one implementation for both twins --------------
+    def prepare(self, request: ModelRequest) -> ModelRequest:
+        """The request with memory added to its system message (and recent turns if asked)."""
+        user, session = self.ids(request.runtime)
+        query = next((m.text for m in reversed(request.messages) if isinstance(m, HumanMessage)), "")
+        changes: dict[str, Any] = {}
+        if query.strip():
+            ctx = self.memory.build_context(query, user_id=user, session_id=session,
+                                            max_tokens=self.max_tokens)
+            text = ctx.memory_text()
+            if text:
+                base = request.system_message.text if request.system_message else ""
+                changes["system_message"] = SystemMessage(content=f"{base}\n\n{text}" if base else text)
+        if self.include_recent:
+            present = {m.id for m in request.messages if m.id}
+            buffer = self.memory.get_buffer(session, user_id=user)
+            recent = [m for m in from_stored_many(buffer) if m.id not in present]
+            if recent:
+                changes["messages"] = [*recent, *request.messages]
+        return request.override(**changes) if changes else request
+
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse],
+    ) -> ModelResponse:
+        return handler(self.prepare(request))
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
+    ) -> ModelResponse:
+        return await handler(await asyncio.to_thread(self.prepare, request))
+
+    # ---- after the model -------------------------------------------------
+    def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None) -> int:
+        """Store the current turn's new messages; returns how many were stored."""
+        if not self.record:
+            return 0
+        user, session = self.ids(runtime)
+        recent = self.memory.get_messages(session, user_id=user, limit=max(50, 2 * len(messages)))
+        stored_ids = {str((m.metadata.get(LC_KEY) or {}).get("data", {}).get("id") or m.id) for m in recent}
+        new: list[BaseMessage] = turn_to_record(messages, stored_ids)
+        if new:
+            self.memory.add_many(to_core_many(new), session_id=session, user_id=user)
+        return len(new)
+
+    def after_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self.save(list(state["messages"]), runtime)
+        return None
+
+    async def aafter_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        await asyncio.to_thread(self.save, list(state["messages"]), runtime)
+        return None

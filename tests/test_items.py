@@ -1,0 +1,133 @@
+"""The core item table (tiered_memory.items): pure decisions and the SQLite/vector shell."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import ConfigurationError, InvalidInputError, TieredMemory
+from tiered_memory.items import (
+    ItemStore,
+    ItemWrite,
+    check_namespace,
+    match_filter,
+    match_namespace,
+    truncate_namespaces,
+)
+
+
+@pytest.mark.parametrize(("value", "flt", "expected"), [
+    ({"a": 1}, None, True),
+    ({"a": 1}, {}, True),
+    ({"a": 1}, {"a": 1}, True),
+    ({"a": 1}, {"a": 2}, False),
+    ({"a": 1}, {"b": 1}, False),
+    ({"a": 5}, {"a": {"$gt": 4.99}}, True),
+    ({"a": 5}, {"a": {"$gt": 5}}, False),
+    ({"a": 5}, {"a": {"$gte": 5, "$lt": 6}}, True),
+    ({"a": 5}, {"a": {"$lte": 4}}, False),
+    ({"a": "x"}, {"a": {"$ne": "y"}}, True),
+    ({"a": "x"}, {"a": {"$eq": "x"}}, True),
+    ({"a": "x"}, {"a": {"$gt": 1}}, False),  # not a number: no match, no crash
+    ({"a": None}, {"a": {"$lt": 1}}, False),
+    ({"a": {"b": {"c": 1}, "d": 2}}, {"a": {"b": {"c": 1}}}, True),
+    ({"a": {"b": 2}}, {"a": {"b": 1}}, False),
+    ({"a": "scalar"}, {"a": {"b": 1}}, False),
+    ({"a": [1, 2]}, {"a": [1, 2]}, True),
+    ({"a": [1, 2]}, {"a": [1]}, False),
+    ({"a": 1, "b": 2}, {"a": 1, "b": {"$ne": 2}}, False),
+])
+def test_match_filter_table(value: dict[str, Any], flt: dict[str, Any] | None, expected: bool) -> None:
+    assert match_filter(value, flt) is expected
+
+
+def test_match_filter_rejects_unknown_operators() -> None:
+    with pytest.raises(InvalidInputError, match=r"\$regex"):
+        match_filter({"a": 1}, {"a": {"$regex": "x"}})
+
+
+@pytest.mark.parametrize(("ns", "pattern", "kind", "expected"), [
+    (("u1", "memories"), ("u1",), "prefix", True),
+    (("u1", "memories"), ("*", "memories"), "prefix", True),
+    (("u1", "memories"), ("u2",), "prefix", False),
+    (("u1", "memories"), ("memories",), "suffix", True),
+    (("u1", "memories"), ("u1", "*"), "suffix", True),
+    (("u1",), ("u1", "memories"), "prefix", False),
+    (("u1", "memories"), (), "prefix", True),
+])
+def test_match_namespace_table(ns: tuple[str, ...], pattern: tuple[str, ...], kind: str, expected: bool) -> None:
+    assert match_namespace(ns, pattern, kind) is expected
+
+
+def test_truncate_namespaces_and_checks() -> None:
+    assert truncate_namespaces([("a", "b", "c"), ("a", "b", "d"), ("a", "x")], 2) == [("a", "b"), ("a", "x")]
+    assert truncate_namespaces([("b",), ("a",)], None) == [("a",), ("b",)]
+    for bad in [(), ("",), ("a\x1fb",), "not-a-tuple", (1,)]:
+        with pytest.raises(InvalidInputError):
+            check_namespace(bad)
+    assert check_namespace((), allow_empty=True) == ()
+
+
+def _put(items: ItemStore, user: str, ns: tuple[str, ...], key: str, value: dict[str, Any],
+         text: str | None = None) -> None:
+    items.write_many([ItemWrite(namespace=ns, key=key, user_id=user, value=value, text=text)])
+
+
+def test_item_store_crud_search_and_forget_user(memory: TieredMemory) -> None:
+    items = ItemStore(memory)
+    value = {"text": "Prefers green tea in the morning", "tags": ["drink"]}
+    _put(items, "u1", ("u1", "prefs"), "tea", value, text=value["text"])
+    _put(items, "u1", ("u1", "prefs"), "editor", {"text": "Uses vim"}, text="Uses vim")
+    _put(items, "u2", ("u2", "prefs"), "tea", {"text": "Prefers black tea"}, text="Prefers black tea")
+    got = items.get(("u1", "prefs"), "tea")
+    assert got is not None and got.value == value and got.user_id == "u1"
+    hits = items.search(("u1",), query="what does the user drink?", user_id="u1", limit=5)
+    assert hits[0].item.key == "tea" and hits[0].score is not None
+    assert all(h.item.user_id == "u1" for h in hits)
+    # items are not turns: conversation recall never sees them
+    assert memory.search("green tea", user_id="u1") == []
+    # overwrite keeps created_at and moves updated_at; delete removes the vector too
+    _put(items, "u1", ("u1", "prefs"), "tea", {"text": "Switched to coffee"}, text="Switched to coffee")
+    again = items.get(("u1", "prefs"), "tea")
+    assert again is not None and again.created_at == got.created_at and again.updated_at >= got.updated_at
+    assert items.search(("u1",), query="coffee", user_id="u1", limit=1)[0].item.value["text"] == "Switched to coffee"
+    items.write_many([ItemWrite(namespace=("u1", "prefs"), key="editor", user_id="u1", value=None)])
+    assert items.get(("u1", "prefs"), "editor") is None
+    n_vectors_u1 = len([i for i in memory.index.ids("u1") if i.startswith("item:")])
+    assert n_vectors_u1 == 1
+    memory.forget_user("u1")
+    assert items.count("u1") == 0 and items.count("u2") == 1
+    assert not [i for i in memory.index.ids("u1") if i.startswith("item:")]
+
+
+def test_item_store_bulk_write_is_validated_first(memory: TieredMemory) -> None:
+    items = ItemStore(memory)
+    with pytest.raises(InvalidInputError):
+        items.write_many([
+            ItemWrite(namespace=("u", "n"), key="ok", user_id="u", value={"a": 1}),
+            ItemWrite(namespace=("u", "n"), key="bad", user_id="u", value={"a": float("nan")}),
+        ])
+    assert items.count() == 0
+    with pytest.raises(InvalidInputError, match="needs the user"):
+        items.search(("u",), query="x")
+
+
+def test_item_vectors_come_back_after_rebuild_index(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("items-rebuild")
+    items = ItemStore(memory)
+    _put(items, "u", ("u", "n"), "k", {"t": "The office is in Porto"}, text="The office is in Porto")
+    memory.rebuild_index()
+    assert not [i for i in memory.index.ids() if i.startswith("item:")]
+    assert items.repair() == 1
+    hits = items.search(("u",), query="where is the workplace", user_id="u")
+    assert hits[0].score is not None and hits[0].item.key == "k"
+    assert items.repair() == 0
+
+
+def test_item_store_needs_sqlite() -> None:
+    class NotSQLite:
+        store = object()
+
+    with pytest.raises(ConfigurationError, match="SQLite"):
+        ItemStore(NotSQLite())

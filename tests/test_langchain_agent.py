@@ -1,0 +1,149 @@
+"""create_agent with TieredMemoryMiddleware and with TieredMemoryStore (fake tool-calling model)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+from langchain.agents import create_agent
+from langchain.tools import ToolRuntime
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+
+from langchain_tiered_memory import TieredMemoryMiddleware, TieredMemoryStore
+from langchain_tiered_memory.middleware import turn_to_record
+from langchain_tiered_memory.testing import ScriptedToolModel
+from lc_support import PromptRecorder
+from tiered_memory import ConfigurationError, TieredMemory
+
+
+@tool
+def get_time() -> str:
+    """The current time."""
+    return "12:00"
+
+
+def _call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}])
+
+
+def _seed(memory: TieredMemory) -> None:
+    memory.add_many([{"role": "user", "content": "My favourite colour is teal."},
+                     {"role": "assistant", "content": "Teal is lovely."}], session_id="old", user_id="u1")
+    memory.add_many([{"role": "user", "content": "My favourite colour is crimson."}],
+                    session_id="old", user_id="u2")
+
+
+def _system_text(prompt: list[Any]) -> str:
+    return "\n".join(m.text for m in prompt if isinstance(m, SystemMessage))
+
+
+def test_middleware_injects_memory_and_records_the_turn_once(memory: TieredMemory) -> None:
+    _seed(memory)
+    rec = PromptRecorder()
+    model = ScriptedToolModel(responses=[_call("get_time", {}, "c1"), AIMessage("Noon, and teal.")],
+                              callbacks=[rec])
+    agent = create_agent(model, [get_time], system_prompt="Be brief.",
+                         middleware=[TieredMemoryMiddleware(memory)])
+    out = agent.invoke({"messages": [HumanMessage("What is my favourite colour, and the time?")]},
+                       context={"user_id": "u1", "session_id": "new"})
+    assert out["messages"][-1].text == "Noon, and teal."
+    assert len(rec.prompts) == 2
+    for prompt in rec.prompts:
+        system = _system_text(prompt)
+        assert system.startswith("Be brief.")  # the agent's own prompt is kept first
+        assert "favourite colour is teal" in system and "crimson" not in system
+    # memory is not written into the agent's state
+    assert not any("<memory" in m.text for m in out["messages"])
+    stored = memory.get_messages("new", user_id="u1")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+    assert stored[2].content == "12:00" and stored[3].content == "Noon, and teal."
+    assert memory.get_messages("new", user_id="u2") == []
+
+
+async def test_middleware_async_with_checkpointer_thread(memory: TieredMemory) -> None:
+    _seed(memory)
+    rec = PromptRecorder()
+    model = ScriptedToolModel(responses=[AIMessage("Hello!"), AIMessage("You like teal.")], callbacks=[rec])
+    agent = create_agent(model, [], middleware=[TieredMemoryMiddleware(memory, user_id="u1")],
+                         checkpointer=InMemorySaver())
+    cfg = {"configurable": {"thread_id": "t1"}}  # session_id falls back to the thread id
+    await agent.ainvoke({"messages": [HumanMessage("hi")]}, cfg)
+    await agent.ainvoke({"messages": [HumanMessage("Which colour do I like?")]}, cfg)
+    assert "favourite colour is teal" in _system_text(rec.last)
+    assert [m.text for m in rec.last if not isinstance(m, SystemMessage)] == [
+        "hi", "Hello!", "Which colour do I like?"]
+    stored = memory.get_messages("t1", user_id="u1")
+    assert [m.content for m in stored] == ["hi", "Hello!", "Which colour do I like?", "You like teal."]
+
+
+def test_middleware_include_recent_restores_the_session_without_checkpointer(memory: TieredMemory) -> None:
+    rec = PromptRecorder()
+    model = ScriptedToolModel(responses=[AIMessage("Noted."), AIMessage("Bilbao.")], callbacks=[rec])
+    agent = create_agent(model, [], middleware=[
+        TieredMemoryMiddleware(memory, user_id="u1", session_id="s1", include_recent=True)])
+    agent.invoke({"messages": [HumanMessage("I was born in Bilbao.")]})
+    agent.invoke({"messages": [HumanMessage("Where was I born?")]})
+    assert [m.text for m in rec.last if not isinstance(m, SystemMessage)] == [
+        "I was born in Bilbao.", "Noted.", "Where was I born?"]
+    assert len(memory.get_messages("s1", user_id="u1")) == 4
+
+
+def test_middleware_needs_ids(memory: TieredMemory) -> None:
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("x")]), [],
+                         middleware=[TieredMemoryMiddleware(memory)])
+    with pytest.raises(ConfigurationError, match="user_id and a session_id"):
+        agent.invoke({"messages": [HumanMessage("hi")]})
+
+
+@pytest.mark.parametrize(("messages", "stored", "expected"), [
+    ([], set(), []),
+    ([SystemMessage("s", id="0")], set(), []),
+    ([HumanMessage("a", id="1"), AIMessage("b", id="2")], set(), ["1", "2"]),
+    ([HumanMessage("a", id="1"), AIMessage("b", id="2"), HumanMessage("c", id="3"),
+      AIMessage("d", id="4")], {"1", "2"}, ["3", "4"]),
+    ([HumanMessage("c", id="3"), AIMessage("d", id="4"), ToolMessage("t", tool_call_id="x", id="5")],
+     {"3", "4"}, ["5"]),
+    ([HumanMessage("c", id="3"), SystemMessage("s", id="9"), AIMessage("d", id="4")], set(), ["3", "4"]),
+])
+def test_turn_to_record_table(messages: list[Any], stored: set[str], expected: list[str]) -> None:
+    assert [m.id for m in turn_to_record(messages, stored)] == expected
+
+
+# ---- the LangGraph store path ---------------------------------------------------
+@tool
+def remember(text: str, runtime: ToolRuntime) -> str:
+    """Remember a fact about the user."""
+    user = runtime.context["user_id"]
+    runtime.store.put((user, "memories"), str(abs(hash(text))), {"text": text})
+    return "saved"
+
+
+@tool
+def recall(query: str, runtime: ToolRuntime) -> str:
+    """Recall facts about the user."""
+    user = runtime.context["user_id"]
+    hits = runtime.store.search((user, "memories"), query=query, limit=3)
+    return "\n".join(h.value["text"] for h in hits) or "nothing"
+
+
+def test_create_agent_with_store_across_restart(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("agent-store")
+    model = ScriptedToolModel(responses=[
+        _call("remember", {"text": "The user is allergic to peanuts."}, "r1"), AIMessage("Saved.")])
+    agent = create_agent(model, [remember, recall], store=TieredMemoryStore(memory, fields=["text"]))
+    agent.invoke({"messages": [HumanMessage("Note that I'm allergic to peanuts.")]}, context={"user_id": "u1"})
+    memory.close()
+
+    reopened = make_memory("agent-store")
+    script = [_call("recall", {"query": "food allergies"}, "q1"), AIMessage("Avoid peanuts.")]
+    store = TieredMemoryStore(reopened, fields=["text"])
+    for user in ("u1", "u2"):
+        agent = create_agent(ScriptedToolModel(responses=list(script)), [remember, recall], store=store)
+        out = agent.invoke({"messages": [HumanMessage("What am I allergic to?")]}, context={"user_id": user})
+        tool_out = next(m for m in out["messages"] if isinstance(m, ToolMessage)).text
+        if user == "u1":
+            assert "allergic to peanuts" in tool_out
+        else:
+            assert tool_out == "nothing"  # another user's store items are never searched
