@@ -5,9 +5,11 @@ package, lazily and once per process; any object with ``embed_documents`` and
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import threading
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -46,11 +48,37 @@ def _load_model(name_or_path: str) -> Any:
         except ImportError as e:
             raise missing("sentence-transformers", "embedded") from e
         try:
-            model = SentenceTransformer(name_or_path, device="cpu")
+            with _quiet_loading():
+                model = SentenceTransformer(name_or_path, device="cpu")
         except Exception as e:
             raise EmbeddingError(f"could not load embedding model {name_or_path!r}: {e}") from e
         _MODELS[name_or_path] = model
         return model
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """Hide transformers' "Loading weights" bar and load-time chatter while the model
+    loads, then put the user's settings back (we never change them for good)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    bars = hf_logging.is_progress_bar_enabled()
+    verbosity = hf_logging.get_verbosity()
+    st_logger = logging.getLogger("sentence_transformers")
+    st_level = st_logger.level
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    st_logger.setLevel(max(st_level, logging.WARNING))
+    try:
+        yield
+    finally:
+        st_logger.setLevel(st_level)
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def chunk_token_ids(ids: Sequence[int], window: int, overlap: int) -> list[list[int]]:

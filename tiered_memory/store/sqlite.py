@@ -69,19 +69,29 @@ class SQLiteRecordStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
+        conn: sqlite3.Connection | None = None
         try:
-            self.conn = sqlite3.connect(
+            self.conn = conn = sqlite3.connect(
                 str(self.path), check_same_thread=False, isolation_level=None, timeout=30
             )
+            # identify the file before changing anything in it (WAL mode is persistent)
+            self._check_identity()
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
             self.conn.execute("PRAGMA foreign_keys=ON")
-            self._check_identity()
+            # freed pages are zeroed, so forgotten text does not linger in the file
+            self.conn.execute("PRAGMA secure_delete=ON")
         except sqlite3.DatabaseError as e:
+            if conn is not None:
+                conn.close()
             raise CorruptStoreError(
                 f"{self.path} is not a readable tiered-memory database ({e}). "
                 "Point `path` at an empty or tiered-memory folder."
             ) from e
+        except CorruptStoreError:
+            if conn is not None:
+                conn.close()
+            raise
         self.migrate("core", MIGRATIONS)
 
     # ---- plumbing -------------------------------------------------------

@@ -1,0 +1,118 @@
+"""JSONL export -> import round trip, and malformed files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tiered_memory import InvalidInputError
+from tiered_memory.portable import ImportFormatError, parse_line
+
+MESSAGES = [
+    {"role": "user", "content": "Je m'appelle Zoë and I ❤ Kraków 🇵🇱",
+     "metadata": {"source": {"app": "web", "tags": ["intro", "travel"], "depth": {"a": [1, 2.5, None]}}},
+     "timestamp": 1_700_000_000.123456},
+    {"role": "assistant", "content": "Nice to meet you, Zoë!", "timestamp": 1_700_000_030.5},
+    {"role": "user", "content": "Remind me to renew my passport in June.",
+     "metadata": {"flag": True, "n": 3}, "timestamp": "2024-05-01T10:00:00+02:00"},
+]
+
+
+def test_export_import_round_trips_content_metadata_and_timestamps(make_memory, tmp_path):
+    src = make_memory("src")
+    ids = src.add_many(MESSAGES, session_id="s1", user_id="zoe")
+    src.add("user", "someone else's note", session_id="x", user_id="other")
+    dump = tmp_path / "zoe.jsonl"
+    assert src.export_jsonl(dump, user_id="zoe") == 3
+    lines = dump.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 3 and "other" not in dump.read_text(encoding="utf-8")
+    assert json.loads(lines[0])["format"] == "tiered-memory/1"
+
+    dst = make_memory("dst", vector_store="qdrant")  # portable across vector engines too
+    report = dst.import_jsonl(dump)
+    assert report.imported == 3 and report.invalid == []
+    before = src.get_messages("s1", user_id="zoe")
+    after = dst.get_messages("s1", user_id="zoe")
+    assert [m.id for m in after] == ids
+    for b, a in zip(before, after):
+        assert (a.id, a.role, a.content, a.metadata, a.timestamp, a.session_id) == \
+            (b.id, b.role, b.content, b.metadata, b.timestamp, b.session_id)
+    assert after[0].metadata["source"]["depth"] == {"a": [1, 2.5, None]}
+    assert after[0].timestamp == 1_700_000_000.123456
+    # vectors were recomputed on import: the imported memory is searchable
+    assert dst.stats().vectors == 3
+    assert dst.search("when should I renew my passport?", user_id="zoe", k=1)[0].id == ids[2]
+
+
+def test_importing_twice_skips_what_is_already_there(make_memory, tmp_path):
+    src = make_memory("src")
+    src.add_many(MESSAGES, session_id="s1", user_id="zoe")
+    dump = tmp_path / "all.jsonl"
+    src.export_jsonl(dump)
+    dst = make_memory("dst")
+    assert dst.import_jsonl(dump).imported == 3
+    again = dst.import_jsonl(dump)
+    assert (again.imported, again.skipped_existing) == (0, 3)
+    assert dst.stats().messages == 3
+
+
+def test_progress_callback_counts_every_imported_message(make_memory, tmp_path):
+    src = make_memory("src")
+    src.add_many([{"role": "user", "content": f"note {i}"} for i in range(7)], session_id="s", user_id="u")
+    dump = tmp_path / "d.jsonl"
+    src.export_jsonl(dump)
+    seen: list[int] = []
+    make_memory("dst").import_jsonl(dump, progress=seen.append)
+    assert sum(seen) == 7
+
+
+def _line(**over):
+    base = {"format": "tiered-memory/1", "type": "message", "id": "m1", "user_id": "u",
+            "session_id": "s", "role": "user", "content": "hello", "metadata": {}, "timestamp": 1.0}
+    base.update(over)
+    return json.dumps(base)
+
+
+def test_malformed_jsonl_is_reported_by_line_and_nothing_is_imported(make_memory, tmp_path):
+    dump = tmp_path / "bad.jsonl"
+    dump.write_text("\n".join([
+        _line(id="ok1"),
+        "{not json",
+        _line(id="ok2"),
+        _line(id="bad-role", role="robot"),
+        "",
+        _line(id="no-ts", timestamp=None),
+        _line(id="ok3"),
+    ]) + "\n", encoding="utf-8")
+    memory = make_memory()
+    with pytest.raises(ImportFormatError) as info:
+        memory.import_jsonl(dump)
+    assert [n for n, _ in info.value.errors] == [2, 4, 6]
+    assert "line 2" in str(info.value) and "nothing imported" in str(info.value)
+    assert isinstance(info.value, InvalidInputError)
+    assert memory.stats().messages == 0 and memory.stats().vectors == 0
+
+    report = memory.import_jsonl(dump, skip_invalid=True)
+    assert report.imported == 3 and [n for n, _ in report.invalid] == [2, 4, 6]
+    assert {m.id for m in memory.get_messages("s", user_id="u")} == {"ok1", "ok2", "ok3"}
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    ("[]", "type 'message'"),
+    ('{"type": "fact"}', "type 'message'"),
+    (_line(user_id=""), "user_id"),
+    (_line(content="   "), "content"),
+    (_line(metadata=[1, 2]), "metadata"),
+    (_line(timestamp="yesterday"), "ISO"),
+    ("nope", "not JSON"),
+])
+def test_parse_line_rejects(raw, fragment):
+    with pytest.raises(InvalidInputError, match=fragment):
+        parse_line(raw, max_chars=1000, max_metadata_bytes=1000)
+
+
+def test_export_of_unknown_user_writes_an_empty_file(memory, tmp_path):
+    out = tmp_path / "none.jsonl"
+    assert memory.export_jsonl(out, user_id="ghost") == 0
+    assert out.read_text() == ""

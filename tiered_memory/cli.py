@@ -1,0 +1,230 @@
+"""The ``tiered-memory`` command line.
+
+Examples::
+
+    tiered-memory demo
+    tiered-memory --path ./mem import chats.jsonl
+    tiered-memory --path ./mem search "where do I live?" --user u1
+    tiered-memory --path ./mem stats
+    tiered-memory --path ./mem export dump.jsonl --user u1
+    tiered-memory --path ./mem forget-user u1 --yes
+    tiered-memory --path ./mem rebuild-index
+
+Exit codes: 0 success, 1 runtime failure (store, index, model), 2 usage error
+(bad arguments, bad input file, no memory at ``--path``), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence, TextIO
+
+from .errors import TieredMemoryError, UsageError
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class CliUsageError(Exception):
+    """A usage problem found by the CLI itself (exit code 2)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .memory import default_path
+
+    # --path is accepted before or after the subcommand
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--path", default=argparse.SUPPRESS,
+                        help="memory folder (default: $TIERED_MEMORY_HOME or ~/.tiered-memory)")
+    p = argparse.ArgumentParser(
+        prog="tiered-memory",
+        description="Long-term memory for LLM agents: inspect and manage a memory folder.",
+    )
+    p.add_argument("--path", default=None,
+                   help=f"memory folder (default: $TIERED_MEMORY_HOME or {default_path()})")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    sub.add_parser("demo", parents=[common],
+                   help="load a bundled sample into a temporary folder and show what memory returns")
+
+    s = sub.add_parser("search", parents=[common], help="hybrid search of one user's memories")
+    s.add_argument("query")
+    s.add_argument("--user", required=True, help="user id")
+    s.add_argument("--session", default=None, help="only this session")
+    s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    s.add_argument("--json", action="store_true", help="print JSON lines")
+
+    st = sub.add_parser("stats", parents=[common], help="counts of users, sessions, messages, vectors")
+    st.add_argument("--json", action="store_true", help="print JSON")
+
+    e = sub.add_parser("export", parents=[common], help="write messages as JSONL")
+    e.add_argument("file", help="output .jsonl file")
+    e.add_argument("--user", default=None, help="only this user (default: everyone)")
+
+    i = sub.add_parser("import", parents=[common], help="import a JSONL export (vectors are recomputed)")
+    i.add_argument("file", help="input .jsonl file")
+    i.add_argument("--skip-invalid", action="store_true",
+                   help="import the valid lines and report the invalid ones (default: import nothing)")
+    i.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    f = sub.add_parser("forget-user", parents=[common], help="delete every trace of a user")
+    f.add_argument("user", help="user id")
+    f.add_argument("--yes", action="store_true", help="confirm the deletion")
+
+    sub.add_parser("rebuild-index", parents=[common],
+                   help="drop the vector index and rebuild it from the record store")
+    return p
+
+
+def _open(path: str | None, *, create: bool = False) -> Any:
+    from .memory import TieredMemory, default_path
+
+    folder = Path(path) if path else default_path()
+    if not create and not (folder / "records.sqlite3").exists():
+        if folder.exists() and not folder.is_dir():
+            raise CliUsageError(f"{folder} is a file, not a memory folder")
+        raise CliUsageError(
+            f"no memory at {folder}. Pass --path to an existing memory folder, or create one "
+            "with 'tiered-memory --path FOLDER import FILE'.")
+    return TieredMemory(folder)
+
+
+def _cmd_demo(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    from .demo import run
+
+    return run(out)
+
+
+def _cmd_search(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    if args.k < 1:
+        raise CliUsageError(f"-k must be at least 1, got {args.k}")
+    with _open(args.path) as memory:
+        hits = memory.search(args.query, user_id=args.user, k=args.k, session_id=args.session)
+    if args.json:
+        for h in hits:
+            out(json.dumps({"id": h.id, "score": h.score, "layer": h.layer, "role": h.role,
+                            "session_id": h.session_id, "timestamp": h.timestamp, "text": h.text,
+                            "metadata": h.metadata, "explanation": h.explanation},
+                           ensure_ascii=False, default=str))
+        return EXIT_OK
+    if not hits:
+        out(f"no memories found for user {args.user!r}")
+    from .demo import describe_hit, shorten
+
+    for rank, h in enumerate(hits, 1):
+        out(f"{rank}. {h.score:.4f}  [{h.session_id}] {h.role}: {shorten(h.text, 100)}")
+        out(f"   {describe_hit(h)}  id={h.id}")
+    return EXIT_OK
+
+
+def _cmd_stats(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    with _open(args.path) as memory:
+        s = memory.stats()
+        where = str(memory.path)
+    fields = {"path": where, "users": s.users, "sessions": s.sessions, "messages": s.messages,
+              "indexed": s.indexed, "duplicates": s.duplicates, "vectors": s.vectors, **s.extra}
+    if args.json:
+        out(json.dumps(fields))
+    else:
+        for key, value in fields.items():
+            out(f"{key:>11}: {value}")
+    return EXIT_OK
+
+
+def _cmd_export(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    with _open(args.path) as memory:
+        n = memory.export_jsonl(args.file, user_id=args.user)
+    out(f"exported {n} messages to {args.file}")
+    return EXIT_OK
+
+
+def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    source = Path(args.file)
+    if not source.is_file():
+        raise CliUsageError(f"cannot read {source}: no such file")
+    with open(source, encoding="utf-8", errors="replace") as f:
+        total = sum(1 for line in f if line.strip())
+    from tqdm import tqdm
+
+    with _open(args.path, create=True) as memory:
+        bar = tqdm(total=total, unit="msg", desc="importing", file=err,
+                   disable=True if args.no_progress else None)
+        try:
+            report = memory.import_jsonl(source, skip_invalid=args.skip_invalid, progress=bar.update)
+        finally:
+            bar.close()
+    out(f"imported {report.imported} messages from {source}"
+        f" ({report.skipped_existing} already present, {len(report.invalid)} invalid lines skipped)")
+    for line, message in report.invalid[:20]:
+        out(f"  line {line}: {message}")
+    return EXIT_OK
+
+
+def _cmd_forget_user(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    if not args.yes:
+        raise CliUsageError(
+            f"this deletes every message of user {args.user!r} for good; re-run with --yes to confirm")
+    with _open(args.path) as memory:
+        n = memory.forget_user(args.user)
+    out(f"forgot user {args.user!r}: {n} messages removed from every store and index")
+    return EXIT_OK
+
+
+def _cmd_rebuild_index(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    with _open(args.path) as memory:
+        report = memory.rebuild_index()
+        vectors = memory.stats().vectors
+    out(f"rebuilt the vector index: {report.get('indexed', 0)} messages embedded, {vectors} vectors")
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], TextIO], int]] = {
+    "demo": _cmd_demo,
+    "search": _cmd_search,
+    "stats": _cmd_stats,
+    "export": _cmd_export,
+    "import": _cmd_import,
+    "forget-user": _cmd_forget_user,
+    "rebuild-index": _cmd_rebuild_index,
+}
+
+
+def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit code (the console script exits with it)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    out_stream = stdout or sys.stdout
+    err_stream = stderr or sys.stderr
+
+    def out(line: str) -> None:
+        print(line, file=out_stream, flush=True)
+
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse already printed the usage message
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    try:
+        return COMMANDS[args.command](args, out, err_stream)
+    except (CliUsageError, UsageError) as e:
+        print(f"tiered-memory {args.command}: error: {e}", file=err_stream)
+        return EXIT_USAGE
+    except TieredMemoryError as e:
+        print(f"tiered-memory {args.command}: {type(e).__name__}: {e}", file=err_stream)
+        return EXIT_FAILURE
+    except OSError as e:
+        print(f"tiered-memory {args.command}: error: {e}", file=err_stream)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("interrupted", file=err_stream)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
