@@ -199,8 +199,17 @@ class TieredMemory(LayerMethods):
             log.warning("embedder changed (%s -> %s): rebuilding the vector index", previous, name)
             self._rebuild()
         else:
-            self._repair(full=unclean)
+            self._repair(full=unclean or self._index_lost_vectors())
         self.store.set_meta("embedder", name)
+
+    def _index_lost_vectors(self) -> bool:
+        """Cheap check on a clean open: fewer vectors than indexed turns means the index
+        lost entries (a restored backup, a deleted folder); a full repair finds which."""
+        c = self.store.counts()
+        try:
+            return self.index.count() < c["indexed"] - c["duplicates"]
+        except Exception:  # an index that cannot count is repaired in full
+            return True
 
     def _repair(self, *, full: bool) -> dict[str, int]:
         with self._write_lock:

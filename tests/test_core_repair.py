@@ -1,0 +1,116 @@
+"""The vector index is derived: it is repaired from the record store when they disagree."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+
+import pytest
+
+from tiered_memory import TieredMemory
+
+NOTES = [
+    {"role": "user", "content": "My flight to Nairobi leaves on the 14th of August."},
+    {"role": "assistant", "content": "Noted: Nairobi on August 14th."},
+    {"role": "user", "content": "I prefer aisle seats and vegetarian meals on long flights."},
+    {"role": "user", "content": "My brother Tomas lives in Mombasa."},
+]
+
+
+def _mark_unclean(folder) -> None:
+    """What a crash leaves behind: the store still says it is open."""
+    con = sqlite3.connect(folder / "records.sqlite3")
+    con.execute("UPDATE meta SET value='open' WHERE key='state'")
+    con.commit()
+    con.close()
+
+
+def _store_with_notes(make_memory, name="mem"):
+    m = make_memory(name)
+    ids = m.add_many(NOTES, session_id="trip", user_id="u1")
+    return m, ids
+
+
+def test_vectors_deleted_behind_our_back_are_restored_on_an_unclean_open(make_memory, tmp_path):
+    m, ids = _store_with_notes(make_memory)
+    m.index.collection.delete(ids=ids[:3])  # straight into Chroma
+    assert m.index.count() == 1
+    m.close()
+    _mark_unclean(tmp_path / "mem")
+
+    again = make_memory("mem")
+    assert again.index.ids() == set(ids)
+    assert again.search("where does my brother live?", user_id="u1", k=1)[0].id == ids[3]
+    assert again.search("aisle seat meal preference", user_id="u1", k=4)[0].id == ids[2]
+
+
+def test_lost_vectors_are_noticed_even_after_a_clean_close(make_memory, tmp_path):
+    m, ids = _store_with_notes(make_memory)
+    m.index.collection.delete(ids=ids[:2])
+    m.close()  # state 'closed': the count check still sees 2 vectors for 4 indexed turns
+
+    again = make_memory("mem")
+    assert again.index.ids() == set(ids)
+
+
+def test_vectors_the_store_does_not_hold_are_dropped_on_repair(make_memory, tmp_path):
+    m, ids = _store_with_notes(make_memory)
+    from tiered_memory.vector.base import VectorItem
+
+    m.index.upsert([VectorItem(id="ghost", vector=[1.0] + [0.0] * 383, user_id="u1")])
+    m.close()
+    _mark_unclean(tmp_path / "mem")
+    again = make_memory("mem")
+    assert again.index.ids() == set(ids)
+    assert "ghost" not in {h.id for h in again.search("flight", user_id="u1")}
+
+
+def test_rebuild_index_recreates_every_vector(make_memory):
+    m, ids = _store_with_notes(make_memory)
+    m.add("user", "A second user's note about Lisbon.", session_id="s", user_id="u2")
+    m.index.collection.delete(ids=ids)
+    assert m.search("Nairobi flight", user_id="u1", k=1)[0].explanation["signals"].get("vector") is None
+    report = m.rebuild_index()
+    assert report["indexed"] == 5
+    assert m.index.count() == 5 and m.index.ids("u1") == set(ids)
+    hit = m.search("when do I fly to Kenya?", user_id="u1", k=1)[0]
+    assert hit.id == ids[0] and "vector" in hit.explanation["signals"]
+
+
+async def test_arebuild_index_is_the_same_operation(make_memory):
+    m, ids = _store_with_notes(make_memory)
+    m.index.reset()
+    assert m.index.count() == 0
+    report = await m.arebuild_index()
+    assert report["indexed"] == 4 and m.index.ids() == set(ids)
+
+
+def test_messages_stored_but_not_indexed_are_indexed_on_next_open(make_memory, tmp_path):
+    m, ids = _store_with_notes(make_memory)
+    # a crash between the record commit and the vector upsert leaves rows unindexed
+    m.store.reset_indexed_ids(ids[1:2])
+    m.index.delete(ids[1:2])
+    m.close()
+    _mark_unclean(tmp_path / "mem")
+    again = make_memory("mem")
+    assert again.stats().indexed == 4 and again.index.ids() == set(ids)
+
+
+def test_changing_the_embedder_rebuilds_the_index(make_memory, tmp_path):
+    m, ids = _store_with_notes(make_memory)
+    m.close()
+
+    class Tiny:  # a different model: vectors must be recomputed, not mixed
+        name = "tiny-test-embedder"
+
+        def embed_documents(self, texts):
+            return [[b - 127.5 for b in hashlib.sha256(t.encode()).digest()[:16]] for t in texts]
+
+        def embed_query(self, text):
+            return self.embed_documents([text])[0]
+
+    with TieredMemory(tmp_path / "mem", embedder=Tiny()) as other:
+        assert other.store.get_meta("embedder") == "tiny-test-embedder"
+        assert other.index.ids() == set(ids)
+        assert other.stats().duplicates == 0
+        assert other.search("Mombasa", user_id="u1", k=1)[0].id == ids[3]
