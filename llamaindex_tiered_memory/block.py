@@ -39,8 +39,9 @@ from tiered_memory.errors import ConfigurationError, UsageError
 from tiered_memory.tokens import TokenCounter, heuristic_count
 from tiered_memory.validation import check_id
 
-# Most important first. Rendered in this order, so truncation can drop from the end.
-SECTION_ORDER = ("facts", "working", "session", "earlier", "episodes", "turns")
+# Most important first (the core's order, with this session's earlier turns after the
+# facts). Rendered in this order, so truncation can drop from the end.
+SECTION_ORDER = ("session", "facts", "earlier", "episodes", "turns")
 EARLIER_TITLE = "Earlier in this conversation"
 MAX_QUERY_CHARS = 2000
 
