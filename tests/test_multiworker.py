@@ -1,0 +1,163 @@
+"""Many workers, one deployment: PostgreSQL record store + Chroma server.
+
+Four OS processes write and search for overlapping users at the same time. Afterwards
+every acknowledged write is stored and indexed exactly once, and no search ever
+returned another user's memory.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import traceback
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiered_memory import MemoryConfig, TieredMemory
+
+pytestmark = pytest.mark.servers
+
+WORKERS = 4
+ROUNDS = 6
+PER_ROUND = 3
+USERS = ["alice", "bob", "carol"]
+PRELOAD = ["torch", "sentence_transformers", "chromadb", "psycopg", "psycopg_pool", "tiered_memory"]
+TOPICS = [
+    "planted tomatoes and basil on the balcony",
+    "booked a train to Porto for the conference",
+    "the dentist appointment moved to Thursday",
+    "learning to play the cello in the evenings",
+    "the cat knocked the coffee mug off the desk",
+    "running a half marathon in October",
+    "prefers green tea over espresso",
+    "the car needs new winter tyres",
+    "reading a novel about lighthouse keepers",
+    "allergic to peanuts and shellfish",
+    "moving the team standup to nine thirty",
+    "the laptop battery drains too quickly",
+]
+
+
+def content(user: str, worker: int, rnd: int, i: int) -> str:
+    return f"[{user}] w{worker} r{rnd} i{i}: {TOPICS[(worker * 5 + rnd * 3 + i) % len(TOPICS)]}"
+
+
+def worker_main(worker: int, pg_url: str, chroma_url: str, collection: str,
+                barrier: Any, results: Any) -> None:
+    """One app worker: its own process, pool, model and clients; reports acks and hits."""
+    try:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from tiered_memory.vector.chroma import ChromaVectorIndex
+
+        # dedup off: the test counts every write; dedup is covered elsewhere
+        memory = TieredMemory(record_store=pg_url,
+                              vector_store=ChromaVectorIndex.from_url(chroma_url, collection=collection),
+                              config=MemoryConfig(dedup_threshold=1.01))
+        memory.embedder.embed_query("warm up")  # load the model before the race starts
+        acked: list[tuple[str, str, str]] = []
+        hits: list[tuple[str, str, str]] = []
+        barrier.wait(timeout=300)
+        for rnd in range(ROUNDS):
+            user = USERS[(worker + rnd) % len(USERS)]
+            texts = [content(user, worker, rnd, i) for i in range(PER_ROUND)]
+            ids = memory.add_many([{"role": "user", "content": t} for t in texts],
+                                  user_id=user, session_id=f"w{worker}")
+            acked += [(user, mid, text) for mid, text in zip(ids, texts)]
+            reader = USERS[(worker + rnd + 1) % len(USERS)]  # search a user others write to now
+            for h in memory.search("what is planned for the week", user_id=reader, k=10):
+                hits.append((reader, h.id, h.text))
+        memory.close()
+        results.put((worker, "ok", acked, hits))
+    except BaseException:
+        results.put((worker, "error", traceback.format_exc(), []))
+
+
+def test_four_worker_processes_share_one_deployment(
+    make_postgres_url: Any, chroma_url: str, chroma_collection: str, embedder: Any,
+) -> None:
+    pg_url = make_postgres_url()
+    # Separate OS processes, forked from a server that imported torch & co. once (importing
+    # them four times over is most of the cost on a small machine); each loads its own model.
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    barrier = ctx.Barrier(WORKERS)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=worker_main,
+                         args=(w, pg_url, chroma_url, chroma_collection, barrier, results))
+             for w in range(WORKERS)]
+    for p in procs:
+        p.start()
+    reports = []
+    try:
+        for _ in procs:
+            reports.append(results.get(timeout=400))
+    except queue.Empty:
+        pytest.fail(f"only {len(reports)} of {WORKERS} workers reported")
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
+    errors = [r[2] for r in reports if r[1] != "ok"]
+    assert errors == [], "\n".join(errors)
+
+    acked = [a for r in reports for a in r[2]]
+    hits = [h for r in reports for h in r[3]]
+    owner = {mid: user for user, mid, _ in acked}
+    assert len(acked) == WORKERS * ROUNDS * PER_ROUND == len(owner)
+
+    from tiered_memory.store.postgres import PostgresRecordStore
+    from tiered_memory.vector.chroma import ChromaVectorIndex
+
+    store = PostgresRecordStore(pg_url)
+    index = ChromaVectorIndex.from_url(chroma_url, collection=chroma_collection)
+    try:
+        stored = [m.id for m in store.iter_messages()]
+        assert Counter(stored) == Counter(owner.keys())  # every acknowledged write, exactly once
+        assert store.counts()["indexed"] == len(owner) and store.pending_index(1) == []
+        assert index.count() == len(owner) and index.ids() == set(owner)
+        for user in USERS:
+            mine = {mid for mid, u in owner.items() if u == user}
+            assert {m.id for m in store.iter_messages(user)} == mine
+            assert index.ids(user) == mine
+    finally:
+        store.close()
+        index.close()
+
+    # no search, made while others were writing, returned another user's memory
+    assert hits, "the concurrent searches found nothing at all"
+    for reader, mid, text in hits:
+        assert owner.get(mid) == reader and text.startswith(f"[{reader}]"), (reader, mid, text)
+
+    # and each write is findable by its owner afterwards
+    with TieredMemory(record_store=pg_url,
+                      vector_store=ChromaVectorIndex.from_url(chroma_url, collection=chroma_collection),
+                      embedder=embedder) as memory:
+        for user, mid, text in acked[::4]:
+            found = memory.search(text, user_id=user, k=3)
+            assert found and found[0].id == mid, (text, [h.text for h in found])
+            assert all(owner[h.id] == user for h in found)
+
+
+def test_tiered_memory_by_configuration_alone(
+    postgres_url: str, chroma_url: str, embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Environment variables alone move an app to the servers: no folder, no folder lock."""
+    home = tmp_path / "home"
+    monkeypatch.setenv("TIERED_MEMORY_HOME", str(home))
+    monkeypatch.setenv("TIERED_MEMORY_RECORD_STORE", postgres_url)
+    monkeypatch.setenv("TIERED_MEMORY_VECTOR_STORE", chroma_url)
+    user = "u-" + uuid.uuid4().hex  # the default collection is shared on the session's server
+    with TieredMemory(embedder=embedder) as first, TieredMemory(embedder=embedder) as second:
+        mid = first.add("user", "I keep bees on the roof in Lisbon", user_id=user, session_id="s")
+        hits = second.search("where are the bees?", user_id=user)
+        assert [h.id for h in hits] == [mid]
+        assert second.stats().messages == 1
+        assert second.forget_user(user) == 1
+        assert first.search("bees", user_id=user) == []
+    assert not home.exists()
