@@ -1,0 +1,40 @@
+"""The public surface, and the promise that the core imports no framework."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import tiered_memory
+
+EXPECTED_CORE = {
+    "TieredMemory", "MemoryConfig", "BufferConfig", "RetrievalConfig", "BudgetConfig",
+    "MemoryHit", "Message", "StoredMessage", "Stats", "MemoryContext", "Section", "ContextItem",
+    "Dropped", "Embedder", "SentenceTransformerEmbedder", "TieredMemoryError", "UsageError",
+    "InvalidInputError", "ContentTooLargeError", "ConfigurationError", "MissingDependencyError",
+    "NotFoundError", "RuntimeFailure", "StoreError", "StoreLockedError", "CorruptStoreError",
+    "VectorIndexError", "EmbeddingError", "LLMError", "LLMOutputError", "__version__",
+}
+
+
+def test_all_lists_the_public_names_and_each_exists():
+    names = set(tiered_memory.__all__)
+    assert EXPECTED_CORE <= names
+    assert len(names) == len(tiered_memory.__all__), "duplicates in __all__"
+    for name in names:
+        assert hasattr(tiered_memory, name), name
+    assert not {n for n in names if n.startswith("_") and n != "__version__"}
+
+
+def test_importing_the_core_imports_no_framework_and_loads_no_model():
+    code = (
+        "import sys, tiered_memory\n"
+        "from tiered_memory import TieredMemory\n"
+        "import tiered_memory.cli, tiered_memory.demo\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('langchain_core', 'langchain', 'llama_index', 'langgraph', 'sentence_transformers', 'torch'))\n"
+        "print(','.join(bad))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == ""

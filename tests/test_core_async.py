@@ -1,0 +1,57 @@
+"""Async twins, and sync methods called where an event loop is already running (Jupyter)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+from tiered_memory import MemoryContext, TieredMemory
+
+
+async def test_sync_methods_work_inside_a_running_event_loop(memory):
+    asyncio.get_running_loop()  # we are inside the loop, as in a notebook cell
+    ids = memory.add_many([{"role": "user", "content": "I play the cello in an orchestra"},
+                           {"role": "assistant", "content": "How lovely!"}], session_id="s", user_id="u")
+    memory.add("user", "Rehearsals are on Thursdays", session_id="s", user_id="u")
+    hits = memory.search("which instrument do I play?", user_id="u", k=1)
+    assert hits[0].id == ids[0]
+    ctx = memory.build_context("instrument", user_id="u", session_id="s")
+    assert isinstance(ctx, MemoryContext) and ctx.recent
+    assert len(memory.get_messages("s", user_id="u")) == 3
+    assert memory.stats().messages == 3
+
+
+async def test_async_twins_do_the_same_work(memory, tmp_path):
+    ids = await memory.aadd_many([{"role": "user", "content": "My favourite tea is genmaicha"}],
+                                 session_id="s", user_id="u")
+    one = await memory.aadd("user", "I drink it every morning", session_id="s", user_id="u")
+    hits = await memory.asearch("what tea do I like?", user_id="u", k=1)
+    assert hits[0].id == ids[0]
+    ctx = await memory.abuild_context("tea", user_id="u", session_id="s2")
+    assert ids[0] in {i.id for s in ctx.sections for i in s.items}
+    assert [m.id for m in await memory.aget_messages("s", user_id="u")] == [ids[0], one]
+    assert (await memory.astats()).messages == 2
+    dump = tmp_path / "d.jsonl"
+    assert await memory.aexport_jsonl(dump) == 2
+    await memory.aforget(one, user_id="u")
+    assert await memory.aclear_session("s", user_id="u") == 1
+    report = await memory.aimport_jsonl(dump)
+    assert report.imported == 2
+    assert await memory.aforget_user("u") == 2
+
+
+async def test_concurrent_async_writes_are_all_committed(memory):
+    batches = [[{"role": "user", "content": f"batch {b} note {i} about topic {b * 10 + i}"}
+                for i in range(5)] for b in range(4)]
+    results = await asyncio.gather(*(memory.aadd_many(batch, session_id=f"s{b}", user_id="u")
+                                     for b, batch in enumerate(batches)))
+    assert sum(len(r) for r in results) == 20
+    assert memory.stats().messages == 20 and memory.stats().indexed == 20
+
+
+def test_twins_share_signatures():
+    for name in ("add", "add_many", "search", "build_context", "forget", "forget_user",
+                 "clear_session", "get_messages", "export_jsonl", "import_jsonl", "rebuild_index"):
+        sync, twin = getattr(TieredMemory, name), getattr(TieredMemory, "a" + name)
+        assert inspect.iscoroutinefunction(twin), name
+        assert inspect.signature(sync) == inspect.signature(twin), name

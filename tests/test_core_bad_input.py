@@ -1,0 +1,145 @@
+"""Bad input is rejected with a typed error before anything is written; inputs are never mutated."""
+
+from __future__ import annotations
+
+import copy
+import math
+from datetime import datetime, timezone
+
+import pytest
+
+from tiered_memory import (
+    ConfigurationError,
+    ContentTooLargeError,
+    InvalidInputError,
+    MemoryConfig,
+    Message,
+    TieredMemoryError,
+    UsageError,
+)
+from tiered_memory.validation import check_id, normalize_message, to_epoch
+
+OK = {"role": "user", "content": "fine"}
+
+
+@pytest.mark.parametrize("message, fragment", [
+    ({"role": "user", "content": ""}, "non-whitespace"),
+    ({"role": "user", "content": "  \n\t "}, "non-whitespace"),
+    ({"role": "user", "content": None}, "must be a str"),
+    ({"role": "user", "content": 42}, "must be a str"),
+    ({"role": "user", "content": b"bytes"}, "must be a str"),
+    ({"role": "user", "content": "nul \x00 inside"}, "NUL"),
+    ({"role": "user", "content": "lone \ud800 surrogate"}, "surrogate"),
+    ({"role": "robot", "content": "hi"}, "role must be one of"),
+    ({"role": None, "content": "hi"}, "role must be one of"),
+    ({"content": "no role"}, "needs 'role' and 'content'"),
+    ({"role": "user", "content": "x", "colour": "red"}, "unknown message fields"),
+    ({"role": "user", "content": "x", "metadata": {"when": datetime(2024, 1, 1)}}, "JSON-serialisable"),
+    ({"role": "user", "content": "x", "metadata": {"f": math.nan}}, "JSON-serialisable"),
+    ({"role": "user", "content": "x", "metadata": {1: "int key"}}, "keys must be strings"),
+    ({"role": "user", "content": "x", "metadata": ["not", "a", "mapping"]}, "must be a mapping"),
+    ({"role": "user", "content": "x", "timestamp": "last tuesday"}, "ISO 8601"),
+    ({"role": "user", "content": "x", "timestamp": True}, "not bool"),
+    ({"role": "user", "content": "x", "timestamp": math.inf}, "finite"),
+    ("just a string", "dict or Message"),
+])
+def test_normalize_message_rejects(message, fragment):
+    with pytest.raises(InvalidInputError, match=fragment):
+        normalize_message(message, max_chars=1000, max_metadata_bytes=1000, now=0.0)
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("", "non-empty"), ("   ", "non-empty"), (None, "must be a str"), (7, "must be a str"),
+    ("x" * 257, "limit is 256"), ("tab\there", "control characters"),
+])
+def test_check_id_rejects(value, fragment):
+    with pytest.raises(InvalidInputError, match=fragment):
+        check_id(value, "user_id")
+
+
+@pytest.mark.parametrize("value", ["../../etc/passwd", "o'brien; DROP TABLE messages", "用户-1", "a/b\\c"])
+def test_check_id_accepts_any_printable_text(value):
+    assert check_id(value, "user_id") == value
+
+
+@pytest.mark.parametrize("value, expected", [
+    (None, 5.0),
+    (1_700_000_000, 1_700_000_000.0),
+    ("2024-01-01T00:00:00Z", 1_704_067_200.0),
+    ("2024-01-01T01:00:00+01:00", 1_704_067_200.0),
+    (datetime(2024, 1, 1), 1_704_067_200.0),  # naive = UTC
+    (datetime(2024, 1, 1, tzinfo=timezone.utc), 1_704_067_200.0),
+])
+def test_to_epoch(value, expected):
+    assert to_epoch(value, 5.0) == expected
+
+
+def test_a_bad_message_in_a_batch_writes_nothing_and_says_which(memory):
+    batch = [OK, OK, {"role": "user", "content": ""}, OK]
+    with pytest.raises(InvalidInputError, match="message 2"):
+        memory.add_many(batch, session_id="s", user_id="u")
+    assert memory.stats().messages == 0 and memory.stats().vectors == 0
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"session_id": "", "user_id": "u"}, "session_id"),
+    ({"session_id": "s", "user_id": ""}, "user_id"),
+    ({"session_id": "s", "user_id": None}, "user_id"),
+])
+def test_missing_ids_are_rejected(memory, kwargs, fragment):
+    with pytest.raises(InvalidInputError, match=fragment):
+        memory.add("user", "hello", **kwargs)
+    assert memory.stats().messages == 0
+
+
+def test_oversize_content_uses_the_configured_limit(make_memory):
+    memory = make_memory(config=MemoryConfig(max_content_chars=50))
+    with pytest.raises(ContentTooLargeError, match="limit is 50") as info:
+        memory.add("user", "x" * 51, session_id="s", user_id="u")
+    assert isinstance(info.value, InvalidInputError)
+    memory.add("user", "x" * 50, session_id="s", user_id="u")
+    assert memory.stats().messages == 1
+
+
+def test_oversize_metadata_is_rejected(make_memory):
+    memory = make_memory(config=MemoryConfig(max_metadata_bytes=100))
+    with pytest.raises(InvalidInputError, match="limit is 100"):
+        memory.add("user", "x", session_id="s", user_id="u", metadata={"blob": "y" * 200})
+    assert memory.stats().messages == 0
+
+
+@pytest.mark.parametrize("query, k, fragment", [
+    ("", 5, "non-empty"), ("   ", 5, "non-empty"), (None, 5, "non-empty"),
+    ("ok", 0, "positive"), ("ok", -1, "positive"), ("ok", "3", "positive"),
+])
+def test_bad_search_arguments(memory, query, k, fragment):
+    with pytest.raises(InvalidInputError, match=fragment):
+        memory.search(query, user_id="u", k=k)
+
+
+def test_unknown_vector_store_is_a_configuration_error(tmp_path, embedder):
+    from tiered_memory import TieredMemory
+
+    with pytest.raises(ConfigurationError, match="vector_store"):
+        TieredMemory(tmp_path / "m", embedder=embedder, vector_store="faiss")
+    # nothing is left locked: the folder opens afterwards
+    TieredMemory(tmp_path / "m", embedder=embedder).close()
+
+
+def test_caller_inputs_are_never_mutated(memory):
+    meta = {"tags": ["a", "b"], "nested": {"k": [1, 2]}}
+    msgs = [{"role": "user", "content": "one", "metadata": meta},
+            Message(role="assistant", content="two", metadata=meta, timestamp="2024-05-01T00:00:00Z")]
+    snapshot = copy.deepcopy(msgs)
+    memory.add_many(msgs, session_id="s", user_id="u")
+    assert msgs == snapshot
+    stored = memory.get_messages("s", user_id="u")
+    stored[0].metadata["tags"].append("changed after the fact")
+    meta["nested"]["k"].append(3)
+    assert memory.get_messages("s", user_id="u")[0].metadata == {"tags": ["a", "b"], "nested": {"k": [1, 2]}}
+
+
+def test_every_error_is_a_tiered_memory_error_and_usage_errors_are_value_errors():
+    assert issubclass(InvalidInputError, UsageError)
+    assert issubclass(UsageError, ValueError)
+    assert issubclass(UsageError, TieredMemoryError)
