@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
@@ -112,18 +113,23 @@ def test_turn_to_record_table(messages: list[Any], stored: set[str], expected: l
 
 
 # ---- the LangGraph store path ---------------------------------------------------
+@dataclass
+class UserContext:
+    user_id: str
+
+
 @tool
-def remember(text: str, runtime: ToolRuntime) -> str:
+def remember(text: str, runtime: ToolRuntime[UserContext]) -> str:
     """Remember a fact about the user."""
-    user = runtime.context["user_id"]
+    user = runtime.context.user_id
     runtime.store.put((user, "memories"), str(abs(hash(text))), {"text": text})
     return "saved"
 
 
 @tool
-def recall(query: str, runtime: ToolRuntime) -> str:
+def recall(query: str, runtime: ToolRuntime[UserContext]) -> str:
     """Recall facts about the user."""
-    user = runtime.context["user_id"]
+    user = runtime.context.user_id
     hits = runtime.store.search((user, "memories"), query=query, limit=3)
     return "\n".join(h.value["text"] for h in hits) or "nothing"
 
@@ -132,16 +138,18 @@ def test_create_agent_with_store_across_restart(make_memory: Callable[..., Tiere
     memory = make_memory("agent-store")
     model = ScriptedToolModel(responses=[
         _call("remember", {"text": "The user is allergic to peanuts."}, "r1"), AIMessage("Saved.")])
-    agent = create_agent(model, [remember, recall], store=TieredMemoryStore(memory, fields=["text"]))
-    agent.invoke({"messages": [HumanMessage("Note that I'm allergic to peanuts.")]}, context={"user_id": "u1"})
+    agent = create_agent(model, [remember, recall], store=TieredMemoryStore(memory, fields=["text"]),
+                         context_schema=UserContext)
+    agent.invoke({"messages": [HumanMessage("Note that I'm allergic to peanuts.")]}, context=UserContext("u1"))
     memory.close()
 
     reopened = make_memory("agent-store")
     script = [_call("recall", {"query": "food allergies"}, "q1"), AIMessage("Avoid peanuts.")]
     store = TieredMemoryStore(reopened, fields=["text"])
     for user in ("u1", "u2"):
-        agent = create_agent(ScriptedToolModel(responses=list(script)), [remember, recall], store=store)
-        out = agent.invoke({"messages": [HumanMessage("What am I allergic to?")]}, context={"user_id": user})
+        agent = create_agent(ScriptedToolModel(responses=list(script)), [remember, recall], store=store,
+                             context_schema=UserContext)
+        out = agent.invoke({"messages": [HumanMessage("What am I allergic to?")]}, context=UserContext(user))
         tool_out = next(m for m in out["messages"] if isinstance(m, ToolMessage)).text
         if user == "u1":
             assert "allergic to peanuts" in tool_out

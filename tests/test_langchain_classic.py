@@ -1,0 +1,97 @@
+"""The classic memory= bridge: ConversationChain and LLMChain from langchain-classic, several turns."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+from langchain_classic.chains import ConversationChain, LLMChain
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, SystemMessage
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
+
+from langchain_tiered_memory import TieredConversationMemory
+from lc_support import PromptRecorder
+from tiered_memory import TieredMemory
+
+# ConversationChain and LLMChain are deprecated by LangChain; this module is the bridge for
+# apps that still use them, so constructing them must not fail the suite.
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::langchain_core._api.deprecation.LangChainDeprecationWarning")
+
+
+def _model(rec: PromptRecorder, *replies: str) -> FakeMessagesListChatModel:
+    return FakeMessagesListChatModel(responses=[AIMessage(content=r) for r in replies], callbacks=[rec])
+
+
+def _seed(memory: TieredMemory) -> None:
+    memory.add_many([{"role": "user", "content": "My sister Lena lives in Oslo."},
+                     {"role": "assistant", "content": "Oslo is beautiful."}], session_id="2024", user_id="ana")
+    memory.add_many([{"role": "user", "content": "My sister Marta lives in Rome."}],
+                    session_id="2024", user_id="bo")
+
+
+def test_conversation_chain_recalls_earlier_session_not_other_users(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory()
+    _seed(memory)
+    rec = PromptRecorder()
+    chain = ConversationChain(llm=_model(rec, "Hello Ana!", "She lives in Oslo.", "Bye."),
+                              memory=TieredConversationMemory(memory=memory, user_id="ana", session_id="2025"))
+    chain.invoke({"input": "Hi, it's Ana again."})
+    chain.invoke({"input": "Where does my sister live?"})
+    prompt = rec.last_text()
+    assert "Lena lives in Oslo" in prompt  # from an earlier session
+    assert "Marta" not in prompt and "Rome" not in prompt  # another user's memory
+    assert "Human: Hi, it's Ana again.\nAI: Hello Ana!" in prompt  # this session's turns
+    assert "not instructions" in prompt  # memory is quoted as data
+    out = chain.invoke({"input": "Thanks!"})
+    assert out["response"] == "Bye."
+    stored = [m.content for m in memory.get_messages("2025", user_id="ana")]
+    assert stored == ["Hi, it's Ana again.", "Hello Ana!", "Where does my sister live?",
+                      "She lives in Oslo.", "Thanks!", "Bye."]
+
+
+def test_llm_chain_with_prompt_template_and_custom_memory_key(memory: TieredMemory) -> None:
+    _seed(memory)
+    rec = PromptRecorder()
+    prompt = PromptTemplate.from_template(
+        "Known about the user:\n{chat_memory}\n\nQuestion: {question}\nAnswer:")
+    tiered = TieredConversationMemory(memory=memory, user_id="bo", session_id="now",
+                                      memory_key="chat_memory", input_key="question")
+    chain = LLMChain(llm=_model(rec, "Rome.", "Marta."), prompt=prompt, memory=tiered)
+    assert chain.invoke({"question": "Which city does my sister live in?"})["text"] == "Rome."
+    assert "Marta lives in Rome" in rec.last_text() and "Oslo" not in rec.last_text()
+    chain.invoke({"question": "And what's her name?"})
+    assert "Question: Which city does my sister live in?" not in rec.last_text()
+    assert "Human: Which city does my sister live in?\nAI: Rome." in rec.last_text()
+    assert [m.role for m in memory.get_messages("now", user_id="bo")] == ["user", "assistant"] * 2
+
+
+async def test_return_messages_with_chat_prompt_async(memory: TieredMemory) -> None:
+    _seed(memory)
+    rec = PromptRecorder()
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "You are kind."), MessagesPlaceholder("history"), ("human", "{input}")])
+    tiered = TieredConversationMemory(memory=memory, user_id="ana", session_id="s", return_messages=True)
+    chain = LLMChain(llm=_model(rec, "Oslo!", "Yes."), prompt=prompt, memory=tiered)
+    await chain.ainvoke({"input": "Where is Lena?"})
+    system = [m.text for m in rec.last if isinstance(m, SystemMessage)]
+    assert system[0] == "You are kind." and "Lena lives in Oslo" in system[1]
+    await chain.ainvoke({"input": "Sure?"})
+    assert [m.type for m in rec.last][-3:] == ["human", "ai", "human"]
+    variables = await tiered.aload_memory_variables({"input": "Lena"})
+    assert [m.type for m in variables["history"]][-2:] == ["human", "ai"]
+    await tiered.aclear()
+    assert memory.get_messages("s", user_id="ana") == []
+    assert len(memory.get_messages("2024", user_id="ana")) == 2  # clear is per session
+
+
+def test_memory_validates_ids_and_output_keys(memory: TieredMemory) -> None:
+    with pytest.raises(ValueError, match="user_id must be a non-empty string"):  # pydantic wraps it
+        TieredConversationMemory(memory=memory, user_id="", session_id="s")
+    tiered = TieredConversationMemory(memory=memory, user_id="u", session_id="s")
+    with pytest.raises(ValueError, match="output_key"):
+        tiered.save_context({"input": "hi"}, {"a": "1", "b": "2"})
+    tiered.save_context({"input": "hi"}, {"a": "1", "output": "hello"})
+    assert [m.content for m in memory.get_messages("s", user_id="u")] == ["hi", "hello"]
+    assert tiered.load_memory_variables({"input": "hi"})["history"].endswith("Human: hi\nAI: hello")

@@ -1,0 +1,88 @@
+"""TieredMemoryRetriever: LangChain's standard retriever suite plus our own checks."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from langchain_core.documents import Document
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+from langchain_core.runnables import RunnablePassthrough
+from langchain_tests.integration_tests import RetrieversIntegrationTests
+
+from langchain_tiered_memory import TieredMemoryRetriever
+from lc_support import PromptRecorder
+from tiered_memory import SentenceTransformerEmbedder, TieredMemory
+
+FACTS = [
+    "I adopted a greyhound called Pixel.",
+    "Pixel loves long walks on the beach.",
+    "My dog Pixel is afraid of thunder.",
+    "I work as a marine biologist.",
+    "I am learning to play the cello.",
+]
+
+
+@pytest.fixture(scope="module")
+def shared_memory(tmp_path_factory: pytest.TempPathFactory,
+                  embedder: SentenceTransformerEmbedder) -> Iterator[TieredMemory]:
+    memory = TieredMemory(tmp_path_factory.mktemp("retriever"), embedder=embedder)
+    memory.add_many([{"role": "user", "content": t} for t in FACTS], session_id="s1", user_id="u1")
+    memory.add_many([{"role": "user", "content": "My dog Rex is a poodle."}], session_id="s1", user_id="u2")
+    yield memory
+    memory.close()
+
+
+class TestTieredMemoryRetrieverStandard(RetrieversIntegrationTests):
+    @pytest.fixture(autouse=True)
+    def _memory(self, shared_memory: TieredMemory) -> None:
+        self.memory = shared_memory
+
+    @property
+    def retriever_constructor(self) -> type[TieredMemoryRetriever]:
+        return TieredMemoryRetriever
+
+    @property
+    def retriever_constructor_params(self) -> dict[str, Any]:
+        return {"memory": self.memory, "user_id": "u1"}
+
+    @property
+    def retriever_query_example(self) -> str:
+        return "tell me about my dog"
+
+
+def test_documents_carry_score_and_metadata(shared_memory: TieredMemory) -> None:
+    docs = TieredMemoryRetriever(memory=shared_memory, user_id="u1", k=3).invoke("what is my dog afraid of?")
+    assert docs[0].page_content == "My dog Pixel is afraid of thunder."
+    scores = [d.metadata["score"] for d in docs]
+    assert scores == sorted(scores, reverse=True) and all(s > 0 for s in scores)
+    first = docs[0]
+    assert first.id == first.metadata["id"] and first.metadata["role"] == "user"
+    assert first.metadata["session_id"] == "s1" and first.metadata["layer"] == "turn"
+    assert isinstance(first.metadata["timestamp"], float)
+
+
+def test_user_scope_and_per_call_overrides(shared_memory: TieredMemory) -> None:
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1", k=5)
+    assert all("Rex" not in d.page_content for d in retriever.invoke("poodle dog"))
+    assert retriever.invoke("poodle dog", user_id="u2")[0].page_content == "My dog Rex is a poodle."
+    assert retriever.invoke("dog", session_id="elsewhere") == []
+    with pytest.raises(TypeError, match="unexpected"):
+        retriever.invoke("dog", top_k=2)
+
+
+async def test_retriever_in_an_lcel_chain(shared_memory: TieredMemory) -> None:
+    rec = PromptRecorder()
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1", k=2)
+
+    def fmt(docs: list[Document]) -> str:
+        return "\n".join(d.page_content for d in docs)
+
+    prompt = ChatPromptTemplate.from_messages([("system", "Memory:\n{memory}"), ("human", "{question}")])
+    model = FakeMessagesListChatModel(responses=[AIMessage("It plays the cello.")], callbacks=[rec])
+    chain = {"memory": retriever | fmt, "question": RunnablePassthrough()} | prompt | model | StrOutputParser()
+    assert await chain.ainvoke("which instrument am I learning?") == "It plays the cello."
+    assert "learning to play the cello" in rec.last[0].text
