@@ -1,0 +1,20 @@
+from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import Memory
+
+from llamaindex_tiered_memory import TieredMemoryBlock, end_session, offline_tokenizer
+from tiered_memory import TieredMemory
+
+store = TieredMemory()  # ~/.tiered-memory (or $TIERED_MEMORY_HOME): SQLite + Chroma + MiniLM
+block = TieredMemoryBlock(memory=store, user_id="alice")
+
+monday = Memory.from_defaults(session_id="monday", memory_blocks=[block],
+                              tokenizer_fn=offline_tokenizer())  # no tiktoken download
+monday.put_messages([ChatMessage(role="user", content="I'm vegetarian and I live in Lisbon."),
+                     ChatMessage(role="assistant", content="Noted!")])
+end_session(monday)  # what is still short-term goes to long-term memory
+
+tuesday = Memory.from_defaults(session_id="tuesday", memory_blocks=[block],
+                               tokenizer_fn=offline_tokenizer())
+print(tuesday.get(input="Where should I eat tonight?")[0].content)  # memory: Lisbon, vegetarian
+# agent.run("Where should I eat tonight?", memory=tuesday) -- any FunctionAgent / ReActAgent
+store.close()

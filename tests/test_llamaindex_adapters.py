@@ -1,0 +1,173 @@
+"""The LlamaIndex LLM and embedding adapters, the public surface, and the README snippet."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import runpy
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_index.core")
+
+from llama_index.core.embeddings import MockEmbedding  # noqa: E402
+from llama_index.core.llms import MockLLM  # noqa: E402
+
+import llamaindex_tiered_memory  # noqa: E402
+from llamaindex_tiered_memory import LlamaIndexEmbedder, LlamaIndexLLM, TieredMemoryEmbedding  # noqa: E402
+from tiered_memory import SentenceTransformerEmbedder, TieredMemory  # noqa: E402
+from tiered_memory.errors import ConfigurationError, EmbeddingError, LLMError  # noqa: E402
+from tiered_memory.llm import resolve_llm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SNIPPET = ROOT / "docs" / "snippets" / "llamaindex_block.py"
+
+
+def test_public_surface() -> None:
+    assert sorted(llamaindex_tiered_memory.__all__) == [
+        "LlamaIndexEmbedder", "LlamaIndexLLM", "TieredMemoryBlock", "TieredMemoryEmbedding",
+        "WriteThroughMemory", "aend_session", "end_session", "offline_tokenizer"]
+    for name in llamaindex_tiered_memory.__all__:
+        assert getattr(llamaindex_tiered_memory, name).__doc__
+
+
+def test_missing_llamaindex_names_the_extra() -> None:
+    code = ("import sys; sys.modules['llama_index'] = None; sys.modules['llama_index.core'] = None\n"
+            "import llamaindex_tiered_memory")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)
+    assert result.returncode != 0
+    assert "MissingDependencyError" in result.stderr
+    assert 'pip install "tiered-memory[llamaindex]"' in result.stderr
+
+
+# ---- LLM -----------------------------------------------------------------------
+async def test_any_llamaindex_llm_becomes_a_core_llm() -> None:
+    llm = resolve_llm(MockLLM())  # what TieredMemory(llm=MockLLM()) does
+    assert isinstance(llm, LlamaIndexLLM)
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Say hi"}]
+    before = json.dumps(messages)
+    text = await llm.complete(messages, json_mode=True, max_tokens=None)
+    assert "Say hi" in text and "Be brief." in text  # MockLLM echoes its prompt
+    assert json.dumps(messages) == before
+    assert await LlamaIndexLLM(MockLLM()).complete(messages, max_tokens=3) == "text text text"
+    with pytest.raises(ConfigurationError):
+        LlamaIndexLLM("gpt-4o")  # type: ignore[arg-type]
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """An OpenAI-compatible endpoint that records request bodies and answers '{"ok": true}'."""
+
+    bodies: list[dict[str, Any]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        payload = json.dumps({
+            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": '{"ok": true}'}}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def openai_endpoint() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    _Recorder.bodies = []
+    server = HTTPServer(("127.0.0.1", 0), _Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1", _Recorder.bodies
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=5)
+
+
+async def test_openai_like_json_mode_and_max_tokens_reach_the_request(
+    openai_endpoint: tuple[str, list[dict[str, Any]]],
+) -> None:
+    from llama_index.llms.openai_like import OpenAILike
+
+    url, bodies = openai_endpoint
+    model = OpenAILike(api_base=url, model="qwen", api_key="x", is_chat_model=True,
+                       is_function_calling_model=False, max_tokens=256, max_retries=0)
+    llm = LlamaIndexLLM(model)
+    out = await llm.complete([{"role": "user", "content": "Give JSON"}], json_mode=True, max_tokens=64)
+    assert json.loads(out) == {"ok": True}
+    await llm.complete([{"role": "user", "content": "plain"}])
+    assert bodies[0]["response_format"] == {"type": "json_object"}
+    assert bodies[0]["max_tokens"] == 64
+    assert bodies[0]["messages"] == [{"role": "user", "content": "Give JSON"}]
+    assert "response_format" not in bodies[1] and bodies[1]["max_tokens"] == 256
+    assert model.max_tokens == 256  # the caller's LLM is not changed
+
+
+async def test_llm_failures_become_llm_error() -> None:
+    from llama_index.llms.openai_like import OpenAILike
+
+    dead = OpenAILike(api_base="http://127.0.0.1:9/v1", model="qwen", api_key="x",
+                      is_chat_model=True, max_retries=0, timeout=5)
+    with pytest.raises(LLMError, match="OpenAILike"):
+        await LlamaIndexLLM(dead).complete([{"role": "user", "content": "hi"}])
+
+
+# ---- embeddings ------------------------------------------------------------------
+def test_bundled_model_as_a_llamaindex_embedding(embedder: SentenceTransformerEmbedder) -> None:
+    li = TieredMemoryEmbedding()
+    texts = ["I live in Lisbon", "my cat is called Miso"]
+    mine = np.asarray(li.get_text_embedding_batch(texts))
+    assert mine.shape == (2, 384)
+    assert np.allclose(mine, np.asarray(embedder.embed_documents(texts)), atol=1e-5)
+    query = asyncio.run(li.aget_query_embedding("where do I live?"))
+    assert np.allclose(query, embedder.embed_query("where do I live?"), atol=1e-5)
+
+
+def test_a_llamaindex_embedding_replaces_the_bundled_model(
+    make_memory: Callable[..., TieredMemory],
+) -> None:
+    wrapped = LlamaIndexEmbedder(TieredMemoryEmbedding())
+    assert wrapped.name == "llamaindex:TieredMemoryEmbedding:all-MiniLM-L6-v2 (bundled)"
+    tm = make_memory("li-embed", embedder=wrapped)
+    tm.add_many([{"role": "user", "content": "I live in Lisbon"},
+                 {"role": "user", "content": "My favourite sport is rowing"}], session_id="s", user_id="u")
+    assert tm.search("which city is home?", user_id="u", k=1)[0].text == "I live in Lisbon"
+    assert tm.store.get_meta("embedder") == wrapped.name
+
+    mock = LlamaIndexEmbedder(MockEmbedding(embed_dim=8))
+    assert mock.embed_documents(["a", "b"]) == [[0.5] * 8, [0.5] * 8]
+    with pytest.raises(ConfigurationError):
+        LlamaIndexEmbedder(SentenceTransformerEmbedder())  # type: ignore[arg-type]
+
+
+def test_embedding_failures_become_embedding_error(tmp_path: Path) -> None:
+    missing_model = LlamaIndexEmbedder(TieredMemoryEmbedding(model=str(tmp_path / "no-such-model")))
+    with pytest.raises(EmbeddingError, match="no-such-model"):
+        missing_model.embed_documents(["x"])
+
+
+# ---- the README snippet ------------------------------------------------------------
+def test_readme_snippet_runs_offline(
+    embedder: SentenceTransformerEmbedder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("TIERED_MEMORY_HOME", str(tmp_path / "home"))
+    runpy.run_path(str(SNIPPET), run_name="__main__")
+    out = capsys.readouterr().out
+    memory = out.split('<memory section="', 1)[1]
+    assert "Lisbon" in memory and "vegetarian" in memory
+    assert (tmp_path / "home" / "records.sqlite3").exists()
