@@ -1,0 +1,54 @@
+"""Near-duplicates are stored in the transcript but not indexed twice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tiered_memory import MemoryConfig
+from tiered_memory.indexing import find_duplicates
+
+
+def unit(*xs: float) -> list[float]:
+    v = np.asarray(xs, dtype=np.float32)
+    return list(v / np.linalg.norm(v))
+
+
+@pytest.mark.parametrize("vectors, users, nearest, expected", [
+    # nothing indexed yet, two distinct rows
+    ([unit(1, 0), unit(0, 1)], ["u", "u"], [None, None], {}),
+    # the same row twice in one batch: the second duplicates the first
+    ([unit(1, 0), unit(1, 0.01)], ["u", "u"], [None, None], {"b": "a"}),
+    # ... unless the users differ
+    ([unit(1, 0), unit(1, 0.01)], ["u", "v"], [None, None], {}),
+    # close to an already-indexed memory of this user
+    ([unit(1, 0), unit(0, 1)], ["u", "u"], [("old", 0.97), ("old2", 0.5)], {"a": "old"}),
+    # a duplicate is never the original of a later row: c matches b (a dup), not indexed a
+    ([unit(1, 0), unit(0, 1), unit(0, 1)], ["u", "u", "u"], [None, ("x", 0.99), None], {"b": "x"}),
+])
+def test_find_duplicates(vectors, users, nearest, expected):
+    ids = ["a", "b", "c"][: len(vectors)]
+    assert find_duplicates(np.asarray(vectors), users, nearest, ids, 0.95) == expected
+
+
+def test_near_duplicate_is_kept_in_the_transcript_but_indexed_once(memory):
+    first = memory.add("user", "I live in Lisbon", session_id="s", user_id="u")
+    second = memory.add("user", "I live in Lisbon", session_id="s2", user_id="u")
+    other = memory.add("user", "My favourite colour is green.", session_id="s", user_id="u")
+    assert [m.id for m in memory.get_messages("s2", user_id="u")] == [second]
+    assert memory.index.ids("u") == {first, other}
+    s = memory.stats()
+    assert (s.messages, s.vectors, s.duplicates) == (3, 2, 1)
+
+
+def test_the_same_text_for_two_users_is_indexed_for_both(memory):
+    a = memory.add("user", "I am allergic to penicillin.", session_id="s", user_id="a")
+    b = memory.add("user", "I am allergic to penicillin.", session_id="s", user_id="b")
+    assert memory.index.ids("a") == {a} and memory.index.ids("b") == {b}
+
+
+def test_threshold_is_configurable(make_memory):
+    memory = make_memory(config=MemoryConfig(dedup_threshold=1.01))  # above 1: never a duplicate
+    memory.add_many([{"role": "user", "content": "same words"}, {"role": "user", "content": "same words"}],
+                    session_id="s", user_id="u")
+    assert memory.stats().vectors == 2 and memory.stats().duplicates == 0

@@ -1,0 +1,63 @@
+"""Embedding: long texts are chunked instead of truncated; model loading is quiet."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tiered_memory.embedding import chunk_token_ids, embed, normalize
+
+
+@pytest.mark.parametrize("n, window, overlap, expected", [
+    (5, 10, 2, [[0, 1, 2, 3, 4]]),
+    (10, 10, 2, [list(range(10))]),
+    (12, 10, 2, [list(range(10)), [8, 9, 10, 11]]),
+    (20, 8, 0, [list(range(8)), list(range(8, 16)), list(range(16, 20))]),
+    (0, 4, 1, [[]]),
+])
+def test_chunk_token_ids(n, window, overlap, expected):
+    assert chunk_token_ids(list(range(n)), window, overlap) == expected
+
+
+FILLER = ("We talked about the weather, the garden, tomato seedlings, compost, watering schedules "
+          "and the neighbour's noisy lawnmower. ") * 40
+LATE_FACT = "Important: my gym locker code is 4471 and the locker is in the basement."
+
+
+def test_text_longer_than_the_model_window_is_chunked_not_truncated(embedder):
+    text = FILLER + LATE_FACT
+    tokens = embedder.model.tokenizer.encode(text, add_special_tokens=False)
+    assert len(tokens) > embedder.model.max_seq_length  # really longer than the window
+    chunked = embedder.embed_array([text])[0]
+    truncated = normalize(embedder.model.encode([text], convert_to_numpy=True))[0]  # model truncates
+    query = np.asarray(embedder.embed_query("what is my locker code?"))
+    assert float(np.linalg.norm(chunked)) == pytest.approx(1.0, abs=1e-4)
+    # the fact at the end is only visible to the chunked embedding
+    assert float(query @ chunked) > float(query @ truncated) + 0.05
+
+
+def test_long_message_is_found_by_its_late_fact(memory):
+    long_id = memory.add("user", FILLER + LATE_FACT, session_id="s", user_id="u")
+    memory.add("user", "The tomatoes need watering twice a week.", session_id="s", user_id="u")
+    hit = memory.search("basement locker combination", user_id="u", k=1)[0]
+    assert hit.id == long_id
+
+
+def test_any_embeddings_object_works_and_is_normalised():
+    class Plain:
+        def embed_documents(self, texts):
+            return [[3.0, 4.0] for _ in texts]
+
+        def embed_query(self, text):
+            return [3.0, 4.0]
+
+    out = embed(Plain(), ["a", "b"])
+    assert out.dtype == np.float32 and out.shape == (2, 2)
+    assert np.allclose(out, [[0.6, 0.8], [0.6, 0.8]])
+
+
+def test_loading_the_model_restores_transformers_progress_bar_setting(embedder):
+    from transformers.utils import logging as hf_logging
+
+    embedder.embed_query("already loaded")  # the fixture loaded it; settings were put back
+    assert hf_logging.is_progress_bar_enabled()
