@@ -14,13 +14,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from .retrieval import keywords
+from .retrieval import STOPWORDS, keywords
 from .types import StoredMessage
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 _ENTITY = re.compile(r"\b(?:[A-Z][a-zA-Z0-9'&-]+)(?:\s+(?:of|de|da|van|von|the)?\s*[A-Z][a-zA-Z0-9'&-]+)*")
 _ID = re.compile(
-    r"\b(?:[A-Z]{2,}[-_]\d+|[A-Za-z]+-\d{2,}|#\d+|[0-9a-f]{8,}(?:-[0-9a-f]{4,})*)\b"
+    r"\b(?:[A-Z]{2,}[-_]\d+|[A-Za-z]+-\d{2,}|[0-9a-f]{8,}(?:-[0-9a-f]{4,})*)\b|(?<!\w)#\d+\b"
     r"|[\w.+-]+@[\w-]+\.[\w.]+|https?://\S+")
 _NUMBER = re.compile(r"(?<![\w.])[$€£]?\d+(?:[.,]\d+)*(?:\s?(?:%|k|kg|km|mb|gb|ms|s|h|usd|eur))?(?![\w])", re.I)
 _MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|december|"
@@ -35,7 +35,9 @@ _DATE = re.compile(
 _COMMON_CAPS = frozenset(
     "I I'm I'll I've I'd The A An And But So Yes No Ok Okay Sure Thanks Thank Hi Hello Hey Please "
     "What When Where Why How Who Which Can Could Would Should Will Do Does Did Is Are It It's This That "
-    "We We're Let's Let My You Your Also Then Great Good Maybe Just Here There Also If Not".split())
+    "We We're Let's Let My You Your Also Then Great Good Maybe Just Here There Also If Not Nice Noted Got "
+    "Sounds Perfect Absolutely Certainly Awesome Cool Right Well First Next Finally Now Today Tomorrow "
+    "Yesterday Sorry Use Note Done Welcome Hmm Oh Wow Alright Exactly Indeed Correct True".split())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,18 +69,18 @@ def sentences(text: str) -> list[str]:
 
 def find_entities(text: str) -> list[str]:
     """Capitalised names, in order, no repeats. A lone capitalised word that starts a sentence
-    counts only if it also appears capitalised mid-sentence (so "Nice to meet you" is not a name)."""
+    counts unless it is a common sentence opener ("Nice", "Sure", "Understood", adverbs...)."""
     out: dict[str, None] = {}
     initial: set[int] = {0} | {m.end() for m in re.finditer(r"[.!?]\s+|\n+", text)}
-    mid = {m.group(0) for m in _ENTITY.finditer(text) if m.start() not in initial}
     for m in _ENTITY.finditer(text):
-        if m.start() in initial and " " not in m.group(0) and m.group(0) not in mid and not _ID.fullmatch(m.group(0)):
+        word = m.group(0)
+        if m.start() in initial and " " not in word and (
+                word in _COMMON_CAPS or word.lower() in STOPWORDS or word.lower().endswith(("ly", "ed", "ing"))):
             continue
-        words = [w for w in m.group(0).split() if w not in _COMMON_CAPS]
+        words = [w for w in word.split() if w not in _COMMON_CAPS]
         name = " ".join(words).strip(" '-")
-        if len(name) > 1 and not name.isupper() or (name.isupper() and 2 <= len(name) <= 6):
-            if name and name not in _COMMON_CAPS:
-                out.setdefault(name, None)
+        if name and (not name.isupper() or 2 <= len(name) <= 6):
+            out.setdefault(name, None)
     return list(out)
 
 
@@ -165,7 +167,7 @@ _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
     ("preference", re.compile(rf"\bmy favou?rite (?P<what>[a-z ]{{2,30}}?) is {_OBJ}{_END}", re.I), "User's favourite {what} is {x}", "favourite:{what}", 1),
     ("relationship", re.compile(
         r"\b[Mm]y (?P<rel>wife|husband|partner|girlfriend|boyfriend|son|daughter|brother|sister|mother|mom|mum|father|dad"
-        r"|dog|cat|boss|friend|colleague|manager)(?:'s name)?(?: is| named| called|,)? (?P<x>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
+        r"|dog|cat|boss|friend|colleague|manager)(?:'s name)?(?:\s+(?:is\s+)?(?:named|called)|\s+is|,)?\s+(?P<x>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
         "User's {rel} is {x}", "rel:{rel}", 1),
     ("decision", re.compile(rf"\bwe (?:have )?(?:decided|agreed) (?:to |on |that )?{_OBJ}{_END}", re.I), "Decided: {x}", None, 1),  # type: ignore[list-item]
     ("decision", re.compile(rf"\blet'?s go with {_OBJ}{_END}", re.I), "Decided: go with {x}", None, 1),  # type: ignore[list-item]

@@ -1,0 +1,252 @@
+"""Episodic memory: end_session, LLM paths and fallbacks, search, background compression."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import MemoryConfig, TieredMemory
+from tiered_memory.config import BufferConfig, EpisodeConfig, LLMConfig
+from tiered_memory.episodic import Episode, rank_episodes
+from tiered_memory.errors import LLMError, LLMOutputError, NotFoundError
+from tiered_memory.extractive import extract_episode, find_dates, find_entities, find_ids, find_numbers
+from tiered_memory.testing import ScriptedLLM, chatty, empty, fenced, malformed, timeout
+from tiered_memory.types import StoredMessage
+
+DAY = 86400.0
+CONVO = [
+    {"role": "user", "content": "We need to migrate the billing service BILL-42 to PostgreSQL by 2025-03-01."},
+    {"role": "assistant", "content": "Understood. Which region should the database run in?"},
+    {"role": "user", "content": "Use eu-west-1. Maria from finance approved a budget of $4,000."},
+    {"role": "assistant", "content": "Great, we decided to go with eu-west-1 and PostgreSQL 16."},
+    {"role": "user", "content": "Not sure yet how to handle the archive of old invoices?"},
+]
+GOOD_EPISODE = {
+    "summary": "Planned the PostgreSQL migration of BILL-42 in eu-west-1.",
+    "entities": ["BILL-42", "PostgreSQL", "Maria", "eu-west-1"],
+    "decisions": ["Use PostgreSQL 16 in eu-west-1"],
+    "open_questions": ["How to archive old invoices"],
+    "key_facts": ["Budget approved: $4,000"],
+}
+NO_FACTS = {"facts": []}
+
+
+def _fast_llm_config(**kw: Any) -> MemoryConfig:
+    return MemoryConfig(llm=LLMConfig(timeout_s=kw.pop("timeout_s", 0.2), **kw))
+
+
+# ---- pure helpers -------------------------------------------------------------
+@pytest.mark.parametrize("fn, text, expected", [
+    (find_ids, "see BILL-42, ticket #881 and ops@example.com", ["BILL-42", "#881", "ops@example.com"]),
+    (find_dates, "due 2025-03-01, or March 5th, next Friday", ["2025-03-01", "March 5th", "next Friday"]),
+    (find_numbers, "a budget of $4,000 and 3 servers at 25%", ["$4,000", "3", "25%"]),
+    (find_entities, "Nice to meet you. Maria works with Anna at Acme Corp.", ["Maria", "Anna", "Acme Corp"]),
+])
+def test_rule_finders(fn: Callable[[str], list[str]], text: str, expected: list[str]) -> None:
+    assert fn(text) == expected
+
+
+def _msgs(rows: list[dict[str, str]]) -> list[StoredMessage]:
+    return [StoredMessage(id=f"m{n}", user_id="u", session_id="s", role=r["role"], content=r["content"],
+                          timestamp=1000.0 + n, seq=n + 1) for n, r in enumerate(rows)]
+
+
+def test_extract_episode_by_rules() -> None:
+    ep = extract_episode(_msgs(CONVO))
+    assert "BILL-42" in ep.entities and "Maria" in ep.entities
+    assert any("decided" in d for d in ep.decisions)
+    assert ep.open_questions == ["Not sure yet how to handle the archive of old invoices?"]
+    assert ep.summary and all(s in " ".join(r["content"] for r in CONVO) for s in ep.summary.split(". ")[:1])
+
+
+@pytest.mark.parametrize("scores, ends, weight, expected", [
+    # one entry per episode, its best point wins
+    ({"ep:a:0": 0.9, "ep:a:1": 0.5, "ep:b:0": 0.4}, {"a": 100.0, "b": 100.0}, 0.0, ["a", "b"]),
+    # recency breaks a near tie in favour of the newer episode
+    ({"ep:a:0": 0.50, "ep:b:0": 0.49}, {"a": 100.0 - 300 * DAY, "b": 100.0}, 0.2, ["b", "a"]),
+    # without recency weight, relevance alone decides
+    ({"ep:a:0": 0.50, "ep:b:0": 0.49}, {"a": 100.0 - 300 * DAY, "b": 100.0}, 0.0, ["a", "b"]),
+    # points of unknown episodes are ignored
+    ({"ep:a:0": 0.5, "ep:z:0": 0.9}, {"a": 100.0}, 0.2, ["a"]),
+    ({}, {"a": 1.0}, 0.2, []),
+])
+def test_rank_episodes(scores: dict[str, float], ends: dict[str, float], weight: float,
+                       expected: list[str]) -> None:
+    point_episode = {p: p.split(":")[1] for p in scores}
+    ranked = rank_episodes(scores, point_episode, ends, now=100.0, recency_weight=weight, half_life_days=30)
+    assert [r[0] for r in ranked] == expected
+    assert len({r[0] for r in ranked}) == len(ranked)
+
+
+# ---- end_session --------------------------------------------------------------
+def test_end_session_without_llm_is_extractive(memory: TieredMemory) -> None:
+    ids = memory.add_many(CONVO, session_id="s1", user_id="u1")
+    ep = memory.end_session("s1", user_id="u1")
+    assert isinstance(ep, Episode)
+    assert ep.metadata["method"] == "extractive" and ep.metadata["reason"] == "no llm configured"
+    assert ep.source_ids == ids and ep.turn_count == 3 and ep.session_id == "s1"
+    assert ep.start <= ep.end
+    assert "BILL-42" in ep.entities
+    assert len(memory.get_messages("s1", user_id="u1")) == 5  # raw messages stay
+    assert memory.episodes("u1") == [ep]
+
+
+def test_end_session_with_llm(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": [fenced(GOOD_EPISODE)]})
+    memory = make_memory(llm=llm)
+    memory.add_many(CONVO, session_id="s1", user_id="u1")
+    ep = memory.end_session("s1", user_id="u1")
+    assert ep.metadata == {"method": "llm"}
+    assert ep.summary == GOOD_EPISODE["summary"] and ep.decisions == GOOD_EPISODE["decisions"]
+    assert llm.tasks() == ["facts", "episode"]
+    prompt = llm.calls[1].messages[1]["content"]
+    assert "BILL-42" in prompt and '"' in prompt  # the conversation is quoted
+
+
+@pytest.mark.parametrize("script, error", [
+    ([malformed(), malformed()], "LLMOutputError"),
+    ([empty(), empty()], "LLMOutputError"),
+    ([{"summary": 3, "entities": "x"}, {"summary": ""}], "LLMOutputError"),  # wrong types
+    ([timeout()], "LLMError"),
+    ([RuntimeError("provider exploded")], "LLMError"),
+])
+def test_llm_failure_falls_back_and_keeps_turns(make_memory: Callable[..., TieredMemory],
+                                                script: list[Any], error: str) -> None:
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": script})
+    memory = make_memory(llm=llm, config=_fast_llm_config())
+    ids = memory.add_many(CONVO, session_id="s1", user_id="u1")
+    ep = memory.end_session("s1", user_id="u1")
+    assert ep.metadata["method"] == "extractive"
+    assert ep.metadata["llm_error"].startswith(error + ":")
+    assert ep.source_ids == ids
+    assert [m.id for m in memory.get_messages("s1", user_id="u1")] == ids
+
+
+def test_llm_recovers_on_retry(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": [malformed(), chatty(GOOD_EPISODE)]})
+    memory = make_memory(llm=llm)
+    memory.add_many(CONVO, session_id="s1", user_id="u1")
+    assert memory.end_session("s1", user_id="u1").metadata == {"method": "llm"}
+    assert llm.tasks() == ["facts", "episode", "episode"]
+
+
+@pytest.mark.parametrize("script, exc", [([malformed(), malformed()], LLMOutputError), ([timeout()], LLMError)])
+def test_strict_mode_raises_typed_errors(make_memory: Callable[..., TieredMemory], script: list[Any],
+                                         exc: type[Exception]) -> None:
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": script})
+    memory = make_memory(llm=llm, config=_fast_llm_config(strict=True))
+    ids = memory.add_many(CONVO, session_id="s1", user_id="u1")
+    with pytest.raises(exc):
+        memory.end_session("s1", user_id="u1")
+    assert memory.episodes("u1") == []
+    assert [m.id for m in memory.get_messages("s1", user_id="u1")] == ids
+    # a later run with a working model compresses the same turns
+    memory.llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": [GOOD_EPISODE]})
+    assert memory.end_session("s1", user_id="u1").source_ids == ids
+
+
+def test_end_session_is_idempotent_and_incremental(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS, NO_FACTS], "episode": [GOOD_EPISODE, GOOD_EPISODE]})
+    memory = make_memory(llm=llm)
+    memory.add_many(CONVO, session_id="s1", user_id="u1")
+    first = memory.end_session("s1", user_id="u1")
+    assert memory.end_session("s1", user_id="u1") == first  # nothing new: no LLM call
+    assert len(llm.calls) == 2
+    later = memory.add("user", "Also add monitoring with Grafana.", session_id="s1", user_id="u1")
+    second = memory.end_session("s1", user_id="u1")
+    assert second.id != first.id and second.source_ids == [later]
+    assert [e.id for e in memory.episodes("u1", session_id="s1")] == [first.id, second.id]
+
+
+def test_end_session_of_unknown_session(memory: TieredMemory) -> None:
+    with pytest.raises(NotFoundError):
+        memory.end_session("nope", user_id="u1")
+
+
+async def test_async_and_sync_inside_a_running_loop(memory: TieredMemory) -> None:
+    memory.add_many(CONVO[:2], session_id="a", user_id="u1")
+    memory.add_many(CONVO[2:], session_id="b", user_id="u1")
+    ep_a = await memory.aend_session("a", user_id="u1")
+    ep_b = memory.end_session("b", user_id="u1")  # sync twin while a loop runs (Jupyter)
+    assert {ep_a.session_id, ep_b.session_id} == {"a", "b"}
+
+
+# ---- search ---------------------------------------------------------------------
+def _session(memory: TieredMemory, sid: str, texts: list[str], ts: float) -> Episode:
+    memory.add_many([{"role": "user", "content": t, "timestamp": ts + n} for n, t in enumerate(texts)],
+                    session_id=sid, user_id="u1")
+    return memory.end_session(sid, user_id="u1")
+
+
+def test_search_episodes_whole_episodes_one_each(memory: TieredMemory) -> None:
+    now = time.time()
+    db = _session(memory, "db", ["We decided to use PostgreSQL for billing.", "Postgres replicas in eu-west-1."],
+                  now - 10 * DAY)
+    trip = _session(memory, "trip", ["I am planning a trip to Japan in April.", "Kyoto temples and sushi."],
+                    now - 5 * DAY)
+    hits = memory.search_episodes("which database did we choose for billing?", user_id="u1", k=5)
+    assert [h.episode.id for h in hits][0] == db.id
+    assert len({h.episode.id for h in hits}) == len(hits)
+    assert hits[0].matched and "explanation" not in hits[0].matched
+    assert memory.search_episodes("Japan trip", user_id="u1")[0].episode.id == trip.id
+    assert memory.episodes("u1")[0].access_count >= 1  # access patterns updated
+
+
+def test_search_episodes_prefers_recent_among_equals(make_memory: Callable[..., TieredMemory]) -> None:
+    config = MemoryConfig(episodes=EpisodeConfig(recency_weight=0.5))
+    memory = make_memory(config=config)
+    now = time.time()
+    old = _session(memory, "old", ["Weekly sync about the release checklist."], now - 200 * DAY)
+    new = _session(memory, "new", ["Weekly sync about the release checklist."], now - 1 * DAY)
+    hits = memory.search_episodes("release checklist sync", user_id="u1")
+    assert [h.episode.id for h in hits] == [new.id, old.id]
+
+
+def test_episodes_are_per_user(memory: TieredMemory) -> None:
+    memory.add("user", "Secret project Falcon kickoff.", session_id="s", user_id="alice")
+    memory.end_session("s", user_id="alice")
+    memory.add("user", "Gardening tips.", session_id="s", user_id="bob")
+    memory.end_session("s", user_id="bob")
+    assert all(h.episode.user_id == "bob" for h in memory.search_episodes("Falcon project", user_id="bob"))
+
+
+# ---- compress after N turns: never on the add path ------------------------------------
+def test_compress_after_turns_runs_in_background(make_memory: Callable[..., TieredMemory]) -> None:
+    gate = threading.Event()
+
+    def slow_episode(messages: list[dict[str, str]]) -> dict[str, Any]:
+        gate.wait(10)  # the model is "busy": add must not wait for it
+        return GOOD_EPISODE
+
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS, NO_FACTS], "episode": [slow_episode, GOOD_EPISODE]})
+    config = MemoryConfig(buffer=BufferConfig(max_messages=4, max_tokens=2000),
+                          episodes=EpisodeConfig(compress_after_turns=4))
+    memory = make_memory(llm=llm, config=config)
+    t0 = time.perf_counter()
+    ids = []
+    for n in range(6):
+        ids += memory.add_many([{"role": "user", "content": f"step {n} of the rollout plan"},
+                                {"role": "assistant", "content": f"ok, step {n} noted"}],
+                               session_id="s1", user_id="u1")
+    blocked_for = time.perf_counter() - t0
+    assert memory.episodes("u1") == []  # still waiting on the model
+    gate.set()
+    memory.flush(timeout=30)
+    assert blocked_for < 10  # add_many returned while the LLM was blocked
+    [ep] = memory.episodes("u1")
+    buffered = {m.id for m in memory.get_buffer("s1", user_id="u1")}
+    assert ep.source_ids and set(ep.source_ids).isdisjoint(buffered)  # only the evicted part
+    assert ep.source_ids == ids[: len(ep.source_ids)]
+    rest = memory.end_session("s1", user_id="u1")  # the remainder at the end
+    assert rest.id != ep.id and set(rest.source_ids) == set(ids) - set(ep.source_ids)
+
+
+def test_config_is_not_mutated(memory: TieredMemory) -> None:
+    before = dataclasses.asdict(memory.config)
+    memory.add_many(CONVO, session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    assert dataclasses.asdict(memory.config) == before

@@ -1,0 +1,172 @@
+"""The LLM protocol plumbing: JSON out of model text, retry, timeouts, typed errors, resolve_llm."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from pydantic import BaseModel
+
+from tiered_memory.errors import ConfigurationError, LLMError, LLMOutputError
+from tiered_memory.llm import complete_json, find_json_object, parse_output, resolve_llm, strip_fences
+from tiered_memory.testing import Delay, ScriptedLLM, chatty, empty, fenced, malformed, task_of, timeout
+
+
+class Point(BaseModel):
+    x: int
+    tags: list[str] = []
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('{"x": 1}', {"x": 1}),
+    ('```json\n{"x": 2}\n```', {"x": 2}),
+    ('```\n{"x": 3}\n```', {"x": 3}),
+    ('Sure! Here it is: {"x": 4, "tags": ["a"]} Hope it helps.', {"x": 4, "tags": ["a"]}),
+    ('prefix {not json} then {"x": 5}', {"x": 5}),
+    ('{"outer": {"x": 6}}', {"outer": {"x": 6}}),
+    ('text with a brace } and {"x": "}"}', {"x": "}"}),
+    ('[1, 2] and then {"x": 7}', {"x": 7}),
+])
+def test_find_json_object(text: str, expected: dict[str, object]) -> None:
+    assert find_json_object(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "   ", "no json here", '{"x": 1,', "[1, 2, 3]", malformed()])
+def test_find_json_object_rejects(text: str) -> None:
+    with pytest.raises(ValueError):
+        find_json_object(text)
+
+
+def test_strip_fences_leaves_plain_text() -> None:
+    assert strip_fences("  plain  ") == "plain"
+    assert strip_fences("before ```json\n{}\n``` after") == "{}"
+
+
+def test_parse_output_reports_schema_errors() -> None:
+    with pytest.raises(ValueError, match="x"):
+        parse_output('{"x": "not a number"}', Point)
+    assert parse_output(fenced({"x": "3"}), Point).x == 3  # lax coercion of numeric strings
+
+
+async def test_complete_json_valid_first_try() -> None:
+    llm = ScriptedLLM([chatty({"x": 1, "tags": ["t"]})])
+    out = await complete_json(llm, [{"role": "user", "content": "go"}], Point)
+    assert out == Point(x=1, tags=["t"])
+    assert len(llm.calls) == 1 and llm.calls[0].json_mode is True
+
+
+@pytest.mark.parametrize("bad", [malformed(), empty(), '{"x": [1, 2]}', '{"y": 1}', "I cannot do that."])
+async def test_complete_json_retries_once_with_the_error(bad: str) -> None:
+    llm = ScriptedLLM([bad, fenced({"x": 9})])
+    out = await complete_json(llm, [{"role": "user", "content": "go"}], Point, max_tokens=50)
+    assert out.x == 9
+    assert len(llm.calls) == 2
+    retry = llm.calls[1].messages
+    assert retry[-2] == {"role": "assistant", "content": bad[:4000]}
+    assert "invalid" in retry[-1]["content"] and '"x"' in retry[-1]["content"]  # schema shown
+    assert llm.calls[1].max_tokens == 50
+
+
+async def test_complete_json_gives_up_with_typed_error() -> None:
+    llm = ScriptedLLM([malformed(), '{"x": "nope"}'])
+    with pytest.raises(LLMOutputError, match="2 attempts"):
+        await complete_json(llm, [{"role": "user", "content": "go"}], Point)
+    assert len(llm.calls) == 2
+
+
+async def test_complete_json_timeout_is_llm_error() -> None:
+    llm = ScriptedLLM([timeout()])
+    with pytest.raises(LLMError, match="within 0.05 s") as info:
+        await complete_json(llm, [{"role": "user", "content": "go"}], Point, timeout=0.05)
+    assert not isinstance(info.value, LLMOutputError)
+
+
+async def test_complete_json_provider_exception_is_wrapped() -> None:
+    llm = ScriptedLLM([ConnectionError("refused")])
+    with pytest.raises(LLMError, match="ConnectionError: refused") as info:
+        await complete_json(llm, [{"role": "user", "content": "go"}], Point)
+    assert isinstance(info.value.__cause__, ConnectionError)
+
+
+async def test_wrong_return_type_is_llm_error() -> None:
+    llm = ScriptedLLM([lambda messages: 42])  # a broken adapter returning a non-string
+    with pytest.raises(LLMError, match="int"):
+        await complete_json(llm, [{"role": "user", "content": "go"}], Point)
+
+
+async def test_delay_within_timeout_answers() -> None:
+    llm = ScriptedLLM([Delay(0.01, then={"x": 2})])
+    assert (await complete_json(llm, [], Point, timeout=5)).x == 2
+
+
+async def test_scripted_llm_routes_by_task_and_records() -> None:
+    llm = ScriptedLLM(["fallback"], by_task={"episode": ["ep"]}, default="done")
+    sys_msg = {"role": "system", "content": "Task: episode\nDo it."}
+    assert await llm.complete([sys_msg]) == "ep"
+    assert await llm.complete([{"role": "user", "content": "x"}]) == "fallback"
+    assert await llm.complete([]) == "done"
+    assert llm.tasks() == ["episode", None, None]
+    assert task_of([sys_msg]) == "episode"
+
+
+async def test_scripted_llm_without_steps_fails_loudly() -> None:
+    with pytest.raises(AssertionError, match="no step left"):
+        await ScriptedLLM().complete([])
+
+
+async def test_scripted_llm_does_not_mutate_messages() -> None:
+    messages = [{"role": "user", "content": "hi"}]
+    llm = ScriptedLLM(["ok"])
+    await llm.complete(messages)
+    llm.calls[0].messages[0]["content"] = "changed"
+    assert messages == [{"role": "user", "content": "hi"}]
+
+
+def test_resolve_llm_accepts_protocol_objects() -> None:
+    llm = ScriptedLLM()
+    assert resolve_llm(llm) is llm
+    assert resolve_llm(None) is None
+
+
+@pytest.mark.parametrize("obj", [object(), "gpt-4o", 42])
+def test_resolve_llm_rejects_other_objects(obj: object) -> None:
+    with pytest.raises(ConfigurationError, match="async def complete"):
+        resolve_llm(obj)
+
+
+def test_resolve_llm_rejects_sync_complete() -> None:
+    class Sync:
+        def complete(self, messages: list[dict[str, str]], *, json_mode: bool = False,
+                     max_tokens: int | None = None) -> str:
+            return "x"
+
+    with pytest.raises(ConfigurationError):
+        resolve_llm(Sync())
+
+
+async def test_resolve_llm_wraps_a_langchain_chat_model() -> None:
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    from langchain_tiered_memory.llm import LangChainLLM
+
+    model = FakeListChatModel(responses=['{"x": 5}'])
+    llm = resolve_llm(model)
+    assert isinstance(llm, LangChainLLM)
+    assert (await complete_json(llm, [{"role": "user", "content": "go"}], Point)).x == 5
+
+
+def test_resolve_llm_wraps_a_llamaindex_llm() -> None:
+    from llama_index.core.llms import MockLLM
+
+    llm = resolve_llm(MockLLM())
+    assert llm is not None and hasattr(llm, "complete")
+    assert type(llm).__module__.startswith("llamaindex_tiered_memory")
+
+
+def test_core_modules_import_no_framework() -> None:
+    code = ("import sys, tiered_memory, tiered_memory.llm, tiered_memory.layers, tiered_memory.testing, "
+            "tiered_memory.consolidation, tiered_memory.assembly\n"
+            "bad = [m for m in sys.modules if m.startswith(('langchain', 'llama_index'))]\n"
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -1,0 +1,235 @@
+"""Semantic memory: fact candidates, resolution (pure), LLM extraction and judgement, CRUD, history."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import InvalidInputError, MemoryConfig, NotFoundError, TieredMemory
+from tiered_memory.config import LLMConfig
+from tiered_memory.extractive import FactCandidate, extract_fact_candidates
+from tiered_memory.semantic import Fact, Judgement, decide_resolution
+from tiered_memory.testing import ScriptedLLM, fenced, malformed, timeout
+from tiered_memory.types import StoredMessage
+
+EPISODE = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
+           "key_facts": []}
+
+
+def _m(text: str, role: str = "user", n: int = 0) -> StoredMessage:
+    return StoredMessage(id=f"m{n}", user_id="u", session_id="s", role=role, content=text, timestamp=100.0 + n)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Hi, my name is Ana and I live in Lisbon.", [("fact", "User's name is Ana", "name"),
+                                                   ("fact", "User lives in Lisbon", "residence")]),
+    ("I'm allergic to peanuts.", [("constraint", "User is allergic to peanuts", "allergy:peanuts")]),
+    ("I really like Thai food", [("preference", "User likes Thai food", "pref:thai food")]),
+    ("I hate sushi now.", [("preference", "User dislikes sushi", "pref:sushi")]),
+    ("I don't like loud music, but jazz is fine", [("preference", "User dislikes loud music", "pref:loud music")]),
+    ("I prefer window seats.", [("preference", "User prefers window seats", "prefer:window seats")]),
+    ("My wife Maria is a doctor.", [("relationship", "User's wife is Maria", "rel:wife")]),
+    ("my dog is called Rex", [("relationship", "User's dog is Rex", "rel:dog")]),
+    ("We decided to ship on Friday.", [("decision", "Decided: ship on Friday", None)]),
+    ("I'm vegetarian.", [("constraint", "User is vegetarian", "diet:vegetarian")]),
+    ("The weather is nice.", []),
+    ("Do you like sushi?", []),
+])
+def test_rule_based_fact_candidates(text: str, expected: list[tuple[str, str, str | None]]) -> None:
+    got = extract_fact_candidates([_m(text)])
+    assert [(c.type, c.text, c.key) for c in got] == expected
+    assert all(c.source_ids == ("m0",) for c in got)
+
+
+def test_rules_read_only_user_messages() -> None:
+    assert extract_fact_candidates([_m("I live in Paris.", role="assistant")]) == []
+
+
+def _fact(fid: str, text: str, *, key: str | None = None, polarity: int = 1, type: str = "fact",
+          invalid: bool = False) -> Fact:
+    return Fact(id=fid, user_id="u", type=type, text=text, confidence=0.8, key=key, polarity=polarity,
+                invalid_at=1.0 if invalid else None)
+
+
+def _cand(text: str, *, key: str | None = None, polarity: int = 1, type: str = "fact") -> FactCandidate:
+    return FactCandidate(type=type, text=text, confidence=0.7, key=key, polarity=polarity)
+
+
+LISBON = _fact("a", "User lives in Lisbon", key="residence")
+SUSHI = _fact("b", "User likes sushi", key="pref:sushi", type="preference")
+TEA = _fact("c", "User drinks green tea every morning", type="preference")
+
+
+@pytest.mark.parametrize("cand, related, judgement, expected", [
+    (_cand("User has a cat"), [], None, ("add", None)),
+    (_cand("User lives in Porto", key="residence"), [(LISBON, 0.8)], None, ("invalidate", "a")),
+    (_cand("User lives in Lisbon", key="residence"), [(LISBON, 0.99)], None, ("noop", "a")),
+    (_cand("User dislikes sushi", key="pref:sushi", polarity=-1, type="preference"), [(SUSHI, 0.7)], None,
+     ("invalidate", "b")),
+    (_cand("user lives in lisbon."), [(LISBON, 0.9)], None, ("noop", "a")),
+    (_cand("User drinks green tea each morning", type="preference"), [(TEA, 0.9)], None, ("update", "c")),
+    (_cand("User drinks coffee", type="preference"), [(TEA, 0.5)], None, ("add", None)),
+    (_cand("User drinks green tea each morning", type="fact"), [(TEA, 0.9)], None, ("add", None)),  # other type
+    (_cand("User lives in Porto", key="residence"), [(_fact("x", "User lives in Lisbon", key="residence",
+                                                             invalid=True), 0.8)], None, ("add", None)),
+    # a valid LLM judgement wins over rules
+    (_cand("User moved to Porto"), [(LISBON, 0.6)], Judgement(action="invalidate", target=1), ("invalidate", "a")),
+    (_cand("User likes salmon sushi"), [(SUSHI, 0.8)], Judgement(action="update", target=1, text="User likes sushi, "
+                                                                 "salmon best"), ("update", "b")),
+    (_cand("User has a cat"), [(LISBON, 0.6)], Judgement(action="add"), ("add", None)),
+    # a judgement naming a fact that is not there falls back to rules
+    (_cand("User lives in Porto", key="residence"), [(LISBON, 0.8)], Judgement(action="noop", target=7),
+     ("invalidate", "a")),
+])
+def test_decide_resolution(cand: FactCandidate, related: list[tuple[Fact, float]], judgement: Judgement | None,
+                           expected: tuple[str, str | None]) -> None:
+    res = decide_resolution(cand, related, same=0.95, merge=0.85, judgement=judgement)
+    assert (res.action, res.target_id) == expected
+    assert res.reason
+    if judgement is not None and judgement.target != 7:
+        assert res.method == "llm"
+
+
+def test_judged_update_uses_merged_text() -> None:
+    res = decide_resolution(_cand("User likes salmon sushi"), [(SUSHI, 0.8)], same=0.95, merge=0.85,
+                            judgement=Judgement(action="update", target=1, text="User likes sushi, salmon best"))
+    assert res.text == "User likes sushi, salmon best"
+
+
+# ---- through TieredMemory ----------------------------------------------------------
+def test_rule_facts_resolve_and_keep_history(memory: TieredMemory) -> None:
+    memory.add_many([{"role": "user", "content": "I live in Lisbon. I love sushi. I'm allergic to peanuts."}],
+                    session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    facts = {f.text: f for f in memory.facts("u1")}
+    assert set(facts) == {"User lives in Lisbon", "User likes sushi", "User is allergic to peanuts"}
+    assert all(f.metadata["method"] == "extractive" for f in facts.values())
+    assert facts["User is allergic to peanuts"].type == "constraint"
+    moved = memory.add("user", "I moved to Porto. I hate sushi.", session_id="s2", user_id="u1")
+    memory.end_session("s2", user_id="u1")
+    now_valid = {f.text for f in memory.facts("u1")}
+    assert now_valid == {"User lives in Porto", "User dislikes sushi", "User is allergic to peanuts"}
+    old = facts["User lives in Lisbon"]
+    kept = {f.id: f for f in memory.facts("u1", include_invalid=True)}[old.id]  # never destroyed
+    assert kept.invalid_at is not None and kept.superseded_by is not None
+    porto = next(f for f in memory.facts("u1") if f.text == "User lives in Porto")
+    assert porto.source_ids == [moved] and kept.superseded_by == porto.id
+    history = memory.fact_history("u1", old.id)
+    assert [h.action for h in history] == ["add", "invalidate"]
+    assert history[1].details["superseded_by"] == porto.id
+    assert memory.facts("u1", type="constraint")[0].text == "User is allergic to peanuts"
+
+
+def test_same_fact_twice_is_a_noop(memory: TieredMemory) -> None:
+    for sid in ("a", "b"):
+        memory.add("user", "I'm allergic to peanuts.", session_id=sid, user_id="u1")
+        memory.end_session(sid, user_id="u1")
+    assert len(memory.facts("u1")) == 1
+    assert [h.action for h in memory.fact_history("u1")] == ["add"]
+
+
+def _llm_facts(*facts: dict[str, Any]) -> dict[str, Any]:
+    return {"facts": list(facts)}
+
+
+def test_llm_extraction_and_judgement(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={
+        "facts": [
+            fenced(_llm_facts({"type": "preference", "text": "User drinks green tea every morning",
+                               "confidence": 0.9, "sources": [1]})),
+            _llm_facts({"type": "preference", "text": "User drinks green tea with honey in the morning",
+                        "confidence": 0.8, "sources": [1, 99]}),
+        ],
+        "resolve": [{"action": "update", "target": 1, "text": "User drinks green tea with honey every morning"}],
+        "episode": [EPISODE, EPISODE],
+    })
+    memory = make_memory(llm=llm)
+    first = memory.add("user", "Every morning I have green tea.", session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    [fact] = memory.facts("u1")
+    assert fact.metadata["method"] == "llm" and fact.confidence == 0.9 and fact.source_ids == [first]
+    second = memory.add("user", "I add honey to my tea.", session_id="s2", user_id="u1")
+    memory.end_session("s2", user_id="u1")
+    [merged] = memory.facts("u1")
+    assert merged.id == fact.id and merged.text == "User drinks green tea with honey every morning"
+    assert merged.source_ids == [first, second]  # source 99 does not exist and is ignored
+    assert [h.action for h in memory.fact_history("u1", fact.id)] == ["add", "update"]
+    resolve_prompt = [c for c in llm.calls if c.task == "resolve"][0].messages[1]["content"]
+    assert "[1]" in resolve_prompt and "green tea every morning" in resolve_prompt
+
+
+@pytest.mark.parametrize("facts_script", [
+    [malformed(), malformed()],
+    [{"facts": [{"type": "opinion", "text": "x"}]}, {"facts": "none"}],  # wrong types
+    [timeout()],
+    [ValueError("boom")],
+])
+def test_llm_extraction_failure_falls_back_to_rules(make_memory: Callable[..., TieredMemory],
+                                                    facts_script: list[Any]) -> None:
+    llm = ScriptedLLM(by_task={"facts": facts_script, "episode": [EPISODE]})
+    memory = make_memory(llm=llm, config=MemoryConfig(llm=LLMConfig(timeout_s=0.2)))
+    memory.add("user", "I live in Berlin.", session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    [fact] = memory.facts("u1")
+    assert fact.text == "User lives in Berlin"
+    assert fact.metadata["method"] == "extractive" and "llm_error" in fact.metadata
+
+
+def test_failed_judgement_falls_back_to_rules(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User owns a red bicycle"}),
+                  _llm_facts({"type": "fact", "text": "User owns a red bicycle"})],
+        "resolve": [malformed(), malformed()],
+        "episode": [EPISODE, EPISODE],
+    })
+    memory = make_memory(llm=llm)
+    for sid in ("a", "b"):
+        memory.add("user", "My bike is red.", session_id=sid, user_id="u1")
+        memory.end_session(sid, user_id="u1")
+    assert [f.text for f in memory.facts("u1")] == ["User owns a red bicycle"]  # rules: same text, no-op
+
+
+def test_crud_and_search(memory: TieredMemory) -> None:
+    meta = {"origin": "settings page"}
+    snapshot = copy.deepcopy(meta)
+    tea = memory.add_fact("User drinks green tea", user_id="u1", type="preference", metadata=meta)
+    assert meta == snapshot  # caller input not mutated
+    job = memory.add_fact("User works as a nurse in Lyon", user_id="u1", confidence=0.9)
+    assert tea.metadata["method"] == "manual" and tea.metadata["origin"] == "settings page"
+    assert memory.add_fact("User drinks green tea", user_id="u1", type="preference").id == tea.id  # no-op
+    hits = memory.search_facts("what is the user's job?", user_id="u1")
+    assert hits[0].fact.id == job.id
+    assert [h.fact.id for h in memory.search_facts("job", user_id="u1", type="preference")] == [tea.id]
+    assert {f.id: f for f in memory.facts("u1")}[job.id].access_count >= 1
+    edited = memory.update_fact(job.id, user_id="u1", text="User works as a surgeon in Lyon", confidence=1.0)
+    assert edited.text == "User works as a surgeon in Lyon" and edited.confidence == 1.0
+    assert memory.search_facts("surgeon", user_id="u1")[0].fact.id == job.id  # re-indexed
+    memory.delete_fact(tea.id, user_id="u1")
+    assert [f.id for f in memory.facts("u1")] == [job.id]
+    assert [h.action for h in memory.fact_history("u1", tea.id)] == ["add", "delete"]
+    assert [h.action for h in memory.fact_history("u1", job.id)] == ["add", "edit"]
+    with pytest.raises(NotFoundError):
+        memory.delete_fact(tea.id, user_id="u1")
+    with pytest.raises(NotFoundError):
+        memory.update_fact(job.id, user_id="someone-else", text="x")
+
+
+@pytest.mark.parametrize("call", [
+    lambda m: m.add_fact("", user_id="u1"),
+    lambda m: m.add_fact("x", user_id="u1", type="opinion"),
+    lambda m: m.add_fact("x", user_id="u1", confidence=2),
+    lambda m: m.facts("u1", type="nonsense"),
+    lambda m: m.search_facts("  ", user_id="u1"),
+    lambda m: m.facts(""),
+])
+def test_invalid_input(memory: TieredMemory, call: Callable[[TieredMemory], Any]) -> None:
+    with pytest.raises(InvalidInputError):
+        call(memory)
+
+
+async def test_async_twins(memory: TieredMemory) -> None:
+    fact = await memory.aadd_fact("User speaks Portuguese", user_id="u1")
+    assert [f.id for f in await memory.afacts("u1")] == [fact.id]
+    assert (await memory.asearch_facts("languages", user_id="u1"))[0].fact.id == fact.id
