@@ -52,6 +52,9 @@ def worker_main(worker: int, pg_url: str, chroma_url: str, collection: str,
     """One app worker: its own process, pool, model and clients; reports acks and hits."""
     try:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        import torch
+
+        torch.set_num_threads(1)  # four processes on a small machine: no oversubscribed threads
         from tiered_memory.vector.chroma import ChromaVectorIndex
 
         # dedup off: the test counts every write; dedup is covered elsewhere
