@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: demo test install install-test llm bench clean
+.PHONY: demo test install install-test llm servers bench bench-backends clean
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
@@ -37,11 +37,19 @@ demo: install
 llm:
 	$(PYTHON) scripts/local_llm.py setup
 
-test: install-test llm
+# PostgreSQL server binaries for the `servers` tests (the suite starts and stops the servers)
+servers:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
+		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
+
+test: install-test llm servers
 	$(PY) -m pytest
 
 bench: install
 	$(PY) -m bench.locomo
+
+bench-backends: install servers
+	$(PY) -m bench.backends
 
 clean:
 	rm -rf $(VENV) .llm .pytest_cache build *.egg-info
