@@ -1,0 +1,59 @@
+"""Embedding adapters both ways, with the real bundled model."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pytest
+from langchain_core.embeddings import Embeddings
+from langgraph.store.memory import InMemoryStore
+
+from langchain_tiered_memory import LangChainEmbedder, TieredMemoryEmbeddings
+from tiered_memory import EmbeddingError, SentenceTransformerEmbedder, TieredMemory
+
+
+def test_bundled_model_as_langchain_embeddings(embedder: SentenceTransformerEmbedder) -> None:
+    lc = TieredMemoryEmbeddings(embedder)
+    docs = lc.embed_documents(["green tea", "espresso"])
+    query = lc.embed_query("green tea")
+    assert len(docs) == 2 and len(query) == 384 and isinstance(query[0], float)
+    assert np.allclose(docs[0], query, atol=1e-5)
+    # usable as a LangGraph store's index
+    store = InMemoryStore(index={"dims": 384, "embed": lc, "fields": ["text"]})
+    store.put(("u",), "a", {"text": "Loves hiking in the Alps"})
+    store.put(("u",), "b", {"text": "Collects vinyl records"})
+    assert store.search(("u",), query="mountain trips", limit=1)[0].key == "a"
+
+
+async def test_async_twins(embedder: SentenceTransformerEmbedder) -> None:
+    lc = TieredMemoryEmbeddings(embedder)
+    assert await lc.aembed_query("x") == lc.embed_query("x")
+    assert await lc.aembed_documents(["x", "y"]) == lc.embed_documents(["x", "y"])
+
+
+def test_langchain_embeddings_drive_the_core(make_memory: Callable[..., TieredMemory],
+                                             embedder: SentenceTransformerEmbedder) -> None:
+    wrapped = LangChainEmbedder(TieredMemoryEmbeddings(embedder), name="minilm-via-langchain")
+    memory = make_memory(embedder=wrapped)
+    memory.add_many([{"role": "user", "content": "My bike is a red Bianchi."},
+                     {"role": "user", "content": "I bake sourdough on Sundays."}], session_id="s", user_id="u")
+    assert memory.search("bicycle", user_id="u", k=1)[0].text == "My bike is a red Bianchi."
+    assert memory.store.get_meta("embedder") == "minilm-via-langchain"
+
+
+class _Broken(Embeddings):
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        raise RuntimeError("provider down")
+
+    def embed_query(self, text: str) -> list[float]:
+        raise RuntimeError("provider down")
+
+
+def test_failures_become_embedding_errors() -> None:
+    e = LangChainEmbedder(_Broken())
+    assert e.name == "langchain:_Broken"
+    with pytest.raises(EmbeddingError, match="provider down"):
+        e.embed_documents(["x"])
+    with pytest.raises(EmbeddingError, match="provider down"):
+        e.embed_query("x")

@@ -1,0 +1,112 @@
+"""TieredMemoryStore through LangGraph's BaseStore API."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+
+from langchain_tiered_memory import TieredMemoryStore
+from langchain_tiered_memory.store import item_text
+from tiered_memory import TieredMemory
+
+
+def _fill(store: TieredMemoryStore) -> None:
+    store.put(("u1", "prefs"), "drink", {"text": "Drinks green tea every morning", "stars": 5})
+    store.put(("u1", "prefs"), "music", {"text": "Listens to jazz while coding", "stars": 3})
+    store.put(("u1", "work", "projects"), "atlas", {"text": "Leads the Atlas mapping project", "stars": 4})
+    store.put(("u2", "prefs"), "drink", {"text": "Drinks espresso", "stars": 2})
+
+
+def test_put_get_search_delete(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory, fields=["text"])
+    _fill(store)
+    item = store.get(("u1", "prefs"), "drink")
+    assert item is not None and item.value["stars"] == 5 and item.namespace == ("u1", "prefs")
+    assert item.created_at.tzinfo is not None
+    hits = store.search(("u1",), query="what does she drink in the morning?", limit=2)
+    assert hits[0].key == "drink" and hits[0].value["text"].startswith("Drinks green tea")
+    assert hits[0].score is not None and len(hits) == 2
+    assert all(h.namespace[0] == "u1" for h in store.search(("u1",), query="espresso coffee", limit=10))
+    # filters, with LangGraph's operators
+    assert [h.key for h in store.search(("u1",), filter={"stars": {"$gte": 4}}, limit=10)] == ["atlas", "drink"]
+    assert [h.key for h in store.search(("u1", "prefs"), query="tea", filter={"stars": 3})] == ["music"]
+    # pagination without a query: newest first
+    assert [h.key for h in store.search(("u1",), limit=2, offset=1)] == ["music", "drink"]
+    store.delete(("u1", "prefs"), "drink")
+    assert store.get(("u1", "prefs"), "drink") is None
+    assert "drink" not in [h.key for h in store.search(("u1",), query="green tea", limit=5)]
+
+
+def test_list_namespaces(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory)
+    _fill(store)
+    assert store.list_namespaces() == [("u1", "prefs"), ("u1", "work", "projects"), ("u2", "prefs")]
+    assert store.list_namespaces(prefix=("u1",)) == [("u1", "prefs"), ("u1", "work", "projects")]
+    assert store.list_namespaces(suffix=("prefs",)) == [("u1", "prefs"), ("u2", "prefs")]
+    assert store.list_namespaces(prefix=("*", "prefs")) == [("u1", "prefs"), ("u2", "prefs")]
+    assert store.list_namespaces(max_depth=1) == [("u1",), ("u2",)]
+    assert store.list_namespaces(limit=1, offset=1) == [("u1", "work", "projects")]
+
+
+async def test_batch_and_abatch_in_order(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory, fields=["text"])
+    results = store.batch([
+        PutOp(("u1", "notes"), "a", {"text": "Allergic to cats"}),
+        PutOp(("u1", "notes"), "b", {"text": "Owns a bicycle"}),
+        GetOp(("u1", "notes"), "a"),
+        PutOp(("u1", "notes"), "a", None),  # delete, seen by the read after it
+        GetOp(("u1", "notes"), "a"),
+        SearchOp(("u1",), query="bike", limit=1),
+        ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("u1",)),)),
+    ])
+    assert results[0] is None and results[2].value == {"text": "Allergic to cats"}  # type: ignore[union-attr]
+    assert results[4] is None
+    assert [h.key for h in results[5]] == ["b"]  # type: ignore[union-attr]
+    assert results[6] == [("u1", "notes")]
+    got = await store.abatch([GetOp(("u1", "notes"), "b"), SearchOp(("u1",), query="bicycle")])
+    assert got[0].key == "b" and got[1][0].key == "b"  # type: ignore[union-attr,index]
+    await store.aput(("u1", "notes"), "c", {"text": "Runs marathons"})
+    assert (await store.asearch(("u1",), query="running races", limit=1))[0].key == "c"
+
+
+def test_index_false_and_per_item_fields(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory, fields=["text"])
+    store.put(("u1", "n"), "secret", {"text": "The vault code is 1234"}, index=False)
+    store.put(("u1", "n"), "pet", {"text": "irrelevant", "about": {"pet": "A parrot named Kiwi"}},
+              index=["about.pet"])
+    hits = store.search(("u1",), query="vault code", limit=2)
+    assert hits[0].score is not None and hits[-1].score is None  # ranked items come first
+    assert [h.score for h in hits if h.key == "secret"] == [None]  # unindexed: listed, never ranked
+    assert store.search(("u1",), query="bird called Kiwi", limit=1)[0].key == "pet"
+
+
+@pytest.mark.parametrize(("value", "fields", "expected"), [
+    ({"text": "hi"}, ["text"], "hi"),
+    ({"a": {"b": "x"}, "c": "y"}, ["a.b", "c"], "x\ny"),
+    ({"notes": [{"t": "one"}, {"t": "two"}]}, ["notes[*].t"], "one\ntwo"),
+    ({"text": "  "}, ["text"], None),
+    ({"other": 1}, ["text"], None),
+    ({"b": 1, "a": "z"}, ["$"], '{"a": "z", "b": 1}'),
+])
+def test_item_text_table(value: dict[str, object], fields: list[str], expected: str | None) -> None:
+    assert item_text(value, fields) == expected
+
+
+def test_user_position_forget_user_and_restart(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("store")
+    store = TieredMemoryStore(memory, user_position=1)
+    store.put(("memories", "u1"), "k", {"text": "Speaks Basque"})
+    store.put(("memories", "u2"), "k", {"text": "Speaks Welsh"})
+    with pytest.raises(InvalidNamespaceError, match="user_position"):
+        store.put(("memories",), "k", {"text": "whose?"})
+    with pytest.raises(InvalidNamespaceError, match="needs the user id"):
+        store.search(("memories",), query="languages")
+    memory.close()
+    reopened = make_memory("store")
+    store = TieredMemoryStore(reopened, user_position=1)
+    assert store.search(("memories", "u1"), query="which language")[0].value == {"text": "Speaks Basque"}
+    reopened.forget_user("u1")
+    assert store.get(("memories", "u1"), "k") is None
+    assert store.get(("memories", "u2"), "k") is not None
