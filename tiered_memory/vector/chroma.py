@@ -33,6 +33,7 @@ class ChromaVectorIndex:
         except ImportError as e:
             raise missing("chromadb", "embedded") from e
         try:
+            self._owns_client = client is None
             if client is None:
                 if path is None:
                     raise ValueError("ChromaVectorIndex needs a path or a client")
@@ -139,5 +140,13 @@ class ChromaVectorIndex:
         )
 
     def close(self) -> None:
-        # PersistentClient has no close(); drop references so files are released
+        # Release the client we created: Chroma caches one System per path per process,
+        # and a cached System keeps a stale HNSW view, so reopening the folder after
+        # another process wrote to it failed with "Error finding id".
         self.collection = None  # type: ignore[assignment]
+        if getattr(self, "_owns_client", False) and hasattr(self.client, "close"):
+            try:
+                self.client.close()
+            except Exception as e:  # closing must not mask the caller's own error
+                raise VectorIndexError(f"could not close Chroma client: {e}") from e
+            self._owns_client = False
