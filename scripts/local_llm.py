@@ -59,8 +59,11 @@ def _say(msg: str) -> None:
     print(f"[local_llm] {msg}", flush=True)
 
 
+_IN_VENV = {"server", "parts"}  # steps that live in the venv: re-creating it redoes them
+
+
 def _marker(name: str) -> Path:
-    return LLM_DIR / f".done-{name}"
+    return (VENV if name in _IN_VENV else LLM_DIR) / f".done-{name}"
 
 
 def _done(name: str, content: str) -> bool:
@@ -84,7 +87,10 @@ def ensure_venv() -> None:
     if VENV_PYTHON.exists() and _done("venv", str(VENV)):
         return
     _say(f"creating virtualenv {VENV}")
-    subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
+    r = subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)])
+    if r.returncode != 0:
+        raise SetupError(f"`{sys.executable} -m venv` failed (exit {r.returncode}); on Debian/Ubuntu "
+                         "install the python3-venv package")
     _mark("venv", str(VENV))
 
 
