@@ -7,7 +7,8 @@ Chroma server is the ``chroma`` command of the chromadb package in this virtuale
 Both are stopped at the end of the session (SIGKILL if they do not stop in time).
 
 Fixtures: ``postgres_server`` (admin URL), ``make_postgres_url`` (a fresh database per
-call), ``postgres_url``, ``chroma_server`` (URL) and ``chroma_collection`` (fresh name).
+call), ``postgres_url``, ``chroma_server`` (URL), ``chroma_collection`` (fresh name) and
+``scale_env`` (the two ``TIERED_MEMORY_*`` variables of "Running at scale").
 """
 
 from __future__ import annotations
@@ -221,3 +222,9 @@ def chroma_url(chroma_server: ChromaServer) -> str:
 def chroma_collection() -> str:
     """A fresh collection name, so tests sharing the server never see each other's vectors."""
     return "t_" + uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def scale_env(make_postgres_url: Callable[[], str], chroma_url: str) -> dict[str, str]:
+    """The environment of the README's "Running at scale": a fresh database and the Chroma server."""
+    return {"TIERED_MEMORY_RECORD_STORE": make_postgres_url(), "TIERED_MEMORY_VECTOR_STORE": chroma_url}
