@@ -61,3 +61,14 @@ def test_loading_the_model_restores_transformers_progress_bar_setting(embedder):
 
     embedder.embed_query("already loaded")  # the fixture loaded it; settings were put back
     assert hf_logging.is_progress_bar_enabled()
+
+
+def test_repeated_queries_are_served_from_a_cache_with_the_same_vector(embedder):
+    from tiered_memory.embedding import embed_query
+
+    first = embed_query(embedder, "a query asked three times in one build_context")
+    first[0] = 99.0  # callers get copies: the cache is not corrupted by them
+    second = embed_query(embedder, "a query asked three times in one build_context")
+    fresh = embedder.embed_array(["a query asked three times in one build_context"])[0]
+    assert second[0] != 99.0
+    assert np.allclose(second, fresh, atol=1e-6)

@@ -9,6 +9,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections import OrderedDict
 from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -32,6 +33,7 @@ def bundled_model_path() -> str:
     return str(get_model_path())
 
 
+QUERY_CACHE_SIZE = 256
 _MODELS: dict[str, Any] = {}
 _MODELS_LOCK = threading.Lock()
 
@@ -105,6 +107,9 @@ class SentenceTransformerEmbedder:
     def __init__(self, model: str | None = None, *, batch_size: int = 64) -> None:
         self._model_ref = model
         self.batch_size = batch_size
+        # one build_context embeds the same query for turns, facts and episodes
+        self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._queries_lock = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -151,11 +156,25 @@ class SentenceTransformerEmbedder:
         np.add.at(out, np.asarray(owners), vectors)
         return normalize(out)
 
+    def query_array(self, text: str) -> np.ndarray:
+        """The unit vector of a query; the last :data:`QUERY_CACHE_SIZE` queries are cached."""
+        with self._queries_lock:
+            hit = self._queries.get(text)
+            if hit is not None:
+                self._queries.move_to_end(text)
+                return hit.copy()
+        vector = self.embed_array([text])[0]
+        with self._queries_lock:
+            self._queries[text] = vector
+            while len(self._queries) > QUERY_CACHE_SIZE:
+                self._queries.popitem(last=False)
+        return vector.copy()
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self.embed_array(list(texts)).tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        return self.embed_array([text])[0].tolist()
+        return self.query_array(text).tolist()
 
 
 def normalize(vectors: np.ndarray) -> np.ndarray:
@@ -179,7 +198,7 @@ def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
 
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
     if isinstance(embedder, SentenceTransformerEmbedder):
-        return embedder.embed_array([text])[0]
+        return embedder.query_array(text)
     try:
         raw = embedder.embed_query(text)
     except Exception as e:

@@ -1,0 +1,56 @@
+"""The facade on Qdrant local mode: swapping the vector engine is a one-argument change."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from tiered_memory.vector.qdrant import QdrantVectorIndex
+
+NOTES = [
+    {"role": "user", "content": "I grow chillies on my balcony in Valencia."},
+    {"role": "assistant", "content": "Chillies love the Valencian sun."},
+    {"role": "user", "content": "My partner Ines is a marine biologist."},
+]
+
+
+def test_qdrant_local_mode_stores_searches_and_survives_a_restart(make_memory, tmp_path):
+    m = make_memory("q", vector_store="qdrant")
+    assert isinstance(m.index, QdrantVectorIndex)
+    ids = m.add_many(NOTES, session_id="s", user_id="u1")
+    other = m.add("user", "Ines is also my sister's name.", session_id="s", user_id="u2")
+    assert m.search("what does my partner do?", user_id="u1", k=1)[0].id == ids[2]
+    assert {h.id for h in m.search("Ines", user_id="u2", k=5)} == {other}
+    m.close()
+    assert (tmp_path / "q" / "qdrant").is_dir() and not (tmp_path / "q" / "chroma").exists()
+
+    again = make_memory("q", vector_store="qdrant")
+    assert again.index.ids() == set(ids) | {other}
+    assert again.search("plants on the balcony", user_id="u1", k=1)[0].id == ids[0]
+
+
+def test_qdrant_forget_user_and_repair(make_memory, tmp_path):
+    m = make_memory("q", vector_store="qdrant")
+    ids = m.add_many(NOTES, session_id="s", user_id="u1")
+    keep = m.add("user", "unrelated note", session_id="s", user_id="u2")
+    assert m.forget_user("u1") == 3
+    assert m.index.ids("u1") == set() and m.index.ids() == {keep}
+    assert m.search("chillies", user_id="u1") == []
+
+    ids = m.add_many(NOTES, session_id="s", user_id="u1")
+    m.index.delete(ids[:2])  # the index loses entries
+    m.close()
+    con = sqlite3.connect(tmp_path / "q" / "records.sqlite3")
+    con.execute("UPDATE meta SET value='open' WHERE key='state'")
+    con.commit()
+    con.close()
+    again = make_memory("q", vector_store="qdrant")
+    assert again.index.ids("u1") == set(ids)
+
+
+def test_switching_engines_reindexes_from_the_record_store(make_memory):
+    m = make_memory("both")  # Chroma
+    ids = m.add_many(NOTES, session_id="s", user_id="u1")
+    m.close()
+    q = make_memory("both", vector_store="qdrant")  # an empty Qdrant index: rebuilt from records
+    assert q.index.ids() == set(ids)
+    assert q.search("marine biology", user_id="u1", k=1)[0].id == ids[2]
