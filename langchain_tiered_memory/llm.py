@@ -16,6 +16,8 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 from typing import Any, Mapping, Sequence
 
 from tiered_memory.errors import InvalidInputError, LLMError, missing
@@ -90,6 +92,15 @@ def call_options(model: object, *, json_mode: bool, max_tokens: int | None) -> d
     return options
 
 
+# Calls run the model's sync ``invoke`` on these threads, not ``ainvoke`` on the caller's
+# loop: async clients (langchain-openai shares one httpx.AsyncClient per base URL) keep
+# connections bound to the event loop that opened them, and the core's sync methods
+# run each call in a fresh ``asyncio.run`` loop, so every other ``ainvoke`` failed with
+# "Connection error". A private pool (not the loop's default executor) also lets the
+# core's timeout return at once: ``asyncio.run`` does not wait for these threads.
+_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="tiered-memory-llm")
+
+
 def message_text(message: object) -> str:
     """The text of a chat model's reply (string content or text content blocks)."""
     if isinstance(message, BaseMessage):
@@ -105,6 +116,8 @@ class LangChainLLM:
 
     Errors from the model (HTTP errors, timeouts, bad responses) are raised as
     :class:`~tiered_memory.errors.LLMError` with the original as ``__cause__``.
+    The model is called through its sync ``invoke`` in a worker thread (at most 8 at
+    once), so the adapter works from any event loop, including a new one per call.
     """
 
     def __init__(self, model: BaseChatModel) -> None:
@@ -127,8 +140,9 @@ class LangChainLLM:
         lc_messages = to_langchain_messages(messages)
         options = call_options(self.model, json_mode=json_mode, max_tokens=max_tokens)
         runnable = self.model.bind(**options) if options else self.model
+        loop = asyncio.get_running_loop()
         try:
-            reply = await runnable.ainvoke(lc_messages)
+            reply = await loop.run_in_executor(_CALLS, functools.partial(runnable.invoke, lc_messages))
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
@@ -105,11 +107,14 @@ def test_core_resolves_a_langchain_chat_model_to_the_adapter() -> None:
 
 # ---- a real ChatOpenAI on the wire ----------------------------------------------------------
 class _Recorder(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, like uvicorn under llama.cpp's server
     bodies: list[dict[str, Any]] = []
     reply = '{"ok": true}'
+    delay = 0.0
 
     def do_POST(self) -> None:  # noqa: N802 - http.server API
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        time.sleep(type(self).delay)
         type(self).bodies.append({"path": self.path, **body})
         out = json.dumps({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "qwen",
@@ -128,9 +133,9 @@ class _Recorder(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def recording_server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+def recording_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     bodies: list[dict[str, Any]] = []
-    handler = type("Handler", (_Recorder,), {"bodies": bodies})
+    handler = type("Handler", (_Recorder,), {"bodies": bodies, "delay": getattr(request, "param", 0.0)})
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
@@ -171,3 +176,29 @@ async def test_provider_errors_become_llm_errors_with_the_cause_kept() -> None:
     with pytest.raises(LLMError, match="ChatOpenAI failed") as info:
         await llm.complete([{"role": "user", "content": "hi"}])
     assert info.value.__cause__ is not None
+
+
+def test_calls_from_a_new_event_loop_each_time_all_succeed(
+        recording_server: tuple[str, list[dict[str, Any]]]) -> None:
+    # the core's sync methods run each LLM call in a fresh asyncio.run loop; async HTTP
+    # clients keep connections bound to the loop that opened them (every other call
+    # used to fail with "Connection error")
+    url, bodies = recording_server
+    llm = LangChainLLM(openai_model(url))
+    replies = [asyncio.run(llm.complete([{"role": "user", "content": f"call {i}"}])) for i in range(4)]
+    assert replies == ['{"ok": true}'] * 4 and len(bodies) == 4
+
+
+@pytest.mark.parametrize("recording_server", [3.0], indirect=True)
+def test_a_caller_timeout_returns_without_waiting_for_the_model(
+        recording_server: tuple[str, list[dict[str, Any]]]) -> None:
+    url, _ = recording_server
+    llm = LangChainLLM(openai_model(url))
+
+    async def call() -> str:
+        return await asyncio.wait_for(llm.complete([{"role": "user", "content": "slow"}]), 0.3)
+
+    started = time.monotonic()
+    with pytest.raises(asyncio.TimeoutError):
+        asyncio.run(call())
+    assert time.monotonic() - started < 2.0  # not the server's 3 s
