@@ -164,3 +164,49 @@ def test_tiered_memory_by_configuration_alone(
         assert second.forget_user(user) == 1
         assert first.search("bees", user_id=user) == []
     assert not home.exists()
+
+
+def test_workers_starting_together_migrate_once(make_postgres_url: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tiered_memory.store.postgres import MIGRATIONS, PostgresRecordStore
+
+    url = make_postgres_url()
+    with ThreadPoolExecutor(6) as pool:
+        stores = list(pool.map(lambda _: PostgresRecordStore(url), range(6)))
+    try:
+        rows = stores[0].query("SELECT name, version FROM schema_migrations ORDER BY version")
+        assert rows == [("core", v) for v in range(1, len(MIGRATIONS) + 1)]
+        assert all(s.schema_version() == len(MIGRATIONS) for s in stores)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_embedded_vector_index_still_locks_its_folder(postgres_url: str, embedder: Any, tmp_path: Path) -> None:
+    from tiered_memory.errors import StoreLockedError
+
+    with TieredMemory(tmp_path / "m", record_store=postgres_url, embedder=embedder):
+        with pytest.raises(StoreLockedError):
+            TieredMemory(tmp_path / "m", record_store=postgres_url, embedder=embedder)
+
+
+def test_unreachable_server_fails_fast_without_leaking_the_password() -> None:
+    import socket
+
+    from tiered_memory.errors import StoreError
+    from tiered_memory.store.postgres import PostgresRecordStore
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    with pytest.raises(StoreError) as info:
+        PostgresRecordStore(f"postgresql://app:s3cret@127.0.0.1:{port}/app", connect_timeout=2)
+    assert "s3cret" not in str(info.value) and "app:***@" in str(info.value)
+
+
+def test_unknown_record_store_setting_is_a_configuration_error(tmp_path: Path, embedder: Any) -> None:
+    from tiered_memory.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="postgresql://"):
+        TieredMemory(tmp_path / "m", record_store="mysql://db/app", embedder=embedder)
