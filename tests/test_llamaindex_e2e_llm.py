@@ -1,0 +1,65 @@
+"""The LlamaIndex flow with a real LLM: ``OpenAILike`` against the local llama.cpp server.
+
+Two sessions of a LlamaIndex chat engine whose ``Memory`` has a TieredMemoryBlock (the
+agent flow itself is covered with LlamaIndex's mock LLM in test_llamaindex_agent.py; a
+ReActAgent's long format prompt costs minutes on two busy CPU cores). Three calls in
+all, on purpose: each takes 5-15 s on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import pytest
+
+pytest.importorskip("llama_index.core")
+pytest.importorskip("llama_index.llms.openai_like")
+
+from llama_index.core.chat_engine import SimpleChatEngine  # noqa: E402
+from llama_index.core.memory import Memory  # noqa: E402
+from llama_index.llms.openai_like import OpenAILike  # noqa: E402
+
+from llamaindex_tiered_memory import LlamaIndexLLM, TieredMemoryBlock, aend_session, offline_tokenizer  # noqa: E402
+from tiered_memory import TieredMemory  # noqa: E402
+
+pytestmark = pytest.mark.llm
+
+
+@pytest.fixture
+def llm(local_llm_url: str) -> Any:
+    return OpenAILike(api_base=local_llm_url + "/v1", model="qwen", api_key="x", is_chat_model=True,
+                      is_function_calling_model=False, max_tokens=256, timeout=300, max_retries=0)
+
+
+def session_memory(tm: TieredMemory, session_id: str) -> Memory:
+    return Memory.from_defaults(session_id=session_id, tokenizer_fn=offline_tokenizer(),
+                                memory_blocks=[TieredMemoryBlock(memory=tm, user_id="ada")])
+
+
+async def test_json_mode_against_the_real_server(llm: Any) -> None:
+    text = await LlamaIndexLLM(llm).complete(
+        [{"role": "user", "content": 'Return a JSON object {"city": ...} for: "I live in Oslo".'}],
+        json_mode=True, max_tokens=64)
+    assert isinstance(json.loads(text), dict)  # the server's JSON grammar holds
+
+
+async def test_chat_remembers_across_sessions_with_a_real_llm(
+    llm: Any, make_memory: Callable[..., TieredMemory],
+) -> None:
+    tm = make_memory("e2e")
+    brief = "You are a helpful assistant. Answer in one short sentence."
+
+    first = session_memory(tm, "monday")
+    engine = SimpleChatEngine.from_defaults(llm=llm, memory=first, system_prompt=brief)
+    await engine.achat("My cat is called Miso.")
+    await aend_session(first)  # what is still short-term goes to long-term memory
+    stored = [m.content for m in tm.get_messages("monday", user_id="ada")]
+    assert stored[0] == "My cat is called Miso." and len(stored) == 2  # with the real reply
+
+    second = session_memory(tm, "tuesday")
+    engine = SimpleChatEngine.from_defaults(llm=llm, memory=second, system_prompt=brief)
+    answer = await engine.achat("What is my cat's name?")
+    prompt = "\n".join(m.content or "" for m in await second.aget() if m.role == "system")
+    assert "Miso" in prompt.split('<memory section="', 1)[1]
+    assert "miso" in str(answer).lower()
