@@ -61,9 +61,16 @@ class SectionRequest:
     priority: int  # lower is more important; truncated last
 
 
+# Characters that json.dumps(ensure_ascii=False) leaves raw but that str.splitlines(), many
+# tokenizers and editors treat as line breaks (NEL, C1 controls, LINE/PARAGRAPH SEPARATOR):
+# escaped too, so a stored text can never start a line of its own.
+_ESCAPES = {c: f"\\u{c:04x}" for c in [*range(0x7F, 0xA0), 0x2028, 0x2029]}
+_ESCAPES.update({ord("<"): "\\u003c", ord(">"): "\\u003e"})
+
+
 def quote(text: str) -> str:
     """One-line JSON literal with angle brackets escaped: inert inside a section."""
-    return json.dumps(text, ensure_ascii=False).replace("<", "\\u003c").replace(">", "\\u003e")
+    return json.dumps(text, ensure_ascii=False).translate(_ESCAPES)
 
 
 def _stamp(ts: float | None) -> str:
