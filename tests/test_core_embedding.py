@@ -56,11 +56,22 @@ def test_any_embeddings_object_works_and_is_normalised():
     assert np.allclose(out, [[0.6, 0.8], [0.6, 0.8]])
 
 
-def test_loading_the_model_restores_transformers_progress_bar_setting(embedder):
+def test_loading_the_model_is_quiet_and_restores_transformers_settings(embedder, capfd):
+    import os
+
     from transformers.utils import logging as hf_logging
 
-    embedder.embed_query("already loaded")  # the fixture loaded it; settings were put back
-    assert hf_logging.is_progress_bar_enabled()
+    from tiered_memory import SentenceTransformerEmbedder
+    from tiered_memory.embedding import bundled_model_path
+
+    capfd.readouterr()
+    # another spelling of the bundled folder is another cache key: a real second load
+    fresh = SentenceTransformerEmbedder(bundled_model_path() + os.sep)
+    assert len(fresh.embed_query("hello")) == 384
+    out, err = capfd.readouterr()
+    assert "Loading weights" not in err + out
+    assert err.strip() == ""
+    assert hf_logging.is_progress_bar_enabled()  # the user's setting is put back
 
 
 def test_repeated_queries_are_served_from_a_cache_with_the_same_vector(embedder):

@@ -73,8 +73,9 @@ def test_rebuild_index_recreates_every_vector(make_memory):
     report = m.rebuild_index()
     assert report["indexed"] == 5
     assert m.index.count() == 5 and m.index.ids("u1") == set(ids)
-    hit = m.search("when do I fly to Kenya?", user_id="u1", k=1)[0]
-    assert hit.id == ids[0] and "vector" in hit.explanation["signals"]
+    hits = m.search("when is my flight to Nairobi?", user_id="u1", k=2)
+    assert ids[0] in {h.id for h in hits}
+    assert all("vector" in h.explanation["signals"] for h in hits)
 
 
 async def test_arebuild_index_is_the_same_operation(make_memory):
