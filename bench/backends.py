@@ -26,6 +26,7 @@ import argparse
 import multiprocessing as mp
 import os
 import random
+import signal
 import statistics
 import sys
 import tempfile
@@ -100,8 +101,9 @@ def worker(config: dict[str, Any], turns: list[Turn], queries: list[tuple[str, s
     try:
         import torch
 
-        # N workers share the cores: oversubscribed OpenMP threads only spin against each other
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // config["workers"]))
+        # one torch thread per worker process (as web workers run): on a busy machine extra
+        # OpenMP threads spin against each other and make embedding ~10x slower
+        torch.set_num_threads(config["torch_threads"])
         from tiered_memory import TieredMemory
         from tiered_memory.vector.chroma import ChromaVectorIndex
 
@@ -154,7 +156,7 @@ class Result:
 
 
 def run(backend: str, workers: int, turns: list[Turn], queries: list[tuple[str, str]],
-        servers: dict[str, str], scratch: Path) -> Result:
+        servers: dict[str, str], scratch: Path, torch_threads: int = 1) -> Result:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(PRELOAD)
     barrier = ctx.Barrier(workers)
@@ -168,13 +170,17 @@ def run(backend: str, workers: int, turns: list[Turn], queries: list[tuple[str, 
                   if backend == "embedded" else
                   {"kind": "server", "pg_url": servers["pg_url"], "chroma_url": servers["chroma_url"],
                    "collection": collection})
-        config["workers"] = workers
+        config["torch_threads"] = torch_threads
         procs.append(ctx.Process(target=worker, args=(config, turn_parts[w], query_parts[w], barrier, results)))
     for p in procs:
         p.start()
-    reports = [results.get(timeout=1800) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
+    try:
+        reports = [results.get(timeout=1800) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=60)
+            if p.is_alive():
+                p.kill()
     failed = [r for r in reports if r[0] != "ok"]
     if failed:
         raise SystemExit(f"{backend} x{workers} failed:\n{failed[0][2]}")
@@ -192,7 +198,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--users", type=int, default=8)
     ap.add_argument("--pg-url", help="an empty PostgreSQL database (default: start a local server)")
     ap.add_argument("--chroma-url", help="a Chroma server (default: start a local `chroma run`)")
+    ap.add_argument("--torch-threads", type=int, default=1, help="torch threads per worker process")
     args = ap.parse_args(argv)
+    # stop the throwaway servers on `kill` too, not only on Ctrl-C
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     turns = make_turns(args.messages, args.users)
     queries = make_queries(args.queries, args.users)
@@ -219,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:
                 for backend in backends:
                     if backend == "server":  # a fresh database per run: same starting point
                         servers["pg_url"] = args.pg_url or pg.create_database("bench_" + uuid.uuid4().hex[:10])
-                    r = run(backend, w, turns, queries, servers, Path(scratch))
+                    r = run(backend, w, turns, queries, servers, Path(scratch), args.torch_threads)
                     results.append(r)
                     print(f"{r.backend:9s} workers={r.workers}  ingest {r.throughput:7.1f} msg/s"
                           f"  search p50 {r.p50_ms:7.1f} ms  p95 {r.p95_ms:7.1f} ms", flush=True)
