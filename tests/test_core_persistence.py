@@ -134,3 +134,12 @@ def test_same_process_second_open_is_refused_too(make_memory):
     make_memory("twice")
     with pytest.raises(StoreLockedError):
         make_memory("twice")
+
+
+def test_a_foreign_non_empty_folder_is_refused_and_left_as_it_was(tmp_path, embedder):
+    folder = tmp_path / "my-documents"
+    folder.mkdir()
+    (folder / "thesis.docx").write_bytes(b"precious")
+    with pytest.raises(ConfigurationError, match="not a tiered-memory store"):
+        TieredMemory(folder, embedder=embedder)
+    assert sorted(p.name for p in folder.iterdir()) == ["thesis.docx"]

@@ -37,6 +37,19 @@ def default_path() -> Path:
     return Path(os.environ.get("TIERED_MEMORY_HOME") or Path.home() / ".tiered-memory")
 
 
+STORE_ENTRIES = frozenset({"records.sqlite3", "records.sqlite3-wal", "records.sqlite3-shm",
+                           "records.sqlite3-journal", ".lock", "chroma", "qdrant"})
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Names in ``folder`` that are not ours, when it holds no store yet (a user's
+    unrelated folder must not be filled with database files)."""
+    if (folder / "records.sqlite3").exists():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name not in STORE_ENTRIES and not p.name.startswith("."))  # .DS_Store, .gitkeep
+
+
 def _twin(method: Callable[..., T]) -> Callable[..., Any]:
     """Make the async twin of a sync method: same signature, run off the event loop."""
 
@@ -144,6 +157,12 @@ class TieredMemory(LayerMethods):
             raise ConfigurationError(f"cannot create memory folder {self.path}: {e}") from e
         if not os.access(self.path, os.R_OK | os.W_OK | os.X_OK):
             raise ConfigurationError(f"memory folder {self.path} is not readable and writable")
+        foreign = foreign_entries(self.path)
+        if foreign:
+            raise ConfigurationError(
+                f"{self.path} already holds files that are not a tiered-memory store "
+                f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}). "
+                "Point `path` at an empty or new folder, or at an existing memory folder.")
         self._lock = _FolderLock(self.path)
         from .store.sqlite import SQLiteRecordStore
 
