@@ -141,7 +141,7 @@ def test_four_worker_processes_share_one_deployment(
     with TieredMemory(record_store=pg_url,
                       vector_store=ChromaVectorIndex.from_url(chroma_url, collection=chroma_collection),
                       embedder=embedder) as memory:
-        for user, mid, text in acked[::4]:
+        for user, mid, text in acked[::6]:
             found = memory.search(text, user_id=user, k=3)
             assert found and found[0].id == mid, (text, [h.text for h in found])
             assert all(owner[h.id] == user for h in found)
