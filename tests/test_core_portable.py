@@ -116,3 +116,17 @@ def test_export_of_unknown_user_writes_an_empty_file(memory, tmp_path):
     out = tmp_path / "none.jsonl"
     assert memory.export_jsonl(out, user_id="ghost") == 0
     assert out.read_text() == ""
+
+
+def test_duplicate_ids_and_bad_utf8_are_invalid_lines_not_a_half_import(make_memory, tmp_path):
+    dump = tmp_path / "dups.jsonl"
+    lines = [_line(id=f"m{i}", content=f"note {i}").encode() for i in range(600)]
+    lines.append(_line(id="m3", content="same id again").encode())
+    lines.append(b'{"type": "message", "content": "caf\xe9"}')
+    dump.write_bytes(b"\n".join(lines) + b"\n")
+    memory = make_memory()
+    with pytest.raises(ImportFormatError) as info:
+        memory.import_jsonl(dump)
+    assert info.value.errors[0] == (601, "id 'm3' is also on line 4")
+    assert info.value.errors[1][0] == 602 and "not UTF-8" in info.value.errors[1][1]
+    assert memory.stats().messages == 0

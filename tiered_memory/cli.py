@@ -224,6 +224,12 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     except KeyboardInterrupt:
         print("interrupted", file=err_stream)
         return EXIT_INTERRUPTED
+    except Exception as e:  # a bug: say so briefly; TIERED_MEMORY_DEBUG=1 shows the traceback
+        if os.environ.get("TIERED_MEMORY_DEBUG"):
+            raise
+        print(f"tiered-memory {args.command}: unexpected {type(e).__name__}: {e} "
+              "(set TIERED_MEMORY_DEBUG=1 for the traceback and please report it)", file=err_stream)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

@@ -89,8 +89,14 @@ def import_jsonl(
 
     report = ImportReport()
     rows: list[StoredMessage] = []
-    with open(path, encoding="utf-8", errors="strict") as f:
-        for n, raw in enumerate(f, start=1):
+    first_seen: dict[str, int] = {}
+    with open(path, "rb") as f:
+        for n, raw_bytes in enumerate(f, start=1):
+            try:
+                raw = raw_bytes.decode("utf-8")
+            except UnicodeDecodeError as e:
+                report.invalid.append((n, f"not UTF-8 ({e.reason} at byte {e.start})"))
+                continue
             if not raw.strip():
                 continue
             try:
@@ -99,6 +105,10 @@ def import_jsonl(
             except InvalidInputError as e:
                 report.invalid.append((n, str(e)))
                 continue
+            if d["id"] in first_seen:  # would fail half-way through the import otherwise
+                report.invalid.append((n, f"id {d['id']!r} is also on line {first_seen[d['id']]}"))
+                continue
+            first_seen[d["id"]] = n
             rows.append(StoredMessage(**d))
     if report.invalid and not skip_invalid:
         raise ImportFormatError(report.invalid)
