@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
-from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
 from langgraph.runtime import Runtime
 
 from tiered_memory import TieredMemory
@@ -145,7 +145,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
         user, session = self.ids(runtime)
         recent = self.memory.get_messages(session, user_id=user, limit=max(50, 2 * len(messages)))
         stored_ids = {str((m.metadata.get(LC_KEY) or {}).get("data", {}).get("id") or m.id) for m in recent}
-        new: list[BaseMessage] = turn_to_record(messages, stored_ids)
+        new = turn_to_record(messages, stored_ids)
         if new:
             self.memory.add_many(to_core_many(new), session_id=session, user_id=user)
         return len(new)

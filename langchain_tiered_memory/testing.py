@@ -23,5 +23,5 @@ __all__ = ["ScriptedToolModel"]
 class ScriptedToolModel(FakeMessagesListChatModel):
     """Replays ``responses`` in order (cycling); tools bound to it are ignored."""
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> "ScriptedToolModel":  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> "ScriptedToolModel":
         return self
