@@ -37,7 +37,8 @@ def session_memory(tm: TieredMemory, user_id: str, session_id: str) -> Memory:
 def prompt_memory(messages: list[ChatMessage]) -> str:
     """The memory part of the system message the LLM received."""
     system = "\n".join(m.content or "" for m in messages if m.role == "system")
-    return system.split('<memory section="', 1)[1] if '<memory section="' in system else ""
+    start = system.find('<memory section="')
+    return system[start:] if start >= 0 else ""
 
 
 async def test_second_session_prompt_carries_memory_from_the_first(
