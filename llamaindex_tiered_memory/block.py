@@ -292,6 +292,14 @@ class WriteThroughMemory(Memory):
 
     Those blocks must have ``every_turn=True`` so flushed messages are not stored twice.
     Build it like ``Memory``: ``WriteThroughMemory.from_defaults(memory_blocks=[...])``.
+    Messages that replace the history (``aset``, an agent's ``chat_history=``) are not
+    stored: they usually come from somewhere that already keeps them.
+
+    Example:
+        >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1",
+        ...                           every_turn=True)  # doctest: +SKIP
+        >>> chat = WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block],
+        ...                                         tokenizer_fn=offline_tokenizer())  # doctest: +SKIP
     """
 
     @classmethod
