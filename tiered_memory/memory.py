@@ -18,14 +18,14 @@ from .buffer import select_buffer
 from .config import MemoryConfig
 from .context import MemoryContext
 from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
-from .errors import ConfigurationError, NotFoundError, StoreLockedError, VectorIndexError
+from .errors import ConfigurationError, InvalidInputError, NotFoundError, StoreLockedError, VectorIndexError
 from .indexing import index_messages, repair
 from .recall import search_turns
 from .store.base import RecordStore
 from .tokens import TokenCounter, default_token_counter
 from .types import MemoryHit, Message, Stats, StoredMessage
 from .facade_layers import LayerMethods
-from .validation import check_id, normalize_message
+from .validation import check_count, check_filters, check_id, check_query, normalize_message
 from .vector.base import VectorIndex
 
 log = logging.getLogger("tiered_memory")
@@ -305,6 +305,9 @@ class TieredMemory(LayerMethods):
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         now = time.time()
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
+            raise InvalidInputError(
+                f"messages must be a list of dicts or Message objects, got {type(messages).__name__}")
         items = list(messages)
         normalized = []
         for n, item in enumerate(items):
@@ -369,6 +372,7 @@ class TieredMemory(LayerMethods):
         """A session's messages, oldest first (the last ``limit`` if given)."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
+        check_count(limit, "limit", minimum=0, optional=True)
         return self.store.get_messages(user_id, session_id, limit=limit)
 
     def get_buffer(self, session_id: str, *, user_id: str) -> list[StoredMessage]:
@@ -394,6 +398,7 @@ class TieredMemory(LayerMethods):
             from .errors import InvalidInputError
 
             raise InvalidInputError(f"k must be a positive int, got {k!r}")
+        check_filters(filters)
         hits = search_turns(store=self.store, index=self.index, embedder=self.embedder,
                             config=self.config.retrieval, query=query, user_id=user_id, k=k,
                             session_id=session_id, filters=filters)
@@ -407,6 +412,10 @@ class TieredMemory(LayerMethods):
         within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.assembly`."""
         from .assembly import assemble
 
+        check_query(query)
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         return assemble(self, query, user_id=user_id, session_id=session_id, max_tokens=max_tokens,
                         layers=self._layers if self._layers_ok() else None)
 

@@ -49,7 +49,11 @@ def export_jsonl(memory: "TieredMemory", path: str | Path, user_id: str | None =
         check_id(user_id, "user_id")
     n = 0
     tmp = Path(str(path) + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    try:
+        opened = open(tmp, "w", encoding="utf-8")
+    except OSError as e:
+        raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from e
+    with opened as f:
         for line in export_lines(memory, user_id):
             f.write(line + "\n")
             n += 1
@@ -90,7 +94,11 @@ def import_jsonl(
     report = ImportReport()
     rows: list[StoredMessage] = []
     first_seen: dict[str, int] = {}
-    with open(path, "rb") as f:
+    try:
+        opened = open(path, "rb")
+    except OSError as e:
+        raise InvalidInputError(f"cannot read {path}: {e.strerror or e}") from e
+    with opened as f:
         for n, raw_bytes in enumerate(f, start=1):
             try:
                 raw = raw_bytes.decode("utf-8")

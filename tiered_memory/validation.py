@@ -73,6 +73,8 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
         encoded = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise InvalidInputError(f"metadata must be JSON-serialisable: {e}") from e
+    except RecursionError as e:
+        raise InvalidInputError("metadata is nested too deeply to store as JSON") from e
     if not _encodable(encoded):
         raise InvalidInputError("metadata contains lone surrogates")
     if len(encoded.encode("utf-8")) > max_bytes:
@@ -131,3 +133,30 @@ def normalize_message(item: object, *, max_chars: int, max_metadata_bytes: int, 
         metadata=check_metadata(metadata, max_metadata_bytes),
         timestamp=to_epoch(timestamp, now),
     )
+
+
+def check_count(value: object, name: str, *, minimum: int, optional: bool = False) -> int | None:
+    """``value`` if it is an int >= ``minimum`` (or ``None`` when ``optional``)."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise InvalidInputError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+def check_filters(filters: object) -> Mapping[str, Any] | None:
+    """Search filters: a mapping of metadata keys (or ``role``) to values; ``since``/``until`` epoch numbers."""
+    if filters is None:
+        return None
+    if not isinstance(filters, Mapping) or not all(isinstance(k, str) for k in filters):
+        raise InvalidInputError(f"filters must be a mapping with str keys, got {type(filters).__name__}")
+    for key in ("since", "until"):
+        if key in filters and (isinstance(filters[key], bool) or not isinstance(filters[key], (int, float))):
+            raise InvalidInputError(f"filters[{key!r}] must be epoch seconds (a number), got {filters[key]!r}")
+    return filters
+
+
+def check_query(query: object) -> str:
+    if not isinstance(query, str):
+        raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
+    return query
