@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from .memory import TieredMemory
 
 FORMAT = "tiered-memory/1"
+IMPORT_CHUNK = 128  # messages per transaction and per progress update
 
 
 class ImportFormatError(InvalidInputError):
@@ -127,8 +128,8 @@ def import_jsonl(
     new = [r for r in rows if r.id not in existing and r.id not in taken]
     report.skipped_existing = len(rows) - len(new)
     with memory._write_lock:
-        for start in range(0, len(new), 512):
-            part = new[start : start + 512]
+        for start in range(0, len(new), IMPORT_CHUNK):
+            part = new[start : start + IMPORT_CHUNK]
             memory.store.insert_messages(part)
             index_messages(part, store=memory.store, index=memory.index, embedder=memory.embedder,
                            threshold=memory.config.dedup_threshold)
