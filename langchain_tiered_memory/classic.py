@@ -120,6 +120,14 @@ class TieredConversationMemory(BaseMemory):
         """Delete this session's messages."""
         self.memory.clear_session(self.session_id, user_id=self.user_id)
 
+    def end_session(self) -> Any:
+        """Close the session in long-term memory: extract facts and compress it into an
+        episode (with the memory's LLM, else by rules). Returns the episode, if any."""
+        return self.memory.end_session(self.session_id, user_id=self.user_id)
+
+    async def aend_session(self) -> Any:
+        return await self.memory.aend_session(self.session_id, user_id=self.user_id)
+
     # async twins: the same implementation, off the event loop
     async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
         return await asyncio.to_thread(self.load_memory_variables, inputs)

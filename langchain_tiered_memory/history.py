@@ -16,7 +16,7 @@ To recall for the new input itself, use :class:`~.middleware.TieredMemoryMiddlew
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -106,6 +106,14 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
 
     async def aclear(self) -> None:
         await self.memory.aclear_session(self.session_id, user_id=self.user_id)
+
+    def end_session(self) -> Any:
+        """Close the session in long-term memory: extract facts and compress it into an
+        episode (with the memory's LLM, else by rules). Returns the episode, if any."""
+        return self.memory.end_session(self.session_id, user_id=self.user_id)
+
+    async def aend_session(self) -> Any:
+        return await self.memory.aend_session(self.session_id, user_id=self.user_id)
 
     def __repr__(self) -> str:
         return (f"TieredChatMessageHistory(user_id={self.user_id!r}, "

@@ -242,3 +242,19 @@ def test_from_stored_tolerates_damaged_langchain_metadata(memory: TieredMemory) 
                metadata={"langchain": {"type": "nonsense", "data": {"x": 1}}})
     (m,) = memory.get_messages("s", user_id="u")
     assert isinstance(from_stored(m), HumanMessage) and from_stored(m).text == "hello"
+
+
+def test_end_session_feeds_facts_and_episodes_into_the_next_session(memory: TieredMemory) -> None:
+    old = TieredChatMessageHistory(memory, session_id="trip", user_id="u1")
+    old.add_messages([HumanMessage(content="I am allergic to shellfish."),
+                      AIMessage(content="I'll keep that in mind."),
+                      HumanMessage(content="My daughter is called Ines."),
+                      AIMessage(content="Lovely name.")])
+    episode = old.end_session()  # no LLM configured: extracted by rules
+    assert episode is not None
+    assert old.messages  # the raw turns are kept
+    new = TieredChatMessageHistory(memory, session_id="dinner", user_id="u1", include_memory=True)
+    new.add_messages([HumanMessage(content="Can I eat the seafood paella?")])
+    lead = new.messages[0]
+    assert isinstance(lead, SystemMessage) and "shellfish" in lead.text
+    assert 'section="facts"' in lead.text or 'section="episodes"' in lead.text
