@@ -15,15 +15,34 @@ class BufferConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class RetrievalConfig:
-    """How hybrid recall fuses its signals (reciprocal-rank fusion with weights)."""
+    """How recall fuses its signals.
+
+    Turn recall (``TieredMemory.search``) scores each candidate turn as its cosine
+    similarity plus ``keyword_score_weight`` x its max-normalised BM25 score, plus the
+    boosts below (see :mod:`tiered_memory.retrieval`). The defaults were tuned on
+    three LoCoMo dev conversations and checked on two held out (``bench/README.md``).
+    ``vector_weight``, ``keyword_weight``, ``recency_weight`` and ``rrf_k`` weight the
+    reciprocal-rank fusion used by the episode, fact and item layers.
+    """
 
     vector_weight: float = 1.0
     keyword_weight: float = 1.0
     recency_weight: float = 0.2
     rrf_k: int = 60
-    candidates: int = 50
+    candidates: int = 200  # vector and keyword candidates fetched per query
     recency_half_life_days: float = 30.0
-    neighbor_weight: float = 0.0
+    keyword_score_weight: float = 0.5
+    neighbor_weight: float = 0.3  # x the previous turn's base score
+    neighbor_expand: int = 30  # best candidates whose session neighbours are fetched
+    speaker_boost: float = 0.1  # the query names the turn's speaker
+    time_boost: float = 0.1  # a "when" query and a turn with a time expression
+    date_boost: float = 0.2  # the query names a date and the turn is dated near it
+    date_before_days: float = 7.0
+    date_after_days: float = 30.0
+    session_weight: float = 0.1  # x the session's share of the best turns
+    session_top: int = 20
+    recency_boost: float = 0.0  # x recency (1 now, 0.5 after a half-life)
+    length_weight: float = 0.0  # x log(length / the candidates' median length), subtracted
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,4 +1,8 @@
-"""Hybrid recall over stored turns: fetch candidates (I/O), fuse them (pure, retrieval.py)."""
+"""Turn recall: fetch candidates (I/O here), score them (pure, in retrieval.py).
+
+One query embedding, one vector query, one keyword query, one record fetch, and one
+neighbour fetch for the best few candidates; everything else is arithmetic.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,30 @@ from typing import Any, Mapping
 
 from .config import RetrievalConfig
 from .embedding import Embedder, embed_query
-from .retrieval import fts_query, matches_filters, recency_score, rrf_fuse
+from .retrieval import (
+    Candidate,
+    TurnWeights,
+    base_scores,
+    matches_filters,
+    plan_query,
+    previous_turns,
+    score_turns,
+    speaker_of,
+)
 from .store.base import RecordStore
 from .types import MemoryHit
 from .vector.base import VectorIndex
+
+
+def turn_weights(config: RetrievalConfig) -> TurnWeights:
+    return TurnWeights(
+        keyword_score_weight=config.keyword_score_weight, neighbor_weight=config.neighbor_weight,
+        speaker_boost=config.speaker_boost, time_boost=config.time_boost,
+        date_boost=config.date_boost, date_before_days=config.date_before_days,
+        date_after_days=config.date_after_days, session_weight=config.session_weight,
+        session_top=config.session_top, recency_boost=config.recency_boost,
+        recency_half_life_days=config.recency_half_life_days, length_weight=config.length_weight,
+    )
 
 
 def search_turns(
@@ -28,36 +52,45 @@ def search_turns(
 ) -> list[MemoryHit]:
     now = time.time() if now is None else now
     n = max(config.candidates, k * (4 if filters else 2))
+    plan = plan_query(query)
+    weights = turn_weights(config)
     qv = embed_query(embedder, query)
     vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id)[0]
-    match = fts_query(query)
-    kw = store.keyword_search(user_id, match, k=n, session_id=session_id) if match else []
+    kw = store.keyword_search(user_id, plan.fts, k=n, session_id=session_id) if plan.fts else []
     records = store.get_by_ids(user_id, [i for i, _ in vec] + [i for i, _ in kw])
     # the record store is the authority: anything it does not hold for this user is ignored
-    vec = [(i, s) for i, s in vec if i in records]
-    kw = [(i, s) for i, s in kw if i in records]
-    by_recency = sorted(records, key=lambda i: -records[i].timestamp)
-    fused = rrf_fuse(
-        {"vector": [i for i, _ in vec], "keyword": [i for i, _ in kw], "recency": by_recency},
-        {"vector": config.vector_weight, "keyword": config.keyword_weight,
-         "recency": config.recency_weight},
-        k=config.rrf_k,
-        extras={
-            "vector": dict(vec),
-            "keyword": dict(kw),
-            "recency": {i: recency_score(r.timestamp, now, config.recency_half_life_days)
-                        for i, r in records.items()},
-        },
-    )
+    sims = {i: s for i, s in vec if i in records}
+    bm25 = {i: s for i, s in kw if i in records}
+    vrank = {i: r for r, i in enumerate(sims, start=1)}
+    krank = {i: r for r, i in enumerate(bm25, start=1)}
+
+    def candidates() -> list[Candidate]:
+        return [Candidate(id=r.id, session_id=r.session_id, timestamp=r.timestamp, text=r.content,
+                          speaker=speaker_of(r.content, r.metadata), similarity=sims.get(r.id),
+                          bm25=bm25.get(r.id), vector_rank=vrank.get(r.id), keyword_rank=krank.get(r.id))
+                for r in records.values()]
+
+    neighbors: dict[str, list[Any]] = {}
+    if config.neighbor_weight and config.neighbor_expand and records:
+        # the turns around the best candidates join the pool: a reply is found by its question
+        base = base_scores(candidates(), plan, weights)
+        best = sorted(base, key=lambda i: (-base[i], i))[: config.neighbor_expand]
+        neighbors = store.neighbors(user_id, best, 1)
+        for around in neighbors.values():
+            for m in around:
+                if session_id is None or m.session_id == session_id:
+                    records.setdefault(m.id, m)
+    scored = score_turns(candidates(), previous_turns(records, neighbors), plan, weights, now=now)
     hits: list[MemoryHit] = []
-    for f in fused:
+    for f in scored:
         r = records[f.id]
         if not matches_filters(r.metadata, r.role, r.timestamp, filters):
             continue
         hits.append(MemoryHit(
             id=r.id, text=r.content, score=f.score, layer="turn", session_id=r.session_id,
             timestamp=r.timestamp, metadata=r.metadata, role=r.role,
-            explanation={"method": "weighted reciprocal-rank fusion", "rrf_k": config.rrf_k,
+            explanation={"method": "hybrid turn scoring (cosine + BM25 + neighbour, name, "
+                                   "date and session signals)",
                          "signals": f.parts},
         ))
         if len(hits) == k:

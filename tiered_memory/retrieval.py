@@ -1,14 +1,31 @@
-"""Pure retrieval decisions: keyword query building, rank fusion, recency.
+"""Pure retrieval decisions: query analysis, keyword query building, rank fusion,
+recency, and the scoring of turn candidates.
 
 Nothing here does I/O; ``recall.py`` fetches candidates and calls these.
+
+Turn recall (:func:`score_turns`) adds, per candidate turn:
+
+- the cosine similarity of its vector to the query's, plus the BM25 score of its
+  text divided by the best BM25 score of the query (``keyword_score_weight``), plus
+  ``date_boost`` if the query names a date and the turn is dated near it: the
+  turn's *base* score;
+- ``neighbor_weight`` times the base score of the turn before it in its session
+  (a reply's meaning often lives in the question it answers);
+- ``speaker_boost`` if the query names the turn's speaker;
+- ``time_boost`` if the query asks *when* and the turn holds a time expression;
+- ``session_weight`` times its session's share of the best-scoring turns
+  (multi-granularity: a session that answers much of the query lifts its turns);
+- ``recency_boost`` times its recency (1.0 now, 0.5 after a half-life).
 """
 
 from __future__ import annotations
 
+import calendar
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from datetime import datetime, timezone
+from typing import Any, Mapping, Sequence
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -104,3 +121,279 @@ def matches_filters(
         elif metadata.get(key) != want:
             return False
     return True
+
+
+# ---- query analysis ----------------------------------------------------------
+_MONTHS: dict[str, int] = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
+_MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
+_MONTHS["sept"] = 9
+_MON = (r"(january|february|march|april|may|june|july|august|september|october|november|"
+        r"december|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?")
+_DAY_MON_YEAR = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MON + r",?\s+((?:19|20)\d\d)\b", re.I)
+_MON_DAY_YEAR = re.compile(r"\b" + _MON + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+((?:19|20)\d\d)\b", re.I)
+_MON_YEAR = re.compile(r"\b" + _MON + r",?\s+((?:19|20)\d\d)\b", re.I)
+_YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
+_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday"
+_TIME_EXPRESSION = re.compile(
+    r"\b(?:yesterday|today|tonight|tomorrow|recently|lately|ago|last|next|since|weekend|"
+    r"(?:this|that) (?:morning|afternoon|evening|night|week|month|year|summer|winter|spring|fall)|"
+    r"days?|weeks?|months?|years?|(?:19|20)\d\d|"
+    + "|".join(list(_MONTHS) + _WEEKDAYS.split()) + r")\b", re.I)
+_TEMPORAL_QUESTION = re.compile(
+    r"^\W*(?:when\b|what (?:date|day|time|year|month|week)\b|how long\b|"
+    r"(?:in |on |during )?(?:which|what) (?:year|month|day|week|date)\b)", re.I)
+_NAME = re.compile(r"\b[A-Z][\w'’-]*")
+_SPEAKER_PREFIX = re.compile(r"^\s*([A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*){0,2})\s*:\s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueryPlan:
+    """What recall reads from a query, without an LLM.
+
+    ``fts`` is the keyword expression (content words, stopwords dropped), ``names``
+    the proper names it mentions, ``dates`` the ``(start, end)`` epoch ranges of the
+    dates it names, ``temporal`` whether it asks *when*.
+    """
+
+    text: str
+    fts: str | None
+    names: frozenset[str] = frozenset()
+    dates: tuple[tuple[float, float], ...] = ()
+    temporal: bool = False
+
+
+def proper_names(text: str) -> frozenset[str]:
+    """Capitalised words that are not stopwords (``"What did Caroline's dog do?"`` ->
+    ``{"Caroline"}``); possessive ``'s`` removed."""
+    out = set()
+    for word in _NAME.findall(text):
+        word = re.sub(r"['’]s$", "", word).strip("'’-")
+        if len(word) > 1 and word.lower() not in STOPWORDS and word.lower() not in _MONTHS \
+                and word.lower() not in _WEEKDAYS.split():
+            out.add(word)
+    return frozenset(out)
+
+
+def _utc(year: int, month: int, day: int) -> float:
+    return datetime(year, month, day, tzinfo=timezone.utc).timestamp()
+
+
+def date_ranges(text: str) -> tuple[tuple[float, float], ...]:
+    """The dates ``text`` names, each as an epoch ``(start, end)`` range (UTC).
+
+    ``"7 May 2023"`` / ``"May 7, 2023"`` is that day, ``"May 2023"`` the month,
+    ``"2023"`` the year. Impossible dates are skipped. A date is matched once, by
+    its most precise form.
+    """
+    out: list[tuple[float, float]] = []
+    rest = text
+    for rx, kind in ((_DAY_MON_YEAR, "dmy"), (_MON_DAY_YEAR, "mdy"), (_MON_YEAR, "my"), (_YEAR, "y")):
+        for m in rx.finditer(rest):
+            try:
+                if kind == "dmy":
+                    start = _utc(int(m[3]), _MONTHS[m[2].lower()], int(m[1]))
+                    end = start + 86400
+                elif kind == "mdy":
+                    start = _utc(int(m[3]), _MONTHS[m[1].lower()], int(m[2]))
+                    end = start + 86400
+                elif kind == "my":
+                    year, month = int(m[2]), _MONTHS[m[1].lower()]
+                    start = _utc(year, month, 1)
+                    end = _utc(year + (month == 12), month % 12 + 1, 1)
+                else:
+                    start, end = _utc(int(m[1]), 1, 1), _utc(int(m[1]) + 1, 1, 1)
+            except (ValueError, KeyError):
+                continue  # e.g. 31 February: a less precise pattern may still read it
+            out.append((start, end))
+            rest = rest[: m.start()] + " " * (m.end() - m.start()) + rest[m.end():]
+    return tuple(out)
+
+
+def is_temporal_question(text: str) -> bool:
+    """Does the query ask *when* (``when``, ``what year``, ``how long``, ``in which month``)?"""
+    return bool(_TEMPORAL_QUESTION.search(text))
+
+
+def has_time_expression(text: str) -> bool:
+    """Does ``text`` place something in time (``yesterday``, ``last week``, ``May``, ``2022``)?"""
+    return bool(_TIME_EXPRESSION.search(text))
+
+
+def plan_query(text: str) -> QueryPlan:
+    """Analyse a query: keyword expression, names, dates, and whether it asks *when*."""
+    return QueryPlan(text=text, fts=fts_query(text), names=proper_names(text),
+                     dates=date_ranges(text), temporal=is_temporal_question(text))
+
+
+def speaker_of(content: str, metadata: Mapping[str, Any] | None = None) -> str | None:
+    """Who said a turn: ``metadata["speaker"]`` / ``["name"]``, else a leading ``"Name: "``."""
+    for key in ("speaker", "name"):
+        value = (metadata or {}).get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    m = _SPEAKER_PREFIX.match(content)
+    return m[1] if m else None
+
+
+def names_speaker(names: frozenset[str], speaker: str | None) -> bool:
+    """Whether a query's ``names`` include ``speaker`` (whole name or any of its words)."""
+    if not speaker or not names:
+        return False
+    return speaker in names or any(part in names for part in speaker.split())
+
+
+def in_date_ranges(timestamp: float, ranges: Sequence[tuple[float, float]],
+                   before_days: float, after_days: float) -> bool:
+    """Is ``timestamp`` within a named date, widened by ``before_days`` / ``after_days``?
+
+    Conversations report events after they happen ("last week ..."), so the window
+    reaches further after the date than before it.
+    """
+    return any(start - before_days * 86400 <= timestamp < end + after_days * 86400
+               for start, end in ranges)
+
+
+# ---- turn scoring ------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """A turn that recall may return, with what the fetch found about it."""
+
+    id: str
+    session_id: str
+    timestamp: float
+    text: str
+    speaker: str | None = None
+    similarity: float | None = None  # cosine to the query, if a vector candidate
+    bm25: float | None = None  # keyword score (higher is better), if a keyword candidate
+    vector_rank: int | None = None
+    keyword_rank: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnWeights:
+    """The weights of :func:`score_turns` (``RetrievalConfig`` carries the defaults)."""
+
+    keyword_score_weight: float = 0.5
+    neighbor_weight: float = 0.3
+    speaker_boost: float = 0.1
+    time_boost: float = 0.1
+    date_boost: float = 0.2
+    date_before_days: float = 7.0
+    date_after_days: float = 30.0
+    session_weight: float = 0.1
+    session_top: int = 20
+    recency_boost: float = 0.0
+    recency_half_life_days: float = 30.0
+    length_weight: float = 0.0
+
+
+@dataclass(frozen=True)
+class Scored:
+    id: str
+    score: float
+    parts: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def base_scores(candidates: Sequence[Candidate], plan: QueryPlan, w: TurnWeights) -> dict[str, float]:
+    """Per turn: cosine + weighted max-normalised BM25 + the date boost.
+
+    A turn that was not a vector candidate gets the lowest similarity seen (it ranked
+    below all of them), so keyword-only and neighbour turns are not over-rewarded.
+    """
+    sims = [c.similarity for c in candidates if c.similarity is not None]
+    floor = min(sims) if sims else 0.0
+    top_bm25 = max((c.bm25 for c in candidates if c.bm25 is not None and c.bm25 > 0), default=0.0)
+    out = {}
+    for c in candidates:
+        s = c.similarity if c.similarity is not None else floor
+        if c.bm25 is not None and top_bm25 > 0:
+            s += w.keyword_score_weight * max(0.0, c.bm25) / top_bm25
+        if plan.dates and in_date_ranges(c.timestamp, plan.dates, w.date_before_days, w.date_after_days):
+            s += w.date_boost
+        out[c.id] = s
+    return out
+
+
+def session_shares(scores: Mapping[str, float], sessions: Mapping[str, str], top: int) -> dict[str, float]:
+    """Each session's sum of scores among the ``top`` best turns, divided by the best
+    session's sum (1.0 for the best session; absent sessions score 0)."""
+    best = sorted(scores, key=lambda i: (-scores[i], i))[:top]
+    sums: dict[str, float] = {}
+    for i in best:
+        sums[sessions[i]] = sums.get(sessions[i], 0.0) + max(0.0, scores[i])
+    peak = max(sums.values(), default=0.0)
+    return {s: v / peak for s, v in sums.items()} if peak > 0 else {}
+
+
+def score_turns(
+    candidates: Sequence[Candidate], previous: Mapping[str, str], plan: QueryPlan,
+    w: TurnWeights, *, now: float,
+) -> list[Scored]:
+    """Score and order turn candidates, best first (ties by id); see the module docstring.
+
+    ``previous`` maps a turn id to the id of the turn before it in its session, where
+    known; a previous turn that is not a candidate contributes nothing.
+    """
+    by_id = {c.id: c for c in candidates}
+    base = base_scores(candidates, plan, w)
+    lengths = sorted(len(c.text) for c in candidates)
+    typical = max(1, lengths[len(lengths) // 2]) if lengths else 1
+    scores: dict[str, float] = {}
+    parts: dict[str, dict[str, dict[str, float]]] = {}
+    for c in candidates:
+        p: dict[str, dict[str, float]] = {}
+        if c.similarity is not None:
+            p["vector"] = {"rank": float(c.vector_rank or 0), "value": c.similarity}
+        if c.bm25 is not None:
+            p["keyword"] = {"rank": float(c.keyword_rank or 0), "value": c.bm25}
+        s = base[c.id]
+        prev = previous.get(c.id)
+        if prev in base and w.neighbor_weight:
+            s += w.neighbor_weight * base[prev]  # type: ignore[index]
+            p["neighbor"] = {"rank": 0.0, "value": base[prev], "contribution": w.neighbor_weight * base[prev]}  # type: ignore[index]
+        if w.speaker_boost and names_speaker(plan.names, c.speaker):
+            s += w.speaker_boost
+            p["speaker"] = {"rank": 0.0, "value": 1.0, "contribution": w.speaker_boost}
+        if w.time_boost and plan.temporal and has_time_expression(c.text):
+            s += w.time_boost
+            p["time"] = {"rank": 0.0, "value": 1.0, "contribution": w.time_boost}
+        if w.recency_boost:
+            r = recency_score(c.timestamp, now, w.recency_half_life_days)
+            s += w.recency_boost * r
+            p["recency"] = {"rank": 0.0, "value": r, "contribution": w.recency_boost * r}
+        if w.length_weight:
+            # a prompt pays for every token: among equals, prefer the shorter turn
+            penalty = w.length_weight * math.log(max(1, len(c.text)) / typical)
+            s -= penalty
+            p["length"] = {"rank": 0.0, "value": float(len(c.text)), "contribution": -penalty}
+        scores[c.id] = s
+        parts[c.id] = p
+    if w.session_weight:
+        shares = session_shares(scores, {i: c.session_id for i, c in by_id.items()}, w.session_top)
+        for i, c in by_id.items():
+            share = shares.get(c.session_id, 0.0)
+            if share:
+                scores[i] += w.session_weight * share
+                parts[i]["session"] = {"rank": 0.0, "value": share, "contribution": w.session_weight * share}
+    ordered = sorted(scores, key=lambda i: (-scores[i], i))
+    return [Scored(i, scores[i], parts[i]) for i in ordered]
+
+
+def previous_turns(records: Mapping[str, Any], neighbors: Mapping[str, Sequence[Any]]) -> dict[str, str]:
+    """Map turn id -> id of the turn before it in its session.
+
+    From ``neighbors`` (id -> the session's messages around it, in order) and, for the
+    rest, from consecutive ``seq`` numbers within a session among ``records`` (sound:
+    nothing of the session can sit between two consecutive numbers).
+    """
+    prev: dict[str, str] = {}
+    by_key = {(r.session_id, r.seq): r.id for r in records.values()}
+    for r in records.values():
+        before = by_key.get((r.session_id, r.seq - 1))
+        if before is not None:
+            prev[r.id] = before
+    for around in neighbors.values():
+        for a, b in zip(around, around[1:]):
+            if a.session_id == b.session_id:
+                prev[b.id] = a.id
+    return prev

@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that print numbers (never timed assertions in the test suite)."""

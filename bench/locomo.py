@@ -1,0 +1,539 @@
+"""LoCoMo retrieval benchmark: the library's hybrid recall against a plain Chroma baseline.
+
+Run it from the repository root::
+
+    python -m bench.locomo                      # ../shared/data/locomo_dev.json
+    python -m bench.locomo path/to/locomo.json --conversations conv-26 conv-30
+    python -m bench.locomo --tune 3 --out bench/results/locomo_dev.json
+
+Every turn of each conversation goes into a fresh :class:`TieredMemory` through the
+public API (``add_many``, one call per session; the text keeps the speaker's name, the
+session's date is the timestamp, the dialogue id is in the metadata). Every question of
+categories 1-4 that has evidence is asked with ``search(k=10)``. The baseline is the
+recipe most users start from: a plain ChromaDB collection holding one MiniLM embedding
+per turn, queried by cosine nearest neighbours.
+
+Parsing and scoring are pure functions (tested in ``tests/test_retrieval.py``); the
+rest prints numbers and writes ``<out>.json`` and ``<out>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo_dev.json"
+DEFAULT_OUT = REPO / "bench" / "results" / "locomo.json"
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+KS = (1, 2, 3, 5, 10, 15, 20)
+
+_EVIDENCE = re.compile(r"^D:?(\d+):(\d+)$")
+
+
+# ---- data (pure) -------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Turn:
+    dia_id: str
+    session: int
+    speaker: str
+    text: str
+    timestamp: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Question:
+    conversation: str
+    question: str
+    category: int
+    evidence: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvidenceReport:
+    """What :func:`parse_evidence` made of one question's raw evidence list."""
+
+    ids: tuple[str, ...]
+    repaired: tuple[str, ...] = ()  # malformed but readable: 'D8:6; D9:17', 'D:11:26'
+    unparseable: tuple[str, ...] = ()  # e.g. 'D'
+    missing: tuple[str, ...] = ()  # well formed, but no such turn
+
+
+@dataclass(kw_only=True)
+class Conversation:
+    id: str
+    speakers: tuple[str, ...]
+    turns: list[Turn]
+    questions: list[Question]
+    evidence_issues: Counter[str] = field(default_factory=Counter)
+    evidence_examples: list[str] = field(default_factory=list)
+
+
+def parse_evidence(raw: Iterable[Any], known: set[str] | frozenset[str]) -> EvidenceReport:
+    """Normalise a question's evidence dialogue ids, defensively.
+
+    Each entry may hold several ids (``'D8:6; D9:17'``), a stray colon (``'D:11:26'``),
+    junk (``'D'``) or an id that names no turn; valid ids are kept (deduplicated, in order)
+    and the rest reported.
+    """
+    ids: dict[str, None] = {}
+    repaired, unparseable, missing = [], [], []
+    for entry in raw if isinstance(raw, (list, tuple)) else [raw]:
+        text = str(entry).strip()
+        pieces = [p for p in re.split(r"[;,\s]+", text) if p]
+        if not pieces:
+            unparseable.append(text)
+            continue
+        for piece in pieces:
+            m = _EVIDENCE.match(piece)
+            if not m:
+                unparseable.append(piece)
+                continue
+            norm = f"D{int(m[1])}:{int(m[2])}"
+            if norm != text:
+                repaired.append(text)
+            if norm not in known:
+                missing.append(norm)
+                continue
+            ids.setdefault(norm, None)
+    return EvidenceReport(ids=tuple(ids), repaired=tuple(dict.fromkeys(repaired)),
+                          unparseable=tuple(unparseable), missing=tuple(missing))
+
+
+def parse_session_date(text: str) -> float:
+    """``'1:56 pm on 8 May, 2023'`` -> epoch seconds (UTC)."""
+    cleaned = re.sub(r"\s+", " ", text.strip())
+    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M%p on %d %B, %Y"):
+        try:
+            return datetime.strptime(cleaned, fmt).replace(tzinfo=timezone.utc).timestamp()
+        except ValueError:
+            continue
+    raise ValueError(f"unrecognised session date {text!r}")
+
+
+def turn_text(speaker: str, text: str, caption: str | None = None) -> str:
+    """The stored text of a turn: the speaker's name kept, a shared photo's caption appended."""
+    out = f"{speaker}: {text.strip()}"
+    if caption:
+        out += f" [shares a photo: {caption.strip()}]"
+    return out
+
+
+def load_conversations(path: str | os.PathLike[str]) -> list[Conversation]:
+    """Read a LoCoMo-format file into :class:`Conversation` objects."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f)
+    out = []
+    for sample in data:
+        conv = sample["conversation"]
+        turns: list[Turn] = []
+        sessions = sorted(
+            (int(m[1]) for key in conv if (m := re.fullmatch(r"session_(\d+)", key))
+             and isinstance(conv[key], list)))
+        for s in sessions:
+            stamp = parse_session_date(conv[f"session_{s}_date_time"])
+            for t in conv[f"session_{s}"]:
+                turns.append(Turn(dia_id=t["dia_id"], session=s, speaker=t["speaker"],
+                                  text=turn_text(t["speaker"], t["text"], t.get("blip_caption")),
+                                  timestamp=stamp))
+        known = frozenset(t.dia_id for t in turns)
+        c = Conversation(id=sample["sample_id"],
+                         speakers=(conv.get("speaker_a", ""), conv.get("speaker_b", "")),
+                         turns=turns, questions=[])
+        for qa in sample.get("qa", []):
+            if qa.get("category") not in CATEGORIES or not qa.get("evidence"):
+                continue
+            rep = parse_evidence(qa["evidence"], known)
+            for kind in ("repaired", "unparseable", "missing"):
+                for bad in getattr(rep, kind):
+                    c.evidence_issues[kind] += 1
+                    c.evidence_examples.append(f"{c.id}: {kind} {bad!r}")
+            if not rep.ids:
+                c.evidence_issues["question_without_valid_evidence"] += 1
+                continue
+            c.questions.append(Question(conversation=c.id, question=qa["question"],
+                                        category=int(qa["category"]), evidence=rep.ids))
+        out.append(c)
+    return out
+
+
+def session_of(dia_id: str) -> str:
+    return dia_id.split(":", 1)[0]
+
+
+def recall_at(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
+    """Share of ``evidence`` among the first ``k`` of ``retrieved``."""
+    if not evidence:
+        return 0.0
+    top = set(retrieved[:k])
+    return sum(1 for e in set(evidence) if e in top) / len(set(evidence))
+
+
+def hit_at(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
+    """1.0 if any evidence is among the first ``k``."""
+    return 1.0 if set(retrieved[:k]) & set(evidence) else 0.0
+
+
+def session_recall_at(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
+    """Share of the evidence's sessions that some of the first ``k`` turns come from."""
+    want = {session_of(e) for e in evidence}
+    got = {session_of(r) for r in retrieved[:k]}
+    return len(want & got) / len(want) if want else 0.0
+
+
+def within_budget(sizes: Sequence[int], budget: int) -> int:
+    """How many leading hits fit in ``budget`` tokens."""
+    used = n = 0
+    for size in sizes:
+        if used + size > budget:
+            break
+        used += size
+        n += 1
+    return n
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (``p`` in 0..100); 0.0 for no values."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    rank = max(1, min(len(s), int(-(-p * len(s) // 100))))
+    return s[rank - 1]
+
+
+@dataclass(kw_only=True)
+class Answer:
+    question: Question
+    retrieved: list[str]
+    tokens: int
+    seconds: float
+    hit_tokens: list[int] = field(default_factory=list)
+
+
+def summarize(answers: Sequence[Answer], ks: Sequence[int] = KS) -> dict[str, Any]:
+    """Turn/session recall, hit rate, tokens and latency, overall and per category."""
+
+    def block(items: Sequence[Answer]) -> dict[str, Any]:
+        if not items:
+            return {"count": 0}
+        out: dict[str, Any] = {"count": len(items)}
+        for k in ks:
+            out[f"recall@{k}"] = statistics.fmean(recall_at(a.retrieved, a.question.evidence, k) for a in items)
+            out[f"hit@{k}"] = statistics.fmean(hit_at(a.retrieved, a.question.evidence, k) for a in items)
+            out[f"session_recall@{k}"] = statistics.fmean(
+                session_recall_at(a.retrieved, a.question.evidence, k) for a in items)
+        out["tokens@10"] = statistics.fmean(a.tokens for a in items)
+        ms = [a.seconds * 1000 for a in items]
+        out["latency_ms_p50"] = percentile(ms, 50)
+        out["latency_ms_p95"] = percentile(ms, 95)
+        return out
+
+    result = {"overall": block(answers)}
+    for cat, name in CATEGORIES.items():
+        result[f"cat{cat}_{name}"] = block([a for a in answers if a.question.category == cat])
+    return result
+
+
+# ---- runners (I/O) -----------------------------------------------------------
+class CachedDocumentEmbedder:
+    """Documents from a precomputed table (falls back to the model); queries always live.
+
+    Used only for the latency-at-scale memory, so that filling it does not embed every
+    turn a second time; the query path, the part being timed, is unchanged.
+    """
+
+    def __init__(self, inner: Any, cache: Mapping[str, Any]) -> None:
+        self.inner = inner
+        self.cache = cache
+        self.name = getattr(inner, "name", "embedder")
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        missing = [t for t in texts if t not in self.cache]
+        fresh = dict(zip(missing, self.inner.embed_array(missing))) if missing else {}
+        return [list(map(float, self.cache.get(t, fresh.get(t)))) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return self.inner.embed_query(text)
+
+
+def _role(conv: Conversation, speaker: str) -> str:
+    return "assistant" if len(conv.speakers) > 1 and speaker == conv.speakers[1] else "user"
+
+
+def ingest(memory: Any, conv: Conversation, *, user_id: str, session_prefix: str = "") -> float:
+    """Every turn through ``add_many`` (one call per session); returns the seconds spent."""
+    by_session: dict[int, list[Turn]] = defaultdict(list)
+    for t in conv.turns:
+        by_session[t.session].append(t)
+    spent = 0.0
+    for s, turns in sorted(by_session.items()):
+        msgs = [{"role": _role(conv, t.speaker), "content": t.text, "timestamp": t.timestamp,
+                 "metadata": {"dia_id": t.dia_id, "speaker": t.speaker}} for t in turns]
+        start = time.perf_counter()
+        memory.add_many(msgs, user_id=user_id, session_id=f"{session_prefix}session_{s}")
+        spent += time.perf_counter() - start
+    return spent
+
+
+def ask_library(memory: Any, conv: Conversation, *, user_id: str, k: int,
+                count: Callable[[str], int]) -> list[Answer]:
+    answers = []
+    for q in conv.questions:
+        start = time.perf_counter()
+        hits = memory.search(q.question, user_id=user_id, k=k)
+        spent = time.perf_counter() - start
+        sizes = [count(h.text) for h in hits]
+        answers.append(Answer(question=q, retrieved=[str(h.metadata.get("dia_id")) for h in hits],
+                              tokens=sum(sizes), seconds=spent, hit_tokens=sizes))
+    return answers
+
+
+class Baseline:
+    """The seed recipe: one Chroma collection, one MiniLM vector per turn, cosine k-NN."""
+
+    def __init__(self, path: str, embedder: Any) -> None:
+        import chromadb
+        from chromadb.config import Settings
+
+        self.client = chromadb.PersistentClient(path=path, settings=Settings(anonymized_telemetry=False))
+        self.embedder = embedder
+
+    def ingest(self, conv: Conversation, name: str, vectors: Mapping[str, Any]) -> tuple[Any, float]:
+        """Add the turns with their vectors from the one-batch embedding (the same model on
+        the same texts gives the same vectors); returns the collection and the seconds spent
+        in Chroma, to which the caller adds the embedding time."""
+        import numpy as np
+
+        start = time.perf_counter()
+        col = self.client.create_collection(name, embedding_function=None,
+                                            configuration={"hnsw": {"space": "cosine"}})
+        texts = [t.text for t in conv.turns]
+        col.add(ids=[f"{conv.id}/{t.dia_id}" for t in conv.turns], documents=texts,
+                embeddings=np.asarray([vectors[t] for t in texts]),
+                metadatas=[{"dia_id": t.dia_id} for t in conv.turns])
+        return col, time.perf_counter() - start
+
+    def ask(self, col: Any, conv: Conversation, *, k: int, count: Callable[[str], int]) -> list[Answer]:
+        answers = []
+        for q in conv.questions:
+            start = time.perf_counter()
+            res = col.query(query_embeddings=self.embedder.embed_array([q.question]), n_results=k,
+                            include=["documents", "metadatas"])
+            spent = time.perf_counter() - start
+            sizes = [count(d) for d in res["documents"][0]]
+            answers.append(Answer(question=q, retrieved=[m["dia_id"] for m in res["metadatas"][0]],
+                                  tokens=sum(sizes), seconds=spent, hit_tokens=sizes))
+        return answers
+
+
+def _machine() -> dict[str, Any]:
+    import platform
+
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "platform": platform.platform(), "python": platform.python_version(),
+            "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
+            "load_average_at_start": load}
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return a / b if b else None
+
+
+def print_table(lib: Mapping[str, Any], base: Mapping[str, Any], title: str, file: Any = None) -> None:
+    file = file or sys.stdout
+    print(f"\n== {title} ==", file=file)
+    print(f"{'':34s} {'library':>9s} {'baseline':>9s} {'ratio':>7s}", file=file)
+    metrics = ["recall@5", "recall@10", "hit@5", "hit@10", "session_recall@5", "session_recall@10",
+               "tokens@10", "latency_ms_p50", "latency_ms_p95"]
+    for part in lib:
+        lp, bp = lib[part], base[part]
+        if not lp.get("count"):
+            continue
+        print(f"-- {part} (n={lp['count']})", file=file)
+        shown = metrics if part == "overall" else ["recall@5", "recall@10", "hit@10", "session_recall@10"]
+        for m in shown:
+            r = _ratio(lp[m], bp[m])
+            print(f"   {m:31s} {lp[m]:9.3f} {bp[m]:9.3f} {r if r is not None else float('nan'):7.2f}",
+                  file=file)
+
+
+def plot(results: Mapping[str, Any], path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print('matplotlib missing: pip install "tiered-memory[plot]" for the plot', file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for system, style in (("library", "-o"), ("baseline", "--s")):
+        for split, alpha in (("all", 1.0), ("held_out", 0.45)):
+            summary = results["splits"].get(split, {}).get(system, {}).get("overall")
+            if not summary or not summary.get("count"):
+                continue
+            ax.plot(KS, [summary[f"recall@{k}"] for k in KS], style, alpha=alpha,
+                    label=f"{system} ({split.replace('_', '-')}, n={summary['count']})")
+    ax.set_xlabel("k (turns returned)")
+    ax.set_ylabel("turn-level recall@k")
+    ax.set_title("LoCoMo retrieval: tiered-memory vs plain Chroma (MiniLM)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from dataclasses import replace
+
+    from tiered_memory import MemoryConfig, SentenceTransformerEmbedder, TieredMemory
+    from tiered_memory.tokens import default_token_counter
+
+    machine = _machine()
+    convs = load_conversations(args.file)
+    if args.conversations:
+        wanted = set(args.conversations)
+        convs = [c for c in convs if c.id in wanted or str(convs.index(c)) in wanted]
+    if not convs:
+        raise SystemExit("no conversations selected")
+    tune_ids = [c.id for c in convs[: args.tune]]
+    count = default_token_counter()
+    embedder = SentenceTransformerEmbedder()
+    embedder.embed_query("warm up")
+    config = MemoryConfig()
+    if args.no_dedup:
+        config = replace(config, dedup_threshold=1.01)
+
+    # the physical limit: every text embedded in one batch with the same model
+    texts = list(dict.fromkeys(t.text for c in convs for t in c.turns))
+    start = time.perf_counter()
+    vectors = embedder.embed_array(texts)
+    embed_seconds = time.perf_counter() - start
+    n_turns = sum(len(c.turns) for c in convs)
+    print(f"{len(convs)} conversations, {n_turns} turns, "
+          f"{sum(len(c.questions) for c in convs)} questions; batch embedding: "
+          f"{len(texts) / embed_seconds:.1f} texts/s", flush=True)
+
+    answers: dict[str, dict[str, list[Answer]]] = {"library": {}, "baseline": {}}
+    ingest_seconds = {"library": 0.0, "baseline": embed_seconds}
+    cache = dict(zip(texts, vectors))
+    with tempfile.TemporaryDirectory(prefix="locomo-bench-") as tmp:
+        baseline = Baseline(os.path.join(tmp, "baseline"), embedder)
+        for c in convs:
+            user = f"locomo-{c.id}"
+            with TieredMemory(Path(tmp) / "library" / c.id, embedder=embedder, config=config) as memory:
+                ingest_seconds["library"] += ingest(memory, c, user_id=user)
+                answers["library"][c.id] = ask_library(memory, c, user_id=user, k=10, count=count)
+            col, spent = baseline.ingest(c, f"b{uuid.uuid4().hex[:12]}", cache)
+            ingest_seconds["baseline"] += spent
+            answers["baseline"][c.id] = baseline.ask(col, c, k=10, count=count)
+            r = summarize(answers["library"][c.id])["overall"]
+            b = summarize(answers["baseline"][c.id])["overall"]
+            print(f"  {c.id}: {len(c.turns)} turns, {len(c.questions)} questions, recall@10 "
+                  f"library {r['recall@10']:.3f} / baseline {b['recall@10']:.3f}", flush=True)
+
+        # search latency with every turn of every selected conversation under one user
+        scale: dict[str, Any] = {}
+        if not args.no_scale:
+            cached = CachedDocumentEmbedder(embedder, cache)
+            with TieredMemory(Path(tmp) / "scale", embedder=cached, config=config) as memory:  # type: ignore[arg-type]
+                for c in convs:
+                    ingest(memory, c, user_id="scale", session_prefix=f"{c.id}/")
+                questions = [q for c in convs for q in c.questions][: args.scale_questions]
+                ms = []
+                for q in questions:
+                    start = time.perf_counter()
+                    memory.search(q.question, user_id="scale", k=10)
+                    ms.append((time.perf_counter() - start) * 1000)
+                stats = memory.stats()
+            scale = {"memories_per_user": stats.messages, "vectors": stats.vectors,
+                     "queries": len(ms), "latency_ms_p50": percentile(ms, 50),
+                     "latency_ms_p95": percentile(ms, 95)}
+            print(f"scale: {stats.messages} memories in one user, search p50 "
+                  f"{scale['latency_ms_p50']:.1f} ms, p95 {scale['latency_ms_p95']:.1f} ms", flush=True)
+
+    splits = {"all": [c.id for c in convs], "tune": tune_ids,
+              "held_out": [c.id for c in convs if c.id not in tune_ids]}
+    results: dict[str, Any] = {
+        "benchmark": "LoCoMo turn-level retrieval", "file": str(args.file), "machine": machine,
+        "config": asdict(config.retrieval), "dedup_threshold": config.dedup_threshold,
+        "conversations": [c.id for c in convs], "split_ids": splits,
+        "evidence_issues": dict(sum((c.evidence_issues for c in convs), Counter())),
+        "evidence_issue_examples": [e for c in convs for e in c.evidence_examples],
+        "throughput": {
+            "turns": n_turns,
+            "batch_embed_texts_per_s": len(texts) / embed_seconds,
+            "library_ingest_turns_per_s": n_turns / ingest_seconds["library"],
+            "baseline_ingest_turns_per_s": n_turns / ingest_seconds["baseline"],
+        },
+        "scale": scale, "splits": {},
+    }
+    t = results["throughput"]
+    t["library_vs_batch_embed"] = t["library_ingest_turns_per_s"] / t["batch_embed_texts_per_s"]
+    t["baseline_vs_batch_embed"] = t["baseline_ingest_turns_per_s"] / t["batch_embed_texts_per_s"]
+    for split, ids in splits.items():
+        if not ids:
+            continue
+        lib = summarize([a for i in ids for a in answers["library"][i]])
+        base = summarize([a for i in ids for a in answers["baseline"][i]])
+        pairs = [(a, b) for i in ids for a, b in zip(answers["library"][i], answers["baseline"][i])]
+        lib["overall"]["recall@baseline_tokens"] = statistics.fmean(
+            recall_at(a.retrieved, a.question.evidence, within_budget(a.hit_tokens, b.tokens))
+            for a, b in pairs)
+        results["splits"][split] = {"conversations": ids, "library": lib, "baseline": base}
+        print_table(lib, base, f"{split}: {', '.join(ids)}")
+        print(f"   library recall within the baseline's tokens at k=10: "
+              f"{lib['overall']['recall@baseline_tokens']:.3f}")
+    print(f"\nevidence issues: {results['evidence_issues']}")
+    print(f"ingest: library {t['library_ingest_turns_per_s']:.1f} turns/s, baseline "
+          f"{t['baseline_ingest_turns_per_s']:.1f}, batch embedding {t['batch_embed_texts_per_s']:.1f} "
+          f"texts/s -> library/batch {t['library_vs_batch_embed']:.2f}")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    plot(results, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.locomo", description=__doc__.split("\n")[0])
+    p.add_argument("file", nargs="?", default=str(DEFAULT_DATA), help="LoCoMo-format JSON")
+    p.add_argument("--conversations", nargs="*", help="sample ids (or list indices) to run")
+    p.add_argument("--tune", type=int, default=3,
+                   help="the first N conversations form the tuning split; the rest are held out")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON output (the plot goes beside it)")
+    p.add_argument("--no-scale", action="store_true", help="skip the one-user latency run")
+    p.add_argument("--scale-questions", type=int, default=200)
+    p.add_argument("--torch-threads", type=int, default=1,
+                   help="torch CPU threads for both systems (0 = torch's default)")
+    p.add_argument("--no-dedup", action="store_true", help="index near-duplicate turns too")
+    args = p.parse_args(argv)
+    if args.torch_threads:
+        import torch
+
+        torch.set_num_threads(args.torch_threads)
+    run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

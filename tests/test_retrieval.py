@@ -1,0 +1,353 @@
+"""Table tests of the pure retrieval decisions and of the LoCoMo benchmark's parsing,
+plus one real-memory case where hybrid recall finds what plain vector search misses."""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from tiered_memory.retrieval import (
+    Candidate,
+    QueryPlan,
+    TurnWeights,
+    base_scores,
+    date_ranges,
+    has_time_expression,
+    in_date_ranges,
+    is_temporal_question,
+    names_speaker,
+    plan_query,
+    previous_turns,
+    proper_names,
+    rrf_fuse,
+    score_turns,
+    session_shares,
+    speaker_of,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the bench/ scripts live at the root
+from bench.locomo import (  # noqa: E402
+    Answer,
+    Question,
+    load_conversations,
+    parse_evidence,
+    parse_session_date,
+    percentile,
+    recall_at,
+    hit_at,
+    session_recall_at,
+    summarize,
+    turn_text,
+)
+
+DAY = 86400.0
+
+
+def utc(y: int, m: int, d: int) -> float:
+    return datetime(y, m, d, tzinfo=timezone.utc).timestamp()
+
+
+# ---- query analysis ------------------------------------------------------------
+@pytest.mark.parametrize("text, names", [
+    ("When did Caroline go to the LGBTQ support group?", {"Caroline", "LGBTQ"}),
+    ("What is Caroline's identity?", {"Caroline"}),
+    ("What did Mel and Jon Snow do in May?", {"Mel", "Jon", "Snow"}),
+    ("what did she do", set()),
+    ("Did I ever mention Lisbon?", {"Lisbon"}),
+])
+def test_proper_names(text, names):
+    assert proper_names(text) == names
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("What movie did Joanna watch on 1 May, 2022?", [(utc(2022, 5, 1), utc(2022, 5, 2))]),
+    ("What happened on May 7th, 2023?", [(utc(2023, 5, 7), utc(2023, 5, 8))]),
+    ("Where did Joanna travel to in July 2022?", [(utc(2022, 7, 1), utc(2022, 8, 1))]),
+    ("What did she do in December 2022?", [(utc(2022, 12, 1), utc(2023, 1, 1))]),
+    ("When did Melanie paint a sunrise in 2022?", [(utc(2022, 1, 1), utc(2023, 1, 1))]),
+    ("Anything on 31 February 2023?", [(utc(2023, 2, 1), utc(2023, 3, 1))]),  # bad day: the month stays
+    ("From 3 May 2023 to June 2023", [(utc(2023, 5, 3), utc(2023, 5, 4)), (utc(2023, 6, 1), utc(2023, 7, 1))]),
+    ("When did Caroline go to the support group?", []),
+    ("Did 25 people come?", []),
+])
+def test_date_ranges(text, expected):
+    assert list(date_ranges(text)) == expected
+
+
+@pytest.mark.parametrize("text, temporal", [
+    ("When did Caroline go to the LGBTQ support group?", True),
+    ("How long has Nate had his turtles?", True),
+    ("In which month did they meet?", True),
+    ("What year did John move?", True),
+    ("What did Caroline research?", False),
+    ("Where was Tim when it rained?", False),
+])
+def test_is_temporal_question(text, temporal):
+    assert is_temporal_question(text) is temporal
+
+
+@pytest.mark.parametrize("text, has", [
+    ("Caroline: I went to a support group yesterday.", True),
+    ("Nate: I've had them for 3 years now", True),
+    ("Jo: We met last Saturday", True),
+    ("Tim: It was back in 2019", True),
+    ("Caroline: Thanks, that means a lot!", False),
+    ("Caroline: Researching adoption agencies.", False),
+])
+def test_has_time_expression(text, has):
+    assert has_time_expression(text) is has
+
+
+@pytest.mark.parametrize("content, metadata, speaker", [
+    ("Caroline: hi there", None, "Caroline"),
+    ("Jon Snow: winter", {}, "Jon Snow"),
+    ("hi: there", None, None),
+    ("no speaker here", None, None),
+    ("Caroline: hi", {"speaker": "Mel"}, "Mel"),
+    ("Note: pay rent", {"name": "Ana"}, "Ana"),
+])
+def test_speaker_of(content, metadata, speaker):
+    assert speaker_of(content, metadata) == speaker
+
+
+@pytest.mark.parametrize("names, speaker, expected", [
+    (frozenset({"Caroline"}), "Caroline", True),
+    (frozenset({"Jon"}), "Jon Snow", True),
+    (frozenset({"Caroline"}), "Melanie", False),
+    (frozenset(), "Melanie", False),
+    (frozenset({"Caroline"}), None, False),
+])
+def test_names_speaker(names, speaker, expected):
+    assert names_speaker(names, speaker) is expected
+
+
+@pytest.mark.parametrize("ts, expected", [
+    (utc(2022, 5, 1), True),
+    (utc(2022, 4, 26), True),   # 5 days before: within the 7-day lead
+    (utc(2022, 4, 20), False),
+    (utc(2022, 5, 30), True),   # reported weeks later
+    (utc(2022, 6, 5), False),
+])
+def test_in_date_ranges(ts, expected):
+    assert in_date_ranges(ts, [(utc(2022, 5, 1), utc(2022, 5, 2))], 7, 30) is expected
+
+
+def test_plan_query_bundles_the_analysis():
+    plan = plan_query("When did Caroline move in June 2022?")
+    assert plan.temporal and plan.names == {"Caroline"}
+    assert plan.dates == ((utc(2022, 6, 1), utc(2022, 7, 1)),)
+    assert plan.fts is not None and '"caroline"' in plan.fts and '"when"' not in plan.fts
+    assert plan_query("what is it?").fts is None
+
+
+# ---- scoring --------------------------------------------------------------------
+def cand(i: str, *, sim: float | None = None, bm25: float | None = None, session: str = "s1",
+         ts: float = 0.0, text: str = "x", speaker: str | None = None) -> Candidate:
+    return Candidate(id=i, session_id=session, timestamp=ts, text=text, speaker=speaker,
+                     similarity=sim, bm25=bm25)
+
+
+PLAIN = TurnWeights(neighbor_weight=0, speaker_boost=0, time_boost=0, date_boost=0,
+                    session_weight=0, recency_boost=0)
+EMPTY = QueryPlan(text="q", fts=None)
+
+
+@pytest.mark.parametrize("cands, expected", [
+    # cosine + 0.5 x bm25 / best bm25
+    ([cand("a", sim=0.5, bm25=4.0), cand("b", sim=0.4, bm25=2.0)], {"a": 1.0, "b": 0.65}),
+    # not a vector candidate: the lowest similarity seen
+    ([cand("a", sim=0.5), cand("b", sim=0.3), cand("c", bm25=1.0)], {"a": 0.5, "b": 0.3, "c": 0.8}),
+    # no vector candidates at all, no bm25
+    ([cand("a"), cand("b", bm25=0.0)], {"a": 0.0, "b": 0.0}),
+])
+def test_base_scores(cands, expected):
+    got = base_scores(cands, EMPTY, PLAIN)
+    assert got == pytest.approx(expected)
+
+
+def test_date_boost_goes_to_turns_dated_near_a_named_date():
+    plan = plan_query("What did Jo do in May 2022?")
+    w = TurnWeights(date_boost=0.2)
+    got = base_scores([cand("in", sim=0.3, ts=utc(2022, 5, 20)), cand("out", sim=0.3, ts=utc(2021, 5, 20))],
+                      plan, w)
+    assert got["in"] == pytest.approx(0.5) and got["out"] == pytest.approx(0.3)
+
+
+def test_neighbor_lifts_the_reply_to_a_matching_question():
+    cands = [cand("question", sim=0.6), cand("reply", sim=0.3), cand("other", sim=0.4)]
+    w = TurnWeights(neighbor_weight=0.3, speaker_boost=0, time_boost=0, session_weight=0)
+    order = [s.id for s in score_turns(cands, {"reply": "question"}, EMPTY, w, now=0)]
+    assert order == ["question", "reply", "other"]
+    without = [s.id for s in score_turns(cands, {}, EMPTY, w, now=0)]
+    assert without == ["question", "other", "reply"]
+
+
+@pytest.mark.parametrize("query, text, speaker, boosted", [
+    ("What did Caroline paint?", "Caroline: a lake", "Caroline", {"speaker"}),
+    ("What did Melanie paint?", "Caroline: a lake", "Caroline", set()),
+    ("When did Caroline paint?", "Caroline: a lake last week", "Caroline", {"speaker", "time"}),
+    ("What did Caroline paint?", "Caroline: a lake last week", "Caroline", {"speaker"}),
+])
+def test_speaker_and_time_boosts(query, text, speaker, boosted):
+    w = TurnWeights(neighbor_weight=0, session_weight=0, speaker_boost=0.1, time_boost=0.1)
+    [s] = score_turns([cand("a", sim=0.5, text=text, speaker=speaker)], {}, plan_query(query), w, now=0)
+    assert {p for p in s.parts if p in {"speaker", "time"}} == boosted
+    assert s.score == pytest.approx(0.5 + 0.1 * len(boosted))
+
+
+def test_session_shares_and_weight():
+    shares = session_shares({"a": 0.8, "b": 0.2, "c": 0.6, "d": 0.1}, {"a": "s1", "b": "s1", "c": "s2", "d": "s3"}, 3)
+    assert shares == pytest.approx({"s1": 1.0, "s2": 0.6})
+    cands = [cand("a", sim=0.5, session="s1"), cand("b", sim=0.45, session="s1"),
+             cand("c", sim=0.46, session="s2")]
+    w = TurnWeights(neighbor_weight=0, speaker_boost=0, time_boost=0, session_weight=0.1, session_top=3)
+    order = [s.id for s in score_turns(cands, {}, EMPTY, w, now=0)]
+    assert order == ["a", "b", "c"]  # b's session holds the best turn
+
+
+def test_recency_boost_and_deterministic_ties():
+    w = TurnWeights(neighbor_weight=0, session_weight=0, recency_boost=0.1, recency_half_life_days=30)
+    cands = [cand("old", sim=0.5, ts=0.0), cand("new", sim=0.5, ts=100 * DAY)]
+    assert [s.id for s in score_turns(cands, {}, EMPTY, w, now=100 * DAY)] == ["new", "old"]
+    tie = [cand("b", sim=0.5), cand("a", sim=0.5)]
+    assert [s.id for s in score_turns(tie, {}, EMPTY, PLAIN, now=0)] == ["a", "b"]
+
+
+@dataclass
+class Rec:
+    id: str
+    session_id: str
+    seq: int
+
+
+def test_previous_turns_from_seq_and_neighbors():
+    records = {r.id: r for r in [Rec("a", "s1", 1), Rec("b", "s1", 2), Rec("c", "s2", 3), Rec("e", "s1", 9)]}
+    neighbors = {"e": [Rec("d", "s1", 5), Rec("e", "s1", 9), Rec("f", "s1", 10)]}
+    assert previous_turns(records, neighbors) == {"b": "a", "e": "d", "f": "e"}
+
+
+def test_rrf_fuse_still_weights_ranks():
+    fused = rrf_fuse({"vector": ["a", "b"], "keyword": ["b"]}, {"vector": 1.0, "keyword": 1.0}, k=60)
+    assert [f.id for f in fused] == ["b", "a"]
+    assert fused[0].score == pytest.approx(1 / 62 + 1 / 61)
+
+
+# ---- the benchmark's parsing and scoring -----------------------------------------
+KNOWN = frozenset({"D1:3", "D8:6", "D9:17", "D11:26", "D2:1"})
+
+
+@pytest.mark.parametrize("raw, ids, repaired, unparseable, missing", [
+    (["D1:3"], ("D1:3",), (), (), ()),
+    (["D8:6; D9:17"], ("D8:6", "D9:17"), ("D8:6; D9:17",), (), ()),
+    (["D:11:26"], ("D11:26",), ("D:11:26",), (), ()),
+    (["D"], (), (), ("D",), ()),
+    (["D10:19", "D1:3"], ("D1:3",), (), (), ("D10:19",)),
+    (["D1:3", "D1:3", "D2:01"], ("D1:3", "D2:1"), ("D2:01",), (), ()),
+    ("D2:1", ("D2:1",), (), (), ()),
+    ([""], (), (), ("",), ()),
+])
+def test_parse_evidence(raw, ids, repaired, unparseable, missing):
+    rep = parse_evidence(raw, KNOWN)
+    assert (rep.ids, rep.repaired, rep.unparseable, rep.missing) == (ids, repaired, unparseable, missing)
+
+
+def test_parse_session_date_and_turn_text():
+    assert parse_session_date("1:56 pm on 8 May, 2023") == utc(2023, 5, 8) + 13 * 3600 + 56 * 60
+    assert parse_session_date(" 10:37 am on 27 June,  2023") == utc(2023, 6, 27) + 10 * 3600 + 37 * 60
+    with pytest.raises(ValueError):
+        parse_session_date("yesterday")
+    assert turn_text("Mel", " hi ", "a dog") == "Mel: hi [shares a photo: a dog]"
+    assert turn_text("Mel", "hi") == "Mel: hi"
+
+
+@pytest.mark.parametrize("retrieved, evidence, k, r, h, s", [
+    (["D1:1", "D1:2", "D2:1"], ["D1:2"], 2, 1.0, 1.0, 1.0),
+    (["D1:1", "D1:2", "D2:1"], ["D1:2", "D2:1"], 2, 0.5, 1.0, 0.5),
+    (["D1:1", "D1:2", "D2:1"], ["D1:2", "D2:1"], 3, 1.0, 1.0, 1.0),
+    (["D1:1"], ["D3:4"], 10, 0.0, 0.0, 0.0),
+    (["D3:1"], ["D3:4"], 10, 0.0, 0.0, 1.0),
+    ([], ["D3:4"], 10, 0.0, 0.0, 0.0),
+])
+def test_recall_hit_session(retrieved, evidence, k, r, h, s):
+    assert recall_at(retrieved, evidence, k) == r
+    assert hit_at(retrieved, evidence, k) == h
+    assert session_recall_at(retrieved, evidence, k) == s
+
+
+@pytest.mark.parametrize("values, p, expected", [
+    ([], 50, 0.0), ([5.0], 95, 5.0), ([1, 2, 3, 4], 50, 2), (list(range(1, 101)), 95, 95),
+])
+def test_percentile(values, p, expected):
+    assert percentile(values, p) == expected
+
+
+def test_load_conversations_counts_malformed_evidence(tmp_path):
+    sample = {
+        "sample_id": "conv-x",
+        "conversation": {
+            "speaker_a": "Ann", "speaker_b": "Bo",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I moved to Oslo."},
+                          {"speaker": "Bo", "dia_id": "D1:2", "text": "Nice!", "blip_caption": "a fjord"}],
+            "session_2_date_time": "2:00 pm on 9 May, 2023",  # a date without a session
+        },
+        "qa": [
+            {"question": "Where did Ann move?", "answer": "Oslo", "evidence": ["D1:1; D1:2"], "category": 4},
+            {"question": "?", "answer": "-", "evidence": ["D"], "category": 1},
+            {"question": "adv", "adversarial_answer": "-", "evidence": ["D1:1"], "category": 5},
+            {"question": "none", "answer": "-", "evidence": [], "category": 2},
+        ],
+    }
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([sample]))
+    [conv] = load_conversations(path)
+    assert [t.text for t in conv.turns] == ["Ann: I moved to Oslo.", "Bo: Nice! [shares a photo: a fjord]"]
+    assert [q.evidence for q in conv.questions] == [("D1:1", "D1:2")]
+    assert conv.evidence_issues == {"repaired": 1, "unparseable": 1, "question_without_valid_evidence": 1}
+
+
+def test_summarize_reports_per_category_counts():
+    q1 = Question(conversation="c", question="a", category=1, evidence=("D1:1", "D2:1"))
+    q4 = Question(conversation="c", question="b", category=4, evidence=("D1:2",))
+    answers = [Answer(question=q1, retrieved=["D1:1"], tokens=10, seconds=0.01),
+               Answer(question=q4, retrieved=["D1:1", "D1:2"], tokens=20, seconds=0.03)]
+    s = summarize(answers, ks=(1, 2))
+    assert s["overall"]["count"] == 2 and s["overall"]["recall@2"] == pytest.approx(0.75)
+    assert s["cat1_multi-hop"]["recall@1"] == 0.5 and s["cat4_single-hop"]["hit@1"] == 0.0
+    assert s["cat2_temporal"] == {"count": 0}
+    assert s["overall"]["tokens@10"] == 15
+
+
+# ---- one real memory ------------------------------------------------------------------
+def test_hybrid_finds_the_reply_plain_vector_search_misses(memory):
+    """The answer ("Caroline: Adoption agencies, mostly.") shares no word with the
+    question; its meaning lives in the turn before it. Plain cosine ranks it 4th."""
+    base = datetime(2023, 5, 8, tzinfo=timezone.utc).timestamp()
+    turns = [
+        ("Caroline", "I studied painting techniques for my art class."),
+        ("Melanie", "What are you researching these days, Caroline?"),
+        ("Caroline", "Adoption agencies, mostly."),
+        ("Caroline", "I read about hiking trails near the lake."),
+        ("Melanie", "Cool! My kids love the beach, we went camping last week."),
+        ("Caroline", "I looked into the history of the city museum for fun."),
+        ("Melanie", "I ran a charity race for mental health on Sunday."),
+        ("Caroline", "I'm studying psychology and counseling, it's a lot of reading."),
+        ("Caroline", "I learned a lot about healthy recipes, dinner was great."),
+    ]
+    ids = memory.add_many([{"role": "user", "content": f"{s}: {t}", "timestamp": base} for s, t in turns],
+                          user_id="u", session_id="s1")
+    answer, query = ids[2], "What did Caroline research?"
+    hits = memory.search(query, user_id="u", k=2)
+    assert answer in [h.id for h in hits]
+    signals = next(h for h in hits if h.id == answer).explanation["signals"]
+    assert {"vector", "neighbor", "speaker"} <= set(signals)
+    # the seed recipe: nearest neighbours by cosine alone
+    from tiered_memory.embedding import embed_query
+
+    plain = memory.index.query(embed_query(memory.embedder, query)[None, :], user_id="u", k=2, layers=["turn"])[0]
+    assert answer not in [i for i, _ in plain]
