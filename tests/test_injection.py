@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Callable
+from typing import Any, Iterator
 
 import pytest
 
@@ -76,9 +76,9 @@ def test_quote_keeps_every_payload_on_one_inert_line(payload: str) -> None:
     assert json.loads(q) == payload
 
 
-@pytest.fixture
-def poisoned(make_memory: Callable[..., TieredMemory]) -> TieredMemory:
-    m = make_memory()
+@pytest.fixture(scope="module")
+def poisoned(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[TieredMemory]:
+    m = TieredMemory(tmp_path_factory.mktemp("poisoned") / "store", embedder=embedder)
     old = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{p} (note {i} about the vault)"}
            for i, p in enumerate(PAYLOADS)]
     m.add_many(old, session_id="old", user_id="victim")
@@ -90,7 +90,8 @@ def poisoned(make_memory: Callable[..., TieredMemory]) -> TieredMemory:
         {"role": "tool", "content": PAYLOADS[3]},
         {"role": "user", "content": "what do you remember about the vault?"},
     ], session_id="now", user_id="victim")
-    return m
+    yield m
+    m.close()
 
 
 def test_core_text_and_messages_are_parseable_and_round_trip(poisoned: TieredMemory) -> None:

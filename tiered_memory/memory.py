@@ -18,7 +18,8 @@ from .buffer import select_buffer
 from .config import MemoryConfig
 from .context import MemoryContext
 from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
-from .errors import ConfigurationError, InvalidInputError, NotFoundError, StoreLockedError, VectorIndexError
+from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreLockedError, TieredMemoryError,
+                     VectorIndexError)
 from .indexing import index_messages, repair
 from .recall import search_turns
 from .store.base import RecordStore
@@ -330,7 +331,9 @@ class TieredMemory(LayerMethods):
             try:
                 index_messages(rows, store=self.store, index=self.index, embedder=self.embedder,
                                threshold=self.config.dedup_threshold)
-            except VectorIndexError as e:
+            except Exception as e:  # a custom VectorIndex may raise anything: keep the promise typed
+                if isinstance(e, TieredMemoryError) and not isinstance(e, VectorIndexError):
+                    raise
                 raise VectorIndexError(
                     f"{len(rows)} messages were stored but not indexed ({e}); they will be "
                     "indexed on the next open or by rebuild_index()") from e

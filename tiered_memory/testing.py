@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
 __all__ = [
-    "Delay", "LLMCall", "ScriptedLLM", "chatty", "empty", "fenced", "malformed", "task_of", "timeout",
+    "Delay", "FailingVectorIndex", "LLMCall", "ScriptedLLM", "chatty", "empty", "fenced", "malformed",
+    "task_of", "timeout",
 ]
 
 
@@ -143,3 +144,50 @@ class ScriptedLLM:
         task = task_of(copied)
         self.calls.append(LLMCall(messages=copied, json_mode=json_mode, max_tokens=max_tokens, task=task))
         return await self._play(self._next(task), copied)
+
+
+class FailingVectorIndex:
+    """Wraps a real vector index and makes chosen methods fail, to test what the core does
+    when the vector engine breaks mid-write.
+
+    Args:
+        inner: the real index (for example ``ChromaVectorIndex``); every call is forwarded.
+        fail_on: method names that fail (``"upsert"``, ``"query"``, ``"delete"``, ``"delete_user"``...).
+        after: calls of those methods that succeed before the failures start.
+        times: how many calls fail; ``None`` fails forever.
+        error: the exception raised (a third-party engine may raise anything).
+
+    ``failures`` counts the calls that failed. ``healthy()`` stops failing.
+    """
+
+    def __init__(self, inner: Any, *, fail_on: Iterable[str], after: int = 0, times: int | None = 1,
+                 error: BaseException | None = None) -> None:
+        self.inner = inner
+        self.fail_on = set(fail_on)
+        self.after = after
+        self.times = times
+        self.error = error if error is not None else RuntimeError("simulated vector engine failure")
+        self.failures = 0
+        self._seen = 0
+
+    def healthy(self) -> None:
+        self.fail_on = set()
+
+    def _maybe_fail(self, name: str) -> None:
+        if name not in self.fail_on:
+            return
+        self._seen += 1
+        if self._seen > self.after and (self.times is None or self.failures < self.times):
+            self.failures += 1
+            raise self.error
+
+    def __getattr__(self, name: str) -> Any:
+        target = getattr(self.inner, name)
+        if not callable(target):
+            return target
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._maybe_fail(name)
+            return target(*args, **kwargs)
+
+        return call
