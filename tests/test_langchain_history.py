@@ -258,3 +258,23 @@ def test_end_session_feeds_facts_and_episodes_into_the_next_session(memory: Tier
     lead = new.messages[0]
     assert isinstance(lead, SystemMessage) and "shellfish" in lead.text
     assert 'section="facts"' in lead.text or 'section="episodes"' in lead.text
+
+
+@pytest.mark.parametrize(("blocked", "name", "package"), [
+    ("langchain_core", None, "langchain-core"),
+    ("langchain_classic", "TieredConversationMemory", "langchain-classic"),
+    ("langgraph", "TieredMemoryStore", "langgraph"),
+])
+def test_missing_packages_name_the_extra(blocked: str, name: str | None, package: str) -> None:
+    import subprocess
+
+    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+            "from tiered_memory import MissingDependencyError\n"
+            "try:\n"
+            "    import langchain_tiered_memory as lc\n"
+            f"    getattr(lc, {name!r})\n"
+            "except MissingDependencyError as e:\n"
+            "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert f"'{package}' is not installed" in out
+    assert 'pip install "tiered-memory[langchain]"' in out
