@@ -189,17 +189,28 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child
         pass
 
 
-def default_threads() -> int:
-    """``$TM_LLM_THREADS``, else half the cores (llama.cpp's own default for generation).
+def choose_threads(cpus: int, load1: float) -> int:
+    """llama.cpp threads for ``cpus`` cores at 1-minute load average ``load1`` (pure).
 
-    One thread per spare core, not all of them: llama.cpp's threads wait for each other
-    at every step, so when another process takes a core their throughput collapses
-    (measured here on 2 busy cores: 12 tokens took 100 s with 2 threads, 15-25 s with 1).
+    Every core when the machine is otherwise idle; one per two cores when it is busy.
+    llama.cpp's threads wait for each other at every step, so when other processes take
+    the cores their throughput collapses (measured here, 2 cores at load 10: 12 tokens
+    took 100 s with 2 threads, 15-25 s with 1).
     """
+    cpus = max(1, cpus)
+    return cpus if load1 < cpus - 0.5 else max(1, cpus // 2)
+
+
+def default_threads() -> int:
+    """``$TM_LLM_THREADS``, else :func:`choose_threads` for this machine now."""
     env = os.environ.get("TM_LLM_THREADS", "").strip()
     if env:
         return max(1, int(env))
-    return max(1, (os.cpu_count() or 2) // 2)
+    try:
+        load1 = os.getloadavg()[0]
+    except OSError:
+        load1 = 0.0
+    return choose_threads(os.cpu_count() or 1, load1)
 
 
 def server_command(port: int, *, n_threads: int | None = None) -> list[str]:
@@ -222,12 +233,14 @@ def start_server(port: int, *, n_threads: int | None = None, log_path: Path | No
         raise SetupError(f"the local LLM is not set up in {LLM_DIR}: run `make llm` "
                          "(python3 scripts/local_llm.py setup)")
     log_path = log_path or LLM_DIR / f"server-{port}.log"
+    threads = n_threads or default_threads()
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            server_command(port, n_threads=n_threads), stdout=log, stderr=subprocess.STDOUT,
+            server_command(port, n_threads=threads), stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent if tie_to_parent and sys.platform == "linux" else None)
     proc.log_path = log_path  # type: ignore[attr-defined]
+    proc.n_threads = threads  # type: ignore[attr-defined]
     return proc
 
 

@@ -23,6 +23,9 @@ import pytest
 
 _SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "local_llm.py"
 READY_TIMEOUT_S = 120.0
+# 5-15 s per call on 2 idle cores; generous because throughput collapses on a busy
+# machine (a 315-token prompt took 200 s with the load average at 12 on 2 cores)
+CALL_TIMEOUT_S = float(os.environ.get("TM_LLM_TIMEOUT", "300"))
 
 
 def _local_llm() -> ModuleType:
@@ -58,7 +61,8 @@ def local_llm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         llm.wait_ready(url, READY_TIMEOUT_S, proc=proc)
-        sys.stderr.write(f"\n[llm] server ready at {url} in {time.monotonic() - started:.1f} s\n")
+        sys.stderr.write(f"\n[llm] server ready at {url} in {time.monotonic() - started:.1f} s "
+                         f"({proc.n_threads} threads)\n")
         yield url
     finally:
         llm.stop_server(proc)
@@ -72,4 +76,4 @@ def chat_model(local_llm_url: str) -> Any:
     # llama.cpp's server ignores the max-tokens name langchain-openai sends; extra_body
     # puts "max_tokens" at the top level of the request, where it is read.
     return ChatOpenAI(base_url=local_llm_url + "/v1", api_key="not-needed", model="qwen",
-                      temperature=0, extra_body={"max_tokens": 512}, timeout=120, max_retries=0)
+                      temperature=0, extra_body={"max_tokens": 512}, timeout=CALL_TIMEOUT_S, max_retries=0)
