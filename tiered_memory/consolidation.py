@@ -144,8 +144,10 @@ def _merge(layers: "Layers", user_id: str, now: float, threshold: float, tick: P
     for n, (keep, dups) in enumerate(plan, 1):
         sources = list(dict.fromkeys(s for i in [keep, *dups] for s in by_id[i].source_ids))
         with layers.memory._write_lock, layers.rows.transaction() as c:
+            # updated_at stays the newest of the group: a merge is not new evidence
             c.execute("UPDATE facts SET source_ids=?, access_count=access_count+?, updated_at=? WHERE id=?",
-                      (_dumps(sources), sum(by_id[d].access_count for d in dups), now, keep))
+                      (_dumps(sources), sum(by_id[d].access_count for d in dups),
+                       max(by_id[i].updated_at for i in [keep, *dups]), keep))
             for d in dups:
                 layers.facts.soft_delete(c, user_id, d, "merge", now, {"merged_into": keep})
         layers.memory.index.delete([f"fact:{d}" for d in dups])
@@ -155,22 +157,26 @@ def _merge(layers: "Layers", user_id: str, now: float, threshold: float, tick: P
 
 
 def _compress(layers: "Layers", user_id: str, episodes: Sequence["Episode"], now: float, tick: Progress,
-              details: dict[str, list[str]]) -> int:
+              details: dict[str, list[str]], batch: int = 25) -> int:
     cfg = layers.memory.config.consolidation
     todo = select_compressions(episodes, now, cfg.compress_after_days)
     moved = 0
-    for n, ep in enumerate(todo, 1):
+    for start in range(0, len(todo), batch):  # one transaction and one vector delete per batch
+        part = todo[start:start + batch]
         with layers.memory._write_lock:
             with layers.rows.transaction() as c:
-                count = layers.rows.archive_messages(c, user_id, ep.source_ids, ep.id, now, delete=cfg.delete_raw)
-                c.execute("UPDATE episodes SET compressed_at=? WHERE id=?", (now, ep.id))
-                layers.rows.audit(c, user_id, "episode", ep.id, "delete_raw" if cfg.delete_raw else "archive",
-                                  {"messages": count}, now)
-            # after the commit: a crash here leaves stray vectors that startup repair removes
-            layers.memory.index.delete(list(ep.source_ids))
-        moved += count
-        details["compress"].append(ep.id)
-        tick("compress", n, len(todo))
+                for ep in part:
+                    count = layers.rows.archive_messages(c, user_id, ep.source_ids, ep.id, now, delete=cfg.delete_raw)
+                    c.execute("UPDATE episodes SET compressed_at=? WHERE id=?", (now, ep.id))
+                    layers.rows.audit(c, user_id, "episode", ep.id, "delete_raw" if cfg.delete_raw else "archive",
+                                      {"messages": count}, now)
+                    moved += count
+            # after the commit: a crash here leaves stray vectors; recall ignores ids the store
+            # does not hold and the next start-up repair removes them
+            layers.memory.index.delete([i for ep in part for i in ep.source_ids])
+        for n, ep in enumerate(part, start + 1):
+            details["compress"].append(ep.id)
+            tick("compress", n, len(todo))
     return moved
 
 

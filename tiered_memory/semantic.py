@@ -379,5 +379,7 @@ class SemanticMemory:
         for start in range(0, len(facts), 256):
             part = facts[start:start + 256]
             vecs = embed(self.embedder, [f.text for f in part])
+            with self.rows.transaction() as c:  # keep the stored vectors in step with the embedder
+                c.executemany("UPDATE facts SET vector=? WHERE id=?", [(to_blob(v), f.id) for f, v in zip(part, vecs)])
             self._upsert_vectors(list(zip(part, vecs)))
         return len(facts)

@@ -1,0 +1,119 @@
+"""Working memory: decay, capacity eviction, relevance ranking, scratchpad."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Callable
+
+import pytest
+
+from tiered_memory import InvalidInputError, MemoryConfig, TieredMemory
+from tiered_memory.config import WorkingConfig
+from tiered_memory.working import WorkingItem, decayed, evict, rank
+
+H = 3600.0
+
+
+@pytest.mark.parametrize("importance, age_h, rate, expected", [
+    (1.0, 0, 0.1, 1.0),
+    (1.0, 1, 0.1, 0.9),
+    (0.5, 2, 0.5, 0.125),
+    (0.8, 10, 0.0, 0.8),    # no decay
+    (0.8, -5, 0.1, 0.8),    # a future timestamp does not grow
+    (0.8, 1, 1.0, 0.0),     # full decay in an hour
+])
+def test_decayed(importance: float, age_h: float, rate: float, expected: float) -> None:
+    assert decayed(importance, 1000.0 - age_h * H, 1000.0, rate) == pytest.approx(expected)
+
+
+def _item(i: str, importance: float, age_h: float, now: float = 100 * H) -> WorkingItem:
+    return WorkingItem(id=i, user_id="u", session_id="s", text=i, importance=importance, created_at=now - age_h * H)
+
+
+@pytest.mark.parametrize("items, capacity, kept, evicted", [
+    ([_item("a", 0.9, 0), _item("b", 0.1, 0), _item("c", 0.5, 0)], 2, ["a", "c"], ["b"]),
+    # an important but old item decays below a fresh middling one
+    ([_item("old", 0.9, 48), _item("new", 0.4, 0)], 1, ["new"], ["old"]),
+    ([_item("a", 0.5, 0), _item("b", 0.5, 1)], 1, ["a"], ["b"]),  # equal importance: newer kept
+    ([_item("a", 0.5, 0)], 0, [], ["a"]),
+    ([], 3, [], []),
+])
+def test_evict(items: list[WorkingItem], capacity: int, kept: list[str], evicted: list[str]) -> None:
+    k, e = evict(items, capacity, 100 * H, 0.05)
+    assert [i.id for i in k] == kept and [i.id for i in e] == evicted
+
+
+def test_rank_blends_relevance() -> None:
+    items = [_item("important", 0.9, 0), _item("relevant", 0.2, 0)]
+    assert [i.id for i in rank(items, 100 * H, 0.05)] == ["important", "relevant"]
+    ranked = rank(items, 100 * H, 0.05, relevance=[0.1, 0.9])
+    assert [i.id for i in ranked] == ["relevant", "important"]
+    assert all(i.score is not None for i in ranked)
+    assert items[0].score is None  # inputs untouched
+
+
+def test_remember_capacity_and_audit(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory(config=MemoryConfig(working=WorkingConfig(capacity=3, decay_per_hour=0.05)))
+    wm = memory.working_memory("s1", user_id="u1")
+    for n, imp in enumerate([0.9, 0.1, 0.5, 0.7]):
+        wm.remember(f"note {n}", importance=imp)
+    assert sorted(i.text for i in wm.items()) == ["note 0", "note 2", "note 3"]
+    assert [i.text for i in wm.items()] == ["note 0", "note 3", "note 2"]  # by importance
+    with sqlite3.connect(memory.path / "records.sqlite3") as db:  # the audit table, read directly
+        audit = db.execute("SELECT action, details FROM audit_log WHERE user_id='u1' AND layer='working'").fetchall()
+    assert [(a, json.loads(d)["text"]) for a, d in audit] == [("evict", "note 1")]
+
+
+def test_items_ranked_by_query(memory: TieredMemory) -> None:
+    wm = memory.working_memory("s1", user_id="u1")
+    wm.remember("User is debugging the Stripe payment webhook", importance=0.4, type="goal")
+    wm.remember("User prefers short answers", importance=0.6, type="preference")
+    wm.remember("The staging server is down", importance=0.5, type="observation")
+    top = wm.items("why does the payment webhook fail?", k=1)
+    assert [(i.text, i.type) for i in top] == [("User is debugging the Stripe payment webhook", "goal")]
+    assert wm.items(k=1)[0].text == "User prefers short answers"
+
+
+def test_sessions_and_users_are_separate(memory: TieredMemory) -> None:
+    memory.working_memory("s1", user_id="u1").remember("alpha")
+    memory.working_memory("s2", user_id="u1").remember("beta")
+    memory.working_memory("s1", user_id="u2").remember("gamma")
+    assert [i.text for i in memory.working_memory("s1", user_id="u1").items()] == ["alpha"]
+
+
+def test_scratchpad_persists(make_memory: Callable[..., TieredMemory], tmp_path: object) -> None:
+    memory = make_memory("pad")
+    pad = memory.working_memory("s1", user_id="u1").scratchpad
+    pad["plan"] = ["search", "summarise"]
+    pad["step"] = 1
+    pad["step"] += 1
+    del pad["plan"]
+    assert dict(pad) == {"step": 2}
+    with pytest.raises(InvalidInputError):
+        pad["bad"] = object()
+    memory.close()
+    again = make_memory("pad")
+    assert again.working_memory("s1", user_id="u1").scratchpad.to_dict() == {"step": 2}
+    assert again.working_memory("s2", user_id="u1").scratchpad.to_dict() == {}
+
+
+def test_forget_and_clear(memory: TieredMemory) -> None:
+    wm = memory.working_memory("s1", user_id="u1")
+    a = wm.remember("a")
+    wm.remember("b")
+    wm.scratchpad["k"] = 1
+    assert wm.forget(a.id) and not wm.forget(a.id)
+    assert wm.clear() == 1
+    assert wm.items() == [] and len(wm.scratchpad) == 0
+
+
+@pytest.mark.parametrize("text, importance", [("", 0.5), ("ok", 1.5), ("ok", -0.1), (None, 0.5)])
+def test_remember_rejects_bad_input(memory: TieredMemory, text: object, importance: float) -> None:
+    with pytest.raises(InvalidInputError):
+        memory.working_memory("s1", user_id="u1").remember(text, importance=importance)  # type: ignore[arg-type]
+
+
+def test_bad_ids_rejected(memory: TieredMemory) -> None:
+    with pytest.raises(InvalidInputError):
+        memory.working_memory("", user_id="u1")
