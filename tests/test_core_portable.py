@@ -58,10 +58,8 @@ def test_importing_twice_skips_what_is_already_there(make_memory, tmp_path):
 
 
 def test_progress_callback_counts_every_imported_message(make_memory, tmp_path):
-    src = make_memory("src")
-    src.add_many([{"role": "user", "content": f"note {i}"} for i in range(130)], session_id="s", user_id="u")
     dump = tmp_path / "d.jsonl"
-    src.export_jsonl(dump)
+    dump.write_text("".join(_line(id=f"m{i}", content=f"note {i}") + "\n" for i in range(130)))
     seen: list[int] = []
     make_memory("dst").import_jsonl(dump, progress=seen.append)
     assert seen == [128, 2]  # one update per committed chunk
