@@ -3,9 +3,9 @@
 Before each model call it assembles memory for the latest user message
 (:meth:`TieredMemory.build_context`) and adds it to the system message as quoted
 data; the agent's own state and the conversation are left as they are. After each
-model call it records the turn so far (the user message, the model's replies,
-tool calls and tool results) in the session, skipping messages already stored,
-so a turn with several model calls is stored once.
+model call, and at the end of the run, it records the turn so far (the user
+message, the model's replies, tool calls and tool results) in the session,
+skipping messages already stored, so a turn with several model calls is stored once.
 
 Who and which conversation: ``user_id`` and ``session_id`` come from the run's
 context (``agent.invoke(..., context={"user_id": ..., "session_id": ...})`` or an
@@ -155,5 +155,15 @@ class TieredMemoryMiddleware(AgentMiddleware):
         return None
 
     async def aafter_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        await asyncio.to_thread(self.save, list(state["messages"]), runtime)
+        return None
+
+    # once more at the end of the run, for turns that end without a model call
+    # (a tool with return_direct); already stored messages are skipped
+    def after_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        self.save(list(state["messages"]), runtime)
+        return None
+
+    async def aafter_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         await asyncio.to_thread(self.save, list(state["messages"]), runtime)
         return None

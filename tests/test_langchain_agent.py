@@ -155,3 +155,19 @@ def test_create_agent_with_store_across_restart(make_memory: Callable[..., Tiere
             assert "allergic to peanuts" in tool_out
         else:
             assert tool_out == "nothing"  # another user's store items are never searched
+
+
+@tool(return_direct=True)
+def lookup_order(order_id: str) -> str:
+    """Look up an order's status."""
+    return f"Order {order_id} has shipped."
+
+
+def test_middleware_records_a_turn_that_ends_in_a_direct_tool(memory: TieredMemory) -> None:
+    model = ScriptedToolModel(responses=[_call("lookup_order", {"order_id": "A7"}, "o1")])
+    agent = create_agent(model, [lookup_order], middleware=[TieredMemoryMiddleware(memory, user_id="u", session_id="s")])
+    out = agent.invoke({"messages": [HumanMessage("Where is order A7?")]})
+    assert out["messages"][-1].text == "Order A7 has shipped."
+    stored = memory.get_messages("s", user_id="u")
+    assert [m.role for m in stored] == ["user", "assistant", "tool"]
+    assert stored[-1].content == "Order A7 has shipped."

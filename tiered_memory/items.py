@@ -12,6 +12,9 @@ index under ``item:<id>`` with layer ``"item"``, both derived from the row and
 restored by :meth:`ItemStore.repair`. Search fuses vector, keyword and recency
 ranks with the same weighted reciprocal-rank fusion as turn recall.
 
+Items are not part of ``export_jsonl``/``import_jsonl`` (which carry messages) in
+this version.
+
 Filtering and namespace matching are pure functions (:func:`match_filter`,
 :func:`match_namespace`) with table tests.
 """
