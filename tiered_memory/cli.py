@@ -96,6 +96,8 @@ def _open(path: str | None, *, create: bool = False) -> Any:
 def _cmd_demo(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
     from .demo import run
 
+    if args.path:
+        out(f"(the demo always uses a temporary folder; --path {args.path} is left alone)")
     return run(out)
 
 
