@@ -83,3 +83,13 @@ def test_repeated_queries_are_served_from_a_cache_with_the_same_vector(embedder)
     fresh = embedder.embed_array(["a query asked three times in one build_context"])[0]
     assert second[0] != 99.0
     assert np.allclose(second, fresh, atol=1e-6)
+
+
+def test_short_but_token_dense_text_is_chunked_too(embedder):
+    # 400 characters but 400 tokens: CJK text and punctuation are one token per character
+    text = "東京" * 100 + "x," * 100
+    assert len(text) < 2 * embedder.model.max_seq_length
+    assert len(embedder.model.tokenizer.encode(text, add_special_tokens=False)) > embedder.model.max_seq_length
+    chunked = embedder.embed_array([text])[0]
+    truncated = normalize(embedder.model.encode([text], convert_to_numpy=True))[0]
+    assert not np.allclose(chunked, truncated, atol=1e-3)

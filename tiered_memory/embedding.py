@@ -127,7 +127,9 @@ class SentenceTransformerEmbedder:
         pieces: list[str] = []
         owners: list[int] = []
         for i, text in enumerate(texts):
-            if len(text) < window * 2:  # cannot exceed the window; skip tokenising
+            # WordPiece yields at most one token per non-space character (CJK text and
+            # punctuation reach that), so only texts this short are safe untokenised
+            if len(text) <= window:
                 pieces.append(text)
                 owners.append(i)
                 continue
