@@ -114,7 +114,8 @@ class TieredConversationMemory(BaseMemory):
         """Store the turn (the input as a user message, the output as an AI message)."""
         turn = [HumanMessage(content=self._input_text(inputs)),
                 AIMessage(content=self._output_text(outputs))]
-        self.memory.add_many(to_core_many(turn), session_id=self.session_id, user_id=self.user_id)
+        rows = to_core_many(turn, max_metadata_bytes=self.memory.config.max_metadata_bytes)
+        self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
 
     def clear(self) -> None:
         """Delete this session's messages."""

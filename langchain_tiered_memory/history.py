@@ -91,12 +91,12 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
     # ---- writes ----------------------------------------------------------
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store messages in one bulk write (one embedding batch, one transaction)."""
-        rows = to_core_many(messages)
+        rows = to_core_many(messages, max_metadata_bytes=self.memory.config.max_metadata_bytes)
         if rows:
             self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        rows = to_core_many(messages)
+        rows = to_core_many(messages, max_metadata_bytes=self.memory.config.max_metadata_bytes)
         if rows:
             await self.memory.aadd_many(rows, session_id=self.session_id, user_id=self.user_id)
 

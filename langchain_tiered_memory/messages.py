@@ -30,7 +30,7 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-__all__ = ["LC_KEY", "from_stored", "from_stored_many", "role_of", "text_of", "to_core", "to_core_many"]
+__all__ = ["LC_KEY", "fit_metadata", "from_stored", "from_stored_many", "role_of", "text_of", "to_core", "to_core_many"]
 
 LC_KEY = "langchain"
 """The metadata key that carries what LangChain needs to rebuild the message."""
@@ -82,7 +82,34 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, ensure_ascii=False, default=repr))
 
 
-def to_core(message: BaseMessage, *, timestamp: Any = None) -> dict[str, Any]:
+# optional fields dropped, in this order, when the metadata would exceed the core's limit
+_BULKY = ("artifact", "response_metadata", "usage_metadata", "additional_kwargs")
+
+
+def fit_metadata(lc: dict[str, Any], max_bytes: int) -> dict[str, Any]:
+    """``lc`` without its bulkiest optional fields until its JSON fits ``max_bytes`` (pure).
+
+    Dropped field names are listed under ``"dropped"``; type, id, name, tool calls and
+    ``tool_call_id`` are never dropped (if they alone are too big, the core rejects the
+    message with a clear error).
+    """
+    def size(obj: Any) -> int:
+        return len(json.dumps({LC_KEY: obj}, ensure_ascii=False).encode("utf-8"))
+
+    if size(lc) <= max_bytes:
+        return lc
+    data = dict(lc["data"])
+    dropped: list[str] = []
+    for name in _BULKY:
+        if name in data:
+            del data[name]
+            dropped.append(name)
+            if size({**lc, "data": data, "dropped": dropped}) <= max_bytes:
+                break
+    return {**lc, "data": data, "dropped": dropped}
+
+
+def to_core(message: BaseMessage, *, timestamp: Any = None, max_metadata_bytes: int = 64_000) -> dict[str, Any]:
     """One LangChain message as a core message dict (the input is not mutated)."""
     if not isinstance(message, BaseMessage):
         raise InvalidInputError(f"expected a LangChain BaseMessage, got {type(message).__name__}")
@@ -94,16 +121,16 @@ def to_core(message: BaseMessage, *, timestamp: Any = None) -> dict[str, Any]:
     # drop empty defaults to keep metadata small; from_stored restores them
     data = {k: v for k, v in data.items() if v not in (None, {}, [], "") or k == "content"}
     data.pop("type", None)
-    out: dict[str, Any] = {"role": role, "content": content,
-                           "metadata": {LC_KEY: {"type": message.type, "data": data}}}
+    lc = fit_metadata({"type": message.type, "data": data}, max_metadata_bytes)
+    out: dict[str, Any] = {"role": role, "content": content, "metadata": {LC_KEY: lc}}
     if timestamp is not None:
         out["timestamp"] = timestamp
     return out
 
 
-def to_core_many(messages: Iterable[BaseMessage]) -> list[dict[str, Any]]:
+def to_core_many(messages: Iterable[BaseMessage], *, max_metadata_bytes: int = 64_000) -> list[dict[str, Any]]:
     """LangChain messages as core message dicts, in order."""
-    return [to_core(m) for m in messages]
+    return [to_core(m, max_metadata_bytes=max_metadata_bytes) for m in messages]
 
 
 def _by_role(m: StoredMessage) -> BaseMessage:

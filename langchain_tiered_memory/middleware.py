@@ -147,7 +147,8 @@ class TieredMemoryMiddleware(AgentMiddleware):
         stored_ids = {str((m.metadata.get(LC_KEY) or {}).get("data", {}).get("id") or m.id) for m in recent}
         new = turn_to_record(messages, stored_ids)
         if new:
-            self.memory.add_many(to_core_many(new), session_id=session, user_id=user)
+            rows = to_core_many(new, max_metadata_bytes=self.memory.config.max_metadata_bytes)
+            self.memory.add_many(rows, session_id=session, user_id=user)
         return len(new)
 
     def after_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:

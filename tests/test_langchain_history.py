@@ -278,3 +278,21 @@ def test_missing_packages_name_the_extra(blocked: str, name: str | None, package
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert f"'{package}' is not installed" in out
     assert 'pip install "tiered-memory[langchain]"' in out
+
+
+def test_bulky_optional_fields_are_dropped_to_fit_the_metadata_limit(memory: TieredMemory) -> None:
+    from langchain_tiered_memory.messages import fit_metadata
+
+    big = ToolMessage(content="done", tool_call_id="c9", id="t9", artifact={"blob": "x" * 100_000},
+                      response_metadata={"small": 1})
+    history = TieredChatMessageHistory(memory, session_id="s", user_id="u")
+    history.add_messages([HumanMessage(content="run it"), big])
+    back = history.messages[-1]
+    assert isinstance(back, ToolMessage) and back.tool_call_id == "c9" and back.id == "t9"
+    assert back.artifact is None and back.response_metadata == {"small": 1}
+    stored = memory.get_messages("s", user_id="u")[-1]
+    assert stored.metadata["langchain"]["dropped"] == ["artifact"]
+    small = {"type": "ai", "data": {"id": "x", "additional_kwargs": {"k": "v"}}}
+    assert fit_metadata(small, 64_000) is small
+    assert fit_metadata(small, 10)["dropped"] == ["additional_kwargs"]  # best effort, never the id
+    assert fit_metadata(small, 10)["data"] == {"id": "x"}
