@@ -16,9 +16,9 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import functools
-from typing import Any, Mapping, Sequence
+import threading
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from tiered_memory.errors import InvalidInputError, LLMError, missing
 
@@ -29,6 +29,8 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise missing("langchain-core", "langchain") from e
 
 __all__ = ["LangChainLLM", "is_openai_chat_model", "to_langchain_messages"]
+
+T = TypeVar("T")
 
 _ROLES: dict[str, type[BaseMessage]] = {
     "system": SystemMessage,
@@ -92,13 +94,41 @@ def call_options(model: object, *, json_mode: bool, max_tokens: int | None) -> d
     return options
 
 
-# Calls run the model's sync ``invoke`` on these threads, not ``ainvoke`` on the caller's
+# Calls run the model's sync ``invoke`` on a daemon thread, not ``ainvoke`` on the caller's
 # loop: async clients (langchain-openai shares one httpx.AsyncClient per base URL) keep
-# connections bound to the event loop that opened them, and the core's sync methods
-# run each call in a fresh ``asyncio.run`` loop, so every other ``ainvoke`` failed with
-# "Connection error". A private pool (not the loop's default executor) also lets the
-# core's timeout return at once: ``asyncio.run`` does not wait for these threads.
-_CALLS = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="tiered-memory-llm")
+# connections bound to the event loop that opened them, and the core's sync methods run
+# each call in a fresh ``asyncio.run`` loop, so every other ``ainvoke`` failed with
+# "Connection error". A daemon thread (not an executor) lets a caller's timeout return at
+# once and never holds up interpreter exit while an abandoned request finishes.
+def _deliver(future: "asyncio.Future[Any]", result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller gave up (timeout, cancel)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _in_thread(fn: Callable[[], T]) -> "asyncio.Future[T]":
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def run() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = fn()
+        except Exception as e:  # handed to the awaiting coroutine
+            error = e
+        except BaseException as e:  # noqa: BLE001 - never leave the caller waiting forever
+            error = RuntimeError(f"the model call was interrupted: {e!r}")
+        try:
+            loop.call_soon_threadsafe(_deliver, future, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name="tiered-memory-llm", daemon=True).start()
+    return future
 
 
 def message_text(message: object) -> str:
@@ -116,8 +146,8 @@ class LangChainLLM:
 
     Errors from the model (HTTP errors, timeouts, bad responses) are raised as
     :class:`~tiered_memory.errors.LLMError` with the original as ``__cause__``.
-    The model is called through its sync ``invoke`` in a worker thread (at most 8 at
-    once), so the adapter works from any event loop, including a new one per call.
+    The model is called through its sync ``invoke`` in a daemon thread, so the adapter
+    works from any event loop, including a new one per call.
     """
 
     def __init__(self, model: BaseChatModel) -> None:
@@ -140,9 +170,8 @@ class LangChainLLM:
         lc_messages = to_langchain_messages(messages)
         options = call_options(self.model, json_mode=json_mode, max_tokens=max_tokens)
         runnable = self.model.bind(**options) if options else self.model
-        loop = asyncio.get_running_loop()
         try:
-            reply = await loop.run_in_executor(_CALLS, functools.partial(runnable.invoke, lc_messages))
+            reply = await _in_thread(functools.partial(runnable.invoke, lc_messages))
         except asyncio.CancelledError:
             raise
         except Exception as e:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
@@ -25,8 +28,7 @@ def fake(*replies: Any) -> GenericFakeChatModel:
 
 
 def openai_model(base_url: str = "http://127.0.0.1:9/v1", **kw: Any) -> ChatOpenAI:
-    return ChatOpenAI(base_url=base_url, api_key="not-needed", model="qwen", max_retries=0,
-                      timeout=5, **kw)
+    return ChatOpenAI(base_url=base_url, api_key="not-needed", model="qwen", **{"max_retries": 0, "timeout": 5, **kw})
 
 
 # ---- pure parts ----------------------------------------------------------------
@@ -202,3 +204,29 @@ def test_a_caller_timeout_returns_without_waiting_for_the_model(
     with pytest.raises(asyncio.TimeoutError):
         asyncio.run(call())
     assert time.monotonic() - started < 2.0  # not the server's 3 s
+
+
+_EXIT_SCRIPT = """
+import asyncio, sys, threading
+from http.server import ThreadingHTTPServer
+sys.path.insert(0, sys.argv[1])
+from test_langchain_llm_adapter import _Recorder, openai_model
+from langchain_tiered_memory.llm import LangChainLLM
+server = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Recorder,), {"bodies": [], "delay": 20.0}))
+threading.Thread(target=server.serve_forever, daemon=True).start()
+llm = LangChainLLM(openai_model(f"http://127.0.0.1:{server.server_address[1]}/v1", timeout=60))
+try:
+    asyncio.run(asyncio.wait_for(llm.complete([{"role": "user", "content": "slow"}]), 0.5))
+except asyncio.TimeoutError:
+    import time
+    print(time.time(), flush=True)
+"""
+
+
+def test_an_abandoned_call_does_not_hold_up_interpreter_exit() -> None:
+    out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(Path(__file__).parent)],
+                         capture_output=True, text=True, timeout=120)
+    exited = time.time()
+    assert out.returncode == 0 and out.stdout.strip(), out.stderr
+    timed_out = float(out.stdout.strip())
+    assert exited - timed_out < 10  # the server would answer only 20 s after the call
