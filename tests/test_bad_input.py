@@ -28,7 +28,7 @@ from tiered_memory import (
     TieredMemoryError,
 )
 
-FAST = settings(max_examples=15, deadline=None,
+FAST = settings(max_examples=12, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
@@ -96,7 +96,7 @@ def test_a_one_megabyte_message_is_rejected_with_the_limit(mem: TieredMemory) ->
 
 def test_a_large_message_within_a_raised_limit_is_stored_whole(make_memory: Callable[..., TieredMemory]) -> None:
     m = make_memory(config=MemoryConfig(max_content_chars=1_100_000))
-    text = ("All work and no play makes Jack a dull boy. " * 500)[:20_000] + " unicorn-marker"
+    text = ("All work and no play makes Jack a dull boy. " * 200)[:6_000] + " unicorn-marker"
     mid = m.add("user", text, session_id="s", user_id="u")
     assert m.get_messages("s", user_id="u")[0].content == text
     assert m.search("unicorn-marker", user_id="u", k=1)[0].id == mid
@@ -290,7 +290,7 @@ def test_corrupt_or_foreign_database_is_a_corrupt_store_error_and_untouched(
     db = folder / "records.sqlite3"
     if make_file == "truncated":
         with TieredMemory(folder, embedder=embedder) as m:
-            m.add_many([{"role": "user", "content": f"note {i} " * 40} for i in range(200)], session_id="s", user_id="u")
+            m.add_many([{"role": "user", "content": f"note {i} " * 40} for i in range(60)], session_id="s", user_id="u")
         for extra in folder.glob("records.sqlite3-*"):
             extra.unlink()
         data = db.read_bytes()

@@ -16,6 +16,7 @@ import hashlib
 import itertools
 import json
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -212,11 +213,17 @@ def test_forget_user_scrubs_the_database_files(tmp_path: Path, embedder: Any) ->
     folder = tmp_path / "store"
     secret = "zanzibarquokka"
     with TieredMemory(folder, embedder=embedder) as m:
-        m.add_many([{"role": "user", "content": f"my password hint is {secret} number {i}"} for i in range(30)],
-                   session_id="s", user_id="leaver")
+        old = time.time() - 90 * 86400  # old enough for consolidate to archive the raw turns
+        m.add_many([{"role": "user", "content": f"my password hint is {secret} number {i}", "timestamp": old + i}
+                    for i in range(30)], session_id="s", user_id="leaver")
         m.add("user", "an unrelated note from someone else", session_id="s", user_id="stayer")
         m.add_fact(f"User's password hint is {secret}", user_id="leaver")
         m.end_session("s", user_id="leaver")
+        m.working_memory("s2", user_id="leaver").remember(f"scratch note {secret}")
+        m.consolidate("leaver")
+        archived = m.store.query("SELECT count(*) FROM messages_archive WHERE user_id='leaver'")[0][0]  # type: ignore[attr-defined]
+        assert archived > 0, "consolidate archived nothing; the archive is not being exercised"
+        assert m.facts("leaver") and m.episodes("leaver")
         m.forget_user("leaver")
         assert traces(m, "leaver", set()) == []
     raw = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
