@@ -300,3 +300,22 @@ def test_rebuild_index_restores_layer_vectors(memory: TieredMemory, tmp_path: Pa
     assert f"fact:{fact.id}" in memory.index.ids("u1")
     assert memory.search_facts("music collection", user_id="u1")[0].fact.id == fact.id
     assert memory.search_episodes("offsite in Berlin", user_id="u1")[0].episode.id == ep.id
+
+
+def test_cli_consolidate(make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    import io
+
+    from tiered_memory.cli import main
+
+    memory = make_memory("cli")
+    build_store(memory, sessions=40, templates=1)
+    memory.close()
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--path", str(tmp_path / "cli"), "consolidate", "--user", "u1", "--json"], stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    report = json.loads(out.getvalue())
+    assert report["sessions"] == 3 and report["merged"] >= 5 and report["compressed"] > 0
+    again = io.StringIO()
+    assert main(["--path", str(tmp_path / "cli"), "consolidate", "--user", "u1", "--no-progress"],
+                stdout=again, stderr=io.StringIO()) == 0
+    assert "merged 0" in again.getvalue() and "compressed 0" in again.getvalue()

@@ -9,6 +9,7 @@ Examples::
     tiered-memory --path ./mem export dump.jsonl --user u1
     tiered-memory --path ./mem forget-user u1 --yes
     tiered-memory --path ./mem rebuild-index
+    tiered-memory --path ./mem consolidate --user u1
 
 Exit codes: 0 success, 1 runtime failure (store, index, model), 2 usage error
 (bad arguments, bad input file, no memory at ``--path``), 130 interrupted.
@@ -77,6 +78,12 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("rebuild-index", parents=[common],
                    help="drop the vector index and rebuild it from the record store")
+
+    c = sub.add_parser("consolidate", parents=[common],
+                       help="merge duplicate facts, promote, archive old turns, prune (idempotent)")
+    c.add_argument("--user", required=True, help="user id")
+    c.add_argument("--no-progress", action="store_true", help="no progress bar")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
     return p
 
 
@@ -184,6 +191,36 @@ def _cmd_rebuild_index(args: argparse.Namespace, out: Callable[[str], None], err
     return EXIT_OK
 
 
+def _cmd_consolidate(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    from tqdm import tqdm
+
+    bars: dict[str, Any] = {}
+
+    def progress(step: str, done: int, total: int) -> None:
+        if step not in bars:
+            for bar in bars.values():
+                bar.close()
+            bars[step] = tqdm(total=total, desc=step, unit="item", file=err,
+                              disable=True if args.no_progress else None)
+        bars[step].n = done
+        bars[step].refresh()
+
+    with _open(args.path) as memory:
+        try:
+            report = memory.consolidate(args.user, progress=progress)
+        finally:
+            for bar in bars.values():
+                bar.close()
+    counts = {"sessions": report.sessions, "merged": report.merged, "promoted": report.promoted,
+              "compressed": report.compressed, "archived_messages": report.archived_messages,
+              "pruned": report.pruned}
+    if args.json:
+        out(json.dumps(counts))
+    else:
+        out("consolidated user {!r}: ".format(args.user) + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], TextIO], int]] = {
     "demo": _cmd_demo,
     "search": _cmd_search,
@@ -192,6 +229,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], TextIO]
     "import": _cmd_import,
     "forget-user": _cmd_forget_user,
     "rebuild-index": _cmd_rebuild_index,
+    "consolidate": _cmd_consolidate,
 }
 
 
