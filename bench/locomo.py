@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo_dev.json"
 DEFAULT_OUT = REPO / "bench" / "results" / "locomo.json"
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-KS = (1, 2, 3, 5, 10, 15, 20)
+KS = (1, 2, 3, 5, 10)  # search(k=10): deeper k would only repeat recall@10
 
 _EVIDENCE = re.compile(r"^D:?(\d+):(\d+)$")
 
