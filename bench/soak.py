@@ -214,9 +214,17 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         threads = [threading.Thread(target=soak.worker, args=(args.seed * 1000 + w, deadline))
                    for w in range(args.workers)]
+        timeline: list[float] = []
+
+        def sample() -> None:  # RSS at regular steps: a plateau is caches, a steady climb a leak
+            while time.monotonic() < deadline:
+                timeline.append(rss_mb())
+                time.sleep(max(1.0, args.seconds / 8))
+
+        threads.append(threading.Thread(target=sample, daemon=True))
         for t in threads:
             t.start()
-        for t in threads:
+        for t in threads[:-1]:
             t.join()
         elapsed = time.monotonic() - started
         rss_end = rss_mb()
@@ -245,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"final store: {stats.users} users, {stats.sessions} sessions, {stats.messages} messages, "
           f"{stats.vectors} vectors")
     print(f"RSS: {rss_start:.0f} MB after warm-up -> {rss_end:.0f} MB at the end "
-          f"({rss_end - rss_start:+.0f} MB)")
+          f"({rss_end - rss_start:+.0f} MB); timeline: {' '.join(f'{x:.0f}' for x in timeline)}")
     print("invariants: " + ("all hold" if not problems else "FAILED"))
     for problem in problems:
         print("  " + problem)
