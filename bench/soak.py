@@ -22,14 +22,13 @@ import json
 import os
 import random
 import resource
-import statistics
 import sys
 import tempfile
 import threading
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
