@@ -64,23 +64,24 @@ def search_turns(
     vrank = {i: r for r, i in enumerate(sims, start=1)}
     krank = {i: r for r, i in enumerate(bm25, start=1)}
 
-    def candidates() -> list[Candidate]:
-        return [Candidate(id=r.id, session_id=r.session_id, timestamp=r.timestamp, text=r.content,
-                          speaker=speaker_of(r.content, r.metadata), similarity=sims.get(r.id),
-                          bm25=bm25.get(r.id), vector_rank=vrank.get(r.id), keyword_rank=krank.get(r.id))
-                for r in records.values()]
+    def candidate(r: Any) -> Candidate:
+        return Candidate(id=r.id, session_id=r.session_id, timestamp=r.timestamp, text=r.content,
+                         speaker=speaker_of(r.content, r.metadata), similarity=sims.get(r.id),
+                         bm25=bm25.get(r.id), vector_rank=vrank.get(r.id), keyword_rank=krank.get(r.id))
 
+    pool = [candidate(r) for r in records.values()]
     neighbors: dict[str, list[Any]] = {}
     if config.neighbor_weight and config.neighbor_expand and records:
         # the turns around the best candidates join the pool: a reply is found by its question
-        base = base_scores(candidates(), plan, weights)
+        base = base_scores(pool, plan, weights)
         best = sorted(base, key=lambda i: (-base[i], i))[: config.neighbor_expand]
         neighbors = store.neighbors(user_id, best, 1)
         for around in neighbors.values():
             for m in around:
-                if session_id is None or m.session_id == session_id:
-                    records.setdefault(m.id, m)
-    scored = score_turns(candidates(), previous_turns(records, neighbors), plan, weights, now=now)
+                if m.id not in records and (session_id is None or m.session_id == session_id):
+                    records[m.id] = m
+                    pool.append(candidate(m))
+    scored = score_turns(pool, previous_turns(records, neighbors), plan, weights, now=now)
     hits: list[MemoryHit] = []
     for f in scored:
         r = records[f.id]

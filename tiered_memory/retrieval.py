@@ -25,6 +25,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -214,6 +215,7 @@ def is_temporal_question(text: str) -> bool:
     return bool(_TEMPORAL_QUESTION.search(text))
 
 
+@lru_cache(maxsize=16384)  # the same turns come back query after query
 def has_time_expression(text: str) -> bool:
     """Does ``text`` place something in time (``yesterday``, ``last week``, ``May``, ``2022``)?"""
     return bool(_TIME_EXPRESSION.search(text))
