@@ -53,8 +53,8 @@ def layer_requests(layers: "Layers", query: str, *, user_id: str, session_id: st
         episodes = [h.episode for h in layers.episodes.search(query, user_id=user_id, k=5,
                                                               retrieval=retrieval, touch=False)]
     else:
-        facts = sorted(layers.facts.list(user_id), key=lambda f: (-f.confidence, -f.updated_at))[:30]
-        episodes = list(reversed(layers.episodes.list(user_id)))[:5]
+        facts = sorted(layers.facts.select(user_id), key=lambda f: (-f.confidence, -f.updated_at))[:30]
+        episodes = list(reversed(layers.episodes.select(user_id)))[:5]
     fact_items = [_costed(ContextItem(id=f"fact:{f.id}", text=f.text, tokens=0, label=f.type), count)
                   for f in facts]
     ep_items = [_costed(ContextItem(id=f"ep:{e.id}", text=e.render(), tokens=0, timestamp=e.end,

@@ -116,7 +116,7 @@ async def consolidate(layers: "Layers", user_id: str, *, progress: Progress | No
     merged = await asyncio.to_thread(_merge, layers, user_id, now, cfg.merge_similarity, tick)
     details["merge"] = merged
 
-    episodes = layers.episodes.list(user_id)
+    episodes = layers.episodes.select(user_id)
     promote = select_promotions(episodes, cfg.promote_access_count)
     for n, ep in enumerate(promote, 1):
         await layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
@@ -184,7 +184,7 @@ def _prune(layers: "Layers", user_id: str, now: float, tick: Progress) -> list[s
     cfg = layers.memory.config.consolidation
     decay = layers.memory.config.working.decay_per_hour
     pruned: list[str] = []
-    facts = layers.facts.list(user_id)
+    facts = layers.facts.select(user_id)
     doomed = [f for f in facts if should_prune(
         fact_value(f.confidence, max(f.updated_at, f.last_access or 0.0), now, cfg.prune_fact_half_life_days), f.access_count,
         (now - f.updated_at) / 86400, below=cfg.prune_below, min_age_days=cfg.prune_min_age_days)]

@@ -160,7 +160,7 @@ class EpisodicMemory:
                  lock: threading.RLock) -> None:
         self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
 
-    def list(self, user_id: str, session_id: str | None = None) -> list[Episode]:
+    def select(self, user_id: str, session_id: str | None = None) -> list[Episode]:
         sql = f"SELECT {_COLS} FROM episodes WHERE user_id=?"
         params: list[Any] = [user_id]
         if session_id is not None:

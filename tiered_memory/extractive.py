@@ -111,7 +111,7 @@ def salient_sentences(texts: Sequence[str], k: int = 3) -> list[str]:
         base = sum(freq[w] for w in words) / (len(words) ** 0.5)
         bonus = len(find_ids(s)) + len(find_dates(s)) + 0.5 * len(find_numbers(s))
         bonus += 0.5 * len(find_entities(s))
-        return base + bonus
+        return float(base + bonus)
 
     best = sorted(range(len(all_sents)), key=lambda i: (-score(all_sents[i]), i))[:k]
     return list(dict.fromkeys(all_sents[i] for i in sorted(best)))

@@ -32,8 +32,19 @@ def _blocking(method: Callable[..., Any]) -> Callable[..., Any]:
 class LayerMethods:
     """Episodes, facts, working memory and consolidation on :class:`~tiered_memory.TieredMemory`."""
 
-    _layers: "Layers"
     config: Any
+
+    @functools.cached_property
+    def _layers(self) -> "Layers":
+        """The :class:`~tiered_memory.layers.Layers` of this memory, created on first use."""
+        from .layers import Layers
+
+        return Layers(self)  # type: ignore[arg-type]
+
+    def _layers_ok(self) -> bool:
+        from .store.sqlite import SQLiteRecordStore
+
+        return isinstance(getattr(self, "store", None), SQLiteRecordStore)
 
     async def aend_session(self, session_id: str, *, user_id: str) -> Any:
         """Extract facts from the session's turns not yet in an episode, then compress them into an
@@ -51,7 +62,7 @@ class LayerMethods:
 
     def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Any]:
         """The user's facts (``Fact``), optionally of one type; invalidated ones on request."""
-        return self._layers.facts.list(_uid(user_id, "user_id"), type, include_invalid)  # type: ignore[no-any-return]
+        return self._layers.facts.select(_uid(user_id, "user_id"), type, include_invalid)
 
     def add_fact(self, text: str, *, user_id: str, type: str = "fact", confidence: float = 1.0,
                  metadata: Mapping[str, Any] | None = None) -> Any:
@@ -68,20 +79,20 @@ class LayerMethods:
 
     def fact_history(self, user_id: str, fact_id: str | None = None) -> list[Any]:
         """The audit trail of the user's facts (``FactChange``), oldest first."""
-        return self._layers.facts.history(_uid(user_id, "user_id"), fact_id)  # type: ignore[no-any-return]
+        return self._layers.facts.history(_uid(user_id, "user_id"), fact_id)
 
     def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list[Any]:
         """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
-        return self._layers.facts.search(  # type: ignore[no-any-return]
+        return self._layers.facts.search(
             self._query(query), user_id=_uid(user_id, "user_id"), k=k, type=type, retrieval=self.config.retrieval)
 
     def episodes(self, user_id: str, session_id: str | None = None) -> list[Any]:
         """The user's episodes, oldest first."""
-        return self._layers.episodes.list(_uid(user_id, "user_id"), session_id)  # type: ignore[no-any-return]
+        return self._layers.episodes.select(_uid(user_id, "user_id"), session_id)
 
     def search_episodes(self, query: str, *, user_id: str, k: int = 5) -> list[Any]:
         """Whole episodes (``EpisodeHit``) ranked by their best-matching key point and recency."""
-        return self._layers.episodes.search(  # type: ignore[no-any-return]
+        return self._layers.episodes.search(
             self._query(query), user_id=_uid(user_id, "user_id"), k=k, retrieval=self.config.retrieval)
 
     def working_memory(self, session_id: str, *, user_id: str) -> Any:

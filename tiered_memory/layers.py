@@ -162,7 +162,7 @@ class Layers:
         try:
             msgs = await asyncio.to_thread(self._uncovered, user_id, session_id, evicted_only)
             if not msgs:
-                done = self.episodes.list(user_id, session_id)
+                done = self.episodes.select(user_id, session_id)
                 if done or evicted_only:
                     return done[-1] if done else None
                 raise NotFoundError(f"session {session_id!r} has no messages for this user")

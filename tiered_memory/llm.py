@@ -156,7 +156,7 @@ def resolve_llm(obj: Any) -> LLM | None:
                 from langchain_tiered_memory.llm import LangChainLLM
             except ImportError as e:
                 raise MissingDependencyError("langchain-tiered-memory", "langchain") from e
-            return LangChainLLM(obj)  # type: ignore[no-any-return]
+            return LangChainLLM(obj)
     if _from_package(obj, ("llama_index",)):
         try:
             from llama_index.core.base.llms.base import BaseLLM
@@ -164,10 +164,10 @@ def resolve_llm(obj: Any) -> LLM | None:
             raise MissingDependencyError("llama-index-core", "llamaindex") from e
         if isinstance(obj, BaseLLM):
             try:
-                from llamaindex_tiered_memory.llm import LlamaIndexLLM  # type: ignore[import-not-found]
+                from llamaindex_tiered_memory.llm import LlamaIndexLLM
             except ImportError as e:
                 raise MissingDependencyError("llamaindex-tiered-memory", "llamaindex") from e
-            return LlamaIndexLLM(obj)  # type: ignore[no-any-return]
+            return LlamaIndexLLM(obj)
     if isinstance(obj, LLM) and inspect.iscoroutinefunction(type(obj).complete):
         return obj
     raise ConfigurationError(

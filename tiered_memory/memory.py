@@ -249,18 +249,6 @@ class TieredMemory(LayerMethods):
                 report.update(self._layers.reindex())
             return report
 
-    @functools.cached_property
-    def _layers(self) -> Any:
-        """Episodic, semantic and working memory (:class:`~tiered_memory.layers.Layers`), on first use."""
-        from .layers import Layers
-
-        return Layers(self)
-
-    def _layers_ok(self) -> bool:
-        from .store.sqlite import SQLiteRecordStore
-
-        return isinstance(self.store, SQLiteRecordStore)
-
     # ---- lifecycle -------------------------------------------------------
     def close(self) -> None:
         if self._closed:

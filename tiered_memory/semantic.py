@@ -182,7 +182,7 @@ class SemanticMemory:
             raise NotFoundError(f"no fact {fact_id!r} for this user")
         return _fact(found[0])
 
-    def list(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
+    def select(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
         check_type(type)
         sql = f"SELECT {_COLS} FROM facts WHERE user_id=? AND deleted_at IS NULL"
         params: list[Any] = [user_id]
@@ -261,7 +261,7 @@ class SemanticMemory:
                               [(now, user_id, i) for i in ids])
 
     # ---- writes --------------------------------------------------------------
-    def _upsert_vectors(self, facts: Sequence[tuple[Fact, np.ndarray]]) -> None:
+    def _upsert_vectors(self, facts: Sequence[tuple[Fact, Any]]) -> None:
         self.index.upsert([VectorItem(id=f"fact:{f.id}", vector=v, user_id=f.user_id, layer="fact",
                                       timestamp=f.updated_at) for f, v in facts])
 

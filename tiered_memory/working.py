@@ -43,7 +43,7 @@ class WorkingItem:
 def decayed(importance: float, created_at: float, now: float, decay_per_hour: float) -> float:
     """Importance after ``(now - created_at)`` hours of decay (future items do not grow)."""
     hours = max(0.0, now - created_at) / 3600.0
-    return importance * (1.0 - min(max(decay_per_hour, 0.0), 1.0)) ** hours
+    return float(importance * (1.0 - min(max(decay_per_hour, 0.0), 1.0)) ** hours)
 
 
 def evict(items: Sequence[WorkingItem], capacity: int, now: float, decay_per_hour: float
@@ -181,12 +181,12 @@ class WorkingMemory:
 
     def forget(self, item_id: str) -> bool:
         with self.rows.transaction() as c:
-            return c.execute("DELETE FROM working_items WHERE user_id=? AND session_id=? AND id=?",
-                             (self.user_id, self.session_id, item_id)).rowcount > 0
+            return bool(c.execute("DELETE FROM working_items WHERE user_id=? AND session_id=? AND id=?",
+                                  (self.user_id, self.session_id, item_id)).rowcount > 0)
 
     def clear(self) -> int:
         """Remove every item and the scratchpad of this session; returns items removed."""
         with self.rows.transaction() as c:
             c.execute("DELETE FROM scratchpads WHERE user_id=? AND session_id=?", (self.user_id, self.session_id))
-            return c.execute("DELETE FROM working_items WHERE user_id=? AND session_id=?",
-                             (self.user_id, self.session_id)).rowcount
+            return int(c.execute("DELETE FROM working_items WHERE user_id=? AND session_id=?",
+                                 (self.user_id, self.session_id)).rowcount)
