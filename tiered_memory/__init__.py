@@ -1,8 +1,11 @@
 """tiered-memory: long-term, tiered memory for LLM agents (framework-free core)."""
 
-from .config import BudgetConfig, BufferConfig, MemoryConfig, RetrievalConfig
+from .config import (BudgetConfig, BufferConfig, ConsolidationConfig, EpisodeConfig, FactConfig, LLMConfig,
+                     MemoryConfig, RetrievalConfig, WorkingConfig)
+from .consolidation import ConsolidationReport
 from .context import ContextItem, Dropped, MemoryContext, Section
 from .embedding import Embedder, SentenceTransformerEmbedder
+from .episodic import Episode, EpisodeHit
 from .errors import (
     ConfigurationError,
     ContentTooLargeError,
@@ -20,8 +23,11 @@ from .errors import (
     UsageError,
     VectorIndexError,
 )
+from .llm import LLM
 from .memory import TieredMemory
+from .semantic import Fact, FactChange, FactHit
 from .types import MemoryHit, Message, Stats, StoredMessage
+from .working import WorkingItem, WorkingMemory
 
 __version__ = "0.1.0"
 
@@ -29,13 +35,24 @@ __all__ = [
     "BudgetConfig",
     "BufferConfig",
     "ConfigurationError",
+    "ConsolidationConfig",
+    "ConsolidationReport",
     "ContentTooLargeError",
     "ContextItem",
     "CorruptStoreError",
     "Dropped",
     "Embedder",
     "EmbeddingError",
+    "Episode",
+    "EpisodeConfig",
+    "EpisodeHit",
+    "Fact",
+    "FactChange",
+    "FactConfig",
+    "FactHit",
     "InvalidInputError",
+    "LLM",
+    "LLMConfig",
     "LLMError",
     "LLMOutputError",
     "MemoryConfig",
@@ -56,5 +73,8 @@ __all__ = [
     "TieredMemoryError",
     "UsageError",
     "VectorIndexError",
+    "WorkingConfig",
+    "WorkingItem",
+    "WorkingMemory",
     "__version__",
 ]
