@@ -15,7 +15,11 @@ from ._sync import run_sync
 from .validation import check_id as _uid
 
 if TYPE_CHECKING:
+    from .consolidation import ConsolidationReport
+    from .episodic import Episode, EpisodeHit
     from .layers import Layers
+    from .semantic import Fact, FactChange, FactHit
+    from .working import WorkingMemory
 
 
 def _blocking(method: Callable[..., Any]) -> Callable[..., Any]:
@@ -46,13 +50,16 @@ class LayerMethods:
 
         return isinstance(getattr(self, "store", None), SQLiteRecordStore)
 
-    async def aend_session(self, session_id: str, *, user_id: str) -> Any:
+    async def aend_session(self, session_id: str, *, user_id: str) -> "Episode":
         """Extract facts from the session's turns not yet in an episode, then compress them into an
         :class:`~tiered_memory.episodic.Episode` (returned). Without an LLM, or if it fails, rules do
         it (``metadata["method"] == "extractive"``); turns are never lost. Idempotent."""
-        return await self._layers.end_session(_uid(user_id, "user_id"), session_id)
+        episode = await self._layers.end_session(_uid(user_id, "user_id"), session_id)
+        assert episode is not None  # only the background path (evicted_only) may find nothing
+        return episode
 
-    async def aconsolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None) -> Any:
+    async def aconsolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None,
+                           ) -> "ConsolidationReport":
         """Compress idle sessions, merge near-duplicate facts, promote often-recalled episodes, archive
         old raw turns and prune stale memories; idempotent. See :mod:`.consolidation`."""
         return await self._layers.consolidate(_uid(user_id, "user_id"), progress)
@@ -60,16 +67,16 @@ class LayerMethods:
     end_session = _blocking(aend_session)
     consolidate = _blocking(aconsolidate)
 
-    def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Any]:
+    def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list["Fact"]:
         """The user's facts (``Fact``), optionally of one type; invalidated ones on request."""
         return self._layers.facts.select(_uid(user_id, "user_id"), type, include_invalid)
 
     def add_fact(self, text: str, *, user_id: str, type: str = "fact", confidence: float = 1.0,
-                 metadata: Mapping[str, Any] | None = None) -> Any:
+                 metadata: Mapping[str, Any] | None = None) -> "Fact":
         """Add a fact through resolution (may update or invalidate a related one); returns the fact."""
         return self._layers.add_fact(_uid(user_id, "user_id"), text, type, confidence, metadata)
 
-    def update_fact(self, fact_id: str, *, user_id: str, **changes: Any) -> Any:
+    def update_fact(self, fact_id: str, *, user_id: str, **changes: Any) -> "Fact":
         """Edit ``text``, ``type``, ``confidence`` or ``metadata`` of a fact (recorded in its history)."""
         return self._layers.facts.edit(_uid(user_id, "user_id"), fact_id, **changes)
 
@@ -77,25 +84,25 @@ class LayerMethods:
         """Delete a fact; its history keeps a ``delete`` entry (``forget_user`` erases everything)."""
         self._layers.facts.delete(_uid(user_id, "user_id"), fact_id)
 
-    def fact_history(self, user_id: str, fact_id: str | None = None) -> list[Any]:
+    def fact_history(self, user_id: str, fact_id: str | None = None) -> list["FactChange"]:
         """The audit trail of the user's facts (``FactChange``), oldest first."""
         return self._layers.facts.history(_uid(user_id, "user_id"), fact_id)
 
-    def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list[Any]:
+    def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list["FactHit"]:
         """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
         return self._layers.facts.search(
             self._query(query), user_id=_uid(user_id, "user_id"), k=k, type=type, retrieval=self.config.retrieval)
 
-    def episodes(self, user_id: str, session_id: str | None = None) -> list[Any]:
+    def episodes(self, user_id: str, session_id: str | None = None) -> list["Episode"]:
         """The user's episodes, oldest first."""
         return self._layers.episodes.select(_uid(user_id, "user_id"), session_id)
 
-    def search_episodes(self, query: str, *, user_id: str, k: int = 5) -> list[Any]:
+    def search_episodes(self, query: str, *, user_id: str, k: int = 5) -> list["EpisodeHit"]:
         """Whole episodes (``EpisodeHit``) ranked by their best-matching key point and recency."""
         return self._layers.episodes.search(
             self._query(query), user_id=_uid(user_id, "user_id"), k=k, retrieval=self.config.retrieval)
 
-    def working_memory(self, session_id: str, *, user_id: str) -> Any:
+    def working_memory(self, session_id: str, *, user_id: str) -> "WorkingMemory":
         """The session's :class:`~tiered_memory.working.WorkingMemory` (``remember``, ``items``, ``scratchpad``)."""
         return self._layers.working(session_id, user_id)
 

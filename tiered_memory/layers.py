@@ -30,6 +30,7 @@ from .validation import check_id
 from .working import WorkingMemory
 
 if TYPE_CHECKING:
+    from .consolidation import ConsolidationReport
     from .memory import TieredMemory
 
 log = logging.getLogger("tiered_memory")
@@ -248,7 +249,8 @@ class Layers:
     def reindex(self, user_id: str | None = None) -> dict[str, int]:
         return {"facts": self.facts.reindex(user_id), "episodes": self.episodes.reindex(user_id)}
 
-    async def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None) -> Any:
+    async def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None
+                          ) -> "ConsolidationReport":
         from .consolidation import consolidate
 
         return await consolidate(self, user_id, progress=progress)
