@@ -325,7 +325,7 @@ class TieredMemory(LayerMethods):
                 raise VectorIndexError(
                     f"{len(rows)} messages were stored but not indexed ({e}); they will be "
                     "indexed on the next open or by rebuild_index()") from e
-        if self.config.episodes.compress_after_turns is not None:  # no LLM here: queued to a worker
+        if self.config.episodes.compress_after_turns is not None and self._layers_ok():  # queued, no LLM here
             self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]
 
