@@ -18,6 +18,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from ._sync import run_sync
 from .buffer import select_buffer
 from .episodic import Episode, EpisodeSchema, EpisodicMemory, episode_messages, transcript
 from .errors import InvalidInputError, LLMError, NotFoundError
@@ -202,7 +203,7 @@ class Layers:
 
     def _background(self, user_id: str, session_id: str) -> None:
         try:
-            asyncio.run(self.end_session(user_id, session_id, evicted_only=True))
+            run_sync(self.end_session(user_id, session_id, evicted_only=True))
         except Exception:  # the turns are stored; end_session or consolidate will retry
             log.exception("background compression of session %r failed", session_id)
         finally:
