@@ -24,6 +24,12 @@ def test_notebook_runs(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     import nbformat
     from nbclient import NotebookClient
 
+    if name.startswith("05"):
+        import bench.locomo
+
+        data = Path(os.environ.get("LOCOMO_FILE", bench.locomo.DEFAULT_DATA))
+        if not data.exists():  # the data set is CC BY-NC and not shipped in the repo
+            pytest.skip(f"LoCoMo data not found at {data}; set LOCOMO_FILE")
     monkeypatch.setenv("TIERED_MEMORY_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("MPLBACKEND", "Agg")
