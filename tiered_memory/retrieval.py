@@ -350,9 +350,9 @@ def score_turns(
             p["keyword"] = {"rank": float(c.keyword_rank or 0), "value": c.bm25}
         s = base[c.id]
         prev = previous.get(c.id)
-        if prev in base and w.neighbor_weight:
-            s += w.neighbor_weight * base[prev]  # type: ignore[index]
-            p["neighbor"] = {"rank": 0.0, "value": base[prev], "contribution": w.neighbor_weight * base[prev]}  # type: ignore[index]
+        if prev is not None and prev in base and w.neighbor_weight:
+            s += w.neighbor_weight * base[prev]
+            p["neighbor"] = {"rank": 0.0, "value": base[prev], "contribution": w.neighbor_weight * base[prev]}
         if w.speaker_boost and names_speaker(plan.names, c.speaker):
             s += w.speaker_boost
             p["speaker"] = {"rank": 0.0, "value": 1.0, "contribution": w.speaker_boost}
