@@ -227,7 +227,9 @@ class TieredMemory(LayerMethods):
         lost entries (a restored backup, a deleted folder); a full repair finds which."""
         c = self.store.counts()
         try:
-            return self.index.count() < c["indexed"] - c["duplicates"]
+            # only turn vectors count: fact / episode / item vectors carry a ':' in their id
+            turns = sum(1 for i in self.index.ids() if ":" not in i)
+            return turns < c["indexed"] - c["duplicates"]
         except Exception:  # an index that cannot count is repaired in full
             return True
 
