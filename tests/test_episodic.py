@@ -251,3 +251,14 @@ def test_config_is_not_mutated(memory: TieredMemory) -> None:
     memory.add_many(CONVO, session_id="s1", user_id="u1")
     memory.end_session("s1", user_id="u1")
     assert dataclasses.asdict(memory.config) == before
+
+
+def test_rules_skip_facts_whose_object_is_a_pronoun() -> None:
+    from tiered_memory.extractive import extract_fact_candidates
+    from tiered_memory.types import StoredMessage
+
+    msgs = [StoredMessage(id="m1", user_id="u", session_id="s", role="user", timestamp=0.0,
+                          content="I went hiking in Sintra. I love it. I love hiking.")]
+    texts = [c.text for c in extract_fact_candidates(msgs)]
+    assert not any(t.lower().endswith(" it") for t in texts), texts
+    assert any("hiking" in t for t in texts), texts

@@ -178,6 +178,9 @@ def normalize_key(key: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"\b(?:the|a|an|my|some)\b", " ", key.lower())).strip()
 
 
+_PRONOUNS = frozenset("it that this them these those him her one there here so".split())
+
+
 def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandidate]:
     """Rule-based fact candidates from user messages (first person only), in order."""
     out: dict[str, FactCandidate] = {}
@@ -188,8 +191,8 @@ def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandi
             for ftype, pattern, template, key_t, polarity in _RULES:
                 for found in pattern.finditer(sent):
                     groups = {k: v.strip().rstrip(",") for k, v in found.groupdict().items() if v}
-                    if not groups.get("x"):
-                        continue
+                    if not groups.get("x") or groups["x"].lower() in _PRONOUNS:
+                        continue  # "I love it": the object is elsewhere; a rule cannot resolve it
                     text = template.format(**groups)
                     key = normalize_key(key_t.format(**groups)) if key_t else None
                     out.setdefault(text.lower(), FactCandidate(
