@@ -117,3 +117,16 @@ def test_remember_rejects_bad_input(memory: TieredMemory, text: object, importan
 def test_bad_ids_rejected(memory: TieredMemory) -> None:
     with pytest.raises(InvalidInputError):
         memory.working_memory("", user_id="u1")
+
+
+def test_clear_session_clears_its_working_memory(memory) -> None:  # type: ignore[no-untyped-def]
+    memory.add("user", "hello there", user_id="u", session_id="s")
+    wm = memory.working_memory("s", user_id="u")
+    wm.remember("goal: book a table", importance=0.8)
+    wm.scratchpad["step"] = 1
+    other = memory.working_memory("t", user_id="u")
+    other.remember("keep me", importance=0.8)
+    assert memory.clear_session("s", user_id="u") == 1
+    assert memory.working_memory("s", user_id="u").items() == []
+    assert dict(memory.working_memory("s", user_id="u").scratchpad) == {}
+    assert [i.text for i in memory.working_memory("t", user_id="u").items()] == ["keep me"]

@@ -340,12 +340,16 @@ class TieredMemory(LayerMethods):
             self.index.delete([memory_id])
 
     def clear_session(self, session_id: str, *, user_id: str) -> int:
-        """Delete a session's messages; returns how many."""
+        """Delete a session's messages and its working memory (items and scratchpad); returns
+        how many messages. Episodes and facts already drawn from the session stay: remove
+        those with :meth:`delete_fact` or :meth:`forget_user`."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         with self._write_lock:
             ids = self.store.clear_session(user_id, session_id)
             self.index.delete(ids)
+            if self._layers_ok():
+                self.working_memory(session_id, user_id=user_id).clear()
         return len(ids)
 
     def forget_user(self, user_id: str) -> int:
