@@ -101,10 +101,10 @@ class SentenceTransformerEmbedder:
 
     Args:
         model: a model name or folder; ``None`` is the bundled all-MiniLM-L6-v2.
-        batch_size: texts per forward pass.
+        batch_size: texts per forward pass (small batches pad less on a CPU).
     """
 
-    def __init__(self, model: str | None = None, *, batch_size: int = 64) -> None:
+    def __init__(self, model: str | None = None, *, batch_size: int = 8) -> None:
         self._model_ref = model
         self.batch_size = batch_size
         # one build_context embeds the same query for turns, facts and episodes
