@@ -7,6 +7,7 @@ neighbour fetch for the best few candidates; everything else is arithmetic.
 from __future__ import annotations
 
 import time
+from dataclasses import fields
 from typing import Any, Mapping
 
 from .config import RetrievalConfig
@@ -27,14 +28,8 @@ from .vector.base import VectorIndex
 
 
 def turn_weights(config: RetrievalConfig) -> TurnWeights:
-    return TurnWeights(
-        keyword_score_weight=config.keyword_score_weight, neighbor_weight=config.neighbor_weight,
-        speaker_boost=config.speaker_boost, time_boost=config.time_boost,
-        date_boost=config.date_boost, date_before_days=config.date_before_days,
-        date_after_days=config.date_after_days, session_weight=config.session_weight,
-        session_top=config.session_top, recency_boost=config.recency_boost,
-        recency_half_life_days=config.recency_half_life_days, length_weight=config.length_weight,
-    )
+    """The scoring weights, read from the config fields of the same names."""
+    return TurnWeights(**{f.name: getattr(config, f.name) for f in fields(TurnWeights)})
 
 
 def search_turns(
