@@ -13,8 +13,9 @@ categories 1-4 that has evidence is asked with ``search(k=10)``. The baseline is
 recipe most users start from: a plain ChromaDB collection holding one MiniLM embedding
 per turn, queried by cosine nearest neighbours.
 
-Parsing and scoring are pure functions (tested in ``tests/test_retrieval.py``); the
-rest prints numbers and writes ``<out>.json`` and ``<out>.png``.
+Parsing and scoring are pure functions in :mod:`bench.locomo_data` (tested in
+``tests/test_retrieval.py``, re-exported here); the rest prints numbers and writes
+``<out>.json`` and ``<out>.png``.
 """
 
 from __future__ import annotations
@@ -22,17 +23,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
 import time
 import uuid
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -41,213 +41,30 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo_dev.json"
 DEFAULT_OUT = REPO / "bench" / "results" / "locomo.json"
-CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
-KS = (1, 2, 3, 5, 10)  # search(k=10): deeper k would only repeat recall@10
 
-_EVIDENCE = re.compile(r"^D:?(\d+):(\d+)$")
-
-
-# ---- data (pure) -------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class Turn:
-    dia_id: str
-    session: int
-    speaker: str
-    text: str
-    timestamp: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class Question:
-    conversation: str
-    question: str
-    category: int
-    evidence: tuple[str, ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class EvidenceReport:
-    """What :func:`parse_evidence` made of one question's raw evidence list."""
-
-    ids: tuple[str, ...]
-    repaired: tuple[str, ...] = ()  # malformed but readable: 'D8:6; D9:17', 'D:11:26'
-    unparseable: tuple[str, ...] = ()  # e.g. 'D'
-    missing: tuple[str, ...] = ()  # well formed, but no such turn
-
-
-@dataclass(kw_only=True)
-class Conversation:
-    id: str
-    speakers: tuple[str, ...]
-    turns: list[Turn]
-    questions: list[Question]
-    evidence_issues: Counter[str] = field(default_factory=Counter)
-    evidence_examples: list[str] = field(default_factory=list)
-
-
-def parse_evidence(raw: Iterable[Any], known: set[str] | frozenset[str]) -> EvidenceReport:
-    """Normalise a question's evidence dialogue ids, defensively.
-
-    Each entry may hold several ids (``'D8:6; D9:17'``), a stray colon (``'D:11:26'``),
-    junk (``'D'``) or an id that names no turn; valid ids are kept (deduplicated, in order)
-    and the rest reported.
-    """
-    ids: dict[str, None] = {}
-    repaired, unparseable, missing = [], [], []
-    for entry in raw if isinstance(raw, (list, tuple)) else [raw]:
-        text = str(entry).strip()
-        pieces = [p for p in re.split(r"[;,\s]+", text) if p]
-        if not pieces:
-            unparseable.append(text)
-            continue
-        for piece in pieces:
-            m = _EVIDENCE.match(piece)
-            if not m:
-                unparseable.append(piece)
-                continue
-            norm = f"D{int(m[1])}:{int(m[2])}"
-            if norm != text:
-                repaired.append(text)
-            if norm not in known:
-                missing.append(norm)
-                continue
-            ids.setdefault(norm, None)
-    return EvidenceReport(ids=tuple(ids), repaired=tuple(dict.fromkeys(repaired)),
-                          unparseable=tuple(unparseable), missing=tuple(missing))
-
-
-def parse_session_date(text: str) -> float:
-    """``'1:56 pm on 8 May, 2023'`` -> epoch seconds (UTC)."""
-    cleaned = re.sub(r"\s+", " ", text.strip())
-    for fmt in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%I:%M%p on %d %B, %Y"):
-        try:
-            return datetime.strptime(cleaned, fmt).replace(tzinfo=timezone.utc).timestamp()
-        except ValueError:
-            continue
-    raise ValueError(f"unrecognised session date {text!r}")
-
-
-def turn_text(speaker: str, text: str, caption: str | None = None) -> str:
-    """The stored text of a turn: the speaker's name kept, a shared photo's caption appended."""
-    out = f"{speaker}: {text.strip()}"
-    if caption:
-        out += f" [shares a photo: {caption.strip()}]"
-    return out
-
-
-def load_conversations(path: str | os.PathLike[str]) -> list[Conversation]:
-    """Read a LoCoMo-format file into :class:`Conversation` objects."""
-    with open(path, encoding="utf-8") as f:
-        data = json.load(f)
-    out = []
-    for sample in data:
-        conv = sample["conversation"]
-        turns: list[Turn] = []
-        sessions = sorted(
-            (int(m[1]) for key in conv if (m := re.fullmatch(r"session_(\d+)", key))
-             and isinstance(conv[key], list)))
-        for s in sessions:
-            stamp = parse_session_date(conv[f"session_{s}_date_time"])
-            for t in conv[f"session_{s}"]:
-                turns.append(Turn(dia_id=t["dia_id"], session=s, speaker=t["speaker"],
-                                  text=turn_text(t["speaker"], t["text"], t.get("blip_caption")),
-                                  timestamp=stamp))
-        known = frozenset(t.dia_id for t in turns)
-        c = Conversation(id=sample["sample_id"],
-                         speakers=(conv.get("speaker_a", ""), conv.get("speaker_b", "")),
-                         turns=turns, questions=[])
-        for qa in sample.get("qa", []):
-            if qa.get("category") not in CATEGORIES or not qa.get("evidence"):
-                continue
-            rep = parse_evidence(qa["evidence"], known)
-            for kind in ("repaired", "unparseable", "missing"):
-                for bad in getattr(rep, kind):
-                    c.evidence_issues[kind] += 1
-                    c.evidence_examples.append(f"{c.id}: {kind} {bad!r}")
-            if not rep.ids:
-                c.evidence_issues["question_without_valid_evidence"] += 1
-                continue
-            c.questions.append(Question(conversation=c.id, question=qa["question"],
-                                        category=int(qa["category"]), evidence=rep.ids))
-        out.append(c)
-    return out
-
-
-def session_of(dia_id: str) -> str:
-    return dia_id.split(":", 1)[0]
-
-
-def recall_at(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
-    """Share of ``evidence`` among the first ``k`` of ``retrieved``."""
-    if not evidence:
-        return 0.0
-    top = set(retrieved[:k])
-    return sum(1 for e in set(evidence) if e in top) / len(set(evidence))
-
-
-def hit_at(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
-    """1.0 if any evidence is among the first ``k``."""
-    return 1.0 if set(retrieved[:k]) & set(evidence) else 0.0
-
-
-def session_recall_at(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
-    """Share of the evidence's sessions that some of the first ``k`` turns come from."""
-    want = {session_of(e) for e in evidence}
-    got = {session_of(r) for r in retrieved[:k]}
-    return len(want & got) / len(want) if want else 0.0
-
-
-def within_budget(sizes: Sequence[int], budget: int) -> int:
-    """How many leading hits fit in ``budget`` tokens."""
-    used = n = 0
-    for size in sizes:
-        if used + size > budget:
-            break
-        used += size
-        n += 1
-    return n
-
-
-def percentile(values: Sequence[float], p: float) -> float:
-    """Nearest-rank percentile (``p`` in 0..100); 0.0 for no values."""
-    if not values:
-        return 0.0
-    s = sorted(values)
-    rank = max(1, min(len(s), int(-(-p * len(s) // 100))))
-    return s[rank - 1]
-
-
-@dataclass(kw_only=True)
-class Answer:
-    question: Question
-    retrieved: list[str]
-    tokens: int
-    seconds: float
-    hit_tokens: list[int] = field(default_factory=list)
-
-
-def summarize(answers: Sequence[Answer], ks: Sequence[int] = KS) -> dict[str, Any]:
-    """Turn/session recall, hit rate, tokens and latency, overall and per category."""
-
-    def block(items: Sequence[Answer]) -> dict[str, Any]:
-        if not items:
-            return {"count": 0}
-        out: dict[str, Any] = {"count": len(items)}
-        for k in ks:
-            out[f"recall@{k}"] = statistics.fmean(recall_at(a.retrieved, a.question.evidence, k) for a in items)
-            out[f"hit@{k}"] = statistics.fmean(hit_at(a.retrieved, a.question.evidence, k) for a in items)
-            out[f"session_recall@{k}"] = statistics.fmean(
-                session_recall_at(a.retrieved, a.question.evidence, k) for a in items)
-        out["tokens@10"] = statistics.fmean(a.tokens for a in items)
-        ms = [a.seconds * 1000 for a in items]
-        out["latency_ms_p50"] = percentile(ms, 50)
-        out["latency_ms_p95"] = percentile(ms, 95)
-        return out
-
-    result = {"overall": block(answers)}
-    for cat, name in CATEGORIES.items():
-        result[f"cat{cat}_{name}"] = block([a for a in answers if a.question.category == cat])
-    return result
+if not __package__:  # run as a script (python bench/locomo.py): make `bench` importable
+    sys.path.insert(0, str(REPO))
+# the tests and notebooks import the data and metric names from here
+from bench.locomo_data import (  # noqa: E402, F401
+    CATEGORIES,
+    KS,
+    Answer,
+    Conversation,
+    EvidenceReport,
+    Question,
+    Turn,
+    hit_at,
+    load_conversations,
+    parse_evidence,
+    parse_session_date,
+    percentile,
+    recall_at,
+    session_of,
+    session_recall_at,
+    summarize,
+    turn_text,
+    within_budget,
+)
 
 
 # ---- runners (I/O) -----------------------------------------------------------
@@ -269,7 +86,8 @@ class CachedDocumentEmbedder:
         return [list(map(float, self.cache.get(t, fresh.get(t)))) for t in texts]
 
     def embed_query(self, text: str) -> list[float]:
-        return self.inner.embed_query(text)
+        vector: list[float] = self.inner.embed_query(text)
+        return vector
 
 
 def _role(conv: Conversation, speaker: str) -> str:
@@ -454,7 +272,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         scale: dict[str, Any] = {}
         if not args.no_scale:
             cached = CachedDocumentEmbedder(embedder, cache)
-            with TieredMemory(Path(tmp) / "scale", embedder=cached, config=config) as memory:  # type: ignore[arg-type]
+            with TieredMemory(Path(tmp) / "scale", embedder=cached, config=config) as memory:
                 for c in convs:
                     ingest(memory, c, user_id="scale", session_prefix=f"{c.id}/")
                 questions = [q for c in convs for q in c.questions][: args.scale_questions]
