@@ -1,5 +1,6 @@
-"""Pure retrieval decisions: query analysis, keyword query building, rank fusion,
-recency, and the scoring of turn candidates.
+"""Pure retrieval decisions: rank fusion, recency, filters, and the scoring of turn
+candidates. Query analysis and keyword query building are in :mod:`.query` (its names
+are re-exported here).
 
 Nothing here does I/O; ``recall.py`` fetches candidates and calls these.
 
@@ -20,43 +21,23 @@ Turn recall (:func:`score_turns`) adds, per candidate turn:
 
 from __future__ import annotations
 
-import calendar
 import math
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-_TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
-
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before
-    being below between both but by can could did do does doing down during each few for from
-    further had has have having he her here hers herself him himself his how i if in into is it
-    its itself just me more most my myself no nor not now of off on once only or other our ours
-    ourselves out over own same she should so some such than that the their theirs them
-    themselves then there these they this those through to too under until up very was we were
-    what when where which while who whom why will with would you your yours yourself yourselves
-    did does ever also get got like really would could should much many""".split()
+# defined here before: re-exported (`x as x`), so `from .retrieval import keywords` keeps working
+from .query import (
+    QueryPlan as QueryPlan,
+    STOPWORDS as STOPWORDS,
+    date_ranges as date_ranges,
+    fts_query as fts_query,
+    has_time_expression as has_time_expression,
+    is_temporal_question as is_temporal_question,
+    keywords as keywords,
+    plan_query as plan_query,
+    proper_names as proper_names,
 )
-
-
-def keywords(text: str) -> list[str]:
-    """Lower-cased content words of ``text`` in order, without stopwords or repeats."""
-    seen: dict[str, None] = {}
-    for tok in _TOKEN.findall(text.lower()):
-        if tok not in STOPWORDS and (len(tok) > 1 or tok.isdigit()):
-            seen.setdefault(tok, None)
-    return list(seen)
-
-
-def fts_query(text: str) -> str | None:
-    """An FTS5 expression OR-ing the quoted keywords of ``text`` (safe against FTS syntax)."""
-    words = keywords(text)
-    if not words:
-        return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
 def recency_score(timestamp: float, now: float, half_life_days: float) -> float:
@@ -124,107 +105,8 @@ def matches_filters(
     return True
 
 
-# ---- query analysis ----------------------------------------------------------
-_MONTHS: dict[str, int] = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
-_MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
-_MONTHS["sept"] = 9
-_MON = (r"(january|february|march|april|may|june|july|august|september|october|november|"
-        r"december|jan|feb|mar|apr|jun|jul|aug|sept|sep|oct|nov|dec)\.?")
-_DAY_MON_YEAR = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?" + _MON + r",?\s+((?:19|20)\d\d)\b", re.I)
-_MON_DAY_YEAR = re.compile(r"\b" + _MON + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+((?:19|20)\d\d)\b", re.I)
-_MON_YEAR = re.compile(r"\b" + _MON + r",?\s+((?:19|20)\d\d)\b", re.I)
-_YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
-_WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday"
-_TIME_EXPRESSION = re.compile(
-    r"\b(?:yesterday|today|tonight|tomorrow|recently|lately|ago|last|next|since|weekend|"
-    r"(?:this|that) (?:morning|afternoon|evening|night|week|month|year|summer|winter|spring|fall)|"
-    r"days?|weeks?|months?|years?|(?:19|20)\d\d|"
-    + "|".join(list(_MONTHS) + _WEEKDAYS.split()) + r")\b", re.I)
-_TEMPORAL_QUESTION = re.compile(
-    r"^\W*(?:when\b|what (?:date|day|time|year|month|week)\b|how long\b|"
-    r"(?:in |on |during )?(?:which|what) (?:year|month|day|week|date)\b)", re.I)
-_NAME = re.compile(r"\b[A-Z][\w'’-]*")
+# ---- matching a turn against the query ---------------------------------------
 _SPEAKER_PREFIX = re.compile(r"^\s*([A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*){0,2})\s*:\s")
-
-
-@dataclass(frozen=True, kw_only=True)
-class QueryPlan:
-    """What recall reads from a query, without an LLM.
-
-    ``fts`` is the keyword expression (content words, stopwords dropped), ``names``
-    the proper names it mentions, ``dates`` the ``(start, end)`` epoch ranges of the
-    dates it names, ``temporal`` whether it asks *when*.
-    """
-
-    text: str
-    fts: str | None
-    names: frozenset[str] = frozenset()
-    dates: tuple[tuple[float, float], ...] = ()
-    temporal: bool = False
-
-
-def proper_names(text: str) -> frozenset[str]:
-    """Capitalised words that are not stopwords (``"What did Caroline's dog do?"`` ->
-    ``{"Caroline"}``); possessive ``'s`` removed."""
-    out = set()
-    for word in _NAME.findall(text):
-        word = re.sub(r"['’]s$", "", word).strip("'’-")
-        if len(word) > 1 and word.lower() not in STOPWORDS and word.lower() not in _MONTHS \
-                and word.lower() not in _WEEKDAYS.split():
-            out.add(word)
-    return frozenset(out)
-
-
-def _utc(year: int, month: int, day: int) -> float:
-    return datetime(year, month, day, tzinfo=timezone.utc).timestamp()
-
-
-def date_ranges(text: str) -> tuple[tuple[float, float], ...]:
-    """The dates ``text`` names, each as an epoch ``(start, end)`` range (UTC).
-
-    ``"7 May 2023"`` / ``"May 7, 2023"`` is that day, ``"May 2023"`` the month,
-    ``"2023"`` the year. Impossible dates are skipped. A date is matched once, by
-    its most precise form.
-    """
-    out: list[tuple[float, float]] = []
-    rest = text
-    for rx, kind in ((_DAY_MON_YEAR, "dmy"), (_MON_DAY_YEAR, "mdy"), (_MON_YEAR, "my"), (_YEAR, "y")):
-        for m in rx.finditer(rest):
-            try:
-                if kind == "dmy":
-                    start = _utc(int(m[3]), _MONTHS[m[2].lower()], int(m[1]))
-                    end = start + 86400
-                elif kind == "mdy":
-                    start = _utc(int(m[3]), _MONTHS[m[1].lower()], int(m[2]))
-                    end = start + 86400
-                elif kind == "my":
-                    year, month = int(m[2]), _MONTHS[m[1].lower()]
-                    start = _utc(year, month, 1)
-                    end = _utc(year + (month == 12), month % 12 + 1, 1)
-                else:
-                    start, end = _utc(int(m[1]), 1, 1), _utc(int(m[1]) + 1, 1, 1)
-            except (ValueError, KeyError):
-                continue  # e.g. 31 February: a less precise pattern may still read it
-            out.append((start, end))
-            rest = rest[: m.start()] + " " * (m.end() - m.start()) + rest[m.end():]
-    return tuple(out)
-
-
-def is_temporal_question(text: str) -> bool:
-    """Does the query ask *when* (``when``, ``what year``, ``how long``, ``in which month``)?"""
-    return bool(_TEMPORAL_QUESTION.search(text))
-
-
-@lru_cache(maxsize=16384)  # the same turns come back query after query
-def has_time_expression(text: str) -> bool:
-    """Does ``text`` place something in time (``yesterday``, ``last week``, ``May``, ``2022``)?"""
-    return bool(_TIME_EXPRESSION.search(text))
-
-
-def plan_query(text: str) -> QueryPlan:
-    """Analyse a query: keyword expression, names, dates, and whether it asks *when*."""
-    return QueryPlan(text=text, fts=fts_query(text), names=proper_names(text),
-                     dates=date_ranges(text), temporal=is_temporal_question(text))
 
 
 def speaker_of(content: str, metadata: Mapping[str, Any] | None = None) -> str | None:
