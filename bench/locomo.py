@@ -44,26 +44,26 @@ DEFAULT_OUT = REPO / "bench" / "results" / "locomo.json"
 
 if not __package__:  # run as a script (python bench/locomo.py): make `bench` importable
     sys.path.insert(0, str(REPO))
-# the tests and notebooks import the data and metric names from here
-from bench.locomo_data import (  # noqa: E402, F401
-    CATEGORIES,
-    KS,
-    Answer,
-    Conversation,
-    EvidenceReport,
-    Question,
-    Turn,
-    hit_at,
-    load_conversations,
-    parse_evidence,
-    parse_session_date,
-    percentile,
-    recall_at,
-    session_of,
-    session_recall_at,
-    summarize,
-    turn_text,
-    within_budget,
+# the tests and notebooks import the data and metric names from here: re-exported (`x as x`)
+from bench.locomo_data import (  # noqa: E402
+    CATEGORIES as CATEGORIES,
+    KS as KS,
+    Answer as Answer,
+    Conversation as Conversation,
+    EvidenceReport as EvidenceReport,
+    Question as Question,
+    Turn as Turn,
+    hit_at as hit_at,
+    load_conversations as load_conversations,
+    parse_evidence as parse_evidence,
+    parse_session_date as parse_session_date,
+    percentile as percentile,
+    recall_at as recall_at,
+    session_of as session_of,
+    session_recall_at as session_recall_at,
+    summarize as summarize,
+    turn_text as turn_text,
+    within_budget as within_budget,
 )
 
 

@@ -25,7 +25,8 @@ from .tokens import TokenCounter, default_token_counter
 from .types import MemoryHit, Message, Stats, StoredMessage
 from .facade_layers import LayerMethods
 from .opening import FolderLock, OpeningMethods
-from .opening import STORE_ENTRIES, foreign_entries  # noqa: F401 (defined here before; still importable)
+from .opening import STORE_ENTRIES as STORE_ENTRIES  # defined here before: re-exported
+from .opening import foreign_entries as foreign_entries
 from .validation import check_count, check_filters, check_id, check_query, normalize_message
 from .vector.base import VectorIndex
 
