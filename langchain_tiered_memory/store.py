@@ -67,7 +67,7 @@ class TieredMemoryStore(BaseStore):
     """LangGraph store over a :class:`~tiered_memory.TieredMemory`.
 
     Args:
-        memory: the shared :class:`~tiered_memory.TieredMemory` (embedded SQLite store).
+        memory: the shared :class:`~tiered_memory.TieredMemory` (on SQLite or PostgreSQL).
         user_position: which namespace label is the user id.
         fields: default paths of the text to index (``["$"]``: the whole value).
 

@@ -25,13 +25,46 @@ def embedder() -> SentenceTransformerEmbedder:
     return e
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests of a module marked ``record_stores`` run once per record store it names."""
+    if "record_backend" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("record_stores")
+    names = marker.args if marker else ("sqlite",)
+    metafunc.parametrize("record_backend", [
+        pytest.param(n, marks=[pytest.mark.servers] if n == "postgres" else []) for n in names
+    ], indirect=True)
+
+
 @pytest.fixture
-def make_memory(tmp_path: Path, embedder: SentenceTransformerEmbedder) -> Iterator[Callable[..., TieredMemory]]:
-    """Open TieredMemory objects on tmp folders (same name = same folder); closed at teardown."""
+def record_backend(request: pytest.FixtureRequest) -> Callable[[str], dict[str, object]]:
+    """``name -> TieredMemory kwargs`` for the record store under test (same name = same data)."""
+    if request.param == "sqlite":
+        return lambda name: {}
+    urls: dict[str, str] = {}
+    make_url = request.getfixturevalue("make_postgres_url")
+
+    def postgres(name: str) -> dict[str, object]:
+        if name not in urls:
+            urls[name] = make_url()
+        return {"record_store": urls[name]}
+
+    return postgres
+
+
+@pytest.fixture
+def make_memory(tmp_path: Path, embedder: SentenceTransformerEmbedder,
+                record_backend: Callable[[str], dict[str, object]]) -> Iterator[Callable[..., TieredMemory]]:
+    """Open TieredMemory objects on tmp folders (same name = same folder); closed at teardown.
+
+    The record store is SQLite in the folder, or, in modules marked
+    ``pytest.mark.record_stores("sqlite", "postgres")``, each of those in turn."""
     opened: list[TieredMemory] = []
 
     def make(name: str = "mem", **kwargs: object) -> TieredMemory:
         kwargs.setdefault("embedder", embedder)
+        for key, value in record_backend(name).items():
+            kwargs.setdefault(key, value)
         m = TieredMemory(tmp_path / name, **kwargs)  # type: ignore[arg-type]
         opened.append(m)
         return m

@@ -167,6 +167,9 @@ class RecordStoreConformance:
         finally:
             again.close()
         assert store.query("SELECT COUNT(*) FROM conformance_extra") == [(0,)]
+        assert store.schema_version("conformance") == 2
+        assert store.query("SELECT version FROM schema_migrations WHERE name='conformance'"
+                           " ORDER BY version") == [(1,), (2,)]  # the version table, one row per step
 
     def test_concurrent_writers_lose_nothing(self, store: RecordStore) -> None:
         errors: list[BaseException] = []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import random
-import sqlite3
 import time
 import uuid
 from dataclasses import replace
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from tiered_memory import MemoryConfig, TieredMemory
+from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.config import ConsolidationConfig
 from tiered_memory.consolidation import (
     ConsolidationReport,
@@ -26,6 +26,8 @@ from tiered_memory.consolidation import (
 )
 from tiered_memory.episodic import Episode
 from tiered_memory.semantic import Fact
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
 DAY = 86400.0
 NOW = time.time()
@@ -93,13 +95,13 @@ def test_should_prune(value: float, access: int, age: float, expected: bool) -> 
 
 
 # ---- a store spanning months -------------------------------------------------------
-def _db(memory: TieredMemory) -> sqlite3.Connection:
-    return sqlite3.connect(memory.path / "records.sqlite3", timeout=30)
+def _db(memory: TieredMemory) -> Any:
+    """One transaction on the memory's record store (SQLite or PostgreSQL), ``?`` placeholders."""
+    return memory._layers.rows.transaction()
 
 
 def _count(memory: TieredMemory, sql: str, *params: Any) -> int:
-    with _db(memory) as db:
-        return int(db.execute(sql, params).fetchone()[0])
+    return int(memory._layers.rows.query(sql, params)[0][0])
 
 
 def build_store(memory: TieredMemory, user: str = "u1", *, sessions: int = 200, templates: int = 6,
@@ -124,7 +126,8 @@ def build_store(memory: TieredMemory, user: str = "u1", *, sessions: int = 200, 
                 [(mid, user, sid, r["role"], r["content"], r["timestamp"], r["timestamp"])
                  for mid, r in zip(info["sessions"][sid], rows)])
     with _db(memory) as db:
-        seqs = dict(db.execute("SELECT id, rowid FROM messages WHERE user_id=?", (user,)).fetchall())
+        seqs = dict(db.execute(f"SELECT id, {memory._layers.rows.message_order} FROM messages WHERE user_id=?",
+                               (user,)).fetchall())
         for s, (sid, rows) in enumerate(msgs):
             if s in (1, 2, 3):  # left for the "sessions" step
                 info["uncovered"].append(sid)
@@ -286,8 +289,9 @@ def test_forget_user_removes_every_layer_row(make_memory: Callable[..., TieredMe
     after = {t: _count(memory, f"SELECT COUNT(*) FROM {t} WHERE user_id='u1'") for t in LAYER_TABLES}
     assert after == {t: 0 for t in LAYER_TABLES}
     assert {t: _count(memory, f"SELECT COUNT(*) FROM {t} WHERE user_id='u2'") for t in LAYER_TABLES} == u2_before
-    assert _count(memory, "SELECT COUNT(*) FROM facts_fts WHERE facts_fts MATCH 'Oslo'") == 0
-    assert _count(memory, "SELECT COUNT(*) FROM episode_points_fts WHERE episode_points_fts MATCH 'Oslo'") == 0
+    if isinstance(memory.store, SQLiteRecordStore):  # FTS5 keeps its own copy of the text; PostgreSQL's is in the row
+        assert _count(memory, "SELECT COUNT(*) FROM facts_fts WHERE facts_fts MATCH 'Oslo'") == 0
+        assert _count(memory, "SELECT COUNT(*) FROM episode_points_fts WHERE episode_points_fts MATCH 'Oslo'") == 0
     assert memory.index.ids("u1") == set()
     assert memory.facts("u1") == [] and memory.episodes("u1") == []
 
@@ -302,12 +306,15 @@ def test_rebuild_index_restores_layer_vectors(memory: TieredMemory, tmp_path: Pa
     assert memory.search_episodes("offsite in Berlin", user_id="u1")[0].episode.id == ep.id
 
 
-def test_cli_consolidate(make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+def test_cli_consolidate(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                         monkeypatch: pytest.MonkeyPatch) -> None:
     import io
 
     from tiered_memory.cli import main
 
     memory = make_memory("cli")
+    if not isinstance(memory.store, SQLiteRecordStore):  # the CLI finds the server as an app would
+        monkeypatch.setenv("TIERED_MEMORY_RECORD_STORE", memory.store.url)
     build_store(memory, sessions=40, templates=1)
     memory.close()
     out, err = io.StringIO(), io.StringIO()

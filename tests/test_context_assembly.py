@@ -10,6 +10,8 @@ import pytest
 from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
 from tiered_memory.context import PREAMBLE
 
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
 PAST = [
     {"role": "user", "content": "We decided to use PostgreSQL 16 for the billing service."},
     {"role": "assistant", "content": "Agreed, PostgreSQL 16 with daily backups."},

@@ -17,6 +17,8 @@ from tiered_memory.extractive import extract_episode, find_dates, find_entities,
 from tiered_memory.testing import ScriptedLLM, chatty, empty, fenced, malformed, timeout
 from tiered_memory.types import StoredMessage
 
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
 DAY = 86400.0
 CONVO = [
     {"role": "user", "content": "We need to migrate the billing service BILL-42 to PostgreSQL by 2025-03-01."},

@@ -5,9 +5,10 @@ ids differ only by case, a trailing space, a LIKE wildcard, a quote, a path or
 an accent; every message carries a *codeword* unique to its user. No read
 (search, build_context, export, get_messages, facts, episodes) may ever show
 another user's codeword or ids, and after ``forget_user`` the user's id,
-codeword and message ids appear nowhere: not in any SQLite table (found by
-enumerating ``sqlite_master``, so tables added later are covered), not in any
-FTS index, not in the Chroma collection.
+codeword and message ids appear nowhere: not in any table of the record store
+(found by enumerating ``sqlite_master`` or PostgreSQL's catalog, so tables added
+later are covered), not in any FTS index, not in the Chroma collection. The
+machine runs on the embedded SQLite store and on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import sqlite3
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from tiered_memory import TieredMemory
+from tiered_memory.store.sqlite import SQLiteRecordStore
 
 BASE_IDS = ["alice", "Alice", "alice ", "al%", "a_ice", "bob", "bob'--", "c/../d", "用户", "e\u0301",
             "x; DROP TABLE messages; --"]
@@ -44,27 +45,37 @@ def codeword(user_id: str) -> str:
 def traces(memory: TieredMemory, user_id: str, ids: set[str]) -> list[str]:
     """Every place in the record store and vector index that still mentions the user."""
     word = codeword(user_id)
-    con: sqlite3.Connection = memory.store.conn  # type: ignore[attr-defined]
     found: list[str] = []
-    with memory.store.lock:  # type: ignore[attr-defined]
-        tables = con.execute("SELECT name, sql FROM sqlite_master WHERE type='table'").fetchall()
-        for name, sql in tables:
-            if sql and "USING FTS5" in sql.upper().replace("  ", " "):
-                hits = con.execute(f'SELECT count(*) FROM "{name}" WHERE "{name}" MATCH ?',
-                                   (f'"{word}"',)).fetchone()[0]
-                if hits:
-                    found.append(f"FTS index {name}: {hits} entries for the codeword")
-                continue
-            for row in con.execute(f'SELECT * FROM "{name}"'):
-                for value in row:
-                    if not isinstance(value, str):
-                        continue
-                    if value == user_id:
-                        found.append(f"{name}: a row with the user id")
-                    elif word in value:
-                        found.append(f"{name}: the user's text")
-                    elif any(i in value for i in ids):
-                        found.append(f"{name}: a reference to one of the user's message ids")
+
+    def scan(name: str, rows: Iterable[tuple[Any, ...]]) -> None:
+        for row in rows:
+            for value in row:
+                if not isinstance(value, str):
+                    continue
+                if value == user_id:
+                    found.append(f"{name}: a row with the user id")
+                elif word in value:
+                    found.append(f"{name}: the user's text")
+                elif any(i in value for i in ids):
+                    found.append(f"{name}: a reference to one of the user's message ids")
+
+    if isinstance(memory.store, SQLiteRecordStore):
+        con = memory.store.conn
+        with memory.store.lock:
+            tables = con.execute("SELECT name, sql FROM sqlite_master WHERE type='table'").fetchall()
+            for name, sql in tables:
+                if sql and "USING FTS5" in sql.upper().replace("  ", " "):
+                    hits = con.execute(f'SELECT count(*) FROM "{name}" WHERE "{name}" MATCH ?',
+                                       (f'"{word}"',)).fetchone()[0]
+                    if hits:
+                        found.append(f"FTS index {name}: {hits} entries for the codeword")
+                    continue
+                scan(name, con.execute(f'SELECT * FROM "{name}"'))
+    else:  # PostgreSQL: every table of the schema; the tsvector columns are read as text
+        for (name,) in memory.store.query(
+                "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
+                " AND relkind = 'r'"):
+            scan(name, memory.store.query(f'SELECT * FROM "{name}"'))
     col = memory.index.collection  # type: ignore[attr-defined]
     left = col.get(where={"user_id": user_id}, include=[])["ids"]
     if left:
@@ -192,10 +203,12 @@ class Isolation(RuleBasedStateMachine):
         assert not left, f"forget_user({user!r}) left: {left}"
         self.forgotten.add(user)
 
-@pytest.fixture(scope="module")
-def shared_memory(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[TieredMemory]:
+@pytest.fixture(scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.servers)])
+def shared_memory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  embedder: Any) -> Iterator[TieredMemory]:
     folder = tmp_path_factory.mktemp("isolation")
-    with TieredMemory(folder / "store", embedder=embedder) as m:
+    url = request.getfixturevalue("make_postgres_url")() if request.param == "postgres" else None
+    with TieredMemory(folder / "store", embedder=embedder, record_store=url) as m:
         Isolation.memory = m
         Isolation.folder = folder
         yield m

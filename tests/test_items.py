@@ -1,4 +1,4 @@
-"""The core item table (tiered_memory.items): pure decisions and the SQLite/vector shell."""
+"""The core item table (tiered_memory.items): pure decisions and the SQL/vector shell, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from tiered_memory.items import (
     match_namespace,
     truncate_namespaces,
 )
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
 
 @pytest.mark.parametrize(("value", "flt", "expected"), [
@@ -125,9 +127,9 @@ def test_item_vectors_come_back_after_rebuild_index(make_memory: Callable[..., T
     assert items.repair() == 0
 
 
-def test_item_store_needs_sqlite() -> None:
-    class NotSQLite:
+def test_item_store_needs_a_sql_record_store() -> None:
+    class NotSQL:
         store = object()
 
-    with pytest.raises(ConfigurationError, match="SQLite"):
-        ItemStore(NotSQLite())
+    with pytest.raises(ConfigurationError, match="SQLite or PostgreSQL"):
+        ItemStore(NotSQL())

@@ -11,6 +11,8 @@ from langchain_tiered_memory import TieredMemoryStore
 from langchain_tiered_memory.store import item_text
 from tiered_memory import TieredMemory
 
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
 
 def _fill(store: TieredMemoryStore) -> None:
     store.put(("u1", "prefs"), "drink", {"text": "Drinks green tea every morning", "stars": 5})

@@ -1,8 +1,9 @@
 """Many workers, one deployment: PostgreSQL record store + Chroma server.
 
-Four OS processes write and search for overlapping users at the same time. Afterwards
-every acknowledged write is stored and indexed exactly once, and no search ever
-returned another user's memory.
+Four OS processes write and search for overlapping users at the same time: turns,
+facts, and at the end one session that all four close at once. Afterwards every
+acknowledged write is stored and indexed exactly once, the shared session became
+exactly one episode, and no search ever returned another user's memory.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ WORKERS = 4
 ROUNDS = 6
 PER_ROUND = 3
 USERS = ["alice", "bob", "carol"]
+SHARED_USER, SHARED_SESSION = "alice", "shared"
 PRELOAD = ["torch", "sentence_transformers", "chromadb", "psycopg", "psycopg_pool", "tiered_memory"]
 TOPICS = [
     "planted tomatoes and basil on the balcony",
@@ -64,6 +66,7 @@ def worker_main(worker: int, pg_url: str, chroma_url: str, collection: str,
         memory.embedder.embed_query("warm up")  # load the model before the race starts
         acked: list[tuple[str, str, str]] = []
         hits: list[tuple[str, str, str]] = []
+        facts: list[tuple[str, str, str]] = []
         barrier.wait(timeout=300)
         for rnd in range(ROUNDS):
             user = USERS[(worker + rnd) % len(USERS)]
@@ -71,13 +74,21 @@ def worker_main(worker: int, pg_url: str, chroma_url: str, collection: str,
             ids = memory.add_many([{"role": "user", "content": t} for t in texts],
                                   user_id=user, session_id=f"w{worker}")
             acked += [(user, mid, text) for mid, text in zip(ids, texts)]
+            note = f"[{SHARED_USER}] w{worker} r{rnd}: shared session note"
+            acked.append((SHARED_USER, memory.add("user", note, user_id=SHARED_USER, session_id=SHARED_SESSION), note))
+            fact = memory.add_fact(f"[{user}] {TOPICS[(worker * 7 + rnd) % len(TOPICS)]}", user_id=user)
+            facts.append((user, fact.id, fact.text))
             reader = USERS[(worker + rnd + 1) % len(USERS)]  # search a user others write to now
             for h in memory.search("what is planned for the week", user_id=reader, k=10):
                 hits.append((reader, h.id, h.text))
+            for f in memory.search_facts("what does the user like", user_id=reader, k=10):
+                hits.append((reader, f.fact.id, f.fact.text))
+        barrier.wait(timeout=300)  # every turn is in: all four close the shared session at once
+        episode = memory.end_session(SHARED_SESSION, user_id=SHARED_USER)
         memory.close()
-        results.put((worker, "ok", acked, hits))
+        results.put((worker, "ok", acked, hits, facts, episode.id))
     except BaseException:
-        results.put((worker, "error", traceback.format_exc(), []))
+        results.put((worker, "error", traceback.format_exc(), [], [], None))
 
 
 def test_four_worker_processes_share_one_deployment(
@@ -111,8 +122,11 @@ def test_four_worker_processes_share_one_deployment(
 
     acked = [a for r in reports for a in r[2]]
     hits = [h for r in reports for h in r[3]]
+    facts = [f for r in reports for f in r[4]]
     owner = {mid: user for user, mid, _ in acked}
-    assert len(acked) == WORKERS * ROUNDS * PER_ROUND == len(owner)
+    assert len(acked) == WORKERS * ROUNDS * (PER_ROUND + 1) == len(owner)
+    assert len({r[5] for r in reports}) == 1  # the four concurrent end_session calls agree on one episode
+    owner.update({fid: user for user, fid, _ in facts})
 
     from tiered_memory.store.postgres import PostgresRecordStore
     from tiered_memory.vector.chroma import ChromaVectorIndex
@@ -120,14 +134,21 @@ def test_four_worker_processes_share_one_deployment(
     store = PostgresRecordStore(pg_url)
     index = ChromaVectorIndex.from_url(chroma_url, collection=chroma_collection)
     try:
+        turns = {mid for _, mid, _ in acked}
         stored = [m.id for m in store.iter_messages()]
-        assert Counter(stored) == Counter(owner.keys())  # every acknowledged write, exactly once
-        assert store.counts()["indexed"] == len(owner) and store.pending_index(1) == []
-        assert index.count() == len(owner) and index.ids() == set(owner)
+        assert Counter(stored) == Counter(turns)  # every acknowledged write, exactly once
+        assert store.counts()["indexed"] == len(turns) and store.pending_index(1) == []
+        turn_vectors = {i for i in index.ids() if ":" not in i}
+        assert index.count() >= len(turns) and turn_vectors == turns
         for user in USERS:
-            mine = {mid for mid, u in owner.items() if u == user}
+            mine = {mid for mid, u in owner.items() if u == user and mid in turns}
             assert {m.id for m in store.iter_messages(user)} == mine
-            assert index.ids(user) == mine
+            assert {i for i in index.ids(user) if ":" not in i} == mine
+        # every fact add_fact returned is stored under its user (a similar fact may have refined it)
+        fact_owner = dict(store.query("SELECT id, user_id FROM facts"))
+        assert {fid: fact_owner.get(fid) for _, fid, _ in facts} == {fid: u for u, fid, _ in facts}
+        assert store.query("SELECT COUNT(*) FROM episodes WHERE session_id=%s",
+                           (SHARED_SESSION,)) == [(1,)]
     finally:
         store.close()
         index.close()
@@ -141,7 +162,7 @@ def test_four_worker_processes_share_one_deployment(
     with TieredMemory(record_store=pg_url,
                       vector_store=ChromaVectorIndex.from_url(chroma_url, collection=chroma_collection),
                       embedder=embedder) as memory:
-        for user, mid, text in acked[::6]:
+        for user, mid, text in [a for a in acked if "shared session" not in a[2]][::5]:
             found = memory.search(text, user_id=user, k=3)
             assert found and found[0].id == mid, (text, [h.text for h in found])
             assert all(owner[h.id] == user for h in found)

@@ -14,6 +14,8 @@ from tiered_memory.semantic import Fact, Judgement, decide_resolution
 from tiered_memory.testing import ScriptedLLM, fenced, malformed, timeout
 from tiered_memory.types import StoredMessage
 
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
 EPISODE = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
            "key_facts": []}
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from typing import Callable
 
 import pytest
@@ -11,6 +10,8 @@ import pytest
 from tiered_memory import InvalidInputError, MemoryConfig, TieredMemory
 from tiered_memory.config import WorkingConfig
 from tiered_memory.working import WorkingItem, decayed, evict, rank
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
 H = 3600.0
 
@@ -60,8 +61,8 @@ def test_remember_capacity_and_audit(make_memory: Callable[..., TieredMemory]) -
         wm.remember(f"note {n}", importance=imp)
     assert sorted(i.text for i in wm.items()) == ["note 0", "note 2", "note 3"]
     assert [i.text for i in wm.items()] == ["note 0", "note 3", "note 2"]  # by importance
-    with sqlite3.connect(memory.path / "records.sqlite3") as db:  # the audit table, read directly
-        audit = db.execute("SELECT action, details FROM audit_log WHERE user_id='u1' AND layer='working'").fetchall()
+    audit = memory._layers.rows.query(  # the audit table, read directly
+        "SELECT action, details FROM audit_log WHERE user_id='u1' AND layer='working'")
     assert [(a, json.loads(d)["text"]) for a, d in audit] == [("evict", "note 1")]
 
 

@@ -91,7 +91,8 @@ def _open(path: str | None, *, create: bool = False) -> Any:
     from .memory import TieredMemory, default_path
 
     folder = Path(path) if path else default_path()
-    if not create and not (folder / "records.sqlite3").exists():
+    on_server = bool(os.environ.get("TIERED_MEMORY_RECORD_STORE"))  # records in PostgreSQL, not the folder
+    if not create and not on_server and not (folder / "records.sqlite3").exists():
         if folder.exists() and not folder.is_dir():
             raise CliUsageError(f"{folder} is a file, not a memory folder")
         raise CliUsageError(

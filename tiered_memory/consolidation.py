@@ -210,6 +210,6 @@ def _prune(layers: "Layers", user_id: str, now: float, tick: Progress) -> list[s
 
 
 def _dumps(obj: object) -> str:
-    from .store.sqlite_layers import dumps
+    from .store.layer_rows import dumps
 
     return dumps(obj)

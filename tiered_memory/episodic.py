@@ -23,7 +23,7 @@ from .config import EpisodeConfig, RetrievalConfig
 from .embedding import Embedder, embed, embed_query
 from .extractive import EpisodeDraft
 from .retrieval import fts_query, recency_score, rrf_fuse
-from .store.sqlite_layers import LayerStore, dumps
+from .store.layer_rows import LayerStore, dumps
 from .types import StoredMessage
 from .vector.base import VectorIndex, VectorItem
 
@@ -189,14 +189,20 @@ class EpisodicMemory:
         vectors = embed(self.embedder, points)
         body = {"entities": ep.entities, "decisions": ep.decisions, "open_questions": ep.open_questions,
                 "key_facts": ep.key_facts}
+        last_seq = max(m.seq for m in messages)
         with self.lock:
             with self.rows.transaction() as c:
+                self.rows.lock_session(c, user_id, session_id)
+                if self.rows.cursor(user_id, session_id, c) >= last_seq:  # another worker got there first
+                    return _episode(c.execute(f"SELECT {_COLS} FROM episodes WHERE user_id=? AND session_id=?"
+                                              " ORDER BY end_ts DESC, rowid DESC LIMIT 1",
+                                              (user_id, session_id)).fetchone())
                 c.execute(f"INSERT INTO episodes ({_COLS}) VALUES ({','.join('?' * 15)})",
                           (ep.id, user_id, session_id, ep.summary, dumps(body), ep.turn_count, ep.start, ep.end,
                            dumps(ep.source_ids), dumps(ep.metadata), now, 0, None, None, None))
                 c.executemany("INSERT INTO episode_points (id, episode_id, user_id, text) VALUES (?,?,?,?)",
                               [(f"ep:{ep.id}:{n}", ep.id, user_id, p) for n, p in enumerate(points)])
-                self.rows.set_cursor(c, user_id, session_id, max(m.seq for m in messages))
+                self.rows.set_cursor(c, user_id, session_id, last_seq)
             self._upsert(ep, points, vectors)
         return ep
 

@@ -46,9 +46,9 @@ class LayerMethods:
         return Layers(self)  # type: ignore[arg-type]
 
     def _layers_ok(self) -> bool:
-        from .store.sqlite import SQLiteRecordStore
+        from .store.layer_rows import supports_layers
 
-        return isinstance(getattr(self, "store", None), SQLiteRecordStore)
+        return supports_layers(getattr(self, "store", None))
 
     async def aend_session(self, session_id: str, *, user_id: str) -> "Episode":
         """Extract facts from the session's turns not yet in an episode, then compress them into an

@@ -2,12 +2,13 @@
 
 An *item* is a JSON object stored under a ``namespace`` (a tuple of labels) and a
 ``key``, owned by one ``user_id``. Items are not chat turns: they live in their own
-table (``items``, added through ``SQLiteRecordStore.migrate("items", ...)``), never
-appear in turn recall or ``build_context``, and are deleted with the user by an
-``on_forget_user`` hook, in the same transaction as the user's messages.
+table (``items``, added through the record store's ``migrate("items", ...)``, on
+SQLite or PostgreSQL), never appear in turn recall or ``build_context``, and are
+deleted with the user in the same transaction as the user's messages (like every
+table with a ``user_id`` column).
 
 An item may carry ``text`` (what to search it by). That text is indexed like a
-turn: an FTS5 keyword index next to the row, and a vector in the shared vector
+turn: a keyword index next to the row (FTS5, or a PostgreSQL ``tsvector``), and a vector in the shared vector
 index under ``item:<id>`` with layer ``"item"``, both derived from the row and
 restored by :meth:`ItemStore.repair`. Search fuses vector, keyword and recency
 ranks with the same weighted reciprocal-rank fusion as turn recall.
@@ -23,20 +24,20 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .embedding import embed, embed_query
-from .errors import ConfigurationError, InvalidInputError
+from .errors import InvalidInputError
 from .retrieval import fts_query, recency_score, rrf_fuse
-from .store.sqlite import SQLiteRecordStore, on_forget_user
+from .store.layer_rows import open_layer_store
+from .store.postgres import TEXT_SEARCH_CONFIG
 from .validation import check_id
 from .vector.base import VectorIndex, VectorItem
 
-ITEM_MIGRATIONS: list[str] = [
+SQLITE_ITEM_MIGRATIONS: list[str] = [
     """
     CREATE TABLE IF NOT EXISTS items (
         rowid INTEGER PRIMARY KEY,
@@ -68,15 +69,31 @@ ITEM_MIGRATIONS: list[str] = [
     """,
 ]
 
+POSTGRES_ITEM_MIGRATIONS: list[str] = [
+    f"""
+    CREATE TABLE IF NOT EXISTS items (
+        rowid BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        user_id TEXT NOT NULL,
+        ns_path TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        text TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', COALESCE(text, ''))) STORED,
+        UNIQUE (ns_path, key)
+    );
+    CREATE INDEX IF NOT EXISTS items_user ON items (user_id);
+    CREATE INDEX IF NOT EXISTS items_tsv ON items USING GIN (tsv);
+    """,
+]
+
+ITEM_MIGRATIONS = {"sqlite": SQLITE_ITEM_MIGRATIONS, "postgres": POSTGRES_ITEM_MIGRATIONS}
+
 LAYER = "item"
 _SEP = "\x1f"  # labels are stored as label + US, so a prefix of labels is a prefix of text
-
-
-@on_forget_user
-def _forget_items(c: sqlite3.Connection, user_id: str) -> None:
-    if c.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name='items'").fetchone():
-        c.execute("DELETE FROM items WHERE user_id=?", (user_id,))
-        c.execute("INSERT INTO items_fts(items_fts) VALUES ('optimize')")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,21 +217,16 @@ _COLS = "id, user_id, namespace, key, value, text, created_at, updated_at"
 
 
 class ItemStore:
-    """Items on top of a :class:`TieredMemory`'s SQLite record store and vector index.
+    """Items on top of a :class:`TieredMemory`'s record store (SQLite or PostgreSQL) and vector index.
 
     Args:
-        memory: an open :class:`~tiered_memory.TieredMemory` with the embedded SQLite store.
+        memory: an open :class:`~tiered_memory.TieredMemory`.
     """
 
     def __init__(self, memory: Any) -> None:
-        store = memory.store
-        if not isinstance(store, SQLiteRecordStore):
-            raise ConfigurationError(
-                "items need the embedded SQLite record store in this version; "
-                f"got {type(store).__name__}")
         self.memory = memory
-        self.db: SQLiteRecordStore = store
-        self.db.migrate("items", ITEM_MIGRATIONS)
+        self.db = open_layer_store(memory.store)  # ``?`` SQL and keyword search on SQLite or PostgreSQL
+        self.db.db.migrate("items", ITEM_MIGRATIONS[self.db.dialect])
 
     @property
     def index(self) -> VectorIndex:
@@ -333,10 +345,7 @@ class ItemStore:
         vec = self.index.query(embed_query(self.memory.embedder, query)[None, :], user_id=user_id,
                                k=n, layers=[LAYER])[0]
         match = fts_query(query)
-        kw = [(r[0], float(r[1])) for r in self.db.query(
-            "SELECT t.id, -bm25(items_fts) FROM items_fts JOIN items t ON t.rowid = items_fts.rowid"
-            " WHERE items_fts MATCH ? AND t.user_id = ? ORDER BY bm25(items_fts) LIMIT ?",
-            (match, user_id, n))] if match else []
+        kw = self.db.keyword("items", user_id, match, n) if match else []
         vec = [(i.removeprefix("item:"), s) for i, s in vec]
         candidates = {i.id: i for i in self._under(ns, [i for i, _ in vec] + [i for i, _ in kw])
                       if i.user_id == user_id and match_filter(i.value, filter)}

@@ -25,7 +25,7 @@ from .errors import InvalidInputError, LLMError, NotFoundError
 from .extractive import EpisodeDraft, FactCandidate, extract_episode, extract_fact_candidates
 from .llm import LLM, complete_json, resolve_llm
 from .semantic import ExtractedFacts, Fact, Judgement, SemanticMemory
-from .store.sqlite_layers import LayerStore
+from .store.layer_rows import open_layer_store
 from .types import StoredMessage
 from .validation import check_id
 from .working import WorkingMemory
@@ -58,7 +58,7 @@ class Layers:
     def __init__(self, memory: "TieredMemory") -> None:
         self.memory = memory
         cfg = memory.config
-        self.rows = LayerStore(memory.store)
+        self.rows = open_layer_store(memory.store)
         lock = memory._write_lock
         self.facts = SemanticMemory(self.rows, memory.index, memory.embedder, cfg.facts, lock)
         self.episodes = EpisodicMemory(self.rows, memory.index, memory.embedder, cfg.episodes, lock)
@@ -189,9 +189,7 @@ class Layers:
         n = self.memory.config.episodes.compress_after_turns
         if n is None:
             return
-        turns = self.rows.query(
-            "SELECT COUNT(*) FROM messages WHERE user_id=? AND session_id=? AND role='user' AND rowid > ?",
-            (user_id, session_id, self.rows.cursor(user_id, session_id)))[0][0]
+        turns = self.rows.uncovered_count(user_id, session_id, role="user")
         key = (user_id, session_id)
         with self._guard:
             if turns < n or key in self._queued:

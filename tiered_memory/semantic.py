@@ -25,7 +25,7 @@ from .embedding import Embedder, embed, embed_query
 from .errors import InvalidInputError, NotFoundError
 from .extractive import FactCandidate
 from .retrieval import fts_query, recency_score, rrf_fuse
-from .store.sqlite_layers import LayerStore, dumps, from_blob, to_blob
+from .store.layer_rows import LayerStore, dumps, from_blob, to_blob
 from .vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")

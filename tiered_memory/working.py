@@ -15,14 +15,14 @@ import time
 import uuid
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .config import WorkingConfig
 from .embedding import Embedder, embed, embed_query
 from .errors import InvalidInputError
-from .store.sqlite_layers import LayerStore, dumps, from_blob, to_blob
+from .store.layer_rows import LayerStore, dumps, from_blob, to_blob
 from .validation import check_id
 
 
@@ -85,8 +85,14 @@ class Scratchpad(MutableMapping[str, Any]):
                                 (self.user_id, self.session_id))
         return json.loads(found[0][0]) if found else {}
 
-    def _save(self, data: dict[str, Any]) -> None:
+    def _update(self, change: Callable[[dict[str, Any]], None]) -> None:
+        """Read, change and write the pad in one transaction, locked against other writers of the session."""
         with self.rows.transaction() as c:
+            self.rows.lock_session(c, self.user_id, self.session_id)
+            found = c.execute("SELECT data FROM scratchpads WHERE user_id=? AND session_id=?",
+                              (self.user_id, self.session_id)).fetchone()
+            data = json.loads(found[0]) if found else {}
+            change(data)
             c.execute("INSERT INTO scratchpads VALUES (?,?,?,?) ON CONFLICT(user_id, session_id) DO UPDATE"
                       " SET data=excluded.data, updated_at=excluded.updated_at",
                       (self.user_id, self.session_id, dumps(data), time.time()))
@@ -99,16 +105,10 @@ class Scratchpad(MutableMapping[str, Any]):
             json.dumps(value)
         except (TypeError, ValueError) as e:
             raise InvalidInputError(f"scratchpad values must be JSON-serialisable: {e}") from e
-        with self.rows.db.lock:
-            data = self._load()
-            data[key] = value
-            self._save(data)
+        self._update(lambda data: data.__setitem__(key, value))
 
     def __delitem__(self, key: str) -> None:
-        with self.rows.db.lock:
-            data = self._load()
-            del data[key]
-            self._save(data)
+        self._update(lambda data: data.__delitem__(key))
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._load())

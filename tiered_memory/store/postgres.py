@@ -86,7 +86,7 @@ def tsquery_text(match: str) -> str | None:
     return " | ".join(words) if words else None
 
 
-def _lock_key(name: str) -> int:
+def lock_key(name: str) -> int:
     """A stable 32-bit advisory-lock key (the same in every process)."""
     return zlib.crc32(name.encode("utf-8"))
 
@@ -153,7 +153,7 @@ class PostgresRecordStore:
         from psycopg import sql
 
         def run(conn: Any) -> None:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key("tiered-memory:schema"),))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("tiered-memory:schema"),))
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             conn.execute(
@@ -220,7 +220,7 @@ class PostgresRecordStore:
             return
         for version, step in enumerate(steps, start=1):
             def run(conn: Any, version: int = version, step: Step = step) -> None:
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(f"tiered-memory:{name}"),))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(f"tiered-memory:{name}"),))
                 done = conn.execute(
                     "SELECT 1 FROM schema_migrations WHERE name=%s AND version=%s", (name, version)
                 ).fetchone()
@@ -298,11 +298,20 @@ class PostgresRecordStore:
             (user_id, session_id)).fetchall()]))
 
     def forget_user(self, user_id: str) -> list[str]:
+        from psycopg import sql
+
         def run(conn: Any) -> list[str]:
             ids = [r[0] for r in conn.execute(
                 "DELETE FROM messages WHERE user_id=%s RETURNING id", (user_id,)).fetchall()]
-            for hook in _FORGET_HOOKS:
-                hook(conn, user_id)
+            # every layer keys its rows by user_id: a table any migration adds is covered
+            tables = [r[0] for r in conn.execute(
+                "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
+                " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
+                " AND a.attname = 'user_id' AND NOT a.attisdropped AND c.relname <> 'messages'"
+                " ORDER BY c.relname").fetchall()]
+            for table in tables:
+                conn.execute(sql.SQL("DELETE FROM {} WHERE user_id=%s").format(sql.Identifier(table)),
+                             (user_id,))
             return ids
 
         return list(self.write(run))
@@ -411,13 +420,3 @@ class PostgresRecordStore:
             " COUNT(*) FILTER (WHERE indexed), COUNT(duplicate_of) FROM messages")[0]
         return {"users": users, "sessions": sessions, "messages": messages,
                 "indexed": indexed, "duplicates": dups}
-
-
-# Other layers register a function run inside forget_user's transaction (with the
-# psycopg connection), so deleting a user removes their rows from every table at once.
-_FORGET_HOOKS: list[Callable[[Any, str], None]] = []
-
-
-def on_forget_user(hook: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
-    _FORGET_HOOKS.append(hook)
-    return hook

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from ..errors import CorruptStoreError, StoreError
 from ..types import StoredMessage
@@ -15,7 +16,7 @@ from ..types import StoredMessage
 APP_ID = "tiered-memory"
 
 # Each migration runs once, in order, inside a transaction; the version is
-# recorded in meta('schema_version'). Append, never edit.
+# recorded in the schema_migrations table, as on PostgreSQL. Append, never edit.
 MIGRATIONS: list[str] = [
     """
     CREATE TABLE IF NOT EXISTS messages (
@@ -134,14 +135,22 @@ class SQLiteRecordStore:
                 raise StoreError(f"record store read failed: {e}") from e
 
     def migrate(self, name: str, steps: list[str]) -> None:
-        """Apply ``steps`` not yet recorded under ``schema_version:<name>``."""
-        key = f"schema_version:{name}"
-        current = int(self.get_meta(key) or 0)
+        """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``, each in its
+        own transaction with its version row."""
+        with self.transaction() as c:
+            c.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
+                      " version INTEGER NOT NULL, applied_at REAL NOT NULL, PRIMARY KEY (name, version))")
+        current = self.schema_version(name)
         for version, script in enumerate(steps[current:], start=current + 1):
             with self.transaction() as c:
                 for statement in _split_sql(script):
                     c.execute(statement)
-                c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, str(version)))
+                c.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (name, version, time.time()))
+
+    def schema_version(self, name: str = "core") -> int:
+        """The last migration applied for ``name`` (earlier stores kept it in ``meta``)."""
+        recorded = self.query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=?", (name,))
+        return max(int(recorded[0][0]), int(self.get_meta(f"schema_version:{name}") or 0))
 
     def get_meta(self, key: str) -> str | None:
         found = self.query("SELECT value FROM meta WHERE key=?", (key,))
@@ -198,12 +207,14 @@ class SQLiteRecordStore:
     def forget_user(self, user_id: str) -> list[str]:
         with self.transaction() as c:
             ids = [r[0] for r in c.execute("SELECT id FROM messages WHERE user_id=?", (user_id,))]
-            c.execute("DELETE FROM messages WHERE user_id=?", (user_id,))
-            for hook in _FORGET_HOOKS:
-                hook(c, user_id)
+            for table in user_tables(c):  # messages and every layer's table: each has user_id
+                c.execute(f"DELETE FROM {table} WHERE user_id=?", (user_id,))
         with self.lock:
             # rebuild the FTS shadow tables' free pages so deleted text does not linger on disk
-            self.conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('optimize')")
+            for (fts,) in self.conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type='table' AND sql LIKE 'CREATE VIRTUAL TABLE%fts5%'"
+            ).fetchall():
+                self.conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
         return ids
 
     # ---- reads ----------------------------------------------------------
@@ -319,14 +330,14 @@ class SQLiteRecordStore:
                 "indexed": indexed, "duplicates": dups}
 
 
-# Other layers register a function run inside forget_user's transaction, so that
-# deleting a user removes their rows from every table at once.
-_FORGET_HOOKS: list[Callable[[sqlite3.Connection, str], None]] = []
+def user_tables(c: sqlite3.Connection) -> list[str]:
+    """The tables holding a ``user_id`` column: what ``forget_user`` empties for the user.
 
-
-def on_forget_user(hook: Callable[[sqlite3.Connection, str], None]) -> Callable[[sqlite3.Connection, str], None]:
-    _FORGET_HOOKS.append(hook)
-    return hook
+    Every layer keys its rows by ``user_id``, so a table added by any layer's migration
+    is covered without registering anything."""
+    tables = [r[0] for r in c.execute(
+        "SELECT name FROM sqlite_master WHERE type='table' AND sql NOT LIKE 'CREATE VIRTUAL TABLE%'")]
+    return [t for t in tables if any(col[1] == "user_id" for col in c.execute(f"PRAGMA table_info({t})"))]
 
 
 def _split_sql(script: str) -> list[str]:

@@ -1,23 +1,20 @@
-"""SQLite tables of the episodic, semantic and working layers, and their queries.
+"""SQLite tables of the episodic, semantic and working layers, and their dialect.
 
 The tables join the core schema through ``SQLiteRecordStore.migrate("layers", ...)``
-and are emptied for a user by the ``on_forget_user`` hook, inside the same
-transaction that deletes the user's messages. Facts and episode key points have
+and, like every table with a ``user_id`` column, are emptied for a user inside
+``forget_user``'s transaction. Facts and episode key points have
 their own FTS5 tables (keyword recall); their vectors live in the shared vector
 index under ids with a ``:`` (``fact:<id>``, ``ep:<id>:<n>``), derived from these rows.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import time
+from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
 
-import numpy as np
-
-from ..errors import ConfigurationError
-from .sqlite import SQLiteRecordStore, on_forget_user
+from .layer_rows import LayerStore
+from .sqlite import SQLiteRecordStore
 
 LAYER_MIGRATIONS: list[str] = [
     """
@@ -156,118 +153,25 @@ LAYER_MIGRATIONS: list[str] = [
     """,
 ]
 
-LAYER_TABLES = ("facts", "fact_history", "episodes", "episode_points", "session_cursor",
-                "working_items", "scratchpads", "messages_archive", "audit_log")
+class SQLiteLayerStore(LayerStore):
+    """Layer rows in the embedded :class:`SQLiteRecordStore` (shares its connection and lock)."""
 
+    db: SQLiteRecordStore
+    dialect = "sqlite"
 
-@on_forget_user
-def _forget_layers(c: sqlite3.Connection, user_id: str) -> None:
-    present = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    for table in LAYER_TABLES:
-        if table in present:
-            c.execute(f"DELETE FROM {table} WHERE user_id=?", (user_id,))
-    for fts in ("facts_fts", "episode_points_fts"):
-        if fts in present:
-            c.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)
-
-
-def to_blob(vector: np.ndarray | None) -> bytes | None:
-    return None if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
-
-
-def from_blob(blob: bytes | None) -> np.ndarray | None:
-    return None if blob is None else np.frombuffer(blob, dtype=np.float32)
-
-
-class LayerStore:
-    """Row access for the layers on top of a :class:`SQLiteRecordStore` (shares its lock)."""
-
-    def __init__(self, store: object) -> None:
-        if not isinstance(store, SQLiteRecordStore):
-            raise ConfigurationError(
-                "episodic, semantic and working memory need the embedded SQLite record store "
-                f"in this version; got {type(store).__name__}")
-        self.db = store
+    def __init__(self, store: SQLiteRecordStore) -> None:
+        super().__init__(store)
         store.migrate("layers", LAYER_MIGRATIONS)
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         return self.db.query(sql, params)
 
-    def transaction(self) -> Any:
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return self.db.transaction()
-
-    def audit(self, c: sqlite3.Connection, user_id: str, layer: str, item_id: str, action: str,
-              details: dict[str, Any] | None = None, at: float | None = None) -> None:
-        c.execute("INSERT INTO audit_log (user_id, layer, item_id, action, at, details) VALUES (?,?,?,?,?,?)",
-                  (user_id, layer, item_id, action, time.time() if at is None else at, dumps(details or {})))
-
-    def audit_rows(self, user_id: str, layer: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT layer, item_id, action, at, details FROM audit_log WHERE user_id=?"
-        params: list[Any] = [user_id]
-        if layer:
-            sql += " AND layer=?"
-            params.append(layer)
-        return [{"layer": r[0], "item_id": r[1], "action": r[2], "at": r[3], "details": json.loads(r[4])}
-                for r in self.query(sql + " ORDER BY seq", params)]
 
     def keyword(self, table: str, user_id: str, match: str, k: int,
                 extra: str = "", params: Sequence[Any] = ()) -> list[tuple[str, float]]:
-        """BM25 over ``facts_fts`` or ``episode_points_fts``; returns (row id, score) best first."""
         fts = f"{table}_fts"
         sql = (f"SELECT t.id, -bm25({fts}) FROM {fts} JOIN {table} t ON t.rowid = {fts}.rowid"
                f" WHERE {fts} MATCH ? AND t.user_id = ? {extra} ORDER BY bm25({fts}) LIMIT ?")
         return [(r[0], float(r[1])) for r in self.query(sql, [match, user_id, *params, k])]
-
-    # ---- session coverage ---------------------------------------------------
-    def cursor(self, user_id: str, session_id: str) -> int:
-        found = self.query("SELECT last_seq FROM session_cursor WHERE user_id=? AND session_id=?",
-                           (user_id, session_id))
-        return int(found[0][0]) if found else 0
-
-    def set_cursor(self, c: sqlite3.Connection, user_id: str, session_id: str, seq: int) -> None:
-        c.execute("INSERT INTO session_cursor VALUES (?,?,?) ON CONFLICT(user_id, session_id)"
-                  " DO UPDATE SET last_seq=max(last_seq, excluded.last_seq)", (user_id, session_id, seq))
-
-    def uncovered_count(self, user_id: str, session_id: str) -> int:
-        return int(self.query(
-            "SELECT COUNT(*) FROM messages WHERE user_id=? AND session_id=? AND rowid > ?",
-            (user_id, session_id, self.cursor(user_id, session_id)))[0][0])
-
-    def idle_sessions(self, user_id: str, before: float) -> list[str]:
-        """Sessions with messages no episode covers yet, whose last message is before ``before``."""
-        return [r[0] for r in self.query(
-            "SELECT m.session_id FROM messages m LEFT JOIN session_cursor c"
-            " ON c.user_id = m.user_id AND c.session_id = m.session_id"
-            " WHERE m.user_id=? AND m.rowid > COALESCE(c.last_seq, 0)"
-            " GROUP BY m.session_id HAVING max(m.timestamp) < ? ORDER BY min(m.rowid)",
-            (user_id, before))]
-
-    def archive_messages(self, c: sqlite3.Connection, user_id: str, ids: Sequence[str],
-                         episode_id: str, now: float, *, delete: bool) -> int:
-        """Move messages out of the hot table (and its FTS) into the archive, or delete them."""
-        moved = 0
-        for start in range(0, len(ids), 500):
-            part = list(ids[start:start + 500])
-            marks = ",".join("?" * len(part))
-            if not delete:
-                c.execute(
-                    "INSERT OR IGNORE INTO messages_archive (id, user_id, session_id, role, content, metadata,"
-                    f" timestamp, episode_id, archived_at) SELECT id, user_id, session_id, role, content, metadata,"
-                    f" timestamp, ?, ? FROM messages WHERE user_id=? AND id IN ({marks})",
-                    [episode_id, now, user_id, *part])
-            moved += c.execute(f"DELETE FROM messages WHERE user_id=? AND id IN ({marks})",
-                               [user_id, *part]).rowcount
-        return moved
-
-    def archived(self, user_id: str, session_id: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT id, session_id, role, content, timestamp, episode_id FROM messages_archive WHERE user_id=?"
-        params: list[Any] = [user_id]
-        if session_id is not None:
-            sql += " AND session_id=?"
-            params.append(session_id)
-        return [{"id": r[0], "session_id": r[1], "role": r[2], "content": r[3], "timestamp": r[4],
-                 "episode_id": r[5]} for r in self.query(sql + " ORDER BY timestamp", params)]

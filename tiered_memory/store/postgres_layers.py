@@ -1,0 +1,192 @@
+"""PostgreSQL tables of the episodic, semantic and working layers, and their dialect.
+
+The same tables as :mod:`.sqlite_layers`, created by
+``PostgresRecordStore.migrate("layers", ...)`` (recorded in ``schema_migrations``) and,
+like every table with a ``user_id`` column, emptied for a user inside ``forget_user``'s
+transaction. Facts and episode key points
+get a generated ``tsvector`` column with a GIN index for keyword recall. The layer
+modules' ``?`` placeholders become psycopg's ``%s`` here; ``rowid`` is a ``BIGSERIAL``
+giving the insertion order, as SQLite's rowid does.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator, Sequence
+
+from .layer_rows import LayerStore
+from .postgres import TEXT_SEARCH_CONFIG, PostgresRecordStore, lock_key, tsquery_text
+
+_TSV = f"tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) STORED"
+
+LAYER_MIGRATIONS: list[str] = [
+    f"""
+    CREATE TABLE IF NOT EXISTS facts (
+        rowid BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        user_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        text TEXT NOT NULL,
+        key TEXT,
+        polarity INTEGER NOT NULL DEFAULT 1,
+        confidence DOUBLE PRECISION NOT NULL,
+        source_ids TEXT NOT NULL DEFAULT '[]',
+        metadata TEXT NOT NULL DEFAULT '{{}}',
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        valid_from DOUBLE PRECISION NOT NULL,
+        invalid_at DOUBLE PRECISION,
+        superseded_by TEXT,
+        deleted_at DOUBLE PRECISION,
+        access_count INTEGER NOT NULL DEFAULT 0,
+        last_access DOUBLE PRECISION,
+        vector BYTEA,
+        {_TSV}
+    );
+    CREATE INDEX IF NOT EXISTS facts_user ON facts (user_id, type);
+    CREATE INDEX IF NOT EXISTS facts_tsv ON facts USING GIN (tsv);
+    CREATE TABLE IF NOT EXISTS fact_history (
+        seq BIGSERIAL PRIMARY KEY,
+        fact_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        action TEXT NOT NULL,
+        old_text TEXT,
+        new_text TEXT,
+        at DOUBLE PRECISION NOT NULL,
+        details TEXT NOT NULL DEFAULT '{{}}'
+    );
+    CREATE INDEX IF NOT EXISTS fact_history_fact ON fact_history (user_id, fact_id, seq);
+    CREATE TABLE IF NOT EXISTS episodes (
+        rowid BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        body TEXT NOT NULL,
+        turn_count INTEGER NOT NULL,
+        start_ts DOUBLE PRECISION NOT NULL,
+        end_ts DOUBLE PRECISION NOT NULL,
+        source_ids TEXT NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{{}}',
+        created_at DOUBLE PRECISION NOT NULL,
+        access_count INTEGER NOT NULL DEFAULT 0,
+        last_access DOUBLE PRECISION,
+        promoted_at DOUBLE PRECISION,
+        compressed_at DOUBLE PRECISION
+    );
+    CREATE INDEX IF NOT EXISTS episodes_user ON episodes (user_id, end_ts);
+    CREATE TABLE IF NOT EXISTS episode_points (
+        rowid BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        episode_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        text TEXT NOT NULL,
+        {_TSV}
+    );
+    CREATE INDEX IF NOT EXISTS episode_points_ep ON episode_points (episode_id);
+    CREATE INDEX IF NOT EXISTS episode_points_tsv ON episode_points USING GIN (tsv);
+    CREATE TABLE IF NOT EXISTS session_cursor (
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        last_seq BIGINT NOT NULL,
+        PRIMARY KEY (user_id, session_id)
+    );
+    CREATE TABLE IF NOT EXISTS working_items (
+        id TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        text TEXT NOT NULL,
+        importance DOUBLE PRECISION NOT NULL,
+        metadata TEXT NOT NULL DEFAULT '{{}}',
+        created_at DOUBLE PRECISION NOT NULL,
+        access_count INTEGER NOT NULL DEFAULT 0,
+        last_access DOUBLE PRECISION,
+        deleted_at DOUBLE PRECISION,
+        vector BYTEA
+    );
+    CREATE INDEX IF NOT EXISTS working_session ON working_items (user_id, session_id);
+    CREATE TABLE IF NOT EXISTS scratchpads (
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        data TEXT NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (user_id, session_id)
+    );
+    CREATE TABLE IF NOT EXISTS messages_archive (
+        id TEXT PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        role TEXT NOT NULL,
+        content TEXT NOT NULL,
+        metadata TEXT NOT NULL,
+        timestamp DOUBLE PRECISION NOT NULL,
+        episode_id TEXT,
+        archived_at DOUBLE PRECISION NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS messages_archive_user ON messages_archive (user_id, session_id, timestamp);
+    CREATE TABLE IF NOT EXISTS audit_log (
+        seq BIGSERIAL PRIMARY KEY,
+        user_id TEXT NOT NULL,
+        layer TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        action TEXT NOT NULL,
+        at DOUBLE PRECISION NOT NULL,
+        details TEXT NOT NULL DEFAULT '{{}}'
+    );
+    CREATE INDEX IF NOT EXISTS audit_user ON audit_log (user_id, layer, seq);
+    """,
+]
+
+
+def qmark_to_format(sql: str) -> str:
+    """``?`` placeholders to psycopg's ``%s`` (pure; the layer SQL holds no literal ``?``)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+class _Connection:
+    """A psycopg connection taking ``?`` placeholders, like sqlite3's."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.conn.execute(qmark_to_format(sql), list(params))
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> Any:
+        cur = self.conn.cursor()
+        cur.executemany(qmark_to_format(sql), [list(r) for r in rows])
+        return cur
+
+
+class PostgresLayerStore(LayerStore):
+    """Layer rows in a :class:`PostgresRecordStore`, shared by every worker."""
+
+    db: PostgresRecordStore
+    dialect = "postgres"
+    message_order = "seq"
+    greatest = "GREATEST"
+
+    def __init__(self, store: PostgresRecordStore) -> None:
+        super().__init__(store)
+        store.migrate("layers", LAYER_MIGRATIONS)
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.db.query(qmark_to_format(sql), list(params))
+
+    @contextmanager
+    def transaction(self) -> Iterator[_Connection]:
+        with self.db.transaction() as conn:
+            yield _Connection(conn)
+
+    def keyword(self, table: str, user_id: str, match: str, k: int,
+                extra: str = "", params: Sequence[Any] = ()) -> list[tuple[str, float]]:
+        text = tsquery_text(match)
+        if text is None:
+            return []
+        sql = (f"SELECT t.id, ts_rank(t.tsv, q) AS s FROM {table} t, to_tsquery('{TEXT_SEARCH_CONFIG}', ?) AS q"
+               f" WHERE t.tsv @@ q AND t.user_id = ? {extra} ORDER BY s DESC, t.rowid DESC LIMIT ?")
+        return [(r[0], float(r[1])) for r in self.query(sql, [text, user_id, *params, k])]
+
+    def lock_session(self, c: Any, user_id: str, session_id: str) -> None:
+        c.execute("SELECT pg_advisory_xact_lock(?)", (lock_key(f"tiered-memory:session:{user_id}\x1f{session_id}"),))
