@@ -15,22 +15,13 @@ from __future__ import annotations
 
 import json
 import re
-import time
-import zlib
-from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Sequence, Union
+from typing import Any, Iterable, Iterator, Sequence
 
-from ..errors import CorruptStoreError, StoreError, missing
 from ..retrieval import keywords
 from ..types import StoredMessage
+from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
 
-APP_ID = "tiered-memory"
-DEFAULT_SCHEMA = "tiered_memory"
 TEXT_SEARCH_CONFIG = "english"
-
-# A migration step is SQL text (may hold several statements) or a function of the
-# connection, run inside the step's transaction. Append, never edit.
-Step = Union[str, Callable[[Any], None]]
 
 MIGRATIONS: list[Step] = [
     f"""
@@ -59,8 +50,6 @@ MIGRATIONS: list[Step] = [
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
-# Conflicts between concurrent workers that are safe to retry as a whole transaction.
-_RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
 
 
 def _row(r: Sequence[Any]) -> StoredMessage:
@@ -86,16 +75,7 @@ def tsquery_text(match: str) -> str | None:
     return " | ".join(words) if words else None
 
 
-def lock_key(name: str) -> int:
-    """A stable 32-bit advisory-lock key (the same in every process)."""
-    return zlib.crc32(name.encode("utf-8"))
-
-
-def _redact(url: str) -> str:
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
-
-
-class PostgresRecordStore:
+class PostgresRecordStore(PostgresDatabase):
     """Thread- and process-safe record store on PostgreSQL (shared by many workers).
 
     Args:
@@ -114,142 +94,13 @@ class PostgresRecordStore:
         self, url: str, *, schema: str = DEFAULT_SCHEMA, min_size: int = 1, max_size: int = 8,
         connect_timeout: float = 10.0,
     ) -> None:
+        super().__init__(url, schema=schema, min_size=min_size, max_size=max_size,
+                         connect_timeout=connect_timeout)
         try:
-            import psycopg
-            from psycopg import sql
-            from psycopg_pool import ConnectionPool
-        except ImportError as e:
-            raise missing("psycopg", "postgres") from e
-        self._psycopg = psycopg
-        self.url = url
-        self.schema = schema
-        search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
-
-        def configure(conn: Any) -> None:
-            conn.execute(search_path)
-
-        self.pool = ConnectionPool(
-            url, min_size=min_size, max_size=max_size, open=False, configure=configure,
-            kwargs={"autocommit": True}, check=ConnectionPool.check_connection,
-            name="tiered-memory",
-        )
-        try:
-            self.pool.open(wait=True, timeout=connect_timeout)
-        except Exception as e:
-            self.pool.close()
-            raise StoreError(
-                f"could not connect to PostgreSQL at {_redact(url)} within {connect_timeout}s "
-                f"({e}). Check the URL, that the server runs, and that the user may connect."
-            ) from e
-        try:
-            self._bootstrap()
             self.migrate("core", MIGRATIONS)
         except BaseException:
             self.pool.close()
             raise
-
-    # ---- plumbing -------------------------------------------------------
-    def _bootstrap(self) -> None:
-        from psycopg import sql
-
-        def run(conn: Any) -> None:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("tiered-memory:schema"),))
-            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema)))
-            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
-                " version INTEGER NOT NULL, applied_at DOUBLE PRECISION NOT NULL,"
-                " PRIMARY KEY (name, version))")
-            found = conn.execute("SELECT value FROM meta WHERE key='app'").fetchone()
-            if found is None:
-                others = conn.execute("SELECT count(*) FROM meta").fetchone()[0]
-                if others:
-                    raise CorruptStoreError(
-                        f"schema {self.schema!r} holds a 'meta' table that tiered-memory did not "
-                        "create. Use another schema (PostgresRecordStore(url, schema=...)).")
-                conn.execute("INSERT INTO meta VALUES ('app', %s)", (APP_ID,))
-            elif found[0] != APP_ID:
-                raise CorruptStoreError(
-                    f"schema {self.schema!r} belongs to {found[0]!r}, not tiered-memory. "
-                    "Use another schema.")
-
-        self.write(run)
-
-    def write(self, fn: Callable[[Any], Any], *, retries: int = 3) -> Any:
-        """Run ``fn(conn)`` in one transaction; retried whole on deadlock or serialization failure."""
-        for attempt in range(retries + 1):
-            try:
-                with self.pool.connection() as conn, conn.transaction():
-                    return fn(conn)
-            except self._psycopg.Error as e:
-                if getattr(e, "sqlstate", None) in _RETRY_SQLSTATES and attempt < retries:
-                    time.sleep(0.01 * 2**attempt)
-                    continue
-                raise StoreError(f"record store write failed: {e}") from e
-            except CorruptStoreError:
-                raise
-        raise AssertionError("unreachable")
-
-    @contextmanager
-    def transaction(self) -> Iterator[Any]:
-        """A connection inside one transaction, for other layers' multi-statement writes."""
-        try:
-            with self.pool.connection() as conn, conn.transaction():
-                yield conn
-        except self._psycopg.Error as e:
-            raise StoreError(f"record store write failed: {e}") from e
-
-    def query(self, sql: Any, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-        try:
-            with self.pool.connection() as conn:
-                return conn.execute(sql, params).fetchall()
-        except self._psycopg.Error as e:
-            raise StoreError(f"record store read failed: {e}") from e
-
-    def migrate(self, name: str, steps: Sequence[Step]) -> None:
-        """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``.
-
-        Each step runs in its own transaction under an advisory lock, so workers
-        starting together apply it exactly once.
-        """
-        def current() -> int:
-            return int(self.query(
-                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=%s", (name,))[0][0])
-
-        if current() >= len(steps):
-            return
-        for version, step in enumerate(steps, start=1):
-            def run(conn: Any, version: int = version, step: Step = step) -> None:
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(f"tiered-memory:{name}"),))
-                done = conn.execute(
-                    "SELECT 1 FROM schema_migrations WHERE name=%s AND version=%s", (name, version)
-                ).fetchone()
-                if done:
-                    return
-                if callable(step):
-                    step(conn)
-                else:
-                    conn.execute(step)  # no parameters: several statements are allowed
-                conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, %s)",
-                             (name, version, time.time()))
-
-            self.write(run, retries=0)
-
-    def schema_version(self, name: str = "core") -> int:
-        return int(self.query(
-            "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=%s", (name,))[0][0])
-
-    def get_meta(self, key: str) -> str | None:
-        found = self.query("SELECT value FROM meta WHERE key=%s", (key,))
-        return found[0][0] if found else None
-
-    def set_meta(self, key: str, value: str) -> None:
-        self.write(lambda c: c.execute(
-            "INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value=EXCLUDED.value",
-            (key, value)))
-
-    def close(self) -> None:
-        self.pool.close()
 
     # ---- writes ---------------------------------------------------------
     def insert_messages(self, rows: list[StoredMessage]) -> None:

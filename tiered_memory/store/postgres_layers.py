@@ -15,7 +15,8 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
 from .layer_rows import LayerStore
-from .postgres import TEXT_SEARCH_CONFIG, PostgresRecordStore, lock_key, tsquery_text
+from .postgres import TEXT_SEARCH_CONFIG, PostgresRecordStore, tsquery_text
+from .postgres_db import lock_key
 
 _TSV = f"tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) STORED"
 
