@@ -4,6 +4,7 @@ Run it from the repository root::
 
     python -m bench.soak                 # 120 s, 4 worker threads, 40 users
     python -m bench.soak --seconds 30 --workers 2 --users 10
+    python -m bench.soak --seconds 300 --read-seconds 180   # then reads only: is growth data or a leak?
 
 Worker threads pick random operations (add_many, search, build_context, get_messages,
 end_session, consolidate, add_fact, forget_user) for random users; everything runs
@@ -122,10 +123,12 @@ class Soak:
     MIX: list[tuple[str, int]] = [("add_many", 40), ("search", 25), ("build_context", 12), ("get_messages", 8),
                                   ("end_session", 5), ("add_fact", 5), ("consolidate", 3), ("forget_user", 2)]
 
-    def worker(self, seed: int, deadline: float) -> None:
+    READS: list[tuple[str, int]] = [("search", 60), ("build_context", 30), ("get_messages", 10)]
+
+    def worker(self, seed: int, deadline: float, mix: list[tuple[str, int]] | None = None) -> None:
         rng = random.Random(seed)
-        names = [n for n, _ in self.MIX]
-        weights = [w for _, w in self.MIX]
+        names = [n for n, _ in mix or self.MIX]
+        weights = [w for _, w in mix or self.MIX]
         while time.monotonic() < deadline:
             op = rng.choices(names, weights)[0]
             with self.lock:
@@ -192,6 +195,25 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def run_phase(soak: Soak, workers: int, seconds: float, seed: int, mix: list[tuple[str, int]]) -> list[float]:
+    """Run ``workers`` threads on ``mix`` for ``seconds``; returns RSS samples (MB) taken along the way."""
+    deadline = time.monotonic() + seconds
+    threads = [threading.Thread(target=soak.worker, args=(seed * 1000 + w, deadline, mix)) for w in range(workers)]
+    timeline: list[float] = []
+
+    def sample() -> None:  # RSS at regular steps: a plateau is caches, a steady climb a leak
+        while time.monotonic() < deadline:
+            timeline.append(rss_mb())
+            time.sleep(max(1.0, seconds / 8))
+
+    threads.append(threading.Thread(target=sample, daemon=True))
+    for t in threads:
+        t.start()
+    for t in threads[:-1]:
+        t.join()
+    return timeline
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seconds", type=float, default=120.0)
@@ -199,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--users", type=int, default=40)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--path", help="folder to use (default: a temporary folder, deleted afterwards)")
+    p.add_argument("--read-seconds", type=float, default=0.0,
+                   help="then run reads only (search, build_context, get_messages) this long: the store "
+                        "no longer grows, so RSS that still climbs is a leak, not data")
     args = p.parse_args(argv)
 
     with tempfile.TemporaryDirectory(prefix="tm-soak-") as tmp:
@@ -209,24 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         memory.search("warm", user_id="warm-up")
         rss_start = rss_mb()
         soak = Soak(memory, args.users, args.seed)
-        deadline = time.monotonic() + args.seconds
         started = time.monotonic()
-        threads = [threading.Thread(target=soak.worker, args=(args.seed * 1000 + w, deadline))
-                   for w in range(args.workers)]
-        timeline: list[float] = []
-
-        def sample() -> None:  # RSS at regular steps: a plateau is caches, a steady climb a leak
-            while time.monotonic() < deadline:
-                timeline.append(rss_mb())
-                time.sleep(max(1.0, args.seconds / 8))
-
-        threads.append(threading.Thread(target=sample, daemon=True))
-        for t in threads:
-            t.start()
-        for t in threads[:-1]:
-            t.join()
-        elapsed = time.monotonic() - started
+        timeline = run_phase(soak, args.workers, args.seconds, args.seed, Soak.MIX)
         rss_end = rss_mb()
+        read_timeline = run_phase(soak, args.workers, args.read_seconds, args.seed + 1, Soak.READS) \
+            if args.read_seconds > 0 else []
+        rss_read_end = rss_mb()
+        elapsed = time.monotonic() - started  # both phases: operations are counted over both
         problems = soak.invariants()
         stats = memory.stats()
         memory.close()
@@ -253,11 +267,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{stats.vectors} vectors")
     print(f"RSS: {rss_start:.0f} MB after warm-up -> {rss_end:.0f} MB at the end "
           f"({rss_end - rss_start:+.0f} MB); timeline: {' '.join(f'{x:.0f}' for x in timeline)}")
+    if read_timeline:
+        print(f"RSS in the read-only phase ({args.read_seconds:.0f} s, store no longer growing): "
+              f"{rss_end:.0f} -> {rss_read_end:.0f} MB ({rss_read_end - rss_end:+.0f} MB); "
+              f"timeline: {' '.join(f'{x:.0f}' for x in read_timeline)}")
     print("invariants: " + ("all hold" if not problems else "FAILED"))
     for problem in problems:
         print("  " + problem)
     print(json.dumps({"seconds": round(elapsed, 1), "operations": ops, "errors": errors,
-                      "rss_growth_mb": round(rss_end - rss_start, 1), "invariants_ok": not problems}))
+                      "rss_growth_mb": round(rss_end - rss_start, 1),
+                      "rss_growth_read_only_mb": round(rss_read_end - rss_end, 1) if read_timeline else None,
+                      "invariants_ok": not problems}))
     return 0 if not problems else 1
 
 
