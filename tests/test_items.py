@@ -111,6 +111,9 @@ def test_item_store_bulk_write_is_validated_first(memory: TieredMemory) -> None:
             ItemWrite(namespace=("u", "n"), key="bad", user_id="u", value={"a": float("nan")}),
         ])
     assert items.count() == 0
+    with pytest.raises(InvalidInputError, match="NUL"):  # text PostgreSQL cannot hold is refused up front
+        items.write_many([ItemWrite(namespace=("u", "n"), key="k", user_id="u", value={"a": 1}, text="a\x00b")])
+    assert items.count() == 0
     with pytest.raises(InvalidInputError, match="needs the user"):
         items.search(("u",), query="x")
 

@@ -220,6 +220,8 @@ def test_crud_and_search(memory: TieredMemory) -> None:
 
 @pytest.mark.parametrize("call", [
     lambda m: m.add_fact("", user_id="u1"),
+    lambda m: m.add_fact("User likes \x00 nulls", user_id="u1"),  # PostgreSQL text cannot hold NUL
+    lambda m: m.add_fact("User likes \ud800", user_id="u1"),  # a lone surrogate is not UTF-8
     lambda m: m.add_fact("x", user_id="u1", type="opinion"),
     lambda m: m.add_fact("x", user_id="u1", confidence=2),
     lambda m: m.facts("u1", type="nonsense"),
@@ -229,6 +231,7 @@ def test_crud_and_search(memory: TieredMemory) -> None:
 def test_invalid_input(memory: TieredMemory, call: Callable[[TieredMemory], Any]) -> None:
     with pytest.raises(InvalidInputError):
         call(memory)
+    assert memory.facts("u1", include_invalid=True) == []  # nothing half-written
 
 
 async def test_async_twins(memory: TieredMemory) -> None:

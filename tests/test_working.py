@@ -109,10 +109,12 @@ def test_forget_and_clear(memory: TieredMemory) -> None:
     assert wm.items() == [] and len(wm.scratchpad) == 0
 
 
-@pytest.mark.parametrize("text, importance", [("", 0.5), ("ok", 1.5), ("ok", -0.1), (None, 0.5)])
+@pytest.mark.parametrize("text, importance", [("", 0.5), ("ok", 1.5), ("ok", -0.1), (None, 0.5),
+                                              ("a\x00b", 0.5), ("\udc80", 0.5)])
 def test_remember_rejects_bad_input(memory: TieredMemory, text: object, importance: float) -> None:
     with pytest.raises(InvalidInputError):
         memory.working_memory("s1", user_id="u1").remember(text, importance=importance)  # type: ignore[arg-type]
+    assert memory.working_memory("s1", user_id="u1").items() == []
 
 
 def test_bad_ids_rejected(memory: TieredMemory) -> None:

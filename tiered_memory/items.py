@@ -34,7 +34,7 @@ from .errors import InvalidInputError
 from .retrieval import fts_query, recency_score, rrf_fuse
 from .store.layer_rows import open_layer_store
 from .store.postgres import TEXT_SEARCH_CONFIG
-from .validation import check_id
+from .validation import check_id, check_text
 from .vector.base import VectorIndex, VectorItem
 
 SQLITE_ITEM_MIGRATIONS: list[str] = [
@@ -246,6 +246,8 @@ class ItemStore:
                 raise InvalidInputError(f"item key must be a non-empty string, got {w.key!r}")
             if w.value is not None and not isinstance(w.value, Mapping):
                 raise InvalidInputError(f"item value must be a mapping, got {type(w.value).__name__}")
+            if w.text and w.text.strip():
+                check_text(w.text, "item text")
             last[(ns, w.key)] = w
         if not last:
             return

@@ -27,7 +27,7 @@ from .llm import LLM, complete_json, resolve_llm
 from .semantic import ExtractedFacts, Fact, Judgement, SemanticMemory
 from .store.layer_rows import open_layer_store
 from .types import StoredMessage
-from .validation import check_id
+from .validation import check_id, check_text
 from .working import WorkingMemory
 
 if TYPE_CHECKING:
@@ -221,8 +221,7 @@ class Layers:
     def add_fact(self, user_id: str, text: str, type: str, confidence: float,
                  metadata: Mapping[str, Any] | None) -> Fact:
         """An application-supplied fact, resolved by rules; returns the resulting (or existing) fact."""
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInputError("fact text must be a non-empty string")
+        check_text(text, "fact text")
         if not isinstance(confidence, (int, float)) or not 0.0 <= confidence <= 1.0:
             raise InvalidInputError(f"confidence must be within [0, 1], got {confidence!r}")
         cand = FactCandidate(type=type, text=text.strip(), confidence=float(confidence))

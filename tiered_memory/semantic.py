@@ -26,6 +26,7 @@ from .errors import InvalidInputError, NotFoundError
 from .extractive import FactCandidate
 from .retrieval import fts_query, recency_score, rrf_fuse
 from .store.layer_rows import LayerStore, dumps, from_blob, to_blob
+from .validation import check_text
 from .vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
@@ -330,8 +331,8 @@ class SemanticMemory:
     def edit(self, user_id: str, fact_id: str, *, text: str | None = None, type: str | None = None,
              confidence: float | None = None, metadata: dict[str, Any] | None = None) -> Fact:
         check_type(type)
-        if text is not None and (not isinstance(text, str) or not text.strip()):
-            raise InvalidInputError("fact text must be a non-empty string")
+        if text is not None:
+            check_text(text, "fact text")
         if confidence is not None and not 0.0 <= confidence <= 1.0:
             raise InvalidInputError(f"confidence must be within [0, 1], got {confidence!r}")
         now = time.time()

@@ -40,6 +40,18 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def check_text(value: object, name: str) -> str:
+    """Text a layer stores (a fact, a working-memory item, an item's search text): a non-empty
+    str that every record store can hold (no NUL, valid UTF-8)."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(f"{name} must be a non-empty string")
+    if "\x00" in value:
+        raise InvalidInputError(f"{name} must not contain NUL characters")
+    if not _encodable(value):
+        raise InvalidInputError(f"{name} contains lone surrogates and cannot be stored as UTF-8")
+    return value
+
+
 def check_content(content: object, max_chars: int) -> str:
     if not isinstance(content, str):
         raise InvalidInputError(f"content must be a str, got {type(content).__name__}")

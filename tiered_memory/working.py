@@ -23,7 +23,7 @@ from .config import WorkingConfig
 from .embedding import Embedder, embed, embed_query
 from .errors import InvalidInputError
 from .store.layer_rows import LayerStore, dumps, from_blob, to_blob
-from .validation import check_id
+from .validation import check_id, check_text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,8 +140,7 @@ class WorkingMemory:
     def remember(self, text: str, *, importance: float = 0.5, type: str = "note",
                  metadata: dict[str, Any] | None = None, now: float | None = None) -> WorkingItem:
         """Add an item; evicts the least important ones beyond ``capacity``."""
-        if not isinstance(text, str) or not text.strip():
-            raise InvalidInputError("working memory text must be a non-empty string")
+        check_text(text, "working memory text")
         if not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
             raise InvalidInputError(f"importance must be within [0, 1], got {importance!r}")
         now = time.time() if now is None else now
