@@ -1,9 +1,11 @@
-"""The LlamaIndex flow with a real LLM: ``OpenAILike`` against the local llama.cpp server.
+"""The LlamaIndex agent flow with a real LLM: ``OpenAILike`` against the local llama.cpp server.
 
-Two sessions of a LlamaIndex chat engine whose ``Memory`` has a TieredMemoryBlock (the
-agent flow itself is covered with LlamaIndex's mock LLM in test_llamaindex_agent.py; a
-ReActAgent's long format prompt costs minutes on two busy CPU cores). Three calls in
-all, on purpose: each takes 5-15 s on two CPU cores.
+Two sessions of a ``FunctionAgent`` whose ``Memory`` has a TieredMemoryBlock, as in
+test_llamaindex_agent.py but with a real model. The agent gets no tools: llama.cpp's
+server does not turn this model's tool-call text into OpenAI ``tool_calls``, and the
+point here is the memory the agent's prompt carries (the tool-calling loop itself is
+covered with LlamaIndex's mock LLM). Three calls in all, on purpose: each takes 5-15 s
+on two CPU cores.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 pytest.importorskip("llama_index.core")
 pytest.importorskip("llama_index.llms.openai_like")
 
-from llama_index.core.chat_engine import SimpleChatEngine  # noqa: E402
+from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
 from llama_index.llms.openai_like import OpenAILike  # noqa: E402
 
@@ -29,7 +31,7 @@ pytestmark = pytest.mark.llm
 @pytest.fixture
 def llm(local_llm_url: str) -> Any:
     return OpenAILike(api_base=local_llm_url + "/v1", model="qwen", api_key="x", is_chat_model=True,
-                      is_function_calling_model=False, max_tokens=256, timeout=300, max_retries=0)
+                      is_function_calling_model=True, max_tokens=256, timeout=300, max_retries=0)
 
 
 def session_memory(tm: TieredMemory, session_id: str) -> Memory:
@@ -44,22 +46,21 @@ async def test_json_mode_against_the_real_server(llm: Any) -> None:
     assert isinstance(json.loads(text), dict)  # the server's JSON grammar holds
 
 
-async def test_chat_remembers_across_sessions_with_a_real_llm(
+async def test_agent_remembers_across_sessions_with_a_real_llm(
     llm: Any, make_memory: Callable[..., TieredMemory],
 ) -> None:
     tm = make_memory("e2e")
-    brief = "You are a helpful assistant. Answer in one short sentence."
+    agent = FunctionAgent(tools=[], llm=llm,
+                          system_prompt="You are a helpful assistant. Answer in one short sentence.")
 
     first = session_memory(tm, "monday")
-    engine = SimpleChatEngine.from_defaults(llm=llm, memory=first, system_prompt=brief)
-    await engine.achat("My cat is called Miso.")
+    await agent.run(user_msg="My cat is called Miso.", memory=first)
     await aend_session(first)  # what is still short-term goes to long-term memory
     stored = [m.content for m in tm.get_messages("monday", user_id="ada")]
     assert stored[0] == "My cat is called Miso." and len(stored) == 2  # with the real reply
 
     second = session_memory(tm, "tuesday")
-    engine = SimpleChatEngine.from_defaults(llm=llm, memory=second, system_prompt=brief)
-    answer = await engine.achat("What is my cat's name?")
+    answer = await agent.run(user_msg="What is my cat's name?", memory=second)
     prompt = "\n".join(m.content or "" for m in await second.aget() if m.role == "system")
     assert "Miso" in prompt.split('<memory section="', 1)[1]
     assert "miso" in str(answer).lower()
