@@ -102,6 +102,12 @@ class RecordStoreConformance:
         store.mark_indexed(["m0", "m1", "m2"], {"m2": "m0"})
         assert [m.id for m in store.pending_index(10)] == ["m3"]
         assert store.indexed_ids() == {"m0", "m1"}
+        store.insert_messages([msg("o0", "other user", user="u2"), msg("o1", "other session", session="s2")])
+        store.mark_indexed(["o0", "o1"], {})
+        assert store.indexed_ids("u1") == {"m0", "m1", "o1"} and store.indexed_ids("u2") == {"o0"}
+        assert store.indexed_ids("u1", "s1") == {"m0", "m1"} and store.indexed_ids("u9") == set()
+        store.delete_message("u2", "o0")
+        store.delete_message("u1", "o1")
         assert store.counts()["duplicates"] == 1
         store.reset_indexed_ids(["m1"])
         assert [m.id for m in store.pending_index(10)] == ["m1", "m3"]
@@ -258,6 +264,14 @@ class VectorIndexConformance:
         assert {i for i, _ in index.query(q, user_id="u1", k=5, layers=["turn"])[0]} == {"t1", "t2"}
         assert {i for i, _ in index.query(q, user_id="u1", k=5, layers=["fact", "episode"])[0]} == {"f1"}
         assert {i for i, _ in index.query(q, user_id="u1", k=5, session_id="s2")[0]} == {"t2"}
+
+    def test_query_among_searches_only_those_ids(self, index: VectorIndex) -> None:
+        index.upsert([item(f"v{i}", i) for i in range(8)])
+        got = index.query(unit(2)[None, :], user_id="u1", k=3, among=["v1", "v2", "v5", "v6"])[0]
+        assert got[0][0] == "v2" and got[0][1] == pytest.approx(1.0, abs=1e-4)
+        assert len(got) == 3 and {i for i, _ in got} <= {"v1", "v2", "v5", "v6"}
+        assert [i for i, _ in index.query(unit(3)[None, :], user_id="u1", k=5, among=["v3"])[0]] == ["v3"]
+        assert index.query(unit(2)[None, :], user_id="u1", k=3, among=[]) == [[]]
 
     def test_upsert_replaces_by_id(self, index: VectorIndex) -> None:
         index.upsert([item("a", 1), item("b", 2)])

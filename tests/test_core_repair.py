@@ -115,3 +115,17 @@ def test_changing_the_embedder_rebuilds_the_index(make_memory, tmp_path):
         assert other.index.ids() == set(ids)
         assert other.stats().duplicates == 0
         assert other.search("Mombasa", user_id="u1", k=1)[0].id == ids[3]
+
+
+def test_search_survives_an_index_missing_a_vector_the_store_lists(memory, caplog) -> None:
+    """Turn recall hands the index the user's ids; one it lacks (repair not run yet) must not
+    break search: the index falls back to its metadata filter."""
+    ids = memory.add_many([{"role": "user", "content": t} for t in
+                           ["I keep bees on the roof", "My sister lives in Oslo", "We adopted a cat"]],
+                          user_id="u", session_id="s")
+    memory.index.delete([ids[1]])  # behind the store's back: it still lists the turn as indexed
+    with caplog.at_level("DEBUG", logger="tiered_memory"):
+        hits = memory.search("where does my sister live?", user_id="u", k=3)
+    assert "using the metadata filter" in caplog.text  # the ids path failed and the filter took over
+    assert {h.id for h in hits} <= set(ids) and ids[0] in {h.id for h in hits}
+    assert memory.search("bees on the roof", user_id="u", k=1)[0].id == ids[0]

@@ -30,6 +30,7 @@ class RetrievalConfig:
     recency_weight: float = 0.2
     rrf_k: int = 60
     candidates: int = 200  # vector and keyword candidates fetched per query
+    id_scope_max: int = 20_000  # up to this many turns, pass the user's ids to the vector index (0: filter)
     recency_half_life_days: float = 30.0
     keyword_score_weight: float = 0.5
     neighbor_weight: float = 0.3  # x the previous turn's base score

@@ -50,7 +50,11 @@ def search_turns(
     plan = plan_query(query)
     weights = turn_weights(config)
     qv = embed_query(embedder, query)
-    vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id)[0]
+    among = None
+    if config.id_scope_max:  # a list of the user's ids is much cheaper for the index than its filter
+        scope = store.indexed_ids(user_id, session_id)
+        among = sorted(scope) if len(scope) <= config.id_scope_max else None
+    vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]
     kw = store.keyword_search(user_id, plan.fts, k=n, session_id=session_id) if plan.fts else []
     records = store.get_by_ids(user_id, [i for i, _ in vec] + [i for i, _ in kw])
     # the record store is the authority: anything it does not hold for this user is ignored

@@ -31,7 +31,8 @@ class RecordStore(Protocol):
 
     def pending_index(self, limit: int) -> list[StoredMessage]: ...
 
-    def indexed_ids(self) -> set[str]: ...
+    def indexed_ids(self, user_id: str | None = None, session_id: str | None = None) -> set[str]:
+        """Ids of indexed, non-duplicate messages (those with a vector), of one user (and session) if given."""
 
     def reset_indexed(self) -> None: ...
 

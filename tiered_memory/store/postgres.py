@@ -245,9 +245,13 @@ class PostgresRecordStore(PostgresDatabase):
         return [_row(r) for r in self.query(
             f"SELECT {_COLUMNS} FROM messages WHERE NOT indexed ORDER BY seq LIMIT %s", (limit,))]
 
-    def indexed_ids(self) -> set[str]:
-        return {r[0] for r in self.query(
-            "SELECT id FROM messages WHERE indexed AND duplicate_of IS NULL")}
+    def indexed_ids(self, user_id: str | None = None, session_id: str | None = None) -> set[str]:
+        sql, params = "SELECT id FROM messages WHERE indexed AND duplicate_of IS NULL", []
+        if user_id is not None:
+            sql, params = sql + " AND user_id=%s", [user_id]
+            if session_id is not None:
+                sql, params = sql + " AND session_id=%s", [user_id, session_id]
+        return {r[0] for r in self.query(sql, params)}
 
     def iter_messages(self, user_id: str | None = None) -> Iterator[StoredMessage]:
         last = 0

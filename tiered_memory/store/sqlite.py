@@ -293,9 +293,13 @@ class SQLiteRecordStore:
         return [_row(r) for r in self.query(
             f"SELECT {_COLUMNS} FROM messages WHERE indexed=0 ORDER BY rowid LIMIT ?", (limit,))]
 
-    def indexed_ids(self) -> set[str]:
-        return {r[0] for r in self.query(
-            "SELECT id FROM messages WHERE indexed=1 AND duplicate_of IS NULL")}
+    def indexed_ids(self, user_id: str | None = None, session_id: str | None = None) -> set[str]:
+        sql, params = "SELECT id FROM messages WHERE indexed=1 AND duplicate_of IS NULL", []
+        if user_id is not None:
+            sql, params = sql + " AND user_id=?", [user_id]
+            if session_id is not None:
+                sql, params = sql + " AND session_id=?", [user_id, session_id]
+        return {r[0] for r in self.query(sql, params)}
 
     def reset_indexed(self) -> None:
         with self.transaction() as c:

@@ -26,8 +26,13 @@ class VectorIndex(Protocol):
     def query(
         self, vectors: np.ndarray, *, user_id: str, k: int,
         layers: Sequence[str] | None = None, session_id: str | None = None,
+        among: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
-        """For each row of ``vectors``, up to ``k`` (id, cosine similarity), best first."""
+        """For each row of ``vectors``, up to ``k`` (id, cosine similarity), best first.
+
+        ``among``: search only these ids. The caller has scoped them already (the user's
+        indexed turns, from the record store, which stays the authority on ownership);
+        an index may then skip its metadata filter, which is what makes it fast."""
 
     def delete(self, ids: list[str]) -> None: ...
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import VectorIndexError, missing
 from .base import VectorItem
+
+log = logging.getLogger("tiered_memory")
 
 COLLECTION = "tiered_memory"
 
@@ -17,6 +20,12 @@ def _settings() -> Any:
 
     return Settings(anonymized_telemetry=False)
 
+
+
+def _hits(res: Any) -> list[list[tuple[str, float]]]:
+    """Chroma's query result as (id, cosine similarity) lists, best first."""
+    return [[(i, 1.0 - float(d)) for i, d in zip(ids, dists)]
+            for ids, dists in zip(res["ids"], res["distances"] or [])]
 
 class ChromaVectorIndex:
     """Cosine HNSW collection; we always pass our own embeddings (no Chroma embedding function).
@@ -79,9 +88,21 @@ class ChromaVectorIndex:
     def query(
         self, vectors: np.ndarray, *, user_id: str, k: int,
         layers: Sequence[str] | None = None, session_id: str | None = None,
+        among: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
         if len(vectors) == 0:
             return []
+        if among is not None:
+            if not among:
+                return [[] for _ in range(len(vectors))]
+            try:  # Chroma's metadata filter costs ~4x the search itself; a list of ids does not
+                res = self.collection.query(
+                    query_embeddings=np.asarray(vectors, dtype=np.float32), n_results=min(k, len(among)),
+                    ids=list(among), include=["distances"],
+                )
+                return _hits(res)
+            except Exception as e:  # e.g. an id the index lacks until repair: the filter still works
+                log.debug("Chroma query by ids failed (%s); using the metadata filter", e)
         clauses: list[dict[str, Any]] = [{"user_id": user_id}]
         if layers:
             clauses.append({"layer": {"$in": list(layers)}})
@@ -95,10 +116,7 @@ class ChromaVectorIndex:
             )
         except Exception as e:
             raise VectorIndexError(f"Chroma query failed: {e}") from e
-        return [
-            [(i, 1.0 - float(d)) for i, d in zip(ids, dists)]
-            for ids, dists in zip(res["ids"], res["distances"] or [])
-        ]
+        return _hits(res)
 
     def delete(self, ids: list[str]) -> None:
         if ids:

@@ -51,9 +51,12 @@ class QdrantVectorIndex:
                     pass  # local mode ignores payload indexes
             self._ready = True
 
-    def _filter(self, user_id: str | None, layers: Sequence[str] | None = None, session_id: str | None = None) -> Any:
+    def _filter(self, user_id: str | None, layers: Sequence[str] | None = None, session_id: str | None = None,
+                among: Sequence[str] | None = None) -> Any:
         m = self.models
         must: list[Any] = []
+        if among is not None:
+            must.append(m.HasIdCondition(has_id=[point_id(i) for i in among]))
         if user_id is not None:
             must.append(m.FieldCondition(key="user_id", match=m.MatchValue(value=user_id)))
         if layers:
@@ -83,10 +86,11 @@ class QdrantVectorIndex:
     def query(
         self, vectors: np.ndarray, *, user_id: str, k: int,
         layers: Sequence[str] | None = None, session_id: str | None = None,
+        among: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
-        if not self._ready:
+        if not self._ready or (among is not None and not among):
             return [[] for _ in range(len(vectors))]
-        flt = self._filter(user_id, layers, session_id)
+        flt = self._filter(user_id, layers, session_id, among)
         try:
             out = []
             for v in vectors:
