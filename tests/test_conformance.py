@@ -88,13 +88,17 @@ class RecordStoreConformance:
         assert nothing is not None and store.keyword_search("u1", nothing, k=10) == []
 
     def test_neighbors_are_the_surrounding_messages_of_the_same_session(self, store: RecordStore) -> None:
-        for i in range(6):  # interleave another session between every message
-            store.insert_messages([msg(f"m{i}", f"turn {i}"), msg(f"x{i}", f"noise {i}", session="s2")])
-        got = store.neighbors("u1", ["m3", "m0", "x0"], 1)
+        for i in range(6):  # interleave another session, and another user's same-named session
+            store.insert_messages([msg(f"m{i}", f"turn {i}"), msg(f"x{i}", f"noise {i}", session="s2"),
+                                   msg(f"y{i}", f"theirs {i}", user="u2")])
+        got = store.neighbors("u1", ["m3", "m0", "x0", "y1", "nope"], 1)
         assert [m.id for m in got["m3"]] == ["m2", "m3", "m4"]
         assert [m.id for m in got["m0"]] == ["m0", "m1"]
         assert [m.id for m in got["x0"]] == ["x0", "x1"]
+        assert got["y1"] == [] and got["nope"] == []  # another user's id, an unknown id
+        assert [m.id for m in store.neighbors("u1", ["m3"], 2)["m3"]] == ["m1", "m2", "m3", "m4", "m5"]
         assert store.neighbors("u2", ["m3"], 1)["m3"] == []
+        assert [m.id for m in store.neighbors("u2", ["y5"], 1)["y5"]] == ["y4", "y5"]
 
     def test_index_bookkeeping(self, store: RecordStore) -> None:
         store.insert_messages([msg(f"m{i}", f"text {i}") for i in range(4)])
@@ -325,3 +329,14 @@ class TestQdrantLocal(VectorIndexConformance):
         ix = QdrantVectorIndex(str(tmp_path / "qdrant"))
         yield ix
         ix.close()
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    ("SELECT 1 FROM t WHERE a=? AND b IN (?,?)", "SELECT 1 FROM t WHERE a=%s AND b IN (%s,%s)"),
+    ("SELECT '100%' FROM t WHERE a=?", "SELECT '100%%' FROM t WHERE a=%s"),
+    ("SELECT 1", "SELECT 1"),
+])
+def test_layer_sql_placeholders_become_psycopg_ones(sql: str, expected: str) -> None:
+    from tiered_memory.store.postgres_layers import qmark_to_format
+
+    assert qmark_to_format(sql) == expected

@@ -239,10 +239,10 @@ class EpisodicMemory:
         return hits
 
     def touch(self, user_id: str, ids: Sequence[str], now: float) -> None:
-        if ids:
+        if ids:  # sorted: one lock order, so concurrent workers cannot deadlock
             with self.rows.transaction() as c:
                 c.executemany("UPDATE episodes SET access_count=access_count+1, last_access=? "
-                              "WHERE user_id=? AND id=?", [(now, user_id, i) for i in ids])
+                              "WHERE user_id=? AND id=?", [(now, user_id, i) for i in sorted(ids)])
 
     def reindex(self, user_id: str | None = None) -> int:
         """Re-embed and upsert the key points of every episode (after ``rebuild_index``)."""

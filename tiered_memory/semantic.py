@@ -256,10 +256,10 @@ class SemanticMemory:
         return hits
 
     def touch(self, user_id: str, ids: Sequence[str], now: float) -> None:
-        if ids:
+        if ids:  # sorted: one lock order, so concurrent workers cannot deadlock
             with self.rows.transaction() as c:
                 c.executemany("UPDATE facts SET access_count=access_count+1, last_access=? WHERE user_id=? AND id=?",
-                              [(now, user_id, i) for i in ids])
+                              [(now, user_id, i) for i in sorted(ids)])
 
     # ---- writes --------------------------------------------------------------
     def _upsert_vectors(self, facts: Sequence[tuple[Fact, Any]]) -> None:

@@ -221,18 +221,23 @@ class PostgresRecordStore(PostgresDatabase):
 
     def neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
         """For each id, the messages of the same session within ``window`` positions (itself included)."""
-        out: dict[str, list[StoredMessage]] = {}
-        for mid in ids:
-            rows = self.query(
-                f"WITH t AS (SELECT session_id, seq FROM messages WHERE id=%s AND user_id=%s)"
-                f" (SELECT {_COLUMNS} FROM messages m WHERE m.user_id=%s"
-                "   AND m.session_id=(SELECT session_id FROM t) AND m.seq <= (SELECT seq FROM t)"
-                "   ORDER BY m.seq DESC LIMIT %s)"
-                f" UNION ALL (SELECT {_COLUMNS} FROM messages m WHERE m.user_id=%s"
-                "   AND m.session_id=(SELECT session_id FROM t) AND m.seq > (SELECT seq FROM t)"
-                "   ORDER BY m.seq LIMIT %s)",
-                (mid, user_id, user_id, window + 1, user_id, window))
-            out[mid] = sorted((_row(r) for r in rows), key=lambda m: m.seq)
+        out: dict[str, list[StoredMessage]] = {mid: [] for mid in ids}
+        if not ids:
+            return out
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        rows = self.query(  # one round trip for every id
+            f"SELECT t.id, n.* FROM unnest(%s::text[]) AS t(id)"
+            " JOIN messages c ON c.id = t.id AND c.user_id = %s"
+            " CROSS JOIN LATERAL ("
+            f"  (SELECT {cols} FROM messages m WHERE m.user_id = c.user_id AND m.session_id = c.session_id"
+            "    AND m.seq <= c.seq ORDER BY m.seq DESC LIMIT %s)"
+            f"  UNION ALL (SELECT {cols} FROM messages m WHERE m.user_id = c.user_id"
+            "    AND m.session_id = c.session_id AND m.seq > c.seq ORDER BY m.seq LIMIT %s)) AS n",
+            (list(dict.fromkeys(ids)), user_id, window + 1, window))
+        for r in rows:
+            out[r[0]].append(_row(r[1:]))
+        for mid in out:
+            out[mid].sort(key=lambda m: m.seq)
         return out
 
     def existing_ids(self, ids: list[str]) -> set[str]:

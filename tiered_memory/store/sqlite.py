@@ -266,18 +266,36 @@ class SQLiteRecordStore:
 
     def neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
         """For each id, the messages of the same session within ``window`` positions (itself included)."""
+        out: dict[str, list[StoredMessage]] = {mid: [] for mid in ids}
+        wanted = list(dict.fromkeys(ids))
+        for start in range(0, len(wanted), 300):  # one query per 300 ids, not one per id
+            out.update(self._neighbors(user_id, wanted[start:start + 300], window))
+        return out
+
+    def _neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
+        targets = self.query(
+            f"SELECT id, session_id, rowid FROM messages WHERE user_id=? AND id IN ({','.join('?' * len(ids))})",
+            [user_id, *ids])
+        if not targets:
+            return {}
+        # rowids are global, so a session's turns may be spread out: look 4x wider, then count positions
+        span = window * 4
+        by_session: dict[str, dict[str, StoredMessage]] = {}
+        with self.lock:  # one simple index range per target: cheaper than one query OR-ing them
+            try:
+                for _, sid, seq in targets:
+                    for r in self.conn.execute(
+                            f"SELECT {_COLUMNS} FROM messages WHERE user_id=? AND session_id=?"
+                            " AND rowid BETWEEN ? AND ?", (user_id, sid, seq - span, seq + span)):
+                        by_session.setdefault(sid, {})[r[0]] = _row(r)
+            except sqlite3.Error as e:
+                raise StoreError(f"record store read failed: {e}") from e
+        ordered = {sid: sorted(found.values(), key=lambda m: m.seq) for sid, found in by_session.items()}
         out: dict[str, list[StoredMessage]] = {}
-        for mid in ids:
-            rows = self.query(
-                f"SELECT {_COLUMNS} FROM messages WHERE user_id=? AND session_id="
-                "(SELECT session_id FROM messages WHERE id=? AND user_id=?) AND rowid BETWEEN"
-                " (SELECT rowid FROM messages WHERE id=?) - ? AND (SELECT rowid FROM messages WHERE id=?) + ?"
-                " ORDER BY rowid",
-                (user_id, mid, user_id, mid, window * 4, mid, window * 4),
-            )
-            msgs = [_row(r) for r in rows]
-            pos = next((i for i, m in enumerate(msgs) if m.id == mid), None)
-            out[mid] = [] if pos is None else msgs[max(0, pos - window) : pos + window + 1]
+        for mid, sid, _ in targets:
+            msgs = ordered[sid]
+            pos = next(i for i, m in enumerate(msgs) if m.id == mid)
+            out[mid] = msgs[max(0, pos - window): pos + window + 1]
         return out
 
     def existing_ids(self, ids: list[str]) -> set[str]:
