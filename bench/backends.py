@@ -27,7 +27,6 @@ import multiprocessing as mp
 import os
 import random
 import signal
-import statistics
 import sys
 import tempfile
 import time

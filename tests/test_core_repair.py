@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 
-import pytest
 
 from tiered_memory import TieredMemory
 

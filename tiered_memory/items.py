@@ -8,9 +8,9 @@ deleted with the user in the same transaction as the user's messages (like every
 table with a ``user_id`` column).
 
 An item may carry ``text`` (what to search it by). That text is indexed like a
-turn: a keyword index next to the row (FTS5, or a PostgreSQL ``tsvector``), and a vector in the shared vector
-index under ``item:<id>`` with layer ``"item"``, both derived from the row and
-restored by :meth:`ItemStore.repair`. Search fuses vector, keyword and recency
+turn: a keyword index next to the row (FTS5, or a PostgreSQL ``tsvector``), and a
+vector in the shared vector index under ``item:<id>`` with layer ``"item"``, both
+derived from the row and restored by :meth:`ItemStore.repair`. Search fuses vector, keyword and recency
 ranks with the same weighted reciprocal-rank fusion as turn recall.
 
 Items are not part of ``export_jsonl``/``import_jsonl`` (which carry messages) in
@@ -226,7 +226,7 @@ class ItemStore:
     def __init__(self, memory: Any) -> None:
         self.memory = memory
         self.db = open_layer_store(memory.store)  # ``?`` SQL and keyword search on SQLite or PostgreSQL
-        self.db.db.migrate("items", ITEM_MIGRATIONS[self.db.dialect])
+        memory.store.migrate("items", ITEM_MIGRATIONS[self.db.dialect])
 
     @property
     def index(self) -> VectorIndex:

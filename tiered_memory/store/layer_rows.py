@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import ConfigurationError
 
+
 def dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False)
 
@@ -62,7 +63,8 @@ class LayerStore:
         raise NotImplementedError
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None:
-        """Serialise episode writes of one session across workers, until ``c`` commits."""
+        """Serialise writes to one session's episodes and scratchpad across workers, until ``c``
+        commits (a no-op where the store serves one process)."""
 
     # ---- audit -----------------------------------------------------------------
     def audit(self, c: Any, user_id: str, layer: str, item_id: str, action: str,

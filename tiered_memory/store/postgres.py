@@ -78,12 +78,9 @@ def tsquery_text(match: str) -> str | None:
 class PostgresRecordStore(PostgresDatabase):
     """Thread- and process-safe record store on PostgreSQL (shared by many workers).
 
-    Args:
-        url: a libpq URL, ``postgresql://user:password@host:5432/dbname``.
-        schema: the PostgreSQL schema holding the tables; created when missing.
-        min_size: connections the pool keeps open.
-        max_size: most connections this process opens.
-        connect_timeout: seconds to wait for the first connection before failing.
+    Takes the arguments of :class:`~.postgres_db.PostgresDatabase`: ``url`` (a libpq
+    URL, ``postgresql://user:password@host:5432/dbname``), ``schema``, the pool's
+    ``min_size``/``max_size`` and ``connect_timeout``.
     """
 
     #: Many processes may open this store at once; TieredMemory takes no folder lock

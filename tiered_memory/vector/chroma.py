@@ -21,11 +21,11 @@ def _settings() -> Any:
     return Settings(anonymized_telemetry=False)
 
 
-
 def _hits(res: Any) -> list[list[tuple[str, float]]]:
     """Chroma's query result as (id, cosine similarity) lists, best first."""
     return [[(i, 1.0 - float(d)) for i, d in zip(ids, dists)]
             for ids, dists in zip(res["ids"], res["distances"] or [])]
+
 
 class ChromaVectorIndex:
     """Cosine HNSW collection; we always pass our own embeddings (no Chroma embedding function).
