@@ -28,7 +28,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the extra
     raise missing("langchain-core", "langchain") from e
 
-__all__ = ["LangChainLLM", "is_openai_chat_model", "to_langchain_messages"]
+__all__ = ["LangChainLLM", "adapt", "is_openai_chat_model", "to_langchain_messages"]
 
 T = TypeVar("T")
 
@@ -177,3 +177,8 @@ class LangChainLLM:
         except Exception as e:
             raise LLMError(f"{type(self.model).__name__} failed: {type(e).__name__}: {e}") from e
         return message_text(reply)
+
+
+def adapt(obj: Any) -> LangChainLLM | None:
+    """The core's hook (``tiered_memory.llm.resolve_llm``): wrap a chat model, else None."""
+    return LangChainLLM(obj) if isinstance(obj, BaseChatModel) else None

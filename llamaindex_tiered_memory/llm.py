@@ -100,3 +100,8 @@ class LlamaIndexLLM:
         except Exception as e:
             raise LLMError(f"{self.name} failed: {type(e).__name__}: {e}") from e
         return response.message.content or ""
+
+
+def adapt(obj: Any) -> LlamaIndexLLM | None:
+    """The core's hook (``tiered_memory.llm.resolve_llm``): wrap a LlamaIndex LLM, else None."""
+    return LlamaIndexLLM(obj) if isinstance(obj, BaseLLM) else None

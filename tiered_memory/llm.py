@@ -15,6 +15,7 @@ extractive (rule-based) path.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import inspect
 import json
 import re
@@ -137,6 +138,15 @@ def _from_package(obj: object, prefixes: tuple[str, ...]) -> bool:
     return any(c.__module__.startswith(prefixes) for c in type(obj).__mro__)
 
 
+# A framework's objects are recognised by the package their class comes from, then handed
+# to our adapter module for it, whose ``adapt(obj)`` wraps a model or returns None. The
+# core itself never imports a framework: (class packages, adapter module, its package, extra)
+_ADAPTERS = (
+    (("langchain_core", "langchain"), "langchain_tiered_memory.llm", "langchain-tiered-memory", "langchain"),
+    (("llama_index",), "llamaindex_tiered_memory.llm", "llamaindex-tiered-memory", "llamaindex"),
+)
+
+
 def resolve_llm(obj: Any) -> LLM | None:
     """An :class:`LLM` for ``obj``: itself, or a LangChain / LlamaIndex model wrapped.
 
@@ -146,28 +156,17 @@ def resolve_llm(obj: Any) -> LLM | None:
     """
     if obj is None:
         return None
-    if _from_package(obj, ("langchain_core", "langchain")):
-        try:
-            from langchain_core.language_models import BaseChatModel
-        except ImportError as e:
-            raise MissingDependencyError("langchain-core", "langchain") from e
-        if isinstance(obj, BaseChatModel):
+    for prefixes, module, package, extra in _ADAPTERS:
+        if _from_package(obj, prefixes):
             try:
-                from langchain_tiered_memory.llm import LangChainLLM
+                adapter = importlib.import_module(module)
+            except MissingDependencyError:
+                raise  # the adapter names the framework package it lacks
             except ImportError as e:
-                raise MissingDependencyError("langchain-tiered-memory", "langchain") from e
-            return LangChainLLM(obj)
-    if _from_package(obj, ("llama_index",)):
-        try:
-            from llama_index.core.base.llms.base import BaseLLM
-        except ImportError as e:
-            raise MissingDependencyError("llama-index-core", "llamaindex") from e
-        if isinstance(obj, BaseLLM):
-            try:
-                from llamaindex_tiered_memory.llm import LlamaIndexLLM
-            except ImportError as e:
-                raise MissingDependencyError("llamaindex-tiered-memory", "llamaindex") from e
-            return LlamaIndexLLM(obj)
+                raise MissingDependencyError(package, extra) from e
+            wrapped: LLM | None = adapter.adapt(obj)
+            if wrapped is not None:
+                return wrapped
     if isinstance(obj, LLM) and inspect.iscoroutinefunction(type(obj).complete):
         return obj
     raise ConfigurationError(
