@@ -104,10 +104,14 @@ def test_argument_errors_exit_2(argv, fragment, capsys):
     assert fragment in capsys.readouterr().err
 
 
-def test_usage_errors_exit_2_with_a_clear_message(tmp_path, embedder):
+def test_usage_errors_exit_2_with_a_clear_message(tmp_path, embedder, monkeypatch):
     nowhere = str(tmp_path / "nowhere")
     code, _, err = run("--path", nowhere, "stats")
     assert code == 2 and "no memory at" in err
+    monkeypatch.setenv("TIERED_MEMORY_RECORD_STORE", "sqlite")  # the default, named: still a folder store
+    code, _, err = run("--path", nowhere, "stats")
+    assert code == 2 and "no memory at" in err
+    monkeypatch.delenv("TIERED_MEMORY_RECORD_STORE")
     assert not os.path.exists(nowhere)  # a read command creates nothing
 
     code, _, err = run("--path", nowhere, "import", str(tmp_path / "missing.jsonl"))

@@ -89,9 +89,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _open(path: str | None, *, create: bool = False) -> Any:
     from .memory import TieredMemory, default_path
+    from .opening import configured_record_store, is_postgres_url
 
     folder = Path(path) if path else default_path()
-    on_server = bool(os.environ.get("TIERED_MEMORY_RECORD_STORE"))  # records in PostgreSQL, not the folder
+    on_server = is_postgres_url(configured_record_store())  # records in PostgreSQL, not the folder
     if not create and not on_server and not (folder / "records.sqlite3").exists():
         if folder.exists() and not folder.is_dir():
             raise CliUsageError(f"{folder} is a file, not a memory folder")

@@ -34,6 +34,15 @@ def foreign_entries(folder: Path) -> list[str]:
                   if p.name not in STORE_ENTRIES and not p.name.startswith("."))  # .DS_Store, .gitkeep
 
 
+
+def configured_record_store() -> str | None:
+    """Configuration without code: ``TIERED_MEMORY_RECORD_STORE`` (``sqlite`` or a postgresql:// URL)."""
+    return os.environ.get("TIERED_MEMORY_RECORD_STORE") or None
+
+
+def is_postgres_url(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
+
 class FolderLock:
     """An exclusive lock on an embedded store folder; the OS drops it if the process dies."""
 
@@ -74,9 +83,8 @@ class OpeningMethods:
     def _open_store(self, record_store: RecordStore | str | None) -> RecordStore:
         if record_store is not None and not isinstance(record_store, str):
             return record_store
-        # configuration without code: TIERED_MEMORY_RECORD_STORE=postgresql://...
-        record_store = record_store or os.environ.get("TIERED_MEMORY_RECORD_STORE") or None
-        if isinstance(record_store, str) and record_store.startswith(("postgresql://", "postgres://")):
+        record_store = record_store or configured_record_store()
+        if is_postgres_url(record_store):
             from .store.postgres import PostgresRecordStore
 
             return PostgresRecordStore(record_store)
