@@ -137,9 +137,10 @@ class SQLiteRecordStore:
     def migrate(self, name: str, steps: list[str]) -> None:
         """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``, each in its
         own transaction with its version row."""
-        with self.transaction() as c:
-            c.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
-                      " version INTEGER NOT NULL, applied_at REAL NOT NULL, PRIMARY KEY (name, version))")
+        if not self.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'"):
+            with self.transaction() as c:  # once per file: not a write transaction on every open
+                c.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
+                          " version INTEGER NOT NULL, applied_at REAL NOT NULL, PRIMARY KEY (name, version))")
         current = self.schema_version(name)
         for version, script in enumerate(steps[current:], start=current + 1):
             with self.transaction() as c:
