@@ -8,8 +8,16 @@ LangChain knows about it (type, name, id, tool calls, ``tool_call_id``,
 
 Messages the core stored without that key (written through the core API, or
 imported) are mapped by role: user -> ``HumanMessage``, assistant ->
-``AIMessage``, system -> ``SystemMessage``, tool -> ``ToolMessage``, and get
-the stored id as their ``id``.
+``AIMessage``, tool -> ``ToolMessage``, and get the stored id as their ``id``.
+
+Stored memory is data, never instructions, so a replay can produce only three
+kinds of message: ``HumanMessage`` for a stored user turn, ``AIMessage`` for an
+assistant turn, and ``ToolMessage`` for a tool result that answers a tool call of
+an ``AIMessage`` earlier in the same replay. A stored ``system`` turn, a tool
+result without its call, and anything else come back as a ``HumanMessage`` whose
+content is the quoted text (``[stored system message] "..."``). The metadata may
+only restore details of a message of the stored role with the stored text: a user
+turn whose metadata claims another type or other content is read back by role.
 """
 
 from __future__ import annotations
@@ -17,15 +25,14 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
+from tiered_memory.context import quote
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.types import StoredMessage
 
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
-    ChatMessage,
     HumanMessage,
-    SystemMessage,
     ToolMessage,
     messages_from_dict,
 )
@@ -133,34 +140,74 @@ def to_core_many(messages: Iterable[BaseMessage], *, max_metadata_bytes: int = 6
     return [to_core(m, max_metadata_bytes=max_metadata_bytes) for m in messages]
 
 
+def _demoted(m: StoredMessage, what: str) -> HumanMessage:
+    """A stored message that may not keep its own role, as quoted user-side data."""
+    return HumanMessage(content=f"[stored {what}] {quote(m.content)}", id=_lc_id(m))
+
+
+def _lc_id(m: StoredMessage) -> str:
+    """The message's LangChain id when one was stored (so callers can match it), else the stored id."""
+    lc = m.metadata.get(LC_KEY)
+    data = lc.get("data") if isinstance(lc, Mapping) else None
+    found = data.get("id") if isinstance(data, Mapping) else None
+    return found if isinstance(found, str) and found else m.id
+
+
 def _by_role(m: StoredMessage) -> BaseMessage:
     if m.role == "user":
-        return HumanMessage(content=m.content, id=m.id)
+        return HumanMessage(content=m.content, id=_lc_id(m))
     if m.role == "assistant":
-        return AIMessage(content=m.content, id=m.id)
-    if m.role == "system":
-        return SystemMessage(content=m.content, id=m.id)
+        return AIMessage(content=m.content, id=_lc_id(m))
     if m.role == "tool":
         call_id = m.metadata.get("tool_call_id")
-        return ToolMessage(content=m.content, id=m.id, tool_call_id=str(call_id or m.id))
-    return ChatMessage(content=m.content, role=m.role, id=m.id)
+        return ToolMessage(content=m.content, id=_lc_id(m), tool_call_id=str(call_id or m.id))
+    return _demoted(m, f"{m.role} message")
 
 
-def from_stored(m: StoredMessage) -> BaseMessage:
-    """Rebuild the LangChain message of a stored message."""
+# the one message class each stored role may come back as (subclasses such as chunks too)
+_CLASS_OF_ROLE: dict[str, type[BaseMessage]] = {"user": HumanMessage, "assistant": AIMessage, "tool": ToolMessage}
+
+
+def _rebuilt(m: StoredMessage) -> BaseMessage:
+    """The message the LangChain metadata describes, when it is one of the stored role
+    with the stored text; else the message by role."""
     lc = m.metadata.get(LC_KEY)
-    if not isinstance(lc, Mapping) or not isinstance(lc.get("data"), Mapping):
+    want = _CLASS_OF_ROLE.get(m.role)
+    if want is None or not isinstance(lc, Mapping) or not isinstance(lc.get("data"), Mapping):
         return _by_role(m)
     data = dict(lc["data"])
     data.setdefault("content", m.content)
     if data.get("id") is None:
         data["id"] = m.id
     try:
-        return messages_from_dict([{"type": lc.get("type"), "data": data}])[0]
-    except (ValueError, TypeError):
-        # an unknown or damaged record still reads back as a plain message
-        return _by_role(m)
+        msg = messages_from_dict([{"type": lc.get("type"), "data": data}])[0]
+    except (ValueError, TypeError, KeyError):
+        return _by_role(m)  # an unknown or damaged record still reads back as a plain message
+    return msg if isinstance(msg, want) and text_of(msg) == m.content else _by_role(m)
+
+
+def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] = frozenset()) -> BaseMessage:
+    """Rebuild the LangChain message of a stored message (never a system message).
+
+    A tool result keeps its ``ToolMessage`` only when its ``tool_call_id`` is in
+    ``answered_calls`` (the tool calls of the assistant messages replayed before it);
+    :func:`from_stored_many` passes those.
+    """
+    if m.role == "system":
+        return _demoted(m, "system message")
+    msg = _rebuilt(m)
+    if isinstance(msg, ToolMessage) and msg.tool_call_id not in answered_calls:
+        return _demoted(m, "tool result")
+    return msg
 
 
 def from_stored_many(messages: Sequence[StoredMessage]) -> list[BaseMessage]:
-    return [from_stored(m) for m in messages]
+    """Rebuild stored messages in order; tool results are paired with the calls before them."""
+    out: list[BaseMessage] = []
+    calls: set[str] = set()
+    for m in messages:
+        msg = from_stored(m, answered_calls=calls)
+        if isinstance(msg, AIMessage):
+            calls.update(str(c.get("id")) for c in msg.tool_calls if c.get("id"))
+        out.append(msg)
+    return out

@@ -61,8 +61,15 @@ def test_round_trip_preserves_types_names_tool_calls_and_ids(memory: TieredMemor
     history.add_messages(sent)
     assert sent == before  # caller inputs are not mutated
     back = history.messages
-    assert [type(m) for m in back] == [type(m) for m in sent]
-    assert back[:-1] == sent[:-1]
+    # user, assistant and answered tool messages come back as they were sent ...
+    assert [type(m) for m in back] == [HumanMessage, HumanMessage, AIMessage, ToolMessage, AIMessage,
+                                       HumanMessage, AIMessage, HumanMessage]
+    assert back[1:5] == sent[1:5]
+    # ... stored memory never replays as an instruction: the system prompt and the function
+    # result (no tool call answers it) are quoted user-side data; another speaker is the assistant
+    assert back[0].text == '[stored system message] "You are terse."' and back[0].id == "sys-1"
+    assert back[5].text == '[stored tool result] "42"'
+    assert back[6].text == "Looks right to me." and back[6].id == "c-1"
     assert back[2].tool_calls[0]["args"] == {"city": "Lisbon"}  # type: ignore[attr-defined]
     assert back[3].tool_call_id == "call-1"  # type: ignore[attr-defined]
     assert back[1].additional_kwargs == {"client": {"lang": "pt"}}
@@ -79,11 +86,13 @@ def test_round_trip_preserves_types_names_tool_calls_and_ids(memory: TieredMemor
 def test_messages_stored_through_the_core_read_back_by_role(memory: TieredMemory) -> None:
     memory.add_many([{"role": "user", "content": "hello"},
                      {"role": "assistant", "content": "hi"},
-                     {"role": "tool", "content": "out", "metadata": {"tool_call_id": "x"}}],
+                     {"role": "tool", "content": "out", "metadata": {"tool_call_id": "x"}},
+                     {"role": "system", "content": "be terse"}],
                     session_id="s", user_id="u")
     got = TieredChatMessageHistory(memory, session_id="s", user_id="u").messages
-    assert [type(m).__name__ for m in got] == ["HumanMessage", "AIMessage", "ToolMessage"]
-    assert got[2].tool_call_id == "x"  # type: ignore[attr-defined]
+    # no assistant message called tool "x", and a stored system turn is data: both are quoted
+    assert [type(m).__name__ for m in got] == ["HumanMessage", "AIMessage", "HumanMessage", "HumanMessage"]
+    assert [m.text for m in got[2:]] == ['[stored tool result] "out"', '[stored system message] "be terse"']
     assert all(m.id for m in got)
 
 
@@ -286,7 +295,8 @@ def test_bulky_optional_fields_are_dropped_to_fit_the_metadata_limit(memory: Tie
     big = ToolMessage(content="done", tool_call_id="c9", id="t9", artifact={"blob": "x" * 100_000},
                       response_metadata={"small": 1})
     history = TieredChatMessageHistory(memory, session_id="s", user_id="u")
-    history.add_messages([HumanMessage(content="run it"), big])
+    call = AIMessage(content="", tool_calls=[{"name": "run", "args": {}, "id": "c9", "type": "tool_call"}])
+    history.add_messages([HumanMessage(content="run it"), call, big])
     back = history.messages[-1]
     assert isinstance(back, ToolMessage) and back.tool_call_id == "c9" and back.id == "t9"
     assert back.artifact is None and back.response_metadata == {"small": 1}

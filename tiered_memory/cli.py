@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--skip-invalid", action="store_true",
                    help="import the valid lines and report the invalid ones (default: import nothing)")
     i.add_argument("--no-progress", action="store_true", help="no progress bar")
+    i.add_argument("--user", metavar="USER_ID", default=None,
+                   help="import only into this user; lines of other users are invalid "
+                        "(default: each line goes to the user it names)")
 
     f = sub.add_parser("forget-user", parents=[common], help="delete every trace of a user")
     f.add_argument("user", help="user id")
@@ -165,7 +168,8 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
         bar = tqdm(total=total, unit="msg", desc="importing", file=err,
                    disable=True if args.no_progress else None)
         try:
-            report = memory.import_jsonl(source, skip_invalid=args.skip_invalid, progress=bar.update)
+            report = memory.import_jsonl(source, skip_invalid=args.skip_invalid, progress=bar.update,
+                                         user_id=args.user)
         finally:
             bar.close()
     out(f"imported {report.imported} messages from {source}"

@@ -8,6 +8,7 @@ lines, nor open or close a ``<memory>`` section, nor pose as an instruction.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
@@ -74,13 +75,30 @@ def quote(text: str) -> str:
 
 
 def _stamp(ts: float | None) -> str:
+    """The date of ``ts``; "" for a value no calendar can show (a read never raises on a
+    stored value, even one written before timestamps were range-checked)."""
     if ts is None:
         return ""
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    try:
+        return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M")
+    except (OverflowError, OSError, ValueError, TypeError):
+        return ""
+
+
+_UNSAFE_LABEL = re.compile(r"[^\w .:/+-]")
+
+
+def label_text(value: str | None) -> str:
+    """A role or label as it may appear in an item's unquoted head: word characters,
+    spaces and ``.:/+-`` only, at most 40 characters. Labels are stored data too, so
+    nothing in them may close the head, a quote or a section."""
+    if not value:
+        return ""
+    return " ".join(_UNSAFE_LABEL.sub("", str(value)).split())[:40]
 
 
 def render_item(item: ContextItem) -> str:
-    head = " ".join(x for x in (_stamp(item.timestamp), item.role or "", item.label or "") if x)
+    head = " ".join(x for x in (_stamp(item.timestamp), label_text(item.role), label_text(item.label)) if x)
     return f"- [{head}] {quote(item.text)}" if head else f"- {quote(item.text)}"
 
 
@@ -111,7 +129,7 @@ class MemoryContext:
     def memory_text(self) -> str:
         """The long-term sections as delimited quoted data ("" when empty)."""
         blocks = [
-            f'<memory section="{s.name}" title="{s.title}">\n'
+            f'<memory section="{label_text(s.name)}" title="{label_text(s.title)}">\n'
             + "\n".join(render_item(i) for i in s.items)
             + "\n</memory>"
             for s in self.sections if s.items

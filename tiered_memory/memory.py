@@ -291,11 +291,13 @@ class TieredMemory(OpeningMethods, LayerMethods):
         return export_jsonl(self, path, user_id)
 
     def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,
-                     progress: Callable[[int], None] | None = None) -> Any:
-        """Import a JSONL export (vectors recomputed); returns an ``ImportReport``."""
+                     progress: Callable[[int], None] | None = None, user_id: str | None = None) -> Any:
+        """Import a JSONL export (vectors recomputed); returns an ``ImportReport``. Each line
+        goes to the user it names, unless ``user_id`` scopes the import to one user (lines of
+        others are then invalid)."""
         from .portable import import_jsonl
 
-        return import_jsonl(self, path, skip_invalid=skip_invalid, progress=progress)
+        return import_jsonl(self, path, skip_invalid=skip_invalid, progress=progress, user_id=user_id)
 
     def stats(self) -> Stats:
         c = self.store.counts()

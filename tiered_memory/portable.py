@@ -85,10 +85,17 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
 
 def import_jsonl(
     memory: "TieredMemory", path: str | Path, *, skip_invalid: bool = False,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None, user_id: str | None = None,
 ) -> ImportReport:
     """Import a JSONL export. Every line is checked first; with any invalid line nothing
-    is imported (``ImportFormatError`` lists them by line) unless ``skip_invalid``."""
+    is imported (``ImportFormatError`` lists them by line) unless ``skip_invalid``.
+
+    By default each line goes to the user it names (a whole-store restore). With
+    ``user_id``, the import is scoped to that user: a line of any other user is
+    invalid, so a crafted file cannot plant messages in someone else's memory.
+    """
+    if user_id is not None:
+        check_id(user_id, "user_id")
     from .indexing import index_messages
     from .types import StoredMessage
 
@@ -113,6 +120,10 @@ def import_jsonl(
                                max_metadata_bytes=memory.config.max_metadata_bytes)
             except InvalidInputError as e:
                 report.invalid.append((n, str(e)))
+                continue
+            if user_id is not None and d["user_id"] != user_id:
+                report.invalid.append((n, f"belongs to another user ({d['user_id']!r}); this import is "
+                                          f"scoped to {user_id!r}"))
                 continue
             if d["id"] in first_seen:  # would fail half-way through the import otherwise
                 report.invalid.append((n, f"id {d['id']!r} is also on line {first_seen[d['id']]}"))

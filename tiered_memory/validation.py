@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
@@ -11,6 +12,12 @@ from .errors import ContentTooLargeError, InvalidInputError
 from .types import ROLES, Message
 
 MAX_ID_LENGTH = 256
+MAX_LAYER_METADATA_BYTES = 64_000  # the default MemoryConfig.max_metadata_bytes
+
+# Timestamps a read can always render and score: 1900-01-01 to 2200-01-01 UTC. Wider
+# values are almost always a unit mistake (JavaScript's ``Date.now()`` is milliseconds).
+MIN_TIMESTAMP = -2208988800.0
+MAX_TIMESTAMP = 7258118400.0
 
 
 def check_id(value: object, name: str) -> str:
@@ -49,6 +56,20 @@ def check_text(value: object, name: str) -> str:
         raise InvalidInputError(f"{name} must not contain NUL characters")
     if not _encodable(value):
         raise InvalidInputError(f"{name} contains lone surrogates and cannot be stored as UTF-8")
+    return value
+
+
+_LABEL = re.compile(r"[\w .:/+-]{1,40}")
+
+
+def check_label(value: object, name: str) -> str:
+    """A short label shown beside an item (a working-memory ``type``): 1-40 word
+    characters, spaces or ``.:/+-``, so it can never close the quoting it sits beside."""
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInputError(f"{name} must be a non-empty string, got {value!r}")
+    if not _LABEL.fullmatch(value):
+        raise InvalidInputError(
+            f"{name} must be 1-40 letters, digits, spaces or '_.:/+-', got {value!r}")
     return value
 
 
@@ -109,7 +130,10 @@ def to_epoch(timestamp: object, default: float) -> float:
         value = float(timestamp)
     elif isinstance(timestamp, datetime):
         ts = timestamp if timestamp.tzinfo else timestamp.replace(tzinfo=timezone.utc)
-        value = ts.timestamp()
+        try:
+            value = ts.timestamp()
+        except (OverflowError, OSError, ValueError) as e:
+            raise InvalidInputError(f"timestamp {timestamp!r} is out of range: {e}") from e
     elif isinstance(timestamp, str):
         try:
             parsed = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
@@ -122,6 +146,12 @@ def to_epoch(timestamp: object, default: float) -> float:
         )
     if not math.isfinite(value):
         raise InvalidInputError("timestamp must be finite")
+    if not MIN_TIMESTAMP <= value < MAX_TIMESTAMP:
+        hint = ""
+        if MAX_TIMESTAMP * 1000 > abs(value) >= MAX_TIMESTAMP:
+            hint = f"; it looks like milliseconds (JavaScript's Date.now()): pass {value / 1000:.3f}"
+        raise InvalidInputError(
+            f"timestamp {value!r} is outside 1900-01-01..2200-01-01 in epoch seconds{hint}")
     return value
 
 

@@ -23,7 +23,7 @@ from .config import WorkingConfig
 from .embedding import Embedder, embed, embed_query
 from .errors import InvalidInputError
 from .store.layer_rows import LayerStore, dumps, from_blob, to_blob
-from .validation import check_id, check_text
+from .validation import MAX_LAYER_METADATA_BYTES, check_id, check_label, check_metadata, check_text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +141,8 @@ class WorkingMemory:
                  metadata: dict[str, Any] | None = None, now: float | None = None) -> WorkingItem:
         """Add an item; evicts the least important ones beyond ``capacity``."""
         check_text(text, "working memory text")
+        check_label(type, "type")
+        metadata = check_metadata(metadata, MAX_LAYER_METADATA_BYTES)
         if not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
             raise InvalidInputError(f"importance must be within [0, 1], got {importance!r}")
         now = time.time() if now is None else now
