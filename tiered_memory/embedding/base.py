@@ -1,0 +1,75 @@
+"""What the core needs of an embedder, and the helpers that turn any embedder's output
+into unit float32 vectors. Any object with ``embed_documents`` and ``embed_query`` (a
+LangChain ``Embeddings``, for one) is an :class:`Embedder`; embedders that can return
+numpy arrays directly (:class:`ArrayEmbedder`) skip the list round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from ..errors import EmbeddingError
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    def embed_documents(self, texts: list[str]) -> list[list[float]]: ...
+
+    def embed_query(self, text: str) -> list[float]: ...
+
+
+@runtime_checkable
+class ArrayEmbedder(Embedder, Protocol):
+    """An embedder that returns unit float32 arrays itself (the bundled ones)."""
+
+    def embed_array(self, texts: list[str]) -> np.ndarray: ...
+
+    def query_array(self, text: str) -> np.ndarray: ...
+
+
+def chunk_token_ids(ids: Sequence[int], window: int, overlap: int) -> list[list[int]]:
+    """Split token ids into windows of ``window`` with ``overlap`` (pure)."""
+    if len(ids) <= window:
+        return [list(ids)]
+    step = max(1, window - overlap)
+    chunks = []
+    for start in range(0, len(ids), step):
+        chunks.append(list(ids[start : start + window]))
+        if start + window >= len(ids):
+            break
+    return chunks
+
+
+def normalize(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (vectors / norms).astype(np.float32)
+
+
+def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """Unit vectors for ``texts`` from any embedder, as a float32 array."""
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    if isinstance(embedder, ArrayEmbedder):
+        return embedder.embed_array(texts)
+    try:
+        raw = embedder.embed_documents(list(texts))
+    except Exception as e:
+        raise EmbeddingError(f"embedding failed: {e}") from e
+    return normalize(np.asarray(raw, dtype=np.float32))
+
+
+def embed_query(embedder: Embedder, text: str) -> np.ndarray:
+    if isinstance(embedder, ArrayEmbedder):
+        return embedder.query_array(text)
+    try:
+        raw = embedder.embed_query(text)
+    except Exception as e:
+        raise EmbeddingError(f"embedding failed: {e}") from e
+    return normalize(np.asarray([raw], dtype=np.float32))[0]
+
+
+def embedder_name(embedder: Embedder) -> str:
+    return str(getattr(embedder, "name", None) or getattr(embedder, "model_name", None) or type(embedder).__name__)
