@@ -180,5 +180,5 @@ class LangChainLLM:
 
 
 def adapt(obj: Any) -> LangChainLLM | None:
-    """The core's hook (``tiered_memory.llm.resolve_llm``): wrap a chat model, else None."""
+    """The core's hook (``tiered_memory.llm.adapters.resolve_llm``, through this package's entry point): wrap a chat model, else None."""
     return LangChainLLM(obj) if isinstance(obj, BaseChatModel) else None

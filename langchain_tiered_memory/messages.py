@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
-from tiered_memory.context import quote
+from tiered_memory.context.render import quote
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.types import StoredMessage
 

@@ -39,8 +39,8 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.items import Item as CoreItem
-from tiered_memory.items import ItemStore, ItemWrite
+from tiered_memory.layers.items import Item as CoreItem
+from tiered_memory.layers.items import ItemStore, ItemWrite
 
 __all__ = ["TieredMemoryStore"]
 
@@ -86,7 +86,7 @@ class TieredMemoryStore(BaseStore):
         self.memory = memory
         self.user_position = user_position
         self.fields = list(fields) if fields is not None else ["$"]
-        self.items = ItemStore(memory)
+        self.items = memory.item_store()
         self._repaired = False
 
     def _user_of(self, namespace: tuple[str, ...]) -> str | None:

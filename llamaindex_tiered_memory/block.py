@@ -34,7 +34,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.storage.chat_store.sql import MessageStatus
 
 from tiered_memory import MemoryContext, Section, TieredMemory
-from tiered_memory._sync import run_sync
+from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, UsageError
 from tiered_memory.tokens import TokenCounter, heuristic_count
 from tiered_memory.validation import check_id

@@ -103,5 +103,5 @@ class LlamaIndexLLM:
 
 
 def adapt(obj: Any) -> LlamaIndexLLM | None:
-    """The core's hook (``tiered_memory.llm.resolve_llm``): wrap a LlamaIndex LLM, else None."""
+    """The core's hook (``tiered_memory.llm.adapters.resolve_llm``, through this package's entry point): wrap a LlamaIndex LLM, else None."""
     return LlamaIndexLLM(obj) if isinstance(obj, BaseLLM) else None

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tiered_memory.errors import StoreError
-from tiered_memory.retrieval import fts_query
+from tiered_memory.recall.query import keywords
 from tiered_memory.store.base import RecordStore
 from tiered_memory.types import StoredMessage
 from tiered_memory.vector.base import VectorIndex, VectorItem
@@ -74,7 +74,7 @@ class RecordStoreConformance:
             msg("other-session", "cats and Lisbon again", session="s2"),
             msg("other-user", "cats garden Lisbon", user="u2"),
         ])
-        match = fts_query("cat garden Lisbon")
+        match = keywords("cat garden Lisbon")
         assert match is not None
         hits = store.keyword_search("u1", match, k=10)
         ids = [i for i, _ in hits]
@@ -84,7 +84,7 @@ class RecordStoreConformance:
         assert scores == sorted(scores, reverse=True)
         assert {i for i, _ in store.keyword_search("u1", match, k=10, session_id="s1")} == {"both", "one"}
         assert len(store.keyword_search("u1", match, k=1)) == 1
-        nothing = fts_query("zebra")
+        nothing = keywords("zebra")
         assert nothing is not None and store.keyword_search("u1", nothing, k=10) == []
 
     def test_neighbors_are_the_surrounding_messages_of_the_same_session(self, store: RecordStore) -> None:
@@ -161,7 +161,7 @@ class RecordStoreConformance:
         again = open_store()
         try:
             assert [m.id for m in again.get_messages("u1", "s1")] == ["a"]
-            match = fts_query("cats")
+            match = keywords("cats")
             assert match is not None and [i for i, _ in again.keyword_search("u1", match, k=5)] == ["a"]
         finally:
             again.close()

@@ -16,7 +16,7 @@ import pytest
 from tiered_memory import MemoryConfig, TieredMemory
 from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.config import ConsolidationConfig
-from tiered_memory.consolidation import (
+from tiered_memory.layers.consolidation import (
     ConsolidationReport,
     plan_merges,
     promotion_candidates,
@@ -24,8 +24,8 @@ from tiered_memory.consolidation import (
     select_promotions,
     should_prune,
 )
-from tiered_memory.episodic import Episode
-from tiered_memory.semantic import Fact
+from tiered_memory.layers.episodic import Episode
+from tiered_memory.layers.semantic import Fact
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 

@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 
 from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
-from tiered_memory.context import PREAMBLE
+from tiered_memory.context.render import PREAMBLE
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tiered_memory import BufferConfig, MemoryConfig
-from tiered_memory.buffer import group_turns, select_buffer
+from tiered_memory.layers.buffer import group_turns, select_buffer
 from tiered_memory.types import StoredMessage
 
 

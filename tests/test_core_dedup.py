@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tiered_memory import MemoryConfig
-from tiered_memory.indexing import find_duplicates
+from tiered_memory.recall.indexing import find_duplicates
 
 
 def unit(*xs: float) -> list[float]:

@@ -11,9 +11,9 @@ import pytest
 
 from tiered_memory import MemoryConfig, TieredMemory
 from tiered_memory.config import BufferConfig, EpisodeConfig, LLMConfig
-from tiered_memory.episodic import Episode, rank_episodes
+from tiered_memory.layers.episodic import Episode, rank_episodes
 from tiered_memory.errors import LLMError, LLMOutputError, NotFoundError
-from tiered_memory.extractive import extract_episode, find_dates, find_entities, find_ids, find_numbers
+from tiered_memory.layers.extractive import extract_episode, find_dates, find_entities, find_ids, find_numbers
 from tiered_memory.testing import ScriptedLLM, chatty, empty, fenced, malformed, timeout
 from tiered_memory.types import StoredMessage
 
@@ -256,7 +256,7 @@ def test_config_is_not_mutated(memory: TieredMemory) -> None:
 
 
 def test_rules_skip_facts_whose_object_is_a_pronoun() -> None:
-    from tiered_memory.extractive import extract_fact_candidates
+    from tiered_memory.layers.extractive import extract_fact_candidates
     from tiered_memory.types import StoredMessage
 
     msgs = [StoredMessage(id="m1", user_id="u", session_id="s", role="user", timestamp=0.0,

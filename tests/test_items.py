@@ -7,7 +7,8 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import ConfigurationError, InvalidInputError, TieredMemory
-from tiered_memory.items import (
+from tiered_memory.backends import open_layer_store
+from tiered_memory.layers.items import (
     ItemStore,
     ItemWrite,
     check_namespace,
@@ -77,7 +78,7 @@ def _put(items: ItemStore, user: str, ns: tuple[str, ...], key: str, value: dict
 
 
 def test_item_store_crud_search_and_forget_user(memory: TieredMemory) -> None:
-    items = ItemStore(memory)
+    items = memory.item_store()
     value = {"text": "Prefers green tea in the morning", "tags": ["drink"]}
     _put(items, "u1", ("u1", "prefs"), "tea", value, text=value["text"])
     _put(items, "u1", ("u1", "prefs"), "editor", {"text": "Uses vim"}, text="Uses vim")
@@ -104,7 +105,7 @@ def test_item_store_crud_search_and_forget_user(memory: TieredMemory) -> None:
 
 
 def test_item_store_bulk_write_is_validated_first(memory: TieredMemory) -> None:
-    items = ItemStore(memory)
+    items = memory.item_store()
     with pytest.raises(InvalidInputError):
         items.write_many([
             ItemWrite(namespace=("u", "n"), key="ok", user_id="u", value={"a": 1}),
@@ -120,7 +121,7 @@ def test_item_store_bulk_write_is_validated_first(memory: TieredMemory) -> None:
 
 def test_item_vectors_come_back_after_rebuild_index(make_memory: Callable[..., TieredMemory]) -> None:
     memory = make_memory("items-rebuild")
-    items = ItemStore(memory)
+    items = memory.item_store()
     _put(items, "u", ("u", "n"), "k", {"t": "The office is in Porto"}, text="The office is in Porto")
     memory.rebuild_index()
     assert not [i for i in memory.index.ids() if i.startswith("item:")]
@@ -135,4 +136,4 @@ def test_item_store_needs_a_sql_record_store() -> None:
         store = object()
 
     with pytest.raises(ConfigurationError, match="SQLite or PostgreSQL"):
-        ItemStore(NotSQL())
+        open_layer_store(NotSQL().store)

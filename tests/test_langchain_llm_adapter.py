@@ -20,7 +20,8 @@ from langchain_openai import ChatOpenAI
 
 from langchain_tiered_memory.llm import LangChainLLM, call_options, is_openai_chat_model, to_langchain_messages
 from tiered_memory.errors import InvalidInputError, LLMError
-from tiered_memory.llm import LLM, resolve_llm
+from tiered_memory.llm.adapters import resolve_llm
+from tiered_memory.llm.base import LLM
 
 
 def fake(*replies: Any) -> GenericFakeChatModel:

@@ -25,7 +25,7 @@ import llamaindex_tiered_memory  # noqa: E402
 from llamaindex_tiered_memory import LlamaIndexEmbedder, LlamaIndexLLM, TieredMemoryEmbedding  # noqa: E402
 from tiered_memory import SentenceTransformerEmbedder, TieredMemory  # noqa: E402
 from tiered_memory.errors import ConfigurationError, EmbeddingError, LLMError  # noqa: E402
-from tiered_memory.llm import resolve_llm  # noqa: E402
+from tiered_memory.llm.adapters import resolve_llm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPET = ROOT / "docs" / "snippets" / "llamaindex_block.py"

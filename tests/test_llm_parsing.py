@@ -9,7 +9,8 @@ import pytest
 from pydantic import BaseModel
 
 from tiered_memory.errors import ConfigurationError, LLMError, LLMOutputError
-from tiered_memory.llm import complete_json, find_json_object, parse_output, resolve_llm, strip_fences
+from tiered_memory.llm.adapters import resolve_llm
+from tiered_memory.llm.base import complete_json, find_json_object, parse_output, strip_fences
 from tiered_memory.testing import Delay, ScriptedLLM, chatty, empty, fenced, malformed, task_of, timeout
 
 
@@ -166,7 +167,7 @@ def test_resolve_llm_wraps_a_llamaindex_llm() -> None:
 
 def test_core_modules_import_no_framework() -> None:
     code = ("import sys, tiered_memory, tiered_memory.llm, tiered_memory.layers, tiered_memory.testing, "
-            "tiered_memory.consolidation, tiered_memory.assembly\n"
+            "tiered_memory.layers.consolidation, tiered_memory.context.assembly\n"
             "bad = [m for m in sys.modules if m.startswith(('langchain', 'llama_index'))]\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -11,19 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from tiered_memory.retrieval import (
-    Candidate,
+from tiered_memory.recall.query import (
     QueryPlan,
-    TurnWeights,
-    base_scores,
     date_ranges,
     has_time_expression,
-    in_date_ranges,
     is_temporal_question,
-    names_speaker,
     plan_query,
-    previous_turns,
     proper_names,
+)
+from tiered_memory.recall.scoring import (
+    Candidate,
+    TurnWeights,
+    base_scores,
+    in_date_ranges,
+    names_speaker,
+    previous_turns,
     rrf_fuse,
     score_turns,
     session_shares,
@@ -141,8 +143,8 @@ def test_plan_query_bundles_the_analysis():
     plan = plan_query("When did Caroline move in June 2022?")
     assert plan.temporal and plan.names == {"Caroline"}
     assert plan.dates == ((utc(2022, 6, 1), utc(2022, 7, 1)),)
-    assert plan.fts is not None and '"caroline"' in plan.fts and '"when"' not in plan.fts
-    assert plan_query("what is it?").fts is None
+    assert "caroline" in plan.terms and "when" not in plan.terms
+    assert plan_query("what is it?").terms == ()
 
 
 # ---- scoring --------------------------------------------------------------------
@@ -154,7 +156,7 @@ def cand(i: str, *, sim: float | None = None, bm25: float | None = None, session
 
 PLAIN = TurnWeights(neighbor_weight=0, speaker_boost=0, time_boost=0, date_boost=0,
                     session_weight=0, recency_boost=0)
-EMPTY = QueryPlan(text="q", fts=None)
+EMPTY = QueryPlan(text="q", terms=())
 
 
 @pytest.mark.parametrize("cands, expected", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from tiered_memory._sync import run_sync
+from tiered_memory.aio import run_sync
 
 
 async def _current_loop() -> asyncio.AbstractEventLoop:

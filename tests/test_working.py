@@ -9,7 +9,7 @@ import pytest
 
 from tiered_memory import InvalidInputError, MemoryConfig, TieredMemory
 from tiered_memory.config import WorkingConfig
-from tiered_memory.working import WorkingItem, decayed, evict, rank
+from tiered_memory.layers.working import WorkingItem, decayed, evict, rank
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 

@@ -2,10 +2,10 @@
 
 from .config import (BudgetConfig, BufferConfig, ConsolidationConfig, EpisodeConfig, FactConfig, LLMConfig,
                      MemoryConfig, RetrievalConfig, WorkingConfig)
-from .consolidation import ConsolidationReport
-from .context import ContextItem, Dropped, MemoryContext, Section
+from .layers.consolidation import ConsolidationReport
+from .context.render import ContextItem, Dropped, MemoryContext, Section
 from .embedding import Embedder, SentenceTransformerEmbedder
-from .episodic import Episode, EpisodeHit
+from .layers.episodic import Episode, EpisodeHit
 from .errors import (
     ConfigurationError,
     ContentTooLargeError,
@@ -23,11 +23,11 @@ from .errors import (
     UsageError,
     VectorIndexError,
 )
-from .llm import LLM
+from .llm.base import LLM
 from .memory import TieredMemory
-from .semantic import Fact, FactChange, FactHit
+from .layers.semantic import Fact, FactChange, FactHit
 from .types import MemoryHit, Message, Stats, StoredMessage
-from .working import WorkingItem, WorkingMemory
+from .layers.working import WorkingItem, WorkingMemory
 
 __version__ = "0.1.0"
 

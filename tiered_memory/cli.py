@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def _open(path: str | None, *, create: bool = False) -> Any:
     from .memory import TieredMemory, default_path
-    from .opening import configured_record_store, is_postgres_url
+    from .backends import configured_record_store, is_postgres_url
 
     folder = Path(path) if path else default_path()
     on_server = is_postgres_url(configured_record_store())  # records in PostgreSQL, not the folder

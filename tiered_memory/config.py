@@ -144,3 +144,6 @@ class MemoryConfig:
     # small batches pad less: chat turns vary in length, and on a CPU padding costs more
     # than batching saves (MiniLM, 1 thread: 8 -> +36% per-session ingest vs 64)
     embed_batch_size: int = 8
+    # reads note accesses in memory; a background thread writes them in batches
+    access_flush_size: int = 512
+    access_flush_seconds: float = 30.0

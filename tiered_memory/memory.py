@@ -1,36 +1,58 @@
-"""The :class:`TieredMemory` facade. Sync methods do the work; async twins run the
-same method in a worker thread (``asyncio.to_thread``), so there is one implementation.
+"""The :class:`TieredMemory` facade: the top of the core.
+
+It opens the backends (:mod:`.backends`), hands every layer one :class:`~.parts.Parts`
+bundle, and validates every call at the edge. One sync/async story: the sync methods are
+the implementation, and each ``a*`` twin runs its sync method in a worker thread
+(:func:`~.aio.twin`, typed, so the twins keep their signatures for type checkers and
+IDEs). The only bridge the other way is the LLM call inside ``end_session`` and
+``consolidate`` (:func:`~.aio.run_sync`), which also works inside Jupyter.
+
+Reads (``search``, ``build_context``, ``search_facts``, ``search_episodes``) commit
+nothing: what they hand to the caller is noted in the :class:`~.parts.AccessLog`, which
+writes access counts in batches.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping
 
-from .buffer import select_buffer
+from .aio import twin
+from .backends import (
+    STORE_ENTRIES as STORE_ENTRIES,
+    FolderLock,
+    foreign_entries as foreign_entries,
+    open_layer_store,
+    open_record_store,
+    open_vector_index,
+    startup_repair,
+    supports_layers,
+)
 from .config import MemoryConfig
-from .context import MemoryContext
+from .context.assembly import accessed, assemble, session_buffer
+from .context.render import MemoryContext
 from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
 from .errors import InvalidInputError, NotFoundError, TieredMemoryError, VectorIndexError
-from .indexing import index_messages, repair
-from .recall import search_turns
+from .layers.consolidation import ConsolidationReport
+from .layers.episodic import Episode, EpisodeHit
+from .layers.items import ItemStore
+from .layers.longterm import Layers
+from .layers.semantic import Fact, FactChange, FactHit
+from .layers.working import WorkingMemory, touch_items
+from .parts import AccessLog, Parts
+from .portable import ImportReport, export_jsonl, import_jsonl
+from .recall.indexing import index_messages, repair
+from .recall.search import search_turns
 from .store.base import RecordStore
 from .tokens import TokenCounter, default_token_counter
 from .types import MemoryHit, Message, Stats, StoredMessage
-from .facade_layers import LayerMethods
-from .opening import FolderLock, OpeningMethods
-from .opening import STORE_ENTRIES as STORE_ENTRIES  # defined here before: re-exported
-from .opening import foreign_entries as foreign_entries
 from .validation import check_count, check_filters, check_id, check_query, normalize_message
 from .vector.base import VectorIndex
-
-T = TypeVar("T")
 
 
 def default_path() -> Path:
@@ -38,19 +60,13 @@ def default_path() -> Path:
     return Path(os.environ.get("TIERED_MEMORY_HOME") or Path.home() / ".tiered-memory")
 
 
-def _twin(method: Callable[..., T]) -> Callable[..., Any]:
-    """Make the async twin of a sync method: same signature, run off the event loop."""
-
-    @functools.wraps(method)
-    async def twin(self: "TieredMemory", *args: Any, **kwargs: Any) -> T:
-        return await asyncio.to_thread(method, self, *args, **kwargs)
-
-    twin.__name__ = "a" + method.__name__
-    twin.__doc__ = f"Async twin of :meth:`{method.__name__}`."
-    return twin
+def _query(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("query must be a non-empty string")
+    return query
 
 
-class TieredMemory(OpeningMethods, LayerMethods):
+class TieredMemory:
     """Long-term memory for LLM agents, scoped by ``user_id`` and ``session_id``.
 
     Args:
@@ -62,6 +78,8 @@ class TieredMemory(OpeningMethods, LayerMethods):
             (default), ``"qdrant"`` (local mode in ``path``) or an ``http(s)://`` Chroma URL.
         record_store: a :class:`~tiered_memory.store.base.RecordStore`; default SQLite in ``path``.
         token_counter: ``str -> int``; default cl100k offline, else a heuristic.
+        llm: makes episodes and facts smarter: any object with ``async def complete(...)``,
+            a LangChain chat model or a LlamaIndex LLM.
 
     Example:
         >>> with TieredMemory("/tmp/tm-doc") as memory:  # doctest: +SKIP
@@ -85,22 +103,59 @@ class TieredMemory(OpeningMethods, LayerMethods):
         self.embedder: Embedder = embedder or SentenceTransformerEmbedder(
             batch_size=self.config.embed_batch_size)
         self.count_tokens: TokenCounter = token_counter or default_token_counter()
-        self.llm = llm
+        self._llm = llm
         self.path = Path(path) if path is not None else default_path()
-        self._lock: FolderLock | None = None
         self._closed = False
         self._write_lock = threading.RLock()
-        self.store = self._open_store(record_store)
+        self.store, self._lock = open_record_store(self.path, record_store)
         try:
-            self.index = self._open_index(vector_store)
-            self._startup_repair()
+            self.index, self._lock = open_vector_index(self.path, vector_store, self.store, self._lock)
+            self.parts = Parts(
+                store=self.store, index=self.index, embedder=self.embedder, config=self.config,
+                lock=self._write_lock, count_tokens=self.count_tokens,
+                access=AccessLog({"turn": lambda _user, ids, now: self.store.touch(ids, now),
+                                  "fact": lambda user, ids, now: self._layers.facts.touch(user, ids, now),
+                                  "episode": lambda user, ids, now: self._layers.episodes.touch(user, ids, now),
+                                  "working": lambda user, ids, now: touch_items(self._layers.rows, user, ids, now)},
+                                 self._write_lock, flush_size=self.config.access_flush_size,
+                                 flush_seconds=self.config.access_flush_seconds))
+            startup_repair(self.store, self.index, self.embedder,
+                           repair=lambda full: self._repair(full=full), rebuild=self._rebuild)
         except BaseException:
             self.store.close()
             if self._lock:
                 self._lock.release()
             raise
 
-    # ---- repair (opening is in .opening) -------------------------------
+    # ---- the parts below the facade --------------------------------------
+    @functools.cached_property
+    def _layers(self) -> Layers:
+        """Episodic, semantic and working memory, created on first use."""
+        return Layers(self.parts, open_layer_store(self.store), self._llm)
+
+    def _layers_ok(self) -> bool:
+        return supports_layers(self.store)
+
+    @functools.cached_property
+    def _items(self) -> ItemStore:
+        return ItemStore(self.parts, open_layer_store(self.store))
+
+    def item_store(self) -> ItemStore:
+        """The namespaced key-value items behind the LangGraph store adapter."""
+        return self._items
+
+    @property
+    def llm(self) -> Any:
+        """The model that makes episodes and facts smarter (``None``: extractive rules)."""
+        return self._llm
+
+    @llm.setter
+    def llm(self, value: Any) -> None:
+        self._llm = value
+        if "_layers" in self.__dict__:
+            self._layers.llm_source = value
+
+    # ---- repair -----------------------------------------------------------
     def _repair(self, *, full: bool) -> dict[str, int]:
         with self._write_lock:
             report = repair(store=self.store, index=self.index, embedder=self.embedder,
@@ -121,10 +176,12 @@ class TieredMemory(OpeningMethods, LayerMethods):
 
     # ---- lifecycle -------------------------------------------------------
     def close(self) -> None:
+        """Write pending access counts, wait for background compression, release the store."""
         if self._closed:
             return
         self._closed = True
         try:
+            self.parts.access.close()
             if "_layers" in self.__dict__:
                 self._layers.close()  # waits for background compression
             if not getattr(self.store, "shared", False):
@@ -224,6 +281,7 @@ class TieredMemory(OpeningMethods, LayerMethods):
         """Remove every trace of ``user_id`` from every store and index; returns messages removed."""
         check_id(user_id, "user_id")
         with self._write_lock:
+            self.parts.access.flush()  # no pending count may outlive the user's rows
             ids = self.store.forget_user(user_id)
             self.index.delete_user(user_id)
         return len(ids)
@@ -242,10 +300,9 @@ class TieredMemory(OpeningMethods, LayerMethods):
 
     def get_buffer(self, session_id: str, *, user_id: str) -> list[StoredMessage]:
         """The session's recent whole turns within the buffer's message and token limits."""
-        msgs = self.get_messages(session_id, user_id=user_id, limit=self.config.buffer.max_messages * 2)
-        kept, _ = select_buffer(msgs, max_messages=self.config.buffer.max_messages,
-                                max_tokens=self.config.buffer.max_tokens, count=self.count_tokens)
-        return kept
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        return session_buffer(self.parts, user_id, session_id)
 
     def search(
         self, query: str, *, user_id: str, k: int = 10, session_id: str | None = None,
@@ -255,74 +312,147 @@ class TieredMemory(OpeningMethods, LayerMethods):
         check_id(user_id, "user_id")
         if session_id is not None:
             check_id(session_id, "session_id")
-        if not isinstance(query, str) or not query.strip():
-            from .errors import InvalidInputError
-
-            raise InvalidInputError("query must be a non-empty string")
-        if not isinstance(k, int) or k < 1:
-            from .errors import InvalidInputError
-
+        _query(query)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise InvalidInputError(f"k must be a positive int, got {k!r}")
         check_filters(filters)
+        now = time.time()
         hits = search_turns(store=self.store, index=self.index, embedder=self.embedder,
                             config=self.config.retrieval, query=query, user_id=user_id, k=k,
-                            session_id=session_id, filters=filters)
-        self.store.touch([h.id for h in hits], time.time())
+                            session_id=session_id, filters=filters, now=now)
+        self.parts.access.note("turn", user_id, [h.id for h in hits], now)
         return hits
 
     def build_context(
         self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
     ) -> MemoryContext:
         """Recent turns plus working memory, known facts, past sessions and relevant past turns,
-        within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.assembly`."""
-        from .assembly import assemble
-
+        within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.context.assembly`."""
         check_query(query)
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         check_count(max_tokens, "max_tokens", minimum=1, optional=True)
-        return assemble(self, query, user_id=user_id, session_id=session_id, max_tokens=max_tokens,
-                        layers=self._layers if self._layers_ok() else None)
+        now = time.time()
+        context = assemble(self.parts, self._layers if self._layers_ok() else None, query,
+                           user_id=user_id, session_id=session_id, max_tokens=max_tokens)
+        for layer, ids in accessed(context).items():
+            self.parts.access.note(layer, user_id, ids, now)
+        return context
 
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """Write messages (one user's or all) as JSONL; returns the count. See :mod:`.portable`."""
-        from .portable import export_jsonl
-
-        return export_jsonl(self, path, user_id)
+        return export_jsonl(self.parts, Path(path), user_id)
 
     def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,
-                     progress: Callable[[int], None] | None = None, user_id: str | None = None) -> Any:
+                     progress: Callable[[int], None] | None = None, user_id: str | None = None) -> ImportReport:
         """Import a JSONL export (vectors recomputed); returns an ``ImportReport``. Each line
         goes to the user it names, unless ``user_id`` scopes the import to one user (lines of
         others are then invalid)."""
-        from .portable import import_jsonl
-
-        return import_jsonl(self, path, skip_invalid=skip_invalid, progress=progress, user_id=user_id)
+        return import_jsonl(self.parts, Path(path), skip_invalid=skip_invalid, progress=progress, user_id=user_id)
 
     def stats(self) -> Stats:
         c = self.store.counts()
         return Stats(users=c["users"], sessions=c["sessions"], messages=c["messages"],
                      indexed=c["indexed"], duplicates=c["duplicates"], vectors=self.index.count())
 
-    # ---- async twins -----------------------------------------------------
-    aadd = _twin(add)
-    aadd_many = _twin(add_many)
-    aforget = _twin(forget)
-    aclear_session = _twin(clear_session)
-    aforget_user = _twin(forget_user)
-    arebuild_index = _twin(rebuild_index)
-    aget_messages = _twin(get_messages)
-    aget_buffer = _twin(get_buffer)
-    asearch = _twin(search)
-    abuild_context = _twin(build_context)
-    afacts = _twin(LayerMethods.facts)
-    aadd_fact = _twin(LayerMethods.add_fact)
-    aupdate_fact = _twin(LayerMethods.update_fact)
-    adelete_fact = _twin(LayerMethods.delete_fact)
-    afact_history = _twin(LayerMethods.fact_history)
-    asearch_facts = _twin(LayerMethods.search_facts)
-    aepisodes = _twin(LayerMethods.episodes)
-    asearch_episodes = _twin(LayerMethods.search_episodes)
-    astats = _twin(stats)
-    aexport_jsonl = _twin(export_jsonl)
-    aimport_jsonl = _twin(import_jsonl)
+    # ---- episodic, semantic and working memory -----------------------------
+    def end_session(self, session_id: str, *, user_id: str) -> Episode:
+        """Extract facts from the session's turns not yet in an episode, then compress them into an
+        :class:`~tiered_memory.layers.episodic.Episode` (returned). Without an LLM, or if it fails,
+        rules do it (``metadata["method"] == "extractive"``); turns are never lost. Idempotent."""
+        episode = self._layers.end_session(check_id(user_id, "user_id"), session_id)
+        assert episode is not None  # only the background path (evicted_only) may find nothing
+        return episode
+
+    def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None,
+                    ) -> ConsolidationReport:
+        """Compress idle sessions, merge near-duplicate facts, promote often-recalled episodes, archive
+        old raw turns and prune stale memories; idempotent. See :mod:`.layers.consolidation`."""
+        check_id(user_id, "user_id")
+        self.parts.access.flush()  # promotion and pruning read the access counts
+        return self._layers.consolidate(user_id, progress)
+
+    def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
+        """The user's facts (``Fact``), optionally of one type; invalidated ones on request."""
+        check_id(user_id, "user_id")
+        self.parts.access.flush()  # the counts shown are current
+        return self._layers.facts.select(user_id, type, include_invalid)
+
+    def add_fact(self, text: str, *, user_id: str, type: str = "fact", confidence: float = 1.0,
+                 metadata: Mapping[str, Any] | None = None) -> Fact:
+        """Add a fact through resolution (may update or invalidate a related one); returns the fact."""
+        return self._layers.add_fact(check_id(user_id, "user_id"), text, type, confidence, metadata)
+
+    def update_fact(self, /, fact_id: str, *, user_id: str, **changes: Any) -> Fact:
+        """Edit ``text``, ``type``, ``confidence`` or ``metadata`` of a fact (recorded in its history)."""
+        return self._layers.facts.edit(check_id(user_id, "user_id"), fact_id, **changes)
+
+    def delete_fact(self, fact_id: str, *, user_id: str) -> None:
+        """Delete a fact; its history keeps a ``delete`` entry (``forget_user`` erases everything)."""
+        self._layers.facts.delete(check_id(user_id, "user_id"), fact_id)
+
+    def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:
+        """The audit trail of the user's facts (``FactChange``), oldest first."""
+        return self._layers.facts.history(check_id(user_id, "user_id"), fact_id)
+
+    def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list[FactHit]:
+        """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
+        check_id(user_id, "user_id")
+        now = time.time()
+        hits = self._layers.facts.search(_query(query), user_id=user_id, k=k, type=type,
+                                         retrieval=self.config.retrieval, now=now)
+        self.parts.access.note("fact", user_id, [h.fact.id for h in hits], now)
+        return hits
+
+    def episodes(self, user_id: str, session_id: str | None = None) -> list[Episode]:
+        """The user's episodes, oldest first."""
+        check_id(user_id, "user_id")
+        self.parts.access.flush()  # the counts shown are current
+        return self._layers.episodes.select(user_id, session_id)
+
+    def search_episodes(self, query: str, *, user_id: str, k: int = 5) -> list[EpisodeHit]:
+        """Whole episodes (``EpisodeHit``) ranked by their best-matching key point and recency."""
+        check_id(user_id, "user_id")
+        now = time.time()
+        hits = self._layers.episodes.search(_query(query), user_id=user_id, k=k,
+                                            retrieval=self.config.retrieval, now=now)
+        self.parts.access.note("episode", user_id, [h.episode.id for h in hits], now)
+        return hits
+
+    def working_memory(self, session_id: str, *, user_id: str) -> WorkingMemory:
+        """The session's :class:`~tiered_memory.layers.working.WorkingMemory` (``remember``, ``items``,
+        ``scratchpad``)."""
+        return self._layers.working(session_id, user_id)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for background compression queued by ``EpisodeConfig.compress_after_turns``, and
+        write the access counts reads have noted."""
+        self.parts.access.flush()
+        if "_layers" in self.__dict__:
+            self._layers.wait(timeout)
+
+    # ---- async twins: the sync method, run in a worker thread --------------
+    aadd = twin(add)
+    aadd_many = twin(add_many)
+    aforget = twin(forget)
+    aclear_session = twin(clear_session)
+    aforget_user = twin(forget_user)
+    arebuild_index = twin(rebuild_index)
+    aget_messages = twin(get_messages)
+    aget_buffer = twin(get_buffer)
+    asearch = twin(search)
+    abuild_context = twin(build_context)
+    aend_session = twin(end_session)
+    aconsolidate = twin(consolidate)
+    afacts = twin(facts)
+    aadd_fact = twin(add_fact)
+    aupdate_fact = twin(update_fact)
+    adelete_fact = twin(delete_fact)
+    afact_history = twin(fact_history)
+    asearch_facts = twin(search_facts)
+    aepisodes = twin(episodes)
+    asearch_episodes = twin(search_episodes)
+    astats = twin(stats)
+    aexport_jsonl = twin(export_jsonl)
+    aimport_jsonl = twin(import_jsonl)
+    aflush = twin(flush)

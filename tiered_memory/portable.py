@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from .errors import InvalidInputError
+from .parts import Parts
+from .recall.indexing import index_messages
+from .types import StoredMessage
 from .validation import check_id, normalize_message
 
-if TYPE_CHECKING:
-    from .memory import TieredMemory
 
 FORMAT = "tiered-memory/1"
 IMPORT_CHUNK = 128  # messages per transaction and per progress update
@@ -35,8 +36,8 @@ class ImportReport:
     invalid: list[tuple[int, str]] = field(default_factory=list)
 
 
-def export_lines(memory: "TieredMemory", user_id: str | None) -> Iterator[str]:
-    for m in memory.store.iter_messages(user_id):
+def export_lines(parts: Parts, user_id: str | None) -> Iterator[str]:
+    for m in parts.store.iter_messages(user_id):
         yield json.dumps({
             "format": FORMAT, "type": "message", "id": m.id, "user_id": m.user_id,
             "session_id": m.session_id, "role": m.role, "content": m.content,
@@ -44,7 +45,7 @@ def export_lines(memory: "TieredMemory", user_id: str | None) -> Iterator[str]:
         }, ensure_ascii=False)
 
 
-def export_jsonl(memory: "TieredMemory", path: str | Path, user_id: str | None = None) -> int:
+def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None) -> int:
     """Write messages (one user's, or everyone's) to ``path``; returns the count."""
     if user_id is not None:
         check_id(user_id, "user_id")
@@ -55,7 +56,7 @@ def export_jsonl(memory: "TieredMemory", path: str | Path, user_id: str | None =
     except OSError as e:
         raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from e
     with opened as f:
-        for line in export_lines(memory, user_id):
+        for line in export_lines(parts, user_id):
             f.write(line + "\n")
             n += 1
     tmp.replace(path)
@@ -84,7 +85,7 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
 
 
 def import_jsonl(
-    memory: "TieredMemory", path: str | Path, *, skip_invalid: bool = False,
+    parts: Parts, path: str | Path, *, skip_invalid: bool = False,
     progress: Callable[[int], None] | None = None, user_id: str | None = None,
 ) -> ImportReport:
     """Import a JSONL export. Every line is checked first; with any invalid line nothing
@@ -96,9 +97,6 @@ def import_jsonl(
     """
     if user_id is not None:
         check_id(user_id, "user_id")
-    from .indexing import index_messages
-    from .types import StoredMessage
-
     report = ImportReport()
     rows: list[StoredMessage] = []
     first_seen: dict[str, int] = {}
@@ -116,8 +114,8 @@ def import_jsonl(
             if not raw.strip():
                 continue
             try:
-                d = parse_line(raw, max_chars=memory.config.max_content_chars,
-                               max_metadata_bytes=memory.config.max_metadata_bytes)
+                d = parse_line(raw, max_chars=parts.config.max_content_chars,
+                               max_metadata_bytes=parts.config.max_metadata_bytes)
             except InvalidInputError as e:
                 report.invalid.append((n, str(e)))
                 continue
@@ -134,16 +132,16 @@ def import_jsonl(
         raise ImportFormatError(report.invalid)
     existing = set()
     for user in {r.user_id for r in rows}:
-        existing |= set(memory.store.get_by_ids(user, [r.id for r in rows if r.user_id == user]))
-    taken = memory.store.existing_ids([r.id for r in rows if r.id not in existing])
+        existing |= set(parts.store.get_by_ids(user, [r.id for r in rows if r.user_id == user]))
+    taken = parts.store.existing_ids([r.id for r in rows if r.id not in existing])
     new = [r for r in rows if r.id not in existing and r.id not in taken]
     report.skipped_existing = len(rows) - len(new)
-    with memory._write_lock:
+    with parts.lock:
         for start in range(0, len(new), IMPORT_CHUNK):
             part = new[start : start + IMPORT_CHUNK]
-            memory.store.insert_messages(part)
-            index_messages(part, store=memory.store, index=memory.index, embedder=memory.embedder,
-                           threshold=memory.config.dedup_threshold)
+            parts.store.insert_messages(part)
+            index_messages(part, store=parts.store, index=parts.index, embedder=parts.embedder,
+                           threshold=parts.config.dedup_threshold)
             report.imported += len(part)
             if progress:
                 progress(len(part))

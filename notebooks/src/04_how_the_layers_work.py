@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from tiered_memory import TieredMemory
-from tiered_memory.buffer import select_buffer
+from tiered_memory.layers.buffer import select_buffer
 from tiered_memory.tokens import default_token_counter
 from tiered_memory.types import StoredMessage
 
@@ -122,7 +122,7 @@ memory.llm = None
 # lowest are evicted at capacity. Relevance to the query re-ranks them.
 
 # %%
-from tiered_memory.working import decayed
+from tiered_memory.layers.working import decayed
 
 hours = list(range(0, 72))
 fig, ax = plt.subplots(figsize=(5, 3))

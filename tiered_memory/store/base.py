@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Protocol
+from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 from ..types import StoredMessage
+
+
+@runtime_checkable
+class CandidateSource(Protocol):
+    """A record store that fetches a search's candidates in one round trip (optional)."""
+
+    def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
+                   session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
+        """The records of ``ids`` and of the best ``k`` matches of ``terms``, and those
+        matches best first (as :meth:`RecordStore.keyword_search` returns them)."""
+        ...
 
 
 class RecordStore(Protocol):
@@ -22,8 +33,10 @@ class RecordStore(Protocol):
     def get_by_ids(self, user_id: str, ids: Iterable[str]) -> dict[str, StoredMessage]: ...
 
     def keyword_search(
-        self, user_id: str, match: str, *, k: int, session_id: str | None = None
-    ) -> list[tuple[str, float]]: ...
+        self, user_id: str, terms: Sequence[str], *, k: int, session_id: str | None = None
+    ) -> list[tuple[str, float]]:
+        """Messages matching any of ``terms`` (plain keywords; the store writes its own
+        query syntax), best first."""
 
     def neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]: ...
 

@@ -14,12 +14,11 @@ Example:
 from __future__ import annotations
 
 import json
-import re
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..retrieval import keywords
 from ..types import StoredMessage
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
+from .text_search import tsquery_any
 
 TEXT_SEARCH_CONFIG = "english"
 
@@ -49,7 +48,6 @@ MIGRATIONS: list[Step] = [
 ]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"
-_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
 
 def _row(r: Sequence[Any]) -> StoredMessage:
@@ -57,22 +55,6 @@ def _row(r: Sequence[Any]) -> StoredMessage:
         id=r[0], user_id=r[1], session_id=r[2], role=r[3], content=r[4],
         metadata=json.loads(r[5]), timestamp=r[6], seq=r[7],
     )
-
-
-def tsquery_text(match: str) -> str | None:
-    """A ``to_tsquery`` OR-expression from an FTS5 expression or plain text (pure).
-
-    Recall passes the FTS5 form built by :func:`~tiered_memory.retrieval.fts_query`
-    (``"a" OR "b"``); its quoted words are reused, otherwise the text's keywords.
-    Only word characters survive, so the result is always valid tsquery syntax.
-    """
-    quoted = [q.replace('""', '"') for q in _QUOTED.findall(match)]
-    words: list[str] = []
-    for part in quoted or [match]:
-        for w in keywords(part):
-            if w not in words:
-                words.append(w)
-    return " | ".join(words) if words else None
 
 
 class PostgresRecordStore(PostgresDatabase):
@@ -197,10 +179,10 @@ class PostgresRecordStore(PostgresDatabase):
         return {r[0]: _row(r) for r in rows}
 
     def keyword_search(
-        self, user_id: str, match: str, *, k: int, session_id: str | None = None
+        self, user_id: str, terms: Sequence[str], *, k: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
-        """PostgreSQL full-text search OR-ing the words of ``match``; higher score is better."""
-        text = tsquery_text(match)
+        """PostgreSQL full-text search OR-ing ``terms``; higher score is better."""
+        text = tsquery_any(terms)
         if text is None:
             return []
         sql = (
@@ -215,6 +197,25 @@ class PostgresRecordStore(PostgresDatabase):
         sql += " ORDER BY s DESC, m.seq DESC LIMIT %s"
         params.append(k)
         return [(r[0], float(r[1])) for r in self.query(sql, params)]
+
+    def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
+                   session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
+        """Keyword matches and the records of them and of ``ids``, in one statement."""
+        text = tsquery_any(terms)
+        session = " AND m.session_id = %(session)s" if session_id is not None else ""
+        kw_cte = (
+            "SELECT m.id, ts_rank(m.tsv, q) AS s, m.seq FROM messages m,"
+            f" to_tsquery('{TEXT_SEARCH_CONFIG}', %(text)s) AS q"
+            f" WHERE m.tsv @@ q AND m.user_id = %(user)s{session} ORDER BY s DESC, m.seq DESC LIMIT %(k)s"
+        ) if text is not None else "SELECT NULL::text AS id, NULL::real AS s, NULL::bigint AS seq WHERE false"
+        cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
+        rows = self.query(
+            f"WITH kw AS ({kw_cte}) SELECT {cols}, kw.s, kw.seq FROM messages m LEFT JOIN kw ON kw.id = m.id"
+            " WHERE m.user_id = %(user)s AND (m.id = ANY(%(ids)s) OR m.id IN (SELECT id FROM kw))",
+            {"text": text, "user": user_id, "session": session_id, "k": k, "ids": list(ids)})
+        records = {r[0]: _row(r) for r in rows}
+        kw = sorted(((r[0], float(r[-2]), r[-1]) for r in rows if r[-2] is not None), key=lambda t: (-t[1], -t[2]))
+        return records, [(i, s) for i, s, _ in kw]
 
     def neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
         """For each id, the messages of the same session within ``window`` positions (itself included)."""

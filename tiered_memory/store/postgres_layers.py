@@ -14,8 +14,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
-from .layer_rows import LayerStore
-from .postgres import TEXT_SEARCH_CONFIG, PostgresRecordStore, tsquery_text
+from .layer_store import LayerStore
+from .postgres import TEXT_SEARCH_CONFIG, PostgresRecordStore
+from .text_search import tsquery_any
 from .postgres_db import lock_key
 
 _TSV = f"tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) STORED"
@@ -180,9 +181,9 @@ class PostgresLayerStore(LayerStore):
         with self.db.transaction() as conn:
             yield _Connection(conn)
 
-    def keyword(self, table: str, user_id: str, match: str, k: int,
+    def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int,
                 extra: str = "", params: Sequence[Any] = ()) -> list[tuple[str, float]]:
-        text = tsquery_text(match)
+        text = tsquery_any(terms)
         if text is None:
             return []
         sql = (f"SELECT t.id, ts_rank(t.tsv, q) AS s FROM {table} t, to_tsquery('{TEXT_SEARCH_CONFIG}', ?) AS q"

@@ -8,10 +8,11 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import CorruptStoreError, StoreError
 from ..types import StoredMessage
+from .text_search import fts5_any
 
 APP_ID = "tiered-memory"
 
@@ -249,9 +250,12 @@ class SQLiteRecordStore:
         return out
 
     def keyword_search(
-        self, user_id: str, match: str, *, k: int, session_id: str | None = None
+        self, user_id: str, terms: Sequence[str], *, k: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
-        """BM25 over FTS5 (``match`` is an FTS5 expression); higher score is better."""
+        """BM25 over FTS5, OR-ing ``terms``; higher score is better."""
+        match = fts5_any(terms)
+        if match is None:
+            return []
         sql = (
             "SELECT m.id, -bm25(messages_fts) AS s FROM messages_fts"
             " JOIN messages m ON m.rowid = messages_fts.rowid"
@@ -264,6 +268,13 @@ class SQLiteRecordStore:
         sql += " ORDER BY bm25(messages_fts) LIMIT ?"
         params.append(k)
         return [(r[0], float(r[1])) for r in self.query(sql, params)]
+
+    def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
+                   session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
+        """Keyword matches and the records of them and of ``ids``, under one lock."""
+        with self.lock:
+            kw = self.keyword_search(user_id, terms, k=k, session_id=session_id) if terms else []
+            return self.get_by_ids(user_id, [*ids, *(i for i, _ in kw)]), kw
 
     def neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
         """For each id, the messages of the same session within ``window`` positions (itself included)."""

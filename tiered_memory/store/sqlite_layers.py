@@ -13,8 +13,9 @@ import sqlite3
 from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
 
-from .layer_rows import LayerStore
+from .layer_store import LayerStore
 from .sqlite import SQLiteRecordStore
+from .text_search import fts5_any
 
 LAYER_MIGRATIONS: list[str] = [
     """
@@ -169,8 +170,11 @@ class SQLiteLayerStore(LayerStore):
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return self.db.transaction()
 
-    def keyword(self, table: str, user_id: str, match: str, k: int,
+    def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int,
                 extra: str = "", params: Sequence[Any] = ()) -> list[tuple[str, float]]:
+        match = fts5_any(terms)
+        if match is None:
+            return []
         fts = f"{table}_fts"
         sql = (f"SELECT t.id, -bm25({fts}) FROM {fts} JOIN {table} t ON t.rowid = {fts}.rowid"
                f" WHERE {fts} MATCH ? AND t.user_id = ? {extra} ORDER BY bm25({fts}) LIMIT ?")

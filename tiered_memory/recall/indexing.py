@@ -7,10 +7,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .embedding import Embedder, embed
-from .store.base import RecordStore
-from .types import StoredMessage
-from .vector.base import VectorIndex, VectorItem
+from ..embedding import Embedder, embed
+from ..store.base import RecordStore
+from ..types import StoredMessage
+from ..vector.base import VectorIndex, VectorItem
 
 log = logging.getLogger("tiered_memory")
 

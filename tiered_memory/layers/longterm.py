@@ -11,28 +11,28 @@ layer falls back to the extractive path and records why in the metadata, unless
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import json
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from ._sync import run_sync
+from ..aio import run_sync
 from .buffer import select_buffer
 from .episodic import Episode, EpisodeSchema, EpisodicMemory, episode_messages, transcript
-from .errors import InvalidInputError, LLMError, NotFoundError
-from .extractive import EpisodeDraft, FactCandidate, extract_episode, extract_fact_candidates
-from .llm import LLM, complete_json, resolve_llm
+from ..errors import InvalidInputError, LLMError, NotFoundError
+from .extractive import extract_episode, extract_fact_candidates
+from .records import EpisodeDraft, FactCandidate
+from ..llm.adapters import resolve_llm
+from ..llm.base import LLM, complete_json
 from .semantic import ExtractedFacts, Fact, Judgement, SemanticMemory
-from .store.layer_rows import open_layer_store
-from .types import StoredMessage
-from .validation import check_id, check_text
+from ..parts import Parts
+from ..store.layer_store import LayerStore
+from .consolidation import ConsolidationReport, consolidate
+from ..types import StoredMessage
+from ..validation import check_id, check_text
 from .working import WorkingMemory
 
-if TYPE_CHECKING:
-    from .consolidation import ConsolidationReport
-    from .memory import TieredMemory
 
 log = logging.getLogger("tiered_memory")
 
@@ -55,13 +55,13 @@ invalidate: it contradicts the target, which is no longer true; noop: already kn
 class Layers:
     """Episodic, semantic and working memory of one :class:`TieredMemory`."""
 
-    def __init__(self, memory: "TieredMemory") -> None:
-        self.memory = memory
-        cfg = memory.config
-        self.rows = open_layer_store(memory.store)
-        lock = memory._write_lock
-        self.facts = SemanticMemory(self.rows, memory.index, memory.embedder, cfg.facts, lock)
-        self.episodes = EpisodicMemory(self.rows, memory.index, memory.embedder, cfg.episodes, lock)
+    def __init__(self, parts: Parts, rows: LayerStore, llm: Any = None) -> None:
+        self.parts = parts
+        cfg = parts.config
+        self.rows = rows
+        self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.lock)
+        self.episodes = EpisodicMemory(rows, parts.index, parts.embedder, cfg.episodes, parts.lock)
+        self.llm_source: Any = llm  # what the user passed; resolved (and wrapped) on first use
         self._llm: LLM | None = None
         self._llm_source: Any = None
         self._session_locks: dict[tuple[str, str], threading.Lock] = {}
@@ -72,45 +72,46 @@ class Layers:
 
     @property
     def llm(self) -> LLM | None:
-        if self.memory.llm is not self._llm_source:  # resolved again if the attribute is replaced
-            self._llm, self._llm_source = resolve_llm(self.memory.llm), self.memory.llm
+        if self.llm_source is not self._llm_source:  # resolved again if the attribute is replaced
+            self._llm, self._llm_source = resolve_llm(self.llm_source), self.llm_source
         return self._llm
 
     def working(self, session_id: str, user_id: str) -> WorkingMemory:
-        return WorkingMemory(self.rows, self.memory.embedder, self.memory.config.working,
-                             self.memory._write_lock, user_id=user_id, session_id=session_id)
+        return WorkingMemory(self.rows, self.parts.embedder, self.parts.config.working,
+                             self.parts.lock, user_id=user_id, session_id=session_id)
 
     # ---- LLM calls with fallback -----------------------------------------------
-    async def _json(self, messages: list[dict[str, str]], schema: Any) -> Any:
-        cfg = self.memory.config.llm
+    def _json(self, messages: list[dict[str, str]], schema: Any) -> Any:
+        """The one bridge to the async LLM protocol: the call runs on the library's loop."""
+        cfg = self.parts.config.llm
         assert self.llm is not None
-        return await complete_json(self.llm, messages, schema, max_tokens=cfg.max_tokens,
-                                   timeout=cfg.timeout_s, retries=cfg.retries)
+        return run_sync(complete_json(self.llm, messages, schema, max_tokens=cfg.max_tokens,
+                                   timeout=cfg.timeout_s, retries=cfg.retries))
 
     def _fallback(self, what: str, e: LLMError) -> dict[str, Any]:
-        if self.memory.config.llm.strict:
+        if self.parts.config.llm.strict:
             raise e
         log.warning("LLM %s failed, using the extractive fallback: %s", what, e)
         return {"method": "extractive", "reason": "llm failed", "llm_error": f"{type(e).__name__}: {e}"}
 
-    async def compress(self, messages: Sequence[StoredMessage]) -> tuple[EpisodeDraft, dict[str, Any]]:
+    def compress(self, messages: Sequence[StoredMessage]) -> tuple[EpisodeDraft, dict[str, Any]]:
         """An episode draft from the LLM, or from rules when there is none or it fails."""
         if self.llm is None:
             return extract_episode(messages), {"method": "extractive", "reason": "no llm configured"}
         try:
-            out = await self._json(episode_messages(messages), EpisodeSchema)
+            out = self._json(episode_messages(messages), EpisodeSchema)
             return EpisodeDraft(**out.model_dump()), {"method": "llm"}
         except LLMError as e:
             return extract_episode(messages), self._fallback("episode", e)
 
-    async def candidates(self, messages: Sequence[StoredMessage]
+    def candidates(self, messages: Sequence[StoredMessage]
                          ) -> tuple[list[FactCandidate], dict[str, Any]]:
         if self.llm is None:
             return extract_fact_candidates(messages), {"method": "extractive", "reason": "no llm configured"}
         prompt = [{"role": "system", "content": FACTS_PROMPT},
                   {"role": "user", "content": "Conversation:\n" + transcript(messages)}]
         try:
-            out: ExtractedFacts = await self._json(prompt, ExtractedFacts)
+            out: ExtractedFacts = self._json(prompt, ExtractedFacts)
         except LLMError as e:
             return extract_fact_candidates(messages), self._fallback("fact extraction", e)
         users = tuple(m.id for m in messages if m.role == "user")
@@ -120,31 +121,31 @@ class Layers:
             found.append(FactCandidate(type=f.type, text=f.text.strip(), confidence=f.confidence, source_ids=src))
         return found, {"method": "llm"}
 
-    async def _judge(self, candidate: FactCandidate, related: Sequence[tuple[Fact, float]]) -> Judgement | None:
+    def _judge(self, candidate: FactCandidate, related: Sequence[tuple[Fact, float]]) -> Judgement | None:
         numbered = "\n".join(f"[{n}] {json.dumps(f.text)}" for n, (f, _) in
                              enumerate(sorted(related, key=lambda r: -r[1]), 1))
         prompt = [{"role": "system", "content": RESOLVE_PROMPT},
                   {"role": "user", "content": f"NEW: {json.dumps(candidate.text)}\nEXISTING:\n{numbered}"}]
         try:
-            return await self._json(prompt, Judgement)  # type: ignore[no-any-return]
+            return self._json(prompt, Judgement)  # type: ignore[no-any-return]
         except LLMError as e:
             self._fallback("fact resolution", e)
             return None
 
-    async def ingest(self, user_id: str, candidates: Sequence[FactCandidate], metadata: dict[str, Any],
+    def ingest(self, user_id: str, candidates: Sequence[FactCandidate], metadata: dict[str, Any],
                      messages: Sequence[StoredMessage] = ()) -> list[Fact]:
         """Resolve and store candidates; an LLM judges against related facts when available."""
         stamps = {m.id: m.timestamp for m in messages}
         changed = []
         for cand in candidates:
-            related = await asyncio.to_thread(self.facts.related, user_id, cand.text,
-                                              self.memory.config.facts.related_k)
-            related = [r for r in related if r[1] >= self.memory.config.facts.related_similarity]
+            related = self.facts.related(user_id, cand.text,
+                                              self.parts.config.facts.related_k)
+            related = [r for r in related if r[1] >= self.parts.config.facts.related_similarity]
             judgement = None
             if self.llm is not None and related and metadata.get("method") == "llm" and not cand.key:
-                judgement = await self._judge(cand, related)
+                judgement = self._judge(cand, related)
             at = max((stamps[i] for i in cand.source_ids if i in stamps), default=None)
-            _, fact = await asyncio.to_thread(self.facts.resolve_and_apply, user_id, cand, metadata=metadata,
+            _, fact = self.facts.resolve_and_apply(user_id, cand, metadata=metadata,
                                               judgement=judgement, related=related, at=at)
             if fact is not None:
                 changed.append(fact)
@@ -155,38 +156,38 @@ class Layers:
         with self._guard:
             return self._session_locks.setdefault((user_id, session_id), threading.Lock())
 
-    async def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False) -> Episode | None:
+    def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False) -> Episode | None:
         """Compress the session's messages no episode covers yet (facts first, then the episode)."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         lock = self._session_lock(user_id, session_id)
-        await asyncio.to_thread(lock.acquire)
+        lock.acquire()
         try:
-            msgs = await asyncio.to_thread(self._uncovered, user_id, session_id, evicted_only)
+            msgs = self._uncovered(user_id, session_id, evicted_only)
             if not msgs:
                 done = self.episodes.select(user_id, session_id)
                 if done or evicted_only:
                     return done[-1] if done else None
                 raise NotFoundError(f"session {session_id!r} has no messages for this user")
-            found, meta = await self.candidates(msgs)
-            await self.ingest(user_id, found, meta, msgs)
-            draft, ep_meta = await self.compress(msgs)
-            return await asyncio.to_thread(self.episodes.save, user_id, session_id, draft, msgs, ep_meta)
+            found, meta = self.candidates(msgs)
+            self.ingest(user_id, found, meta, msgs)
+            draft, ep_meta = self.compress(msgs)
+            return self.episodes.save(user_id, session_id, draft, msgs, ep_meta)
         finally:
             lock.release()
 
     def _uncovered(self, user_id: str, session_id: str, evicted_only: bool) -> list[StoredMessage]:
         cursor = self.rows.cursor(user_id, session_id)
-        msgs = [m for m in self.memory.store.get_messages(user_id, session_id) if m.seq > cursor]
+        msgs = [m for m in self.parts.store.get_messages(user_id, session_id) if m.seq > cursor]
         if evicted_only:
-            buf = self.memory.config.buffer
+            buf = self.parts.config.buffer
             _, msgs = select_buffer(msgs, max_messages=buf.max_messages, max_tokens=buf.max_tokens,
-                                    count=self.memory.count_tokens)
+                                    count=self.parts.count_tokens)
         return msgs
 
     def after_add(self, user_id: str, session_id: str) -> None:
         """Called by ``add_many`` after the commit: may hand the session to the background worker."""
-        n = self.memory.config.episodes.compress_after_turns
+        n = self.parts.config.episodes.compress_after_turns
         if n is None:
             return
         turns = self.rows.uncovered_count(user_id, session_id, role="user")
@@ -201,7 +202,7 @@ class Layers:
 
     def _background(self, user_id: str, session_id: str) -> None:
         try:
-            run_sync(self.end_session(user_id, session_id, evicted_only=True))
+            self.end_session(user_id, session_id, evicted_only=True)
         except Exception:  # the turns are stored; end_session or consolidate will retry
             log.exception("background compression of session %r failed", session_id)
         finally:
@@ -234,9 +235,9 @@ class Layers:
         want_facts = {f"fact:{r[0]}": r[0] for r in self.rows.query(
             "SELECT id FROM facts WHERE deleted_at IS NULL AND invalid_at IS NULL")}
         want_points = {r[0] for r in self.rows.query("SELECT id FROM episode_points")}
-        have = {i for i in self.memory.index.ids() if i.startswith(("fact:", "ep:"))}
+        have = {i for i in self.parts.index.ids() if i.startswith(("fact:", "ep:"))}
         stray = sorted(have - set(want_facts) - want_points)
-        self.memory.index.delete(stray)
+        self.parts.index.delete(stray)
         missing = (set(want_facts) | want_points) - have
         users = {r[0] for r in self.rows.query("SELECT user_id FROM facts UNION SELECT user_id FROM episodes")}
         if missing:
@@ -247,8 +248,6 @@ class Layers:
     def reindex(self, user_id: str | None = None) -> dict[str, int]:
         return {"facts": self.facts.reindex(user_id), "episodes": self.episodes.reindex(user_id)}
 
-    async def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None
-                          ) -> "ConsolidationReport":
-        from .consolidation import consolidate
-
-        return await consolidate(self, user_id, progress=progress)
+    def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None
+                          ) -> ConsolidationReport:
+        return consolidate(self, user_id, progress=progress)

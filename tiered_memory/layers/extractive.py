@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 from typing import Sequence
 
-from .retrieval import STOPWORDS, keywords
-from .types import StoredMessage
+from ..recall.query import STOPWORDS, keywords
+from ..types import StoredMessage
+from .records import EpisodeDraft, FactCandidate
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 _ENTITY = re.compile(r"\b(?:[A-Z][a-zA-Z0-9'&-]+)(?:\s+(?:of|de|da|van|von|the)?\s*[A-Z][a-zA-Z0-9'&-]+)*")
@@ -38,29 +38,6 @@ _COMMON_CAPS = frozenset(
     "We We're Let's Let My You Your Also Then Great Good Maybe Just Here There Also If Not Nice Noted Got "
     "Sounds Perfect Absolutely Certainly Awesome Cool Right Well First Next Finally Now Today Tomorrow "
     "Yesterday Sorry Use Note Done Welcome Hmm Oh Wow Alright Exactly Indeed Correct True".split())
-
-
-@dataclass(frozen=True, kw_only=True)
-class FactCandidate:
-    """A fact proposed by rules or by the LLM, before resolution."""
-
-    type: str
-    text: str
-    confidence: float
-    source_ids: tuple[str, ...] = ()
-    key: str | None = None  # a slot like "residence" or "pref:sushi": same key, one truth
-    polarity: int = 1
-
-
-@dataclass(frozen=True, kw_only=True)
-class EpisodeDraft:
-    """The content of an episode, from the LLM or from rules."""
-
-    summary: str
-    entities: list[str] = field(default_factory=list)
-    decisions: list[str] = field(default_factory=list)
-    open_questions: list[str] = field(default_factory=list)
-    key_facts: list[str] = field(default_factory=list)
 
 
 def sentences(text: str) -> list[str]:

@@ -17,15 +17,17 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import numpy as np
 from pydantic import BaseModel, Field
 
-from .config import EpisodeConfig, RetrievalConfig
-from .embedding import Embedder, embed, embed_query
-from .extractive import EpisodeDraft
-from .retrieval import fts_query, recency_score, rrf_fuse
-from .store.layer_rows import LayerStore, dumps
-from .types import StoredMessage
-from .vector.base import VectorIndex, VectorItem
+from ..config import EpisodeConfig, RetrievalConfig
+from ..embedding import Embedder, embed, embed_query
+from .records import EpisodeDraft
+from ..recall.query import keywords
+from ..recall.scoring import recency_score, rrf_fuse
+from ..store.layer_store import LayerStore, dumps
+from ..types import StoredMessage
+from ..vector.base import VectorIndex, VectorItem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,13 +214,15 @@ class EpisodicMemory:
                            for n in range(len(points))])
 
     def search(self, query: str, *, user_id: str, k: int, retrieval: RetrievalConfig,
-               now: float | None = None, touch: bool = True) -> list[EpisodeHit]:
+               now: float | None = None, vector: np.ndarray | None = None) -> list[EpisodeHit]:
+        """Episodes ranked by their best key point and recency; writes nothing (the caller
+        notes what it hands on as an access)."""
         now = time.time() if now is None else now
         n = max(self.config.candidates, k * 6)
-        qv = embed_query(self.embedder, query)
+        qv = embed_query(self.embedder, query) if vector is None else vector
         vec = self.index.query(qv[None, :], user_id=user_id, k=n, layers=["episode"])[0]
-        match = fts_query(query)
-        kw = self.rows.keyword("episode_points", user_id, match, n) if match else []
+        terms = keywords(query)
+        kw = self.rows.keyword("episode_points", user_id, terms, n) if terms else []
         fused = rrf_fuse({"vector": [i for i, _ in vec], "keyword": [i for i, _ in kw]},
                          {"vector": retrieval.vector_weight, "keyword": retrieval.keyword_weight},
                          k=retrieval.rrf_k, extras={"vector": dict(vec), "keyword": dict(kw)})
@@ -234,8 +238,6 @@ class EpisodicMemory:
         hits = [EpisodeHit(episode=episodes[eid], score=s, matched=texts.get(pid, ""),
                            explanation={"best_point": pid, "recency_weight": self.config.recency_weight})
                 for eid, s, pid in ranked]
-        if touch:
-            self.touch(user_id, [h.episode.id for h in hits], now)
         return hits
 
     def touch(self, user_id: str, ids: Sequence[str], now: float) -> None:

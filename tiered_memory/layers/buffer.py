@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Sequence, TypeVar
 
-from .types import StoredMessage
+from ..types import StoredMessage
 
 M = TypeVar("M", bound=StoredMessage)
 

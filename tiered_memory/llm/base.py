@@ -1,9 +1,7 @@
 """The small async LLM protocol of the core, and robust JSON out of model text.
 
 Any object with ``async def complete(messages, *, json_mode=False, max_tokens=None)
--> str`` is an LLM here. :func:`resolve_llm` also accepts a LangChain chat model or a
-LlamaIndex LLM and wraps it with the adapter of its framework package, imported
-only then, so the core never imports a framework by itself.
+-> str`` is an LLM here; :mod:`.adapters` turns framework models into one.
 
 :func:`complete_json` is the one path every layer uses to get structured output:
 strip code fences, find the JSON object in chatter, validate it against a pydantic
@@ -15,15 +13,13 @@ extractive (rule-based) path.
 from __future__ import annotations
 
 import asyncio
-import importlib
-import inspect
 import json
 import re
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from .errors import ConfigurationError, LLMError, LLMOutputError, MissingDependencyError
+from ..errors import LLMError, LLMOutputError
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -132,43 +128,3 @@ async def complete_json(
                          f"That output was invalid: {error}. Reply again with only one JSON "
                          f"object matching this schema: {schema_hint(schema)}")}]
     raise LLMOutputError(f"the LLM output did not validate after {retries + 1} attempts: {error}")
-
-
-def _from_package(obj: object, prefixes: tuple[str, ...]) -> bool:
-    return any(c.__module__.startswith(prefixes) for c in type(obj).__mro__)
-
-
-# A framework's objects are recognised by the package their class comes from, then handed
-# to our adapter module for it, whose ``adapt(obj)`` wraps a model or returns None. The
-# core itself never imports a framework: (class packages, adapter module, its package, extra)
-_ADAPTERS = (
-    (("langchain_core", "langchain"), "langchain_tiered_memory.llm", "langchain-tiered-memory", "langchain"),
-    (("llama_index",), "llamaindex_tiered_memory.llm", "llamaindex-tiered-memory", "llamaindex"),
-)
-
-
-def resolve_llm(obj: Any) -> LLM | None:
-    """An :class:`LLM` for ``obj``: itself, or a LangChain / LlamaIndex model wrapped.
-
-    Raises:
-        ConfigurationError: ``obj`` is none of those.
-        MissingDependencyError: it is a framework model but the adapter is not installed.
-    """
-    if obj is None:
-        return None
-    for prefixes, module, package, extra in _ADAPTERS:
-        if _from_package(obj, prefixes):
-            try:
-                adapter = importlib.import_module(module)
-            except MissingDependencyError:
-                raise  # the adapter names the framework package it lacks
-            except ImportError as e:
-                raise MissingDependencyError(package, extra) from e
-            wrapped: LLM | None = adapter.adapt(obj)
-            if wrapped is not None:
-                return wrapped
-    if isinstance(obj, LLM) and inspect.iscoroutinefunction(type(obj).complete):
-        return obj
-    raise ConfigurationError(
-        f"llm must have 'async def complete(messages, *, json_mode=False, max_tokens=None) -> str', "
-        f"or be a LangChain chat model or a LlamaIndex LLM; got {type(obj).__name__}")

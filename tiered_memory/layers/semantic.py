@@ -20,14 +20,15 @@ from typing import Any, Literal, Sequence
 import numpy as np
 from pydantic import BaseModel, Field
 
-from .config import FactConfig, RetrievalConfig
-from .embedding import Embedder, embed, embed_query
-from .errors import InvalidInputError, NotFoundError
-from .extractive import FactCandidate
-from .retrieval import fts_query, recency_score, rrf_fuse
-from .store.layer_rows import LayerStore, dumps, from_blob, to_blob
-from .validation import check_text
-from .vector.base import VectorIndex, VectorItem
+from ..config import FactConfig, RetrievalConfig
+from ..embedding import Embedder, embed, embed_query
+from ..errors import InvalidInputError, NotFoundError
+from .records import FactCandidate
+from ..recall.query import keywords
+from ..recall.scoring import recency_score, rrf_fuse
+from ..store.layer_store import LayerStore, dumps, from_blob, to_blob
+from ..validation import check_text
+from ..vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
 FactType = Literal["preference", "fact", "constraint", "relationship", "decision"]
@@ -229,16 +230,19 @@ class SemanticMemory:
             [user_id, *ids])]
 
     def search(self, query: str, *, user_id: str, k: int, type: str | None, retrieval: RetrievalConfig,
-               include_invalid: bool = False, now: float | None = None, touch: bool = True) -> list[FactHit]:
-        """Hybrid recall over facts (vector + keyword + recency of update); touches the hits."""
+               include_invalid: bool = False, now: float | None = None,
+               vector: np.ndarray | None = None) -> list[FactHit]:
+        """Hybrid recall over facts (vector + keyword + recency of update). ``vector`` is the
+        query's embedding when the caller has it already. Writes nothing: the caller notes
+        what it hands on as an access."""
         check_type(type)
         now = time.time() if now is None else now
         n = max(self.config.candidates, k * 4)
-        qv = embed_query(self.embedder, query)
+        qv = embed_query(self.embedder, query) if vector is None else vector
         vec = [(i.split(":", 1)[1], s) for i, s in
                self.index.query(qv[None, :], user_id=user_id, k=n, layers=["fact"])[0]]
-        match = fts_query(query)
-        kw = self.rows.keyword("facts", user_id, match, n, "AND t.deleted_at IS NULL") if match else []
+        terms = keywords(query)
+        kw = self.rows.keyword("facts", user_id, terms, n, "AND t.deleted_at IS NULL") if terms else []
         facts = {f.id: f for f in self._load(user_id, [i for i, _ in vec] + [i for i, _ in kw])
                  if (include_invalid or f.valid) and (type is None or f.type == type)}
         fused = rrf_fuse(
@@ -250,10 +254,7 @@ class SemanticMemory:
             extras={"vector": dict(vec), "keyword": dict(kw),
                     "recency": {i: recency_score(f.updated_at, now, retrieval.recency_half_life_days)
                                 for i, f in facts.items()}})
-        hits = [FactHit(fact=facts[f.id], score=f.score, explanation={"signals": f.parts}) for f in fused[:k]]
-        if touch:
-            self.touch(user_id, [h.fact.id for h in hits], now)
-        return hits
+        return [FactHit(fact=facts[f.id], score=f.score, explanation={"signals": f.parts}) for f in fused[:k]]
 
     def touch(self, user_id: str, ids: Sequence[str], now: float) -> None:
         if ids:  # sorted: one lock order, so concurrent workers cannot deadlock

@@ -29,13 +29,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from .embedding import embed, embed_query
-from .errors import InvalidInputError
-from .retrieval import fts_query, recency_score, rrf_fuse
-from .store.layer_rows import open_layer_store
-from .store.postgres import TEXT_SEARCH_CONFIG
-from .validation import check_id, check_text
-from .vector.base import VectorIndex, VectorItem
+from ..embedding import embed, embed_query
+from ..errors import InvalidInputError
+from ..recall.query import keywords
+from ..recall.scoring import recency_score, rrf_fuse
+from ..parts import Parts
+from ..store.layer_store import LayerStore
+from ..store.postgres import TEXT_SEARCH_CONFIG
+from ..validation import check_id, check_text
+from ..vector.base import VectorIndex, VectorItem
 
 SQLITE_ITEM_MIGRATIONS: list[str] = [
     """
@@ -217,20 +219,22 @@ _COLS = "id, user_id, namespace, key, value, text, created_at, updated_at"
 
 
 class ItemStore:
-    """Items on top of a :class:`TieredMemory`'s record store (SQLite or PostgreSQL) and vector index.
+    """Items on the record store (SQLite or PostgreSQL) and vector index of a memory's parts.
+    Get it with :meth:`TieredMemory.item_store`.
 
     Args:
-        memory: an open :class:`~tiered_memory.TieredMemory`.
+        parts: the memory's :class:`~tiered_memory.parts.Parts`.
+        db: the layer repositories of its record store.
     """
 
-    def __init__(self, memory: Any) -> None:
-        self.memory = memory
-        self.db = open_layer_store(memory.store)  # ``?`` SQL and keyword search on SQLite or PostgreSQL
-        memory.store.migrate("items", ITEM_MIGRATIONS[self.db.dialect])
+    def __init__(self, parts: Parts, db: LayerStore) -> None:
+        self.parts = parts
+        self.db = db  # ``?`` SQL and keyword search on SQLite or PostgreSQL
+        db.migrate("items", ITEM_MIGRATIONS[db.dialect])
 
     @property
     def index(self) -> VectorIndex:
-        return self.memory.index  # type: ignore[no-any-return]
+        return self.parts.index
 
     # ---- writes ------------------------------------------------------------
     def write_many(self, writes: Sequence[ItemWrite]) -> None:
@@ -259,11 +263,11 @@ class ItemStore:
             except (TypeError, ValueError) as e:
                 raise InvalidInputError(f"item value must be JSON-serialisable: {e}") from e
         with_text = [w for w in puts if w.text and w.text.strip()]
-        vectors = embed(self.memory.embedder, [w.text for w in with_text]) if with_text else None  # type: ignore[misc]
+        vectors = embed(self.parts.embedder, [w.text for w in with_text]) if with_text else None  # type: ignore[misc]
         now = time.time()
         ids: dict[tuple[tuple[str, ...], str], str] = {}
         stale: list[str] = []
-        with self.memory._write_lock, self.db.transaction() as c:
+        with self.parts.lock, self.db.transaction() as c:
             for (ns, key), w in last.items():
                 found = c.execute("SELECT id FROM items WHERE ns_path=? AND key=?",
                                   (ns_path(ns), key)).fetchone()
@@ -304,7 +308,7 @@ class ItemStore:
         todo = [want[i] for i in sorted(set(want) - have)]
         for start in range(0, len(todo), 256):
             part = todo[start:start + 256]
-            vectors = embed(self.memory.embedder, [r[2] for r in part])
+            vectors = embed(self.parts.embedder, [r[2] for r in part])
             self.index.upsert([VectorItem(id=f"item:{r[0]}", vector=vectors[n], user_id=r[1],
                                           layer=LAYER, timestamp=r[3]) for n, r in enumerate(part)])
         return len(todo)
@@ -342,12 +346,12 @@ class ItemStore:
             raise InvalidInputError(
                 "a search query needs the user: make the namespace prefix include the user id")
         check_id(user_id, "user_id")
-        cfg = self.memory.config.retrieval
+        cfg = self.parts.config.retrieval
         n = max(cfg.candidates, (offset + limit) * 4)
-        vec = self.index.query(embed_query(self.memory.embedder, query)[None, :], user_id=user_id,
+        vec = self.index.query(embed_query(self.parts.embedder, query)[None, :], user_id=user_id,
                                k=n, layers=[LAYER])[0]
-        match = fts_query(query)
-        kw = self.db.keyword("items", user_id, match, n) if match else []
+        terms = keywords(query)
+        kw = self.db.keyword("items", user_id, terms, n) if terms else []
         vec = [(i.removeprefix("item:"), s) for i, s in vec]
         candidates = {i.id: i for i in self._under(ns, [i for i, _ in vec] + [i for i, _ in kw])
                       if i.user_id == user_id and match_filter(i.value, filter)}

@@ -36,12 +36,6 @@ def keywords(text: str) -> list[str]:
     return list(seen)
 
 
-def fts_query(text: str) -> str | None:
-    """An FTS5 expression OR-ing the quoted keywords of ``text`` (safe against FTS syntax)."""
-    words = keywords(text)
-    if not words:
-        return None
-    return " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
 
 
 # ---- query analysis ----------------------------------------------------------
@@ -70,13 +64,14 @@ _NAME = re.compile(r"\b[A-Z][\w'’-]*")
 class QueryPlan:
     """What recall reads from a query, without an LLM.
 
-    ``fts`` is the keyword expression (content words, stopwords dropped), ``names``
+    ``terms`` are the keywords (content words, stopwords dropped) each backend ORs in
+    its own syntax, ``names``
     the proper names it mentions, ``dates`` the ``(start, end)`` epoch ranges of the
     dates it names, ``temporal`` whether it asks *when*.
     """
 
     text: str
-    fts: str | None
+    terms: tuple[str, ...]
     names: frozenset[str] = frozenset()
     dates: tuple[tuple[float, float], ...] = ()
     temporal: bool = False
@@ -142,5 +137,5 @@ def has_time_expression(text: str) -> bool:
 
 def plan_query(text: str) -> QueryPlan:
     """Analyse a query: keyword expression, names, dates, and whether it asks *when*."""
-    return QueryPlan(text=text, fts=fts_query(text), names=proper_names(text),
+    return QueryPlan(text=text, terms=tuple(keywords(text)), names=proper_names(text),
                      dates=date_ranges(text), temporal=is_temporal_question(text))

@@ -1,4 +1,10 @@
-"""Run a coroutine from sync code, even where an event loop is already running (Jupyter).
+"""The one sync/async story of the library.
+
+:func:`twin` makes the ``a*`` twin of a sync method: the same signature (typed with
+``ParamSpec``, so type checkers and IDEs see it), run in a worker thread so no blocking
+I/O happens on the caller's event loop. :func:`run_sync` is the one bridge the other
+way, for the async LLM protocol: it runs a coroutine from sync code, even where an
+event loop is already running (Jupyter).
 
 Every sync call runs on one long-lived event loop in a daemon thread, not on a
 fresh ``asyncio.run`` loop per call: async HTTP clients that providers cache per
@@ -11,9 +17,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Coroutine, TypeVar
+import functools
+from typing import Any, Callable, Concatenate, Coroutine, ParamSpec, TypeVar
 
 T = TypeVar("T")
+S = TypeVar("S")
+P = ParamSpec("P")
 _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tiered-memory-sync")
 _GUARD = threading.Lock()
 _LOOP: asyncio.AbstractEventLoop | None = None
@@ -37,3 +46,26 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         # called from code already running on our loop: blocking it would deadlock
         return _POOL.submit(asyncio.run, coro).result()
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The async twin of a sync method: same parameters, run by ``asyncio.to_thread``.
+
+    Example:
+        >>> class Store:
+        ...     def get(self, key: str) -> str:
+        ...         return key.upper()
+        ...     aget = twin(get)
+        >>> asyncio.run(Store().aget("k"))
+        'K'
+    """
+
+    @functools.wraps(method)
+    async def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(method, self, *args, **kwargs)
+
+    run.__name__ = "a" + method.__name__
+    owner = method.__qualname__.rpartition(".")[0]
+    run.__qualname__ = f"{owner}.{run.__name__}" if owner else run.__name__
+    run.__doc__ = f"Async twin of :meth:`{method.__name__}` (run in a worker thread)."
+    return run

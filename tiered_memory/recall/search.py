@@ -8,28 +8,32 @@ from __future__ import annotations
 
 import time
 from dataclasses import fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
-from .config import RetrievalConfig
-from .embedding import Embedder, embed_query
-from .retrieval import (
-    Candidate,
-    TurnWeights,
-    base_scores,
-    matches_filters,
-    plan_query,
-    previous_turns,
-    score_turns,
-    speaker_of,
-)
-from .store.base import RecordStore
-from .types import MemoryHit
-from .vector.base import VectorIndex
+import numpy as np
+
+from ..config import RetrievalConfig
+from ..embedding import Embedder, embed_query
+from .query import plan_query
+from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
+from ..store.base import CandidateSource, RecordStore
+from ..types import MemoryHit, StoredMessage
+from ..vector.base import VectorIndex
 
 
 def turn_weights(config: RetrievalConfig) -> TurnWeights:
     """The scoring weights, read from the config fields of the same names."""
     return TurnWeights(**{f.name: getattr(config, f.name) for f in fields(TurnWeights)})
+
+
+def fetch_candidates(store: RecordStore, user_id: str, ids: list[str], terms: Sequence[str], *, k: int,
+                     session_id: str | None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
+    """The records of ``ids`` and of the best ``k`` keyword matches, and those matches: in one
+    store call when the store offers :class:`~tiered_memory.store.base.CandidateSource`."""
+    if isinstance(store, CandidateSource):
+        return store.candidates(user_id, ids, terms, k=k, session_id=session_id)
+    kw = store.keyword_search(user_id, terms, k=k, session_id=session_id) if terms else []
+    return store.get_by_ids(user_id, ids + [i for i, _ in kw]), kw
 
 
 def search_turns(
@@ -44,19 +48,21 @@ def search_turns(
     session_id: str | None = None,
     filters: Mapping[str, Any] | None = None,
     now: float | None = None,
+    vector: np.ndarray | None = None,
 ) -> list[MemoryHit]:
+    """The best ``k`` turns of ``user_id`` for ``query`` (``vector`` is its embedding when the
+    caller has it). Reads only: one scope query, one candidate fetch, one neighbour fetch."""
     now = time.time() if now is None else now
     n = max(config.candidates, k * (4 if filters else 2))
     plan = plan_query(query)
     weights = turn_weights(config)
-    qv = embed_query(embedder, query)
+    qv = embed_query(embedder, query) if vector is None else vector
     among = None
     if config.id_scope_max:  # a list of the user's ids is much cheaper for the index than its filter
         scope = store.indexed_ids(user_id, session_id)
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
     vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]
-    kw = store.keyword_search(user_id, plan.fts, k=n, session_id=session_id) if plan.fts else []
-    records = store.get_by_ids(user_id, [i for i, _ in vec] + [i for i, _ in kw])
+    records, kw = fetch_candidates(store, user_id, [i for i, _ in vec], plan.terms, k=n, session_id=session_id)
     # the record store is the authority: anything it does not hold for this user is ignored
     sims = {i: s for i, s in vec if i in records}
     bm25 = {i: s for i, s in kw if i in records}

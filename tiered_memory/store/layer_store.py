@@ -16,7 +16,6 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..errors import ConfigurationError
 
 
 def dumps(obj: Any) -> str:
@@ -48,6 +47,10 @@ class LayerStore:
     def __init__(self, store: Any) -> None:
         self.db = store
 
+    def migrate(self, name: str, steps: Sequence[Any]) -> None:
+        """Apply the named migration list of a layer on the record store (once per step)."""
+        self.db.migrate(name, steps)
+
     # ---- dialect ------------------------------------------------------------
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
@@ -55,10 +58,10 @@ class LayerStore:
     def transaction(self) -> AbstractContextManager[Any]:
         raise NotImplementedError
 
-    def keyword(self, table: str, user_id: str, match: str, k: int,
+    def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int,
                 extra: str = "", params: Sequence[Any] = ()) -> list[tuple[str, float]]:
-        """Full-text search over ``facts`` or ``episode_points`` (``match`` in FTS5 form, as built by
-        :func:`~tiered_memory.retrieval.fts_query`); ``extra`` filters on alias ``t``.
+        """Full-text search over ``facts``, ``episode_points`` or ``items`` OR-ing ``terms``
+        (each dialect writes its own syntax); ``extra`` filters on alias ``t``.
         Returns (row id, score) best first."""
         raise NotImplementedError
 
@@ -142,29 +145,3 @@ class LayerStore:
             params.append(session_id)
         return [{"id": r[0], "session_id": r[1], "role": r[2], "content": r[3], "timestamp": r[4],
                  "episode_id": r[5]} for r in self.query(sql + " ORDER BY timestamp", params)]
-
-
-def supports_layers(store: Any) -> bool:
-    """Whether :func:`open_layer_store` has a backend for this record store."""
-    from .postgres import PostgresRecordStore
-    from .sqlite import SQLiteRecordStore
-
-    return isinstance(store, (SQLiteRecordStore, PostgresRecordStore))
-
-
-def open_layer_store(store: Any) -> LayerStore:
-    """The layer rows of ``store``, its layer tables created or migrated on first use."""
-    from .postgres import PostgresRecordStore
-    from .sqlite import SQLiteRecordStore
-
-    if isinstance(store, SQLiteRecordStore):
-        from .sqlite_layers import SQLiteLayerStore
-
-        return SQLiteLayerStore(store)
-    if isinstance(store, PostgresRecordStore):
-        from .postgres_layers import PostgresLayerStore
-
-        return PostgresLayerStore(store)
-    raise ConfigurationError(
-        "episodic, semantic and working memory need a SQLite or PostgreSQL record store; "
-        f"got {type(store).__name__}")

@@ -26,18 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-# defined here before: re-exported (`x as x`), so `from .retrieval import keywords` keeps working
-from .query import (
-    QueryPlan as QueryPlan,
-    STOPWORDS as STOPWORDS,
-    date_ranges as date_ranges,
-    fts_query as fts_query,
-    has_time_expression as has_time_expression,
-    is_temporal_question as is_temporal_question,
-    keywords as keywords,
-    plan_query as plan_query,
-    proper_names as proper_names,
-)
+from .query import QueryPlan, has_time_expression
+
 
 
 def recency_score(timestamp: float, now: float, half_life_days: float) -> float:

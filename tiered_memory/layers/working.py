@@ -19,11 +19,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from .config import WorkingConfig
-from .embedding import Embedder, embed, embed_query
-from .errors import InvalidInputError
-from .store.layer_rows import LayerStore, dumps, from_blob, to_blob
-from .validation import MAX_LAYER_METADATA_BYTES, check_id, check_label, check_metadata, check_text
+from ..config import WorkingConfig
+from ..embedding import Embedder, embed, embed_query
+from ..errors import InvalidInputError
+from ..store.layer_store import LayerStore, dumps, from_blob, to_blob
+from ..validation import MAX_LAYER_METADATA_BYTES, check_id, check_label, check_metadata, check_text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,6 +120,14 @@ class Scratchpad(MutableMapping[str, Any]):
         return self._load()
 
 
+def touch_items(rows: LayerStore, user_id: str, ids: Sequence[str], now: float) -> None:
+    """Count one access per listed id (the items a context handed to a model)."""
+    if ids:  # sorted: one lock order, so concurrent workers cannot deadlock
+        with rows.transaction() as c:
+            c.executemany("UPDATE working_items SET access_count=access_count+1 WHERE user_id=? AND id=?",
+                          [(user_id, i) for i in sorted(ids)])
+
+
 class WorkingMemory:
     """One session's working memory. Get it with :meth:`TieredMemory.working_memory`.
 
@@ -165,8 +173,10 @@ class WorkingMemory:
             f"SELECT {_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
             " ORDER BY created_at", (self.user_id, self.session_id))]
 
-    def items(self, query: str | None = None, *, k: int | None = None, now: float | None = None) -> list[WorkingItem]:
-        """Items best first: by decayed importance, or blended with relevance to ``query``."""
+    def items(self, query: str | None = None, *, k: int | None = None, now: float | None = None,
+              vector: np.ndarray | None = None) -> list[WorkingItem]:
+        """Items best first: by decayed importance, or blended with relevance to ``query``
+        (``vector`` is its embedding when the caller has it already)."""
         now = time.time() if now is None else now
         rows = self.rows.query(
             f"SELECT {_COLS}, vector FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL",
@@ -174,7 +184,7 @@ class WorkingMemory:
         items = [_item(r[:-1]) for r in rows]
         relevance = None
         if query and query.strip() and items:
-            qv = embed_query(self.embedder, query)
+            qv = embed_query(self.embedder, query) if vector is None else vector
             vecs = [from_blob(r[-1]) for r in rows]
             relevance = [float(np.dot(v, qv)) if v is not None else 0.0 for v in vecs]
         ranked = rank(items, now, self.config.decay_per_hour, relevance)

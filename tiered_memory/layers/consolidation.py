@@ -16,21 +16,19 @@ whole run is idempotent and safe to interrupt and rerun (finished work is marked
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from .extractive import FactCandidate
-from .retrieval import recency_score
+from ..parts import Parts
+from ..recall.scoring import recency_score
+from ..store.layer_store import LayerStore
+from .episodic import Episode, EpisodicMemory
+from .records import FactCandidate
+from .semantic import Fact, SemanticMemory
 from .working import decayed
-
-if TYPE_CHECKING:
-    from .episodic import Episode
-    from .layers import Layers
-    from .semantic import Fact
 
 Progress = Callable[[str, int, int], None]
 STEPS = ("sessions", "merge", "promote", "compress", "prune")
@@ -49,7 +47,7 @@ class ConsolidationReport:
     details: dict[str, list[str]] = field(default_factory=dict)
 
 
-def plan_merges(facts: Sequence["Fact"], sims: np.ndarray, threshold: float) -> list[tuple[str, list[str]]]:
+def plan_merges(facts: Sequence[Fact], sims: np.ndarray, threshold: float) -> list[tuple[str, list[str]]]:
     """Groups of near-duplicates as (keeper id, duplicate ids), pure.
 
     The keeper is the most confident, then most accessed, then oldest fact; a
@@ -71,15 +69,15 @@ def plan_merges(facts: Sequence["Fact"], sims: np.ndarray, threshold: float) -> 
     return plan
 
 
-def select_promotions(episodes: Sequence["Episode"], min_access: int) -> list["Episode"]:
+def select_promotions(episodes: Sequence[Episode], min_access: int) -> list[Episode]:
     return [e for e in episodes if e.promoted_at is None and e.access_count >= min_access]
 
 
-def select_compressions(episodes: Sequence["Episode"], now: float, older_than_days: float) -> list["Episode"]:
+def select_compressions(episodes: Sequence[Episode], now: float, older_than_days: float) -> list[Episode]:
     return [e for e in episodes if e.compressed_at is None and e.end < now - older_than_days * 86400]
 
 
-def promotion_candidates(episode: "Episode") -> list[FactCandidate]:
+def promotion_candidates(episode: Episode) -> list[FactCandidate]:
     """Facts from a frequently recalled episode: its key facts, else its decisions, else its summary."""
     sources = tuple(episode.source_ids[-20:])
     if episode.key_facts:
@@ -98,43 +96,58 @@ def should_prune(value: float, access_count: int, age_days: float, *, below: flo
     return access_count == 0 and age_days >= min_age_days and value < below
 
 
-async def consolidate(layers: "Layers", user_id: str, *, progress: Progress | None = None,
+class Consolidating(Protocol):
+    """What :func:`consolidate` needs: the parts, the layers, and the session and fact
+    write-back of :class:`~tiered_memory.layers.longterm.Layers` (which calls it)."""
+
+    parts: Parts
+    rows: LayerStore
+    facts: SemanticMemory
+    episodes: EpisodicMemory
+
+    def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False) -> Episode | None: ...
+
+    def ingest(self, user_id: str, candidates: Sequence[FactCandidate], metadata: dict[str, Any],
+                     messages: Sequence[Any] = ()) -> list[Fact]: ...
+
+
+def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | None = None,
                       now: float | None = None) -> ConsolidationReport:
     """Run every step for ``user_id``; see the module docstring."""
     now = time.time() if now is None else now
-    cfg = layers.memory.config.consolidation
+    cfg = layers.parts.config.consolidation
     tick: Progress = progress or (lambda step, done, total: None)
     details: dict[str, list[str]] = {s: [] for s in STEPS}
 
-    idle = await asyncio.to_thread(layers.rows.idle_sessions, user_id, now - cfg.session_idle_hours * 3600)
+    idle = layers.rows.idle_sessions(user_id, now - cfg.session_idle_hours * 3600)
     for n, sid in enumerate(idle, 1):
-        ep = await layers.end_session(user_id, sid)
+        ep = layers.end_session(user_id, sid)
         if ep is not None:
             details["sessions"].append(ep.id)
         tick("sessions", n, len(idle))
 
-    merged = await asyncio.to_thread(_merge, layers, user_id, now, cfg.merge_similarity, tick)
+    merged = _merge(layers, user_id, now, cfg.merge_similarity, tick)
     details["merge"] = merged
 
     episodes = layers.episodes.select(user_id)
     promote = select_promotions(episodes, cfg.promote_access_count)
     for n, ep in enumerate(promote, 1):
-        await layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
+        layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
         with layers.rows.transaction() as c:
             c.execute("UPDATE episodes SET promoted_at=? WHERE id=? AND promoted_at IS NULL", (now, ep.id))
             layers.rows.audit(c, user_id, "episode", ep.id, "promote", {"access_count": ep.access_count}, now)
         details["promote"].append(ep.id)
         tick("promote", n, len(promote))
 
-    archived = await asyncio.to_thread(_compress, layers, user_id, episodes, now, tick, details)
-    details["prune"] = await asyncio.to_thread(_prune, layers, user_id, now, tick)
+    archived = _compress(layers, user_id, episodes, now, tick, details)
+    details["prune"] = _prune(layers, user_id, now, tick)
     return ConsolidationReport(
         sessions=len(details["sessions"]), merged=sum(1 for _ in details["merge"]),
         promoted=len(details["promote"]), compressed=len(details["compress"]), archived_messages=archived,
         pruned=len(details["prune"]), details=details)
 
 
-def _merge(layers: "Layers", user_id: str, now: float, threshold: float, tick: Progress) -> list[str]:
+def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, tick: Progress) -> list[str]:
     facts, vecs = layers.facts.vectors(user_id)
     if len(facts) < 2:
         return []
@@ -143,27 +156,27 @@ def _merge(layers: "Layers", user_id: str, now: float, threshold: float, tick: P
     merged: list[str] = []
     for n, (keep, dups) in enumerate(plan, 1):
         sources = list(dict.fromkeys(s for i in [keep, *dups] for s in by_id[i].source_ids))
-        with layers.memory._write_lock, layers.rows.transaction() as c:
+        with layers.parts.lock, layers.rows.transaction() as c:
             # updated_at stays the newest of the group: a merge is not new evidence
             c.execute("UPDATE facts SET source_ids=?, access_count=access_count+?, updated_at=? WHERE id=?",
                       (_dumps(sources), sum(by_id[d].access_count for d in dups),
                        max(by_id[i].updated_at for i in [keep, *dups]), keep))
             for d in dups:
                 layers.facts.soft_delete(c, user_id, d, "merge", now, {"merged_into": keep})
-        layers.memory.index.delete([f"fact:{d}" for d in dups])
+        layers.parts.index.delete([f"fact:{d}" for d in dups])
         merged.extend(dups)
         tick("merge", n, len(plan))
     return merged
 
 
-def _compress(layers: "Layers", user_id: str, episodes: Sequence["Episode"], now: float, tick: Progress,
+def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], now: float, tick: Progress,
               details: dict[str, list[str]], batch: int = 25) -> int:
-    cfg = layers.memory.config.consolidation
+    cfg = layers.parts.config.consolidation
     todo = select_compressions(episodes, now, cfg.compress_after_days)
     moved = 0
     for start in range(0, len(todo), batch):  # one transaction and one vector delete per batch
         part = todo[start:start + batch]
-        with layers.memory._write_lock:
+        with layers.parts.lock:
             with layers.rows.transaction() as c:
                 for ep in part:
                     count = layers.rows.archive_messages(c, user_id, ep.source_ids, ep.id, now, delete=cfg.delete_raw)
@@ -173,16 +186,16 @@ def _compress(layers: "Layers", user_id: str, episodes: Sequence["Episode"], now
                     moved += count
             # after the commit: a crash here leaves stray vectors; recall ignores ids the store
             # does not hold and the next start-up repair removes them
-            layers.memory.index.delete([i for ep in part for i in ep.source_ids])
+            layers.parts.index.delete([i for ep in part for i in ep.source_ids])
         for n, ep in enumerate(part, start + 1):
             details["compress"].append(ep.id)
             tick("compress", n, len(todo))
     return moved
 
 
-def _prune(layers: "Layers", user_id: str, now: float, tick: Progress) -> list[str]:
-    cfg = layers.memory.config.consolidation
-    decay = layers.memory.config.working.decay_per_hour
+def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> list[str]:
+    cfg = layers.parts.config.consolidation
+    decay = layers.parts.config.working.decay_per_hour
     pruned: list[str] = []
     facts = layers.facts.select(user_id)
     doomed = [f for f in facts if should_prune(
@@ -193,11 +206,11 @@ def _prune(layers: "Layers", user_id: str, now: float, tick: Progress) -> list[s
     stale = [r[0] for r in items if should_prune(decayed(r[1], r[2], now, decay), r[3], (now - r[2]) / 86400,
                                                  below=cfg.prune_below, min_age_days=0.0)]
     total = len(doomed) + len(stale)
-    with layers.memory._write_lock:
+    with layers.parts.lock:
         for f in doomed:
             with layers.rows.transaction() as c:
                 layers.facts.soft_delete(c, user_id, f.id, "prune", now, {"confidence": f.confidence})
-            layers.memory.index.delete([f"fact:{f.id}"])
+            layers.parts.index.delete([f"fact:{f.id}"])
             pruned.append(f.id)
             tick("prune", len(pruned), total)
         for item_id in stale:
@@ -210,6 +223,6 @@ def _prune(layers: "Layers", user_id: str, now: float, tick: Progress) -> list[s
 
 
 def _dumps(obj: object) -> str:
-    from .store.layer_rows import dumps
+    from ..store.layer_store import dumps
 
     return dumps(obj)

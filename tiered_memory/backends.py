@@ -1,0 +1,199 @@
+"""Choosing and opening the backends a :class:`~tiered_memory.TieredMemory` runs on, from
+configuration: the record store (:func:`open_record_store`), its layer repositories
+(:func:`open_layer_store`), the vector index (:func:`open_vector_index`), and the
+start-up check that brings the index back in line with the store (:func:`startup_repair`).
+
+This is the one module that knows the concrete backends; everything else speaks the
+protocols of :mod:`.store.base`, :mod:`.store.layer_store` and :mod:`.vector.base`. An
+embedded store folder is held by a :class:`FolderLock` for as long as the memory is open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from .embedding import Embedder, embedder_name
+from .errors import ConfigurationError, StoreLockedError
+from .store.base import RecordStore
+from .store.layer_store import LayerStore
+from .vector.base import VectorIndex
+
+log = logging.getLogger("tiered_memory")
+
+STORE_ENTRIES = frozenset({"records.sqlite3", "records.sqlite3-wal", "records.sqlite3-shm",
+                           "records.sqlite3-journal", ".lock", "chroma", "qdrant"})
+
+
+def foreign_entries(folder: Path) -> list[str]:
+    """Names in ``folder`` that are not ours, when it holds no store yet (a user's
+    unrelated folder must not be filled with database files)."""
+    if (folder / "records.sqlite3").exists():
+        return []
+    return sorted(p.name for p in folder.iterdir()
+                  if p.name not in STORE_ENTRIES and not p.name.startswith("."))  # .DS_Store, .gitkeep
+
+
+
+def configured_record_store() -> str | None:
+    """Configuration without code: ``TIERED_MEMORY_RECORD_STORE`` (``sqlite`` or a postgresql:// URL)."""
+    return os.environ.get("TIERED_MEMORY_RECORD_STORE") or None
+
+
+def is_postgres_url(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
+
+class FolderLock:
+    """An exclusive lock on an embedded store folder; the OS drops it if the process dies."""
+
+    def __init__(self, folder: Path) -> None:
+        self.file = open(folder / ".lock", "a+")
+        try:
+            import fcntl
+
+            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:  # not POSIX: no cross-process protection
+            pass
+        except OSError as e:
+            self.file.close()
+            raise StoreLockedError(
+                f"{folder} is open in another process. The embedded store serves one process; "
+                "for many workers use a PostgreSQL record store and a vector server "
+                "(see 'Running at scale' in the README)."
+            ) from e
+
+    def release(self) -> None:
+        self.file.close()
+
+
+def open_record_store(path: Path, record_store: RecordStore | str | None) -> tuple[RecordStore, FolderLock | None]:
+    """The record store to use, and the folder lock that an embedded one holds."""
+    if record_store is not None and not isinstance(record_store, str):
+        return record_store, None
+    record_store = record_store or configured_record_store()
+    if is_postgres_url(record_store):
+        from .store.postgres import PostgresRecordStore
+
+        return PostgresRecordStore(str(record_store)), None
+    if record_store not in (None, "sqlite"):
+        raise ConfigurationError(
+            f"record_store must be a RecordStore, 'sqlite' or a postgresql:// URL, got {record_store!r}")
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(f"path {path} is a file; tiered-memory needs a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigurationError(f"cannot create memory folder {path}: {e}") from e
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
+        raise ConfigurationError(f"memory folder {path} is not readable and writable")
+    foreign = foreign_entries(path)
+    if foreign:
+        raise ConfigurationError(
+            f"{path} already holds files that are not a tiered-memory store "
+            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}). "
+            "Point `path` at an empty or new folder, or at an existing memory folder.")
+    lock = FolderLock(path)
+    from .store.sqlite import SQLiteRecordStore
+
+    try:
+        return SQLiteRecordStore(path / "records.sqlite3"), lock
+    except BaseException:
+        lock.release()
+        raise
+
+
+def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store: RecordStore,
+                      lock: FolderLock | None) -> tuple[VectorIndex, FolderLock | None]:
+    """The vector index to use, and the folder lock (taken here for an embedded index
+    beside a shared record store: the index folder still serves one process)."""
+    if vector_store is not None and not isinstance(vector_store, str):
+        return vector_store, lock
+    kind = vector_store or os.environ.get("TIERED_MEMORY_VECTOR_STORE") or "chroma"
+    if kind in ("chroma", "qdrant") and lock is None and getattr(store, "shared", False):
+        path.mkdir(parents=True, exist_ok=True)
+        lock = FolderLock(path)
+    if kind.startswith(("qdrant+http://", "qdrant+https://")):
+        from .vector.qdrant import QdrantVectorIndex
+
+        return QdrantVectorIndex(url=kind[len("qdrant+"):], api_key=os.environ.get("QDRANT_API_KEY")), lock
+    if kind.startswith(("http://", "https://")):
+        from .vector.chroma import ChromaVectorIndex
+
+        return ChromaVectorIndex.from_url(kind), lock
+    if kind == "chroma":
+        from .vector.chroma import ChromaVectorIndex
+
+        return ChromaVectorIndex(str(path / "chroma")), lock
+    if kind == "qdrant":
+        from .vector.qdrant import QdrantVectorIndex
+
+        return QdrantVectorIndex(str(path / "qdrant")), lock
+    raise ConfigurationError(
+        f"vector_store must be a VectorIndex, 'chroma', 'qdrant', a Chroma http(s):// URL or a "
+        f"qdrant+http(s):// URL, got {kind!r}")
+
+
+def supports_layers(store: Any) -> bool:
+    """Whether :func:`open_layer_store` has layer repositories for this record store."""
+    from .store.postgres import PostgresRecordStore
+    from .store.sqlite import SQLiteRecordStore
+
+    return isinstance(store, (SQLiteRecordStore, PostgresRecordStore))
+
+
+def open_layer_store(store: Any) -> LayerStore:
+    """The layer repositories of ``store``, their tables created or migrated on first use."""
+    from .store.postgres import PostgresRecordStore
+    from .store.sqlite import SQLiteRecordStore
+
+    if isinstance(store, SQLiteRecordStore):
+        from .store.sqlite_layers import SQLiteLayerStore
+
+        return SQLiteLayerStore(store)
+    if isinstance(store, PostgresRecordStore):
+        from .store.postgres_layers import PostgresLayerStore
+
+        return PostgresLayerStore(store)
+    raise ConfigurationError(
+        "episodic, semantic and working memory need a SQLite or PostgreSQL record store; "
+        f"got {type(store).__name__}")
+
+
+def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *,
+                   repair: Callable[[bool], object], rebuild: Callable[[], object]) -> None:
+    """Bring the index in line with the store at open: a full repair after an unclean
+    close or a lost index, a rebuild after an embedder change (``repair(full)`` and
+    ``rebuild()`` are the memory's, which hold its write lock)."""
+    name = embedder_name(embedder)
+    previous = store.get_meta("embedder")
+    if getattr(store, "shared", False):
+        # Many workers share this store: a crash flag and a start-up repair would race with
+        # their writes, so repair is an explicit step (rebuild_index) from one process.
+        if previous is None:
+            store.set_meta("embedder", name)
+        elif previous != name:
+            log.warning("embedder %s differs from the shared store's %s: call rebuild_index() "
+                        "from one process to re-embed", name, previous)
+        return
+    unclean = store.get_meta("state") == "open"
+    store.set_meta("state", "open")
+    if previous is not None and previous != name:
+        log.warning("embedder changed (%s -> %s): rebuilding the vector index", previous, name)
+        rebuild()
+    else:
+        repair(unclean or index_lost_vectors(store, index))
+    store.set_meta("embedder", name)
+
+
+def index_lost_vectors(store: RecordStore, index: VectorIndex) -> bool:
+    """Cheap check on a clean open: fewer vectors than indexed turns means the index
+    lost entries (a restored backup, a deleted folder); a full repair finds which."""
+    c = store.counts()
+    try:
+        # only turn vectors count: fact / episode / item vectors carry a ':' in their id
+        turns = sum(1 for i in index.ids() if ":" not in i)
+        return turns < c["indexed"] - c["duplicates"]
+    except Exception:  # an index that cannot count is repaired in full
+        return True

@@ -1,0 +1,128 @@
+"""Context assembly for :meth:`TieredMemory.build_context`: gather, then fit (pure ``fit_sections``).
+
+Sections, most important first (truncated last): ``session`` (working memory),
+``facts`` (known facts), ``episodes`` (relevant past sessions) and ``turns``
+(relevant past turns), plus the ``recent`` buffer, which takes
+``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
+The memory budget left is split by ``BudgetConfig.shares``. Items are never split;
+everything left out is reported in ``MemoryContext.dropped`` with a reason.
+
+The query is embedded once and that vector serves every section. Assembly writes
+nothing: :func:`accessed` says which kept items the caller should count as accessed.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..embedding import embed_query
+from ..layers.buffer import select_buffer
+from ..layers.longterm import Layers
+from ..parts import AccessLayer, Parts
+from ..recall.search import search_turns
+from ..types import MemoryHit, StoredMessage
+from .render import ContextItem, Dropped, MemoryContext, SectionRequest, fit_sections, item_cost
+
+TITLES = {"session": "Current session notes", "facts": "Known facts about the user",
+          "episodes": "Relevant past sessions", "turns": "Relevant past conversation"}
+PRIORITY = {"session": 0, "facts": 1, "episodes": 2, "turns": 3}
+TURN_CANDIDATES = 20
+FACT_CANDIDATES = 30
+EPISODE_CANDIDATES = 5
+
+
+def _costed(item: ContextItem, count: Callable[[str], int]) -> ContextItem:
+    return ContextItem(**{**item.__dict__, "tokens": item_cost(item, count)})
+
+
+def message_item(m: StoredMessage, count: Callable[[str], int]) -> ContextItem:
+    return _costed(ContextItem(id=m.id, text=m.content, tokens=0, role=m.role, timestamp=m.timestamp), count)
+
+
+def hit_item(h: MemoryHit, count: Callable[[str], int]) -> ContextItem:
+    return _costed(ContextItem(id=h.id, text=h.text, tokens=0, role=h.role, timestamp=h.timestamp,
+                               score=h.score), count)
+
+
+def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, user_id: str, session_id: str,
+                   count: Callable[[str], int]) -> list[SectionRequest]:
+    """Candidates of the session, facts and episodes sections, best first."""
+    parts = layers.parts
+    retrieval = parts.config.retrieval
+    wm = layers.working(session_id, user_id).items(query or None, vector=vector)
+    session = [_costed(ContextItem(id=f"wm:{i.id}", text=i.text, tokens=0, label=i.type, score=i.score), count)
+               for i in wm]
+    if vector is not None:
+        facts = [h.fact for h in layers.facts.search(query, user_id=user_id, k=FACT_CANDIDATES, type=None,
+                                                      retrieval=retrieval, vector=vector)]
+        episodes = [h.episode for h in layers.episodes.search(query, user_id=user_id, k=EPISODE_CANDIDATES,
+                                                              retrieval=retrieval, vector=vector)]
+    else:
+        facts = sorted(layers.facts.select(user_id), key=lambda f: (-f.confidence, -f.updated_at))[:FACT_CANDIDATES]
+        episodes = list(reversed(layers.episodes.select(user_id)))[:EPISODE_CANDIDATES]
+    fact_items = [_costed(ContextItem(id=f"fact:{f.id}", text=f.text, tokens=0, label=f.type), count)
+                  for f in facts]
+    ep_items = [_costed(ContextItem(id=f"ep:{e.id}", text=e.render(), tokens=0, timestamp=e.end,
+                                    label="past session"), count) for e in episodes]
+    shares = parts.config.budget.shares
+    return [SectionRequest(name=n, title=TITLES[n], items=items, share=shares.get(n, 0.0), priority=PRIORITY[n])
+            for n, items in (("session", session), ("facts", fact_items), ("episodes", ep_items))]
+
+
+def session_buffer(parts: Parts, user_id: str, session_id: str) -> list[StoredMessage]:
+    """The session's recent whole turns within the buffer's message and token limits."""
+    buf = parts.config.buffer
+    msgs = parts.store.get_messages(user_id, session_id, limit=buf.max_messages * 2)
+    kept, _ = select_buffer(msgs, max_messages=buf.max_messages, max_tokens=buf.max_tokens,
+                            count=parts.count_tokens)
+    return kept
+
+
+def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, session_id: str,
+             max_tokens: int | None) -> MemoryContext:
+    budget = max_tokens if max_tokens is not None else parts.config.budget.max_tokens
+    count = parts.count_tokens
+    buffer = session_buffer(parts, user_id, session_id)
+    recent = [message_item(m, count) for m in buffer]
+    recent_budget = int(budget * parts.config.budget.buffer_share)
+    dropped = []
+    while len(recent) > 1 and sum(i.tokens for i in recent) > recent_budget:
+        old = recent.pop(0)
+        dropped.append(Dropped(section="recent", id=old.id, tokens=old.tokens, reason="buffer over its share"))
+    in_buffer = {m.id for m in buffer}
+    vector = embed_query(parts.embedder, query) if query.strip() else None
+    hits = search_turns(store=parts.store, index=parts.index, embedder=parts.embedder,
+                        config=parts.config.retrieval, query=query, user_id=user_id, k=TURN_CANDIDATES,
+                        vector=vector) if vector is not None else []
+    turns = [hit_item(h, count) for h in hits if h.id not in in_buffer]
+    requests = layer_requests(layers, query, vector, user_id=user_id, session_id=session_id,
+                              count=count) if layers is not None else []
+    requests.append(SectionRequest(name="turns", title=TITLES["turns"], items=turns,
+                                   share=parts.config.budget.shares.get("turns", 0.3), priority=PRIORITY["turns"]))
+    used = sum(i.tokens for i in recent)
+    sections, lost = fit_sections(requests, max(0, budget - used))
+    dropped += [Dropped(section=d.section, id=d.id, tokens=d.tokens,
+                        reason=f"over budget: lower-priority '{d.section}' truncated first") for d in lost]
+    kept = {i.id for i in recent}
+    return MemoryContext(sections=sections, recent=recent, dropped=dropped, max_tokens=budget,
+                         recent_messages=[m for m in buffer if m.id in kept])
+
+
+_PREFIX_LAYER: dict[str, AccessLayer] = {"fact": "fact", "ep": "episode", "wm": "working"}
+
+
+def accessed(context: MemoryContext) -> dict[AccessLayer, list[str]]:
+    """The ids of what ``context`` hands to a model, by layer (the recent buffer is the
+    conversation itself, not a recall, and is not counted)."""
+    out: dict[AccessLayer, list[str]] = {}
+    for section in context.sections:
+        for item in section.items:
+            prefix, _, rest = item.id.partition(":")
+            layer = _PREFIX_LAYER.get(prefix) if rest else None
+            if layer is None:
+                out.setdefault("turn", []).append(item.id)
+            else:
+                out.setdefault(layer, []).append(rest)
+    return out

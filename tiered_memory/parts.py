@@ -1,0 +1,149 @@
+"""The bundle of parts every layer works with, and the access log that keeps reads
+read-only.
+
+:class:`Parts` is what the facade hands down: the record store, the vector index, the
+embedder, the config, the write lock, the token counter and the clock, plus the layer
+repositories and the :class:`AccessLog`. Layers receive it and never the facade, so
+they can only look down.
+
+:class:`AccessLog` is why ``search`` and ``build_context`` commit nothing: what they hand
+to the caller is noted in memory, and the access counts and last-access times reach the
+record store in batches: from a background thread when the log holds
+``MemoryConfig.access_flush_size`` entries or is ``access_flush_seconds`` old, before
+anything that reads those counts (listing facts or episodes, ``consolidate``), and on
+``close``. A crash loses at most the unflushed counts, never a record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Literal
+
+from .config import MemoryConfig
+from .embedding import Embedder
+from .store.base import RecordStore
+from .store.layer_store import LayerStore
+from .tokens import TokenCounter
+from .vector.base import VectorIndex
+
+log = logging.getLogger("tiered_memory")
+
+AccessLayer = Literal["turn", "fact", "episode", "working"]
+# layer -> (user_id, ids, now) -> None: the write that applies one batch of accesses
+Toucher = Callable[[str, list[str], float], None]
+
+
+class AccessLog:
+    """Accesses noted by reads, written later in batches by ``toucher`` per layer.
+
+    Args:
+        touchers: for each layer, the function that adds one access per listed id
+            (ids may repeat) and sets their last access to ``now``.
+        lock: the memory's write lock, held while a batch is written.
+        flush_size: entries that make the background thread flush.
+        flush_seconds: the longest an entry waits for a flush.
+    """
+
+    def __init__(self, touchers: dict[AccessLayer, Toucher], lock: threading.RLock, *,
+                 flush_size: int = 512, flush_seconds: float = 30.0) -> None:
+        self._touchers = touchers
+        self._write_lock = lock
+        self.flush_size = flush_size
+        self.flush_seconds = flush_seconds
+        self._guard = threading.Lock()
+        self._pending: dict[tuple[AccessLayer, str], list[str]] = {}
+        self._last: dict[tuple[AccessLayer, str], float] = {}
+        self._size = 0
+        self._oldest: float | None = None
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def note(self, layer: AccessLayer, user_id: str, ids: Iterable[str], now: float) -> None:
+        """Remember that ``ids`` of ``user_id`` were handed to a caller at ``now`` (no I/O)."""
+        ids = list(ids)
+        if not ids or layer not in self._touchers:
+            return
+        with self._guard:
+            if self._closed:
+                return
+            self._pending.setdefault((layer, user_id), []).extend(ids)
+            self._last[(layer, user_id)] = max(now, self._last.get((layer, user_id), now))
+            self._size += len(ids)
+            if self._oldest is None:
+                self._oldest = time.monotonic()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="tiered-memory-access", daemon=True)
+                self._thread.start()
+            if self._size >= self.flush_size:
+                self._wake.set()
+
+    @property
+    def pending(self) -> int:
+        """Accesses noted and not yet written."""
+        return self._size
+
+    def flush(self) -> int:
+        """Write every pending access now; returns how many were written."""
+        with self._guard:
+            batch, last = self._pending, self._last
+            self._pending, self._last, self._size, self._oldest = {}, {}, 0, None
+        written = 0
+        if not batch:
+            return 0
+        with self._write_lock:
+            for (layer, user_id), ids in sorted(batch.items()):
+                self._touchers[layer](user_id, ids, last[(layer, user_id)])
+                written += len(ids)
+        return written
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(timeout=self.flush_seconds)
+            self._wake.clear()
+            with self._guard:
+                if self._closed:
+                    return
+                due = self._size >= self.flush_size or (
+                    self._oldest is not None and time.monotonic() - self._oldest >= self.flush_seconds)
+            if due:
+                try:
+                    self.flush()
+                except Exception:  # bookkeeping only: the next flush or close tries again
+                    log.exception("writing access counts failed; they will be retried")
+
+    def close(self) -> None:
+        """Write what is pending and stop the background thread."""
+        try:
+            self.flush()
+        finally:
+            with self._guard:
+                self._closed = True
+            self._wake.set()
+            if self._thread is not None and self._thread is not threading.current_thread():
+                self._thread.join(timeout=5)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parts:
+    """What a layer may use. Built once by :class:`~tiered_memory.TieredMemory`.
+
+    ``rows`` are the layer repositories of the record store (``None`` when the record
+    store has none: a custom store without episodic, semantic or working memory).
+    """
+
+    store: RecordStore
+    index: VectorIndex
+    embedder: Embedder
+    config: MemoryConfig
+    lock: threading.RLock
+    count_tokens: TokenCounter
+    access: AccessLog
+    rows: LayerStore | None = None
+    clock: Callable[[], float] = time.time
+
+    def now(self) -> float:
+        return self.clock()
