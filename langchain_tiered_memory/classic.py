@@ -97,9 +97,7 @@ class TieredConversationMemory(BaseMemory):
         query = self._input_text(inputs)
         ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
                                         max_tokens=self.max_tokens)
-        recent_ids = {i.id for i in ctx.recent}
-        buffer = self.memory.get_buffer(self.session_id, user_id=self.user_id)
-        recent = from_stored_many([m for m in buffer if m.id in recent_ids])
+        recent = from_stored_many(ctx.recent_messages)
         memory_text = ctx.memory_text()
         if self.return_messages:
             lead: list[BaseMessage] = [SystemMessage(content=memory_text)] if memory_text else []

@@ -73,12 +73,10 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
             return from_stored_many(buffer)
         ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
                                         max_tokens=self.max_tokens)
-        # the assembly may trim the oldest buffered turns to fit its budget
-        recent_ids = {i.id for i in ctx.recent}
-        kept = [m for m in buffer if m.id in recent_ids]
         text = ctx.memory_text()
         lead: list[BaseMessage] = [SystemMessage(content=text)] if text else []
-        return lead + from_stored_many(kept)
+        # the assembly may have trimmed the oldest buffered turns to fit its budget
+        return lead + from_stored_many(ctx.recent_messages)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

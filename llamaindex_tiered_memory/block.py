@@ -28,15 +28,16 @@ import functools
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
-from llama_index.core.bridge.pydantic import Field, field_validator, model_validator
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator, model_validator
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.storage.chat_store.sql import MessageStatus
 
 from tiered_memory import MemoryContext, Section, TieredMemory
+from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, UsageError
-from tiered_memory.tokens import TokenCounter, heuristic_count
+from tiered_memory.tokens import heuristic_count
 from tiered_memory.validation import check_id
 
 # Most important first (the core's order, with this session's earlier turns after the
@@ -44,6 +45,7 @@ from tiered_memory.validation import check_id
 SECTION_ORDER = ("session", "facts", "earlier", "episodes", "turns")
 EARLIER_TITLE = "Earlier in this conversation"
 MAX_QUERY_CHARS = 2000
+RENDERED_KEPT = 8  # recent renders kept, so truncation works on sections, never on parsed text
 
 _ROLES = {
     "system": "system", "developer": "system", "user": "user", "assistant": "assistant",
@@ -130,62 +132,6 @@ def long_term_sections(context: MemoryContext, current_texts: set[str]) -> list[
     return sorted(sections, key=lambda s: _rank(s.name))
 
 
-def render_sections(sections: list[Section], max_tokens: int) -> str:
-    return MemoryContext(sections=sections, recent=[], max_tokens=max_tokens).memory_text()
-
-
-def split_memory_text(text: str) -> tuple[str, list[list[str]]]:
-    """Split rendered memory into its preamble and sections (lists of lines).
-
-    Safe because every stored item is one quoted line with ``<``/``>`` escaped: only
-    the renderer can write a line that opens or closes a section.
-    """
-    head: list[str] = []
-    sections: list[list[str]] = []
-    current: list[str] | None = None
-    for line in text.split("\n"):
-        if current is None:
-            if line.startswith('<memory section="'):
-                current = [line]
-            else:
-                head.append(line)
-        else:
-            current.append(line)
-            if line == "</memory>":
-                sections.append(current)
-                current = None
-    if current is not None:
-        sections.append([*current, "</memory>"])
-    return "\n".join(head), sections
-
-
-def join_memory_text(head: str, sections: list[list[str]]) -> str:
-    if not sections:
-        return ""
-    return head + "\n" + "\n".join("\n".join(s) for s in sections)
-
-
-def shrink_memory_text(text: str, tokens_to_cut: int, count: TokenCounter) -> str | None:
-    """Drop whole items from the end (lowest-priority section, lowest-ranked item first)
-    until the text is ``tokens_to_cut`` tokens shorter; ``None`` when nothing is left."""
-    if tokens_to_cut <= 0:
-        return text
-    head, sections = split_memory_text(text)
-    target = count(text) - tokens_to_cut
-    while sections:
-        last = sections[-1]
-        if len(last) <= 3:  # header, one item, footer: the section goes
-            sections.pop()
-        else:
-            sections[-1] = [*last[:-2], last[-1]]
-        if not sections:
-            break
-        candidate = join_memory_text(head, sections)
-        if count(candidate) <= target:
-            return candidate
-    return None
-
-
 # ---- the block -------------------------------------------------------------
 class TieredMemoryBlock(BaseMemoryBlock[str]):
     """Long-term tiered memory for ``llama_index.core.memory.Memory``.
@@ -217,6 +163,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     max_tokens: int = Field(default=1500, gt=0, description="Budget of the returned context.")
     every_turn: bool = Field(
         default=False, description="Store every message when put (with WriteThroughMemory).")
+    _rendered: dict[str, list[Section]] = PrivateAttr(default_factory=dict)
 
     @field_validator("user_id")
     @classmethod
@@ -271,14 +218,21 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         context = await self.memory.abuild_context(
             build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens)
         sections = long_term_sections(context, {message_text(m) for m in current})
-        return render_sections(sections, self.max_tokens)
+        text = render_memory(sections)
+        if text:
+            self._rendered[text] = sections
+            while len(self._rendered) > RENDERED_KEPT:
+                self._rendered.pop(next(iter(self._rendered)))
+        return text
 
     async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:
         """Drop the lowest-priority items (whole sections first from the end) to save
         about ``tokens_to_truncate`` tokens; ``None`` when nothing is left."""
-        if not content:
+        sections = self._rendered.get(content) if content else None
+        if sections is None:  # not a text this block rendered: it cannot be cut item by item
             return None
-        return shrink_memory_text(content, tokens_to_truncate, self.memory.count_tokens)
+        kept = drop_lowest(sections, tokens_to_truncate, self.memory.count_tokens)
+        return render_memory(kept) if kept else None
 
 
 # ---- every turn, and the end of a session ------------------------------------

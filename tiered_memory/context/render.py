@@ -108,6 +108,36 @@ def item_cost(item: ContextItem, count: Callable[[str], int]) -> int:
     return count(render_item(item))
 
 
+def render_memory(sections: Sequence[Section]) -> str:
+    """Sections as delimited quoted data, in the order given ("" when every one is empty)."""
+    blocks = [
+        f'<memory section="{label_text(s.name)}" title="{label_text(s.title)}">\n'
+        + "\n".join(render_item(i) for i in s.items)
+        + "\n</memory>"
+        for s in sections if s.items
+    ]
+    return PREAMBLE + "\n" + "\n".join(blocks) if blocks else ""
+
+
+def drop_lowest(sections: Sequence[Section], tokens_to_cut: int, count: Callable[[str], int]) -> list[Section] | None:
+    """``sections`` (most important first) without their lowest-ranked items, dropped whole
+    from the end, until :func:`render_memory` of them is ``tokens_to_cut`` tokens shorter
+    (pure). ``None`` when nothing would be left."""
+    kept = [s for s in sections if s.items]
+    if tokens_to_cut <= 0:
+        return kept
+    target = count(render_memory(kept)) - tokens_to_cut
+    while kept:
+        last = kept[-1]
+        if len(last.items) <= 1:
+            kept.pop()
+        else:
+            kept[-1] = Section(name=last.name, title=last.title, items=last.items[:-1])
+        if kept and count(render_memory(kept)) <= target:
+            return kept
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class MemoryContext:
     """What :meth:`TieredMemory.build_context` returns.
@@ -133,13 +163,7 @@ class MemoryContext:
 
     def memory_text(self) -> str:
         """The long-term sections as delimited quoted data ("" when empty)."""
-        blocks = [
-            f'<memory section="{label_text(s.name)}" title="{label_text(s.title)}">\n'
-            + "\n".join(render_item(i) for i in s.items)
-            + "\n</memory>"
-            for s in self.sections if s.items
-        ]
-        return PREAMBLE + "\n" + "\n".join(blocks) if blocks else ""
+        return render_memory(self.sections)
 
     def to_text(self) -> str:
         parts = [self.memory_text()] if self.memory_text() else []
