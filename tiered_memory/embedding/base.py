@@ -45,7 +45,8 @@ def chunk_token_ids(ids: Sequence[int], window: int, overlap: int) -> list[list[
 def normalize(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return (vectors / norms).astype(np.float32)
+    unit: np.ndarray = (vectors / norms).astype(np.float32)
+    return unit
 
 
 def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
@@ -68,7 +69,8 @@ def embed_query(embedder: Embedder, text: str) -> np.ndarray:
         raw = embedder.embed_query(text)
     except Exception as e:
         raise EmbeddingError(f"embedding failed: {e}") from e
-    return normalize(np.asarray([raw], dtype=np.float32))[0]
+    vector: np.ndarray = normalize(np.asarray([raw], dtype=np.float32))[0]
+    return vector
 
 
 def embedder_name(embedder: Embedder) -> str:

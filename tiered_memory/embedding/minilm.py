@@ -63,8 +63,8 @@ def _quiet_loading() -> Iterator[None]:
     verbosity = hf_logging.get_verbosity()
     st_logger = logging.getLogger("sentence_transformers")
     st_level = st_logger.level
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     st_logger.setLevel(max(st_level, logging.WARNING))
     try:
         yield
@@ -72,7 +72,7 @@ def _quiet_loading() -> Iterator[None]:
         st_logger.setLevel(st_level)
         hf_logging.set_verbosity(verbosity)
         if bars:
-            hf_logging.enable_progress_bar()
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 class SentenceTransformerEmbedder:
@@ -144,7 +144,7 @@ class SentenceTransformerEmbedder:
             if hit is not None:
                 self._queries.move_to_end(text)
                 return hit.copy()
-        vector = self.embed_array([text])[0]
+        vector: np.ndarray = self.embed_array([text])[0]
         with self._queries_lock:
             self._queries[text] = vector
             while len(self._queries) > QUERY_CACHE_SIZE:
@@ -152,7 +152,9 @@ class SentenceTransformerEmbedder:
         return vector.copy()
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self.embed_array(list(texts)).tolist()
+        vectors: list[list[float]] = self.embed_array(list(texts)).tolist()
+        return vectors
 
     def embed_query(self, text: str) -> list[float]:
-        return self.query_array(text).tolist()
+        vector: list[float] = self.query_array(text).tolist()
+        return vector

@@ -161,7 +161,7 @@ class ChromaVectorIndex:
         # Release the client we created: Chroma caches one System per path per process,
         # and a cached System keeps a stale HNSW view, so reopening the folder after
         # another process wrote to it failed with "Error finding id".
-        self.collection = None  # type: ignore[assignment]
+        self.collection = None
         if getattr(self, "_owns_client", False) and hasattr(self.client, "close"):
             try:
                 self.client.close()

@@ -97,7 +97,7 @@ class QdrantVectorIndex:
                 res = self.client.query_points(
                     self.name, query=[float(x) for x in v], query_filter=flt, limit=k, with_payload=["memory_id"]
                 )
-                out.append([(p.payload["memory_id"], float(p.score)) for p in res.points])
+                out.append([((p.payload or {})["memory_id"], float(p.score)) for p in res.points])
             return out
         except Exception as e:
             raise VectorIndexError(f"Qdrant query failed: {e}") from e
@@ -128,7 +128,7 @@ class QdrantVectorIndex:
                 self.name, scroll_filter=self._filter(user_id), limit=2000, offset=offset,
                 with_payload=["memory_id"], with_vectors=False,
             )
-            out.update(p.payload["memory_id"] for p in points)
+            out.update((p.payload or {})["memory_id"] for p in points)
             if offset is None:
                 return out
 
