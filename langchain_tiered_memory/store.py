@@ -3,7 +3,7 @@
 LangChain recommends ``create_agent(..., store=...)`` (and the ``store`` of LangGraph
 graphs) for memory that outlives a thread. :class:`TieredMemoryStore` keeps those
 items in the same folder as the conversation memory, in the core's item table
-(:mod:`tiered_memory.items`), and searches them with the core's hybrid recall
+(:mod:`tiered_memory.layers.items`), and searches them with the core's hybrid recall
 (vector + keyword + recency), using the memory's embedder: no separate
 embedding or index configuration.
 

@@ -19,7 +19,7 @@ class RetrievalConfig:
 
     Turn recall (``TieredMemory.search``) scores each candidate turn as its cosine
     similarity plus ``keyword_score_weight`` x its max-normalised BM25 score, plus the
-    boosts below (see :mod:`tiered_memory.retrieval`). The defaults were tuned on
+    boosts below (see :mod:`tiered_memory.recall.scoring`). The defaults were tuned on
     three LoCoMo dev conversations and checked on two held out (``bench/README.md``).
     ``vector_weight``, ``keyword_weight``, ``recency_weight`` and ``rrf_k`` weight the
     reciprocal-rank fusion used by the episode, fact and item layers.

@@ -1,7 +1,7 @@
 """Reading a query without an LLM: its keywords and keyword (FTS) expression, the proper
 names and dates it mentions, and whether it asks *when*.
 
-Pure functions; :mod:`.retrieval` scores turns with the :class:`QueryPlan` built here
+Pure functions; :mod:`.scoring` scores turns with the :class:`QueryPlan` built here
 (and re-exports these names, which were defined there first).
 """
 

@@ -2,7 +2,7 @@
 candidates. Query analysis and keyword query building are in :mod:`.query` (its names
 are re-exported here).
 
-Nothing here does I/O; ``recall.py`` fetches candidates and calls these.
+Nothing here does I/O; :mod:`.search` fetches candidates and calls these.
 
 Turn recall (:func:`score_turns`) adds, per candidate turn:
 

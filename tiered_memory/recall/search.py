@@ -1,4 +1,4 @@
-"""Turn recall: fetch candidates (I/O here), score them (pure, in retrieval.py).
+"""Turn recall: fetch candidates (I/O here), score them (pure, in scoring.py).
 
 One query embedding, one vector query, one keyword query, one record fetch, and one
 neighbour fetch for the best few candidates; everything else is arithmetic.
