@@ -225,3 +225,21 @@ def test_cli_import_user_flag(tmp_path: Path, run_cli: Callable[..., Any] | None
     with TieredMemory(tmp_path / "m") as m:
         assert [x.id for x in m.get_messages("s", user_id="mallory")] == ["a"]
         assert m.get_messages("s", user_id="victim") == []
+
+
+# ---- a budget is a bound ---------------------------------------------------------
+
+@pytest.mark.parametrize("budget", [1, 5, 40, 500])
+def test_build_context_never_returns_more_than_asked(memory: TieredMemory, budget: int) -> None:
+    memory.add_many([{"role": "user", "content": "I keep bees."}, {"role": "assistant", "content": "Lovely."}],
+                    session_id="old", user_id="u")
+    pasted = "\n".join(f"2026-11-30 12:{n % 60:02d}:00 ERROR worker {n} failed to connect" for n in range(3000))
+    memory.add("user", pasted, session_id="now", user_id="u")
+    ctx = memory.build_context("why does the worker fail?", user_id="u", session_id="now", max_tokens=budget)
+    assert ctx.tokens <= budget
+    if ctx.recent:  # the newest turn is cut with a marker, and the adapters see the same cut text
+        assert ctx.recent[0].text.endswith("did not fit the token budget]")
+        assert ctx.recent_messages[0].content == ctx.recent[0].text
+    else:
+        assert any(d.section == "recent" and "longer than the whole budget" in d.reason for d in ctx.dropped)
+    assert memory.get_messages("now", user_id="u")[0].content == pasted  # the stored turn is whole

@@ -13,6 +13,7 @@ nothing: :func:`accessed` says which kept items the caller should count as acces
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -23,7 +24,7 @@ from ..layers.longterm import Layers
 from ..parts import AccessLayer, Parts
 from ..recall.search import search_turns
 from ..types import MemoryHit, StoredMessage
-from .render import ContextItem, Dropped, MemoryContext, SectionRequest, fit_sections, item_cost
+from .render import ContextItem, Dropped, MemoryContext, SectionRequest, cut_to_tokens, fit_sections, item_cost
 
 TITLES = {"session": "Current session notes", "facts": "Known facts about the user",
           "episodes": "Relevant past sessions", "turns": "Relevant past conversation"}
@@ -80,6 +81,23 @@ def session_buffer(parts: Parts, user_id: str, session_id: str) -> list[StoredMe
     return kept
 
 
+def fit_newest(item: ContextItem, buffer: list[StoredMessage], budget: int, count: Callable[[str], int],
+               ) -> tuple[list[ContextItem], list[StoredMessage], list[Dropped]]:
+    """The newest turn cut (with a marker) to fit the budget, or left out and reported."""
+    room = budget - item_cost(replace(item, text=""), count)  # the rendered head costs a few tokens
+    for _ in range(8):  # quoting can make the cut text cost more than counted: shrink until it fits
+        cut = cut_to_tokens(item.text, room, count) if room > 0 else None
+        if cut is None:
+            break
+        costed = _costed(replace(item, text=cut), count)
+        if costed.tokens <= budget:
+            message = next(m for m in buffer if m.id == item.id)
+            return [costed], [replace(message, content=cut)], []
+        room -= costed.tokens - budget
+    return [], [], [Dropped(section="recent", id=item.id, tokens=item.tokens,
+                            reason="the newest turn is longer than the whole budget")]
+
+
 def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, session_id: str,
              max_tokens: int | None) -> MemoryContext:
     budget = max_tokens if max_tokens is not None else parts.config.budget.max_tokens
@@ -91,6 +109,9 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     while len(recent) > 1 and sum(i.tokens for i in recent) > recent_budget:
         old = recent.pop(0)
         dropped.append(Dropped(section="recent", id=old.id, tokens=old.tokens, reason="buffer over its share"))
+    if recent and recent[0].tokens > budget:  # the newest turn alone is longer than the whole budget
+        recent, buffer, lost = fit_newest(recent[0], buffer, budget, count)
+        dropped += lost
     in_buffer = {m.id for m in buffer}
     vector = embed_query(parts.embedder, query) if query.strip() else None
     hits = search_turns(store=parts.store, index=parts.index, embedder=parts.embedder,

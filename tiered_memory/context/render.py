@@ -108,6 +108,26 @@ def item_cost(item: ContextItem, count: Callable[[str], int]) -> int:
     return count(render_item(item))
 
 
+CUT_MARKER = " [... cut: the rest did not fit the token budget]"
+
+
+def cut_to_tokens(text: str, max_tokens: int, count: Callable[[str], int]) -> str | None:
+    """The longest head of ``text`` that, with :data:`CUT_MARKER`, costs at most
+    ``max_tokens`` (pure); ``None`` when not even the marker fits."""
+    if count(text) <= max_tokens:
+        return text
+    if count(CUT_MARKER.strip()) > max_tokens:
+        return None
+    lo, hi = 0, min(len(text), 32 * max_tokens + 64)  # no token spans 32 characters in practice
+    while lo < hi:  # the longest prefix that fits: costs are monotone enough in its length
+        mid = (lo + hi + 1) // 2
+        if count(text[:mid] + CUT_MARKER) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return (text[:lo] + CUT_MARKER).strip() if lo else CUT_MARKER.strip()
+
+
 def render_memory(sections: Sequence[Section]) -> str:
     """Sections as delimited quoted data, in the order given ("" when every one is empty)."""
     blocks = [
