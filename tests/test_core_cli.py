@@ -136,7 +136,7 @@ def test_runtime_failures_exit_1_with_the_error_type(make_memory, tmp_path):
     held = make_memory("held")
     held.add("user", "held open", session_id="s", user_id="u")
     code, _, err = run("--path", str(tmp_path / "held"), "stats")
-    assert code == 1 and "StoreLockedError" in err and "another process" in err
+    assert code == 1 and "StoreLockedError" in err and "already open in this process" in err and "close()" in err
 
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()

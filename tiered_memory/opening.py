@@ -9,8 +9,11 @@ calls :meth:`OpeningMethods._open_store`, :meth:`OpeningMethods._open_index` and
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
+import traceback
+import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,26 +47,86 @@ def is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
 
 class FolderLock:
-    """An exclusive lock on an embedded store folder; the OS drops it if the process dies."""
+    """An exclusive lock on an embedded store folder; the OS drops it if the process dies.
 
-    def __init__(self, folder: Path) -> None:
+    A second open of the folder from another process gets :class:`StoreLockedError` at
+    once. A second open from this same process (a re-run notebook cell) is refused too,
+    with a message naming the object that still holds the folder and ``close()``: closing
+    that object behind its back would break whoever still uses it. An earlier object that
+    is no longer referenced is collected first, so ``del memory`` is enough.
+    """
+
+    _held: "dict[str, tuple[weakref.ref[FolderLock], str]]" = {}  # folder -> (lock, who opened it)
+
+    def __init__(self, folder: Path, owner: object = None) -> None:
+        self.key = str(folder.resolve())
         self.file = open(folder / ".lock", "a+")
         try:
-            import fcntl
-
-            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # not POSIX: no cross-process protection
-            pass
+            self._acquire()
         except OSError as e:
+            holder = self._holder()
+            if holder is not None:
+                gc.collect()  # an unreferenced earlier memory releases its lock when collected
+                holder = self._holder()
+            if holder is None:
+                try:
+                    self._acquire()
+                except OSError:
+                    pass
+                else:
+                    self._register(owner)
+                    return
             self.file.close()
+            if holder is not None:
+                raise StoreLockedError(
+                    f"{folder} is already open in this process, by {holder}, which was not closed. "
+                    "Call close() on that object first (for example memory.close()), or reuse it; "
+                    "`with TieredMemory(path) as memory:` closes it for you.") from e
             raise StoreLockedError(
                 f"{folder} is open in another process. The embedded store serves one process; "
                 "for many workers use a PostgreSQL record store and a vector server "
                 "(see 'Running at scale' in the README)."
             ) from e
+        self._register(owner)
+
+    def _acquire(self) -> None:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: no cross-process protection
+            return
+        fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def _holder(self) -> str | None:
+        """Who holds this folder in this process, if a live lock of ours does."""
+        held = FolderLock._held.get(self.key)
+        if held is None:
+            return None
+        lock = held[0]()
+        return held[1] if lock is not None and not lock.file.closed else None
+
+    def _register(self, owner: object) -> None:
+        FolderLock._held[self.key] = (weakref.ref(self), f"{_describe(owner)} opened at {_caller()}")
 
     def release(self) -> None:
+        held = FolderLock._held.get(self.key)
+        if held is not None and held[0]() is self:
+            del FolderLock._held[self.key]
         self.file.close()
+
+
+def _describe(owner: object) -> str:
+    if owner is None:
+        return "an object"
+    return f"the {type(owner).__name__} object at {id(owner):#x}"
+
+
+def _caller() -> str:
+    """The first frame outside this package: the line of user code that opened the folder."""
+    package = str(Path(__file__).resolve().parent) + os.sep
+    for frame in reversed(traceback.extract_stack()):
+        if not str(Path(frame.filename).resolve()).startswith(package):
+            return f"{frame.filename}:{frame.lineno}"
+    return "an unknown place"
 
 
 class OpeningMethods:
@@ -105,7 +168,7 @@ class OpeningMethods:
                 f"{self.path} already holds files that are not a tiered-memory store "
                 f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}). "
                 "Point `path` at an empty or new folder, or at an existing memory folder.")
-        self._lock = FolderLock(self.path)
+        self._lock = FolderLock(self.path, owner=self)
         from .store.sqlite import SQLiteRecordStore
 
         try:
@@ -121,7 +184,7 @@ class OpeningMethods:
         if kind in ("chroma", "qdrant") and self._lock is None and getattr(self.store, "shared", False):
             # a shared record store with an embedded index: the index folder still serves one process
             self.path.mkdir(parents=True, exist_ok=True)
-            self._lock = FolderLock(self.path)
+            self._lock = FolderLock(self.path, owner=self)
         if kind.startswith(("qdrant+http://", "qdrant+https://")):
             from .vector.qdrant import QdrantVectorIndex
 
