@@ -22,7 +22,7 @@ from .indexing import index_messages, repair
 from .recall import search_turns
 from .store.base import RecordStore
 from .tokens import TokenCounter, default_token_counter
-from .types import MemoryHit, Message, Stats, StoredMessage
+from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
 from .facade_layers import LayerMethods
 from .opening import FolderLock, OpeningMethods
 from .opening import STORE_ENTRIES as STORE_ENTRIES  # defined here before: re-exported
@@ -240,6 +240,12 @@ class TieredMemory(OpeningMethods, LayerMethods):
         check_count(limit, "limit", minimum=0, optional=True)
         return self.store.get_messages(user_id, session_id, limit=limit)
 
+    def sessions(self, user_id: str) -> list[SessionInfo]:
+        """The user's sessions that hold messages (id, message count, first and last timestamp),
+        in the order they started."""
+        check_id(user_id, "user_id")
+        return self.store.sessions(user_id)
+
     def get_buffer(self, session_id: str, *, user_id: str) -> list[StoredMessage]:
         """The session's recent whole turns within the buffer's message and token limits."""
         msgs = self.get_messages(session_id, user_id=user_id, limit=self.config.buffer.max_messages * 2)
@@ -313,6 +319,7 @@ class TieredMemory(OpeningMethods, LayerMethods):
     arebuild_index = _twin(rebuild_index)
     aget_messages = _twin(get_messages)
     aget_buffer = _twin(get_buffer)
+    asessions = _twin(sessions)
     asearch = _twin(search)
     abuild_context = _twin(build_context)
     afacts = _twin(LayerMethods.facts)
