@@ -154,3 +154,64 @@ def test_module_entry_points_run_without_tracebacks(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "no memory at" in proc.stderr and str(tmp_path / "home") in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_cli_looks_inside_every_tier(tmp_path, embedder):
+    from tiered_memory import TieredMemory
+
+    folder = tmp_path / "mem"
+    with TieredMemory(folder, embedder=embedder) as memory:
+        memory.add_many([
+            {"role": "user", "content": "I just moved to Lisbon and I am allergic to peanuts.",
+             "timestamp": 1_700_000_000},
+            {"role": "assistant", "content": "Noted, no peanuts.", "timestamp": 1_700_000_060},
+        ], session_id="s1", user_id="ana")
+        memory.end_session("s1", user_id="ana")
+        memory.add_many([{"role": "user", "content": "I moved to Porto last week.", "timestamp": 1_700_100_000}],
+                        session_id="s2", user_id="ana")
+        memory.end_session("s2", user_id="ana")
+        memory.working_memory("s3", user_id="ana").remember("booking a table for Friday", importance=0.9,
+                                                            type="goal")
+        memory.working_memory("s3", user_id="ana").scratchpad["step"] = 2
+        memory.add("user", "I collect typewriters", session_id="b1", user_id="ben")
+    mem = str(folder)
+
+    code, out, err = run("--path", mem, "sessions", "--user", "ana")
+    assert code == 0, err
+    assert [line.split()[:2] for line in out.splitlines()] == [["s1", "2"], ["s2", "1"]]
+    code, out, _ = run("--path", mem, "sessions", "--user", "ana", "--json")
+    assert [json.loads(line)["session_id"] for line in out.splitlines()] == ["s1", "s2"]
+
+    code, out, _ = run("--path", mem, "facts", "--user", "ana")
+    assert code == 0 and "User lives in Porto" in out and "User is allergic to peanuts" in out
+    lisbon = out[out.index("User lives in Lisbon"):]
+    assert "invalid since" in lisbon.splitlines()[1] and "invalidate" in lisbon  # with its history
+    code, out, _ = run("--path", mem, "facts", "--user", "ana", "--json", "--valid")
+    facts = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and "User lives in Lisbon" not in {f["text"] for f in facts}
+    assert all(f["valid"] and f["history"][0]["action"] == "add" for f in facts)
+
+    code, out, _ = run("--path", mem, "episodes", "--user", "ana", "--session", "s1")
+    assert code == 0 and out.startswith("s1  1 turn  ") and "Lisbon" in out
+    code, out, _ = run("--path", mem, "episodes", "--user", "ben", "--json")
+    assert code == 0 and out == ""  # ben has no episode, and sees none of ana's
+
+    code, out, _ = run("--path", mem, "working", "--user", "ana", "--session", "s3")
+    assert code == 0 and "[goal] booking a table for Friday" in out and 'scratchpad: {"step": 2}' in out
+    code, out, _ = run("--path", mem, "working", "--user", "ana", "--session", "s3", "--json")
+    assert json.loads(out)["scratchpad"] == {"step": 2}
+
+    code, out, _ = run("--path", mem, "context", "where do I live?", "--user", "ana", "--session", "s3",
+                       "--max-tokens", "60")
+    assert code == 0 and out.splitlines()[0].endswith("of 60 tokens")
+    assert "[session] Current session notes" in out and "dropped" in out
+    code, out, _ = run("--path", mem, "context", "where do I live?", "--user", "ana", "--session", "s3",
+                       "--max-tokens", "60", "--json")
+    ctx = json.loads(out)
+    assert ctx["max_tokens"] == 60 and ctx["tokens"] <= 60 and ctx["dropped"]
+    assert all(d["reason"].startswith("over budget") for d in ctx["dropped"])
+    assert ctx["messages"][0]["role"] == "system"
+
+    code, _, err = run("--path", mem, "context", "q", "--user", "ana", "--session", "s3", "--max-tokens", "0")
+    assert code == 2 and "--max-tokens must be at least 1" in err
+    assert main(["--path", mem, "working", "--user", "ana"]) == 2  # argparse: --session is required
