@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, Callable
@@ -79,8 +80,8 @@ def fact_lines(fact: Fact, history: list[FactChange]) -> list[str]:
         state += f", superseded by {fact.superseded_by}"
     lines = [f"{fact.text}", f"   {fact.type}, confidence {fact.confidence:.2f}, {state}; id={fact.id}"]
     for change in history:
-        if change.action == "add" or change.old_text in (None, change.new_text):
-            what = repr(change.new_text) if change.new_text is not None else ""
+        if change.new_text is None or change.old_text is None or change.old_text == change.new_text:
+            what = repr(change.new_text if change.new_text is not None else change.old_text or "")
         else:
             what = f"{change.old_text!r} -> {change.new_text!r}"
         reason = change.details.get("reason")
@@ -88,17 +89,30 @@ def fact_lines(fact: Fact, history: list[FactChange]) -> list[str]:
     return lines
 
 
-def context_lines(ctx: MemoryContext) -> list[str]:
-    """Each section with its items, the recent turns, then what was dropped and why (pure)."""
+def context_lines(ctx: MemoryContext, width: int | None = None, group_dropped: bool = False) -> list[str]:
+    """Each section with its items, the recent turns, then what was dropped and why (pure);
+    item texts are shortened to ``width`` characters if given; ``group_dropped`` counts the
+    dropped items per section and reason instead of listing each."""
+
+    def text(value: str) -> str:
+        return textwrap.shorten(" ".join(value.split()), width=width, placeholder=" ...") if width else value
+
     lines = [f"{ctx.tokens} of {ctx.max_tokens} tokens"]
     for s in ctx.sections:
         lines.append(f"[{s.name}] {s.title}: {len(s.items)} items, {s.tokens} tokens")
-        lines += [f"   {i.tokens:>4} tok  {i.text}" for i in s.items]
+        lines += [f"   {i.tokens:>4} tok  {text(i.text)}" for i in s.items]
     lines.append(f"[recent] the session's buffer: {len(ctx.recent)} turns, "
                  f"{sum(i.tokens for i in ctx.recent)} tokens")
-    lines += [f"   {i.tokens:>4} tok  {i.role}: {i.text}" for i in ctx.recent]
-    if ctx.dropped:
-        lines.append(f"dropped {len(ctx.dropped)} (kept whole or not at all):")
+    lines += [f"   {i.tokens:>4} tok  {text(f'{i.role}: {i.text}')}" for i in ctx.recent]
+    if ctx.dropped and group_dropped:
+        lines.append(f"dropped {plural(len(ctx.dropped), 'item')} (items are kept whole or not at all):")
+        groups: dict[tuple[str, str], list[int]] = {}
+        for d in ctx.dropped:
+            groups.setdefault((d.section, d.reason), []).append(d.tokens)
+        lines += [f"   {section:<9} {plural(len(t), 'item')}, {sum(t)} tokens: {reason}"
+                  for (section, reason), t in groups.items()]
+    elif ctx.dropped:
+        lines.append(f"dropped {plural(len(ctx.dropped), 'item')} (items are kept whole or not at all):")
         lines += [f"   {d.section:<9} {d.tokens:>4} tok  {d.reason}  id={d.id}" for d in ctx.dropped]
     else:
         lines.append("dropped nothing")
