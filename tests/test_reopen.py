@@ -1,13 +1,11 @@
 """Opening a folder twice: the same process is told which object holds it and to close()
-it (a re-run notebook cell), an unreferenced earlier object does not block, and a second
-process still gets StoreLockedError."""
+it (a re-run notebook cell), and an unreferenced earlier object does not block. That a
+second process still gets "open in another process" is tests/test_core_persistence.py's
+test_second_process_on_the_same_folder_gets_store_locked."""
 
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -48,28 +46,3 @@ def test_an_unreferenced_earlier_memory_does_not_block_a_reopen(tmp_path: Path, 
             "written before the object was dropped"]
     finally:
         memory.close()
-
-
-def test_another_process_still_gets_store_locked_error(tmp_path: Path, embedder: Any) -> None:
-    child = textwrap.dedent(f"""
-        import sys
-        from tiered_memory import StoreLockedError, TieredMemory
-
-        class Tiny:  # no model load needed to open a folder
-            name = "tiny"
-            def embed_documents(self, texts): return [[1.0, 0.0] for _ in texts]
-            def embed_query(self, text): return [1.0, 0.0]
-
-        try:
-            TieredMemory({str(tmp_path / "m")!r}, embedder=Tiny())
-        except StoreLockedError as e:
-            print("LOCKED:", e)
-            sys.exit(0)
-        print("opened")
-        sys.exit(1)
-    """)
-    with TieredMemory(tmp_path / "m", embedder=embedder):
-        proc = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
-                              cwd=str(Path(__file__).resolve().parent.parent))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "open in another process" in proc.stdout and "this process" not in proc.stdout

@@ -119,31 +119,40 @@ def context_lines(ctx: MemoryContext, width: int | None = None, group_dropped: b
     return lines
 
 
+def history_by_fact(changes: list[FactChange]) -> dict[str, list[FactChange]]:
+    """The fact history grouped by fact id, oldest first (pure)."""
+    grouped: dict[str, list[FactChange]] = {}
+    for change in changes:
+        grouped.setdefault(change.fact_id, []).append(change)
+    return grouped
+
+
+def as_text(out: Out, args: argparse.Namespace, rows: list[dict[str, Any]], empty: str) -> bool:
+    """Print ``rows`` as JSON lines with ``--json``, or ``empty`` when there are none;
+    True when the caller should print the rows as text."""
+    if args.json:
+        for row in rows:
+            out(_dumps(row))
+        return False
+    if not rows:
+        out(empty)
+    return bool(rows)
+
+
 def cmd_sessions(memory: Any, args: argparse.Namespace, out: Out) -> None:
     found = memory.sessions(args.user)
-    if args.json:
-        for s in found:
-            out(_dumps(asdict(s)))
+    if not as_text(out, args, [asdict(s) for s in found], f"no sessions for user {args.user!r}"):
         return
-    if not found:
-        out(f"no sessions for user {args.user!r}")
     for s in found:
         out(f"{s.session_id}  {plural(s.messages, 'message')}  {when(s.first)} .. {when(s.last)}")
 
 
 def cmd_facts(memory: Any, args: argparse.Namespace, out: Out) -> None:
     facts = memory.facts(args.user, type=args.type, include_invalid=not args.valid)
-    history = memory.fact_history(args.user)
-    by_fact: dict[str, list[FactChange]] = {}
-    for change in history:
-        by_fact.setdefault(change.fact_id, []).append(change)
-    if args.json:
-        for f in facts:
-            out(_dumps({**asdict(f), "valid": f.valid,
-                        "history": [asdict(c) for c in by_fact.get(f.id, [])]}))
+    by_fact = history_by_fact(memory.fact_history(args.user))
+    rows = [{**asdict(f), "valid": f.valid, "history": [asdict(c) for c in by_fact.get(f.id, [])]} for f in facts]
+    if not as_text(out, args, rows, f"no facts for user {args.user!r}"):
         return
-    if not facts:
-        out(f"no facts for user {args.user!r}")
     for n, f in enumerate(facts, 1):
         first, *rest = fact_lines(f, by_fact.get(f.id, []))
         out(f"{n}. {first}")
@@ -153,12 +162,9 @@ def cmd_facts(memory: Any, args: argparse.Namespace, out: Out) -> None:
 
 def cmd_episodes(memory: Any, args: argparse.Namespace, out: Out) -> None:
     found = memory.episodes(args.user, session_id=args.session)
-    if args.json:
-        for e in found:
-            out(_dumps(asdict(e)))
+    if not as_text(out, args, [asdict(e) for e in found],
+                   f"no episodes for user {args.user!r} (end_session or consolidate makes them)"):
         return
-    if not found:
-        out(f"no episodes for user {args.user!r} (end_session or consolidate makes them)")
     for e in found:
         out(f"{e.session_id}  {plural(e.turn_count, 'turn')}  {when(e.start)} .. {when(e.end)}  "
             f"({e.metadata.get('method', '?')}); id={e.id}")

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 from . import (BufferConfig, ConsolidationConfig, Embedder, MemoryConfig, MemoryHit, StoredMessage,
                TieredMemory)
-from .cli_inspect import context_lines, fact_lines, plural, when
+from .cli_inspect import context_lines, fact_lines, history_by_fact, plural, when
 
 SAMPLE = "sample_conversation.json"
 CONTEXT_BUDGET = 260
@@ -184,9 +184,7 @@ def chapter_facts(memory: TieredMemory, s: Story, now: float) -> None:
     memory.add_fact("User has a severe peanut allergy and carries an EpiPen", user_id="maria",
                     type="constraint")
     s.say("then the application edits one (update_fact) and adds one (add_fact). Maria's facts:")
-    history: dict[str, list[Any]] = {}
-    for change in memory.fact_history("maria"):
-        history.setdefault(change.fact_id, []).append(change)
+    history = history_by_fact(memory.fact_history("maria"))
     facts = memory.facts("maria", include_invalid=True)
     for f in facts:
         first, *rest = fact_lines(f, history.get(f.id, []))
