@@ -218,3 +218,19 @@ def test_the_cli_looks_inside_every_tier(tmp_path, embedder):
     code, _, err = run("--path", mem, "context", "q", "--user", "ana", "--session", "s3", "--max-tokens", "0")
     assert code == 2 and "--max-tokens must be at least 1" in err
     assert main(["--path", mem, "working", "--user", "ana"]) == 2  # argparse: --session is required
+
+
+def test_the_demo_is_styled_on_a_rich_terminal_and_plain_elsewhere():
+    from rich.console import Console
+
+    from tiered_memory.demo import Story, rich_console
+
+    assert rich_console(io.StringIO()) is None  # not a terminal: plain text
+    screen = io.StringIO()
+    plain: list[str] = []
+    story = Story(plain.append, Console(file=screen, force_terminal=True, color_system="standard", width=100))
+    story.title("The buffer keeps the newest whole turns")
+    story.check(False, "a claim")
+    assert plain == []  # everything went to the console
+    assert "\x1b[" in screen.getvalue() and "1. The buffer keeps the newest whole turns" in screen.getvalue()
+    assert story.failed == ["a claim"] and "not as expected: a claim" in screen.getvalue()

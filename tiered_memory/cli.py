@@ -54,8 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    sub.add_parser("demo", parents=[common],
-                   help="load a bundled sample into a temporary folder and show what memory returns")
+    d = sub.add_parser("demo", parents=[common],
+                       help="the story of the tiers on a bundled sample, in a temporary folder, offline")
+    d.add_argument("--plain", action="store_true", help="plain text, even on a terminal where rich is installed")
 
     s = sub.add_parser("search", parents=[common], help="hybrid search of one user's memories")
     s.add_argument("query")
@@ -115,11 +116,11 @@ def _open(path: str | None, *, create: bool = False) -> Any:
 
 
 def _cmd_demo(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
-    from .demo import run
+    from .demo import rich_console, run
 
     if args.path:
         out(f"(the demo always uses a temporary folder; --path {args.path} is left alone)")
-    return run(out)
+    return run(out, console=None if args.plain else rich_console(args.stream))
 
 
 def _cmd_search(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
@@ -276,6 +277,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed the usage message
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    args.stream = out_stream
     try:
         return COMMANDS[args.command](args, out, err_stream)
     except (CliUsageError, UsageError) as e:

@@ -19,7 +19,7 @@ import textwrap
 import time
 from datetime import datetime, timedelta, timezone
 from importlib import resources
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TextIO
 
 from . import (BufferConfig, ConsolidationConfig, Embedder, MemoryConfig, MemoryHit, StoredMessage,
                TieredMemory)
@@ -92,26 +92,48 @@ def describe_hit(hit: MemoryHit) -> str:
     return "; ".join(parts) or "recency only"
 
 
-class Story:
-    """Writes numbered chapters and keeps the checks the demo makes."""
+def rich_console(stream: TextIO) -> Any:
+    """A ``rich`` console for ``stream`` when it is a terminal and rich is installed (it comes
+    with chromadb); ``None`` otherwise, and the demo prints plain text."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb" or not stream.isatty():
+        return None
+    try:
+        from rich.console import Console
+    except ImportError:
+        return None
+    return Console(file=stream, highlight=False, soft_wrap=True)
 
-    def __init__(self, out: Out) -> None:
-        self.out, self.chapter = out, 0
+
+class Story:
+    """Writes numbered chapters (plain lines through ``out``, or styled on a rich console)
+    and keeps the checks the demo makes."""
+
+    def __init__(self, out: Out, console: Any = None) -> None:
+        self.out, self.console, self.chapter = out, console, 0
         self.failed: list[str] = []
+
+    def _line(self, text: str, style: str = "") -> None:
+        if self.console is None:
+            self.out(text)
+        else:
+            from rich.text import Text
+
+            self.console.print(Text(text, style=style))
 
     def title(self, text: str) -> None:
         self.chapter += 1
-        self.out("")
-        self.out(f"{self.chapter}. {text}")
-        self.out("-" * (len(text) + 3))
+        self._line("")
+        self._line(f"{self.chapter}. {text}", "bold cyan")
+        self._line("-" * (len(text) + 3), "cyan")
 
     def say(self, text: str, indent: int = 0) -> None:
-        self.out(" " * indent + text)
+        style = "dim" if text.startswith("why:") else "yellow" if text.startswith("dropped") else ""
+        self._line(" " * indent + text, style)
 
     def check(self, ok: bool, claim: str) -> None:
         if not ok:
             self.failed.append(claim)
-            self.out(f"   !! not as expected: {claim}")
+            self._line(f"   !! not as expected: {claim}", "bold red")
 
 
 def _turns(messages: list[StoredMessage]) -> list[str]:
@@ -279,17 +301,18 @@ def snapshot(memory: TieredMemory, query: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run(out: Out = print, *, embedder: Embedder | None = None) -> int:
-    """Run the demo, writing lines with ``out``; returns a process exit code (1 if a check failed)."""
+def run(out: Out = print, *, embedder: Embedder | None = None, console: Any = None) -> int:
+    """Run the demo, writing lines with ``out`` (or styled on a ``rich`` ``console``, see
+    :func:`rich_console`); returns a process exit code (1 if a check failed)."""
     started = time.perf_counter()
     sample = load_sample()
     questions = sample["questions"]
     now = time.time()
-    s = Story(out)
+    s = Story(out, console)
     with tempfile.TemporaryDirectory(prefix="tiered-memory-demo-") as tmp:
         path = os.path.join(tmp, "memory")
-        out(f"tiered-memory demo: a temporary store in {path}")
-        out("(SQLite + Chroma + the bundled all-MiniLM-L6-v2; offline, no API key, no LLM: rules extract)")
+        s.say(f"tiered-memory demo: a temporary store in {path}")
+        s.say("(SQLite + Chroma + the bundled all-MiniLM-L6-v2; offline, no API key, no LLM: rules extract)")
         memory = TieredMemory(path, embedder=embedder, config=DEMO_CONFIG)
         try:
             s.title("Two users, several sessions")
@@ -320,9 +343,9 @@ def run(out: Out = print, *, embedder: Embedder | None = None) -> int:
               "episodes, fact history, working memory and top answers"
               + (f"; differs: {', '.join(lost)}" if lost else ""))
         s.check(len(kept) == 5, "a restart keeps everything")
-    out("")
-    out(f"Done in {time.perf_counter() - started:.1f} s; the temporary store was deleted. "
-        "Look inside your own store with: tiered-memory --path FOLDER facts|episodes|sessions|working|context ...")
+    s.say("")
+    s.say(f"Done in {time.perf_counter() - started:.1f} s; the temporary store was deleted. "
+          "Look inside your own store with: tiered-memory --path FOLDER facts|episodes|sessions|working|context ...")
     if s.failed:
-        out(f"{len(s.failed)} claims did not hold: " + "; ".join(s.failed))
+        s.say(f"{len(s.failed)} claims did not hold: " + "; ".join(s.failed))
     return 1 if s.failed else 0
