@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import sys
 import traceback
 import weakref
 from pathlib import Path
@@ -121,12 +122,25 @@ def _describe(owner: object) -> str:
 
 
 def _caller() -> str:
-    """The first frame outside this package: the line of user code that opened the folder."""
+    """The first frame outside this package: the line of user code that opened the folder
+    (``notebook cell In[3], line 1`` inside IPython or Jupyter)."""
     package = str(Path(__file__).resolve().parent) + os.sep
     for frame in reversed(traceback.extract_stack()):
         if not str(Path(frame.filename).resolve()).startswith(package):
-            return f"{frame.filename}:{frame.lineno}"
+            cell = _notebook_cell(frame.filename)
+            return f"notebook cell {cell}, line {frame.lineno}" if cell else f"{frame.filename}:{frame.lineno}"
     return "an unknown place"
+
+
+def _notebook_cell(filename: str) -> str | None:
+    """``In[3]`` when ``filename`` is a cell of the running IPython shell (never imports IPython)."""
+    shell_module = sys.modules.get("IPython")
+    try:
+        shell = shell_module.get_ipython() if shell_module else None  # type: ignore[attr-defined]
+        label = shell.compile.format_code_name(filename) if shell is not None else None
+    except Exception:  # another IPython version: the file name is still said
+        return None
+    return str(label[1]) if label else None
 
 
 class OpeningMethods:
