@@ -136,7 +136,7 @@ def _notebook_cell(filename: str) -> str | None:
     """``In[3]`` when ``filename`` is a cell of the running IPython shell (never imports IPython)."""
     shell_module = sys.modules.get("IPython")
     try:
-        shell = shell_module.get_ipython() if shell_module else None  # type: ignore[attr-defined]
+        shell = shell_module.get_ipython() if shell_module else None
         label = shell.compile.format_code_name(filename) if shell is not None else None
     except Exception:  # another IPython version: the file name is still said
         return None
