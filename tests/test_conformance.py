@@ -145,6 +145,13 @@ class RecordStoreConformance:
         store.mark_indexed(["a"], {})
         assert store.counts() == {"users": 2, "sessions": 3, "messages": 3, "indexed": 1, "duplicates": 0}
 
+    def test_sessions_list_a_users_sessions_in_the_order_they_started(self, store: RecordStore) -> None:
+        store.insert_messages([msg("a", "x", session="late", t=50.0), msg("b", "y", session="early", t=10.0),
+                               msg("c", "z", session="late", t=70.0), msg("d", "w", user="u2", session="other")])
+        got = [(s.session_id, s.messages, s.first, s.last) for s in store.sessions("u1")]
+        assert got == [("late", 2, 50.0, 70.0), ("early", 1, 10.0, 10.0)]
+        assert store.sessions("nobody") == []
+
     def test_meta_is_set_overwritten_and_persistent(self, store: RecordStore, open_store: OpenStore) -> None:
         assert store.get_meta("k") is None
         store.set_meta("k", "1")

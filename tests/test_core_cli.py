@@ -37,14 +37,17 @@ def dump(tmp_path):
     return path
 
 
-def test_demo_prints_sensible_results(embedder):
+def test_demo_tells_the_story_of_the_tiers_and_its_claims_hold():
     code, out, err = run("demo")
-    assert code == 0, err
-    assert "Loaded 28 messages: 2 users, 6 sessions" in out
-    assert "peanut allergy" in out  # the top answer to the restaurant question
-    assert "finds 0 of Maria's messages" in out
-    assert "same top answer: yes" in out
-    assert "tokens" in out and "score" in out
+    assert code == 0, out + err  # the demo checks its own claims: exit 1 names the one that failed
+    assert "not as expected" not in out and "claims did not hold" not in out
+    chapters = [line.split(". ", 1)[1] for line in out.splitlines() if line[:3].rstrip(". ").isdigit()]
+    assert [c.split()[0] for c in chapters] == [
+        "Two", "The", "Recall,", "end_session", "Facts:", "Working", "build_context", "consolidate:",
+        "Isolation:", "Restart:"]
+    assert "28 messages stored" in out and "why: meaning: cosine" in out
+    assert "evicted, a whole turn" in out and "invalidate 'User lives in Lisbon'" in out
+    assert "dropped" in out and "over budget" in out and "0 leaks" in out
 
 
 def test_import_search_stats_export_forget_rebuild(tmp_path, dump, embedder):
@@ -136,7 +139,7 @@ def test_runtime_failures_exit_1_with_the_error_type(make_memory, tmp_path):
     held = make_memory("held")
     held.add("user", "held open", session_id="s", user_id="u")
     code, _, err = run("--path", str(tmp_path / "held"), "stats")
-    assert code == 1 and "StoreLockedError" in err and "another process" in err
+    assert code == 1 and "StoreLockedError" in err and "already open in this process" in err and "close()" in err
 
     corrupt = tmp_path / "corrupt"
     corrupt.mkdir()
@@ -154,3 +157,80 @@ def test_module_entry_points_run_without_tracebacks(tmp_path):
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and "no memory at" in proc.stderr and str(tmp_path / "home") in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_the_cli_looks_inside_every_tier(tmp_path, embedder):
+    from tiered_memory import TieredMemory
+
+    folder = tmp_path / "mem"
+    with TieredMemory(folder, embedder=embedder) as memory:
+        memory.add_many([
+            {"role": "user", "content": "I just moved to Lisbon and I am allergic to peanuts.",
+             "timestamp": 1_700_000_000},
+            {"role": "assistant", "content": "Noted, no peanuts.", "timestamp": 1_700_000_060},
+        ], session_id="s1", user_id="ana")
+        memory.end_session("s1", user_id="ana")
+        memory.add_many([{"role": "user", "content": "I moved to Porto last week.", "timestamp": 1_700_100_000}],
+                        session_id="s2", user_id="ana")
+        memory.end_session("s2", user_id="ana")
+        memory.working_memory("s3", user_id="ana").remember("booking a table for Friday", importance=0.9,
+                                                            type="goal")
+        memory.working_memory("s3", user_id="ana").scratchpad["step"] = 2
+        memory.add("user", "I collect typewriters", session_id="b1", user_id="ben")
+    mem = str(folder)
+
+    code, out, err = run("--path", mem, "sessions", "--user", "ana")
+    assert code == 0, err
+    assert [line.split()[:2] for line in out.splitlines()] == [["s1", "2"], ["s2", "1"]]
+    code, out, _ = run("--path", mem, "sessions", "--user", "ana", "--json")
+    assert [json.loads(line)["session_id"] for line in out.splitlines()] == ["s1", "s2"]
+
+    code, out, _ = run("--path", mem, "facts", "--user", "ana")
+    assert code == 0 and "User lives in Porto" in out and "User is allergic to peanuts" in out
+    lisbon = out[out.index("User lives in Lisbon"):]
+    assert "invalid since" in lisbon.splitlines()[1] and "invalidate" in lisbon  # with its history
+    code, out, _ = run("--path", mem, "facts", "--user", "ana", "--json", "--valid")
+    facts = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and "User lives in Lisbon" not in {f["text"] for f in facts}
+    assert all(f["valid"] and f["history"][0]["action"] == "add" for f in facts)
+
+    code, out, _ = run("--path", mem, "episodes", "--user", "ana", "--session", "s1")
+    assert code == 0 and out.startswith("s1  1 turn  ") and "Lisbon" in out
+    code, out, _ = run("--path", mem, "episodes", "--user", "ben", "--json")
+    assert code == 0 and out == ""  # ben has no episode, and sees none of ana's
+
+    code, out, _ = run("--path", mem, "working", "--user", "ana", "--session", "s3")
+    assert code == 0 and "[goal] booking a table for Friday" in out and 'scratchpad: {"step": 2}' in out
+    code, out, _ = run("--path", mem, "working", "--user", "ana", "--session", "s3", "--json")
+    assert json.loads(out)["scratchpad"] == {"step": 2}
+
+    code, out, _ = run("--path", mem, "context", "where do I live?", "--user", "ana", "--session", "s3",
+                       "--max-tokens", "60")
+    assert code == 0 and out.splitlines()[0].endswith("of 60 tokens")
+    assert "[session] Current session notes" in out and "dropped" in out
+    code, out, _ = run("--path", mem, "context", "where do I live?", "--user", "ana", "--session", "s3",
+                       "--max-tokens", "60", "--json")
+    ctx = json.loads(out)
+    assert ctx["max_tokens"] == 60 and ctx["tokens"] <= 60 and ctx["dropped"]
+    assert all(d["reason"].startswith("over budget") for d in ctx["dropped"])
+    assert ctx["messages"][0]["role"] == "system"
+
+    code, _, err = run("--path", mem, "context", "q", "--user", "ana", "--session", "s3", "--max-tokens", "0")
+    assert code == 2 and "--max-tokens must be at least 1" in err
+    assert main(["--path", mem, "working", "--user", "ana"]) == 2  # argparse: --session is required
+
+
+def test_the_demo_is_styled_on_a_rich_terminal_and_plain_elsewhere():
+    from rich.console import Console
+
+    from tiered_memory.demo import Story, rich_console
+
+    assert rich_console(io.StringIO()) is None  # not a terminal: plain text
+    screen = io.StringIO()
+    plain: list[str] = []
+    story = Story(plain.append, Console(file=screen, force_terminal=True, color_system="standard", width=100))
+    story.title("The buffer keeps the newest whole turns")
+    story.check(False, "a claim")
+    assert plain == []  # everything went to the console
+    assert "\x1b[" in screen.getvalue() and "1. The buffer keeps the newest whole turns" in screen.getvalue()
+    assert story.failed == ["a claim"] and "not as expected: a claim" in screen.getvalue()

@@ -1,8 +1,10 @@
-"""A real LlamaIndex FunctionAgent with TieredMemoryBlock, over two sessions.
+"""Real LlamaIndex FunctionAgent and ReActAgent runs with TieredMemoryBlock, over two sessions.
 
-The LLM is LlamaIndex's own ``MockFunctionCallingLLMWithChatMemoryOfLastCall``: it
-calls the agent's tools, then answers, and records the messages of its last call,
-which is exactly the prompt the agent built from ``Memory``.
+The FunctionAgent's LLM is LlamaIndex's own ``MockFunctionCallingLLMWithChatMemoryOfLastCall``:
+it calls the agent's tools, then answers, and records the messages of its last call,
+which is exactly the prompt the agent built from ``Memory``. The ReActAgent's is our
+:class:`~llamaindex_tiered_memory.testing.ScriptedChatLLM`, which answers in the ReAct
+format and records every call.
 """
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
+from llama_index.core.agent.workflow import FunctionAgent, ReActAgent  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.llms.mock import MockFunctionCallingLLMWithChatMemoryOfLastCall  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
 from llama_index.core.tools import FunctionTool  # noqa: E402
 
 from llamaindex_tiered_memory import TieredMemoryBlock, aend_session, offline_tokenizer  # noqa: E402
+from llamaindex_tiered_memory.testing import ScriptedChatLLM  # noqa: E402
 from tiered_memory import TieredMemory  # noqa: E402
 
 
@@ -75,3 +78,86 @@ async def test_second_session_prompt_carries_memory_from_the_first(
     # the current question is in the chat, not repeated as memory
     assert "What is my cat called?" not in remembered
     assert any(m.role == "user" and m.content == "What is my cat called?" for m in sent)
+
+
+# ---- ReActAgent ----------------------------------------------------------------------
+# ReActAgent.take_step drops the first system message of its input (it expects the
+# agent's own system prompt there and rebuilds it into the ReAct header). Memory's
+# default insert_method="system" puts the memory block exactly there when the agent has
+# no system_prompt, so the block is lost; insert_method="user" prepends it to the
+# latest user message, which every agent sends. README ("LlamaIndex") says so.
+# llama-index-core 0.14's ReActAgent.take_step itself calls the deprecated Context.is_running
+react_warning = pytest.mark.filterwarnings("ignore:is_running called from within a step:DeprecationWarning")
+REACT_REPLY = "Thought: I can answer without a tool.\nAnswer: Your cat is called Miso."
+
+
+def memory_in(messages: list[ChatMessage]) -> list[tuple[str, str]]:
+    """(role, memory text) of every message the LLM received that carries a memory section."""
+    found = []
+    for m in messages:
+        text = m.content or ""
+        start = text.find('<memory section="')
+        if start >= 0:
+            found.append((str(getattr(m.role, "value", m.role)), text[start:]))
+    return found
+
+
+async def remembered_first_session(tm: TieredMemory) -> None:
+    """Session 1 through a ReActAgent: what the user says reaches long-term memory."""
+    llm = ScriptedChatLLM(responses=["Thought: Noted.\nAnswer: Miso is a lovely name."])
+    first = session_memory(tm, "u1", "chat-1")
+    await ReActAgent(tools=[], llm=llm).run(user_msg="My cat is called Miso and I moved to Porto last spring.",
+                                            memory=first)
+    assert memory_in(llm.calls[-1]) == []  # nothing known yet
+    other = session_memory(tm, "u2", "chat-x")
+    await ReActAgent(tools=[], llm=llm).run(user_msg="My bank PIN is 9981.", memory=other)
+    await aend_session(first)
+    await aend_session(other)
+
+
+@react_warning
+@pytest.mark.parametrize("kind", ["react", "function"])
+async def test_with_insert_method_user_the_block_reaches_react_and_function_agents(
+    kind: str, make_memory: Callable[..., TieredMemory],
+) -> None:
+    tm = make_memory("agent")
+    await remembered_first_session(tm)
+    block = TieredMemoryBlock(memory=tm, user_id="u1")
+    second = Memory.from_defaults(session_id="chat-2", memory_blocks=[block], tokenizer_fn=offline_tokenizer(),
+                                  insert_method="user")
+    if kind == "react":
+        react_llm = ScriptedChatLLM(responses=[REACT_REPLY])
+        answer = await ReActAgent(tools=[FunctionTool.from_defaults(weather)], llm=react_llm).run(
+            user_msg="What is my cat called?", memory=second)
+        assert "Miso" in str(answer)  # the ReAct output was parsed: a real agent step
+        sent = react_llm.calls[-1]
+    else:
+        fn_llm = MockFunctionCallingLLMWithChatMemoryOfLastCall()
+        await FunctionAgent(tools=[FunctionTool.from_defaults(weather)], llm=fn_llm,
+                            system_prompt="You are a helpful assistant.").run(
+            user_msg="What is my cat called?", memory=second)
+        sent = list(fn_llm.last_chat_messages or [])
+    found = memory_in(sent)
+    assert [role for role, _ in found] == ["user"]
+    remembered = found[0][1]
+    assert "Miso" in remembered and 'section="facts"' in remembered and "Porto" in remembered
+    assert "9981" not in "\n".join(m.content or "" for m in sent)  # never another user's memory
+    last_user = [m for m in sent if m.role == "user"][-1].content or ""
+    assert last_user.rstrip().endswith("What is my cat called?")  # memory first, then the question
+
+
+@react_warning
+@pytest.mark.parametrize("system_prompt, reaches_as", [(None, []), ("You are a helpful assistant.", ["system"])])
+async def test_react_agent_with_the_default_system_insert_drops_the_block_without_a_system_prompt(
+    system_prompt: str | None, reaches_as: list[str], make_memory: Callable[..., TieredMemory],
+) -> None:
+    """LlamaIndex's behaviour the README warns about; if this fails, LlamaIndex changed it:
+    update the README's LlamaIndex section."""
+    tm = make_memory("agent")
+    await remembered_first_session(tm)
+    llm = ScriptedChatLLM(responses=[REACT_REPLY])
+    await ReActAgent(tools=[], llm=llm, system_prompt=system_prompt).run(
+        user_msg="What is my cat called?", memory=session_memory(tm, "u1", "chat-2"))
+    found = memory_in(llm.calls[-1])
+    assert [role for role, _ in found] == reaches_as
+    assert all("Miso" in text for _, text in found)

@@ -26,7 +26,7 @@ from .errors import (
 from .llm.base import LLM
 from .memory import TieredMemory
 from .layers.semantic import Fact, FactChange, FactHit
-from .types import MemoryHit, Message, Stats, StoredMessage
+from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
 from .layers.working import WorkingItem, WorkingMemory
 
 __version__ = "0.1.0"
@@ -65,6 +65,7 @@ __all__ = [
     "RuntimeFailure",
     "Section",
     "SentenceTransformerEmbedder",
+    "SessionInfo",
     "Stats",
     "StoreError",
     "StoreLockedError",

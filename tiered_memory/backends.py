@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .embedding import Embedder, embedder_name
-from .errors import ConfigurationError, StoreLockedError
+from .errors import ConfigurationError
+from .folder_lock import FolderLock
 from .store.base import RecordStore
 from .store.layer_store import LayerStore
 from .vector.base import VectorIndex
@@ -45,30 +46,8 @@ def configured_record_store() -> str | None:
 def is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
 
-class FolderLock:
-    """An exclusive lock on an embedded store folder; the OS drops it if the process dies."""
-
-    def __init__(self, folder: Path) -> None:
-        self.file = open(folder / ".lock", "a+")
-        try:
-            import fcntl
-
-            fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:  # not POSIX: no cross-process protection
-            pass
-        except OSError as e:
-            self.file.close()
-            raise StoreLockedError(
-                f"{folder} is open in another process. The embedded store serves one process; "
-                "for many workers use a PostgreSQL record store and a vector server "
-                "(see 'Running at scale' in the README)."
-            ) from e
-
-    def release(self) -> None:
-        self.file.close()
-
-
-def open_record_store(path: Path, record_store: RecordStore | str | None) -> tuple[RecordStore, FolderLock | None]:
+def open_record_store(path: Path, record_store: RecordStore | str | None, owner: object = None,
+                      ) -> tuple[RecordStore, FolderLock | None]:
     """The record store to use, and the folder lock that an embedded one holds."""
     if record_store is not None and not isinstance(record_store, str):
         return record_store, None
@@ -94,7 +73,7 @@ def open_record_store(path: Path, record_store: RecordStore | str | None) -> tup
             f"{path} already holds files that are not a tiered-memory store "
             f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}). "
             "Point `path` at an empty or new folder, or at an existing memory folder.")
-    lock = FolderLock(path)
+    lock = FolderLock(path, owner)
     from .store.sqlite import SQLiteRecordStore
 
     try:
@@ -105,7 +84,7 @@ def open_record_store(path: Path, record_store: RecordStore | str | None) -> tup
 
 
 def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store: RecordStore,
-                      lock: FolderLock | None) -> tuple[VectorIndex, FolderLock | None]:
+                      lock: FolderLock | None, owner: object = None) -> tuple[VectorIndex, FolderLock | None]:
     """The vector index to use, and the folder lock (taken here for an embedded index
     beside a shared record store: the index folder still serves one process)."""
     if vector_store is not None and not isinstance(vector_store, str):
@@ -113,7 +92,7 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
     kind = vector_store or os.environ.get("TIERED_MEMORY_VECTOR_STORE") or "chroma"
     if kind in ("chroma", "qdrant") and lock is None and getattr(store, "shared", False):
         path.mkdir(parents=True, exist_ok=True)
-        lock = FolderLock(path)
+        lock = FolderLock(path, owner)
     if kind.startswith(("qdrant+http://", "qdrant+https://")):
         from .vector.qdrant import QdrantVectorIndex
 

@@ -10,6 +10,11 @@ Examples::
     tiered-memory --path ./mem forget-user u1 --yes
     tiered-memory --path ./mem rebuild-index
     tiered-memory --path ./mem consolidate --user u1
+    tiered-memory --path ./mem sessions --user u1
+    tiered-memory --path ./mem facts --user u1            # with their history
+    tiered-memory --path ./mem episodes --user u1
+    tiered-memory --path ./mem working --user u1 --session s1
+    tiered-memory --path ./mem context "where do I live?" --user u1 --session s1 --max-tokens 300
 
 Exit codes: 0 success, 1 runtime failure (store, index, model), 2 usage error
 (bad arguments, bad input file, no memory at ``--path``), 130 interrupted.
@@ -49,8 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    sub.add_parser("demo", parents=[common],
-                   help="load a bundled sample into a temporary folder and show what memory returns")
+    d = sub.add_parser("demo", parents=[common],
+                       help="the story of the tiers on a bundled sample, in a temporary folder, offline")
+    d.add_argument("--plain", action="store_true", help="plain text, even on a terminal where rich is installed")
 
     s = sub.add_parser("search", parents=[common], help="hybrid search of one user's memories")
     s.add_argument("query")
@@ -87,6 +93,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--user", required=True, help="user id")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    from .cli_inspect import add_parsers
+
+    add_parsers(sub, common)
     return p
 
 
@@ -106,11 +116,11 @@ def _open(path: str | None, *, create: bool = False) -> Any:
 
 
 def _cmd_demo(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
-    from .demo import run
+    from .demo import rich_console, run
 
     if args.path:
         out(f"(the demo always uses a temporary folder; --path {args.path} is left alone)")
-    return run(out)
+    return run(out, console=None if args.plain else rich_console(args.stream))
 
 
 def _cmd_search(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
@@ -227,6 +237,16 @@ def _cmd_consolidate(args: argparse.Namespace, out: Callable[[str], None], err: 
     return EXIT_OK
 
 
+def _inspect(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    from .cli_inspect import COMMANDS as INSPECT
+
+    if getattr(args, "max_tokens", None) is not None and args.max_tokens < 1:
+        raise CliUsageError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    with _open(args.path) as memory:
+        INSPECT[args.command](memory, args, out)
+    return EXIT_OK
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], TextIO], int]] = {
     "demo": _cmd_demo,
     "search": _cmd_search,
@@ -236,6 +256,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], TextIO]
     "forget-user": _cmd_forget_user,
     "rebuild-index": _cmd_rebuild_index,
     "consolidate": _cmd_consolidate,
+    **{name: _inspect for name in ("sessions", "facts", "episodes", "working", "context")},
 }
 
 
@@ -256,6 +277,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse already printed the usage message
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    args.stream = out_stream
     try:
         return COMMANDS[args.command](args, out, err_stream)
     except (CliUsageError, UsageError) as e:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 from .aio import twin
 from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
-    FolderLock,
+
     foreign_entries as foreign_entries,
     open_layer_store,
     open_record_store,
@@ -50,7 +50,7 @@ from .recall.indexing import index_messages, repair
 from .recall.search import search_turns
 from .store.base import RecordStore
 from .tokens import TokenCounter, default_token_counter
-from .types import MemoryHit, Message, Stats, StoredMessage
+from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
 from .validation import check_count, check_filters, check_id, check_query, normalize_message
 from .vector.base import VectorIndex
 
@@ -107,9 +107,9 @@ class TieredMemory:
         self.path = Path(path) if path is not None else default_path()
         self._closed = False
         self._write_lock = threading.RLock()
-        self.store, self._lock = open_record_store(self.path, record_store)
+        self.store, self._lock = open_record_store(self.path, record_store, owner=self)
         try:
-            self.index, self._lock = open_vector_index(self.path, vector_store, self.store, self._lock)
+            self.index, self._lock = open_vector_index(self.path, vector_store, self.store, self._lock, owner=self)
             self.parts = Parts(
                 store=self.store, index=self.index, embedder=self.embedder, config=self.config,
                 lock=self._write_lock, count_tokens=self.count_tokens,
@@ -298,6 +298,12 @@ class TieredMemory:
         check_count(limit, "limit", minimum=0, optional=True)
         return self.store.get_messages(user_id, session_id, limit=limit)
 
+    def sessions(self, user_id: str) -> list[SessionInfo]:
+        """The user's sessions that hold messages (id, message count, first and last timestamp),
+        in the order they started."""
+        check_id(user_id, "user_id")
+        return self.store.sessions(user_id)
+
     def get_buffer(self, session_id: str, *, user_id: str) -> list[StoredMessage]:
         """The session's recent whole turns within the buffer's message and token limits."""
         check_id(user_id, "user_id")
@@ -440,6 +446,7 @@ class TieredMemory:
     arebuild_index = twin(rebuild_index)
     aget_messages = twin(get_messages)
     aget_buffer = twin(get_buffer)
+    asessions = twin(sessions)
     asearch = twin(search)
     abuild_context = twin(build_context)
     aend_session = twin(end_session)

@@ -40,6 +40,16 @@ class StoredMessage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SessionInfo:
+    """One session of a user, as listed by :meth:`TieredMemory.sessions`."""
+
+    session_id: str
+    messages: int
+    first: float
+    last: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class MemoryHit:
     """One search result with an explanation of its score."""
 

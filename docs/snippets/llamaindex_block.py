@@ -8,7 +8,7 @@ store = TieredMemory()  # ~/.tiered-memory (or $TIERED_MEMORY_HOME): SQLite + Ch
 block = TieredMemoryBlock(memory=store, user_id="alice")
 
 monday = Memory.from_defaults(session_id="monday", memory_blocks=[block],
-                              tokenizer_fn=offline_tokenizer())  # no tiktoken download
+                              tokenizer_fn=offline_tokenizer())  # the core's token count
 monday.put_messages([ChatMessage(role="user", content="I'm vegetarian and I live in Lisbon."),
                      ChatMessage(role="assistant", content="Noted!")])
 end_session(monday)  # what is still short-term goes to long-term memory
@@ -16,5 +16,6 @@ end_session(monday)  # what is still short-term goes to long-term memory
 tuesday = Memory.from_defaults(session_id="tuesday", memory_blocks=[block],
                                tokenizer_fn=offline_tokenizer())
 print(tuesday.get(input="Where should I eat tonight?")[0].content)  # memory: Lisbon, vegetarian
-# agent.run("Where should I eat tonight?", memory=tuesday) -- any FunctionAgent / ReActAgent
+# agent.run("Where should I eat tonight?", memory=tuesday) -- a FunctionAgent; for a
+# ReActAgent: Memory.from_defaults(..., insert_method="user")
 store.close()

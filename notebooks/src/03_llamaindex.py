@@ -2,13 +2,14 @@
 # # LlamaIndex: an agent with `Memory` + `TieredMemoryBlock`
 #
 # One memory block gives a LlamaIndex agent long-term memory across sessions. We run a
-# `FunctionAgent` for two sessions and look at the prompt it builds in the second.
+# `FunctionAgent` for two sessions and look at the prompt it builds in the second, then
+# a `ReActAgent`, which needs the `Memory` built with `insert_method="user"`.
 #
 # **Model note:** offline and without a key we use LlamaIndex's own mock function-calling
 # LLM, which records the messages of its last call, so we can see exactly what the agent
 # sent. Any LlamaIndex LLM (for example `OpenAILike` pointed at a local llama.cpp server)
-# works the same way. LlamaIndex's default tokenizer downloads tiktoken files, so every
-# `Memory` here gets `offline_tokenizer()`.
+# works the same way. LlamaIndex's default tokenizer works offline (llama-index-core ships
+# its tiktoken files); `offline_tokenizer()` makes `Memory` count tokens the way the core does.
 
 # %%
 import os
@@ -61,4 +62,27 @@ for message in llm.last_chat_messages:
 # %%
 system = "\n".join(m.content or "" for m in llm.last_chat_messages if m.role == "system")
 assert "Miso" in system
+
+# %% [markdown]
+# ## A `ReActAgent`: put the memory in the user message
+#
+# `Memory` inserts its blocks into the first system message by default, and `ReActAgent`
+# drops that message when it builds its ReAct prompt. With `insert_method="user"` the
+# memory is prepended to the latest user message instead, which every agent sends.
+# `ScriptedChatLLM` is a fake LLM shipped for tests: it answers in the ReAct format and
+# records each call.
+
+# %%
+from llama_index.core.agent.workflow import ReActAgent
+
+from llamaindex_tiered_memory.testing import ScriptedChatLLM
+
+react_llm = ScriptedChatLLM(responses=["Thought: Memory says so.\nAnswer: Your cat is called Miso."])
+react = ReActAgent(tools=[FunctionTool.from_defaults(weather)], llm=react_llm)
+third = Memory.from_defaults(session_id="chat-3", insert_method="user", tokenizer_fn=offline_tokenizer(),
+                             memory_blocks=[TieredMemoryBlock(memory=store, user_id="miso-owner")])
+print(await react.run(user_msg="What is my cat called?", memory=third))
+question = [m for m in react_llm.calls[-1] if m.role == "user"][-1].content
+print(question[question.find("<memory"):])
+assert "Miso" in question
 store.close()

@@ -16,10 +16,7 @@ import tempfile
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+import matplotlib.pyplot as plt  # inline in Jupyter; MPLBACKEND=Agg in CI
 
 from tiered_memory import TieredMemory
 from tiered_memory.layers.buffer import select_buffer

@@ -41,10 +41,9 @@ results = json.loads(out.read_text())
 # ## Recall@k for both systems
 
 # %%
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
+
+get_ipython().run_line_magic("matplotlib", "inline")  # the benchmark switched matplotlib to Agg for its PNG
 
 overall = {name: results["splits"]["all"][name]["overall"] for name in ("library", "baseline")}
 fig, ax = plt.subplots(figsize=(6, 4))

@@ -5,7 +5,9 @@ Sections, most important first (truncated last): ``session`` (working memory),
 (relevant past turns), plus the ``recent`` buffer, which takes
 ``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
 The memory budget left is split by ``BudgetConfig.shares``. Items are never split;
-everything left out is reported in ``MemoryContext.dropped`` with a reason.
+everything left out is reported in ``MemoryContext.dropped`` with a reason. Working-memory
+items whose decayed importance fell below ``ConsolidationConfig.prune_below`` have faded
+and are not shown (``consolidate`` prunes them).
 
 The query is embedded once and that vector serves every section. Assembly writes
 nothing: :func:`accessed` says which kept items the caller should count as accessed.
@@ -21,6 +23,7 @@ import numpy as np
 from ..embedding import embed_query
 from ..layers.buffer import select_buffer
 from ..layers.longterm import Layers
+from ..layers.working import decayed
 from ..parts import AccessLayer, Parts
 from ..recall.search import search_turns
 from ..types import MemoryHit, StoredMessage
@@ -52,7 +55,10 @@ def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, use
     """Candidates of the session, facts and episodes sections, best first."""
     parts = layers.parts
     retrieval = parts.config.retrieval
-    wm = layers.working(session_id, user_id).items(query or None, vector=vector)
+    now = parts.now()
+    faded = parts.config.consolidation.prune_below  # what consolidate would prune is not shown either
+    wm = [i for i in layers.working(session_id, user_id).items(query or None, vector=vector, now=now)
+          if decayed(i.importance, i.created_at, now, parts.config.working.decay_per_hour) >= faded]
     session = [_costed(ContextItem(id=f"wm:{i.id}", text=i.text, tokens=0, label=i.type, score=i.score), count)
                for i in wm]
     if vector is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
-from ..types import StoredMessage
+from ..types import SessionInfo, StoredMessage
 
 
 @runtime_checkable
@@ -58,6 +58,9 @@ class RecordStore(Protocol):
     def forget_user(self, user_id: str) -> list[str]: ...
 
     def iter_messages(self, user_id: str | None = None) -> Iterator[StoredMessage]: ...
+
+    def sessions(self, user_id: str) -> list[SessionInfo]:
+        """The user's sessions that hold messages, in the order they started."""
 
     def touch(self, ids: list[str], now: float) -> None: ...
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..types import StoredMessage
+from ..types import SessionInfo, StoredMessage
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
 from .text_search import tsquery_any
 
@@ -271,6 +271,11 @@ class PostgresRecordStore(PostgresDatabase):
             for r in rows:
                 yield _row(r)
             last = rows[-1][7]
+
+    def sessions(self, user_id: str) -> list[SessionInfo]:
+        rows = self.query("SELECT session_id, COUNT(*), MIN(timestamp), MAX(timestamp) FROM messages"
+                          " WHERE user_id=%s GROUP BY session_id ORDER BY MIN(seq)", (user_id,))
+        return [SessionInfo(session_id=r[0], messages=r[1], first=r[2], last=r[3]) for r in rows]
 
     def counts(self) -> dict[str, int]:
         users, sessions, messages, indexed, dups = self.query(

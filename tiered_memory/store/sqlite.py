@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import CorruptStoreError, StoreError
-from ..types import StoredMessage
+from ..types import SessionInfo, StoredMessage
 from .text_search import fts5_any
 
 APP_ID = "tiered-memory"
@@ -354,6 +354,11 @@ class SQLiteRecordStore:
             for r in rows:
                 yield _row(r)
             last = rows[-1][7]
+
+    def sessions(self, user_id: str) -> list[SessionInfo]:
+        rows = self.query("SELECT session_id, COUNT(*), MIN(timestamp), MAX(timestamp) FROM messages"
+                          " WHERE user_id=? GROUP BY session_id ORDER BY MIN(rowid)", (user_id,))
+        return [SessionInfo(session_id=r[0], messages=r[1], first=r[2], last=r[3]) for r in rows]
 
     def counts(self) -> dict[str, int]:
         users, sessions, messages, indexed, dups = self.query(
