@@ -19,8 +19,9 @@ import os
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .aio import twin
 from .backends import (
@@ -37,7 +38,7 @@ from .config import MemoryConfig
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
-from .errors import InvalidInputError, NotFoundError, TieredMemoryError, VectorIndexError
+from .errors import InvalidInputError, NotFoundError, TieredMemoryError, UsageError, VectorIndexError
 from .layers.consolidation import ConsolidationReport
 from .layers.episodic import Episode, EpisodeHit
 from .layers.items import ItemStore
@@ -58,6 +59,39 @@ from .vector.base import VectorIndex
 def default_path() -> Path:
     """``$TIERED_MEMORY_HOME`` or ``~/.tiered-memory``."""
     return Path(os.environ.get("TIERED_MEMORY_HOME") or Path.home() / ".tiered-memory")
+
+
+_OPEN: "weakref.WeakSet[TieredMemory]" = weakref.WeakSet()
+
+
+def _forked() -> None:
+    for memory in list(_OPEN):
+        memory._forked_from = memory._pid
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _usable(method: F) -> F:
+    """Refuse, with a typed error, a call on a closed memory or one inherited through ``fork``
+    (its SQLite connection, locks and vector-engine threads belong to the parent: using
+    them in the child can corrupt data or hang)."""
+
+    @functools.wraps(method)
+    def checked(self: "TieredMemory", *args: Any, **kwargs: Any) -> Any:
+        if self._forked_from is not None:
+            raise UsageError(
+                f"this TieredMemory was opened in process {self._forked_from} and inherited by this forked "
+                "child, where its connections are not safe to use. Open a new TieredMemory in the child "
+                "(after the fork), or start workers with multiprocessing's 'spawn' method.")
+        if self._closed:
+            raise UsageError("this TieredMemory is closed; open a new one")
+        return method(self, *args, **kwargs)
+
+    return checked  # type: ignore[return-value]
 
 
 def _query(query: object) -> str:
@@ -106,6 +140,8 @@ class TieredMemory:
         self._llm = llm
         self.path = Path(path) if path is not None else default_path()
         self._closed = False
+        self._pid = os.getpid()
+        self._forked_from: int | None = None
         self._write_lock = threading.RLock()
         self.store, self._lock = open_record_store(self.path, record_store, owner=self)
         try:
@@ -121,6 +157,7 @@ class TieredMemory:
                                  flush_seconds=self.config.access_flush_seconds))
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild)
+            _OPEN.add(self)
         except BaseException:
             self.store.close()
             if self._lock:
@@ -140,6 +177,7 @@ class TieredMemory:
     def _items(self) -> ItemStore:
         return ItemStore(self.parts, open_layer_store(self.store))
 
+    @_usable
     def item_store(self) -> ItemStore:
         """The namespaced key-value items behind the LangGraph store adapter."""
         return self._items
@@ -176,10 +214,14 @@ class TieredMemory:
 
     # ---- lifecycle -------------------------------------------------------
     def close(self) -> None:
-        """Write pending access counts, wait for background compression, release the store."""
+        """Write pending access counts, wait for background compression, release the store.
+        In a forked child it only forgets the inherited object (the parent still owns it)."""
         if self._closed:
             return
         self._closed = True
+        _OPEN.discard(self)
+        if self._forked_from is not None:
+            return
         try:
             self.parts.access.close()
             if "_layers" in self.__dict__:
@@ -199,6 +241,7 @@ class TieredMemory:
         self.close()
 
     # ---- writes ----------------------------------------------------------
+    @_usable
     def add(
         self, role: str, content: str, *, session_id: str, user_id: str,
         metadata: Mapping[str, Any] | None = None, timestamp: Any = None,
@@ -207,6 +250,7 @@ class TieredMemory:
         msg = {"role": role, "content": content, "metadata": metadata, "timestamp": timestamp}
         return self.add_many([msg], session_id=session_id, user_id=user_id)[0]
 
+    @_usable
     def add_many(
         self, messages: Iterable[Message | Mapping[str, Any]], *, session_id: str, user_id: str,
     ) -> list[str]:
@@ -256,6 +300,7 @@ class TieredMemory:
             self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]
 
+    @_usable
     def forget(self, memory_id: str, *, user_id: str) -> None:
         """Delete one message of ``user_id`` from every store and index."""
         check_id(user_id, "user_id")
@@ -264,6 +309,7 @@ class TieredMemory:
                 raise NotFoundError(f"no memory {memory_id!r} for this user")
             self.index.delete([memory_id])
 
+    @_usable
     def clear_session(self, session_id: str, *, user_id: str) -> int:
         """Delete a session's messages and its working memory (items and scratchpad); returns
         how many messages. Episodes and facts already drawn from the session stay: remove
@@ -277,6 +323,7 @@ class TieredMemory:
                 self.working_memory(session_id, user_id=user_id).clear()
         return len(ids)
 
+    @_usable
     def forget_user(self, user_id: str) -> int:
         """Remove every trace of ``user_id`` from every store and index; returns messages removed."""
         check_id(user_id, "user_id")
@@ -286,11 +333,13 @@ class TieredMemory:
             self.index.delete_user(user_id)
         return len(ids)
 
+    @_usable
     def rebuild_index(self) -> dict[str, int]:
         """Drop the vector index and rebuild it from the record store."""
         return self._rebuild()
 
     # ---- reads -----------------------------------------------------------
+    @_usable
     def get_messages(self, session_id: str, *, user_id: str, limit: int | None = None) -> list[StoredMessage]:
         """A session's messages, oldest first (the last ``limit`` if given)."""
         check_id(user_id, "user_id")
@@ -298,18 +347,21 @@ class TieredMemory:
         check_count(limit, "limit", minimum=0, optional=True)
         return self.store.get_messages(user_id, session_id, limit=limit)
 
+    @_usable
     def sessions(self, user_id: str) -> list[SessionInfo]:
         """The user's sessions that hold messages (id, message count, first and last timestamp),
         in the order they started."""
         check_id(user_id, "user_id")
         return self.store.sessions(user_id)
 
+    @_usable
     def get_buffer(self, session_id: str, *, user_id: str) -> list[StoredMessage]:
         """The session's recent whole turns within the buffer's message and token limits."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         return session_buffer(self.parts, user_id, session_id)
 
+    @_usable
     def search(
         self, query: str, *, user_id: str, k: int = 10, session_id: str | None = None,
         filters: Mapping[str, Any] | None = None,
@@ -329,6 +381,7 @@ class TieredMemory:
         self.parts.access.note("turn", user_id, [h.id for h in hits], now)
         return hits
 
+    @_usable
     def build_context(
         self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
     ) -> MemoryContext:
@@ -345,10 +398,12 @@ class TieredMemory:
             self.parts.access.note(layer, user_id, ids, now)
         return context
 
+    @_usable
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """Write messages (one user's or all) as JSONL; returns the count. See :mod:`.portable`."""
         return export_jsonl(self.parts, Path(path), user_id)
 
+    @_usable
     def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,
                      progress: Callable[[int], None] | None = None, user_id: str | None = None) -> ImportReport:
         """Import a JSONL export (vectors recomputed); returns an ``ImportReport``. Each line
@@ -356,12 +411,14 @@ class TieredMemory:
         others are then invalid)."""
         return import_jsonl(self.parts, Path(path), skip_invalid=skip_invalid, progress=progress, user_id=user_id)
 
+    @_usable
     def stats(self) -> Stats:
         c = self.store.counts()
         return Stats(users=c["users"], sessions=c["sessions"], messages=c["messages"],
                      indexed=c["indexed"], duplicates=c["duplicates"], vectors=self.index.count())
 
     # ---- episodic, semantic and working memory -----------------------------
+    @_usable
     def end_session(self, session_id: str, *, user_id: str) -> Episode:
         """Extract facts from the session's turns not yet in an episode, then compress them into an
         :class:`~tiered_memory.layers.episodic.Episode` (returned). Without an LLM, or if it fails,
@@ -370,6 +427,7 @@ class TieredMemory:
         assert episode is not None  # only the background path (evicted_only) may find nothing
         return episode
 
+    @_usable
     def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None,
                     ) -> ConsolidationReport:
         """Compress idle sessions, merge near-duplicate facts, promote often-recalled episodes, archive
@@ -378,29 +436,35 @@ class TieredMemory:
         self.parts.access.flush()  # promotion and pruning read the access counts
         return self._layers.consolidate(user_id, progress)
 
+    @_usable
     def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
         """The user's facts (``Fact``), optionally of one type; invalidated ones on request."""
         check_id(user_id, "user_id")
         self.parts.access.flush()  # the counts shown are current
         return self._layers.facts.select(user_id, type, include_invalid)
 
+    @_usable
     def add_fact(self, text: str, *, user_id: str, type: str = "fact", confidence: float = 1.0,
                  metadata: Mapping[str, Any] | None = None) -> Fact:
         """Add a fact through resolution (may update or invalidate a related one); returns the fact."""
         return self._layers.add_fact(check_id(user_id, "user_id"), text, type, confidence, metadata)
 
+    @_usable
     def update_fact(self, /, fact_id: str, *, user_id: str, **changes: Any) -> Fact:
         """Edit ``text``, ``type``, ``confidence`` or ``metadata`` of a fact (recorded in its history)."""
         return self._layers.facts.edit(check_id(user_id, "user_id"), fact_id, **changes)
 
+    @_usable
     def delete_fact(self, fact_id: str, *, user_id: str) -> None:
         """Delete a fact; its history keeps a ``delete`` entry (``forget_user`` erases everything)."""
         self._layers.facts.delete(check_id(user_id, "user_id"), fact_id)
 
+    @_usable
     def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:
         """The audit trail of the user's facts (``FactChange``), oldest first."""
         return self._layers.facts.history(check_id(user_id, "user_id"), fact_id)
 
+    @_usable
     def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list[FactHit]:
         """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
         check_id(user_id, "user_id")
@@ -410,12 +474,14 @@ class TieredMemory:
         self.parts.access.note("fact", user_id, [h.fact.id for h in hits], now)
         return hits
 
+    @_usable
     def episodes(self, user_id: str, session_id: str | None = None) -> list[Episode]:
         """The user's episodes, oldest first."""
         check_id(user_id, "user_id")
         self.parts.access.flush()  # the counts shown are current
         return self._layers.episodes.select(user_id, session_id)
 
+    @_usable
     def search_episodes(self, query: str, *, user_id: str, k: int = 5) -> list[EpisodeHit]:
         """Whole episodes (``EpisodeHit``) ranked by their best-matching key point and recency."""
         check_id(user_id, "user_id")
@@ -425,11 +491,13 @@ class TieredMemory:
         self.parts.access.note("episode", user_id, [h.episode.id for h in hits], now)
         return hits
 
+    @_usable
     def working_memory(self, session_id: str, *, user_id: str) -> WorkingMemory:
         """The session's :class:`~tiered_memory.layers.working.WorkingMemory` (``remember``, ``items``,
         ``scratchpad``)."""
         return self._layers.working(session_id, user_id)
 
+    @_usable
     def flush(self, timeout: float | None = None) -> None:
         """Wait for background compression queued by ``EpisodeConfig.compress_after_turns``, and
         write the access counts reads have noted."""

@@ -1,0 +1,64 @@
+"""A memory inherited through fork, or used after close, refuses at once with a typed error."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+import pytest
+
+from tiered_memory import TieredMemory, UsageError
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
+def test_a_forked_child_gets_a_usage_error_not_a_hang(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("forked")
+    memory.add("user", "I live in Lisbon", session_id="s", user_id="u")
+    pid = os.fork()
+    if pid == 0:  # the child: every call is refused at once; closing only forgets the object
+        code = 0
+        for call in (lambda: memory.add("user", "x", session_id="s", user_id="u"),
+                     lambda: memory.search("where?", user_id="u"),
+                     lambda: memory.build_context("where?", user_id="u", session_id="s")):
+            try:
+                call()
+                code = 1
+            except UsageError as e:
+                code = code or (0 if "forked child" in str(e) else 2)
+            except BaseException:
+                code = 3
+        memory.close()
+        os._exit(code)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(status) == 0
+    # the parent's memory is untouched by the child's close
+    assert [m.content for m in memory.get_messages("s", user_id="u")] == ["I live in Lisbon"]
+    memory.add("user", "still works", session_id="s", user_id="u")
+
+
+def test_a_closed_memory_refuses_with_a_usage_error(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("closed")
+    memory.close()
+    memory.close()  # twice is fine
+    for call in (lambda: memory.add("user", "x", session_id="s", user_id="u"),
+                 lambda: memory.search("x", user_id="u"), lambda: memory.stats(),
+                 lambda: memory.facts("u")):
+        with pytest.raises(UsageError, match="closed"):
+            call()
+
+
+async def test_the_async_twin_refuses_too(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("closed-async")
+    memory.close()
+    with pytest.raises(UsageError, match="closed"):
+        await memory.asearch("x", user_id="u")
