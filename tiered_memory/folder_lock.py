@@ -27,7 +27,12 @@ class FolderLock:
 
     def __init__(self, folder: Path, owner: object = None) -> None:
         self.key = str(folder.resolve())
-        self.file = open(folder / ".lock", "a+")
+        try:
+            self.file = open(folder / ".lock", "a+")
+        except OSError as e:
+            raise StoreLockedError(
+                f"cannot open the lock file {folder / '.lock'} ({e.strerror or e}). If it is a folder or "
+                "unreadable, remove it (nothing else is kept there) and open again.") from e
         try:
             self._acquire()
         except OSError as e:

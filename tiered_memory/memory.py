@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sqlite3
 import threading
 import time
 import uuid
@@ -38,7 +39,8 @@ from .config import MemoryConfig
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
-from .errors import InvalidInputError, NotFoundError, TieredMemoryError, UsageError, VectorIndexError
+from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError, UsageError,
+                     VectorIndexError)
 from .layers.consolidation import ConsolidationReport
 from .layers.episodic import Episode, EpisodeHit
 from .layers.items import ItemStore
@@ -89,7 +91,17 @@ def _usable(method: F) -> F:
                 "(after the fork), or start workers with multiprocessing's 'spawn' method.")
         if self._closed:
             raise UsageError("this TieredMemory is closed; open a new one")
-        return method(self, *args, **kwargs)
+        try:
+            return method(self, *args, **kwargs)
+        except TieredMemoryError:
+            raise
+        except OSError as e:  # a full disk, a permission, a directory where a file should be
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            raise StoreError(f"{method.__name__} failed: {e.strerror or e}{where}. Check free disk space and "
+                             "permissions; what was acknowledged before is kept") from e
+        except sqlite3.Error as e:
+            raise StoreError(f"{method.__name__} failed in the record store: {e}. Check free disk space; "
+                             "what was acknowledged before is kept") from e
 
     return checked  # type: ignore[return-value]
 
@@ -138,12 +150,17 @@ class TieredMemory:
             batch_size=self.config.embed_batch_size)
         self.count_tokens: TokenCounter = token_counter or default_token_counter()
         self._llm = llm
+        if path is not None and not isinstance(path, (str, os.PathLike)):
+            raise ConfigurationError(f"path must be a folder path (str or os.PathLike), got {type(path).__name__}")
         self.path = Path(path) if path is not None else default_path()
         self._closed = False
         self._pid = os.getpid()
         self._forked_from: int | None = None
         self._write_lock = threading.RLock()
-        self.store, self._lock = open_record_store(self.path, record_store, owner=self)
+        try:
+            self.store, self._lock = open_record_store(self.path, record_store, owner=self)
+        except OSError as e:
+            raise StoreError(f"cannot open the memory at {self.path}: {e.strerror or e}") from e
         try:
             self.index, self._lock = open_vector_index(self.path, vector_store, self.store, self._lock, owner=self)
             self.parts = Parts(
@@ -158,10 +175,12 @@ class TieredMemory:
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild)
             _OPEN.add(self)
-        except BaseException:
+        except BaseException as e:
             self.store.close()
             if self._lock:
                 self._lock.release()
+            if isinstance(e, (OSError, sqlite3.Error)):
+                raise StoreError(f"cannot open the memory at {self.path}: {e}") from e
             raise
 
     # ---- the parts below the facade --------------------------------------

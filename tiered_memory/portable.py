@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .errors import InvalidInputError
+from .errors import InvalidInputError, StoreError
 from .parts import Parts
 from .recall.indexing import index_messages
 from .types import StoredMessage
@@ -49,17 +49,23 @@ def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None) -> 
     """Write messages (one user's, or everyone's) to ``path``; returns the count."""
     if user_id is not None:
         check_id(user_id, "user_id")
+    if Path(path).is_dir():
+        raise InvalidInputError(f"cannot write {path}: it is a folder; name a file such as {Path(path) / 'export.jsonl'}")
     n = 0
     tmp = Path(str(path) + ".tmp")
     try:
         opened = open(tmp, "w", encoding="utf-8")
     except OSError as e:
         raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from e
-    with opened as f:
-        for line in export_lines(parts, user_id):
-            f.write(line + "\n")
-            n += 1
-    tmp.replace(path)
+    try:
+        with opened as f:
+            for line in export_lines(parts, user_id):
+                f.write(line + "\n")
+                n += 1
+        tmp.replace(path)
+    except OSError as e:  # a full disk: the old export (if any) is left as it was
+        tmp.unlink(missing_ok=True)
+        raise StoreError(f"writing {path} failed: {e.strerror or e}; nothing was replaced") from e
     return n
 
 

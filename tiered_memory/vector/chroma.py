@@ -135,27 +135,36 @@ class ChromaVectorIndex:
     def ids(self, user_id: str | None = None) -> set[str]:
         out: set[str] = set()
         offset = 0
-        while True:
-            res = self.collection.get(
-                where={"user_id": user_id} if user_id is not None else None,
-                include=[], limit=5000, offset=offset,
-            )
-            out.update(res["ids"])
-            if len(res["ids"]) < 5000:
-                return out
-            offset += 5000
+        try:
+            while True:
+                res = self.collection.get(
+                    where={"user_id": user_id} if user_id is not None else None,
+                    include=[], limit=5000, offset=offset,
+                )
+                out.update(res["ids"])
+                if len(res["ids"]) < 5000:
+                    return out
+                offset += 5000
+        except Exception as e:
+            raise VectorIndexError(f"Chroma read failed: {e}") from e
 
     def count(self, user_id: str | None = None) -> int:
         if user_id is None:
-            return int(self.collection.count())
+            try:
+                return int(self.collection.count())
+            except Exception as e:
+                raise VectorIndexError(f"Chroma count failed: {e}") from e
         return len(self.ids(user_id))
 
     def reset(self) -> None:
-        name = self.collection.name
-        self.client.delete_collection(name)
-        self.collection = self.client.get_or_create_collection(
-            name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
-        )
+        try:
+            name = self.collection.name
+            self.client.delete_collection(name)
+            self.collection = self.client.get_or_create_collection(
+                name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
+            )
+        except Exception as e:
+            raise VectorIndexError(f"Chroma reset failed: {e}; run rebuild_index() again") from e
 
     def close(self) -> None:
         # Release the client we created: Chroma caches one System per path per process,
