@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
 from .embedding import Embedder, embedder_name
-from .errors import ConfigurationError
+from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
 from .folder_lock import FolderLock
 from .store.base import RecordStore
 from .store.layer_store import LayerStore
@@ -102,9 +103,7 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
 
         return ChromaVectorIndex.from_url(kind), lock
     if kind == "chroma":
-        from .vector.chroma import ChromaVectorIndex
-
-        return ChromaVectorIndex(str(path / "chroma")), lock
+        return open_embedded_chroma(path / "chroma"), lock
     if kind == "qdrant":
         from .vector.qdrant import QdrantVectorIndex
 
@@ -112,6 +111,32 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
     raise ConfigurationError(
         f"vector_store must be a VectorIndex, 'chroma', 'qdrant', a Chroma http(s):// URL or a "
         f"qdrant+http(s):// URL, got {kind!r}")
+
+
+def is_embedded_index(vector_store: VectorIndex | str | None) -> bool:
+    """Whether the configured index lives in the memory's folder (Chroma or Qdrant local mode)."""
+    if vector_store is not None and not isinstance(vector_store, str):
+        return False
+    return (vector_store or os.environ.get("TIERED_MEMORY_VECTOR_STORE") or "chroma") in ("chroma", "qdrant")
+
+
+def open_embedded_chroma(folder: Path) -> VectorIndex:
+    """The Chroma index in ``folder``. The index is derived data: when it cannot be opened
+    (a damaged file), it is moved aside to ``chroma.damaged-<time>`` and a new one is
+    created, which the start-up repair fills from the records."""
+    from .vector.chroma import ChromaVectorIndex, forget_cached_client
+
+    try:
+        return ChromaVectorIndex(str(folder))
+    except VectorIndexError as e:
+        if not folder.exists():
+            raise
+        aside = folder.with_name(f"{folder.name}.damaged-{int(time.time())}")
+        folder.rename(aside)
+        forget_cached_client(str(folder))
+        log.warning("the vector index in %s could not be opened (%s); it was moved to %s and is rebuilt "
+                    "from the records (delete that folder once you no longer need it)", folder, e, aside)
+        return ChromaVectorIndex(str(folder))
 
 
 def supports_layers(store: Any) -> bool:
@@ -141,12 +166,28 @@ def open_layer_store(store: Any) -> LayerStore:
 
 
 def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *,
-                   repair: Callable[[bool], object], rebuild: Callable[[], object]) -> None:
+                   repair: Callable[[bool], object], rebuild: Callable[[], object],
+                   index_in_folder: bool = False) -> None:
     """Bring the index in line with the store at open: a full repair after an unclean
     close or a lost index, a rebuild after an embedder change (``repair(full)`` and
-    ``rebuild()`` are the memory's, which hold its write lock)."""
+    ``rebuild()`` are the memory's, which hold its write lock). ``index_in_folder``: the
+    index is embedded in the memory's locked folder, so this process alone writes it.
+
+    Raises:
+        CorruptStoreError: the record store is new or empty while the embedded index
+            holds vectors (the records were lost or replaced).
+    """
     name = embedder_name(embedder)
     previous = store.get_meta("embedder")
+    if index_in_folder and previous is None and store.counts()["messages"] == 0:
+        vectors = index.count()
+        if vectors:
+            raise CorruptStoreError(
+                f"the record store is empty or new, but the vector index beside it holds {vectors} vectors: "
+                "the records were lost or replaced (records.sqlite3 is the source of truth; the index "
+                "cannot restore them). Restore records.sqlite3 from a backup, or import an export "
+                "(tiered-memory import FILE) into a new folder; to start empty here, delete the chroma/ "
+                "(or qdrant/) folder.")
     if getattr(store, "shared", False):
         # Many workers share this store: a crash flag and a start-up repair would race with
         # their writes, so repair is an explicit step (rebuild_index) from one process.
@@ -155,6 +196,8 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
         elif previous != name:
             log.warning("embedder %s differs from the shared store's %s: call rebuild_index() "
                         "from one process to re-embed", name, previous)
+        if index_in_folder:  # ... unless this process owns the index: then it repairs it
+            repair(index_lost_vectors(store, index))
         return
     unclean = store.get_meta("state") == "open"
     store.set_meta("state", "open")

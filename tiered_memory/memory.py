@@ -15,6 +15,8 @@ writes access counts in batches.
 from __future__ import annotations
 
 import functools
+import json
+import logging
 import os
 import sqlite3
 import threading
@@ -29,6 +31,7 @@ from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
 
     foreign_entries as foreign_entries,
+    is_embedded_index,
     open_layer_store,
     open_record_store,
     open_vector_index,
@@ -56,6 +59,10 @@ from .tokens import TokenCounter, default_token_counter
 from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
 from .validation import check_count, check_filters, check_id, check_query, normalize_message
 from .vector.base import VectorIndex
+
+
+log = logging.getLogger("tiered_memory")
+PENDING_FORGETS = "pending_forget_users"  # meta key: users whose forget_user has not completed
 
 
 def default_path() -> Path:
@@ -173,7 +180,10 @@ class TieredMemory:
                                  self._write_lock, flush_size=self.config.access_flush_size,
                                  flush_seconds=self.config.access_flush_seconds))
             startup_repair(self.store, self.index, self.embedder,
-                           repair=lambda full: self._repair(full=full), rebuild=self._rebuild)
+                           repair=lambda full: self._repair(full=full), rebuild=self._rebuild,
+                           index_in_folder=self._lock is not None and is_embedded_index(vector_store))
+            self._unfinished = self._pending_forgets()
+            self._finish_forgets()
             _OPEN.add(self)
         except BaseException as e:
             self.store.close()
@@ -305,6 +315,8 @@ class TieredMemory:
         if not rows:
             return []
         with self._write_lock:
+            if user_id in self._unfinished:  # an interrupted forget of this user is finished first
+                self._finish_forgets(only=user_id)
             self.store.insert_messages(rows)
             try:
                 index_messages(rows, store=self.store, index=self.index, embedder=self.embedder,
@@ -344,13 +356,50 @@ class TieredMemory:
 
     @_usable
     def forget_user(self, user_id: str) -> int:
-        """Remove every trace of ``user_id`` from every store and index; returns messages removed."""
+        """Remove every trace of ``user_id`` from every store and index; returns messages removed.
+
+        The deletion is recorded in the record store before it starts. If it fails half-way
+        (a full disk, a vector engine error, a kill), it is finished on the next open, or
+        before the next write for that user, so no row or vector of a forgotten user survives.
+        """
         check_id(user_id, "user_id")
         with self._write_lock:
             self.parts.access.flush()  # no pending count may outlive the user's rows
+            self._set_pending_forgets(self._pending_forgets() | {user_id})
             ids = self.store.forget_user(user_id)
-            self.index.delete_user(user_id)
+            try:
+                self.index.delete_user(user_id)
+            except Exception as e:  # a custom VectorIndex may raise anything: keep the promise typed
+                if isinstance(e, TieredMemoryError) and not isinstance(e, VectorIndexError):
+                    raise
+                raise VectorIndexError(
+                    f"the user's records are deleted but not yet their vectors ({e}); the deletion is "
+                    "finished on the next open, or before the next write for this user") from e
+            self._set_pending_forgets(self._pending_forgets() - {user_id})
         return len(ids)
+
+    def _pending_forgets(self) -> set[str]:
+        raw = self.store.get_meta(PENDING_FORGETS)
+        try:
+            users = json.loads(raw) if raw else []
+        except ValueError:
+            users = []
+        return {u for u in users if isinstance(u, str)}
+
+    def _set_pending_forgets(self, users: set[str]) -> None:
+        self.store.set_meta(PENDING_FORGETS, json.dumps(sorted(users)))
+        self._unfinished = users
+
+    def _finish_forgets(self, only: str | None = None) -> None:
+        """Complete deletions a failure interrupted (all at open; one user before a write)."""
+        pending = self._pending_forgets()
+        for user in sorted(pending if only is None else pending & {only}):
+            try:
+                self.forget_user(user)
+            except TieredMemoryError as e:  # still failing: the next open or write tries again
+                log.warning("finishing forget_user(%r) failed again: %s", user, e)
+                if only is not None:
+                    raise
 
     @_usable
     def rebuild_index(self) -> dict[str, int]:

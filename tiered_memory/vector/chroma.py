@@ -21,6 +21,19 @@ def _settings() -> Any:
     return Settings(anonymized_telemetry=False)
 
 
+def forget_cached_client(path: str) -> None:
+    """Drop Chroma's per-process cache of the client for ``path`` (it keeps a broken view of
+    a folder that was damaged or replaced until the process restarts)."""
+    try:
+        from chromadb.api.shared_system_client import SharedSystemClient
+    except ImportError:
+        return
+    cache = getattr(SharedSystemClient, "_identifier_to_system", None)
+    if isinstance(cache, dict):
+        for key in [k for k in cache if str(k) == str(path) or str(k).startswith(str(path))]:
+            cache.pop(key, None)
+
+
 def _hits(res: Any) -> list[list[tuple[str, float]]]:
     """Chroma's query result as (id, cosine similarity) lists, best first."""
     return [[(i, 1.0 - float(d)) for i, d in zip(ids, dists)]
