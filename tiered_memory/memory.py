@@ -290,6 +290,9 @@ class TieredMemory:
         the messages are committed. If the vector engine then fails,
         :class:`~tiered_memory.errors.VectorIndexError` is raised, the messages stay
         stored, and they are indexed on the next open or :meth:`rebuild_index`.
+
+        A message may carry its own ``id``: retrying a batch whose call did not return (a
+        timeout, a killed worker) then stores it once; the ids are returned either way.
         """
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
@@ -307,19 +310,25 @@ class TieredMemory:
             except Exception as e:
                 raise type(e)(f"message {n}: {e}") from e
         rows = [
-            StoredMessage(id=uuid.uuid4().hex, user_id=user_id, session_id=session_id, role=m.role,
+            StoredMessage(id=m.id or uuid.uuid4().hex, user_id=user_id, session_id=session_id, role=m.role,
                           content=m.content, metadata=dict(m.metadata or {}),
                           timestamp=float(m.timestamp))  # type: ignore[arg-type]
             for m in normalized
         ]
         if not rows:
             return []
+        chosen = [m.id for m in normalized if m.id is not None]
+        if len(set(chosen)) != len(chosen):
+            raise InvalidInputError("two messages of the batch have the same id")
         with self._write_lock:
             if user_id in self._unfinished:  # an interrupted forget of this user is finished first
                 self._finish_forgets(only=user_id)
-            self.store.insert_messages(rows)
+            new = self._not_yet_stored(rows, chosen, user_id)
+            if not new:
+                return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
+            self.store.insert_messages(new)
             try:
-                index_messages(rows, store=self.store, index=self.index, embedder=self.embedder,
+                index_messages(new, store=self.store, index=self.index, embedder=self.embedder,
                                threshold=self.config.dedup_threshold)
             except Exception as e:  # a custom VectorIndex may raise anything: keep the promise typed
                 if isinstance(e, TieredMemoryError) and not isinstance(e, VectorIndexError):
@@ -332,6 +341,23 @@ class TieredMemory:
         return [r.id for r in rows]
 
     @_usable
+    def _not_yet_stored(self, rows: list[StoredMessage], chosen: list[str], user_id: str) -> list[StoredMessage]:
+        """The rows to write: a caller-chosen id already stored for this user with the same
+        message is a retry and is skipped; the same id with another message, or an id another
+        user holds, is refused (nothing is written)."""
+        if not chosen:
+            return rows
+        stored = self.store.get_by_ids(user_id, chosen)
+        for r in rows:
+            old = stored.get(r.id)
+            if old is not None and (old.session_id, old.role, old.content) != (r.session_id, r.role, r.content):
+                raise InvalidInputError(f"message id {r.id!r} already holds a different message; "
+                                        "use a new id for new content")
+        taken = self.store.existing_ids([i for i in chosen if i not in stored])
+        if taken:
+            raise InvalidInputError(f"message ids {sorted(taken)[:3]} are already in use; choose other ids")
+        return [r for r in rows if r.id not in stored]
+
     def forget(self, memory_id: str, *, user_id: str) -> None:
         """Delete one message of ``user_id`` from every store and index."""
         check_id(user_id, "user_id")

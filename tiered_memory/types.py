@@ -19,6 +19,7 @@ class Message:
     content: str
     metadata: Mapping[str, Any] | None = None
     timestamp: float | datetime | str | None = None
+    id: str | None = None  # caller-chosen: retrying the same batch stores it once
 
 
 @dataclass(frozen=True, kw_only=True)

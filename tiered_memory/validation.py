@@ -158,15 +158,15 @@ def to_epoch(timestamp: object, default: float) -> float:
 def normalize_message(item: object, *, max_chars: int, max_metadata_bytes: int, now: float) -> Message:
     """Turn a dict or :class:`Message` into a validated :class:`Message` with epoch timestamp."""
     if isinstance(item, Message):
-        role, content, metadata, timestamp = item.role, item.content, item.metadata, item.timestamp
+        role, content, metadata, timestamp, message_id = item.role, item.content, item.metadata, item.timestamp, item.id
     elif isinstance(item, Mapping):
-        unknown = set(item) - {"role", "content", "metadata", "timestamp"}
+        unknown = set(item) - {"role", "content", "metadata", "timestamp", "id"}
         if unknown:
             raise InvalidInputError(f"unknown message fields {sorted(unknown)}")
         if "role" not in item or "content" not in item:
             raise InvalidInputError("a message needs 'role' and 'content'")
         role, content = item["role"], item["content"]
-        metadata, timestamp = item.get("metadata"), item.get("timestamp")
+        metadata, timestamp, message_id = item.get("metadata"), item.get("timestamp"), item.get("id")
     else:
         raise InvalidInputError(f"a message must be a dict or Message, got {type(item).__name__}")
     return Message(
@@ -174,6 +174,7 @@ def normalize_message(item: object, *, max_chars: int, max_metadata_bytes: int, 
         content=check_content(content, max_chars),
         metadata=check_metadata(metadata, max_metadata_bytes),
         timestamp=to_epoch(timestamp, now),
+        id=None if message_id is None else check_id(message_id, "message id"),
     )
 
 
