@@ -188,14 +188,25 @@ def check_count(value: object, name: str, *, minimum: int, optional: bool = Fals
 
 
 def check_filters(filters: object) -> Mapping[str, Any] | None:
-    """Search filters: a mapping of metadata keys (or ``role``) to values; ``since``/``until`` epoch numbers."""
+    """Search filters: metadata keys to one JSON scalar each (equality), ``role`` to one of
+    the roles, ``since``/``until`` to finite epoch seconds. Anything else is refused: a list,
+    a mapping (an operator) or a NaN would otherwise match nothing or everything, silently."""
     if filters is None:
         return None
-    if not isinstance(filters, Mapping) or not all(isinstance(k, str) for k in filters):
-        raise InvalidInputError(f"filters must be a mapping with str keys, got {type(filters).__name__}")
-    for key in ("since", "until"):
-        if key in filters and (isinstance(filters[key], bool) or not isinstance(filters[key], (int, float))):
-            raise InvalidInputError(f"filters[{key!r}] must be epoch seconds (a number), got {filters[key]!r}")
+    if not isinstance(filters, Mapping) or not all(isinstance(k, str) and k for k in filters):
+        raise InvalidInputError(f"filters must be a mapping with non-empty str keys, got {filters!r}")
+    for key, value in filters.items():
+        if key in ("since", "until"):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise InvalidInputError(f"filters[{key!r}] must be finite epoch seconds, got {value!r}")
+        elif key == "role":
+            if not isinstance(value, str) or value not in ROLES:
+                raise InvalidInputError(f"filters['role'] must be one of {sorted(ROLES)}, got {value!r}")
+        elif not (value is None or isinstance(value, (str, bool, int))
+                  or (isinstance(value, float) and math.isfinite(value))):
+            raise InvalidInputError(
+                f"filters[{key!r}] must be one value (str, number, bool or None) that the metadata value "
+                f"equals; got {type(value).__name__} (no operators or lists)")
     return filters
 
 

@@ -16,7 +16,7 @@ from ..config import RetrievalConfig
 from ..embedding import Embedder, embed_query
 from .query import plan_query
 from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
-from ..store.base import CandidateSource, RecordStore
+from ..store.base import CandidateSource, FilterSource, RecordStore
 from ..types import MemoryHit, StoredMessage
 from ..vector.base import VectorIndex
 
@@ -24,6 +24,9 @@ from ..vector.base import VectorIndex
 def turn_weights(config: RetrievalConfig) -> TurnWeights:
     """The scoring weights, read from the config fields of the same names."""
     return TurnWeights(**{f.name: getattr(config, f.name) for f in fields(TurnWeights)})
+
+
+FILTER_SCOPE_MAX = 50_000  # more matching ids than this: filter the best candidates instead
 
 
 def fetch_candidates(store: RecordStore, user_id: str, ids: list[str], terms: Sequence[str], *, k: int,
@@ -58,7 +61,14 @@ def search_turns(
     weights = turn_weights(config)
     qv = embed_query(embedder, query) if vector is None else vector
     among = None
-    if config.id_scope_max:  # a list of the user's ids is much cheaper for the index than its filter
+    if filters and isinstance(store, FilterSource):
+        # the store finds every match, so the vector query ranks matches only: a match far down
+        # the user's whole ranking is still found
+        matching = store.filtered_ids(user_id, filters, session_id=session_id, limit=FILTER_SCOPE_MAX + 1)
+        if not matching:
+            return []
+        among = sorted(matching) if len(matching) <= FILTER_SCOPE_MAX else None
+    if among is None and config.id_scope_max:  # a list of the user's ids is much cheaper for the index than its filter
         scope = store.indexed_ids(user_id, session_id)
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
     vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]

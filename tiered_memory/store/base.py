@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..types import SessionInfo, StoredMessage
 
@@ -15,6 +15,18 @@ class CandidateSource(Protocol):
                    session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
         """The records of ``ids`` and of the best ``k`` matches of ``terms``, and those
         matches best first (as :meth:`RecordStore.keyword_search` returns them)."""
+        ...
+
+
+@runtime_checkable
+class FilterSource(Protocol):
+    """A record store that finds the messages matching search filters itself (optional)."""
+
+    def filtered_ids(self, user_id: str, filters: Mapping[str, Any], *, session_id: str | None = None,
+                     limit: int) -> list[str]:
+        """Ids of the user's messages whose role, timestamp and metadata match
+        ``filters`` (validated by :func:`~tiered_memory.validation.check_filters`), newest
+        first, at most ``limit``."""
         ...
 
 

@@ -14,10 +14,11 @@ Example:
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
+from .filters import postgres_filter
 from .text_search import tsquery_any
 
 TEXT_SEARCH_CONFIG = "english"
@@ -216,6 +217,14 @@ class PostgresRecordStore(PostgresDatabase):
         records = {r[0]: _row(r) for r in rows}
         kw = sorted(((r[0], float(r[-2]), r[-1]) for r in rows if r[-2] is not None), key=lambda t: (-t[1], -t[2]))
         return records, [(i, s) for i, s, _ in kw]
+
+    def filtered_ids(self, user_id: str, filters: Mapping[str, Any], *, session_id: str | None = None,
+                     limit: int) -> list[str]:
+        where, params = postgres_filter(filters)
+        if session_id is not None:
+            where, params = where + " AND session_id = %s", [*params, session_id]
+        return [r[0] for r in self.query(
+            f"SELECT id FROM messages WHERE user_id = %s{where} ORDER BY seq DESC LIMIT %s", [user_id, *params, limit])]
 
     def neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
         """For each id, the messages of the same session within ``window`` positions (itself included)."""

@@ -8,10 +8,11 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import CorruptStoreError, StoreError
 from ..types import SessionInfo, StoredMessage
+from .filters import sqlite_filter
 from .text_search import fts5_any
 
 APP_ID = "tiered-memory"
@@ -275,6 +276,14 @@ class SQLiteRecordStore:
         with self.lock:
             kw = self.keyword_search(user_id, terms, k=k, session_id=session_id) if terms else []
             return self.get_by_ids(user_id, [*ids, *(i for i, _ in kw)]), kw
+
+    def filtered_ids(self, user_id: str, filters: Mapping[str, Any], *, session_id: str | None = None,
+                     limit: int) -> list[str]:
+        where, params = sqlite_filter(filters)
+        if session_id is not None:
+            where, params = where + " AND session_id = ?", [*params, session_id]
+        return [r[0] for r in self.query(
+            f"SELECT id FROM messages WHERE user_id = ?{where} ORDER BY rowid DESC LIMIT ?", [user_id, *params, limit])]
 
     def neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
         """For each id, the messages of the same session within ``window`` positions (itself included)."""
