@@ -15,7 +15,7 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
@@ -23,7 +23,6 @@ from tiered_memory import (
     ConsolidationConfig,
     MemoryConfig,
     NotFoundError,
-    SentenceTransformerEmbedder,
     TieredMemory,
     WorkingConfig,
 )
@@ -42,18 +41,9 @@ class LayerConformance:
     """Subclasses provide ``record_store`` (see the module docstring)."""
 
     @pytest.fixture
-    def open_memory(self, tmp_path: Path, embedder: SentenceTransformerEmbedder,
-                    record_store: RecordStoreArg) -> Iterator[OpenMemory]:
-        opened: list[TieredMemory] = []
-
-        def open_(config: MemoryConfig | None = None) -> TieredMemory:
-            m = TieredMemory(tmp_path / "mem", embedder=embedder, record_store=record_store(), config=config)
-            opened.append(m)
-            return m
-
-        yield open_
-        for m in opened:
-            m.close()
+    def open_memory(self, make_memory: Callable[..., TieredMemory], record_store: RecordStoreArg) -> OpenMemory:
+        """Opens the memory on the store under test (the same data each call); closed at teardown."""
+        return lambda config=None: make_memory("mem", record_store=record_store(), config=config)
 
     @pytest.fixture
     def memory(self, open_memory: OpenMemory) -> TieredMemory:

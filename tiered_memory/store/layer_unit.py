@@ -16,7 +16,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from ..records import Episode, FactChange, Item, WorkingItem
+from ..records import Episode, Fact, FactChange, Item, WorkingItem
 from .layer_codec import (
     EPISODE_COLS,
     FACT_COLS,
@@ -31,7 +31,6 @@ from .layer_codec import (
     to_blob,
     working_to_row,
 )
-from ..records import Fact
 
 _BATCH = 500  # ids per IN (...) list
 

@@ -2,9 +2,10 @@
 
 This is the one schema definition of the layer tables on SQLite (the core ``messages``
 table is :mod:`.sqlite`'s). The tables join the core schema through
-``SQLiteRecordStore.migrate("layers", ...)`` and ``migrate("items", ...)`` and, like every table with a ``user_id`` column, are emptied for a user inside
-``forget_user``'s transaction. Facts and episode key points have
-their own FTS5 tables (keyword recall); their vectors live in the shared vector
+``SQLiteRecordStore.migrate("layers", ...)`` and ``migrate("items", ...)`` and, like
+every table with a ``user_id`` column, are emptied for a user inside ``forget_user``'s
+transaction. Facts, episode key points and items have their own FTS5 tables (keyword
+recall); their vectors live in the shared vector
 index under ids with a ``:`` (``fact:<id>``, ``ep:<id>:<n>``, ``item:<id>``), derived from
 these rows. The queries themselves are :class:`~.layer_store.LayerStore`'s; this dialect
 adds only FTS5 keyword search.
