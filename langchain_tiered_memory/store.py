@@ -39,7 +39,7 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.layers.items import Item as CoreItem
+from tiered_memory.records import Item as CoreItem
 from tiered_memory.layers.items import ItemStore, ItemWrite
 
 __all__ = ["TieredMemoryStore"]

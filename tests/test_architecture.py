@@ -5,6 +5,7 @@ imports only the parts below it; the core never imports an adapter or a framewor
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("tiered_memory", "langchain_tiered_memory", "llamaindex_tiered_memory")
 
-FOUNDATION = {"errors", "config", "types", "tokens", "validation", "aio", "folder_lock"}
+FOUNDATION = {"errors", "config", "types", "records", "tokens", "validation", "aio", "folder_lock"}
 # part -> the parts it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "foundation": set(),
@@ -150,3 +151,32 @@ def test_every_module_has_a_part(graph: dict[str, set[str]]) -> None:
     # the parts a reader should see in the folder list
     assert {"embedding", "vector", "store", "llm", "recall", "layers", "context"} <= {
         p.name for p in (ROOT / "tiered_memory").iterdir() if p.is_dir()}
+
+
+# ---- SQL lives only in store/ --------------------------------------------------------
+SQL_TEXT = re.compile(r"\b(SELECT\b.*\bFROM|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE (TABLE|INDEX|VIRTUAL|TRIGGER)"
+                      r"|ON CONFLICT)\b")
+DB_CALLS = {"execute", "executemany", "executescript", "fetchone", "fetchall", "transaction"}  # not "cursor": a session cursor is a domain word
+
+
+def sql_in(path: Path) -> list[str]:
+    """SQL text (string constants, f-string parts included) and database-cursor calls in a module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and SQL_TEXT.search(node.value):
+            found.append(f"{path.name}:{node.lineno}: {node.value.strip()[:60]!r}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in DB_CALLS:
+            found.append(f"{path.name}:{node.lineno}: .{node.func.attr}(...)")
+    return found
+
+
+def test_the_sql_probe_sees_sql_text_and_cursor_calls(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text('T = "facts"\nQ = f"SELECT id FROM {T}"\ndef f(c):\n    c.execute("x")\n'
+                      'def g(rows):\n    return rows.facts_of("u")  # a domain call: fine\n')
+    assert [s.split(": ", 1)[1] for s in sql_in(source)] == ["'SELECT id FROM'", ".execute(...)"]
+
+
+def test_sql_lives_only_in_the_stores() -> None:
+    found = [s for m, path in modules().items() if part_of(m) in ("layers", "recall", "context") for s in sql_in(path)]
+    assert not found, "\n".join(found)

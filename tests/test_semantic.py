@@ -10,7 +10,7 @@ import pytest
 from tiered_memory import InvalidInputError, MemoryConfig, NotFoundError, TieredMemory
 from tiered_memory.config import LLMConfig
 from tiered_memory.layers.extractive import extract_fact_candidates
-from tiered_memory.layers.records import FactCandidate
+from tiered_memory.records import FactCandidate
 from tiered_memory.layers.semantic import Fact, Judgement, decide_resolution
 from tiered_memory.testing import ScriptedLLM, fenced, malformed, timeout
 from tiered_memory.types import StoredMessage

@@ -5,7 +5,7 @@ from .config import (BudgetConfig, BufferConfig, ConsolidationConfig, EpisodeCon
 from .layers.consolidation import ConsolidationReport
 from .context.render import ContextItem, Dropped, MemoryContext, Section
 from .embedding import Embedder, SentenceTransformerEmbedder
-from .layers.episodic import Episode, EpisodeHit
+from .layers.episodic import EpisodeHit
 from .errors import (
     ConfigurationError,
     ContentTooLargeError,
@@ -25,9 +25,10 @@ from .errors import (
 )
 from .llm.base import LLM
 from .memory import TieredMemory
-from .layers.semantic import Fact, FactChange, FactHit
+from .layers.semantic import FactHit
+from .records import Episode, Fact, FactChange, WorkingItem
 from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
-from .layers.working import WorkingItem, WorkingMemory
+from .layers.working import WorkingMemory
 
 __version__ = "0.1.0"
 

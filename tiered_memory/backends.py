@@ -4,7 +4,7 @@ configuration: the record store (:func:`open_record_store`), its layer repositor
 start-up check that brings the index back in line with the store (:func:`startup_repair`).
 
 This is the one module that knows the concrete backends; everything else speaks the
-protocols of :mod:`.store.base`, :mod:`.store.layer_store` and :mod:`.vector.base`. An
+protocols of :mod:`.store.base`, :mod:`.store.repositories` and :mod:`.vector.base`. An
 embedded store folder is held by a :class:`FolderLock` for as long as the memory is open.
 """
 
@@ -20,7 +20,7 @@ from .embedding import Embedder, embedder_name
 from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
 from .folder_lock import FolderLock
 from .store.base import RecordStore
-from .store.layer_store import LayerStore
+from .store.repositories import LayerRepository
 from .vector.base import VectorIndex
 
 log = logging.getLogger("tiered_memory")
@@ -140,18 +140,23 @@ def open_embedded_chroma(folder: Path) -> VectorIndex:
 
 
 def supports_layers(store: Any) -> bool:
-    """Whether :func:`open_layer_store` has layer repositories for this record store."""
+    """Whether :func:`open_layer_store` has layer repositories for this record store: ours
+    (SQLite, PostgreSQL), or a custom store that implements
+    :class:`~.store.repositories.LayerRepository` itself."""
     from .store.postgres import PostgresRecordStore
     from .store.sqlite import SQLiteRecordStore
 
-    return isinstance(store, (SQLiteRecordStore, PostgresRecordStore))
+    return isinstance(store, (SQLiteRecordStore, PostgresRecordStore, LayerRepository))
 
 
-def open_layer_store(store: Any) -> LayerStore:
-    """The layer repositories of ``store``, their tables created or migrated on first use."""
+def open_layer_store(store: Any) -> LayerRepository:
+    """The layer repositories of ``store``, their tables created or migrated on first use; a
+    record store that implements :class:`~.store.repositories.LayerRepository` is its own."""
     from .store.postgres import PostgresRecordStore
     from .store.sqlite import SQLiteRecordStore
 
+    if isinstance(store, LayerRepository):
+        return store
     if isinstance(store, SQLiteRecordStore):
         from .store.sqlite_layers import SQLiteLayerStore
 
@@ -161,8 +166,8 @@ def open_layer_store(store: Any) -> LayerStore:
 
         return PostgresLayerStore(store)
     raise ConfigurationError(
-        "episodic, semantic and working memory need a SQLite or PostgreSQL record store; "
-        f"got {type(store).__name__}")
+        "episodic, semantic and working memory need a SQLite or PostgreSQL record store, or one that "
+        f"implements tiered_memory.store.repositories.LayerRepository; got {type(store).__name__}")
 
 
 def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *,

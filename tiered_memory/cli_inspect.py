@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from .context.render import MemoryContext
-from .layers.semantic import Fact, FactChange
+from .records import Fact, FactChange
 
 Out = Callable[[str], None]
 

@@ -45,10 +45,11 @@ from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
 from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError, UsageError,
                      VectorIndexError)
 from .layers.consolidation import ConsolidationReport
-from .layers.episodic import Episode, EpisodeHit
+from .layers.episodic import EpisodeHit
 from .layers.items import ItemStore
 from .layers.longterm import Layers
-from .layers.semantic import Fact, FactChange, FactHit
+from .layers.semantic import FactHit
+from .records import Episode, Fact, FactChange
 from .layers.working import WorkingMemory, touch_items
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl

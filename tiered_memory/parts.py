@@ -25,7 +25,7 @@ from typing import Callable, Iterable, Literal
 from .config import MemoryConfig
 from .embedding import Embedder
 from .store.base import RecordStore
-from .store.layer_store import LayerStore
+from .store.repositories import LayerRepository
 from .tokens import TokenCounter
 from .vector.base import VectorIndex
 
@@ -142,7 +142,7 @@ class Parts:
     lock: threading.RLock
     count_tokens: TokenCounter
     access: AccessLog
-    rows: LayerStore | None = None
+    rows: LayerRepository | None = None
     clock: Callable[[], float] = time.time
 
     def now(self) -> float:

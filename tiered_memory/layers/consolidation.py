@@ -24,10 +24,10 @@ import numpy as np
 
 from ..parts import Parts
 from ..recall.scoring import recency_score
-from ..store.layer_store import LayerStore
-from .episodic import Episode, EpisodicMemory
-from .records import FactCandidate
-from .semantic import Fact, SemanticMemory
+from ..records import Episode, Fact, FactCandidate
+from ..store.repositories import LayerRepository
+from .episodic import EpisodicMemory
+from .semantic import SemanticMemory, soft_delete
 from .working import decayed
 
 Progress = Callable[[str, int, int], None]
@@ -101,7 +101,7 @@ class Consolidating(Protocol):
     write-back of :class:`~tiered_memory.layers.longterm.Layers` (which calls it)."""
 
     parts: Parts
-    rows: LayerStore
+    rows: LayerRepository
     facts: SemanticMemory
     episodes: EpisodicMemory
 
@@ -133,9 +133,9 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
     promote = select_promotions(episodes, cfg.promote_access_count)
     for n, ep in enumerate(promote, 1):
         layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
-        with layers.rows.transaction() as c:
-            c.execute("UPDATE episodes SET promoted_at=? WHERE id=? AND promoted_at IS NULL", (now, ep.id))
-            layers.rows.audit(c, user_id, "episode", ep.id, "promote", {"access_count": ep.access_count}, now)
+        with layers.rows.unit() as u:
+            u.mark_promoted(ep.id, now)
+            u.audit(user_id, "episode", ep.id, "promote", {"access_count": ep.access_count}, now)
         details["promote"].append(ep.id)
         tick("promote", n, len(promote))
 
@@ -156,13 +156,12 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
     merged: list[str] = []
     for n, (keep, dups) in enumerate(plan, 1):
         sources = list(dict.fromkeys(s for i in [keep, *dups] for s in by_id[i].source_ids))
-        with layers.parts.lock, layers.rows.transaction() as c:
+        with layers.parts.lock, layers.rows.unit() as u:
             # updated_at stays the newest of the group: a merge is not new evidence
-            c.execute("UPDATE facts SET source_ids=?, access_count=access_count+?, updated_at=? WHERE id=?",
-                      (_dumps(sources), sum(by_id[d].access_count for d in dups),
-                       max(by_id[i].updated_at for i in [keep, *dups]), keep))
+            u.absorb_facts(keep, source_ids=sources, access_count=sum(by_id[d].access_count for d in dups),
+                           updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
             for d in dups:
-                layers.facts.soft_delete(c, user_id, d, "merge", now, {"merged_into": keep})
+                soft_delete(u, user_id, d, "merge", now, {"merged_into": keep})
         layers.parts.index.delete([f"fact:{d}" for d in dups])
         merged.extend(dups)
         tick("merge", n, len(plan))
@@ -177,12 +176,12 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
     for start in range(0, len(todo), batch):  # one transaction and one vector delete per batch
         part = todo[start:start + batch]
         with layers.parts.lock:
-            with layers.rows.transaction() as c:
+            with layers.rows.unit() as u:
                 for ep in part:
-                    count = layers.rows.archive_messages(c, user_id, ep.source_ids, ep.id, now, delete=cfg.delete_raw)
-                    c.execute("UPDATE episodes SET compressed_at=? WHERE id=?", (now, ep.id))
-                    layers.rows.audit(c, user_id, "episode", ep.id, "delete_raw" if cfg.delete_raw else "archive",
-                                      {"messages": count}, now)
+                    count = u.archive_messages(user_id, ep.source_ids, ep.id, now, delete=cfg.delete_raw)
+                    u.mark_compressed(ep.id, now)
+                    u.audit(user_id, "episode", ep.id, "delete_raw" if cfg.delete_raw else "archive",
+                            {"messages": count}, now)
                     moved += count
             # after the commit: a crash here leaves stray vectors; recall ignores ids the store
             # does not hold and the next start-up repair removes them
@@ -201,28 +200,22 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
     doomed = [f for f in facts if should_prune(
         fact_value(f.confidence, max(f.updated_at, f.last_access or 0.0), now, cfg.prune_fact_half_life_days), f.access_count,
         (now - f.updated_at) / 86400, below=cfg.prune_below, min_age_days=cfg.prune_min_age_days)]
-    items = layers.rows.query("SELECT id, importance, created_at, access_count FROM working_items"
-                              " WHERE user_id=? AND deleted_at IS NULL", (user_id,))
-    stale = [r[0] for r in items if should_prune(decayed(r[1], r[2], now, decay), r[3], (now - r[2]) / 86400,
-                                                 below=cfg.prune_below, min_age_days=0.0)]
+    stale = [i.id for i in layers.rows.live_working_items(user_id)
+             if should_prune(decayed(i.importance, i.created_at, now, decay), i.access_count,
+                             (now - i.created_at) / 86400, below=cfg.prune_below, min_age_days=0.0)]
     total = len(doomed) + len(stale)
     with layers.parts.lock:
         for f in doomed:
-            with layers.rows.transaction() as c:
-                layers.facts.soft_delete(c, user_id, f.id, "prune", now, {"confidence": f.confidence})
+            with layers.rows.unit() as u:
+                soft_delete(u, user_id, f.id, "prune", now, {"confidence": f.confidence})
             layers.parts.index.delete([f"fact:{f.id}"])
             pruned.append(f.id)
             tick("prune", len(pruned), total)
         for item_id in stale:
-            with layers.rows.transaction() as c:
-                c.execute("UPDATE working_items SET deleted_at=? WHERE id=?", (now, item_id))
-                layers.rows.audit(c, user_id, "working", item_id, "prune", {}, now)
+            with layers.rows.unit() as u:
+                u.retire_working_item(item_id, now)
+                u.audit(user_id, "working", item_id, "prune", {}, now)
             pruned.append(item_id)
             tick("prune", len(pruned), total)
     return pruned
 
-
-def _dumps(obj: object) -> str:
-    from ..store.layer_store import dumps
-
-    return dumps(obj)

@@ -3,9 +3,10 @@
 An :class:`Episode` holds a summary, entities, decisions, open questions and key
 facts of a span of one session, with its turn count, time span and the ids of the
 messages it came from (the raw messages stay). Its summary and each key point are
-indexed (vectors under ``ep:<id>:<n>``, keyword via FTS5); a search ranks whole
-episodes by their best-matching key point, one per episode, blended with recency
-by :func:`rank_episodes` (pure).
+indexed (vectors under ``ep:<id>:<n>``, keywords in the store's own full-text index); a
+search ranks whole episodes by their best-matching key point, one per episode, blended
+with recency by :func:`rank_episodes` (pure). Rows are reached only through
+:class:`~tiered_memory.store.repositories.EpisodeRepository`.
 """
 
 from __future__ import annotations
@@ -22,50 +23,12 @@ from pydantic import BaseModel, Field
 
 from ..config import EpisodeConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
-from .records import EpisodeDraft
 from ..recall.query import keywords
 from ..recall.scoring import recency_score, rrf_fuse
-from ..store.layer_store import LayerStore, dumps
+from ..records import Episode, EpisodeDraft
+from ..store.repositories import EpisodeRepository
 from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem
-
-
-@dataclass(frozen=True, kw_only=True)
-class Episode:
-    """A compressed span of a session. ``metadata["method"]`` is ``"llm"`` or ``"extractive"``."""
-
-    id: str
-    user_id: str
-    session_id: str
-    summary: str
-    entities: list[str] = field(default_factory=list)
-    decisions: list[str] = field(default_factory=list)
-    open_questions: list[str] = field(default_factory=list)
-    key_facts: list[str] = field(default_factory=list)
-    turn_count: int = 0
-    start: float = 0.0
-    end: float = 0.0
-    source_ids: list[str] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    created_at: float = 0.0
-    access_count: int = 0
-    last_access: float | None = None
-    promoted_at: float | None = None
-    compressed_at: float | None = None
-
-    def key_points(self) -> list[str]:
-        """The texts indexed for recall: summary first, then decisions, key facts, questions."""
-        return [p for p in dict.fromkeys([self.summary, *self.decisions, *self.key_facts,
-                                          *self.open_questions]) if p.strip()]
-
-    def render(self) -> str:
-        """Compact text for the "past sessions" context section."""
-        parts = [self.summary]
-        if self.decisions:
-            parts.append("Decisions: " + "; ".join(self.decisions))
-        if self.open_questions:
-            parts.append("Open: " + "; ".join(self.open_questions))
-        return " | ".join(parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,19 +101,6 @@ def rank_episodes(
     return sorted(ranked, key=lambda r: (-r[1], r[0]))
 
 
-_COLS = ("id, user_id, session_id, summary, body, turn_count, start_ts, end_ts, source_ids, metadata,"
-         " created_at, access_count, last_access, promoted_at, compressed_at")
-
-
-def _episode(r: tuple[Any, ...]) -> Episode:
-    body = json.loads(r[4])
-    return Episode(id=r[0], user_id=r[1], session_id=r[2], summary=r[3], entities=body.get("entities", []),
-                   decisions=body.get("decisions", []), open_questions=body.get("open_questions", []),
-                   key_facts=body.get("key_facts", []), turn_count=r[5], start=r[6], end=r[7],
-                   source_ids=json.loads(r[8]), metadata=json.loads(r[9]), created_at=r[10],
-                   access_count=r[11], last_access=r[12], promoted_at=r[13], compressed_at=r[14])
-
-
 def count_turns(messages: Sequence[StoredMessage]) -> int:
     return sum(1 for i, m in enumerate(messages) if m.role == "user" or i == 0)
 
@@ -158,24 +108,15 @@ def count_turns(messages: Sequence[StoredMessage]) -> int:
 class EpisodicMemory:
     """Episodes of every user: storage, indexing, search."""
 
-    def __init__(self, rows: LayerStore, index: VectorIndex, embedder: Embedder, config: EpisodeConfig,
+    def __init__(self, rows: EpisodeRepository, index: VectorIndex, embedder: Embedder, config: EpisodeConfig,
                  lock: threading.RLock) -> None:
         self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
 
     def select(self, user_id: str, session_id: str | None = None) -> list[Episode]:
-        sql = f"SELECT {_COLS} FROM episodes WHERE user_id=?"
-        params: list[Any] = [user_id]
-        if session_id is not None:
-            sql += " AND session_id=?"
-            params.append(session_id)
-        return [_episode(r) for r in self.rows.query(sql + " ORDER BY end_ts, rowid", params)]
+        return self.rows.episodes_of(user_id, session_id)
 
     def load(self, user_id: str, ids: Sequence[str]) -> dict[str, Episode]:
-        if not ids:
-            return {}
-        marks = ",".join("?" * len(ids))
-        return {r[0]: _episode(r) for r in self.rows.query(
-            f"SELECT {_COLS} FROM episodes WHERE user_id=? AND id IN ({marks})", [user_id, *ids])}
+        return self.rows.episodes_by_ids(user_id, ids)
 
     def save(self, user_id: str, session_id: str, draft: EpisodeDraft, messages: Sequence[StoredMessage],
              metadata: dict[str, Any]) -> Episode:
@@ -189,22 +130,16 @@ class EpisodicMemory:
                      metadata=dict(metadata), created_at=now)
         points = ep.key_points()
         vectors = embed(self.embedder, points)
-        body = {"entities": ep.entities, "decisions": ep.decisions, "open_questions": ep.open_questions,
-                "key_facts": ep.key_facts}
         last_seq = max(m.seq for m in messages)
         with self.lock:
-            with self.rows.transaction() as c:
-                self.rows.lock_session(c, user_id, session_id)
-                if self.rows.cursor(user_id, session_id, c) >= last_seq:  # another worker got there first
-                    return _episode(c.execute(f"SELECT {_COLS} FROM episodes WHERE user_id=? AND session_id=?"
-                                              " ORDER BY end_ts DESC, rowid DESC LIMIT 1",
-                                              (user_id, session_id)).fetchone())
-                c.execute(f"INSERT INTO episodes ({_COLS}) VALUES ({','.join('?' * 15)})",
-                          (ep.id, user_id, session_id, ep.summary, dumps(body), ep.turn_count, ep.start, ep.end,
-                           dumps(ep.source_ids), dumps(ep.metadata), now, 0, None, None, None))
-                c.executemany("INSERT INTO episode_points (id, episode_id, user_id, text) VALUES (?,?,?,?)",
-                              [(f"ep:{ep.id}:{n}", ep.id, user_id, p) for n, p in enumerate(points)])
-                self.rows.set_cursor(c, user_id, session_id, last_seq)
+            with self.rows.unit() as u:
+                u.lock_session(user_id, session_id)
+                # another worker got there first: its episode covers these messages
+                done = u.latest_episode(user_id, session_id) if u.cursor(user_id, session_id) >= last_seq else None
+                if done is not None:
+                    return done
+                u.insert_episode(ep, [(f"ep:{ep.id}:{n}", p) for n, p in enumerate(points)])
+                u.advance_cursor(user_id, session_id, last_seq)
             self._upsert(ep, points, vectors)
         return ep
 
@@ -221,8 +156,7 @@ class EpisodicMemory:
         n = max(self.config.candidates, k * 6)
         qv = embed_query(self.embedder, query) if vector is None else vector
         vec = self.index.query(qv[None, :], user_id=user_id, k=n, layers=["episode"])[0]
-        terms = keywords(query)
-        kw = self.rows.keyword("episode_points", user_id, terms, n) if terms else []
+        kw = self.rows.keyword_points(user_id, keywords(query), n)
         fused = rrf_fuse({"vector": [i for i, _ in vec], "keyword": [i for i, _ in kw]},
                          {"vector": retrieval.vector_weight, "keyword": retrieval.keyword_weight},
                          k=retrieval.rrf_k, extras={"vector": dict(vec), "keyword": dict(kw)})
@@ -232,27 +166,22 @@ class EpisodicMemory:
                                {e.id: e.end for e in episodes.values()}, now=now,
                                recency_weight=self.config.recency_weight,
                                half_life_days=self.config.recency_half_life_days)[:k]
-        texts = dict(self.rows.query(
-            f"SELECT id, text FROM episode_points WHERE id IN ({','.join('?' * len(ranked))})",
-            [pid for _, _, pid in ranked])) if ranked else {}
+        texts = self.rows.point_texts([pid for _, _, pid in ranked])
         hits = [EpisodeHit(episode=episodes[eid], score=s, matched=texts.get(pid, ""),
                            explanation={"best_point": pid, "recency_weight": self.config.recency_weight})
                 for eid, s, pid in ranked]
         return hits
 
     def touch(self, user_id: str, ids: Sequence[str], now: float) -> None:
-        if ids:  # sorted: one lock order, so concurrent workers cannot deadlock
-            with self.rows.transaction() as c:
-                c.executemany("UPDATE episodes SET access_count=access_count+1, last_access=? "
-                              "WHERE user_id=? AND id=?", [(now, user_id, i) for i in sorted(ids)])
+        if ids:
+            with self.rows.unit() as u:
+                u.touch_episodes(user_id, ids, now)
 
     def reindex(self, user_id: str | None = None) -> int:
         """Re-embed and upsert the key points of every episode (after ``rebuild_index``)."""
-        eps = [_episode(r) for r in self.rows.query(
-            f"SELECT {_COLS} FROM episodes" + (" WHERE user_id=?" if user_id else ""), [user_id] if user_id else [])]
+        eps = self.rows.episodes_of(user_id)
         for ep in eps:
-            points = [r[0] for r in self.rows.query(
-                "SELECT text FROM episode_points WHERE episode_id=? ORDER BY rowid", (ep.id,))]
+            points = self.rows.episode_points(ep.id)
             if points:
                 self._upsert(ep, points, embed(self.embedder, points))
         return len(eps)

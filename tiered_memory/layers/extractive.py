@@ -15,7 +15,7 @@ from typing import Sequence
 
 from ..recall.query import STOPWORDS, keywords
 from ..types import StoredMessage
-from .records import EpisodeDraft, FactCandidate
+from ..records import EpisodeDraft, FactCandidate
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
 _ENTITY = re.compile(r"\b(?:[A-Z][a-zA-Z0-9'&-]+)(?:\s+(?:of|de|da|van|von|the)?\s*[A-Z][a-zA-Z0-9'&-]+)*")

@@ -2,13 +2,13 @@
 
 An *item* is a JSON object stored under a ``namespace`` (a tuple of labels) and a
 ``key``, owned by one ``user_id``. Items are not chat turns: they live in their own
-table (``items``, added through the record store's ``migrate("items", ...)``, on
-SQLite or PostgreSQL), never appear in turn recall or ``build_context``, and are
+table (``items``, in the schema of each SQL dialect in ``store/``), reached only through
+:class:`~tiered_memory.store.repositories.ItemRepository`, never appear in turn recall or ``build_context``, and are
 deleted with the user in the same transaction as the user's messages (like every
 table with a ``user_id`` column).
 
 An item may carry ``text`` (what to search it by). That text is indexed like a
-turn: a keyword index next to the row (FTS5, or a PostgreSQL ``tsvector``), and a
+turn: a keyword index next to the row (the store's own full-text index), and a
 vector in the shared vector index under ``item:<id>`` with layer ``"item"``, both
 derived from the row and restored by :meth:`ItemStore.repair`. Search fuses vector, keyword and recency
 ranks with the same weighted reciprocal-rank fusion as turn recall.
@@ -34,82 +34,12 @@ from ..errors import InvalidInputError
 from ..recall.query import keywords
 from ..recall.scoring import recency_score, rrf_fuse
 from ..parts import Parts
-from ..store.layer_store import LayerStore
-from ..store.postgres import TEXT_SEARCH_CONFIG
+from ..records import Item
+from ..store.repositories import ItemRepository
 from ..validation import check_id, check_text
 from ..vector.base import VectorIndex, VectorItem
 
-SQLITE_ITEM_MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE IF NOT EXISTS items (
-        rowid INTEGER PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        user_id TEXT NOT NULL,
-        ns_path TEXT NOT NULL,
-        namespace TEXT NOT NULL,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        text TEXT,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        UNIQUE (ns_path, key)
-    );
-    CREATE INDEX IF NOT EXISTS items_user ON items(user_id);
-    CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
-        text, content='items', content_rowid='rowid', tokenize='porter unicode61'
-    );
-    CREATE TRIGGER IF NOT EXISTS items_ai AFTER INSERT ON items BEGIN
-        INSERT INTO items_fts(rowid, text) VALUES (new.rowid, COALESCE(new.text, ''));
-    END;
-    CREATE TRIGGER IF NOT EXISTS items_ad AFTER DELETE ON items BEGIN
-        INSERT INTO items_fts(items_fts, rowid, text) VALUES ('delete', old.rowid, COALESCE(old.text, ''));
-    END;
-    CREATE TRIGGER IF NOT EXISTS items_au AFTER UPDATE ON items BEGIN
-        INSERT INTO items_fts(items_fts, rowid, text) VALUES ('delete', old.rowid, COALESCE(old.text, ''));
-        INSERT INTO items_fts(rowid, text) VALUES (new.rowid, COALESCE(new.text, ''));
-    END;
-    """,
-]
-
-POSTGRES_ITEM_MIGRATIONS: list[str] = [
-    f"""
-    CREATE TABLE IF NOT EXISTS items (
-        rowid BIGSERIAL PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        user_id TEXT NOT NULL,
-        ns_path TEXT NOT NULL,
-        namespace TEXT NOT NULL,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,
-        text TEXT,
-        created_at DOUBLE PRECISION NOT NULL,
-        updated_at DOUBLE PRECISION NOT NULL,
-        tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', COALESCE(text, ''))) STORED,
-        UNIQUE (ns_path, key)
-    );
-    CREATE INDEX IF NOT EXISTS items_user ON items (user_id);
-    CREATE INDEX IF NOT EXISTS items_tsv ON items USING GIN (tsv);
-    """,
-]
-
-ITEM_MIGRATIONS = {"sqlite": SQLITE_ITEM_MIGRATIONS, "postgres": POSTGRES_ITEM_MIGRATIONS}
-
 LAYER = "item"
-_SEP = "\x1f"  # labels are stored as label + US, so a prefix of labels is a prefix of text
-
-
-@dataclass(frozen=True, kw_only=True)
-class Item:
-    """One stored item. Times are epoch seconds."""
-
-    id: str
-    user_id: str
-    namespace: tuple[str, ...]
-    key: str
-    value: dict[str, Any]
-    text: str | None
-    created_at: float
-    updated_at: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,10 +75,6 @@ def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[st
         if any(ord(c) < 32 or ord(c) == 127 for c in label):
             raise InvalidInputError(f"namespace label {label!r} contains control characters")
     return tuple(namespace)
-
-
-def ns_path(namespace: Sequence[str]) -> str:
-    return "".join(label + _SEP for label in namespace)
 
 
 def match_namespace(namespace: Sequence[str], pattern: Sequence[str], kind: str) -> bool:
@@ -210,27 +136,18 @@ def truncate_namespaces(namespaces: Sequence[tuple[str, ...]], max_depth: int | 
 
 
 # ---- the shell -----------------------------------------------------------------
-def _item(r: tuple[Any, ...]) -> Item:
-    return Item(id=r[0], user_id=r[1], namespace=tuple(json.loads(r[2])), key=r[3],
-                value=json.loads(r[4]), text=r[5], created_at=r[6], updated_at=r[7])
-
-
-_COLS = "id, user_id, namespace, key, value, text, created_at, updated_at"
-
-
 class ItemStore:
     """Items on the record store (SQLite or PostgreSQL) and vector index of a memory's parts.
     Get it with :meth:`TieredMemory.item_store`.
 
     Args:
         parts: the memory's :class:`~tiered_memory.parts.Parts`.
-        db: the layer repositories of its record store.
+        db: the item repository of its record store.
     """
 
-    def __init__(self, parts: Parts, db: LayerStore) -> None:
+    def __init__(self, parts: Parts, db: ItemRepository) -> None:
         self.parts = parts
-        self.db = db  # ``?`` SQL and keyword search on SQLite or PostgreSQL
-        db.migrate("items", ITEM_MIGRATIONS[db.dialect])
+        self.db = db
 
     @property
     def index(self) -> VectorIndex:
@@ -256,10 +173,9 @@ class ItemStore:
         if not last:
             return
         puts = [w for w in last.values() if w.value is not None]
-        payload = {}
-        for w in puts:
+        for w in puts:  # checked before anything is written; the store keeps the same JSON
             try:
-                payload[(tuple(w.namespace), w.key)] = json.dumps(w.value, ensure_ascii=False, allow_nan=False)
+                json.dumps(w.value, allow_nan=False)
             except (TypeError, ValueError) as e:
                 raise InvalidInputError(f"item value must be JSON-serialisable: {e}") from e
         with_text = [w for w in puts if w.text and w.text.strip()]
@@ -267,29 +183,24 @@ class ItemStore:
         now = time.time()
         ids: dict[tuple[tuple[str, ...], str], str] = {}
         stale: list[str] = []
-        with self.parts.lock, self.db.transaction() as c:
+        with self.parts.lock, self.db.unit() as u:
             for (ns, key), w in last.items():
-                found = c.execute("SELECT id FROM items WHERE ns_path=? AND key=?",
-                                  (ns_path(ns), key)).fetchone()
+                found = u.item_id(ns, key)
                 if w.value is None:
                     if found:
-                        c.execute("DELETE FROM items WHERE id=?", (found[0],))
-                        stale.append(found[0])
+                        u.delete_item(found)
+                        stale.append(found)
                     continue
-                item_id = found[0] if found else uuid.uuid4().hex
+                item_id = found or uuid.uuid4().hex
                 ids[(ns, key)] = item_id
                 text = w.text if w.text and w.text.strip() else None
                 if found:
-                    c.execute("UPDATE items SET user_id=?, value=?, text=?, updated_at=? WHERE id=?",
-                              (w.user_id, payload[(ns, key)], text, now, item_id))
+                    u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now)
                     if text is None:
                         stale.append(item_id)
                 else:
-                    c.execute(
-                        "INSERT INTO items (id, user_id, ns_path, namespace, key, value, text, created_at,"
-                        " updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                        (item_id, w.user_id, ns_path(ns), json.dumps(list(ns), ensure_ascii=False), key,
-                         payload[(ns, key)], text, now, now))
+                    u.insert_item(Item(id=item_id, user_id=w.user_id, namespace=ns, key=key, value=dict(w.value),
+                                       text=text, created_at=now, updated_at=now))
             # the rows are the truth; vectors follow (repair() restores them if this fails)
             self.index.delete([f"item:{i}" for i in stale])
             if vectors is not None:
@@ -301,34 +212,23 @@ class ItemStore:
     def repair(self) -> int:
         """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop
         vectors of items that no longer exist. Returns how many vectors were restored."""
-        rows = self.db.query("SELECT id, user_id, text, updated_at FROM items WHERE text IS NOT NULL")
-        want = {f"item:{r[0]}": r for r in rows}
+        want = {f"item:{i.id}": i for i in self.db.items_with_text()}
         have = {i for i in self.index.ids() if i.startswith("item:")}
         self.index.delete(sorted(have - set(want)))
         todo = [want[i] for i in sorted(set(want) - have)]
         for start in range(0, len(todo), 256):
             part = todo[start:start + 256]
-            vectors = embed(self.parts.embedder, [r[2] for r in part])
-            self.index.upsert([VectorItem(id=f"item:{r[0]}", vector=vectors[n], user_id=r[1],
-                                          layer=LAYER, timestamp=r[3]) for n, r in enumerate(part)])
+            vectors = embed(self.parts.embedder, [i.text or "" for i in part])
+            self.index.upsert([VectorItem(id=f"item:{i.id}", vector=vectors[n], user_id=i.user_id,
+                                          layer=LAYER, timestamp=i.updated_at) for n, i in enumerate(part)])
         return len(todo)
 
     # ---- reads -------------------------------------------------------------
     def get(self, namespace: Sequence[str], key: str) -> Item | None:
-        ns = check_namespace(tuple(namespace))
-        rows = self.db.query(f"SELECT {_COLS} FROM items WHERE ns_path=? AND key=?", (ns_path(ns), key))
-        return _item(rows[0]) if rows else None
+        return self.db.item(check_namespace(tuple(namespace)), key)
 
     def _under(self, prefix: tuple[str, ...], ids: Sequence[str] | None = None) -> list[Item]:
-        path = ns_path(prefix)
-        sql = f"SELECT {_COLS} FROM items WHERE substr(ns_path, 1, ?) = ?"
-        params: list[Any] = [len(path), path]
-        if ids is not None:
-            if not ids:
-                return []
-            sql += f" AND id IN ({','.join('?' * len(ids))})"
-            params += list(ids)
-        return [_item(r) for r in self.db.query(sql + " ORDER BY updated_at DESC, rowid DESC", params)]
+        return self.db.items_under(prefix, ids)
 
     def search(
         self, prefix: Sequence[str], *, query: str | None = None, user_id: str | None = None,
@@ -350,8 +250,7 @@ class ItemStore:
         n = max(cfg.candidates, (offset + limit) * 4)
         vec = self.index.query(embed_query(self.parts.embedder, query)[None, :], user_id=user_id,
                                k=n, layers=[LAYER])[0]
-        terms = keywords(query)
-        kw = self.db.keyword("items", user_id, terms, n) if terms else []
+        kw = self.db.keyword_items(user_id, keywords(query), n)
         vec = [(i.removeprefix("item:"), s) for i, s in vec]
         candidates = {i.id: i for i in self._under(ns, [i for i, _ in vec] + [i for i, _ in kw])
                       if i.user_id == user_id and match_filter(i.value, filter)}
@@ -381,12 +280,9 @@ class ItemStore:
         limit: int = 100, offset: int = 0,
     ) -> list[tuple[str, ...]]:
         """Distinct namespaces matching every ``(kind, pattern)`` condition, sorted."""
-        all_ns = [tuple(json.loads(r[0])) for r in self.db.query("SELECT DISTINCT namespace FROM items")]
+        all_ns = self.db.item_namespaces()
         kept = [ns for ns in all_ns if all(match_namespace(ns, p, kind) for kind, p in conditions)]
         return truncate_namespaces(kept, max_depth)[offset:offset + limit]
 
     def count(self, user_id: str | None = None) -> int:
-        sql, params = "SELECT COUNT(*) FROM items", []
-        if user_id is not None:
-            sql, params = sql + " WHERE user_id=?", [user_id]
-        return int(self.db.query(sql, params)[0][0])
+        return self.db.count_items(user_id)

@@ -19,15 +19,15 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..aio import run_sync
 from .buffer import select_buffer
-from .episodic import Episode, EpisodeSchema, EpisodicMemory, episode_messages, transcript
+from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript
 from ..errors import InvalidInputError, LLMError, NotFoundError
 from .extractive import extract_episode, extract_fact_candidates
-from .records import EpisodeDraft, FactCandidate
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
-from .semantic import ExtractedFacts, Fact, Judgement, SemanticMemory
+from .semantic import ExtractedFacts, Judgement, SemanticMemory
 from ..parts import Parts
-from ..store.layer_store import LayerStore
+from ..records import Episode, EpisodeDraft, Fact, FactCandidate
+from ..store.repositories import LayerRepository
 from .consolidation import ConsolidationReport, consolidate
 from ..types import StoredMessage
 from ..validation import check_id, check_text
@@ -55,7 +55,7 @@ invalidate: it contradicts the target, which is no longer true; noop: already kn
 class Layers:
     """Episodic, semantic and working memory of one :class:`TieredMemory`."""
 
-    def __init__(self, parts: Parts, rows: LayerStore, llm: Any = None) -> None:
+    def __init__(self, parts: Parts, rows: LayerRepository, llm: Any = None) -> None:
         self.parts = parts
         cfg = parts.config
         self.rows = rows
@@ -232,16 +232,14 @@ class Layers:
     # ---- maintenance --------------------------------------------------------------
     def repair(self) -> dict[str, int]:
         """Make the layer vectors match their rows (after a crash): add missing, drop stray."""
-        want_facts = {f"fact:{r[0]}": r[0] for r in self.rows.query(
-            "SELECT id FROM facts WHERE deleted_at IS NULL AND invalid_at IS NULL")}
-        want_points = {r[0] for r in self.rows.query("SELECT id FROM episode_points")}
+        want_facts = {f"fact:{i}" for i in self.rows.valid_fact_ids()}
+        want_points = self.rows.point_ids()
         have = {i for i in self.parts.index.ids() if i.startswith(("fact:", "ep:"))}
-        stray = sorted(have - set(want_facts) - want_points)
+        stray = sorted(have - want_facts - want_points)
         self.parts.index.delete(stray)
-        missing = (set(want_facts) | want_points) - have
-        users = {r[0] for r in self.rows.query("SELECT user_id FROM facts UNION SELECT user_id FROM episodes")}
+        missing = (want_facts | want_points) - have
         if missing:
-            for user in users:  # coarse but rare: re-embed the layers of affected users
+            for user in self.rows.layer_users():  # coarse but rare: re-embed the layers of affected users
                 self.reindex(user)
         return {"layer_vectors_removed": len(stray), "layer_vectors_missing": len(missing)}
 

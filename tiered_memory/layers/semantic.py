@@ -10,7 +10,6 @@ the fact history.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -23,54 +22,16 @@ from pydantic import BaseModel, Field
 from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
 from ..errors import InvalidInputError, NotFoundError
-from .records import FactCandidate
 from ..recall.query import keywords
 from ..recall.scoring import recency_score, rrf_fuse
-from ..store.layer_store import LayerStore, dumps, from_blob, to_blob
+from ..records import Fact, FactCandidate, FactChange
+from ..store.repositories import FactRepository, FactWrites
 from ..validation import check_text
 from ..vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
 FactType = Literal["preference", "fact", "constraint", "relationship", "decision"]
 Action = Literal["add", "update", "invalidate", "noop"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Fact:
-    """One fact about a user. ``invalid_at`` is set when a later fact contradicted it."""
-
-    id: str
-    user_id: str
-    type: str
-    text: str
-    confidence: float
-    source_ids: list[str] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
-    created_at: float = 0.0
-    updated_at: float = 0.0
-    valid_from: float = 0.0
-    invalid_at: float | None = None
-    superseded_by: str | None = None
-    access_count: int = 0
-    last_access: float | None = None
-    key: str | None = None
-    polarity: int = 1
-
-    @property
-    def valid(self) -> bool:
-        return self.invalid_at is None
-
-
-@dataclass(frozen=True, kw_only=True)
-class FactChange:
-    """One row of the fact history (audit trail)."""
-
-    fact_id: str
-    action: str
-    old_text: str | None
-    new_text: str | None
-    at: float
-    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,17 +114,6 @@ def decide_resolution(
     return Resolution(action="add", reason=f"nearest fact is different (similarity {sim:.2f})")
 
 
-_COLS = ("id, user_id, type, text, confidence, source_ids, metadata, created_at, updated_at, valid_from,"
-         " invalid_at, superseded_by, access_count, last_access, key, polarity")
-
-
-def _fact(r: tuple[Any, ...]) -> Fact:
-    return Fact(id=r[0], user_id=r[1], type=r[2], text=r[3], confidence=r[4], source_ids=json.loads(r[5]),
-                metadata=json.loads(r[6]), created_at=r[7], updated_at=r[8], valid_from=r[9],
-                invalid_at=r[10], superseded_by=r[11], access_count=r[12], last_access=r[13],
-                key=r[14], polarity=r[15])
-
-
 def check_type(type_: str | None) -> None:
     if type_ is not None and type_ not in FACT_TYPES:
         raise InvalidInputError(f"fact type must be one of {FACT_TYPES}, got {type_!r}")
@@ -172,62 +122,39 @@ def check_type(type_: str | None) -> None:
 class SemanticMemory:
     """Facts of every user: storage, resolution, search. Thread-safe through ``lock``."""
 
-    def __init__(self, rows: LayerStore, index: VectorIndex, embedder: Embedder, config: FactConfig,
+    def __init__(self, rows: FactRepository, index: VectorIndex, embedder: Embedder, config: FactConfig,
                  lock: threading.RLock) -> None:
         self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
 
     # ---- reads ---------------------------------------------------------------
     def get(self, user_id: str, fact_id: str) -> Fact:
-        found = self.rows.query(f"SELECT {_COLS} FROM facts WHERE user_id=? AND id=? AND deleted_at IS NULL",
-                                (user_id, fact_id))
-        if not found:
+        found = self.rows.fact(user_id, fact_id)
+        if found is None:
             raise NotFoundError(f"no fact {fact_id!r} for this user")
-        return _fact(found[0])
+        return found
 
     def select(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
         check_type(type)
-        sql = f"SELECT {_COLS} FROM facts WHERE user_id=? AND deleted_at IS NULL"
-        params: list[Any] = [user_id]
-        if type:
-            sql += " AND type=?"
-            params.append(type)
-        if not include_invalid:
-            sql += " AND invalid_at IS NULL"
-        return [_fact(r) for r in self.rows.query(sql + " ORDER BY rowid", params)]
+        return self.rows.facts_of(user_id, type=type, include_invalid=include_invalid)
 
     def history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:
-        sql = "SELECT fact_id, action, old_text, new_text, at, details FROM fact_history WHERE user_id=?"
-        params: list[Any] = [user_id]
-        if fact_id is not None:
-            sql += " AND fact_id=?"
-            params.append(fact_id)
-        return [FactChange(fact_id=r[0], action=r[1], old_text=r[2], new_text=r[3], at=r[4],
-                           details=json.loads(r[5])) for r in self.rows.query(sql + " ORDER BY seq", params)]
+        return self.rows.fact_history(user_id, fact_id)
 
     def vectors(self, user_id: str) -> tuple[list[Fact], np.ndarray]:
         """Valid facts with their stored unit vectors (for consolidation)."""
-        rows = self.rows.query(f"SELECT {_COLS}, vector FROM facts WHERE user_id=? AND deleted_at IS NULL"
-                               " AND invalid_at IS NULL ORDER BY rowid", (user_id,))
-        facts = [_fact(r[:-1]) for r in rows]
-        vecs = [from_blob(r[-1]) for r in rows]
-        if any(v is None for v in vecs):
+        pairs = self.rows.fact_vectors(user_id)
+        facts = [f for f, _ in pairs]
+        vecs = [v for _, v in pairs if v is not None]
+        if len(vecs) < len(pairs):
             return facts, embed(self.embedder, [f.text for f in facts])
-        return facts, np.stack(vecs) if vecs else np.zeros((0, 0), dtype=np.float32)  # type: ignore[arg-type]
+        return facts, np.stack(vecs) if vecs else np.zeros((0, 0), dtype=np.float32)
 
     def related(self, user_id: str, text: str, k: int) -> list[tuple[Fact, float]]:
         qv = embed_query(self.embedder, text)
         hits = self.index.query(qv[None, :], user_id=user_id, k=k, layers=["fact"])[0]
         by_id = {h[0].split(":", 1)[1]: h[1] for h in hits}
-        facts = self._load(user_id, list(by_id))
+        facts = self.rows.facts_by_ids(user_id, list(by_id))
         return [(f, by_id[f.id]) for f in facts if f.valid]
-
-    def _load(self, user_id: str, ids: Sequence[str]) -> list[Fact]:
-        if not ids:
-            return []
-        marks = ",".join("?" * len(ids))
-        return [_fact(r) for r in self.rows.query(
-            f"SELECT {_COLS} FROM facts WHERE user_id=? AND deleted_at IS NULL AND id IN ({marks})",
-            [user_id, *ids])]
 
     def search(self, query: str, *, user_id: str, k: int, type: str | None, retrieval: RetrievalConfig,
                include_invalid: bool = False, now: float | None = None,
@@ -241,9 +168,8 @@ class SemanticMemory:
         qv = embed_query(self.embedder, query) if vector is None else vector
         vec = [(i.split(":", 1)[1], s) for i, s in
                self.index.query(qv[None, :], user_id=user_id, k=n, layers=["fact"])[0]]
-        terms = keywords(query)
-        kw = self.rows.keyword("facts", user_id, terms, n, "AND t.deleted_at IS NULL") if terms else []
-        facts = {f.id: f for f in self._load(user_id, [i for i, _ in vec] + [i for i, _ in kw])
+        kw = self.rows.keyword_facts(user_id, keywords(query), n)
+        facts = {f.id: f for f in self.rows.facts_by_ids(user_id, [i for i, _ in vec] + [i for i, _ in kw])
                  if (include_invalid or f.valid) and (type is None or f.type == type)}
         fused = rrf_fuse(
             {"vector": [i for i, _ in vec if i in facts], "keyword": [i for i, _ in kw if i in facts],
@@ -257,10 +183,9 @@ class SemanticMemory:
         return [FactHit(fact=facts[f.id], score=f.score, explanation={"signals": f.parts}) for f in fused[:k]]
 
     def touch(self, user_id: str, ids: Sequence[str], now: float) -> None:
-        if ids:  # sorted: one lock order, so concurrent workers cannot deadlock
-            with self.rows.transaction() as c:
-                c.executemany("UPDATE facts SET access_count=access_count+1, last_access=? WHERE user_id=? AND id=?",
-                              [(now, user_id, i) for i in sorted(ids)])
+        if ids:
+            with self.rows.unit() as u:
+                u.touch_facts(user_id, ids, now)
 
     # ---- writes --------------------------------------------------------------
     def _upsert_vectors(self, facts: Sequence[tuple[Fact, Any]]) -> None:
@@ -283,12 +208,10 @@ class SemanticMemory:
                 text = resolution.text or old.text
                 sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
                 vector = embed(self.embedder, [text])[0]
-                with self.rows.transaction() as c:
-                    c.execute("UPDATE facts SET text=?, confidence=?, source_ids=?, updated_at=?, vector=? "
-                              "WHERE user_id=? AND id=?",
-                              (text, max(old.confidence, candidate.confidence), dumps(sources), now,
-                               to_blob(vector), user_id, old.id))
-                    self._log(c, user_id, old.id, "update", old.text, text, now, details)
+                with self.rows.unit() as u:
+                    u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
+                                  source_ids=sources, updated_at=now, vector=vector)
+                    log_change(u, user_id, old.id, "update", old.text, text, now, details)
                 new = self.get(user_id, old.id)
                 self._upsert_vectors([(new, vector)])
                 return new
@@ -297,27 +220,18 @@ class SemanticMemory:
                         metadata=meta, created_at=now, updated_at=now, valid_from=at,
                         key=candidate.key, polarity=candidate.polarity)
             vector = embed(self.embedder, [fact.text])[0]
-            with self.rows.transaction() as c:
+            with self.rows.unit() as u:
                 if resolution.action == "invalidate":
                     old = self.get(user_id, resolution.target_id or "")
-                    c.execute("UPDATE facts SET invalid_at=?, superseded_by=?, updated_at=? WHERE user_id=? AND id=?",
-                              (at, fact.id, now, user_id, old.id))
-                    self._log(c, user_id, old.id, "invalidate", old.text, None, now,
-                              {**details, "superseded_by": fact.id, "invalid_from": at})
-                c.execute(f"INSERT INTO facts ({_COLS}, vector) VALUES ({','.join('?' * 17)})",
-                          (fact.id, user_id, fact.type, fact.text, fact.confidence, dumps(fact.source_ids),
-                           dumps(fact.metadata), now, now, at, None, None, 0, None, fact.key, fact.polarity,
-                           to_blob(vector)))
-                self._log(c, user_id, fact.id, "add", None, fact.text, now, details)
+                    u.invalidate_fact(user_id, old.id, at=at, superseded_by=fact.id, updated_at=now)
+                    log_change(u, user_id, old.id, "invalidate", old.text, None, now,
+                               {**details, "superseded_by": fact.id, "invalid_from": at})
+                u.insert_fact(fact, vector)
+                log_change(u, user_id, fact.id, "add", None, fact.text, now, details)
             if resolution.action == "invalidate":
                 self.index.delete([f"fact:{resolution.target_id}"])
             self._upsert_vectors([(fact, vector)])
             return fact
-
-    def _log(self, c: Any, user_id: str, fact_id: str, action: str, old: str | None, new: str | None,
-             at: float, details: dict[str, Any]) -> None:
-        c.execute("INSERT INTO fact_history (fact_id, user_id, action, old_text, new_text, at, details)"
-                  " VALUES (?,?,?,?,?,?,?)", (fact_id, user_id, action, old, new, at, dumps(details)))
 
     def resolve_and_apply(self, user_id: str, candidate: FactCandidate, *, metadata: dict[str, Any] | None = None,
                           judgement: Judgement | None = None, related: Sequence[tuple[Fact, float]] | None = None,
@@ -341,14 +255,12 @@ class SemanticMemory:
             old = self.get(user_id, fact_id)
             new_text = old.text if text is None else text.strip()
             vector = embed(self.embedder, [new_text])[0] if new_text != old.text else None
-            with self.rows.transaction() as c:
-                c.execute("UPDATE facts SET text=?, type=?, confidence=?, metadata=?, updated_at=?"
-                          + (", vector=?" if vector is not None else "") + " WHERE user_id=? AND id=?",
-                          (new_text, type or old.type, old.confidence if confidence is None else confidence,
-                           dumps({**old.metadata, **(metadata or {})}), now,
-                           *([to_blob(vector)] if vector is not None else []), user_id, fact_id))
-                self._log(c, user_id, fact_id, "edit", old.text, new_text, now,
-                          {"type": type, "confidence": confidence})
+            with self.rows.unit() as u:
+                u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
+                            confidence=old.confidence if confidence is None else confidence,
+                            metadata={**old.metadata, **(metadata or {})}, updated_at=now, vector=vector)
+                log_change(u, user_id, fact_id, "edit", old.text, new_text, now,
+                           {"type": type, "confidence": confidence})
             new = self.get(user_id, fact_id)
             if vector is not None and new.valid:
                 self._upsert_vectors([(new, vector)])
@@ -358,30 +270,33 @@ class SemanticMemory:
         """Remove a fact (row and vector); the history keeps a ``delete`` entry."""
         with self.lock:
             old = self.get(user_id, fact_id)
-            with self.rows.transaction() as c:
-                c.execute("DELETE FROM facts WHERE user_id=? AND id=?", (user_id, fact_id))
-                self._log(c, user_id, fact_id, "delete", old.text, None, time.time(), {})
+            with self.rows.unit() as u:
+                u.delete_fact(user_id, fact_id)
+                log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {})
             self.index.delete([f"fact:{fact_id}"])
-
-    def soft_delete(self, c: Any, user_id: str, fact_id: str, action: str, now: float,
-                    details: dict[str, Any]) -> None:
-        """Hide a fact (merge, prune) inside the caller's transaction; kept for audit."""
-        old = c.execute("SELECT text FROM facts WHERE user_id=? AND id=? AND deleted_at IS NULL",
-                        (user_id, fact_id)).fetchone()
-        if old is None:
-            return
-        c.execute("UPDATE facts SET deleted_at=? WHERE user_id=? AND id=?", (now, user_id, fact_id))
-        self._log(c, user_id, fact_id, action, old[0], None, now, details)
 
     def reindex(self, user_id: str | None = None) -> int:
         """Re-embed and upsert the vectors of every live fact (after ``rebuild_index``)."""
-        sql = f"SELECT {_COLS} FROM facts WHERE deleted_at IS NULL AND invalid_at IS NULL"
-        facts = [_fact(r) for r in self.rows.query(sql + (" AND user_id=?" if user_id else ""),
-                                                     [user_id] if user_id else [])]
+        facts = self.rows.valid_facts(user_id)
         for start in range(0, len(facts), 256):
             part = facts[start:start + 256]
             vecs = embed(self.embedder, [f.text for f in part])
-            with self.rows.transaction() as c:  # keep the stored vectors in step with the embedder
-                c.executemany("UPDATE facts SET vector=? WHERE id=?", [(to_blob(v), f.id) for f, v in zip(part, vecs)])
+            with self.rows.unit() as u:  # keep the stored vectors in step with the embedder
+                u.set_fact_vectors([(f.id, v) for f, v in zip(part, vecs)])
             self._upsert_vectors(list(zip(part, vecs)))
         return len(facts)
+
+
+def log_change(u: FactWrites, user_id: str, fact_id: str, action: str, old: str | None, new: str | None,
+               at: float, details: dict[str, Any]) -> None:
+    """Record one change in the fact history, inside the caller's unit of work."""
+    u.record_history(user_id, FactChange(fact_id=fact_id, action=action, old_text=old, new_text=new, at=at,
+                                         details=details))
+
+
+def soft_delete(u: FactWrites, user_id: str, fact_id: str, action: str, now: float,
+                details: dict[str, Any]) -> None:
+    """Hide a fact (merge, prune) inside the caller's unit of work; kept for audit."""
+    old = u.soft_delete_fact(user_id, fact_id, now)
+    if old is not None:
+        log_change(u, user_id, fact_id, action, old, None, now, details)

@@ -4,7 +4,8 @@ Items have an importance that decays with age (``(1 - decay_per_hour) ** hours``
 the session holds at most ``capacity`` items and evicts the lowest decayed
 importance; a query ranks items by relevance blended with importance. A
 scratchpad dict keeps agent state (JSON values) for the session. Decisions are the
-pure functions :func:`decayed`, :func:`evict` and :func:`rank`.
+pure functions :func:`decayed`, :func:`evict` and :func:`rank`; rows are reached only
+through :class:`~tiered_memory.store.repositories.WorkingRepository`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -22,22 +22,9 @@ import numpy as np
 from ..config import WorkingConfig
 from ..embedding import Embedder, embed, embed_query
 from ..errors import InvalidInputError
-from ..store.layer_store import LayerStore, dumps, from_blob, to_blob
+from ..records import WorkingItem
+from ..store.repositories import WorkingRepository
 from ..validation import MAX_LAYER_METADATA_BYTES, check_id, check_label, check_metadata, check_text
-
-
-@dataclass(frozen=True, kw_only=True)
-class WorkingItem:
-    id: str
-    user_id: str
-    session_id: str
-    text: str
-    type: str = "note"
-    importance: float = 0.5
-    created_at: float = 0.0
-    metadata: dict[str, Any] = field(default_factory=dict)
-    access_count: int = 0
-    score: float | None = None
 
 
 def decayed(importance: float, created_at: float, now: float, decay_per_hour: float) -> float:
@@ -66,36 +53,22 @@ def rank(items: Sequence[WorkingItem], now: float, decay_per_hour: float,
     return sorted(scored, key=lambda i: (-(i.score or 0.0), -i.created_at, i.id))
 
 
-_COLS = "id, user_id, session_id, text, type, importance, created_at, metadata, access_count"
-
-
-def _item(r: tuple[Any, ...]) -> WorkingItem:
-    return WorkingItem(id=r[0], user_id=r[1], session_id=r[2], text=r[3], type=r[4], importance=r[5],
-                       created_at=r[6], metadata=json.loads(r[7]), access_count=r[8])
-
-
 class Scratchpad(MutableMapping[str, Any]):
     """A dict of JSON values persisted per session; every write is committed."""
 
-    def __init__(self, rows: LayerStore, user_id: str, session_id: str) -> None:
+    def __init__(self, rows: WorkingRepository, user_id: str, session_id: str) -> None:
         self.rows, self.user_id, self.session_id = rows, user_id, session_id
 
     def _load(self) -> dict[str, Any]:
-        found = self.rows.query("SELECT data FROM scratchpads WHERE user_id=? AND session_id=?",
-                                (self.user_id, self.session_id))
-        return json.loads(found[0][0]) if found else {}
+        return self.rows.scratchpad(self.user_id, self.session_id)
 
     def _update(self, change: Callable[[dict[str, Any]], None]) -> None:
         """Read, change and write the pad in one transaction, locked against other writers of the session."""
-        with self.rows.transaction() as c:
-            self.rows.lock_session(c, self.user_id, self.session_id)
-            found = c.execute("SELECT data FROM scratchpads WHERE user_id=? AND session_id=?",
-                              (self.user_id, self.session_id)).fetchone()
-            data = json.loads(found[0]) if found else {}
+        with self.rows.unit() as u:
+            u.lock_session(self.user_id, self.session_id)
+            data = u.scratchpad(self.user_id, self.session_id)
             change(data)
-            c.execute("INSERT INTO scratchpads VALUES (?,?,?,?) ON CONFLICT(user_id, session_id) DO UPDATE"
-                      " SET data=excluded.data, updated_at=excluded.updated_at",
-                      (self.user_id, self.session_id, dumps(data), time.time()))
+            u.save_scratchpad(self.user_id, self.session_id, data, time.time())
 
     def __getitem__(self, key: str) -> Any:
         return self._load()[key]
@@ -120,12 +93,11 @@ class Scratchpad(MutableMapping[str, Any]):
         return self._load()
 
 
-def touch_items(rows: LayerStore, user_id: str, ids: Sequence[str], now: float) -> None:
+def touch_items(rows: WorkingRepository, user_id: str, ids: Sequence[str], now: float) -> None:
     """Count one access per listed id (the items a context handed to a model)."""
-    if ids:  # sorted: one lock order, so concurrent workers cannot deadlock
-        with rows.transaction() as c:
-            c.executemany("UPDATE working_items SET access_count=access_count+1 WHERE user_id=? AND id=?",
-                          [(user_id, i) for i in sorted(ids)])
+    if ids:
+        with rows.unit() as u:
+            u.touch_working(user_id, ids, now)
 
 
 class WorkingMemory:
@@ -137,7 +109,7 @@ class WorkingMemory:
         >>> wm.scratchpad["step"] = 2
     """
 
-    def __init__(self, rows: LayerStore, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,
+    def __init__(self, rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,
                  *, user_id: str, session_id: str) -> None:
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
@@ -159,45 +131,35 @@ class WorkingMemory:
         vector = embed(self.embedder, [text])[0]
         with self.lock:
             kept, evicted = evict([*self.items_raw(), item], self.config.capacity, now, self.config.decay_per_hour)
-            with self.rows.transaction() as c:
-                c.execute(f"INSERT INTO working_items ({_COLS}, vector) VALUES (?,?,?,?,?,?,?,?,?,?)",
-                          (item.id, self.user_id, self.session_id, text, type, item.importance, now,
-                           dumps(item.metadata), 0, to_blob(vector)))
+            with self.rows.unit() as u:
+                u.insert_working_item(item, vector)
                 for old in evicted:
-                    c.execute("DELETE FROM working_items WHERE id=?", (old.id,))
-                    self.rows.audit(c, self.user_id, "working", old.id, "evict", {"text": old.text}, now)
+                    u.evict_working_item(old.id)
+                    u.audit(self.user_id, "working", old.id, "evict", {"text": old.text}, now)
         return item
 
     def items_raw(self) -> list[WorkingItem]:
-        return [_item(r) for r in self.rows.query(
-            f"SELECT {_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
-            " ORDER BY created_at", (self.user_id, self.session_id))]
+        return self.rows.working_items(self.user_id, self.session_id)
 
     def items(self, query: str | None = None, *, k: int | None = None, now: float | None = None,
               vector: np.ndarray | None = None) -> list[WorkingItem]:
         """Items best first: by decayed importance, or blended with relevance to ``query``
         (``vector`` is its embedding when the caller has it already)."""
         now = time.time() if now is None else now
-        rows = self.rows.query(
-            f"SELECT {_COLS}, vector FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL",
-            (self.user_id, self.session_id))
-        items = [_item(r[:-1]) for r in rows]
+        pairs = self.rows.working_vectors(self.user_id, self.session_id)
+        items = [i for i, _ in pairs]
         relevance = None
         if query and query.strip() and items:
             qv = embed_query(self.embedder, query) if vector is None else vector
-            vecs = [from_blob(r[-1]) for r in rows]
-            relevance = [float(np.dot(v, qv)) if v is not None else 0.0 for v in vecs]
+            relevance = [float(np.dot(v, qv)) if v is not None else 0.0 for _, v in pairs]
         ranked = rank(items, now, self.config.decay_per_hour, relevance)
         return ranked[:k] if k is not None else ranked
 
     def forget(self, item_id: str) -> bool:
-        with self.rows.transaction() as c:
-            return bool(c.execute("DELETE FROM working_items WHERE user_id=? AND session_id=? AND id=?",
-                                  (self.user_id, self.session_id, item_id)).rowcount > 0)
+        with self.rows.unit() as u:
+            return u.forget_working_item(self.user_id, self.session_id, item_id)
 
     def clear(self) -> int:
         """Remove every item and the scratchpad of this session; returns items removed."""
-        with self.rows.transaction() as c:
-            c.execute("DELETE FROM scratchpads WHERE user_id=? AND session_id=?", (self.user_id, self.session_id))
-            return int(c.execute("DELETE FROM working_items WHERE user_id=? AND session_id=?",
-                                 (self.user_id, self.session_id)).rowcount)
+        with self.rows.unit() as u:
+            return u.clear_working(self.user_id, self.session_id)

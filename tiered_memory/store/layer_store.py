@@ -1,43 +1,48 @@
-"""Row access for the episodic, semantic and working layers, common to every record store.
+"""The layer repositories on a SQL record store: every read query, written once.
 
-The layer modules write their SQL once, in the portable subset SQLite and PostgreSQL
-share, with ``?`` placeholders. A backend subclass of :class:`LayerStore` supplies the
-schema and the few parts that differ: placeholders, the messages' order column,
-full-text ranking, ``max`` of two values, and locking a session across workers.
-:func:`open_layer_store` picks the subclass for a record store.
+:class:`LayerStore` implements :class:`~.repositories.LayerRepository` in the portable
+SQL subset SQLite and PostgreSQL share, with ``?`` placeholders; its writes live in
+:class:`~.layer_unit.LayerUnit`, the unit of work :meth:`LayerStore.unit` yields. A
+dialect subclass (:mod:`.sqlite_layers`, :mod:`.postgres_layers`) supplies the schema
+and only what differs: running a query, opening a transaction, the messages' order
+column, ``max`` of two values, full-text search and locking a session across workers.
+
+``query`` and ``transaction`` are this module's plumbing (and the tests' way to read
+tables directly); the layers never see them: they are typed against the protocols.
 """
 
 from __future__ import annotations
 
 import json
-import time
-from contextlib import AbstractContextManager
-from typing import Any, Iterable, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, ensure_ascii=False)
-
-
-def to_blob(vector: np.ndarray | None) -> bytes | None:
-    return None if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
-
-
-def from_blob(blob: bytes | memoryview | None) -> np.ndarray | None:
-    return None if blob is None else np.frombuffer(bytes(blob), dtype=np.float32)
+from ..records import Episode, Fact, FactChange, Item, WorkingItem
+from .layer_codec import (
+    EPISODE_COLS,
+    FACT_COLS,
+    HISTORY_COLS,
+    ITEM_COLS,
+    WORKING_COLS,
+    change_from_row,
+    episode_from_row,
+    fact_from_row,
+    from_blob,
+    item_from_row,
+    marks,
+    ns_path,
+    working_from_row,
+)
+from .layer_unit import LayerUnit
+from .repositories import Scored
 
 
 class LayerStore:
-    """Layer rows on top of a record store; subclasses bind the SQL dialect.
+    """Layer rows on top of a SQL record store; subclasses bind the dialect."""
 
-    ``transaction()`` yields a connection whose ``execute``/``executemany`` take ``?``
-    placeholders and return a cursor (``fetchone``, ``fetchall``, ``rowcount``).
-    """
-
-    #: which SQL dialect: "sqlite" or "postgres" (picks a migration list)
+    #: which SQL dialect: "sqlite" or "postgres"
     dialect = ""
     #: the messages table's insertion-order column
     message_order = "rowid"
@@ -47,61 +52,118 @@ class LayerStore:
     def __init__(self, store: Any) -> None:
         self.db = store
 
-    def migrate(self, name: str, steps: Sequence[Any]) -> None:
-        """Apply the named migration list of a layer on the record store (once per step)."""
-        self.db.migrate(name, steps)
-
     # ---- dialect ------------------------------------------------------------
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
 
     def transaction(self) -> AbstractContextManager[Any]:
+        """A connection in one transaction whose ``execute``/``executemany`` take ``?``."""
         raise NotImplementedError
 
-    def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int,
-                extra: str = "", params: Sequence[Any] = ()) -> list[tuple[str, float]]:
+    def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int, extra: str = "") -> Scored:
         """Full-text search over ``facts``, ``episode_points`` or ``items`` OR-ing ``terms``
-        (each dialect writes its own syntax); ``extra`` filters on alias ``t``.
-        Returns (row id, score) best first."""
+        (each dialect writes its own syntax); ``extra`` filters on alias ``t``."""
         raise NotImplementedError
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None:
-        """Serialise writes to one session's episodes and scratchpad across workers, until ``c``
-        commits (a no-op where the store serves one process)."""
+        """Serialise writes to one session across workers until ``c`` commits (a no-op where
+        the store serves one process)."""
 
-    # ---- audit -----------------------------------------------------------------
-    def audit(self, c: Any, user_id: str, layer: str, item_id: str, action: str,
-              details: dict[str, Any] | None = None, at: float | None = None) -> None:
-        c.execute("INSERT INTO audit_log (user_id, layer, item_id, action, at, details) VALUES (?,?,?,?,?,?)",
-                  (user_id, layer, item_id, action, time.time() if at is None else at, dumps(details or {})))
+    # ---- the unit of work -------------------------------------------------------
+    @contextmanager
+    def unit(self) -> Iterator[LayerUnit]:
+        with self.transaction() as c:
+            yield LayerUnit(self, c)
 
-    def audit_rows(self, user_id: str, layer: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT layer, item_id, action, at, details FROM audit_log WHERE user_id=?"
+    # ---- facts ------------------------------------------------------------------
+    def fact(self, user_id: str, fact_id: str) -> Fact | None:
+        found = self.query(f"SELECT {FACT_COLS} FROM facts WHERE user_id=? AND id=? AND deleted_at IS NULL",
+                           (user_id, fact_id))
+        return fact_from_row(found[0]) if found else None
+
+    def facts_of(self, user_id: str, *, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
+        sql = f"SELECT {FACT_COLS} FROM facts WHERE user_id=? AND deleted_at IS NULL"
         params: list[Any] = [user_id]
-        if layer:
-            sql += " AND layer=?"
-            params.append(layer)
-        return [{"layer": r[0], "item_id": r[1], "action": r[2], "at": r[3], "details": json.loads(r[4])}
-                for r in self.query(sql + " ORDER BY seq", params)]
+        if type:
+            sql += " AND type=?"
+            params.append(type)
+        if not include_invalid:
+            sql += " AND invalid_at IS NULL"
+        return [fact_from_row(r) for r in self.query(sql + " ORDER BY rowid", params)]
 
-    # ---- session coverage ---------------------------------------------------
-    def cursor(self, user_id: str, session_id: str, c: Any = None) -> int:
-        """The last message seq an episode of the session covers (0: none); inside ``c``'s
-        transaction if given."""
-        sql, params = "SELECT last_seq FROM session_cursor WHERE user_id=? AND session_id=?", (user_id, session_id)
-        found = c.execute(sql, params).fetchall() if c is not None else self.query(sql, params)
+    def facts_by_ids(self, user_id: str, ids: Sequence[str]) -> list[Fact]:
+        if not ids:
+            return []
+        return [fact_from_row(r) for r in self.query(
+            f"SELECT {FACT_COLS} FROM facts WHERE user_id=? AND deleted_at IS NULL AND id IN ({marks(len(ids))})",
+            [user_id, *ids])]
+
+    def valid_facts(self, user_id: str | None = None) -> list[Fact]:
+        sql = f"SELECT {FACT_COLS} FROM facts WHERE deleted_at IS NULL AND invalid_at IS NULL"
+        return [fact_from_row(r) for r in self.query(sql + (" AND user_id=?" if user_id else ""),
+                                                     [user_id] if user_id else [])]
+
+    def fact_vectors(self, user_id: str) -> list[tuple[Fact, np.ndarray | None]]:
+        rows = self.query(f"SELECT {FACT_COLS}, vector FROM facts WHERE user_id=? AND deleted_at IS NULL"
+                          " AND invalid_at IS NULL ORDER BY rowid", (user_id,))
+        return [(fact_from_row(r), from_blob(r[-1])) for r in rows]
+
+    def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:
+        sql = f"SELECT {HISTORY_COLS} FROM fact_history WHERE user_id=?"
+        params: list[Any] = [user_id]
+        if fact_id is not None:
+            sql += " AND fact_id=?"
+            params.append(fact_id)
+        return [change_from_row(r) for r in self.query(sql + " ORDER BY seq", params)]
+
+    def keyword_facts(self, user_id: str, terms: Sequence[str], k: int) -> Scored:
+        return self.keyword("facts", user_id, terms, k, "AND t.deleted_at IS NULL") if terms else []
+
+    def valid_fact_ids(self) -> set[str]:
+        return {r[0] for r in self.query("SELECT id FROM facts WHERE deleted_at IS NULL AND invalid_at IS NULL")}
+
+    def layer_users(self) -> set[str]:
+        return {r[0] for r in self.query("SELECT user_id FROM facts UNION SELECT user_id FROM episodes")}
+
+    # ---- episodes and sessions ------------------------------------------------------
+    def episodes_of(self, user_id: str | None, session_id: str | None = None) -> list[Episode]:
+        sql, params = f"SELECT {EPISODE_COLS} FROM episodes WHERE 1=1", []
+        if user_id is not None:
+            sql, params = sql + " AND user_id=?", [user_id]
+        if session_id is not None:
+            sql += " AND session_id=?"
+            params.append(session_id)
+        return [episode_from_row(r) for r in self.query(sql + " ORDER BY end_ts, rowid", params)]
+
+    def episodes_by_ids(self, user_id: str, ids: Sequence[str]) -> dict[str, Episode]:
+        if not ids:
+            return {}
+        return {r[0]: episode_from_row(r) for r in self.query(
+            f"SELECT {EPISODE_COLS} FROM episodes WHERE user_id=? AND id IN ({marks(len(ids))})", [user_id, *ids])}
+
+    def episode_points(self, episode_id: str) -> list[str]:
+        return [r[0] for r in self.query("SELECT text FROM episode_points WHERE episode_id=? ORDER BY rowid",
+                                         (episode_id,))]
+
+    def point_texts(self, point_ids: Sequence[str]) -> dict[str, str]:
+        if not point_ids:
+            return {}
+        return {r[0]: r[1] for r in self.query(
+            f"SELECT id, text FROM episode_points WHERE id IN ({marks(len(point_ids))})", list(point_ids))}
+
+    def point_ids(self) -> set[str]:
+        return {r[0] for r in self.query("SELECT id FROM episode_points")}
+
+    def keyword_points(self, user_id: str, terms: Sequence[str], k: int) -> Scored:
+        return self.keyword("episode_points", user_id, terms, k) if terms else []
+
+    def cursor(self, user_id: str, session_id: str) -> int:
+        found = self.query("SELECT last_seq FROM session_cursor WHERE user_id=? AND session_id=?",
+                           (user_id, session_id))
         return int(found[0][0]) if found else 0
 
-    def set_cursor(self, c: Any, user_id: str, session_id: str, seq: int) -> None:
-        c.execute("INSERT INTO session_cursor (user_id, session_id, last_seq) VALUES (?,?,?)"
-                  " ON CONFLICT (user_id, session_id) DO UPDATE"
-                  f" SET last_seq={self.greatest}(session_cursor.last_seq, excluded.last_seq)",
-                  (user_id, session_id, seq))
-
     def uncovered_count(self, user_id: str, session_id: str, *, role: str | None = None) -> int:
-        """Messages of the session (of ``role`` if given) that no episode covers yet."""
-        sql = (f"SELECT COUNT(*) FROM messages WHERE user_id=? AND session_id=?"
-               f" AND {self.message_order} > ?")
+        sql = f"SELECT COUNT(*) FROM messages WHERE user_id=? AND session_id=? AND {self.message_order} > ?"
         params: list[Any] = [user_id, session_id, self.cursor(user_id, session_id)]
         if role is not None:
             sql += " AND role=?"
@@ -109,7 +171,6 @@ class LayerStore:
         return int(self.query(sql, params)[0][0])
 
     def idle_sessions(self, user_id: str, before: float) -> list[str]:
-        """Sessions with messages no episode covers yet, whose last message is before ``before``."""
         order = f"m.{self.message_order}"
         return [r[0] for r in self.query(
             "SELECT m.session_id FROM messages m LEFT JOIN session_cursor c"
@@ -118,24 +179,65 @@ class LayerStore:
             f" GROUP BY m.session_id HAVING max(m.timestamp) < ? ORDER BY min({order})",
             (user_id, before))]
 
-    # ---- archive ---------------------------------------------------------------
-    def archive_messages(self, c: Any, user_id: str, ids: Sequence[str],
-                         episode_id: str, now: float, *, delete: bool) -> int:
-        """Move messages out of the hot table (and its full-text index) into the archive, or delete them."""
-        moved = 0
-        for start in range(0, len(ids), 500):
-            part = list(ids[start:start + 500])
-            marks = ",".join("?" * len(part))
-            if not delete:
-                c.execute(
-                    "INSERT INTO messages_archive (id, user_id, session_id, role, content, metadata,"
-                    " timestamp, episode_id, archived_at) SELECT id, user_id, session_id, role, content, metadata,"
-                    f" timestamp, ?, ? FROM messages WHERE user_id=? AND id IN ({marks})"
-                    " ON CONFLICT DO NOTHING",
-                    [episode_id, now, user_id, *part])
-            moved += c.execute(f"DELETE FROM messages WHERE user_id=? AND id IN ({marks})",
-                               [user_id, *part]).rowcount
-        return moved
+    # ---- working memory ------------------------------------------------------------
+    def working_items(self, user_id: str, session_id: str) -> list[WorkingItem]:
+        return [working_from_row(r) for r in self.query(
+            f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
+            " ORDER BY created_at", (user_id, session_id))]
+
+    def working_vectors(self, user_id: str, session_id: str) -> list[tuple[WorkingItem, np.ndarray | None]]:
+        return [(working_from_row(r), from_blob(r[-1])) for r in self.query(
+            f"SELECT {WORKING_COLS}, vector FROM working_items WHERE user_id=? AND session_id=?"
+            " AND deleted_at IS NULL", (user_id, session_id))]
+
+    def live_working_items(self, user_id: str) -> list[WorkingItem]:
+        return [working_from_row(r) for r in self.query(
+            f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND deleted_at IS NULL", (user_id,))]
+
+    def scratchpad(self, user_id: str, session_id: str) -> dict[str, Any]:
+        found = self.query("SELECT data FROM scratchpads WHERE user_id=? AND session_id=?", (user_id, session_id))
+        return dict(json.loads(found[0][0])) if found else {}
+
+    # ---- items -----------------------------------------------------------------------
+    def item(self, namespace: Sequence[str], key: str) -> Item | None:
+        rows = self.query(f"SELECT {ITEM_COLS} FROM items WHERE ns_path=? AND key=?", (ns_path(namespace), key))
+        return item_from_row(rows[0]) if rows else None
+
+    def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None) -> list[Item]:
+        path = ns_path(prefix)
+        sql = f"SELECT {ITEM_COLS} FROM items WHERE substr(ns_path, 1, ?) = ?"
+        params: list[Any] = [len(path), path]
+        if ids is not None:
+            if not ids:
+                return []
+            sql += f" AND id IN ({marks(len(ids))})"
+            params += list(ids)
+        return [item_from_row(r) for r in self.query(sql + " ORDER BY updated_at DESC, rowid DESC", params)]
+
+    def items_with_text(self) -> list[Item]:
+        return [item_from_row(r) for r in self.query(f"SELECT {ITEM_COLS} FROM items WHERE text IS NOT NULL")]
+
+    def item_namespaces(self) -> list[tuple[str, ...]]:
+        return [tuple(json.loads(r[0])) for r in self.query("SELECT DISTINCT namespace FROM items")]
+
+    def count_items(self, user_id: str | None = None) -> int:
+        sql, params = "SELECT COUNT(*) FROM items", []
+        if user_id is not None:
+            sql, params = sql + " WHERE user_id=?", [user_id]
+        return int(self.query(sql, params)[0][0])
+
+    def keyword_items(self, user_id: str, terms: Sequence[str], k: int) -> Scored:
+        return self.keyword("items", user_id, terms, k) if terms else []
+
+    # ---- audit and archive (inspection) ----------------------------------------------
+    def audit_rows(self, user_id: str, layer: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT layer, item_id, action, at, details FROM audit_log WHERE user_id=?"
+        params: list[Any] = [user_id]
+        if layer:
+            sql += " AND layer=?"
+            params.append(layer)
+        return [{"layer": r[0], "item_id": r[1], "action": r[2], "at": r[3], "details": json.loads(r[4])}
+                for r in self.query(sql + " ORDER BY seq", params)]
 
     def archived(self, user_id: str, session_id: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT id, session_id, role, content, timestamp, episode_id FROM messages_archive WHERE user_id=?"

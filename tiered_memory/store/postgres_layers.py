@@ -1,11 +1,12 @@
-"""PostgreSQL tables of the episodic, semantic and working layers, and their dialect.
+"""PostgreSQL tables of the episodic, semantic and working layers and of the items, and their dialect.
 
-The same tables as :mod:`.sqlite_layers`, created by
-``PostgresRecordStore.migrate("layers", ...)`` (recorded in ``schema_migrations``) and,
+The one schema definition of the layer tables on PostgreSQL: the same tables as
+:mod:`.sqlite_layers`, created by ``PostgresRecordStore.migrate("layers", ...)`` and
+``migrate("items", ...)`` (recorded in ``schema_migrations``) and,
 like every table with a ``user_id`` column, emptied for a user inside ``forget_user``'s
-transaction. Facts and episode key points
-get a generated ``tsvector`` column with a GIN index for keyword recall. The layer
-modules' ``?`` placeholders become psycopg's ``%s`` here; ``rowid`` is a ``BIGSERIAL``
+transaction. Facts, episode key points and items
+get a generated ``tsvector`` column with a GIN index for keyword recall. The
+repository's ``?`` placeholders become psycopg's ``%s`` here; ``rowid`` is a ``BIGSERIAL``
 giving the insertion order, as SQLite's rowid does.
 """
 
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
 from .layer_store import LayerStore
+from .repositories import Scored
 from .postgres import TEXT_SEARCH_CONFIG, PostgresRecordStore
 from .text_search import tsquery_any
 from .postgres_db import lock_key
@@ -140,6 +142,28 @@ LAYER_MIGRATIONS: list[str] = [
     """,
 ]
 
+# the namespaced items of the LangGraph store (tiered_memory.layers.items)
+ITEM_MIGRATIONS: list[str] = [
+    f"""
+    CREATE TABLE IF NOT EXISTS items (
+        rowid BIGSERIAL PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        user_id TEXT NOT NULL,
+        ns_path TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        text TEXT,
+        created_at DOUBLE PRECISION NOT NULL,
+        updated_at DOUBLE PRECISION NOT NULL,
+        tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', COALESCE(text, ''))) STORED,
+        UNIQUE (ns_path, key)
+    );
+    CREATE INDEX IF NOT EXISTS items_user ON items (user_id);
+    CREATE INDEX IF NOT EXISTS items_tsv ON items USING GIN (tsv);
+    """,
+]
+
 
 def qmark_to_format(sql: str) -> str:
     """``?`` placeholders to psycopg's ``%s`` (pure; the layer SQL holds no literal ``?``)."""
@@ -172,6 +196,7 @@ class PostgresLayerStore(LayerStore):
     def __init__(self, store: PostgresRecordStore) -> None:
         super().__init__(store)
         store.migrate("layers", LAYER_MIGRATIONS)
+        store.migrate("items", ITEM_MIGRATIONS)
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         return self.db.query(qmark_to_format(sql), list(params))
@@ -181,14 +206,13 @@ class PostgresLayerStore(LayerStore):
         with self.db.transaction() as conn:
             yield _Connection(conn)
 
-    def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int,
-                extra: str = "", params: Sequence[Any] = ()) -> list[tuple[str, float]]:
+    def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int, extra: str = "") -> Scored:
         text = tsquery_any(terms)
         if text is None:
             return []
         sql = (f"SELECT t.id, ts_rank(t.tsv, q) AS s FROM {table} t, to_tsquery('{TEXT_SEARCH_CONFIG}', ?) AS q"
                f" WHERE t.tsv @@ q AND t.user_id = ? {extra} ORDER BY s DESC, t.rowid DESC LIMIT ?")
-        return [(r[0], float(r[1])) for r in self.query(sql, [text, user_id, *params, k])]
+        return [(r[0], float(r[1])) for r in self.query(sql, [text, user_id, k])]
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None:
         c.execute("SELECT pg_advisory_xact_lock(?)", (lock_key(f"tiered-memory:session:{user_id}\x1f{session_id}"),))

@@ -1,10 +1,14 @@
-"""SQLite tables of the episodic, semantic and working layers, and their dialect.
+"""SQLite tables of the episodic, semantic and working layers and of the items, and their dialect.
 
-The tables join the core schema through ``SQLiteRecordStore.migrate("layers", ...)``
-and, like every table with a ``user_id`` column, are emptied for a user inside
-``forget_user``'s transaction. Facts and episode key points have
-their own FTS5 tables (keyword recall); their vectors live in the shared vector
-index under ids with a ``:`` (``fact:<id>``, ``ep:<id>:<n>``), derived from these rows.
+This is the one schema definition of the layer tables on SQLite (the core ``messages``
+table is :mod:`.sqlite`'s). The tables join the core schema through
+``SQLiteRecordStore.migrate("layers", ...)`` and ``migrate("items", ...)`` and, like
+every table with a ``user_id`` column, are emptied for a user inside ``forget_user``'s
+transaction. Facts, episode key points and items have their own FTS5 tables (keyword
+recall); their vectors live in the shared vector
+index under ids with a ``:`` (``fact:<id>``, ``ep:<id>:<n>``, ``item:<id>``), derived from
+these rows. The queries themselves are :class:`~.layer_store.LayerStore`'s; this dialect
+adds only FTS5 keyword search.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
 
 from .layer_store import LayerStore
+from .repositories import Scored
 from .sqlite import SQLiteRecordStore
 from .text_search import fts5_any
 
@@ -154,6 +159,40 @@ LAYER_MIGRATIONS: list[str] = [
     """,
 ]
 
+# the namespaced items of the LangGraph store (tiered_memory.layers.items)
+ITEM_MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE IF NOT EXISTS items (
+        rowid INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        user_id TEXT NOT NULL,
+        ns_path TEXT NOT NULL,
+        namespace TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        text TEXT,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        UNIQUE (ns_path, key)
+    );
+    CREATE INDEX IF NOT EXISTS items_user ON items(user_id);
+    CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
+        text, content='items', content_rowid='rowid', tokenize='porter unicode61'
+    );
+    CREATE TRIGGER IF NOT EXISTS items_ai AFTER INSERT ON items BEGIN
+        INSERT INTO items_fts(rowid, text) VALUES (new.rowid, COALESCE(new.text, ''));
+    END;
+    CREATE TRIGGER IF NOT EXISTS items_ad AFTER DELETE ON items BEGIN
+        INSERT INTO items_fts(items_fts, rowid, text) VALUES ('delete', old.rowid, COALESCE(old.text, ''));
+    END;
+    CREATE TRIGGER IF NOT EXISTS items_au AFTER UPDATE ON items BEGIN
+        INSERT INTO items_fts(items_fts, rowid, text) VALUES ('delete', old.rowid, COALESCE(old.text, ''));
+        INSERT INTO items_fts(rowid, text) VALUES (new.rowid, COALESCE(new.text, ''));
+    END;
+    """,
+]
+
+
 class SQLiteLayerStore(LayerStore):
     """Layer rows in the embedded :class:`SQLiteRecordStore` (shares its connection and lock)."""
 
@@ -163,6 +202,7 @@ class SQLiteLayerStore(LayerStore):
     def __init__(self, store: SQLiteRecordStore) -> None:
         super().__init__(store)
         store.migrate("layers", LAYER_MIGRATIONS)
+        store.migrate("items", ITEM_MIGRATIONS)
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         return self.db.query(sql, params)
@@ -170,12 +210,11 @@ class SQLiteLayerStore(LayerStore):
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return self.db.transaction()
 
-    def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int,
-                extra: str = "", params: Sequence[Any] = ()) -> list[tuple[str, float]]:
+    def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int, extra: str = "") -> Scored:
         match = fts5_any(terms)
         if match is None:
             return []
         fts = f"{table}_fts"
         sql = (f"SELECT t.id, -bm25({fts}) FROM {fts} JOIN {table} t ON t.rowid = {fts}.rowid"
                f" WHERE {fts} MATCH ? AND t.user_id = ? {extra} ORDER BY bm25({fts}) LIMIT ?")
-        return [(r[0], float(r[1])) for r in self.query(sql, [match, user_id, *params, k])]
+        return [(r[0], float(r[1])) for r in self.query(sql, [match, user_id, k])]

@@ -1,0 +1,218 @@
+"""The unit of work of the SQL layer repositories: every layer write, written once.
+
+A :class:`LayerUnit` wraps one open transaction (a connection whose ``execute`` takes
+``?`` placeholders, on SQLite or PostgreSQL) and implements
+:class:`~.repositories.LayerWrites`: domain writes only, plus the few reads a write
+decides on, inside the same transaction. It never outlives the ``with`` block of
+:meth:`~.layer_store.LayerStore.unit` that made it, and never hands the connection out.
+Where many rows are touched, ids are sorted first: one lock order for every worker, so
+concurrent writers cannot deadlock.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from ..records import Episode, Fact, FactChange, Item, WorkingItem
+from .layer_codec import (
+    EPISODE_COLS,
+    FACT_COLS,
+    ITEM_COLS,
+    WORKING_COLS,
+    dumps,
+    episode_from_row,
+    episode_to_row,
+    fact_to_row,
+    marks,
+    ns_path,
+    to_blob,
+    working_to_row,
+)
+
+_BATCH = 500  # ids per IN (...) list
+
+
+class Dialect(Protocol):
+    """What a unit needs of its repository's dialect."""
+
+    greatest: str
+
+    def lock_session(self, c: Any, user_id: str, session_id: str) -> None: ...
+
+
+class LayerUnit:
+    """Domain writes inside one transaction of a SQL layer repository."""
+
+    def __init__(self, dialect: Dialect, c: Any) -> None:
+        self._dialect = dialect
+        self._c = c
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self._c.execute(sql, params)
+
+    def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        if rows:
+            self._c.executemany(sql, rows)
+
+    # ---- audit ---------------------------------------------------------------------
+    def audit(self, user_id: str, layer: str, item_id: str, action: str, details: Mapping[str, Any],
+              at: float) -> None:
+        self._run("INSERT INTO audit_log (user_id, layer, item_id, action, at, details) VALUES (?,?,?,?,?,?)",
+                  (user_id, layer, item_id, action, at, dumps(dict(details))))
+
+    # ---- facts ---------------------------------------------------------------------
+    def insert_fact(self, fact: Fact, vector: np.ndarray | None) -> None:
+        self._run(f"INSERT INTO facts ({FACT_COLS}, vector) VALUES ({marks(17)})",
+                  (*fact_to_row(fact), to_blob(vector)))
+
+    def revise_fact(self, user_id: str, fact_id: str, *, text: str, confidence: float, source_ids: Sequence[str],
+                    updated_at: float, vector: np.ndarray) -> None:
+        self._run("UPDATE facts SET text=?, confidence=?, source_ids=?, updated_at=?, vector=?"
+                  " WHERE user_id=? AND id=?",
+                  (text, confidence, dumps(list(source_ids)), updated_at, to_blob(vector), user_id, fact_id))
+
+    def edit_fact(self, user_id: str, fact_id: str, *, text: str, type: str, confidence: float,
+                  metadata: Mapping[str, Any], updated_at: float, vector: np.ndarray | None) -> None:
+        keep_vector = vector is None
+        self._run("UPDATE facts SET text=?, type=?, confidence=?, metadata=?, updated_at=?"
+                  + ("" if keep_vector else ", vector=?") + " WHERE user_id=? AND id=?",
+                  (text, type, confidence, dumps(dict(metadata)), updated_at,
+                   *([] if keep_vector else [to_blob(vector)]), user_id, fact_id))
+
+    def invalidate_fact(self, user_id: str, fact_id: str, *, at: float, superseded_by: str,
+                        updated_at: float) -> None:
+        self._run("UPDATE facts SET invalid_at=?, superseded_by=?, updated_at=? WHERE user_id=? AND id=?",
+                  (at, superseded_by, updated_at, user_id, fact_id))
+
+    def absorb_facts(self, fact_id: str, *, source_ids: Sequence[str], access_count: int,
+                     updated_at: float) -> None:
+        self._run("UPDATE facts SET source_ids=?, access_count=access_count+?, updated_at=? WHERE id=?",
+                  (dumps(list(source_ids)), access_count, updated_at, fact_id))
+
+    def delete_fact(self, user_id: str, fact_id: str) -> None:
+        self._run("DELETE FROM facts WHERE user_id=? AND id=?", (user_id, fact_id))
+
+    def soft_delete_fact(self, user_id: str, fact_id: str, at: float) -> str | None:
+        old = self._run("SELECT text FROM facts WHERE user_id=? AND id=? AND deleted_at IS NULL",
+                        (user_id, fact_id)).fetchone()
+        if old is None:
+            return None
+        self._run("UPDATE facts SET deleted_at=? WHERE user_id=? AND id=?", (at, user_id, fact_id))
+        return str(old[0])
+
+    def record_history(self, user_id: str, change: FactChange) -> None:
+        self._run("INSERT INTO fact_history (fact_id, user_id, action, old_text, new_text, at, details)"
+                  " VALUES (?,?,?,?,?,?,?)", (change.fact_id, user_id, change.action, change.old_text,
+                                              change.new_text, change.at, dumps(change.details)))
+
+    def set_fact_vectors(self, vectors: Sequence[tuple[str, np.ndarray]]) -> None:
+        self._many("UPDATE facts SET vector=? WHERE id=?", [(to_blob(v), i) for i, v in vectors])
+
+    def touch_facts(self, user_id: str, ids: Sequence[str], now: float) -> None:
+        self._many("UPDATE facts SET access_count=access_count+1, last_access=? WHERE user_id=? AND id=?",
+                   [(now, user_id, i) for i in sorted(ids)])
+
+    # ---- episodes and sessions -----------------------------------------------------------
+    def lock_session(self, user_id: str, session_id: str) -> None:
+        self._dialect.lock_session(self._c, user_id, session_id)
+
+    def cursor(self, user_id: str, session_id: str) -> int:
+        found = self._run("SELECT last_seq FROM session_cursor WHERE user_id=? AND session_id=?",
+                          (user_id, session_id)).fetchone()
+        return int(found[0]) if found else 0
+
+    def latest_episode(self, user_id: str, session_id: str) -> Episode | None:
+        found = self._run(f"SELECT {EPISODE_COLS} FROM episodes WHERE user_id=? AND session_id=?"
+                          " ORDER BY end_ts DESC, rowid DESC LIMIT 1", (user_id, session_id)).fetchone()
+        return episode_from_row(found) if found else None
+
+    def insert_episode(self, episode: Episode, points: Sequence[tuple[str, str]]) -> None:
+        self._run(f"INSERT INTO episodes ({EPISODE_COLS}) VALUES ({marks(15)})", episode_to_row(episode))
+        self._many("INSERT INTO episode_points (id, episode_id, user_id, text) VALUES (?,?,?,?)",
+                   [(pid, episode.id, episode.user_id, text) for pid, text in points])
+
+    def advance_cursor(self, user_id: str, session_id: str, seq: int) -> None:
+        self._run("INSERT INTO session_cursor (user_id, session_id, last_seq) VALUES (?,?,?)"
+                  " ON CONFLICT (user_id, session_id) DO UPDATE"
+                  f" SET last_seq={self._dialect.greatest}(session_cursor.last_seq, excluded.last_seq)",
+                  (user_id, session_id, seq))
+
+    def mark_promoted(self, episode_id: str, at: float) -> None:
+        self._run("UPDATE episodes SET promoted_at=? WHERE id=? AND promoted_at IS NULL", (at, episode_id))
+
+    def mark_compressed(self, episode_id: str, at: float) -> None:
+        self._run("UPDATE episodes SET compressed_at=? WHERE id=?", (at, episode_id))
+
+    def archive_messages(self, user_id: str, ids: Sequence[str], episode_id: str, at: float, *,
+                         delete: bool) -> int:
+        moved = 0
+        for start in range(0, len(ids), _BATCH):
+            part = list(ids[start:start + _BATCH])
+            if not delete:
+                self._run(
+                    "INSERT INTO messages_archive (id, user_id, session_id, role, content, metadata,"
+                    " timestamp, episode_id, archived_at) SELECT id, user_id, session_id, role, content, metadata,"
+                    f" timestamp, ?, ? FROM messages WHERE user_id=? AND id IN ({marks(len(part))})"
+                    " ON CONFLICT DO NOTHING", [episode_id, at, user_id, *part])
+            moved += self._run(f"DELETE FROM messages WHERE user_id=? AND id IN ({marks(len(part))})",
+                               [user_id, *part]).rowcount
+        return moved
+
+    def touch_episodes(self, user_id: str, ids: Sequence[str], now: float) -> None:
+        self._many("UPDATE episodes SET access_count=access_count+1, last_access=? WHERE user_id=? AND id=?",
+                   [(now, user_id, i) for i in sorted(ids)])
+
+    # ---- working memory -----------------------------------------------------------------
+    def insert_working_item(self, item: WorkingItem, vector: np.ndarray | None) -> None:
+        self._run(f"INSERT INTO working_items ({WORKING_COLS}, vector) VALUES ({marks(10)})",
+                  (*working_to_row(item), to_blob(vector)))
+
+    def evict_working_item(self, item_id: str) -> None:
+        self._run("DELETE FROM working_items WHERE id=?", (item_id,))
+
+    def retire_working_item(self, item_id: str, at: float) -> None:
+        self._run("UPDATE working_items SET deleted_at=? WHERE id=?", (at, item_id))
+
+    def forget_working_item(self, user_id: str, session_id: str, item_id: str) -> bool:
+        return bool(self._run("DELETE FROM working_items WHERE user_id=? AND session_id=? AND id=?",
+                              (user_id, session_id, item_id)).rowcount > 0)
+
+    def clear_working(self, user_id: str, session_id: str) -> int:
+        self._run("DELETE FROM scratchpads WHERE user_id=? AND session_id=?", (user_id, session_id))
+        return int(self._run("DELETE FROM working_items WHERE user_id=? AND session_id=?",
+                             (user_id, session_id)).rowcount)
+
+    def scratchpad(self, user_id: str, session_id: str) -> dict[str, Any]:
+        found = self._run("SELECT data FROM scratchpads WHERE user_id=? AND session_id=?",
+                          (user_id, session_id)).fetchone()
+        return dict(json.loads(found[0])) if found else {}
+
+    def save_scratchpad(self, user_id: str, session_id: str, data: Mapping[str, Any], at: float) -> None:
+        self._run("INSERT INTO scratchpads VALUES (?,?,?,?) ON CONFLICT(user_id, session_id) DO UPDATE"
+                  " SET data=excluded.data, updated_at=excluded.updated_at",
+                  (user_id, session_id, dumps(dict(data)), at))
+
+    def touch_working(self, user_id: str, ids: Sequence[str], now: float) -> None:
+        self._many("UPDATE working_items SET access_count=access_count+1 WHERE user_id=? AND id=?",
+                   [(user_id, i) for i in sorted(ids)])
+
+    # ---- items -----------------------------------------------------------------------------
+    def item_id(self, namespace: Sequence[str], key: str) -> str | None:
+        found = self._run("SELECT id FROM items WHERE ns_path=? AND key=?", (ns_path(namespace), key)).fetchone()
+        return str(found[0]) if found else None
+
+    def insert_item(self, item: Item) -> None:
+        self._run(f"INSERT INTO items (ns_path, {ITEM_COLS}) VALUES ({marks(9)})",
+                  (ns_path(item.namespace), item.id, item.user_id, dumps(list(item.namespace)), item.key,
+                   dumps(item.value), item.text, item.created_at, item.updated_at))
+
+    def update_item(self, item_id: str, *, user_id: str, value: Mapping[str, Any], text: str | None,
+                    updated_at: float) -> None:
+        self._run("UPDATE items SET user_id=?, value=?, text=?, updated_at=? WHERE id=?",
+                  (user_id, dumps(dict(value)), text, updated_at, item_id))
+
+    def delete_item(self, item_id: str) -> None:
+        self._run("DELETE FROM items WHERE id=?", (item_id,))

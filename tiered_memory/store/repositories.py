@@ -1,0 +1,229 @@
+"""The layer repository protocols: what the memory layers ask of a record store.
+
+Every method names a domain operation; none takes SQL or hands out a cursor. Each
+layer depends on its own small protocol: semantic memory on :class:`FactRepository`,
+episodic memory on :class:`EpisodeRepository`, working memory on
+:class:`WorkingRepository`, the item store on :class:`ItemRepository`; consolidation and
+the layer set use the union :class:`LayerRepository`.
+
+Reads are plain methods. Writes happen inside ``with repo.unit() as u:``: the *unit of
+work* is one transaction (committed when the block ends, rolled back when it raises),
+and ``u`` exposes only domain writes (and the few reads a write decides on), never
+``execute``. All methods are scoped by ``user_id`` where the rows have one; ids are
+global keys. Keyword methods take plain keywords: each backend writes its own query
+syntax and returns ``(id, score)`` best first.
+
+A record store that implements :class:`LayerRepository` itself gets every layer
+(:func:`tiered_memory.backends.open_layer_store` returns it as is); the layer
+conformance suite (``tests/test_layer_conformance.py``) is how it proves it.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+from ..records import Episode, Fact, FactChange, Item, WorkingItem
+
+Scored = list[tuple[str, float]]
+
+
+class AuditWrites(Protocol):
+    def audit(self, user_id: str, layer: str, item_id: str, action: str, details: Mapping[str, Any],
+              at: float) -> None:
+        """Append one entry to the audit log."""
+
+
+# ---- facts ---------------------------------------------------------------------
+class FactWrites(AuditWrites, Protocol):
+    def insert_fact(self, fact: Fact, vector: np.ndarray | None) -> None: ...
+
+    def revise_fact(self, user_id: str, fact_id: str, *, text: str, confidence: float, source_ids: Sequence[str],
+                    updated_at: float, vector: np.ndarray) -> None:
+        """New evidence refines a fact: text, confidence, sources and vector change."""
+
+    def edit_fact(self, user_id: str, fact_id: str, *, text: str, type: str, confidence: float,
+                  metadata: Mapping[str, Any], updated_at: float, vector: np.ndarray | None) -> None:
+        """An application edit; the vector is kept when ``vector`` is ``None``."""
+
+    def invalidate_fact(self, user_id: str, fact_id: str, *, at: float, superseded_by: str,
+                        updated_at: float) -> None: ...
+
+    def absorb_facts(self, fact_id: str, *, source_ids: Sequence[str], access_count: int,
+                     updated_at: float) -> None:
+        """A merge keeper takes the sources and ``access_count`` more accesses of its duplicates."""
+
+    def delete_fact(self, user_id: str, fact_id: str) -> None: ...
+
+    def soft_delete_fact(self, user_id: str, fact_id: str, at: float) -> str | None:
+        """Hide a live fact (kept for audit); returns its text, or ``None`` if it was not live."""
+
+    def record_history(self, user_id: str, change: FactChange) -> None: ...
+
+    def set_fact_vectors(self, vectors: Sequence[tuple[str, np.ndarray]]) -> None: ...
+
+    def touch_facts(self, user_id: str, ids: Sequence[str], now: float) -> None:
+        """One access per listed id (ids may repeat), last access ``now``."""
+
+
+class FactRepository(Protocol):
+    def fact(self, user_id: str, fact_id: str) -> Fact | None:
+        """A fact that is not deleted (valid or invalidated)."""
+
+    def facts_of(self, user_id: str, *, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
+        """Live facts, oldest first."""
+
+    def facts_by_ids(self, user_id: str, ids: Sequence[str]) -> list[Fact]:
+        """Those of ``ids`` that are not deleted."""
+
+    def valid_facts(self, user_id: str | None = None) -> list[Fact]:
+        """Valid, not deleted facts (of every user when ``user_id`` is ``None``)."""
+
+    def fact_vectors(self, user_id: str) -> list[tuple[Fact, np.ndarray | None]]:
+        """Valid facts with their stored vectors, oldest first."""
+
+    def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]: ...
+
+    def keyword_facts(self, user_id: str, terms: Sequence[str], k: int) -> Scored: ...
+
+    def unit(self) -> AbstractContextManager[FactWrites]: ...
+
+
+# ---- episodes and sessions -----------------------------------------------------------
+class EpisodeWrites(AuditWrites, Protocol):
+    def lock_session(self, user_id: str, session_id: str) -> None:
+        """Serialise this session's episode and scratchpad writes across workers until the unit ends."""
+
+    def cursor(self, user_id: str, session_id: str) -> int:
+        """The last message seq an episode of the session covers (0: none)."""
+
+    def latest_episode(self, user_id: str, session_id: str) -> Episode | None: ...
+
+    def insert_episode(self, episode: Episode, points: Sequence[tuple[str, str]]) -> None:
+        """The episode and its key points ``(point id, text)``."""
+
+    def advance_cursor(self, user_id: str, session_id: str, seq: int) -> None:
+        """Move the session's coverage cursor to ``seq`` (never back)."""
+
+    def mark_promoted(self, episode_id: str, at: float) -> None: ...
+
+    def mark_compressed(self, episode_id: str, at: float) -> None: ...
+
+    def archive_messages(self, user_id: str, ids: Sequence[str], episode_id: str, at: float, *,
+                         delete: bool) -> int:
+        """Move messages out of the hot table (and its keyword index) into the archive, or delete
+        them; returns how many left the hot table."""
+
+    def touch_episodes(self, user_id: str, ids: Sequence[str], now: float) -> None: ...
+
+
+class EpisodeRepository(Protocol):
+    def episodes_of(self, user_id: str | None, session_id: str | None = None) -> list[Episode]:
+        """Episodes by end time (of every user when ``user_id`` is ``None``)."""
+
+    def episodes_by_ids(self, user_id: str, ids: Sequence[str]) -> dict[str, Episode]: ...
+
+    def episode_points(self, episode_id: str) -> list[str]:
+        """The key point texts of an episode, in order."""
+
+    def point_texts(self, point_ids: Sequence[str]) -> dict[str, str]: ...
+
+    def keyword_points(self, user_id: str, terms: Sequence[str], k: int) -> Scored:
+        """Key points matching ``terms`` (ids ``ep:<episode id>:<n>``)."""
+
+    def cursor(self, user_id: str, session_id: str) -> int: ...
+
+    def uncovered_count(self, user_id: str, session_id: str, *, role: str | None = None) -> int:
+        """Messages of the session (of ``role`` if given) that no episode covers yet."""
+
+    def idle_sessions(self, user_id: str, before: float) -> list[str]:
+        """Sessions with uncovered messages whose last message is before ``before``, oldest first."""
+
+    def unit(self) -> AbstractContextManager[EpisodeWrites]: ...
+
+
+# ---- working memory ------------------------------------------------------------------
+class WorkingWrites(AuditWrites, Protocol):
+    def lock_session(self, user_id: str, session_id: str) -> None: ...
+
+    def insert_working_item(self, item: WorkingItem, vector: np.ndarray | None) -> None: ...
+
+    def evict_working_item(self, item_id: str) -> None: ...
+
+    def retire_working_item(self, item_id: str, at: float) -> None:
+        """Hide an item (pruned), kept for audit."""
+
+    def forget_working_item(self, user_id: str, session_id: str, item_id: str) -> bool: ...
+
+    def clear_working(self, user_id: str, session_id: str) -> int:
+        """Remove the session's items and scratchpad; returns items removed."""
+
+    def scratchpad(self, user_id: str, session_id: str) -> dict[str, Any]: ...
+
+    def save_scratchpad(self, user_id: str, session_id: str, data: Mapping[str, Any], at: float) -> None: ...
+
+    def touch_working(self, user_id: str, ids: Sequence[str], now: float) -> None: ...
+
+
+class WorkingRepository(Protocol):
+    def working_items(self, user_id: str, session_id: str) -> list[WorkingItem]:
+        """The session's live items, oldest first."""
+
+    def working_vectors(self, user_id: str, session_id: str) -> list[tuple[WorkingItem, np.ndarray | None]]: ...
+
+    def live_working_items(self, user_id: str) -> list[WorkingItem]:
+        """Live items of every session of the user."""
+
+    def scratchpad(self, user_id: str, session_id: str) -> dict[str, Any]: ...
+
+    def unit(self) -> AbstractContextManager[WorkingWrites]: ...
+
+
+# ---- items ---------------------------------------------------------------------------
+class ItemWrites(Protocol):
+    def item_id(self, namespace: Sequence[str], key: str) -> str | None: ...
+
+    def insert_item(self, item: Item) -> None: ...
+
+    def update_item(self, item_id: str, *, user_id: str, value: Mapping[str, Any], text: str | None,
+                    updated_at: float) -> None: ...
+
+    def delete_item(self, item_id: str) -> None: ...
+
+
+class ItemRepository(Protocol):
+    def item(self, namespace: Sequence[str], key: str) -> Item | None: ...
+
+    def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None) -> list[Item]:
+        """Items whose namespace starts with ``prefix`` (only ``ids`` if given), newest first."""
+
+    def items_with_text(self) -> list[Item]: ...
+
+    def item_namespaces(self) -> list[tuple[str, ...]]: ...
+
+    def count_items(self, user_id: str | None = None) -> int: ...
+
+    def keyword_items(self, user_id: str, terms: Sequence[str], k: int) -> Scored: ...
+
+    def unit(self) -> AbstractContextManager[ItemWrites]: ...
+
+
+# ---- all of them -----------------------------------------------------------------------
+class LayerWrites(FactWrites, EpisodeWrites, WorkingWrites, ItemWrites, Protocol):
+    """One transaction over every layer's tables."""
+
+
+@runtime_checkable
+class LayerRepository(FactRepository, EpisodeRepository, WorkingRepository, ItemRepository, Protocol):
+    """Every layer's rows. ``layer_users`` and the id sets serve vector repair."""
+
+    def valid_fact_ids(self) -> set[str]: ...
+
+    def point_ids(self) -> set[str]: ...
+
+    def layer_users(self) -> set[str]:
+        """Users with facts or episodes."""
+
+    def unit(self) -> AbstractContextManager[LayerWrites]: ...
