@@ -4,7 +4,7 @@ from .config import (BudgetConfig, BufferConfig, ConsolidationConfig, EpisodeCon
                      MemoryConfig, RetrievalConfig, WorkingConfig)
 from .consolidation import ConsolidationReport
 from .context import ContextItem, Dropped, MemoryContext, Section
-from .embedding import Embedder, SentenceTransformerEmbedder
+from .embedding import Embedder, SentenceTransformerEmbedder, StaticEmbedder, default_embedder, embedder_name
 from .episodic import Episode, EpisodeHit
 from .errors import (
     ConfigurationError,
@@ -65,6 +65,7 @@ __all__ = [
     "RuntimeFailure",
     "Section",
     "SentenceTransformerEmbedder",
+    "StaticEmbedder",
     "Stats",
     "StoreError",
     "StoreLockedError",
@@ -77,4 +78,6 @@ __all__ = [
     "WorkingItem",
     "WorkingMemory",
     "__version__",
+    "default_embedder",
+    "embedder_name",
 ]

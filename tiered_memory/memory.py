@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 from .buffer import select_buffer
 from .config import MemoryConfig
 from .context import MemoryContext
-from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
+from .embedding import Embedder, default_embedder, embedder_name
 from .errors import InvalidInputError, NotFoundError, TieredMemoryError, VectorIndexError
 from .indexing import index_messages, repair
 from .recall import search_turns
@@ -56,8 +56,9 @@ class TieredMemory(OpeningMethods, LayerMethods):
     Args:
         path: folder of the embedded store (SQLite + Chroma); default ``~/.tiered-memory``.
         config: tuning (buffer, retrieval, budgets, limits).
-        embedder: any object with ``embed_documents``/``embed_query``; default the
-            bundled all-MiniLM-L6-v2.
+        embedder: any object with ``embed_documents``/``embed_query``; default
+            :func:`~tiered_memory.embedding.default_embedder` (the static table distilled
+            from the bundled all-MiniLM-L6-v2; no torch).
         vector_store: a :class:`~tiered_memory.vector.base.VectorIndex`, or ``"chroma"``
             (default), ``"qdrant"`` (local mode in ``path``) or an ``http(s)://`` Chroma URL.
         record_store: a :class:`~tiered_memory.store.base.RecordStore`; default SQLite in ``path``.
@@ -82,8 +83,7 @@ class TieredMemory(OpeningMethods, LayerMethods):
         llm: Any = None,
     ) -> None:
         self.config = config or MemoryConfig()
-        self.embedder: Embedder = embedder or SentenceTransformerEmbedder(
-            batch_size=self.config.embed_batch_size)
+        self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
         self.count_tokens: TokenCounter = token_counter or default_token_counter()
         self.llm = llm
         self.path = Path(path) if path is not None else default_path()

@@ -157,7 +157,9 @@ class OpeningMethods:
         unclean = self.store.get_meta("state") == "open"
         self.store.set_meta("state", "open")
         if previous is not None and previous != name:
-            log.warning("embedder changed (%s -> %s): rebuilding the vector index", previous, name)
+            log.warning("embedder changed (%s -> %s): re-embedding the stored turns, facts and episodes "
+                        "into a new vector index; to keep the old vectors, open the store with the old "
+                        "embedder (embedder=..., or TIERED_MEMORY_EMBEDDER=minilm)", previous, name)
             self._rebuild()
         else:
             self._repair(full=unclean or self._index_lost_vectors())
