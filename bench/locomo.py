@@ -243,7 +243,6 @@ FIRST_SEARCH = """
 import sys, time
 start = time.perf_counter()
 from tiered_memory import TieredMemory
-sys.path.insert(0, {repo!r})
 from bench.locomo import make_embedder
 with TieredMemory({path!r}, embedder=make_embedder({spec!r})) as memory:
     hits = memory.search({query!r}, user_id={user!r}, k=10)
@@ -256,10 +255,14 @@ def first_search_seconds(spec: str, path: Path, user: str, query: str) -> tuple[
     on a store that already holds a conversation."""
     import subprocess
 
-    code = FIRST_SEARCH.format(repo=str(REPO), path=str(path), spec=spec, query=query, user=user)
+    code = FIRST_SEARCH.format(path=str(path), spec=spec, query=query, user=user)
+    # this checkout's packages, as in the parent (python -c puts the working folder first)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
     wall = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"the first-search process failed:\n{done.stderr[-2000:]}")
     inside, hits = done.stdout.split()
     if int(hits) == 0:
         raise SystemExit(f"first search on {path} found nothing: {done.stderr}")
