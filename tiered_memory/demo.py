@@ -73,7 +73,8 @@ def run(out: Callable[[str], None] = print, *, embedder: Embedder | None = None)
     with tempfile.TemporaryDirectory(prefix="tiered-memory-demo-") as tmp:
         path = os.path.join(tmp, "memory")
         out(f"tiered-memory demo: a temporary store in {path}")
-        out("(embedded default: SQLite + Chroma + the bundled all-MiniLM-L6-v2; offline, no API key)")
+        out("(embedded default: SQLite + Chroma + the static embedder distilled from all-MiniLM-L6-v2; "
+            "offline, no API key, no torch)")
         out("")
         t0 = time.perf_counter()
         with TieredMemory(path, embedder=embedder) as memory:
