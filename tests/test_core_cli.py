@@ -204,9 +204,9 @@ def test_the_cli_looks_inside_every_tier(tmp_path, embedder):
     code, out, _ = run("--path", mem, "working", "--user", "ana", "--session", "s3", "--json")
     assert json.loads(out)["scratchpad"] == {"step": 2}
 
-    code, out, _ = run("--path", mem, "context", "where do I live?", "--user", "ana", "--session", "s3",
+    code, out, err = run("--path", mem, "context", "where do I live?", "--user", "ana", "--session", "s3",
                        "--max-tokens", "60")
-    assert code == 0 and out.splitlines()[0].endswith("of 60 tokens")
+    assert code == 0 and out.splitlines()[0].endswith("of 60 tokens"), err
     assert "[session] Current session notes" in out and "dropped" in out
     code, out, _ = run("--path", mem, "context", "where do I live?", "--user", "ana", "--session", "s3",
                        "--max-tokens", "60", "--json")

@@ -93,3 +93,21 @@ def test_short_but_token_dense_text_is_chunked_too(embedder):
     chunked = embedder.embed_array([text])[0]
     truncated = normalize(embedder.model.encode([text], convert_to_numpy=True))[0]
     assert not np.allclose(chunked, truncated, atol=1e-3)
+
+
+def test_long_texts_do_not_warn_about_the_window_they_are_chunked_to(capfd):
+    """transformers warns "Token indices sequence length is longer than the specified
+    maximum sequence length" once per tokenizer; the library chunks, so it must not."""
+    import os
+
+    from tiered_memory import SentenceTransformerEmbedder
+    from tiered_memory.embedding import bundled_model_path
+
+    # another spelling of the folder is a fresh model and tokenizer, which has not warned yet
+    fresh = SentenceTransformerEmbedder(os.path.join(bundled_model_path(), "."))
+    fresh.embed_query("warm up")
+    capfd.readouterr()
+    vector = fresh.embed_array([FILLER + LATE_FACT])[0]
+    out, err = capfd.readouterr()
+    assert float(np.linalg.norm(vector)) == pytest.approx(1.0, abs=1e-4)
+    assert "sequence length" not in err + out

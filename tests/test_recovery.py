@@ -72,3 +72,18 @@ def test_records_replaced_by_an_empty_file_are_not_a_new_store(tmp_path: Path, e
         TieredMemory(tmp_path, embedder=embedder)
     with pytest.raises(CorruptStoreError):  # and it stays refused: nothing was taken for new data
         TieredMemory(tmp_path, embedder=embedder)
+
+
+def test_switching_embedders_re_embeds_and_no_stored_vector_breaks_a_read(tmp_path: Path, embedder: Any) -> None:
+    from tiered_memory import StaticEmbedder
+
+    with TieredMemory(tmp_path, embedder=embedder) as memory:  # 384-d MiniLM vectors
+        _fill(memory)
+        memory.add_fact("User collects maps", user_id="gone")
+        memory.add_fact("User collects old maps", user_id="gone")
+        memory.working_memory("now", user_id="gone").remember("looking for a map of Braga", type="goal")
+    with TieredMemory(tmp_path, embedder=StaticEmbedder()) as memory:  # 256-d: re-embedded at open
+        ctx = memory.build_context("a map of Braga?", user_id="gone", session_id="now")
+        assert "looking for a map of Braga" in ctx.to_text()
+        assert "Braga" in memory.search("maps of Braga", user_id="gone", k=1)[0].text
+        memory.consolidate("gone")  # merges facts by their stored vectors: none may be stale

@@ -4,7 +4,7 @@ from .config import (BudgetConfig, BufferConfig, ConsolidationConfig, EpisodeCon
                      MemoryConfig, RetrievalConfig, WorkingConfig)
 from .layers.consolidation import ConsolidationReport
 from .context.render import ContextItem, Dropped, MemoryContext, Section
-from .embedding import Embedder, SentenceTransformerEmbedder
+from .embedding import Embedder, SentenceTransformerEmbedder, StaticEmbedder, default_embedder, embedder_name
 from .layers.episodic import EpisodeHit
 from .errors import (
     ConfigurationError,
@@ -67,6 +67,7 @@ __all__ = [
     "Section",
     "SentenceTransformerEmbedder",
     "SessionInfo",
+    "StaticEmbedder",
     "Stats",
     "StoreError",
     "StoreLockedError",
@@ -79,4 +80,6 @@ __all__ = [
     "WorkingItem",
     "WorkingMemory",
     "__version__",
+    "default_embedder",
+    "embedder_name",
 ]

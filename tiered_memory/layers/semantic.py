@@ -145,7 +145,7 @@ class SemanticMemory:
         pairs = self.rows.fact_vectors(user_id)
         facts = [f for f, _ in pairs]
         vecs = [v for _, v in pairs if v is not None]
-        if len(vecs) < len(pairs):
+        if len(vecs) < len(pairs) or len({v.shape for v in vecs}) > 1:  # missing, or from two embedders
             return facts, embed(self.embedder, [f.text for f in facts])
         return facts, np.stack(vecs) if vecs else np.zeros((0, 0), dtype=np.float32)
 

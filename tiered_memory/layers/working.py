@@ -151,7 +151,12 @@ class WorkingMemory:
         relevance = None
         if query and query.strip() and items:
             qv = embed_query(self.embedder, query) if vector is None else vector
-            relevance = [float(np.dot(v, qv)) if v is not None else 0.0 for _, v in pairs]
+            vecs = [v for _, v in pairs]
+            stale = [n for n, v in enumerate(vecs) if v is None or v.shape != qv.shape]
+            if stale:  # made by another embedder (the store switched models): embed them again, here
+                for n, v in zip(stale, embed(self.embedder, [items[n].text for n in stale])):
+                    vecs[n] = v
+            relevance = [float(np.dot(v, qv)) for v in vecs]
         ranked = rank(items, now, self.config.decay_per_hour, relevance)
         return ranked[:k] if k is not None else ranked
 

@@ -1,0 +1,175 @@
+"""The static embedder (the default): the shipped table, its pooling, its errors, and the
+default path without torch."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiered_memory import (ConfigurationError, EmbeddingError, SentenceTransformerEmbedder, StaticEmbedder,
+                           TieredMemory, default_embedder, embedder_name)
+from tiered_memory.embedding import EMBEDDER_ENV, embed, embed_query
+from tiered_memory.embedding.static import BUNDLED_DIR, BUNDLED_NAME, TABLE_FILE, TOKENIZER_FILE, pool
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def static() -> StaticEmbedder:
+    return StaticEmbedder()
+
+
+def test_vectors_are_unit_float32_rows_one_per_text(static):
+    out = static.embed_array(["I live in Lisbon", "The tomatoes need watering twice a week.", ""])
+    assert out.dtype == np.float32 and out.shape == (3, 256)
+    assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)  # the empty text too: never zero
+    assert static.embed_array([]).shape == (0, 0)
+
+
+def test_the_list_methods_and_the_helpers_give_the_same_vectors(static):
+    texts = ["my sister Ana moved to Porto", "we adopted a cat called Miso"]
+    arrays = static.embed_array(texts)
+    assert np.allclose(np.asarray(static.embed_documents(texts), dtype=np.float32), arrays, atol=1e-6)
+    assert np.allclose(static.embed_query(texts[1]), arrays[1], atol=1e-6)
+    assert np.allclose(embed(static, texts), arrays) and np.allclose(embed_query(static, texts[0]), arrays[0])
+
+
+def test_related_texts_are_nearer_than_unrelated_ones(static):
+    query, near, far = static.embed_array(["where does my sister live now?",
+                                           "My sister moved to Porto last spring.",
+                                           "The tomatoes need watering twice a week."])
+    assert float(query @ near) > float(query @ far) + 0.05
+
+
+def test_a_fact_late_in_a_long_text_still_counts(static):
+    # a static table has no window: every token of a long text is in its vector
+    filler = "We talked about the weather, the garden, compost and the lawnmower. " * 60
+    with_fact, without = static.embed_array([filler + "My gym locker code is 4471.", filler])
+    query = static.query_array("what is my gym locker code?")
+    assert float(query @ with_fact) > float(query @ without)
+
+
+@pytest.mark.parametrize("ids, expected", [
+    ([[0]], [[1.0, 0.0]]),
+    ([[0, 1]], [[0.6, 0.8]]),  # (3, 0) + (0, 4) -> (3, 4) / 5
+    ([[0, 2, 1]], [[0.6, 0.8]]),  # the unknown token (2) is skipped
+    ([[2], []], [[0.0, 1.0], [0.0, 1.0]]),  # nothing known: the unknown row, not a zero vector
+])
+def test_pool_is_the_unit_mean_of_known_token_rows(ids, expected):
+    rows = np.asarray([[3.0, 0.0], [0.0, 4.0], [0.0, 2.0]], dtype=np.float32)
+    assert np.allclose(pool(rows, ids, unknown_id=2), expected)
+
+
+def test_the_constructor_reads_nothing_and_a_missing_table_says_how_to_rebuild(tmp_path):
+    embedder = StaticEmbedder(tmp_path / "nowhere")  # no error yet: cheap constructor
+    assert embedder.name.startswith("static:")
+    with pytest.raises(EmbeddingError, match="build_static_embedder"):
+        embedder.embed_array(["hello"])
+
+
+def test_a_table_that_does_not_match_its_tokenizer_is_refused(tmp_path):
+    shutil.copyfile(BUNDLED_DIR / TOKENIZER_FILE, tmp_path / TOKENIZER_FILE)
+    np.savez(tmp_path / TABLE_FILE, rows=np.zeros((10, 4), dtype=np.float16))
+    with pytest.raises(EmbeddingError, match="rebuild the table"):
+        StaticEmbedder(tmp_path).embed_array(["hello"])
+
+
+def test_a_rebuilt_float16_table_in_another_folder_loads(tmp_path, static):
+    shutil.copyfile(BUNDLED_DIR / TOKENIZER_FILE, tmp_path / TOKENIZER_FILE)
+    rows = static.table.rows.astype(np.float16)
+    np.savez(tmp_path / TABLE_FILE, rows=rows)
+    other = StaticEmbedder(tmp_path)
+    assert other.name != static.name
+    text = ["a float16 copy of the shipped table"]
+    assert np.allclose(other.embed_array(text), static.embed_array(text), atol=2e-3)
+
+
+def test_default_embedder_is_static_and_the_environment_can_choose_minilm(monkeypatch):
+    monkeypatch.delenv(EMBEDDER_ENV, raising=False)
+    assert isinstance(default_embedder(), StaticEmbedder)
+    monkeypatch.setenv(EMBEDDER_ENV, "MiniLM")
+    chosen = default_embedder(batch_size=4)
+    assert isinstance(chosen, SentenceTransformerEmbedder) and chosen.batch_size == 4
+    monkeypatch.setenv(EMBEDDER_ENV, "bert")
+    with pytest.raises(ConfigurationError, match="static, minilm"):
+        default_embedder()
+
+
+def test_a_memory_without_an_embedder_uses_the_static_one_and_records_it(tmp_path, monkeypatch):
+    monkeypatch.delenv(EMBEDDER_ENV, raising=False)
+    with TieredMemory(tmp_path / "m") as memory:
+        assert embedder_name(memory.embedder) == BUNDLED_NAME
+        memory.add("user", "My sister moved to Porto last spring.", user_id="u", session_id="s")
+        memory.add("user", "The tomatoes need watering twice a week.", user_id="u", session_id="s")
+        assert memory.search("which city did my sister move to?", user_id="u", k=1)[0].text.startswith("My sister")
+        assert memory.store.get_meta("embedder") == BUNDLED_NAME
+
+
+def test_switching_embedders_on_a_store_re_embeds_it_and_says_so(tmp_path, caplog):
+    pytest.importorskip("sentence_transformers")  # the [minilm] extra (absent in make test-notorch)
+    embedder = SentenceTransformerEmbedder()
+    path = tmp_path / "m"
+    with TieredMemory(path, embedder=embedder) as memory:  # a store made by MiniLM (384 dims)
+        memory.add("user", "My sister moved to Porto last spring.", user_id="u", session_id="s")
+        memory.add("user", "The tomatoes need watering twice a week.", user_id="u", session_id="s")
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        with TieredMemory(path, embedder=StaticEmbedder()) as memory:
+            assert memory.store.get_meta("embedder") == BUNDLED_NAME
+            assert memory.search("which city did my sister move to?", user_id="u", k=1)[0].text.startswith("My sister")
+    assert any("embedder changed" in r.getMessage() and BUNDLED_NAME in r.getMessage() for r in caplog.records)
+
+
+BLOCK_TORCH = """
+import importlib.abc, sys
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "transformers", "sentence_transformers"):
+            raise ImportError(f"{name} is blocked: the default path must not need it")
+sys.meta_path.insert(0, Block())
+"""
+
+
+def test_the_default_path_works_with_torch_and_transformers_unimportable(tmp_path):
+    """What ``make test-notorch`` proves with a virtualenv that has no torch at all."""
+    code = BLOCK_TORCH + textwrap.dedent(f"""
+        from tiered_memory import TieredMemory
+        with TieredMemory({str(tmp_path / "m")!r}) as memory:
+            memory.add("user", "My sister moved to Porto last spring.", user_id="u", session_id="s")
+            print(memory.search("where did my sister move?", user_id="u", k=1)[0].text)
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers")))
+    """)
+    env = {k: v for k, v in os.environ.items() if k != EMBEDDER_ENV}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["My sister moved to Porto last spring.", "[]"]
+
+
+def test_minilm_without_its_extra_names_the_extra(tmp_path):
+    code = BLOCK_TORCH + textwrap.dedent("""
+        from tiered_memory import SentenceTransformerEmbedder, MissingDependencyError
+        try:
+            SentenceTransformerEmbedder(".").embed_query("hello")
+        except MissingDependencyError as e:
+            print(e)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert 'pip install "tiered-memory[minilm]"' in proc.stdout
+
+
+def test_the_shipped_table_is_what_its_description_says(static):
+    import json
+
+    info = json.loads((BUNDLED_DIR / "static-minilm.json").read_text())
+    assert static.table.rows.shape == (info["vocab"], info["dims"]) == (30522, 256)
+    assert info["dtype"] == "int8" and info["license"].startswith("Apache-2.0")
+    assert static.table.tokenizer.get_vocab_size() == info["vocab"]
