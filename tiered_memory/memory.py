@@ -58,7 +58,8 @@ from .recall.search import search_turns
 from .store.base import RecordStore
 from .tokens import TokenCounter, default_token_counter
 from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
-from .validation import check_count, check_filters, check_id, check_query, normalize_message
+from .validation import (check_count, check_fact_text, check_filters, check_id, check_metadata, check_query, check_unit,
+                         normalize_message)
 from .vector.base import VectorIndex
 
 
@@ -542,12 +543,26 @@ class TieredMemory:
     def add_fact(self, text: str, *, user_id: str, type: str = "fact", confidence: float = 1.0,
                  metadata: Mapping[str, Any] | None = None) -> Fact:
         """Add a fact through resolution (may update or invalidate a related one); returns the fact."""
-        return self._layers.add_fact(check_id(user_id, "user_id"), text, type, confidence, metadata)
+        check_id(user_id, "user_id")
+        check_fact_text(text)
+        check_unit(confidence, "confidence")
+        return self._layers.add_fact(user_id, text, type, confidence,
+                                     check_metadata(metadata, self.config.max_metadata_bytes))
 
     @_usable
     def update_fact(self, /, fact_id: str, *, user_id: str, **changes: Any) -> Fact:
         """Edit ``text``, ``type``, ``confidence`` or ``metadata`` of a fact (recorded in its history)."""
-        return self._layers.facts.edit(check_id(user_id, "user_id"), fact_id, **changes)
+        check_id(user_id, "user_id")
+        unknown = set(changes) - {"text", "type", "confidence", "metadata"}
+        if unknown:
+            raise InvalidInputError(f"update_fact can change text, type, confidence and metadata; got {sorted(unknown)}")
+        if changes.get("text") is not None:
+            check_fact_text(changes["text"])
+        if changes.get("confidence") is not None:
+            check_unit(changes["confidence"], "confidence")
+        if changes.get("metadata") is not None:
+            changes["metadata"] = check_metadata(changes["metadata"], self.config.max_metadata_bytes)
+        return self._layers.facts.edit(user_id, fact_id, **changes)
 
     @_usable
     def delete_fact(self, fact_id: str, *, user_id: str) -> None:

@@ -73,6 +73,25 @@ def check_label(value: object, name: str) -> str:
     return value
 
 
+MAX_FACT_CHARS = 5_000  # a fact is a statement; longer text belongs in a message
+
+
+def check_fact_text(value: object) -> str:
+    """The text of a fact: stored text (:func:`check_text`) of at most :data:`MAX_FACT_CHARS`."""
+    text = check_text(value, "fact text")
+    if len(text) > MAX_FACT_CHARS:
+        raise ContentTooLargeError(f"a fact is {len(text):,} characters; the limit is {MAX_FACT_CHARS:,} "
+                                   "(a fact is one statement; store documents as messages)")
+    return text
+
+
+def check_unit(value: object, name: str) -> float:
+    """A number in [0, 1] (not a bool, not NaN)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise InvalidInputError(f"{name} must be a number within [0, 1], got {value!r}")
+    return float(value)
+
+
 def check_content(content: object, max_chars: int) -> str:
     if not isinstance(content, str):
         raise InvalidInputError(f"content must be a str, got {type(content).__name__}")
@@ -115,9 +134,20 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
             f"metadata is {len(encoded.encode('utf-8')):,} bytes as JSON; the limit is {max_bytes:,}"
         )
     decoded = json.loads(encoded)
-    if not all(isinstance(k, str) for k in metadata):
-        raise InvalidInputError("metadata keys must be strings")
+    if not _str_keys(metadata):
+        raise InvalidInputError("metadata keys must be strings at every level (JSON would turn them into strings)")
     return dict(decoded)
+
+
+def _str_keys(value: object, depth: int = 0) -> bool:
+    """Every mapping inside ``value`` has str keys (JSON would silently change the others)."""
+    if depth > 200:
+        return True  # json.dumps already refused anything deeper
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) for k in value) and all(_str_keys(v, depth + 1) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return all(_str_keys(v, depth + 1) for v in value)
+    return True
 
 
 def to_epoch(timestamp: object, default: float) -> float:

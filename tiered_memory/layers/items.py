@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from ..aio import twin
 from ..embedding import embed, embed_query
 from ..errors import InvalidInputError
 from ..recall.query import keywords
@@ -286,3 +287,10 @@ class ItemStore:
 
     def count(self, user_id: str | None = None) -> int:
         return self.db.count_items(user_id)
+
+    # async twins: the same methods, run in a worker thread
+    awrite_many = twin(write_many)
+    aget = twin(get)
+    asearch = twin(search)
+    anamespaces = twin(namespaces)
+    acount = twin(count)

@@ -10,7 +10,6 @@ through :class:`~tiered_memory.store.repositories.WorkingRepository`.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -21,10 +20,13 @@ import numpy as np
 
 from ..config import WorkingConfig
 from ..embedding import Embedder, embed, embed_query
-from ..errors import InvalidInputError
+from ..aio import twin
+from ..errors import ContentTooLargeError, InvalidInputError
 from ..records import WorkingItem
 from ..store.repositories import WorkingRepository
-from ..validation import MAX_LAYER_METADATA_BYTES, check_id, check_label, check_metadata, check_text
+from ..validation import MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_text
+
+MAX_ITEM_CHARS = 20_000  # a working-memory note, not a document
 
 
 def decayed(importance: float, created_at: float, now: float, decay_per_hour: float) -> float:
@@ -74,10 +76,9 @@ class Scratchpad(MutableMapping[str, Any]):
         return self._load()[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError) as e:
-            raise InvalidInputError(f"scratchpad values must be JSON-serialisable: {e}") from e
+        if not isinstance(key, str) or not key:
+            raise InvalidInputError(f"scratchpad keys must be non-empty strings, got {key!r}")
+        value = check_metadata({key: value}, MAX_LAYER_METADATA_BYTES)[key]  # JSON, size, str keys inside
         self._update(lambda data: data.__setitem__(key, value))
 
     def __delitem__(self, key: str) -> None:
@@ -121,9 +122,12 @@ class WorkingMemory:
                  metadata: dict[str, Any] | None = None, now: float | None = None) -> WorkingItem:
         """Add an item; evicts the least important ones beyond ``capacity``."""
         check_text(text, "working memory text")
+        if len(text) > MAX_ITEM_CHARS:
+            raise ContentTooLargeError(f"a working-memory item is {len(text):,} characters; the limit is "
+                                       f"{MAX_ITEM_CHARS:,} (keep notes short, store the rest as messages)")
         check_label(type, "type")
         metadata = check_metadata(metadata, MAX_LAYER_METADATA_BYTES)
-        if not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
+        if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
             raise InvalidInputError(f"importance must be within [0, 1], got {importance!r}")
         now = time.time() if now is None else now
         item = WorkingItem(id=uuid.uuid4().hex, user_id=self.user_id, session_id=self.session_id, text=text,
@@ -145,17 +149,18 @@ class WorkingMemory:
               vector: np.ndarray | None = None) -> list[WorkingItem]:
         """Items best first: by decayed importance, or blended with relevance to ``query``
         (``vector`` is its embedding when the caller has it already)."""
+        check_count(k, "k", minimum=0, optional=True)
+        if query is not None and not isinstance(query, str):
+            raise InvalidInputError(f"query must be a str or None, got {type(query).__name__}")
         now = time.time() if now is None else now
         pairs = self.rows.working_vectors(self.user_id, self.session_id)
         items = [i for i, _ in pairs]
         relevance = None
         if query and query.strip() and items:
             qv = embed_query(self.embedder, query) if vector is None else vector
-            vecs = [v for _, v in pairs]
-            stale = [n for n, v in enumerate(vecs) if v is None or v.shape != qv.shape]
-            if stale:  # made by another embedder (the store switched models): embed them again, here
-                for n, v in zip(stale, embed(self.embedder, [items[n].text for n in stale])):
-                    vecs[n] = v
+            vecs: list[np.ndarray] = [v for _, v in pairs if v is not None and v.shape == qv.shape]
+            if len(vecs) < len(pairs):  # made by another embedder (the store switched models): embed again
+                vecs = list(embed(self.embedder, [i.text for i in items]))
             relevance = [float(np.dot(v, qv)) for v in vecs]
         ranked = rank(items, now, self.config.decay_per_hour, relevance)
         return ranked[:k] if k is not None else ranked
@@ -168,3 +173,9 @@ class WorkingMemory:
         """Remove every item and the scratchpad of this session; returns items removed."""
         with self.rows.unit() as u:
             return u.clear_working(self.user_id, self.session_id)
+
+    # async twins: the same methods, run in a worker thread
+    aremember = twin(remember)
+    aitems = twin(items)
+    aforget = twin(forget)
+    aclear = twin(clear)
