@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+import contextlib
 import functools
-from typing import Any, Callable, Concatenate, Coroutine, ParamSpec, TypeVar
+from typing import Any, Callable, Concatenate, Coroutine, Iterator, ParamSpec, TypeVar
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -46,6 +47,45 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
         # called from code already running on our loop: blocking it would deadlock
         return _POOL.submit(asyncio.run, coro).result()
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+class ReadWriteGate:
+    """Many readers or one writer (writers first): reads wait while the vector index is
+    being rebuilt, instead of failing on a collection that is gone or seeing half of it."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writing = False
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if not self._readers:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            self._writing = True
+            while self._readers:
+                self._cond.wait()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing = False
+                self._cond.notify_all()
 
 
 def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:

@@ -26,7 +26,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from .aio import twin
+from .aio import ReadWriteGate, twin
 from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
 
@@ -166,6 +166,7 @@ class TieredMemory:
         self._pid = os.getpid()
         self._forked_from: int | None = None
         self._write_lock = threading.RLock()
+        self._gate = ReadWriteGate()  # reads wait while rebuild_index replaces the vector index
         try:
             self.store, self._lock = open_record_store(self.path, record_store, owner=self)
         except OSError as e:
@@ -431,8 +432,10 @@ class TieredMemory:
 
     @_usable
     def rebuild_index(self) -> dict[str, int]:
-        """Drop the vector index and rebuild it from the record store."""
-        return self._rebuild()
+        """Drop the vector index and rebuild it from the record store. Searches that start
+        meanwhile wait for it (they never see a missing or half-built index)."""
+        with self._gate.writing():
+            return self._rebuild()
 
     # ---- reads -----------------------------------------------------------
     @_usable
@@ -471,9 +474,10 @@ class TieredMemory:
             raise InvalidInputError(f"k must be a positive int, got {k!r}")
         check_filters(filters)
         now = time.time()
-        hits = search_turns(store=self.store, index=self.index, embedder=self.embedder,
-                            config=self.config.retrieval, query=query, user_id=user_id, k=k,
-                            session_id=session_id, filters=filters, now=now)
+        with self._gate.reading():
+            hits = search_turns(store=self.store, index=self.index, embedder=self.embedder,
+                                config=self.config.retrieval, query=query, user_id=user_id, k=k,
+                                session_id=session_id, filters=filters, now=now)
         self.parts.access.note("turn", user_id, [h.id for h in hits], now)
         return hits
 
@@ -488,8 +492,9 @@ class TieredMemory:
         check_id(session_id, "session_id")
         check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         now = time.time()
-        context = assemble(self.parts, self._layers if self._layers_ok() else None, query,
-                           user_id=user_id, session_id=session_id, max_tokens=max_tokens)
+        with self._gate.reading():
+            context = assemble(self.parts, self._layers if self._layers_ok() else None, query,
+                               user_id=user_id, session_id=session_id, max_tokens=max_tokens)
         for layer, ids in accessed(context).items():
             self.parts.access.note(layer, user_id, ids, now)
         return context
@@ -579,8 +584,9 @@ class TieredMemory:
         """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
         check_id(user_id, "user_id")
         now = time.time()
-        hits = self._layers.facts.search(_query(query), user_id=user_id, k=k, type=type,
-                                         retrieval=self.config.retrieval, now=now)
+        with self._gate.reading():
+            hits = self._layers.facts.search(_query(query), user_id=user_id, k=k, type=type,
+                                             retrieval=self.config.retrieval, now=now)
         self.parts.access.note("fact", user_id, [h.fact.id for h in hits], now)
         return hits
 
@@ -596,8 +602,9 @@ class TieredMemory:
         """Whole episodes (``EpisodeHit``) ranked by their best-matching key point and recency."""
         check_id(user_id, "user_id")
         now = time.time()
-        hits = self._layers.episodes.search(_query(query), user_id=user_id, k=k,
-                                            retrieval=self.config.retrieval, now=now)
+        with self._gate.reading():
+            hits = self._layers.episodes.search(_query(query), user_id=user_id, k=k,
+                                                retrieval=self.config.retrieval, now=now)
         self.parts.access.note("episode", user_id, [h.episode.id for h in hits], now)
         return hits
 
