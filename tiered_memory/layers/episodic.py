@@ -23,8 +23,8 @@ from pydantic import BaseModel, Field
 
 from ..config import EpisodeConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
-from ..recall.query import keywords
-from ..recall.scoring import recency_score, rrf_fuse
+from ..recall import hybrid
+from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
 from ..store.repositories import EpisodeRepository
 from ..types import StoredMessage
@@ -155,11 +155,9 @@ class EpisodicMemory:
         now = time.time() if now is None else now
         n = max(self.config.candidates, k * 6)
         qv = embed_query(self.embedder, query) if vector is None else vector
-        vec = self.index.query(qv[None, :], user_id=user_id, k=n, layers=["episode"])[0]
-        kw = self.rows.keyword_points(user_id, keywords(query), n)
-        fused = rrf_fuse({"vector": [i for i, _ in vec], "keyword": [i for i, _ in kw]},
-                         {"vector": retrieval.vector_weight, "keyword": retrieval.keyword_weight},
-                         k=retrieval.rrf_k, extras={"vector": dict(vec), "keyword": dict(kw)})
+        vec, kw = hybrid.candidates(self.index, qv, lambda terms, m: self.rows.keyword_points(user_id, terms, m),
+                                    query, user_id=user_id, layer="episode", n=n)
+        fused = hybrid.fuse(vec, kw, retrieval)
         point_episode = {f.id: f.id.split(":")[1] for f in fused}
         episodes = self.load(user_id, sorted(set(point_episode.values())))
         ranked = rank_episodes({f.id: f.score for f in fused}, point_episode,

@@ -22,8 +22,7 @@ from pydantic import BaseModel, Field
 from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
 from ..errors import InvalidInputError, NotFoundError
-from ..recall.query import keywords
-from ..recall.scoring import recency_score, rrf_fuse
+from ..recall import hybrid
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites
 from ..validation import check_text
@@ -166,20 +165,12 @@ class SemanticMemory:
         now = time.time() if now is None else now
         n = max(self.config.candidates, k * 4)
         qv = embed_query(self.embedder, query) if vector is None else vector
-        vec = [(i.split(":", 1)[1], s) for i, s in
-               self.index.query(qv[None, :], user_id=user_id, k=n, layers=["fact"])[0]]
-        kw = self.rows.keyword_facts(user_id, keywords(query), n)
+        vec, kw = hybrid.candidates(self.index, qv, lambda terms, m: self.rows.keyword_facts(user_id, terms, m),
+                                    query, user_id=user_id, layer="fact", n=n, prefix="fact:")
         facts = {f.id: f for f in self.rows.facts_by_ids(user_id, [i for i, _ in vec] + [i for i, _ in kw])
                  if (include_invalid or f.valid) and (type is None or f.type == type)}
-        fused = rrf_fuse(
-            {"vector": [i for i, _ in vec if i in facts], "keyword": [i for i, _ in kw if i in facts],
-             "recency": sorted(facts, key=lambda i: -facts[i].updated_at)},
-            {"vector": retrieval.vector_weight, "keyword": retrieval.keyword_weight,
-             "recency": retrieval.recency_weight},
-            k=retrieval.rrf_k,
-            extras={"vector": dict(vec), "keyword": dict(kw),
-                    "recency": {i: recency_score(f.updated_at, now, retrieval.recency_half_life_days)
-                                for i, f in facts.items()}})
+        fused = hybrid.fuse(vec, kw, retrieval, keep=facts.__contains__,
+                            updated={i: f.updated_at for i, f in facts.items()}, now=now)
         return [FactHit(fact=facts[f.id], score=f.score, explanation={"signals": f.parts}) for f in fused[:k]]
 
     def touch(self, user_id: str, ids: Sequence[str], now: float) -> None:

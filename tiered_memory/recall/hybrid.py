@@ -1,0 +1,44 @@
+"""The one hybrid-search helper the layers share (facts, episodes, store items): vector
+candidates from the index and keyword candidates from the record store, fused by weighted
+reciprocal rank, optionally with recency. Turns have their own, richer scoring
+(:mod:`.scoring`); everything else ranks this way.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from ..config import RetrievalConfig
+from ..vector.base import VectorIndex
+from .query import keywords
+from .scoring import Fused, recency_score, rrf_fuse
+
+KeywordSearch = Callable[[list[str], int], list[tuple[str, float]]]
+
+
+def candidates(index: VectorIndex, vector: np.ndarray, keyword_search: KeywordSearch, query: str, *,
+               user_id: str, layer: str, n: int, prefix: str = "") -> tuple[list[tuple[str, float]],
+                                                                          list[tuple[str, float]]]:
+    """(vector hits, keyword hits), each best first as ``(id, score)``; the index's ids lose
+    ``prefix`` (``"fact:"``) so both lists speak the record store's ids."""
+    vec = [(i.removeprefix(prefix), s) for i, s in
+           index.query(vector[None, :], user_id=user_id, k=n, layers=[layer])[0]]
+    terms = keywords(query)
+    return vec, keyword_search(terms, n) if terms else []
+
+
+def fuse(vec: Sequence[tuple[str, float]], kw: Sequence[tuple[str, float]], retrieval: RetrievalConfig, *,
+         keep: Callable[[str], bool] = lambda _: True, updated: Mapping[str, float] | None = None,
+         now: float = 0.0) -> list[Fused]:
+    """Reciprocal-rank fusion of the hits ``keep`` accepts; with ``updated`` (id -> time of
+    the last change) recency is a third signal."""
+    rankings = {"vector": [i for i, _ in vec if keep(i)], "keyword": [i for i, _ in kw if keep(i)]}
+    weights = {"vector": retrieval.vector_weight, "keyword": retrieval.keyword_weight}
+    extras = {"vector": dict(vec), "keyword": dict(kw)}
+    if updated is not None:
+        rankings["recency"] = sorted(updated, key=lambda i: -updated[i])
+        weights["recency"] = retrieval.recency_weight
+        extras["recency"] = {i: recency_score(t, now, retrieval.recency_half_life_days) for i, t in updated.items()}
+    return rrf_fuse(rankings, weights, k=retrieval.rrf_k, extras=extras)
