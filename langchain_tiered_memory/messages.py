@@ -137,6 +137,8 @@ def to_core(message: BaseMessage, *, timestamp: Any = None, max_metadata_bytes: 
 
 def to_core_many(messages: Iterable[BaseMessage], *, max_metadata_bytes: int = 64_000) -> list[dict[str, Any]]:
     """LangChain messages as core message dicts, in order."""
+    if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Iterable):
+        raise InvalidInputError(f"expected a sequence of LangChain messages, got {type(messages).__name__}")
     return [to_core(m, max_metadata_bytes=max_metadata_bytes) for m in messages]
 
 

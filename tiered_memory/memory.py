@@ -364,6 +364,7 @@ class TieredMemory:
     def forget(self, memory_id: str, *, user_id: str) -> None:
         """Delete one message of ``user_id`` from every store and index."""
         check_id(user_id, "user_id")
+        check_id(memory_id, "memory_id")
         with self._write_lock:
             if not self.store.delete_message(user_id, memory_id):
                 raise NotFoundError(f"no memory {memory_id!r} for this user")
@@ -558,6 +559,7 @@ class TieredMemory:
     def update_fact(self, /, fact_id: str, *, user_id: str, **changes: Any) -> Fact:
         """Edit ``text``, ``type``, ``confidence`` or ``metadata`` of a fact (recorded in its history)."""
         check_id(user_id, "user_id")
+        check_id(fact_id, "fact_id")
         unknown = set(changes) - {"text", "type", "confidence", "metadata"}
         if unknown:
             raise InvalidInputError(f"update_fact can change text, type, confidence and metadata; got {sorted(unknown)}")
@@ -572,17 +574,20 @@ class TieredMemory:
     @_usable
     def delete_fact(self, fact_id: str, *, user_id: str) -> None:
         """Delete a fact; its history keeps a ``delete`` entry (``forget_user`` erases everything)."""
-        self._layers.facts.delete(check_id(user_id, "user_id"), fact_id)
+        self._layers.facts.delete(check_id(user_id, "user_id"), check_id(fact_id, "fact_id"))
 
     @_usable
     def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:
         """The audit trail of the user's facts (``FactChange``), oldest first."""
+        if fact_id is not None:
+            check_id(fact_id, "fact_id")
         return self._layers.facts.history(check_id(user_id, "user_id"), fact_id)
 
     @_usable
     def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list[FactHit]:
         """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
         check_id(user_id, "user_id")
+        check_count(k, "k", minimum=1)
         now = time.time()
         with self._gate.reading():
             hits = self._layers.facts.search(_query(query), user_id=user_id, k=k, type=type,
@@ -594,6 +599,8 @@ class TieredMemory:
     def episodes(self, user_id: str, session_id: str | None = None) -> list[Episode]:
         """The user's episodes, oldest first."""
         check_id(user_id, "user_id")
+        if session_id is not None:
+            check_id(session_id, "session_id")
         self.parts.access.flush()  # the counts shown are current
         return self._layers.episodes.select(user_id, session_id)
 
@@ -601,6 +608,7 @@ class TieredMemory:
     def search_episodes(self, query: str, *, user_id: str, k: int = 5) -> list[EpisodeHit]:
         """Whole episodes (``EpisodeHit``) ranked by their best-matching key point and recency."""
         check_id(user_id, "user_id")
+        check_count(k, "k", minimum=1)
         now = time.time()
         with self._gate.reading():
             hits = self._layers.episodes.search(_query(query), user_id=user_id, k=k,

@@ -110,7 +110,7 @@ def check_content(content: object, max_chars: int) -> str:
 
 
 def check_role(role: object) -> str:
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise InvalidInputError(f"role must be one of {sorted(ROLES)}, got {role!r}")
     return str(role)
 
@@ -232,6 +232,8 @@ def check_filters(filters: object) -> Mapping[str, Any] | None:
         elif key == "role":
             if not isinstance(value, str) or value not in ROLES:
                 raise InvalidInputError(f"filters['role'] must be one of {sorted(ROLES)}, got {value!r}")
+        elif isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+            raise InvalidInputError(f"filters[{key!r}] is an integer beyond 64 bits, which no metadata value holds")
         elif not (value is None or isinstance(value, (str, bool, int))
                   or (isinstance(value, float) and math.isfinite(value))):
             raise InvalidInputError(
