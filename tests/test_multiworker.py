@@ -60,9 +60,11 @@ def worker_main(worker: int, pg_url: str, chroma_url: str, collection: str,
         from tiered_memory.vector.chroma import ChromaVectorIndex
 
         # dedup off: the test counts every write; dedup is covered elsewhere
-        memory = TieredMemory(record_store=pg_url,
+        from tiered_memory import SentenceTransformerEmbedder
+
+        memory = TieredMemory(record_store=pg_url,  # the same model as the test's own checks
                               vector_store=ChromaVectorIndex.from_url(chroma_url, collection=collection),
-                              config=MemoryConfig(dedup_threshold=1.01))
+                              config=MemoryConfig(dedup_threshold=1.01), embedder=SentenceTransformerEmbedder())
         memory.embedder.embed_query("warm up")  # load the model before the race starts
         acked: list[tuple[str, str, str]] = []
         hits: list[tuple[str, str, str]] = []

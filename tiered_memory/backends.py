@@ -198,11 +198,15 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
         # their writes, so repair is an explicit step (rebuild_index) from one process.
         if previous is None:
             store.set_meta("embedder", name)
-        elif previous != name:
+        elif previous != name and not index_in_folder:
             log.warning("embedder %s differs from the shared store's %s: call rebuild_index() "
                         "from one process to re-embed", name, previous)
         if index_in_folder:  # ... unless this process owns the index: then it repairs it
-            repair(index_lost_vectors(store, index))
+            if previous is not None and previous != name:
+                log.warning("embedder changed (%s -> %s): rebuilding this process's vector index", previous, name)
+                rebuild()
+            else:
+                repair(index_lost_vectors(store, index))
         return
     unclean = store.get_meta("state") == "open"
     store.set_meta("state", "open")
