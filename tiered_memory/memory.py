@@ -14,6 +14,7 @@ writes access counts in batches.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -24,7 +25,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from .aio import ReadWriteGate, twin
 from .backends import (
@@ -113,6 +114,18 @@ def _usable(method: F) -> F:
                              "what was acknowledged before is kept") from e
 
     return checked  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def vector_errors_typed(message: str) -> Iterator[None]:
+    """Whatever a vector index raises (a custom one may raise anything) becomes
+    :class:`VectorIndexError` with ``message`` (its ``{error}`` is the cause)."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, TieredMemoryError) and not isinstance(e, VectorIndexError):
+            raise
+        raise VectorIndexError(message.format(error=e)) from e
 
 
 def _query(query: object) -> str:
@@ -330,15 +343,10 @@ class TieredMemory:
             if not new:
                 return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
             self.store.insert_messages(new)
-            try:
+            with vector_errors_typed(f"{len(rows)} messages were stored but not indexed ({{error}}); they will "
+                                     "be indexed on the next open or by rebuild_index()"):
                 index_messages(new, store=self.store, index=self.index, embedder=self.embedder,
                                threshold=self.config.dedup_threshold)
-            except Exception as e:  # a custom VectorIndex may raise anything: keep the promise typed
-                if isinstance(e, TieredMemoryError) and not isinstance(e, VectorIndexError):
-                    raise
-                raise VectorIndexError(
-                    f"{len(rows)} messages were stored but not indexed ({e}); they will be "
-                    "indexed on the next open or by rebuild_index()") from e
         if self.config.episodes.compress_after_turns is not None and self._layers_ok():  # queued, no LLM here
             self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]
@@ -397,14 +405,9 @@ class TieredMemory:
             self.parts.access.flush()  # no pending count may outlive the user's rows
             self._set_pending_forgets(self._pending_forgets() | {user_id})
             ids = self.store.forget_user(user_id)
-            try:
+            with vector_errors_typed("the user's records are deleted but not yet their vectors ({error}); the "
+                                     "deletion is finished on the next open, or before the next write for this user"):
                 self.index.delete_user(user_id)
-            except Exception as e:  # a custom VectorIndex may raise anything: keep the promise typed
-                if isinstance(e, TieredMemoryError) and not isinstance(e, VectorIndexError):
-                    raise
-                raise VectorIndexError(
-                    f"the user's records are deleted but not yet their vectors ({e}); the deletion is "
-                    "finished on the next open, or before the next write for this user") from e
             self._set_pending_forgets(self._pending_forgets() - {user_id})
         return len(ids)
 
