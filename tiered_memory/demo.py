@@ -17,7 +17,7 @@ import os
 import tempfile
 import textwrap
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from importlib import resources
 from typing import Any, Callable, Iterator, TextIO
 

@@ -14,7 +14,6 @@ writes access counts in batches.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -23,14 +22,12 @@ import sqlite3
 import threading
 import time
 import uuid
-import weakref
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Mapping
 
 from .aio import ReadWriteGate, twin
 from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
-
     foreign_entries as foreign_entries,
     is_embedded_index,
     open_layer_store,
@@ -43,8 +40,8 @@ from .config import MemoryConfig
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import Embedder, default_embedder, embedder_name
-from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError, UsageError,
-                     VectorIndexError)
+from .errors import ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError
+from .guard import OPEN, usable, vector_errors_typed
 from .layers.consolidation import ConsolidationReport
 from .layers.episodic import EpisodeHit
 from .layers.items import ItemStore
@@ -63,7 +60,6 @@ from .validation import (check_count, check_fact_text, check_filters, check_id, 
                          normalize_message)
 from .vector.base import VectorIndex
 
-
 log = logging.getLogger("tiered_memory")
 PENDING_FORGETS = "pending_forget_users"  # meta key: users whose forget_user has not completed
 
@@ -71,61 +67,6 @@ PENDING_FORGETS = "pending_forget_users"  # meta key: users whose forget_user ha
 def default_path() -> Path:
     """``$TIERED_MEMORY_HOME`` or ``~/.tiered-memory``."""
     return Path(os.environ.get("TIERED_MEMORY_HOME") or Path.home() / ".tiered-memory")
-
-
-_OPEN: "weakref.WeakSet[TieredMemory]" = weakref.WeakSet()
-
-
-def _forked() -> None:
-    for memory in list(_OPEN):
-        memory._forked_from = memory._pid
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _usable(method: F) -> F:
-    """Refuse, with a typed error, a call on a closed memory or one inherited through ``fork``
-    (its SQLite connection, locks and vector-engine threads belong to the parent: using
-    them in the child can corrupt data or hang)."""
-
-    @functools.wraps(method)
-    def checked(self: "TieredMemory", *args: Any, **kwargs: Any) -> Any:
-        if self._forked_from is not None:
-            raise UsageError(
-                f"this TieredMemory was opened in process {self._forked_from} and inherited by this forked "
-                "child, where its connections are not safe to use. Open a new TieredMemory in the child "
-                "(after the fork), or start workers with multiprocessing's 'spawn' method.")
-        if self._closed:
-            raise UsageError("this TieredMemory is closed; open a new one")
-        try:
-            return method(self, *args, **kwargs)
-        except TieredMemoryError:
-            raise
-        except OSError as e:  # a full disk, a permission, a directory where a file should be
-            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
-            raise StoreError(f"{method.__name__} failed: {e.strerror or e}{where}. Check free disk space and "
-                             "permissions; what was acknowledged before is kept") from e
-        except sqlite3.Error as e:
-            raise StoreError(f"{method.__name__} failed in the record store: {e}. Check free disk space; "
-                             "what was acknowledged before is kept") from e
-
-    return checked  # type: ignore[return-value]
-
-
-@contextlib.contextmanager
-def vector_errors_typed(message: str) -> Iterator[None]:
-    """Whatever a vector index raises (a custom one may raise anything) becomes
-    :class:`VectorIndexError` with ``message`` (its ``{error}`` is the cause)."""
-    try:
-        yield
-    except Exception as e:
-        if isinstance(e, TieredMemoryError) and not isinstance(e, VectorIndexError):
-            raise
-        raise VectorIndexError(message.format(error=e)) from e
 
 
 def _query(query: object) -> str:
@@ -200,7 +141,7 @@ class TieredMemory:
                            index_in_folder=self._lock is not None and is_embedded_index(vector_store))
             self._unfinished = self._pending_forgets()
             self._finish_forgets()
-            _OPEN.add(self)
+            OPEN.add(self)
         except BaseException as e:
             self.store.close()
             if self._lock:
@@ -222,7 +163,7 @@ class TieredMemory:
     def _items(self) -> ItemStore:
         return ItemStore(self.parts, open_layer_store(self.store))
 
-    @_usable
+    @usable
     def item_store(self) -> ItemStore:
         """The namespaced key-value items behind the LangGraph store adapter."""
         return self._items
@@ -264,7 +205,7 @@ class TieredMemory:
         if self._closed:
             return
         self._closed = True
-        _OPEN.discard(self)
+        OPEN.discard(self)
         if self._forked_from is not None:
             return
         try:
@@ -286,7 +227,7 @@ class TieredMemory:
         self.close()
 
     # ---- writes ----------------------------------------------------------
-    @_usable
+    @usable
     def add(
         self, role: str, content: str, *, session_id: str, user_id: str,
         metadata: Mapping[str, Any] | None = None, timestamp: Any = None,
@@ -295,7 +236,7 @@ class TieredMemory:
         msg = {"role": role, "content": content, "metadata": metadata, "timestamp": timestamp}
         return self.add_many([msg], session_id=session_id, user_id=user_id)[0]
 
-    @_usable
+    @usable
     def add_many(
         self, messages: Iterable[Message | Mapping[str, Any]], *, session_id: str, user_id: str,
     ) -> list[str]:
@@ -351,7 +292,7 @@ class TieredMemory:
             self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]
 
-    @_usable
+    @usable
     def _not_yet_stored(self, rows: list[StoredMessage], chosen: list[str], user_id: str) -> list[StoredMessage]:
         """The rows to write: a caller-chosen id already stored for this user with the same
         message is a retry and is skipped; the same id with another message, or an id another
@@ -378,7 +319,7 @@ class TieredMemory:
                 raise NotFoundError(f"no memory {memory_id!r} for this user")
             self.index.delete([memory_id])
 
-    @_usable
+    @usable
     def clear_session(self, session_id: str, *, user_id: str) -> int:
         """Delete a session's messages and its working memory (items and scratchpad); returns
         how many messages. Episodes and facts already drawn from the session stay: remove
@@ -392,7 +333,7 @@ class TieredMemory:
                 self.working_memory(session_id, user_id=user_id).clear()
         return len(ids)
 
-    @_usable
+    @usable
     def forget_user(self, user_id: str) -> int:
         """Remove every trace of ``user_id`` from every store and index; returns messages removed.
 
@@ -434,7 +375,7 @@ class TieredMemory:
                 if only is not None:
                     raise
 
-    @_usable
+    @usable
     def rebuild_index(self) -> dict[str, int]:
         """Drop the vector index and rebuild it from the record store. Searches that start
         meanwhile wait for it (they never see a missing or half-built index)."""
@@ -442,7 +383,7 @@ class TieredMemory:
             return self._rebuild()
 
     # ---- reads -----------------------------------------------------------
-    @_usable
+    @usable
     def get_messages(self, session_id: str, *, user_id: str, limit: int | None = None) -> list[StoredMessage]:
         """A session's messages, oldest first (the last ``limit`` if given)."""
         check_id(user_id, "user_id")
@@ -450,21 +391,21 @@ class TieredMemory:
         check_count(limit, "limit", minimum=0, optional=True)
         return self.store.get_messages(user_id, session_id, limit=limit)
 
-    @_usable
+    @usable
     def sessions(self, user_id: str) -> list[SessionInfo]:
         """The user's sessions that hold messages (id, message count, first and last timestamp),
         in the order they started."""
         check_id(user_id, "user_id")
         return self.store.sessions(user_id)
 
-    @_usable
+    @usable
     def get_buffer(self, session_id: str, *, user_id: str) -> list[StoredMessage]:
         """The session's recent whole turns within the buffer's message and token limits."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         return session_buffer(self.parts, user_id, session_id)
 
-    @_usable
+    @usable
     def search(
         self, query: str, *, user_id: str, k: int = 10, session_id: str | None = None,
         filters: Mapping[str, Any] | None = None,
@@ -485,7 +426,7 @@ class TieredMemory:
         self.parts.access.note("turn", user_id, [h.id for h in hits], now)
         return hits
 
-    @_usable
+    @usable
     def build_context(
         self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
     ) -> MemoryContext:
@@ -503,12 +444,12 @@ class TieredMemory:
             self.parts.access.note(layer, user_id, ids, now)
         return context
 
-    @_usable
+    @usable
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """Write messages (one user's or all) as JSONL; returns the count. See :mod:`.portable`."""
         return export_jsonl(self.parts, Path(path), user_id)
 
-    @_usable
+    @usable
     def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,
                      progress: Callable[[int], None] | None = None, user_id: str | None = None) -> ImportReport:
         """Import a JSONL export (vectors recomputed); returns an ``ImportReport``. Each line
@@ -516,14 +457,14 @@ class TieredMemory:
         others are then invalid)."""
         return import_jsonl(self.parts, Path(path), skip_invalid=skip_invalid, progress=progress, user_id=user_id)
 
-    @_usable
+    @usable
     def stats(self) -> Stats:
         c = self.store.counts()
         return Stats(users=c["users"], sessions=c["sessions"], messages=c["messages"],
                      indexed=c["indexed"], duplicates=c["duplicates"], vectors=self.index.count())
 
     # ---- episodic, semantic and working memory -----------------------------
-    @_usable
+    @usable
     def end_session(self, session_id: str, *, user_id: str) -> Episode:
         """Extract facts from the session's turns not yet in an episode, then compress them into an
         :class:`~tiered_memory.layers.episodic.Episode` (returned). Without an LLM, or if it fails,
@@ -532,7 +473,7 @@ class TieredMemory:
         assert episode is not None  # only the background path (evicted_only) may find nothing
         return episode
 
-    @_usable
+    @usable
     def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None,
                     ) -> ConsolidationReport:
         """Compress idle sessions, merge near-duplicate facts, promote often-recalled episodes, archive
@@ -541,14 +482,14 @@ class TieredMemory:
         self.parts.access.flush()  # promotion and pruning read the access counts
         return self._layers.consolidate(user_id, progress)
 
-    @_usable
+    @usable
     def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
         """The user's facts (``Fact``), optionally of one type; invalidated ones on request."""
         check_id(user_id, "user_id")
         self.parts.access.flush()  # the counts shown are current
         return self._layers.facts.select(user_id, type, include_invalid)
 
-    @_usable
+    @usable
     def add_fact(self, text: str, *, user_id: str, type: str = "fact", confidence: float = 1.0,
                  metadata: Mapping[str, Any] | None = None) -> Fact:
         """Add a fact through resolution (may update or invalidate a related one); returns the fact."""
@@ -558,7 +499,7 @@ class TieredMemory:
         return self._layers.add_fact(user_id, text, type, confidence,
                                      check_metadata(metadata, self.config.max_metadata_bytes))
 
-    @_usable
+    @usable
     def update_fact(self, /, fact_id: str, *, user_id: str, **changes: Any) -> Fact:
         """Edit ``text``, ``type``, ``confidence`` or ``metadata`` of a fact (recorded in its history)."""
         check_id(user_id, "user_id")
@@ -574,19 +515,19 @@ class TieredMemory:
             changes["metadata"] = check_metadata(changes["metadata"], self.config.max_metadata_bytes)
         return self._layers.facts.edit(user_id, fact_id, **changes)
 
-    @_usable
+    @usable
     def delete_fact(self, fact_id: str, *, user_id: str) -> None:
         """Delete a fact; its history keeps a ``delete`` entry (``forget_user`` erases everything)."""
         self._layers.facts.delete(check_id(user_id, "user_id"), check_id(fact_id, "fact_id"))
 
-    @_usable
+    @usable
     def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:
         """The audit trail of the user's facts (``FactChange``), oldest first."""
         if fact_id is not None:
             check_id(fact_id, "fact_id")
         return self._layers.facts.history(check_id(user_id, "user_id"), fact_id)
 
-    @_usable
+    @usable
     def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list[FactHit]:
         """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
         check_id(user_id, "user_id")
@@ -598,7 +539,7 @@ class TieredMemory:
         self.parts.access.note("fact", user_id, [h.fact.id for h in hits], now)
         return hits
 
-    @_usable
+    @usable
     def episodes(self, user_id: str, session_id: str | None = None) -> list[Episode]:
         """The user's episodes, oldest first."""
         check_id(user_id, "user_id")
@@ -607,7 +548,7 @@ class TieredMemory:
         self.parts.access.flush()  # the counts shown are current
         return self._layers.episodes.select(user_id, session_id)
 
-    @_usable
+    @usable
     def search_episodes(self, query: str, *, user_id: str, k: int = 5) -> list[EpisodeHit]:
         """Whole episodes (``EpisodeHit``) ranked by their best-matching key point and recency."""
         check_id(user_id, "user_id")
@@ -619,13 +560,13 @@ class TieredMemory:
         self.parts.access.note("episode", user_id, [h.episode.id for h in hits], now)
         return hits
 
-    @_usable
+    @usable
     def working_memory(self, session_id: str, *, user_id: str) -> WorkingMemory:
         """The session's :class:`~tiered_memory.layers.working.WorkingMemory` (``remember``, ``items``,
         ``scratchpad``)."""
         return self._layers.working(session_id, user_id)
 
-    @_usable
+    @usable
     def flush(self, timeout: float | None = None) -> None:
         """Wait for background compression queued by ``EpisodeConfig.compress_after_turns``, and
         write the access counts reads have noted."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from functools import lru_cache
-from typing import Callable, Protocol
+from typing import Protocol
 
 _WORDISH = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 

@@ -1,0 +1,78 @@
+"""The edge of the facade: a memory that is closed or was inherited through ``fork``
+refuses every call with a typed error, and what the environment raises (an ``OSError``,
+a ``sqlite3`` error, whatever a custom vector index throws) reaches the caller as the
+library's own errors, with what to do."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sqlite3
+import weakref
+from typing import Any, Callable, Iterator, Protocol, TypeVar
+
+from .errors import StoreError, TieredMemoryError, UsageError, VectorIndexError
+
+
+class Guarded(Protocol):
+    """What :func:`usable` reads on the object whose methods it guards."""
+
+    _pid: int
+    _forked_from: int | None
+    _closed: bool
+
+
+OPEN: "weakref.WeakSet[Any]" = weakref.WeakSet()  # open memories, so a fork can mark them
+
+
+def _forked() -> None:
+    for memory in list(OPEN):
+        memory._forked_from = memory._pid
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def usable(method: F) -> F:
+    """Refuse, with a typed error, a call on a closed memory or one inherited through ``fork``
+    (its SQLite connection, locks and vector-engine threads belong to the parent: using
+    them in the child can corrupt data or hang)."""
+
+    @functools.wraps(method)
+    def checked(self: Guarded, *args: Any, **kwargs: Any) -> Any:
+        if self._forked_from is not None:
+            raise UsageError(
+                f"this TieredMemory was opened in process {self._forked_from} and inherited by this forked "
+                "child, where its connections are not safe to use. Open a new TieredMemory in the child "
+                "(after the fork), or start workers with multiprocessing's 'spawn' method.")
+        if self._closed:
+            raise UsageError("this TieredMemory is closed; open a new one")
+        try:
+            return method(self, *args, **kwargs)
+        except TieredMemoryError:
+            raise
+        except OSError as e:  # a full disk, a permission, a directory where a file should be
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            raise StoreError(f"{method.__name__} failed: {e.strerror or e}{where}. Check free disk space and "
+                             "permissions; what was acknowledged before is kept") from e
+        except sqlite3.Error as e:
+            raise StoreError(f"{method.__name__} failed in the record store: {e}. Check free disk space; "
+                             "what was acknowledged before is kept") from e
+
+    return checked  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def vector_errors_typed(message: str) -> Iterator[None]:
+    """Whatever a vector index raises (a custom one may raise anything) becomes
+    :class:`VectorIndexError` with ``message`` (its ``{error}`` is the cause)."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(e, TieredMemoryError) and not isinstance(e, VectorIndexError):
+            raise
+        raise VectorIndexError(message.format(error=e)) from e
