@@ -226,5 +226,15 @@ def chroma_collection() -> str:
 
 @pytest.fixture
 def scale_env(make_postgres_url: Callable[[], str], chroma_url: str) -> dict[str, str]:
-    """The environment of the README's "Running at scale": a fresh database and the Chroma server."""
+    """The environment of the README's "Running at scale": a fresh database, and the Chroma
+    server without the library's default collection (other tests may have filled it with
+    vectors of another embedder), as a new deployment finds them."""
+    import chromadb
+
+    from tiered_memory.vector.chroma import COLLECTION
+
+    host, port = chroma_url.removeprefix("http://").rsplit(":", 1)
+    client = chromadb.HttpClient(host=host, port=int(port))
+    if COLLECTION in {c.name for c in client.list_collections()}:
+        client.delete_collection(COLLECTION)
     return {"TIERED_MEMORY_RECORD_STORE": make_postgres_url(), "TIERED_MEMORY_VECTOR_STORE": chroma_url}
