@@ -87,3 +87,24 @@ def test_switching_embedders_re_embeds_and_no_stored_vector_breaks_a_read(tmp_pa
         assert "looking for a map of Braga" in ctx.to_text()
         assert "Braga" in memory.search("maps of Braga", user_id="gone", k=1)[0].text
         memory.consolidate("gone")  # merges facts by their stored vectors: none may be stale
+
+
+def test_space_of_forgotten_vectors_is_reclaimed(tmp_path: Path) -> None:
+    from tiered_memory import StaticEmbedder
+
+    def size() -> int:  # the HNSW segment files, where deleted vectors keep their space
+        return sum(f.stat().st_size for f in (tmp_path / "chroma").rglob("*") if f.is_file() and f.parent.name != "chroma")
+
+    embedder = StaticEmbedder()
+    with TieredMemory(tmp_path, embedder=embedder) as memory:
+        memory.add("user", "I am the one who stays: my cat is called Miso.", session_id="s", user_id="keeper")
+        for cycle in range(60):  # add/forget churn: 6,000 vectors deleted
+            memory.add_many([{"role": "user", "content": f"churn {cycle} note {n}"} for n in range(100)],
+                            session_id="s", user_id=f"tmp{cycle}")
+            memory.forget_user(f"tmp{cycle}")
+    grown = size()
+    with TieredMemory(tmp_path, embedder=embedder) as memory:  # more forgotten than live: compacted at open
+        assert memory.store.get_meta("forgotten_vectors") == "0"
+        assert "Miso" in memory.search("what is my cat called?", user_id="keeper", k=1)[0].text
+        assert memory.index.count() == 1
+    assert size() < grown / 2

@@ -208,6 +208,8 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
             else:
                 repair(index_lost_vectors(store, index))
         return
+    if index_in_folder:
+        compact_if_worth_it(store, index)
     unclean = store.get_meta("state") == "open"
     store.set_meta("state", "open")
     if previous is not None and previous != name:
@@ -218,6 +220,27 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
     else:
         repair(unclean or index_lost_vectors(store, index))
     store.set_meta("embedder", name)
+
+
+FORGOTTEN_VECTORS = "forgotten_vectors"  # meta: vectors deleted since the index was last compacted
+
+
+def compact_if_worth_it(store: RecordStore, index: VectorIndex, *, minimum: int = 5_000) -> None:
+    """Reclaim the space of deleted vectors once there are more of them than live ones
+    (and at least ``minimum``): an index that can compact copies the live vectors anew."""
+    compact = getattr(index, "compact", None)
+    forgotten = int(store.get_meta(FORGOTTEN_VECTORS) or 0)
+    if compact is None or forgotten < minimum or forgotten < index.count():
+        return
+    kept = compact()
+    store.set_meta(FORGOTTEN_VECTORS, "0")
+    log.info("vector index compacted: %s live vectors kept, the space of %s deleted ones reclaimed", kept, forgotten)
+
+
+def note_forgotten(store: RecordStore, n: int) -> None:
+    """Count vectors deleted from the index (for :func:`compact_if_worth_it`)."""
+    if n:
+        store.set_meta(FORGOTTEN_VECTORS, str(int(store.get_meta(FORGOTTEN_VECTORS) or 0) + n))
 
 
 def index_lost_vectors(store: RecordStore, index: VectorIndex) -> bool:

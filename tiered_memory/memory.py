@@ -30,6 +30,7 @@ from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
     foreign_entries as foreign_entries,
     is_embedded_index,
+    note_forgotten,
     open_layer_store,
     open_record_store,
     open_vector_index,
@@ -318,6 +319,7 @@ class TieredMemory:
             if not self.store.delete_message(user_id, memory_id):
                 raise NotFoundError(f"no memory {memory_id!r} for this user")
             self.index.delete([memory_id])
+            note_forgotten(self.store, 1)
 
     @usable
     def clear_session(self, session_id: str, *, user_id: str) -> int:
@@ -329,6 +331,7 @@ class TieredMemory:
         with self._write_lock:
             ids = self.store.clear_session(user_id, session_id)
             self.index.delete(ids)
+            note_forgotten(self.store, len(ids))
             if self._layers_ok():
                 self.working_memory(session_id, user_id=user_id).clear()
         return len(ids)
@@ -346,6 +349,7 @@ class TieredMemory:
             self.parts.access.flush()  # no pending count may outlive the user's rows
             self._set_pending_forgets(self._pending_forgets() | {user_id})
             ids = self.store.forget_user(user_id)
+            note_forgotten(self.store, len(ids))
             with vector_errors_typed("the user's records are deleted but not yet their vectors ({error}); the "
                                      "deletion is finished on the next open, or before the next write for this user"):
                 self.index.delete_user(user_id)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import shutil
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -56,6 +58,7 @@ class ChromaVectorIndex:
             raise missing("chromadb", "embedded") from e
         try:
             self._owns_client = client is None
+            self._path = Path(path) if client is None and path is not None else None
             if client is None:
                 if path is None:
                     raise ValueError("ChromaVectorIndex needs a path or a client")
@@ -178,6 +181,42 @@ class ChromaVectorIndex:
             )
         except Exception as e:
             raise VectorIndexError(f"Chroma reset failed: {e}; run rebuild_index() again") from e
+
+    def compact(self, batch: int = 2000) -> int:
+        """Copy the live vectors into a new collection and drop the old one, reclaiming the
+        space HNSW keeps for deleted vectors (it marks them, never frees them); returns the
+        vectors kept. An interruption leaves the old collection (or, at worst, an index the
+        start-up repair refills from the records)."""
+        old_segments = self._segment_folders()
+        try:
+            name = self.collection.name
+            scratch = f"{name}__compacting"
+            if scratch in {c.name for c in self.client.list_collections()}:
+                self.client.delete_collection(scratch)
+            fresh = self.client.create_collection(
+                scratch, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+            kept, offset = 0, 0
+            while True:
+                part = self.collection.get(include=["embeddings", "metadatas"], limit=batch, offset=offset)
+                if not part["ids"]:
+                    break
+                fresh.add(ids=part["ids"], embeddings=part["embeddings"], metadatas=part["metadatas"])
+                kept += len(part["ids"])
+                offset += batch
+            self.client.delete_collection(name)
+            fresh.modify(name=name)
+            self.collection = self.client.get_collection(name, embedding_function=None)
+        except Exception as e:
+            raise VectorIndexError(f"Chroma compaction failed: {e}; the next open repairs the index") from e
+        for folder in old_segments:  # Chroma leaves a deleted collection's HNSW files behind
+            shutil.rmtree(folder, ignore_errors=True)
+        return kept
+
+    def _segment_folders(self) -> list[Path]:
+        """The HNSW segment folders of an embedded index (one per collection, named by id)."""
+        if self._path is None or not self._path.is_dir():
+            return []
+        return [p for p in self._path.iterdir() if p.is_dir() and len(p.name) == 36 and p.name.count("-") == 4]
 
     def close(self) -> None:
         # Release the client we created: Chroma caches one System per path per process,
