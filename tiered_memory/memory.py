@@ -73,7 +73,7 @@ def default_path() -> Path:
 def _query(query: object) -> str:
     if not isinstance(query, str) or not query.strip():
         raise InvalidInputError("query must be a non-empty string")
-    return query
+    return check_query(query)
 
 
 class TieredMemory:

@@ -223,9 +223,11 @@ def check_filters(filters: object) -> Mapping[str, Any] | None:
     a mapping (an operator) or a NaN would otherwise match nothing or everything, silently."""
     if filters is None:
         return None
-    if not isinstance(filters, Mapping) or not all(isinstance(k, str) and k for k in filters):
+    if not isinstance(filters, Mapping) or not all(isinstance(k, str) and k and _encodable(k) for k in filters):
         raise InvalidInputError(f"filters must be a mapping with non-empty str keys, got {filters!r}")
     for key, value in filters.items():
+        if isinstance(value, str) and (not _encodable(value) or "\x00" in value):
+            raise InvalidInputError(f"filters[{key!r}] holds text no store can hold (a NUL or a lone surrogate)")
         if key in ("since", "until"):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise InvalidInputError(f"filters[{key!r}] must be finite epoch seconds, got {value!r}")
@@ -245,4 +247,6 @@ def check_filters(filters: object) -> Mapping[str, Any] | None:
 def check_query(query: object) -> str:
     if not isinstance(query, str):
         raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
+    if not _encodable(query):
+        raise InvalidInputError("query contains lone surrogates and is not valid text")
     return query
