@@ -57,7 +57,7 @@ from .recall.search import search_turns
 from .store.base import RecordStore
 from .tokens import TokenCounter, default_token_counter
 from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
-from .validation import (check_count, check_fact_text, check_filters, check_id, check_metadata, check_query, check_unit,
+from .validation import (MAX_COUNT, check_count, check_fact_text, check_filters, check_id, check_metadata, check_query, check_unit,
                          normalize_message)
 from .vector.base import VectorIndex
 
@@ -419,8 +419,8 @@ class TieredMemory:
         if session_id is not None:
             check_id(session_id, "session_id")
         _query(query)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise InvalidInputError(f"k must be a positive int, got {k!r}")
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_COUNT:
+            raise InvalidInputError(f"k must be a positive int (at most {MAX_COUNT:,}), got {k!r}")
         check_filters(filters)
         now = time.time()
         with self._gate.reading():

@@ -12,6 +12,7 @@ from .errors import ContentTooLargeError, InvalidInputError
 from .types import ROLES, Message
 
 MAX_ID_LENGTH = 256
+MAX_COUNT = 2**31 - 1  # limits, k and budgets: what every store and index can take as a number
 MAX_LAYER_METADATA_BYTES = 64_000  # the default MemoryConfig.max_metadata_bytes
 
 # Timestamps a read can always render and score: 1900-01-01 to 2200-01-01 UTC. Wider
@@ -209,11 +210,12 @@ def normalize_message(item: object, *, max_chars: int, max_metadata_bytes: int, 
 
 
 def check_count(value: object, name: str, *, minimum: int, optional: bool = False) -> int | None:
-    """``value`` if it is an int >= ``minimum`` (or ``None`` when ``optional``)."""
+    """``value`` if it is an int from ``minimum`` to :data:`MAX_COUNT` (or ``None`` when
+    ``optional``)."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInputError(f"{name} must be an int >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
+        raise InvalidInputError(f"{name} must be an int from {minimum} to {MAX_COUNT:,}, got {value!r}")
     return value
 
 
