@@ -10,8 +10,13 @@ table with a ``user_id`` column).
 An item may carry ``text`` (what to search it by). That text is indexed like a
 turn: a keyword index next to the row (the store's own full-text index), and a
 vector in the shared vector index under ``item:<id>`` with layer ``"item"``, both
-derived from the row and restored by :meth:`ItemStore.repair`. Search fuses vector, keyword and recency
-ranks with the same weighted reciprocal-rank fusion as turn recall.
+derived from the row and restored by :meth:`ItemStore.repair`. Search finds candidates
+by vector and keyword and scores each by its cosine similarity to the query (in
+[-1, 1], higher is better, like LangGraph's stores with ``distance_type="cosine"``), so
+a score threshold means the same thing for every query; one vector per item, of its
+joined text.
+
+Items whose namespace maps to no user belong to :data:`SHARED_OWNER`.
 
 Items are not part of ``export_jsonl``/``import_jsonl`` (which carry messages) in
 this version.
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -33,14 +39,21 @@ from ..aio import twin
 from ..embedding import embed, embed_query
 from ..errors import InvalidInputError
 from ..recall.query import keywords
-from ..recall.scoring import recency_score, rrf_fuse
 from ..parts import Parts
 from ..records import Item
 from ..store.repositories import ItemRepository
-from ..validation import check_id, check_text
+from ..validation import _encodable, check_id, check_text
 from ..vector.base import VectorIndex, VectorItem
 
 LAYER = "item"
+#: the owner of items whose namespace maps to no user: a control character keeps it apart
+#: from every real user id (``check_id`` refuses those), so no user can claim or forget it
+SHARED_OWNER = "\x01shared"
+
+
+def check_owner(user_id: object) -> str:
+    """A user id, or :data:`SHARED_OWNER`."""
+    return SHARED_OWNER if user_id == SHARED_OWNER else check_id(user_id, "user_id")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +78,10 @@ class ItemWrite:
 
 # ---- pure decisions ----------------------------------------------------------
 def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[str, ...]:
-    """A namespace is a tuple of non-empty labels without control characters."""
+    """A namespace is a tuple of non-empty labels. Any character but NUL (which no
+    record store can keep in text) is allowed, as in LangGraph: ``*`` and ``.`` are
+    plain characters in a label (``*`` is a wildcard only in ``list_namespaces``
+    match patterns, as LangGraph defines)."""
     if not isinstance(namespace, (tuple, list)):
         raise InvalidInputError(f"namespace must be a tuple of str, got {type(namespace).__name__}")
     if not namespace and not allow_empty:
@@ -73,8 +89,10 @@ def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[st
     for label in namespace:
         if not isinstance(label, str) or not label:
             raise InvalidInputError(f"namespace labels must be non-empty strings, got {label!r}")
-        if any(ord(c) < 32 or ord(c) == 127 for c in label):
-            raise InvalidInputError(f"namespace label {label!r} contains control characters")
+        if "\x00" in label:
+            raise InvalidInputError(f"namespace label {label!r} contains NUL, which cannot be stored; remove it")
+        if not _encodable(label):
+            raise InvalidInputError(f"namespace label {label!r} contains lone surrogates; it cannot be stored as UTF-8")
     return tuple(namespace)
 
 
@@ -91,43 +109,119 @@ def match_namespace(namespace: Sequence[str], pattern: Sequence[str], kind: str)
     return all(p == "*" or n == p for n, p in pairs)
 
 
-_OPERATORS = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"}
+_OPERATORS = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"}
+_FILTER_KEY = re.compile(r"^[a-zA-Z0-9_.-]+$")
+_MISSING = object()
+
+
+def _order(actual: Any, want: Any) -> tuple[Any, Any] | None:
+    """Two values that compare the way LangGraph's SQL stores compare them: numbers as
+    numbers (bools are not numbers), strings as strings; else ``None`` (no match)."""
+    def num(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if num(actual) and num(want):
+        a, w = float(actual), float(want)
+        return None if math.isnan(a) or math.isnan(w) else (a, w)
+    if isinstance(actual, str) and isinstance(want, str):
+        return actual, want
+    return None
 
 
 def _compare(actual: Any, op: str, want: Any) -> bool:
+    """One operator; ``actual`` is ``_MISSING`` when the key is absent."""
+    if op == "$exists":
+        if not isinstance(want, bool):
+            raise InvalidInputError(f"$exists takes true or false, got {want!r}")
+        return (actual is not _MISSING) is want
+    if op in ("$in", "$nin"):
+        if not isinstance(want, (list, tuple)):
+            raise InvalidInputError(f"{op} takes a list of values, got {want!r}")
+        found = actual is not _MISSING and any(match_value(actual, w) for w in want)
+        return found if op == "$in" else not found
+    if actual is _MISSING:  # as in LangGraph's SQL stores: absent is NULL, which only {"$eq": None} matches
+        return op == "$eq" and want is None
     if op == "$eq":
-        return bool(actual == want)
+        return match_value(actual, want)
     if op == "$ne":
-        return bool(actual != want)
-    try:
-        a, w = float(actual), float(want)
-    except (TypeError, ValueError):
+        return not match_value(actual, want)
+    pair = _order(actual, want)
+    if pair is None:
         return False
-    if math.isnan(a) or math.isnan(w):
-        return False
-    return {"$gt": a > w, "$gte": a >= w, "$lt": a < w, "$lte": a <= w}[op]
+    a, w = pair
+    return bool({"$gt": a > w, "$gte": a >= w, "$lt": a < w, "$lte": a <= w}[op])
 
 
 def match_value(actual: Any, want: Any) -> bool:
-    """JSONB-like matching: operators (``$eq`` ``$ne`` ``$gt`` ``$gte`` ``$lt`` ``$lte``),
-    nested objects matched key by key, lists element by element, else equality."""
+    """JSONB-like matching: operators (``$eq`` ``$ne`` ``$gt`` ``$gte`` ``$lt`` ``$lte``
+    ``$in`` ``$nin`` ``$exists``), nested objects matched key by key, lists element by
+    element, else equality (``1 == 1.0``, but ``True`` is not ``1``)."""
     if isinstance(want, Mapping):
         ops = [k for k in want if isinstance(k, str) and k.startswith("$")]
         if ops:
             unknown = set(ops) - _OPERATORS
-            if unknown:
-                raise InvalidInputError(f"unsupported filter operators {sorted(unknown)}")
+            if unknown or len(ops) != len(want):
+                raise InvalidInputError(
+                    f"unsupported filter operators {sorted(set(want) - _OPERATORS)}; use {sorted(_OPERATORS)}")
             return all(_compare(actual, op, v) for op, v in want.items())
-        return isinstance(actual, Mapping) and all(match_value(actual.get(k), v) for k, v in want.items())
+        return isinstance(actual, Mapping) and all(
+            match_value(actual.get(k, _MISSING), v) for k, v in want.items())
+    if actual is _MISSING:
+        return want is None
     if isinstance(want, (list, tuple)):
         return (isinstance(actual, (list, tuple)) and len(actual) == len(want)
                 and all(match_value(a, w) for a, w in zip(actual, want)))
+    if isinstance(want, bool) or isinstance(actual, bool):
+        return isinstance(want, bool) and isinstance(actual, bool) and want is actual
     return bool(actual == want)
+
+
+def check_filter_key(key: object) -> str:
+    """A filter key: letters, digits, ``_``, ``-`` and ``.`` (a dot walks into nested
+    objects), the rule of LangGraph's SQL stores."""
+    if not isinstance(key, str) or not _FILTER_KEY.match(key) or "" in key.split("."):
+        raise InvalidInputError(
+            f"Invalid filter key: {key!r}. Filter keys must contain only alphanumeric characters, "
+            "underscores, dots and hyphens, with a dot only between two names (\"a.b\").")
+    return key
+
+
+def value_at(value: Mapping[str, Any], key: str) -> Any:
+    """The value at a dotted ``key`` (``"a.b"`` is ``value["a"]["b"]``; a literal ``"a.b"``
+    key wins), or ``_MISSING``."""
+    if key in value:
+        return value[key]
+    current: Any = value
+    for part in key.split("."):
+        if not isinstance(current, Mapping) or part not in current:
+            return _MISSING
+        current = current[part]
+    return current
+
+
+def check_filter(filter: Mapping[str, Any] | None) -> None:
+    """Refuse a bad key or operator before any item is read (so an empty store refuses it too)."""
+    if filter is None:
+        return
+    if not isinstance(filter, Mapping):
+        raise InvalidInputError(f"filter must be a mapping, got {type(filter).__name__}")
+    for key, want in filter.items():
+        check_filter_key(key)
+        match_value(_MISSING, want)
 
 
 def match_filter(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
     """True when ``value`` satisfies every condition of ``filter`` (``None`` matches all)."""
-    return not filter or all(match_value(value.get(k), want) for k, want in filter.items())
+    if not filter:
+        return True
+    check_filter(filter)
+    return all(match_value(value_at(value, k), want) for k, want in filter.items())
+
+
+def rank_by_similarity(similarity: Mapping[str, float], keyword_rank: Mapping[str, int],
+                       updated_at: Mapping[str, float]) -> list[str]:
+    """Ids best first: by similarity, ties broken by keyword rank, then the newest (pure)."""
+    return sorted(similarity, key=lambda i: (-similarity[i], keyword_rank.get(i, len(keyword_rank)),
+                                             -updated_at.get(i, 0.0), i))
 
 
 def truncate_namespaces(namespaces: Sequence[tuple[str, ...]], max_depth: int | None) -> list[tuple[str, ...]]:
@@ -163,7 +257,7 @@ class ItemStore:
         last: dict[tuple[tuple[str, ...], str], ItemWrite] = {}
         for w in writes:
             ns = check_namespace(w.namespace)
-            check_id(w.user_id, "user_id")
+            check_owner(w.user_id)
             if not isinstance(w.key, str) or not w.key:
                 raise InvalidInputError(f"item key must be a non-empty string, got {w.key!r}")
             if w.value is not None and not isinstance(w.value, Mapping):
@@ -240,38 +334,38 @@ class ItemStore:
         ns = check_namespace(tuple(prefix), allow_empty=True)
         if limit < 0 or offset < 0:
             raise InvalidInputError("limit and offset must be >= 0")
+        check_filter(filter)
         if not query or not query.strip():
             listed = [i for i in self._under(ns) if match_filter(i.value, filter)]
             return [ItemHit(item=i, score=None) for i in listed[offset:offset + limit]]
         if user_id is None:
             raise InvalidInputError(
-                "a search query needs the user: make the namespace prefix include the user id")
-        check_id(user_id, "user_id")
+                "a search query needs the user (a user id, or SHARED_OWNER for items of no user)")
+        check_owner(user_id)
+        check_filter(filter)
         cfg = self.parts.config.retrieval
         n = max(cfg.candidates, (offset + limit) * 4)
-        vec = self.index.query(embed_query(self.parts.embedder, query)[None, :], user_id=user_id,
-                               k=n, layers=[LAYER])[0]
+        qvec = embed_query(self.parts.embedder, query)[None, :]
+        vec = self.index.query(qvec, user_id=user_id, k=n, layers=[LAYER])[0]
         kw = self.db.keyword_items(user_id, keywords(query), n)
         vec = [(i.removeprefix("item:"), s) for i, s in vec]
         candidates = {i.id: i for i in self._under(ns, [i for i, _ in vec] + [i for i, _ in kw])
                       if i.user_id == user_id and match_filter(i.value, filter)}
-        vec = [(i, s) for i, s in vec if i in candidates]
-        kw = [(i, s) for i, s in kw if i in candidates]
-        now = time.time()
-        fused = rrf_fuse(
-            {"vector": [i for i, _ in vec], "keyword": [i for i, _ in kw],
-             "recency": sorted(candidates, key=lambda i: -candidates[i].updated_at)},
-            {"vector": cfg.vector_weight, "keyword": cfg.keyword_weight, "recency": cfg.recency_weight},
-            k=cfg.rrf_k,
-            extras={"vector": dict(vec), "keyword": dict(kw),
-                    "recency": {i: recency_score(c.updated_at, now, cfg.recency_half_life_days)
-                                for i, c in candidates.items()}},
-        )
-        ranked = [ItemHit(item=candidates[f.id], score=f.score,
-                          explanation={"method": "weighted reciprocal-rank fusion", "signals": f.parts})
-                  for f in fused]
+        similarity = {i: s for i, s in vec if i in candidates}
+        # keyword matches the vector top-n missed get their similarity too, so every score
+        # is on one scale (cosine similarity, higher is better) and a threshold means something
+        missed = [f"item:{i}" for i, _ in kw if i in candidates and i not in similarity]
+        if missed:
+            found = self.index.query(qvec, user_id=user_id, k=len(missed), layers=[LAYER], among=missed)[0]
+            similarity.update((i.removeprefix("item:"), s) for i, s in found)
+        kw_rank = {i: r for r, (i, _) in enumerate((i, s) for i, s in kw if i in candidates)}
+        order = rank_by_similarity(similarity, kw_rank, {i: c.updated_at for i, c in candidates.items()})
+        ranked = [ItemHit(item=candidates[i], score=similarity[i],
+                          explanation={"method": "cosine similarity", "similarity": similarity[i],
+                                       "keyword_rank": kw_rank.get(i)})
+                  for i in order]
         if len(ranked) < offset + limit:  # like LangGraph's stores: fill with unranked items
-            seen = set(candidates)
+            seen = set(similarity)
             ranked += [ItemHit(item=i, score=None) for i in self._under(ns)
                        if i.id not in seen and match_filter(i.value, filter)]
         return ranked[offset:offset + limit]
