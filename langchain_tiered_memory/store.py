@@ -7,9 +7,33 @@ items in the same folder as the conversation memory, in the core's item table
 (vector + keyword + recency), using the memory's embedder: no separate
 embedding or index configuration.
 
-Users: every item belongs to the user whose id is at ``user_position`` in its
-namespace (default ``0``: ``("u1", "memories")``). That id scopes semantic search
-and ``TieredMemory.forget_user`` removes the user's items with everything else.
+Users: every item belongs to the user its namespace maps to, and
+``TieredMemory.forget_user`` removes the user's items with everything else. The
+mapping is one of:
+
+- ``user_position`` (default ``0``): the label at that position, ``("u1", "memories")``;
+- ``user_namespace=("memories", "{user_id}")``: a template (LangMem's pattern); the
+  label in place of ``{user_id}`` is the user, where the other labels match;
+- ``user_namespace=callable(namespace, key) -> user_id | None``: anything else, such as
+  the docs' profile pattern (namespace ``("users",)``, key = user id:
+  ``lambda ns, key: key if ns == ("users",) else None``). For a search the callable
+  gets the prefix and ``key=None``.
+
+Items whose namespace maps to no user are the store's shared items (owner
+:data:`~tiered_memory.layers.items.SHARED_OWNER`, which no user id can equal, so no
+``forget_user`` touches them). A semantic search sees the items of the one owner its
+prefix maps to: that user's, or the shared items when the prefix names no user. User
+ids are matched exactly on every path: ``*`` is a plain character in a label, and in a
+``list_namespaces`` pattern it is LangGraph's wildcard everywhere but at the user's
+position (``user_position`` or the template's ``{user_id}``), where it is matched
+literally, so a user called ``*`` never lists other users' namespaces. (LangGraph's
+``put`` refuses ``.`` in labels; a user id with a ``.`` works as a key, with a callable.)
+
+Scores are cosine similarities in [-1, 1] (higher is better), as LangGraph's stores
+report with ``distance_type="cosine"``; items that only filters or the listing found
+have ``score=None``. One vector per item, of the texts at ``fields`` joined: LangGraph's
+SQL stores keep one vector per field and score the best one, so with several
+``fields`` a score here is of the whole joined text.
 
 Indexing: ``fields`` (default ``["$"]``, the whole value as JSON) names what text to
 search an item by, with LangGraph's path syntax (``"text"``, ``"notes[*].body"``);
@@ -21,12 +45,11 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, Union
 
 from langgraph.store.base import (
     BaseStore,
     GetOp,
-    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
     Op,
@@ -40,9 +63,36 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.records import Item as CoreItem
-from tiered_memory.layers.items import ItemStore, ItemWrite
+from tiered_memory.layers.items import SHARED_OWNER, ItemStore, ItemWrite, check_namespace
+from tiered_memory.validation import check_id
 
-__all__ = ["TieredMemoryStore"]
+__all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
+
+USER_LABEL = "{user_id}"
+
+#: a namespace template with one ``"{user_id}"`` label, or ``(namespace, key) -> user_id | None``
+UserMapping = Union[Sequence[str], Callable[[tuple[str, ...], "str | None"], "str | None"]]
+
+
+def check_template(template: Sequence[str]) -> tuple[str, ...]:
+    """A user template: labels, exactly one of them ``"{user_id}"``."""
+    labels = check_namespace(tuple(template))
+    if labels.count(USER_LABEL) != 1:
+        raise InvalidInputError(
+            f"user_namespace {labels} must have exactly one {USER_LABEL!r} label, "
+            "for example ('memories', '{user_id}')")
+    return labels
+
+
+def user_from_template(template: Sequence[str], namespace: Sequence[str]) -> str | None:
+    """The user ``namespace`` belongs to under ``template`` (pure): the label in place of
+    ``{user_id}``, when the namespace reaches it and every other label it has matches."""
+    at = list(template).index(USER_LABEL)
+    if len(namespace) <= at:
+        return None
+    if any(t != USER_LABEL and t != n for t, n in zip(template, namespace)):
+        return None
+    return namespace[at]
 
 
 def _dt(ts: float) -> datetime:
@@ -79,18 +129,41 @@ class TieredMemoryStore(BaseStore):
         >>> agent = create_agent(model, tools, store=store)  # doctest: +SKIP
     """
 
-    def __init__(self, memory: TieredMemory, *, user_position: int = 0,
+    def __init__(self, memory: TieredMemory, *, user_position: int | None = None,
+                 user_namespace: UserMapping | None = None,
                  fields: Sequence[str] | None = None) -> None:
-        if user_position < 0:
-            raise InvalidInputError("user_position must be >= 0")
+        if user_position is not None and user_namespace is not None:
+            raise InvalidInputError("pass user_position or user_namespace, not both")
+        if user_position is not None and (isinstance(user_position, bool) or not isinstance(user_position, int)
+                                          or user_position < 0):
+            raise InvalidInputError("user_position must be an int >= 0")
         self.memory = memory
-        self.user_position = user_position
+        self.user_position = 0 if user_position is None and user_namespace is None else user_position
+        self._template: tuple[str, ...] | None = None
+        self._user_fn: Callable[[tuple[str, ...], str | None], str | None] | None = None
+        if callable(user_namespace):
+            self._user_fn = user_namespace
+        elif user_namespace is not None:
+            if isinstance(user_namespace, str):
+                raise InvalidInputError("user_namespace must be a tuple of labels, such as ('memories', '{user_id}')")
+            self._template = check_template(user_namespace)
+        self.user_namespace = user_namespace
         self.fields = list(fields) if fields is not None else ["$"]
         self.items = memory.item_store()
         self._repaired = False
 
-    def _user_of(self, namespace: tuple[str, ...]) -> str | None:
-        return namespace[self.user_position] if len(namespace) > self.user_position else None
+    def user_of(self, namespace: tuple[str, ...], key: str | None = None) -> str | None:
+        """The user id ``namespace`` (and ``key``, for a write) maps to; ``None``: shared."""
+        if self._user_fn is not None:
+            found = self._user_fn(tuple(namespace), key)
+            return None if found is None else check_id(found, "the user id user_namespace returned")
+        if self._template is not None:
+            return user_from_template(self._template, namespace)
+        pos = self.user_position or 0
+        return namespace[pos] if len(namespace) > pos else None
+
+    def _owner(self, namespace: tuple[str, ...], key: str | None = None) -> str:
+        return self.user_of(namespace, key) or SHARED_OWNER
 
     def _ready(self) -> None:
         # restore item vectors dropped by rebuild_index() or a crash, once per store object
@@ -102,11 +175,7 @@ class TieredMemoryStore(BaseStore):
     def _writes(self, ops: Sequence[PutOp]) -> list[ItemWrite]:
         writes = []
         for op in ops:
-            user = self._user_of(op.namespace)
-            if user is None:
-                raise InvalidNamespaceError(
-                    f"namespace {op.namespace} has no label at user_position={self.user_position}; "
-                    "put items under a namespace that includes the user id")
+            user = self._owner(op.namespace, op.key)
             text = None
             if op.value is not None and op.index is not False:
                 text = item_text(dict(op.value), op.index if op.index is not None else self.fields)
@@ -115,11 +184,7 @@ class TieredMemoryStore(BaseStore):
         return writes
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
-        user = self._user_of(op.namespace_prefix)
-        if op.query and user is None:
-            raise InvalidNamespaceError(
-                f"semantic search needs the user id in the namespace prefix (position "
-                f"{self.user_position}); got {op.namespace_prefix}")
+        user = self._owner(op.namespace_prefix) if op.query else None
         hits = self.items.search(op.namespace_prefix, query=op.query, user_id=user,
                                  filter=op.filter, limit=op.limit, offset=op.offset)
         return [SearchItem(namespace=h.item.namespace, key=h.item.key, value=h.item.value,
@@ -128,8 +193,11 @@ class TieredMemoryStore(BaseStore):
 
     def _list(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conditions = [(c.match_type, tuple(c.path)) for c in op.match_conditions or ()]
+        # the user's label is matched exactly: a user id "*" is that user, not a wildcard
+        exact_at = (self._template.index(USER_LABEL) if self._template is not None
+                    else None if self._user_fn is not None else self.user_position)
         return self.items.namespaces(conditions=conditions, max_depth=op.max_depth,
-                                     limit=op.limit, offset=op.offset)
+                                     limit=op.limit, offset=op.offset, exact_at=exact_at)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order. Consecutive puts/deletes are written in one transaction

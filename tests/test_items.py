@@ -211,3 +211,16 @@ def test_search_scores_are_cosine_similarities(memory: TieredMemory) -> None:
     assert scores[0] is not None and scores[1] is not None and scores[0] - scores[1] > 0.1
     same = items.search(("u",), query="I prefer green tea in the morning", user_id="u")
     assert same[0].score is not None and same[0].score > 0.99  # identical text: similarity ~1
+
+
+@pytest.mark.parametrize(("ns", "pattern", "kind", "exact_at", "expected"), [
+    (("u1", "m"), ("*", "m"), "prefix", None, True),
+    (("u1", "m"), ("*", "m"), "prefix", 0, False),  # "*" on the user's label is a user id
+    (("*", "m"), ("*", "m"), "prefix", 0, True),
+    (("u1", "m"), ("u1", "*"), "prefix", 0, True),
+    (("u1", "x", "m"), ("*", "m"), "suffix", 0, True),  # the "*" falls on position 1
+    (("u1", "m"), ("*", "m"), "suffix", 0, False),
+])
+def test_match_namespace_exact_user_label(ns: tuple[str, ...], pattern: tuple[str, ...], kind: str,
+                                          exact_at: int | None, expected: bool) -> None:
+    assert match_namespace(ns, pattern, kind, exact_at) is expected

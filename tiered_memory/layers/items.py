@@ -96,17 +96,21 @@ def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[st
     return tuple(namespace)
 
 
-def match_namespace(namespace: Sequence[str], pattern: Sequence[str], kind: str) -> bool:
-    """``kind`` is ``"prefix"`` or ``"suffix"``; ``"*"`` in ``pattern`` matches any label."""
+def match_namespace(namespace: Sequence[str], pattern: Sequence[str], kind: str,
+                    exact_at: int | None = None) -> bool:
+    """``kind`` is ``"prefix"`` or ``"suffix"``; ``"*"`` in ``pattern`` matches any label,
+    except where it falls on namespace position ``exact_at`` (the user's label), where it
+    is matched literally, so a user id ``"*"`` never lists other users' namespaces."""
     if len(namespace) < len(pattern):
         return False
     if kind == "prefix":
-        pairs = zip(namespace, pattern)
+        start = 0
     elif kind == "suffix":
-        pairs = zip(reversed(namespace), reversed(pattern))
+        start = len(namespace) - len(pattern)
     else:
         raise InvalidInputError(f"namespace match must be 'prefix' or 'suffix', got {kind!r}")
-    return all(p == "*" or n == p for n, p in pairs)
+    return all((p == "*" and start + j != exact_at) or namespace[start + j] == p
+               for j, p in enumerate(pattern))
 
 
 _OPERATORS = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte", "$in", "$nin", "$exists"}
@@ -366,17 +370,19 @@ class ItemStore:
                   for i in order]
         if len(ranked) < offset + limit:  # like LangGraph's stores: fill with unranked items
             seen = set(similarity)
-            ranked += [ItemHit(item=i, score=None) for i in self._under(ns)
-                       if i.id not in seen and match_filter(i.value, filter)]
+            ranked += [ItemHit(item=i, score=None) for i in self._under(ns)  # the same owner's only
+                       if i.id not in seen and i.user_id == user_id and match_filter(i.value, filter)]
         return ranked[offset:offset + limit]
 
     def namespaces(
         self, *, conditions: Sequence[tuple[str, Sequence[str]]] = (), max_depth: int | None = None,
-        limit: int = 100, offset: int = 0,
+        limit: int = 100, offset: int = 0, exact_at: int | None = None,
     ) -> list[tuple[str, ...]]:
-        """Distinct namespaces matching every ``(kind, pattern)`` condition, sorted."""
+        """Distinct namespaces matching every ``(kind, pattern)`` condition, sorted; a ``"*"``
+        on namespace position ``exact_at`` is literal (see :func:`match_namespace`)."""
         all_ns = self.db.item_namespaces()
-        kept = [ns for ns in all_ns if all(match_namespace(ns, p, kind) for kind, p in conditions)]
+        kept = [ns for ns in all_ns
+                if all(match_namespace(ns, p, kind, exact_at) for kind, p in conditions)]
         return truncate_namespaces(kept, max_depth)[offset:offset + limit]
 
     def count(self, user_id: str | None = None) -> int:
