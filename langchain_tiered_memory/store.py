@@ -29,6 +29,12 @@ position (``user_position`` or the template's ``{user_id}``), where it is matche
 literally, so a user called ``*`` never lists other users' namespaces. (LangGraph's
 ``put`` refuses ``.`` in labels; a user id with a ``.`` works as a key, with a callable.)
 
+TTL: ``ttl=TTLConfig(default_ttl=minutes, refresh_on_read=True, sweep_interval_minutes=...)``
+and ``put(..., ttl=minutes)`` as in LangGraph. Expired items are never returned, listed
+or searched (as with ``omit_expired=True``, always); reads that refresh restart the
+clock (a small write); :meth:`TieredMemoryStore.sweep_ttl` deletes them (rows and
+vectors), and :meth:`~TieredMemoryStore.start_ttl_sweeper` does it periodically.
+
 Scores are cosine similarities in [-1, 1] (higher is better), as LangGraph's stores
 report with ``distance_type="cosine"``; items that only filters or the listing found
 have ``score=None``. One vector per item, of the texts at ``fields`` joined: LangGraph's
@@ -44,6 +50,7 @@ that only ``get`` and filters can find.
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Sequence, Union
 
@@ -57,13 +64,14 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
 )
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.records import Item as CoreItem
-from tiered_memory.layers.items import SHARED_OWNER, ItemStore, ItemWrite, check_namespace
+from tiered_memory.layers.items import SHARED_OWNER, ItemStore, ItemWrite, check_namespace, check_ttl
 from tiered_memory.validation import check_id
 
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
@@ -118,8 +126,12 @@ class TieredMemoryStore(BaseStore):
 
     Args:
         memory: the shared :class:`~tiered_memory.TieredMemory` (on SQLite or PostgreSQL).
-        user_position: which namespace label is the user id.
+        user_position: which namespace label is the user id (default ``0``).
+        user_namespace: instead, a template such as ``("memories", "{user_id}")``, or a
+            callable ``(namespace, key) -> user_id | None`` (``key`` is ``None`` for searches).
         fields: default paths of the text to index (``["$"]``: the whole value).
+        ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
+            ``sweep_interval_minutes``).
 
     Example:
         >>> store = TieredMemoryStore(memory, fields=["text"])  # doctest: +SKIP
@@ -131,7 +143,7 @@ class TieredMemoryStore(BaseStore):
 
     def __init__(self, memory: TieredMemory, *, user_position: int | None = None,
                  user_namespace: UserMapping | None = None,
-                 fields: Sequence[str] | None = None) -> None:
+                 fields: Sequence[str] | None = None, ttl: TTLConfig | None = None) -> None:
         if user_position is not None and user_namespace is not None:
             raise InvalidInputError("pass user_position or user_namespace, not both")
         if user_position is not None and (isinstance(user_position, bool) or not isinstance(user_position, int)
@@ -149,6 +161,9 @@ class TieredMemoryStore(BaseStore):
             self._template = check_template(user_namespace)
         self.user_namespace = user_namespace
         self.fields = list(fields) if fields is not None else ["$"]
+        self.ttl_config = check_ttl_config(ttl)
+        self._sweeper: threading.Thread | None = None
+        self._stop_sweeping = threading.Event()
         self.items = memory.item_store()
         self._repaired = False
 
@@ -179,14 +194,16 @@ class TieredMemoryStore(BaseStore):
             text = None
             if op.value is not None and op.index is not False:
                 text = item_text(dict(op.value), op.index if op.index is not None else self.fields)
+            ttl = op.ttl if op.value is not None else None
             writes.append(ItemWrite(namespace=op.namespace, key=op.key, user_id=user,
-                                    value=op.value, text=text))
+                                    value=op.value, text=text, ttl_minutes=ttl))
         return writes
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
         user = self._owner(op.namespace_prefix) if op.query else None
         hits = self.items.search(op.namespace_prefix, query=op.query, user_id=user,
-                                 filter=op.filter, limit=op.limit, offset=op.offset)
+                                 filter=op.filter, limit=op.limit, offset=op.offset,
+                                 refresh_ttl=self._refreshes(op.refresh_ttl))
         return [SearchItem(namespace=h.item.namespace, key=h.item.key, value=h.item.value,
                            created_at=_dt(h.item.created_at), updated_at=_dt(h.item.updated_at),
                            score=h.score) for h in hits]
@@ -218,7 +235,7 @@ class TieredMemoryStore(BaseStore):
                 continue
             flush()
             if isinstance(op, GetOp):
-                found = self.items.get(op.namespace, op.key)
+                found = self.items.get(op.namespace, op.key, refresh_ttl=self._refreshes(op.refresh_ttl))
                 results[n] = _item(found) if found else None
             elif isinstance(op, SearchOp):
                 results[n] = self._search(op)
@@ -231,3 +248,62 @@ class TieredMemoryStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
+
+    # ---- TTL -------------------------------------------------------------------------
+    supports_ttl = True
+
+    def _refreshes(self, asked: bool) -> bool:
+        # a refresh is a write: only a store configured for TTL does it
+        return bool(asked and self.ttl_config is not None and self.ttl_config.get("refresh_on_read", True))
+
+    def sweep_ttl(self) -> int:
+        """Delete the expired items now; returns how many. (Expired items are never
+        returned, listed or searched, swept or not.)"""
+        return self.items.sweep()
+
+    async def asweep_ttl(self) -> int:
+        return await asyncio.to_thread(self.sweep_ttl)
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
+        """Sweep every ``sweep_interval_minutes`` (default the TTLConfig's) in a daemon thread,
+        until :meth:`stop_ttl_sweeper`. Starting twice returns the running thread."""
+        interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        if not interval or interval <= 0:
+            raise InvalidInputError(
+                "no sweep interval: pass sweep_interval_minutes, or set it in ttl=TTLConfig(...)")
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return self._sweeper
+        self._stop_sweeping.clear()
+
+        def run() -> None:
+            while not self._stop_sweeping.wait(float(interval) * 60.0):
+                self.sweep_ttl()
+
+        self._sweeper = threading.Thread(target=run, name="tiered-memory-ttl-sweeper", daemon=True)
+        self._sweeper.start()
+        return self._sweeper
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; True when it has stopped (or never ran)."""
+        self._stop_sweeping.set()
+        if self._sweeper is None:
+            return True
+        self._sweeper.join(timeout)
+        stopped = not self._sweeper.is_alive()
+        if stopped:
+            self._sweeper = None
+        return stopped
+
+
+def check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
+    """LangGraph's ``TTLConfig``, with its numbers checked."""
+    if ttl is None:
+        return None
+    if not isinstance(ttl, dict):
+        raise InvalidInputError(f"ttl must be a TTLConfig dict, got {type(ttl).__name__}")
+    unknown = set(ttl) - {"refresh_on_read", "omit_expired", "default_ttl", "sweep_interval_minutes"}
+    if unknown:
+        raise InvalidInputError(f"unknown TTLConfig keys {sorted(unknown)}")
+    check_ttl(ttl.get("default_ttl"))
+    check_ttl(ttl.get("sweep_interval_minutes"))
+    return ttl

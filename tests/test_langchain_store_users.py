@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -162,3 +163,53 @@ def test_control_characters_in_labels_work_and_nul_is_refused(memory: TieredMemo
     with pytest.raises(InvalidInputError, match="user_id must not contain control characters"):
         store.put(("u\tx", "m"), "k", {"a": 1})  # the user's label is a user id
     assert memory.item_store().count() == 1
+
+
+def test_ttl_expired_items_are_omitted_and_swept(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory, fields=["text"], ttl={"default_ttl": 0.002})  # 0.12 s
+    store.put(("u1", "m"), "short", {"text": "a fleeting note"})
+    store.put(("u1", "m"), "kept", {"text": "a lasting note"}, ttl=None)
+    assert store.get(("u1", "m"), "short") is not None
+    time.sleep(0.3)
+    assert store.get(("u1", "m"), "short") is None
+    assert [h.key for h in store.search(("u1",), query="note")] == ["kept"]
+    assert [h.key for h in store.search(("u1",))] == ["kept"]
+    store.put(("u2", "gone"), "k", {"text": "x"}, ttl=0.002)
+    time.sleep(0.3)
+    assert store.list_namespaces() == [("u1", "m")]
+    vectors = memory.index.count()
+    assert store.sweep_ttl() == 2 and store.sweep_ttl() == 0
+    assert memory.item_store().count() == 1 and memory.index.count() == vectors - 2
+
+
+def test_ttl_refresh_on_read_restarts_the_clock(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory, ttl={"default_ttl": 0.05, "refresh_on_read": True})  # 3 s
+    store.put(("u1", "m"), "read", {"a": 1})
+    store.put(("u1", "m"), "unread", {"a": 2})
+    store.put(("u1", "m"), "peeked", {"a": 3})
+    time.sleep(2)
+    assert store.get(("u1", "m"), "read") is not None  # refreshes
+    assert store.get(("u1", "m"), "peeked", refresh_ttl=False) is not None  # does not
+    time.sleep(2)  # 4 s after the writes, 2 s after the refresh
+    assert store.get(("u1", "m"), "read", refresh_ttl=False) is not None
+    assert store.get(("u1", "m"), "unread") is None and store.get(("u1", "m"), "peeked") is None
+
+
+def test_ttl_sweeper_thread_and_config_checks(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory, ttl={"default_ttl": 0.001, "sweep_interval_minutes": 0.005})
+    store.put(("u1", "m"), "k", {"a": 1})
+    thread = store.start_ttl_sweeper()
+    assert store.start_ttl_sweeper() is thread
+    deadline = time.time() + 10
+    while memory.item_store().count() and time.time() < deadline:
+        time.sleep(0.1)
+    assert memory.item_store().count() == 0
+    assert store.stop_ttl_sweeper(timeout=5) and not thread.is_alive()
+    with pytest.raises(InvalidInputError, match="sweep interval"):
+        TieredMemoryStore(memory).start_ttl_sweeper()
+    with pytest.raises(InvalidInputError, match="ttl must be"):
+        TieredMemoryStore(memory, ttl={"default_ttl": -1})
+    with pytest.raises(InvalidInputError, match="unknown TTLConfig"):
+        TieredMemoryStore(memory, ttl={"default": 5})  # type: ignore[typeddict-unknown-key]
+    with pytest.raises(InvalidInputError, match="ttl must be"):
+        TieredMemoryStore(memory).put(("u1", "m"), "k", {"a": 1}, ttl=0)

@@ -74,6 +74,8 @@ class ItemWrite:
     user_id: str
     value: Mapping[str, Any] | None
     text: str | None = None
+    #: minutes until the item expires (restarted by refreshing reads); ``None``: never
+    ttl_minutes: float | None = None
 
 
 # ---- pure decisions ----------------------------------------------------------
@@ -221,6 +223,21 @@ def match_filter(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> 
     return all(match_value(value_at(value, k), want) for k, want in filter.items())
 
 
+def check_ttl(ttl_minutes: object) -> float | None:
+    """A TTL in minutes: a finite number > 0, or ``None`` (never expires)."""
+    if ttl_minutes is None:
+        return None
+    if (isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, (int, float))
+            or not math.isfinite(ttl_minutes) or ttl_minutes <= 0):
+        raise InvalidInputError(f"ttl must be a number of minutes > 0, or None, got {ttl_minutes!r}")
+    return float(ttl_minutes)
+
+
+def expiry(ttl_minutes: float | None, now: float) -> float | None:
+    """When an item written at ``now`` with this TTL expires (pure)."""
+    return None if ttl_minutes is None else now + ttl_minutes * 60.0
+
+
 def rank_by_similarity(similarity: Mapping[str, float], keyword_rank: Mapping[str, int],
                        updated_at: Mapping[str, float]) -> list[str]:
     """Ids best first: by similarity, ties broken by keyword rank, then the newest (pure)."""
@@ -268,6 +285,7 @@ class ItemStore:
                 raise InvalidInputError(f"item value must be a mapping, got {type(w.value).__name__}")
             if w.text and w.text.strip():
                 check_text(w.text, "item text")
+            check_ttl(w.ttl_minutes)
             last[(ns, w.key)] = w
         if not last:
             return
@@ -293,13 +311,16 @@ class ItemStore:
                 item_id = found or uuid.uuid4().hex
                 ids[(ns, key)] = item_id
                 text = w.text if w.text and w.text.strip() else None
+                expires = expiry(w.ttl_minutes, now)
                 if found:
-                    u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now)
+                    u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now,
+                                  ttl_minutes=w.ttl_minutes, expires_at=expires)
                     if text is None:
                         stale.append(item_id)
                 else:
                     u.insert_item(Item(id=item_id, user_id=w.user_id, namespace=ns, key=key, value=dict(w.value),
-                                       text=text, created_at=now, updated_at=now))
+                                       text=text, created_at=now, updated_at=now),
+                                  ttl_minutes=w.ttl_minutes, expires_at=expires)
             # the rows are the truth; vectors follow (repair() restores them if this fails)
             self.index.delete([f"item:{i}" for i in stale])
             if vectors is not None:
@@ -323,18 +344,49 @@ class ItemStore:
         return len(todo)
 
     # ---- reads -------------------------------------------------------------
-    def get(self, namespace: Sequence[str], key: str) -> Item | None:
-        return self.db.item(check_namespace(tuple(namespace)), key)
+    def get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False) -> Item | None:
+        """The item, unless missing or expired; ``refresh_ttl`` restarts its TTL."""
+        now = time.time()
+        found = self.db.item(check_namespace(tuple(namespace)), key, live_at=now)
+        if found is not None and refresh_ttl:
+            self.refresh([found.id], now)
+        return found
+
+    def refresh(self, ids: Sequence[str], now: float | None = None) -> None:
+        """Restart the TTL of these items (a write: LangGraph's refresh-on-read)."""
+        if ids:
+            with self.parts.lock, self.db.unit() as u:
+                u.refresh_items(ids, time.time() if now is None else now)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Delete the items that have expired (rows and vectors); returns how many."""
+        ids = self.db.expired_items(time.time() if now is None else now)
+        if ids:
+            with self.parts.lock, self.db.unit() as u:
+                for i in ids:
+                    u.delete_item(i)
+            self.index.delete([f"item:{i}" for i in ids])
+        return len(ids)
 
     def _under(self, prefix: tuple[str, ...], ids: Sequence[str] | None = None) -> list[Item]:
-        return self.db.items_under(prefix, ids)
+        return self.db.items_under(prefix, ids, live_at=time.time())
 
     def search(
         self, prefix: Sequence[str], *, query: str | None = None, user_id: str | None = None,
-        filter: Mapping[str, Any] | None = None, limit: int = 10, offset: int = 0,
+        filter: Mapping[str, Any] | None = None, limit: int = 10, offset: int = 0, refresh_ttl: bool = False,
     ) -> list[ItemHit]:
-        """Items under ``prefix`` that match ``filter``; ranked by hybrid recall for ``query``
-        (which needs ``user_id``), else newest first. Unranked items fill a short page."""
+        """Items under ``prefix`` that match ``filter``; ranked by similarity to ``query``
+        (which needs ``user_id``), else newest first. Unranked items fill a short page.
+        Expired items are left out; ``refresh_ttl`` restarts the TTL of those returned."""
+        hits = self._search(prefix, query=query, user_id=user_id, filter=filter, limit=limit, offset=offset)
+        if refresh_ttl:
+            self.refresh([h.item.id for h in hits])
+        return hits
+
+    def _search(
+        self, prefix: Sequence[str], *, query: str | None, user_id: str | None,
+        filter: Mapping[str, Any] | None, limit: int, offset: int,
+    ) -> list[ItemHit]:
         ns = check_namespace(tuple(prefix), allow_empty=True)
         if limit < 0 or offset < 0:
             raise InvalidInputError("limit and offset must be >= 0")
@@ -380,7 +432,7 @@ class ItemStore:
     ) -> list[tuple[str, ...]]:
         """Distinct namespaces matching every ``(kind, pattern)`` condition, sorted; a ``"*"``
         on namespace position ``exact_at`` is literal (see :func:`match_namespace`)."""
-        all_ns = self.db.item_namespaces()
+        all_ns = self.db.item_namespaces(live_at=time.time())
         kept = [ns for ns in all_ns
                 if all(match_namespace(ns, p, kind, exact_at) for kind, p in conditions)]
         return truncate_namespaces(kept, max_depth)[offset:offset + limit]
@@ -389,6 +441,8 @@ class ItemStore:
         return self.db.count_items(user_id)
 
     # async twins: the same methods, run in a worker thread
+    asweep = twin(sweep)
+    arefresh = twin(refresh)
     awrite_many = twin(write_many)
     aget = twin(get)
     asearch = twin(search)

@@ -46,6 +46,13 @@ def marks(n: int) -> str:
     return ",".join("?" * n)
 
 
+def live(sql: str, params: list[Any], live_at: float | None) -> tuple[str, list[Any]]:
+    """``sql`` (ending in a WHERE clause) narrowed to items not expired at ``live_at``."""
+    if live_at is None:
+        return sql, params
+    return sql + " AND (expires_at IS NULL OR expires_at > ?)", [*params, live_at]
+
+
 def ns_path(namespace: Sequence[str]) -> str:
     """A namespace as prefix-matchable text: a prefix of labels is a prefix of the path."""
     # labels may hold any character but NUL: escape the separator (and the escape) inside a
