@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from langchain.agents import create_agent
+from langchain.tools import ToolRuntime
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
 from langgraph.store.base import PutOp, SearchItem
 
 from langchain_tiered_memory import TieredMemoryStore
+from langchain_tiered_memory.testing import ScriptedToolModel
 from langchain_tiered_memory.store import user_from_template
 from tiered_memory import InvalidInputError, TieredMemory
 from tiered_memory.layers.items import SHARED_OWNER
@@ -213,3 +219,49 @@ def test_ttl_sweeper_thread_and_config_checks(memory: TieredMemory) -> None:
         TieredMemoryStore(memory, ttl={"default": 5})  # type: ignore[typeddict-unknown-key]
     with pytest.raises(InvalidInputError, match="ttl must be"):
         TieredMemoryStore(memory).put(("u1", "m"), "k", {"a": 1}, ttl=0)
+
+
+# ---- through create_agent, as LangMem lays memories out -------------------------------
+@dataclass
+class UserContext:
+    user_id: str
+
+
+@tool
+def save_memory(content: str, runtime: ToolRuntime[UserContext]) -> str:
+    """Save a memory about the user."""
+    runtime.store.put(("memories", runtime.context.user_id), str(abs(hash(content))), {"content": content})
+    return "saved"
+
+
+@tool
+def search_memory(query: str, runtime: ToolRuntime[UserContext]) -> str:
+    """Search the user's memories; only confident matches."""
+    hits = runtime.store.search(("memories", runtime.context.user_id), query=query, limit=5)
+    return "\n".join(h.value["content"] for h in hits if h.score is not None and h.score > 0.25) or "nothing"
+
+
+def _call(name: str, args: dict[str, Any], call_id: str) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id, "type": "tool_call"}])
+
+
+def test_create_agent_with_a_langmem_layout_threshold_and_forget_user(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory, user_namespace=("memories", "{user_id}"), fields=["content"])
+    for user, fact in (("ana", "Ana is allergic to peanuts."), ("bo", "Bo is allergic to shellfish.")):
+        agent = create_agent(ScriptedToolModel(responses=[_call("save_memory", {"content": fact}, "s1"),
+                                                          AIMessage("Saved.")]),
+                             [save_memory, search_memory], store=store, context_schema=UserContext)
+        agent.invoke({"messages": [HumanMessage("Remember this.")]}, context=UserContext(user))
+    store.put(("memories", "ana"), "car", {"content": "Ana drives a blue van."})
+
+    def ask(user: str) -> str:
+        agent = create_agent(ScriptedToolModel(responses=[_call("search_memory", {"query": "food allergy"}, "q1"),
+                                                          AIMessage("ok")]),
+                             [save_memory, search_memory], store=store, context_schema=UserContext)
+        out = agent.invoke({"messages": [HumanMessage("What am I allergic to?")]}, context=UserContext(user))
+        return next(m for m in out["messages"] if isinstance(m, ToolMessage)).text
+
+    assert ask("ana") == "Ana is allergic to peanuts."  # the van is below the threshold; bo never seen
+    assert ask("bo") == "Bo is allergic to shellfish."
+    memory.forget_user("ana")
+    assert ask("ana") == "nothing" and ask("bo") == "Bo is allergic to shellfish."
