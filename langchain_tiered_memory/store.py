@@ -37,9 +37,9 @@ vectors), and :meth:`~TieredMemoryStore.start_ttl_sweeper` does it periodically.
 
 Scores are cosine similarities in [-1, 1] (higher is better), as LangGraph's stores
 report with ``distance_type="cosine"``; items that only filters or the listing found
-have ``score=None``. One vector per item, of the texts at ``fields`` joined: LangGraph's
-SQL stores keep one vector per field and score the best one, so with several
-``fields`` a score here is of the whole joined text.
+have ``score=None``. As in LangGraph's SQL stores, each text at ``fields`` (each field,
+and each value of a path that matches several) has its own vector and an item scores
+as its best one (up to 16 per item; the rest share the last).
 
 Indexing: ``fields`` (default ``["$"]``, the whole value as JSON) names what text to
 search an item by, with LangGraph's path syntax (``"text"``, ``"notes[*].body"``);
@@ -71,7 +71,7 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.records import Item as CoreItem
-from tiered_memory.layers.items import SHARED_OWNER, ItemStore, ItemWrite, check_namespace, check_ttl
+from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_namespace, check_ttl
 from tiered_memory.validation import check_id
 
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
@@ -114,11 +114,15 @@ def _item(i: CoreItem) -> Item:
 
 def item_text(value: dict[str, Any], fields: Sequence[str]) -> str | None:
     """The searchable text of ``value``: the texts at ``fields``, one per line (pure)."""
+    return "\n".join(field_texts(value, fields)) or None
+
+
+def field_texts(value: dict[str, Any], fields: Sequence[str]) -> list[str]:
+    """The texts at ``fields`` (a path matching several values gives several), in order (pure)."""
     texts: list[str] = []
     for f in fields:
         texts += get_text_at_path(value, f if f == "$" else tokenize_path(f))
-    joined = "\n".join(t for t in texts if t and t.strip())
-    return joined or None
+    return [t for t in texts if t and t.strip()]
 
 
 class TieredMemoryStore(BaseStore):
@@ -193,7 +197,9 @@ class TieredMemoryStore(BaseStore):
             user = self._owner(op.namespace, op.key)
             text = None
             if op.value is not None and op.index is not False:
-                text = item_text(dict(op.value), op.index if op.index is not None else self.fields)
+                # one part (and so one vector) per field text; keyword search sees them all
+                paths = op.index if op.index is not None else self.fields
+                text = FIELD_SEP.join(field_texts(dict(op.value), paths)) or None
             ttl = op.ttl if op.value is not None else None
             writes.append(ItemWrite(namespace=op.namespace, key=op.key, user_id=user,
                                     value=op.value, text=text, ttl_minutes=ttl))

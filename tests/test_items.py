@@ -224,3 +224,16 @@ def test_search_scores_are_cosine_similarities(memory: TieredMemory) -> None:
 def test_match_namespace_exact_user_label(ns: tuple[str, ...], pattern: tuple[str, ...], kind: str,
                                           exact_at: int | None, expected: bool) -> None:
     assert match_namespace(ns, pattern, kind, exact_at) is expected
+
+
+def test_text_parts_and_best_parts() -> None:
+    from tiered_memory.layers.items import FIELD_SEP, MAX_PARTS, best_parts, item_of_vector, text_parts, vector_id
+
+    assert text_parts("one text\nwith lines") == ["one text\nwith lines"]  # written before per-field vectors
+    assert text_parts(f"a{FIELD_SEP}b{FIELD_SEP} ") == ["a", "b"]
+    many = text_parts(FIELD_SEP.join(str(n) for n in range(MAX_PARTS + 3)))
+    assert len(many) == MAX_PARTS and many[-1] == "\n".join(str(n) for n in range(MAX_PARTS - 1, MAX_PARTS + 3))
+    assert [vector_id("x", 0), vector_id("x", 2)] == ["item:x", "item:x#2"]
+    assert item_of_vector("item:x#2") == item_of_vector("item:x") == "x"
+    assert best_parts([("item:a#1", 0.2), ("item:b", 0.5), ("item:a", 0.7), ("item:b#3", 0.1)]) == [
+        ("a", 0.7), ("b", 0.5)]

@@ -265,3 +265,24 @@ def test_create_agent_with_a_langmem_layout_threshold_and_forget_user(memory: Ti
     assert ask("bo") == "Bo is allergic to shellfish."
     memory.forget_user("ana")
     assert ask("ana") == "nothing" and ask("bo") == "Bo is allergic to shellfish."
+
+
+def test_one_vector_per_field_and_an_item_scores_as_its_best_field(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory, fields=["title", "notes[*]"])
+    store.put(("u1", "docs"), "d", {"title": "Quarterly budget review",
+                                     "notes": ["The cat sleeps on the warm windowsill", "Buy more printer paper"]})
+    store.put(("u1", "docs"), "e", {"title": "Team offsite in the mountains"})
+    vectors = memory.index.count()
+    hits = store.search(("u1",), query="The cat sleeps on the warm windowsill")
+    assert hits[0].key == "d" and hits[0].score is not None and hits[0].score > 0.99  # its own field, not the mix
+    assert store.search(("u1",), query="Team offsite in the mountains")[0].key == "e"
+    # an update with fewer fields drops the vectors of the others; rebuild_index restores each part
+    store.put(("u1", "docs"), "d", {"title": "Quarterly budget review"})
+    assert memory.index.count() == vectors - 2
+    hit = store.search(("u1",), query="The cat sleeps on the warm windowsill")
+    assert all(h.score is None or h.score < 0.9 for h in hit)
+    store.put(("u1", "docs"), "d", {"title": "Budget", "notes": ["cat", "paper"]})
+    memory.rebuild_index()
+    restored = TieredMemoryStore(memory, fields=["title", "notes[*]"])
+    assert restored.search(("u1",), query="cat")[0].key == "d"
+    assert memory.index.count() == vectors

@@ -9,12 +9,14 @@ table with a ``user_id`` column).
 
 An item may carry ``text`` (what to search it by). That text is indexed like a
 turn: a keyword index next to the row (the store's own full-text index), and a
-vector in the shared vector index under ``item:<id>`` with layer ``"item"``, both
+vector per field part in the shared vector index under ``item:<id>[#n]`` with layer ``"item"``, both
 derived from the row and restored by :meth:`ItemStore.repair`. Search finds candidates
 by vector and keyword and scores each by its cosine similarity to the query (in
 [-1, 1], higher is better, like LangGraph's stores with ``distance_type="cosine"``), so
-a score threshold means the same thing for every query; one vector per item, of its
-joined text.
+a score threshold means the same thing for every query. The text holds one part per
+indexed field (separated by :data:`FIELD_SEP`); each part has its own vector
+(``item:<id>``, ``item:<id>#1``, ...) and an item scores as its best part, as in
+LangGraph's SQL stores.
 
 Items whose namespace maps to no user belong to :data:`SHARED_OWNER`.
 
@@ -223,6 +225,31 @@ def match_filter(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> 
     return all(match_value(value_at(value, k), want) for k, want in filter.items())
 
 
+#: separates the field texts inside an item's ``text``: one vector per part
+FIELD_SEP = "\x1e"
+MAX_PARTS = 16
+
+
+def text_parts(text: str) -> list[str]:
+    """The separately embedded parts of an item's text (pure): its field texts, at most
+    :data:`MAX_PARTS` (the rest joined into the last). A text without :data:`FIELD_SEP`
+    (every item written before per-field vectors) is one part."""
+    parts = [t for t in text.split(FIELD_SEP) if t.strip()] or [text]
+    if len(parts) > MAX_PARTS:
+        parts = parts[:MAX_PARTS - 1] + ["\n".join(parts[MAX_PARTS - 1:])]
+    return parts
+
+
+def vector_id(item_id: str, part: int) -> str:
+    """The vector id of one part of an item (part 0 keeps the id items always had)."""
+    return f"item:{item_id}" if part == 0 else f"item:{item_id}#{part}"
+
+
+def item_of_vector(vid: str) -> str:
+    """The item id a vector id belongs to (pure)."""
+    return vid.removeprefix("item:").split("#", 1)[0]
+
+
 def check_ttl(ttl_minutes: object) -> float | None:
     """A TTL in minutes: a finite number > 0, or ``None`` (never expires)."""
     if ttl_minutes is None:
@@ -236,6 +263,16 @@ def check_ttl(ttl_minutes: object) -> float | None:
 def expiry(ttl_minutes: float | None, now: float) -> float | None:
     """When an item written at ``now`` with this TTL expires (pure)."""
     return None if ttl_minutes is None else now + ttl_minutes * 60.0
+
+
+def best_parts(scored: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Vector hits as (item id, its best part's similarity), best first (pure)."""
+    best: dict[str, float] = {}
+    for vid, score in scored:
+        item = item_of_vector(vid)
+        if item not in best or score > best[item]:
+            best[item] = score
+    return sorted(best.items(), key=lambda p: -p[1])
 
 
 def rank_by_similarity(similarity: Mapping[str, float], keyword_rank: Mapping[str, int],
@@ -296,7 +333,9 @@ class ItemStore:
             except (TypeError, ValueError) as e:
                 raise InvalidInputError(f"item value must be JSON-serialisable: {e}") from e
         with_text = [w for w in puts if w.text and w.text.strip()]
-        vectors = embed(self.parts.embedder, [w.text for w in with_text]) if with_text else None  # type: ignore[misc]
+        # one vector per field text; (write, part) pairs in the order they are embedded
+        pieces = [(w, n, t) for w in with_text for n, t in enumerate(text_parts(w.text or ""))]
+        vectors = embed(self.parts.embedder, [t for _, _, t in pieces]) if pieces else None
         now = time.time()
         ids: dict[tuple[tuple[str, ...], str], str] = {}
         stale: list[str] = []
@@ -315,32 +354,36 @@ class ItemStore:
                 if found:
                     u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now,
                                   ttl_minutes=w.ttl_minutes, expires_at=expires)
-                    if text is None:
-                        stale.append(item_id)
+                    stale.append(item_id)  # its old parts beyond the new ones go below
                 else:
                     u.insert_item(Item(id=item_id, user_id=w.user_id, namespace=ns, key=key, value=dict(w.value),
                                        text=text, created_at=now, updated_at=now),
                                   ttl_minutes=w.ttl_minutes, expires_at=expires)
-            # the rows are the truth; vectors follow (repair() restores them if this fails)
-            self.index.delete([f"item:{i}" for i in stale])
+            # the rows are the truth; vectors follow (repair() restores them if this fails).
+            # Parts beyond an item's new count are dropped, as are all parts of stale items.
+            kept = {(ids[(tuple(w.namespace), w.key)], n) for w, n, _ in pieces}
+            self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)
+                               if (i, n) not in kept])
             if vectors is not None:
                 self.index.upsert([
-                    VectorItem(id=f"item:{ids[(tuple(w.namespace), w.key)]}", vector=vectors[n],
+                    VectorItem(id=vector_id(ids[(tuple(w.namespace), w.key)], n), vector=vectors[k],
                                user_id=w.user_id, layer=LAYER, timestamp=now)
-                    for n, w in enumerate(with_text)])
+                    for k, (w, n, _) in enumerate(pieces)])
 
     def repair(self) -> int:
         """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop
         vectors of items that no longer exist. Returns how many vectors were restored."""
-        want = {f"item:{i.id}": i for i in self.db.items_with_text()}
+        want = {vector_id(i.id, n): (i, t) for i in self.db.items_with_text()
+                for n, t in enumerate(text_parts(i.text or ""))}
         have = {i for i in self.index.ids() if i.startswith("item:")}
         self.index.delete(sorted(have - set(want)))
-        todo = [want[i] for i in sorted(set(want) - have)]
+        todo = sorted(set(want) - have)
         for start in range(0, len(todo), 256):
-            part = todo[start:start + 256]
-            vectors = embed(self.parts.embedder, [i.text or "" for i in part])
-            self.index.upsert([VectorItem(id=f"item:{i.id}", vector=vectors[n], user_id=i.user_id,
-                                          layer=LAYER, timestamp=i.updated_at) for n, i in enumerate(part)])
+            chunk = todo[start:start + 256]
+            vectors = embed(self.parts.embedder, [want[v][1] for v in chunk])
+            self.index.upsert([VectorItem(id=v, vector=vectors[n], user_id=want[v][0].user_id,
+                                          layer=LAYER, timestamp=want[v][0].updated_at)
+                               for n, v in enumerate(chunk)])
         return len(todo)
 
     # ---- reads -------------------------------------------------------------
@@ -404,16 +447,17 @@ class ItemStore:
         qvec = embed_query(self.parts.embedder, query)[None, :]
         vec = self.index.query(qvec, user_id=user_id, k=n, layers=[LAYER])[0]
         kw = self.db.keyword_items(user_id, keywords(query), n)
-        vec = [(i.removeprefix("item:"), s) for i, s in vec]
+        vec = best_parts(vec)
         candidates = {i.id: i for i in self._under(ns, [i for i, _ in vec] + [i for i, _ in kw])
                       if i.user_id == user_id and match_filter(i.value, filter)}
         similarity = {i: s for i, s in vec if i in candidates}
         # keyword matches the vector top-n missed get their similarity too, so every score
         # is on one scale (cosine similarity, higher is better) and a threshold means something
-        missed = [f"item:{i}" for i, _ in kw if i in candidates and i not in similarity]
+        missed = [vector_id(i, n) for i, _ in kw if i in candidates and i not in similarity
+                  for n in range(len(text_parts(candidates[i].text or "")))]
         if missed:
             found = self.index.query(qvec, user_id=user_id, k=len(missed), layers=[LAYER], among=missed)[0]
-            similarity.update((i.removeprefix("item:"), s) for i, s in found)
+            similarity.update(best_parts(found))
         kw_rank = {i: r for r, (i, _) in enumerate((i, s) for i, s in kw if i in candidates)}
         order = rank_by_similarity(similarity, kw_rank, {i: c.updated_at for i, c in candidates.items()})
         ranked = [ItemHit(item=candidates[i], score=similarity[i],
