@@ -172,16 +172,16 @@ def test_control_characters_in_labels_work_and_nul_is_refused(memory: TieredMemo
 
 
 def test_ttl_expired_items_are_omitted_and_swept(memory: TieredMemory) -> None:
-    store = TieredMemoryStore(memory, fields=["text"], ttl={"default_ttl": 0.002})  # 0.12 s
+    # 1.8 s: wide enough for a loaded machine between a write and the read that checks it
+    store = TieredMemoryStore(memory, fields=["text"], ttl={"default_ttl": 0.03, "refresh_on_read": False})
     store.put(("u1", "m"), "short", {"text": "a fleeting note"})
     store.put(("u1", "m"), "kept", {"text": "a lasting note"}, ttl=None)
+    store.put(("u2", "gone"), "k", {"text": "x"})
     assert store.get(("u1", "m"), "short") is not None
-    time.sleep(0.3)
+    time.sleep(2.5)
     assert store.get(("u1", "m"), "short") is None
     assert [h.key for h in store.search(("u1",), query="note")] == ["kept"]
     assert [h.key for h in store.search(("u1",))] == ["kept"]
-    store.put(("u2", "gone"), "k", {"text": "x"}, ttl=0.002)
-    time.sleep(0.3)
     assert store.list_namespaces() == [("u1", "m")]
     vectors = memory.index.count()
     assert store.sweep_ttl() == 2 and store.sweep_ttl() == 0
