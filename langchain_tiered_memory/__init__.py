@@ -2,6 +2,8 @@
 
 Pick the integration that matches your app:
 
+- :func:`with_tiered_memory` (:class:`TieredMemoryRunnable`) for LCEL chains: recalls
+  for the current input, so the first turn of a new session gets long-term memory;
 - :class:`TieredChatMessageHistory` (+ :func:`history_factory`) for
   ``RunnableWithMessageHistory``;
 - :class:`TieredMemoryMiddleware` for ``langchain.agents.create_agent``, and
@@ -36,6 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from .messages import from_stored, to_core
     from .middleware import TieredMemoryMiddleware
     from .retriever import TieredMemoryRetriever
+    from .runnable import TieredMemoryRunnable, with_tiered_memory
     from .store import TieredMemoryStore
 
 # public name -> (module, the distribution that module needs beyond langchain-core)
@@ -47,11 +50,13 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "TieredMemoryEmbeddings": ("embeddings", None),
     "TieredMemoryMiddleware": ("middleware", "langchain"),
     "TieredMemoryRetriever": ("retriever", None),
+    "TieredMemoryRunnable": ("runnable", None),
     "TieredMemoryStore": ("store", "langgraph"),
     "from_stored": ("messages", None),
     "history_factory": ("history", None),
     "history_factory_config": ("history", None),
     "to_core": ("messages", None),
+    "with_tiered_memory": ("runnable", None),
 }
 
 __all__ = sorted(_EXPORTS)

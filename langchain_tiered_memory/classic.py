@@ -13,6 +13,11 @@ prompt variable, ``input_key``/``output_key`` pick which chain values are stored
 and ``return_messages`` chooses messages (for chat prompts) or one string (for
 string prompts). The variable holds the assembled context for the current input:
 relevant long-term memory (quoted data) followed by the session's recent turns.
+Without an input (``load_memory_variables({})``, how the classic docs look at a
+memory) there is nothing to recall for, so it holds the session's buffer, as
+``ConversationBufferMemory`` does; ``buffer``, ``buffer_as_messages``,
+``buffer_as_str`` and ``chat_memory`` (a :class:`~.history.TieredChatMessageHistory`
+of the session) are there too.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pydantic import ConfigDict, field_validator
 from tiered_memory import TieredMemory
 from tiered_memory.validation import check_id
 
+from .history import TieredChatMessageHistory
 from .messages import from_stored_many, to_core_many
 
 __all__ = ["TieredConversationMemory"]
@@ -80,6 +86,47 @@ class TieredConversationMemory(BaseMemory):
         key = self.input_key or get_prompt_input_key(inputs, self.memory_variables)
         return str(inputs[key])
 
+    def _query(self, inputs: dict[str, Any]) -> str | None:
+        """The text to recall for, or ``None`` when the call carries no input at all."""
+        if self.input_key is not None:
+            value = inputs.get(self.input_key)
+            return None if value is None else str(value)
+        if not any(k not in self.memory_variables and k != "stop" for k in inputs):
+            return None
+        return self._input_text(inputs)
+
+    # ---- the buffer, as on ConversationBufferMemory --------------------------
+    @property
+    def chat_memory(self) -> TieredChatMessageHistory:
+        """This session as a chat history (the same store; writes through it are shared)."""
+        return TieredChatMessageHistory(self.memory, self.session_id, user_id=self.user_id)
+
+    @property
+    def buffer_as_messages(self) -> list[BaseMessage]:
+        """The session's token-bounded buffer of recent turns, as messages."""
+        return self.chat_memory.messages
+
+    @property
+    def buffer_as_str(self) -> str:
+        """The same buffer as one string with ``human_prefix``/``ai_prefix`` labels."""
+        return get_buffer_string(self.buffer_as_messages, human_prefix=self.human_prefix,
+                                 ai_prefix=self.ai_prefix)
+
+    @property
+    def buffer(self) -> Any:
+        """``buffer_as_messages`` when ``return_messages``, else ``buffer_as_str``."""
+        return self.buffer_as_messages if self.return_messages else self.buffer_as_str
+
+    async def abuffer_as_messages(self) -> list[BaseMessage]:
+        return await self.chat_memory.aget_messages()
+
+    async def abuffer_as_str(self) -> str:
+        return get_buffer_string(await self.abuffer_as_messages(), human_prefix=self.human_prefix,
+                                 ai_prefix=self.ai_prefix)
+
+    async def abuffer(self) -> Any:
+        return await (self.abuffer_as_messages() if self.return_messages else self.abuffer_as_str())
+
     def _output_text(self, outputs: dict[str, Any]) -> str:
         if self.output_key is not None:
             value = outputs[self.output_key]
@@ -93,8 +140,11 @@ class TieredConversationMemory(BaseMemory):
         return value.text if isinstance(value, BaseMessage) else str(value)
 
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        """The assembled context for this input: long-term memory, then recent turns."""
-        query = self._input_text(inputs)
+        """The assembled context for this input: long-term memory, then recent turns.
+        Without an input (``{}``), the session's buffer (:attr:`buffer`)."""
+        query = self._query(inputs)
+        if query is None or not query.strip():
+            return {self.memory_key: self.buffer}
         ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
                                         max_tokens=self.max_tokens)
         recent = from_stored_many(ctx.recent_messages)

@@ -40,21 +40,21 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
 
     Args:
         memory: the shared :class:`~tiered_memory.TieredMemory`.
-        session_id: the conversation.
+        session_id: the conversation (positional, as in every LangChain history, or by name).
         user_id: whose memory it is (scopes all reads and writes).
         include_memory: prepend the assembled long-term memory (relevant older turns,
             and the other layers the core provides) as a leading ``SystemMessage``.
         max_tokens: token budget of that assembly; default ``MemoryConfig.budget``.
 
     Example:
-        >>> history = TieredChatMessageHistory(memory, session_id="s1", user_id="u1")  # doctest: +SKIP
+        >>> history = TieredChatMessageHistory(memory, "s1", user_id="u1")  # doctest: +SKIP
         >>> history.add_messages([HumanMessage("hi"), AIMessage("hello")])  # doctest: +SKIP
         >>> [m.type for m in history.messages]  # doctest: +SKIP
         ['human', 'ai']
     """
 
     def __init__(
-        self, memory: TieredMemory, *, session_id: str, user_id: str,
+        self, memory: TieredMemory, session_id: str, *, user_id: str,
         include_memory: bool = False, max_tokens: int | None = None,
     ) -> None:
         self.memory = memory

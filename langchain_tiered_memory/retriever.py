@@ -11,10 +11,33 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict
 
 from tiered_memory import MemoryHit, TieredMemory
+from tiered_memory.errors import InvalidInputError
+from tiered_memory.validation import check_count
 
 from .messages import LC_KEY
 
 __all__ = ["TieredMemoryRetriever", "hit_to_document"]
+
+# what a call may override, and the names LangChain's vector-store retrievers use for them
+_OVERRIDES = {"k", "user_id", "session_id", "filters"}
+_ALIASES = {"top_k": "k", "filter": "filters"}
+
+
+def resolve_overrides(given: dict[str, Any], where: str) -> dict[str, Any]:
+    """``given`` with LangChain's names (``top_k``, ``filter``) mapped to ours and ``k``
+    checked (pure). Unknown names and a name given twice are refused."""
+    out: dict[str, Any] = {}
+    for name, value in given.items():
+        key = _ALIASES.get(name, name)
+        if key not in _OVERRIDES:
+            raise TypeError(f"{where}: unexpected arguments [{name!r}]; use one of "
+                            f"{sorted(_OVERRIDES | set(_ALIASES))}")
+        if key in out:
+            raise InvalidInputError(f"{where}: {key!r} given twice (as {name!r} too); pass it once")
+        out[key] = value
+    if "k" in out:
+        check_count(out["k"], "k", minimum=1)
+    return out
 
 
 def hit_to_document(hit: MemoryHit) -> Document:
@@ -41,7 +64,10 @@ class TieredMemoryRetriever(BaseRetriever):
             :meth:`TieredMemory.search`.
 
     ``invoke(query, k=..., user_id=..., session_id=..., filters=...)`` overrides
-    any of these for one call.
+    any of these for one call. As on LangChain's vector-store retrievers,
+    ``search_kwargs={"k": 2, "filter": {...}}`` at construction and ``top_k`` (for
+    ``k``) / ``filter`` (for ``filters``) are accepted too; a ``k`` that is not an
+    int >= 1 raises :class:`~tiered_memory.errors.InvalidInputError` wherever it is given.
 
     Example:
         >>> retriever = TieredMemoryRetriever(memory=memory, user_id="u1", k=3)  # doctest: +SKIP
@@ -56,17 +82,26 @@ class TieredMemoryRetriever(BaseRetriever):
     k: int = 4
     session_id: str | None = None
     filters: dict[str, Any] | None = None
+    search_kwargs: dict[str, Any] = {}
+
+    def __init__(self, **data: Any) -> None:
+        # checked before pydantic, so a bad k is the same typed error as at invoke;
+        # an explicit argument wins over the same setting in search_kwargs
+        named = {n: data.pop(n) for n in list(data) if n in (_OVERRIDES | set(_ALIASES)) - {"user_id"}}
+        merged = resolve_overrides(dict(data.get("search_kwargs") or {}), "search_kwargs")
+        if "user_id" in merged:
+            raise InvalidInputError("search_kwargs cannot set user_id; pass user_id= itself")
+        merged.update(resolve_overrides(named, "TieredMemoryRetriever"))
+        super().__init__(**data, **merged)
 
     def _search(self, query: str, **overrides: Any) -> list[Document]:
-        unknown = set(overrides) - {"k", "user_id", "session_id", "filters"}
-        if unknown:
-            raise TypeError(f"unexpected arguments {sorted(unknown)}")
+        given = resolve_overrides(overrides, "invoke")
         hits = self.memory.search(
             query,
-            user_id=overrides.get("user_id") or self.user_id,
-            k=overrides.get("k") or self.k,
-            session_id=overrides.get("session_id", self.session_id),
-            filters=overrides.get("filters", self.filters),
+            user_id=given.get("user_id") or self.user_id,
+            k=given.get("k", self.k),
+            session_id=given.get("session_id", self.session_id),
+            filters=given.get("filters", self.filters),
         )
         return [hit_to_document(h) for h in hits]
 

@@ -7,9 +7,39 @@ items in the same folder as the conversation memory, in the core's item table
 (vector + keyword + recency), using the memory's embedder: no separate
 embedding or index configuration.
 
-Users: every item belongs to the user whose id is at ``user_position`` in its
-namespace (default ``0``: ``("u1", "memories")``). That id scopes semantic search
-and ``TieredMemory.forget_user`` removes the user's items with everything else.
+Users: every item belongs to the user its namespace maps to, and
+``TieredMemory.forget_user`` removes the user's items with everything else. The
+mapping is one of:
+
+- ``user_position`` (default ``0``): the label at that position, ``("u1", "memories")``;
+- ``user_namespace=("memories", "{user_id}")``: a template (LangMem's pattern); the
+  label in place of ``{user_id}`` is the user, where the other labels match;
+- ``user_namespace=callable(namespace, key) -> user_id | None``: anything else, such as
+  the docs' profile pattern (namespace ``("users",)``, key = user id:
+  ``lambda ns, key: key if ns == ("users",) else None``). For a search the callable
+  gets the prefix and ``key=None``.
+
+Items whose namespace maps to no user are the store's shared items (owner
+:data:`~tiered_memory.layers.items.SHARED_OWNER`, which no user id can equal, so no
+``forget_user`` touches them). A semantic search sees the items of the one owner its
+prefix maps to: that user's, or the shared items when the prefix names no user. User
+ids are matched exactly on every path: ``*`` is a plain character in a label, and in a
+``list_namespaces`` pattern it is LangGraph's wildcard everywhere but at the user's
+position (``user_position`` or the template's ``{user_id}``), where it is matched
+literally, so a user called ``*`` never lists other users' namespaces. (LangGraph's
+``put`` refuses ``.`` in labels; a user id with a ``.`` works as a key, with a callable.)
+
+TTL: ``ttl=TTLConfig(default_ttl=minutes, refresh_on_read=True, sweep_interval_minutes=...)``
+and ``put(..., ttl=minutes)`` as in LangGraph. Expired items are never returned, listed
+or searched (as with ``omit_expired=True``, always); reads that refresh restart the
+clock (a small write); :meth:`TieredMemoryStore.sweep_ttl` deletes them (rows and
+vectors), and :meth:`~TieredMemoryStore.start_ttl_sweeper` does it periodically.
+
+Scores are cosine similarities in [-1, 1] (higher is better), as LangGraph's stores
+report with ``distance_type="cosine"``; items that only filters or the listing found
+have ``score=None``. As in LangGraph's SQL stores, each text at ``fields`` (each field,
+and each value of a path that matches several) has its own vector and an item scores
+as its best one (up to 16 per item; the rest share the last).
 
 Indexing: ``fields`` (default ``["$"]``, the whole value as JSON) names what text to
 search an item by, with LangGraph's path syntax (``"text"``, ``"notes[*].body"``);
@@ -20,13 +50,13 @@ that only ``get`` and filters can find.
 from __future__ import annotations
 
 import asyncio
+import threading
 from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, Union
 
 from langgraph.store.base import (
     BaseStore,
     GetOp,
-    InvalidNamespaceError,
     Item,
     ListNamespacesOp,
     Op,
@@ -34,15 +64,43 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
 )
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.records import Item as CoreItem
-from tiered_memory.layers.items import ItemStore, ItemWrite
+from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_namespace, check_ttl
+from tiered_memory.validation import check_id
 
-__all__ = ["TieredMemoryStore"]
+__all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
+
+USER_LABEL = "{user_id}"
+
+#: a namespace template with one ``"{user_id}"`` label, or ``(namespace, key) -> user_id | None``
+UserMapping = Union[Sequence[str], Callable[[tuple[str, ...], "str | None"], "str | None"]]
+
+
+def check_template(template: Sequence[str]) -> tuple[str, ...]:
+    """A user template: labels, exactly one of them ``"{user_id}"``."""
+    labels = check_namespace(tuple(template))
+    if labels.count(USER_LABEL) != 1:
+        raise InvalidInputError(
+            f"user_namespace {labels} must have exactly one {USER_LABEL!r} label, "
+            "for example ('memories', '{user_id}')")
+    return labels
+
+
+def user_from_template(template: Sequence[str], namespace: Sequence[str]) -> str | None:
+    """The user ``namespace`` belongs to under ``template`` (pure): the label in place of
+    ``{user_id}``, when the namespace reaches it and every other label it has matches."""
+    at = list(template).index(USER_LABEL)
+    if len(namespace) <= at:
+        return None
+    if any(t != USER_LABEL and t != n for t, n in zip(template, namespace)):
+        return None
+    return namespace[at]
 
 
 def _dt(ts: float) -> datetime:
@@ -56,11 +114,15 @@ def _item(i: CoreItem) -> Item:
 
 def item_text(value: dict[str, Any], fields: Sequence[str]) -> str | None:
     """The searchable text of ``value``: the texts at ``fields``, one per line (pure)."""
+    return "\n".join(field_texts(value, fields)) or None
+
+
+def field_texts(value: dict[str, Any], fields: Sequence[str]) -> list[str]:
+    """The texts at ``fields`` (a path matching several values gives several), in order (pure)."""
     texts: list[str] = []
     for f in fields:
         texts += get_text_at_path(value, f if f == "$" else tokenize_path(f))
-    joined = "\n".join(t for t in texts if t and t.strip())
-    return joined or None
+    return [t for t in texts if t and t.strip()]
 
 
 class TieredMemoryStore(BaseStore):
@@ -68,8 +130,12 @@ class TieredMemoryStore(BaseStore):
 
     Args:
         memory: the shared :class:`~tiered_memory.TieredMemory` (on SQLite or PostgreSQL).
-        user_position: which namespace label is the user id.
+        user_position: which namespace label is the user id (default ``0``).
+        user_namespace: instead, a template such as ``("memories", "{user_id}")``, or a
+            callable ``(namespace, key) -> user_id | None`` (``key`` is ``None`` for searches).
         fields: default paths of the text to index (``["$"]``: the whole value).
+        ttl: LangGraph's ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``,
+            ``sweep_interval_minutes``).
 
     Example:
         >>> store = TieredMemoryStore(memory, fields=["text"])  # doctest: +SKIP
@@ -79,18 +145,44 @@ class TieredMemoryStore(BaseStore):
         >>> agent = create_agent(model, tools, store=store)  # doctest: +SKIP
     """
 
-    def __init__(self, memory: TieredMemory, *, user_position: int = 0,
-                 fields: Sequence[str] | None = None) -> None:
-        if user_position < 0:
-            raise InvalidInputError("user_position must be >= 0")
+    def __init__(self, memory: TieredMemory, *, user_position: int | None = None,
+                 user_namespace: UserMapping | None = None,
+                 fields: Sequence[str] | None = None, ttl: TTLConfig | None = None) -> None:
+        if user_position is not None and user_namespace is not None:
+            raise InvalidInputError("pass user_position or user_namespace, not both")
+        if user_position is not None and (isinstance(user_position, bool) or not isinstance(user_position, int)
+                                          or user_position < 0):
+            raise InvalidInputError("user_position must be an int >= 0")
         self.memory = memory
-        self.user_position = user_position
+        self.user_position = 0 if user_position is None and user_namespace is None else user_position
+        self._template: tuple[str, ...] | None = None
+        self._user_fn: Callable[[tuple[str, ...], str | None], str | None] | None = None
+        if callable(user_namespace):
+            self._user_fn = user_namespace
+        elif user_namespace is not None:
+            if isinstance(user_namespace, str):
+                raise InvalidInputError("user_namespace must be a tuple of labels, such as ('memories', '{user_id}')")
+            self._template = check_template(user_namespace)
+        self.user_namespace = user_namespace
         self.fields = list(fields) if fields is not None else ["$"]
+        self.ttl_config = check_ttl_config(ttl)
+        self._sweeper: threading.Thread | None = None
+        self._stop_sweeping = threading.Event()
         self.items = memory.item_store()
         self._repaired = False
 
-    def _user_of(self, namespace: tuple[str, ...]) -> str | None:
-        return namespace[self.user_position] if len(namespace) > self.user_position else None
+    def user_of(self, namespace: tuple[str, ...], key: str | None = None) -> str | None:
+        """The user id ``namespace`` (and ``key``, for a write) maps to; ``None``: shared."""
+        if self._user_fn is not None:
+            found = self._user_fn(tuple(namespace), key)
+            return None if found is None else check_id(found, "the user id user_namespace returned")
+        if self._template is not None:
+            return user_from_template(self._template, namespace)
+        pos = self.user_position or 0
+        return namespace[pos] if len(namespace) > pos else None
+
+    def _owner(self, namespace: tuple[str, ...], key: str | None = None) -> str:
+        return self.user_of(namespace, key) or SHARED_OWNER
 
     def _ready(self) -> None:
         # restore item vectors dropped by rebuild_index() or a crash, once per store object
@@ -102,34 +194,33 @@ class TieredMemoryStore(BaseStore):
     def _writes(self, ops: Sequence[PutOp]) -> list[ItemWrite]:
         writes = []
         for op in ops:
-            user = self._user_of(op.namespace)
-            if user is None:
-                raise InvalidNamespaceError(
-                    f"namespace {op.namespace} has no label at user_position={self.user_position}; "
-                    "put items under a namespace that includes the user id")
+            user = self._owner(op.namespace, op.key)
             text = None
             if op.value is not None and op.index is not False:
-                text = item_text(dict(op.value), op.index if op.index is not None else self.fields)
+                # one part (and so one vector) per field text; keyword search sees them all
+                paths = op.index if op.index is not None else self.fields
+                text = FIELD_SEP.join(field_texts(dict(op.value), paths)) or None
+            ttl = op.ttl if op.value is not None else None
             writes.append(ItemWrite(namespace=op.namespace, key=op.key, user_id=user,
-                                    value=op.value, text=text))
+                                    value=op.value, text=text, ttl_minutes=ttl))
         return writes
 
     def _search(self, op: SearchOp) -> list[SearchItem]:
-        user = self._user_of(op.namespace_prefix)
-        if op.query and user is None:
-            raise InvalidNamespaceError(
-                f"semantic search needs the user id in the namespace prefix (position "
-                f"{self.user_position}); got {op.namespace_prefix}")
+        user = self._owner(op.namespace_prefix) if op.query else None
         hits = self.items.search(op.namespace_prefix, query=op.query, user_id=user,
-                                 filter=op.filter, limit=op.limit, offset=op.offset)
+                                 filter=op.filter, limit=op.limit, offset=op.offset,
+                                 refresh_ttl=self._refreshes(op.refresh_ttl))
         return [SearchItem(namespace=h.item.namespace, key=h.item.key, value=h.item.value,
                            created_at=_dt(h.item.created_at), updated_at=_dt(h.item.updated_at),
                            score=h.score) for h in hits]
 
     def _list(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conditions = [(c.match_type, tuple(c.path)) for c in op.match_conditions or ()]
+        # the user's label is matched exactly: a user id "*" is that user, not a wildcard
+        exact_at = (self._template.index(USER_LABEL) if self._template is not None
+                    else None if self._user_fn is not None else self.user_position)
         return self.items.namespaces(conditions=conditions, max_depth=op.max_depth,
-                                     limit=op.limit, offset=op.offset)
+                                     limit=op.limit, offset=op.offset, exact_at=exact_at)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order. Consecutive puts/deletes are written in one transaction
@@ -150,7 +241,7 @@ class TieredMemoryStore(BaseStore):
                 continue
             flush()
             if isinstance(op, GetOp):
-                found = self.items.get(op.namespace, op.key)
+                found = self.items.get(op.namespace, op.key, refresh_ttl=self._refreshes(op.refresh_ttl))
                 results[n] = _item(found) if found else None
             elif isinstance(op, SearchOp):
                 results[n] = self._search(op)
@@ -163,3 +254,62 @@ class TieredMemoryStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         return await asyncio.to_thread(self.batch, list(ops))
+
+    # ---- TTL -------------------------------------------------------------------------
+    supports_ttl = True
+
+    def _refreshes(self, asked: bool) -> bool:
+        # a refresh is a write: only a store configured for TTL does it
+        return bool(asked and self.ttl_config is not None and self.ttl_config.get("refresh_on_read", True))
+
+    def sweep_ttl(self) -> int:
+        """Delete the expired items now; returns how many. (Expired items are never
+        returned, listed or searched, swept or not.)"""
+        return self.items.sweep()
+
+    async def asweep_ttl(self) -> int:
+        return await asyncio.to_thread(self.sweep_ttl)
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
+        """Sweep every ``sweep_interval_minutes`` (default the TTLConfig's) in a daemon thread,
+        until :meth:`stop_ttl_sweeper`. Starting twice returns the running thread."""
+        interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        if not interval or interval <= 0:
+            raise InvalidInputError(
+                "no sweep interval: pass sweep_interval_minutes, or set it in ttl=TTLConfig(...)")
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return self._sweeper
+        self._stop_sweeping.clear()
+
+        def run() -> None:
+            while not self._stop_sweeping.wait(float(interval) * 60.0):
+                self.sweep_ttl()
+
+        self._sweeper = threading.Thread(target=run, name="tiered-memory-ttl-sweeper", daemon=True)
+        self._sweeper.start()
+        return self._sweeper
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; True when it has stopped (or never ran)."""
+        self._stop_sweeping.set()
+        if self._sweeper is None:
+            return True
+        self._sweeper.join(timeout)
+        stopped = not self._sweeper.is_alive()
+        if stopped:
+            self._sweeper = None
+        return stopped
+
+
+def check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
+    """LangGraph's ``TTLConfig``, with its numbers checked."""
+    if ttl is None:
+        return None
+    if not isinstance(ttl, dict):
+        raise InvalidInputError(f"ttl must be a TTLConfig dict, got {type(ttl).__name__}")
+    unknown = set(ttl) - {"refresh_on_read", "omit_expired", "default_ttl", "sweep_interval_minutes"}
+    if unknown:
+        raise InvalidInputError(f"unknown TTLConfig keys {sorted(unknown)}")
+    check_ttl(ttl.get("default_ttl"))
+    check_ttl(ttl.get("sweep_interval_minutes"))
+    return ttl

@@ -66,7 +66,7 @@ def test_match_namespace_table(ns: tuple[str, ...], pattern: tuple[str, ...], ki
 def test_truncate_namespaces_and_checks() -> None:
     assert truncate_namespaces([("a", "b", "c"), ("a", "b", "d"), ("a", "x")], 2) == [("a", "b"), ("a", "x")]
     assert truncate_namespaces([("b",), ("a",)], None) == [("a",), ("b",)]
-    for bad in [(), ("",), ("a\x1fb",), "not-a-tuple", (1,)]:
+    for bad in [(), ("",), ("a\x00b",), "not-a-tuple", (1,)]:
         with pytest.raises(InvalidInputError):
             check_namespace(bad)
     assert check_namespace((), allow_empty=True) == ()
@@ -137,3 +137,103 @@ def test_item_store_needs_a_sql_record_store() -> None:
 
     with pytest.raises(ConfigurationError, match="SQLite or PostgreSQL"):
         open_layer_store(NotSQL().store)
+
+
+@pytest.mark.parametrize(("value", "flt", "expected"), [
+    # LangGraph's operators beyond comparison
+    ({"a": "x"}, {"a": {"$in": ["x", "y"]}}, True),
+    ({"a": "z"}, {"a": {"$in": ["x", "y"]}}, False),
+    ({}, {"a": {"$in": ["x"]}}, False),
+    ({"a": "z"}, {"a": {"$nin": ["x", "y"]}}, True),
+    ({"a": "x"}, {"a": {"$nin": ["x", "y"]}}, False),
+    ({}, {"a": {"$nin": ["x"]}}, True),
+    ({"a": None}, {"a": {"$exists": True}}, True),
+    ({}, {"a": {"$exists": True}}, False),
+    ({}, {"a": {"$exists": False}}, True),
+    # dotted keys walk into nested objects; a literal dotted key wins
+    ({"a": {"b": {"c": 3}}}, {"a.b.c": 3}, True),
+    ({"a": {"b": {"c": 3}}}, {"a.b.c": {"$gte": 3, "$lt": 4}}, True),
+    ({"a": {"b": 1}}, {"a.c": {"$exists": True}}, False),
+    ({"a.b": 1, "a": {"b": 2}}, {"a.b": 1}, True),
+    # strings order as strings, numbers as numbers; bools are not numbers
+    ({"d": "2024-05-01"}, {"d": {"$gt": "2024-01-01"}}, True),
+    ({"n": 2}, {"n": {"$gt": "1"}}, False),
+    ({"n": True}, {"n": 1}, False),
+    ({"n": 1.0}, {"n": 1}, True),
+    # absent is NULL, as in the SQL stores
+    ({}, {"a": None}, True),
+    ({}, {"a": {"$eq": None}}, True),
+    ({}, {"a": {"$ne": "x"}}, False),
+    ({}, {"a": {"$gt": 0}}, False),
+])
+def test_match_filter_langgraph_operators_and_paths(value: dict[str, Any], flt: dict[str, Any],
+                                                     expected: bool) -> None:
+    assert match_filter(value, flt) is expected
+
+
+@pytest.mark.parametrize("key", ["a b", "a'b", "a;--", "", "a..b", ".a", "a.", "a$"])
+def test_an_invalid_filter_key_raises_like_langgraphs_sql_stores(key: str) -> None:
+    with pytest.raises(InvalidInputError, match="Invalid filter key") as info:
+        match_filter({"a": 1}, {key: 1})
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize("flt", [{"a": {"$in": "x"}}, {"a": {"$exists": 1}}, {"a": {"$eq": 1, "b": 2}}])
+def test_malformed_operators_raise(flt: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInputError):
+        match_filter({"a": 1}, flt)
+
+
+def test_labels_take_any_character_but_nul_and_stay_apart(memory: TieredMemory) -> None:
+    items = memory.item_store()
+    odd = [("a\x1fb",), ("a", "b"), ("a\x1e2b",), ("*",), ("u.1",), ("tab\there", "\x7f")]
+    items.write_many([ItemWrite(namespace=ns, key="k", user_id="u", value={"n": n}) for n, ns in enumerate(odd)])
+    for n, ns in enumerate(odd):
+        got = items.get(ns, "k")
+        assert got is not None and got.value == {"n": n} and got.namespace == ns
+    # a label holding the separator is one label: the ("a",) prefix does not reach it
+    assert sorted(h.item.value["n"] for h in items.search(("a",))) == [1]
+    assert [h.item.value["n"] for h in items.search(("*",))] == [3]  # "*" is literal in a prefix
+    assert [h.item.value["n"] for h in items.search(("u",))] == []  # "u.1" is not under "u"
+    assert set(items.namespaces()) == set(odd)
+
+
+def test_search_scores_are_cosine_similarities(memory: TieredMemory) -> None:
+    items = memory.item_store()
+    items.write_many([
+        ItemWrite(namespace=("u", "n"), key="tea", user_id="u", value={}, text="I prefer green tea in the morning"),
+        ItemWrite(namespace=("u", "n"), key="car", user_id="u", value={}, text="My car is a red hatchback"),
+    ])
+    hits = items.search(("u",), query="which drink do I like?", user_id="u")
+    assert [h.item.key for h in hits] == ["tea", "car"]
+    scores = [h.score for h in hits]
+    assert all(s is not None and -1.0 <= s <= 1.0 for s in scores)
+    assert scores[0] is not None and scores[1] is not None and scores[0] - scores[1] > 0.1
+    same = items.search(("u",), query="I prefer green tea in the morning", user_id="u")
+    assert same[0].score is not None and same[0].score > 0.99  # identical text: similarity ~1
+
+
+@pytest.mark.parametrize(("ns", "pattern", "kind", "exact_at", "expected"), [
+    (("u1", "m"), ("*", "m"), "prefix", None, True),
+    (("u1", "m"), ("*", "m"), "prefix", 0, False),  # "*" on the user's label is a user id
+    (("*", "m"), ("*", "m"), "prefix", 0, True),
+    (("u1", "m"), ("u1", "*"), "prefix", 0, True),
+    (("u1", "x", "m"), ("*", "m"), "suffix", 0, True),  # the "*" falls on position 1
+    (("u1", "m"), ("*", "m"), "suffix", 0, False),
+])
+def test_match_namespace_exact_user_label(ns: tuple[str, ...], pattern: tuple[str, ...], kind: str,
+                                          exact_at: int | None, expected: bool) -> None:
+    assert match_namespace(ns, pattern, kind, exact_at) is expected
+
+
+def test_text_parts_and_best_parts() -> None:
+    from tiered_memory.layers.items import FIELD_SEP, MAX_PARTS, best_parts, item_of_vector, text_parts, vector_id
+
+    assert text_parts("one text\nwith lines") == ["one text\nwith lines"]  # written before per-field vectors
+    assert text_parts(f"a{FIELD_SEP}b{FIELD_SEP} ") == ["a", "b"]
+    many = text_parts(FIELD_SEP.join(str(n) for n in range(MAX_PARTS + 3)))
+    assert len(many) == MAX_PARTS and many[-1] == "\n".join(str(n) for n in range(MAX_PARTS - 1, MAX_PARTS + 3))
+    assert [vector_id("x", 0), vector_id("x", 2)] == ["item:x", "item:x#2"]
+    assert item_of_vector("item:x#2") == item_of_vector("item:x") == "x"
+    assert best_parts([("item:a#1", 0.2), ("item:b", 0.5), ("item:a", 0.7), ("item:b#3", 0.1)]) == [
+        ("a", 0.7), ("b", 0.5)]

@@ -10,7 +10,7 @@ from langchain_core.language_models.fake_chat_models import FakeMessagesListChat
 from langchain_core.messages import AIMessage, SystemMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 
-from langchain_tiered_memory import TieredConversationMemory
+from langchain_tiered_memory import TieredChatMessageHistory, TieredConversationMemory
 from lc_support import PromptRecorder
 from tiered_memory import TieredMemory
 
@@ -95,3 +95,35 @@ def test_memory_validates_ids_and_output_keys(memory: TieredMemory) -> None:
     tiered.save_context({"input": "hi"}, {"a": "1", "output": "hello"})
     assert [m.content for m in memory.get_messages("s", user_id="u")] == ["hi", "hello"]
     assert tiered.load_memory_variables({"input": "hi"})["history"].endswith("Human: hi\nAI: hello")
+
+
+def test_load_memory_variables_without_input_shows_the_buffer(memory: TieredMemory) -> None:
+    _seed(memory)
+    tiered = TieredConversationMemory(memory=memory, user_id="ana", session_id="2024")
+    # the classic docs' way to look at a memory: no input, so no recall, the session's turns
+    assert tiered.load_memory_variables({}) == {
+        "history": "Human: My sister Lena lives in Oslo.\nAI: Oslo is beautiful."}
+    assert tiered.buffer == tiered.buffer_as_str == tiered.load_memory_variables({})["history"]
+    assert [m.type for m in tiered.buffer_as_messages] == ["human", "ai"]
+    as_messages = TieredConversationMemory(memory=memory, user_id="ana", session_id="2024",
+                                           return_messages=True, input_key="question")
+    assert as_messages.load_memory_variables({}) == {"history": tiered.buffer_as_messages}
+    assert as_messages.buffer == tiered.buffer_as_messages
+    empty = TieredConversationMemory(memory=memory, user_id="ana", session_id="new")
+    assert empty.load_memory_variables({}) == {"history": ""}
+    assert empty.load_memory_variables({"input": "   "}) == {"history": ""}
+
+
+async def test_chat_memory_is_the_same_session_as_a_history(memory: TieredMemory) -> None:
+    tiered = TieredConversationMemory(memory=memory, user_id="ana", session_id="s", return_messages=True)
+    history = tiered.chat_memory
+    assert isinstance(history, TieredChatMessageHistory)
+    assert (history.user_id, history.session_id) == ("ana", "s")
+    history.add_user_message("I play the oboe.")
+    tiered.save_context({"input": "And the flute?"}, {"response": "Noted."})
+    assert [m.text for m in tiered.chat_memory.messages] == ["I play the oboe.", "And the flute?", "Noted."]
+    assert [m.text for m in await tiered.abuffer()] == ["I play the oboe.", "And the flute?", "Noted."]
+    assert (await tiered.aload_memory_variables({}))["history"] == tiered.buffer
+    tiered.return_messages = False
+    assert await tiered.abuffer() == "Human: I play the oboe.\nHuman: And the flute?\nAI: Noted."
+    assert memory.get_messages("s", user_id="bo") == []  # another user's session of that name

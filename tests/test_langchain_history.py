@@ -306,3 +306,14 @@ def test_bulky_optional_fields_are_dropped_to_fit_the_metadata_limit(memory: Tie
     assert fit_metadata(small, 64_000) is small
     assert fit_metadata(small, 10)["dropped"] == ["additional_kwargs"]  # best effort, never the id
     assert fit_metadata(small, 10)["data"] == {"id": "x"}
+
+
+def test_session_id_is_positional_as_in_every_langchain_history(memory: TieredMemory) -> None:
+    positional = TieredChatMessageHistory(memory, "s1", user_id="u1")
+    positional.add_messages([HumanMessage("hi"), AIMessage("hello")])
+    by_name = TieredChatMessageHistory(memory, session_id="s1", user_id="u1")
+    assert [m.text for m in by_name.messages] == ["hi", "hello"]
+    with pytest.raises(TypeError):
+        TieredChatMessageHistory(memory, "s1", "u1")  # type: ignore[misc]  # user_id only by name
+    with pytest.raises(InvalidInputError, match="session_id"):
+        TieredChatMessageHistory(memory, "", user_id="u1")

@@ -15,7 +15,7 @@ from langchain_tests.integration_tests import RetrieversIntegrationTests
 
 from langchain_tiered_memory import TieredMemoryRetriever
 from lc_support import PromptRecorder
-from tiered_memory import SentenceTransformerEmbedder, TieredMemory
+from tiered_memory import InvalidInputError, SentenceTransformerEmbedder, TieredMemory
 
 FACTS = [
     "I adopted a greyhound called Pixel.",
@@ -71,7 +71,7 @@ def test_user_scope_and_per_call_overrides(shared_memory: TieredMemory) -> None:
     assert retriever.invoke("poodle dog", user_id="u2")[0].page_content == "My dog Rex is a poodle."
     assert retriever.invoke("dog", session_id="elsewhere") == []
     with pytest.raises(TypeError, match="unexpected"):
-        retriever.invoke("dog", top_k=2)
+        retriever.invoke("dog", limit=2)
 
 
 async def test_retriever_in_an_lcel_chain(shared_memory: TieredMemory) -> None:
@@ -86,3 +86,38 @@ async def test_retriever_in_an_lcel_chain(shared_memory: TieredMemory) -> None:
     chain = {"memory": retriever | fmt, "question": RunnablePassthrough()} | prompt | model | StrOutputParser()
     assert await chain.ainvoke("which instrument am I learning?") == "It plays the cello."
     assert "learning to play the cello" in rec.last[0].text
+
+
+def test_search_kwargs_and_top_k_as_on_vector_store_retrievers(shared_memory: TieredMemory) -> None:
+    assert len(TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_kwargs={"k": 2})
+               .invoke("dog")) == 2
+    assert len(TieredMemoryRetriever(memory=shared_memory, user_id="u1", top_k=1).invoke("dog")) == 1
+    # an explicit k wins over search_kwargs; a per-call top_k or k wins over both
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1", k=3, search_kwargs={"k": 1})
+    assert retriever.k == 3 and len(retriever.invoke("dog")) == 3
+    assert len(retriever.invoke("dog", top_k=2)) == 2 and len(retriever.invoke("dog", k=1)) == 1
+    only = TieredMemoryRetriever(memory=shared_memory, user_id="u1", k=5,
+                                 search_kwargs={"filter": {"role": "assistant"}})
+    assert only.invoke("dog") == []  # the filter was applied: u1 has no assistant turns
+
+
+@pytest.mark.parametrize("bad", [0, -1, "2", 2.0, True])
+def test_a_bad_k_raises_the_same_typed_error_everywhere(shared_memory: TieredMemory, bad: Any) -> None:
+    with pytest.raises(InvalidInputError, match="k must be an int >= 1"):
+        TieredMemoryRetriever(memory=shared_memory, user_id="u1", k=bad)
+    with pytest.raises(InvalidInputError, match="k must be an int >= 1"):
+        TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_kwargs={"k": bad})
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1")
+    with pytest.raises(InvalidInputError, match="k must be an int >= 1"):
+        retriever.invoke("dog", k=bad)
+    with pytest.raises(InvalidInputError, match="k must be an int >= 1"):
+        retriever.invoke("dog", top_k=bad)
+
+
+def test_search_kwargs_refuse_unknown_names_and_the_user(shared_memory: TieredMemory) -> None:
+    with pytest.raises(TypeError, match="unexpected"):
+        TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_kwargs={"fetch_k": 20})
+    with pytest.raises(InvalidInputError, match="user_id"):
+        TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_kwargs={"user_id": "u2"})
+    with pytest.raises(InvalidInputError, match="given twice"):
+        TieredMemoryRetriever(memory=shared_memory, user_id="u1").invoke("dog", k=1, top_k=2)

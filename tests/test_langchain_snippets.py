@@ -19,6 +19,7 @@ CASES = [
     ("langchain_classic_memory.py", "ana", "I live in Lisbon", "In Lisbon."),
     ("langchain_history.py", "bo", "Hello, I'm Bo.", "Your name is Bo."),
     ("langchain_agent.py", "cy", "I'm vegetarian.", "You're vegetarian."),
+    ("langchain_runnable.py", "dee", "I'm allergic to peanuts.", "Try apple slices; no peanuts."),
 ]
 
 

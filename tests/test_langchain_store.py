@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Callable
 
 import pytest
-from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, MatchCondition, PutOp, SearchOp
+from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, PutOp, SearchOp
 
 from langchain_tiered_memory import TieredMemoryStore
 from langchain_tiered_memory.store import item_text
@@ -47,7 +47,11 @@ def test_list_namespaces(memory: TieredMemory) -> None:
     assert store.list_namespaces() == [("u1", "prefs"), ("u1", "work", "projects"), ("u2", "prefs")]
     assert store.list_namespaces(prefix=("u1",)) == [("u1", "prefs"), ("u1", "work", "projects")]
     assert store.list_namespaces(suffix=("prefs",)) == [("u1", "prefs"), ("u2", "prefs")]
-    assert store.list_namespaces(prefix=("*", "prefs")) == [("u1", "prefs"), ("u2", "prefs")]
+    # issue 17: at the user's position "*" is a user id, never a wildcard across users (this
+    # listed u1's and u2's before); elsewhere, and in suffixes, it is LangGraph's wildcard
+    assert store.list_namespaces(prefix=("*", "prefs")) == []
+    assert store.list_namespaces(prefix=("u1", "*")) == [("u1", "prefs"), ("u1", "work", "projects")]
+    assert store.list_namespaces(suffix=("*", "projects")) == [("u1", "work", "projects")]
     assert store.list_namespaces(max_depth=1) == [("u1",), ("u2",)]
     assert store.list_namespaces(limit=1, offset=1) == [("u1", "work", "projects")]
 
@@ -101,10 +105,11 @@ def test_user_position_forget_user_and_restart(make_memory: Callable[..., Tiered
     store = TieredMemoryStore(memory, user_position=1)
     store.put(("memories", "u1"), "k", {"text": "Speaks Basque"})
     store.put(("memories", "u2"), "k", {"text": "Speaks Welsh"})
-    with pytest.raises(InvalidNamespaceError, match="user_position"):
-        store.put(("memories",), "k", {"text": "whose?"})
-    with pytest.raises(InvalidNamespaceError, match="needs the user id"):
-        store.search(("memories",), query="languages")
+    # a namespace without a user label holds shared items (issue 17: this used to be refused);
+    # a semantic search whose prefix names no user sees only those, never u1's or u2's
+    store.put(("memories",), "k", {"text": "whose?"})
+    assert [(h.namespace, h.value) for h in store.search(("memories",), query="languages")] == [
+        (("memories",), {"text": "whose?"})]
     memory.close()
     reopened = make_memory("store")
     store = TieredMemoryStore(reopened, user_position=1)

@@ -107,6 +107,24 @@ def test_classic_memory_messages_and_string_quote_stored_instructions(hostile: T
     assert f"\n{OBEY}" not in text and not text.startswith(OBEY)
 
 
+def test_with_tiered_memory_prompt_has_only_the_chains_and_the_quoted_memory_system_text(
+        hostile: TieredMemory) -> None:
+    from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+
+    from langchain_tiered_memory import with_tiered_memory
+
+    hostile.add("user", "I live in Lisbon.", session_id="older", user_id="u")
+    rec = PromptRecorder()
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "Be brief."), MessagesPlaceholder("history"), ("human", "{input}")])
+    chain = with_tiered_memory(prompt | ScriptedToolModel(responses=[AIMessage("fine")], callbacks=[rec]), hostile)
+    chain.invoke({"input": "where do I live?"}, {"configurable": {"user_id": "u", "session_id": "s"}})
+    systems = [m for m in rec.last if isinstance(m, SystemMessage)]
+    assert len(systems) == 2 and systems[0].text == "Be brief." and "I live in Lisbon." in systems[1].text
+    _no_instruction_from_memory(rec.last[1:])
+    assert any(m.text == f'[stored system message] "{OBEY}"' for m in rec.last)
+
+
 @pytest.mark.parametrize("include_recent", [False, True])
 def test_middleware_prompt_has_only_the_agents_and_the_quoted_memory_system_text(
         hostile: TieredMemory, include_recent: bool) -> None:

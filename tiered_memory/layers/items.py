@@ -9,15 +9,22 @@ table with a ``user_id`` column).
 
 An item may carry ``text`` (what to search it by). That text is indexed like a
 turn: a keyword index next to the row (the store's own full-text index), and a
-vector in the shared vector index under ``item:<id>`` with layer ``"item"``, both
-derived from the row and restored by :meth:`ItemStore.repair`. Search fuses vector, keyword and recency
-ranks with the same weighted reciprocal-rank fusion as turn recall.
+vector per field part in the shared vector index under ``item:<id>[#n]`` with layer ``"item"``, both
+derived from the row and restored by :meth:`ItemStore.repair`. Search finds candidates
+by vector and keyword and scores each by its cosine similarity to the query (in
+[-1, 1], higher is better, like LangGraph's stores with ``distance_type="cosine"``), so
+a score threshold means the same thing for every query. The text holds one part per
+indexed field (separated by :data:`FIELD_SEP`); each part has its own vector
+(``item:<id>``, ``item:<id>#1``, ...) and an item scores as its best part, as in
+LangGraph's SQL stores.
+
+Items whose namespace maps to no user belong to :data:`SHARED_OWNER`.
 
 Items are not part of ``export_jsonl``/``import_jsonl`` (which carry messages) in
 this version.
 
-Filtering and namespace matching are pure functions (:func:`match_filter`,
-:func:`match_namespace`) with table tests.
+Filtering (:mod:`.item_filters`, re-exported here) and namespace matching
+(:func:`match_namespace`) are pure functions with table tests.
 """
 
 from __future__ import annotations
@@ -32,15 +39,30 @@ from typing import Any, Mapping, Sequence
 from ..aio import twin
 from ..embedding import embed, embed_query
 from ..errors import InvalidInputError
+from .item_filters import check_filter, check_filter_key, match_filter, match_value, value_at
 from ..recall.query import keywords
-from ..recall.scoring import recency_score, rrf_fuse
 from ..parts import Parts
 from ..records import Item
 from ..store.repositories import ItemRepository
-from ..validation import check_id, check_text
+from ..validation import _encodable, check_id, check_text
 from ..vector.base import VectorIndex, VectorItem
 
+__all__ = [
+    "FIELD_SEP", "LAYER", "MAX_PARTS", "SHARED_OWNER", "ItemHit", "ItemStore", "ItemWrite", "best_parts",
+    "check_filter", "check_filter_key", "check_namespace", "check_owner", "check_ttl", "expiry",
+    "item_of_vector", "match_filter", "match_namespace", "match_value", "rank_by_similarity", "text_parts",
+    "truncate_namespaces", "value_at", "vector_id",
+]
+
 LAYER = "item"
+#: the owner of items whose namespace maps to no user: a control character keeps it apart
+#: from every real user id (``check_id`` refuses those), so no user can claim or forget it
+SHARED_OWNER = "\x01shared"
+
+
+def check_owner(user_id: object) -> str:
+    """A user id, or :data:`SHARED_OWNER`."""
+    return SHARED_OWNER if user_id == SHARED_OWNER else check_id(user_id, "user_id")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,11 +83,16 @@ class ItemWrite:
     user_id: str
     value: Mapping[str, Any] | None
     text: str | None = None
+    #: minutes until the item expires (restarted by refreshing reads); ``None``: never
+    ttl_minutes: float | None = None
 
 
 # ---- pure decisions ----------------------------------------------------------
 def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[str, ...]:
-    """A namespace is a tuple of non-empty labels without control characters."""
+    """A namespace is a tuple of non-empty labels. Any character but NUL (which no
+    record store can keep in text) is allowed, as in LangGraph: ``*`` and ``.`` are
+    plain characters in a label (``*`` is a wildcard only in ``list_namespaces``
+    match patterns, as LangGraph defines)."""
     if not isinstance(namespace, (tuple, list)):
         raise InvalidInputError(f"namespace must be a tuple of str, got {type(namespace).__name__}")
     if not namespace and not allow_empty:
@@ -73,61 +100,85 @@ def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[st
     for label in namespace:
         if not isinstance(label, str) or not label:
             raise InvalidInputError(f"namespace labels must be non-empty strings, got {label!r}")
-        if any(ord(c) < 32 or ord(c) == 127 for c in label):
-            raise InvalidInputError(f"namespace label {label!r} contains control characters")
+        if "\x00" in label:
+            raise InvalidInputError(f"namespace label {label!r} contains NUL, which cannot be stored; remove it")
+        if not _encodable(label):
+            raise InvalidInputError(f"namespace label {label!r} contains lone surrogates; it cannot be stored as UTF-8")
     return tuple(namespace)
 
 
-def match_namespace(namespace: Sequence[str], pattern: Sequence[str], kind: str) -> bool:
-    """``kind`` is ``"prefix"`` or ``"suffix"``; ``"*"`` in ``pattern`` matches any label."""
+def match_namespace(namespace: Sequence[str], pattern: Sequence[str], kind: str,
+                    exact_at: int | None = None) -> bool:
+    """``kind`` is ``"prefix"`` or ``"suffix"``; ``"*"`` in ``pattern`` matches any label,
+    except where it falls on namespace position ``exact_at`` (the user's label), where it
+    is matched literally, so a user id ``"*"`` never lists other users' namespaces."""
     if len(namespace) < len(pattern):
         return False
     if kind == "prefix":
-        pairs = zip(namespace, pattern)
+        start = 0
     elif kind == "suffix":
-        pairs = zip(reversed(namespace), reversed(pattern))
+        start = len(namespace) - len(pattern)
     else:
         raise InvalidInputError(f"namespace match must be 'prefix' or 'suffix', got {kind!r}")
-    return all(p == "*" or n == p for n, p in pairs)
+    return all((p == "*" and start + j != exact_at) or namespace[start + j] == p
+               for j, p in enumerate(pattern))
 
 
-_OPERATORS = {"$eq", "$ne", "$gt", "$gte", "$lt", "$lte"}
+#: separates the field texts inside an item's ``text``: one vector per part
+FIELD_SEP = "\x1e"
+MAX_PARTS = 16
 
 
-def _compare(actual: Any, op: str, want: Any) -> bool:
-    if op == "$eq":
-        return bool(actual == want)
-    if op == "$ne":
-        return bool(actual != want)
-    try:
-        a, w = float(actual), float(want)
-    except (TypeError, ValueError):
-        return False
-    if math.isnan(a) or math.isnan(w):
-        return False
-    return {"$gt": a > w, "$gte": a >= w, "$lt": a < w, "$lte": a <= w}[op]
+def text_parts(text: str) -> list[str]:
+    """The separately embedded parts of an item's text (pure): its field texts, at most
+    :data:`MAX_PARTS` (the rest joined into the last). A text without :data:`FIELD_SEP`
+    (every item written before per-field vectors) is one part."""
+    parts = [t for t in text.split(FIELD_SEP) if t.strip()] or [text]
+    if len(parts) > MAX_PARTS:
+        parts = parts[:MAX_PARTS - 1] + ["\n".join(parts[MAX_PARTS - 1:])]
+    return parts
 
 
-def match_value(actual: Any, want: Any) -> bool:
-    """JSONB-like matching: operators (``$eq`` ``$ne`` ``$gt`` ``$gte`` ``$lt`` ``$lte``),
-    nested objects matched key by key, lists element by element, else equality."""
-    if isinstance(want, Mapping):
-        ops = [k for k in want if isinstance(k, str) and k.startswith("$")]
-        if ops:
-            unknown = set(ops) - _OPERATORS
-            if unknown:
-                raise InvalidInputError(f"unsupported filter operators {sorted(unknown)}")
-            return all(_compare(actual, op, v) for op, v in want.items())
-        return isinstance(actual, Mapping) and all(match_value(actual.get(k), v) for k, v in want.items())
-    if isinstance(want, (list, tuple)):
-        return (isinstance(actual, (list, tuple)) and len(actual) == len(want)
-                and all(match_value(a, w) for a, w in zip(actual, want)))
-    return bool(actual == want)
+def vector_id(item_id: str, part: int) -> str:
+    """The vector id of one part of an item (part 0 keeps the id items always had)."""
+    return f"item:{item_id}" if part == 0 else f"item:{item_id}#{part}"
 
 
-def match_filter(value: Mapping[str, Any], filter: Mapping[str, Any] | None) -> bool:
-    """True when ``value`` satisfies every condition of ``filter`` (``None`` matches all)."""
-    return not filter or all(match_value(value.get(k), want) for k, want in filter.items())
+def item_of_vector(vid: str) -> str:
+    """The item id a vector id belongs to (pure)."""
+    return vid.removeprefix("item:").split("#", 1)[0]
+
+
+def check_ttl(ttl_minutes: object) -> float | None:
+    """A TTL in minutes: a finite number > 0, or ``None`` (never expires)."""
+    if ttl_minutes is None:
+        return None
+    if (isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, (int, float))
+            or not math.isfinite(ttl_minutes) or ttl_minutes <= 0):
+        raise InvalidInputError(f"ttl must be a number of minutes > 0, or None, got {ttl_minutes!r}")
+    return float(ttl_minutes)
+
+
+def expiry(ttl_minutes: float | None, now: float) -> float | None:
+    """When an item written at ``now`` with this TTL expires (pure)."""
+    return None if ttl_minutes is None else now + ttl_minutes * 60.0
+
+
+def best_parts(scored: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
+    """Vector hits as (item id, its best part's similarity), best first (pure)."""
+    best: dict[str, float] = {}
+    for vid, score in scored:
+        item = item_of_vector(vid)
+        if item not in best or score > best[item]:
+            best[item] = score
+    return sorted(best.items(), key=lambda p: -p[1])
+
+
+def rank_by_similarity(similarity: Mapping[str, float], keyword_rank: Mapping[str, int],
+                       updated_at: Mapping[str, float]) -> list[str]:
+    """Ids best first: by similarity, ties broken by keyword rank, then the newest (pure)."""
+    return sorted(similarity, key=lambda i: (-similarity[i], keyword_rank.get(i, len(keyword_rank)),
+                                             -updated_at.get(i, 0.0), i))
 
 
 def truncate_namespaces(namespaces: Sequence[tuple[str, ...]], max_depth: int | None) -> list[tuple[str, ...]]:
@@ -163,13 +214,14 @@ class ItemStore:
         last: dict[tuple[tuple[str, ...], str], ItemWrite] = {}
         for w in writes:
             ns = check_namespace(w.namespace)
-            check_id(w.user_id, "user_id")
+            check_owner(w.user_id)
             if not isinstance(w.key, str) or not w.key:
                 raise InvalidInputError(f"item key must be a non-empty string, got {w.key!r}")
             if w.value is not None and not isinstance(w.value, Mapping):
                 raise InvalidInputError(f"item value must be a mapping, got {type(w.value).__name__}")
             if w.text and w.text.strip():
                 check_text(w.text, "item text")
+            check_ttl(w.ttl_minutes)
             last[(ns, w.key)] = w
         if not last:
             return
@@ -180,7 +232,9 @@ class ItemStore:
             except (TypeError, ValueError) as e:
                 raise InvalidInputError(f"item value must be JSON-serialisable: {e}") from e
         with_text = [w for w in puts if w.text and w.text.strip()]
-        vectors = embed(self.parts.embedder, [w.text for w in with_text]) if with_text else None  # type: ignore[misc]
+        # one vector per field text; (write, part) pairs in the order they are embedded
+        pieces = [(w, n, t) for w in with_text for n, t in enumerate(text_parts(w.text or ""))]
+        vectors = embed(self.parts.embedder, [t for _, _, t in pieces]) if pieces else None
         now = time.time()
         ids: dict[tuple[tuple[str, ...], str], str] = {}
         stale: list[str] = []
@@ -195,100 +249,143 @@ class ItemStore:
                 item_id = found or uuid.uuid4().hex
                 ids[(ns, key)] = item_id
                 text = w.text if w.text and w.text.strip() else None
+                expires = expiry(w.ttl_minutes, now)
                 if found:
-                    u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now)
-                    if text is None:
-                        stale.append(item_id)
+                    u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now,
+                                  ttl_minutes=w.ttl_minutes, expires_at=expires)
+                    stale.append(item_id)  # its old parts beyond the new ones go below
                 else:
                     u.insert_item(Item(id=item_id, user_id=w.user_id, namespace=ns, key=key, value=dict(w.value),
-                                       text=text, created_at=now, updated_at=now))
-            # the rows are the truth; vectors follow (repair() restores them if this fails)
-            self.index.delete([f"item:{i}" for i in stale])
+                                       text=text, created_at=now, updated_at=now),
+                                  ttl_minutes=w.ttl_minutes, expires_at=expires)
+            # the rows are the truth; vectors follow (repair() restores them if this fails).
+            # Parts beyond an item's new count are dropped, as are all parts of stale items.
+            kept = {(ids[(tuple(w.namespace), w.key)], n) for w, n, _ in pieces}
+            self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)
+                               if (i, n) not in kept])
             if vectors is not None:
                 self.index.upsert([
-                    VectorItem(id=f"item:{ids[(tuple(w.namespace), w.key)]}", vector=vectors[n],
+                    VectorItem(id=vector_id(ids[(tuple(w.namespace), w.key)], n), vector=vectors[k],
                                user_id=w.user_id, layer=LAYER, timestamp=now)
-                    for n, w in enumerate(with_text)])
+                    for k, (w, n, _) in enumerate(pieces)])
 
     def repair(self) -> int:
         """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop
         vectors of items that no longer exist. Returns how many vectors were restored."""
-        want = {f"item:{i.id}": i for i in self.db.items_with_text()}
+        want = {vector_id(i.id, n): (i, t) for i in self.db.items_with_text()
+                for n, t in enumerate(text_parts(i.text or ""))}
         have = {i for i in self.index.ids() if i.startswith("item:")}
         self.index.delete(sorted(have - set(want)))
-        todo = [want[i] for i in sorted(set(want) - have)]
+        todo = sorted(set(want) - have)
         for start in range(0, len(todo), 256):
-            part = todo[start:start + 256]
-            vectors = embed(self.parts.embedder, [i.text or "" for i in part])
-            self.index.upsert([VectorItem(id=f"item:{i.id}", vector=vectors[n], user_id=i.user_id,
-                                          layer=LAYER, timestamp=i.updated_at) for n, i in enumerate(part)])
+            chunk = todo[start:start + 256]
+            vectors = embed(self.parts.embedder, [want[v][1] for v in chunk])
+            self.index.upsert([VectorItem(id=v, vector=vectors[n], user_id=want[v][0].user_id,
+                                          layer=LAYER, timestamp=want[v][0].updated_at)
+                               for n, v in enumerate(chunk)])
         return len(todo)
 
     # ---- reads -------------------------------------------------------------
-    def get(self, namespace: Sequence[str], key: str) -> Item | None:
-        return self.db.item(check_namespace(tuple(namespace)), key)
+    def get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False) -> Item | None:
+        """The item, unless missing or expired; ``refresh_ttl`` restarts its TTL."""
+        now = time.time()
+        found = self.db.item(check_namespace(tuple(namespace)), key, live_at=now)
+        if found is not None and refresh_ttl:
+            self.refresh([found.id], now)
+        return found
+
+    def refresh(self, ids: Sequence[str], now: float | None = None) -> None:
+        """Restart the TTL of these items (a write: LangGraph's refresh-on-read)."""
+        if ids:
+            with self.parts.lock, self.db.unit() as u:
+                u.refresh_items(ids, time.time() if now is None else now)
+
+    def sweep(self, now: float | None = None) -> int:
+        """Delete the items that have expired (rows and vectors); returns how many."""
+        ids = self.db.expired_items(time.time() if now is None else now)
+        if ids:
+            with self.parts.lock, self.db.unit() as u:
+                for i in ids:
+                    u.delete_item(i)
+            self.index.delete([f"item:{i}" for i in ids])
+        return len(ids)
 
     def _under(self, prefix: tuple[str, ...], ids: Sequence[str] | None = None) -> list[Item]:
-        return self.db.items_under(prefix, ids)
+        return self.db.items_under(prefix, ids, live_at=time.time())
 
     def search(
         self, prefix: Sequence[str], *, query: str | None = None, user_id: str | None = None,
-        filter: Mapping[str, Any] | None = None, limit: int = 10, offset: int = 0,
+        filter: Mapping[str, Any] | None = None, limit: int = 10, offset: int = 0, refresh_ttl: bool = False,
     ) -> list[ItemHit]:
-        """Items under ``prefix`` that match ``filter``; ranked by hybrid recall for ``query``
-        (which needs ``user_id``), else newest first. Unranked items fill a short page."""
+        """Items under ``prefix`` that match ``filter``; ranked by similarity to ``query``
+        (which needs ``user_id``), else newest first. Unranked items fill a short page.
+        Expired items are left out; ``refresh_ttl`` restarts the TTL of those returned."""
+        hits = self._search(prefix, query=query, user_id=user_id, filter=filter, limit=limit, offset=offset)
+        if refresh_ttl:
+            self.refresh([h.item.id for h in hits])
+        return hits
+
+    def _search(
+        self, prefix: Sequence[str], *, query: str | None, user_id: str | None,
+        filter: Mapping[str, Any] | None, limit: int, offset: int,
+    ) -> list[ItemHit]:
         ns = check_namespace(tuple(prefix), allow_empty=True)
         if limit < 0 or offset < 0:
             raise InvalidInputError("limit and offset must be >= 0")
+        check_filter(filter)
         if not query or not query.strip():
             listed = [i for i in self._under(ns) if match_filter(i.value, filter)]
             return [ItemHit(item=i, score=None) for i in listed[offset:offset + limit]]
         if user_id is None:
             raise InvalidInputError(
-                "a search query needs the user: make the namespace prefix include the user id")
-        check_id(user_id, "user_id")
+                "a search query needs the user (a user id, or SHARED_OWNER for items of no user)")
+        check_owner(user_id)
+        check_filter(filter)
         cfg = self.parts.config.retrieval
         n = max(cfg.candidates, (offset + limit) * 4)
-        vec = self.index.query(embed_query(self.parts.embedder, query)[None, :], user_id=user_id,
-                               k=n, layers=[LAYER])[0]
+        qvec = embed_query(self.parts.embedder, query)[None, :]
+        vec = self.index.query(qvec, user_id=user_id, k=n, layers=[LAYER])[0]
         kw = self.db.keyword_items(user_id, keywords(query), n)
-        vec = [(i.removeprefix("item:"), s) for i, s in vec]
+        vec = best_parts(vec)
         candidates = {i.id: i for i in self._under(ns, [i for i, _ in vec] + [i for i, _ in kw])
                       if i.user_id == user_id and match_filter(i.value, filter)}
-        vec = [(i, s) for i, s in vec if i in candidates]
-        kw = [(i, s) for i, s in kw if i in candidates]
-        now = time.time()
-        fused = rrf_fuse(
-            {"vector": [i for i, _ in vec], "keyword": [i for i, _ in kw],
-             "recency": sorted(candidates, key=lambda i: -candidates[i].updated_at)},
-            {"vector": cfg.vector_weight, "keyword": cfg.keyword_weight, "recency": cfg.recency_weight},
-            k=cfg.rrf_k,
-            extras={"vector": dict(vec), "keyword": dict(kw),
-                    "recency": {i: recency_score(c.updated_at, now, cfg.recency_half_life_days)
-                                for i, c in candidates.items()}},
-        )
-        ranked = [ItemHit(item=candidates[f.id], score=f.score,
-                          explanation={"method": "weighted reciprocal-rank fusion", "signals": f.parts})
-                  for f in fused]
+        similarity = {i: s for i, s in vec if i in candidates}
+        # keyword matches the vector top-n missed get their similarity too, so every score
+        # is on one scale (cosine similarity, higher is better) and a threshold means something
+        missed = [vector_id(i, n) for i, _ in kw if i in candidates and i not in similarity
+                  for n in range(len(text_parts(candidates[i].text or "")))]
+        if missed:
+            found = self.index.query(qvec, user_id=user_id, k=len(missed), layers=[LAYER], among=missed)[0]
+            similarity.update(best_parts(found))
+        kw_rank = {i: r for r, (i, _) in enumerate((i, s) for i, s in kw if i in candidates)}
+        order = rank_by_similarity(similarity, kw_rank, {i: c.updated_at for i, c in candidates.items()})
+        ranked = [ItemHit(item=candidates[i], score=similarity[i],
+                          explanation={"method": "cosine similarity", "similarity": similarity[i],
+                                       "keyword_rank": kw_rank.get(i)})
+                  for i in order]
         if len(ranked) < offset + limit:  # like LangGraph's stores: fill with unranked items
-            seen = set(candidates)
-            ranked += [ItemHit(item=i, score=None) for i in self._under(ns)
-                       if i.id not in seen and match_filter(i.value, filter)]
+            seen = set(similarity)
+            ranked += [ItemHit(item=i, score=None) for i in self._under(ns)  # the same owner's only
+                       if i.id not in seen and i.user_id == user_id and match_filter(i.value, filter)]
         return ranked[offset:offset + limit]
 
     def namespaces(
         self, *, conditions: Sequence[tuple[str, Sequence[str]]] = (), max_depth: int | None = None,
-        limit: int = 100, offset: int = 0,
+        limit: int = 100, offset: int = 0, exact_at: int | None = None,
     ) -> list[tuple[str, ...]]:
-        """Distinct namespaces matching every ``(kind, pattern)`` condition, sorted."""
-        all_ns = self.db.item_namespaces()
-        kept = [ns for ns in all_ns if all(match_namespace(ns, p, kind) for kind, p in conditions)]
+        """Distinct namespaces matching every ``(kind, pattern)`` condition, sorted; a ``"*"``
+        on namespace position ``exact_at`` is literal (see :func:`match_namespace`)."""
+        all_ns = self.db.item_namespaces(live_at=time.time())
+        kept = [ns for ns in all_ns
+                if all(match_namespace(ns, p, kind, exact_at) for kind, p in conditions)]
         return truncate_namespaces(kept, max_depth)[offset:offset + limit]
 
     def count(self, user_id: str | None = None) -> int:
         return self.db.count_items(user_id)
 
     # async twins: the same methods, run in a worker thread
+    asweep = twin(sweep)
+    arefresh = twin(refresh)
     awrite_many = twin(write_many)
     aget = twin(get)
     asearch = twin(search)

@@ -25,6 +25,7 @@ WORKING_COLS = "id, user_id, session_id, text, type, importance, created_at, met
 ITEM_COLS = "id, user_id, namespace, key, value, text, created_at, updated_at"
 HISTORY_COLS = "fact_id, action, old_text, new_text, at, details"
 
+_ESC = "\x1e"
 _SEP = "\x1f"  # labels are stored as label + US, so a prefix of labels is a prefix of text
 
 
@@ -45,9 +46,18 @@ def marks(n: int) -> str:
     return ",".join("?" * n)
 
 
+def live(sql: str, params: list[Any], live_at: float | None) -> tuple[str, list[Any]]:
+    """``sql`` (ending in a WHERE clause) narrowed to items not expired at ``live_at``."""
+    if live_at is None:
+        return sql, params
+    return sql + " AND (expires_at IS NULL OR expires_at > ?)", [*params, live_at]
+
+
 def ns_path(namespace: Sequence[str]) -> str:
     """A namespace as prefix-matchable text: a prefix of labels is a prefix of the path."""
-    return "".join(label + _SEP for label in namespace)
+    # labels may hold any character but NUL: escape the separator (and the escape) inside a
+    # label, so ("a\x1fb",) never reads as ("a", "b"); labels without either encode as before
+    return "".join(label.replace(_ESC, _ESC + "1").replace(_SEP, _ESC + "2") + _SEP for label in namespace)
 
 
 def fact_from_row(r: Row) -> Fact:

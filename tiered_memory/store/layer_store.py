@@ -31,6 +31,7 @@ from .layer_codec import (
     fact_from_row,
     from_blob,
     item_from_row,
+    live,
     marks,
     ns_path,
     working_from_row,
@@ -199,11 +200,14 @@ class LayerStore:
         return dict(json.loads(found[0][0])) if found else {}
 
     # ---- items -----------------------------------------------------------------------
-    def item(self, namespace: Sequence[str], key: str) -> Item | None:
-        rows = self.query(f"SELECT {ITEM_COLS} FROM items WHERE ns_path=? AND key=?", (ns_path(namespace), key))
+    def item(self, namespace: Sequence[str], key: str, live_at: float | None = None) -> Item | None:
+        sql, params = live(f"SELECT {ITEM_COLS} FROM items WHERE ns_path=? AND key=?",
+                           [ns_path(namespace), key], live_at)
+        rows = self.query(sql, params)
         return item_from_row(rows[0]) if rows else None
 
-    def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None) -> list[Item]:
+    def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None,
+                    live_at: float | None = None) -> list[Item]:
         path = ns_path(prefix)
         sql = f"SELECT {ITEM_COLS} FROM items WHERE substr(ns_path, 1, ?) = ?"
         params: list[Any] = [len(path), path]
@@ -212,13 +216,19 @@ class LayerStore:
                 return []
             sql += f" AND id IN ({marks(len(ids))})"
             params += list(ids)
+        sql, params = live(sql, params, live_at)
         return [item_from_row(r) for r in self.query(sql + " ORDER BY updated_at DESC, rowid DESC", params)]
 
     def items_with_text(self) -> list[Item]:
         return [item_from_row(r) for r in self.query(f"SELECT {ITEM_COLS} FROM items WHERE text IS NOT NULL")]
 
-    def item_namespaces(self) -> list[tuple[str, ...]]:
-        return [tuple(json.loads(r[0])) for r in self.query("SELECT DISTINCT namespace FROM items")]
+    def item_namespaces(self, live_at: float | None = None) -> list[tuple[str, ...]]:
+        sql, params = live("SELECT DISTINCT namespace FROM items WHERE 1=1", [], live_at)
+        return [tuple(json.loads(r[0])) for r in self.query(sql, params)]
+
+    def expired_items(self, now: float) -> list[str]:
+        return [str(r[0]) for r in self.query(
+            "SELECT id FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))]
 
     def count_items(self, user_id: str | None = None) -> int:
         sql, params = "SELECT COUNT(*) FROM items", []

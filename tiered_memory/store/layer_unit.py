@@ -204,15 +204,19 @@ class LayerUnit:
         found = self._run("SELECT id FROM items WHERE ns_path=? AND key=?", (ns_path(namespace), key)).fetchone()
         return str(found[0]) if found else None
 
-    def insert_item(self, item: Item) -> None:
-        self._run(f"INSERT INTO items (ns_path, {ITEM_COLS}) VALUES ({marks(9)})",
+    def insert_item(self, item: Item, *, ttl_minutes: float | None = None, expires_at: float | None = None) -> None:
+        self._run(f"INSERT INTO items (ns_path, {ITEM_COLS}, ttl_minutes, expires_at) VALUES ({marks(11)})",
                   (ns_path(item.namespace), item.id, item.user_id, dumps(list(item.namespace)), item.key,
-                   dumps(item.value), item.text, item.created_at, item.updated_at))
+                   dumps(item.value), item.text, item.created_at, item.updated_at, ttl_minutes, expires_at))
 
     def update_item(self, item_id: str, *, user_id: str, value: Mapping[str, Any], text: str | None,
-                    updated_at: float) -> None:
-        self._run("UPDATE items SET user_id=?, value=?, text=?, updated_at=? WHERE id=?",
-                  (user_id, dumps(dict(value)), text, updated_at, item_id))
+                    updated_at: float, ttl_minutes: float | None = None, expires_at: float | None = None) -> None:
+        self._run("UPDATE items SET user_id=?, value=?, text=?, updated_at=?, ttl_minutes=?, expires_at=?"
+                  " WHERE id=?", (user_id, dumps(dict(value)), text, updated_at, ttl_minutes, expires_at, item_id))
+
+    def refresh_items(self, ids: Sequence[str], now: float) -> None:
+        self._many("UPDATE items SET expires_at = ? + ttl_minutes * 60 WHERE id=? AND ttl_minutes IS NOT NULL",
+                   [(now, i) for i in sorted(set(ids))])
 
     def delete_item(self, item_id: str) -> None:
         self._run("DELETE FROM items WHERE id=?", (item_id,))

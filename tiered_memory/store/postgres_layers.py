@@ -162,6 +162,12 @@ ITEM_MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS items_user ON items (user_id);
     CREATE INDEX IF NOT EXISTS items_tsv ON items USING GIN (tsv);
     """,
+    # item TTL (LangGraph's TTLConfig): minutes, and when the item expires (epoch seconds)
+    """
+    ALTER TABLE items ADD COLUMN ttl_minutes DOUBLE PRECISION;
+    ALTER TABLE items ADD COLUMN expires_at DOUBLE PRECISION;
+    CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_at) WHERE expires_at IS NOT NULL;
+    """,
 ]
 
 

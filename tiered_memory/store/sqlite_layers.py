@@ -190,6 +190,12 @@ ITEM_MIGRATIONS: list[str] = [
         INSERT INTO items_fts(rowid, text) VALUES (new.rowid, COALESCE(new.text, ''));
     END;
     """,
+    # item TTL (LangGraph's TTLConfig): minutes, and when the item expires (epoch seconds)
+    """
+    ALTER TABLE items ADD COLUMN ttl_minutes REAL;
+    ALTER TABLE items ADD COLUMN expires_at REAL;
+    CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_at) WHERE expires_at IS NOT NULL;
+    """,
 ]
 
 

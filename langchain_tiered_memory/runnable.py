@@ -1,0 +1,231 @@
+"""Recall for the current input in LCEL chains: the recommended path for plain chains.
+
+``RunnableWithMessageHistory`` reads the history before it knows the new input, so the
+long-term memory it can add is recalled for the latest *stored* user message, and the
+first turn of a new session (when recall across sessions matters most) gets none.
+:class:`TieredMemoryRunnable` (made by :func:`with_tiered_memory`) wraps a chain the
+other way round: it takes the input, assembles the context for *that* input with
+:meth:`TieredMemory.build_context`, hands it to the chain in one prompt variable, and
+records the turn (input and output, one bulk write) when the chain has answered::
+
+    chain = with_tiered_memory(prompt | model, memory)
+    chain.invoke({"input": "Where do I live?"},
+                 {"configurable": {"user_id": "u1", "session_id": "s2"}})
+
+The variable (``history_messages_key``, default ``"history"``, for a
+``MessagesPlaceholder``) holds the renderer's quoted memory text as one
+``SystemMessage`` (the only system text memory ever produces), then the session's
+recent turns as messages. ``user_id`` and ``session_id`` come from
+``config["configurable"]``, as with :func:`~.history.history_factory_config`.
+The turn is recorded only when the chain succeeds; a failed call stores nothing.
+
+Invariants: one ``build_context`` and one ``add_many`` per call; sync and async share
+the preparing and recording code (the async twin runs it in a worker thread);
+streaming yields the chain's chunks unchanged and records their sum at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables.utils import ConfigurableFieldSpec
+
+from tiered_memory import TieredMemory
+from tiered_memory.errors import InvalidInputError
+from tiered_memory.validation import check_count, check_id
+
+from .history import history_factory_config
+from .messages import from_stored_many, to_core_many
+
+__all__ = ["TieredMemoryRunnable", "with_tiered_memory"]
+
+
+# ---- pure decisions ----------------------------------------------------------
+def input_messages(value: Any, key: str) -> list[BaseMessage]:
+    """The new turn's messages in a chain input: a ``str``, a message, a list of messages,
+    or a dict holding one of those under ``key``."""
+    if isinstance(value, Mapping):
+        if key not in value:
+            raise InvalidInputError(
+                f"the chain input has no {key!r} (keys: {sorted(map(str, value))}); pass it, or "
+                f"set input_messages_key to the key that holds the user's message")
+        value = value[key]
+    if isinstance(value, str):
+        return [HumanMessage(content=value)]
+    if isinstance(value, BaseMessage):
+        return [value]
+    if isinstance(value, Sequence) and value and all(isinstance(m, BaseMessage) for m in value):
+        return list(value)
+    raise InvalidInputError(
+        f"the user's input must be a str, a message or a list of messages, got {type(value).__name__}")
+
+
+def query_of(messages: Sequence[BaseMessage]) -> str:
+    """The text to recall for: the latest human message's text, else the latest text."""
+    humans: list[BaseMessage] = [m for m in messages if isinstance(m, HumanMessage) and m.text.strip()]
+    texts = humans or [m for m in messages if m.text.strip()]
+    return texts[-1].text if texts else ""
+
+
+def output_message(value: Any, key: str | None) -> BaseMessage:
+    """The chain's answer as a message: a message, a ``str``, or a dict holding one under
+    ``key`` (or its only value)."""
+    if isinstance(value, Mapping):
+        if key is None:
+            if len(value) != 1:
+                raise InvalidInputError(
+                    f"the chain returned keys {sorted(map(str, value))}; set output_messages_key "
+                    "to the one holding the answer")
+            key = next(iter(value))
+        if key not in value:
+            raise InvalidInputError(f"the chain output has no {key!r}; fix output_messages_key")
+        value = value[key]
+    if isinstance(value, BaseMessage):
+        # a streamed sum is an AIMessageChunk; store it as the message it adds up to
+        return AIMessage(content=value.content, id=value.id) if isinstance(value, AIMessage) else value
+    if isinstance(value, str):
+        return AIMessage(content=value)
+    raise InvalidInputError(
+        f"the chain's answer must be a message or a str, got {type(value).__name__}; end the chain "
+        "with the model, or a StrOutputParser")
+
+
+def chain_input(value: Any, key: str, history_key: str, history: list[BaseMessage]) -> dict[str, Any]:
+    """The chain's input: the caller's values (never mutated) plus the context under ``history_key``."""
+    given = dict(value) if isinstance(value, Mapping) else {key: value}
+    if history_key in given:
+        raise InvalidInputError(
+            f"the chain input already has {history_key!r}, which the memory fills; "
+            "rename it, or pick another history_messages_key")
+    return {**given, history_key: history}
+
+
+def _add(total: Any, chunk: Any) -> Any:
+    """Chunks add up (message chunks, strings, ``AddableDict``); what does not add is replaced."""
+    if total is None:
+        return chunk
+    try:
+        return total + chunk
+    except TypeError:
+        return chunk
+
+
+class TieredMemoryRunnable(Runnable[Any, Any]):
+    """A chain whose prompt gets the memory assembled for the current input.
+
+    Args:
+        runnable: the chain (for example ``prompt | model``); its prompt takes the
+            context in ``history_messages_key`` and the user's message in
+            ``input_messages_key``.
+        memory: the shared :class:`~tiered_memory.TieredMemory`.
+        input_messages_key: the input key of the user's message (for dict inputs).
+        history_messages_key: the prompt variable to fill with the context.
+        output_messages_key: the output key of the answer, for chains returning dicts.
+        max_tokens: token budget of the assembled context; default ``MemoryConfig.budget``.
+
+    Example:
+        >>> chain = with_tiered_memory(prompt | model, memory)  # doctest: +SKIP
+        >>> chain.invoke({"input": "Where do I live?"},  # doctest: +SKIP
+        ...              {"configurable": {"user_id": "u1", "session_id": "s2"}})
+    """
+
+    def __init__(
+        self, runnable: Runnable[Any, Any], memory: TieredMemory, *, input_messages_key: str = "input",
+        history_messages_key: str = "history", output_messages_key: str | None = None,
+        max_tokens: int | None = None,
+    ) -> None:
+        if not isinstance(runnable, Runnable):
+            raise InvalidInputError(f"runnable must be a LangChain Runnable, got {type(runnable).__name__}")
+        if input_messages_key == history_messages_key:
+            raise InvalidInputError("input_messages_key and history_messages_key must differ")
+        self.runnable = runnable
+        self.memory = memory
+        self.input_messages_key = input_messages_key
+        self.history_messages_key = history_messages_key
+        self.output_messages_key = output_messages_key
+        self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
+
+    @property
+    def config_specs(self) -> list[ConfigurableFieldSpec]:
+        return [*history_factory_config(), *self.runnable.config_specs]
+
+    # ---- one implementation of the memory's part, shared by every entry point ----
+    def _scope(self, config: RunnableConfig) -> tuple[str, str]:
+        conf = config.get("configurable") or {}
+        missing = [k for k in ("user_id", "session_id") if not conf.get(k)]
+        if missing:
+            raise InvalidInputError(
+                f"pass {' and '.join(missing)} in the config: "
+                "chain.invoke(input, {'configurable': {'user_id': ..., 'session_id': ...}})")
+        return check_id(conf["user_id"], "user_id"), check_id(conf["session_id"], "session_id")
+
+    def _prepare(self, value: Any, config: RunnableConfig) -> tuple[dict[str, Any], list[BaseMessage], tuple[str, str]]:
+        scope = self._scope(config)
+        turn = input_messages(value, self.input_messages_key)
+        query = query_of(turn)
+        history: list[BaseMessage]
+        if query.strip():
+            ctx = self.memory.build_context(query, user_id=scope[0], session_id=scope[1],
+                                            max_tokens=self.max_tokens)
+            text = ctx.memory_text()
+            history = ([SystemMessage(content=text)] if text else []) + from_stored_many(ctx.recent_messages)
+        else:  # nothing to recall for (an image, an empty message): the recent turns only
+            history = from_stored_many(self.memory.get_buffer(scope[1], user_id=scope[0]))
+        return chain_input(value, self.input_messages_key, self.history_messages_key, history), turn, scope
+
+    def _record(self, turn: list[BaseMessage], output: Any, scope: tuple[str, str]) -> None:
+        answer = output_message(output, self.output_messages_key)
+        rows = to_core_many([*turn, answer], max_metadata_bytes=self.memory.config.max_metadata_bytes)
+        self.memory.add_many(rows, user_id=scope[0], session_id=scope[1])
+
+    # ---- entry points ---------------------------------------------------------------
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = ensure_config(config)
+        prepared, turn, scope = self._prepare(input, config)
+        output = self.runnable.invoke(prepared, config, **kwargs)
+        self._record(turn, output, scope)
+        return output
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        config = ensure_config(config)
+        prepared, turn, scope = await asyncio.to_thread(self._prepare, input, config)
+        output = await self.runnable.ainvoke(prepared, config, **kwargs)
+        await asyncio.to_thread(self._record, turn, output, scope)
+        return output
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
+        config = ensure_config(config)
+        prepared, turn, scope = self._prepare(input, config)
+        total: Any = None
+        for chunk in self.runnable.stream(prepared, config, **kwargs):
+            total = _add(total, chunk)
+            yield chunk
+        self._record(turn, total, scope)
+
+    async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        config = ensure_config(config)
+        prepared, turn, scope = await asyncio.to_thread(self._prepare, input, config)
+        total: Any = None
+        async for chunk in self.runnable.astream(prepared, config, **kwargs):
+            total = _add(total, chunk)
+            yield chunk
+        await asyncio.to_thread(self._record, turn, total, scope)
+
+    def __repr__(self) -> str:
+        return (f"TieredMemoryRunnable({self.runnable!r}, input_messages_key={self.input_messages_key!r}, "
+                f"history_messages_key={self.history_messages_key!r})")
+
+
+def with_tiered_memory(
+    runnable: Runnable[Any, Any], memory: TieredMemory, *, input_messages_key: str = "input",
+    history_messages_key: str = "history", output_messages_key: str | None = None,
+    max_tokens: int | None = None,
+) -> TieredMemoryRunnable:
+    """Wrap ``runnable`` so each call recalls for its own input and records its turn.
+    See :class:`TieredMemoryRunnable`."""
+    return TieredMemoryRunnable(runnable, memory, input_messages_key=input_messages_key,
+                                history_messages_key=history_messages_key,
+                                output_messages_key=output_messages_key, max_tokens=max_tokens)

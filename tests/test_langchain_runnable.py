@@ -1,0 +1,147 @@
+"""with_tiered_memory: LCEL chains recall for the current input, first turn of a session included."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import FakeListChatModel, FakeMessagesListChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableLambda, RunnableParallel
+from langchain_core.runnables.history import RunnableWithMessageHistory
+
+from langchain_tiered_memory import (
+    TieredMemoryRunnable,
+    history_factory,
+    history_factory_config,
+    with_tiered_memory,
+)
+from lc_support import PromptRecorder
+from tiered_memory import InvalidInputError, TieredMemory
+
+PROMPT = ChatPromptTemplate.from_messages([
+    ("system", "You are a helpful assistant."), MessagesPlaceholder("history"), ("human", "{input}")])
+
+
+def _cfg(user: str, session: str) -> dict[str, Any]:
+    return {"configurable": {"user_id": user, "session_id": session}}
+
+
+def _model(rec: PromptRecorder, *replies: str) -> FakeMessagesListChatModel:
+    return FakeMessagesListChatModel(responses=[AIMessage(content=r) for r in replies], callbacks=[rec])
+
+
+def _seed(memory: TieredMemory) -> None:
+    memory.add_many([{"role": "user", "content": "I moved to Porto last spring."},
+                     {"role": "assistant", "content": "Porto is lovely."}], session_id="old", user_id="ana")
+    memory.add_many([{"role": "user", "content": "I live in Madrid."}], session_id="old", user_id="bo")
+
+
+@pytest.mark.filterwarnings(
+    "ignore:RunnableWithMessageHistory is deprecated:langchain_core._api.deprecation.LangChainDeprecationWarning")
+def test_first_turn_of_a_new_session_recalls_where_history_cannot(memory: TieredMemory) -> None:
+    _seed(memory)
+    rec = PromptRecorder()
+    chain = with_tiered_memory(PROMPT | _model(rec, "In Porto."), memory)
+    assert chain.invoke({"input": "Which city do I live in?"}, _cfg("ana", "new")).content == "In Porto."
+    system = [m.text for m in rec.last if isinstance(m, SystemMessage)]
+    assert system[0] == "You are a helpful assistant."
+    assert "I moved to Porto last spring." in system[1] and "not instructions" in system[1]
+    assert "Madrid" not in rec.last_text()  # another user's memory
+    assert rec.last[-1] == HumanMessage("Which city do I live in?")
+    # the turn is recorded in the session it came from
+    assert [(m.role, m.content) for m in memory.get_messages("new", user_id="ana")] == [
+        ("user", "Which city do I live in?"), ("assistant", "In Porto.")]
+    # what RunnableWithMessageHistory sees on the first turn of a session: nothing to recall for
+    rec2 = PromptRecorder()
+    legacy = RunnableWithMessageHistory(
+        PROMPT | _model(rec2, "No idea."), history_factory(memory, include_memory=True),
+        input_messages_key="input", history_messages_key="history",
+        history_factory_config=history_factory_config())
+    legacy.invoke({"input": "Which city do I live in?"}, _cfg("ana", "newer"))
+    assert "Porto" not in rec2.last_text()
+
+
+def test_later_turns_get_the_session_and_the_input_is_not_mutated(memory: TieredMemory) -> None:
+    rec = PromptRecorder()
+    chain = with_tiered_memory(PROMPT | _model(rec, "Hi Cy!", "Your name is Cy."), memory)
+    first = {"input": "Hello, I'm Cy."}
+    before = copy.deepcopy(first)
+    chain.invoke(first, _cfg("cy", "s1"))
+    assert first == before
+    chain.invoke({"input": "What's my name?"}, _cfg("cy", "s1"))
+    assert [m.type for m in rec.last][-3:] == ["human", "ai", "human"]
+    assert [m.text for m in rec.last][-3:] == ["Hello, I'm Cy.", "Hi Cy!", "What's my name?"]
+    assert len(memory.get_messages("s1", user_id="cy")) == 4
+
+
+async def test_async_and_streaming_record_one_turn_each(memory: TieredMemory) -> None:
+    _seed(memory)
+    rec = PromptRecorder()
+    model = FakeListChatModel(responses=["Porto, I think.", "Still Porto."], callbacks=[rec])
+    chain = with_tiered_memory(PROMPT | model | StrOutputParser(), memory)
+    assert await chain.ainvoke({"input": "Where do I live?"}, _cfg("ana", "a")) == "Porto, I think."
+    assert "I moved to Porto" in rec.last_text()
+    chunks = [c async for c in chain.astream({"input": "Sure?"}, _cfg("ana", "a"))]
+    assert len(chunks) > 1 and "".join(chunks) == "Still Porto."
+    assert [m.content for m in memory.get_messages("a", user_id="ana")] == [
+        "Where do I live?", "Porto, I think.", "Sure?", "Still Porto."]
+    sync = with_tiered_memory(PROMPT | FakeListChatModel(responses=["Yes."]), memory)
+    streamed = list(sync.stream("Really?", _cfg("ana", "b")))  # a plain str input
+    assert "".join(c.text for c in streamed) == "Yes."
+    assert [(m.role, m.content) for m in memory.get_messages("b", user_id="ana")] == [
+        ("user", "Really?"), ("assistant", "Yes.")]
+
+
+def test_dict_outputs_other_keys_and_message_inputs(memory: TieredMemory) -> None:
+    rec = PromptRecorder()
+    prompt = ChatPromptTemplate.from_messages([MessagesPlaceholder("memory"), MessagesPlaceholder("question")])
+    chain = with_tiered_memory(
+        prompt | RunnableParallel(answer=_model(rec, "42.") | StrOutputParser(), n=RunnableLambda(lambda _: 1)),
+        memory, input_messages_key="question", history_messages_key="memory", output_messages_key="answer")
+    out = chain.invoke({"question": [HumanMessage("What is six times seven?")]}, _cfg("u", "s"))
+    assert out == {"answer": "42.", "n": 1}
+    assert [m.content for m in memory.get_messages("s", user_id="u")] == ["What is six times seven?", "42."]
+    ambiguous = with_tiered_memory(
+        PROMPT | RunnableParallel(a=RunnableLambda(lambda _: "x"), b=RunnableLambda(lambda _: "y")), memory)
+    with pytest.raises(InvalidInputError, match="output_messages_key"):
+        ambiguous.invoke({"input": "hi"}, _cfg("u", "t"))
+    assert memory.get_messages("t", user_id="u") == []  # nothing stored for a failed call
+
+
+def test_a_failing_chain_records_nothing(memory: TieredMemory) -> None:
+    def boom(_: Any) -> str:
+        raise RuntimeError("model down")
+
+    chain = with_tiered_memory(PROMPT | RunnableLambda(boom), memory)
+    with pytest.raises(RuntimeError, match="model down"):
+        chain.invoke({"input": "hi"}, _cfg("u", "s"))
+    assert memory.get_messages("s", user_id="u") == []
+
+
+@pytest.mark.parametrize(("call", "match"), [
+    (lambda c: c.invoke({"input": "hi"}), "user_id and session_id"),
+    (lambda c: c.invoke({"input": "hi"}, {"configurable": {"user_id": "u"}}), "session_id"),
+    (lambda c: c.invoke({"text": "hi"}, _cfg("u", "s")), "input_messages_key"),
+    (lambda c: c.invoke({"input": 3}, _cfg("u", "s")), "must be a str"),
+    (lambda c: c.invoke({"input": "hi", "history": []}, _cfg("u", "s")), "history_messages_key"),
+])
+def test_bad_calls_raise_typed_errors_that_say_how_to_fix(memory: TieredMemory, call: Any, match: str) -> None:
+    chain = with_tiered_memory(PROMPT | FakeListChatModel(responses=["x"]), memory)
+    with pytest.raises(InvalidInputError, match=match):
+        call(chain)
+    assert memory.stats().messages == 0
+
+
+def test_constructor_checks_its_arguments(memory: TieredMemory) -> None:
+    with pytest.raises(InvalidInputError, match="Runnable"):
+        TieredMemoryRunnable(lambda x: x, memory)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="must differ"):
+        with_tiered_memory(PROMPT | FakeListChatModel(responses=["x"]), memory, history_messages_key="input")
+    with pytest.raises(InvalidInputError, match="max_tokens"):
+        with_tiered_memory(PROMPT | FakeListChatModel(responses=["x"]), memory, max_tokens=0)
+    chain = with_tiered_memory(PROMPT | FakeListChatModel(responses=["x"]), memory)
+    assert {s.id for s in chain.config_specs} >= {"user_id", "session_id"}
