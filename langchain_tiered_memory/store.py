@@ -50,15 +50,18 @@ that only ``get`` and filters can find.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Sequence, Union
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
 
 from langgraph.store.base import (
+    NOT_PROVIDED,
     BaseStore,
     GetOp,
     Item,
     ListNamespacesOp,
+    NotProvided,
     Op,
     PutOp,
     Result,
@@ -222,10 +225,24 @@ class TieredMemoryStore(BaseStore):
         return self.items.namespaces(conditions=conditions, max_depth=op.max_depth,
                                      limit=op.limit, offset=op.offset, exact_at=exact_at)
 
+    def put(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any],
+            index: Literal[False] | list[str] | None = None, *, ttl: float | None | NotProvided = NOT_PROVIDED) -> None:
+        check_labels(namespace, "namespace")  # before LangGraph's own check, which may raise TypeError
+        super().put(namespace, key, value, index, ttl=ttl)
+
+    async def aput(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any],
+                   index: Literal[False] | list[str] | None = None, *,
+                   ttl: float | None | NotProvided = NOT_PROVIDED) -> None:
+        check_labels(namespace, "namespace")
+        await super().aput(namespace, key, value, index, ttl=ttl)
+
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order. Consecutive puts/deletes are written in one transaction
-        with one embedding batch; reads see every write before them."""
+        with one embedding batch; reads see every write before them. Every operation is
+        checked first: a bad one raises ``InvalidInputError`` and nothing runs."""
         ops = list(ops)
+        for op in ops:
+            check_op(op)
         self._ready()
         results: list[Result] = [None] * len(ops)
         pending: list[PutOp] = []
@@ -299,6 +316,55 @@ class TieredMemoryStore(BaseStore):
         if stopped:
             self._sweeper = None
         return stopped
+
+
+def check_labels(labels: object, what: str) -> tuple[str, ...]:
+    """A namespace (or prefix) is a tuple of str labels that storage can hold."""
+    if not isinstance(labels, tuple) or not all(isinstance(x, str) for x in labels):
+        raise InvalidInputError(f"{what} must be a tuple of strings, got {labels!r}")
+    for label in labels:
+        if "\x00" in label or not _utf8(label):
+            raise InvalidInputError(f"{what} labels cannot hold NUL or lone surrogates, got {label!r}")
+    return labels
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _count(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"{what} must be an int >= 0, got {value!r}")
+
+
+def check_op(op: Op) -> None:
+    """Refuse, with ``InvalidInputError``, an operation whose fields no store can run."""
+    if isinstance(op, (PutOp, GetOp)):
+        check_labels(op.namespace, "namespace")
+        if not isinstance(op.key, str) or not op.key or "\x00" in op.key or not _utf8(op.key):
+            raise InvalidInputError(f"an item key must be a non-empty string without NUL, got {op.key!r}")
+    if isinstance(op, PutOp) and op.value is not None:
+        if not isinstance(op.value, Mapping):
+            raise InvalidInputError(f"an item value must be a dict, got {type(op.value).__name__}")
+        try:
+            json.dumps(op.value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise InvalidInputError(f"an item value must be JSON-serialisable (no sets, datetimes, NaN): {e}") from e
+    if isinstance(op, SearchOp):
+        check_labels(op.namespace_prefix, "namespace prefix")
+        if op.query is not None and (not isinstance(op.query, str) or not _utf8(op.query)):
+            raise InvalidInputError(f"a search query must be a str, got {op.query!r}")
+        if op.filter is not None and not isinstance(op.filter, Mapping):
+            raise InvalidInputError(f"a search filter must be a dict, got {type(op.filter).__name__}")
+        _count(op.limit, "limit")
+        _count(op.offset, "offset")
+    if isinstance(op, ListNamespacesOp):
+        _count(op.limit, "limit")
+        _count(op.offset, "offset")
 
 
 def check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
