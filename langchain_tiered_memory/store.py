@@ -75,7 +75,7 @@ from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.records import Item as CoreItem
 from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_namespace, check_ttl
-from tiered_memory.validation import check_id
+from tiered_memory.validation import check_id, encodable
 
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
 
@@ -323,17 +323,9 @@ def check_labels(labels: object, what: str) -> tuple[str, ...]:
     if not isinstance(labels, tuple) or not all(isinstance(x, str) for x in labels):
         raise InvalidInputError(f"{what} must be a tuple of strings, got {labels!r}")
     for label in labels:
-        if "\x00" in label or not _utf8(label):
+        if "\x00" in label or not encodable(label):
             raise InvalidInputError(f"{what} labels cannot hold NUL or lone surrogates, got {label!r}")
     return labels
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _count(value: object, what: str) -> None:
@@ -345,7 +337,7 @@ def check_op(op: Op) -> None:
     """Refuse, with ``InvalidInputError``, an operation whose fields no store can run."""
     if isinstance(op, (PutOp, GetOp)):
         check_labels(op.namespace, "namespace")
-        if not isinstance(op.key, str) or not op.key or "\x00" in op.key or not _utf8(op.key):
+        if not isinstance(op.key, str) or not op.key or "\x00" in op.key or not encodable(op.key):
             raise InvalidInputError(f"an item key must be a non-empty string without NUL, got {op.key!r}")
     if isinstance(op, PutOp) and op.value is not None:
         if not isinstance(op.value, Mapping):
@@ -356,7 +348,7 @@ def check_op(op: Op) -> None:
             raise InvalidInputError(f"an item value must be JSON-serialisable (no sets, datetimes, NaN): {e}") from e
     if isinstance(op, SearchOp):
         check_labels(op.namespace_prefix, "namespace prefix")
-        if op.query is not None and (not isinstance(op.query, str) or not _utf8(op.query)):
+        if op.query is not None and (not isinstance(op.query, str) or not encodable(op.query)):
             raise InvalidInputError(f"a search query must be a str, got {op.query!r}")
         if op.filter is not None and not isinstance(op.filter, Mapping):
             raise InvalidInputError(f"a search filter must be a dict, got {type(op.filter).__name__}")

@@ -35,12 +35,13 @@ def check_id(value: object, name: str) -> str:
         raise InvalidInputError(f"{name} is {len(value)} characters; the limit is {MAX_ID_LENGTH}")
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise InvalidInputError(f"{name} must not contain control characters")
-    if not _encodable(value):
+    if not encodable(value):
         raise InvalidInputError(f"{name} contains lone surrogates and cannot be stored as UTF-8")
     return value
 
 
-def _encodable(text: str) -> bool:
+def encodable(text: str) -> bool:
+    """Whether ``text`` is valid UTF-8 (no lone surrogates), as every store needs."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -55,7 +56,7 @@ def check_text(value: object, name: str) -> str:
         raise InvalidInputError(f"{name} must be a non-empty string")
     if "\x00" in value:
         raise InvalidInputError(f"{name} must not contain NUL characters")
-    if not _encodable(value):
+    if not encodable(value):
         raise InvalidInputError(f"{name} contains lone surrogates and cannot be stored as UTF-8")
     return value
 
@@ -105,7 +106,7 @@ def check_content(content: object, max_chars: int) -> str:
         )
     if "\x00" in content:
         raise InvalidInputError("content must not contain NUL characters")
-    if not _encodable(content):
+    if not encodable(content):
         raise InvalidInputError("content contains lone surrogates and cannot be stored as UTF-8")
     return content
 
@@ -128,7 +129,7 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
         raise InvalidInputError(f"metadata must be JSON-serialisable: {e}") from e
     except RecursionError as e:
         raise InvalidInputError("metadata is nested too deeply to store as JSON") from e
-    if not _encodable(encoded):
+    if not encodable(encoded):
         raise InvalidInputError("metadata contains lone surrogates")
     if len(encoded.encode("utf-8")) > max_bytes:
         raise InvalidInputError(
@@ -225,10 +226,10 @@ def check_filters(filters: object) -> Mapping[str, Any] | None:
     a mapping (an operator) or a NaN would otherwise match nothing or everything, silently."""
     if filters is None:
         return None
-    if not isinstance(filters, Mapping) or not all(isinstance(k, str) and k and _encodable(k) for k in filters):
+    if not isinstance(filters, Mapping) or not all(isinstance(k, str) and k and encodable(k) for k in filters):
         raise InvalidInputError(f"filters must be a mapping with non-empty str keys, got {filters!r}")
     for key, value in filters.items():
-        if isinstance(value, str) and (not _encodable(value) or "\x00" in value):
+        if isinstance(value, str) and (not encodable(value) or "\x00" in value):
             raise InvalidInputError(f"filters[{key!r}] holds text no store can hold (a NUL or a lone surrogate)")
         if key in ("since", "until"):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -249,6 +250,6 @@ def check_filters(filters: object) -> Mapping[str, Any] | None:
 def check_query(query: object) -> str:
     if not isinstance(query, str):
         raise InvalidInputError(f"query must be a str, got {type(query).__name__}")
-    if not _encodable(query):
+    if not encodable(query):
         raise InvalidInputError("query contains lone surrogates and is not valid text")
     return query

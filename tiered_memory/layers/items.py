@@ -44,7 +44,7 @@ from ..recall.query import keywords
 from ..parts import Parts
 from ..records import Item
 from ..store.repositories import ItemRepository
-from ..validation import _encodable, check_id, check_text
+from ..validation import encodable, check_id, check_text
 from ..vector.base import VectorIndex, VectorItem
 
 __all__ = [
@@ -102,7 +102,7 @@ def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[st
             raise InvalidInputError(f"namespace labels must be non-empty strings, got {label!r}")
         if "\x00" in label:
             raise InvalidInputError(f"namespace label {label!r} contains NUL, which cannot be stored; remove it")
-        if not _encodable(label):
+        if not encodable(label):
             raise InvalidInputError(f"namespace label {label!r} contains lone surrogates; it cannot be stored as UTF-8")
     return tuple(namespace)
 
