@@ -216,7 +216,7 @@ def check_count(value: object, name: str, *, minimum: int, optional: bool = Fals
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_COUNT:
-        raise InvalidInputError(f"{name} must be an int from {minimum} to {MAX_COUNT:,}, got {value!r}")
+        raise InvalidInputError(f"{name} must be an int >= {minimum} (and at most {MAX_COUNT:,}), got {value!r}")
     return value
 
 
