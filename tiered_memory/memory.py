@@ -55,6 +55,7 @@ from .portable import ImportReport, export_jsonl, import_jsonl
 from .recall.indexing import index_messages, repair
 from .recall.search import search_turns
 from .store.base import RecordStore
+from .store.repositories import LayerRepository
 from .tokens import TokenCounter, default_token_counter
 from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
 from .validation import (MAX_COUNT, check_count, check_fact_text, check_filters, check_id, check_metadata, check_query, check_unit,
@@ -153,16 +154,21 @@ class TieredMemory:
 
     # ---- the parts below the facade --------------------------------------
     @functools.cached_property
+    def _rows(self) -> LayerRepository:
+        """The layer repositories of the record store, opened (and migrated) once."""
+        return open_layer_store(self.store)
+
+    @functools.cached_property
     def _layers(self) -> Layers:
         """Episodic, semantic and working memory, created on first use."""
-        return Layers(self.parts, open_layer_store(self.store), self._llm)
+        return Layers(self.parts, self._rows, self._llm)
 
     def _layers_ok(self) -> bool:
         return supports_layers(self.store)
 
     @functools.cached_property
     def _items(self) -> ItemStore:
-        return ItemStore(self.parts, open_layer_store(self.store))
+        return ItemStore(self.parts, self._rows)
 
     @usable
     def item_store(self) -> ItemStore:

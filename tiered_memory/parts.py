@@ -2,9 +2,9 @@
 read-only.
 
 :class:`Parts` is what the facade hands down: the record store, the vector index, the
-embedder, the config, the write lock, the token counter and the clock, plus the layer
-repositories and the :class:`AccessLog`. Layers receive it and never the facade, so
-they can only look down.
+embedder, the config, the write lock, the token counter and the clock, plus the
+:class:`AccessLog`; the layers get their repositories beside it. Layers receive it and
+never the facade, so they can only look down.
 
 :class:`AccessLog` is why ``search`` and ``build_context`` commit nothing: what they hand
 to the caller is noted in memory, and the access counts and last-access times reach the
@@ -25,7 +25,6 @@ from typing import Callable, Iterable, Literal
 from .config import MemoryConfig
 from .embedding import Embedder
 from .store.base import RecordStore
-from .store.repositories import LayerRepository
 from .tokens import TokenCounter
 from .vector.base import VectorIndex
 
@@ -129,11 +128,8 @@ class AccessLog:
 
 @dataclass(frozen=True, kw_only=True)
 class Parts:
-    """What a layer may use. Built once by :class:`~tiered_memory.TieredMemory`.
-
-    ``rows`` are the layer repositories of the record store (``None`` when the record
-    store has none: a custom store without episodic, semantic or working memory).
-    """
+    """What a layer may use. Built once by :class:`~tiered_memory.TieredMemory`; the layers
+    get their repositories beside it (a record store may have none)."""
 
     store: RecordStore
     index: VectorIndex
@@ -142,7 +138,6 @@ class Parts:
     lock: threading.RLock
     count_tokens: TokenCounter
     access: AccessLog
-    rows: LayerRepository | None = None
     clock: Callable[[], float] = time.time
 
     def now(self) -> float:
