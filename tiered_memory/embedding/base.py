@@ -22,11 +22,20 @@ class Embedder(Protocol):
 
 @runtime_checkable
 class ArrayEmbedder(Embedder, Protocol):
-    """An embedder that returns unit float32 arrays itself (the bundled ones)."""
+    """An embedder that returns unit float32 arrays itself (the bundled ones). Subclasses
+    write the two array methods; the list methods of :class:`Embedder` come from them."""
 
     def embed_array(self, texts: list[str]) -> np.ndarray: ...
 
     def query_array(self, text: str) -> np.ndarray: ...
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        vectors: list[list[float]] = self.embed_array(list(texts)).tolist()
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        vector: list[float] = self.query_array(text).tolist()
+        return vector
 
 
 def chunk_token_ids(ids: Sequence[int], window: int, overlap: int) -> list[list[int]]:

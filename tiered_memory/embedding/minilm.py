@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import EmbeddingError, MissingDependencyError, missing
-from .base import chunk_token_ids, normalize
+from .base import ArrayEmbedder, chunk_token_ids, normalize
 
 
 def bundled_model_path() -> str:
@@ -75,7 +75,7 @@ def _quiet_loading() -> Iterator[None]:
             hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(ArrayEmbedder):
     """sentence-transformers model; texts longer than its window are chunked and averaged.
 
     Args:
@@ -152,11 +152,3 @@ class SentenceTransformerEmbedder:
             while len(self._queries) > QUERY_CACHE_SIZE:
                 self._queries.popitem(last=False)
         return vector.copy()
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        vectors: list[list[float]] = self.embed_array(list(texts)).tolist()
-        return vectors
-
-    def embed_query(self, text: str) -> list[float]:
-        vector: list[float] = self.query_array(text).tolist()
-        return vector

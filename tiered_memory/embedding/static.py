@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import EmbeddingError, missing
-from .base import normalize
+from .base import ArrayEmbedder, normalize
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "data"
 TABLE_FILE = "static-minilm.npz"
@@ -89,7 +89,7 @@ def pool(rows: np.ndarray, ids: list[list[int]], unknown_id: int | None) -> np.n
     return normalize(np.add.reduceat(rows[flat], starts, axis=0))
 
 
-class StaticEmbedder:
+class StaticEmbedder(ArrayEmbedder):
     """Static token vectors distilled from all-MiniLM-L6-v2: no torch, no download.
 
     Args:
@@ -125,12 +125,4 @@ class StaticEmbedder:
 
     def query_array(self, text: str) -> np.ndarray:
         vector: np.ndarray = self.embed_array([text])[0]
-        return vector
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        rows: list[list[float]] = self.embed_array(list(texts)).tolist()
-        return rows
-
-    def embed_query(self, text: str) -> list[float]:
-        vector: list[float] = self.query_array(text).tolist()
         return vector
