@@ -50,8 +50,8 @@ that only ``get`` and filters can find.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
+import weakref
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
 
@@ -74,8 +74,11 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.records import Item as CoreItem
-from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_namespace, check_ttl
-from tiered_memory.validation import check_id, encodable
+from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemWrite, check_namespace
+from tiered_memory.validation import check_id
+
+from .store_batch import Coalescer, plan_batch, spread_results
+from .store_checks import check_labels, check_op, check_ttl_config
 
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
 
@@ -173,6 +176,9 @@ class TieredMemoryStore(BaseStore):
         self._stop_sweeping = threading.Event()
         self.items = memory.item_store()
         self._repaired = False
+        self._coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Coalescer] = (
+            weakref.WeakKeyDictionary())
+        self._coalescers_lock = threading.Lock()
 
     def user_of(self, namespace: tuple[str, ...], key: str | None = None) -> str | None:
         """The user id ``namespace`` (and ``key``, for a write) maps to; ``None``: shared."""
@@ -208,11 +214,12 @@ class TieredMemoryStore(BaseStore):
                                     value=op.value, text=text, ttl_minutes=ttl))
         return writes
 
-    def _search(self, op: SearchOp) -> list[SearchItem]:
+    def _search(self, op: SearchOp, refresh: list[str]) -> list[SearchItem]:
         user = self._owner(op.namespace_prefix) if op.query else None
         hits = self.items.search(op.namespace_prefix, query=op.query, user_id=user,
-                                 filter=op.filter, limit=op.limit, offset=op.offset,
-                                 refresh_ttl=self._refreshes(op.refresh_ttl))
+                                 filter=op.filter, limit=op.limit, offset=op.offset)
+        if self._refreshes(op.refresh_ttl):
+            refresh += [h.item.id for h in hits]
         return [SearchItem(namespace=h.item.namespace, key=h.item.key, value=h.item.value,
                            created_at=_dt(h.item.created_at), updated_at=_dt(h.item.updated_at),
                            score=h.score) for h in hits]
@@ -237,40 +244,48 @@ class TieredMemoryStore(BaseStore):
         await super().aput(namespace, key, value, index, ttl=ttl)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run ``ops`` in order. Consecutive puts/deletes are written in one transaction
-        with one embedding batch; reads see every write before them. Every operation is
-        checked first: a bad one raises ``InvalidInputError`` and nothing runs."""
+        """Run ``ops`` as LangGraph's stores do (see :mod:`.store_batch`): the reads first,
+        against the state before the batch, then every put and delete in one transaction
+        with one embedding call (the last write per namespace and key wins); results in
+        the order of ``ops``. Every operation is checked first: a bad one raises
+        ``InvalidInputError`` and nothing runs."""
         ops = list(ops)
         for op in ops:
             check_op(op)
         self._ready()
-        results: list[Result] = [None] * len(ops)
-        pending: list[PutOp] = []
+        plan = plan_batch(ops)
+        refresh: list[str] = []
+        read_results = [self._read(op, refresh) for op in plan.reads]
+        if refresh:  # one write for every TTL the reads restart
+            self.items.refresh(list(dict.fromkeys(refresh)))
+        if plan.writes:
+            self.items.write_many(self._writes(plan.writes))
+        return spread_results(plan, read_results)
 
-        def flush() -> None:
-            if pending:
-                self.items.write_many(self._writes(pending))
-                pending.clear()
-
-        for n, op in enumerate(ops):
-            if isinstance(op, PutOp):
-                pending.append(op)
-                continue
-            flush()
-            if isinstance(op, GetOp):
-                found = self.items.get(op.namespace, op.key, refresh_ttl=self._refreshes(op.refresh_ttl))
-                results[n] = _item(found) if found else None
-            elif isinstance(op, SearchOp):
-                results[n] = self._search(op)
-            elif isinstance(op, ListNamespacesOp):
-                results[n] = self._list(op)
-            else:
-                raise InvalidInputError(f"unknown store operation {type(op).__name__}")
-        flush()
-        return results
+    def _read(self, op: Op, refresh: list[str]) -> Result:
+        if isinstance(op, GetOp):
+            found = self.items.get(op.namespace, op.key)
+            if found is not None and self._refreshes(op.refresh_ttl):
+                refresh.append(found.id)
+            return _item(found) if found else None
+        if isinstance(op, SearchOp):
+            return self._search(op, refresh)
+        if isinstance(op, ListNamespacesOp):
+            return self._list(op)
+        raise InvalidInputError(f"unknown store operation {type(op).__name__}")
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return await asyncio.to_thread(self.batch, list(ops))
+        """Like :meth:`batch`, in a worker thread; calls made in the same event-loop tick
+        (``aget``, ``aput``, ``asearch``... all come here) are coalesced into one batch."""
+        ops = list(ops)
+        for op in ops:  # a bad operation fails its own caller, never the batch it would join
+            check_op(op)
+        loop = asyncio.get_running_loop()
+        with self._coalescers_lock:
+            coalescer = self._coalescers.get(loop)
+            if coalescer is None:
+                coalescer = self._coalescers[loop] = Coalescer(self.batch)
+        return await coalescer.submit(ops)
 
     # ---- TTL -------------------------------------------------------------------------
     supports_ttl = True
@@ -316,58 +331,3 @@ class TieredMemoryStore(BaseStore):
         if stopped:
             self._sweeper = None
         return stopped
-
-
-def check_labels(labels: object, what: str) -> tuple[str, ...]:
-    """A namespace (or prefix) is a tuple of str labels that storage can hold."""
-    if not isinstance(labels, tuple) or not all(isinstance(x, str) for x in labels):
-        raise InvalidInputError(f"{what} must be a tuple of strings, got {labels!r}")
-    for label in labels:
-        if "\x00" in label or not encodable(label):
-            raise InvalidInputError(f"{what} labels cannot hold NUL or lone surrogates, got {label!r}")
-    return labels
-
-
-def _count(value: object, what: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"{what} must be an int >= 0, got {value!r}")
-
-
-def check_op(op: Op) -> None:
-    """Refuse, with ``InvalidInputError``, an operation whose fields no store can run."""
-    if isinstance(op, (PutOp, GetOp)):
-        check_labels(op.namespace, "namespace")
-        if not isinstance(op.key, str) or not op.key or "\x00" in op.key or not encodable(op.key):
-            raise InvalidInputError(f"an item key must be a non-empty string without NUL, got {op.key!r}")
-    if isinstance(op, PutOp) and op.value is not None:
-        if not isinstance(op.value, Mapping):
-            raise InvalidInputError(f"an item value must be a dict, got {type(op.value).__name__}")
-        try:
-            json.dumps(op.value, allow_nan=False)
-        except (TypeError, ValueError, RecursionError) as e:
-            raise InvalidInputError(f"an item value must be JSON-serialisable (no sets, datetimes, NaN): {e}") from e
-    if isinstance(op, SearchOp):
-        check_labels(op.namespace_prefix, "namespace prefix")
-        if op.query is not None and (not isinstance(op.query, str) or not encodable(op.query)):
-            raise InvalidInputError(f"a search query must be a str, got {op.query!r}")
-        if op.filter is not None and not isinstance(op.filter, Mapping):
-            raise InvalidInputError(f"a search filter must be a dict, got {type(op.filter).__name__}")
-        _count(op.limit, "limit")
-        _count(op.offset, "offset")
-    if isinstance(op, ListNamespacesOp):
-        _count(op.limit, "limit")
-        _count(op.offset, "offset")
-
-
-def check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
-    """LangGraph's ``TTLConfig``, with its numbers checked."""
-    if ttl is None:
-        return None
-    if not isinstance(ttl, dict):
-        raise InvalidInputError(f"ttl must be a TTLConfig dict, got {type(ttl).__name__}")
-    unknown = set(ttl) - {"refresh_on_read", "omit_expired", "default_ttl", "sweep_interval_minutes"}
-    if unknown:
-        raise InvalidInputError(f"unknown TTLConfig keys {sorted(unknown)}")
-    check_ttl(ttl.get("default_ttl"))
-    check_ttl(ttl.get("sweep_interval_minutes"))
-    return ttl

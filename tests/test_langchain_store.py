@@ -56,25 +56,29 @@ def test_list_namespaces(memory: TieredMemory) -> None:
     assert store.list_namespaces(limit=1, offset=1) == [("u1", "work", "projects")]
 
 
-async def test_batch_and_abatch_in_order(memory: TieredMemory) -> None:
+async def test_batch_reads_see_the_state_before_its_writes_as_in_langgraph(memory: TieredMemory) -> None:
     store = TieredMemoryStore(memory, fields=["text"])
+    store.put(("u1", "notes"), "a", {"text": "Allergic to cats"})
     results = store.batch([
-        PutOp(("u1", "notes"), "a", {"text": "Allergic to cats"}),
         PutOp(("u1", "notes"), "b", {"text": "Owns a bicycle"}),
         GetOp(("u1", "notes"), "a"),
-        PutOp(("u1", "notes"), "a", None),  # delete, seen by the read after it
-        GetOp(("u1", "notes"), "a"),
-        SearchOp(("u1",), query="bike", limit=1),
+        PutOp(("u1", "notes"), "a", None),  # delete: applied after the batch's reads
+        GetOp(("u1", "notes"), "b"),  # not there yet: reads see the state before the batch
+        SearchOp(("u1",), query="cats", limit=1),
         ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("u1",)),)),
+        PutOp(("u1", "notes"), "c", {"text": "first"}),
+        PutOp(("u1", "notes"), "c", {"text": "Runs marathons"}),  # the last write per key wins
     ])
-    assert results[0] is None and results[2].value == {"text": "Allergic to cats"}  # type: ignore[union-attr]
-    assert results[4] is None
-    assert [h.key for h in results[5]] == ["b"]  # type: ignore[union-attr]
-    assert results[6] == [("u1", "notes")]
+    assert results[0] is None and results[1].value == {"text": "Allergic to cats"}  # type: ignore[union-attr]
+    assert results[3] is None
+    assert [h.key for h in results[4]] == ["a"]  # type: ignore[union-attr]
+    assert results[5] == [("u1", "notes")]
+    assert store.get(("u1", "notes"), "a") is None  # the writes did happen, after the reads
+    assert store.get(("u1", "notes"), "c").value == {"text": "Runs marathons"}  # type: ignore[union-attr]
     got = await store.abatch([GetOp(("u1", "notes"), "b"), SearchOp(("u1",), query="bicycle")])
     assert got[0].key == "b" and got[1][0].key == "b"  # type: ignore[union-attr,index]
-    await store.aput(("u1", "notes"), "c", {"text": "Runs marathons"})
-    assert (await store.asearch(("u1",), query="running races", limit=1))[0].key == "c"
+    await store.aput(("u1", "notes"), "d", {"text": "Plays the cello"})  # awaited: the next call reads it
+    assert (await store.asearch(("u1",), query="cello music", limit=1))[0].key == "d"
 
 
 def test_index_false_and_per_item_fields(memory: TieredMemory) -> None:

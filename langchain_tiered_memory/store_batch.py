@@ -1,0 +1,121 @@
+"""How :class:`~langchain_tiered_memory.TieredMemoryStore` runs a batch, and coalesces
+concurrent async calls into one.
+
+The semantics are LangGraph's (its in-memory and SQL stores, and
+``AsyncBatchedBaseStore``):
+
+- **Within one batch, reads see the state before the batch.** Gets, searches and
+  namespace listings run first, then every put and delete is written, in one
+  transaction with one embedding call; for the same (namespace, key) the last write
+  wins. Results come back in the order of the operations.
+- **Identical reads in a batch run once** and each caller gets its own copy of the result.
+- **Concurrent async calls are one batch.** ``aget``/``aput``/``asearch``/``adelete``/
+  ``alist_namespaces`` (and ``abatch``) made in the same event-loop tick are queued and
+  run together, in a worker thread, while the next calls queue up behind them. A
+  caller that awaits its ``aput`` and then calls ``aget`` is in a later batch, so it
+  reads its own write, as with LangGraph's stores.
+
+:func:`plan_batch` is the pure decision; :class:`Coalescer` is the thin async shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from langgraph.store.base import Op, PutOp, Result
+
+__all__ = ["BatchPlan", "Coalescer", "plan_batch", "spread_results"]
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """What to run for a batch: the distinct reads, then the writes."""
+
+    #: distinct read operations (gets, searches, listings), in first-seen order
+    reads: list[Op]
+    #: for each operation of the batch, the index of its read in ``reads`` (``None``: a write)
+    read_of: list[int | None]
+    #: puts and deletes, in order (the store keeps the last one per namespace and key)
+    writes: list[PutOp]
+
+
+def plan_batch(ops: Sequence[Op]) -> BatchPlan:
+    """Split ``ops`` into distinct reads and the writes (pure)."""
+    reads: list[Op] = []
+    read_of: list[int | None] = []
+    writes: list[PutOp] = []
+    seen: dict[Op, int] = {}
+    for op in ops:
+        if isinstance(op, PutOp):
+            writes.append(op)
+            read_of.append(None)
+            continue
+        try:
+            at = seen.setdefault(op, len(reads))
+        except TypeError:  # a search whose filter holds a dict or a list cannot be hashed
+            at = next((n for n, r in enumerate(reads) if r == op), len(reads))
+        if at == len(reads):
+            reads.append(op)
+        read_of.append(at)
+    return BatchPlan(reads=reads, read_of=read_of, writes=writes)
+
+
+def spread_results(plan: BatchPlan, read_results: Sequence[Result]) -> list[Result]:
+    """Each operation's result, in the order of the batch (pure): a write's is ``None``; a
+    read run once for several callers hands each its own copy of the list it returned."""
+    out: list[Result] = []
+    handed: set[int] = set()
+    for at in plan.read_of:
+        if at is None:
+            out.append(None)
+            continue
+        result = read_results[at]
+        out.append(copy.copy(result) if isinstance(result, list) and at in handed else result)
+        handed.add(at)
+    return out
+
+
+class Coalescer:
+    """Queue the batches submitted from one event loop and run those queued in the same
+    tick as one, with ``run`` in a worker thread. No task lingers: the draining task ends
+    when the queue is empty, and the next submit starts another."""
+
+    def __init__(self, run: Callable[[list[Op]], list[Result]]) -> None:
+        self._run = run
+        self._pending: list[tuple[asyncio.Future[list[Result]], list[Op]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def submit(self, ops: list[Op]) -> list[Result]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[Result]] = loop.create_future()
+        self._pending.append((fut, ops))
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._drain())
+        return await fut
+
+    async def _drain(self) -> None:
+        while self._pending:
+            taken, self._pending = self._pending, []
+            groups = [(f, ops) for f, ops in taken if not f.done()]  # a cancelled caller is skipped
+            if not groups:
+                continue
+            try:
+                results = await asyncio.to_thread(self._run, [op for _, ops in groups for op in ops])
+            except Exception as e:  # the whole batch failed: every caller in it sees why
+                for f, _ in groups:
+                    if not f.done():
+                        f.set_exception(e)
+                continue
+            except BaseException:  # this task was cancelled: don't leave callers waiting forever
+                for f, _ in groups + self._pending:
+                    f.cancel()
+                self._pending = []
+                raise
+            start = 0
+            for f, ops in groups:
+                if not f.done():
+                    f.set_result(results[start:start + len(ops)])
+                start += len(ops)

@@ -1,0 +1,71 @@
+"""Checks of the LangGraph store's operations and configuration: every operation is
+checked before any runs, so bad input is :class:`~tiered_memory.errors.InvalidInputError`
+and nothing is half-done."""
+
+from __future__ import annotations
+
+import json
+from typing import Mapping
+
+from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
+
+from tiered_memory.errors import InvalidInputError
+from tiered_memory.layers.items import check_ttl
+from tiered_memory.validation import encodable
+
+__all__ = ["check_labels", "check_op", "check_ttl_config"]
+
+
+def check_labels(labels: object, what: str) -> tuple[str, ...]:
+    """A namespace (or prefix) is a tuple of str labels that storage can hold."""
+    if not isinstance(labels, tuple) or not all(isinstance(x, str) for x in labels):
+        raise InvalidInputError(f"{what} must be a tuple of strings, got {labels!r}")
+    for label in labels:
+        if "\x00" in label or not encodable(label):
+            raise InvalidInputError(f"{what} labels cannot hold NUL or lone surrogates, got {label!r}")
+    return labels
+
+
+def _count(value: object, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"{what} must be an int >= 0, got {value!r}")
+
+
+def check_op(op: Op) -> None:
+    """Refuse, with ``InvalidInputError``, an operation whose fields no store can run."""
+    if isinstance(op, (PutOp, GetOp)):
+        check_labels(op.namespace, "namespace")
+        if not isinstance(op.key, str) or not op.key or "\x00" in op.key or not encodable(op.key):
+            raise InvalidInputError(f"an item key must be a non-empty string without NUL, got {op.key!r}")
+    if isinstance(op, PutOp) and op.value is not None:
+        if not isinstance(op.value, Mapping):
+            raise InvalidInputError(f"an item value must be a dict, got {type(op.value).__name__}")
+        try:
+            json.dumps(op.value, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as e:
+            raise InvalidInputError(f"an item value must be JSON-serialisable (no sets, datetimes, NaN): {e}") from e
+    if isinstance(op, SearchOp):
+        check_labels(op.namespace_prefix, "namespace prefix")
+        if op.query is not None and (not isinstance(op.query, str) or not encodable(op.query)):
+            raise InvalidInputError(f"a search query must be a str, got {op.query!r}")
+        if op.filter is not None and not isinstance(op.filter, Mapping):
+            raise InvalidInputError(f"a search filter must be a dict, got {type(op.filter).__name__}")
+        _count(op.limit, "limit")
+        _count(op.offset, "offset")
+    if isinstance(op, ListNamespacesOp):
+        _count(op.limit, "limit")
+        _count(op.offset, "offset")
+
+
+def check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
+    """LangGraph's ``TTLConfig``, with its numbers checked."""
+    if ttl is None:
+        return None
+    if not isinstance(ttl, dict):
+        raise InvalidInputError(f"ttl must be a TTLConfig dict, got {type(ttl).__name__}")
+    unknown = set(ttl) - {"refresh_on_read", "omit_expired", "default_ttl", "sweep_interval_minutes"}
+    if unknown:
+        raise InvalidInputError(f"unknown TTLConfig keys {sorted(unknown)}")
+    check_ttl(ttl.get("default_ttl"))
+    check_ttl(ttl.get("sweep_interval_minutes"))
+    return ttl

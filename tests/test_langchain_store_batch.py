@@ -1,0 +1,103 @@
+"""The LangGraph store's batches: LangGraph's semantics, and concurrent async calls coalesced."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Iterable
+
+import pytest
+from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, Op, PutOp, Result, SearchOp
+
+from langchain_tiered_memory import TieredMemoryStore
+from langchain_tiered_memory.store_batch import plan_batch, spread_results
+from tiered_memory import TieredMemory
+from tiered_memory.errors import InvalidInputError
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+G1 = GetOp(("u1",), "a")
+G2 = GetOp(("u1",), "b")
+S1 = SearchOp(("u1",), {"tag": {"$in": ["x"]}}, 10, 0, "tea")  # a dict filter: not hashable
+LS = ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("u1",)),))
+P1 = PutOp(("u1",), "a", {"v": 1})
+D1 = PutOp(("u1",), "a", None)
+
+
+@pytest.mark.parametrize("ops, reads, read_of, writes", [
+    ([], [], [], []),
+    ([G1, P1, G1, G2], [G1, G2], [0, None, 0, 1], [P1]),
+    ([P1, D1], [], [None, None], [P1, D1]),
+    ([S1, LS, S1, G1], [S1, LS, G1], [0, 1, 0, 2], []),
+])
+def test_plan_batch_table(ops: list[Op], reads: list[Op], read_of: list[int | None], writes: list[PutOp]) -> None:
+    plan = plan_batch(ops)
+    assert (plan.reads, plan.read_of, plan.writes) == (reads, read_of, writes)
+
+
+def test_spread_results_gives_each_caller_its_own_list() -> None:
+    plan = plan_batch([S1, P1, S1])
+    shared: list[object] = ["hit"]
+    out = spread_results(plan, [shared])  # type: ignore[list-item]
+    assert out == [["hit"], None, ["hit"]]
+    assert out[0] is not out[2]
+
+
+class CountingStore(TieredMemoryStore):
+    """Records the size of every batch it runs (a subclass, not a patch)."""
+
+    sizes: list[int]
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        self.sizes.append(len(ops))
+        return super().batch(ops)
+
+
+async def test_concurrent_calls_run_as_one_batch(memory: TieredMemory) -> None:
+    store = CountingStore(memory, fields=["text"])
+    store.sizes = []
+    await asyncio.gather(*[store.aput(("u1", "notes"), f"k{i}", {"text": f"note {i} about tea"})
+                           for i in range(40)])
+    assert store.sizes == [40]  # forty awaits, one batch: one transaction, one embedding call
+    got = await asyncio.gather(*[store.aget(("u1", "notes"), f"k{i}") for i in range(40)],
+                               store.asearch(("u1",), query="tea", limit=3),
+                               store.alist_namespaces(prefix=("u1",)))
+    assert store.sizes == [40, 42]
+    assert [g.value["text"] for g in got[:40]] == [f"note {i} about tea" for i in range(40)]  # type: ignore[union-attr]
+    assert len(got[40]) == 3 and got[41] == [("u1", "notes")]  # type: ignore[arg-type]
+
+
+async def test_a_bad_call_fails_alone_and_a_cancelled_one_is_skipped(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory)
+    good = asyncio.ensure_future(store.aput(("u1",), "ok", {"v": 1}))
+    bad = asyncio.ensure_future(store.aput(("u1",), "bad", {"v": {1, 2}}))  # a set is not JSON
+    cancelled = asyncio.ensure_future(store.aput(("u1",), "gone", {"v": 3}))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await good
+    with pytest.raises(InvalidInputError):
+        await bad
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert (await store.aget(("u1",), "ok")).value == {"v": 1}  # type: ignore[union-attr]
+    assert await store.aget(("u1",), "bad") is None
+
+
+async def test_a_write_is_read_by_the_next_awaited_call_and_a_batch_reads_before_it(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory)
+    await store.aput(("u1",), "k", {"v": 1})
+    put, seen = await asyncio.gather(store.aput(("u1",), "k", {"v": 2}), store.aget(("u1",), "k"))
+    assert put is None and seen.value == {"v": 1}  # type: ignore[union-attr]  # same tick: the state before
+    assert (await store.aget(("u1",), "k")).value == {"v": 2}  # type: ignore[union-attr]
+
+
+def test_one_store_serves_several_event_loops_and_sync_calls(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory)
+
+    async def write(n: int) -> None:
+        await asyncio.gather(*[store.aput(("u1",), f"k{n}-{i}", {"v": i}) for i in range(5)])
+
+    asyncio.run(write(1))
+    asyncio.run(write(2))  # a second loop gets its own queue
+    store.put(("u1",), "sync", {"v": 0})
+    assert len(store.search(("u1",), limit=20)) == 11
