@@ -50,6 +50,7 @@ that only ``get`` and filters can find.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import weakref
 from datetime import datetime, timezone
@@ -179,6 +180,20 @@ class TieredMemoryStore(BaseStore):
         self._coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Coalescer] = (
             weakref.WeakKeyDictionary())
         self._coalescers_lock = threading.Lock()
+
+    @property
+    def embeddings(self) -> Any:
+        """What embeds the items: the LangChain ``Embeddings`` the memory was given (through
+        ``LangChainEmbedder``), else the memory's own embedder."""
+        return getattr(self.memory.embedder, "embeddings", self.memory.embedder)
+
+    @functools.cached_property
+    def index_config(self) -> dict[str, Any]:
+        """LangGraph's ``index_config`` view of the store (``dims``, ``embed``, ``fields``), for
+        code that checks it to know semantic search is on (it always is here). ``dims`` is
+        learnt by embedding one short text, the first time this is read."""
+        dims = len(self.memory.embedder.embed_query("dimensions"))
+        return {"dims": dims, "embed": self.embeddings, "fields": list(self.fields)}
 
     def user_of(self, namespace: tuple[str, ...], key: str | None = None) -> str | None:
         """The user id ``namespace`` (and ``key``, for a write) maps to; ``None``: shared."""

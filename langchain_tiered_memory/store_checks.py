@@ -17,13 +17,14 @@ __all__ = ["check_labels", "check_op", "check_ttl_config"]
 
 
 def check_labels(labels: object, what: str) -> tuple[str, ...]:
-    """A namespace (or prefix) is a tuple of str labels that storage can hold."""
-    if not isinstance(labels, tuple) or not all(isinstance(x, str) for x in labels):
+    """A namespace (or prefix) is a tuple of str labels that storage can hold (a list is
+    taken too, as LangGraph's SQL stores take ``search(["users"])``)."""
+    if not isinstance(labels, (tuple, list)) or not all(isinstance(x, str) for x in labels):
         raise InvalidInputError(f"{what} must be a tuple of strings, got {labels!r}")
     for label in labels:
         if "\x00" in label or not encodable(label):
             raise InvalidInputError(f"{what} labels cannot hold NUL or lone surrogates, got {label!r}")
-    return labels
+    return tuple(labels)
 
 
 def _count(value: object, what: str) -> None:
