@@ -72,6 +72,9 @@ class TieredMemoryMiddleware(AgentMiddleware):
             conversation, for agents run without a checkpointer; turns already in
             the agent's messages are not repeated.
         record: store the turns (turn off to only read memory).
+        include_items: also recall the user's items written through
+            :class:`~langchain_tiered_memory.TieredMemoryStore` (the agent's ``store``),
+            so what its memory tools saved reaches the model with the rest, as quoted data.
 
     Example:
         >>> agent = create_agent(model, tools=[...],  # doctest: +SKIP
@@ -83,6 +86,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def __init__(
         self, memory: TieredMemory, *, user_id: str | None = None, session_id: str | None = None,
         max_tokens: int | None = None, include_recent: bool = False, record: bool = True,
+        include_items: bool = False,
     ) -> None:
         super().__init__()
         self.memory = memory
@@ -91,6 +95,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
         self.max_tokens = max_tokens
         self.include_recent = include_recent
         self.record = record
+        self.include_items = include_items
 
     # ---- whose memory -----------------------------------------------------
     def ids(self, runtime: Runtime[Any] | None) -> tuple[str, str]:
@@ -114,7 +119,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
         changes: dict[str, Any] = {}
         if query.strip():
             ctx = self.memory.build_context(query, user_id=user, session_id=session,
-                                            max_tokens=self.max_tokens)
+                                            max_tokens=self.max_tokens, include_items=self.include_items)
             text = ctx.memory_text()
             if text:
                 base = request.system_message.text if request.system_message else ""

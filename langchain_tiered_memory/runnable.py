@@ -125,6 +125,7 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         history_messages_key: the prompt variable to fill with the context.
         output_messages_key: the output key of the answer, for chains returning dicts.
         max_tokens: token budget of the assembled context; default ``MemoryConfig.budget``.
+        include_items: also recall the user's LangGraph store items (``TieredMemoryStore``).
 
     Example:
         >>> chain = with_tiered_memory(prompt | model, memory)  # doctest: +SKIP
@@ -135,7 +136,7 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
     def __init__(
         self, runnable: Runnable[Any, Any], memory: TieredMemory, *, input_messages_key: str = "input",
         history_messages_key: str = "history", output_messages_key: str | None = None,
-        max_tokens: int | None = None,
+        max_tokens: int | None = None, include_items: bool = False,
     ) -> None:
         if not isinstance(runnable, Runnable):
             raise InvalidInputError(f"runnable must be a LangChain Runnable, got {type(runnable).__name__}")
@@ -147,6 +148,7 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         self.history_messages_key = history_messages_key
         self.output_messages_key = output_messages_key
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
+        self.include_items = include_items
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:
@@ -169,7 +171,7 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         history: list[BaseMessage]
         if query.strip():
             ctx = self.memory.build_context(query, user_id=scope[0], session_id=scope[1],
-                                            max_tokens=self.max_tokens)
+                                            max_tokens=self.max_tokens, include_items=self.include_items)
             text = ctx.memory_text()
             history = ([SystemMessage(content=text)] if text else []) + from_stored_many(ctx.recent_messages)
         else:  # nothing to recall for (an image, an empty message): the recent turns only
@@ -222,10 +224,11 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
 def with_tiered_memory(
     runnable: Runnable[Any, Any], memory: TieredMemory, *, input_messages_key: str = "input",
     history_messages_key: str = "history", output_messages_key: str | None = None,
-    max_tokens: int | None = None,
+    max_tokens: int | None = None, include_items: bool = False,
 ) -> TieredMemoryRunnable:
     """Wrap ``runnable`` so each call recalls for its own input and records its turn.
     See :class:`TieredMemoryRunnable`."""
     return TieredMemoryRunnable(runnable, memory, input_messages_key=input_messages_key,
                                 history_messages_key=history_messages_key,
-                                output_messages_key=output_messages_key, max_tokens=max_tokens)
+                                output_messages_key=output_messages_key, max_tokens=max_tokens,
+                                include_items=include_items)

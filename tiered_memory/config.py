@@ -52,7 +52,8 @@ class BudgetConfig:
 
     ``shares`` splits the memory budget (what is left after the recent buffer)
     between sections: ``session`` (working memory), ``facts``, ``episodes`` (past
-    sessions) and ``turns`` (relevant past turns). Shares are relative weights,
+    sessions), ``turns`` (relevant past turns) and ``items`` (store items, with
+    ``include_items=True``; 0.2 when not named here). Shares are relative weights,
     normalised over the sections that have something to show, so by default
     session, facts and episodes split 30/40/30 and relevant turns weigh 0.3 beside
     them. What a section leaves unused flows to the others by priority (session,

@@ -40,11 +40,12 @@ from .backends import (
 from .config import MemoryConfig
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
-from .embedding import Embedder, default_embedder, embedder_name
+from .embedding import Embedder, default_embedder, embed_query, embedder_name
 from .errors import ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError
 from .guard import OPEN, usable, vector_errors_typed
 from .layers.consolidation import ConsolidationReport
 from .layers.episodic import EpisodeHit
+from .layers.item_recall import ITEM_LAYER, as_memory_hit, merge_by_score
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .layers.semantic import FactHit
@@ -418,9 +419,14 @@ class TieredMemory:
     @usable
     def search(
         self, query: str, *, user_id: str, k: int = 10, session_id: str | None = None,
-        filters: Mapping[str, Any] | None = None,
+        filters: Mapping[str, Any] | None = None, include_items: bool = False,
     ) -> list[MemoryHit]:
-        """Hybrid recall (vector + keyword + recency) over ``user_id``'s memories."""
+        """Hybrid recall (vector + keyword + recency) over ``user_id``'s memories.
+
+        ``include_items=True`` also searches the user's items written through the LangGraph
+        store (hits with ``layer="item"``, see :mod:`.layers.item_recall`); items belong to no
+        session and carry no message metadata, so a search with ``session_id`` or ``filters``
+        leaves them out."""
         check_id(user_id, "user_id")
         if session_id is not None:
             check_id(session_id, "session_id")
@@ -428,28 +434,41 @@ class TieredMemory:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_COUNT:
             raise InvalidInputError(f"k must be a positive int (at most {MAX_COUNT:,}), got {k!r}")
         check_filters(filters)
+        if not isinstance(include_items, bool):
+            raise InvalidInputError(f"include_items must be True or False, got {include_items!r}")
+        with_items = include_items and session_id is None and not filters and self._layers_ok()
         now = time.time()
         with self._gate.reading():
+            vector = embed_query(self.embedder, query) if with_items else None  # one embedding for both
             hits = search_turns(store=self.store, index=self.index, embedder=self.embedder,
                                 config=self.config.retrieval, query=query, user_id=user_id, k=k,
-                                session_id=session_id, filters=filters, now=now)
-        self.parts.access.note("turn", user_id, [h.id for h in hits], now)
+                                session_id=session_id, filters=filters, now=now, vector=vector)
+            if with_items:
+                items = [as_memory_hit(h) for h in self._items.recall(query, user_id=user_id, k=k, vector=vector)]
+                hits = merge_by_score(hits, items, k)
+        self.parts.access.note("turn", user_id, [h.id for h in hits if h.layer != ITEM_LAYER], now)
         return hits
 
     @usable
     def build_context(
         self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
+        include_items: bool = False,
     ) -> MemoryContext:
         """Recent turns plus working memory, known facts, past sessions and relevant past turns,
-        within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.context.assembly`."""
+        within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.context.assembly`.
+        ``include_items=True`` adds an ``items`` section: the user's LangGraph store items
+        that match the query, as quoted data like the rest."""
         check_query(query)
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         check_count(max_tokens, "max_tokens", minimum=1, optional=True)
+        if not isinstance(include_items, bool):
+            raise InvalidInputError(f"include_items must be True or False, got {include_items!r}")
         now = time.time()
         with self._gate.reading():
             context = assemble(self.parts, self._layers if self._layers_ok() else None, query,
-                               user_id=user_id, session_id=session_id, max_tokens=max_tokens)
+                               user_id=user_id, session_id=session_id, max_tokens=max_tokens,
+                               items=self._items if include_items and self._layers_ok() else None)
         for layer, ids in accessed(context).items():
             self.parts.access.note(layer, user_id, ids, now)
         return context

@@ -8,7 +8,7 @@ from typing import Any, Literal, Mapping
 
 Role = Literal["user", "assistant", "system", "tool"]
 ROLES: frozenset[str] = frozenset({"user", "assistant", "system", "tool"})
-Layer = Literal["turn", "episode", "fact", "working"]
+Layer = Literal["turn", "episode", "fact", "working", "item"]
 
 
 @dataclass(frozen=True, kw_only=True)

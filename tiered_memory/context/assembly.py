@@ -1,8 +1,9 @@
 """Context assembly for :meth:`TieredMemory.build_context`: gather, then fit (pure ``fit_sections``).
 
 Sections, most important first (truncated last): ``session`` (working memory),
-``facts`` (known facts), ``episodes`` (relevant past sessions) and ``turns``
-(relevant past turns), plus the ``recent`` buffer, which takes
+``facts`` (known facts), ``episodes`` (relevant past sessions), ``items`` (the user's
+LangGraph store items, only with ``include_items=True``; share ``"items"``, default 0.2)
+and ``turns`` (relevant past turns), plus the ``recent`` buffer, which takes
 ``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
 The memory budget left is split by ``BudgetConfig.shares``. Items are never split;
 everything left out is reported in ``MemoryContext.dropped`` with a reason. Working-memory
@@ -22,6 +23,8 @@ import numpy as np
 
 from ..embedding import embed_query
 from ..layers.buffer import select_buffer
+from ..layers.item_recall import item_text
+from ..layers.items import ItemStore
 from ..layers.longterm import Layers
 from ..layers.working import decayed
 from ..parts import AccessLayer, Parts
@@ -30,9 +33,12 @@ from ..types import MemoryHit, StoredMessage
 from .render import ContextItem, Dropped, MemoryContext, SectionRequest, cut_to_tokens, fit_sections, item_cost
 
 TITLES = {"session": "Current session notes", "facts": "Known facts about the user",
-          "episodes": "Relevant past sessions", "turns": "Relevant past conversation"}
-PRIORITY = {"session": 0, "facts": 1, "episodes": 2, "turns": 3}
+          "episodes": "Relevant past sessions", "turns": "Relevant past conversation",
+          "items": "Saved memories"}
+PRIORITY = {"session": 0, "facts": 1, "episodes": 2, "items": 2, "turns": 3}
+ITEM_SHARE = 0.2  # when BudgetConfig.shares names no "items" share
 TURN_CANDIDATES = 20
+ITEM_CANDIDATES = 10
 FACT_CANDIDATES = 30
 EPISODE_CANDIDATES = 5
 
@@ -104,8 +110,17 @@ def fit_newest(item: ContextItem, buffer: list[StoredMessage], budget: int, coun
                             reason="the newest turn is longer than the whole budget")]
 
 
+def item_request(items: ItemStore, query: str, vector: np.ndarray, *, user_id: str,
+                 count: Callable[[str], int], share: float) -> SectionRequest:
+    """The ``items`` section: the user's LangGraph store items for the query, best first."""
+    found = items.recall(query, user_id=user_id, k=ITEM_CANDIDATES, vector=vector)
+    costed = [_costed(ContextItem(id=f"item:{h.item.id}", text=item_text(h.item), tokens=0, label="saved item",
+                                  timestamp=h.item.updated_at, score=h.score), count) for h in found]
+    return SectionRequest(name="items", title=TITLES["items"], items=costed, share=share, priority=PRIORITY["items"])
+
+
 def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, session_id: str,
-             max_tokens: int | None) -> MemoryContext:
+             max_tokens: int | None, items: ItemStore | None = None) -> MemoryContext:
     budget = max_tokens if max_tokens is not None else parts.config.budget.max_tokens
     count = parts.count_tokens
     buffer = session_buffer(parts, user_id, session_id)
@@ -126,6 +141,9 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     turns = [hit_item(h, count) for h in hits if h.id not in in_buffer]
     requests = layer_requests(layers, query, vector, user_id=user_id, session_id=session_id,
                               count=count) if layers is not None else []
+    if items is not None and vector is not None:
+        requests.append(item_request(items, query, vector, user_id=user_id, count=count,
+                                     share=parts.config.budget.shares.get("items", ITEM_SHARE)))
     requests.append(SectionRequest(name="turns", title=TITLES["turns"], items=turns,
                                    share=parts.config.budget.shares.get("turns", 0.3), priority=PRIORITY["turns"]))
     used = sum(i.tokens for i in recent)

@@ -36,6 +36,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+import numpy as np
+
 from ..aio import twin
 from ..embedding import embed, embed_query
 from ..errors import InvalidInputError
@@ -340,10 +342,20 @@ class ItemStore:
             raise InvalidInputError(
                 "a search query needs the user (a user id, or SHARED_OWNER for items of no user)")
         check_owner(user_id)
-        check_filter(filter)
+        ranked = self._ranked(ns, query, user_id=user_id, filter=filter, n=offset + limit)
+        if len(ranked) < offset + limit:  # like LangGraph's stores: fill with unranked items
+            seen = {h.item.id for h in ranked}
+            ranked += [ItemHit(item=i, score=None) for i in self._under(ns)  # the same owner's only
+                       if i.id not in seen and i.user_id == user_id and match_filter(i.value, filter)]
+        return ranked[offset:offset + limit]
+
+    def _ranked(self, ns: tuple[str, ...], query: str, *, user_id: str, filter: Mapping[str, Any] | None,
+                n: int, vector: np.ndarray | None = None) -> list[ItemHit]:
+        """The owner's items under ``ns`` matching ``filter``, ranked by cosine similarity to
+        ``query`` (``vector`` is its embedding when the caller has it)."""
         cfg = self.parts.config.retrieval
-        n = max(cfg.candidates, (offset + limit) * 4)
-        qvec = embed_query(self.parts.embedder, query)[None, :]
+        n = max(cfg.candidates, n * 4)
+        qvec = (embed_query(self.parts.embedder, query) if vector is None else vector)[None, :]
         vec = self.index.query(qvec, user_id=user_id, k=n, layers=[LAYER])[0]
         kw = self.db.keyword_items(user_id, keywords(query), n)
         vec = best_parts(vec)
@@ -359,15 +371,18 @@ class ItemStore:
             similarity.update(best_parts(found))
         kw_rank = {i: r for r, (i, _) in enumerate((i, s) for i, s in kw if i in candidates)}
         order = rank_by_similarity(similarity, kw_rank, {i: c.updated_at for i, c in candidates.items()})
-        ranked = [ItemHit(item=candidates[i], score=similarity[i],
-                          explanation={"method": "cosine similarity", "similarity": similarity[i],
-                                       "keyword_rank": kw_rank.get(i)})
-                  for i in order]
-        if len(ranked) < offset + limit:  # like LangGraph's stores: fill with unranked items
-            seen = set(similarity)
-            ranked += [ItemHit(item=i, score=None) for i in self._under(ns)  # the same owner's only
-                       if i.id not in seen and i.user_id == user_id and match_filter(i.value, filter)]
-        return ranked[offset:offset + limit]
+        return [ItemHit(item=candidates[i], score=similarity[i],
+                        explanation={"method": "cosine similarity", "similarity": similarity[i],
+                                     "keyword_rank": kw_rank.get(i)})
+                for i in order]
+
+    def recall(self, query: str, *, user_id: str, k: int, vector: np.ndarray | None = None) -> list[ItemHit]:
+        """The user's best ``k`` items for ``query``, in any namespace (what ``search`` and
+        ``build_context`` add with ``include_items=True``); reads only."""
+        check_id(user_id, "user_id")  # a real user: shared items are nobody's recall
+        if not query.strip():
+            return []
+        return self._ranked((), query, user_id=user_id, filter=None, n=k, vector=vector)[:k]
 
     def namespaces(
         self, *, conditions: Sequence[tuple[str, Sequence[str]]] = (), max_depth: int | None = None,
