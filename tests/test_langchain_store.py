@@ -121,3 +121,13 @@ def test_user_position_forget_user_and_restart(make_memory: Callable[..., Tiered
     reopened.forget_user("u1")
     assert store.get(("memories", "u1"), "k") is None
     assert store.get(("memories", "u2"), "k") is not None
+
+
+def test_list_prefixes_and_the_index_config_view(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory, fields=["text"])
+    store.put(("u1", "notes"), "k", {"text": "Collects vinyl records"})
+    assert [h.key for h in store.search(["u1"])] == ["k"]  # type: ignore[arg-type]  # as LangGraph's SQL stores
+    assert [h.key for h in store.search(["u1"], query="music collection")] == ["k"]  # type: ignore[arg-type]
+    config = store.index_config
+    assert config["fields"] == ["text"] and config["embed"] is store.embeddings is memory.embedder
+    assert config["dims"] == len(memory.embedder.embed_query("probe"))

@@ -3,9 +3,10 @@
 An *item* is a JSON object stored under a ``namespace`` (a tuple of labels) and a
 ``key``, owned by one ``user_id``. Items are not chat turns: they live in their own
 table (``items``, in the schema of each SQL dialect in ``store/``), reached only through
-:class:`~tiered_memory.store.repositories.ItemRepository`, never appear in turn recall or ``build_context``, and are
-deleted with the user in the same transaction as the user's messages (like every
-table with a ``user_id`` column).
+:class:`~tiered_memory.store.repositories.ItemRepository`, take part in ``search`` and
+``build_context`` only when asked (``include_items=True``, :meth:`ItemStore.recall`,
+:mod:`.item_recall`), and are deleted with the user in the same transaction as the
+user's messages (like every table with a ``user_id`` column).
 
 An item may carry ``text`` (what to search it by). That text is indexed like a
 turn: a keyword index next to the row (the store's own full-text index), and a
