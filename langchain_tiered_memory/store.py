@@ -267,6 +267,9 @@ class TieredMemoryStore(BaseStore):
         ops = list(ops)
         for op in ops:
             check_op(op)
+        return self._run_checked(ops)
+
+    def _run_checked(self, ops: list[Op]) -> list[Result]:
         self._ready()
         plan = plan_batch(ops)
         refresh: list[str] = []
@@ -299,7 +302,7 @@ class TieredMemoryStore(BaseStore):
         with self._coalescers_lock:
             coalescer = self._coalescers.get(loop)
             if coalescer is None:
-                coalescer = self._coalescers[loop] = Coalescer(self.batch)
+                coalescer = self._coalescers[loop] = Coalescer(self._run_checked)  # checked above
         return await coalescer.submit(ops)
 
     # ---- TTL -------------------------------------------------------------------------

@@ -19,10 +19,12 @@ __all__ = ["check_labels", "check_op", "check_ttl_config"]
 def check_labels(labels: object, what: str) -> tuple[str, ...]:
     """A namespace (or prefix) is a tuple of str labels that storage can hold (a list is
     taken too, as LangGraph's SQL stores take ``search(["users"])``)."""
-    if not isinstance(labels, (tuple, list)) or not all(isinstance(x, str) for x in labels):
+    if not isinstance(labels, (tuple, list)):
         raise InvalidInputError(f"{what} must be a tuple of strings, got {labels!r}")
-    for label in labels:
-        if "\x00" in label or not encodable(label):
+    for label in labels:  # one pass, cheap for ASCII: this runs for every operation
+        if not isinstance(label, str):
+            raise InvalidInputError(f"{what} must be a tuple of strings, got {labels!r}")
+        if "\x00" in label or not (label.isascii() or encodable(label)):
             raise InvalidInputError(f"{what} labels cannot hold NUL or lone surrogates, got {label!r}")
     return tuple(labels)
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Iterable
+from typing import Any, Callable
 
 import pytest
-from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, Op, PutOp, Result, SearchOp
+from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, Op, PutOp, SearchOp
 
 from langchain_tiered_memory import TieredMemoryStore
 from langchain_tiered_memory.store_batch import plan_batch, spread_results
@@ -42,27 +42,31 @@ def test_spread_results_gives_each_caller_its_own_list() -> None:
     assert out[0] is not out[2]
 
 
-class CountingStore(TieredMemoryStore):
-    """Records the size of every batch it runs (a subclass, not a patch)."""
+class CountingEmbedder:
+    """Wraps the test embedder and counts the embedding calls it gets (a real embedder)."""
 
-    sizes: list[int]
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name = f"counting:{getattr(inner, 'name', type(inner).__name__)}"
+        self.document_calls: list[int] = []
 
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        ops = list(ops)
-        self.sizes.append(len(ops))
-        return super().batch(ops)
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.document_calls.append(len(texts))
+        return [list(map(float, v)) for v in self.inner.embed_documents(texts)]
+
+    def embed_query(self, text: str) -> list[float]:
+        return list(map(float, self.inner.embed_query(text)))
 
 
-async def test_concurrent_calls_run_as_one_batch(memory: TieredMemory) -> None:
-    store = CountingStore(memory, fields=["text"])
-    store.sizes = []
+async def test_concurrent_calls_run_as_one_batch(make_memory: Callable[..., TieredMemory], embedder: Any) -> None:
+    counting = CountingEmbedder(embedder)
+    store = TieredMemoryStore(make_memory(embedder=counting), fields=["text"])
     await asyncio.gather(*[store.aput(("u1", "notes"), f"k{i}", {"text": f"note {i} about tea"})
                            for i in range(40)])
-    assert store.sizes == [40]  # forty awaits, one batch: one transaction, one embedding call
+    assert counting.document_calls == [40]  # forty awaits, one batch: one embedding call
     got = await asyncio.gather(*[store.aget(("u1", "notes"), f"k{i}") for i in range(40)],
                                store.asearch(("u1",), query="tea", limit=3),
                                store.alist_namespaces(prefix=("u1",)))
-    assert store.sizes == [40, 42]
     assert [g.value["text"] for g in got[:40]] == [f"note {i} about tea" for i in range(40)]  # type: ignore[union-attr]
     assert len(got[40]) == 3 and got[41] == [("u1", "notes")]  # type: ignore[arg-type]
 
