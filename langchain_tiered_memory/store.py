@@ -41,6 +41,10 @@ have ``score=None``. As in LangGraph's SQL stores, each text at ``fields`` (each
 and each value of a path that matches several) has its own vector and an item scores
 as its best one (up to 16 per item; the rest share the last).
 
+Batches (:mod:`.store_batch`): as in LangGraph's stores, a batch's reads see the state
+before it and its writes go in one transaction with one embedding call; concurrent async
+calls are coalesced into one batch, as ``AsyncBatchedBaseStore`` does.
+
 Indexing: ``fields`` (default ``["$"]``, the whole value as JSON) names what text to
 search an item by, with LangGraph's path syntax (``"text"``, ``"notes[*].body"``);
 ``put(..., index=[...])`` overrides it per item and ``index=False`` stores an item

@@ -36,6 +36,9 @@ def _count(value: object, what: str) -> None:
 
 def check_op(op: Op) -> None:
     """Refuse, with ``InvalidInputError``, an operation whose fields no store can run."""
+    if not isinstance(op, (PutOp, GetOp, SearchOp, ListNamespacesOp)):
+        raise InvalidInputError(f"unknown store operation {type(op).__name__}; use LangGraph's "
+                                "GetOp, PutOp, SearchOp or ListNamespacesOp")
     if isinstance(op, (PutOp, GetOp)):
         check_labels(op.namespace, "namespace")
         if not isinstance(op.key, str) or not op.key or "\x00" in op.key or not encodable(op.key):

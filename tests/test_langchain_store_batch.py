@@ -105,3 +105,10 @@ def test_one_store_serves_several_event_loops_and_sync_calls(memory: TieredMemor
     asyncio.run(write(2))  # a second loop gets its own queue
     store.put(("u1",), "sync", {"v": 0})
     assert len(store.search(("u1",), limit=20)) == 11
+
+
+def test_an_unknown_operation_is_refused_before_anything_runs(memory: TieredMemory) -> None:
+    store = TieredMemoryStore(memory)
+    with pytest.raises(InvalidInputError, match="unknown store operation"):
+        store.batch([PutOp(("u1",), "k", {"v": 1}), "not an op"])  # type: ignore[list-item]
+    assert store.get(("u1",), "k") is None
