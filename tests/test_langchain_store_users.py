@@ -171,14 +171,30 @@ def test_control_characters_in_labels_work_and_nul_is_refused(memory: TieredMemo
     assert memory.item_store().count() == 1
 
 
-def test_ttl_expired_items_are_omitted_and_swept(memory: TieredMemory) -> None:
-    # 1.8 s: wide enough for a loaded machine between a write and the read that checks it
-    store = TieredMemoryStore(memory, fields=["text"], ttl={"default_ttl": 0.03, "refresh_on_read": False})
+class Clock:
+    """Time that moves only when the test says so (``TieredMemory(clock=)``)."""
+
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, minutes: float) -> None:
+        self.t += minutes * 60
+
+
+def test_ttl_expired_items_are_omitted_and_swept(make_memory: Any) -> None:
+    clock = Clock()
+    memory = make_memory(clock=clock)
+    store = TieredMemoryStore(memory, fields=["text"], ttl={"default_ttl": 10, "refresh_on_read": False})
     store.put(("u1", "m"), "short", {"text": "a fleeting note"})
     store.put(("u1", "m"), "kept", {"text": "a lasting note"}, ttl=None)
     store.put(("u2", "gone"), "k", {"text": "x"})
+    clock.advance(9.9)
     assert store.get(("u1", "m"), "short") is not None
-    time.sleep(2.5)
+    assert store.sweep_ttl() == 0
+    clock.advance(0.2)
     assert store.get(("u1", "m"), "short") is None
     assert [h.key for h in store.search(("u1",), query="note")] == ["kept"]
     assert [h.key for h in store.search(("u1",))] == ["kept"]
@@ -188,15 +204,16 @@ def test_ttl_expired_items_are_omitted_and_swept(memory: TieredMemory) -> None:
     assert memory.item_store().count() == 1 and memory.index.count() == vectors - 2
 
 
-def test_ttl_refresh_on_read_restarts_the_clock(memory: TieredMemory) -> None:
-    store = TieredMemoryStore(memory, ttl={"default_ttl": 0.05, "refresh_on_read": True})  # 3 s
+def test_ttl_refresh_on_read_restarts_the_clock(make_memory: Any) -> None:
+    clock = Clock()
+    store = TieredMemoryStore(make_memory(clock=clock), ttl={"default_ttl": 10, "refresh_on_read": True})
     store.put(("u1", "m"), "read", {"a": 1})
     store.put(("u1", "m"), "unread", {"a": 2})
     store.put(("u1", "m"), "peeked", {"a": 3})
-    time.sleep(2)
+    clock.advance(6)
     assert store.get(("u1", "m"), "read") is not None  # refreshes
     assert store.get(("u1", "m"), "peeked", refresh_ttl=False) is not None  # does not
-    time.sleep(2)  # 4 s after the writes, 2 s after the refresh
+    clock.advance(6)  # 12 minutes after the writes, 6 after the refresh
     assert store.get(("u1", "m"), "read", refresh_ttl=False) is not None
     assert store.get(("u1", "m"), "unread") is None and store.get(("u1", "m"), "peeked") is None
 

@@ -93,6 +93,8 @@ class TieredMemory:
         token_counter: ``str -> int``; default cl100k offline, else a heuristic.
         llm: makes episodes and facts smarter: any object with ``async def complete(...)``,
             a LangChain chat model or a LlamaIndex LLM.
+        clock: ``() -> float`` seconds since the epoch, for the store items' TTL (default
+            ``time.time``); a simulation or a test can move time on without sleeping.
 
     Example:
         >>> with TieredMemory("/tmp/tm-doc") as memory:  # doctest: +SKIP
@@ -111,6 +113,7 @@ class TieredMemory:
         record_store: RecordStore | str | None = None,
         token_counter: TokenCounter | None = None,
         llm: Any = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.config = config or MemoryConfig()
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
@@ -138,7 +141,8 @@ class TieredMemory:
                                   "episode": lambda user, ids, now: self._layers.episodes.touch(user, ids, now),
                                   "working": lambda user, ids, now: touch_items(self._layers.rows, user, ids, now)},
                                  self._write_lock, flush_size=self.config.access_flush_size,
-                                 flush_seconds=self.config.access_flush_seconds))
+                                 flush_seconds=self.config.access_flush_seconds),
+                clock=clock or time.time)
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild,
                            index_in_folder=self._lock is not None and is_embedded_index(vector_store))

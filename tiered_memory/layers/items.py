@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -238,7 +237,7 @@ class ItemStore:
         # one vector per field text; (write, part) pairs in the order they are embedded
         pieces = [(w, n, t) for w in with_text for n, t in enumerate(text_parts(w.text or ""))]
         vectors = embed(self.parts.embedder, [t for _, _, t in pieces]) if pieces else None
-        now = time.time()
+        now = self.parts.now()
         ids: dict[tuple[tuple[str, ...], str], str] = {}
         stale: list[str] = []
         with self.parts.lock, self.db.unit() as u:
@@ -291,7 +290,7 @@ class ItemStore:
     # ---- reads -------------------------------------------------------------
     def get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False) -> Item | None:
         """The item, unless missing or expired; ``refresh_ttl`` restarts its TTL."""
-        now = time.time()
+        now = self.parts.now()
         found = self.db.item(check_namespace(tuple(namespace)), key, live_at=now)
         if found is not None and refresh_ttl:
             self.refresh([found.id], now)
@@ -301,11 +300,11 @@ class ItemStore:
         """Restart the TTL of these items (a write: LangGraph's refresh-on-read)."""
         if ids:
             with self.parts.lock, self.db.unit() as u:
-                u.refresh_items(ids, time.time() if now is None else now)
+                u.refresh_items(ids, self.parts.now() if now is None else now)
 
     def sweep(self, now: float | None = None) -> int:
         """Delete the items that have expired (rows and vectors); returns how many."""
-        ids = self.db.expired_items(time.time() if now is None else now)
+        ids = self.db.expired_items(self.parts.now() if now is None else now)
         if ids:
             with self.parts.lock, self.db.unit() as u:
                 for i in ids:
@@ -314,7 +313,7 @@ class ItemStore:
         return len(ids)
 
     def _under(self, prefix: tuple[str, ...], ids: Sequence[str] | None = None) -> list[Item]:
-        return self.db.items_under(prefix, ids, live_at=time.time())
+        return self.db.items_under(prefix, ids, live_at=self.parts.now())
 
     def search(
         self, prefix: Sequence[str], *, query: str | None = None, user_id: str | None = None,
@@ -391,7 +390,7 @@ class ItemStore:
     ) -> list[tuple[str, ...]]:
         """Distinct namespaces matching every ``(kind, pattern)`` condition, sorted; a ``"*"``
         on namespace position ``exact_at`` is literal (see :func:`match_namespace`)."""
-        all_ns = self.db.item_namespaces(live_at=time.time())
+        all_ns = self.db.item_namespaces(live_at=self.parts.now())
         kept = [ns for ns in all_ns
                 if all(match_namespace(ns, p, kind, exact_at) for kind, p in conditions)]
         return truncate_namespaces(kept, max_depth)[offset:offset + limit]
