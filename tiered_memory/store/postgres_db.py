@@ -6,11 +6,18 @@ default, so tables never collide with an application's), one transaction per wri
 (retried whole on deadlock or serialization failure), and migrations recorded in the
 ``schema_migrations`` version table under an advisory lock, so workers starting
 together apply each exactly once.
+
+:meth:`PostgresDatabase.together` is the seam for writes that must commit as one: while
+it runs on a thread, every ``write``, ``transaction``, ``query`` and ``read`` of this
+database on that thread joins its transaction (each write in a savepoint), so another
+component sharing the database, such as the pgvector index, commits with the records or
+not at all. Other threads keep using their own pooled connections.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
 import zlib
 from contextlib import contextmanager
@@ -60,6 +67,7 @@ class PostgresDatabase:
         except ImportError as e:
             raise missing("psycopg", "postgres") from e
         self._psycopg = psycopg
+        self._joined = threading.local()  # .conn: the connection of this thread's `together` unit
         self.url = url
         self.schema = schema
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
@@ -113,8 +121,20 @@ class PostgresDatabase:
 
         self.write(run)
 
-    def write(self, fn: Callable[[Any], Any], *, retries: int = 3) -> Any:
-        """Run ``fn(conn)`` in one transaction; retried whole on deadlock or serialization failure."""
+    def _ambient(self) -> Any:
+        return getattr(self._joined, "conn", None)
+
+    def write(self, fn: Callable[[Any], Any], *, retries: int = 3, detached: bool = False) -> Any:
+        """Run ``fn(conn)`` in one transaction; retried whole on deadlock or serialization failure.
+        Inside :meth:`together` it runs in a savepoint of that unit's transaction instead, unless
+        ``detached`` (set-up such as creating a table, which must not roll back with the unit)."""
+        joined = None if detached else self._ambient()
+        if joined is not None:
+            try:
+                with joined.transaction():
+                    return fn(joined)
+            except self._psycopg.Error as e:
+                raise StoreError(f"record store write failed: {e}") from e
         for attempt in range(retries + 1):
             try:
                 with self.pool.connection() as conn, conn.transaction():
@@ -128,22 +148,61 @@ class PostgresDatabase:
                 raise
         raise AssertionError("unreachable")
 
+    def together(self, fn: Callable[[], Any], *, retries: int = 3) -> Any:
+        """Run ``fn()`` as one transaction: every write of this database that ``fn`` makes on
+        this thread (through any component sharing the database) commits with the others or,
+        if ``fn`` raises, none does. Retried whole on deadlock or serialization failure (so
+        ``fn`` must be safe to run again: it only writes through this database). Nested
+        calls join the outer unit."""
+        if self._ambient() is not None:
+            return fn()
+        for attempt in range(retries + 1):
+            try:
+                with self.pool.connection() as conn, conn.transaction():
+                    self._joined.conn = conn
+                    try:
+                        return fn()
+                    finally:
+                        self._joined.conn = None
+            except Exception as e:
+                cause = e if isinstance(e, self._psycopg.Error) else e.__cause__
+                if getattr(cause, "sqlstate", None) in _RETRY_SQLSTATES and attempt < retries:
+                    time.sleep(0.01 * 2**attempt)
+                    continue
+                if isinstance(e, self._psycopg.Error):
+                    raise StoreError(f"record store write failed: {e}") from e
+                raise
+        raise AssertionError("unreachable")
+
     @contextmanager
     def transaction(self) -> Iterator[Any]:
         """A connection inside one transaction, for other layers' multi-statement writes."""
+        joined = self._ambient()
         try:
+            if joined is not None:
+                with joined.transaction():
+                    yield joined
+                return
             with self.pool.connection() as conn, conn.transaction():
                 yield conn
         except self._psycopg.Error as e:
             raise StoreError(f"record store write failed: {e}") from e
 
-    def query(self, sql: Any, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+    def read(self, fn: Callable[[Any], Any]) -> Any:
+        """Run ``fn(conn)`` on one connection, outside a transaction (several reads, one round
+        trip each, that share session settings); inside :meth:`together`, on its connection."""
+        joined = self._ambient()
         try:
+            if joined is not None:
+                return fn(joined)
             with self.pool.connection() as conn:
-                rows: list[tuple[Any, ...]] = conn.execute(sql, params).fetchall()
-                return rows
+                return fn(conn)
         except self._psycopg.Error as e:
             raise StoreError(f"record store read failed: {e}") from e
+
+    def query(self, sql: Any, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = self.read(lambda conn: conn.execute(sql, params).fetchall())
+        return rows
 
     def migrate(self, name: str, steps: Sequence[Step]) -> None:
         """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``.
