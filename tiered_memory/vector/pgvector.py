@@ -61,6 +61,10 @@ class PgVectorIndex:
         ef_search: HNSW candidate list size (``hnsw.ef_search``); raised to ``k`` per query.
     """
 
+    #: the user filter is an indexed column: turn search need not send the user's id list
+    #: (measured: sending 10,000 ids made a search ~1.4x slower, bench/README.md)
+    cheap_user_filter = True
+
     def __init__(self, db: Database, *, owns_db: bool = False, ef_search: int = 100) -> None:
         try:
             from psycopg import sql
@@ -185,8 +189,10 @@ class PgVectorIndex:
             self._check_dim(int(np.shape(vectors)[1]))
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false),"
                          " set_config('hnsw.ef_search', %s, false)", (str(max(self.ef_search, k)),))
-            return [cosine_ids(conn.execute(statement, [np.asarray(v, dtype=np.float64).tolist(), *params, k])
-                               .fetchall()) for v in vectors]
+            # never a prepared statement: its generic plan, made without knowing the user, would
+            # pick one path (exact sort or HNSW) for small and large users alike
+            return [cosine_ids(conn.execute(statement, [np.asarray(v, dtype=np.float64).tolist(), *params, k],
+                                            prepare=False).fetchall()) for v in vectors]
 
         out: list[list[tuple[str, float]]] = self._run(self.db.read, run, "query")
         return out
