@@ -85,7 +85,7 @@ test-notorch: $(NOTORCH_VENV)/.installed
 bench: install-minilm $(NOTORCH_VENV)/.installed
 	$(PY) -m bench.locomo --install-size $(NOTORCH_VENV)
 
-bench-backends: install servers
+bench-backends: install-test servers
 	$(PY) -m bench.backends
 
 clean:

@@ -222,3 +222,13 @@ def test_configuration_alone_selects_pgvector(database: str, tmp_path: Any, monk
     monkeypatch.setenv("TIERED_MEMORY_VECTOR_STORE", "pgvector")
     with TieredMemory(tmp_path / "m", embedder=StaticEmbedder()) as memory:
         assert isinstance(memory.index, PgVectorIndex) and memory.index.db is memory.store
+
+
+def test_a_fact_whose_vector_fails_is_not_stored(open_pg: Callable[..., TieredMemory]) -> None:
+    memory = open_pg(NaNFor("poison"))
+    kept = memory.add_fact("User keeps bees", user_id="u1")
+    with pytest.raises(VectorIndexError):
+        memory.add_fact("User keeps poison ivy", user_id="u1")
+    assert [f.id for f in memory.facts("u1")] == [kept.id]
+    assert [h.action for h in memory.fact_history("u1")] == ["add"]
+    assert vector_ids(memory, "u1") == {f"fact:{kept.id}"}

@@ -195,8 +195,13 @@ class TieredMemory:
             self._layers.llm_source = value
 
     def _jointly(self, fn: Callable[[], T]) -> T:
-        """``fn()`` as one transaction of rows and vectors where both live in one engine."""
-        return self._joint(fn) if self._joint is not None else fn()
+        """``fn()`` as one transaction of rows and vectors where both live in one engine. The
+        write lock is taken first and held to the commit: a unit never waits for the lock
+        while it holds row locks that a lock holder (the access-count flush) may wait for."""
+        if self._joint is None:
+            return fn()
+        with self._write_lock:
+            return self._joint(fn)
 
     # ---- repair -----------------------------------------------------------
     def _repair(self, *, full: bool) -> dict[str, int]:
@@ -557,8 +562,8 @@ class TieredMemory:
         check_id(user_id, "user_id")
         check_fact_text(text)
         check_unit(confidence, "confidence")
-        return self._layers.add_fact(user_id, text, type, confidence,
-                                     check_metadata(metadata, self.config.max_metadata_bytes))
+        meta = check_metadata(metadata, self.config.max_metadata_bytes)
+        return self._jointly(lambda: self._layers.add_fact(user_id, text, type, confidence, meta))
 
     @usable
     def update_fact(self, /, fact_id: str, *, user_id: str, **changes: Any) -> Fact:
@@ -574,12 +579,14 @@ class TieredMemory:
             check_unit(changes["confidence"], "confidence")
         if changes.get("metadata") is not None:
             changes["metadata"] = check_metadata(changes["metadata"], self.config.max_metadata_bytes)
-        return self._layers.facts.edit(user_id, fact_id, **changes)
+        return self._jointly(lambda: self._layers.facts.edit(user_id, fact_id, **changes))
 
     @usable
     def delete_fact(self, fact_id: str, *, user_id: str) -> None:
         """Delete a fact; its history keeps a ``delete`` entry (``forget_user`` erases everything)."""
-        self._layers.facts.delete(check_id(user_id, "user_id"), check_id(fact_id, "fact_id"))
+        check_id(user_id, "user_id")
+        check_id(fact_id, "fact_id")
+        self._jointly(lambda: self._layers.facts.delete(user_id, fact_id))
 
     @usable
     def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:
