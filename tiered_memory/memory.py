@@ -90,7 +90,8 @@ class TieredMemory:
             :func:`~tiered_memory.embedding.default_embedder` (the static table distilled
             from the bundled all-MiniLM-L6-v2; no torch).
         vector_store: a :class:`~tiered_memory.vector.base.VectorIndex`, or ``"chroma"``
-            (default), ``"qdrant"`` (local mode in ``path``) or an ``http(s)://`` Chroma URL.
+            (default), ``"qdrant"`` (local mode in ``path``), an ``http(s)://`` Chroma URL, or
+            ``"pgvector"`` (in a PostgreSQL record store, rows and vectors in one transaction).
         record_store: a :class:`~tiered_memory.store.base.RecordStore`; default SQLite in ``path``.
         token_counter: ``str -> int``; default cl100k offline, else a heuristic.
         llm: makes episodes and facts smarter: any object with ``async def complete(...)``,
