@@ -44,7 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this checkout's tiered_memory, not another installed one
 DEFAULT_OUT = ROOT / "tiered_memory" / "embedding" / "data"
-SIF_COEFFICIENT = 1e-3
+SIF_COEFFICIENT = 1e-4
 LICENSE_MINILM = ("Apache-2.0, as all-MiniLM-L6-v2 (the table is derived from its weights; "
                   "tokenizer.json is its tokenizer)")
 # wordfreq's code is Apache-2.0, its frequency data CC-BY-SA-4.0: rows weighted by those
@@ -204,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dims", type=int, default=256)
     parser.add_argument("--dtype", choices=["int8", "float16"], default="int8")
     parser.add_argument("--words", type=int, default=0, help="whole words added to the vocabulary")
-    parser.add_argument("--weights", choices=["zipf", "wordfreq"], default="wordfreq",
+    parser.add_argument("--weights", choices=["zipf", "wordfreq"], default="zipf",
                         help="where the SIF weights' frequencies come from")
     parser.add_argument("--sif", type=float, default=SIF_COEFFICIENT, help="SIF coefficient")
-    parser.add_argument("--symbols", choices=["rank", "frequent"], default="frequent",
+    parser.add_argument("--symbols", choices=["rank", "frequent"], default="rank",
                         help="punctuation's frequency: from --weights (rank: nearly none in wordfreq), "
                              "or that of the commonest entry")
     parser.add_argument("--cache", type=Path, help="keep the transformer outputs here (.npy), "
