@@ -148,7 +148,8 @@ class Baseline:
         col = self.client.create_collection(name, embedding_function=None,
                                             configuration={"hnsw": {"space": "cosine"}})
         texts = [t.text for t in conv.turns]
-        col.add(ids=[f"{conv.id}/{t.dia_id}" for t in conv.turns], documents=texts,
+        # ids by position: a real-chat turn split into messages keeps its dialogue id in each
+        col.add(ids=[f"{conv.id}/{n}" for n in range(len(conv.turns))], documents=texts,
                 embeddings=np.asarray([vectors[t] for t in texts]),
                 metadatas=[{"dia_id": t.dia_id} for t in conv.turns])
         return col, time.perf_counter() - start
@@ -289,6 +290,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results (the library default), each embedder's are under ``embedders``."""
     machine = _machine()
     convs = load_conversations(args.file)
+    if args.dataset == "realchat":
+        from bench.realchat import realchat
+
+        convs = realchat(convs)
     if args.conversations:
         wanted = set(args.conversations)
         convs = [c for c in convs if c.id in wanted or str(convs.index(c)) in wanted]
@@ -460,7 +465,8 @@ def run_embedder(args: argparse.Namespace, convs: list[Conversation], spec: str,
     splits = {"all": [c.id for c in convs], "tune": tune_ids,
               "held_out": [c.id for c in convs if c.id not in tune_ids]}
     results: dict[str, Any] = {
-        "benchmark": "LoCoMo turn-level retrieval", "file": str(args.file), "machine": dict(machine),
+        "benchmark": "LoCoMo turn-level retrieval", "file": str(args.file), "dataset": args.dataset,
+        "machine": dict(machine),
         "embedder": embedder_name(embedder),
         "first_search_s": first[0] if first else None, "first_search_process_s": first[1] if first else None,
         "config": asdict(config.retrieval), "dedup_threshold": config.dedup_threshold,
@@ -502,6 +508,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.locomo", description=__doc__.split("\n")[0])
     p.add_argument("file", nargs="?", default=str(DEFAULT_DATA), help="LoCoMo-format JSON")
     p.add_argument("--conversations", nargs="*", help="sample ids (or list indices) to run")
+    p.add_argument("--dataset", choices=["locomo", "realchat"], default="locomo",
+                   help="locomo: the file as it is; realchat: its conversations rewritten to look like "
+                        "real chat (bench/realchat.py: no speaker prefix, split, informal, typos)")
     p.add_argument("--tune", type=int, default=3,
                    help="the first N conversations form the tuning split; the rest are held out")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON output (the plot goes beside it)")
