@@ -30,6 +30,7 @@ class RetrievalConfig:
     recency_weight: float = 0.2
     rrf_k: int = 60
     candidates: int = 200  # vector and keyword candidates fetched per query
+    chunk_candidates: int = 20  # chunk vectors of long messages fetched per query (0: chunks unused)
     id_scope_max: int = 20_000  # up to this many turns, pass the user's ids to the vector index (0: filter)
     recency_half_life_days: float = 30.0
     keyword_score_weight: float = 0.5
@@ -42,6 +43,9 @@ class RetrievalConfig:
     date_after_days: float = 30.0
     session_weight: float = 0.1  # x the session's share of the best turns
     session_top: int = 20
+    session_best_weight: float = 0.0  # x the session's best turn score / the best of all
+    exchange_weight: float = 0.0  # x the query terms' coverage by the turn and the one before it
+    session_coverage_weight: float = 0.0  # x the query terms' coverage by the session's candidates
     recency_boost: float = 0.0  # x recency (1 now, 0.5 after a half-life)
     length_weight: float = 0.0  # x log(length / the candidates' median length), subtracted
 

@@ -52,6 +52,13 @@ def message_item(m: StoredMessage, count: Callable[[str], int]) -> ContextItem:
 
 
 def hit_item(h: MemoryHit, count: Callable[[str], int]) -> ContextItem:
+    """A turn hit as a context item; of a long message, only the part that matched, labelled
+    as a part (the id still names the whole message)."""
+    part = h.explanation.get("part")
+    if isinstance(part, dict) and isinstance(part.get("text"), str):
+        return _costed(ContextItem(id=h.id, text=part["text"], tokens=0, role=h.role, timestamp=h.timestamp,
+                                   score=h.score, label=f"part {part['index'] + 1}/{part['count']} of a long message"),
+                       count)
     return _costed(ContextItem(id=h.id, text=h.text, tokens=0, role=h.role, timestamp=h.timestamp,
                                score=h.score), count)
 
