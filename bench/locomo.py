@@ -308,6 +308,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not results:
             results = dict(one)
     results["embedders"] = {spec: compact(one) for spec, one in every.items()}
+    if args.context or args.context_llm:
+        from bench.context_recall import run_context
+
+        print(f"\n######## context recall at a token budget ({args.embedders[0]})", flush=True)
+        with tempfile.TemporaryDirectory(prefix="locomo-context-") as tmp:
+            # --context-keep: the LLM-made memory survives the run and a later run measures it again
+            keep = Path(args.context_keep) if args.context_keep else Path(tmp)
+            results["context_recall"] = run_context(convs, embedder=make_embedder(args.embedders[0]), folder=keep,
+                                                    llm_conversation=args.context_llm, llm_sessions=args.context_llm_sessions)
     if args.install_size:
         results["install_size"] = install_size(Path(args.install_size))
     print_comparison(results)
@@ -523,6 +532,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="also report the size of this virtualenv (e.g. one with only [embedded])")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch CPU threads for MiniLM in both systems (0 = torch's default)")
+    p.add_argument("--context", action="store_true",
+                   help="also measure context recall at 500/1,000/2,000 tokens: turns only against turns + "
+                        "facts + episodes made by the extractive fallback (bench/context_recall.py)")
+    p.add_argument("--context-llm", metavar="CONVERSATION",
+                   help="also make facts and episodes with the local LLM (scripts/local_llm.py) on this one "
+                        "conversation (slow: about two LLM calls per session)")
+    p.add_argument("--context-llm-sessions", type=int, metavar="N",
+                   help="with --context-llm: only the conversation's first N sessions and the questions whose "
+                        "evidence lies in them (about 4 minutes an LLM session on a busy 2-core machine)")
+    p.add_argument("--context-keep", metavar="FOLDER",
+                   help="keep the context-recall memories here; a memory already there is measured again "
+                        "without re-ingesting (so the LLM-made one is built once)")
     p.add_argument("--no-dedup", action="store_true", help="index near-duplicate turns too")
     args = p.parse_args(argv)
     if args.torch_threads and "minilm" in args.embedders:

@@ -37,7 +37,7 @@ TITLES = {"session": "Current session notes", "facts": "Known facts about the us
           "items": "Saved memories"}
 PRIORITY = {"session": 0, "facts": 1, "episodes": 2, "items": 2, "turns": 3}
 ITEM_SHARE = 0.2  # when BudgetConfig.shares names no "items" share
-TURN_CANDIDATES = 20
+TURN_CANDIDATES = 40  # enough whole turns to fill a 2,000-token context (20 filled ~1,100)
 ITEM_CANDIDATES = 10
 FACT_CANDIDATES = 30
 EPISODE_CANDIDATES = 5
