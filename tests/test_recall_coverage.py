@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tiered_memory.recall.coverage import coverage, exchange_coverage, session_coverage, stem, stems, term_weights
+from tiered_memory.recall.coverage import (
+    coverage, exchange_coverage, session_coverage, stem, term_weights,
+)
 from tiered_memory.recall.query import QueryPlan, plan_query
 from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns, session_best
 
@@ -183,3 +185,4 @@ def test_summarize_context():
     assert s["direct"] == pytest.approx(0.25) and s["cited"] == pytest.approx(0.5)
     assert s["cited_per_1k_tokens"] == pytest.approx(2.0) and s["direct_per_1k_tokens"] == pytest.approx(1.0)
     assert summarize_context([]) == {"count": 0}
+

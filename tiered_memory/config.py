@@ -45,7 +45,7 @@ class RetrievalConfig:
     session_top: int = 20
     session_best_weight: float = 0.0  # x the session's best turn score / the best of all
     exchange_weight: float = 0.0  # x the query terms' coverage by the turn and the one before it
-    session_coverage_weight: float = 0.0  # x the query terms' coverage by the session's candidates
+    session_coverage_weight: float = 0.3  # x the query terms' coverage by the session's candidates
     recency_boost: float = 0.0  # x recency (1 now, 0.5 after a half-life)
     length_weight: float = 0.0  # x log(length / the candidates' median length), subtracted
 

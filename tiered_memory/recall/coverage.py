@@ -87,3 +87,4 @@ def session_coverage(texts: Mapping[str, str], sessions: Mapping[str, str],
     for i, text in texts.items():
         bags.setdefault(sessions[i], set()).update(stems(text))
     return {s: coverage(frozenset(bag), weights) for s, bag in bags.items()}
+

@@ -14,6 +14,11 @@ Turn recall (:func:`score_turns`) adds, per candidate turn:
   (a reply's meaning often lives in the question it answers);
 - ``speaker_boost`` if the query names the turn's speaker;
 - ``time_boost`` if the query asks *when* and the turn holds a time expression;
+- ``exchange_weight`` times the query terms' coverage by the turn and the one before
+  it, and ``session_coverage_weight`` times their coverage by all the session's
+  candidates together (:mod:`.coverage`: a session-level keyword key, so a session that
+  holds the query's words across several short messages lifts them);
+- ``session_best_weight`` times its session's best turn score over the best of all;
 - ``session_weight`` times its session's share of the best-scoring turns
   (multi-granularity: a session that answers much of the query lifts its turns);
 - ``recency_boost`` times its recency (1.0 now, 0.5 after a half-life).
@@ -159,7 +164,7 @@ class TurnWeights:
     session_top: int = 20
     session_best_weight: float = 0.0
     exchange_weight: float = 0.0
-    session_coverage_weight: float = 0.0
+    session_coverage_weight: float = 0.3
     recency_boost: float = 0.0
     recency_half_life_days: float = 30.0
     length_weight: float = 0.0
