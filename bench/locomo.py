@@ -148,7 +148,8 @@ class Baseline:
         col = self.client.create_collection(name, embedding_function=None,
                                             configuration={"hnsw": {"space": "cosine"}})
         texts = [t.text for t in conv.turns]
-        col.add(ids=[f"{conv.id}/{t.dia_id}" for t in conv.turns], documents=texts,
+        # ids by position: a real-chat turn split into messages keeps its dialogue id in each
+        col.add(ids=[f"{conv.id}/{n}" for n in range(len(conv.turns))], documents=texts,
                 embeddings=np.asarray([vectors[t] for t in texts]),
                 metadatas=[{"dia_id": t.dia_id} for t in conv.turns])
         return col, time.perf_counter() - start
@@ -289,6 +290,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     results (the library default), each embedder's are under ``embedders``."""
     machine = _machine()
     convs = load_conversations(args.file)
+    if args.dataset == "realchat":
+        from bench.realchat import realchat
+
+        convs = realchat(convs)
     if args.conversations:
         wanted = set(args.conversations)
         convs = [c for c in convs if c.id in wanted or str(convs.index(c)) in wanted]
@@ -303,6 +308,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not results:
             results = dict(one)
     results["embedders"] = {spec: compact(one) for spec, one in every.items()}
+    if args.context or args.context_llm:
+        from bench.context_recall import run_context
+
+        print(f"\n######## context recall at a token budget ({args.embedders[0]})", flush=True)
+        with tempfile.TemporaryDirectory(prefix="locomo-context-") as tmp:
+            # --context-keep: the LLM-made memory survives the run and a later run measures it again
+            keep = Path(args.context_keep) if args.context_keep else Path(tmp)
+            results["context_recall"] = run_context(convs, embedder=make_embedder(args.embedders[0]), folder=keep,
+                                                    llm_conversation=args.context_llm, llm_sessions=args.context_llm_sessions)
     if args.install_size:
         results["install_size"] = install_size(Path(args.install_size))
     print_comparison(results)
@@ -460,7 +474,8 @@ def run_embedder(args: argparse.Namespace, convs: list[Conversation], spec: str,
     splits = {"all": [c.id for c in convs], "tune": tune_ids,
               "held_out": [c.id for c in convs if c.id not in tune_ids]}
     results: dict[str, Any] = {
-        "benchmark": "LoCoMo turn-level retrieval", "file": str(args.file), "machine": dict(machine),
+        "benchmark": "LoCoMo turn-level retrieval", "file": str(args.file), "dataset": args.dataset,
+        "machine": dict(machine),
         "embedder": embedder_name(embedder),
         "first_search_s": first[0] if first else None, "first_search_process_s": first[1] if first else None,
         "config": asdict(config.retrieval), "dedup_threshold": config.dedup_threshold,
@@ -502,6 +517,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.locomo", description=__doc__.split("\n")[0])
     p.add_argument("file", nargs="?", default=str(DEFAULT_DATA), help="LoCoMo-format JSON")
     p.add_argument("--conversations", nargs="*", help="sample ids (or list indices) to run")
+    p.add_argument("--dataset", choices=["locomo", "realchat"], default="locomo",
+                   help="locomo: the file as it is; realchat: its conversations rewritten to look like "
+                        "real chat (bench/realchat.py: no speaker prefix, split, informal, typos)")
     p.add_argument("--tune", type=int, default=3,
                    help="the first N conversations form the tuning split; the rest are held out")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON output (the plot goes beside it)")
@@ -514,6 +532,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="also report the size of this virtualenv (e.g. one with only [embedded])")
     p.add_argument("--torch-threads", type=int, default=1,
                    help="torch CPU threads for MiniLM in both systems (0 = torch's default)")
+    p.add_argument("--context", action="store_true",
+                   help="also measure context recall at 500/1,000/2,000 tokens: turns only against turns + "
+                        "facts + episodes made by the extractive fallback (bench/context_recall.py)")
+    p.add_argument("--context-llm", metavar="CONVERSATION",
+                   help="also make facts and episodes with the local LLM (scripts/local_llm.py) on this one "
+                        "conversation (slow: about two LLM calls per session)")
+    p.add_argument("--context-llm-sessions", type=int, metavar="N",
+                   help="with --context-llm: only the conversation's first N sessions and the questions whose "
+                        "evidence lies in them (about 4 minutes an LLM session on a busy 2-core machine)")
+    p.add_argument("--context-keep", metavar="FOLDER",
+                   help="keep the context-recall memories here; a memory already there is measured again "
+                        "without re-ingesting (so the LLM-made one is built once)")
     p.add_argument("--no-dedup", action="store_true", help="index near-duplicate turns too")
     args = p.parse_args(argv)
     if args.torch_threads and "minilm" in args.embedders:

@@ -196,7 +196,7 @@ def test_neighbor_lifts_the_reply_to_a_matching_question():
     ("What did Caroline paint?", "Caroline: a lake last week", "Caroline", {"speaker"}),
 ])
 def test_speaker_and_time_boosts(query, text, speaker, boosted):
-    w = TurnWeights(neighbor_weight=0, session_weight=0, speaker_boost=0.1, time_boost=0.1)
+    w = TurnWeights(neighbor_weight=0, session_weight=0, session_coverage_weight=0, speaker_boost=0.1, time_boost=0.1)
     [s] = score_turns([cand("a", sim=0.5, text=text, speaker=speaker)], {}, plan_query(query), w, now=0)
     assert {p for p in s.parts if p in {"speaker", "time"}} == boosted
     assert s.score == pytest.approx(0.5 + 0.1 * len(boosted))

@@ -21,7 +21,7 @@ from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
 from .folder_lock import FolderLock
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
-from .vector.base import VectorIndex
+from .vector.base import CHUNK_SEPARATOR, VectorIndex
 
 log = logging.getLogger("tiered_memory")
 T = TypeVar("T")
@@ -276,8 +276,9 @@ def index_lost_vectors(store: RecordStore, index: VectorIndex) -> bool:
     lost entries (a restored backup, a deleted folder); a full repair finds which."""
     c = store.counts()
     try:
-        # only turn vectors count: fact / episode / item vectors carry a ':' in their id
-        turns = sum(1 for i in index.ids() if ":" not in i)
+        # only turn vectors count: fact / episode / item vectors carry a ':' in their id, the
+        # chunks of long messages a chunk separator
+        turns = sum(1 for i in index.ids() if ":" not in i and CHUNK_SEPARATOR not in i)
         return turns < c["indexed"] - c["duplicates"]
     except Exception:  # an index that cannot count is repaired in full
         return True

@@ -30,6 +30,7 @@ class RetrievalConfig:
     recency_weight: float = 0.2
     rrf_k: int = 60
     candidates: int = 200  # vector and keyword candidates fetched per query
+    chunk_candidates: int = 20  # chunk vectors of long messages fetched per query (0: chunks unused)
     id_scope_max: int = 20_000  # up to this many turns, pass the user's ids to the vector index (0: filter)
     recency_half_life_days: float = 30.0
     keyword_score_weight: float = 0.5
@@ -42,6 +43,9 @@ class RetrievalConfig:
     date_after_days: float = 30.0
     session_weight: float = 0.1  # x the session's share of the best turns
     session_top: int = 20
+    session_best_weight: float = 0.0  # x the session's best turn score / the best of all
+    exchange_weight: float = 0.0  # x the query terms' coverage by the turn and the one before it
+    session_coverage_weight: float = 0.3  # x the query terms' coverage by the session's candidates
     recency_boost: float = 0.0  # x recency (1 now, 0.5 after a half-life)
     length_weight: float = 0.0  # x log(length / the candidates' median length), subtracted
 
@@ -55,15 +59,16 @@ class BudgetConfig:
     sessions), ``turns`` (relevant past turns) and ``items`` (store items, with
     ``include_items=True``; 0.2 when not named here). Shares are relative weights,
     normalised over the sections that have something to show, so by default
-    session, facts and episodes split 30/40/30 and relevant turns weigh 0.3 beside
-    them. What a section leaves unused flows to the others by priority (session,
+    session, facts and episodes split 30/40/30 and relevant turns weigh 1.0 beside
+    them (0.3 until December: at 500 tokens the extractive facts and episodes then
+    reached less evidence than relevant turns alone; ``bench/README.md``). What a section leaves unused flows to the others by priority (session,
     facts, episodes, turns); items are dropped whole, lowest priority first.
     """
 
     max_tokens: int = 3000
     buffer_share: float = 0.4
     shares: dict[str, float] = field(
-        default_factory=lambda: {"session": 0.3, "facts": 0.4, "episodes": 0.3, "turns": 0.3}
+        default_factory=lambda: {"session": 0.3, "facts": 0.4, "episodes": 0.3, "turns": 1.0}
     )
 
 

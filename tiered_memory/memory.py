@@ -54,6 +54,7 @@ from .records import Episode, Fact, FactChange
 from .layers.working import WorkingMemory, touch_items
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
+from .recall.chunking import vector_ids
 from .recall.indexing import index_messages, repair
 from .recall.search import search_turns
 from .store.base import RecordStore
@@ -351,7 +352,7 @@ class TieredMemory:
             def drop() -> None:
                 if not self.store.delete_message(user_id, memory_id):
                     raise NotFoundError(f"no memory {memory_id!r} for this user")
-                self.index.delete([memory_id])
+                self.index.delete(vector_ids([memory_id]))  # the message's vector and its chunks'
                 note_forgotten(self.store, 1)
 
             self._jointly(drop)
@@ -366,7 +367,7 @@ class TieredMemory:
         with self._write_lock:
             def drop() -> list[str]:
                 ids = self.store.clear_session(user_id, session_id)
-                self.index.delete(ids)
+                self.index.delete(vector_ids(ids))
                 note_forgotten(self.store, len(ids))
                 return ids
 

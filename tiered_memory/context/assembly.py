@@ -37,7 +37,7 @@ TITLES = {"session": "Current session notes", "facts": "Known facts about the us
           "items": "Saved memories"}
 PRIORITY = {"session": 0, "facts": 1, "episodes": 2, "items": 2, "turns": 3}
 ITEM_SHARE = 0.2  # when BudgetConfig.shares names no "items" share
-TURN_CANDIDATES = 20
+TURN_CANDIDATES = 40  # enough whole turns to fill a 2,000-token context (20 filled ~1,100)
 ITEM_CANDIDATES = 10
 FACT_CANDIDATES = 30
 EPISODE_CANDIDATES = 5
@@ -52,6 +52,13 @@ def message_item(m: StoredMessage, count: Callable[[str], int]) -> ContextItem:
 
 
 def hit_item(h: MemoryHit, count: Callable[[str], int]) -> ContextItem:
+    """A turn hit as a context item; of a long message, only the part that matched, labelled
+    as a part (the id still names the whole message)."""
+    part = h.explanation.get("part")
+    if isinstance(part, dict) and isinstance(part.get("text"), str):
+        return _costed(ContextItem(id=h.id, text=part["text"], tokens=0, role=h.role, timestamp=h.timestamp,
+                                   score=h.score, label=f"part {part['index'] + 1}/{part['count']} of a long message"),
+                       count)
     return _costed(ContextItem(id=h.id, text=h.text, tokens=0, role=h.role, timestamp=h.timestamp,
                                score=h.score), count)
 

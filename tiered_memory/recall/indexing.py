@@ -11,6 +11,7 @@ from ..embedding import Embedder, embed
 from ..store.base import RecordStore
 from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem
+from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
 
 log = logging.getLogger("tiered_memory")
 
@@ -59,13 +60,25 @@ def index_messages(
             for i, res in zip(idx, found):
                 nearest[i] = res[0] if res else None
     dup = find_duplicates(vectors, [r.user_id for r in rows], nearest, [r.id for r in rows], threshold)
+    kept = [r for r in rows if r.id not in dup]
     index.upsert([
         VectorItem(id=r.id, vector=vectors[i], user_id=r.user_id, layer="turn",
                    session_id=r.session_id, timestamp=r.timestamp)
         for i, r in enumerate(rows) if r.id not in dup
-    ])
+    ] + chunk_items(kept, embedder))
     store.mark_indexed([r.id for r in rows], dup)
     return dup
+
+
+def chunk_items(rows: Sequence[StoredMessage], embedder: Embedder) -> list[VectorItem]:
+    """One vector per chunk of each long message (:mod:`.chunking`), embedded in one batch."""
+    parts = [(r, n, r.content[s:e]) for r in rows for n, (s, e) in enumerate(chunk_spans(r.content))]
+    if not parts:
+        return []
+    vectors = embed(embedder, [text for _, _, text in parts])
+    return [VectorItem(id=chunk_id(r.id, n), vector=vectors[i], user_id=r.user_id, layer=CHUNK_LAYER,
+                       session_id=r.session_id, timestamp=r.timestamp)
+            for i, (r, n, _) in enumerate(parts)]
 
 
 def repair(
@@ -77,8 +90,12 @@ def repair(
     report = {"indexed": 0, "removed": 0, "restored": 0}
     if full:
         want = store.indexed_ids()
-        have = {i for i in index.ids() if not _is_layer_id(i)}
-        extra = sorted(have - want)
+        every = {i for i in index.ids() if not _is_layer_id(i)}
+        chunks = {i for i in every if message_of(i)[1] is not None}
+        have = every - chunks
+        # a chunk stays while its message is indexed; a missing message vector re-indexes
+        # the message, which rewrites its chunks
+        extra = sorted((have - want) | {i for i in chunks if message_of(i)[0] not in want})
         index.delete(extra)
         report["removed"] = len(extra)
         missing_ids = want - have

@@ -14,6 +14,11 @@ Turn recall (:func:`score_turns`) adds, per candidate turn:
   (a reply's meaning often lives in the question it answers);
 - ``speaker_boost`` if the query names the turn's speaker;
 - ``time_boost`` if the query asks *when* and the turn holds a time expression;
+- ``exchange_weight`` times the query terms' coverage by the turn and the one before
+  it, and ``session_coverage_weight`` times their coverage by all the session's
+  candidates together (:mod:`.coverage`: a session-level keyword key, so a session that
+  holds the query's words across several short messages lifts them);
+- ``session_best_weight`` times its session's best turn score over the best of all;
 - ``session_weight`` times its session's share of the best-scoring turns
   (multi-granularity: a session that answers much of the query lifts its turns);
 - ``recency_boost`` times its recency (1.0 now, 0.5 after a half-life).
@@ -26,6 +31,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from .coverage import exchange_coverage, session_coverage, term_weights
 from .query import QueryPlan, has_time_expression
 
 
@@ -156,6 +162,9 @@ class TurnWeights:
     date_after_days: float = 30.0
     session_weight: float = 0.1
     session_top: int = 20
+    session_best_weight: float = 0.0
+    exchange_weight: float = 0.0
+    session_coverage_weight: float = 0.3
     recency_boost: float = 0.0
     recency_half_life_days: float = 30.0
     length_weight: float = 0.0
@@ -197,6 +206,38 @@ def session_shares(scores: Mapping[str, float], sessions: Mapping[str, str], top
         sums[sessions[i]] = sums.get(sessions[i], 0.0) + max(0.0, scores[i])
     peak = max(sums.values(), default=0.0)
     return {s: v / peak for s, v in sums.items()} if peak > 0 else {}
+
+
+def session_best(scores: Mapping[str, float], sessions: Mapping[str, str]) -> dict[str, float]:
+    """Per turn: its session's best turn score over the best score of all (1.0 for the
+    best turn's session; 0 for all when no score is positive)."""
+    best: dict[str, float] = {}
+    for i, s in scores.items():
+        best[sessions[i]] = max(best.get(sessions[i], 0.0), s)
+    peak = max(best.values(), default=0.0)
+    return {i: best[sessions[i]] / peak for i in scores} if peak > 0 else {}
+
+
+def add_coverage(scores: dict[str, float], parts: dict[str, dict[str, dict[str, float]]],
+                 texts: Mapping[str, str], previous: Mapping[str, str], sessions: Mapping[str, str],
+                 plan: QueryPlan, w: TurnWeights) -> None:
+    """Add the exchange and session keyword coverage (:mod:`.coverage`) to ``scores``."""
+    weights = term_weights(plan.terms, list(texts.values()))
+    if not weights:
+        return
+    if w.exchange_weight:
+        for i, value in exchange_coverage(texts, previous, weights).items():
+            if value:
+                scores[i] += w.exchange_weight * value
+                parts[i]["exchange"] = {"rank": 0.0, "value": value, "contribution": w.exchange_weight * value}
+    if w.session_coverage_weight:
+        per_session = session_coverage(texts, sessions, weights)
+        for i in scores:
+            value = per_session.get(sessions[i], 0.0)
+            if value:
+                scores[i] += w.session_coverage_weight * value
+                parts[i]["session_terms"] = {"rank": 0.0, "value": value,
+                                             "contribution": w.session_coverage_weight * value}
 
 
 def score_turns(
@@ -242,8 +283,15 @@ def score_turns(
             p["length"] = {"rank": 0.0, "value": float(len(c.text)), "contribution": -penalty}
         scores[c.id] = s
         parts[c.id] = p
+    sessions = {i: c.session_id for i, c in by_id.items()}
+    if w.exchange_weight or w.session_coverage_weight:
+        add_coverage(scores, parts, {i: c.text for i, c in by_id.items()}, previous, sessions, plan, w)
+    if w.session_best_weight:
+        for i, value in session_best(scores, sessions).items():
+            scores[i] += w.session_best_weight * value
+            parts[i]["session_best"] = {"rank": 0.0, "value": value, "contribution": w.session_best_weight * value}
     if w.session_weight:
-        shares = session_shares(scores, {i: c.session_id for i, c in by_id.items()}, w.session_top)
+        shares = session_shares(scores, sessions, w.session_top)
         for i, c in by_id.items():
             share = shares.get(c.session_id, 0.0)
             if share:

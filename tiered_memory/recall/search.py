@@ -14,6 +14,7 @@ import numpy as np
 
 from ..config import RetrievalConfig
 from ..embedding import Embedder, embed_query
+from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
 from .query import plan_query
 from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
 from ..store.base import CandidateSource, FilterSource, RecordStore
@@ -37,6 +38,31 @@ def fetch_candidates(store: RecordStore, user_id: str, ids: list[str], terms: Se
         return store.candidates(user_id, ids, terms, k=k, session_id=session_id)
     kw = store.keyword_search(user_id, terms, k=k, session_id=session_id) if terms else []
     return store.get_by_ids(user_id, ids + [i for i, _ in kw]), kw
+
+
+def merge_parts(vec: Sequence[tuple[str, float]], parts: Mapping[str, tuple[int, float]]
+                ) -> list[tuple[str, float]]:
+    """Whole-message vector hits with each message's best chunk: a message's similarity is
+    the better of the two; best first (ties by id)."""
+    best = dict(vec)
+    for message, (_, sim) in parts.items():
+        if sim > best.get(message, float("-inf")):
+            best[message] = sim
+    return sorted(best.items(), key=lambda p: (-p[1], p[0]))
+
+
+def matching_part(text: str, chunk: tuple[int, float] | None, terms: Sequence[str]) -> dict[str, Any] | None:
+    """Where in a long message the match is: the chunk whose vector matched, else the chunk
+    holding most query terms; ``{"index", "count", "start", "end", "text"}``, or None for a
+    message that is not chunked."""
+    spans = chunk_spans(text)
+    if not spans:
+        return None
+    n = chunk[0] if chunk is not None and chunk[0] < len(spans) else best_span_by_terms(text, terms)
+    if n is None:
+        n = 0
+    start, end = spans[n]
+    return {"index": n, "count": len(spans), "start": start, "end": end, "text": text[start:end]}
 
 
 def search_turns(
@@ -73,6 +99,12 @@ def search_turns(
         scope = store.indexed_ids(user_id, session_id)
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
     vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]
+    chunk_hit: dict[str, tuple[int, float]] = {}
+    if config.chunk_candidates:
+        # long messages are also indexed by their chunks: a message scores as its best part
+        chunk_hit = best_chunks(index.query(qv[None, :], user_id=user_id, k=config.chunk_candidates,
+                                            layers=[CHUNK_LAYER], session_id=session_id)[0])
+        vec = merge_parts(vec, chunk_hit)
     records, kw = fetch_candidates(store, user_id, [i for i, _ in vec], plan.terms, k=n, session_id=session_id)
     # the record store is the authority: anything it does not hold for this user is ignored
     sims = {i: s for i, s in vec if i in records}
@@ -103,12 +135,14 @@ def search_turns(
         r = records[f.id]
         if not matches_filters(r.metadata, r.role, r.timestamp, filters):
             continue
+        explanation: dict[str, Any] = {"method": "hybrid turn scoring (cosine + BM25 + neighbour, name, "
+                                                 "date and session signals)", "signals": f.parts}
+        part = matching_part(r.content, chunk_hit.get(r.id), plan.terms)
+        if part is not None:
+            explanation["part"] = part
         hits.append(MemoryHit(
             id=r.id, text=r.content, score=f.score, layer="turn", session_id=r.session_id,
-            timestamp=r.timestamp, metadata=r.metadata, role=r.role,
-            explanation={"method": "hybrid turn scoring (cosine + BM25 + neighbour, name, "
-                                   "date and session signals)",
-                         "signals": f.parts},
+            timestamp=r.timestamp, metadata=r.metadata, role=r.role, explanation=explanation,
         ))
         if len(hits) == k:
             break

@@ -7,6 +7,10 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
+# a chunk of a long message is indexed as "<message id>" + CHUNK_SEPARATOR + "<n>"
+# (recall/chunking.py); ids never hold control characters, so it is unambiguous
+CHUNK_SEPARATOR = "\x1f"
+
 
 @dataclass(frozen=True, kw_only=True)
 class VectorItem:

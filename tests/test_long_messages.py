@@ -1,0 +1,206 @@
+"""Long messages are found by their parts: chunk vectors point back to the message, and
+every path that writes or removes vectors (forget, clear_session, rebuild, repair,
+export/import) keeps the chunks in step with the record store. Real store, real embedder."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from tiered_memory import TieredMemory
+from tiered_memory.recall.chunking import (
+    CHUNK_LAYER, CHUNK_OVER, MAX_CHUNKS, best_chunks, best_span_by_terms, chunk_id, chunk_spans, message_of,
+    vector_ids,
+)
+from tiered_memory.recall.search import matching_part, merge_parts
+from tiered_memory.vector.base import VectorItem
+
+TOPICS = [
+    "The sourdough starter needs feeding twice a day with equal weights of flour and water.",
+    "A cast iron pan should be dried on the stove and oiled lightly before it is put away.",
+    "Tomatoes keep their flavour better on the counter than in the fridge.",
+    "Proofing dough in a warm oven with only the light on speeds up the rise.",
+    "Stock made from roasted bones is darker and richer than stock from raw ones.",
+    "Salt the pasta water until it tastes like a mild broth.",
+    "A sharp knife is safer than a dull one because it does not slip.",
+    "Resting meat after cooking lets the juices settle back into the fibres.",
+]
+ANSWER = "By the way, the spare key to the garden shed is hidden under the blue flowerpot by the gate."
+
+
+def long_answer(middle: str = ANSWER, paragraphs: int = 6) -> str:
+    """About 4,500 characters of cooking advice with ``middle`` in the middle."""
+    para = " ".join(TOPICS)
+    body = [para] * paragraphs
+    body.insert(paragraphs // 2, middle)
+    return "\n\n".join(body)
+
+
+# ---- pure ---------------------------------------------------------------------
+@pytest.mark.parametrize("text, chunked", [
+    ("short", False),
+    ("x" * CHUNK_OVER, False),
+    ("word " * (CHUNK_OVER // 5 + 1), True),
+    (long_answer(), True),
+])
+def test_chunk_spans_cover_long_texts_only(text, chunked):
+    spans = chunk_spans(text)
+    assert bool(spans) is chunked
+    if spans:
+        assert spans[0][0] == 0 and spans[-1][1] == len(text)
+        for (s1, e1), (s2, e2) in zip(spans, spans[1:]):
+            assert s1 < s2 <= e1 < e2  # in order, overlapping or touching, never a gap
+        assert len(spans) <= MAX_CHUNKS
+
+
+def test_chunk_spans_never_exceed_max_chunks_and_cut_at_words():
+    text = "lorem ipsum dolor sit amet " * 4000  # 108,000 characters
+    spans = chunk_spans(text)
+    assert len(spans) <= MAX_CHUNKS and spans[-1][1] == len(text)
+    assert all(text[s - 1] == " " for s, _ in spans[1:])
+
+
+def test_the_answer_sits_whole_in_some_chunk():
+    text = long_answer()
+    assert any(ANSWER in text[s:e] for s, e in chunk_spans(text))
+
+
+@pytest.mark.parametrize("vector_id, expected", [
+    ("m1", ("m1", None)),
+    (chunk_id("m1", 3), ("m1", 3)),
+    ("a#3", ("a#3", None)),  # a user's id with '#' is a whole message
+    ("fact:9", ("fact:9", None)),
+])
+def test_message_of(vector_id, expected):
+    assert message_of(vector_id) == expected
+
+
+def test_vector_ids_name_every_possible_chunk():
+    ids = vector_ids(["m"])
+    assert ids[0] == "m" and len(ids) == 1 + MAX_CHUNKS and chunk_id("m", MAX_CHUNKS - 1) in ids
+
+
+@pytest.mark.parametrize("hits, expected", [
+    ([], {}),
+    ([(chunk_id("a", 2), 0.7), (chunk_id("a", 0), 0.5), (chunk_id("b", 1), 0.4)], {"a": (2, 0.7), "b": (1, 0.4)}),
+    ([("plain", 0.9)], {}),
+])
+def test_best_chunks(hits, expected):
+    assert best_chunks(hits) == expected
+
+
+@pytest.mark.parametrize("vec, parts, expected", [
+    ([("a", 0.5), ("b", 0.4)], {}, [("a", 0.5), ("b", 0.4)]),
+    ([("a", 0.5), ("b", 0.4)], {"b": (1, 0.8)}, [("b", 0.8), ("a", 0.5)]),
+    ([("a", 0.5)], {"a": (0, 0.3)}, [("a", 0.5)]),  # the whole vector was better
+    ([], {"c": (4, 0.6)}, [("c", 0.6)]),  # found by its chunk only
+])
+def test_merge_parts(vec, parts, expected):
+    assert merge_parts(vec, parts) == expected
+
+
+def test_matching_part_by_vector_then_by_terms():
+    text = long_answer()
+    spans = chunk_spans(text)
+    assert matching_part("short text", None, ["key"]) is None
+    by_vector = matching_part(text, (1, 0.5), [])
+    assert by_vector is not None and by_vector["index"] == 1 and by_vector["count"] == len(spans)
+    n = best_span_by_terms(text, ["flowerpot"])
+    assert n is not None and "flowerpot" in text[slice(*spans[n])]
+    by_terms = matching_part(text, None, ["flowerpot"])
+    assert by_terms is not None and "flowerpot" in by_terms["text"]
+    assert best_span_by_terms(text, ["nowhere"]) is None
+
+
+# ---- real store, real embedder ---------------------------------------------------
+CHAT = [
+    {"role": "user", "content": "Can you give me some general kitchen tips?"},
+    {"role": "assistant", "content": long_answer()},
+    {"role": "user", "content": "I booked the train to Lisbon for the conference."},
+    {"role": "user", "content": "My neighbour waters the plants on Tuesdays."},
+]
+QUERY = "where is the spare key to the garden shed hidden?"
+
+
+def chunk_vectors(memory: TieredMemory, message_id: str) -> set[str]:
+    return {i for i in memory.index.ids() if message_of(i) == (message_id, message_of(i)[1])
+            and message_of(i)[1] is not None}
+
+
+def test_a_long_message_is_found_by_the_part_that_answers(memory):
+    ids = memory.add_many(CHAT, user_id="u", session_id="s1")
+    assert chunk_vectors(memory, ids[1])  # indexed by its chunks too
+    hits = memory.search(QUERY, user_id="u", k=3)
+    assert hits[0].id == ids[1] and hits[0].text == CHAT[1]["content"]  # the message, whole
+    part = hits[0].explanation["part"]
+    assert "flowerpot" in part["text"] and hits[0].text[part["start"]:part["end"]] == part["text"]
+    assert memory.search(QUERY, user_id="someone else", k=3) == []
+
+
+def test_build_context_hands_over_the_matching_part_within_a_small_budget(memory):
+    ids = memory.add_many(CHAT, user_id="u", session_id="s1")
+    context = memory.build_context(QUERY, user_id="u", session_id="s2", max_tokens=500)
+    turns = [i for s in context.sections if s.name == "turns" for i in s.items]
+    long_items = [i for i in turns if i.id == ids[1]]
+    assert long_items and "flowerpot" in long_items[0].text and len(long_items[0].text) < len(CHAT[1]["content"])
+    assert long_items[0].label and "long message" in long_items[0].label
+    assert "flowerpot" in context.memory_text()
+
+
+def test_forget_and_clear_session_delete_the_chunks(memory):
+    ids = memory.add_many(CHAT, user_id="u", session_id="s1")
+    memory.add_many([{"role": "assistant", "content": long_answer("The boat is moored at pier nine.")}],
+                    user_id="u", session_id="s2")
+    memory.forget(ids[1], user_id="u")
+    assert not chunk_vectors(memory, ids[1]) and ids[1] not in memory.index.ids()
+    assert all(h.id != ids[1] for h in memory.search(QUERY, user_id="u", k=5))
+    memory.clear_session("s2", user_id="u")
+    assert not any(message_of(i)[1] is not None for i in memory.index.ids())
+
+
+def test_forget_user_deletes_the_chunks(memory):
+    memory.add_many(CHAT, user_id="u", session_id="s1")
+    memory.add_many(CHAT, user_id="v", session_id="s1")
+    memory.forget_user("u")
+    assert all(h.metadata is not None for h in memory.search(QUERY, user_id="v", k=1))
+    assert memory.search(QUERY, user_id="u", k=3) == []
+    assert memory.index.count(user_id="u") == 0 and memory.index.count(user_id="v") > len(CHAT)
+
+
+def test_rebuild_index_re_chunks(memory):
+    ids = memory.add_many(CHAT, user_id="u", session_id="s1")
+    before = chunk_vectors(memory, ids[1])
+    memory.rebuild_index()
+    assert chunk_vectors(memory, ids[1]) == before
+    assert memory.search(QUERY, user_id="u", k=1)[0].id == ids[1]
+
+
+def test_repair_restores_a_lost_message_with_its_chunks_and_drops_stray_chunks(make_memory, tmp_path):
+    m = make_memory("mem")
+    ids = m.add_many(CHAT, user_id="u", session_id="s1")
+    chunks = chunk_vectors(m, ids[1])
+    m.index.collection.delete(ids=[ids[1], *sorted(chunks)])  # straight into Chroma
+    dim = len(m.embedder.embed_query("x"))
+    m.index.upsert([VectorItem(id=chunk_id("gone", 0), vector=[1.0] + [0.0] * (dim - 1), user_id="u",
+                               layer=CHUNK_LAYER)])
+    m.close()
+    con = sqlite3.connect(tmp_path / "mem" / "records.sqlite3")  # what a crash leaves: still 'open'
+    con.execute("UPDATE meta SET value='open' WHERE key='state'")
+    con.commit()
+    con.close()
+    again = make_memory("mem")
+    assert chunk_vectors(again, ids[1]) == chunks
+    assert chunk_id("gone", 0) not in again.index.ids()
+    assert again.search(QUERY, user_id="u", k=1)[0].id == ids[1]
+
+
+def test_export_import_chunks_the_imported_messages(make_memory, tmp_path):
+    m = make_memory("a")
+    m.add_many(CHAT, user_id="u", session_id="s1")
+    m.export_jsonl(tmp_path / "out.jsonl")
+    other = make_memory("b")
+    other.import_jsonl(tmp_path / "out.jsonl")
+    hits = other.search(QUERY, user_id="u", k=1)
+    assert hits and "flowerpot" in hits[0].explanation["part"]["text"]
+    assert chunk_vectors(other, hits[0].id)

@@ -1,0 +1,188 @@
+"""Table tests of recall v2's pure parts: keyword coverage of a turn's exchange and its
+session, the session's best turn, the real-chat development set's transform and the
+context-recall counting of bench/context_recall.py."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+from tiered_memory.recall.coverage import (
+    coverage, exchange_coverage, session_coverage, stem, term_weights,
+)
+from tiered_memory.recall.query import QueryPlan, plan_query
+from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns, session_best
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/ lives at the root
+from bench.context_recall import Measured, Source, carries, reached, summarize_context  # noqa: E402
+from bench.locomo_data import Conversation, Question, Turn  # noqa: E402
+from bench.realchat import drop_dates, informal, realchat, realchat_turns, split_message, strip_speaker  # noqa: E402
+
+
+@pytest.mark.parametrize("word, expected", [
+    ("painting", "paint"), ("painted", "paint"), ("paints", "paint"), ("hobbies", "hobby"),
+    ("dogs", "dogs"),  # four letters or fewer stay whole
+    ("sing", "sing"), ("thing", "thing"),  # the stem would be too short
+    ("pottery", "pottery"),
+])
+def test_stem(word, expected):
+    assert stem(word) == expected
+
+
+def test_term_weights_favour_rare_terms():
+    texts = ["Caroline: I paint", "Caroline: hi", "Caroline: a pottery class"]
+    w = term_weights(["caroline", "pottery"], texts)
+    assert w["pottery"] > w["caroline"] > 0
+    assert w["pottery"] == pytest.approx(math.log(1 + 3 / 2))
+    assert term_weights([], texts) == {}
+
+
+@pytest.mark.parametrize("own, extra, expected", [
+    ({"a", "b"}, set(), 1.0),
+    ({"a"}, set(), 0.75),
+    (set(), {"a"}, 0.375),  # only in the previous turn: half
+    ({"a"}, {"a", "b"}, 1.0 * 0.75 + 0.5 * 0.25),
+    (set(), set(), 0.0),
+])
+def test_coverage(own, extra, expected):
+    assert coverage(frozenset(own), {"a": 3.0, "b": 1.0}, frozenset(extra)) == pytest.approx(expected)
+
+
+def test_coverage_of_a_query_without_terms_is_zero():
+    assert coverage(frozenset({"a"}), {}) == 0.0
+
+
+def test_exchange_and_session_coverage():
+    texts = {"q": "what did you paint?", "a": "a sunset over the lake", "o": "the lake was cold"}
+    weights = {"paint": 1.0, "sunset": 1.0}
+    ex = exchange_coverage(texts, {"a": "q"}, weights)
+    assert ex["a"] == pytest.approx(0.75) and ex["q"] == pytest.approx(0.5) and ex["o"] == 0.0
+    sessions = {"q": "s1", "a": "s1", "o": "s2"}
+    assert session_coverage(texts, sessions, weights) == {"s1": 1.0, "s2": 0.0}
+
+
+def test_session_best():
+    got = session_best({"a": 0.8, "b": 0.2, "c": 0.4}, {"a": "s1", "b": "s1", "c": "s2"})
+    assert got == pytest.approx({"a": 1.0, "b": 1.0, "c": 0.5})
+    assert session_best({"a": -1.0}, {"a": "s1"}) == {}
+
+
+def cand(i: str, text: str, session: str, sim: float) -> Candidate:
+    return Candidate(id=i, session_id=session, timestamp=0.0, text=text, similarity=sim)
+
+
+OFF = TurnWeights(neighbor_weight=0, speaker_boost=0, time_boost=0, date_boost=0, session_weight=0,
+                  session_coverage_weight=0, exchange_weight=0, session_best_weight=0)
+
+
+def test_session_coverage_lifts_a_turn_whose_session_covers_the_query():
+    # "what pottery and painting does she do?": s1 talks of both across turns, s2 of painting only
+    cands = [cand("s1a", "I took a pottery class", "s1", 0.40), cand("s1b", "and I love painting", "s1", 0.40),
+             cand("s2a", "painting sunsets", "s2", 0.41), cand("s2b", "the weather was nice", "s2", 0.1)]
+    plan = plan_query("what pottery and painting does she do?")
+    without = [s.id for s in score_turns(cands, {}, plan, OFF, now=0)]
+    assert without[0] == "s2a"
+    with_cov = [s.id for s in score_turns(cands, {}, plan, TurnWeights(**{**OFF.__dict__, "session_coverage_weight": 0.3}),
+                                          now=0)]
+    assert with_cov[:2] == ["s1a", "s1b"] or with_cov[:2] == ["s1b", "s1a"]
+    explained = score_turns(cands, {}, plan, TurnWeights(**{**OFF.__dict__, "session_coverage_weight": 0.3}), now=0)
+    assert "session_terms" in explained[0].parts
+
+
+def test_exchange_coverage_lifts_a_reply_by_its_question():
+    cands = [cand("q", "what breed is your new puppy?", "s1", 0.30), cand("a", "a golden retriever!", "s1", 0.30),
+             cand("x", "we walked a lot", "s1", 0.31)]
+    plan = plan_query("which breed is the puppy?")
+    w = TurnWeights(**{**OFF.__dict__, "exchange_weight": 0.4})
+    order = [s.id for s in score_turns(cands, {"a": "q", "x": "a"}, plan, w, now=0)]
+    assert order.index("a") < order.index("x")
+    assert [s.id for s in score_turns(cands, {"a": "q", "x": "a"}, plan, OFF, now=0)][0] == "x"
+
+
+def test_coverage_signals_do_nothing_for_a_query_without_terms():
+    cands = [cand("a", "hello", "s1", 0.5), cand("b", "bye", "s2", 0.4)]
+    w = TurnWeights(**{**OFF.__dict__, "exchange_weight": 0.4, "session_coverage_weight": 0.3})
+    plain = score_turns(cands, {}, QueryPlan(text="?", terms=()), OFF, now=0)
+    assert [(s.id, s.score) for s in score_turns(cands, {}, QueryPlan(text="?", terms=()), w, now=0)] == \
+        [(s.id, s.score) for s in plain]
+
+
+# ---- the real-chat development set ------------------------------------------------
+@pytest.mark.parametrize("text, expected", [
+    ("Caroline: hi there", "hi there"),
+    ("Melanie: hi", "Melanie: hi"),  # another speaker's prefix is text
+])
+def test_strip_speaker(text, expected):
+    assert strip_speaker(text, "Caroline") == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("We met on 8 May, 2023 at the park.", "We met at the park."),
+    ("The show (May 20, 2023) was great", "The show was great"),
+    ("I moved here in 2019.", "I moved here in 2019."),  # a year alone is how people talk
+])
+def test_drop_dates(text, expected):
+    assert drop_dates(text) == expected
+
+
+def test_split_message_keeps_the_text_and_short_messages_whole():
+    assert split_message("short one. two.") == ["short one. two."]
+    long = "First I went to the market to buy fruit. " * 3 + "Then I cooked dinner for everyone at home."
+    parts = split_message(long)
+    assert 2 <= len(parts) <= 3 and " ".join(parts) == long.strip()
+    assert split_message("x" * 300) == ["x" * 300]  # one sentence: no split
+
+
+def test_informal_is_deterministic_and_informal():
+    text = "I really think you are right. Thanks for the advice."
+    assert informal(text, "D1:1") == informal(text, "D1:1")
+    out = informal(text, "D1:1")
+    assert not out.endswith(".") and "I " not in out and out[0].islower()
+
+
+def test_realchat_keeps_every_dialogue_id_answerable():
+    turns = [Turn(dia_id="D1:1", session=1, speaker="Ann", timestamp=0.0,
+                  text="Ann: " + "I adopted a puppy last week and she is a golden retriever. " * 3
+                       + "[shares a photo: a dog on grass]"),
+             Turn(dia_id="D1:2", session=1, speaker="Bo", timestamp=0.0, text="Bo: So cute!")]
+    conv = Conversation(id="c", speakers=("Ann", "Bo"), turns=turns,
+                        questions=[Question(conversation="c", question="What dog?", category=4, evidence=("D1:1",))])
+    [out] = realchat([conv])
+    assert {t.dia_id for t in out.turns} == {"D1:1", "D1:2"} and len(out.questions) == 1
+    assert all(not t.text.startswith(("Ann:", "Bo:")) for t in out.turns)
+    assert len(realchat_turns(turns[0])) >= 2 and realchat_turns(turns[0])[-1].text.endswith("[shares a photo: a dog on grass]")
+    assert out == realchat([conv])[0]
+
+
+# ---- context recall counting --------------------------------------------------------
+def test_carries_needs_half_the_turn_words():
+    assert carries("User likes pottery and painting", "I love pottery and painting!")
+    assert not carries("User went camping", "I love pottery and painting!")
+    assert not carries("anything", "")
+
+
+def test_reached_direct_cited_and_carried():
+    dia_of = {"m1": "D1:1", "m2": "D1:2"}
+    sources = {"fact:f": Source(text="User likes pottery", cites=frozenset({"D1:3"})),
+               "ep:e": Source(text="They talked about the weather", cites=frozenset({"D1:3", "D1:4"}))}
+    text = {"D1:3": "I like pottery", "D1:4": "I adopted a puppy"}
+    direct, cited, carried = reached(["m1", "m2", "fact:f", "ep:e", "wm:x"], dia_of, sources, text,
+                                     ["D1:1", "D1:3", "D1:4", "D9:9"])
+    assert direct == {"D1:1"}
+    assert cited == {"D1:1", "D1:3", "D1:4"}
+    assert carried == {"D1:1", "D1:3"}  # the episode cites D1:4 but does not say it
+
+
+def test_summarize_context():
+    rows = [Measured(category=1, evidence=("a", "b"), tokens=400, direct=frozenset({"a"}), cited=frozenset({"a", "b"}),
+                     carried=frozenset({"a"})),
+            Measured(category=4, evidence=("c",), tokens=600)]
+    s = summarize_context(rows)
+    assert s["count"] == 2 and s["tokens"] == 500
+    assert s["direct"] == pytest.approx(0.25) and s["cited"] == pytest.approx(0.5)
+    assert s["cited_per_1k_tokens"] == pytest.approx(2.0) and s["direct_per_1k_tokens"] == pytest.approx(1.0)
+    assert summarize_context([]) == {"count": 0}
+

@@ -1,0 +1,90 @@
+"""How much of a query a turn, its exchange, or its session covers: pure keyword signals
+computed on the candidate pool, no I/O.
+
+BM25 scores a turn alone. Conversations spread an answer over messages (a question and
+its reply, a thought sent as three short messages) and over a session, so recall also
+reads the query's terms against larger keys built from the pool:
+
+- a turn's **exchange** (the turn plus the one before it; the earlier turn's terms count
+  :data:`PREVIOUS_SHARE`), the keyword side of indexing a memory under several keys;
+- its **session** (every candidate turn of the session together), so a session that
+  covers the query's terms across turns lifts them (a session-level keyword score).
+
+Terms are weighted by their rarity in the pool (``log(1 + N / (1 + df))``), so the name
+that starts every turn of a person counts little and the rare word much. Words are
+compared by a light stem (:func:`stem`) so ``painted`` meets ``painting``.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from typing import Mapping, Sequence
+
+from .query import keywords
+
+PREVIOUS_SHARE = 0.5
+_SUFFIXES = ("ings", "ing", "edly", "ed", "ies", "es", "ly", "s")
+
+
+@lru_cache(maxsize=65536)
+def stem(word: str) -> str:
+    """A light suffix strip (``painting`` / ``painted`` / ``paints`` -> ``paint``); words of
+    four letters or fewer, and stems that would fall below three letters, stay whole."""
+    if len(word) <= 4:
+        return word
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            out = word[: -len(suffix)]
+            return out + "y" if suffix == "ies" else out
+    return word
+
+
+@lru_cache(maxsize=16384)  # the same turns come back query after query
+def stems(text: str) -> frozenset[str]:
+    """The stemmed content words of ``text``."""
+    return frozenset(stem(w) for w in keywords(text))
+
+
+def term_weights(query_terms: Sequence[str], texts: Sequence[str]) -> dict[str, float]:
+    """Each stemmed query term's weight: ``log(1 + N / (1 + df))`` over ``texts``."""
+    wanted = {stem(t) for t in query_terms}
+    df = dict.fromkeys(wanted, 0)
+    for text in texts:
+        for s in stems(text) & wanted:
+            df[s] += 1
+    n = len(texts)
+    return {t: math.log(1.0 + n / (1.0 + d)) for t, d in df.items()}
+
+
+def coverage(own: frozenset[str], weights: Mapping[str, float], extra: frozenset[str] = frozenset(),
+             extra_share: float = PREVIOUS_SHARE) -> float:
+    """Weighted share of the query's terms in ``own`` (1.0 each) or only in ``extra``
+    (``extra_share`` each); 0.0 when the query has no terms."""
+    total = sum(weights.values())
+    if total <= 0:
+        return 0.0
+    got = sum(w for t, w in weights.items() if t in own)
+    got += extra_share * sum(w for t, w in weights.items() if t in extra and t not in own)
+    return got / total
+
+
+def exchange_coverage(texts: Mapping[str, str], previous: Mapping[str, str],
+                      weights: Mapping[str, float]) -> dict[str, float]:
+    """Per turn id: the coverage of the turn with the turn before it (when in ``texts``)."""
+    out = {}
+    for i, text in texts.items():
+        prev = previous.get(i)
+        extra = stems(texts[prev]) if prev is not None and prev in texts else frozenset()
+        out[i] = coverage(stems(text), weights, extra)
+    return out
+
+
+def session_coverage(texts: Mapping[str, str], sessions: Mapping[str, str],
+                     weights: Mapping[str, float]) -> dict[str, float]:
+    """Per session: the coverage of all its turns in ``texts`` together."""
+    bags: dict[str, set[str]] = {}
+    for i, text in texts.items():
+        bags.setdefault(sessions[i], set()).update(stems(text))
+    return {s: coverage(frozenset(bag), weights) for s, bag in bags.items()}
+
