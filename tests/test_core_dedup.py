@@ -52,3 +52,42 @@ def test_threshold_is_configurable(make_memory):
     memory.add_many([{"role": "user", "content": "same words"}, {"role": "user", "content": "same words"}],
                     session_id="s", user_id="u")
     assert memory.stats().vectors == 2 and memory.stats().duplicates == 0
+
+
+def test_the_same_text_up_to_case_and_end_spaces_is_a_duplicate_across_calls(memory):
+    first = memory.add("user", "Thanks, see you tomorrow!", session_id="s", user_id="u")
+    again = memory.add("user", "  thanks, SEE you tomorrow!  ", session_id="s2", user_id="u")
+    assert memory.index.ids("u") == {first}
+    assert memory.get_messages("s2", user_id="u")[0].id == again  # kept in the transcript
+
+
+def test_a_write_on_sqlite_makes_no_vector_query(make_memory, tmp_path):
+    """The near-duplicate check is one indexed SQLite lookup: an index whose queries all
+    fail does not stop writes, and duplicates are still found."""
+    from tiered_memory.testing import FailingVectorIndex
+    from tiered_memory.vector.chroma import ChromaVectorIndex
+
+    index = FailingVectorIndex(ChromaVectorIndex(str(tmp_path / "v")), fail_on=["query"], times=None)
+    memory = make_memory(vector_store=index)
+    memory.add_many([{"role": "user", "content": f"note {i}"} for i in range(5)], session_id="s", user_id="u")
+    memory.add_many([{"role": "user", "content": "note 3"}], session_id="s", user_id="u")
+    assert index.failures == 0
+    assert (memory.stats().vectors, memory.stats().duplicates) == (5, 1)
+
+
+def test_find_duplicates_across_row_blocks():
+    """Rows are compared in blocks of 512: a duplicate of a row of an earlier block is found."""
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal((1100, 64)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    v[1000] = v[3]
+    v[1050] = v[1000]  # a duplicate's duplicate names the original, not the duplicate
+    ids = [f"m{i}" for i in range(1100)]
+    assert find_duplicates(v, ["u"] * 1100, [None] * 1100, ids, 0.95) == {"m1000": "m3", "m1050": "m3"}
+    # another user's row is never the original: m1000 and m1050 are w's, m3 is u's
+    assert find_duplicates(v, ["u"] * 1000 + ["w"] * 100, [None] * 1100, ids, 0.95) == {"m1050": "m1000"}
+
+
+def test_a_row_is_never_a_duplicate_of_itself():
+    """Re-indexing a row whose vector is already in the index (a lost mark) keeps it."""
+    assert find_duplicates(np.asarray([unit(1, 0)]), ["u"], [("a", 1.0)], ["a"], 0.95) == {}

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tiered_memory import InvalidInputError
+from tiered_memory import InvalidInputError, MemoryConfig
 from tiered_memory.portable import ImportFormatError, parse_line
 
 MESSAGES = [
@@ -61,7 +61,7 @@ def test_progress_callback_counts_every_imported_message(make_memory, tmp_path):
     dump = tmp_path / "d.jsonl"
     dump.write_text("".join(_line(id=f"m{i}", content=f"note {i}") + "\n" for i in range(130)))
     seen: list[int] = []
-    make_memory("dst").import_jsonl(dump, progress=seen.append)
+    make_memory("dst", config=MemoryConfig(write_chunk=128)).import_jsonl(dump, progress=seen.append)
     assert seen == [128, 2]  # one update per committed chunk
 
 

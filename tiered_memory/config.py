@@ -153,3 +153,5 @@ class MemoryConfig:
     # reads note accesses in memory; a background thread writes them in batches
     access_flush_size: int = 512
     access_flush_seconds: float = 30.0
+    # add_many and import_jsonl write and index this many messages per transaction
+    write_chunk: int = 1000

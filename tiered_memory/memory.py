@@ -265,6 +265,7 @@ class TieredMemory:
     @usable
     def add_many(
         self, messages: Iterable[Message | Mapping[str, Any]], *, session_id: str, user_id: str,
+        progress: Callable[[int], None] | None = None,
     ) -> list[str]:
         """Store messages in order (the bulk path; embeds in batches); returns their ids.
 
@@ -278,6 +279,11 @@ class TieredMemory:
 
         A message may carry its own ``id``: retrying a batch whose call did not return (a
         timeout, a killed worker) then stores it once; the ids are returned either way.
+
+        Any number of messages may go in one call: they are written and indexed in chunks
+        of ``MemoryConfig.write_chunk`` (one transaction each), and ``progress(n)`` is
+        called after each chunk with its size. A call interrupted half-way has committed
+        whole chunks; run it again with the same message ids and it stores the rest.
         """
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
@@ -311,17 +317,36 @@ class TieredMemory:
             new = self._not_yet_stored(rows, chosen, user_id)
             if not new:
                 return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
-            lost = (f"nothing of the batch of {len(rows)} was stored ({{error}}); retry it" if self._joint else
-                    f"{len(rows)} messages were stored but not indexed ({{error}}); they will be indexed "
-                    "on the next open or by rebuild_index()")
+            failure: Exception | None = None
+            chunk = self.config.write_chunk
+            for start in range(0, len(new), chunk):
+                part = new[start:start + chunk]
+                if self._joint is not None:  # rows and vectors in one engine: each chunk commits whole
+                    lost = (f"nothing of the batch of {len(rows)} was stored ({{error}}); retry it" if start == 0 else
+                            f"the first {start} messages of the batch were stored, the rest not ({{error}}); "
+                            "retry the batch with the same message ids to store the rest")
 
-            def write() -> None:
-                self.store.insert_messages(new)
-                with vector_errors_typed(lost):
-                    index_messages(new, store=self.store, index=self.index, embedder=self.embedder,
-                                   threshold=self.config.dedup_threshold)
+                    def write(part: list[StoredMessage] = part, lost: str = lost) -> None:
+                        self.store.insert_messages(part)
+                        with vector_errors_typed(lost):
+                            index_messages(part, store=self.store, index=self.index, embedder=self.embedder,
+                                           threshold=self.config.dedup_threshold)
 
-            self._jointly(write)
+                    self._jointly(write)
+                else:
+                    self.store.insert_messages(part)
+                    if failure is None:  # after an index failure the rest is still stored, for repair
+                        try:
+                            index_messages(part, store=self.store, index=self.index, embedder=self.embedder,
+                                           threshold=self.config.dedup_threshold)
+                        except Exception as e:
+                            failure = e
+                if progress is not None:
+                    progress(len(part))
+            if failure is not None:
+                with vector_errors_typed(f"{len(rows)} messages were stored but not indexed ({{error}}); they "
+                                         "will be indexed on the next open or by rebuild_index()"):
+                    raise failure
         if self.config.episodes.compress_after_turns is not None and self._layers_ok():  # queued, no LLM here
             self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]

@@ -16,7 +16,6 @@ from .validation import check_id, normalize_message
 
 
 FORMAT = "tiered-memory/1"
-IMPORT_CHUNK = 128  # messages per transaction and per progress update
 
 
 class ImportFormatError(InvalidInputError):
@@ -143,8 +142,9 @@ def import_jsonl(
     new = [r for r in rows if r.id not in existing and r.id not in taken]
     report.skipped_existing = len(rows) - len(new)
     with parts.lock:
-        for start in range(0, len(new), IMPORT_CHUNK):
-            part = new[start : start + IMPORT_CHUNK]
+        chunk = parts.config.write_chunk  # messages per transaction and per progress update
+        for start in range(0, len(new), chunk):
+            part = new[start : start + chunk]
             parts.store.insert_messages(part)
             index_messages(part, store=parts.store, index=parts.index, embedder=parts.embedder,
                            threshold=parts.config.dedup_threshold)

@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from ..embedding import Embedder, embed
-from ..store.base import RecordStore
+from ..store.base import RecordStore, TextMatchSource
 from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
@@ -25,41 +25,74 @@ def find_duplicates(
 ) -> dict[str, str]:
     """Map id -> id of the memory it duplicates (pure).
 
-    ``nearest[i]`` is the closest already-indexed memory of the same user. Within
-    the batch, a row duplicates an earlier non-duplicate row of the same user.
+    ``nearest[i]`` is the closest already-indexed memory of the same user (a memory with
+    the same text counts as similarity 1). Within the batch, a row duplicates the first
+    earlier non-duplicate row of the same user at ``threshold`` or above. The batch is
+    compared in blocks of rows, so a batch of thousands costs matrix products, not a
+    Python loop per pair.
     """
     dup: dict[str, str] = {}
-    sims = vectors @ vectors.T if len(vectors) else np.zeros((0, 0))
-    for i, mid in enumerate(ids):
-        near = nearest[i]
-        if near is not None and near[1] >= threshold:
-            dup[mid] = near[0]
-            continue
-        for j in range(i):
-            if users[j] == users[i] and ids[j] not in dup and sims[i, j] >= threshold:
-                dup[mid] = ids[j]
-                break
+    vectors = np.asarray(vectors, dtype=np.float32)
+    by_user: dict[str, list[int]] = {}
+    for i, user in enumerate(users):
+        by_user.setdefault(user, []).append(i)
+    for idx in by_user.values():
+        own = vectors[idx] if len(vectors) else np.zeros((len(idx), 1), dtype=np.float32)
+        for start in range(0, len(idx), 512):
+            stop = min(start + 512, len(idx))
+            close = (own[start:stop] @ own[:stop].T) >= threshold  # block rows against every earlier row
+            for a in range(stop - start):
+                i = idx[start + a]
+                near = nearest[i]
+                if near is not None and near[0] != ids[i] and near[1] >= threshold:
+                    dup[ids[i]] = near[0]
+                    continue
+                for b in np.flatnonzero(close[a, :start + a]):
+                    if ids[idx[b]] not in dup:
+                        dup[ids[i]] = ids[idx[b]]
+                        break
     return dup
+
+
+def nearest_stored(rows: Sequence[StoredMessage], vectors: np.ndarray, *, store: RecordStore,
+                   index: VectorIndex) -> list[tuple[str, float] | None]:
+    """For each row, the closest already-indexed memory of its user: a message with the same
+    text when the store can find it (no vector query), else the index's nearest turn."""
+    nearest: list[tuple[str, float] | None] = [None] * len(rows)
+    by_user: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        by_user.setdefault(r.user_id, []).append(i)
+    for user, idx in by_user.items():
+        if isinstance(store, TextMatchSource):
+            same = store.same_text(user, [rows[i].content for i in idx])
+            for i in idx:
+                if rows[i].content in same:
+                    nearest[i] = (same[rows[i].content], 1.0)
+            continue
+        found = index.query(vectors[idx], user_id=user, k=1, layers=["turn"])
+        for i, res in zip(idx, found):
+            nearest[i] = res[0] if res else None
+    return nearest
 
 
 def index_messages(
     rows: list[StoredMessage], *, store: RecordStore, index: VectorIndex,
     embedder: Embedder, threshold: float,
 ) -> dict[str, str]:
-    """Embed, skip near-duplicates, upsert, then mark rows indexed. Returns the duplicates."""
+    """Embed, skip near-duplicates, upsert, then mark rows indexed. Returns the duplicates.
+
+    A row is a duplicate of an earlier memory of its user with the same text (a store
+    offering :class:`~tiered_memory.store.base.TextMatchSource` finds it in one indexed
+    lookup; other stores ask the vector index for the nearest turn, at ``threshold``),
+    or of an earlier row of the same batch at ``threshold`` cosine or above. With a
+    ``threshold`` above 1 nothing is a duplicate."""
     if not rows:
         return {}
     vectors = embed(embedder, [r.content for r in rows])
-    nearest: list[tuple[str, float] | None] = [None] * len(rows)
+    dup: dict[str, str] = {}
     if threshold <= 1.0:
-        by_user: dict[str, list[int]] = {}
-        for i, r in enumerate(rows):
-            by_user.setdefault(r.user_id, []).append(i)
-        for user, idx in by_user.items():
-            found = index.query(vectors[idx], user_id=user, k=1, layers=["turn"])
-            for i, res in zip(idx, found):
-                nearest[i] = res[0] if res else None
-    dup = find_duplicates(vectors, [r.user_id for r in rows], nearest, [r.id for r in rows], threshold)
+        nearest = nearest_stored(rows, vectors, store=store, index=index)
+        dup = find_duplicates(vectors, [r.user_id for r in rows], nearest, [r.id for r in rows], threshold)
     kept = [r for r in rows if r.id not in dup]
     index.upsert([
         VectorItem(id=r.id, vector=vectors[i], user_id=r.user_id, layer="turn",

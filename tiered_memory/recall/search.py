@@ -19,7 +19,7 @@ from .query import plan_query
 from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
 from ..store.base import CandidateSource, FilterSource, RecordStore
 from ..types import MemoryHit, StoredMessage
-from ..vector.base import VectorIndex
+from ..vector.base import ExactScope, VectorIndex
 
 
 def turn_weights(config: RetrievalConfig) -> TurnWeights:
@@ -94,8 +94,10 @@ def search_turns(
         if not matching:
             return []
         among = sorted(matching) if len(matching) <= FILTER_SCOPE_MAX else None
-    if among is None and config.id_scope_max and not getattr(index, "cheap_user_filter", False):
-        # a list of the user's ids is much cheaper for the index than its filter (not for pgvector's user column)
+    exact = isinstance(index, ExactScope) and index.scans_exactly(user_id)
+    if among is None and config.id_scope_max and not exact and not getattr(index, "cheap_user_filter", False):
+        # a list of the user's ids is much cheaper for the index than its filter (not for pgvector's
+        # user column; an exact scan of the user needs neither)
         scope = store.indexed_ids(user_id, session_id)
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
     vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]

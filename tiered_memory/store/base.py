@@ -30,6 +30,17 @@ class FilterSource(Protocol):
         ...
 
 
+@runtime_checkable
+class TextMatchSource(Protocol):
+    """A record store that finds a user's messages with the same text (optional): the
+    near-duplicate check of a write then needs no vector query."""
+
+    def same_text(self, user_id: str, texts: Sequence[str]) -> dict[str, str]:
+        """For each of ``texts`` that an indexed, non-duplicate message of the user holds
+        (up to case and spaces at the ends, as the store compares them), that message's id."""
+        ...
+
+
 class RecordStore(Protocol):
     """Raw messages and their keyword index. All methods are scoped by ``user_id``."""
 

@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from ..errors import CorruptStoreError, StoreError
 from ..types import SessionInfo, StoredMessage
 from .filters import sqlite_filter
-from .text_search import fts5_any
+from .text_search import fts5_any, same_text_sqlite
 
 APP_ID = "tiered-memory"
 
@@ -48,6 +48,10 @@ MIGRATIONS: list[str] = [
     CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
         INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
     END;
+    """,
+    # near-duplicate check by text (same_text): one index range per batch, not a vector query
+    """
+    CREATE INDEX IF NOT EXISTS messages_user_text ON messages(user_id, lower(trim(content)));
     """,
 ]
 
@@ -181,11 +185,19 @@ class SQLiteRecordStore:
             )
 
     def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None:
-        with self.transaction() as c:
-            c.executemany(
-                "UPDATE messages SET indexed=1, duplicate_of=? WHERE id=?",
-                [(duplicates.get(i), i) for i in ids],
-            )
+        # Without its own fsync: a mark lost to a power cut leaves the rows pending, and the
+        # next open indexes them again (upserts are idempotent), so it need not be durable
+        # on its own; the next durable commit syncs it with everything before it.
+        with self.lock:
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                with self.transaction() as c:
+                    c.executemany(
+                        "UPDATE messages SET indexed=1, duplicate_of=? WHERE id=?",
+                        [(duplicates.get(i), i) for i in ids],
+                    )
+            finally:
+                self.conn.execute("PRAGMA synchronous=FULL")
 
     def touch(self, ids: list[str], now: float) -> None:
         if ids:
@@ -318,6 +330,11 @@ class SQLiteRecordStore:
             pos = next(i for i, m in enumerate(msgs) if m.id == mid)
             out[mid] = msgs[max(0, pos - window): pos + window + 1]
         return out
+
+    def same_text(self, user_id: str, texts: Sequence[str]) -> dict[str, str]:
+        """For each of ``texts`` that an indexed, non-duplicate message of the user already
+        holds (up to ASCII case and spaces at the ends), that message's id."""
+        return same_text_sqlite(self.query, user_id, texts)
 
     def existing_ids(self, ids: list[str]) -> set[str]:
         """Which of ``ids`` exist for any user (ids are global keys)."""

@@ -1,4 +1,5 @@
-"""Keyword queries in each engine's own syntax, from the plain terms recall passes (pure).
+"""Keyword queries in each engine's own syntax, from the plain terms recall passes (pure),
+and SQLite's same-text lookup for the near-duplicate check (given the store's ``query``).
 
 Recall hands the stores a list of keywords; no query syntax crosses the protocol, so a
 stored or typed word can never be read as an operator by either engine.
@@ -7,7 +8,7 @@ stored or typed word can never be read as an operator by either engine.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
 
@@ -29,3 +30,26 @@ def tsquery_any(terms: Sequence[str]) -> str | None:
             if w and w not in words:
                 words.append(w)
     return " | ".join(words) if words else None
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def text_key(text: str) -> str:
+    """``lower(trim(text))`` as SQLite computes it (ASCII case, spaces at the ends) (pure)."""
+    return text.strip(" ").translate(_ASCII_LOWER)
+
+
+def same_text_sqlite(query: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]], user_id: str,
+                     texts: Sequence[str]) -> dict[str, str]:
+    """SQLite's ``same_text``: one range of the ``messages_user_text`` index per 500 texts."""
+    wanted = sorted({text_key(t) for t in texts})
+    found: dict[str, str] = {}
+    for start in range(0, len(wanted), 500):
+        part = wanted[start:start + 500]
+        for mid, key in query(
+                "SELECT id, lower(trim(content)) FROM messages INDEXED BY messages_user_text WHERE user_id=?"
+                f" AND lower(trim(content)) IN ({','.join('?' * len(part))}) AND indexed=1"
+                " AND duplicate_of IS NULL ORDER BY rowid", [user_id, *part]):
+            found.setdefault(key, mid)
+    return {t: found[text_key(t)] for t in texts if text_key(t) in found}

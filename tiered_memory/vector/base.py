@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -52,3 +52,13 @@ class VectorIndex(Protocol):
         """Drop every vector (used by ``rebuild_index``)."""
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ExactScope(Protocol):
+    """An index that can scan one user's turns exactly, without being told their ids (optional)."""
+
+    def scans_exactly(self, user_id: str) -> bool:
+        """Whether a query of ``user_id`` is an exact scan of that user's vectors now, so that
+        the caller need not pass ``among`` to scope it."""
+        ...

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..errors import VectorIndexError, missing
 from .base import VectorItem
+from .exact import ExactScan, Held
 
 log = logging.getLogger("tiered_memory")
 
@@ -49,9 +50,12 @@ class ChromaVectorIndex:
         path: folder of an embedded ``PersistentClient``.
         client: an existing Chroma client (for example ``chromadb.HttpClient(host, port)``).
         collection: collection name, to share a server between apps.
+        exact_rows: turn vectors held in memory for exact per-user scans (embedded only:
+            this process is then the one writer; 0 turns it off). See :mod:`.exact`.
     """
 
-    def __init__(self, path: str | None = None, *, client: Any = None, collection: str = COLLECTION) -> None:
+    def __init__(self, path: str | None = None, *, client: Any = None, collection: str = COLLECTION,
+                 exact_rows: int = 200_000) -> None:
         try:
             import chromadb
         except ImportError as e:
@@ -69,6 +73,34 @@ class ChromaVectorIndex:
             )
         except Exception as e:
             raise VectorIndexError(f"could not open Chroma collection {collection!r}: {e}") from e
+        # a server may have other writers, so only an embedded index holds users in memory
+        self._exact = ExactScan(self._user_vectors, exact_rows) if self._owns_client and exact_rows > 0 else None
+
+    def _user_vectors(self, user_id: str, limit: int) -> Held | None:
+        """Every vector of the user with its layer and session, read in pages; ``None`` beyond ``limit``."""
+        ids: list[str] = []
+        parts: list[np.ndarray] = []
+        layers: list[str] = []
+        sessions: list[str] = []
+        page = 5000
+        while True:
+            res = self.collection.get(where={"user_id": user_id}, include=["embeddings", "metadatas"],
+                                      limit=page, offset=len(ids))
+            ids.extend(res["ids"])
+            if len(res["ids"]):
+                parts.append(np.asarray(res["embeddings"], dtype=np.float32))
+                for meta in res["metadatas"] or []:
+                    layers.append(str((meta or {}).get("layer", "turn")))
+                    sessions.append(str((meta or {}).get("session_id", "")))
+            if len(ids) > limit:
+                return None
+            if len(res["ids"]) < page:
+                return ids, (np.concatenate(parts) if parts else np.zeros((0, 1), dtype=np.float32)), layers, sessions
+
+    def scans_exactly(self, user_id: str, *, wait: bool = False) -> bool:
+        """Whether a query of ``user_id`` is an exact scan of the user's vectors held in memory;
+        ``wait`` for the user's vectors to be read first."""
+        return self._exact is not None and self._exact.ready(user_id, wait=wait)
 
     @classmethod
     def from_url(cls, url: str, *, collection: str = COLLECTION) -> "ChromaVectorIndex":
@@ -98,6 +130,13 @@ class ChromaVectorIndex:
                         for i in part
                     ],
                 )
+                if self._exact is not None:
+                    by_user: dict[str, list[VectorItem]] = {}
+                    for i in part:
+                        by_user.setdefault(i.user_id, []).append(i)
+                    for user, mine in by_user.items():
+                        self._exact.add(user, ([i.id for i in mine], np.asarray([i.vector for i in mine], dtype=np.float32),
+                                               [i.layer for i in mine], [i.session_id for i in mine]))
         except Exception as e:
             raise VectorIndexError(f"Chroma upsert failed: {e}") from e
 
@@ -108,6 +147,10 @@ class ChromaVectorIndex:
     ) -> list[list[tuple[str, float]]]:
         if len(vectors) == 0:
             return []
+        if self._exact is not None and self._exact.ready(user_id):
+            found = self._exact.query(user_id, np.asarray(vectors, dtype=np.float32), k, among, layers, session_id)
+            if found is not None:
+                return found
         if among is not None:
             if not among:
                 return [[] for _ in range(len(vectors))]
@@ -136,6 +179,8 @@ class ChromaVectorIndex:
 
     def delete(self, ids: list[str]) -> None:
         if ids:
+            if self._exact is not None:  # before the engine: a half-done delete never leaves a held vector
+                self._exact.delete(ids)
             try:
                 for start in range(0, len(ids), 2000):
                     self.collection.delete(ids=ids[start : start + 2000])
@@ -143,6 +188,8 @@ class ChromaVectorIndex:
                 raise VectorIndexError(f"Chroma delete failed: {e}") from e
 
     def delete_user(self, user_id: str) -> None:
+        if self._exact is not None:
+            self._exact.drop(user_id)
         try:
             self.collection.delete(where={"user_id": user_id})
         except Exception as e:
@@ -173,6 +220,8 @@ class ChromaVectorIndex:
         return len(self.ids(user_id))
 
     def reset(self) -> None:
+        if self._exact is not None:
+            self._exact.drop()
         try:
             name = self.collection.name
             self.client.delete_collection(name)
@@ -223,6 +272,9 @@ class ChromaVectorIndex:
         # and a cached System keeps a stale HNSW view, so reopening the folder after
         # another process wrote to it failed with "Error finding id".
         self.collection = None
+        exact = getattr(self, "_exact", None)
+        if exact is not None:
+            exact.drop()
         if getattr(self, "_owns_client", False) and hasattr(self.client, "close"):
             try:
                 self.client.close()
