@@ -116,9 +116,15 @@ def items(user: str, n: int, seed: int) -> list[VectorItem]:
                        layer="turn" if i % 4 else "fact") for i in range(n)]
 
 
-@pytest.fixture
-def chroma(tmp_path):
-    index = ChromaVectorIndex(str(tmp_path / "chroma"))
+@pytest.fixture(params=["chroma", "qdrant"])
+def chroma(request, tmp_path):
+    """An embedded index of each engine (Chroma's PersistentClient, Qdrant's local mode)."""
+    if request.param == "chroma":
+        index = ChromaVectorIndex(str(tmp_path / "chroma"))
+    else:
+        from tiered_memory.vector.qdrant import QdrantVectorIndex
+
+        index = QdrantVectorIndex(str(tmp_path / "qdrant"))
     yield index
     index.close()
 

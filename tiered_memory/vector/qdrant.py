@@ -9,6 +9,7 @@ import numpy as np
 
 from ..errors import VectorIndexError, missing
 from .base import VectorItem
+from .exact import ExactScan, Held
 
 COLLECTION = "tiered_memory"
 _NS = uuid.UUID("6f1c9d1e-5a53-4e0b-9a6e-3c1f2b7d8e90")
@@ -20,11 +21,17 @@ def point_id(memory_id: str) -> str:
 
 
 class QdrantVectorIndex:
-    """Args: ``path`` for local mode, or ``url`` (and ``api_key``) for a server."""
+    """Args: ``path`` for local mode, or ``url`` (and ``api_key``) for a server.
+
+    On a server, ``user_id`` has a keyword payload index flagged ``is_tenant``, so each
+    user's points are stored together and a query filtered on the user reads only them.
+    Local mode ignores payload indexes; it is one process's folder, so, like the embedded
+    Chroma, it holds users in memory for exact scans (``exact_rows``; see :mod:`.exact`).
+    """
 
     def __init__(
         self, path: str | None = None, *, url: str | None = None, api_key: str | None = None,
-        collection: str = COLLECTION, client: Any = None,
+        collection: str = COLLECTION, client: Any = None, exact_rows: int = 200_000,
     ) -> None:
         try:
             from qdrant_client import QdrantClient, models
@@ -37,6 +44,37 @@ class QdrantVectorIndex:
             raise VectorIndexError(f"could not open Qdrant: {e}") from e
         self.name = collection
         self._ready = self.client.collection_exists(collection)
+        local = client is None and not url
+        self._exact = ExactScan(self._user_vectors, exact_rows) if local and exact_rows > 0 else None
+
+    def _user_vectors(self, user_id: str, limit: int) -> Held | None:
+        """Every vector of the user with its layer and session; ``None`` beyond ``limit``."""
+        ids: list[str] = []
+        vectors: list[Any] = []
+        layers: list[str] = []
+        sessions: list[str] = []
+        if self._ready:
+            offset = None
+            while True:
+                points, offset = self.client.scroll(
+                    self.name, scroll_filter=self._filter(user_id), limit=2000, offset=offset,
+                    with_payload=["memory_id", "layer", "session_id"], with_vectors=True)
+                for p in points:
+                    payload = p.payload or {}
+                    ids.append(payload["memory_id"])
+                    vectors.append(p.vector)
+                    layers.append(str(payload.get("layer", "turn")))
+                    sessions.append(str(payload.get("session_id", "")))
+                if len(ids) > limit:
+                    return None
+                if offset is None:
+                    break
+        matrix = np.asarray(vectors, dtype=np.float32) if vectors else np.zeros((0, 1), dtype=np.float32)
+        return ids, matrix, layers, sessions
+
+    def scans_exactly(self, user_id: str, *, wait: bool = False) -> bool:
+        """Whether a query of ``user_id`` is an exact scan of the user's vectors held in memory."""
+        return self._exact is not None and self._exact.ready(user_id, wait=wait)
 
     def _ensure(self, dim: int) -> None:
         if not self._ready:
@@ -45,8 +83,10 @@ class QdrantVectorIndex:
                 self.name, vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE)
             )
             for field in ("user_id", "layer", "session_id"):
+                schema = (m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True)
+                          if field == "user_id" else m.PayloadSchemaType.KEYWORD)
                 try:
-                    self.client.create_payload_index(self.name, field, m.PayloadSchemaType.KEYWORD)
+                    self.client.create_payload_index(self.name, field, field_schema=schema)
                 except Exception:
                     pass  # local mode ignores payload indexes
             self._ready = True
@@ -80,6 +120,13 @@ class QdrantVectorIndex:
                     )
                     for i in items[start : start + 1000]
                 ])
+            if self._exact is not None:
+                by_user: dict[str, list[VectorItem]] = {}
+                for i in items:
+                    by_user.setdefault(i.user_id, []).append(i)
+                for user, mine in by_user.items():
+                    self._exact.add(user, ([i.id for i in mine], np.asarray([i.vector for i in mine], dtype=np.float32),
+                                           [i.layer for i in mine], [i.session_id for i in mine]))
         except Exception as e:
             raise VectorIndexError(f"Qdrant upsert failed: {e}") from e
 
@@ -90,6 +137,10 @@ class QdrantVectorIndex:
     ) -> list[list[tuple[str, float]]]:
         if not self._ready or (among is not None and not among):
             return [[] for _ in range(len(vectors))]
+        if self._exact is not None and self._exact.ready(user_id):
+            found = self._exact.query(user_id, np.asarray(vectors, dtype=np.float32), k, among, layers, session_id)
+            if found is not None:
+                return found
         flt = self._filter(user_id, layers, session_id, among)
         try:
             out = []
@@ -103,6 +154,8 @@ class QdrantVectorIndex:
             raise VectorIndexError(f"Qdrant query failed: {e}") from e
 
     def delete(self, ids: list[str]) -> None:
+        if self._exact is not None:
+            self._exact.delete(ids)
         if ids and self._ready:
             try:
                 self.client.delete(self.name, points_selector=self.models.PointIdsList(
@@ -111,6 +164,8 @@ class QdrantVectorIndex:
                 raise VectorIndexError(f"Qdrant delete failed: {e}") from e
 
     def delete_user(self, user_id: str) -> None:
+        if self._exact is not None:
+            self._exact.drop(user_id)
         if self._ready:
             try:
                 self.client.delete(self.name, points_selector=self.models.FilterSelector(
@@ -138,11 +193,15 @@ class QdrantVectorIndex:
         return int(self.client.count(self.name, count_filter=self._filter(user_id), exact=True).count)
 
     def reset(self) -> None:
+        if self._exact is not None:
+            self._exact.drop()
         if self._ready:
             self.client.delete_collection(self.name)
             self._ready = False
 
     def close(self) -> None:
+        if self._exact is not None:
+            self._exact.drop()
         try:
             self.client.close()
         except Exception:
