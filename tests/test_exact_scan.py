@@ -74,10 +74,24 @@ def test_a_user_is_served_once_loaded_and_writes_made_while_loading_are_replayed
     assert scan.query("u", unit(1, 0)[None, :], 2, None) is None  # not held yet: the engine answers
     assert scan.ready("u") is False                                 # the load starts, and waits on the gate
     scan.add("u", (["c"], unit(1, 0.1)[None, :], ["turn"], [""]))     # written meanwhile
-    scan.delete(["a"])
     gate.set()
     assert scan.ready("u", wait=True)
-    assert [i for i, _ in scan.query("u", unit(1, 0)[None, :], 5, None)[0]] == ["c", "b"]
+    assert [i for i, _ in scan.query("u", unit(1, 0)[None, :], 5, None)[0]] == ["a", "c", "b"]
+
+
+def test_a_delete_during_a_load_discards_it_and_the_next_query_reloads():
+    """A delete can shift an engine's pages under a paged read, so what was read is not
+    trusted; the engine answers until a clean reload."""
+    gate = threading.Event()
+    data = {"u": (["a", "b"], np.stack([unit(1, 0), unit(0, 1)]))}
+    scan = ExactScan(loader_of(data, gate))
+    assert scan.ready("u") is False
+    scan.delete(["a"])
+    data["u"] = (["b"], unit(0, 1)[None, :])  # the engine without it
+    gate.set()
+    assert scan.ready("u", wait=True) is False  # that load was discarded; this call started another
+    assert scan.ready("u", wait=True) is True
+    assert [i for i, _ in scan.query("u", unit(1, 0)[None, :], 5, None)[0]] == ["b"]
 
 
 def test_users_are_kept_apart_and_forgotten():

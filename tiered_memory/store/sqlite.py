@@ -61,7 +61,7 @@ _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, rowid"
 def _row(r: tuple[Any, ...]) -> StoredMessage:
     return StoredMessage(
         id=r[0], user_id=r[1], session_id=r[2], role=r[3], content=r[4],
-        metadata=json.loads(r[5]), timestamp=r[6], seq=r[7],
+        metadata=json.loads(r[5]) if r[5] != "{}" else {}, timestamp=r[6], seq=r[7],  # most turns carry none
     )
 
 

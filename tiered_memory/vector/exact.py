@@ -217,6 +217,8 @@ class ExactScan:
             replay = self._loading.pop(user_id, None)
             if replay is None:  # dropped while loading
                 return
+            if any(op == "delete" for op, _ in replay):
+                return  # a delete may have shifted the engine's pages under the read: the next query reloads
             if found is None:
                 self._too_big.add(user_id)
                 return
