@@ -54,16 +54,19 @@ class MemoEmbedder(HashEmbedder):
 
     def __init__(self) -> None:
         super().__init__(384)
-        self.memo: dict[str, list[float]] = {}
+        self.memo: dict[str, np.ndarray] = {}  # float32 arrays: lists of floats would swell the RSS figure 6x
 
-    def _vector(self, text: str) -> list[float]:
+    def _array(self, text: str) -> np.ndarray:
         v = self.memo.get(text)
         if v is None:
-            v = self.memo[text] = super()._vector(text)
+            v = self.memo[text] = np.asarray(super()._vector(text), dtype=np.float32)
         return v
 
+    def _vector(self, text: str) -> list[float]:
+        return self._array(text).tolist()  # type: ignore[no-any-return]
+
     def matrix(self, texts: Sequence[str]) -> np.ndarray:
-        return np.asarray([self._vector(t) for t in texts], dtype=np.float32)
+        return np.stack([self._array(t) for t in texts]) if texts else np.zeros((0, 384), dtype=np.float32)
 
 
 def corpus(turns: Sequence[str], n: int, seed: int) -> list[str]:

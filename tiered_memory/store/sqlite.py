@@ -256,7 +256,9 @@ class SQLiteRecordStore:
             part = wanted[start : start + 500]
             marks = ",".join("?" * len(part))
             for r in self.query(
-                f"SELECT {_COLUMNS} FROM messages WHERE user_id=? AND id IN ({marks})",
+                # +user_id: the unique index on id finds the rows; one on (user_id, ...) would
+                # scan every row of the user (measured: 240 vs 0.3 ms at 30,000)
+                f"SELECT {_COLUMNS} FROM messages WHERE +user_id=? AND id IN ({marks})",
                 [user_id, *part],
             ):
                 out[r[0]] = _row(r)
@@ -307,7 +309,7 @@ class SQLiteRecordStore:
 
     def _neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
         targets = self.query(
-            f"SELECT id, session_id, rowid FROM messages WHERE user_id=? AND id IN ({','.join('?' * len(ids))})",
+            f"SELECT id, session_id, rowid FROM messages WHERE +user_id=? AND id IN ({','.join('?' * len(ids))})",
             [user_id, *ids])
         if not targets:
             return {}
