@@ -28,6 +28,8 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
+from .base import VectorItem
+
 log = logging.getLogger("tiered_memory")
 
 BLOCK = 1024  # rows per matrix-vector product: larger products are threaded by OpenBLAS,
@@ -182,6 +184,15 @@ class ExactScan:
             if held is not None:
                 held.add(*rows)
                 self._evict()
+
+    def add_items(self, items: Iterable[VectorItem]) -> None:
+        """What an upsert wrote, grouped by user (an engine calls this after its own write)."""
+        by_user: dict[str, list[VectorItem]] = {}
+        for i in items:
+            by_user.setdefault(i.user_id, []).append(i)
+        for user, mine in by_user.items():
+            self.add(user, ([i.id for i in mine], np.asarray([i.vector for i in mine], dtype=np.float32),
+                            [i.layer for i in mine], [i.session_id for i in mine]))
 
     def delete(self, ids: list[str]) -> None:
         gone = set(ids)

@@ -121,12 +121,7 @@ class QdrantVectorIndex:
                     for i in items[start : start + 1000]
                 ])
             if self._exact is not None:
-                by_user: dict[str, list[VectorItem]] = {}
-                for i in items:
-                    by_user.setdefault(i.user_id, []).append(i)
-                for user, mine in by_user.items():
-                    self._exact.add(user, ([i.id for i in mine], np.asarray([i.vector for i in mine], dtype=np.float32),
-                                           [i.layer for i in mine], [i.session_id for i in mine]))
+                self._exact.add_items(items)
         except Exception as e:
             raise VectorIndexError(f"Qdrant upsert failed: {e}") from e
 
