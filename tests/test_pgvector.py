@@ -232,3 +232,30 @@ def test_a_fact_whose_vector_fails_is_not_stored(open_pg: Callable[..., TieredMe
     assert [f.id for f in memory.facts("u1")] == [kept.id]
     assert [h.action for h in memory.fact_history("u1")] == ["add"]
     assert vector_ids(memory, "u1") == {f"fact:{kept.id}"}
+
+
+def test_an_episode_whose_vectors_fail_is_not_stored_and_the_session_can_end_again(
+        open_pg: Callable[..., TieredMemory]) -> None:
+    good = open_pg()
+    good.add_many(batch("We chose the blue tent for the trip", "The poison oak is by the trail"),
+                  user_id="u1", session_id="s1")
+    bad = open_pg(NaNFor("poison"))
+    with pytest.raises(VectorIndexError):
+        bad.end_session("s1", user_id="u1")
+    assert good.episodes("u1") == []  # no episode row without its vectors
+    assert not {i for i in vector_ids(good, "u1") if i.startswith("ep:")}
+    episode = good.end_session("s1", user_id="u1")  # the cursor did not move: the session ends now
+    assert {i for i in vector_ids(good, "u1") if i.startswith("ep:")} == {
+        f"ep:{episode.id}:{n}" for n in range(len(episode.key_points()))}
+
+
+def test_a_store_item_whose_vector_fails_is_not_stored(open_pg: Callable[..., TieredMemory]) -> None:
+    from langchain_tiered_memory import TieredMemoryStore
+
+    store = TieredMemoryStore(open_pg(NaNFor("poison")), fields=["text"])
+    store.put(("u1", "notes"), "kept", {"text": "the spare key is under the mat"})
+    with pytest.raises(VectorIndexError):
+        store.put(("u1", "notes"), "bad", {"text": "poison ivy grows by the shed"})
+    assert store.get(("u1", "notes"), "bad") is None
+    assert [h.key for h in store.search(("u1", "notes"), query="key")] == ["kept"]
+    assert len([i for i in vector_ids(store.memory, "u1") if i.startswith("item:")]) == 1  # the kept item's

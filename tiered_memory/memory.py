@@ -147,7 +147,7 @@ class TieredMemory:
                                   "working": lambda user, ids, now: touch_items(self._layers.rows, user, ids, now)},
                                  self._write_lock, flush_size=self.config.access_flush_size,
                                  flush_seconds=self.config.access_flush_seconds),
-                clock=clock or time.time)
+                clock=clock or time.time, jointly=self._jointly)
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild,
                            index_in_folder=self._lock is not None and is_embedded_index(vector_store))

@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal
 
 from .config import MemoryConfig
 from .embedding import Embedder
@@ -126,6 +126,11 @@ class AccessLog:
                 self._thread.join(timeout=5)
 
 
+def run_now(fn: Callable[[], Any]) -> Any:
+    """``fn()``: how a write runs where rows and vectors live in two engines."""
+    return fn()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Parts:
     """What a layer may use. Built once by :class:`~tiered_memory.TieredMemory`; the layers
@@ -139,6 +144,9 @@ class Parts:
     count_tokens: TokenCounter
     access: AccessLog
     clock: Callable[[], float] = time.time
+    #: runs a write of rows and vectors as one transaction where both live in one engine
+    #: (pgvector in the record store), else simply runs it
+    jointly: Callable[[Callable[[], Any]], Any] = run_now
 
     def now(self) -> float:
         return self.clock()

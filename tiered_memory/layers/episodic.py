@@ -16,13 +16,14 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
 
 from ..config import EpisodeConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
+from ..parts import run_now
 from ..recall import hybrid
 from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
@@ -109,8 +110,9 @@ class EpisodicMemory:
     """Episodes of every user: storage, indexing, search."""
 
     def __init__(self, rows: EpisodeRepository, index: VectorIndex, embedder: Embedder, config: EpisodeConfig,
-                 lock: threading.RLock) -> None:
+                 lock: threading.RLock, jointly: Callable[[Callable[[], Any]], Any] = run_now) -> None:
         self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
+        self.jointly = jointly  # the episode's rows and vectors in one transaction where one engine holds both
 
     def select(self, user_id: str, session_id: str | None = None) -> list[Episode]:
         return self.rows.episodes_of(user_id, session_id)
@@ -131,17 +133,21 @@ class EpisodicMemory:
         points = ep.key_points()
         vectors = embed(self.embedder, points)
         last_seq = max(m.seq for m in messages)
-        with self.lock:
-            with self.rows.unit() as u:
-                u.lock_session(user_id, session_id)
-                # another worker got there first: its episode covers these messages
-                done = u.latest_episode(user_id, session_id) if u.cursor(user_id, session_id) >= last_seq else None
-                if done is not None:
-                    return done
-                u.insert_episode(ep, [(f"ep:{ep.id}:{n}", p) for n, p in enumerate(points)])
-                u.advance_cursor(user_id, session_id, last_seq)
-            self._upsert(ep, points, vectors)
-        return ep
+        def write() -> Episode:
+            with self.lock:
+                with self.rows.unit() as u:
+                    u.lock_session(user_id, session_id)
+                    # another worker got there first: its episode covers these messages
+                    done = u.latest_episode(user_id, session_id) if u.cursor(user_id, session_id) >= last_seq else None
+                    if done is not None:
+                        return done
+                    u.insert_episode(ep, [(f"ep:{ep.id}:{n}", p) for n, p in enumerate(points)])
+                    u.advance_cursor(user_id, session_id, last_seq)
+                self._upsert(ep, points, vectors)
+            return ep
+
+        written: Episode = self.jointly(write)
+        return written
 
     def _upsert(self, ep: Episode, points: list[str], vectors: Any) -> None:
         self.index.upsert([VectorItem(id=f"ep:{ep.id}:{n}", vector=vectors[n], user_id=ep.user_id,

@@ -240,36 +240,40 @@ class ItemStore:
         now = self.parts.now()
         ids: dict[tuple[tuple[str, ...], str], str] = {}
         stale: list[str] = []
-        with self.parts.lock, self.db.unit() as u:
-            for (ns, key), w in last.items():
-                found = u.item_id(ns, key)
-                if w.value is None:
+
+        def write() -> None:
+            with self.parts.lock, self.db.unit() as u:
+                for (ns, key), w in last.items():
+                    found = u.item_id(ns, key)
+                    if w.value is None:
+                        if found:
+                            u.delete_item(found)
+                            stale.append(found)
+                        continue
+                    item_id = found or uuid.uuid4().hex
+                    ids[(ns, key)] = item_id
+                    text = w.text if w.text and w.text.strip() else None
+                    expires = expiry(w.ttl_minutes, now)
                     if found:
-                        u.delete_item(found)
-                        stale.append(found)
-                    continue
-                item_id = found or uuid.uuid4().hex
-                ids[(ns, key)] = item_id
-                text = w.text if w.text and w.text.strip() else None
-                expires = expiry(w.ttl_minutes, now)
-                if found:
-                    u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now,
-                                  ttl_minutes=w.ttl_minutes, expires_at=expires)
-                    stale.append(item_id)  # its old parts beyond the new ones go below
-                else:
-                    u.insert_item(Item(id=item_id, user_id=w.user_id, namespace=ns, key=key, value=dict(w.value),
-                                       text=text, created_at=now, updated_at=now),
-                                  ttl_minutes=w.ttl_minutes, expires_at=expires)
-            # the rows are the truth; vectors follow (repair() restores them if this fails).
-            # Parts beyond an item's new count are dropped, as are all parts of stale items.
-            kept = {(ids[(tuple(w.namespace), w.key)], n) for w, n, _ in pieces}
-            self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)
-                               if (i, n) not in kept])
-            if vectors is not None:
-                self.index.upsert([
-                    VectorItem(id=vector_id(ids[(tuple(w.namespace), w.key)], n), vector=vectors[k],
-                               user_id=w.user_id, layer=LAYER, timestamp=now)
-                    for k, (w, n, _) in enumerate(pieces)])
+                        u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now,
+                                      ttl_minutes=w.ttl_minutes, expires_at=expires)
+                        stale.append(item_id)  # its old parts beyond the new ones go below
+                    else:
+                        u.insert_item(Item(id=item_id, user_id=w.user_id, namespace=ns, key=key, value=dict(w.value),
+                                           text=text, created_at=now, updated_at=now),
+                                      ttl_minutes=w.ttl_minutes, expires_at=expires)
+                # the rows are the truth; vectors follow (repair() restores them if this fails,
+                # unless one engine holds both: then nothing commits). Parts beyond an item's new count are dropped, as are all parts of stale items.
+                kept = {(ids[(tuple(w.namespace), w.key)], n) for w, n, _ in pieces}
+                self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)
+                                   if (i, n) not in kept])
+                if vectors is not None:
+                    self.index.upsert([
+                        VectorItem(id=vector_id(ids[(tuple(w.namespace), w.key)], n), vector=vectors[k],
+                                   user_id=w.user_id, layer=LAYER, timestamp=now)
+                        for k, (w, n, _) in enumerate(pieces)])
+
+        self.parts.jointly(write)  # rows and vectors in one transaction where one engine holds both
 
     def repair(self) -> int:
         """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop

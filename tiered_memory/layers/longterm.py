@@ -60,7 +60,8 @@ class Layers:
         cfg = parts.config
         self.rows = rows
         self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.lock)
-        self.episodes = EpisodicMemory(rows, parts.index, parts.embedder, cfg.episodes, parts.lock)
+        self.episodes = EpisodicMemory(rows, parts.index, parts.embedder, cfg.episodes, parts.lock,
+                                       jointly=parts.jointly)
         self.llm_source: Any = llm  # what the user passed; resolved (and wrapped) on first use
         self._llm: LLM | None = None
         self._llm_source: Any = None
