@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Callable
+
+import pytest
 
 import tiered_memory
 
@@ -38,3 +41,13 @@ def test_importing_the_core_imports_no_framework_and_loads_no_model():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ""
+
+
+
+def test_the_config_is_fixed_once_open(make_memory: Callable[..., tiered_memory.TieredMemory]) -> None:
+    config = tiered_memory.MemoryConfig(dedup_threshold=0.9)
+    memory = make_memory(config=config)
+    assert memory.config is config and memory.parts.config is config
+    with pytest.raises(tiered_memory.UsageError, match="fixed when it opens"):
+        memory.config = tiered_memory.MemoryConfig()
+    assert memory.config is config  # search and build_context keep reading the same one

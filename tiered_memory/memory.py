@@ -42,7 +42,7 @@ from .config import MemoryConfig
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import Embedder, default_embedder, embed_query, embedder_name
-from .errors import ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError
+from .errors import ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError, UsageError
 from .guard import OPEN, usable, vector_errors_typed
 from .layers.consolidation import ConsolidationReport
 from .layers.episodic import EpisodeHit
@@ -119,7 +119,7 @@ class TieredMemory:
         llm: Any = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self.config = config or MemoryConfig()
+        self._config = config or MemoryConfig()
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
         self.count_tokens: TokenCounter = token_counter or default_token_counter()
         self._llm = llm
@@ -184,6 +184,16 @@ class TieredMemory:
     def item_store(self) -> ItemStore:
         """The namespaced key-value items behind the LangGraph store adapter."""
         return self._items
+
+    @property
+    def config(self) -> MemoryConfig:
+        """The configuration this memory was opened with (fixed: every part holds it)."""
+        return self._config
+
+    @config.setter
+    def config(self, value: MemoryConfig) -> None:
+        raise UsageError("a memory's config is fixed when it opens, since every part holds it: "
+                         "close this one and open TieredMemory(path, config=...) instead")
 
     @property
     def llm(self) -> Any:
