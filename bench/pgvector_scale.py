@@ -228,13 +228,11 @@ def search(url: str, big: int, queries: int, seed: int = 9) -> dict[str, dict[st
 
             exact_t, truth = timed(exact, qvecs)
             recall = float(np.mean([len({i for i, _ in g} & set(t)) / max(1, len(t)) for g, t in zip(got, truth)]))
-            plan = memory.store.read(lambda conn, user=user: "\n".join(r[0] for r in conn.execute(
-                index._q("EXPLAIN SELECT id FROM vectors WHERE user_id = %s AND layer = ANY(%s)"
-                         " ORDER BY embedding {dist} %s::float8[]::{vec} LIMIT 10"),
-                (user, ["turn"], qvecs[0].astype(float).tolist())).fetchall()))
+            plan = memory.store.read(lambda conn, user=user: memory.store.user_rows(
+                conn, "vectors", user, index.exact_below))  # the index's own choice (exact_scan)
             full, _ = timed(lambda q: memory.search(q, user_id=user, k=10), texts)
             out[user] = {"planned": planned, "exact": exact_t, "recall": recall, "search": full,
-                         "hnsw": "hnsw" in plan}
+                         "hnsw": plan >= index.exact_below}
     finally:
         memory.close()
     return out

@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from ..types import SessionInfo, StoredMessage
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
 from .filters import postgres_filter
-from .text_search import tsquery_any
+from .text_search import USER_SCAN_ROWS, scan_user_rows, tsquery_any
 
 TEXT_SEARCH_CONFIG = "english"
 
@@ -63,7 +63,9 @@ class PostgresRecordStore(PostgresDatabase):
 
     Takes the arguments of :class:`~.postgres_db.PostgresDatabase`: ``url`` (a libpq
     URL, ``postgresql://user:password@host:5432/dbname``), ``schema``, the pool's
-    ``min_size``/``max_size`` and ``connect_timeout``.
+    ``min_size``/``max_size`` and ``connect_timeout``; ``user_scan_rows`` is the user size
+    below which keyword search (here and in the layer tables) starts from the user's rows
+    (:func:`~.text_search.scan_user_rows`).
     """
 
     #: Many processes may open this store at once; TieredMemory takes no folder lock
@@ -72,10 +74,11 @@ class PostgresRecordStore(PostgresDatabase):
 
     def __init__(
         self, url: str, *, schema: str = DEFAULT_SCHEMA, min_size: int = 1, max_size: int = 8,
-        connect_timeout: float = 10.0,
+        connect_timeout: float = 10.0, user_scan_rows: int = USER_SCAN_ROWS,
     ) -> None:
         super().__init__(url, schema=schema, min_size=min_size, max_size=max_size,
                          connect_timeout=connect_timeout)
+        self.user_scan_rows = user_scan_rows
         try:
             self.migrate("core", MIGRATIONS)
         except BaseException:
@@ -179,6 +182,21 @@ class PostgresRecordStore(PostgresDatabase):
             f"SELECT {_COLUMNS} FROM messages WHERE user_id=%s AND id = ANY(%s)", (user_id, wanted))
         return {r[0]: _row(r) for r in rows}
 
+    def _matches(self, conn: Any, user_id: str, session: str) -> str:
+        """The ranked keyword matches of one user as SQL (named parameters ``text``, ``user``,
+        ``k``; ``session`` is the optional session condition). A user with few rows is matched
+        row by row from the b-tree on ``user_id`` (the ``OFFSET 0`` subquery keeps the planner from
+        reaching for the GIN index, which would return every user's matches first); a large
+        user goes through the GIN index."""
+        fenced = scan_user_rows(self.user_rows(conn, "messages", user_id, self.user_scan_rows),
+                                self.user_scan_rows)
+        source = ("(SELECT id, seq, session_id, tsv FROM messages WHERE user_id = %(user)s"
+                  " OFFSET 0) AS m" if fenced else "messages m")
+        return (f"SELECT m.id, ts_rank(m.tsv, q) AS s, m.seq FROM {source},"
+                f" to_tsquery('{TEXT_SEARCH_CONFIG}', %(text)s) AS q"
+                f" WHERE m.tsv @@ q{'' if fenced else ' AND m.user_id = %(user)s'}{session}"
+                " ORDER BY s DESC, m.seq DESC LIMIT %(k)s")
+
     def keyword_search(
         self, user_id: str, terms: Sequence[str], *, k: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
@@ -186,34 +204,28 @@ class PostgresRecordStore(PostgresDatabase):
         text = tsquery_any(terms)
         if text is None:
             return []
-        sql = (
-            "SELECT m.id, ts_rank(m.tsv, q) AS s FROM messages m,"
-            f" to_tsquery('{TEXT_SEARCH_CONFIG}', %s) AS q"
-            " WHERE m.tsv @@ q AND m.user_id = %s"
-        )
-        params: list[Any] = [text, user_id]
-        if session_id is not None:
-            sql += " AND m.session_id = %s"
-            params.append(session_id)
-        sql += " ORDER BY s DESC, m.seq DESC LIMIT %s"
-        params.append(k)
-        return [(r[0], float(r[1])) for r in self.query(sql, params)]
+        session = " AND m.session_id = %(session)s" if session_id is not None else ""
+        params = {"text": text, "user": user_id, "session": session_id, "k": k}
+        rows = self.read(lambda conn: conn.execute(self._matches(conn, user_id, session), params).fetchall())
+        return [(r[0], float(r[1])) for r in rows]
 
     def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
                    session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
         """Keyword matches and the records of them and of ``ids``, in one statement."""
         text = tsquery_any(terms)
         session = " AND m.session_id = %(session)s" if session_id is not None else ""
-        kw_cte = (
-            "SELECT m.id, ts_rank(m.tsv, q) AS s, m.seq FROM messages m,"
-            f" to_tsquery('{TEXT_SEARCH_CONFIG}', %(text)s) AS q"
-            f" WHERE m.tsv @@ q AND m.user_id = %(user)s{session} ORDER BY s DESC, m.seq DESC LIMIT %(k)s"
-        ) if text is not None else "SELECT NULL::text AS id, NULL::real AS s, NULL::bigint AS seq WHERE false"
         cols = ", ".join(f"m.{c.strip()}" for c in _COLUMNS.split(","))
-        rows = self.query(
-            f"WITH kw AS ({kw_cte}) SELECT {cols}, kw.s, kw.seq FROM messages m LEFT JOIN kw ON kw.id = m.id"
-            " WHERE m.user_id = %(user)s AND (m.id = ANY(%(ids)s) OR m.id IN (SELECT id FROM kw))",
-            {"text": text, "user": user_id, "session": session_id, "k": k, "ids": list(ids)})
+        params = {"text": text, "user": user_id, "session": session_id, "k": k, "ids": list(ids)}
+
+        def run(conn: Any) -> list[tuple[Any, ...]]:
+            kw_cte = (self._matches(conn, user_id, session) if text is not None
+                      else "SELECT NULL::text AS id, NULL::real AS s, NULL::bigint AS seq WHERE false")
+            return list(conn.execute(
+                f"WITH kw AS ({kw_cte}) SELECT {cols}, kw.s, kw.seq FROM messages m LEFT JOIN kw ON kw.id = m.id"
+                " WHERE m.user_id = %(user)s AND (m.id = ANY(%(ids)s) OR m.id IN (SELECT id FROM kw))",
+                params).fetchall())
+
+        rows: list[tuple[Any, ...]] = self.read(run)
         records = {r[0]: _row(r) for r in rows}
         kw = sorted(((r[0], float(r[-2]), r[-1]) for r in rows if r[-2] is not None), key=lambda t: (-t[1], -t[2]))
         return records, [(i, s) for i, s, _ in kw]

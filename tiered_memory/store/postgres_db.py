@@ -233,6 +233,15 @@ class PostgresDatabase:
 
             self.write(run, retries=0)
 
+    def user_rows(self, conn: Any, table: str, user_id: str, cap: int) -> int:
+        """How many rows of ``user_id`` ``table`` holds, counted only up to ``cap`` (a bounded
+        walk of the table's b-tree on ``user_id``, whatever the user's size)."""
+        from psycopg import sql
+
+        found = conn.execute(sql.SQL("SELECT count(*) FROM (SELECT 1 FROM {} WHERE user_id = %s LIMIT %s) AS r")
+                             .format(sql.Identifier(table)), (user_id, cap)).fetchone()
+        return int(found[0])
+
     def schema_version(self, name: str = "core") -> int:
         return int(self.query(
             "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=%s", (name,))[0][0])

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from .layer_store import LayerStore
 from .repositories import Scored
 from .postgres import TEXT_SEARCH_CONFIG, PostgresRecordStore
-from .text_search import tsquery_any
+from .text_search import scan_user_rows, tsquery_any
 from .postgres_db import lock_key
 
 _TSV = f"tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) STORED"
@@ -140,6 +140,9 @@ LAYER_MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS audit_user ON audit_log (user_id, layer, seq);
     """,
+    # keyword search counts a user's episode points (and matches a small user's row by row):
+    # both start from the user's rows, which need a b-tree on user_id (facts and items have one)
+    "CREATE INDEX IF NOT EXISTS episode_points_user ON episode_points (user_id)",
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)
@@ -213,12 +216,24 @@ class PostgresLayerStore(LayerStore):
             yield _Connection(conn)
 
     def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int, extra: str = "") -> Scored:
+        """Full-text search of one user's rows; a user with few rows is matched row by row from
+        the table's b-tree on ``user_id`` (see ``PostgresRecordStore._matches``), a large one
+        through the GIN index."""
         text = tsquery_any(terms)
         if text is None:
             return []
-        sql = (f"SELECT t.id, ts_rank(t.tsv, q) AS s FROM {table} t, to_tsquery('{TEXT_SEARCH_CONFIG}', ?) AS q"
-               f" WHERE t.tsv @@ q AND t.user_id = ? {extra} ORDER BY s DESC, t.rowid DESC LIMIT ?")
-        return [(r[0], float(r[1])) for r in self.query(sql, [text, user_id, k])]
+
+        def run(conn: Any) -> list[tuple[Any, ...]]:
+            cap = self.db.user_scan_rows
+            fenced = scan_user_rows(self.db.user_rows(conn, table, user_id, cap), cap)
+            source = f"(SELECT * FROM {table} WHERE user_id = ? OFFSET 0) AS t" if fenced else f"{table} t"
+            sql = (f"SELECT t.id, ts_rank(t.tsv, q) AS s FROM {source}, to_tsquery('{TEXT_SEARCH_CONFIG}', ?) AS q"
+                   f" WHERE t.tsv @@ q{'' if fenced else ' AND t.user_id = ?'} {extra}"
+                   " ORDER BY s DESC, t.rowid DESC LIMIT ?")
+            params = [user_id, text, k] if fenced else [text, user_id, k]
+            return list(_Connection(conn).execute(sql, params).fetchall())
+
+        return [(r[0], float(r[1])) for r in self.db.read(run)]
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None:
         c.execute("SELECT pg_advisory_xact_lock(?)", (lock_key(f"tiered-memory:session:{user_id}\x1f{session_id}"),))

@@ -53,3 +53,18 @@ def same_text_sqlite(query: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]
                 " AND duplicate_of IS NULL ORDER BY rowid", [user_id, *part]):
             found.setdefault(key, mid)
     return {t: found[text_key(t)] for t in texts if text_key(t) in found}
+
+
+#: Below this many rows of one user, keyword search reads that user's rows through the
+#: b-tree on ``user_id`` and matches each; at or above it, through the GIN index on the
+#: ``tsvector``. The GIN index holds every user's rows, so for a common term it returns
+#: the matches of the whole store and only then drops other users' (measured: a
+#: 100-memory user's search cost ~275 ms of record-store time in a 1,000,000-memory
+#: store, bench/README.md). A user's own rows are cheap to match until there are many.
+USER_SCAN_ROWS = 20_000
+
+
+def scan_user_rows(rows: int, threshold: int = USER_SCAN_ROWS) -> bool:
+    """Whether a keyword search should start from the user's ``rows`` rows (pure): true
+    below ``threshold``. ``rows`` may be counted only up to ``threshold`` (a bounded count)."""
+    return rows < threshold

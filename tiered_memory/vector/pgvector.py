@@ -7,9 +7,10 @@ as they share a Chroma collection. The column's dimension is the embedder's, fix
 the first vector is written (``reset`` drops the table, so ``rebuild_index`` with a new
 embedder starts over).
 
-Filtering by user: every query carries ``user_id = ...``, and PostgreSQL's planner picks
-the plan from the user's size. A user with few rows is read through the b-tree and
-sorted exactly (no other user's vector is touched); a large one goes through HNSW with
+Filtering by user: every query carries ``user_id = ...``, and the user's size picks the
+plan (a count bounded by ``exact_below``, see :func:`exact_scan`). A user with fewer rows
+is read through the b-tree and sorted exactly (no other user's vector is touched, index
+scans off for that query); a larger one goes through HNSW with
 ``hnsw.iterative_scan = relaxed_order``, which keeps walking the graph until it has ``k``
 rows of that user instead of returning fewer (pgvector 0.8). ``among`` (ids the record
 store already scoped) is an exact scan of those rows by primary key. ``bench/backends.py``
@@ -45,6 +46,19 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
+#: Below this many vectors of a user (in the queried layers and session), a query reads them
+#: through the b-tree and sorts them exactly; at or above it, HNSW. PostgreSQL's own choice
+#: took HNSW for a 10,000-vector user of 1,000,000 and was 1.3x slower at p95 than the
+#: exact scan, while a 100,000-vector user's HNSW query is ~27x faster (bench/README.md).
+EXACT_BELOW = 20_000
+
+
+def exact_scan(rows: int, threshold: int = EXACT_BELOW) -> bool:
+    """Whether to scan a user's ``rows`` vectors exactly rather than walk HNSW (pure): true
+    below ``threshold``. ``rows`` may be counted only up to ``threshold``."""
+    return rows < threshold
+
+
 def cosine_ids(rows: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
     """(id, cosine distance) rows -> (id, similarity), best first (pure). An iterative scan in
     ``relaxed_order`` may return rows slightly out of order; ties keep the id order stable."""
@@ -59,13 +73,16 @@ class PgVectorIndex:
             a transaction), or a ``PostgresDatabase`` of its own.
         owns_db: close ``db`` on :meth:`close` (when the index opened it).
         ef_search: HNSW candidate list size (``hnsw.ef_search``); raised to ``k`` per query.
+        exact_below: a user with fewer vectors than this (in the queried layers and session)
+            is searched exactly through the b-tree; from this size on, through HNSW.
     """
 
     #: the user filter is an indexed column: turn search need not send the user's id list
     #: (measured: sending 10,000 ids made a search ~1.4x slower, bench/README.md)
     cheap_user_filter = True
 
-    def __init__(self, db: Database, *, owns_db: bool = False, ef_search: int = 100) -> None:
+    def __init__(self, db: Database, *, owns_db: bool = False, ef_search: int = 100,
+                 exact_below: int = EXACT_BELOW) -> None:
         try:
             from psycopg import sql
         except ImportError as e:  # pragma: no cover - the record store needs it first
@@ -76,6 +93,7 @@ class PgVectorIndex:
         self.db = db
         self._owns_db = owns_db
         self.ef_search = ef_search
+        self.exact_below = exact_below
         self._dim: int | None = None
         self._ext = self._extension_schema()
 
@@ -183,16 +201,28 @@ class PgVectorIndex:
             f"SELECT id, embedding {{dist}} %s::float8[]::{{vec}} AS d FROM {TABLE}"
             f" WHERE {where} ORDER BY d LIMIT %s")
 
+        counted = f"SELECT count(*) FROM (SELECT 1 FROM {TABLE} WHERE {where} LIMIT %s) AS r"
+
         def run(conn: Any) -> list[list[tuple[str, float]]]:
             if not self._ready(conn):
                 return [[] for _ in range(len(vectors))]
             self._check_dim(int(np.shape(vectors)[1]))
+            # among: the primary key already narrows to those rows; otherwise the user's size
+            # decides (a bounded count on the b-tree), not the planner's guess from statistics
+            exact = among is not None or exact_scan(
+                int(conn.execute(counted, [*params, self.exact_below]).fetchone()[0]), self.exact_below)
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false),"
-                         " set_config('hnsw.ef_search', %s, false)", (str(max(self.ef_search, k)),))
-            # never a prepared statement: its generic plan, made without knowing the user, would
-            # pick one path (exact sort or HNSW) for small and large users alike
-            return [cosine_ids(conn.execute(statement, [np.asarray(v, dtype=np.float64).tolist(), *params, k],
-                                            prepare=False).fetchall()) for v in vectors]
+                         " set_config('hnsw.ef_search', %s, false),"
+                         " set_config('enable_indexscan', %s, false)",
+                         (str(max(self.ef_search, k)), "off" if exact else "on"))
+            try:
+                # never a prepared statement: its generic plan, made without knowing the user, would
+                # pick one path (exact sort or HNSW) for small and large users alike
+                return [cosine_ids(conn.execute(statement, [np.asarray(v, dtype=np.float64).tolist(), *params, k],
+                                                prepare=False).fetchall()) for v in vectors]
+            finally:
+                if exact:  # the pooled connection serves other queries next: index scans back on
+                    conn.execute("RESET enable_indexscan")
 
         out: list[list[tuple[str, float]]] = self._run(self.db.read, run, "query")
         return out
