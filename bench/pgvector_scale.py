@@ -228,11 +228,11 @@ def search(url: str, big: int, queries: int, seed: int = 9) -> dict[str, dict[st
 
             exact_t, truth = timed(exact, qvecs)
             recall = float(np.mean([len({i for i, _ in g} & set(t)) / max(1, len(t)) for g, t in zip(got, truth)]))
-            plan = memory.store.read(lambda conn, user=user: memory.store.user_rows(
-                conn, "vectors", user, index.exact_below))  # the index's own choice (exact_scan)
+            limit = memory.store.read(index._limit)  # the index's own choice (exact_limit)
+            plan = memory.store.read(lambda conn, user=user: memory.store.user_rows(conn, "vectors", user, limit))
             full, _ = timed(lambda q: memory.search(q, user_id=user, k=10), texts)
             out[user] = {"planned": planned, "exact": exact_t, "recall": recall, "search": full,
-                         "hnsw": plan >= index.exact_below}
+                         "hnsw": plan >= limit}
     finally:
         memory.close()
     return out

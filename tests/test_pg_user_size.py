@@ -21,7 +21,7 @@ from tiered_memory.store.postgres_db import PostgresDatabase
 from tiered_memory.store.postgres_layers import PostgresLayerStore
 from tiered_memory.store.text_search import scan_user_rows
 from tiered_memory.vector.base import VectorItem
-from tiered_memory.vector.pgvector import PgVectorIndex, exact_scan
+from tiered_memory.vector.pgvector import PgVectorIndex, exact_limit, exact_scan
 
 pytestmark = pytest.mark.servers
 
@@ -34,6 +34,18 @@ DECISIONS = [(0, 1, True), (99, 100, True), (100, 100, False), (101, 100, False)
 def test_the_user_size_decides_the_shape(rows: int, threshold: int, small: bool) -> None:
     assert scan_user_rows(rows, threshold) is small
     assert exact_scan(rows, threshold) is small
+
+
+# (vectors in the table, ef_search, the user size from which HNSW is walked)
+LIMITS = [(1_000_000, 100, 11_402), (200_000, 100, 5_100), (0, 100, 1), (-1, 100, 1), (64, 100, 92),
+          (1_000_000, 400, 22_804)]
+
+
+@pytest.mark.parametrize("total, ef, limit", LIMITS)
+def test_hnsw_takes_over_at_the_square_root_of_the_table(total: int, ef: int, limit: int) -> None:
+    assert exact_limit(total, ef) == limit
+    assert exact_scan(10_000, exact_limit(1_000_000, 100))  # measured: exact wins at 1,000,000
+    assert not exact_scan(10_000, exact_limit(200_000, 100))  # measured: HNSW wins at 200,000
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +130,9 @@ def vectors(database: str, schema: str) -> Iterator[tuple[PostgresDatabase, dict
     db.close()
 
 
-@pytest.mark.parametrize("exact_below", [1, 10, 1_000])
+@pytest.mark.parametrize("exact_below", [1, 10, 1_000, None])
 def test_vector_queries_keep_users_apart_on_either_path(
-        vectors: tuple[PostgresDatabase, dict[str, np.ndarray]], exact_below: int) -> None:
+        vectors: tuple[PostgresDatabase, dict[str, np.ndarray]], exact_below: int | None) -> None:
     db, data = vectors
     index = PgVectorIndex(db, exact_below=exact_below)
     q = np.asarray([data["small"][0] / np.linalg.norm(data["small"][0])])
@@ -129,7 +141,7 @@ def test_vector_queries_keep_users_apart_on_either_path(
     assert {i for i, _ in small} == {f"small-{i}" for i in range(4)}
     assert small[0][0] == "small-0"
     assert len(big) == 5 and all(i.startswith("big-") for i, _ in big)
-    if exact_scan(60, exact_below):  # the exact path is the true top 5
+    if exact_scan(60, exact_limit(64, 100) if exact_below is None else exact_below):  # the exact path is the true top 5
         unit = data["big"] / np.linalg.norm(data["big"], axis=1, keepdims=True)
         truth = [f"big-{i}" for i in np.argsort(-(unit @ q[0]))[:5]]
         assert [i for i, _ in big] == truth

@@ -8,7 +8,7 @@ the first vector is written (``reset`` drops the table, so ``rebuild_index`` wit
 embedder starts over).
 
 Filtering by user: every query carries ``user_id = ...``, and the user's size picks the
-plan (a count bounded by ``exact_below``, see :func:`exact_scan`). A user with fewer rows
+plan (a count bounded by :func:`exact_limit` of the table's size). A user with fewer rows
 is read through the b-tree and sorted exactly (no other user's vector is touched, index
 scans off for that query); a larger one goes through HNSW with
 ``hnsw.iterative_scan = relaxed_order``, which keeps walking the graph until it has ``k``
@@ -25,6 +25,7 @@ with the user's other rows, because the table carries ``user_id``.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
@@ -46,17 +47,28 @@ class Database(Protocol):
     def close(self) -> None: ...
 
 
-#: Below this many vectors of a user (in the queried layers and session), a query reads them
-#: through the b-tree and sorts them exactly; at or above it, HNSW. PostgreSQL's own choice
-#: took HNSW for a 10,000-vector user of 1,000,000 and was 1.3x slower at p95 than the
-#: exact scan, while a 100,000-vector user's HNSW query is ~27x faster (bench/README.md).
-EXACT_BELOW = 20_000
+#: How much dearer one vector visited on the HNSW graph is than one read by the exact scan
+#: (fitted at 1,000,000 memories, where a 10,000-vector user's exact scan was 1.3x faster at
+#: p95 than PostgreSQL's HNSW choice; bench/README.md).
+HNSW_VISIT_COST = 1.3
 
 
-def exact_scan(rows: int, threshold: int = EXACT_BELOW) -> bool:
+def exact_limit(total: float, ef_search: int, visit_cost: float = HNSW_VISIT_COST) -> int:
+    """The user size from which HNSW beats an exact scan of the user's vectors (pure).
+
+    To find ``k`` rows of one user, the filtered HNSW walk (iterative scan) visits about
+    ``ef_search / share`` vectors, where ``share = rows / total`` is the user's part of the
+    table; the exact scan reads the user's ``rows``. Exact is cheaper while
+    ``rows * rows < visit_cost * ef_search * total``: the limit grows with the square root of
+    the table, so a 10,000-vector user is scanned exactly among 1,000,000 vectors and walks
+    HNSW among 200,000 (both measured)."""
+    return max(1, math.ceil(math.sqrt(visit_cost * ef_search * max(total, 0.0))))
+
+
+def exact_scan(rows: int, limit: int) -> bool:
     """Whether to scan a user's ``rows`` vectors exactly rather than walk HNSW (pure): true
-    below ``threshold``. ``rows`` may be counted only up to ``threshold``."""
-    return rows < threshold
+    below ``limit`` (see :func:`exact_limit`). ``rows`` may be counted only up to ``limit``."""
+    return rows < limit
 
 
 def cosine_ids(rows: Sequence[tuple[str, float]]) -> list[tuple[str, float]]:
@@ -74,7 +86,8 @@ class PgVectorIndex:
         owns_db: close ``db`` on :meth:`close` (when the index opened it).
         ef_search: HNSW candidate list size (``hnsw.ef_search``); raised to ``k`` per query.
         exact_below: a user with fewer vectors than this (in the queried layers and session)
-            is searched exactly through the b-tree; from this size on, through HNSW.
+            is searched exactly through the b-tree, from this size on through HNSW; by
+            default :func:`exact_limit` of the table's size (PostgreSQL's row estimate).
     """
 
     #: the user filter is an indexed column: turn search need not send the user's id list
@@ -82,7 +95,7 @@ class PgVectorIndex:
     cheap_user_filter = True
 
     def __init__(self, db: Database, *, owns_db: bool = False, ef_search: int = 100,
-                 exact_below: int = EXACT_BELOW) -> None:
+                 exact_below: int | None = None) -> None:
         try:
             from psycopg import sql
         except ImportError as e:  # pragma: no cover - the record store needs it first
@@ -209,8 +222,8 @@ class PgVectorIndex:
             self._check_dim(int(np.shape(vectors)[1]))
             # among: the primary key already narrows to those rows; otherwise the user's size
             # decides (a bounded count on the b-tree), not the planner's guess from statistics
-            exact = among is not None or exact_scan(
-                int(conn.execute(counted, [*params, self.exact_below]).fetchone()[0]), self.exact_below)
+            limit = self._limit(conn)
+            exact = among is not None or exact_scan(int(conn.execute(counted, [*params, limit]).fetchone()[0]), limit)
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false),"
                          " set_config('hnsw.ef_search', %s, false),"
                          " set_config('enable_indexscan', %s, false)",
@@ -226,6 +239,16 @@ class PgVectorIndex:
 
         out: list[list[tuple[str, float]]] = self._run(self.db.read, run, "query")
         return out
+
+    def _limit(self, conn: Any) -> int:
+        """The user size from which queries walk HNSW, for the table as it is now."""
+        if self.exact_below is not None:
+            return self.exact_below
+        total = float(conn.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)",
+                                   (TABLE,)).fetchone()[0])
+        if total < 0:  # never analysed yet (a new table): count it
+            total = float(conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()[0])
+        return exact_limit(total, self.ef_search)
 
     def delete(self, ids: list[str]) -> None:
         if ids:
