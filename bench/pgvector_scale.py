@@ -14,10 +14,13 @@ measure the embedder): message rows by ``COPY``, vectors of the dense hash embed
 
 Printed, all from this run: load and HNSW build time; table, HNSW and b-tree sizes per
 100,000 memories; for each of big / medium / small the p50/p95 of the index query as the
-planner runs it (HNSW with iterative scan, or the b-tree and an exact sort), of the exact
+index runs it (HNSW with iterative scan, or the b-tree and an exact sort, by the user's size
+against the table's: ``exact_limit``), of the exact
 scan (index scans off), the recall@10 of the first against the second, and queries/s of
 one client (one connection, server and client on the same cores); and the p50/p95 of the
-whole ``TieredMemory.search`` (keyword + vector + records) for each user.
+whole ``TieredMemory.search`` (keyword + vector + records) for each user, beside the same
+search with the shapes of before the user's size chose them (keyword search through the
+GIN index first, the vector path left to PostgreSQL's planner) as the baseline.
 """
 
 from __future__ import annotations
@@ -210,6 +213,11 @@ def search(url: str, big: int, queries: int, seed: int = 9) -> dict[str, dict[st
     out: dict[str, dict[str, Any]] = {}
     memory = TieredMemory(record_store=PostgresRecordStore(url), vector_store="pgvector", embedder=DenseHashEmbedder())
     index: Any = memory.index
+    # the shapes before the user's size chose them, for the baseline in this run: keyword search
+    # always through the GIN index, and the vector path left to PostgreSQL's planner
+    before = TieredMemory(record_store=PostgresRecordStore(url, user_scan_rows=0), vector_store="pgvector",
+                          embedder=DenseHashEmbedder())
+    before.index.exact_below = 0  # type: ignore[attr-defined]
     exact_sql = index._q("SELECT id, embedding {dist} %s::float8[]::{vec} AS d FROM vectors"
                          " WHERE user_id = %s AND layer = ANY(%s) ORDER BY d LIMIT %s")
     try:
@@ -231,10 +239,12 @@ def search(url: str, big: int, queries: int, seed: int = 9) -> dict[str, dict[st
             limit = memory.store.read(index._limit)  # the index's own choice (exact_limit)
             plan = memory.store.read(lambda conn, user=user: memory.store.user_rows(conn, "vectors", user, limit))
             full, _ = timed(lambda q: memory.search(q, user_id=user, k=10), texts)
-            out[user] = {"planned": planned, "exact": exact_t, "recall": recall, "search": full,
+            old, _ = timed(lambda q: before.search(q, user_id=user, k=10), texts)
+            out[user] = {"planned": planned, "exact": exact_t, "recall": recall, "search": full, "before": old,
                          "hnsw": plan >= limit}
     finally:
         memory.close()
+        before.close()
     return out
 
 
@@ -272,6 +282,12 @@ def run_scale(server: Any, total: int, big: int, queries: int, shared_buffers: s
               f"{s.p50_ms:7.1f} / {s.p95_ms:6.1f}")
     b = res["big"]
     print(f"ratio exact / planned p95 for 'big': x{b['exact'].p95_ms / b['planned'].p95_ms:.1f}")
+    print("\nwhole search, shapes chosen by the user's size vs before (GIN-first keywords, the planner's"
+          " vector path), same run:")
+    for user, r in res.items():
+        s, o = r["search"], r["before"]
+        print(f"{user:7s}  before {o.p50_ms:7.1f} / {o.p95_ms:6.1f} ms   now {s.p50_ms:7.1f} / {s.p95_ms:6.1f} ms"
+              f"   before / now: p50 x{o.p50_ms / s.p50_ms:.1f}, p95 x{o.p95_ms / s.p95_ms:.1f}")
 
 
 def main(argv: list[str] | None = None) -> None:
