@@ -221,8 +221,11 @@ class PostgresRecordStore(PostgresDatabase):
             kw_cte = (self._matches(conn, user_id, session) if text is not None
                       else "SELECT NULL::text AS id, NULL::real AS s, NULL::bigint AS seq WHERE false")
             return list(conn.execute(
-                f"WITH kw AS ({kw_cte}) SELECT {cols}, kw.s, kw.seq FROM messages m LEFT JOIN kw ON kw.id = m.id"
-                " WHERE m.user_id = %(user)s AND (m.id = ANY(%(ids)s) OR m.id IN (SELECT id FROM kw))",
+                # the wanted ids drive the join (the unique index on id): an OR of the two lists in
+                # the WHERE clause read every row of the user instead (~55 ms for 10,000 rows)
+                f"WITH kw AS ({kw_cte}), wanted AS (SELECT unnest(%(ids)s::text[]) AS id UNION SELECT id FROM kw)"
+                f" SELECT {cols}, kw.s, kw.seq FROM wanted w JOIN messages m ON m.id = w.id"
+                " LEFT JOIN kw ON kw.id = m.id WHERE m.user_id = %(user)s",
                 params).fetchall())
 
         rows: list[tuple[Any, ...]] = self.read(run)
