@@ -244,14 +244,15 @@ def postgres_server() -> Iterator[PostgresServer]:
         server.stop()
 
 
+def fresh_databases(server: PostgresServer | PgvectorServer) -> Callable[[], str]:
+    """Each call creates a fresh, empty database on ``server`` and returns its URL."""
+    return lambda: server.create_database("tm_" + uuid.uuid4().hex[:12])
+
+
 @pytest.fixture(scope="session")
 def make_postgres_url(postgres_server: PostgresServer) -> Callable[[], str]:
-    """Create a fresh, empty database on the session's server; returns its URL."""
-
-    def make() -> str:
-        return postgres_server.create_database("tm_" + uuid.uuid4().hex[:12])
-
-    return make
+    """Fresh, empty databases on the session's server."""
+    return fresh_databases(postgres_server)
 
 
 @pytest.fixture
@@ -270,12 +271,8 @@ def pgvector_server() -> Iterator[PgvectorServer]:
 
 @pytest.fixture(scope="session")
 def make_pgvector_url(pgvector_server: PgvectorServer) -> Callable[[], str]:
-    """Create a fresh, empty database on the session's pgvector server; returns its URL."""
-
-    def make() -> str:
-        return pgvector_server.create_database("tm_" + uuid.uuid4().hex[:12])
-
-    return make
+    """Fresh, empty databases on the session's pgvector server."""
+    return fresh_databases(pgvector_server)
 
 
 @pytest.fixture(scope="session")
