@@ -101,7 +101,8 @@ def _role(conv: Conversation, speaker: str) -> str:
 
 
 def ingest(memory: Any, conv: Conversation, *, user_id: str, session_prefix: str = "") -> float:
-    """Every turn through ``add_many`` (one call per session); returns the seconds spent."""
+    """Every turn through ``add_many`` (one call per session); returns the seconds spent,
+    ``flush()`` included."""
     by_session: dict[int, list[Turn]] = defaultdict(list)
     for t in conv.turns:
         by_session[t.session].append(t)
@@ -112,7 +113,9 @@ def ingest(memory: Any, conv: Conversation, *, user_id: str, session_prefix: str
         start = time.perf_counter()
         memory.add_many(msgs, user_id=user_id, session_id=f"{session_prefix}session_{s}")
         spent += time.perf_counter() - start
-    return spent
+    start = time.perf_counter()
+    memory.flush()  # until the vectors written behind are in the engine too
+    return spent + time.perf_counter() - start
 
 
 def ask_library(memory: Any, conv: Conversation, *, user_id: str, k: int,

@@ -27,6 +27,7 @@ def _mark_unclean(folder) -> None:
 def _store_with_notes(make_memory, name="mem"):
     m = make_memory(name)
     ids = m.add_many(NOTES, session_id="trip", user_id="u1")
+    m.flush()  # the vectors reach Chroma (written behind), where the tests then delete them
     return m, ids
 
 

@@ -42,7 +42,8 @@ from .config import MemoryConfig
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import Embedder, default_embedder, embed_query, embedder_name
-from .errors import ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError, UsageError
+from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError,
+                     UsageError, VectorIndexError)
 from .guard import OPEN, usable, vector_errors_typed
 from .layers.consolidation import ConsolidationReport
 from .layers.episodic import EpisodeHit
@@ -55,7 +56,7 @@ from .layers.working import WorkingMemory, touch_items
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
 from .recall.chunking import vector_ids
-from .recall.indexing import index_messages, repair
+from .recall.indexing import index_messages, repair, settle_background_writes
 from .recall.search import search_turns
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
@@ -248,6 +249,10 @@ class TieredMemory:
             self.parts.access.close()
             if "_layers" in self.__dict__:
                 self._layers.close()  # waits for background compression
+            try:  # vectors still being written reach the engine before the memory says it closed cleanly
+                settle_background_writes(self.store, self.index, wait=True)
+            except VectorIndexError as e:  # the rows are pending again: the next open indexes them
+                log.warning("%s", e)
             if not getattr(self.store, "shared", False):
                 self.store.set_meta("state", "closed")
         finally:
@@ -673,8 +678,15 @@ class TieredMemory:
 
     @usable
     def flush(self, timeout: float | None = None) -> None:
-        """Wait for background compression queued by ``EpisodeConfig.compress_after_turns``, and
-        write the access counts reads have noted."""
+        """Wait for vectors still being written and for background compression queued by
+        ``EpisodeConfig.compress_after_turns``, and write the access counts reads have noted.
+
+        Raises:
+            VectorIndexError: a background vector write failed; its messages stay stored
+                and are indexed on the next open or by :meth:`rebuild_index`.
+        """
+        with self._write_lock:
+            settle_background_writes(self.store, self.index, wait=True)
         self.parts.access.flush()
         if "_layers" in self.__dict__:
             self._layers.wait(timeout)

@@ -8,9 +8,10 @@ from typing import Sequence
 import numpy as np
 
 from ..embedding import Embedder, embed
+from ..errors import VectorIndexError
 from ..store.base import RecordStore, TextMatchSource
 from ..types import StoredMessage
-from ..vector.base import VectorIndex, VectorItem
+from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
 
 log = logging.getLogger("tiered_memory")
@@ -88,19 +89,45 @@ def index_messages(
     ``threshold`` above 1 nothing is a duplicate."""
     if not rows:
         return {}
+    settle_background_writes(store, index, wait=False)
     vectors = embed(embedder, [r.content for r in rows])
     dup: dict[str, str] = {}
     if threshold <= 1.0:
         nearest = nearest_stored(rows, vectors, store=store, index=index)
         dup = find_duplicates(vectors, [r.user_id for r in rows], nearest, [r.id for r in rows], threshold)
     kept = [r for r in rows if r.id not in dup]
-    index.upsert([
+    items = [
         VectorItem(id=r.id, vector=vectors[i], user_id=r.user_id, layer="turn",
                    session_id=r.session_id, timestamp=r.timestamp)
         for i, r in enumerate(rows) if r.id not in dup
-    ] + chunk_items(kept, embedder))
+    ] + chunk_items(kept, embedder)
+    if isinstance(index, WritesBehind):
+        # marked indexed before the engine has them: a crash leaves the memory unclean, and
+        # the next open's full repair re-embeds what the engine lacks (vector/write_behind.py)
+        index.upsert_behind(items)
+    else:
+        index.upsert(items)
     store.mark_indexed([r.id for r in rows], dup)
     return dup
+
+
+def settle_background_writes(store: RecordStore, index: VectorIndex, *, wait: bool) -> None:
+    """Put the rows whose vectors a background write lost back to pending, and say so.
+
+    Raises:
+        VectorIndexError: a background write failed; its rows are stored and are indexed on
+            the next open or by ``rebuild_index()``.
+    """
+    if not isinstance(index, WritesBehind):
+        return
+    lost, error = index.settle_behind(wait=wait)
+    if not lost:
+        return
+    messages = sorted({message_of(i)[0] for i in lost})
+    store.reset_indexed_ids(messages)
+    raise VectorIndexError(f"the vectors of {len(messages)} stored messages could not be written in the "
+                           f"background ({error}); the messages stay stored and are indexed on the next open "
+                           "or by rebuild_index()")
 
 
 def chunk_items(rows: Sequence[StoredMessage], embedder: Embedder) -> list[VectorItem]:

@@ -62,3 +62,18 @@ class ExactScope(Protocol):
         """Whether a query of ``user_id`` is an exact scan of that user's vectors now, so that
         the caller need not pass ``among`` to scope it."""
         ...
+
+
+@runtime_checkable
+class WritesBehind(Protocol):
+    """An index that may write upserts from a background thread (optional; the embedded
+    Chroma). See :mod:`.write_behind` for what a reader sees meanwhile."""
+
+    def upsert_behind(self, items: list[VectorItem]) -> None:
+        """Queue ``items``; a failure shows in :meth:`settle_behind`, or is raised here when
+        the index writes at once."""
+
+    def settle_behind(self, *, wait: bool) -> tuple[list[str], Exception | None]:
+        """The ids whose background write failed since the last call, and the first error
+        (``wait``: first let what is queued reach the engine)."""
+        ...

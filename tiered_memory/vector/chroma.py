@@ -12,6 +12,7 @@ import numpy as np
 from ..errors import VectorIndexError, missing
 from .base import VectorItem
 from .exact import ExactScan, Held
+from .write_behind import WriteBehind
 
 log = logging.getLogger("tiered_memory")
 
@@ -73,8 +74,15 @@ class ChromaVectorIndex:
             )
         except Exception as e:
             raise VectorIndexError(f"could not open Chroma collection {collection!r}: {e}") from e
-        # a server may have other writers, so only an embedded index holds users in memory
+        # a server may have other writers, so only an embedded index holds users in memory,
+        # and only then may its turn upserts be written behind (see .write_behind)
         self._exact = ExactScan(self._user_vectors, exact_rows) if self._owns_client and exact_rows > 0 else None
+        self._behind = WriteBehind(self._write) if self._exact is not None else None
+
+    def _settle(self) -> None:
+        """Before any read or write of the engine itself: let queued upserts reach it."""
+        if self._behind is not None:
+            self._behind.wait()
 
     def _user_vectors(self, user_id: str, limit: int) -> Held | None:
         """Every vector of the user with its layer and session, read in pages; ``None`` beyond ``limit``."""
@@ -83,6 +91,7 @@ class ChromaVectorIndex:
         layers: list[str] = []
         sessions: list[str] = []
         page = 5000
+        self._settle()
         while True:
             res = self.collection.get(where={"user_id": user_id}, include=["embeddings", "metadatas"],
                                       limit=page, offset=len(ids))
@@ -116,22 +125,39 @@ class ChromaVectorIndex:
         return cls(client=client, collection=collection)
 
     def upsert(self, items: list[VectorItem]) -> None:
-        if not items:
+        self._settle()
+        self._write(items)
+        if self._exact is not None:
+            self._exact.add_items(items)
+
+    def upsert_behind(self, items: list[VectorItem]) -> None:
+        """Like :meth:`upsert`, written by a background thread when this index is embedded;
+        :meth:`settle_behind` reports what failed."""
+        if self._behind is None or self._exact is None:
+            self.upsert(items)
             return
+        self._exact.add_items(items)
+        self._behind.submit(items)
+
+    def settle_behind(self, *, wait: bool) -> tuple[list[str], Exception | None]:
+        """The ids a background write failed to write since the last call, and the error
+        (``wait``: first let what is queued reach the engine)."""
+        if self._behind is None:
+            return [], None
+        if wait:
+            self._behind.wait()
+        return self._behind.take_lost()
+
+    def _write(self, items: list[VectorItem]) -> None:
         try:
             for start in range(0, len(items), 2000):
                 part = items[start : start + 2000]
                 self.collection.upsert(
                     ids=[i.id for i in part],
                     embeddings=np.asarray([i.vector for i in part], dtype=np.float32),
-                    metadatas=[
-                        {"user_id": i.user_id, "layer": i.layer, "session_id": i.session_id,
-                         "timestamp": float(i.timestamp)}
-                        for i in part
-                    ],
+                    # no timestamp: nothing filters on it here, and each key is a row Chroma writes
+                    metadatas=[{"user_id": i.user_id, "layer": i.layer, "session_id": i.session_id} for i in part],
                 )
-                if self._exact is not None:
-                    self._exact.add_items(part)
         except Exception as e:
             raise VectorIndexError(f"Chroma upsert failed: {e}") from e
 
@@ -146,6 +172,7 @@ class ChromaVectorIndex:
             found = self._exact.query(user_id, np.asarray(vectors, dtype=np.float32), k, among, layers, session_id)
             if found is not None:
                 return found
+        self._settle()
         if among is not None:
             if not among:
                 return [[] for _ in range(len(vectors))]
@@ -174,6 +201,7 @@ class ChromaVectorIndex:
 
     def delete(self, ids: list[str]) -> None:
         if ids:
+            self._settle()
             if self._exact is not None:  # before the engine: a half-done delete never leaves a held vector
                 self._exact.delete(ids)
             try:
@@ -183,6 +211,7 @@ class ChromaVectorIndex:
                 raise VectorIndexError(f"Chroma delete failed: {e}") from e
 
     def delete_user(self, user_id: str) -> None:
+        self._settle()
         if self._exact is not None:
             self._exact.drop(user_id)
         try:
@@ -193,6 +222,7 @@ class ChromaVectorIndex:
     def ids(self, user_id: str | None = None) -> set[str]:
         out: set[str] = set()
         offset = 0
+        self._settle()
         try:
             while True:
                 res = self.collection.get(
@@ -208,6 +238,7 @@ class ChromaVectorIndex:
 
     def count(self, user_id: str | None = None) -> int:
         if user_id is None:
+            self._settle()
             try:
                 return int(self.collection.count())
             except Exception as e:
@@ -215,6 +246,9 @@ class ChromaVectorIndex:
         return len(self.ids(user_id))
 
     def reset(self) -> None:
+        self._settle()
+        if self._behind is not None:
+            self._behind.take_lost()  # the rebuild that resets re-embeds every row anyway
         if self._exact is not None:
             self._exact.drop()
         try:
@@ -231,6 +265,7 @@ class ChromaVectorIndex:
         space HNSW keeps for deleted vectors (it marks them, never frees them); returns the
         vectors kept. An interruption leaves the old collection (or, at worst, an index the
         start-up repair refills from the records)."""
+        self._settle()
         old_segments = self._segment_folders()
         try:
             name = self.collection.name
@@ -266,6 +301,9 @@ class ChromaVectorIndex:
         # Release the client we created: Chroma caches one System per path per process,
         # and a cached System keeps a stale HNSW view, so reopening the folder after
         # another process wrote to it failed with "Error finding id".
+        behind = getattr(self, "_behind", None)
+        if behind is not None:
+            behind.close()  # what is queued reaches the engine first
         self.collection = None
         exact = getattr(self, "_exact", None)
         if exact is not None:
