@@ -16,7 +16,7 @@ import pytest
 
 from tiered_memory.errors import StoreError
 from tiered_memory.recall.query import keywords
-from tiered_memory.store.base import RecordStore
+from tiered_memory.store.base import LONG_MESSAGE_CHARS, LongMessageSource, RecordStore
 from tiered_memory.types import StoredMessage
 from tiered_memory.vector.base import VectorIndex, VectorItem
 
@@ -47,6 +47,17 @@ class RecordStoreConformance:
         assert [m.id for m in store.get_messages("u1", "s1")] == ["m0", "m1", "m2", "m3", "m4"]
         assert [m.id for m in store.get_messages("u1", "s1", limit=2)] == ["m3", "m4"]
         assert store.get_messages("u2", "s1") == []
+
+    def test_has_long_messages_is_per_user_and_follows_deletes(self, store: RecordStore) -> None:
+        assert isinstance(store, LongMessageSource)
+        store.insert_messages([msg("short", "x" * LONG_MESSAGE_CHARS), msg("theirs", "é" * (LONG_MESSAGE_CHARS + 1),
+                                                                          user="u2")])
+        assert not store.has_long_messages("u1")  # characters, not bytes: "é" is two in UTF-8
+        assert store.has_long_messages("u2")
+        store.insert_messages([msg("long", "y" * (LONG_MESSAGE_CHARS + 1))])
+        assert store.has_long_messages("u1")
+        store.delete_message("u1", "long")
+        assert not store.has_long_messages("u1")
 
     def test_round_trip_keeps_every_field(self, store: RecordStore) -> None:
         meta = {"lang": "pt", "nested": {"a": [1, 2.5, None]}, "emoji": "😀", "nul": "a\x00b"}

@@ -204,3 +204,30 @@ def test_export_import_chunks_the_imported_messages(make_memory, tmp_path):
     hits = other.search(QUERY, user_id="u", k=1)
     assert hits and "flowerpot" in hits[0].explanation["part"]["text"]
     assert chunk_vectors(other, hits[0].id)
+
+
+class QueriedLayers:
+    """The real index, noting the layers each query asked for."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.layers = []
+
+    def query(self, *args, **kwargs):
+        self.layers.append(tuple(kwargs.get("layers") or ()))
+        return self.inner.query(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_a_search_queries_the_chunk_layer_only_for_a_user_with_a_long_message(memory):
+    memory.add_many([{"role": "user", "content": t} for t in TOPICS], user_id="short", session_id="s1")
+    memory.add_many(CHAT, user_id="long", session_id="s1")
+    spy = QueriedLayers(memory.index)
+    memory.index = spy
+    assert memory.search("how do I keep a knife safe", user_id="short", k=3)
+    assert spy.layers == [("turn",)]
+    spy.layers.clear()
+    assert memory.search(QUERY, user_id="long", k=1)[0].explanation["part"]
+    assert spy.layers == [("turn",), (CHUNK_LAYER,)]

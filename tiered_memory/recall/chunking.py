@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from ..store.base import LONG_MESSAGE_CHARS
 from ..vector.base import CHUNK_SEPARATOR
 
-CHUNK_OVER = 1200  # characters: longer messages are also indexed by their chunks
+CHUNK_OVER = LONG_MESSAGE_CHARS  # characters: longer messages are also indexed by their chunks
 CHUNK_SIZE = 700
 CHUNK_OVERLAP = 150
 MAX_CHUNKS = 64

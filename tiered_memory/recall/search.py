@@ -17,7 +17,7 @@ from ..embedding import Embedder, embed_query
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
 from .query import plan_query
 from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
-from ..store.base import CandidateSource, FilterSource, RecordStore
+from ..store.base import CandidateSource, FilterSource, LongMessageSource, RecordStore
 from ..types import MemoryHit, StoredMessage
 from ..vector.base import ExactScope, VectorIndex
 
@@ -102,7 +102,7 @@ def search_turns(
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
     vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]
     chunk_hit: dict[str, tuple[int, float]] = {}
-    if config.chunk_candidates:
+    if config.chunk_candidates and (not isinstance(store, LongMessageSource) or store.has_long_messages(user_id)):
         # long messages are also indexed by their chunks: a message scores as its best part
         chunk_hit = best_chunks(index.query(qv[None, :], user_id=user_id, k=config.chunk_candidates,
                                             layers=[CHUNK_LAYER], session_id=session_id)[0])

@@ -30,6 +30,20 @@ class FilterSource(Protocol):
         ...
 
 
+#: Messages longer than this many characters are also indexed by their chunks
+#: (``recall/chunking.py``); stores keep a partial index of them by user.
+LONG_MESSAGE_CHARS = 1200
+
+
+@runtime_checkable
+class LongMessageSource(Protocol):
+    """A record store that tells in one index probe whether a user holds any message
+    longer than :data:`LONG_MESSAGE_CHARS` (optional): a search of a user without one
+    then skips the chunk layer's vector query."""
+
+    def has_long_messages(self, user_id: str) -> bool: ...
+
+
 @runtime_checkable
 class TextMatchSource(Protocol):
     """A record store that finds a user's messages with the same text (optional): the

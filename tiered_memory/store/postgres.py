@@ -17,6 +17,7 @@ import json
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
+from .base import LONG_MESSAGE_CHARS
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
 from .filters import postgres_filter
 from .text_search import USER_SCAN_ROWS, scan_user_rows, tsquery_any
@@ -45,6 +46,10 @@ MIGRATIONS: list[Step] = [
     CREATE INDEX IF NOT EXISTS messages_user_session ON messages (user_id, session_id, seq);
     CREATE INDEX IF NOT EXISTS messages_pending ON messages (seq) WHERE NOT indexed;
     CREATE INDEX IF NOT EXISTS messages_tsv ON messages USING GIN (tsv);
+    """,
+    # has_long_messages: the users with a chunked message, without reading their rows
+    f"""
+    CREATE INDEX IF NOT EXISTS messages_long ON messages (user_id) WHERE length(content) > {LONG_MESSAGE_CHARS};
     """,
 ]
 
@@ -196,6 +201,10 @@ class PostgresRecordStore(PostgresDatabase):
                 f" to_tsquery('{TEXT_SEARCH_CONFIG}', %(text)s) AS q"
                 f" WHERE m.tsv @@ q{'' if fenced else ' AND m.user_id = %(user)s'}{session}"
                 " ORDER BY s DESC, m.seq DESC LIMIT %(k)s")
+
+    def has_long_messages(self, user_id: str) -> bool:
+        return bool(self.query(f"SELECT 1 FROM messages WHERE user_id = %s AND length(content) > {LONG_MESSAGE_CHARS}"
+                               " LIMIT 1", (user_id,)))
 
     def keyword_search(
         self, user_id: str, terms: Sequence[str], *, k: int, session_id: str | None = None

@@ -12,7 +12,9 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import CorruptStoreError, StoreError
 from ..types import SessionInfo, StoredMessage
+from .base import LONG_MESSAGE_CHARS
 from .filters import sqlite_filter
+from .sqlite_readers import Readers
 from .text_search import fts5_any, same_text_sqlite
 
 APP_ID = "tiered-memory"
@@ -53,9 +55,16 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX IF NOT EXISTS messages_user_text ON messages(user_id, lower(trim(content)));
     """,
+    # has_long_messages: the users with a chunked message, without reading their rows
+    f"""
+    CREATE INDEX IF NOT EXISTS messages_long ON messages(user_id) WHERE length(content) > {LONG_MESSAGE_CHARS};
+    """,
 ]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, rowid"
+# 32 MiB of page cache per connection (SQLite's default is 2): a keyword search walks the
+# FTS5 posting lists of the whole store, and re-reading them cost ~25% of it at 24,000 memories
+CACHE_KIB = 32768
 
 
 def _row(r: tuple[Any, ...]) -> StoredMessage:
@@ -76,6 +85,8 @@ class SQLiteRecordStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
+        self._writing = threading.local()  # depth of this thread's write transactions
+        self._readers = Readers(self.path, cache_kib=CACHE_KIB)  # reads outside them (sqlite_readers.py)
         conn: sqlite3.Connection | None = None
         try:
             self.conn = conn = sqlite3.connect(
@@ -88,6 +99,7 @@ class SQLiteRecordStore:
             self.conn.execute("PRAGMA foreign_keys=ON")
             # freed pages are zeroed, so forgotten text does not linger in the file
             self.conn.execute("PRAGMA secure_delete=ON")
+            self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
         except sqlite3.DatabaseError as e:
             if conn is not None:
                 conn.close()
@@ -122,6 +134,7 @@ class SQLiteRecordStore:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         with self.lock:
+            self._writing.depth = getattr(self._writing, "depth", 0) + 1
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
                 yield self.conn
@@ -132,13 +145,26 @@ class SQLiteRecordStore:
                 if isinstance(e, sqlite3.Error):
                     raise StoreError(f"record store write failed: {e}") from e
                 raise
+            finally:
+                self._writing.depth -= 1
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection for a read: the writer's inside this thread's write transaction (it
+        sees its own rows), else a pooled read connection (reads run side by side)."""
+        if getattr(self._writing, "depth", 0):
+            with self.lock:
+                yield self.conn
+        else:
+            with self._readers.connection() as conn:
+                yield conn
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        with self.lock:
-            try:
-                return self.conn.execute(sql, tuple(params)).fetchall()
-            except sqlite3.Error as e:
-                raise StoreError(f"record store read failed: {e}") from e
+        try:
+            with self._reading() as conn:
+                return conn.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as e:
+            raise StoreError(f"record store read failed: {e}") from e
 
     def migrate(self, name: str, steps: list[str]) -> None:
         """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``, each in its
@@ -168,6 +194,7 @@ class SQLiteRecordStore:
             c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def close(self) -> None:
+        self._readers.close()
         with self.lock:
             self.conn.close()
 
@@ -286,8 +313,8 @@ class SQLiteRecordStore:
 
     def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
                    session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
-        """Keyword matches and the records of them and of ``ids``, under one lock."""
-        with self.lock:
+        """Keyword matches and the records of them and of ``ids``, from one snapshot."""
+        with self._readers.snapshot():
             kw = self.keyword_search(user_id, terms, k=k, session_id=session_id) if terms else []
             return self.get_by_ids(user_id, [*ids, *(i for i, _ in kw)]), kw
 
@@ -303,8 +330,9 @@ class SQLiteRecordStore:
         """For each id, the messages of the same session within ``window`` positions (itself included)."""
         out: dict[str, list[StoredMessage]] = {mid: [] for mid in ids}
         wanted = list(dict.fromkeys(ids))
-        for start in range(0, len(wanted), 300):  # one query per 300 ids, not one per id
-            out.update(self._neighbors(user_id, wanted[start:start + 300], window))
+        with self._readers.snapshot():  # the targets and their sessions' rows from one state
+            for start in range(0, len(wanted), 300):  # one query per 300 ids, not one per id
+                out.update(self._neighbors(user_id, wanted[start:start + 300], window))
         return out
 
     def _neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
@@ -316,15 +344,15 @@ class SQLiteRecordStore:
         # rowids are global, so a session's turns may be spread out: look 4x wider, then count positions
         span = window * 4
         by_session: dict[str, dict[str, StoredMessage]] = {}
-        with self.lock:  # one simple index range per target: cheaper than one query OR-ing them
-            try:
+        try:
+            with self._reading() as conn:  # one simple index range per target: cheaper than one OR-ed query
                 for _, sid, seq in targets:
-                    for r in self.conn.execute(
+                    for r in conn.execute(
                             f"SELECT {_COLUMNS} FROM messages WHERE user_id=? AND session_id=?"
                             " AND rowid BETWEEN ? AND ?", (user_id, sid, seq - span, seq + span)):
                         by_session.setdefault(sid, {})[r[0]] = _row(r)
-            except sqlite3.Error as e:
-                raise StoreError(f"record store read failed: {e}") from e
+        except sqlite3.Error as e:
+            raise StoreError(f"record store read failed: {e}") from e
         ordered = {sid: sorted(found.values(), key=lambda m: m.seq) for sid, found in by_session.items()}
         out: dict[str, list[StoredMessage]] = {}
         for mid, sid, _ in targets:
@@ -332,6 +360,10 @@ class SQLiteRecordStore:
             pos = next(i for i, m in enumerate(msgs) if m.id == mid)
             out[mid] = msgs[max(0, pos - window): pos + window + 1]
         return out
+
+    def has_long_messages(self, user_id: str) -> bool:
+        return bool(self.query("SELECT 1 FROM messages INDEXED BY messages_long WHERE user_id=?"
+                               f" AND length(content) > {LONG_MESSAGE_CHARS} LIMIT 1", (user_id,)))
 
     def same_text(self, user_id: str, texts: Sequence[str]) -> dict[str, str]:
         """For each of ``texts`` that an indexed, non-duplicate message of the user already
