@@ -15,13 +15,11 @@ writes access counts in batches.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import os
 import sqlite3
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
@@ -31,7 +29,6 @@ from .backends import (
     foreign_entries as foreign_entries,
     is_embedded_index,
     joint_writes,
-    note_forgotten,
     open_layer_store,
     open_record_store,
     open_vector_index,
@@ -42,9 +39,9 @@ from .config import MemoryConfig
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import Embedder, default_embedder, embed_query, embedder_name
-from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError,
+from .errors import (ConfigurationError, InvalidInputError, StoreError, TieredMemoryError,
                      UsageError, VectorIndexError)
-from .guard import OPEN, usable, vector_errors_typed
+from .guard import OPEN, usable
 from .layers.consolidation import ConsolidationReport
 from .layers.episodic import EpisodeHit
 from .layers.item_recall import ITEM_LAYER, as_memory_hit, merge_by_score
@@ -55,19 +52,19 @@ from .records import Episode, Fact, FactChange
 from .layers.working import WorkingMemory, touch_items
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
-from .recall.chunking import vector_ids
-from .recall.indexing import index_messages, repair, settle_background_writes
+from .recall.indexing import repair, settle_background_writes
 from .recall.search import search_turns
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
 from .tokens import TokenCounter, default_token_counter
 from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
-from .validation import (MAX_COUNT, check_count, check_fact_text, check_filters, check_id, check_metadata, check_query, check_unit,
-                         normalize_message)
+from .validation import (MAX_COUNT, check_count, check_fact_text, check_filters, check_id, check_metadata, check_query,
+                         check_unit)
 from .vector.base import VectorIndex
+from .writes import (drop_message, drop_session, drop_user, not_yet_stored, pending_forgets, rows_of,
+                     set_pending_forgets, write_messages)
 
 log = logging.getLogger("tiered_memory")
-PENDING_FORGETS = "pending_forget_users"  # meta key: users whose forget_user has not completed
 T = TypeVar("T")
 
 
@@ -152,7 +149,7 @@ class TieredMemory:
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild,
                            index_in_folder=self._lock is not None and is_embedded_index(vector_store))
-            self._unfinished = self._pending_forgets()
+            self._unfinished = pending_forgets(self.store)
             self._finish_forgets()
             OPEN.add(self)
         except BaseException as e:
@@ -302,100 +299,29 @@ class TieredMemory:
         """
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
-        now = time.time()
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
-            raise InvalidInputError(
-                f"messages must be a list of dicts or Message objects, got {type(messages).__name__}")
-        items = list(messages)
-        normalized = []
-        for n, item in enumerate(items):
-            try:
-                normalized.append(normalize_message(
-                    item, max_chars=self.config.max_content_chars,
-                    max_metadata_bytes=self.config.max_metadata_bytes, now=now))
-            except Exception as e:
-                raise type(e)(f"message {n}: {e}") from e
-        rows = [
-            StoredMessage(id=m.id or uuid.uuid4().hex, user_id=user_id, session_id=session_id, role=m.role,
-                          content=m.content, metadata=dict(m.metadata or {}),
-                          timestamp=float(m.timestamp))  # type: ignore[arg-type]
-            for m in normalized
-        ]
+        rows, chosen = rows_of(messages, session_id=session_id, user_id=user_id, config=self.config, now=time.time())
         if not rows:
             return []
-        chosen = [m.id for m in normalized if m.id is not None]
-        if len(set(chosen)) != len(chosen):
-            raise InvalidInputError("two messages of the batch have the same id")
         with self._write_lock:
             if user_id in self._unfinished:  # an interrupted forget of this user is finished first
                 self._finish_forgets(only=user_id)
-            new = self._not_yet_stored(rows, chosen, user_id)
+            new = not_yet_stored(self.store, rows, chosen, user_id)
             if not new:
                 return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
-            failure: Exception | None = None
-            chunk = self.config.write_chunk
-            for start in range(0, len(new), chunk):
-                part = new[start:start + chunk]
-                if self._joint is not None:  # rows and vectors in one engine: each chunk commits whole
-                    lost = (f"nothing of the batch of {len(rows)} was stored ({{error}}); retry it" if start == 0 else
-                            f"the first {start} messages of the batch were stored, the rest not ({{error}}); "
-                            "retry the batch with the same message ids to store the rest")
-
-                    def write(part: list[StoredMessage] = part, lost: str = lost) -> None:
-                        self.store.insert_messages(part)
-                        with vector_errors_typed(lost):
-                            index_messages(part, store=self.store, index=self.index, embedder=self.embedder,
-                                           threshold=self.config.dedup_threshold)
-
-                    self._jointly(write)
-                else:
-                    self.store.insert_messages(part)
-                    if failure is None:  # after an index failure the rest is still stored, for repair
-                        try:
-                            index_messages(part, store=self.store, index=self.index, embedder=self.embedder,
-                                           threshold=self.config.dedup_threshold)
-                        except Exception as e:
-                            failure = e
-                if progress is not None:
-                    progress(len(part))
-            if failure is not None:
-                with vector_errors_typed(f"{len(rows)} messages were stored but not indexed ({{error}}); they "
-                                         "will be indexed on the next open or by rebuild_index()"):
-                    raise failure
+            write_messages(new, batch=len(rows), store=self.store, index=self.index, embedder=self.embedder,
+                           config=self.config, jointly=self._jointly if self._joint is not None else None,
+                           progress=progress)
         if self.config.episodes.compress_after_turns is not None and self._layers_ok():  # queued, no LLM here
             self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]
 
     @usable
-    def _not_yet_stored(self, rows: list[StoredMessage], chosen: list[str], user_id: str) -> list[StoredMessage]:
-        """The rows to write: a caller-chosen id already stored for this user with the same
-        message is a retry and is skipped; the same id with another message, or an id another
-        user holds, is refused (nothing is written)."""
-        if not chosen:
-            return rows
-        stored = self.store.get_by_ids(user_id, chosen)
-        for r in rows:
-            old = stored.get(r.id)
-            if old is not None and (old.session_id, old.role, old.content) != (r.session_id, r.role, r.content):
-                raise InvalidInputError(f"message id {r.id!r} already holds a different message; "
-                                        "use a new id for new content")
-        taken = self.store.existing_ids([i for i in chosen if i not in stored])
-        if taken:
-            raise InvalidInputError(f"message ids {sorted(taken)[:3]} are already in use; choose other ids")
-        return [r for r in rows if r.id not in stored]
-
     def forget(self, memory_id: str, *, user_id: str) -> None:
         """Delete one message of ``user_id`` from every store and index."""
         check_id(user_id, "user_id")
         check_id(memory_id, "memory_id")
         with self._write_lock:
-            def drop() -> None:
-                if not self.store.delete_message(user_id, memory_id):
-                    raise NotFoundError(f"no memory {memory_id!r} for this user")
-                self.index.delete(vector_ids([memory_id]))  # the message's vector and its chunks'
-                note_forgotten(self.store, 1)
-
-            self._jointly(drop)
+            self._jointly(lambda: drop_message(self.store, self.index, user_id, memory_id))
 
     @usable
     def clear_session(self, session_id: str, *, user_id: str) -> int:
@@ -405,13 +331,7 @@ class TieredMemory:
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         with self._write_lock:
-            def drop() -> list[str]:
-                ids = self.store.clear_session(user_id, session_id)
-                self.index.delete(vector_ids(ids))
-                note_forgotten(self.store, len(ids))
-                return ids
-
-            ids = self._jointly(drop)
+            ids = self._jointly(lambda: drop_session(self.store, self.index, user_id, session_id))
             if self._layers_ok():
                 self.working_memory(session_id, user_id=user_id).clear()
         return len(ids)
@@ -427,36 +347,18 @@ class TieredMemory:
         check_id(user_id, "user_id")
         with self._write_lock:
             self.parts.access.flush()  # no pending count may outlive the user's rows
-            self._set_pending_forgets(self._pending_forgets() | {user_id})
-            def drop() -> list[str]:
-                ids = self.store.forget_user(user_id)
-                note_forgotten(self.store, len(ids))
-                with vector_errors_typed(
-                        "the user's records and vectors are not deleted ({error}); nothing was, retry" if self._joint
-                        else "the user's records are deleted but not yet their vectors ({error}); the deletion "
-                        "is finished on the next open, or before the next write for this user"):
-                    self.index.delete_user(user_id)
-                return ids
-
-            ids = self._jointly(drop)
-            self._set_pending_forgets(self._pending_forgets() - {user_id})
+            self._set_pending_forgets(pending_forgets(self.store) | {user_id})
+            ids = self._jointly(lambda: drop_user(self.store, self.index, user_id, joint=self._joint is not None))
+            self._set_pending_forgets(pending_forgets(self.store) - {user_id})
         return len(ids)
 
-    def _pending_forgets(self) -> set[str]:
-        raw = self.store.get_meta(PENDING_FORGETS)
-        try:
-            users = json.loads(raw) if raw else []
-        except ValueError:
-            users = []
-        return {u for u in users if isinstance(u, str)}
-
     def _set_pending_forgets(self, users: set[str]) -> None:
-        self.store.set_meta(PENDING_FORGETS, json.dumps(sorted(users)))
+        set_pending_forgets(self.store, users)
         self._unfinished = users
 
     def _finish_forgets(self, only: str | None = None) -> None:
         """Complete deletions a failure interrupted (all at open; one user before a write)."""
-        pending = self._pending_forgets()
+        pending = pending_forgets(self.store)
         for user in sorted(pending if only is None else pending & {only}):
             try:
                 self.forget_user(user)

@@ -1,0 +1,176 @@
+"""Writing and removing messages: what :class:`~.memory.TieredMemory` runs under its write lock.
+
+The facade checks the ids, takes its write lock and calls these. Each takes the parts it
+needs; ``jointly(fn)`` runs ``fn`` as one transaction of rows and vectors where both live
+in one engine (pgvector), and simply runs it elsewhere.
+
+Invariants:
+
+- A batch is validated whole before anything is written: one bad message writes nothing.
+- Rows are committed before their vectors are written. Where rows and vectors live in two
+  engines, a vector failure leaves the rows stored and pending (the next open or
+  ``rebuild_index`` indexes them); where they share one, a write chunk commits whole or
+  not at all.
+- A message id chosen by the caller makes a retry idempotent: the same message under the
+  same id is skipped, another message under it is refused.
+- A user's deletion is recorded before it starts (``PENDING_FORGETS``) and cleared only
+  once rows and vectors are gone, so an interrupted one is finished later.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from .backends import note_forgotten
+from .config import MemoryConfig
+from .embedding import Embedder
+from .errors import InvalidInputError, NotFoundError
+from .guard import vector_errors_typed
+from .recall.chunking import vector_ids
+from .recall.indexing import index_messages
+from .store.base import RecordStore
+from .types import Message, StoredMessage
+from .validation import normalize_message
+from .vector.base import VectorIndex
+
+PENDING_FORGETS = "pending_forget_users"  # meta key: users whose forget_user has not completed
+T = TypeVar("T")
+Jointly = Callable[[Callable[[], T]], T]
+
+
+def rows_of(messages: Iterable[Message | Mapping[str, Any]], *, session_id: str, user_id: str,
+            config: MemoryConfig, now: float) -> tuple[list[StoredMessage], list[str]]:
+    """The batch as rows to store (each with its id, chosen or new) and the ids the caller chose.
+
+    Raises:
+        InvalidInputError: ``messages`` is not a list of messages, one of them is bad (the
+            error names it), or two carry the same id.
+    """
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Iterable):
+        raise InvalidInputError(
+            f"messages must be a list of dicts or Message objects, got {type(messages).__name__}")
+    normalized = []
+    for n, item in enumerate(list(messages)):
+        try:
+            normalized.append(normalize_message(item, max_chars=config.max_content_chars,
+                                                max_metadata_bytes=config.max_metadata_bytes, now=now))
+        except Exception as e:
+            raise type(e)(f"message {n}: {e}") from e
+    rows = [
+        StoredMessage(id=m.id or uuid.uuid4().hex, user_id=user_id, session_id=session_id, role=m.role,
+                      content=m.content, metadata=dict(m.metadata or {}),
+                      timestamp=float(m.timestamp))  # type: ignore[arg-type]
+        for m in normalized
+    ]
+    chosen = [m.id for m in normalized if m.id is not None]
+    if len(set(chosen)) != len(chosen):
+        raise InvalidInputError("two messages of the batch have the same id")
+    return rows, chosen
+
+
+def not_yet_stored(store: RecordStore, rows: list[StoredMessage], chosen: list[str],
+                   user_id: str) -> list[StoredMessage]:
+    """The rows to write: a caller-chosen id already stored for this user with the same
+    message is a retry and is skipped; the same id with another message, or an id another
+    user holds, is refused (nothing is written)."""
+    if not chosen:
+        return rows
+    stored = store.get_by_ids(user_id, chosen)
+    for r in rows:
+        old = stored.get(r.id)
+        if old is not None and (old.session_id, old.role, old.content) != (r.session_id, r.role, r.content):
+            raise InvalidInputError(f"message id {r.id!r} already holds a different message; "
+                                    "use a new id for new content")
+    taken = store.existing_ids([i for i in chosen if i not in stored])
+    if taken:
+        raise InvalidInputError(f"message ids {sorted(taken)[:3]} are already in use; choose other ids")
+    return [r for r in rows if r.id not in stored]
+
+
+def write_messages(new: list[StoredMessage], *, batch: int, store: RecordStore, index: VectorIndex,
+                   embedder: Embedder, config: MemoryConfig, jointly: Jointly[None] | None,
+                   progress: Callable[[int], None] | None) -> None:
+    """Store and index ``new`` (what is left to write of a batch of ``batch`` messages) in
+    chunks of ``config.write_chunk``; ``jointly`` when rows and vectors share an engine.
+
+    Raises:
+        VectorIndexError: the vector engine failed (what is stored then is in the message).
+    """
+    failure: Exception | None = None
+    for start in range(0, len(new), config.write_chunk):
+        part = new[start:start + config.write_chunk]
+        if jointly is not None:  # rows and vectors in one engine: each chunk commits whole
+            lost = (f"nothing of the batch of {batch} was stored ({{error}}); retry it" if start == 0 else
+                    f"the first {start} messages of the batch were stored, the rest not ({{error}}); "
+                    "retry the batch with the same message ids to store the rest (a batch whose ids "
+                    "the library chose cannot tell which were stored: give long batches ids)")
+
+            def write(part: list[StoredMessage] = part, lost: str = lost) -> None:
+                store.insert_messages(part)
+                with vector_errors_typed(lost):
+                    index_messages(part, store=store, index=index, embedder=embedder,
+                                   threshold=config.dedup_threshold)
+
+            jointly(write)
+        else:
+            store.insert_messages(part)
+            if failure is None:  # after an index failure the rest is still stored, for repair
+                try:
+                    index_messages(part, store=store, index=index, embedder=embedder,
+                                   threshold=config.dedup_threshold)
+                except Exception as e:
+                    failure = e
+        if progress is not None:
+            progress(len(part))
+    if failure is not None:
+        with vector_errors_typed(f"{batch} messages were stored but not indexed ({{error}}); they "
+                                 "will be indexed on the next open or by rebuild_index()"):
+            raise failure
+
+
+def drop_message(store: RecordStore, index: VectorIndex, user_id: str, memory_id: str) -> None:
+    """Delete one message of the user, its vector and its chunks' vectors."""
+    if not store.delete_message(user_id, memory_id):
+        raise NotFoundError(f"no memory {memory_id!r} for this user")
+    index.delete(vector_ids([memory_id]))
+    note_forgotten(store, 1)
+
+
+def drop_session(store: RecordStore, index: VectorIndex, user_id: str, session_id: str) -> list[str]:
+    """Delete a session's messages and their vectors; returns their ids."""
+    ids = store.clear_session(user_id, session_id)
+    index.delete(vector_ids(ids))
+    note_forgotten(store, len(ids))
+    return ids
+
+
+def drop_user(store: RecordStore, index: VectorIndex, user_id: str, *, joint: bool) -> list[str]:
+    """Delete every row of the user, then every vector; returns the message ids.
+
+    Raises:
+        VectorIndexError: the vectors could not be deleted (``joint``: nothing was).
+    """
+    ids = store.forget_user(user_id)
+    note_forgotten(store, len(ids))
+    with vector_errors_typed(
+            "the user's records and vectors are not deleted ({error}); nothing was, retry" if joint
+            else "the user's records are deleted but not yet their vectors ({error}); the deletion "
+            "is finished on the next open, or before the next write for this user"):
+        index.delete_user(user_id)
+    return ids
+
+
+def pending_forgets(store: RecordStore) -> set[str]:
+    """Users whose ``forget_user`` started and has not completed (an unreadable record: none)."""
+    raw = store.get_meta(PENDING_FORGETS)
+    try:
+        users = json.loads(raw) if raw else []
+    except ValueError:
+        users = []
+    return {u for u in users if isinstance(u, str)} if isinstance(users, list) else set()
+
+
+def set_pending_forgets(store: RecordStore, users: set[str]) -> None:
+    store.set_meta(PENDING_FORGETS, json.dumps(sorted(users)))
