@@ -169,13 +169,13 @@ def test_record_store_limit_reached_is_a_store_error(make_memory: Callable[..., 
     m = make_memory()
     m.add_many(batch("before"), session_id="s", user_id="u")
     pages = m.store.query("PRAGMA page_count")[0][0]  # type: ignore[attr-defined]
-    m.store.conn.execute(f"PRAGMA max_page_count={pages}")  # type: ignore[attr-defined]  # the writer's connection
+    m.store.query(f"PRAGMA max_page_count={pages}")  # type: ignore[attr-defined]
     with pytest.raises(StoreError) as info:
         m.add_many([{"role": "user", "content": "x" * 50_000 + str(uuid.uuid4())}] * 3, session_id="s", user_id="u")
     assert "full" in str(info.value)
     assert batches_in(m) == {"before": 4}
     assert integrity(m) == "ok"
-    m.store.conn.execute("PRAGMA max_page_count=1073741823")  # type: ignore[attr-defined]
+    m.store.query("PRAGMA max_page_count=1073741823")  # type: ignore[attr-defined]
 
 
 # ---- the LLM ----------------------------------------------------------------------

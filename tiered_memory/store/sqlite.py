@@ -14,7 +14,6 @@ from ..errors import CorruptStoreError, StoreError
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS
 from .filters import sqlite_filter
-from .sqlite_readers import Readers
 from .text_search import fts5_any, same_text_sqlite
 
 APP_ID = "tiered-memory"
@@ -85,8 +84,6 @@ class SQLiteRecordStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
-        self._writing = threading.local()  # depth of this thread's write transactions
-        self._readers = Readers(self.path, cache_kib=CACHE_KIB)  # reads outside them (sqlite_readers.py)
         conn: sqlite3.Connection | None = None
         try:
             self.conn = conn = sqlite3.connect(
@@ -134,7 +131,6 @@ class SQLiteRecordStore:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         with self.lock:
-            self._writing.depth = getattr(self._writing, "depth", 0) + 1
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
                 yield self.conn
@@ -145,26 +141,13 @@ class SQLiteRecordStore:
                 if isinstance(e, sqlite3.Error):
                     raise StoreError(f"record store write failed: {e}") from e
                 raise
-            finally:
-                self._writing.depth -= 1
-
-    @contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
-        """The connection for a read: the writer's inside this thread's write transaction (it
-        sees its own rows), else a pooled read connection (reads run side by side)."""
-        if getattr(self._writing, "depth", 0):
-            with self.lock:
-                yield self.conn
-        else:
-            with self._readers.connection() as conn:
-                yield conn
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        try:
-            with self._reading() as conn:
-                return conn.execute(sql, tuple(params)).fetchall()
-        except sqlite3.Error as e:
-            raise StoreError(f"record store read failed: {e}") from e
+        with self.lock:
+            try:
+                return self.conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.Error as e:
+                raise StoreError(f"record store read failed: {e}") from e
 
     def migrate(self, name: str, steps: list[str]) -> None:
         """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``, each in its
@@ -194,7 +177,6 @@ class SQLiteRecordStore:
             c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def close(self) -> None:
-        self._readers.close()
         with self.lock:
             self.conn.close()
 
@@ -313,8 +295,8 @@ class SQLiteRecordStore:
 
     def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
                    session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
-        """Keyword matches and the records of them and of ``ids``, from one snapshot."""
-        with self._readers.snapshot():
+        """Keyword matches and the records of them and of ``ids``, under one lock."""
+        with self.lock:
             kw = self.keyword_search(user_id, terms, k=k, session_id=session_id) if terms else []
             return self.get_by_ids(user_id, [*ids, *(i for i, _ in kw)]), kw
 
@@ -330,9 +312,8 @@ class SQLiteRecordStore:
         """For each id, the messages of the same session within ``window`` positions (itself included)."""
         out: dict[str, list[StoredMessage]] = {mid: [] for mid in ids}
         wanted = list(dict.fromkeys(ids))
-        with self._readers.snapshot():  # the targets and their sessions' rows from one state
-            for start in range(0, len(wanted), 300):  # one query per 300 ids, not one per id
-                out.update(self._neighbors(user_id, wanted[start:start + 300], window))
+        for start in range(0, len(wanted), 300):  # one query per 300 ids, not one per id
+            out.update(self._neighbors(user_id, wanted[start:start + 300], window))
         return out
 
     def _neighbors(self, user_id: str, ids: list[str], window: int) -> dict[str, list[StoredMessage]]:
@@ -344,15 +325,15 @@ class SQLiteRecordStore:
         # rowids are global, so a session's turns may be spread out: look 4x wider, then count positions
         span = window * 4
         by_session: dict[str, dict[str, StoredMessage]] = {}
-        try:
-            with self._reading() as conn:  # one simple index range per target: cheaper than one OR-ed query
+        with self.lock:  # one simple index range per target: cheaper than one query OR-ing them
+            try:
                 for _, sid, seq in targets:
-                    for r in conn.execute(
+                    for r in self.conn.execute(
                             f"SELECT {_COLUMNS} FROM messages WHERE user_id=? AND session_id=?"
                             " AND rowid BETWEEN ? AND ?", (user_id, sid, seq - span, seq + span)):
                         by_session.setdefault(sid, {})[r[0]] = _row(r)
-        except sqlite3.Error as e:
-            raise StoreError(f"record store read failed: {e}") from e
+            except sqlite3.Error as e:
+                raise StoreError(f"record store read failed: {e}") from e
         ordered = {sid: sorted(found.values(), key=lambda m: m.seq) for sid, found in by_session.items()}
         out: dict[str, list[StoredMessage]] = {}
         for mid, sid, _ in targets:
