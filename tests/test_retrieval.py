@@ -18,6 +18,7 @@ from tiered_memory.recall.query import (
     is_temporal_question,
     plan_query,
     proper_names,
+    question_share,
 )
 from tiered_memory.recall.scoring import (
     Candidate,
@@ -105,6 +106,20 @@ def test_has_time_expression(text, has):
     assert has_time_expression(text) is has
 
 
+@pytest.mark.parametrize("text, share", [
+    ("What type of guitar?", 1.0),
+    ("That's awesome! What type of guitar? Been playing long?", 2 / 3),
+    ("Caroline: I went hiking with my kids.", 0.0),
+    ("Love it! [shares a photo: what is this?]", 0.0),  # a bracketed note is no sentence of the turn
+    ("hey\nu coming tonight?", 0.5),  # chat: one line, one sentence
+    ("is it 3.5?", 1.0),
+    ("", 0.0),
+    ("[shares a photo]", 0.0),
+])
+def test_question_share(text, share):
+    assert question_share(text) == pytest.approx(share)
+
+
 @pytest.mark.parametrize("content, metadata, speaker", [
     ("Caroline: hi there", None, "Caroline"),
     ("Jon Snow: winter", {}, "Jon Snow"),
@@ -187,6 +202,28 @@ def test_neighbor_lifts_the_reply_to_a_matching_question():
     assert order == ["question", "reply", "other"]
     without = [s.id for s in score_turns(cands, {}, EMPTY, w, now=0)]
     assert without == ["question", "other", "reply"]
+
+
+@pytest.mark.parametrize("reply_weight, question_penalty, order", [
+    (0.0, 0.0, ["question", "reply", "other"]),  # the question echoes the query: 0.7 against 0.3 + 0.3 x 0.7
+    (0.3, 0.0, ["reply", "question", "other"]),  # its reply gains 0.6 x 0.7: 0.72 against 0.7
+    (0.0, 0.25, ["reply", "question", "other"]),  # the question loses 0.25: 0.45 against 0.51
+    (0.0, 0.15, ["question", "reply", "other"]),  # 0.55 against 0.51
+])
+def test_a_question_passes_its_match_to_its_reply(reply_weight, question_penalty, order):
+    cands = [cand("question", sim=0.7, text="What instruments do you play?"),
+             cand("reply", sim=0.3, text="I play clarinet. Started young."),
+             cand("other", sim=0.2, text="Nice weather today.")]
+    w = TurnWeights(neighbor_weight=0.3, reply_weight=reply_weight, question_penalty=question_penalty,
+                    speaker_boost=0, time_boost=0, session_weight=0, session_coverage_weight=0)
+    scored = score_turns(cands, {"reply": "question", "other": "reply"}, EMPTY, w, now=0)
+    assert [s.id for s in scored] == order
+    question = next(s for s in scored if s.id == "question")
+    assert ("question" in question.parts) is bool(question_penalty)
+    reply = next(s for s in scored if s.id == "reply")
+    assert reply.parts["neighbor"]["contribution"] == pytest.approx((0.3 + reply_weight) * 0.7)
+    other = next(s for s in scored if s.id == "other")  # the reply before it is no question
+    assert other.parts["neighbor"]["contribution"] == pytest.approx(0.3 * 0.3)
 
 
 @pytest.mark.parametrize("query, text, speaker, boosted", [
@@ -353,3 +390,28 @@ def test_hybrid_finds_the_reply_plain_vector_search_misses(memory):
 
     plain = memory.index.query(embed_query(memory.embedder, query)[None, :], user_id="u", k=2, layers=["turn"])[0]
     assert answer not in [i for i, _ in plain]
+
+
+def test_the_answer_outranks_the_question_that_echoes_the_query(make_memory):
+    """A question in a chat repeats the words of a later query about it ("You play any
+    instruments?"); the fact is in the reply. By default the reply comes first; with the
+    question signals off, the question does."""
+    from dataclasses import replace
+
+    from tiered_memory import MemoryConfig
+
+    turns = [
+        "Caroline: You play any instruments, Melanie?",
+        "Melanie: Yeah, clarinet, since I was young. It helps me relax.",
+        "Caroline: I went to a pottery class with friends last weekend.",
+        "Melanie: The kids loved the beach trip, we go once or twice a year.",
+        "Caroline: My counseling course starts next month.",
+    ]
+    off = replace(MemoryConfig().retrieval, reply_weight=0.0, question_penalty=0.0)
+    for name, config, first in (("on", MemoryConfig(), 1), ("off", replace(MemoryConfig(), retrieval=off), 0)):
+        memory = make_memory(name, config=config)
+        ids = memory.add_many([{"role": "user", "content": t} for t in turns], user_id="u", session_id="s1")
+        hits = memory.search("What instruments does Melanie play?", user_id="u", k=3)
+        assert hits[0].id == ids[first]
+        question = next(h for h in hits if h.id == ids[0])
+        assert ("question" in question.explanation["signals"]) is (config.retrieval.question_penalty > 0)

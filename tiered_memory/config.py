@@ -35,6 +35,8 @@ class RetrievalConfig:
     recency_half_life_days: float = 30.0
     keyword_score_weight: float = 0.5
     neighbor_weight: float = 0.3  # x the previous turn's base score
+    reply_weight: float = 0.3  # + this x the previous turn's share of questions, on neighbor_weight
+    question_penalty: float = 0.15  # x the turn's share of question sentences, subtracted
     neighbor_expand: int = 30  # best candidates whose session neighbours are fetched
     speaker_boost: float = 0.1  # the query names the turn's speaker
     time_boost: float = 0.1  # a "when" query and a turn with a time expression

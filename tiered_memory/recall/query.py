@@ -135,6 +135,20 @@ def has_time_expression(text: str) -> bool:
     return bool(_TIME_EXPRESSION.search(text))
 
 
+_BRACKETED = re.compile(r"\[[^\]]*\]")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+
+
+@lru_cache(maxsize=16384)
+def question_share(text: str) -> float:
+    """The share of ``text``'s sentences that are questions (end with ``?``), bracketed
+    notes such as ``[shares a photo]`` left out; 0.0 for a text without sentences."""
+    sentences = [p.strip() for p in _SENTENCE_END.split(_BRACKETED.sub(" ", text)) if p.strip()]
+    if not sentences:
+        return 0.0
+    return sum(1 for p in sentences if p.endswith("?")) / len(sentences)
+
+
 def plan_query(text: str) -> QueryPlan:
     """Analyse a query: keyword expression, names, dates, and whether it asks *when*."""
     return QueryPlan(text=text, terms=tuple(keywords(text)), names=proper_names(text),

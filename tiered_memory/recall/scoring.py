@@ -11,7 +11,12 @@ Turn recall (:func:`score_turns`) adds, per candidate turn:
   ``date_boost`` if the query names a date and the turn is dated near it: the
   turn's *base* score;
 - ``neighbor_weight`` times the base score of the turn before it in its session
-  (a reply's meaning often lives in the question it answers);
+  (a reply's meaning often lives in the question it answers), raised by
+  ``reply_weight`` times that turn's share of question sentences (a question passes
+  most of its match on to its reply);
+- minus ``question_penalty`` times its own share of question sentences
+  (:func:`~.query.question_share`): a question echoes the words of the query that
+  asks about it, but the fact is in the answer;
 - ``speaker_boost`` if the query names the turn's speaker;
 - ``time_boost`` if the query asks *when* and the turn holds a time expression;
 - ``exchange_weight`` times the query terms' coverage by the turn and the one before
@@ -32,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .coverage import exchange_coverage, session_coverage, term_weights
-from .query import QueryPlan, has_time_expression
+from .query import QueryPlan, has_time_expression, question_share
 
 
 
@@ -155,6 +160,8 @@ class TurnWeights:
 
     keyword_score_weight: float = 0.5
     neighbor_weight: float = 0.3
+    reply_weight: float = 0.3
+    question_penalty: float = 0.15
     speaker_boost: float = 0.1
     time_boost: float = 0.1
     date_boost: float = 0.2
@@ -263,9 +270,15 @@ def score_turns(
             p["keyword"] = {"rank": float(c.keyword_rank or 0), "value": c.bm25}
         s = base[c.id]
         prev = previous.get(c.id)
-        if prev is not None and prev in base and w.neighbor_weight:
-            s += w.neighbor_weight * base[prev]
-            p["neighbor"] = {"rank": 0.0, "value": base[prev], "contribution": w.neighbor_weight * base[prev]}
+        if prev is not None and prev in base and (w.neighbor_weight or w.reply_weight):
+            nw = w.neighbor_weight + w.reply_weight * question_share(by_id[prev].text)
+            s += nw * base[prev]
+            p["neighbor"] = {"rank": 0.0, "value": base[prev], "contribution": nw * base[prev]}
+        if w.question_penalty:
+            asked = question_share(c.text)
+            if asked:
+                s -= w.question_penalty * asked
+                p["question"] = {"rank": 0.0, "value": asked, "contribution": -w.question_penalty * asked}
         if w.speaker_boost and names_speaker(plan.names, c.speaker):
             s += w.speaker_boost
             p["speaker"] = {"rank": 0.0, "value": 1.0, "contribution": w.speaker_boost}

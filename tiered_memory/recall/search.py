@@ -121,7 +121,7 @@ def search_turns(
 
     pool = [candidate(r) for r in records.values()]
     neighbors: dict[str, list[Any]] = {}
-    if config.neighbor_weight and config.neighbor_expand and records:
+    if (config.neighbor_weight or config.reply_weight) and config.neighbor_expand and records:
         # the turns around the best candidates join the pool: a reply is found by its question
         base = base_scores(pool, plan, weights)
         best = sorted(base, key=lambda i: (-base[i], i))[: config.neighbor_expand]
