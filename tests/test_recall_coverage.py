@@ -75,7 +75,8 @@ def cand(i: str, text: str, session: str, sim: float) -> Candidate:
 
 
 OFF = TurnWeights(neighbor_weight=0, speaker_boost=0, time_boost=0, date_boost=0, session_weight=0,
-                  session_coverage_weight=0, exchange_weight=0, session_best_weight=0)
+                  session_coverage_weight=0, exchange_weight=0, session_best_weight=0, reply_weight=0,
+                  question_penalty=0)
 
 
 def test_session_coverage_lifts_a_turn_whose_session_covers_the_query():

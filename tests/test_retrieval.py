@@ -169,8 +169,8 @@ def cand(i: str, *, sim: float | None = None, bm25: float | None = None, session
                      similarity=sim, bm25=bm25)
 
 
-PLAIN = TurnWeights(neighbor_weight=0, speaker_boost=0, time_boost=0, date_boost=0,
-                    session_weight=0, recency_boost=0)
+PLAIN = TurnWeights(neighbor_weight=0, reply_weight=0, question_penalty=0, speaker_boost=0, time_boost=0,
+                    date_boost=0, session_weight=0, recency_boost=0)
 EMPTY = QueryPlan(text="q", terms=())
 
 
