@@ -14,7 +14,7 @@ from ..errors import CorruptStoreError, StoreError
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS
 from .filters import sqlite_filter
-from .text_search import fts5_any, same_text_sqlite
+from .text_search import SELECTIVE_FROM_ROWS, TermCounts, fts5_any, same_text_sqlite, selective_terms
 
 APP_ID = "tiered-memory"
 
@@ -84,6 +84,7 @@ class SQLiteRecordStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
+        self._term_counts = TermCounts(self._rows_holding)
         conn: sqlite3.Connection | None = None
         try:
             self.conn = conn = sqlite3.connect(
@@ -276,7 +277,10 @@ class SQLiteRecordStore:
     def keyword_search(
         self, user_id: str, terms: Sequence[str], *, k: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
-        """BM25 over FTS5, OR-ing ``terms``; higher score is better."""
+        """BM25 over FTS5, OR-ing ``terms`` (the common ones left out, see
+        :func:`~.text_search.selective_terms`); higher score is better."""
+        rows = int(self.query("SELECT coalesce(max(rowid), 0) FROM messages")[0][0])  # ~rows, from the b-tree's end
+        terms = selective_terms(terms, self._term_counts.of(terms, rows) if rows >= SELECTIVE_FROM_ROWS else {}, rows)
         match = fts5_any(terms)
         if match is None:
             return []
@@ -292,6 +296,11 @@ class SQLiteRecordStore:
         sql += " ORDER BY bm25(messages_fts) LIMIT ?"
         params.append(k)
         return [(r[0], float(r[1])) for r in self.query(sql, params)]
+
+    def _rows_holding(self, term: str) -> int:
+        match = fts5_any([term])
+        return 0 if match is None else int(
+            self.query("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (match,))[0][0])
 
     def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
                    session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:

@@ -1,0 +1,48 @@
+"""SQLite keyword search leaves out the terms most of the store holds (store/text_search.py):
+a pure rule with a table test, the counts it reads, and the search on a real store."""
+
+from __future__ import annotations
+
+import pytest
+
+from tiered_memory.store.sqlite import SQLiteRecordStore
+from tiered_memory.store.text_search import TermCounts, selective_terms
+from tiered_memory.types import StoredMessage
+
+
+@pytest.mark.parametrize("terms, df, rows, expected", [
+    (["rare", "common"], {"rare": 3, "common": 5000}, 10_000, ["rare"]),
+    (["rare", "common"], {"rare": 3, "common": 1000}, 10_000, ["rare", "common"]),  # exactly the share: kept
+    (["common", "also"], {"common": 5000, "also": 4000}, 10_000, ["common", "also"]),  # none left: keep all
+    (["rare", "common"], {"rare": 3, "common": 900}, 999, ["rare", "common"]),  # a small store keeps all
+    (["unseen"], {}, 10_000, ["unseen"]),
+    ([], {}, 10_000, []),
+])
+def test_selective_terms(terms, df, rows, expected):
+    assert selective_terms(terms, df, rows) == expected
+
+
+def test_term_counts_count_once_and_again_after_growth():
+    calls: list[str] = []
+    counts = TermCounts(lambda t: calls.append(t) or len(calls))
+    assert counts.of(["a", "b"], rows=1000) == {"a": 1, "b": 2}
+    assert counts.of(["a"], rows=1200) == {"a": 1} and calls == ["a", "b"]  # within a quarter: cached
+    assert counts.of(["a"], rows=1400) == {"a": 3}  # grown past a quarter: counted again
+
+
+def msg(i: int, text: str, user: str = "u") -> StoredMessage:
+    return StoredMessage(id=f"m{i}", user_id=user, session_id="s", role="user", content=text, timestamp=float(i))
+
+
+def test_a_common_term_no_longer_brings_its_rows_but_a_rare_one_does(tmp_path):
+    store = SQLiteRecordStore(tmp_path / "r.sqlite3")
+    try:
+        n = 1500
+        rows = [msg(i, f"weather note {i}") for i in range(n - 2)]  # "weather" is in nearly every row
+        rows += [msg(n - 2, "the violin lesson moved to Friday"), msg(n - 1, "weather for the violin trip")]
+        store.insert_messages(rows)
+        found = [i for i, _ in store.keyword_search("u", ["weather", "violin"], k=50)]
+        assert sorted(found) == [f"m{n - 2}", f"m{n - 1}"]  # the rare term's rows, not 50 of the common one's
+        assert len(store.keyword_search("u", ["weather"], k=50)) == 50  # alone, a common term still matches
+    finally:
+        store.close()
