@@ -69,6 +69,14 @@ def traces(memory: TieredMemory, user_id: str, ids: set[str]) -> list[str]:
                                        (f'"{word}"',)).fetchone()[0]
                     if hits:
                         found.append(f"FTS index {name}: {hits} entries for the codeword")
+                    if name == "messages_fts" and any(ch.isalnum() for ch in user_id):  # it holds each row's user
+                        phrase = 'user_id : "' + user_id.replace('"', '""') + '"'
+                        held = con.execute(  # entries under the id's words, other users' rows aside
+                            "SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?"
+                            " AND rowid NOT IN (SELECT rowid FROM messages WHERE user_id != ?)",
+                            (phrase, user_id)).fetchone()[0]
+                        if held:
+                            found.append(f"FTS index {name}: {held} entries under the user's id")
                     continue
                 scan(name, con.execute(f'SELECT * FROM "{name}"'))
     else:  # PostgreSQL: every table of the schema; the tsvector columns are read as text

@@ -46,3 +46,57 @@ def test_a_common_term_no_longer_brings_its_rows_but_a_rare_one_does(tmp_path):
         assert len(store.keyword_search("u", ["weather"], k=50)) == 50  # alone, a common term still matches
     finally:
         store.close()
+
+
+# ---- the keyword index holds each row's user (store/text_search.py: user_fts_query) ----
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tiered_memory.store.sqlite import MIGRATIONS, _split_sql  # noqa: E402
+from tiered_memory.validation import check_id  # noqa: E402
+
+
+def valid_id(text: str) -> bool:
+    try:
+        check_id(text, "user_id")
+    except Exception:
+        return False
+    return True
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(user=st.text(min_size=1, max_size=12).filter(valid_id), other=st.text(min_size=1, max_size=12).filter(valid_id))
+def test_any_user_id_finds_its_own_rows_and_never_anothers(tmp_path_factory, user, other):
+    store = SQLiteRecordStore(tmp_path_factory.mktemp("ids") / "r.sqlite3")
+    try:
+        store.insert_messages([msg(1, "the violin lesson", user=user), msg(2, "the violin lesson", user=other)
+                               if other != user else msg(2, "a piano lesson", user=user)])
+        found = {i for i, _ in store.keyword_search(user, ["violin"], k=10)}
+        assert found == {"m1"}
+    finally:
+        store.close()
+
+
+def test_an_older_store_gets_the_user_column_and_keeps_its_rows(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "old.sqlite3"
+    fresh = SQLiteRecordStore(path)  # the app id and meta rows, then back to the first three steps
+    fresh.close()
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("DROP TRIGGER messages_ai")
+    con.execute("DROP TRIGGER messages_ad")
+    con.execute("DROP TABLE messages_fts")
+    for statement in _split_sql(MIGRATIONS[0]):
+        con.execute(statement)  # the first step's one-column keyword index and its triggers
+    con.execute("DELETE FROM schema_migrations WHERE name='core' AND version > 3")
+    con.execute("INSERT INTO messages (id, user_id, session_id, role, content, timestamp, created_at)"
+                " VALUES ('old', 'u', 's', 'user', 'the violin lesson', 0, 0)")
+    con.close()
+    store = SQLiteRecordStore(path)
+    try:
+        assert [i for i, _ in store.keyword_search("u", ["violin"], k=5)] == ["old"]  # rebuilt from the rows
+        store.insert_messages([msg(7, "violin strings")])
+        assert {i for i, _ in store.keyword_search("u", ["violin"], k=5)} == {"old", "m7"}
+    finally:
+        store.close()

@@ -14,7 +14,8 @@ from ..errors import CorruptStoreError, StoreError
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS
 from .filters import sqlite_filter
-from .text_search import SELECTIVE_FROM_ROWS, TermCounts, fts5_any, same_text_sqlite, selective_terms
+from .text_search import (SELECTIVE_FROM_ROWS, TermCounts, fts5_any, same_text_sqlite, selective_terms,
+                          user_fts_query)
 
 APP_ID = "tiered-memory"
 
@@ -57,6 +58,24 @@ MIGRATIONS: list[str] = [
     # has_long_messages: the users with a chunked message, without reading their rows
     f"""
     CREATE INDEX IF NOT EXISTS messages_long ON messages(user_id) WHERE length(content) > {LONG_MESSAGE_CHARS};
+    """,
+    # the keyword index holds each row's user too, so a keyword search reads the posting lists
+    # of the user's rows, not of the whole store (store/text_search.py: user_fts_query)
+    """
+    DROP TRIGGER IF EXISTS messages_ai;
+    DROP TRIGGER IF EXISTS messages_ad;
+    DROP TABLE IF EXISTS messages_fts;
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        content, user_id, content='messages', content_rowid='rowid', tokenize='porter unicode61'
+    );
+    INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
+    CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts(rowid, content, user_id) VALUES (new.rowid, new.content, new.user_id);
+    END;
+    CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, content, user_id)
+        VALUES ('delete', old.rowid, old.content, old.user_id);
+    END;
     """,
 ]
 
@@ -281,11 +300,11 @@ class SQLiteRecordStore:
         :func:`~.text_search.selective_terms`); higher score is better."""
         rows = int(self.query("SELECT coalesce(max(rowid), 0) FROM messages")[0][0])  # ~rows, from the b-tree's end
         terms = selective_terms(terms, self._term_counts.of(terms, rows) if rows >= SELECTIVE_FROM_ROWS else {}, rows)
-        match = fts5_any(terms)
+        match = user_fts_query(user_id, terms)
         if match is None:
             return []
-        sql = (
-            "SELECT m.id, -bm25(messages_fts) AS s FROM messages_fts"
+        sql = (  # the user column weighs nothing: scores are the content's BM25 alone
+            "SELECT m.id, -bm25(messages_fts, 1.0, 0.0) AS s FROM messages_fts"
             " JOIN messages m ON m.rowid = messages_fts.rowid"
             " WHERE messages_fts MATCH ? AND m.user_id = ?"
         )
@@ -293,14 +312,14 @@ class SQLiteRecordStore:
         if session_id is not None:
             sql += " AND m.session_id = ?"
             params.append(session_id)
-        sql += " ORDER BY bm25(messages_fts) LIMIT ?"
+        sql += " ORDER BY bm25(messages_fts, 1.0, 0.0) LIMIT ?"
         params.append(k)
         return [(r[0], float(r[1])) for r in self.query(sql, params)]
 
     def _rows_holding(self, term: str) -> int:
         match = fts5_any([term])
         return 0 if match is None else int(
-            self.query("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (match,))[0][0])
+            self.query("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (f"content : ({match})",))[0][0])
 
     def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
                    session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:

@@ -20,6 +20,21 @@ def fts5_any(terms: Sequence[str]) -> str | None:
     return " OR ".join(quoted) if quoted else None
 
 
+def user_fts_query(user_id: str, terms: Sequence[str]) -> str | None:
+    """The FTS5 expression of a keyword search in a table with ``content`` and ``user_id``
+    columns (pure): the terms OR-ed within ``content``, AND the user's id as a phrase of the
+    ``user_id`` column, so that the engine walks the user's rows only. An id with no letter
+    or digit (the characters FTS5's ``unicode61`` keeps as tokens) makes no phrase; the
+    caller's ``user_id =`` check is what keeps users apart either way (two ids with the same
+    words share a phrase)."""
+    match = fts5_any(terms)
+    if match is None:
+        return None
+    if not any(ch.isalnum() for ch in user_id):
+        return f"content : ({match})"
+    return 'user_id : "' + user_id.replace('"', '""') + f'" AND content : ({match})'
+
+
 def tsquery_any(terms: Sequence[str]) -> str | None:
     """A ``to_tsquery`` expression OR-ing the terms (``a | b``); only word characters
     survive, so the result is always valid tsquery syntax."""
