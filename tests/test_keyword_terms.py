@@ -100,3 +100,16 @@ def test_an_older_store_gets_the_user_column_and_keeps_its_rows(tmp_path):
         assert {i for i, _ in store.keyword_search("u", ["violin"], k=5)} == {"old", "m7"}
     finally:
         store.close()
+
+
+def test_one_term_given_as_a_string_is_one_term_in_a_large_store(tmp_path):
+    """A caller may pass a single term as a string: it must not be read as its characters
+    (the common-term rule counted each letter as a term, found in most rows)."""
+    store = SQLiteRecordStore(tmp_path / "r.sqlite3")
+    try:
+        store.insert_messages([msg(i, f"note {i} zq{i}x") for i in range(1200)]
+                              + [msg(2000 + i, "z q 7 8 x") for i in range(50)])  # each letter a word
+        assert [i for i, _ in store.keyword_search("u", '"zq7x"', k=2)] == ["m7"]
+        assert [i for i, _ in store.keyword_search("u", "zq8x", k=2)] == ["m8"]
+    finally:
+        store.close()

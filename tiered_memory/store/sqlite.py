@@ -298,6 +298,7 @@ class SQLiteRecordStore:
     ) -> list[tuple[str, float]]:
         """BM25 over FTS5, OR-ing ``terms`` (the common ones left out, see
         :func:`~.text_search.selective_terms`); higher score is better."""
+        terms = [terms] if isinstance(terms, str) else list(terms)  # one term, not its characters
         rows = int(self.query("SELECT coalesce(max(rowid), 0) FROM messages")[0][0])  # ~rows, from the b-tree's end
         terms = selective_terms(terms, self._term_counts.of(terms, rows) if rows >= SELECTIVE_FROM_ROWS else {}, rows)
         match = user_fts_query(user_id, terms)
