@@ -304,7 +304,8 @@ class SQLiteRecordStore:
         match = user_fts_query(user_id, terms)
         if match is None:
             return []
-        sql = (  # the user column weighs nothing: scores are the content's BM25 alone
+        sql = (  # the user column weighs nothing (its tokens still count in a row's length, which FTS5
+                 # takes over all columns: LoCoMo recall@5 moved +0.004, recall@10 +0.0002)
             "SELECT m.id, -bm25(messages_fts, 1.0, 0.0) AS s FROM messages_fts"
             " JOIN messages m ON m.rowid = messages_fts.rowid"
             " WHERE messages_fts MATCH ? AND m.user_id = ?"
