@@ -17,11 +17,11 @@ for its message, which must still be in the record store for the user.
 
 from __future__ import annotations
 
-import re
 from typing import Sequence
 
 from ..store.base import LONG_MESSAGE_CHARS
 from ..vector.base import CHUNK_SEPARATOR
+from .query import SENTENCE_BREAK
 
 CHUNK_OVER = LONG_MESSAGE_CHARS  # characters: longer messages are also indexed by their chunks
 CHUNK_SIZE = 700
@@ -30,7 +30,6 @@ MAX_CHUNKS = 64
 CHUNK_LAYER = "chunk"
 SEPARATOR = CHUNK_SEPARATOR  # ids never hold control characters (check_id): a chunk id names one message
 
-_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")
 
 
 def chunk_spans(text: str, *, over: int = CHUNK_OVER, size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP,
@@ -51,7 +50,7 @@ def chunk_spans(text: str, *, over: int = CHUNK_OVER, size: int = CHUNK_SIZE, ov
         end = min(n, start + size)
         if end < n:
             window = text[start:end]
-            breaks = [m.end() for m in _BREAK.finditer(window) if m.end() > size // 2]
+            breaks = [m.end() for m in SENTENCE_BREAK.finditer(window) if m.end() > size // 2]
             if breaks:
                 end = start + breaks[-1]
             else:

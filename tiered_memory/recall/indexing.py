@@ -17,6 +17,14 @@ from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
 log = logging.getLogger("tiered_memory")
 
 
+def positions_by_user(users: Sequence[str]) -> dict[str, list[int]]:
+    """Each user's positions in ``users``, in order (pure)."""
+    out: dict[str, list[int]] = {}
+    for i, user in enumerate(users):
+        out.setdefault(user, []).append(i)
+    return out
+
+
 def find_duplicates(
     vectors: np.ndarray,
     users: Sequence[str],
@@ -34,10 +42,7 @@ def find_duplicates(
     """
     dup: dict[str, str] = {}
     vectors = np.asarray(vectors, dtype=np.float32)
-    by_user: dict[str, list[int]] = {}
-    for i, user in enumerate(users):
-        by_user.setdefault(user, []).append(i)
-    for idx in by_user.values():
+    for idx in positions_by_user(users).values():
         own = vectors[idx] if len(vectors) else np.zeros((len(idx), 1), dtype=np.float32)
         for start in range(0, len(idx), 512):
             stop = min(start + 512, len(idx))
@@ -60,10 +65,7 @@ def nearest_stored(rows: Sequence[StoredMessage], vectors: np.ndarray, *, store:
     """For each row, the closest already-indexed memory of its user: a message with the same
     text when the store can find it (no vector query), else the index's nearest turn."""
     nearest: list[tuple[str, float] | None] = [None] * len(rows)
-    by_user: dict[str, list[int]] = {}
-    for i, r in enumerate(rows):
-        by_user.setdefault(r.user_id, []).append(i)
-    for user, idx in by_user.items():
+    for user, idx in positions_by_user([r.user_id for r in rows]).items():
         if isinstance(store, TextMatchSource):
             same = store.same_text(user, [rows[i].content for i in idx])
             for i in idx:

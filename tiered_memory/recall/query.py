@@ -136,14 +136,14 @@ def has_time_expression(text: str) -> bool:
 
 
 _BRACKETED = re.compile(r"\[[^\]]*\]")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")  # after a sentence's end mark, or a line break
 
 
 @lru_cache(maxsize=16384)
 def question_share(text: str) -> float:
     """The share of ``text``'s sentences that are questions (end with ``?``), bracketed
     notes such as ``[shares a photo]`` left out; 0.0 for a text without sentences."""
-    sentences = [p.strip() for p in _SENTENCE_END.split(_BRACKETED.sub(" ", text)) if p.strip()]
+    sentences = [p.strip() for p in SENTENCE_BREAK.split(_BRACKETED.sub(" ", text)) if p.strip()]
     if not sentences:
         return 0.0
     return sum(1 for p in sentences if p.endswith("?")) / len(sentences)
