@@ -4,11 +4,13 @@ and the limits of a read (k above what is held, a user with nothing)."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
-from tiered_memory import MemoryConfig, VectorIndexError
+from tiered_memory import MemoryConfig, StoreError, VectorIndexError
 from tiered_memory.portable import ImportFormatError
+from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.testing import FailingVectorIndex
 from tiered_memory.validation import MAX_COUNT
 from tiered_memory.vector.chroma import ChromaVectorIndex
@@ -109,3 +111,25 @@ def test_the_exact_scan_ranks_as_the_engine_does(make_memory, tmp_path):
             got = [h.id for h in exact.search(query, user_id="u", k=10, session_id=session)]
             assert got == [h.id for h in engine.search(query, user_id="u", k=10, session_id=session)]
             assert got and not any(i.startswith("other") for i in got)
+
+
+class KeywordFails(SQLiteRecordStore):
+    failing = True
+
+    def keyword_search(self, *args: Any, **kwargs: Any) -> list[tuple[str, float]]:
+        if self.failing:
+            raise StoreError("record store read failed: disk I/O error")
+        return super().keyword_search(*args, **kwargs)
+
+
+def test_a_keyword_query_run_beside_the_exact_scan_reports_its_failure(make_memory, tmp_path):
+    """With the user's vectors held, the keyword query runs in a worker thread: its error
+    reaches the caller, typed, and the memory still answers once the store does."""
+    store = KeywordFails(tmp_path / "records.db")
+    memory = make_memory(record_store=store)
+    memory.add_many(notes(10), session_id="s", user_id="u")
+    assert memory.index.scans_exactly("u", wait=True)  # type: ignore[attr-defined]
+    with pytest.raises(StoreError, match="disk I/O"):
+        memory.search("a thought on violins", user_id="u", k=3)
+    store.failing = False
+    assert memory.search("a thought on violins", user_id="u", k=3)[0].id == "note-3"

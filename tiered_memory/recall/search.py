@@ -1,12 +1,15 @@
 """Turn recall: fetch candidates (I/O here), score them (pure, in scoring.py).
 
 One query embedding, one vector query, one keyword query, one record fetch, and one
-neighbour fetch for the best few candidates; everything else is arithmetic.
+neighbour fetch for the best few candidates; everything else is arithmetic. When the
+index scans the user's vectors in memory, the keyword query runs in a worker thread
+meanwhile (both let go of the GIL), so the search waits for the longer of the two.
 """
 
 from __future__ import annotations
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import fields
 from typing import Any, Mapping, Sequence
 
@@ -28,12 +31,19 @@ def turn_weights(config: RetrievalConfig) -> TurnWeights:
 
 
 FILTER_SCOPE_MAX = 50_000  # more matching ids than this: filter the best candidates instead
+# keyword queries that run while the caller scans the user's vectors held in memory
+_BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tiered-memory-search")
 
 
 def fetch_candidates(store: RecordStore, user_id: str, ids: list[str], terms: Sequence[str], *, k: int,
-                     session_id: str | None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
+                     session_id: str | None, keyword: Future[list[tuple[str, float]]] | None = None,
+                     ) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
     """The records of ``ids`` and of the best ``k`` keyword matches, and those matches: in one
-    store call when the store offers :class:`~tiered_memory.store.base.CandidateSource`."""
+    store call when the store offers :class:`~tiered_memory.store.base.CandidateSource`, or
+    from ``keyword``, that keyword search already running beside the caller."""
+    if keyword is not None:
+        kw = keyword.result()
+        return store.get_by_ids(user_id, [*ids, *(i for i, _ in kw)]), kw
     if isinstance(store, CandidateSource):
         return store.candidates(user_id, ids, terms, k=k, session_id=session_id)
     kw = store.keyword_search(user_id, terms, k=k, session_id=session_id) if terms else []
@@ -100,6 +110,9 @@ def search_turns(
         # user column; an exact scan of the user needs neither)
         scope = store.indexed_ids(user_id, session_id)
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
+    keyword = None
+    if exact and plan.terms:  # the scan is in this process: the keyword query runs beside it
+        keyword = _BESIDE.submit(store.keyword_search, user_id, plan.terms, k=n, session_id=session_id)
     vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]
     chunk_hit: dict[str, tuple[int, float]] = {}
     if config.chunk_candidates and (not isinstance(store, LongMessageSource) or store.has_long_messages(user_id)):
@@ -107,7 +120,8 @@ def search_turns(
         chunk_hit = best_chunks(index.query(qv[None, :], user_id=user_id, k=config.chunk_candidates,
                                             layers=[CHUNK_LAYER], session_id=session_id)[0])
         vec = merge_parts(vec, chunk_hit)
-    records, kw = fetch_candidates(store, user_id, [i for i, _ in vec], plan.terms, k=n, session_id=session_id)
+    records, kw = fetch_candidates(store, user_id, [i for i, _ in vec], plan.terms, k=n, session_id=session_id,
+                                   keyword=keyword)
     # the record store is the authority: anything it does not hold for this user is ignored
     sims = {i: s for i, s in vec if i in records}
     bm25 = {i: s for i, s in kw if i in records}
