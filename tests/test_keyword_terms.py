@@ -48,6 +48,25 @@ def test_a_common_term_no_longer_brings_its_rows_but_a_rare_one_does(tmp_path):
         store.close()
 
 
+
+def test_a_small_user_in_a_big_store_keeps_every_term_and_counts_none(tmp_path):
+    """A user below SELECTIVE_FROM_ROWS rows searches with all their terms, whatever the
+    store holds, and costs no count of a term over the whole store."""
+    store = SQLiteRecordStore(tmp_path / "r.sqlite3")
+    try:
+        store.insert_messages([msg(i, f"weather note {i}", user="big") for i in range(1500)])
+        store.insert_messages([msg(2000, "weather at the coast", user="small"),
+                               msg(2001, "the violin lesson", user="small"),
+                               msg(2002, "weather for the violin trip", user="small")])
+        counted: list[str] = []
+        store._term_counts = TermCounts(lambda t: counted.append(t) or 0)
+        found = {i for i, _ in store.keyword_search("small", ["weather", "violin"], k=10)}
+        assert found == {"m2000", "m2001", "m2002"} and counted == []
+        big = [i for i, _ in store.keyword_search("big", ["weather", "violin"], k=10)]
+        assert len(big) == 10 and counted == ["weather", "violin"]  # the big user's terms are counted
+    finally:
+        store.close()
+
 # ---- the keyword index holds each row's user (store/text_search.py: user_fts_query) ----
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402

@@ -300,7 +300,10 @@ class SQLiteRecordStore:
         :func:`~.text_search.selective_terms`); higher score is better."""
         terms = [terms] if isinstance(terms, str) else list(terms)  # one term, not its characters
         rows = int(self.query("SELECT coalesce(max(rowid), 0) FROM messages")[0][0])  # ~rows, from the b-tree's end
-        terms = selective_terms(terms, self._term_counts.of(terms, rows) if rows >= SELECTIVE_FROM_ROWS else {}, rows)
+        if rows >= SELECTIVE_FROM_ROWS and self._holds_rows(user_id, SELECTIVE_FROM_ROWS):
+            # a smaller user keeps every term: the user column already bounds the walk to their
+            # few rows, and counting a term's rows in a big store is what would cost
+            terms = selective_terms(terms, self._term_counts.of(terms, rows), rows)
         match = user_fts_query(user_id, terms)
         if match is None:
             return []
@@ -317,6 +320,11 @@ class SQLiteRecordStore:
         sql += " ORDER BY bm25(messages_fts, 1.0, 0.0) LIMIT ?"
         params.append(k)
         return [(r[0], float(r[1])) for r in self.query(sql, params)]
+
+    def _holds_rows(self, user_id: str, n: int) -> bool:
+        """Whether the user has at least ``n`` messages (a count that stops at ``n``)."""
+        return int(self.query("SELECT count(*) FROM (SELECT 1 FROM messages WHERE user_id=? LIMIT ?)",
+                              (user_id, n))[0][0]) >= n
 
     def _rows_holding(self, term: str) -> int:
         match = fts5_any([term])

@@ -93,7 +93,8 @@ def scan_user_rows(rows: int, threshold: int = USER_SCAN_ROWS) -> bool:
 #: The query's words still score every candidate (``recall/coverage.py``). Forced on the
 #: small dev stores too, recall@10 moved -0.003 on LoCoMo and +0.007 on the real-chat set.
 COMMON_SHARE = 0.1
-SELECTIVE_FROM_ROWS = 1000  # below, every term is kept: posting lists are short, and a few rows' share says little
+SELECTIVE_FROM_ROWS = 1000  # a store, or a user, below this many rows keeps every term: posting lists are
+# short (the user column bounds the walk to the user's rows), and a few rows' share says little
 
 
 def selective_terms(terms: Sequence[str], df: dict[str, int], rows: int, share: float = COMMON_SHARE) -> list[str]:
