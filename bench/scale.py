@@ -15,12 +15,15 @@ One store holds ``--others`` memories of 50 other users and one user grown to ea
 - RSS of this process and the store's size on disk.
 
 Then ``--small-users`` users of 20 turns each in a second store: a small user's search,
-before and after one user with ``--big-user`` turns joins them; and a cold open of the
-main store (open plus the first search, the largest size).
+before and after one user with ``--big-user`` turns joins them; a cold open of the
+main store (open plus the first search, the largest size); and the bulk path: ``--bulk``
+messages in one ``add_many`` call (with a progress callback, until ``flush()``) and the
+same messages through ``import_jsonl`` of their export, each into a fresh store, against
+plain Chroma ``add`` of the same vectors in batches of 2,000.
 
 Default sizes run in some minutes on a busy 2-core box. The full measurement::
 
-    nice -n 10 python -m bench.scale --sizes 3000 30000 100000 --big-user 100000 --out bench/results/scale.json
+    nice -n 10 python -m bench.scale --sizes 3000 30000 100000 --big-user 100000 --bulk 100000 --out bench/results/scale.json
 """
 
 from __future__ import annotations
@@ -260,6 +263,44 @@ def small_users(args: argparse.Namespace, turns: Sequence[str], questions: Seque
     return out
 
 
+def bulk(args: argparse.Namespace, turns: Sequence[str], root: Path, emb: MemoEmbedder) -> dict[str, Any]:
+    """One ``add_many`` call and one ``import_jsonl`` of ``--bulk`` messages, each into a fresh
+    store, against plain Chroma ``add`` of the same vectors (hashed beforehand)."""
+    from tiered_memory import TieredMemory
+
+    texts = corpus(turns, args.bulk, seed=7)
+    messages = [{"role": "user" if j % 2 else "assistant", "content": t, "timestamp": 1.6e9 + j * 60}
+                for j, t in enumerate(texts)]
+    vectors = emb.matrix(texts)
+    bar = Bar(2 * len(texts), "bulk", args.quiet)
+    with TieredMemory(root / "bulk-call", embedder=emb) as memory:
+        t = time.perf_counter()
+        memory.add_many(messages, session_id="import", user_id="bulk", progress=bar)
+        memory.flush()
+        call = time.perf_counter() - t
+        dump = root / "bulk.jsonl"
+        memory.export_jsonl(dump)
+    with TieredMemory(root / "bulk-import", embedder=emb) as memory:
+        t = time.perf_counter()
+        report = memory.import_jsonl(dump, progress=bar)
+        memory.flush()
+        imported = time.perf_counter() - t
+    bar.close()
+    t = time.perf_counter()
+    Plain(root / "bulk-plain").add("bulk", vectors)
+    plain = time.perf_counter() - t
+    n = len(texts)
+    out = {"messages": n, "imported": report.imported, "add_many_per_s": round(n / call, 1),
+           "import_jsonl_per_s": round(n / imported, 1), "plain_add_per_s": round(n / plain, 1),
+           "add_many_vs_plain": round(plain / call, 2), "import_jsonl_vs_plain": round(plain / imported, 2)}
+    print(f"  bulk, {n:,} messages in one call: add_many {out['add_many_per_s']:.0f}/s "
+          f"({out['add_many_vs_plain']}x), import_jsonl {out['import_jsonl_per_s']:.0f}/s "
+          f"({out['import_jsonl_vs_plain']}x), plain Chroma add {out['plain_add_per_s']:.0f}/s", flush=True)
+    for name in ("bulk-call", "bulk-import", "bulk-plain"):
+        shutil.rmtree(root / name, ignore_errors=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[3000, 30000], help="the user's memories, growing")
@@ -268,6 +309,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batches", type=int, default=20, help="add_many batches of 50 timed at each size")
     p.add_argument("--small-users", type=int, default=1000)
     p.add_argument("--big-user", type=int, default=30000, help="the big user beside the small ones (0: skip)")
+    p.add_argument("--bulk", type=int, default=20000, help="messages in one add_many / import_jsonl (0: skip)")
     p.add_argument("--data", default=str(DATA), help="LoCoMo-format JSON (questions and turns)")
     p.add_argument("--out", help="JSON output")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -324,6 +366,8 @@ def main(argv: list[str] | None = None) -> None:
               + (f", exact scan holding the user {exact:.2f} s" if exact is not None else ""), flush=True)
         if args.small_users:
             results["small_users"] = small_users(args, turns, questions, root, emb)
+        if args.bulk:
+            results["bulk"] = bulk(args, turns, root, emb)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.out:
