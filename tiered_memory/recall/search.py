@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -18,7 +18,7 @@ import numpy as np
 from ..config import RetrievalConfig
 from ..embedding import Embedder, embed_query
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
-from .query import plan_query
+from .query import QueryPlan, plan_query
 from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
 from ..store.base import CandidateSource, FilterSource, LongMessageSource, RecordStore
 from ..types import MemoryHit, StoredMessage
@@ -75,7 +75,20 @@ def matching_part(text: str, chunk: tuple[int, float] | None, terms: Sequence[st
     return {"index": n, "count": len(spans), "start": start, "end": end, "text": text[start:end]}
 
 
-def search_turns(
+@dataclass(frozen=True, kw_only=True)
+class Pool:
+    """What a turn search fetched for one query: the candidates to score, their records,
+    the turn before each (where known), the query's plan, and each long message's best
+    chunk hit."""
+
+    candidates: list[Candidate]
+    records: dict[str, StoredMessage]
+    previous: dict[str, str]
+    plan: QueryPlan
+    chunk_hit: dict[str, tuple[int, float]]
+
+
+def gather_pool(
     *,
     store: RecordStore,
     index: VectorIndex,
@@ -86,12 +99,11 @@ def search_turns(
     k: int,
     session_id: str | None = None,
     filters: Mapping[str, Any] | None = None,
-    now: float | None = None,
     vector: np.ndarray | None = None,
-) -> list[MemoryHit]:
-    """The best ``k`` turns of ``user_id`` for ``query`` (``vector`` is its embedding when the
-    caller has it). Reads only: one scope query, one candidate fetch, one neighbour fetch."""
-    now = time.time() if now is None else now
+) -> Pool | None:
+    """The candidate pool of a turn search (the I/O of :func:`search_turns`); None when a
+    filter matches nothing. Reads only: one scope query, one candidate fetch, one
+    neighbour fetch."""
     n = max(config.candidates, k * (4 if filters else 2))
     plan = plan_query(query)
     weights = turn_weights(config)
@@ -102,7 +114,7 @@ def search_turns(
         # the user's whole ranking is still found
         matching = store.filtered_ids(user_id, filters, session_id=session_id, limit=FILTER_SCOPE_MAX + 1)
         if not matching:
-            return []
+            return None
         among = sorted(matching) if len(matching) <= FILTER_SCOPE_MAX else None
     exact = isinstance(index, ExactScope) and index.scans_exactly(user_id)
     if among is None and config.id_scope_max and not exact and not getattr(index, "cheap_user_filter", False):
@@ -145,7 +157,33 @@ def search_turns(
                 if m.id not in records and (session_id is None or m.session_id == session_id):
                     records[m.id] = m
                     pool.append(candidate(m))
-    scored = score_turns(pool, previous_turns(records, neighbors), plan, weights, now=now)
+    return Pool(candidates=pool, records=records, previous=previous_turns(records, neighbors), plan=plan,
+                chunk_hit=chunk_hit)
+
+
+def search_turns(
+    *,
+    store: RecordStore,
+    index: VectorIndex,
+    embedder: Embedder,
+    config: RetrievalConfig,
+    query: str,
+    user_id: str,
+    k: int,
+    session_id: str | None = None,
+    filters: Mapping[str, Any] | None = None,
+    now: float | None = None,
+    vector: np.ndarray | None = None,
+) -> list[MemoryHit]:
+    """The best ``k`` turns of ``user_id`` for ``query`` (``vector`` is its embedding when the
+    caller has it). Reads only: one scope query, one candidate fetch, one neighbour fetch."""
+    now = time.time() if now is None else now
+    got = gather_pool(store=store, index=index, embedder=embedder, config=config, query=query,
+                      user_id=user_id, k=k, session_id=session_id, filters=filters, vector=vector)
+    if got is None:
+        return []
+    records, chunk_hit, plan = got.records, got.chunk_hit, got.plan
+    scored = score_turns(got.candidates, got.previous, plan, turn_weights(config), now=now)
     hits: list[MemoryHit] = []
     for f in scored:
         r = records[f.id]

@@ -1,0 +1,382 @@
+"""Learning to rank over the signals turn recall already computes (issue 20, a one-off).
+
+Run it from the repository root (nice it: the machine is shared)::
+
+    nice -n 19 python -m bench.fusion_fit                 # dump (cached), fit, report
+    nice -n 19 python -m bench.fusion_fit --refresh       # ingest again
+
+Each dev conversation is ingested once through ``add_many`` (``bench.locomo.ingest``), in
+LoCoMo form and in the real-chat rewrite (``bench/realchat.py``). For every question the
+candidate pool of a real search (``recall.search.gather_pool``) is turned into one feature
+row per candidate (:func:`features`: the parts ``score_turns`` adds and a few cheap extras)
+with a label (is it an evidence turn). Models are fitted on the tuning split only (the first
+three conversations of both sets) and every model is scored on all splits, with today's score
+reproduced from the same rows as the baseline of the same run. Prints numbers; writes nothing
+but the cache (``--cache``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pickle
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+
+REPO = Path(__file__).resolve().parent.parent
+if not __package__:
+    sys.path.insert(0, str(REPO))
+
+from bench.locomo_data import CATEGORIES, load_conversations, recall_at, session_recall_at  # noqa: E402
+
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo_dev.json"
+TUNE = ("conv-26", "conv-30", "conv-41")
+
+# one row per candidate; the first block is what score_turns adds today
+FEATURES = (
+    "sim",            # cosine (the pool's lowest for a keyword-only or neighbour turn)
+    "bm25",           # BM25 / the query's best BM25
+    "date",           # the query names a date and the turn is dated near it
+    "prev_base",      # the previous turn's base score (0 if it is not in the pool)
+    "prev_q_base",    # ... times the previous turn's share of question sentences
+    "question",       # the turn's own share of question sentences
+    "speaker",        # the query names the turn's speaker
+    "time",           # a "when" query and a turn with a time expression
+    "session_terms",  # the query terms' coverage by the session's candidates
+    # extras
+    "exchange_terms",  # coverage by the turn and the one before it (half weight)
+    "own_terms",       # coverage by the turn alone
+    "session_best",    # the session's best base score / the best of all
+    "session_best_sim",  # the session's best cosine / the best cosine
+    "vrank",           # 1 / log2(1 + rank of the cosine in the pool), 0 if not a vector hit
+    "krank",           # 1 / log2(1 + rank of the BM25 in the pool), 0 if not a keyword hit
+    "next_sim",        # the next turn's cosine (0 if not in the pool)
+    "next_bm25",       # the next turn's normalised BM25
+    "prev_sim",        # the previous turn's cosine
+    "prev_bm25",       # the previous turn's normalised BM25
+    "length",          # -log(characters / the pool's median), as RetrievalConfig.length_weight
+)
+INDEX = {n: i for i, n in enumerate(FEATURES)}
+
+
+def features(candidates: Sequence[Any], previous: Mapping[str, str], plan: Any, w: Any) -> np.ndarray:
+    """The feature matrix of a pool (rows in ``candidates`` order; columns :data:`FEATURES`)."""
+    from tiered_memory.recall.coverage import coverage, exchange_coverage, session_coverage, stems, term_weights
+    from tiered_memory.recall.query import has_time_expression, question_share
+    from tiered_memory.recall.scoring import base_scores, in_date_ranges, names_speaker, session_best
+
+    base = base_scores(candidates, plan, w)
+    by_id = {c.id: c for c in candidates}
+    sims = [c.similarity for c in candidates if c.similarity is not None]
+    floor = min(sims) if sims else 0.0
+    top_sim = max(sims) if sims else 1.0
+    top_bm25 = max((c.bm25 for c in candidates if c.bm25 is not None and c.bm25 > 0), default=0.0)
+
+    def sim(c: Any) -> float:
+        return c.similarity if c.similarity is not None else floor
+
+    def bm(c: Any) -> float:
+        return max(0.0, c.bm25) / top_bm25 if c.bm25 is not None and top_bm25 > 0 else 0.0
+
+    nxt = {p: i for i, p in previous.items() if i in by_id}
+    texts = {c.id: c.text for c in candidates}
+    sessions = {c.id: c.session_id for c in candidates}
+    tw = term_weights(plan.terms, list(texts.values()))
+    exch = exchange_coverage(texts, previous, tw) if tw else {}
+    sess = session_coverage(texts, sessions, tw) if tw else {}
+    best = session_best(base, sessions)
+    best_sim: dict[str, float] = defaultdict(float)
+    for c in candidates:
+        best_sim[c.session_id] = max(best_sim[c.session_id], sim(c))
+    lengths = sorted(len(c.text) for c in candidates)
+    typical = max(1, lengths[len(lengths) // 2]) if lengths else 1
+    x = np.zeros((len(candidates), len(FEATURES)))
+    for r, c in enumerate(candidates):
+        prev = previous.get(c.id)
+        p = by_id.get(prev) if prev is not None else None
+        n = by_id.get(nxt[c.id]) if c.id in nxt else None
+        row = {
+            "sim": sim(c), "bm25": bm(c),
+            "date": float(bool(plan.dates) and in_date_ranges(c.timestamp, plan.dates, w.date_before_days,
+                                                             w.date_after_days)),
+            "prev_base": base[p.id] if p else 0.0,
+            "prev_q_base": base[p.id] * question_share(p.text) if p else 0.0,
+            "question": question_share(c.text),
+            "speaker": float(names_speaker(plan.names, c.speaker)),
+            "time": float(plan.temporal and has_time_expression(c.text)),
+            "session_terms": sess.get(c.session_id, 0.0),
+            "exchange_terms": exch.get(c.id, 0.0),
+            "own_terms": coverage(stems(c.text), tw) if tw else 0.0,
+            "session_best": best.get(c.id, 0.0),
+            "session_best_sim": best_sim[c.session_id] / top_sim if top_sim > 0 else 0.0,
+            "vrank": 1 / math.log2(1 + c.vector_rank) if c.vector_rank else 0.0,
+            "krank": 1 / math.log2(1 + c.keyword_rank) if c.keyword_rank else 0.0,
+            "next_sim": sim(n) if n else 0.0, "next_bm25": bm(n) if n else 0.0,
+            "prev_sim": sim(p) if p else 0.0, "prev_bm25": bm(p) if p else 0.0,
+            "length": -math.log(max(1, len(c.text)) / typical),
+        }
+        x[r] = [row[f] for f in FEATURES]
+    return x
+
+
+@dataclass
+class Query:
+    dataset: str
+    conversation: str
+    category: int
+    evidence: tuple[str, ...]
+    x: np.ndarray  # candidates x FEATURES
+    dia: list[str]  # each candidate's dialogue id
+    ids: list[str]  # each candidate's record id (ties break by id, as score_turns does)
+    session: np.ndarray  # each candidate's session, as small integers
+    label: np.ndarray  # 1.0 for an evidence turn
+
+
+def dump(data: Path, dataset: str) -> list[Query]:
+    """Ingest each conversation once and turn each question's pool into a :class:`Query`."""
+    from bench.locomo import ingest
+    from bench.realchat import realchat
+    from tiered_memory import MemoryConfig, StaticEmbedder, TieredMemory
+    from tiered_memory.recall.search import gather_pool, turn_weights
+
+    convs = load_conversations(data)
+    if dataset == "realchat":
+        convs = realchat(convs)
+    embedder = StaticEmbedder()
+    out: list[Query] = []
+    with tempfile.TemporaryDirectory(prefix="fusion-fit-") as tmp:
+        for c in convs:
+            user = f"locomo-{c.id}"
+            with TieredMemory(Path(tmp) / c.id, embedder=embedder, config=MemoryConfig()) as memory:
+                ingest(memory, c, user_id=user)
+                config = memory.config.retrieval
+                w = turn_weights(config)
+                for q in c.questions:
+                    pool = gather_pool(store=memory.store, index=memory.index, embedder=memory.embedder,
+                                       config=config, query=q.question, user_id=user, k=10)
+                    assert pool is not None
+                    cands = pool.candidates
+                    dia = [str(pool.records[cd.id].metadata.get("dia_id")) for cd in cands]
+                    codes: dict[str, int] = {}
+                    out.append(Query(
+                        dataset=dataset, conversation=c.id, category=q.category, evidence=q.evidence,
+                        x=features(cands, pool.previous, pool.plan, w), dia=dia, ids=[cd.id for cd in cands],
+                        session=np.array([codes.setdefault(cd.session_id, len(codes)) for cd in cands]),
+                        label=np.array([1.0 if d in set(q.evidence) else 0.0 for d in dia])))
+            print(f"  {dataset} {c.id}: {len(c.questions)} questions", flush=True)
+    return out
+
+
+# ---- scoring from the rows ---------------------------------------------------
+def with_session_share(q: Query, partial: np.ndarray, weight: float, top: int = 20) -> np.ndarray:
+    """``partial`` plus ``weight`` x its session's share of the ``top`` best partial scores
+    (``scoring.session_shares``, vectorised)."""
+    if not weight:
+        return partial
+    order = np.lexsort((q.ids, -partial))[:top]
+    sums = np.zeros(q.session.max() + 1)
+    np.add.at(sums, q.session[order], np.maximum(partial[order], 0.0))
+    peak = sums.max()
+    return partial + (weight * sums[q.session] / peak if peak > 0 else 0.0)
+
+
+@dataclass(frozen=True)
+class Linear:
+    """``x @ weights`` plus ``share`` x the session share of that score (as score_turns)."""
+
+    weights: np.ndarray
+    share: float = 0.1
+
+    def score(self, q: Query) -> np.ndarray:
+        return with_session_share(q, q.x @ self.weights, self.share)
+
+
+def today() -> Linear:
+    """Today's defaults written over the rows (checks the rows: it must give bench.locomo's figures)."""
+    w = np.zeros(len(FEATURES))
+    for name, value in {"sim": 1.0, "bm25": 0.5, "date": 0.2, "prev_base": 0.3, "prev_q_base": 0.3,
+                        "question": -0.15, "speaker": 0.1, "time": 0.1, "session_terms": 0.3}.items():
+        w[INDEX[name]] = value
+    return Linear(w, 0.1)
+
+
+def ranked_dia(q: Query, score: np.ndarray, k: int = 10) -> list[str]:
+    order = np.lexsort((q.ids, -score))[:k]
+    return [q.dia[i] for i in order]
+
+
+def metrics(qs: Sequence[Query], score: Callable[[Query], np.ndarray]) -> dict[str, float]:
+    if not qs:
+        return {}
+    r10 = r5 = s10 = 0.0
+    for q in qs:
+        top = ranked_dia(q, score(q))
+        r10 += recall_at(top, q.evidence, 10)
+        r5 += recall_at(top, q.evidence, 5)
+        s10 += session_recall_at(top, q.evidence, 10)
+    n = len(qs)
+    return {"r10": r10 / n, "r5": r5 / n, "s10": s10 / n, "n": n}
+
+
+def recall10(qs: Sequence[Query], score: Callable[[Query], np.ndarray]) -> float:
+    return sum(recall_at(ranked_dia(q, score(q)), q.evidence, 10) for q in qs) / len(qs)
+
+
+# ---- fitting -----------------------------------------------------------------
+def fit_listwise(qs: Sequence[Query], cols: Sequence[int], l2: float) -> np.ndarray:
+    """Softmax (ListNet-style) over each question's pool, the evidence rows as the target
+    distribution, L2 on the weights; weights for ``cols`` (the others 0)."""
+    from scipy.optimize import minimize
+
+    data = [(q.x[:, cols], q.label / q.label.sum()) for q in qs if q.label.sum() > 0]
+
+    def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
+        total, grad = 0.0, np.zeros_like(w)
+        for x, t in data:
+            s = x @ w * 10.0  # temperature: cosine-scale scores are close together
+            s -= s.max()
+            p = np.exp(s)
+            p /= p.sum()
+            total -= float(t @ np.log(p + 1e-12))
+            grad -= 10.0 * (x.T @ (t - p))
+        n = len(data)
+        return total / n + l2 * float(w @ w), grad / n + 2 * l2 * w
+
+    w0 = np.zeros(len(cols))
+    w0[list(cols).index(INDEX["sim"])] = 1.0
+    res = minimize(loss, w0, jac=True, method="L-BFGS-B")
+    out = np.zeros(len(FEATURES))
+    out[list(cols)] = res.x / max(1e-9, res.x[list(cols).index(INDEX["sim"])])  # cosine weight 1.0
+    return out
+
+
+def coordinate_ascent(qs: Sequence[Query], start: Linear, cols: Sequence[int], rounds: int = 3,
+                      steps: Sequence[float] = (-0.2, -0.1, -0.05, -0.02, 0.02, 0.05, 0.1, 0.2),
+                      l2: float = 0.0) -> Linear:
+    """Recall@10 on ``qs`` directly, one weight at a time (the cosine's stays 1.0), minus
+    ``l2`` x the squared distance from ``start`` (a gain must pay for moving)."""
+    best = start
+    origin = start.weights.copy()
+
+    def objective(m: Linear) -> float:
+        return recall10(qs, m.score) - l2 * float(((m.weights - origin) ** 2).sum())
+
+    value = objective(best)
+    for _ in range(rounds):
+        moved = False
+        for c in list(cols) + [-1]:
+            if c == INDEX["sim"]:
+                continue
+            for step in steps:
+                if c == -1:
+                    trial = Linear(best.weights, max(0.0, best.share + step))
+                else:
+                    w = best.weights.copy()
+                    w[c] += step
+                    trial = Linear(w, best.share)
+                v = objective(trial)
+                if v > value + 1e-9:
+                    best, value, moved = trial, v, True
+        if not moved:
+            break
+    return best
+
+
+# ---- report ------------------------------------------------------------------
+def report(name: str, qs: Sequence[Query], model: Linear) -> None:
+    def cell(sel: Sequence[Query]) -> str:
+        m = metrics(sel, model.score)
+        return f"{m['r10']:.3f} ({m['r5']:.3f}, {m['s10']:.3f})" if m else "-"
+
+    rows = []
+    for ds in ("locomo", "realchat"):
+        d = [q for q in qs if q.dataset == ds]
+        rows.append(f"{ds}: all {cell(d)} | tune {cell([q for q in d if q.conversation in TUNE])} | "
+                    f"held out {cell([q for q in d if q.conversation not in TUNE])}")
+        cats = " / ".join(f"{metrics([q for q in d if q.category == c], model.score)['r10']:.3f}"
+                          for c in CATEGORIES)
+        held = " / ".join(f"{metrics([q for q in d if q.category == c and q.conversation not in TUNE], model.score)['r10']:.3f}"
+                          for c in CATEGORIES)
+        rows.append(f"   per category (multi-hop / temporal / open-domain / single-hop) all {cats}; held out {held}")
+    print(f"\n== {name}")
+    for r in rows:
+        print("  " + r)
+
+
+def describe(model: Linear) -> str:
+    parts = [f"{n} {model.weights[i]:+.3f}" for i, n in enumerate(FEATURES) if abs(model.weights[i]) > 1e-9]
+    return ", ".join(parts) + f", session share {model.share:.3f}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.fusion_fit", description=__doc__.split("\n")[0])
+    p.add_argument("file", nargs="?", default=str(DEFAULT_DATA))
+    p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "fusion_fit_rows.pkl"))
+    p.add_argument("--refresh", action="store_true", help="ingest and dump again")
+    p.add_argument("--ablate", action="store_true", help="backward feature elimination (tuning split)")
+    args = p.parse_args(argv)
+    cache = Path(args.cache)
+    if cache.exists() and not args.refresh:
+        qs: list[Query] = pickle.loads(cache.read_bytes())
+    else:
+        qs = dump(Path(args.file), "locomo") + dump(Path(args.file), "realchat")
+        cache.write_bytes(pickle.dumps(qs))
+    tune = [q for q in qs if q.conversation in TUNE]
+    print(f"{len(qs)} questions, {sum(len(q.dia) for q in qs)} candidate rows, "
+          f"{sum(q.label.sum() for q in qs):.0f} evidence rows; tuning on {len(tune)}")
+    base = today()
+    report("today's score (from the rows)", qs, base)
+    if args.ablate:
+        ablate(qs, tune, 1e-2)
+        return 0
+    run_fits(qs, tune, base)
+    return 0
+
+
+def ablate(qs: Sequence[Query], tune: Sequence[Query], l2: float) -> None:
+    """Backward elimination on the tuning split only: drop, one at a time, the feature whose
+    removal costs least tuning recall@10 (both sets), down to ``sim`` alone."""
+    cols = list(range(len(FEATURES)))
+    while len(cols) > 1:
+        trials = []
+        for c in cols:
+            if c == INDEX["sim"]:
+                continue
+            rest = [k for k in cols if k != c]
+            m = Linear(fit_listwise(tune, rest, l2), 0.0)
+            trials.append((recall10(tune, m.score), c, m))
+        value, worst, m = max(trials)
+        cols.remove(worst)
+        held = [q for q in qs if q.conversation not in TUNE]
+        print(f"  without {FEATURES[worst]:17s} ({len(cols):2d} left): tune {value:.4f}, "
+              f"held out {recall10(held, m.score):.4f}", flush=True)
+
+
+def run_fits(qs: Sequence[Query], tune: Sequence[Query], base: Linear) -> None:
+    today_cols = [INDEX[n] for n in FEATURES[:9]]
+    all_cols = list(range(len(FEATURES)))
+    for label, cols in (("today's features", today_cols), ("all features", all_cols)):
+        for l2 in (1e-3, 1e-2):
+            w = fit_listwise(tune, cols, l2)
+            m = Linear(w, 0.0)
+            print(f"\nlistwise, {label}, l2 {l2}: {describe(m)}")
+            report(f"listwise logistic, {label}, l2 {l2}", qs, m)
+    for label, cols in (("today's features", today_cols), ("all features", all_cols)):
+        m = coordinate_ascent(tune, base, cols, l2=0.05)
+        print(f"\ncoordinate ascent from today, {label}: {describe(m)}")
+        report(f"coordinate ascent on recall@10, {label}", qs, m)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
