@@ -18,12 +18,10 @@ but the cache (``--cache``).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import pickle
 import sys
 import tempfile
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -43,91 +41,23 @@ from bench.locomo_data import CATEGORIES, load_conversations, recall_at, session
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo_dev.json"
 TUNE = ("conv-26", "conv-30", "conv-41")
 
-# one row per candidate; the first block is what score_turns adds today
-FEATURES = (
-    "sim",            # cosine (the pool's lowest for a keyword-only or neighbour turn)
-    "bm25",           # BM25 / the query's best BM25
-    "date",           # the query names a date and the turn is dated near it
-    "prev_base",      # the previous turn's base score (0 if it is not in the pool)
-    "prev_q_base",    # ... times the previous turn's share of question sentences
-    "question",       # the turn's own share of question sentences
-    "speaker",        # the query names the turn's speaker
-    "time",           # a "when" query and a turn with a time expression
-    "session_terms",  # the query terms' coverage by the session's candidates
-    # extras
-    "exchange_terms",  # coverage by the turn and the one before it (half weight)
-    "own_terms",       # coverage by the turn alone
-    "session_best",    # the session's best base score / the best of all
-    "session_best_sim",  # the session's best cosine / the best cosine
-    "vrank",           # 1 / log2(1 + rank of the cosine in the pool), 0 if not a vector hit
-    "krank",           # 1 / log2(1 + rank of the BM25 in the pool), 0 if not a keyword hit
-    "next_sim",        # the next turn's cosine (0 if not in the pool)
-    "next_bm25",       # the next turn's normalised BM25
-    "prev_sim",        # the previous turn's cosine
-    "prev_bm25",       # the previous turn's normalised BM25
-    "length",          # -log(characters / the pool's median), as RetrievalConfig.length_weight
-)
+from tiered_memory.recall.fusion import SIGNALS as FEATURES  # noqa: E402
+
 INDEX = {n: i for i, n in enumerate(FEATURES)}
 
 
 def features(candidates: Sequence[Any], previous: Mapping[str, str], plan: Any, w: Any) -> np.ndarray:
-    """The feature matrix of a pool (rows in ``candidates`` order; columns :data:`FEATURES`)."""
-    from tiered_memory.recall.coverage import coverage, exchange_coverage, session_coverage, stems, term_weights
-    from tiered_memory.recall.query import has_time_expression, question_share
-    from tiered_memory.recall.scoring import base_scores, in_date_ranges, names_speaker, session_best
+    """The feature matrix of a pool (rows in ``candidates`` order, columns the core's
+    ``recall.fusion.SIGNALS``, computed by the core's own ``signals``)."""
+    from tiered_memory.recall.fusion import signals
+    from tiered_memory.recall.scoring import base_scores, in_date_ranges, names_speaker
 
     base = base_scores(candidates, plan, w)
-    by_id = {c.id: c for c in candidates}
-    sims = [c.similarity for c in candidates if c.similarity is not None]
-    floor = min(sims) if sims else 0.0
-    top_sim = max(sims) if sims else 1.0
-    top_bm25 = max((c.bm25 for c in candidates if c.bm25 is not None and c.bm25 > 0), default=0.0)
-
-    def sim(c: Any) -> float:
-        return c.similarity if c.similarity is not None else floor
-
-    def bm(c: Any) -> float:
-        return max(0.0, c.bm25) / top_bm25 if c.bm25 is not None and top_bm25 > 0 else 0.0
-
-    nxt = {p: i for i, p in previous.items() if i in by_id}
-    texts = {c.id: c.text for c in candidates}
-    sessions = {c.id: c.session_id for c in candidates}
-    tw = term_weights(plan.terms, list(texts.values()))
-    exch = exchange_coverage(texts, previous, tw) if tw else {}
-    sess = session_coverage(texts, sessions, tw) if tw else {}
-    best = session_best(base, sessions)
-    best_sim: dict[str, float] = defaultdict(float)
-    for c in candidates:
-        best_sim[c.session_id] = max(best_sim[c.session_id], sim(c))
-    lengths = sorted(len(c.text) for c in candidates)
-    typical = max(1, lengths[len(lengths) // 2]) if lengths else 1
-    x = np.zeros((len(candidates), len(FEATURES)))
-    for r, c in enumerate(candidates):
-        prev = previous.get(c.id)
-        p = by_id.get(prev) if prev is not None else None
-        n = by_id.get(nxt[c.id]) if c.id in nxt else None
-        row = {
-            "sim": sim(c), "bm25": bm(c),
-            "date": float(bool(plan.dates) and in_date_ranges(c.timestamp, plan.dates, w.date_before_days,
-                                                             w.date_after_days)),
-            "prev_base": base[p.id] if p else 0.0,
-            "prev_q_base": base[p.id] * question_share(p.text) if p else 0.0,
-            "question": question_share(c.text),
-            "speaker": float(names_speaker(plan.names, c.speaker)),
-            "time": float(plan.temporal and has_time_expression(c.text)),
-            "session_terms": sess.get(c.session_id, 0.0),
-            "exchange_terms": exch.get(c.id, 0.0),
-            "own_terms": coverage(stems(c.text), tw) if tw else 0.0,
-            "session_best": best.get(c.id, 0.0),
-            "session_best_sim": best_sim[c.session_id] / top_sim if top_sim > 0 else 0.0,
-            "vrank": 1 / math.log2(1 + c.vector_rank) if c.vector_rank else 0.0,
-            "krank": 1 / math.log2(1 + c.keyword_rank) if c.keyword_rank else 0.0,
-            "next_sim": sim(n) if n else 0.0, "next_bm25": bm(n) if n else 0.0,
-            "prev_sim": sim(p) if p else 0.0, "prev_bm25": bm(p) if p else 0.0,
-            "length": -math.log(max(1, len(c.text)) / typical),
-        }
-        x[r] = [row[f] for f in FEATURES]
-    return x
+    dated = {c.id: bool(plan.dates) and in_date_ranges(c.timestamp, plan.dates, w.date_before_days,
+                                                        w.date_after_days) for c in candidates}
+    named = {c.id: names_speaker(plan.names, c.speaker) for c in candidates}
+    values = signals(candidates, previous, plan, base, date_hit=dated, speaker_hit=named)
+    return np.array([[values[c.id].get(f, 0.0) for f in FEATURES] for c in candidates])
 
 
 @dataclass
@@ -205,8 +135,9 @@ class Linear:
 def today() -> Linear:
     """Today's defaults written over the rows (checks the rows: it must give bench.locomo's figures)."""
     w = np.zeros(len(FEATURES))
-    for name, value in {"sim": 1.0, "bm25": 0.5, "date": 0.2, "prev_base": 0.3, "prev_q_base": 0.3,
-                        "question": -0.15, "speaker": 0.1, "time": 0.1, "session_terms": 0.3}.items():
+    for name, value in {"similarity": 1.0, "keyword": 0.5, "date": 0.2, "previous_base": 0.3,
+                        "previous_question": 0.3, "question": -0.15, "speaker": 0.1, "time": 0.1,
+                        "session_terms": 0.3}.items():
         w[INDEX[name]] = value
     return Linear(w, 0.1)
 
@@ -254,10 +185,10 @@ def fit_listwise(qs: Sequence[Query], cols: Sequence[int], l2: float) -> np.ndar
         return total / n + l2 * float(w @ w), grad / n + 2 * l2 * w
 
     w0 = np.zeros(len(cols))
-    w0[list(cols).index(INDEX["sim"])] = 1.0
+    w0[list(cols).index(INDEX["similarity"])] = 1.0
     res = minimize(loss, w0, jac=True, method="L-BFGS-B")
     out = np.zeros(len(FEATURES))
-    out[list(cols)] = res.x / max(1e-9, res.x[list(cols).index(INDEX["sim"])])  # cosine weight 1.0
+    out[list(cols)] = res.x / max(1e-9, res.x[list(cols).index(INDEX["similarity"])])  # cosine weight 1.0
     return out
 
 
@@ -276,7 +207,7 @@ def coordinate_ascent(qs: Sequence[Query], start: Linear, cols: Sequence[int], r
     for _ in range(rounds):
         moved = False
         for c in list(cols) + [-1]:
-            if c == INDEX["sim"]:
+            if c == INDEX["similarity"]:
                 continue
             for step in steps:
                 if c == -1:
@@ -351,7 +282,7 @@ def ablate(qs: Sequence[Query], tune: Sequence[Query], l2: float) -> None:
     while len(cols) > 1:
         trials = []
         for c in cols:
-            if c == INDEX["sim"]:
+            if c == INDEX["similarity"]:
                 continue
             rest = [k for k in cols if k != c]
             m = Linear(fit_listwise(tune, rest, l2), 0.0)
@@ -363,19 +294,41 @@ def ablate(qs: Sequence[Query], tune: Sequence[Query], l2: float) -> None:
               f"held out {recall10(held, m.score):.4f}", flush=True)
 
 
+# the set backward elimination (--ablate) keeps at its best tuning recall@10: 13 signals
+SELECTED = ("similarity", "keyword", "date", "previous_question", "question", "speaker", "time",
+            "session_terms", "session_best", "next_similarity", "next_keyword", "previous_keyword", "length")
+
+
+def boosted(tune: Sequence[Query], cols: Sequence[int]) -> Callable[[Query], np.ndarray]:
+    """A small non-linear model: sklearn's HistGradientBoostingClassifier, pointwise."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    x = np.vstack([q.x[:, cols] for q in tune])
+    y = np.concatenate([q.label for q in tune])
+    model = HistGradientBoostingClassifier(max_iter=150, learning_rate=0.1, max_leaf_nodes=15,
+                                           l2_regularization=1.0, random_state=0).fit(x, y)
+    return lambda q: np.asarray(model.predict_proba(q.x[:, cols])[:, 1])
+
+
 def run_fits(qs: Sequence[Query], tune: Sequence[Query], base: Linear) -> None:
     today_cols = [INDEX[n] for n in FEATURES[:9]]
-    all_cols = list(range(len(FEATURES)))
-    for label, cols in (("today's features", today_cols), ("all features", all_cols)):
-        for l2 in (1e-3, 1e-2):
-            w = fit_listwise(tune, cols, l2)
-            m = Linear(w, 0.0)
-            print(f"\nlistwise, {label}, l2 {l2}: {describe(m)}")
-            report(f"listwise logistic, {label}, l2 {l2}", qs, m)
-    for label, cols in (("today's features", today_cols), ("all features", all_cols)):
-        m = coordinate_ascent(tune, base, cols, l2=0.05)
-        print(f"\ncoordinate ascent from today, {label}: {describe(m)}")
-        report(f"coordinate ascent on recall@10, {label}", qs, m)
+    selected = [INDEX[n] for n in SELECTED]
+    no_speaker = [c for c in selected if c != INDEX["speaker"]]
+    fits = (("today's 9 signals", today_cols), ("all 20 signals", list(range(len(FEATURES)))),
+            ("the 13 selected", selected), ("the 13 selected less speaker", no_speaker))
+    for label, cols in fits:
+        m = Linear(fit_listwise(tune, cols, 1e-2), 0.0)
+        print(f"\nlistwise, {label}, l2 0.01: {describe(m)}")
+        report(f"listwise logistic, {label}", qs, m)
+        if cols is selected:
+            chosen = m
+            print("LEARNED = {" + ", ".join(f'"{FEATURES[i]}": {m.weights[i]:.3f}' for i in cols) + "}")
+    m = coordinate_ascent(tune, chosen, selected, rounds=2, l2=0.02)
+    print(f"\ncoordinate ascent on recall@10 from the 13-signal fit: {describe(m)}")
+    report("listwise + coordinate ascent, 13 selected", qs, m)
+    score = boosted(tune, selected)
+    report("gradient-boosted trees (sklearn HistGradientBoosting, pointwise), 13 selected",
+           qs, type("Boosted", (), {"score": staticmethod(score)})())  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

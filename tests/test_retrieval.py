@@ -384,7 +384,7 @@ def test_hybrid_finds_the_reply_plain_vector_search_misses(memory):
     hits = memory.search(query, user_id="u", k=2)
     assert answer in [h.id for h in hits]
     signals = next(h for h in hits if h.id == answer).explanation["signals"]
-    assert {"vector", "neighbor", "speaker"} <= set(signals)
+    assert {"vector", "previous_question", "speaker"} <= set(signals)
     # the seed recipe: nearest neighbours by cosine alone
     from tiered_memory.embedding import embed_query
 
@@ -395,10 +395,12 @@ def test_hybrid_finds_the_reply_plain_vector_search_misses(memory):
 def test_the_answer_outranks_the_question_that_echoes_the_query(make_memory):
     """A question in a chat repeats the words of a later query about it ("You play any
     instruments?"); the fact is in the reply. By default the reply comes first; with the
-    question signals off, the question does."""
+    question signals off (the hand fusion's; or the learned table's, with the speaker's name,
+    which picks the one who replied), the question does."""
     from dataclasses import replace
 
     from tiered_memory import MemoryConfig
+    from tiered_memory.recall.fusion import LEARNED
 
     turns = [
         "Caroline: You play any instruments, Melanie?",
@@ -407,11 +409,17 @@ def test_the_answer_outranks_the_question_that_echoes_the_query(make_memory):
         "Melanie: The kids loved the beach trip, we go once or twice a year.",
         "Caroline: My counseling course starts next month.",
     ]
-    off = replace(MemoryConfig().retrieval, reply_weight=0.0, question_penalty=0.0)
-    for name, config, first in (("on", MemoryConfig(), 1), ("off", replace(MemoryConfig(), retrieval=off), 0)):
+    hand = replace(MemoryConfig().retrieval, turn_fusion="hand")
+    hand_off = replace(hand, reply_weight=0.0, question_penalty=0.0)
+    learned_off = replace(MemoryConfig().retrieval, fusion_weights={
+        n: w for n, w in LEARNED.items() if n not in ("previous_question", "question", "previous_keyword", "speaker")})
+    for name, config, first, penalised in (
+            ("on", MemoryConfig(), 1, True), ("hand", replace(MemoryConfig(), retrieval=hand), 1, True),
+            ("hand-off", replace(MemoryConfig(), retrieval=hand_off), 0, False),
+            ("learned-off", replace(MemoryConfig(), retrieval=learned_off), 0, False)):
         memory = make_memory(name, config=config)
         ids = memory.add_many([{"role": "user", "content": t} for t in turns], user_id="u", session_id="s1")
         hits = memory.search("What instruments does Melanie play?", user_id="u", k=3)
         assert hits[0].id == ids[first]
         question = next(h for h in hits if h.id == ids[0])
-        assert ("question" in question.explanation["signals"]) is (config.retrieval.question_penalty > 0)
+        assert ("question" in question.explanation["signals"]) is penalised

@@ -50,6 +50,11 @@ class RetrievalConfig:
     session_coverage_weight: float = 0.3  # x the query terms' coverage by the session's candidates
     recency_boost: float = 0.0  # x recency (1 now, 0.5 after a half-life)
     length_weight: float = 0.0  # x log(length / the candidates' median length), subtracted
+    # "learned": a turn's score is a fitted weight table over named signals
+    # (tiered_memory.recall.fusion; the weights above then set only the base score, the date
+    # window, the session top and recency); "hand": the hand-weighted sum of the weights above
+    turn_fusion: str = "learned"
+    fusion_weights: dict[str, float] | None = None  # signal -> weight; None: the shipped table
 
 
 @dataclass(frozen=True, kw_only=True)

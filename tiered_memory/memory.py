@@ -53,7 +53,7 @@ from .layers.working import WorkingMemory, touch_items
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
 from .recall.indexing import repair, settle_background_writes
-from .recall.search import search_turns
+from .recall.search import search_turns, turn_weights
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
 from .tokens import TokenCounter, default_token_counter
@@ -118,6 +118,7 @@ class TieredMemory:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._config = config or MemoryConfig()
+        turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
         self.count_tokens: TokenCounter = token_counter or default_token_counter()
         self._llm = llm

@@ -175,6 +175,8 @@ class TurnWeights:
     recency_boost: float = 0.0
     recency_half_life_days: float = 30.0
     length_weight: float = 0.0
+    # the learned fusion (:func:`.fusion.score_learned`): signal name -> weight; None: the hand weights
+    fusion: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -254,7 +256,8 @@ def score_turns(
     """Score and order turn candidates, best first (ties by id); see the module docstring.
 
     ``previous`` maps a turn id to the id of the turn before it in its session, where
-    known; a previous turn that is not a candidate contributes nothing.
+    known; a previous turn that is not a candidate contributes nothing. ``w.fusion`` is
+    not read here: :func:`.fusion.score_learned` scores by it.
     """
     by_id = {c.id: c for c in candidates}
     base = base_scores(candidates, plan, w)

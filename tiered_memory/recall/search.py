@@ -17,7 +17,9 @@ import numpy as np
 
 from ..config import RetrievalConfig
 from ..embedding import Embedder, embed_query
+from ..errors import ConfigurationError
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
+from .fusion import LEARNED, check_weights, score_learned
 from .query import QueryPlan, plan_query
 from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
 from ..store.base import CandidateSource, FilterSource, LongMessageSource, RecordStore
@@ -26,8 +28,17 @@ from ..vector.base import ExactScope, VectorIndex
 
 
 def turn_weights(config: RetrievalConfig) -> TurnWeights:
-    """The scoring weights, read from the config fields of the same names."""
-    return TurnWeights(**{f.name: getattr(config, f.name) for f in fields(TurnWeights)})
+    """The scoring weights, read from the config fields of the same names; ``fusion`` is the
+    learned table (``config.fusion_weights``, else :data:`.fusion.LEARNED`) unless
+    ``config.turn_fusion`` is ``"hand"``. A bad choice or table raises ConfigurationError."""
+    if config.turn_fusion not in ("learned", "hand"):
+        raise ConfigurationError(f"RetrievalConfig.turn_fusion must be 'learned' or 'hand', got {config.turn_fusion!r}")
+    fusion = None
+    if config.turn_fusion == "learned":
+        fusion = dict(LEARNED if config.fusion_weights is None else config.fusion_weights)
+        check_weights(fusion)
+    values: dict[str, Any] = {f.name: getattr(config, f.name) for f in fields(TurnWeights) if f.name != "fusion"}
+    return TurnWeights(**values, fusion=fusion)
 
 
 FILTER_SCOPE_MAX = 50_000  # more matching ids than this: filter the best candidates instead
@@ -183,7 +194,11 @@ def search_turns(
     if got is None:
         return []
     records, chunk_hit, plan = got.records, got.chunk_hit, got.plan
-    scored = score_turns(got.candidates, got.previous, plan, turn_weights(config), now=now)
+    weights = turn_weights(config)
+    if weights.fusion is not None:
+        scored = score_learned(got.candidates, got.previous, plan, weights, weights.fusion, now=now)
+    else:
+        scored = score_turns(got.candidates, got.previous, plan, weights, now=now)
     hits: list[MemoryHit] = []
     for f in scored:
         r = records[f.id]
