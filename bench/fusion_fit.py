@@ -135,7 +135,7 @@ class Linear:
 def today() -> Linear:
     """Today's defaults written over the rows (checks the rows: it must give bench.locomo's figures)."""
     w = np.zeros(len(FEATURES))
-    for name, value in {"similarity": 1.0, "keyword": 0.5, "date": 0.2, "previous_base": 0.3,
+    for name, value in {"similarity": 1.0, "keyword_score": 0.5, "date": 0.2, "previous_base": 0.3,
                         "previous_question": 0.3, "question": -0.15, "speaker": 0.1, "time": 0.1,
                         "session_terms": 0.3}.items():
         w[INDEX[name]] = value
@@ -250,13 +250,53 @@ def describe(model: Linear) -> str:
     return ", ".join(parts) + f", session share {model.share:.3f}"
 
 
+def latency(data: Path, rounds: int = 3) -> None:
+    """Search time, the hand fusion against the learned one, interleaved in one process on one
+    memory (every LoCoMo dev turn under one user), query vectors given."""
+    import time
+    from dataclasses import replace
+
+    from bench.locomo import ingest
+    from bench.locomo_data import percentile
+    from tiered_memory import MemoryConfig, StaticEmbedder, TieredMemory
+    from tiered_memory.embedding import embed_query
+    from tiered_memory.recall.search import search_turns
+
+    convs = load_conversations(data)
+    embedder = StaticEmbedder()
+    with tempfile.TemporaryDirectory(prefix="fusion-latency-") as tmp, \
+            TieredMemory(Path(tmp) / "m", embedder=embedder) as memory:
+        for c in convs:
+            ingest(memory, c, user_id="scale", session_prefix=f"{c.id}/")
+        questions = [q.question for c in convs for q in c.questions]
+        vectors = {q: embed_query(embedder, q) for q in questions}
+        configs = {"hand": replace(MemoryConfig().retrieval, turn_fusion="hand"), "learned": MemoryConfig().retrieval}
+        ms: dict[str, list[float]] = {name: [] for name in configs}
+        for _ in range(rounds):
+            for q in questions:
+                for name, config in configs.items():
+                    start = time.perf_counter()
+                    search_turns(store=memory.store, index=memory.index, embedder=embedder, config=config,
+                                 query=q, user_id="scale", k=10, vector=vectors[q])
+                    ms[name].append((time.perf_counter() - start) * 1000)
+    for name, values in ms.items():
+        print(f"  {name}: {len(values)} searches, p50 {percentile(values, 50):.2f} ms, "
+              f"p95 {percentile(values, 95):.2f} ms")
+    for p in (50, 95):
+        print(f"  learned / hand p{p}: {percentile(ms['learned'], p) / percentile(ms['hand'], p):.2f}x")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.fusion_fit", description=__doc__.split("\n")[0])
     p.add_argument("file", nargs="?", default=str(DEFAULT_DATA))
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "fusion_fit_rows.pkl"))
     p.add_argument("--refresh", action="store_true", help="ingest and dump again")
     p.add_argument("--ablate", action="store_true", help="backward feature elimination (tuning split)")
+    p.add_argument("--latency", action="store_true", help="search p50/p95, hand against learned, interleaved")
     args = p.parse_args(argv)
+    if args.latency:
+        latency(Path(args.file))
+        return 0
     cache = Path(args.cache)
     if cache.exists() and not args.refresh:
         qs: list[Query] = pickle.loads(cache.read_bytes())
@@ -295,7 +335,7 @@ def ablate(qs: Sequence[Query], tune: Sequence[Query], l2: float) -> None:
 
 
 # the set backward elimination (--ablate) keeps at its best tuning recall@10: 13 signals
-SELECTED = ("similarity", "keyword", "date", "previous_question", "question", "speaker", "time",
+SELECTED = ("similarity", "keyword_score", "date", "previous_question", "question", "speaker", "time",
             "session_terms", "session_best", "next_similarity", "next_keyword", "previous_keyword", "length")
 
 

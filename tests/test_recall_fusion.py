@@ -10,7 +10,7 @@ import pytest
 
 from tiered_memory import MemoryConfig, RetrievalConfig
 from tiered_memory.errors import ConfigurationError
-from tiered_memory.recall.fusion import LEARNED, SIGNALS, check_weights, score_learned, signals, weighted_sum
+from tiered_memory.recall.fusion import LEARNED, SIGNALS, check_weights, score_learned, signals
 from tiered_memory.recall.query import QueryPlan, plan_query
 from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns
 from tiered_memory.recall.search import turn_weights
@@ -39,7 +39,7 @@ def values() -> dict[str, dict[str, float]]:
 
 @pytest.mark.parametrize("turn, name, expected", [
     ("q", "similarity", 0.6), ("k", "similarity", 0.2),  # keyword-only: the pool's lowest cosine
-    ("a", "keyword", 1.0), ("q", "keyword", 0.5), ("o", "keyword", 0.0),
+    ("a", "keyword_score", 1.0), ("q", "keyword_score", 0.5), ("o", "keyword_score", 0.0),
     ("o", "date", 1.0), ("q", "date", 0.0), ("a", "speaker", 1.0), ("q", "speaker", 0.0),
     ("a", "previous_base", 0.8), ("o", "previous_base", 0.0),  # a previous turn outside the pool gives nothing
     ("a", "previous_question", 0.8 * 1.0), ("q", "question", 1.0), ("a", "question", 0.0),
@@ -77,9 +77,9 @@ def test_every_signal_is_named_and_the_table_uses_only_signals():
     assert LEARNED["similarity"] == 1.0
 
 
-def test_weighted_sum_ignores_the_session_share_and_missing_values():
-    assert weighted_sum({"similarity": 0.5, "keyword": 1.0}, {"similarity": 1.0, "keyword": 2.0,
-                                                              "date": 3.0, "session_share": 9.0}) == 2.5
+def test_only_the_wanted_signals_are_computed():
+    got = signals(POOL, PREVIOUS, PLAN, BASE, date_hit={"o": True}, speaker_hit={}, wanted={"similarity", "date"})
+    assert got["o"] == {"similarity": 0.2, "date": 1.0} and got["q"] == {"similarity": 0.6}
 
 
 @pytest.mark.parametrize("table, message", [
@@ -94,7 +94,7 @@ def test_a_bad_table_is_a_configuration_error(table, message):
 
 
 def test_score_learned_is_the_weighted_sum_then_the_session_share():
-    table = {"similarity": 1.0, "keyword": 0.5, "speaker": 2.0}
+    table = {"similarity": 1.0, "keyword_score": 0.5, "speaker": 2.0}
     w = TurnWeights(fusion=table)
     plan = QueryPlan(text="q", terms=(), names=frozenset({"Jo"}))
     pool = [cand("a", "x", sim=0.5, bm25=2.0), cand("b", "y", sim=0.7),
@@ -103,10 +103,23 @@ def test_score_learned_is_the_weighted_sum_then_the_session_share():
     assert got["a"].score == pytest.approx(1.0) and got["b"].score == pytest.approx(0.7)
     assert got["c"].score == pytest.approx(2.1)
     assert got["c"].parts["speaker"]["contribution"] == pytest.approx(2.0)
+    assert got["a"].parts["keyword"] == {"rank": 0.0, "value": 2.0}  # the raw BM25 beside its weighted share
+    assert got["a"].parts["keyword_score"]["contribution"] == pytest.approx(0.5)
     assert [s.id for s in score_learned(pool, {}, plan, w, table, now=0)] == ["c", "a", "b"]
     shared = {s.id: s.score for s in score_learned(pool, {}, plan, w, {**table, "session_share": 0.1}, now=0)}
     # session s1 sums 1.7 of the best scores, s2 2.1: s2 gets the full 0.1
     assert shared["c"] == pytest.approx(2.2) and shared["a"] == pytest.approx(1.0 + 0.1 * 1.7 / 2.1)
+    top = score_learned(pool, {}, plan, w, {**table, "session_share": 0.1}, now=0)[0]
+    assert top.parts["session"] == {"rank": 0.0, "value": 1.0, "contribution": pytest.approx(0.1)}
+
+
+def test_only_the_best_explain_carry_their_parts():
+    pool = [cand("a", "x", sim=0.5), cand("b", "y", sim=0.7), cand("c", "z", sim=0.1)]
+    got = score_learned(pool, {}, PLAN, TurnWeights(), {"similarity": 1.0}, now=0, explain=1)
+    assert [s.id for s in got] == ["b", "a", "c"]
+    assert got[0].parts["similarity"]["contribution"] == pytest.approx(0.7) and got[1].parts == got[2].parts == {}
+    full = score_learned(pool, {}, PLAN, TurnWeights(), {"similarity": 1.0}, now=0)
+    assert [(s.id, s.score) for s in full] == [(s.id, s.score) for s in got] and all(s.parts for s in full)
 
 
 def test_recency_is_added_to_the_learned_score_when_asked():
@@ -120,7 +133,7 @@ def test_recency_is_added_to_the_learned_score_when_asked():
 
 def test_the_hand_scorer_ignores_a_table():
     pool = [cand("a", "x", sim=0.5, bm25=2.0), cand("b", "y", sim=0.7)]
-    hand = score_turns(pool, {}, QueryPlan(text="q", terms=()), TurnWeights(session_weight=0, fusion={"keyword": 9.0}),
+    hand = score_turns(pool, {}, QueryPlan(text="q", terms=()), TurnWeights(session_weight=0, fusion={"keyword_score": 9.0}),
                        now=0)
     assert {s.id: s.score for s in hand} == pytest.approx({"a": 1.0, "b": 0.7})
 
@@ -128,7 +141,7 @@ def test_the_hand_scorer_ignores_a_table():
 @pytest.mark.parametrize("retrieval, fusion", [
     (RetrievalConfig(), dict(LEARNED)),
     (RetrievalConfig(turn_fusion="hand"), None),
-    (RetrievalConfig(fusion_weights={"similarity": 1.0, "keyword": 0.2}), {"similarity": 1.0, "keyword": 0.2}),
+    (RetrievalConfig(fusion_weights={"similarity": 1.0, "keyword_score": 0.2}), {"similarity": 1.0, "keyword_score": 0.2}),
 ])
 def test_turn_weights_choose_the_table(retrieval, fusion):
     assert turn_weights(retrieval).fusion == fusion

@@ -20,7 +20,7 @@ L2-regularised, the cosine's weight fixed at 1) on the tuning split only: LoCoMo
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from ..errors import ConfigurationError
 from .coverage import coverage, exchange_coverage, session_coverage, stems, term_weights
@@ -30,7 +30,7 @@ from .scoring import (Candidate, Scored, TurnWeights, base_scores, in_date_range
 
 SIGNALS = (
     "similarity",        # cosine to the query (the pool's lowest for a turn found otherwise)
-    "keyword",           # BM25 / the query's best BM25
+    "keyword_score",     # BM25 / the query's best BM25
     "date",              # 1 if the query names a date and the turn is dated near it
     "previous_base",     # the base score of the turn before it (0 if not in the pool)
     "previous_question",  # ... times that turn's share of question sentences
@@ -54,7 +54,7 @@ SESSION_SHARE = "session_share"  # applied after the sum: its session's share of
 
 # fitted by bench/fusion_fit.py on the tuning split (see the module docstring)
 LEARNED: Mapping[str, float] = {
-    "similarity": 1.0, "keyword": 1.041, "date": 2.185, "previous_question": 0.281, "question": -0.308,
+    "similarity": 1.0, "keyword_score": 1.041, "date": 2.185, "previous_question": 0.281, "question": -0.308,
     "speaker": 1.497, "time": 0.608, "session_terms": 1.509, "session_best": 1.721,
     "next_similarity": 0.329, "next_keyword": 0.400, "previous_keyword": 1.054, "length": -0.274,
 }
@@ -75,9 +75,24 @@ def check_weights(weights: Mapping[str, float]) -> None:
 
 
 def signals(candidates: Sequence[Any], previous: Mapping[str, str], plan: QueryPlan,
-            base: Mapping[str, float], *, date_hit: Mapping[str, bool],
-            speaker_hit: Mapping[str, bool]) -> dict[str, dict[str, float]]:
-    """Per candidate id, the value of each of :data:`SIGNALS` (zeros left out).
+            base: Mapping[str, float], *, date_hit: Mapping[str, bool], speaker_hit: Mapping[str, bool],
+            wanted: Collection[str] = SIGNALS) -> dict[str, dict[str, float]]:
+    """Per candidate id, the value of each of the ``wanted`` :data:`SIGNALS` (zeros left out),
+    in the order of :data:`SIGNALS`: :func:`signal_columns` by candidate."""
+    columns = signal_columns(candidates, previous, plan, base, date_hit=date_hit, speaker_hit=speaker_hit,
+                             wanted=wanted)
+    out: dict[str, dict[str, float]] = {c.id: {} for c in candidates}
+    for name in SIGNALS:
+        for i, v in columns.get(name, {}).items():
+            out[i][name] = v
+    return out
+
+
+def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan: QueryPlan,
+                   base: Mapping[str, float], *, date_hit: Mapping[str, bool], speaker_hit: Mapping[str, bool],
+                   wanted: Collection[str] = SIGNALS) -> dict[str, dict[str, float]]:
+    """Per signal of ``wanted`` (a search asks only for those its table weighs, since each
+    costs time), the candidates' non-zero values by id.
 
     ``base`` is each candidate's base score, ``date_hit`` / ``speaker_hit`` whether it is
     dated near a date the query names / said by a person the query names (the caller
@@ -91,96 +106,123 @@ def signals(candidates: Sequence[Any], previous: Mapping[str, str], plan: QueryP
     sim = {c.id: c.similarity if c.similarity is not None else floor for c in candidates}
     bm = {c.id: max(0.0, c.bm25) / top_bm25 if c.bm25 is not None and top_bm25 > 0 else 0.0
           for c in candidates}
-    after = {p: i for i, p in previous.items() if i in by_id and p in by_id}
-    texts = {c.id: c.text for c in candidates}
-    sessions = {c.id: c.session_id for c in candidates}
-    weights = term_weights(plan.terms, list(texts.values()))
-    exchange = exchange_coverage(texts, previous, weights) if weights else {}
-    session_terms = session_coverage(texts, sessions, weights) if weights else {}
-    best_base: dict[str, float] = {}
-    best_sim: dict[str, float] = {}
-    for c in candidates:
-        best_base[c.session_id] = max(best_base.get(c.session_id, 0.0), base[c.id])
-        best_sim[c.session_id] = max(best_sim.get(c.session_id, 0.0), sim[c.id])
-    peak_base = max(best_base.values(), default=0.0)
-    lengths = sorted(len(c.text) for c in candidates)
-    typical = max(1, lengths[len(lengths) // 2]) if lengths else 1
-    out: dict[str, dict[str, float]] = {}
-    for c in candidates:
-        before = previous.get(c.id)
-        prev = before if before is not None and before in by_id else None
-        nxt = after.get(c.id)
-        values = {
-            "similarity": sim[c.id],
-            "keyword": bm[c.id],
-            "date": 1.0 if date_hit.get(c.id) else 0.0,
-            "previous_base": base[prev] if prev else 0.0,
-            "previous_question": base[prev] * question_share(by_id[prev].text) if prev else 0.0,
-            "question": question_share(c.text),
-            "speaker": 1.0 if speaker_hit.get(c.id) else 0.0,
-            "time": 1.0 if plan.temporal and has_time_expression(c.text) else 0.0,
-            "session_terms": session_terms.get(c.session_id, 0.0),
-            "exchange_terms": exchange.get(c.id, 0.0),
-            "own_terms": coverage(stems(c.text), weights) if weights else 0.0,
-            "session_best": best_base[c.session_id] / peak_base if peak_base > 0 else 0.0,
-            "session_best_similarity": best_sim[c.session_id] / top_sim if top_sim > 0 else 0.0,
-            "vector_rank": 1.0 / math.log2(1 + c.vector_rank) if c.vector_rank else 0.0,
-            "keyword_rank": 1.0 / math.log2(1 + c.keyword_rank) if c.keyword_rank else 0.0,
-            "next_similarity": sim[nxt] if nxt else 0.0,
-            "next_keyword": bm[nxt] if nxt else 0.0,
-            "previous_similarity": sim[prev] if prev else 0.0,
-            "previous_keyword": bm[prev] if prev else 0.0,
-            "length": -math.log(max(1, len(c.text)) / typical),
-        }
-        out[c.id] = {k: v for k, v in values.items() if v}
-    return out
+    prev = {i: p for i, p in previous.items() if i in by_id and p in by_id}
+    after = {p: i for i, p in prev.items()}
+    columns: dict[str, dict[str, float]] = {}
+
+    def column(name: str, values: Mapping[str, float]) -> None:
+        if name in wanted:
+            columns[name] = {i: v for i, v in values.items() if v}
+
+    if "similarity" in wanted:
+        column("similarity", sim)
+    if "keyword_score" in wanted:
+        column("keyword_score", bm)
+    column("date", {i: 1.0 for i, hit in date_hit.items() if hit})
+    column("speaker", {i: 1.0 for i, hit in speaker_hit.items() if hit})
+    if "previous_base" in wanted:
+        column("previous_base", {i: base[p] for i, p in prev.items()})
+    if "previous_question" in wanted:
+        column("previous_question", {i: base[p] * question_share(by_id[p].text) for i, p in prev.items()})
+    if "question" in wanted:
+        column("question", {c.id: question_share(c.text) for c in candidates})
+    if "time" in wanted and plan.temporal:
+        column("time", {c.id: 1.0 for c in candidates if has_time_expression(c.text)})
+    if wanted_any(wanted, "session_terms", "exchange_terms", "own_terms"):
+        texts = {c.id: c.text for c in candidates}
+        weights = term_weights(plan.terms, list(texts.values()))
+        if weights and "session_terms" in wanted:
+            per_session = session_coverage(texts, {c.id: c.session_id for c in candidates}, weights)
+            column("session_terms", {c.id: per_session[c.session_id] for c in candidates})
+        if weights and "exchange_terms" in wanted:
+            column("exchange_terms", exchange_coverage(texts, previous, weights))
+        if weights and "own_terms" in wanted:
+            column("own_terms", {c.id: coverage(stems(c.text), weights) for c in candidates})
+    if "session_best" in wanted:
+        best: dict[str, float] = {}
+        for c in candidates:
+            best[c.session_id] = max(best.get(c.session_id, 0.0), base[c.id])
+        peak = max(best.values(), default=0.0)
+        if peak > 0:
+            column("session_best", {c.id: best[c.session_id] / peak for c in candidates})
+    if "session_best_similarity" in wanted and top_sim > 0:
+        best_sim: dict[str, float] = {}
+        for c in candidates:
+            best_sim[c.session_id] = max(best_sim.get(c.session_id, 0.0), sim[c.id])
+        column("session_best_similarity", {c.id: best_sim[c.session_id] / top_sim for c in candidates})
+    if "vector_rank" in wanted:
+        column("vector_rank", {c.id: 1.0 / math.log2(1 + c.vector_rank) for c in candidates if c.vector_rank})
+    if "keyword_rank" in wanted:
+        column("keyword_rank", {c.id: 1.0 / math.log2(1 + c.keyword_rank) for c in candidates if c.keyword_rank})
+    column("next_similarity", {p: sim[i] for p, i in after.items()})
+    column("next_keyword", {p: bm[i] for p, i in after.items()})
+    column("previous_similarity", {i: sim[p] for i, p in prev.items()})
+    column("previous_keyword", {i: bm[p] for i, p in prev.items()})
+    if "length" in wanted and candidates:
+        lengths = sorted(len(c.text) for c in candidates)
+        typical = max(1, lengths[len(lengths) // 2])
+        column("length", {c.id: -math.log(max(1, len(c.text)) / typical) for c in candidates})
+    return columns
 
 
-def weighted_sum(values: Mapping[str, float], weights: Mapping[str, float]) -> float:
-    """``sum(weights[n] x values[n])`` over the names in both (a missing value is 0)."""
-    return sum(w * values.get(n, 0.0) for n, w in weights.items() if n != SESSION_SHARE)
+def wanted_any(wanted: Collection[str], *names: str) -> bool:
+    return any(n in wanted for n in names)
 
 
 def score_learned(
     candidates: Sequence[Candidate], previous: Mapping[str, str], plan: QueryPlan, w: TurnWeights,
-    fusion: Mapping[str, float], *, now: float,
+    fusion: Mapping[str, float], *, now: float, explain: int | None = None,
 ) -> list[Scored]:
     """Score and order turn candidates by a weight table over :data:`.fusion.SIGNALS` (the
     base score, the date window and the speaker rule from ``w``), plus the table's
     ``session_share`` x the session's share of the ``w.session_top`` best sums, plus
-    ``w.recency_boost`` x recency; best first, ties by id."""
+    ``w.recency_boost`` x recency; best first, ties by id. Only the best ``explain``
+    (None: all) carry their parts: explaining every candidate costs more than scoring it."""
     base = base_scores(candidates, plan, w)
     dated = {c.id: bool(plan.dates) and in_date_ranges(c.timestamp, plan.dates, w.date_before_days,
                                                         w.date_after_days) for c in candidates}
     named = {c.id: names_speaker(plan.names, c.speaker) for c in candidates}
-    values = signals(candidates, previous, plan, base, date_hit=dated, speaker_hit=named)
-    scores: dict[str, float] = {}
-    parts: dict[str, dict[str, dict[str, float]]] = {}
-    for c in candidates:
-        v = values[c.id]
-        p: dict[str, dict[str, float]] = {}
-        if c.similarity is not None:
-            p["vector"] = {"rank": float(c.vector_rank or 0), "value": c.similarity}
-        if c.bm25 is not None:
-            p["keyword"] = {"rank": float(c.keyword_rank or 0), "value": c.bm25}
-        for name, weight in fusion.items():
-            if name != SESSION_SHARE and v.get(name) and weight:
-                p.setdefault(name, {"rank": 0.0})
-                p[name].update({"value": v[name], "contribution": weight * v[name]})
-        scores[c.id] = weighted_sum(v, fusion)
-        if w.recency_boost:
-            r = recency_score(c.timestamp, now, w.recency_half_life_days)
-            scores[c.id] += w.recency_boost * r
-            p["recency"] = {"rank": 0.0, "value": r, "contribution": w.recency_boost * r}
-        parts[c.id] = p
+    columns = signal_columns(candidates, previous, plan, base, date_hit=dated, speaker_hit=named,
+                             wanted={n for n, weight in fusion.items() if weight})
+    table = {n: weight for n, weight in fusion.items() if weight and n != SESSION_SHARE}
+    scores = dict.fromkeys((c.id for c in candidates), 0.0)
+    for name, column in columns.items():
+        weight = table[name]
+        for i, value in column.items():
+            scores[i] += weight * value
+    if w.recency_boost:
+        for c in candidates:
+            scores[c.id] += w.recency_boost * recency_score(c.timestamp, now, w.recency_half_life_days)
     share_weight = fusion.get(SESSION_SHARE, 0.0)
+    shares: dict[str, float] = {}
     if share_weight:
         sessions = {c.id: c.session_id for c in candidates}
         shares = session_shares(scores, sessions, w.session_top)
         for c in candidates:
-            share = shares.get(c.session_id, 0.0)
-            if share:
-                scores[c.id] += share_weight * share
-                parts[c.id]["session"] = {"rank": 0.0, "value": share, "contribution": share_weight * share}
+            scores[c.id] += share_weight * shares.get(c.session_id, 0.0)
     ordered = sorted(scores, key=lambda i: (-scores[i], i))
-    return [Scored(i, scores[i], parts[i]) for i in ordered]
+    by_id = {c.id: c for c in candidates}
+    shown = len(ordered) if explain is None else explain
+    return [Scored(i, scores[i], explained(by_id[i], {name: col[i] for name, col in columns.items() if i in col},
+                                           table, w, now=now, share=shares.get(by_id[i].session_id, 0.0),
+                                           share_weight=share_weight) if n < shown else {})
+            for n, i in enumerate(ordered)]
+
+
+def explained(c: Candidate, values: Mapping[str, float], table: Mapping[str, float], w: TurnWeights, *,
+              now: float, share: float, share_weight: float) -> dict[str, dict[str, float]]:
+    """A candidate's explanation: its raw cosine and BM25 with their ranks, and each signal's
+    value and contribution (the session share's, and recency's when asked)."""
+    p: dict[str, dict[str, float]] = {}
+    if c.similarity is not None:
+        p["vector"] = {"rank": float(c.vector_rank or 0), "value": c.similarity}
+    if c.bm25 is not None:
+        p["keyword"] = {"rank": float(c.keyword_rank or 0), "value": c.bm25}
+    for name, value in values.items():
+        p[name] = {"rank": 0.0, "value": value, "contribution": table[name] * value}
+    if w.recency_boost:
+        r = recency_score(c.timestamp, now, w.recency_half_life_days)
+        p["recency"] = {"rank": 0.0, "value": r, "contribution": w.recency_boost * r}
+    if share and share_weight:
+        p["session"] = {"rank": 0.0, "value": share, "contribution": share_weight * share}
+    return p

@@ -196,7 +196,9 @@ def search_turns(
     records, chunk_hit, plan = got.records, got.chunk_hit, got.plan
     weights = turn_weights(config)
     if weights.fusion is not None:
-        scored = score_learned(got.candidates, got.previous, plan, weights, weights.fusion, now=now)
+        # explained: the k returned, unless a filter may pass over some of the best
+        scored = score_learned(got.candidates, got.previous, plan, weights, weights.fusion, now=now,
+                               explain=None if filters else k)
     else:
         scored = score_turns(got.candidates, got.previous, plan, weights, now=now)
     hits: list[MemoryHit] = []
