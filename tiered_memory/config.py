@@ -17,10 +17,15 @@ class BufferConfig:
 class RetrievalConfig:
     """How recall fuses its signals.
 
-    Turn recall (``TieredMemory.search``) scores each candidate turn as its cosine
-    similarity plus ``keyword_score_weight`` x its max-normalised BM25 score, plus the
-    boosts below (see :mod:`tiered_memory.recall.scoring`). The defaults were tuned on
-    three LoCoMo dev conversations and checked on two held out (``bench/README.md``).
+    Turn recall (``TieredMemory.search``) scores each candidate turn, by default
+    (``turn_fusion="learned"``), with a weight table over named signals of the candidate
+    pool (:mod:`tiered_memory.recall.fusion`; ``fusion_weights`` replaces the table), fitted
+    on three LoCoMo dev conversations and their real-chat rewrite and checked on two held
+    out (``bench/README.md``). A turn's *base* score, which it passes to the turn after it
+    and which picks the turns whose neighbours are fetched, is its cosine similarity plus
+    ``keyword_score_weight`` x its max-normalised BM25 score plus ``date_boost`` near a
+    named date. With ``turn_fusion="hand"`` the score is the base plus the boosts below
+    (:mod:`tiered_memory.recall.scoring`), each tuned alone.
     ``vector_weight``, ``keyword_weight``, ``recency_weight`` and ``rrf_k`` weight the
     reciprocal-rank fusion used by the episode, fact and item layers.
     """

@@ -1,5 +1,6 @@
 """The learned fusion of turn recall: named signals per candidate, and a weight table fitted
-to rank evidence turns first. Pure; :mod:`.search` scores by it (:func:`score_learned`) unless the hand weights are chosen.
+to rank evidence turns first. Pure; :mod:`.search` scores by it (:func:`score_learned`)
+unless ``RetrievalConfig.turn_fusion`` chooses the hand weights (:func:`.scoring.score_turns`).
 
 :func:`signals` computes, for every candidate turn of a query's pool, the values below
 (the parts :func:`.scoring.score_turns` adds by hand, and a few more read from the same

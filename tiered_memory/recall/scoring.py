@@ -4,7 +4,9 @@ are re-exported here).
 
 Nothing here does I/O; :mod:`.search` fetches candidates and calls these.
 
-Turn recall (:func:`score_turns`) adds, per candidate turn:
+The hand-weighted turn score (:func:`score_turns`, ``RetrievalConfig.turn_fusion="hand"``;
+the default is the learned table of :mod:`.fusion`, over the same signals and a few more)
+adds, per candidate turn:
 
 - the cosine similarity of its vector to the query's, plus the BM25 score of its
   text divided by the best BM25 score of the query (``keyword_score_weight``), plus

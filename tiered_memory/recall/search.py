@@ -35,7 +35,11 @@ def turn_weights(config: RetrievalConfig) -> TurnWeights:
         raise ConfigurationError(f"RetrievalConfig.turn_fusion must be 'learned' or 'hand', got {config.turn_fusion!r}")
     fusion = None
     if config.turn_fusion == "learned":
-        fusion = dict(LEARNED if config.fusion_weights is None else config.fusion_weights)
+        table = LEARNED if config.fusion_weights is None else config.fusion_weights
+        if not isinstance(table, Mapping):
+            raise ConfigurationError("RetrievalConfig.fusion_weights must be a dict of signal name -> weight, "
+                                     f"got {type(table).__name__}")
+        fusion = dict(table)
         check_weights(fusion)
     values: dict[str, Any] = {f.name: getattr(config, f.name) for f in fields(TurnWeights) if f.name != "fusion"}
     return TurnWeights(**values, fusion=fusion)
