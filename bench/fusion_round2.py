@@ -163,19 +163,22 @@ class Capped:
 
 class Slots:
     """The first ``10 - n`` by the table; the last ``n`` go to the best turn of each session
-    not yet among them (sessions in the order of their best turn) found within ``depth`` ranks."""
+    not yet among them (sessions in the order of their best turn) found within ``depth`` ranks
+    and, with ``margin``, scoring at least the tenth score less ``margin``."""
 
-    def __init__(self, model: Linear, n: int, depth: int) -> None:
-        self.model, self.n, self.depth = model, n, depth
+    def __init__(self, model: Linear, n: int, depth: int, margin: float | None = None) -> None:
+        self.model, self.n, self.depth, self.margin = model, n, depth, margin
 
     def score(self, q: Query) -> np.ndarray:
-        order = [int(i) for i in np.lexsort((q.ids, -self.model.score(q)))]
+        s = self.model.score(q)
+        order = [int(i) for i in np.lexsort((q.ids, -s))]
         chosen = order[:10 - self.n]
         seen = {int(q.session[i]) for i in chosen}
+        floor = s[order[min(9, len(order) - 1)]] - self.margin if self.margin is not None else -np.inf
         for i in order[10 - self.n:self.depth]:
             if len(chosen) == 10:
                 break
-            if int(q.session[i]) not in seen:
+            if int(q.session[i]) not in seen and s[i] >= floor:
                 chosen.append(i)
                 seen.add(int(q.session[i]))
         rest = [i for i in order if i not in set(chosen)]
@@ -288,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for n in (1, 2, 3):
             for depth in (20, 40):
                 line(f"last {n} slot(s) to new sessions, depth {depth}", qs, Slots(shipped, n, depth))
+        for margin in (0.05, 0.1, 0.2):
+            line(f"last 2 slots to new sessions, margin {margin}", qs, Slots(shipped, 2, 40, margin))
         for kind in ("rank", "prob"):
             rows = learned_session(tune, qs, kind)
             m = fit([q for q in rows if q.conversation in TUNE], SEL + [len(NAMES)])
