@@ -129,3 +129,18 @@ def test_search_survives_an_index_missing_a_vector_the_store_lists(memory, caplo
     assert "using the metadata filter" in caplog.text  # the ids path failed and the filter took over
     assert {h.id for h in hits} <= set(ids) and ids[0] in {h.id for h in hits}
     assert memory.search("bees on the roof", user_id="u", k=1)[0].id == ids[0]
+
+
+def test_a_large_index_is_checked_by_its_count_at_a_clean_open(make_memory):
+    """Past LIST_IDS_MAX vectors the clean-open check compares counts and lists no ids
+    (listing pages by offset: minutes at a million); fewer vectors than turns is still a loss."""
+    from tiered_memory.backends import index_lost_vectors
+
+    m, ids = _store_with_notes(make_memory)
+    listed: list[int] = []
+    ids_of = m.index.ids
+    m.index.ids = lambda *a, **k: listed.append(1) or ids_of(*a, **k)  # type: ignore[method-assign]
+    assert index_lost_vectors(m.store, m.index) is False and listed == [1]  # small: counted exactly
+    assert index_lost_vectors(m.store, m.index, list_ids_max=2) is False and listed == [1]  # large: count only
+    m.index.collection.delete(ids=ids[:2])
+    assert index_lost_vectors(m.store, m.index, list_ids_max=2) is True  # 2 vectors for 4 turns

@@ -271,14 +271,28 @@ def note_forgotten(store: RecordStore, n: int) -> None:
         store.set_meta(FORGOTTEN_VECTORS, str(int(store.get_meta(FORGOTTEN_VECTORS) or 0) + n))
 
 
-def index_lost_vectors(store: RecordStore, index: VectorIndex) -> bool:
+#: Above this many vectors a clean open compares counts only: listing an embedded Chroma's
+#: ids pages by offset, which costs time quadratic in the vectors (1,000,000: an 8-minute open)
+LIST_IDS_MAX = 100_000
+
+
+def index_lost_vectors(store: RecordStore, index: VectorIndex, *, list_ids_max: int = LIST_IDS_MAX) -> bool:
     """Cheap check on a clean open: fewer vectors than indexed turns means the index
-    lost entries (a restored backup, a deleted folder); a full repair finds which."""
+    lost entries (a restored backup, a deleted folder); a full repair finds which.
+
+    Fewer vectors of any kind than indexed turns is a loss; an index of at most
+    ``list_ids_max`` vectors has its turn vectors counted exactly (facts, episodes and
+    chunks of long messages also hold vectors). A larger one that lost only some turn
+    vectors while holding as many others is repaired by ``rebuild_index()``."""
     c = store.counts()
+    expected = c["indexed"] - c["duplicates"]
     try:
+        total = index.count()
+        if total < expected or total > list_ids_max:
+            return total < expected
         # only turn vectors count: fact / episode / item vectors carry a ':' in their id, the
         # chunks of long messages a chunk separator
         turns = sum(1 for i in index.ids() if ":" not in i and CHUNK_SEPARATOR not in i)
-        return turns < c["indexed"] - c["duplicates"]
+        return turns < expected
     except Exception:  # an index that cannot count is repaired in full
         return True
