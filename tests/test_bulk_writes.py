@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tiered_memory import MemoryConfig, StoreError, VectorIndexError
+from tiered_memory.config import RetrievalConfig
 from tiered_memory.portable import ImportFormatError
 from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.testing import FailingVectorIndex
@@ -122,14 +123,20 @@ class KeywordFails(SQLiteRecordStore):
         return super().keyword_search(*args, **kwargs)
 
 
-def test_a_keyword_query_run_beside_the_exact_scan_reports_its_failure(make_memory, tmp_path):
-    """With the user's vectors held, the keyword query runs in a worker thread: its error
-    reaches the caller, typed, and the memory still answers once the store does."""
+def test_a_keyword_query_run_beside_the_exact_scan_ranks_the_same_and_reports_its_failure(make_memory, tmp_path):
+    """With the user's vectors held, the keyword query may run in a worker thread
+    (``keyword_beside_from``): the same hits as run in turn; its error reaches the caller,
+    typed, and the memory still answers once the store does."""
     store = KeywordFails(tmp_path / "records.db")
-    memory = make_memory(record_store=store)
-    memory.add_many(notes(10), session_id="s", user_id="u")
-    assert memory.index.scans_exactly("u", wait=True)  # type: ignore[attr-defined]
+    beside = make_memory("beside", record_store=store,
+                         config=MemoryConfig(retrieval=RetrievalConfig(keyword_beside_from=0)))
+    in_turn = make_memory("in-turn")
+    for memory in (beside, in_turn):
+        memory.add_many(notes(30), session_id="s", user_id="u")
+        assert memory.index.scans_exactly("u", wait=True)  # type: ignore[attr-defined]
     with pytest.raises(StoreError, match="disk I/O"):
-        memory.search("a thought on violins", user_id="u", k=3)
+        beside.search("a thought on violins", user_id="u", k=3)
     store.failing = False
-    assert memory.search("a thought on violins", user_id="u", k=3)[0].id == "note-3"
+    for query in ("a thought on violins", "note 17", "Lisbon pottery"):
+        got = [h.id for h in beside.search(query, user_id="u", k=5)]
+        assert got and got == [h.id for h in in_turn.search(query, user_id="u", k=5)]

@@ -37,6 +37,9 @@ class RetrievalConfig:
     candidates: int = 200  # vector and keyword candidates fetched per query
     chunk_candidates: int = 20  # chunk vectors of long messages fetched per query (0: chunks unused)
     id_scope_max: int = 20_000  # up to this many turns, pass the user's ids to the vector index (0: filter)
+    # from this many of the user's vectors held in memory, the keyword query runs in a worker
+    # thread beside their exact scan (a smaller scan is shorter than the thread hop; 0: always)
+    keyword_beside_from: int = 10_000
     recency_half_life_days: float = 30.0
     keyword_score_weight: float = 0.5
     neighbor_weight: float = 0.3  # x the previous turn's base score

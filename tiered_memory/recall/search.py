@@ -47,6 +47,7 @@ def turn_weights(config: RetrievalConfig) -> TurnWeights:
 
 FILTER_SCOPE_MAX = 50_000  # more matching ids than this: filter the best candidates instead
 # keyword queries that run while the caller scans the user's vectors held in memory
+# (RetrievalConfig.keyword_beside_from)
 _BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tiered-memory-search")
 
 
@@ -138,7 +139,9 @@ def gather_pool(
         scope = store.indexed_ids(user_id, session_id)
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
     keyword = None
-    if exact and plan.terms:  # the scan is in this process: the keyword query runs beside it
+    if exact and plan.terms and isinstance(index, ExactScope) \
+            and index.held_rows(user_id) >= config.keyword_beside_from:
+        # the scan is in this process and long: the keyword query runs beside it
         keyword = _BESIDE.submit(store.keyword_search, user_id, plan.terms, k=n, session_id=session_id)
     vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]
     chunk_hit: dict[str, tuple[int, float]] = {}

@@ -63,6 +63,10 @@ class ExactScope(Protocol):
         the caller need not pass ``among`` to scope it."""
         ...
 
+    def held_rows(self, user_id: str) -> int:
+        """How many vectors of ``user_id`` the exact scan holds (0 when it holds none)."""
+        ...
+
 
 @runtime_checkable
 class WritesBehind(Protocol):

@@ -111,6 +111,10 @@ class ChromaVectorIndex:
         ``wait`` for the user's vectors to be read first."""
         return self._exact is not None and self._exact.ready(user_id, wait=wait)
 
+    def held_rows(self, user_id: str) -> int:
+        """How many vectors of ``user_id`` the exact scan holds (0 when it holds none)."""
+        return 0 if self._exact is None else self._exact.held_rows(user_id)
+
     @classmethod
     def from_url(cls, url: str, *, collection: str = COLLECTION) -> "ChromaVectorIndex":
         """``http://host:port`` of a Chroma server (``chroma run``)."""

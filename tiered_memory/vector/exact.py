@@ -168,6 +168,12 @@ class ExactScan:
                 return user_id in self._users
         return False
 
+    def held_rows(self, user_id: str) -> int:
+        """How many vectors of ``user_id`` are held (0 when the user is not)."""
+        with self._lock:
+            held = self._users.get(user_id)
+        return 0 if held is None else held.size
+
     def query(self, user_id: str, queries: np.ndarray, k: int, among: Sequence[str] | None = None,
               layers: Sequence[str] | None = None, session_id: str | None = None,
               ) -> list[list[tuple[str, float]]] | None:

@@ -76,6 +76,10 @@ class QdrantVectorIndex:
         """Whether a query of ``user_id`` is an exact scan of the user's vectors held in memory."""
         return self._exact is not None and self._exact.ready(user_id, wait=wait)
 
+    def held_rows(self, user_id: str) -> int:
+        """How many vectors of ``user_id`` the exact scan holds (0 when it holds none)."""
+        return 0 if self._exact is None else self._exact.held_rows(user_id)
+
     def _ensure(self, dim: int) -> None:
         if not self._ready:
             m = self.models
