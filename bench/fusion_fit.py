@@ -24,7 +24,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -73,38 +73,47 @@ class Query:
     label: np.ndarray  # 1.0 for an evidence turn
 
 
-def dump(data: Path, dataset: str) -> list[Query]:
-    """Ingest each conversation once and turn each question's pool into a :class:`Query`."""
+def each_pool(data: Path, dataset: str) -> Iterator[tuple[Any, Any, Any, Any]]:
+    """Ingest each conversation of ``data`` once (``dataset`` "realchat": its rewrite) through
+    ``add_many`` with the static embedder, and yield ``(conversation, question, pool, retrieval
+    config)`` for each question: the pool a real search would score."""
     from bench.locomo import ingest
     from bench.realchat import realchat
     from tiered_memory import MemoryConfig, StaticEmbedder, TieredMemory
-    from tiered_memory.recall.search import gather_pool, turn_weights
+    from tiered_memory.recall.search import gather_pool
 
     convs = load_conversations(data)
     if dataset == "realchat":
         convs = realchat(convs)
     embedder = StaticEmbedder()
-    out: list[Query] = []
-    with tempfile.TemporaryDirectory(prefix="fusion-fit-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fusion-pools-") as tmp:
         for c in convs:
             user = f"locomo-{c.id}"
             with TieredMemory(Path(tmp) / c.id, embedder=embedder, config=MemoryConfig()) as memory:
                 ingest(memory, c, user_id=user)
                 config = memory.config.retrieval
-                w = turn_weights(config)
                 for q in c.questions:
                     pool = gather_pool(store=memory.store, index=memory.index, embedder=memory.embedder,
                                        config=config, query=q.question, user_id=user, k=10)
                     assert pool is not None
-                    cands = pool.candidates
-                    dia = [str(pool.records[cd.id].metadata.get("dia_id")) for cd in cands]
-                    codes: dict[str, int] = {}
-                    out.append(Query(
-                        dataset=dataset, conversation=c.id, category=q.category, evidence=q.evidence,
-                        x=features(cands, pool.previous, pool.plan, w), dia=dia, ids=[cd.id for cd in cands],
-                        session=np.array([codes.setdefault(cd.session_id, len(codes)) for cd in cands]),
-                        label=np.array([1.0 if d in set(q.evidence) else 0.0 for d in dia])))
+                    yield c, q, pool, config
             print(f"  {dataset} {c.id}: {len(c.questions)} questions", flush=True)
+
+
+def dump(data: Path, dataset: str) -> list[Query]:
+    """Each question's pool as a :class:`Query` (features and labels)."""
+    from tiered_memory.recall.search import turn_weights
+
+    out: list[Query] = []
+    for c, q, pool, config in each_pool(data, dataset):
+        cands = pool.candidates
+        dia = [str(pool.records[cd.id].metadata.get("dia_id")) for cd in cands]
+        codes: dict[str, int] = {}
+        out.append(Query(
+            dataset=dataset, conversation=c.id, category=q.category, evidence=q.evidence,
+            x=features(cands, pool.previous, pool.plan, turn_weights(config)), dia=dia, ids=[cd.id for cd in cands],
+            session=np.array([codes.setdefault(cd.session_id, len(codes)) for cd in cands]),
+            label=np.array([1.0 if d in set(q.evidence) else 0.0 for d in dia])))
     return out
 
 

@@ -10,7 +10,6 @@ the turn before each, the query plan, each candidate's session position and dial
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import sys
 import tempfile
@@ -18,17 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-
-REPO = Path(__file__).resolve().parent.parent
 if not __package__:
-    sys.path.insert(0, str(REPO))
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.locomo_data import load_conversations  # noqa: E402
-
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo_dev.json"
+from bench.fusion_fit import DEFAULT_DATA, each_pool  # noqa: E402  (it also sets the offline environment)
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "fusion_pools_wt20e.pkl"
 
 
@@ -46,34 +38,11 @@ class RawPool:
 
 
 def dump(data: Path, dataset: str) -> list[RawPool]:
-    from bench.locomo import ingest
-    from bench.realchat import realchat
-    from tiered_memory import MemoryConfig, StaticEmbedder, TieredMemory
-    from tiered_memory.recall.search import gather_pool
-
-    convs = load_conversations(data)
-    if dataset == "realchat":
-        convs = realchat(convs)
-    embedder = StaticEmbedder()
-    out: list[RawPool] = []
-    with tempfile.TemporaryDirectory(prefix="fusion-pools-") as tmp:
-        for c in convs:
-            user = f"locomo-{c.id}"
-            with TieredMemory(Path(tmp) / c.id, embedder=embedder, config=MemoryConfig()) as memory:
-                ingest(memory, c, user_id=user)
-                config = memory.config.retrieval
-                for q in c.questions:
-                    pool = gather_pool(store=memory.store, index=memory.index, embedder=memory.embedder,
-                                       config=config, query=q.question, user_id=user, k=10)
-                    assert pool is not None
-                    cands = pool.candidates
-                    out.append(RawPool(
-                        dataset=dataset, conversation=c.id, category=q.category, evidence=q.evidence,
-                        candidates=list(cands), previous=dict(pool.previous), plan=pool.plan,
-                        dia=[str(pool.records[cd.id].metadata.get("dia_id")) for cd in cands],
-                        seq=[int(pool.records[cd.id].seq) for cd in cands]))
-            print(f"  {dataset} {c.id}: {len(c.questions)} questions", flush=True)
-    return out
+    return [RawPool(dataset=dataset, conversation=c.id, category=q.category, evidence=q.evidence,
+                    candidates=list(pool.candidates), previous=dict(pool.previous), plan=pool.plan,
+                    dia=[str(pool.records[cd.id].metadata.get("dia_id")) for cd in pool.candidates],
+                    seq=[int(pool.records[cd.id].seq) for cd in pool.candidates])
+            for c, q, pool, _ in each_pool(data, dataset)]
 
 
 class _Unpickler(pickle.Unpickler):
