@@ -74,16 +74,18 @@ class BudgetConfig:
     sessions), ``turns`` (relevant past turns) and ``items`` (store items, with
     ``include_items=True``; 0.2 when not named here). Shares are relative weights,
     normalised over the sections that have something to show, so by default
-    session, facts and episodes split 30/40/30 and relevant turns weigh 1.0 beside
-    them (0.3 until December: at 500 tokens the extractive facts and episodes then
-    reached less evidence than relevant turns alone; ``bench/README.md``). What a section leaves unused flows to the others by priority (session,
-    facts, episodes, turns); items are dropped whole, lowest priority first.
+    session, facts and episodes split 30/40/30 and relevant turns weigh 1.5 beside
+    them (0.3, then 1.0, until December: each time the turn ranking improved, at 500
+    tokens the extractive facts and episodes reached less evidence per token than
+    relevant turns alone; ``bench/README.md``). What a section leaves unused flows to the
+    others by priority (session, facts, episodes, turns); items are dropped whole, lowest
+    priority first.
     """
 
     max_tokens: int = 3000
     buffer_share: float = 0.4
     shares: dict[str, float] = field(
-        default_factory=lambda: {"session": 0.3, "facts": 0.4, "episodes": 0.3, "turns": 1.0}
+        default_factory=lambda: {"session": 0.3, "facts": 0.4, "episodes": 0.3, "turns": 1.5}
     )
 
 
