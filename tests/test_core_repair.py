@@ -117,9 +117,14 @@ def test_changing_the_embedder_rebuilds_the_index(make_memory, tmp_path):
         assert other.search("Mombasa", user_id="u1", k=1)[0].id == ids[3]
 
 
-def test_search_survives_an_index_missing_a_vector_the_store_lists(memory, caplog) -> None:
+def test_search_survives_an_index_missing_a_vector_the_store_lists(make_memory, tmp_path, caplog) -> None:
     """Turn recall hands the index the user's ids; one it lacks (repair not run yet) must not
-    break search: the index falls back to its metadata filter."""
+    break search: the index falls back to its metadata filter. (An index that never holds the
+    user for the exact scan: once it holds them, no ids are passed, and whether the first
+    search ran before the user's vectors loaded was a race.)"""
+    from tiered_memory.vector.chroma import ChromaVectorIndex
+
+    memory = make_memory("ids", vector_store=ChromaVectorIndex(str(tmp_path / "ids-index"), exact_rows=0))
     ids = memory.add_many([{"role": "user", "content": t} for t in
                            ["I keep bees on the roof", "My sister lives in Oslo", "We adopted a cat"]],
                           user_id="u", session_id="s")

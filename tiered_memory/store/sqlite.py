@@ -77,11 +77,6 @@ MIGRATIONS: list[str] = [
         VALUES ('delete', old.rowid, old.content, old.user_id);
     END;
     """,
-    # insert_messages writes a batch's keyword index in one statement: through a per-row trigger
-    # the index cost 3x (20,000 rows: 1.2 against 0.4 s), most of a bulk write's own time
-    """
-    DROP TRIGGER IF EXISTS messages_ai;
-    """,
 ]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, rowid"
@@ -208,8 +203,6 @@ class SQLiteRecordStore:
     # ---- writes ---------------------------------------------------------
     def insert_messages(self, rows: list[StoredMessage]) -> None:
         with self.transaction() as c:
-            # new rows take rowids above the largest (no AUTOINCREMENT), and the write lock is held
-            (before,) = c.execute("SELECT coalesce(max(rowid), 0) FROM messages").fetchone()
             c.executemany(
                 "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'))",
@@ -219,8 +212,6 @@ class SQLiteRecordStore:
                     for m in rows
                 ],
             )
-            c.execute("INSERT INTO messages_fts(rowid, content, user_id)"
-                      " SELECT rowid, content, user_id FROM messages WHERE rowid > ?", (before,))
 
     def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None:
         # Without its own fsync: a mark lost to a power cut leaves the rows pending, and the
