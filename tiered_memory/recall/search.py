@@ -116,13 +116,14 @@ def gather_pool(
     session_id: str | None = None,
     filters: Mapping[str, Any] | None = None,
     vector: np.ndarray | None = None,
+    weights: TurnWeights | None = None,
 ) -> Pool | None:
     """The candidate pool of a turn search (the I/O of :func:`search_turns`); None when a
-    filter matches nothing. Reads only: one scope query, one candidate fetch, one
-    neighbour fetch."""
+    filter matches nothing. ``weights``: :func:`turn_weights` of ``config``, when the caller
+    has it. Reads only: one scope query, one candidate fetch, one neighbour fetch."""
     n = max(config.candidates, k * (4 if filters else 2))
     plan = plan_query(query)
-    weights = turn_weights(config)
+    weights = turn_weights(config) if weights is None else weights
     qv = embed_query(embedder, query) if vector is None else vector
     among = None
     if filters and isinstance(store, FilterSource):
@@ -196,12 +197,13 @@ def search_turns(
     """The best ``k`` turns of ``user_id`` for ``query`` (``vector`` is its embedding when the
     caller has it). Reads only: one scope query, one candidate fetch, one neighbour fetch."""
     now = time.time() if now is None else now
+    weights = turn_weights(config)  # once a search: it checks the learned table too
     got = gather_pool(store=store, index=index, embedder=embedder, config=config, query=query,
-                      user_id=user_id, k=k, session_id=session_id, filters=filters, vector=vector)
+                      user_id=user_id, k=k, session_id=session_id, filters=filters, vector=vector,
+                      weights=weights)
     if got is None:
         return []
     records, chunk_hit, plan = got.records, got.chunk_hit, got.plan
-    weights = turn_weights(config)
     if weights.fusion is not None:
         # explained: the k returned, unless a filter may pass over some of the best
         scored = score_learned(got.candidates, got.previous, plan, weights, weights.fusion, now=now,
