@@ -129,6 +129,16 @@ class RecordStoreConformance:
         store.reset_indexed()
         assert len(store.pending_index(10)) == 4 and store.indexed_ids() == set()
 
+    def test_rows_stored_already_indexed(self, store: RecordStore) -> None:
+        store.insert_messages([msg("a", "first"), msg("b", "first again"), msg("c", "other user", user="u2")],
+                              indexed=True, duplicates={"b": "a"})
+        store.insert_messages([msg("d", "pending")])
+        assert [m.id for m in store.pending_index(10)] == ["d"]
+        assert store.indexed_ids("u1") == {"a"} and store.indexed_ids("u2") == {"c"}
+        assert store.counts()["duplicates"] == 1
+        store.reset_indexed_ids(["a"])
+        assert [m.id for m in store.pending_index(10)] == ["a", "d"]
+
     def test_existing_ids_are_global(self, store: RecordStore) -> None:
         store.insert_messages([msg("a", "x"), msg("b", "y", user="u2")])
         assert store.existing_ids(["a", "b", "c"]) == {"a", "b"}

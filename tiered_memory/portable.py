@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 from .errors import InvalidInputError, StoreError
 from .parts import Parts
-from .recall.indexing import index_messages
+from .recall.indexing import store_and_index
 from .types import StoredMessage
 from .validation import check_id, normalize_message
 
@@ -145,9 +145,10 @@ def import_jsonl(
         chunk = parts.config.write_chunk  # messages per transaction and per progress update
         for start in range(0, len(new), chunk):
             part = new[start : start + chunk]
-            parts.store.insert_messages(part)
-            index_messages(part, store=parts.store, index=parts.index, embedder=parts.embedder,
-                           threshold=parts.config.dedup_threshold)
+            failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
+                                      threshold=parts.config.dedup_threshold)
+            if failure is not None:
+                raise failure
             report.imported += len(part)
             if progress:
                 progress(len(part))

@@ -29,7 +29,7 @@ from .embedding import Embedder
 from .errors import InvalidInputError, NotFoundError
 from .guard import vector_errors_typed
 from .recall.chunking import vector_ids
-from .recall.indexing import index_messages
+from .recall.indexing import index_messages, store_and_index
 from .store.base import RecordStore
 from .types import Message, StoredMessage
 from .validation import normalize_message
@@ -114,14 +114,11 @@ def write_messages(new: list[StoredMessage], *, batch: int, store: RecordStore, 
                                    threshold=config.dedup_threshold)
 
             jointly(write)
-        else:
+        elif failure is None:
+            failure = store_and_index(part, store=store, index=index, embedder=embedder,
+                                      threshold=config.dedup_threshold)
+        else:  # after an index failure the rest is still stored, for repair
             store.insert_messages(part)
-            if failure is None:  # after an index failure the rest is still stored, for repair
-                try:
-                    index_messages(part, store=store, index=index, embedder=embedder,
-                                   threshold=config.dedup_threshold)
-                except Exception as e:
-                    failure = e
         if progress is not None:
             progress(len(part))
     if failure is not None:

@@ -91,6 +91,56 @@ def index_messages(
     ``threshold`` above 1 nothing is a duplicate."""
     if not rows:
         return {}
+    items, dup = turn_items(rows, store=store, index=index, embedder=embedder, threshold=threshold)
+    if isinstance(index, WritesBehind):
+        # marked indexed before the engine has them: a crash leaves the memory unclean, and
+        # the next open's full repair re-embeds what the engine lacks (vector/write_behind.py)
+        index.upsert_behind(items)
+    else:
+        index.upsert(items)
+    store.mark_indexed([r.id for r in rows], dup)
+    return dup
+
+
+def store_and_index(
+    rows: list[StoredMessage], *, store: RecordStore, index: VectorIndex,
+    embedder: Embedder, threshold: float,
+) -> Exception | None:
+    """Store ``rows`` and index them (:func:`index_messages`). A failure of the store is
+    raised; a failure to index is returned, and the rows are then stored pending, to be
+    indexed on the next open or by ``rebuild_index()``.
+
+    An index that writes behind gets the rows stored already marked, in the one
+    transaction of their insert: the vectors are embedded first and queued after the
+    commit (a bulk write of 100,000 messages made 200 commits and 100,000 updates of
+    marks otherwise, about a fifth of the library's part of it)."""
+    if not rows:
+        return None
+    if not isinstance(index, WritesBehind):
+        store.insert_messages(rows)
+        try:
+            index_messages(rows, store=store, index=index, embedder=embedder, threshold=threshold)
+        except Exception as e:
+            return e
+        return None
+    try:
+        items, dup = turn_items(rows, store=store, index=index, embedder=embedder, threshold=threshold)
+    except Exception as e:
+        store.insert_messages(rows)
+        return e
+    store.insert_messages(rows, indexed=True, duplicates=dup)
+    try:
+        index.upsert_behind(items)
+    except Exception as e:
+        store.reset_indexed_ids([r.id for r in rows])  # back to pending, for the repair
+        return e
+    return None
+
+
+def turn_items(rows: list[StoredMessage], *, store: RecordStore, index: VectorIndex,
+               embedder: Embedder, threshold: float) -> tuple[list[VectorItem], dict[str, str]]:
+    """The vectors to write for ``rows`` (each kept turn and each chunk of a long one) and
+    the duplicates (see :func:`index_messages`). Reports a failed background write first."""
     settle_background_writes(store, index, wait=False)
     vectors = embed(embedder, [r.content for r in rows])
     dup: dict[str, str] = {}
@@ -103,14 +153,7 @@ def index_messages(
                    session_id=r.session_id, timestamp=r.timestamp)
         for i, r in enumerate(rows) if r.id not in dup
     ] + chunk_items(kept, embedder)
-    if isinstance(index, WritesBehind):
-        # marked indexed before the engine has them: a crash leaves the memory unclean, and
-        # the next open's full repair re-embeds what the engine lacks (vector/write_behind.py)
-        index.upsert_behind(items)
-    else:
-        index.upsert(items)
-    store.mark_indexed([r.id for r in rows], dup)
-    return dup
+    return items, dup
 
 
 def settle_background_writes(store: RecordStore, index: VectorIndex, *, wait: bool) -> None:

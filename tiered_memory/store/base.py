@@ -58,8 +58,11 @@ class TextMatchSource(Protocol):
 class RecordStore(Protocol):
     """Raw messages and their keyword index. All methods are scoped by ``user_id``."""
 
-    def insert_messages(self, rows: list[StoredMessage]) -> None:
-        """Commit all rows in one transaction, or none."""
+    def insert_messages(self, rows: list[StoredMessage], *, indexed: bool = False,
+                        duplicates: Mapping[str, str] | None = None) -> None:
+        """Commit all rows in one transaction, or none. They are pending (to index) unless
+        ``indexed``: then they are stored as indexed, each row in ``duplicates`` as a
+        duplicate of the memory it maps to, as :meth:`mark_indexed` would mark them."""
 
     def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None: ...
 

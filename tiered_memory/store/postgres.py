@@ -91,17 +91,21 @@ class PostgresRecordStore(PostgresDatabase):
             raise
 
     # ---- writes ---------------------------------------------------------
-    def insert_messages(self, rows: list[StoredMessage]) -> None:
+    def insert_messages(self, rows: list[StoredMessage], *, indexed: bool = False,
+                        duplicates: Mapping[str, str] | None = None) -> None:
         if not rows:
             return
+        dup = duplicates or {}
 
         def run(conn: Any) -> None:
             with conn.cursor() as cur:
                 cur.executemany(
-                    "INSERT INTO messages (id, user_id, session_id, role, content, metadata,"
-                    " timestamp, created_at) VALUES (%s, %s, %s, %s, %s, %s, %s, extract(epoch FROM now()))",
+                    "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
+                    " created_at, indexed, duplicate_of)"
+                    " VALUES (%s, %s, %s, %s, %s, %s, %s, extract(epoch FROM now()), %s, %s)",
                     [(m.id, m.user_id, m.session_id, m.role, m.content,
-                      json.dumps(m.metadata, ensure_ascii=False), m.timestamp) for m in rows],
+                      json.dumps(m.metadata, ensure_ascii=False), m.timestamp, indexed, dup.get(m.id))
+                     for m in rows],
                 )
 
         self.write(run)

@@ -201,14 +201,16 @@ class SQLiteRecordStore:
             self.conn.close()
 
     # ---- writes ---------------------------------------------------------
-    def insert_messages(self, rows: list[StoredMessage]) -> None:
+    def insert_messages(self, rows: list[StoredMessage], *, indexed: bool = False,
+                        duplicates: Mapping[str, str] | None = None) -> None:
+        dup = duplicates or {}
         with self.transaction() as c:
             c.executemany(
                 "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'))",
+                " created_at, indexed, duplicate_of) VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'), ?, ?)",
                 [
                     (m.id, m.user_id, m.session_id, m.role, m.content,
-                     json.dumps(m.metadata, ensure_ascii=False), m.timestamp)
+                     json.dumps(m.metadata, ensure_ascii=False), m.timestamp, int(indexed), dup.get(m.id))
                     for m in rows
                 ],
             )
