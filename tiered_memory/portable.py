@@ -3,6 +3,7 @@ so a dump moves between embedding models and vector engines."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,13 +144,18 @@ def import_jsonl(
     report.skipped_existing = len(rows) - len(new)
     with parts.lock:
         chunk = parts.config.write_chunk  # messages per transaction and per progress update
-        for start in range(0, len(new), chunk):
-            part = new[start : start + chunk]
-            failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
-                                      threshold=parts.config.dedup_threshold)
-            if failure is not None:
-                raise failure
-            report.imported += len(part)
-            if progress:
-                progress(len(part))
+        try:
+            for start in range(0, len(new), chunk):
+                part = new[start : start + chunk]
+                failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
+                                          threshold=parts.config.dedup_threshold, sync=start + chunk >= len(new))
+                if failure is not None:
+                    raise failure
+                report.imported += len(part)
+                if progress:
+                    progress(len(part))
+        finally:
+            if report.imported < len(new):  # stopped half-way by an error: the chunks committed become durable
+                with contextlib.suppress(Exception):  # the error on its way out is the one to report
+                    parts.store.sync()
     return report

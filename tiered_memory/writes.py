@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
 from typing import Any, Callable, Iterable, Mapping, TypeVar
@@ -99,32 +100,47 @@ def write_messages(new: list[StoredMessage], *, batch: int, store: RecordStore, 
         VectorIndexError: the vector engine failed (what is stored then is in the message).
     """
     failure: Exception | None = None
-    for start in range(0, len(new), config.write_chunk):
-        part = new[start:start + config.write_chunk]
-        if jointly is not None:  # rows and vectors in one engine: each chunk commits whole
-            lost = (f"nothing of the batch of {batch} was stored ({{error}}); retry it" if start == 0 else
-                    f"the first {start} messages of the batch were stored, the rest not ({{error}}); "
-                    "retry the batch with the same message ids to store the rest (a batch whose ids "
-                    "the library chose cannot tell which were stored: give long batches ids)")
-
-            def write(part: list[StoredMessage] = part, lost: str = lost) -> None:
-                store.insert_messages(part)
-                with vector_errors_typed(lost):
-                    index_messages(part, store=store, index=index, embedder=embedder,
-                                   threshold=config.dedup_threshold)
-
-            jointly(write)
-        elif failure is None:
-            failure = store_and_index(part, store=store, index=index, embedder=embedder,
-                                      threshold=config.dedup_threshold)
-        else:  # after an index failure the rest is still stored, for repair
-            store.insert_messages(part)
-        if progress is not None:
-            progress(len(part))
+    unsynced = False  # a chunk before the last commits without waiting for the disk; the last
+    # one's synced commit (or the sync on the way out) makes them all durable
+    try:
+        for start in range(0, len(new), config.write_chunk):
+            part = new[start:start + config.write_chunk]
+            last = start + config.write_chunk >= len(new)
+            if jointly is not None:  # rows and vectors in one engine: each chunk commits whole
+                write_jointly(part, start=start, batch=batch, store=store, index=index, embedder=embedder,
+                              config=config, jointly=jointly)
+            elif failure is None:
+                failure = store_and_index(part, store=store, index=index, embedder=embedder,
+                                          threshold=config.dedup_threshold, sync=last)
+            else:  # after an index failure the rest is still stored, for repair
+                store.insert_messages(part, sync=last)
+            unsynced = jointly is None and not last
+            if progress is not None:
+                progress(len(part))
+    finally:
+        if unsynced:  # stopped half-way by an error, which says what was stored: make that durable
+            with contextlib.suppress(Exception):  # the error on its way out is the one to report
+                store.sync()
     if failure is not None:
         with vector_errors_typed(f"{batch} messages were stored but not indexed ({{error}}); they "
                                  "will be indexed on the next open or by rebuild_index()"):
             raise failure
+
+
+def write_jointly(part: list[StoredMessage], *, start: int, batch: int, store: RecordStore, index: VectorIndex,
+                  embedder: Embedder, config: MemoryConfig, jointly: Jointly[None]) -> None:
+    """One chunk of :func:`write_messages` into one engine: rows and vectors commit together."""
+    lost = (f"nothing of the batch of {batch} was stored ({{error}}); retry it" if start == 0 else
+            f"the first {start} messages of the batch were stored, the rest not ({{error}}); "
+            "retry the batch with the same message ids to store the rest (a batch whose ids "
+            "the library chose cannot tell which were stored: give long batches ids)")
+
+    def write() -> None:
+        store.insert_messages(part)
+        with vector_errors_typed(lost):
+            index_messages(part, store=store, index=index, embedder=embedder, threshold=config.dedup_threshold)
+
+    jointly(write)
 
 
 def drop_message(store: RecordStore, index: VectorIndex, user_id: str, memory_id: str) -> None:

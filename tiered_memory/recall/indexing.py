@@ -104,11 +104,12 @@ def index_messages(
 
 def store_and_index(
     rows: list[StoredMessage], *, store: RecordStore, index: VectorIndex,
-    embedder: Embedder, threshold: float,
+    embedder: Embedder, threshold: float, sync: bool = True,
 ) -> Exception | None:
     """Store ``rows`` and index them (:func:`index_messages`). A failure of the store is
     raised; a failure to index is returned, and the rows are then stored pending, to be
-    indexed on the next open or by ``rebuild_index()``.
+    indexed on the next open or by ``rebuild_index()``. ``sync``: see
+    :meth:`~tiered_memory.store.base.RecordStore.insert_messages`.
 
     An index that writes behind gets the rows stored already marked, in the one
     transaction of their insert: the vectors are embedded first and queued after the
@@ -117,7 +118,7 @@ def store_and_index(
     if not rows:
         return None
     if not isinstance(index, WritesBehind):
-        store.insert_messages(rows)
+        store.insert_messages(rows, sync=sync)
         try:
             index_messages(rows, store=store, index=index, embedder=embedder, threshold=threshold)
         except Exception as e:
@@ -126,9 +127,9 @@ def store_and_index(
     try:
         items, dup = turn_items(rows, store=store, index=index, embedder=embedder, threshold=threshold)
     except Exception as e:
-        store.insert_messages(rows)
+        store.insert_messages(rows, sync=sync)
         return e
-    store.insert_messages(rows, indexed=True, duplicates=dup)
+    store.insert_messages(rows, indexed=True, duplicates=dup, sync=sync)
     try:
         index.upsert_behind(items)
     except Exception as e:

@@ -59,10 +59,15 @@ class RecordStore(Protocol):
     """Raw messages and their keyword index. All methods are scoped by ``user_id``."""
 
     def insert_messages(self, rows: list[StoredMessage], *, indexed: bool = False,
-                        duplicates: Mapping[str, str] | None = None) -> None:
+                        duplicates: Mapping[str, str] | None = None, sync: bool = True) -> None:
         """Commit all rows in one transaction, or none. They are pending (to index) unless
         ``indexed``: then they are stored as indexed, each row in ``duplicates`` as a
-        duplicate of the memory it maps to, as :meth:`mark_indexed` would mark them."""
+        duplicate of the memory it maps to, as :meth:`mark_indexed` would mark them.
+        Without ``sync`` the commit does not wait for the disk: a crash of the process
+        keeps it, a power cut may lose it until the next synced commit or :meth:`sync`."""
+
+    def sync(self) -> None:
+        """Make every commit so far durable (those made without ``sync`` included)."""
 
     def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None: ...
 

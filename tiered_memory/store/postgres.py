@@ -92,13 +92,15 @@ class PostgresRecordStore(PostgresDatabase):
 
     # ---- writes ---------------------------------------------------------
     def insert_messages(self, rows: list[StoredMessage], *, indexed: bool = False,
-                        duplicates: Mapping[str, str] | None = None) -> None:
+                        duplicates: Mapping[str, str] | None = None, sync: bool = True) -> None:
         if not rows:
             return
         dup = duplicates or {}
 
         def run(conn: Any) -> None:
             with conn.cursor() as cur:
+                if not sync:  # the server flushes it within a few hundred ms, or with the next synced commit
+                    cur.execute("SET LOCAL synchronous_commit TO OFF")
                 cur.executemany(
                     "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
                     " created_at, indexed, duplicate_of)"
@@ -109,6 +111,10 @@ class PostgresRecordStore(PostgresDatabase):
                 )
 
         self.write(run)
+
+    def sync(self) -> None:
+        # a commit that writes (an id is assigned) waits for the WAL up to it, earlier commits included
+        self.write(lambda c: c.execute("SELECT txid_current()"))
 
     def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None:
         if not ids:

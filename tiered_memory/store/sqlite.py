@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -202,9 +204,9 @@ class SQLiteRecordStore:
 
     # ---- writes ---------------------------------------------------------
     def insert_messages(self, rows: list[StoredMessage], *, indexed: bool = False,
-                        duplicates: Mapping[str, str] | None = None) -> None:
+                        duplicates: Mapping[str, str] | None = None, sync: bool = True) -> None:
         dup = duplicates or {}
-        with self.transaction() as c:
+        with self._synced(sync), self.transaction() as c:
             c.executemany(
                 "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
                 " created_at, indexed, duplicate_of) VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'), ?, ?)",
@@ -215,20 +217,45 @@ class SQLiteRecordStore:
                 ],
             )
 
+    @contextlib.contextmanager
+    def _synced(self, sync: bool) -> Iterator[None]:
+        """Commits inside wait for the disk (``synchronous=FULL``, the default) or not
+        (``NORMAL``: in WAL mode a crash of the process keeps them, a power cut may lose
+        them until the next FULL commit, whose sync of the WAL covers every frame before it)."""
+        with self.lock:
+            if sync:
+                yield
+                return
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            try:
+                yield
+            finally:
+                self.conn.execute("PRAGMA synchronous=FULL")
+
+    def sync(self) -> None:
+        # every commit is in the WAL, in order: syncing the file is what a FULL commit does
+        wal = self.path.with_name(self.path.name + "-wal")
+        with self.lock:
+            try:
+                fd = os.open(wal, os.O_RDONLY)
+            except FileNotFoundError:
+                return  # checkpointed and removed: the database file holds it all
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise StoreError(f"record store sync failed: {e}") from e
+            finally:
+                os.close(fd)
+
     def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None:
         # Without its own fsync: a mark lost to a power cut leaves the rows pending, and the
         # next open indexes them again (upserts are idempotent), so it need not be durable
         # on its own; the next durable commit syncs it with everything before it.
-        with self.lock:
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-            try:
-                with self.transaction() as c:
-                    c.executemany(
-                        "UPDATE messages SET indexed=1, duplicate_of=? WHERE id=?",
-                        [(duplicates.get(i), i) for i in ids],
-                    )
-            finally:
-                self.conn.execute("PRAGMA synchronous=FULL")
+        with self._synced(False), self.transaction() as c:
+            c.executemany(
+                "UPDATE messages SET indexed=1, duplicate_of=? WHERE id=?",
+                [(duplicates.get(i), i) for i in ids],
+            )
 
     def touch(self, ids: list[str], now: float) -> None:
         if ids:
