@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tiered_memory.store.sqlite import MIGRATIONS, APP_ID, SQLiteRecordStore, _split_sql
+from tiered_memory.store.sqlite import APP_ID, SQLiteRecordStore
+from tiered_memory.store.sqlite_schema import MIGRATIONS, split_sql
 from tiered_memory.store.sqlite_keywords import tag_of
 from tiered_memory.store.text_search import keyword_text, tagged_phrases, user_tag
 from tiered_memory.types import StoredMessage
@@ -201,7 +202,7 @@ def old_store(path: Path, rows: list[tuple[str, str, str]]) -> None:
                 " applied_at REAL NOT NULL, PRIMARY KEY (name, version))")
     for version, step in enumerate(MIGRATIONS[:4], start=1):
         assert isinstance(step, str)
-        for statement in _split_sql(step):
+        for statement in split_sql(step):
             con.execute(statement)
         con.execute("INSERT INTO schema_migrations VALUES ('core', ?, ?)", (version, time.time()))
     con.executemany("INSERT INTO messages (id, user_id, session_id, role, content, timestamp, created_at)"
