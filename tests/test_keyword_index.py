@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tiered_memory.store.sqlite import APP_ID, SQLiteRecordStore
 from tiered_memory.store.sqlite_schema import MIGRATIONS, split_sql
 from tiered_memory.store.sqlite_keywords import tag_of
-from tiered_memory.store.text_search import keyword_text, tagged_phrases, user_tag
+from tiered_memory.store.text_search import LENGTH_PAD, keyword_text, tagged_phrases, user_tag
 from tiered_memory.types import StoredMessage
 
 
@@ -29,7 +29,8 @@ from tiered_memory.types import StoredMessage
     ("", ""),
 ])
 def test_keyword_text(text, expected):
-    assert keyword_text(user_tag(7), text) == expected
+    pad = ["7q"] * LENGTH_PAD  # the bare tag, then the words
+    assert keyword_text(user_tag(7), text) == " ".join(pad + ([expected] if expected else []))
 
 
 @pytest.mark.parametrize("terms, expected", [
@@ -57,7 +58,7 @@ def test_each_tagged_word_is_one_fts5_token_and_stems_alike_on_both_sides():
     text = "Running dogs CAFÉ naïve 用户 x 2024 is " + "long" * 20
     con.execute("INSERT INTO t VALUES (?)", (keyword_text(user_tag(12), text),))
     terms = [r[0] for r in con.execute("SELECT term FROM v")]
-    assert len(terms) == 9 and all(t.startswith("12q") for t in terms)
+    assert len(terms) == 10 and all(t.startswith("12q") for t in terms)  # the words and the bare tag
     for query in ("run", "dog", "cafe", "naive", "用户", "x", "2024", "is", "long" * 20):
         phrase = " OR ".join(tagged_phrases(user_tag(12), [query]))
         assert con.execute("SELECT count(*) FROM t WHERE t MATCH ?", (phrase,)).fetchone()[0] == 1, query
