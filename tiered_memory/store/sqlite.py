@@ -22,8 +22,8 @@ APP_ID = "tiered-memory"
 __all__ = ["APP_ID", "MIGRATIONS", "SQLiteRecordStore", "user_tables"]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, rowid"
-# 32 MiB of page cache per connection (SQLite's default is 2): a keyword search walks the
-# FTS5 posting lists of the whole store, and re-reading them cost ~25% of it at 24,000 memories
+# 32 MiB of page cache per connection (SQLite's default is 2): re-reading FTS5 posting lists
+# cost ~25% of a keyword search at 24,000 memories (measured while they held every user's rows)
 CACHE_KIB = 32768
 
 
