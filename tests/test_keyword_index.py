@@ -84,7 +84,7 @@ def found(store: SQLiteRecordStore, user: str, *terms: str, session: str | None 
     return {i for i, _ in store.keyword_search(user, list(terms), k=10_000, session_id=session)}
 
 
-ODD_IDS = ["alice", "Alice", 'o"neil \'x', "two words ", "用户 é", "1q", "7", ""]
+ODD_IDS = ["alice", "Alice", 'o"neil \'x', "two words ", "用户 é", "1q", "7", "--", " ", ""]  # "": no user
 
 
 def test_users_sharing_words_find_only_their_own_rows_whatever_their_ids(tmp_path):
