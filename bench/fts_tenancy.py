@@ -9,7 +9,10 @@ LoCoMo questions are asked as the library asks them (content words OR-ed, best 2
 - the same without ranking (the match alone, best 200 by rowid, then every match);
 - ``tagged tokens``: one ``content`` column whose every word carries a per-user tag glued
   in front (consonants only, so the porter stemmer treats the word as it would alone):
-  a user's posting lists hold only their rows.
+  a user's posting lists hold only their rows (the prototype of what the store now does);
+- ``library store``: the same rows through ``SQLiteRecordStore.insert_messages`` and the
+  same questions through its ``keyword_search`` (best 200), whatever scheme the checked-out
+  code uses, so a run on two commits compares them.
 
 Prints p50 / p95 per variant and store size (no assertions: a measurement)::
 
@@ -30,6 +33,8 @@ from bench.locomo_data import load_conversations, percentile
 from bench.scale import corpus
 from bench.spine import DATA
 from tiered_memory.recall.query import keywords
+from tiered_memory.store.sqlite import SQLiteRecordStore
+from tiered_memory.types import StoredMessage
 
 _WORD = re.compile(r"[^\W_]+")
 _CONSONANTS = "bcdfghjklmnpqrstvwxz"
@@ -69,6 +74,16 @@ def build(path: Path, texts: list[str]) -> sqlite3.Connection:
     return c
 
 
+def library_store(path: Path, texts: list[str]) -> SQLiteRecordStore:
+    store = SQLiteRecordStore(path)
+    n = len(texts)
+    for start in range(0, n, 5000):
+        store.insert_messages([StoredMessage(id=f"m{i}", user_id=owner(i, n), session_id="s", role="user",
+                                             content=texts[i], timestamp=float(i))
+                               for i in range(start, min(n, start + 5000))])
+    return store
+
+
 def or_terms(words: list[str], prefix: str = "") -> str:
     return " OR ".join('"' + prefix + w + '"' for w in words)
 
@@ -105,6 +120,17 @@ def main(argv: list[str] | None = None) -> None:
                     ms.append((time.perf_counter() - t) * 1000)
                 print(f"  {name:<28} p50 {percentile(ms, 50):6.2f} ms   p95 {percentile(ms, 95):6.2f} ms", flush=True)
             c.close()
+            t = time.perf_counter()
+            store = library_store(Path(tmp) / f"lib{rows}.sqlite3", corpus(turns, rows, seed=4))
+            print(f"  (library store built in {time.perf_counter() - t:.0f} s)", flush=True)
+            ms = []
+            for words in questions:
+                t = time.perf_counter()
+                store.keyword_search("me", words, k=200)
+                ms.append((time.perf_counter() - t) * 1000)
+            print(f"  {'library store, keyword_search':<28} p50 {percentile(ms, 50):6.2f} ms   "
+                  f"p95 {percentile(ms, 95):6.2f} ms", flush=True)
+            store.close()
 
 
 if __name__ == "__main__":

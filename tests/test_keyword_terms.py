@@ -1,4 +1,4 @@
-"""SQLite keyword search leaves out the terms most of the store holds (store/text_search.py):
+"""SQLite keyword search leaves out the terms most of a user's rows hold (store/text_search.py):
 a pure rule with a table test, the counts it reads, and the search on a real store."""
 
 from __future__ import annotations
@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tiered_memory.store.sqlite import SQLiteRecordStore
-from tiered_memory.store.text_search import TermCounts, selective_terms
+from tiered_memory.store.sqlite_keywords import tag_of
+from tiered_memory.store.text_search import TermCounts, selective_terms, tagged_phrases
 from tiered_memory.types import StoredMessage
 
 
@@ -63,15 +64,16 @@ def test_a_small_user_in_a_big_store_keeps_every_term_and_counts_none(tmp_path):
         found = {i for i, _ in store.keyword_search("small", ["weather", "violin"], k=10)}
         assert found == {"m2000", "m2001", "m2002"} and counted == []
         big = [i for i, _ in store.keyword_search("big", ["weather", "violin"], k=10)]
-        assert len(big) == 10 and counted == ["weather", "violin"]  # the big user's terms are counted
+        tag = tag_of(store.conn, "big")
+        assert tag is not None and tag != tag_of(store.conn, "small")
+        assert len(big) == 10 and counted == tagged_phrases(tag, ["weather", "violin"])  # the big user's own terms
     finally:
         store.close()
 
-# ---- the keyword index holds each row's user (store/text_search.py: user_fts_query) ----
+# ---- the keyword index keeps each user's words apart (store/sqlite_keywords.py) ----
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from tiered_memory.store.sqlite import MIGRATIONS, _split_sql  # noqa: E402
 from tiered_memory.validation import check_id  # noqa: E402
 
 
@@ -92,32 +94,6 @@ def test_any_user_id_finds_its_own_rows_and_never_anothers(tmp_path_factory, use
                                if other != user else msg(2, "a piano lesson", user=user)])
         found = {i for i, _ in store.keyword_search(user, ["violin"], k=10)}
         assert found == {"m1"}
-    finally:
-        store.close()
-
-
-def test_an_older_store_gets_the_user_column_and_keeps_its_rows(tmp_path):
-    import sqlite3
-
-    path = tmp_path / "old.sqlite3"
-    fresh = SQLiteRecordStore(path)  # the app id and meta rows, then back to the first three steps
-    fresh.close()
-    con = sqlite3.connect(path, isolation_level=None)
-    con.execute("DROP TRIGGER messages_ai")
-    con.execute("DROP TRIGGER messages_ad")
-    con.execute("DROP TABLE messages_fts")
-    for statement in _split_sql(MIGRATIONS[0]):
-        con.execute(statement)  # the first step's one-column keyword index and its triggers
-    con.execute("DELETE FROM schema_migrations WHERE name='core' AND version > 3")
-    con.execute("INSERT INTO messages (id, user_id, session_id, role, content, timestamp, created_at)"
-                " VALUES ('old', 'u', 's', 'user', 'the violin lesson', 0, 0)")
-    con.close()
-    store = SQLiteRecordStore(path)
-    try:
-        assert [i for i, _ in store.keyword_search("u", ["violin"], k=5)] == ["old"]  # rebuilt from the rows
-        store.insert_messages([msg(7, "violin strings")])
-        assert {i for i, _ in store.keyword_search("u", ["violin"], k=5)} == {"old", "m7"}
-        assert store.query("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH 'violin'") == [(2,)]
     finally:
         store.close()
 

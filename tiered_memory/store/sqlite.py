@@ -16,74 +16,16 @@ from ..errors import CorruptStoreError, StoreError
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS
 from .filters import sqlite_filter
-from .text_search import (SELECTIVE_FROM_ROWS, TermCounts, fts5_any, same_text_sqlite, selective_terms,
-                          user_fts_query)
+from .sqlite_keywords import fill_missing, insert_deferred, tag_of, tags_for
+from .sqlite_schema import MIGRATIONS, Step, split_sql, user_tables
+from .text_search import SELECTIVE_FROM_ROWS, TermCounts, keyword_text, same_text_sqlite, selective_terms, tagged_phrases
 
 APP_ID = "tiered-memory"
-
-# Each migration runs once, in order, inside a transaction; the version is
-# recorded in the schema_migrations table, as on PostgreSQL. Append, never edit.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE IF NOT EXISTS messages (
-        rowid INTEGER PRIMARY KEY,
-        id TEXT NOT NULL UNIQUE,
-        user_id TEXT NOT NULL,
-        session_id TEXT NOT NULL,
-        role TEXT NOT NULL,
-        content TEXT NOT NULL,
-        metadata TEXT NOT NULL DEFAULT '{}',
-        timestamp REAL NOT NULL,
-        created_at REAL NOT NULL,
-        importance REAL NOT NULL DEFAULT 0.5,
-        access_count INTEGER NOT NULL DEFAULT 0,
-        last_access REAL,
-        indexed INTEGER NOT NULL DEFAULT 0,
-        duplicate_of TEXT
-    );
-    CREATE INDEX IF NOT EXISTS messages_user_session ON messages(user_id, session_id, rowid);
-    CREATE INDEX IF NOT EXISTS messages_pending ON messages(indexed);
-    CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5(
-        content, content='messages', content_rowid='rowid', tokenize='porter unicode61'
-    );
-    CREATE TRIGGER IF NOT EXISTS messages_ai AFTER INSERT ON messages BEGIN
-        INSERT INTO messages_fts(rowid, content) VALUES (new.rowid, new.content);
-    END;
-    CREATE TRIGGER IF NOT EXISTS messages_ad AFTER DELETE ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
-    END;
-    """,
-    # near-duplicate check by text (same_text): one index range per batch, not a vector query
-    """
-    CREATE INDEX IF NOT EXISTS messages_user_text ON messages(user_id, lower(trim(content)));
-    """,
-    # has_long_messages: the users with a chunked message, without reading their rows
-    f"""
-    CREATE INDEX IF NOT EXISTS messages_long ON messages(user_id) WHERE length(content) > {LONG_MESSAGE_CHARS};
-    """,
-    # the keyword index holds each row's user too, so a keyword search reads the posting lists
-    # of the user's rows, not of the whole store (store/text_search.py: user_fts_query)
-    """
-    DROP TRIGGER IF EXISTS messages_ai;
-    DROP TRIGGER IF EXISTS messages_ad;
-    DROP TABLE IF EXISTS messages_fts;
-    CREATE VIRTUAL TABLE messages_fts USING fts5(
-        content, user_id, content='messages', content_rowid='rowid', tokenize='porter unicode61'
-    );
-    INSERT INTO messages_fts(messages_fts) VALUES ('rebuild');
-    CREATE TRIGGER messages_ai AFTER INSERT ON messages BEGIN
-        INSERT INTO messages_fts(rowid, content, user_id) VALUES (new.rowid, new.content, new.user_id);
-    END;
-    CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
-        INSERT INTO messages_fts(messages_fts, rowid, content, user_id)
-        VALUES ('delete', old.rowid, old.content, old.user_id);
-    END;
-    """,
-]
+__all__ = ["APP_ID", "MIGRATIONS", "SQLiteRecordStore", "user_tables"]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, rowid"
-# 32 MiB of page cache per connection (SQLite's default is 2): a keyword search walks the
-# FTS5 posting lists of the whole store, and re-reading them cost ~25% of it at 24,000 memories
+# 32 MiB of page cache per connection (SQLite's default is 2): re-reading FTS5 posting lists
+# cost ~25% of a keyword search at 24,000 memories (measured while they held every user's rows)
 CACHE_KIB = 32768
 
 
@@ -105,7 +47,8 @@ class SQLiteRecordStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
-        self._term_counts = TermCounts(self._rows_holding)
+        self._term_counts = TermCounts(self._rows_holding)  # tagged phrase -> the user's rows holding it
+        self._user_rows = TermCounts(self._rows_of)  # user -> rows, counted again as the store grows
         conn: sqlite3.Connection | None = None
         try:
             self.conn = conn = sqlite3.connect(
@@ -131,6 +74,7 @@ class SQLiteRecordStore:
                 conn.close()
             raise
         self.migrate("core", MIGRATIONS)
+        self._fill_keywords()
 
     # ---- plumbing -------------------------------------------------------
     def _check_identity(self) -> None:
@@ -171,7 +115,7 @@ class SQLiteRecordStore:
             except sqlite3.Error as e:
                 raise StoreError(f"record store read failed: {e}") from e
 
-    def migrate(self, name: str, steps: list[str]) -> None:
+    def migrate(self, name: str, steps: Sequence[Step]) -> None:
         """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``, each in its
         own transaction with its version row."""
         if not self.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'"):
@@ -179,10 +123,13 @@ class SQLiteRecordStore:
                 c.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
                           " version INTEGER NOT NULL, applied_at REAL NOT NULL, PRIMARY KEY (name, version))")
         current = self.schema_version(name)
-        for version, script in enumerate(steps[current:], start=current + 1):
+        for version, step in enumerate(steps[current:], start=current + 1):
             with self.transaction() as c:
-                for statement in _split_sql(script):
-                    c.execute(statement)
+                if callable(step):
+                    step(c)
+                else:
+                    for statement in split_sql(step):
+                        c.execute(statement)
                 c.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (name, version, time.time()))
 
     def schema_version(self, name: str = "core") -> int:
@@ -207,12 +154,16 @@ class SQLiteRecordStore:
                         duplicates: Mapping[str, str] | None = None, sync: bool = True) -> None:
         dup = duplicates or {}
         with self._synced(sync), self.transaction() as c:
-            c.executemany(
+            tags = tags_for(c, (m.user_id for m in rows))
+            insert_deferred(
+                c,
                 "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
-                " created_at, indexed, duplicate_of) VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'), ?, ?)",
+                " created_at, keywords, indexed, duplicate_of)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'), ?, ?, ?)",
                 [
                     (m.id, m.user_id, m.session_id, m.role, m.content,
-                     json.dumps(m.metadata, ensure_ascii=False), m.timestamp, int(indexed), dup.get(m.id))
+                     json.dumps(m.metadata, ensure_ascii=False), m.timestamp, keyword_text(tags[m.user_id], m.content),
+                     int(indexed), dup.get(m.id))
                     for m in rows
                 ],
             )
@@ -246,6 +197,13 @@ class SQLiteRecordStore:
                 raise StoreError(f"record store sync failed: {e}") from e
             finally:
                 os.close(fd)
+
+    def _fill_keywords(self) -> None:
+        """Index rows written by other means than :meth:`insert_messages` (their keywords
+        unset); the check is one probe of an index that holds only such rows."""
+        if self.query("SELECT 1 FROM messages INDEXED BY messages_unkeyed WHERE keywords IS NULL LIMIT 1"):
+            with self.transaction() as c:
+                fill_missing(c)
 
     def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None:
         # Without its own fsync: a mark lost to a power cut leaves the rows pending, and the
@@ -325,28 +283,29 @@ class SQLiteRecordStore:
     def keyword_search(
         self, user_id: str, terms: Sequence[str], *, k: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
-        """BM25 over FTS5, OR-ing ``terms`` (the common ones left out, see
-        :func:`~.text_search.selective_terms`); higher score is better."""
-        terms = [terms] if isinstance(terms, str) else list(terms)  # one term, not its characters
-        rows = int(self.query("SELECT coalesce(max(rowid), 0) FROM messages")[0][0])  # ~rows, from the b-tree's end
-        if rows >= SELECTIVE_FROM_ROWS and self._holds_rows(user_id, SELECTIVE_FROM_ROWS):
-            # a smaller user keeps every term: the user column already bounds the walk to their
-            # few rows, and counting a term's rows in a big store is what would cost
-            terms = selective_terms(terms, self._term_counts.of(terms, rows), rows)
-        match = user_fts_query(user_id, terms)
-        if match is None:
+        """BM25 over FTS5, OR-ing ``terms`` tagged with the user's tag (the user's common ones
+        left out, see :func:`~.text_search.selective_terms`); higher score is better."""
+        with self.lock:
+            tag = tag_of(self.conn, user_id)
+        phrases = [] if tag is None else tagged_phrases(tag, terms)
+        if not phrases:
             return []
-        sql = (  # the user column weighs nothing (its tokens still count in a row's length, which FTS5
-                 # takes over all columns: LoCoMo recall@5 moved +0.004, recall@10 +0.0002)
-            "SELECT m.id, -bm25(messages_fts, 1.0, 0.0) AS s FROM messages_fts"
+        if self._holds_rows(user_id, SELECTIVE_FROM_ROWS):
+            # a smaller user keeps every term: their posting lists are short, and a few rows'
+            # share says little. The counts are of the user's rows: a tagged term is theirs alone
+            store_rows = int(self.query("SELECT coalesce(max(rowid), 0) FROM messages")[0][0])  # b-tree's end
+            rows = self._user_rows.of([user_id], store_rows)[user_id]
+            phrases = selective_terms(phrases, self._term_counts.of(phrases, rows), rows)
+        sql = (
+            "SELECT m.id, -bm25(messages_fts) AS s FROM messages_fts"
             " JOIN messages m ON m.rowid = messages_fts.rowid"
-            " WHERE messages_fts MATCH ? AND m.user_id = ?"
+            " WHERE messages_fts MATCH ? AND m.user_id = ?"  # the tag finds the rows; the id is the authority
         )
-        params: list[Any] = [match, user_id]
+        params: list[Any] = [" OR ".join(phrases), user_id]
         if session_id is not None:
             sql += " AND m.session_id = ?"
             params.append(session_id)
-        sql += " ORDER BY bm25(messages_fts, 1.0, 0.0) LIMIT ?"
+        sql += " ORDER BY bm25(messages_fts) LIMIT ?"
         params.append(k)
         return [(r[0], float(r[1])) for r in self.query(sql, params)]
 
@@ -355,10 +314,12 @@ class SQLiteRecordStore:
         return int(self.query("SELECT count(*) FROM (SELECT 1 FROM messages WHERE user_id=? LIMIT ?)",
                               (user_id, n))[0][0]) >= n
 
-    def _rows_holding(self, term: str) -> int:
-        match = fts5_any([term])
-        return 0 if match is None else int(
-            self.query("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (f"content : ({match})",))[0][0])
+    def _rows_holding(self, phrase: str) -> int:
+        """Rows holding a tagged phrase: a walk of one user's posting list."""
+        return int(self.query("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (phrase,))[0][0])
+
+    def _rows_of(self, user_id: str) -> int:
+        return int(self.query("SELECT count(*) FROM messages WHERE user_id=?", (user_id,))[0][0])
 
     def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
                    session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
@@ -440,6 +401,7 @@ class SQLiteRecordStore:
         return {r[0] for r in self.query(sql, params)}
 
     def reset_indexed(self) -> None:
+        self._fill_keywords()  # the keyword index is derived too: a rebuild covers every row
         with self.transaction() as c:
             c.execute("UPDATE messages SET indexed=0, duplicate_of=NULL")
 
@@ -475,35 +437,3 @@ class SQLiteRecordStore:
         )[0]
         return {"users": users, "sessions": sessions, "messages": messages,
                 "indexed": indexed, "duplicates": dups}
-
-
-def user_tables(c: sqlite3.Connection) -> list[str]:
-    """The tables holding a ``user_id`` column: what ``forget_user`` empties for the user.
-
-    Every layer keys its rows by ``user_id``, so a table added by any layer's migration
-    is covered without registering anything."""
-    tables = [r[0] for r in c.execute(
-        "SELECT name FROM sqlite_master WHERE type='table' AND sql NOT LIKE 'CREATE VIRTUAL TABLE%'")]
-    return [t for t in tables if any(col[1] == "user_id" for col in c.execute(f"PRAGMA table_info({t})"))]
-
-
-def _split_sql(script: str) -> list[str]:
-    """Split a migration into statements, keeping trigger bodies whole."""
-    statements, buf, depth = [], [], 0
-    for line in script.splitlines():
-        stripped = line.strip()
-        if not stripped:
-            continue
-        buf.append(line)
-        upper = stripped.upper()
-        if upper.startswith("CREATE TRIGGER"):
-            depth += 1
-        if depth and upper.startswith("END;"):
-            depth -= 1
-        if not depth and stripped.endswith(";"):
-            statements.append("\n".join(buf))
-            buf = []
-    if buf:
-        statements.append("\n".join(buf))
-    return statements
-

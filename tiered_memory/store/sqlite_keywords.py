@@ -1,0 +1,130 @@
+"""SQLite's keyword index: per-user posting lists, kept by triggers, written in bulk.
+
+Each row of ``messages`` holds ``keywords``: its words, each with its user's tag in front
+(:func:`~.text_search.keyword_text`; ``7q`` + ``violin`` -> ``7qviolin``), computed in
+Python when the row is written. ``messages_fts`` is an FTS5 table of that one column,
+external content over ``messages``. A user's tagged word is a token no other user's row
+holds, so a keyword query walks the posting lists of that user's rows only, and BM25
+counts a term's rows within the user (its N and average length stay the store's).
+
+Invariants:
+
+- The FTS5 table is fed only by triggers that read the stored ``keywords`` column, on
+  insert, delete and update of it. Whoever writes a row, the entry FTS5 is told to delete
+  is the one it was given, so the index can not be made inconsistent. A row written by
+  other means without ``keywords`` is indexed as an empty document (found by no keyword)
+  until :func:`fill_missing` computes its words (on open and on ``rebuild_index``).
+- :func:`insert_deferred` skips the per-row insert trigger while ``fts_deferred`` holds its
+  one row, and writes the batch's entries in one ``INSERT .. SELECT``. The guard row lives
+  only inside that one write transaction: other connections never see it, a crash rolls
+  it back, and any other insert runs the trigger.
+- A tag is a number from ``user_tags`` (``AUTOINCREMENT``: never reused, so a forgotten
+  user's tag can not come back as someone else's). The user's id goes nowhere in the text.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, Iterable, Sequence
+
+from .text_search import keyword_text, user_tag
+
+FTS_TABLE = """
+CREATE VIRTUAL TABLE messages_fts USING fts5(
+    keywords, content='messages', content_rowid='rowid', tokenize='porter unicode61'
+)"""
+
+TRIGGERS = [
+    """CREATE TRIGGER messages_ai AFTER INSERT ON messages WHEN NOT EXISTS (SELECT 1 FROM fts_deferred) BEGIN
+        INSERT INTO messages_fts(rowid, keywords) VALUES (new.rowid, new.keywords);
+    END""",
+    """CREATE TRIGGER messages_ad AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, keywords) VALUES ('delete', old.rowid, old.keywords);
+    END""",
+    """CREATE TRIGGER messages_au AFTER UPDATE OF keywords ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, keywords) VALUES ('delete', old.rowid, old.keywords);
+        INSERT INTO messages_fts(rowid, keywords) VALUES (new.rowid, new.keywords);
+    END""",
+]
+
+FILL_BATCH = 5000
+
+
+def upgrade(c: sqlite3.Connection) -> None:
+    """The migration to per-user keywords: the column, the tag and guard tables, every
+    row's keywords (in batches, before the index exists, so no trigger runs), then the FTS5
+    table rebuilt from them and its triggers. Safe to run on a store that has the column."""
+    for trigger in ("messages_ai", "messages_ad", "messages_au"):
+        c.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    c.execute("DROP TABLE IF EXISTS messages_fts")
+    if "keywords" not in {r[1] for r in c.execute("PRAGMA table_info(messages)")}:
+        c.execute("ALTER TABLE messages ADD COLUMN keywords TEXT")
+    c.execute("CREATE TABLE IF NOT EXISTS user_tags ("
+              " tag INTEGER PRIMARY KEY AUTOINCREMENT, user_id TEXT NOT NULL UNIQUE)")
+    c.execute("CREATE TABLE IF NOT EXISTS fts_deferred (one INTEGER PRIMARY KEY CHECK (one = 1))")
+    c.execute("DELETE FROM fts_deferred")
+    # the rows fill_missing looks for; holds nothing while every row has its keywords
+    c.execute("CREATE INDEX IF NOT EXISTS messages_unkeyed ON messages(rowid) WHERE keywords IS NULL")
+    last = 0
+    while True:
+        rows = c.execute("SELECT rowid, user_id, content FROM messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                         (last, FILL_BATCH)).fetchall()
+        if not rows:
+            break
+        _write_keywords(c, rows)
+        last = rows[-1][0]
+    c.execute(FTS_TABLE)
+    c.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+    for trigger in TRIGGERS:
+        c.execute(trigger)
+
+
+def tag_of(c: sqlite3.Connection, user_id: str) -> str | None:
+    """The user's tag, or None for a user who never wrote (a read)."""
+    found = c.execute("SELECT tag FROM user_tags WHERE user_id=?", (user_id,)).fetchone()
+    return None if found is None else user_tag(int(found[0]))
+
+
+def tags_for(c: sqlite3.Connection, users: Iterable[str]) -> dict[str, str]:
+    """The tags of ``users``, giving a number to each who has none (inside the caller's
+    write transaction)."""
+    out: dict[str, str] = {}
+    for user in dict.fromkeys(users):
+        tag = tag_of(c, user)
+        if tag is None:
+            number = c.execute("INSERT INTO user_tags(user_id) VALUES (?)", (user,)).lastrowid
+            tag = user_tag(int(number or 0))  # an insert into a rowid table always sets it
+        out[user] = tag
+    return out
+
+
+def insert_deferred(c: sqlite3.Connection, sql: str, params: Sequence[Sequence[Any]]) -> None:
+    """``executemany(sql, params)`` of new ``messages`` rows with the insert trigger skipped,
+    then their keyword entries in one statement (3x cheaper than one trigger run a row, at
+    100,000 rows). Inside the caller's write transaction, so the guard is never seen outside
+    it; rowids only grow within it, so the new rows are those past the last one before."""
+    before = int(c.execute("SELECT coalesce(max(rowid), 0) FROM messages").fetchone()[0])
+    c.execute("INSERT OR IGNORE INTO fts_deferred VALUES (1)")
+    c.executemany(sql, params)
+    c.execute("INSERT INTO messages_fts(rowid, keywords) SELECT rowid, keywords FROM messages WHERE rowid > ?",
+              (before,))
+    c.execute("DELETE FROM fts_deferred")
+
+
+def fill_missing(c: sqlite3.Connection) -> int:
+    """Compute the keywords of rows written without them (by other means than
+    ``insert_messages``); the update trigger indexes them. Returns how many."""
+    done = 0
+    while True:
+        rows = c.execute("SELECT rowid, user_id, content FROM messages INDEXED BY messages_unkeyed"
+                         " WHERE keywords IS NULL ORDER BY rowid LIMIT ?", (FILL_BATCH,)).fetchall()
+        if not rows:
+            return done
+        _write_keywords(c, rows)
+        done += len(rows)
+
+
+def _write_keywords(c: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+    tags = tags_for(c, (r[1] for r in rows))
+    c.executemany("UPDATE messages SET keywords=? WHERE rowid=?",
+                  [(keyword_text(tags[user], content), rowid) for rowid, user, content in rows])
