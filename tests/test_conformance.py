@@ -139,6 +139,13 @@ class RecordStoreConformance:
         store.reset_indexed_ids(["a"])
         assert [m.id for m in store.pending_index(10)] == ["a", "d"]
 
+    def test_a_commit_without_sync_is_stored_and_sync_makes_it_durable(self, store: RecordStore) -> None:
+        store.insert_messages([msg("a", "not waited for")], sync=False)
+        store.sync()
+        store.insert_messages([msg("b", "waited for")])
+        store.sync()  # nothing left to sync is no error
+        assert [m.id for m in store.get_messages("u1", "s1")] == ["a", "b"]
+
     def test_existing_ids_are_global(self, store: RecordStore) -> None:
         store.insert_messages([msg("a", "x"), msg("b", "y", user="u2")])
         assert store.existing_ids(["a", "b", "c"]) == {"a", "b"}
