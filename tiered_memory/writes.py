@@ -10,7 +10,10 @@ Invariants:
 - Rows are committed before their vectors are written. Where rows and vectors live in two
   engines, a vector failure leaves the rows stored and pending (the next open or
   ``rebuild_index`` indexes them); where they share one, a write chunk commits whole or
-  not at all.
+  not at all. Into an index that writes behind, rows are stored already marked indexed
+  (their vectors embedded before the commit, queued after it).
+- Only the last chunk of a long batch waits for the disk; its sync covers the chunks
+  before, and an error that stops the batch syncs them before it is raised.
 - A message id chosen by the caller makes a retry idempotent: the same message under the
   same id is skipped, another message under it is refused.
 - A user's deletion is recorded before it starts (``PENDING_FORGETS``) and cleared only
