@@ -210,3 +210,30 @@ def test_a_failing_llm_never_loses_turns_and_strict_mode_is_typed(
     assert strict.episodes("u") == []
     assert integrity(strict) == "ok"
 
+
+
+def test_a_failed_chroma_write_gets_a_new_client_for_what_follows(tmp_path: Path) -> None:
+    """Chroma's embedded client can be left unable to answer after a failed write (its next
+    upsert, after "disk is full", waited forever): the index drops it and opens a new one."""
+    import numpy as np
+
+    from tiered_memory.vector.base import VectorItem
+
+    index = ChromaVectorIndex(str(tmp_path / "chroma"))
+    item = lambda i: VectorItem(id=f"m{i}", vector=np.eye(4, dtype=np.float32)[i % 4], user_id="u",  # noqa: E731
+                                layer="turn", session_id="s", timestamp=0.0)
+    try:
+        index.upsert([item(0)])
+        first = index.client
+
+        def refuse(**_: Any) -> None:
+            raise RuntimeError("database or disk is full")
+
+        index.collection.upsert = refuse  # type: ignore[method-assign]
+        with pytest.raises(VectorIndexError, match="disk is full"):
+            index.upsert([item(1)])
+        index.upsert([item(2)])
+        assert index.client is not first
+        assert index.ids("u") == {"m0", "m2"}  # the new client reads what the folder holds
+    finally:
+        index.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -76,6 +77,8 @@ class ChromaVectorIndex:
             raise VectorIndexError(f"could not open Chroma collection {collection!r}: {e}") from e
         # a server may have other writers, so only an embedded index holds users in memory,
         # and only then may its turn upserts be written behind (see .write_behind)
+        self._stale = False  # a failed write asked for a new client (see _renew_client)
+        self._renewing = threading.Lock()
         self._exact = ExactScan(self._user_vectors, exact_rows) if self._owns_client and exact_rows > 0 else None
         self._behind = WriteBehind(self._write) if self._exact is not None else None
 
@@ -83,6 +86,7 @@ class ChromaVectorIndex:
         """Before any read or write of the engine itself: let queued upserts reach it."""
         if self._behind is not None:
             self._behind.wait()
+        self._fresh()
 
     def _user_vectors(self, user_id: str, limit: int) -> Held | None:
         """Every vector of the user with its layer and session, read in pages; ``None`` beyond ``limit``."""
@@ -140,8 +144,10 @@ class ChromaVectorIndex:
         if self._behind is None or self._exact is None:
             self.upsert(items)
             return
-        self._exact.add_items(items)
+        # queued first: a load of the user that starts after this reads the engine only once
+        # the queue is written (it settles first), and one already loading replays the add
         self._behind.submit(items)
+        self._exact.add_items(items)
 
     def settle_behind(self, *, wait: bool) -> tuple[list[str], Exception | None]:
         """The ids a background write failed to write since the last call, and the error
@@ -153,6 +159,7 @@ class ChromaVectorIndex:
         return self._behind.take_lost()
 
     def _write(self, items: list[VectorItem]) -> None:
+        self._fresh()
         try:
             for start in range(0, len(items), 2000):
                 part = items[start : start + 2000]
@@ -163,7 +170,37 @@ class ChromaVectorIndex:
                     metadatas=[{"user_id": i.user_id, "layer": i.layer, "session_id": i.session_id} for i in part],
                 )
         except Exception as e:
+            self._renew_client()
             raise VectorIndexError(f"Chroma upsert failed: {e}") from e
+
+    def _renew_client(self) -> None:
+        """After a failed write to an embedded index, the next call opens a new client of
+        the folder. Chroma's own can be left unable to answer: after a "database or disk is
+        full" error its next upsert waited forever, holding the GIL (about a quarter of the
+        runs of the full-disk test). The old client is dropped, never closed (closing can wait
+        the same way); what the failed write lost, the repair writes again."""
+        if self._owns_client and self._path is not None:
+            self._stale = True
+
+    def _fresh(self) -> None:
+        """Open the new client that :meth:`_renew_client` asked for (before any use)."""
+        if not self._stale or self._path is None:
+            return
+        import chromadb
+
+        with self._renewing:  # the writer thread and a reader may both get here
+            if not self._stale:
+                return
+            forget_cached_client(str(self._path))
+            try:
+                client = chromadb.PersistentClient(path=str(self._path), settings=_settings())
+                collection = client.get_or_create_collection(
+                    COLLECTION if self.collection is None else self.collection.name,
+                    embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+            except Exception as e:
+                forget_cached_client(str(self._path))  # a half-made client is not kept either
+                raise VectorIndexError(f"could not reopen the Chroma index after a failed write: {e}") from e
+            self.client, self.collection, self._stale = client, collection, False
 
     def query(
         self, vectors: np.ndarray, *, user_id: str, k: int,
@@ -312,6 +349,9 @@ class ChromaVectorIndex:
         exact = getattr(self, "_exact", None)
         if exact is not None:
             exact.drop()
+        if getattr(self, "_stale", False) and self._path is not None:
+            forget_cached_client(str(self._path))  # a client left unable to answer is dropped, not closed
+            self._owns_client = False
         if getattr(self, "_owns_client", False) and hasattr(self.client, "close"):
             try:
                 self.client.close()
