@@ -91,3 +91,35 @@ def test_find_duplicates_across_row_blocks():
 def test_a_row_is_never_a_duplicate_of_itself():
     """Re-indexing a row whose vector is already in the index (a lost mark) keeps it."""
     assert find_duplicates(np.asarray([unit(1, 0)]), ["u"], [("a", 1.0)], ["a"], 0.95) == {}
+
+
+def naive_duplicates(vectors, users, nearest, ids, threshold):
+    """The rule of :func:`find_duplicates`, pair by pair (the reference)."""
+    dup: dict[str, str] = {}
+    for i in range(len(ids)):
+        near = nearest[i]
+        if near is not None and near[0] != ids[i] and near[1] >= threshold:
+            dup[ids[i]] = near[0]
+            continue
+        for j in range(i):
+            if users[j] == users[i] and ids[j] not in dup and float(vectors[i] @ vectors[j]) >= threshold:
+                dup[ids[i]] = ids[j]
+                break
+    return dup
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_find_duplicates_matches_the_pairwise_rule(seed):
+    """Only rows near an earlier row or a stored memory are walked; the result is the pairwise
+    rule's, across blocks of 512 and users, with chains of duplicates."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 1300))
+    centres = rng.standard_normal((int(rng.integers(1, 40)), 16)).astype(np.float32)
+    v = centres[rng.integers(0, len(centres), n)] + rng.normal(0, 0.08, (n, 16)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    users = [f"u{k}" for k in rng.integers(0, 3, n)]
+    ids = [f"m{k}" for k in range(n)]
+    nearest = [(f"old{k}", float(rng.uniform(0.9, 1.0))) if rng.random() < 0.1 else None for k in range(n)]
+    got = find_duplicates(v, users, nearest, ids, 0.97)
+    assert got == naive_duplicates(v, users, nearest, ids, 0.97)
+    assert got  # the clusters make duplicates: the comparison is not of two empty maps

@@ -3,7 +3,6 @@ so a dump moves between embedding models and vector engines."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any, Callable, Iterator
 
 from .errors import InvalidInputError, StoreError
 from .parts import Parts
-from .recall.indexing import store_and_index
+from .recall.indexing import store_and_index, write_chunks
 from .types import StoredMessage
 from .validation import check_id, normalize_message
 
@@ -143,19 +142,13 @@ def import_jsonl(
     new = [r for r in rows if r.id not in existing and r.id not in taken]
     report.skipped_existing = len(rows) - len(new)
     with parts.lock:
-        chunk = parts.config.write_chunk  # messages per transaction and per progress update
-        try:
-            for start in range(0, len(new), chunk):
-                part = new[start : start + chunk]
-                failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
-                                          threshold=parts.config.dedup_threshold, sync=start + chunk >= len(new))
-                if failure is not None:
-                    raise failure
-                report.imported += len(part)
-                if progress:
-                    progress(len(part))
-        finally:
-            if report.imported < len(new):  # stopped half-way by an error: the chunks committed become durable
-                with contextlib.suppress(Exception):  # the error on its way out is the one to report
-                    parts.store.sync()
+        def write(part: list[StoredMessage], last: bool) -> None:
+            failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
+                                      threshold=parts.config.dedup_threshold, sync=last)
+            if failure is not None:
+                raise failure
+            report.imported += len(part)
+
+        # messages per transaction and per progress update
+        write_chunks(new, parts.config.write_chunk, write, store=parts.store, progress=progress)
     return report

@@ -22,7 +22,6 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from typing import Any, Callable, Iterable, Mapping, TypeVar
@@ -33,7 +32,7 @@ from .embedding import Embedder
 from .errors import InvalidInputError, NotFoundError
 from .guard import vector_errors_typed
 from .recall.chunking import vector_ids
-from .recall.indexing import index_messages, store_and_index
+from .recall.indexing import index_messages, store_and_index, write_chunks
 from .store.base import RecordStore
 from .types import Message, StoredMessage
 from .validation import normalize_message
@@ -103,27 +102,21 @@ def write_messages(new: list[StoredMessage], *, batch: int, store: RecordStore, 
         VectorIndexError: the vector engine failed (what is stored then is in the message).
     """
     failure: Exception | None = None
-    unsynced = False  # a chunk before the last commits without waiting for the disk; the last
-    # one's synced commit (or the sync on the way out) makes them all durable
-    try:
-        for start in range(0, len(new), config.write_chunk):
-            part = new[start:start + config.write_chunk]
-            last = start + config.write_chunk >= len(new)
-            if jointly is not None:  # rows and vectors in one engine: each chunk commits whole
-                write_jointly(part, start=start, batch=batch, store=store, index=index, embedder=embedder,
-                              config=config, jointly=jointly)
-            elif failure is None:
-                failure = store_and_index(part, store=store, index=index, embedder=embedder,
-                                          threshold=config.dedup_threshold, sync=last)
-            else:  # after an index failure the rest is still stored, for repair
-                store.insert_messages(part, sync=last)
-            unsynced = jointly is None and not last
-            if progress is not None:
-                progress(len(part))
-    finally:
-        if unsynced:  # stopped half-way by an error, which says what was stored: make that durable
-            with contextlib.suppress(Exception):  # the error on its way out is the one to report
-                store.sync()
+    written = 0
+
+    def write(part: list[StoredMessage], last: bool) -> None:
+        nonlocal failure, written
+        start, written = written, written + len(part)
+        if jointly is not None:  # rows and vectors in one engine: each chunk commits whole
+            write_jointly(part, start=start, batch=batch, store=store, index=index,
+                          embedder=embedder, config=config, jointly=jointly)
+        elif failure is None:
+            failure = store_and_index(part, store=store, index=index, embedder=embedder,
+                                      threshold=config.dedup_threshold, sync=last)
+        else:  # after an index failure the rest is still stored, for repair
+            store.insert_messages(part, sync=last)
+
+    write_chunks(new, config.write_chunk, write, store=store, progress=progress)
     if failure is not None:
         with vector_errors_typed(f"{batch} messages were stored but not indexed ({{error}}); they "
                                  "will be indexed on the next open or by rebuild_index()"):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -42,12 +43,18 @@ def find_duplicates(
     """
     dup: dict[str, str] = {}
     vectors = np.asarray(vectors, dtype=np.float32)
+    known = {i for i, near in enumerate(nearest)
+             if near is not None and near[0] != ids[i] and near[1] >= threshold}
     for idx in positions_by_user(users).values():
         own = vectors[idx] if len(vectors) else np.zeros((len(idx), 1), dtype=np.float32)
         for start in range(0, len(idx), 512):
             stop = min(start + 512, len(idx))
             close = (own[start:stop] @ own[:stop].T) >= threshold  # block rows against every earlier row
-            for a in range(stop - start):
+            close &= np.arange(stop)[None, :] < np.arange(start, stop)[:, None]  # earlier rows only
+            # only a row close to an earlier one, or to a stored memory, can be a duplicate
+            # (in order: whether an earlier row is one decides what a later one duplicates)
+            for a in sorted(set(np.flatnonzero(close.any(axis=1)).tolist())
+                            | {a for a in range(stop - start) if idx[start + a] in known}):
                 i = idx[start + a]
                 near = nearest[i]
                 if near is not None and near[0] != ids[i] and near[1] >= threshold:
@@ -136,6 +143,28 @@ def store_and_index(
         store.reset_indexed_ids([r.id for r in rows])  # back to pending, for the repair
         return e
     return None
+
+
+def write_chunks(rows: Sequence[StoredMessage], size: int, write: Callable[[list[StoredMessage], bool], None], *,
+                 store: RecordStore, progress: Callable[[int], None] | None = None) -> None:
+    """``write(part, last)`` for each chunk of ``size`` rows, in order, then ``progress(len(part))``.
+
+    Only the last chunk is to wait for the disk (``last``); its synced commit makes the
+    chunks before it durable. When an error stops the loop after a chunk was written, the
+    store is synced before the error goes on: the chunks it reports as stored are on disk.
+    """
+    done = 0
+    try:
+        for start in range(0, len(rows), size):
+            part = list(rows[start:start + size])
+            write(part, start + size >= len(rows))
+            done += len(part)
+            if progress is not None:
+                progress(len(part))
+    finally:
+        if 0 < done < len(rows):
+            with contextlib.suppress(Exception):  # the error on its way out is the one to report
+                store.sync()
 
 
 def turn_items(rows: list[StoredMessage], *, store: RecordStore, index: VectorIndex,

@@ -50,7 +50,9 @@ def keyword_text(tag: str, text: str) -> str:
     """What the keyword index holds of ``text``: :data:`LENGTH_PAD` bare tags, then each of
     its words with the user's ``tag`` in front (pure). Case and diacritics are left to
     FTS5, which folds document and query alike."""
-    return " ".join([tag] * LENGTH_PAD + [tag + w for w in _WORD.findall(text)])
+    words = _WORD.findall(text)
+    pad = " ".join([tag] * LENGTH_PAD)
+    return f"{pad} {tag}{(' ' + tag).join(words)}" if words else pad
 
 
 def tagged_phrases(tag: str, terms: Sequence[str]) -> list[str]:

@@ -184,21 +184,29 @@ class ExactScan:
 
     def add(self, user_id: str, rows: Held) -> None:
         with self._lock:
-            if user_id in self._loading:
-                self._loading[user_id].append(("add", rows))
-            held = self._users.get(user_id)
-            if held is not None:
-                held.add(*rows)
-                self._evict()
+            self._add_locked(user_id, rows)
+
+    def _add_locked(self, user_id: str, rows: Held) -> None:
+        if user_id in self._loading:
+            self._loading[user_id].append(("add", rows))
+        held = self._users.get(user_id)
+        if held is not None:
+            held.add(*rows)
+            self._evict()
 
     def add_items(self, items: Iterable[VectorItem]) -> None:
-        """What an upsert wrote, grouped by user (an engine calls this after its own write)."""
+        """What an upsert wrote, grouped by user (an engine calls this after its own write).
+        A user neither held nor loading gets them from the engine when loaded, so nothing
+        is stacked for it (one lock: a load that starts after the check reads the engine
+        once the write is in it)."""
         by_user: dict[str, list[VectorItem]] = {}
         for i in items:
             by_user.setdefault(i.user_id, []).append(i)
         for user, mine in by_user.items():
-            self.add(user, ([i.id for i in mine], np.asarray([i.vector for i in mine], dtype=np.float32),
-                            [i.layer for i in mine], [i.session_id for i in mine]))
+            with self._lock:
+                if user in self._users or user in self._loading:
+                    self._add_locked(user, ([i.id for i in mine], np.asarray([i.vector for i in mine], dtype=np.float32),
+                                            [i.layer for i in mine], [i.session_id for i in mine]))
 
     def delete(self, ids: list[str]) -> None:
         gone = set(ids)
