@@ -60,7 +60,7 @@ def test_a_small_user_in_a_big_store_keeps_every_term_and_counts_none(tmp_path):
                                msg(2001, "the violin lesson", user="small"),
                                msg(2002, "weather for the violin trip", user="small")])
         counted: list[str] = []
-        store._term_counts = TermCounts(lambda t: counted.append(t) or 0)
+        store._keywords.term_counts = TermCounts(lambda t: counted.append(t) or 0)
         found = {i for i, _ in store.keyword_search("small", ["weather", "violin"], k=10)}
         assert found == {"m2000", "m2001", "m2002"} and counted == []
         big = [i for i, _ in store.keyword_search("big", ["weather", "violin"], k=10)]

@@ -16,9 +16,9 @@ from ..errors import CorruptStoreError, StoreError
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS
 from .filters import sqlite_filter
-from .sqlite_keywords import fill_missing, insert_deferred, tag_of, tags_for
+from .sqlite_keywords import KeywordSearch, fill_missing, insert_deferred, tag_of, tags_for
 from .sqlite_schema import MIGRATIONS, Step, split_sql, user_tables
-from .text_search import SELECTIVE_FROM_ROWS, TermCounts, keyword_text, same_text_sqlite, selective_terms, tagged_phrases
+from .text_search import keyword_text, same_text_sqlite
 
 APP_ID = "tiered-memory"
 __all__ = ["APP_ID", "MIGRATIONS", "SQLiteRecordStore", "user_tables"]
@@ -47,8 +47,7 @@ class SQLiteRecordStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
-        self._term_counts = TermCounts(self._rows_holding)  # tagged phrase -> the user's rows holding it
-        self._user_rows = TermCounts(self._rows_of)  # user -> rows, counted again as the store grows
+        self._keywords = KeywordSearch(self.query, self._tag)
         conn: sqlite3.Connection | None = None
         try:
             self.conn = conn = sqlite3.connect(
@@ -283,43 +282,13 @@ class SQLiteRecordStore:
     def keyword_search(
         self, user_id: str, terms: Sequence[str], *, k: int, session_id: str | None = None
     ) -> list[tuple[str, float]]:
-        """BM25 over FTS5, OR-ing ``terms`` tagged with the user's tag (the user's common ones
-        left out, see :func:`~.text_search.selective_terms`); higher score is better."""
+        """BM25 over FTS5 within the user's posting lists; higher score is better
+        (:class:`~.sqlite_keywords.KeywordSearch`)."""
+        return self._keywords.search(user_id, terms, k=k, session_id=session_id)
+
+    def _tag(self, user_id: str) -> str | None:
         with self.lock:
-            tag = tag_of(self.conn, user_id)
-        phrases = [] if tag is None else tagged_phrases(tag, terms)
-        if not phrases:
-            return []
-        if self._holds_rows(user_id, SELECTIVE_FROM_ROWS):
-            # a smaller user keeps every term: their posting lists are short, and a few rows'
-            # share says little. The counts are of the user's rows: a tagged term is theirs alone
-            store_rows = int(self.query("SELECT coalesce(max(rowid), 0) FROM messages")[0][0])  # b-tree's end
-            rows = self._user_rows.of([user_id], store_rows)[user_id]
-            phrases = selective_terms(phrases, self._term_counts.of(phrases, rows), rows)
-        sql = (
-            "SELECT m.id, -bm25(messages_fts) AS s FROM messages_fts"
-            " JOIN messages m ON m.rowid = messages_fts.rowid"
-            " WHERE messages_fts MATCH ? AND m.user_id = ?"  # the tag finds the rows; the id is the authority
-        )
-        params: list[Any] = [" OR ".join(phrases), user_id]
-        if session_id is not None:
-            sql += " AND m.session_id = ?"
-            params.append(session_id)
-        sql += " ORDER BY bm25(messages_fts) LIMIT ?"
-        params.append(k)
-        return [(r[0], float(r[1])) for r in self.query(sql, params)]
-
-    def _holds_rows(self, user_id: str, n: int) -> bool:
-        """Whether the user has at least ``n`` messages (a count that stops at ``n``)."""
-        return int(self.query("SELECT count(*) FROM (SELECT 1 FROM messages WHERE user_id=? LIMIT ?)",
-                              (user_id, n))[0][0]) >= n
-
-    def _rows_holding(self, phrase: str) -> int:
-        """Rows holding a tagged phrase: a walk of one user's posting list."""
-        return int(self.query("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (phrase,))[0][0])
-
-    def _rows_of(self, user_id: str) -> int:
-        return int(self.query("SELECT count(*) FROM messages WHERE user_id=?", (user_id,))[0][0])
+            return tag_of(self.conn, user_id)
 
     def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
                    session_id: str | None = None) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:

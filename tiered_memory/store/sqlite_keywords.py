@@ -1,4 +1,4 @@
-"""SQLite's keyword index: per-user posting lists, kept by triggers, written in bulk.
+"""SQLite's keyword index: per-user posting lists, kept by triggers, written in bulk, queried per user.
 
 Each row of ``messages`` holds ``keywords``: its words, each with its user's tag in front
 (:func:`~.text_search.keyword_text`; ``7q`` + ``violin`` -> ``7qviolin``), computed in
@@ -25,9 +25,9 @@ Invariants:
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from .text_search import keyword_text, user_tag
+from .text_search import SELECTIVE_FROM_ROWS, TermCounts, keyword_text, selective_terms, tagged_phrases, user_tag
 
 FTS_TABLE = """
 CREATE VIRTUAL TABLE messages_fts USING fts5(
@@ -128,3 +128,60 @@ def _write_keywords(c: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
     tags = tags_for(c, (r[1] for r in rows))
     c.executemany("UPDATE messages SET keywords=? WHERE rowid=?",
                   [(keyword_text(tags[user], content), rowid) for rowid, user, content in rows])
+
+
+Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+
+
+class KeywordSearch:
+    """A store's keyword queries: BM25 within one user's posting lists, and the counts that
+    leave a big user's common terms out (:func:`~.text_search.selective_terms`).
+
+    Args:
+        query: the store's read (``sql``, ``params``) -> rows.
+        tag: the user's tag, ``None`` for a user with no rows yet.
+    """
+
+    def __init__(self, query: Query, tag: Callable[[str], str | None]) -> None:
+        self._query = query
+        self._tag = tag
+        self.term_counts = TermCounts(self._rows_holding)  # tagged phrase -> the user's rows holding it
+        self.user_rows = TermCounts(self._rows_of)  # user -> rows, counted again as the store grows
+
+    def search(self, user_id: str, terms: Sequence[str], *, k: int,
+               session_id: str | None = None) -> list[tuple[str, float]]:
+        """The user's best ``k`` rows for ``terms`` OR-ed, as (id, score), higher is better."""
+        tag = self._tag(user_id)
+        phrases = [] if tag is None else tagged_phrases(tag, terms)
+        if not phrases:
+            return []
+        if self._holds_rows(user_id, SELECTIVE_FROM_ROWS):
+            # a smaller user keeps every term: their posting lists are short, and a few rows'
+            # share says little. The counts are of the user's rows: a tagged term is theirs alone
+            store_rows = int(self._query("SELECT coalesce(max(rowid), 0) FROM messages", ())[0][0])  # b-tree's end
+            rows = self.user_rows.of([user_id], store_rows)[user_id]
+            phrases = selective_terms(phrases, self.term_counts.of(phrases, rows), rows)
+        sql = (
+            "SELECT m.id, -bm25(messages_fts) AS s FROM messages_fts"
+            " JOIN messages m ON m.rowid = messages_fts.rowid"
+            " WHERE messages_fts MATCH ? AND m.user_id = ?"  # the tag finds the rows; the id is the authority
+        )
+        params: list[Any] = [" OR ".join(phrases), user_id]
+        if session_id is not None:
+            sql += " AND m.session_id = ?"
+            params.append(session_id)
+        sql += " ORDER BY bm25(messages_fts) LIMIT ?"
+        params.append(k)
+        return [(r[0], float(r[1])) for r in self._query(sql, params)]
+
+    def _holds_rows(self, user_id: str, n: int) -> bool:
+        """Whether the user has at least ``n`` messages (a count that stops at ``n``)."""
+        return int(self._query("SELECT count(*) FROM (SELECT 1 FROM messages WHERE user_id=? LIMIT ?)",
+                               (user_id, n))[0][0]) >= n
+
+    def _rows_holding(self, phrase: str) -> int:
+        """Rows holding a tagged phrase: a walk of one user's posting list."""
+        return int(self._query("SELECT count(*) FROM messages_fts WHERE messages_fts MATCH ?", (phrase,))[0][0])
+
+    def _rows_of(self, user_id: str) -> int:
+        return int(self._query("SELECT count(*) FROM messages WHERE user_id=?", (user_id,))[0][0])
