@@ -29,25 +29,33 @@ from bench.fusion_round2 import NAMES, SEL, fit, line, loco, queries, table  # n
 COLUMNS = ("maxsim_mean", "maxsim_w", "maxsim_rev", "maxsim_sym")
 
 
-def maxsim_columns(query: str, texts: Sequence[str], table_: Any) -> np.ndarray:
+class TokenRows:
+    """The static table's token rows for MaxSim: unit rows, their norms (SIF weights) and the
+    tokenizer, read once."""
+
+    def __init__(self, table_: Any) -> None:
+        self.tokenizer = table_.tokenizer
+        self.norms = np.linalg.norm(table_.rows, axis=1)
+        self.unit = table_.rows / np.maximum(self.norms, 1e-9)[:, None]
+        self.special = {self.tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "[UNK]")}
+
+    def ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's token ids, special and unknown tokens left out; ``[0]`` for none."""
+        return [[i for i in e.ids if i not in self.special] or [0]
+                for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+
+
+def maxsim_columns(query: str, texts: Sequence[str], tokens: TokenRows) -> np.ndarray:
     """Rows in ``texts`` order, columns :data:`COLUMNS`, scaled to 0..1 within the pool (pure
     given the table)."""
-    norms = np.linalg.norm(table_.rows, axis=1)
-    special = {table_.tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[PAD]", "[UNK]")}
-
-    def ids(batch: Sequence[str]) -> list[list[int]]:
-        return [[i for i in e.ids if i not in special]
-                for e in table_.tokenizer.encode_batch(list(batch), add_special_tokens=False)]
-
-    q = ids([query])[0] or [0]
-    unit_q = table_.rows[q] / np.maximum(norms[q], 1e-9)[:, None]
-    weight_q = norms[q] / norms[q].sum()
-    per_text = [t or [0] for t in ids(texts)]
+    q = tokens.ids([query])[0]
+    weight_q = tokens.norms[q] / tokens.norms[q].sum()
+    per_text = tokens.ids(texts)
     flat = np.array([i for t in per_text for i in t])
     starts = np.concatenate(([0], np.cumsum([len(t) for t in per_text])[:-1]))
-    sims = unit_q @ (table_.rows[flat] / np.maximum(norms[flat], 1e-9)[:, None]).T
+    sims = tokens.unit[q] @ tokens.unit[flat].T
     best = np.maximum.reduceat(sims, starts, axis=1)  # each query token's best in each text
-    weight_t = norms[flat]
+    weight_t = tokens.norms[flat]
     rev = np.add.reduceat(sims.max(axis=0) * weight_t, starts) / np.add.reduceat(weight_t, starts)
     out = np.column_stack([best.mean(axis=0), weight_q @ best, rev, 0.5 * (weight_q @ best + rev)])
     lo, hi = out.min(axis=0), out.max(axis=0)
@@ -59,13 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tiered_memory.embedding.static import BUNDLED_DIR, load_table
     from tiered_memory.recall.fusion import LEARNED
 
-    table_ = load_table(BUNDLED_DIR)
+    tokens = TokenRows(load_table(BUNDLED_DIR))
     qs = queries(False)
     pools = load(DEFAULT_CACHE)
     tune = [q for q in qs if q.conversation in TUNE]
     line("shipped table (fusion.LEARNED)", qs, table(dict(LEARNED)), f"LOCO {loco(tune, lambda t: fit(t, SEL)):.4f}")
     for q, p in zip(qs, pools):
-        q.x = np.column_stack([q.x, maxsim_columns(p.plan.text, [c.text for c in p.candidates], table_)])
+        q.x = np.column_stack([q.x, maxsim_columns(p.plan.text, [c.text for c in p.candidates], tokens)])
     for j, name in enumerate(COLUMNS):
         cols = SEL + [len(NAMES) + j]
         line(f"13 + {name}", qs, fit(tune, cols), f"LOCO {loco(tune, lambda t: fit(t, cols)):.4f}")

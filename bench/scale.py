@@ -287,7 +287,7 @@ def bulk(args: argparse.Namespace, turns: Sequence[str], root: Path, emb: MemoEm
     vectors = emb.matrix(texts)
     n = len(texts)
     rounds: list[dict[str, float]] = []
-    imported = 0
+    dump = root / "bulk.jsonl"
     for r in range(args.bulk_rounds):
         t = time.perf_counter()
         Plain(root / f"bulk-plain-{r}").add("bulk", vectors)  # a new folder: Chroma caches a client per path
@@ -298,7 +298,6 @@ def bulk(args: argparse.Namespace, turns: Sequence[str], root: Path, emb: MemoEm
             memory.add_many(messages, session_id="import", user_id="bulk", progress=bar)
             memory.flush()
             call = time.perf_counter() - t
-            dump = root / "bulk.jsonl"
             memory.export_jsonl(dump)
         with TieredMemory(root / f"bulk-import-{r}", embedder=emb) as memory:
             t = time.perf_counter()
@@ -306,13 +305,13 @@ def bulk(args: argparse.Namespace, turns: Sequence[str], root: Path, emb: MemoEm
             memory.flush()
             load = time.perf_counter() - t
         bar.close()
-        rounds.append({"plain_s": round(plain, 2), "add_many_s": round(call, 2), "import_jsonl_s": round(load, 2),
+        rounds.append({"imported": imported, "plain_s": round(plain, 2), "add_many_s": round(call, 2), "import_jsonl_s": round(load, 2),
                        "add_many_vs_plain": round(plain / call, 3), "import_jsonl_vs_plain": round(plain / load, 3)})
         for name in ("bulk-call", "bulk-import", "bulk-plain"):
             shutil.rmtree(root / f"{name}-{r}", ignore_errors=True)
         print(f"  bulk round {r + 1}: plain Chroma add {n / plain:.0f}/s, add_many {n / call:.0f}/s "
               f"({plain / call:.2f}x), import_jsonl {n / load:.0f}/s ({plain / load:.2f}x)", flush=True)
-    out = {"messages": n, "imported": imported, "rounds": rounds,
+    out = {"messages": n, "imported": rounds[-1]["imported"], "rounds": rounds,
            "add_many_vs_plain": round(statistics.median(x["add_many_vs_plain"] for x in rounds), 2),
            "import_jsonl_vs_plain": round(statistics.median(x["import_jsonl_vs_plain"] for x in rounds), 2),
            "plain_add_per_s": round(n / statistics.median(x["plain_s"] for x in rounds), 1)}

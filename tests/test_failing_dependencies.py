@@ -211,7 +211,6 @@ def test_a_failing_llm_never_loses_turns_and_strict_mode_is_typed(
     assert integrity(strict) == "ok"
 
 
-
 def test_a_failed_chroma_write_gets_a_new_client_for_what_follows(tmp_path: Path) -> None:
     """Chroma's embedded client can be left unable to answer after a failed write (its next
     upsert, after "disk is full", waited forever): the index drops it and opens a new one."""

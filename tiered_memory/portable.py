@@ -142,7 +142,7 @@ def import_jsonl(
     new = [r for r in rows if r.id not in existing and r.id not in taken]
     report.skipped_existing = len(rows) - len(new)
     with parts.lock:
-        def write(part: list[StoredMessage], last: bool) -> None:
+        def write(part: list[StoredMessage], _start: int, last: bool) -> None:
             failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
                                       threshold=parts.config.dedup_threshold, sync=last)
             if failure is not None:

@@ -102,11 +102,9 @@ def write_messages(new: list[StoredMessage], *, batch: int, store: RecordStore, 
         VectorIndexError: the vector engine failed (what is stored then is in the message).
     """
     failure: Exception | None = None
-    written = 0
 
-    def write(part: list[StoredMessage], last: bool) -> None:
-        nonlocal failure, written
-        start, written = written, written + len(part)
+    def write(part: list[StoredMessage], start: int, last: bool) -> None:
+        nonlocal failure
         if jointly is not None:  # rows and vectors in one engine: each chunk commits whole
             write_jointly(part, start=start, batch=batch, store=store, index=index,
                           embedder=embedder, config=config, jointly=jointly)

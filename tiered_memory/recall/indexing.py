@@ -43,7 +43,7 @@ def find_duplicates(
     """
     dup: dict[str, str] = {}
     vectors = np.asarray(vectors, dtype=np.float32)
-    known = {i for i, near in enumerate(nearest)
+    known = {i: near[0] for i, near in enumerate(nearest)  # row -> the stored memory it duplicates
              if near is not None and near[0] != ids[i] and near[1] >= threshold}
     for idx in positions_by_user(users).values():
         own = vectors[idx] if len(vectors) else np.zeros((len(idx), 1), dtype=np.float32)
@@ -56,9 +56,8 @@ def find_duplicates(
             for a in sorted(set(np.flatnonzero(close.any(axis=1)).tolist())
                             | {a for a in range(stop - start) if idx[start + a] in known}):
                 i = idx[start + a]
-                near = nearest[i]
-                if near is not None and near[0] != ids[i] and near[1] >= threshold:
-                    dup[ids[i]] = near[0]
+                if i in known:
+                    dup[ids[i]] = known[i]
                     continue
                 for b in np.flatnonzero(close[a, :start + a]):
                     if ids[idx[b]] not in dup:
@@ -145,9 +144,11 @@ def store_and_index(
     return None
 
 
-def write_chunks(rows: Sequence[StoredMessage], size: int, write: Callable[[list[StoredMessage], bool], None], *,
+def write_chunks(rows: Sequence[StoredMessage], size: int,
+                 write: Callable[[list[StoredMessage], int, bool], None], *,
                  store: RecordStore, progress: Callable[[int], None] | None = None) -> None:
-    """``write(part, last)`` for each chunk of ``size`` rows, in order, then ``progress(len(part))``.
+    """``write(part, start, last)`` for each chunk of ``size`` rows (``start``: its first row's
+    position in ``rows``), in order, then ``progress(len(part))``.
 
     Only the last chunk is to wait for the disk (``last``); its synced commit makes the
     chunks before it durable. When an error stops the loop after a chunk was written, the
@@ -157,7 +158,7 @@ def write_chunks(rows: Sequence[StoredMessage], size: int, write: Callable[[list
     try:
         for start in range(0, len(rows), size):
             part = list(rows[start:start + size])
-            write(part, start + size >= len(rows))
+            write(part, start, start + size >= len(rows))
             done += len(part)
             if progress is not None:
                 progress(len(part))

@@ -39,6 +39,12 @@ def forget_cached_client(path: str) -> None:
             cache.pop(key, None)
 
 
+def _cosine_collection(client: Any, name: str) -> Any:
+    """``name`` in ``client``, created as a cosine HNSW collection if missing; we always pass
+    our own embeddings (no Chroma embedding function)."""
+    return client.get_or_create_collection(name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+
+
 def _hits(res: Any) -> list[list[tuple[str, float]]]:
     """Chroma's query result as (id, cosine similarity) lists, best first."""
     return [[(i, 1.0 - float(d)) for i, d in zip(ids, dists)]
@@ -70,13 +76,12 @@ class ChromaVectorIndex:
                     raise ValueError("ChromaVectorIndex needs a path or a client")
                 client = chromadb.PersistentClient(path=str(path), settings=_settings())
             self.client = client
-            self.collection = client.get_or_create_collection(
-                collection, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
-            )
+            self.collection = _cosine_collection(client, collection)
         except Exception as e:
             raise VectorIndexError(f"could not open Chroma collection {collection!r}: {e}") from e
         # a server may have other writers, so only an embedded index holds users in memory,
         # and only then may its turn upserts be written behind (see .write_behind)
+        self._name = collection
         self._stale = False  # a failed write asked for a new client (see _renew_client)
         self._renewing = threading.Lock()
         self._exact = ExactScan(self._user_vectors, exact_rows) if self._owns_client and exact_rows > 0 else None
@@ -184,19 +189,17 @@ class ChromaVectorIndex:
 
     def _fresh(self) -> None:
         """Open the new client that :meth:`_renew_client` asked for (before any use)."""
-        if not self._stale or self._path is None:
+        if not self._stale:
             return
         import chromadb
 
         with self._renewing:  # the writer thread and a reader may both get here
-            if not self._stale:
+            if not self._stale or self._path is None:  # (a path always: only an embedded index renews)
                 return
             forget_cached_client(str(self._path))
             try:
                 client = chromadb.PersistentClient(path=str(self._path), settings=_settings())
-                collection = client.get_or_create_collection(
-                    COLLECTION if self.collection is None else self.collection.name,
-                    embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+                collection = _cosine_collection(client, self._name)
             except Exception as e:
                 forget_cached_client(str(self._path))  # a half-made client is not kept either
                 raise VectorIndexError(f"could not reopen the Chroma index after a failed write: {e}") from e
@@ -295,9 +298,7 @@ class ChromaVectorIndex:
         try:
             name = self.collection.name
             self.client.delete_collection(name)
-            self.collection = self.client.get_or_create_collection(
-                name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}}
-            )
+            self.collection = _cosine_collection(self.client, name)
         except Exception as e:
             raise VectorIndexError(f"Chroma reset failed: {e}; run rebuild_index() again") from e
 
@@ -313,8 +314,7 @@ class ChromaVectorIndex:
             scratch = f"{name}__compacting"
             if scratch in {c.name for c in self.client.list_collections()}:
                 self.client.delete_collection(scratch)
-            fresh = self.client.create_collection(
-                scratch, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+            fresh = _cosine_collection(self.client, scratch)  # new: any earlier scratch was deleted above
             kept, offset = 0, 0
             while True:
                 part = self.collection.get(include=["embeddings", "metadatas"], limit=batch, offset=offset)
