@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import numpy as np
 import pytest
 
 from tiered_memory import MemoryConfig
 from tiered_memory.recall.indexing import find_duplicates
+from tiered_memory.store.sqlite import SQLiteRecordStore
+from tiered_memory.store.sqlite_schema import MIGRATIONS
+from tiered_memory.types import StoredMessage
 
 
 def unit(*xs: float) -> list[float]:
@@ -123,3 +128,44 @@ def test_find_duplicates_matches_the_pairwise_rule(seed):
     got = find_duplicates(v, users, nearest, ids, 0.97)
     assert got == naive_duplicates(v, users, nearest, ids, 0.97)
     assert got  # the clusters make duplicates: the comparison is not of two empty maps
+
+
+def _stored(n: int, text: str, user: str = "u") -> StoredMessage:
+    return StoredMessage(id=f"m{n}", user_id=user, session_id="s", role="user", content=text,
+                         metadata={}, timestamp=float(n))
+
+
+HEAD = "Remember that the meeting with the landlord is on "
+
+
+def test_the_text_check_matches_whole_texts_up_to_case_and_end_spaces(tmp_path):
+    store = SQLiteRecordStore(tmp_path / "s.sqlite3")
+    try:
+        store.insert_messages([_stored(0, HEAD + "Monday"), _stored(1, HEAD + "Tuesday"),
+                               _stored(2, HEAD + "Friday", user="v")], indexed=True)
+        asked = [HEAD + "Tuesday", "  " + HEAD.upper() + "Monday", HEAD + "Friday", HEAD[:12]]
+        assert store.same_text("u", asked) == {asked[0]: "m1", asked[1]: "m0"}
+    finally:
+        store.close()
+
+
+def test_a_store_with_the_whole_text_index_is_upgraded_and_finds_the_same_texts(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    store = SQLiteRecordStore(path)
+    store.insert_messages([_stored(0, HEAD + "Monday"), _stored(1, "short one")], indexed=True)
+    store.close()
+    con = sqlite3.connect(path, isolation_level=None)  # back to the schema before the prefix index
+    con.execute("DROP INDEX messages_user_text_hash")
+    con.execute("UPDATE messages SET text_hash=NULL")
+    con.execute("CREATE INDEX messages_user_text ON messages(user_id, lower(trim(content)))")
+    con.execute("DELETE FROM schema_migrations WHERE name='core' AND version=?", (len(MIGRATIONS),))
+    con.close()
+    store = SQLiteRecordStore(path)
+    try:
+        assert store.schema_version() == len(MIGRATIONS)
+        indexes = {r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type='index'", ())}
+        assert "messages_user_text_hash" in indexes and "messages_user_text" not in indexes
+        assert store.same_text("u", [HEAD + "monday", "Short one ", HEAD]) == {HEAD + "monday": "m0",
+                                                                               "Short one ": "m1"}
+    finally:
+        store.close()

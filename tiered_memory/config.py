@@ -171,4 +171,4 @@ class MemoryConfig:
     access_flush_size: int = 512
     access_flush_seconds: float = 30.0
     # add_many and import_jsonl write and index this many messages per transaction
-    write_chunk: int = 1000
+    write_chunk: int = 2000

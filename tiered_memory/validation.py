@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import ContentTooLargeError, InvalidInputError
 from .types import ROLES, Message

@@ -23,7 +23,6 @@ Invariants:
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .backends import note_forgotten
@@ -31,6 +30,7 @@ from .config import MemoryConfig
 from .embedding import Embedder
 from .errors import InvalidInputError, NotFoundError
 from .guard import vector_errors_typed
+from .ids import new_id
 from .recall.chunking import vector_ids
 from .recall.indexing import index_messages, store_and_index, write_chunks
 from .store.base import RecordStore
@@ -62,7 +62,7 @@ def rows_of(messages: Iterable[Message | Mapping[str, Any]], *, session_id: str,
         except Exception as e:
             raise type(e)(f"message {n}: {e}") from e
     rows = [
-        StoredMessage(id=m.id or uuid.uuid4().hex, user_id=user_id, session_id=session_id, role=m.role,
+        StoredMessage(id=m.id or new_id(), user_id=user_id, session_id=session_id, role=m.role,
                       content=m.content, metadata=dict(m.metadata or {}),
                       timestamp=float(m.timestamp))  # type: ignore[arg-type]
         for m in normalized

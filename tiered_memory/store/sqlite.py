@@ -18,7 +18,7 @@ from .base import LONG_MESSAGE_CHARS
 from .filters import sqlite_filter
 from .sqlite_keywords import KeywordSearch, fill_missing, insert_deferred, tag_of, tags_for
 from .sqlite_schema import MIGRATIONS, Step, split_sql, user_tables
-from .text_search import keyword_text, same_text_sqlite
+from .text_search import keyword_text, same_text_sqlite, text_hash
 
 APP_ID = "tiered-memory"
 __all__ = ["APP_ID", "MIGRATIONS", "SQLiteRecordStore", "user_tables"]
@@ -27,6 +27,8 @@ _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, rowid"
 # 32 MiB of page cache per connection (SQLite's default is 2): re-reading FTS5 posting lists
 # cost ~25% of a keyword search at 24,000 memories (measured while they held every user's rows)
 CACHE_KIB = 32768
+AUTOCHECKPOINT_PAGES = 1000  # SQLite's default; none between unsynced commits (see _synced)
+WAL_LIMIT_BYTES = 64 << 20  # a WAL grown by a long bulk write is cut back to this once checkpointed
 
 
 def _row(r: tuple[Any, ...]) -> StoredMessage:
@@ -61,6 +63,7 @@ class SQLiteRecordStore:
             # freed pages are zeroed, so forgotten text does not linger in the file
             self.conn.execute("PRAGMA secure_delete=ON")
             self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            self.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         except sqlite3.DatabaseError as e:
             if conn is not None:
                 conn.close()
@@ -157,12 +160,12 @@ class SQLiteRecordStore:
             insert_deferred(
                 c,
                 "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
-                " created_at, keywords, indexed, duplicate_of)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'), ?, ?, ?)",
+                " created_at, keywords, text_hash, indexed, duplicate_of)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'), ?, ?, ?, ?)",
                 [
                     (m.id, m.user_id, m.session_id, m.role, m.content,
-                     json.dumps(m.metadata, ensure_ascii=False), m.timestamp, keyword_text(tags[m.user_id], m.content),
-                     int(indexed), dup.get(m.id))
+                     json.dumps(m.metadata, ensure_ascii=False) if m.metadata else "{}", m.timestamp,
+                     keyword_text(tags[m.user_id], m.content), text_hash(m.content), int(indexed), dup.get(m.id))
                     for m in rows
                 ],
             )
@@ -176,11 +179,15 @@ class SQLiteRecordStore:
             if sync:
                 yield
                 return
+            # and no checkpoint between them: each would sync the database file (a bulk write's
+            # chunks checkpointed at nearly every commit); the next FULL commit checkpoints
             self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA wal_autocheckpoint=0")
             try:
                 yield
             finally:
                 self.conn.execute("PRAGMA synchronous=FULL")
+                self.conn.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
 
     def sync(self) -> None:
         # every commit is in the WAL, in order: syncing the file is what a FULL commit does

@@ -27,7 +27,8 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Callable, Iterable, Sequence
 
-from .text_search import SELECTIVE_FROM_ROWS, TermCounts, keyword_text, selective_terms, tagged_phrases, user_tag
+from .text_search import (SELECTIVE_FROM_ROWS, TermCounts, keyword_text, selective_terms, tagged_phrases, text_hash,
+                          user_tag)
 
 FTS_TABLE = """
 CREATE VIRTUAL TABLE messages_fts USING fts5(
@@ -71,12 +72,29 @@ def upgrade(c: sqlite3.Connection) -> None:
                          (last, FILL_BATCH)).fetchall()
         if not rows:
             break
-        _write_keywords(c, rows)
+        _write_keywords(c, rows, hashes=False)  # (the text_hash column comes with a later migration)
         last = rows[-1][0]
     c.execute(FTS_TABLE)
     c.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
     for trigger in TRIGGERS:
         c.execute(trigger)
+
+
+def add_text_hash(c: sqlite3.Connection) -> None:
+    """The migration to a hashed text check: each row's ``text_hash`` (in batches), then its
+    index in place of the one on the whole text. Safe to run on a store that has the column."""
+    if "text_hash" not in {r[1] for r in c.execute("PRAGMA table_info(messages)")}:
+        c.execute("ALTER TABLE messages ADD COLUMN text_hash INTEGER")
+    last = 0
+    while True:
+        rows = c.execute("SELECT rowid, content FROM messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                         (last, FILL_BATCH)).fetchall()
+        if not rows:
+            break
+        c.executemany("UPDATE messages SET text_hash=? WHERE rowid=?", [(text_hash(t), r) for r, t in rows])
+        last = rows[-1][0]
+    c.execute("DROP INDEX IF EXISTS messages_user_text")
+    c.execute("CREATE INDEX IF NOT EXISTS messages_user_text_hash ON messages(user_id, text_hash)")
 
 
 def tag_of(c: sqlite3.Connection, user_id: str) -> str | None:
@@ -124,10 +142,14 @@ def fill_missing(c: sqlite3.Connection) -> int:
         done += len(rows)
 
 
-def _write_keywords(c: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> None:
+def _write_keywords(c: sqlite3.Connection, rows: list[tuple[Any, ...]], *, hashes: bool = True) -> None:
     tags = tags_for(c, (r[1] for r in rows))
-    c.executemany("UPDATE messages SET keywords=? WHERE rowid=?",
-                  [(keyword_text(tags[user], content), rowid) for rowid, user, content in rows])
+    if not hashes:
+        c.executemany("UPDATE messages SET keywords=? WHERE rowid=?",
+                      [(keyword_text(tags[user], content), rowid) for rowid, user, content in rows])
+        return
+    c.executemany("UPDATE messages SET keywords=?, text_hash=? WHERE rowid=?",
+                  [(keyword_text(tags[user], content), text_hash(content), rowid) for rowid, user, content in rows])
 
 
 Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]

@@ -7,6 +7,7 @@ stored or typed word can never be read as an operator by either engine.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any, Callable, Sequence
 
@@ -88,19 +89,26 @@ def text_key(text: str) -> str:
     return text.strip(" ").translate(_ASCII_LOWER)
 
 
+def text_hash(text: str) -> int:
+    """A signed 64-bit hash of :func:`text_key` (pure): what SQLite's ``same_text`` index holds."""
+    return int.from_bytes(hashlib.blake2b(text_key(text).encode("utf-8"), digest_size=8).digest(), "big", signed=True)
+
+
 def same_text_sqlite(query: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]], user_id: str,
                      texts: Sequence[str]) -> dict[str, str]:
-    """SQLite's ``same_text``: one range of the ``messages_user_text`` index per 500 texts."""
-    wanted = sorted({text_key(t) for t in texts})
+    """SQLite's ``same_text``: one range of the ``messages_user_text_hash`` index per 500
+    hashes; the rows found are then compared whole (two texts may share a hash)."""
+    keys = {t: text_key(t) for t in texts}
+    hashes = sorted({text_hash(t) for t in texts})
     found: dict[str, str] = {}
-    for start in range(0, len(wanted), 500):
-        part = wanted[start:start + 500]
+    for start in range(0, len(hashes), 500):
+        part = hashes[start:start + 500]
         for mid, key in query(
-                "SELECT id, lower(trim(content)) FROM messages INDEXED BY messages_user_text WHERE user_id=?"
-                f" AND lower(trim(content)) IN ({','.join('?' * len(part))}) AND indexed=1"
+                "SELECT id, lower(trim(content)) FROM messages INDEXED BY messages_user_text_hash WHERE user_id=?"
+                f" AND text_hash IN ({','.join('?' * len(part))}) AND indexed=1"
                 " AND duplicate_of IS NULL ORDER BY rowid", [user_id, *part]):
             found.setdefault(key, mid)
-    return {t: found[text_key(t)] for t in texts if text_key(t) in found}
+    return {t: found[k] for t, k in keys.items() if k in found}
 
 
 #: Below this many rows of one user, keyword search reads that user's rows through the
