@@ -19,11 +19,12 @@ import time
 
 _lock = threading.Lock()
 _last = [0, 0]  # the last (milliseconds, counter) handed out
+_clock = time.time_ns
 
 
 def new_id() -> str:
     """A new message id: 32 hex digits, increasing within this process."""
-    ms = time.time_ns() // 1_000_000
+    ms = _clock() // 1_000_000
     with _lock:
         last_ms, counter = _last
         if ms > last_ms:

@@ -91,7 +91,11 @@ def text_key(text: str) -> str:
 
 def text_hash(text: str) -> int:
     """A signed 64-bit hash of :func:`text_key` (pure): what SQLite's ``same_text`` index holds."""
-    return int.from_bytes(hashlib.blake2b(text_key(text).encode("utf-8"), digest_size=8).digest(), "big", signed=True)
+    return _key_hash(text_key(text))
+
+
+def _key_hash(key: str) -> int:
+    return int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "big", signed=True)
 
 
 def same_text_sqlite(query: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]], user_id: str,
@@ -99,7 +103,7 @@ def same_text_sqlite(query: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]
     """SQLite's ``same_text``: one range of the ``messages_user_text_hash`` index per 500
     hashes; the rows found are then compared whole (two texts may share a hash)."""
     keys = {t: text_key(t) for t in texts}
-    hashes = sorted({text_hash(t) for t in texts})
+    hashes = sorted({_key_hash(k) for k in set(keys.values())})
     found: dict[str, str] = {}
     for start in range(0, len(hashes), 500):
         part = hashes[start:start + 500]
