@@ -19,7 +19,7 @@ from typing import Any, Callable, TypeVar
 from .embedding import Embedder, embedder_name
 from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
 from .folder_lock import FolderLock
-from .store.base import RecordStore
+from .store.base import RecordStore, SessionSource
 from .store.repositories import LayerRepository
 from .vector.base import CHUNK_SEPARATOR, VectorIndex
 
@@ -114,6 +114,14 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
     raise ConfigurationError(
         f"vector_store must be a VectorIndex, 'chroma', 'qdrant', 'pgvector', a Chroma http(s):// URL or a "
         f"qdrant+http(s):// URL, got {kind!r}")
+
+
+def attach_sessions(index: VectorIndex, store: RecordStore) -> None:
+    """Give an index that keeps no sessions of its own (embedded or served Chroma) the
+    record store's: each message's session."""
+    use = getattr(index, "use_sessions", None)
+    if callable(use) and isinstance(store, SessionSource):
+        use(store.message_sessions)
 
 
 def open_pgvector(store: RecordStore) -> VectorIndex:

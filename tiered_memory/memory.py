@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 from .aio import ReadWriteGate, twin
 from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
+    attach_sessions,
     foreign_entries as foreign_entries,
     is_embedded_index,
     joint_writes,
@@ -136,6 +137,7 @@ class TieredMemory:
             raise StoreError(f"cannot open the memory at {self.path}: {e.strerror or e}") from e
         try:
             self.index, self._lock = open_vector_index(self.path, vector_store, self.store, self._lock, owner=self)
+            attach_sessions(self.index, self.store)
             self._joint = joint_writes(self.store, self.index)  # None: rows and vectors in two engines
             self.parts = Parts(
                 store=self.store, index=self.index, embedder=self.embedder, config=self.config,

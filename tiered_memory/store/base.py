@@ -55,6 +55,16 @@ class TextMatchSource(Protocol):
         ...
 
 
+@runtime_checkable
+class SessionSource(Protocol):
+    """A record store that tells each message's session (optional): an embedded Chroma index
+    then keeps no session in its metadata (each key is a row Chroma writes) and asks here."""
+
+    def message_sessions(self, user_id: str) -> dict[str, str]:
+        """Every message of the user: its id -> its session id."""
+        ...
+
+
 class RecordStore(Protocol):
     """Raw messages and their keyword index. All methods are scoped by ``user_id``."""
 

@@ -368,6 +368,9 @@ class SQLiteRecordStore:
         return [_row(r) for r in self.query(
             f"SELECT {_COLUMNS} FROM messages WHERE indexed=0 ORDER BY rowid LIMIT ?", (limit,))]
 
+    def message_sessions(self, user_id: str) -> dict[str, str]:
+        return {r[0]: r[1] for r in self.query("SELECT id, session_id FROM messages WHERE user_id=?", (user_id,))}
+
     def indexed_ids(self, user_id: str | None = None, session_id: str | None = None) -> set[str]:
         sql, params = "SELECT id FROM messages WHERE indexed=1 AND duplicate_of IS NULL", []
         if user_id is not None:

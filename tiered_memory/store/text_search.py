@@ -86,7 +86,8 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 
 def text_key(text: str) -> str:
     """``lower(trim(text))`` as SQLite computes it (ASCII case, spaces at the ends) (pure)."""
-    return text.strip(" ").translate(_ASCII_LOWER)
+    text = text.strip(" ")
+    return text.lower() if text.isascii() else text.translate(_ASCII_LOWER)
 
 
 def text_hash(text: str) -> int:

@@ -10,6 +10,9 @@ import numpy as np
 # a chunk of a long message is indexed as "<message id>" + CHUNK_SEPARATOR + "<n>"
 # (recall/chunking.py); ids never hold control characters, so it is unambiguous
 CHUNK_SEPARATOR = "\x1f"
+#: every layer a vector may belong to (a user-wide filter of an engine that keys layers into
+#: its user field, as Chroma's does, lists them all)
+LAYERS = ("turn", "chunk", "episode", "fact", "item")
 
 
 @dataclass(frozen=True, kw_only=True)

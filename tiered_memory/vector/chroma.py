@@ -6,18 +6,42 @@ import logging
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import VectorItem
+from .base import CHUNK_SEPARATOR, LAYERS, VectorItem
 from .exact import ExactScan, Held
 from .write_behind import WriteBehind
 
 log = logging.getLogger("tiered_memory")
 
 COLLECTION = "tiered_memory"
+#: the collection's metadata key saying its vectors carry one metadata key (see _scope)
+SCOPED = "tiered_memory_scoped"
+SCOPE_SEPARATOR = "\x1f"
+SESSION_SCAN_MAX = 50_000  # hits read at most to find a session's best k on the engine  # user ids never hold control characters (check_id)
+Sessions = Callable[[str], Mapping[str, str]]  # user id -> {message id: session id}
+
+
+def _scope(user_id: str, layer: str) -> str:
+    """The one metadata value of a vector: its user, and its layer unless a turn. Each key is a
+    row Chroma writes, so the library's three keys (user, layer, session) made a write about a
+    fifth slower than one; the session comes from the record store (:meth:`use_sessions`)."""
+    if layer not in LAYERS:
+        raise ValueError(f"unknown vector layer {layer!r}")
+    return user_id if layer == "turn" else f"{user_id}{SCOPE_SEPARATOR}{layer}"
+
+
+def _layer_of(scope: str) -> str:
+    return scope.rpartition(SCOPE_SEPARATOR)[2] if SCOPE_SEPARATOR in scope else "turn"
+
+
+def _user_filter(user_id: str, layers: Sequence[str] | None = None) -> dict[str, Any]:
+    """Chroma's ``where`` for the user's vectors (of ``layers``, else of every layer)."""
+    scopes = [_scope(user_id, layer) for layer in (layers or LAYERS)]
+    return {"user_id": scopes[0]} if len(scopes) == 1 else {"user_id": {"$in": scopes}}
 
 
 def _settings() -> Any:
@@ -77,15 +101,45 @@ class ChromaVectorIndex:
                 client = chromadb.PersistentClient(path=str(path), settings=_settings())
             self.client = client
             self.collection = _cosine_collection(client, collection)
+            self._ensure_scoped()
         except Exception as e:
             raise VectorIndexError(f"could not open Chroma collection {collection!r}: {e}") from e
         # a server may have other writers, so only an embedded index holds users in memory,
         # and only then may its turn upserts be written behind (see .write_behind)
         self._name = collection
+        self._sessions: Sessions | None = None  # see use_sessions
         self._stale = False  # a failed write asked for a new client (see _renew_client)
         self._renewing = threading.Lock()
         self._exact = ExactScan(self._user_vectors, exact_rows) if self._owns_client and exact_rows > 0 else None
         self._behind = WriteBehind(self._write) if self._exact is not None else None
+
+    def use_sessions(self, sessions: Sessions) -> None:
+        """Where each message's session comes from (the record store's ``message_sessions``):
+        the vectors carry none. Without it, a session-scoped query is not an exact scan, and
+        the engine's hits are not scoped by session (the caller's records then are)."""
+        self._sessions = sessions
+
+    def _ensure_scoped(self) -> None:
+        """Migrate a collection written with three metadata keys (``user_id``, ``layer``,
+        ``session_id``) to the one :func:`_scope` key: only vectors of another layer than
+        ``turn`` change (a turn's key was its user already); then the collection says so.
+        Safe to interrupt and run again."""
+        meta = dict(self.collection.metadata or {})
+        if meta.get(SCOPED):
+            return
+        offset = 0
+        while True:
+            page = self.collection.get(where={"layer": {"$ne": "turn"}}, include=["metadatas"],
+                                       limit=5000, offset=offset)
+            if not page["ids"]:
+                break
+            todo = [(i, m) for i, m in zip(page["ids"], page["metadatas"] or [])
+                    if m and SCOPE_SEPARATOR not in str(m.get("user_id", ""))]
+            if todo:
+                self.collection.update(ids=[i for i, _ in todo], metadatas=[
+                    {"user_id": _scope(str(m["user_id"]), str(m.get("layer", "turn")))} for _, m in todo])
+            offset += len(page["ids"])
+        self.collection.modify(metadata={**meta, SCOPED: True})
 
     def _settle(self) -> None:
         """Before any read or write of the engine itself: let queued upserts reach it."""
@@ -101,15 +155,19 @@ class ChromaVectorIndex:
         sessions: list[str] = []
         page = 5000
         self._settle()
+        known = self._sessions(user_id) if self._sessions is not None else None
         while True:
-            res = self.collection.get(where={"user_id": user_id}, include=["embeddings", "metadatas"],
+            res = self.collection.get(where=_user_filter(user_id), include=["embeddings", "metadatas"],
                                       limit=page, offset=len(ids))
             ids.extend(res["ids"])
             if len(res["ids"]):
                 parts.append(np.asarray(res["embeddings"], dtype=np.float32))
-                for meta in res["metadatas"] or []:
-                    layers.append(str((meta or {}).get("layer", "turn")))
-                    sessions.append(str((meta or {}).get("session_id", "")))
+                for vid, meta in zip(res["ids"], res["metadatas"] or []):
+                    meta = meta or {}
+                    layers.append(_layer_of(str(meta.get("user_id", ""))))
+                    # (a vector written before the one key still holds its session)
+                    sessions.append(str(meta.get("session_id", "")) if known is None
+                                    else known.get(vid.split(CHUNK_SEPARATOR)[0], ""))
             if len(ids) > limit:
                 return None
             if len(res["ids"]) < page:
@@ -171,8 +229,8 @@ class ChromaVectorIndex:
                 self.collection.upsert(
                     ids=[i.id for i in part],
                     embeddings=np.asarray([i.vector for i in part], dtype=np.float32),
-                    # no timestamp: nothing filters on it here, and each key is a row Chroma writes
-                    metadatas=[{"user_id": i.user_id, "layer": i.layer, "session_id": i.session_id} for i in part],
+                    # one key: each is a row Chroma writes (see _scope)
+                    metadatas=[{"user_id": _scope(i.user_id, i.layer)} for i in part],
                 )
         except Exception as e:
             self._renew_client()
@@ -212,7 +270,8 @@ class ChromaVectorIndex:
     ) -> list[list[tuple[str, float]]]:
         if len(vectors) == 0:
             return []
-        if self._exact is not None and self._exact.ready(user_id):
+        if self._exact is not None and (session_id is None or self._sessions is not None) \
+                and self._exact.ready(user_id):
             found = self._exact.query(user_id, np.asarray(vectors, dtype=np.float32), k, among, layers, session_id)
             if found is not None:
                 return found
@@ -228,20 +287,26 @@ class ChromaVectorIndex:
                 return _hits(res)
             except Exception as e:  # e.g. an id the index lacks until repair: the filter still works
                 log.debug("Chroma query by ids failed (%s); using the metadata filter", e)
-        clauses: list[dict[str, Any]] = [{"user_id": user_id}]
-        if layers:
-            clauses.append({"layer": {"$in": list(layers)}})
-        if session_id is not None:
-            clauses.append({"session_id": session_id})
-        where = clauses[0] if len(clauses) == 1 else {"$and": clauses}
-        try:
-            res = self.collection.query(
-                query_embeddings=np.asarray(vectors, dtype=np.float32), n_results=k,
-                where=where, include=["distances"],
-            )
-        except Exception as e:
-            raise VectorIndexError(f"Chroma query failed: {e}") from e
-        return _hits(res)
+        where = _user_filter(user_id, layers)
+        n = k if session_id is None or self._sessions is None else 4 * k
+        known = self._sessions(user_id) if n != k and self._sessions is not None else {}
+        while True:
+            try:
+                res = self.collection.query(
+                    query_embeddings=np.asarray(vectors, dtype=np.float32), n_results=n,
+                    where=where, include=["distances"],
+                )
+            except Exception as e:
+                raise VectorIndexError(f"Chroma query failed: {e}") from e
+            hits = _hits(res)
+            if n == k:
+                return hits
+            # the session is the record store's: the user's best hits, then those of the session
+            mine = [[(i, d) for i, d in row if known.get(i.split(CHUNK_SEPARATOR)[0]) == session_id][:k]
+                    for row in hits]
+            if all(len(m) == k or len(row) < n for m, row in zip(mine, hits)) or n >= SESSION_SCAN_MAX:
+                return mine
+            n *= 4
 
     def delete(self, ids: list[str]) -> None:
         if ids:
@@ -259,7 +324,7 @@ class ChromaVectorIndex:
         if self._exact is not None:
             self._exact.drop(user_id)
         try:
-            self.collection.delete(where={"user_id": user_id})
+            self.collection.delete(where=_user_filter(user_id))
         except Exception as e:
             raise VectorIndexError(f"Chroma delete failed: {e}") from e
 
@@ -270,7 +335,7 @@ class ChromaVectorIndex:
         try:
             while True:
                 res = self.collection.get(
-                    where={"user_id": user_id} if user_id is not None else None,
+                    where=_user_filter(user_id) if user_id is not None else None,
                     include=[], limit=5000, offset=offset,
                 )
                 out.update(res["ids"])
@@ -299,6 +364,7 @@ class ChromaVectorIndex:
             name = self.collection.name
             self.client.delete_collection(name)
             self.collection = _cosine_collection(self.client, name)
+            self._ensure_scoped()
         except Exception as e:
             raise VectorIndexError(f"Chroma reset failed: {e}; run rebuild_index() again") from e
 
@@ -326,6 +392,7 @@ class ChromaVectorIndex:
             self.client.delete_collection(name)
             fresh.modify(name=name)
             self.collection = self.client.get_collection(name, embedding_function=None)
+            self._ensure_scoped()  # (the copies are scoped already: this only marks the collection)
         except Exception as e:
             raise VectorIndexError(f"Chroma compaction failed: {e}; the next open repairs the index") from e
         for folder in old_segments:  # Chroma leaves a deleted collection's HNSW files behind
