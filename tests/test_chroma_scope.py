@@ -41,16 +41,32 @@ def check_layers(index: ChromaVectorIndex) -> None:
 
 
 @pytest.mark.parametrize("exact_rows", [0, 200_000])
-def test_a_vector_carries_one_metadata_key_and_each_layer_is_found_apart(tmp_path, exact_rows):
+@pytest.mark.parametrize("told", [True, False])
+def test_a_vector_carries_one_metadata_key_and_each_layer_is_found_apart(tmp_path, exact_rows, told):
+    """With the record store telling sessions, one key; an index used on its own keeps the
+    session in a second one."""
     index = ChromaVectorIndex(str(tmp_path / "v"), exact_rows=exact_rows)
+    if told:
+        index.use_sessions(lambda user: SESSIONS.get(user, {}))
     try:
         index.upsert([VectorItem(id=i, vector=unit(n), user_id=u, layer=lay, session_id=s)
                       for n, (i, u, lay, s) in enumerate(ROWS)])
         metas = index.collection.get(include=["metadatas"])["metadatas"]
-        assert all(set(m) == {"user_id"} for m in metas) and index.collection.metadata[SCOPED]
+        keys = {"user_id"} if told else {"user_id", "session_id"}
+        assert all(set(m) == keys for m in metas) and index.collection.metadata[SCOPED]
         check_layers(index)
     finally:
         index.close()
+
+
+def test_a_memory_tells_its_chroma_index_the_sessions(make_memory):
+    memory = make_memory()
+    memory.add("user", "The boiler is serviced every March.", session_id="s1", user_id="ann")
+    memory.flush()
+    metas = memory.index.collection.get(include=["metadatas"])["metadatas"]
+    assert metas == [{"user_id": "ann"}]
+    assert [h.id for h in memory.search("boiler", user_id="ann", session_id="s1")] \
+        and not memory.search("boiler", user_id="ann", session_id="s2")
 
 
 def test_a_collection_of_three_keys_is_migrated_on_open_and_reads_the_same(tmp_path):

@@ -114,9 +114,9 @@ class ChromaVectorIndex:
         self._behind = WriteBehind(self._write) if self._exact is not None else None
 
     def use_sessions(self, sessions: Sessions) -> None:
-        """Where each message's session comes from (the record store's ``message_sessions``):
-        the vectors carry none. Without it, a session-scoped query is not an exact scan, and
-        the engine's hits are not scoped by session (the caller's records then are)."""
+        """Where each message's session comes from (the record store's ``message_sessions``),
+        before the first write: the vectors then carry none. Without it (an index used on its
+        own), each vector keeps its session in a second metadata key."""
         self._sessions = sessions
 
     def _ensure_scoped(self) -> None:
@@ -229,12 +229,18 @@ class ChromaVectorIndex:
                 self.collection.upsert(
                     ids=[i.id for i in part],
                     embeddings=np.asarray([i.vector for i in part], dtype=np.float32),
-                    # one key: each is a row Chroma writes (see _scope)
-                    metadatas=[{"user_id": _scope(i.user_id, i.layer)} for i in part],
+                    metadatas=self._metadatas(part),
                 )
         except Exception as e:
             self._renew_client()
             raise VectorIndexError(f"Chroma upsert failed: {e}") from e
+
+    def _metadatas(self, items: list[VectorItem]) -> list[dict[str, Any]]:
+        """One key a vector (each is a row Chroma writes: see :func:`_scope`); a second, the
+        session, only while no record store tells sessions (an index used on its own)."""
+        if self._sessions is not None:
+            return [{"user_id": _scope(i.user_id, i.layer)} for i in items]
+        return [{"user_id": _scope(i.user_id, i.layer), "session_id": i.session_id} for i in items]
 
     def _renew_client(self) -> None:
         """After a failed write to an embedded index, the next call opens a new client of
@@ -270,8 +276,7 @@ class ChromaVectorIndex:
     ) -> list[list[tuple[str, float]]]:
         if len(vectors) == 0:
             return []
-        if self._exact is not None and (session_id is None or self._sessions is not None) \
-                and self._exact.ready(user_id):
+        if self._exact is not None and self._exact.ready(user_id):
             found = self._exact.query(user_id, np.asarray(vectors, dtype=np.float32), k, among, layers, session_id)
             if found is not None:
                 return found
@@ -288,6 +293,8 @@ class ChromaVectorIndex:
             except Exception as e:  # e.g. an id the index lacks until repair: the filter still works
                 log.debug("Chroma query by ids failed (%s); using the metadata filter", e)
         where = _user_filter(user_id, layers)
+        if session_id is not None and self._sessions is None:  # the session is in the metadata
+            where = {"$and": [where, {"session_id": session_id}]}
         n = k if session_id is None or self._sessions is None else 4 * k
         known = self._sessions(user_id) if n != k and self._sessions is not None else {}
         while True:
