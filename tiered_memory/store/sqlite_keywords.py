@@ -25,7 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import sqlite3
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .text_search import (SELECTIVE_FROM_ROWS, TermCounts, keyword_text, selective_terms, tagged_phrases, text_hash,
                           user_tag)
@@ -58,22 +58,15 @@ def upgrade(c: sqlite3.Connection) -> None:
     for trigger in ("messages_ai", "messages_ad", "messages_au"):
         c.execute(f"DROP TRIGGER IF EXISTS {trigger}")
     c.execute("DROP TABLE IF EXISTS messages_fts")
-    if "keywords" not in {r[1] for r in c.execute("PRAGMA table_info(messages)")}:
-        c.execute("ALTER TABLE messages ADD COLUMN keywords TEXT")
+    _add_column(c, "keywords TEXT")
     c.execute("CREATE TABLE IF NOT EXISTS user_tags ("
               " tag INTEGER PRIMARY KEY AUTOINCREMENT, user_id TEXT NOT NULL UNIQUE)")
     c.execute("CREATE TABLE IF NOT EXISTS fts_deferred (one INTEGER PRIMARY KEY CHECK (one = 1))")
     c.execute("DELETE FROM fts_deferred")
     # the rows fill_missing looks for; holds nothing while every row has its keywords
     c.execute("CREATE INDEX IF NOT EXISTS messages_unkeyed ON messages(rowid) WHERE keywords IS NULL")
-    last = 0
-    while True:
-        rows = c.execute("SELECT rowid, user_id, content FROM messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                         (last, FILL_BATCH)).fetchall()
-        if not rows:
-            break
+    for rows in _every_row(c, "user_id, content"):
         _write_keywords(c, rows, hashes=False)  # (the text_hash column comes with a later migration)
-        last = rows[-1][0]
     c.execute(FTS_TABLE)
     c.execute("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
     for trigger in TRIGGERS:
@@ -83,18 +76,29 @@ def upgrade(c: sqlite3.Connection) -> None:
 def add_text_hash(c: sqlite3.Connection) -> None:
     """The migration to a hashed text check: each row's ``text_hash`` (in batches), then its
     index in place of the one on the whole text. Safe to run on a store that has the column."""
-    if "text_hash" not in {r[1] for r in c.execute("PRAGMA table_info(messages)")}:
-        c.execute("ALTER TABLE messages ADD COLUMN text_hash INTEGER")
-    last = 0
-    while True:
-        rows = c.execute("SELECT rowid, content FROM messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
-                         (last, FILL_BATCH)).fetchall()
-        if not rows:
-            break
+    _add_column(c, "text_hash INTEGER")
+    for rows in _every_row(c, "content"):
         c.executemany("UPDATE messages SET text_hash=? WHERE rowid=?", [(text_hash(t), r) for r, t in rows])
-        last = rows[-1][0]
     c.execute("DROP INDEX IF EXISTS messages_user_text")
     c.execute("CREATE INDEX IF NOT EXISTS messages_user_text_hash ON messages(user_id, text_hash)")
+
+
+def _add_column(c: sqlite3.Connection, column: str) -> None:
+    """``ALTER TABLE messages ADD COLUMN column`` unless it is there (a migration run again)."""
+    if column.split()[0] not in {r[1] for r in c.execute("PRAGMA table_info(messages)")}:
+        c.execute(f"ALTER TABLE messages ADD COLUMN {column}")
+
+
+def _every_row(c: sqlite3.Connection, columns: str) -> Iterator[list[tuple[Any, ...]]]:
+    """Every row of ``messages`` as (rowid, ``columns``...), in batches of ``FILL_BATCH``."""
+    last = 0
+    while True:
+        rows = c.execute(f"SELECT rowid, {columns} FROM messages WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                         (last, FILL_BATCH)).fetchall()
+        if not rows:
+            return
+        yield rows
+        last = rows[-1][0]
 
 
 def tag_of(c: sqlite3.Connection, user_id: str) -> str | None:

@@ -20,8 +20,8 @@ log = logging.getLogger("tiered_memory")
 COLLECTION = "tiered_memory"
 #: the collection's metadata key saying its vectors carry one metadata key (see _scope)
 SCOPED = "tiered_memory_scoped"
-SCOPE_SEPARATOR = "\x1f"
-SESSION_SCAN_MAX = 50_000  # hits read at most to find a session's best k on the engine  # user ids never hold control characters (check_id)
+SCOPE_SEPARATOR = "\x1f"  # user ids never hold control characters (check_id)
+SESSION_SCAN_MAX = 50_000  # hits read at most to find a session's best k on the engine
 Sessions = Callable[[str], Mapping[str, str]]  # user id -> {message id: session id}
 
 
