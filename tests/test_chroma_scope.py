@@ -1,4 +1,4 @@
-"""Chroma's one metadata key (vector/chroma.py ``_scope``): a vector carries its user and
+"""Chroma's one metadata key (vector/chroma_scope.py): a vector carries its user and
 layer in one value, its session comes from the record store, and a collection written
 with the three keys of earlier versions is migrated on open."""
 

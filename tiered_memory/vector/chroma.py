@@ -6,44 +6,20 @@ import logging
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import CHUNK_SEPARATOR, LAYERS, VectorItem
+from .base import CHUNK_SEPARATOR, VectorItem
+from .chroma_scope import SCOPED as SCOPED, Sessions, layer_of, scope_collection, scope_of, user_filter
 from .exact import ExactScan, Held
 from .write_behind import WriteBehind
 
 log = logging.getLogger("tiered_memory")
 
 COLLECTION = "tiered_memory"
-#: the collection's metadata key saying its vectors carry one metadata key (see _scope)
-SCOPED = "tiered_memory_scoped"
-SCOPE_SEPARATOR = "\x1f"  # user ids never hold control characters (check_id)
 SESSION_SCAN_MAX = 50_000  # hits read at most to find a session's best k on the engine
-Sessions = Callable[[str], Mapping[str, str]]  # user id -> {message id: session id}
-
-
-def _scope(user_id: str, layer: str) -> str:
-    """The one metadata value of a vector: its user, and its layer unless a turn. Each key is a
-    row Chroma writes, so the library's three keys (user, layer, session) made a write about a
-    fifth slower than one; the session comes from the record store (:meth:`use_sessions`)."""
-    if layer not in LAYERS:
-        raise ValueError(f"unknown vector layer {layer!r}")
-    return user_id if layer == "turn" else f"{user_id}{SCOPE_SEPARATOR}{layer}"
-
-
-def _layer_of(scope: str) -> str:
-    return scope.rpartition(SCOPE_SEPARATOR)[2] if SCOPE_SEPARATOR in scope else "turn"
-
-
-def _user_filter(user_id: str, layers: Sequence[str] | None = None) -> dict[str, Any]:
-    """Chroma's ``where`` for the user's vectors (of ``layers``, else of every layer)."""
-    scopes = [_scope(user_id, layer) for layer in (layers or LAYERS)]
-    return {"user_id": scopes[0]} if len(scopes) == 1 else {"user_id": {"$in": scopes}}
-
-
 def _settings() -> Any:
     from chromadb.config import Settings
 
@@ -120,26 +96,7 @@ class ChromaVectorIndex:
         self._sessions = sessions
 
     def _ensure_scoped(self) -> None:
-        """Migrate a collection written with three metadata keys (``user_id``, ``layer``,
-        ``session_id``) to the one :func:`_scope` key: only vectors of another layer than
-        ``turn`` change (a turn's key was its user already); then the collection says so.
-        Safe to interrupt and run again."""
-        meta = dict(self.collection.metadata or {})
-        if meta.get(SCOPED):
-            return
-        offset = 0
-        while True:
-            page = self.collection.get(where={"layer": {"$ne": "turn"}}, include=["metadatas"],
-                                       limit=5000, offset=offset)
-            if not page["ids"]:
-                break
-            todo = [(i, m) for i, m in zip(page["ids"], page["metadatas"] or [])
-                    if m and SCOPE_SEPARATOR not in str(m.get("user_id", ""))]
-            if todo:
-                self.collection.update(ids=[i for i, _ in todo], metadatas=[
-                    {"user_id": _scope(str(m["user_id"]), str(m.get("layer", "turn")))} for _, m in todo])
-            offset += len(page["ids"])
-        self.collection.modify(metadata={**meta, SCOPED: True})
+        scope_collection(self.collection)
 
     def _settle(self) -> None:
         """Before any read or write of the engine itself: let queued upserts reach it."""
@@ -157,14 +114,14 @@ class ChromaVectorIndex:
         self._settle()
         known = self._sessions(user_id) if self._sessions is not None else None
         while True:
-            res = self.collection.get(where=_user_filter(user_id), include=["embeddings", "metadatas"],
+            res = self.collection.get(where=user_filter(user_id), include=["embeddings", "metadatas"],
                                       limit=page, offset=len(ids))
             ids.extend(res["ids"])
             if len(res["ids"]):
                 parts.append(np.asarray(res["embeddings"], dtype=np.float32))
                 for vid, meta in zip(res["ids"], res["metadatas"] or []):
                     meta = meta or {}
-                    layers.append(_layer_of(str(meta.get("user_id", ""))))
+                    layers.append(layer_of(str(meta.get("user_id", ""))))
                     # (a vector written before the one key still holds its session)
                     sessions.append(str(meta.get("session_id", "")) if known is None
                                     else known.get(vid.split(CHUNK_SEPARATOR)[0], ""))
@@ -236,11 +193,11 @@ class ChromaVectorIndex:
             raise VectorIndexError(f"Chroma upsert failed: {e}") from e
 
     def _metadatas(self, items: list[VectorItem]) -> list[dict[str, Any]]:
-        """One key a vector (each is a row Chroma writes: see :func:`_scope`); a second, the
+        """One key a vector (each is a row Chroma writes: see :func:`scope_of`); a second, the
         session, only while no record store tells sessions (an index used on its own)."""
         if self._sessions is not None:
-            return [{"user_id": _scope(i.user_id, i.layer)} for i in items]
-        return [{"user_id": _scope(i.user_id, i.layer), "session_id": i.session_id} for i in items]
+            return [{"user_id": scope_of(i.user_id, i.layer)} for i in items]
+        return [{"user_id": scope_of(i.user_id, i.layer), "session_id": i.session_id} for i in items]
 
     def _renew_client(self) -> None:
         """After a failed write to an embedded index, the next call opens a new client of
@@ -292,7 +249,7 @@ class ChromaVectorIndex:
                 return _hits(res)
             except Exception as e:  # e.g. an id the index lacks until repair: the filter still works
                 log.debug("Chroma query by ids failed (%s); using the metadata filter", e)
-        where = _user_filter(user_id, layers)
+        where = user_filter(user_id, layers)
         if session_id is not None and self._sessions is None:  # the session is in the metadata
             where = {"$and": [where, {"session_id": session_id}]}
         n = k if session_id is None or self._sessions is None else 4 * k
@@ -331,7 +288,7 @@ class ChromaVectorIndex:
         if self._exact is not None:
             self._exact.drop(user_id)
         try:
-            self.collection.delete(where=_user_filter(user_id))
+            self.collection.delete(where=user_filter(user_id))
         except Exception as e:
             raise VectorIndexError(f"Chroma delete failed: {e}") from e
 
@@ -342,7 +299,7 @@ class ChromaVectorIndex:
         try:
             while True:
                 res = self.collection.get(
-                    where=_user_filter(user_id) if user_id is not None else None,
+                    where=user_filter(user_id) if user_id is not None else None,
                     include=[], limit=5000, offset=offset,
                 )
                 out.update(res["ids"])

@@ -1,0 +1,59 @@
+"""Chroma's one metadata key a vector: the user, and the layer unless a turn.
+
+Each metadata key is a row Chroma writes, so the three keys of earlier versions (user,
+layer, session) made a write about a fifth slower than one (bench/README.md). The session
+comes from the record store (``ChromaVectorIndex.use_sessions``). A collection says it holds
+one key in its own metadata (``SCOPED``); one of three keys is migrated on open.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from .base import LAYERS
+
+#: the collection's metadata key saying its vectors carry one metadata key (see scope_of)
+SCOPED = "tiered_memory_scoped"
+SCOPE_SEPARATOR = "\x1f"  # user ids never hold control characters (check_id)
+Sessions = Callable[[str], Mapping[str, str]]  # user id -> {message id: session id}
+
+
+def scope_of(user_id: str, layer: str) -> str:
+    """The one metadata value of a vector: its user, and its layer unless a turn. Each key is a
+    row Chroma writes, so the library's three keys (user, layer, session) made a write about a
+    fifth slower than one; the session comes from the record store (``ChromaVectorIndex.use_sessions``)."""
+    if layer not in LAYERS:
+        raise ValueError(f"unknown vector layer {layer!r}")
+    return user_id if layer == "turn" else f"{user_id}{SCOPE_SEPARATOR}{layer}"
+
+
+def layer_of(scope: str) -> str:
+    return scope.rpartition(SCOPE_SEPARATOR)[2] if SCOPE_SEPARATOR in scope else "turn"
+
+
+def user_filter(user_id: str, layers: Sequence[str] | None = None) -> dict[str, Any]:
+    """Chroma's ``where`` for the user's vectors (of ``layers``, else of every layer)."""
+    scopes = [scope_of(user_id, layer) for layer in (layers or LAYERS)]
+    return {"user_id": scopes[0]} if len(scopes) == 1 else {"user_id": {"$in": scopes}}
+
+
+def scope_collection(collection: Any) -> None:
+    """Migrate a collection written with three metadata keys (``user_id``, ``layer``,
+    ``session_id``) to the one :func:`scope_of` key: only vectors of another layer than
+    ``turn`` change (a turn's key was its user already); then the collection says so.
+    Safe to interrupt and run again."""
+    meta = dict(collection.metadata or {})
+    if meta.get(SCOPED):
+        return
+    offset = 0
+    while True:
+        page = collection.get(where={"layer": {"$ne": "turn"}}, include=["metadatas"], limit=5000, offset=offset)
+        if not page["ids"]:
+            break
+        todo = [(i, m) for i, m in zip(page["ids"], page["metadatas"] or [])
+                if m and SCOPE_SEPARATOR not in str(m.get("user_id", ""))]
+        if todo:
+            collection.update(ids=[i for i, _ in todo], metadatas=[
+                {"user_id": scope_of(str(m["user_id"]), str(m.get("layer", "turn")))} for _, m in todo])
+        offset += len(page["ids"])
+    collection.modify(metadata={**meta, SCOPED: True})
