@@ -47,7 +47,7 @@ def test_a_vector_carries_one_metadata_key_and_each_layer_is_found_apart(tmp_pat
     session in a second one."""
     index = ChromaVectorIndex(str(tmp_path / "v"), exact_rows=exact_rows)
     if told:
-        index.use_sessions(lambda user: SESSIONS.get(user, {}))
+        index.use_sessions(lambda user, ids: SESSIONS.get(user, {}))
     try:
         index.upsert([VectorItem(id=i, vector=unit(n), user_id=u, layer=lay, session_id=s)
                       for n, (i, u, lay, s) in enumerate(ROWS)])
@@ -94,7 +94,7 @@ def test_a_session_scoped_query_finds_the_sessions_best_from_the_record_store(tm
     q = unit(0)
     near = [q + 0.01 * unit(100 + n) for n in range(40)]
     sessions = {f"o{n}": "other" for n in range(40)} | {"mine1": "s", "mine2": "s"}
-    index.use_sessions(lambda user: sessions if user == "ann" else {})
+    index.use_sessions(lambda user, ids: sessions if user == "ann" else {})
     try:
         index.upsert([VectorItem(id=f"o{n}", vector=v / np.linalg.norm(v), user_id="ann", session_id="other")
                       for n, v in enumerate(near)]
@@ -110,3 +110,18 @@ def test_a_session_scoped_query_finds_the_sessions_best_from_the_record_store(tm
         assert index.query(q[None, :], user_id="ann", k=2, layers=["turn"], session_id="other")[0][0][0] in sessions
     finally:
         index.close()
+
+
+def test_the_record_store_tells_sessions_of_all_or_some_of_a_users_messages(tmp_path):
+    from tiered_memory.store.sqlite import SQLiteRecordStore
+    from tiered_memory.types import StoredMessage
+
+    store = SQLiteRecordStore(tmp_path / "s.sqlite3")
+    try:
+        store.insert_messages([StoredMessage(id=i, user_id=u, session_id=s, role="user", content=i, metadata={},
+                                             timestamp=0.0) for i, u, s in [("a", "ann", "s1"), ("b", "ann", "s2"),
+                                                                            ("c", "bob", "s1")]])
+        assert store.message_sessions("ann") == {"a": "s1", "b": "s2"}
+        assert store.message_sessions("ann", ["b", "c", "nope", "b"]) == {"b": "s2"}  # never another user's
+    finally:
+        store.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from typing import Any, Callable, Sequence
 
@@ -16,9 +17,6 @@ from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
 
 log = logging.getLogger("tiered_memory")
-_blas: list[Any] = []  # the process's BLAS thread pools (threadpoolctl), found once
-
-
 def one_blas_thread(rows: int) -> contextlib.AbstractContextManager[Any]:
     """BLAS on one thread for a duplicate check of ``rows`` rows. OpenBLAS threads the large
     products and its idle threads then spin: in a bulk write of 100,000 messages that was 6 s
@@ -26,11 +24,15 @@ def one_blas_thread(rows: int) -> contextlib.AbstractContextManager[Any]:
     the vector engine's own threads on a small machine."""
     if rows < 512:
         return contextlib.nullcontext()
-    if not _blas:
-        from threadpoolctl import ThreadpoolController
+    return _blas_pools().limit(limits=1, user_api="blas")  # type: ignore[no-any-return]
 
-        _blas.append(ThreadpoolController())
-    return _blas[0].limit(limits=1, user_api="blas")  # type: ignore[no-any-return]
+
+@functools.cache
+def _blas_pools() -> Any:
+    """The process's BLAS thread pools (threadpoolctl), found once."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def positions_by_user(users: Sequence[str]) -> dict[str, list[int]]:

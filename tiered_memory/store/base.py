@@ -60,8 +60,8 @@ class SessionSource(Protocol):
     """A record store that tells each message's session (optional): an embedded Chroma index
     then keeps no session in its metadata (each key is a row Chroma writes) and asks here."""
 
-    def message_sessions(self, user_id: str) -> dict[str, str]:
-        """Every message of the user: its id -> its session id."""
+    def message_sessions(self, user_id: str, ids: Sequence[str] | None = None) -> dict[str, str]:
+        """The user's messages (every one, or those of ``ids``): id -> session id."""
         ...
 
 

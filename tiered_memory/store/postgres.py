@@ -291,8 +291,11 @@ class PostgresRecordStore(PostgresDatabase):
         return [_row(r) for r in self.query(
             f"SELECT {_COLUMNS} FROM messages WHERE NOT indexed ORDER BY seq LIMIT %s", (limit,))]
 
-    def message_sessions(self, user_id: str) -> dict[str, str]:
-        return {r[0]: r[1] for r in self.query("SELECT id, session_id FROM messages WHERE user_id=%s", (user_id,))}
+    def message_sessions(self, user_id: str, ids: Sequence[str] | None = None) -> dict[str, str]:
+        if ids is None:
+            return {r[0]: r[1] for r in self.query("SELECT id, session_id FROM messages WHERE user_id=%s", (user_id,))}
+        return {r[0]: r[1] for r in self.query(
+            "SELECT id, session_id FROM messages WHERE user_id=%s AND id = ANY(%s)", (user_id, sorted(set(ids))))}
 
     def indexed_ids(self, user_id: str | None = None, session_id: str | None = None) -> set[str]:
         sql, params = "SELECT id FROM messages WHERE indexed AND duplicate_of IS NULL", []

@@ -272,19 +272,18 @@ class SQLiteRecordStore:
         return [_row(r) for r in rows]
 
     def get_by_ids(self, user_id: str, ids: Iterable[str]) -> dict[str, StoredMessage]:
+        return {r[0]: _row(r) for r in self._rows_by_id(_COLUMNS, user_id, ids)}
+
+    def _rows_by_id(self, columns: str, user_id: str, ids: Iterable[str]) -> Iterator[tuple[Any, ...]]:
+        """``columns`` of the user's rows among ``ids``, 500 ids a query."""
         wanted = list(dict.fromkeys(ids))
-        out: dict[str, StoredMessage] = {}
         for start in range(0, len(wanted), 500):
             part = wanted[start : start + 500]
-            marks = ",".join("?" * len(part))
-            for r in self.query(
-                # +user_id: the unique index on id finds the rows; one on (user_id, ...) would
-                # scan every row of the user (measured: 240 vs 0.3 ms at 30,000)
-                f"SELECT {_COLUMNS} FROM messages WHERE +user_id=? AND id IN ({marks})",
-                [user_id, *part],
-            ):
-                out[r[0]] = _row(r)
-        return out
+            # +user_id: the unique index on id finds the rows; one on (user_id, ...) would
+            # scan every row of the user (measured: 240 vs 0.3 ms at 30,000)
+            yield from self.query(
+                f"SELECT {columns} FROM messages WHERE +user_id=? AND id IN ({','.join('?' * len(part))})",
+                [user_id, *part])
 
     def keyword_search(
         self, user_id: str, terms: Sequence[str], *, k: int, session_id: str | None = None
@@ -368,7 +367,9 @@ class SQLiteRecordStore:
         return [_row(r) for r in self.query(
             f"SELECT {_COLUMNS} FROM messages WHERE indexed=0 ORDER BY rowid LIMIT ?", (limit,))]
 
-    def message_sessions(self, user_id: str) -> dict[str, str]:
+    def message_sessions(self, user_id: str, ids: Sequence[str] | None = None) -> dict[str, str]:
+        if ids is not None:
+            return {r[0]: r[1] for r in self._rows_by_id("id, session_id", user_id, ids)}
         return {r[0]: r[1] for r in self.query("SELECT id, session_id FROM messages WHERE user_id=?", (user_id,))}
 
     def indexed_ids(self, user_id: str | None = None, session_id: str | None = None) -> set[str]:

@@ -112,7 +112,7 @@ class ChromaVectorIndex:
         sessions: list[str] = []
         page = 5000
         self._settle()
-        known = self._sessions(user_id) if self._sessions is not None else None
+        known = self._sessions(user_id, None) if self._sessions is not None else None
         while True:
             res = self.collection.get(where=user_filter(user_id), include=["embeddings", "metadatas"],
                                       limit=page, offset=len(ids))
@@ -252,8 +252,8 @@ class ChromaVectorIndex:
         where = user_filter(user_id, layers)
         if session_id is not None and self._sessions is None:  # the session is in the metadata
             where = {"$and": [where, {"session_id": session_id}]}
-        n = k if session_id is None or self._sessions is None else 4 * k
-        known = self._sessions(user_id) if n != k and self._sessions is not None else {}
+        sessions = self._sessions if session_id is not None else None  # the record store's: read on
+        n = k if sessions is None else 4 * k
         while True:
             try:
                 res = self.collection.query(
@@ -263,9 +263,10 @@ class ChromaVectorIndex:
             except Exception as e:
                 raise VectorIndexError(f"Chroma query failed: {e}") from e
             hits = _hits(res)
-            if n == k:
+            if sessions is None:
                 return hits
-            # the session is the record store's: the user's best hits, then those of the session
+            # the user's best hits, then those of the session (asked of the store for these hits only)
+            known = sessions(user_id, [i.split(CHUNK_SEPARATOR)[0] for row in hits for i, _ in row])
             mine = [[(i, d) for i, d in row if known.get(i.split(CHUNK_SEPARATOR)[0]) == session_id][:k]
                     for row in hits]
             if all(len(m) == k or len(row) < n for m, row in zip(mine, hits)) or n >= SESSION_SCAN_MAX:

@@ -15,7 +15,8 @@ from .base import LAYERS
 #: the collection's metadata key saying its vectors carry one metadata key (see scope_of)
 SCOPED = "tiered_memory_scoped"
 SCOPE_SEPARATOR = "\x1f"  # user ids never hold control characters (check_id)
-Sessions = Callable[[str], Mapping[str, str]]  # user id -> {message id: session id}
+# (user id, message ids or None for all) -> {message id: session id}
+Sessions = Callable[[str, Sequence[str] | None], Mapping[str, str]]
 
 
 def scope_of(user_id: str, layer: str) -> str:
