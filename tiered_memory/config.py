@@ -25,7 +25,10 @@ class RetrievalConfig:
     and which picks the turns whose neighbours are fetched, is its cosine similarity plus
     ``keyword_score_weight`` x its max-normalised BM25 score plus ``date_boost`` near a
     named date. With ``turn_fusion="hand"`` the score is the base plus the boosts below
-    (:mod:`tiered_memory.recall.scoring`), each tuned alone.
+    (:mod:`tiered_memory.recall.scoring`), each tuned alone. A question that asks for several
+    things told over time (``"What books has Mel read?"``) gives ``listing_spread`` of its
+    ``k`` places (the last two of ten) to the best turns of sessions not yet among its hits;
+    ``spread`` does that for every query (0 by default).
     ``vector_weight``, ``keyword_weight``, ``recency_weight`` and ``rrf_k`` weight the
     reciprocal-rank fusion used by the episode, fact and item layers.
     """
@@ -58,6 +61,10 @@ class RetrievalConfig:
     session_coverage_weight: float = 0.3  # x the query terms' coverage by the session's candidates
     recency_boost: float = 0.0  # x recency (1 now, 0.5 after a half-life)
     length_weight: float = 0.0  # x log(length / the candidates' median length), subtracted
+    # shares of k given to the best turns of sessions not yet among the hits (recall/spread.py):
+    # for every query, and for a question that asks for several things ("what books has ... read")
+    spread: float = 0.0
+    listing_spread: float = 0.2
     # "learned": a turn's score is a fitted weight table over named signals
     # (tiered_memory.recall.fusion; the weights above then set only the base score, the date
     # window, the session top and recency); "hand": the hand-weighted sum of the weights above

@@ -1,5 +1,5 @@
 """Reading a query without an LLM: its keywords and keyword (FTS) expression, the proper
-names and dates it mentions, and whether it asks *when*.
+names and dates it mentions, whether it asks *when*, and whether it asks for several things.
 
 Pure functions; :mod:`.scoring` scores turns with the :class:`QueryPlan` built here
 (and re-exports these names, which were defined there first).
@@ -58,6 +58,14 @@ _TEMPORAL_QUESTION = re.compile(
     r"^\W*(?:when\b|what (?:date|day|time|year|month|week)\b|how long\b|"
     r"(?:in |on |during )?(?:which|what) (?:year|month|day|week|date)\b)", re.I)
 _NAME = re.compile(r"\b[A-Z][\w'’-]*")
+# a question whose answer is a list gathered over time: "how many times", "what kinds of",
+# "what books has ... read", "where has Mel camped" (a present perfect over a named subject)
+_LISTING_CUE = re.compile(
+    r"\b(?:how many|in what ways|what (?:kinds|types|sorts) of|what are some|both|ever|names)\b", re.I)
+_PLURAL_ASKED = re.compile(
+    r"\b(?:what|which)\s+(?:[\w+-]+\s+){0,2}?[\w+-]*[^\Ws]s\s+(?:has|have|does|do|did|are|were)\b", re.I)
+_PERFECT = re.compile(r"\b(?:has|have)\s+[A-Z][\w'’-]*(?:\s+and\s+[A-Z][\w'’-]*)?\s+(?:ever\s+)?[a-z]+")
+_POINT_IN_TIME = re.compile(r"^\W*(?:when|how long)\b", re.I)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +75,8 @@ class QueryPlan:
     ``terms`` are the keywords (content words, stopwords dropped) each backend ORs in
     its own syntax, ``names``
     the proper names it mentions, ``dates`` the ``(start, end)`` epoch ranges of the
-    dates it names, ``temporal`` whether it asks *when*.
+    dates it names, ``temporal`` whether it asks *when*, ``listing`` whether it asks for
+    several things (:func:`is_listing_question`).
     """
 
     text: str
@@ -75,6 +84,7 @@ class QueryPlan:
     names: frozenset[str] = frozenset()
     dates: tuple[tuple[float, float], ...] = ()
     temporal: bool = False
+    listing: bool = False
 
 
 def proper_names(text: str) -> frozenset[str]:
@@ -129,6 +139,16 @@ def is_temporal_question(text: str) -> bool:
     return bool(_TEMPORAL_QUESTION.search(text))
 
 
+def is_listing_question(text: str) -> bool:
+    """Does the query ask for several things, told over time (``"What books has Mel
+    read?"``, ``"How many times did Jon go hiking?"``, ``"What kinds of art does Caroline
+    make?"``, ``"Where has Mel camped?"``)? Such answers are spread over sessions; a *when*
+    or *how long* question asks for one point in time, so it never is one."""
+    if _POINT_IN_TIME.search(text):
+        return False
+    return bool(_LISTING_CUE.search(text) or _PLURAL_ASKED.search(text) or _PERFECT.search(text))
+
+
 @lru_cache(maxsize=16384)  # the same turns come back query after query
 def has_time_expression(text: str) -> bool:
     """Does ``text`` place something in time (``yesterday``, ``last week``, ``May``, ``2022``)?"""
@@ -150,6 +170,8 @@ def question_share(text: str) -> float:
 
 
 def plan_query(text: str) -> QueryPlan:
-    """Analyse a query: keyword expression, names, dates, and whether it asks *when*."""
+    """Analyse a query: keyword expression, names, dates, whether it asks *when*, and
+    whether it asks for several things."""
     return QueryPlan(text=text, terms=tuple(keywords(text)), names=proper_names(text),
-                     dates=date_ranges(text), temporal=is_temporal_question(text))
+                     dates=date_ranges(text), temporal=is_temporal_question(text),
+                     listing=is_listing_question(text))

@@ -22,6 +22,7 @@ from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
 from .fusion import LEARNED, check_weights, score_learned
 from .query import QueryPlan, plan_query
 from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
+from .spread import DEPTH, check_spread, spread_sessions, spread_slots
 from ..store.base import CandidateSource, FilterSource, LongMessageSource, RecordStore
 from ..types import MemoryHit, StoredMessage
 from ..vector.base import ExactScope, VectorIndex
@@ -30,7 +31,8 @@ from ..vector.base import ExactScope, VectorIndex
 def turn_weights(config: RetrievalConfig) -> TurnWeights:
     """The scoring weights, read from the config fields of the same names; ``fusion`` is the
     learned table (``config.fusion_weights``, else :data:`.fusion.LEARNED`) unless
-    ``config.turn_fusion`` is ``"hand"``. A bad choice or table raises ConfigurationError."""
+    ``config.turn_fusion`` is ``"hand"``. A bad choice, table or spread raises ConfigurationError."""
+    check_spread(config)
     if config.turn_fusion not in ("learned", "hand"):
         raise ConfigurationError(f"RetrievalConfig.turn_fusion must be 'learned' or 'hand', got {config.turn_fusion!r}")
     fusion = None
@@ -195,7 +197,9 @@ def search_turns(
     vector: np.ndarray | None = None,
 ) -> list[MemoryHit]:
     """The best ``k`` turns of ``user_id`` for ``query`` (``vector`` is its embedding when the
-    caller has it). Reads only: one scope query, one candidate fetch, one neighbour fetch."""
+    caller has it); for a question that asks for several things, the last of them are the best
+    turns of sessions not yet among the hits (:mod:`.spread`, ``explanation["spread"]``).
+    Reads only: one scope query, one candidate fetch, one neighbour fetch."""
     now = time.time() if now is None else now
     weights = turn_weights(config)  # once a search: it checks the learned table too
     got = gather_pool(store=store, index=index, embedder=embedder, config=config, query=query,
@@ -204,10 +208,12 @@ def search_turns(
     if got is None:
         return []
     records, chunk_hit, plan = got.records, got.chunk_hit, got.plan
+    slots = spread_slots(config, k, plan.listing)
+    depth = DEPTH * k if slots else k  # the hits a spread picks from
     if weights.fusion is not None:
-        # explained: the k returned, unless a filter may pass over some of the best
+        # explained: the ones that may be returned, unless a filter may pass over some of the best
         scored = score_learned(got.candidates, got.previous, plan, weights, weights.fusion, now=now,
-                               explain=None if filters else k)
+                               explain=None if filters else depth)
     else:
         scored = score_turns(got.candidates, got.previous, plan, weights, now=now)
     hits: list[MemoryHit] = []
@@ -224,6 +230,12 @@ def search_turns(
             id=r.id, text=r.content, score=f.score, layer="turn", session_id=r.session_id,
             timestamp=r.timestamp, metadata=r.metadata, role=r.role, explanation=explanation,
         ))
-        if len(hits) == k:
+        if len(hits) == depth:
             break
+    if slots:
+        picked = spread_sessions([h.session_id for h in hits], k, slots)
+        for place, i in enumerate(picked):
+            if place >= k - slots and i >= k:
+                hits[i].explanation["spread"] = "the best turn of a session not yet among the hits"
+        hits = [hits[i] for i in picked]
     return hits
