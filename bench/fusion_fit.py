@@ -73,10 +73,10 @@ class Query:
     label: np.ndarray  # 1.0 for an evidence turn
 
 
-def each_pool(data: Path, dataset: str) -> Iterator[tuple[Any, Any, Any, Any]]:
+def each_pool(data: Path, dataset: str, embedder: Any = None) -> Iterator[tuple[Any, Any, Any, Any]]:
     """Ingest each conversation of ``data`` once (``dataset`` "realchat": its rewrite) through
-    ``add_many`` with the static embedder, and yield ``(conversation, question, pool, retrieval
-    config)`` for each question: the pool a real search would score."""
+    ``add_many`` with ``embedder`` (None: the static one), and yield ``(conversation, question,
+    pool, retrieval config)`` for each question: the pool a real search would score."""
     from bench.locomo import ingest
     from bench.realchat import realchat
     from tiered_memory import MemoryConfig, StaticEmbedder, TieredMemory
@@ -85,7 +85,7 @@ def each_pool(data: Path, dataset: str) -> Iterator[tuple[Any, Any, Any, Any]]:
     convs = load_conversations(data)
     if dataset == "realchat":
         convs = realchat(convs)
-    embedder = StaticEmbedder()
+    embedder = StaticEmbedder() if embedder is None else embedder
     with tempfile.TemporaryDirectory(prefix="fusion-pools-") as tmp:
         for c in convs:
             user = f"locomo-{c.id}"
@@ -259,8 +259,9 @@ def describe(model: Linear) -> str:
     return ", ".join(parts) + f", session share {model.share:.3f}"
 
 
-def latency(data: Path, rounds: int = 3) -> None:
-    """Search time, the hand fusion against the learned one, interleaved in one process on one
+def latency(data: Path, rounds: int = 3, against: str = "hand") -> None:
+    """Search time of the shipped settings against ``against`` ("hand": the hand fusion;
+    "no-spread": no session spread for listing questions), interleaved in one process on one
     memory (every LoCoMo dev turn under one user), query vectors given."""
     import time
     from dataclasses import replace
@@ -279,7 +280,9 @@ def latency(data: Path, rounds: int = 3) -> None:
             ingest(memory, c, user_id="scale", session_prefix=f"{c.id}/")
         questions = [q.question for c in convs for q in c.questions]
         vectors = {q: embed_query(embedder, q) for q in questions}
-        configs = {"hand": replace(MemoryConfig().retrieval, turn_fusion="hand"), "learned": MemoryConfig().retrieval}
+        shipped = MemoryConfig().retrieval
+        other = replace(shipped, turn_fusion="hand") if against == "hand" else replace(shipped, listing_spread=0.0)
+        configs = {against: other, "shipped": shipped}
         ms: dict[str, list[float]] = {name: [] for name in configs}
         for _ in range(rounds):
             for q in questions:
@@ -292,7 +295,7 @@ def latency(data: Path, rounds: int = 3) -> None:
         print(f"  {name}: {len(values)} searches, p50 {percentile(values, 50):.2f} ms, "
               f"p95 {percentile(values, 95):.2f} ms")
     for p in (50, 95):
-        print(f"  learned / hand p{p}: {percentile(ms['learned'], p) / percentile(ms['hand'], p):.2f}x")
+        print(f"  shipped / {against} p{p}: {percentile(ms['shipped'], p) / percentile(ms[against], p):.2f}x")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -301,10 +304,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "fusion_fit_rows.pkl"))
     p.add_argument("--refresh", action="store_true", help="ingest and dump again")
     p.add_argument("--ablate", action="store_true", help="backward feature elimination (tuning split)")
-    p.add_argument("--latency", action="store_true", help="search p50/p95, hand against learned, interleaved")
+    p.add_argument("--latency", nargs="?", const="hand", choices=["hand", "no-spread"],
+                   help="search p50/p95 of the shipped settings against the hand fusion (default) or "
+                        "against no session spread, interleaved")
     args = p.parse_args(argv)
     if args.latency:
-        latency(Path(args.file))
+        latency(Path(args.file), against=args.latency)
         return 0
     cache = Path(args.cache)
     if cache.exists() and not args.refresh:

@@ -5,6 +5,7 @@ the turn before each, the query plan, each candidate's session position and dial
 ``bench/fusion_round2.py`` computes any signal from the pool offline.
 
     nice -n 19 python -m bench.fusion_pools          # writes the cache (about 100 MB)
+    nice -n 19 python -m bench.fusion_pools --embedder minilm   # MiniLM's pools (MINILM_CACHE)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if not __package__:
 
 from bench.fusion_fit import DEFAULT_DATA, each_pool  # noqa: E402  (it also sets the offline environment)
 DEFAULT_CACHE = Path(tempfile.gettempdir()) / "fusion_pools_wt20e.pkl"
+MINILM_CACHE = Path(tempfile.gettempdir()) / "fusion_pools_minilm.pkl"
 
 
 @dataclass
@@ -37,12 +39,12 @@ class RawPool:
     seq: list[int]  # each candidate's position in its session
 
 
-def dump(data: Path, dataset: str) -> list[RawPool]:
+def dump(data: Path, dataset: str, embedder: Any = None) -> list[RawPool]:
     return [RawPool(dataset=dataset, conversation=c.id, category=q.category, evidence=q.evidence,
                     candidates=list(pool.candidates), previous=dict(pool.previous), plan=pool.plan,
                     dia=[str(pool.records[cd.id].metadata.get("dia_id")) for cd in pool.candidates],
                     seq=[int(pool.records[cd.id].seq) for cd in pool.candidates])
-            for c, q, pool, _ in each_pool(data, dataset)]
+            for c, q, pool, _ in each_pool(data, dataset, embedder)]
 
 
 class _Unpickler(pickle.Unpickler):
@@ -60,9 +62,15 @@ def load(cache: Path = DEFAULT_CACHE) -> list[RawPool]:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.fusion_pools", description=__doc__.split("\n")[0])
     p.add_argument("file", nargs="?", default=str(DEFAULT_DATA))
-    p.add_argument("--cache", default=str(DEFAULT_CACHE))
+    p.add_argument("--cache", help=f"where to write (default {DEFAULT_CACHE}, with MiniLM {MINILM_CACHE})")
+    p.add_argument("--embedder", choices=["static", "minilm"], default="static")
     args = p.parse_args(argv)
-    pools = dump(Path(args.file), "locomo") + dump(Path(args.file), "realchat")
+    embedder = None
+    if args.embedder == "minilm":
+        from tiered_memory.embedding import SentenceTransformerEmbedder
+        embedder = SentenceTransformerEmbedder()
+    args.cache = args.cache or str(MINILM_CACHE if args.embedder == "minilm" else DEFAULT_CACHE)
+    pools = dump(Path(args.file), "locomo", embedder) + dump(Path(args.file), "realchat", embedder)
     Path(args.cache).write_bytes(pickle.dumps(pools))
     print(f"{len(pools)} pools, {sum(len(q.dia) for q in pools)} rows -> {args.cache}")
     return 0

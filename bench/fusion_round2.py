@@ -39,9 +39,12 @@ ROWS = Path(tempfile.gettempdir()) / "fusion_round2_rows_wt20e.pkl"
 SEL = [INDEX[n] for n in SELECTED]
 
 
-def queries(refresh: bool) -> list[Query]:
-    if ROWS.exists() and not refresh:
-        rows: list[Query] = pickle.loads(ROWS.read_bytes())
+def queries(refresh: bool, cache: Path = DEFAULT_CACHE) -> list[Query]:
+    """The rows of the raw pools in ``cache``, kept beside them (computed again when the pools
+    are newer)."""
+    rows_path = ROWS if cache == DEFAULT_CACHE else cache.with_name(cache.stem + "_round2_rows.pkl")
+    if rows_path.exists() and rows_path.stat().st_mtime >= cache.stat().st_mtime and not refresh:
+        rows: list[Query] = pickle.loads(rows_path.read_bytes())
         if rows and rows[0].x.shape[1] == len(NAMES):
             return rows
     from tiered_memory.config import RetrievalConfig
@@ -50,7 +53,7 @@ def queries(refresh: bool) -> list[Query]:
 
     w = turn_weights(RetrievalConfig())
     out = []
-    for p in load(DEFAULT_CACHE):
+    for p in load(cache):
         x = features(p.candidates, p.previous, p.plan, w)
         extra = extra_columns(p.candidates, p.seq, p.previous, p.plan, base_scores(p.candidates, p.plan, w),
                               x[:, INDEX["similarity"]])
@@ -60,7 +63,7 @@ def queries(refresh: bool) -> list[Query]:
                          ids=[c.id for c in p.candidates],
                          session=np.array([codes.setdefault(c.session_id, len(codes)) for c in p.candidates]),
                          label=np.array([1.0 if d in set(p.evidence) else 0.0 for d in p.dia])))
-    ROWS.write_bytes(pickle.dumps(out))
+    rows_path.write_bytes(pickle.dumps(out))
     return out
 
 
