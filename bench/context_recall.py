@@ -193,7 +193,7 @@ def print_context(results: Mapping[str, Mapping[int, Mapping[str, float]]], titl
             if not r.get("count"):
                 continue
             print(f"{mode:11s} {b:6d} {int(r['count']):4d} {r['tokens']:7.0f} {r['direct']:7.3f} {r['cited']:7.3f} "
-                  f"{r['carried']:8.3f} {r['cited_per_1k_tokens']:9.2f} {r['carried_per_1k_tokens']:10.2f}",
+                  f"{r['carried']:8.3f} {r['cited_per_1k_tokens']:9.3f} {r['carried_per_1k_tokens']:10.3f}",
                   file=file)
 
 
