@@ -94,7 +94,8 @@ FILLER = ["The weather was rainy all day.", "We had pasta for dinner.", "The bus
 @pytest.fixture
 def books(make_memory):
     def make(**retrieval: object) -> TieredMemory:
-        m = make_memory(f"books-{sorted(retrieval.items())}", config=MemoryConfig(retrieval=RetrievalConfig(**retrieval)))
+        name = "books" + "".join(f"-{key}-{value}" for key, value in sorted(retrieval.items()))
+        m = make_memory(name, config=MemoryConfig(retrieval=RetrievalConfig(**retrieval)))
         m.add_many([{"role": "user", "content": t} for t in BOOK_SESSION], session_id="dune", user_id="u")
         for session, text in OTHER_BOOKS.items():
             m.add_many([{"role": "user", "content": t} for t in [text, *FILLER]], session_id=session, user_id="u")

@@ -84,9 +84,9 @@ class BudgetConfig:
     session, facts and episodes weigh 0.3, 0.4 and 0.4, and relevant turns 1.5 beside
     them (turns 0.3, then 1.0, and episodes 0.3, until December: each time the turn
     ranking improved, at 500 tokens the extractive facts and episodes reached less
-    evidence per token than relevant turns alone; ``bench/README.md``). What a section leaves unused flows to the
-    others by priority (session, facts, episodes, turns); items are dropped whole, lowest
-    priority first.
+    evidence per token than relevant turns alone; ``bench/README.md``). What a section
+    leaves unused flows to the others by priority (session, facts, episodes, turns);
+    items are dropped whole, lowest priority first.
     """
 
     max_tokens: int = 3000
