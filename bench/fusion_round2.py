@@ -135,15 +135,18 @@ def loco(tune: Sequence[Query], make: Callable[[Sequence[Query]], object]) -> fl
                           for c in TUNE]))
 
 
-def line(name: str, qs: Sequence[Query], model: object, note: str = "") -> None:
-    score = model.score  # type: ignore[attr-defined]
+def line(name: str, qs: Sequence[Query], model: object, note: str = "",
+         keep: Callable[[Query], bool] = lambda q: True) -> None:
+    """One printed row: recall@10 (recall@5, session recall@10) of ``model`` (a ``.score``
+    object or a score function) over the questions ``keep`` passes, by set and split."""
+    score = getattr(model, "score", model)
     cells = []
     for ds in ("locomo", "realchat"):
-        d = [q for q in qs if q.dataset == ds]
+        d = [q for q in qs if q.dataset == ds and keep(q)]
         a, t = metrics(d, score), metrics([q for q in d if q.conversation in TUNE], score)
         h = metrics([q for q in d if q.conversation not in TUNE], score)
         cells.append(f"{ds[:2]} all {a['r10']:.3f} ({a['r5']:.3f}, {a['s10']:.3f}) tune {t['r10']:.3f} "
-                     f"held {h['r10']:.3f} ({h['r5']:.3f}, {h['s10']:.3f})")
+                     f"({t['s10']:.3f}) held {h['r10']:.3f} ({h['r5']:.3f}, {h['s10']:.3f})")
     print(f"{name:40s}{note:>14s} | " + " | ".join(cells), flush=True)
 
 

@@ -28,22 +28,11 @@ import numpy as np
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fusion_fit import TUNE, Linear, Query, metrics  # noqa: E402  (it also sets the offline environment)
+from bench.fusion_fit import TUNE, Linear, Query  # noqa: E402  (it also sets the offline environment)
 from bench.fusion_pools import DEFAULT_CACHE, MINILM_CACHE, RawPool, load  # noqa: E402
-from bench.fusion_round2 import INDEX, SEL, Capped, Slots, fit, loco, queries, table  # noqa: E402
+from bench.fusion_round2 import INDEX, SEL, Capped, Slots, fit, line, loco, queries, table  # noqa: E402
 
 Score = Callable[[Query], np.ndarray]
-
-
-def row(name: str, qs: Sequence[Query], score: Score, keep: Callable[[Query], bool] = lambda q: True) -> None:
-    cells = []
-    for ds in ("locomo", "realchat"):
-        d = [q for q in qs if q.dataset == ds and keep(q)]
-        a, t = metrics(d, score), metrics([q for q in d if q.conversation in TUNE], score)
-        h = metrics([q for q in d if q.conversation not in TUNE], score)
-        cells.append(f"{ds[:2]} all {a['r10']:.3f} ({a['r5']:.3f}, {a['s10']:.3f}) tune {t['r10']:.3f} "
-                     f"({t['s10']:.3f}) held {h['r10']:.3f} ({h['s10']:.3f})")
-    print(f"{name:34s} | " + " | ".join(cells), flush=True)
 
 
 class Penalty:
@@ -91,26 +80,26 @@ def part_spread(qs: list[Query], text: dict[int, str], shipped: Linear) -> None:
         print(f"listing questions, LoCoMo {'tuning' if split else 'held out'}, by category: "
               + ", ".join(f"{c}: {sum(1 for x in n if x == (c, True))}/{sum(1 for x in n if x[0] == c)}"
                           for c in (1, 2, 3, 4)))
-    row("shipped table, no spread", qs, shipped.score)
+    line("shipped table, no spread", qs, shipped.score)
     for name, gate in (("oracle (multi-hop)", oracle), ("listing", is_list)):
         for n in (1, 2, 3):
-            row(f"{name}: last {n} to unseen sessions", qs, gated(shipped, gate, Slots(shipped, n, 40)))
+            line(f"{name}: last {n} to unseen sessions", qs, gated(shipped, gate, Slots(shipped, n, 40)))
         for lam in (0.25, 0.5, 1.0):
-            row(f"{name}: penalty {lam:g}", qs, gated(shipped, gate, Penalty(shipped, lam)))
-    row("listing: last 2, within 20", qs, gated(shipped, is_list, Slots(shipped, 2, 20)))
-    row("listing: last 2, within 80", qs, gated(shipped, is_list, Slots(shipped, 2, 80)))
+            line(f"{name}: penalty {lam:g}", qs, gated(shipped, gate, Penalty(shipped, lam)))
+    line("listing: last 2, within 20", qs, gated(shipped, is_list, Slots(shipped, 2, 20)))
+    line("listing: last 2, within 80", qs, gated(shipped, is_list, Slots(shipped, 2, 80)))
     print("spread for every query (RetrievalConfig.spread), listing questions 0.2:")
     for every in (0.1, 0.2, 0.3, 0.5, 1.0):
         def score(q: Query, every: float = every) -> np.ndarray:
             n = round(10 * max(every, 0.2 if listing[id(q)] else 0.0))
             return Slots(shipped, n, 40).score(q)
-        row(f"  spread {every:g}", qs, score)
+        line(f"  spread {every:g}", qs, score)
     for cap in (1, 2):
-        row(f"  at most {cap} turn(s) of a session", qs, Capped(shipped, cap).score)
+        line(f"  at most {cap} turn(s) of a session", qs, Capped(shipped, cap).score)
     shipping = gated(shipped, is_list, Slots(shipped, 2, 40))
     for c, name in ((1, "multi-hop"), (2, "temporal"), (3, "open-domain"), (4, "single-hop")):
-        row(f"{name}: no spread", qs, shipped.score, lambda q, c=c: q.category == c)  # type: ignore[misc]
-        row(f"{name}: listing spread", qs, shipping, lambda q, c=c: q.category == c)  # type: ignore[misc]
+        line(f"{name}: no spread", qs, shipped.score, keep=lambda q, c=c: q.category == c)  # type: ignore[misc]
+        line(f"{name}: listing spread", qs, shipping, keep=lambda q, c=c: q.category == c)  # type: ignore[misc]
 
 
 class PerType:
@@ -134,8 +123,8 @@ def part_tried(qs: list[Query], text: dict[int, str], pools: Sequence[RawPool], 
     from tiered_memory.recall.query import SENTENCE_BREAK, is_listing_question, is_temporal_question
 
     tune = [q for q in qs if q.conversation in TUNE]
-    line = lambda name, make: row(f"{name} (LOCO {loco(tune, make):.4f})", qs, make(tune).score)  # noqa: E731
-    line("13 shipped signals, refitted", lambda t: fit(t, SEL))
+    fitted = lambda name, make: line(f"{name} (LOCO {loco(tune, make):.4f})", qs, make(tune))  # noqa: E731
+    fitted("13 shipped signals, refitted", lambda t: fit(t, SEL))
     kinds: dict[str, Callable[[Query], str]] = {
         "oracle category": lambda q: str(q.category),
         "listing / other": lambda q: "list" if is_listing_question(text[id(q)]) else "other",
@@ -143,7 +132,7 @@ def part_tried(qs: list[Query], text: dict[int, str], pools: Sequence[RawPool], 
         else "list" if is_listing_question(text[id(q)]) else "other"}
     for name, kind in kinds.items():
         only = {"list"} if name == "listing / other" else None
-        line(f"a table per type: {name}", lambda t, kind=kind, only=only: PerType(t, kind, only, fit(t, SEL)))
+        fitted(f"a table per type: {name}", lambda t, kind=kind, only=only: PerType(t, kind, only, fit(t, SEL)))
     # the query's names that are speakers of the pool, left out of the query vector
     embedder, sim = StaticEmbedder(), INDEX["similarity"]
     texts = sorted({c.text for p in pools for c in p.candidates})
@@ -157,9 +146,9 @@ def part_tried(qs: list[Query], text: dict[int, str], pools: Sequence[RawPool], 
             for name in (p.plan.names & {c.speaker for c in p.candidates if c.speaker}) if strip else ():
                 query = re.sub(rf"\b{re.escape(name)}(?:['’]s)?\b", " ", query)
             q.x[:, sim] = np.stack([vectors[c.text] for c in p.candidates]) @ embedder.embed_array([query])[0]
-        row("speakers left out of the query vector" if strip else "cosine recomputed, whole query", qs,
+        line("speakers left out of the query vector" if strip else "cosine recomputed, whole query", qs,
             shipped.score)
-        line("  the same, refitted", lambda t: fit(t, SEL))
+        fitted("  the same, refitted", lambda t: fit(t, SEL))
     for q, k in zip(qs, kept):
         q.x[:, sim] = k
     # first person: the share of a turn's sentences that speak of "I", "my", "we"
@@ -168,7 +157,7 @@ def part_tried(qs: list[Query], text: dict[int, str], pools: Sequence[RawPool], 
         share = [sum(1 for s in sents if FIRST_PERSON.search(s)) / len(sents) if sents else 0.0
                  for sents in ([s for s in SENTENCE_BREAK.split(c.text) if s.strip()] for c in p.candidates)]
         q.x = np.column_stack([q.x[:, :width], share])
-    line("13 + first-person share", lambda t: fit(t, SEL + [width]))
+    fitted("13 + first-person share", lambda t: fit(t, SEL + [width]))
     for q in qs:
         q.x = q.x[:, :width]
 
