@@ -11,6 +11,7 @@ from chromadb.config import Settings
 
 from tiered_memory.vector.base import VectorItem
 from tiered_memory.vector.chroma import COLLECTION, SCOPED, ChromaVectorIndex
+from tiered_memory.vector.chroma_scope import scope_collection
 
 
 def unit(seed: int, dim: int = 8) -> np.ndarray:
@@ -80,7 +81,7 @@ def test_a_collection_of_three_keys_is_migrated_on_open_and_reads_the_same(tmp_p
     index = ChromaVectorIndex(str(tmp_path / "v"), exact_rows=0)
     try:
         assert index.collection.metadata[SCOPED]
-        index._ensure_scoped()  # a second run (an interrupted one re-run) changes nothing
+        scope_collection(index.collection)  # a second run (an interrupted one re-run) changes nothing
         check_layers(index)
     finally:
         index.close()

@@ -17,6 +17,8 @@ from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
 
 log = logging.getLogger("tiered_memory")
+
+
 def one_blas_thread(rows: int) -> contextlib.AbstractContextManager[Any]:
     """BLAS on one thread for a duplicate check of ``rows`` rows. OpenBLAS threads the large
     products and its idle threads then spin: in a bulk write of 100,000 messages that was 6 s

@@ -20,6 +20,8 @@ log = logging.getLogger("tiered_memory")
 
 COLLECTION = "tiered_memory"
 SESSION_SCAN_MAX = 50_000  # hits read at most to find a session's best k on the engine
+
+
 def _settings() -> Any:
     from chromadb.config import Settings
 
@@ -77,7 +79,7 @@ class ChromaVectorIndex:
                 client = chromadb.PersistentClient(path=str(path), settings=_settings())
             self.client = client
             self.collection = _cosine_collection(client, collection)
-            self._ensure_scoped()
+            scope_collection(self.collection)
         except Exception as e:
             raise VectorIndexError(f"could not open Chroma collection {collection!r}: {e}") from e
         # a server may have other writers, so only an embedded index holds users in memory,
@@ -94,9 +96,6 @@ class ChromaVectorIndex:
         before the first write: the vectors then carry none. Without it (an index used on its
         own), each vector keeps its session in a second metadata key."""
         self._sessions = sessions
-
-    def _ensure_scoped(self) -> None:
-        scope_collection(self.collection)
 
     def _settle(self) -> None:
         """Before any read or write of the engine itself: let queued upserts reach it."""
@@ -329,7 +328,7 @@ class ChromaVectorIndex:
             name = self.collection.name
             self.client.delete_collection(name)
             self.collection = _cosine_collection(self.client, name)
-            self._ensure_scoped()
+            scope_collection(self.collection)
         except Exception as e:
             raise VectorIndexError(f"Chroma reset failed: {e}; run rebuild_index() again") from e
 
@@ -357,7 +356,7 @@ class ChromaVectorIndex:
             self.client.delete_collection(name)
             fresh.modify(name=name)
             self.collection = self.client.get_collection(name, embedding_function=None)
-            self._ensure_scoped()  # (the copies are scoped already: this only marks the collection)
+            scope_collection(self.collection)  # (the copies are scoped already: this only marks the collection)
         except Exception as e:
             raise VectorIndexError(f"Chroma compaction failed: {e}; the next open repairs the index") from e
         for folder in old_segments:  # Chroma leaves a deleted collection's HNSW files behind

@@ -20,15 +20,14 @@ Sessions = Callable[[str, Sequence[str] | None], Mapping[str, str]]
 
 
 def scope_of(user_id: str, layer: str) -> str:
-    """The one metadata value of a vector: its user, and its layer unless a turn. Each key is a
-    row Chroma writes, so the library's three keys (user, layer, session) made a write about a
-    fifth slower than one; the session comes from the record store (``ChromaVectorIndex.use_sessions``)."""
+    """The one metadata value of a vector: its user, and its layer unless a turn."""
     if layer not in LAYERS:
         raise ValueError(f"unknown vector layer {layer!r}")
     return user_id if layer == "turn" else f"{user_id}{SCOPE_SEPARATOR}{layer}"
 
 
 def layer_of(scope: str) -> str:
+    """The layer a :func:`scope_of` value names."""
     return scope.rpartition(SCOPE_SEPARATOR)[2] if SCOPE_SEPARATOR in scope else "turn"
 
 
