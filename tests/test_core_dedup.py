@@ -154,7 +154,7 @@ def test_a_store_with_the_whole_text_index_is_upgraded_and_finds_the_same_texts(
     store = SQLiteRecordStore(path)
     store.insert_messages([_stored(0, HEAD + "Monday"), _stored(1, "short one")], indexed=True)
     store.close()
-    con = sqlite3.connect(path, isolation_level=None)  # back to the schema before the prefix index
+    con = sqlite3.connect(path, isolation_level=None)  # back to the schema before the hash index
     con.execute("DROP INDEX messages_user_text_hash")
     con.execute("UPDATE messages SET text_hash=NULL")
     con.execute("CREATE INDEX messages_user_text ON messages(user_id, lower(trim(content)))")
