@@ -1,0 +1,175 @@
+"""A SQLite database for tiered-memory: one connection, its settings, transactions, versioned
+migrations, the meta table and durability.
+
+:class:`SQLiteDatabase` is the plumbing under :class:`~.sqlite.SQLiteRecordStore`, as
+:class:`~.postgres_db.PostgresDatabase` is under the PostgreSQL store: one connection
+behind a re-entrant lock (thread-safe; one process per file), in WAL mode with
+``synchronous=FULL``, so a commit is on the disk when it returns, unless a bulk write
+asks for ``_synced(False)`` and calls :meth:`SQLiteDatabase.sync` at its end. A file that
+tiered-memory did not create is refused before anything in it changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+from ..errors import CorruptStoreError, StoreError
+from .sqlite_schema import Step, split_sql
+
+APP_ID = "tiered-memory"
+
+# 32 MiB of page cache per connection (SQLite's default is 2): re-reading FTS5 posting lists
+# cost ~25% of a keyword search at 24,000 memories (measured while they held every user's rows)
+CACHE_KIB = 32768
+AUTOCHECKPOINT_PAGES = 1000  # SQLite's default; none between unsynced commits (see _synced)
+WAL_LIMIT_BYTES = 64 << 20  # a WAL grown by a long bulk write is cut back to this once checkpointed
+
+
+class SQLiteDatabase:
+    """One SQLite file opened for tiered-memory (created with its ``meta`` table when empty).
+
+    Args:
+        path: the database file.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.lock = threading.RLock()
+        conn: sqlite3.Connection | None = None
+        try:
+            self.conn = conn = sqlite3.connect(
+                str(self.path), check_same_thread=False, isolation_level=None, timeout=30
+            )
+            # identify the file before changing anything in it (WAL mode is persistent)
+            self._check_identity()
+            self.conn.execute("PRAGMA journal_mode=WAL")
+            self.conn.execute("PRAGMA synchronous=FULL")
+            self.conn.execute("PRAGMA foreign_keys=ON")
+            # freed pages are zeroed, so forgotten text does not linger in the file
+            self.conn.execute("PRAGMA secure_delete=ON")
+            self.conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")
+            self.conn.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
+        except sqlite3.DatabaseError as e:
+            if conn is not None:
+                conn.close()
+            raise CorruptStoreError(
+                f"{self.path} is not a readable tiered-memory database ({e}). "
+                "Point `path` at an empty or tiered-memory folder."
+            ) from e
+        except CorruptStoreError:
+            if conn is not None:
+                conn.close()
+            raise
+
+    def _check_identity(self) -> None:
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables:
+            with self.transaction() as c:
+                c.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                c.execute("INSERT INTO meta VALUES ('app', ?)", (APP_ID,))
+            return
+        app = None
+        if "meta" in tables:
+            found = self.conn.execute("SELECT value FROM meta WHERE key='app'").fetchone()
+            app = found[0] if found else None
+        if app != APP_ID:
+            raise CorruptStoreError(
+                f"{self.path} is a SQLite database that tiered-memory did not create "
+                f"(tables: {sorted(tables)[:5]}). Use another path."
+            )
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        with self.lock:
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+                yield self.conn
+                self.conn.execute("COMMIT")
+            except BaseException as e:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                if isinstance(e, sqlite3.Error):
+                    raise StoreError(f"record store write failed: {e}") from e
+                raise
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.lock:
+            try:
+                return self.conn.execute(sql, tuple(params)).fetchall()
+            except sqlite3.Error as e:
+                raise StoreError(f"record store read failed: {e}") from e
+
+    def migrate(self, name: str, steps: Sequence[Step]) -> None:
+        """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``, each in its
+        own transaction with its version row."""
+        if not self.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'"):
+            with self.transaction() as c:  # once per file: not a write transaction on every open
+                c.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
+                          " version INTEGER NOT NULL, applied_at REAL NOT NULL, PRIMARY KEY (name, version))")
+        current = self.schema_version(name)
+        for version, step in enumerate(steps[current:], start=current + 1):
+            with self.transaction() as c:
+                if callable(step):
+                    step(c)
+                else:
+                    for statement in split_sql(step):
+                        c.execute(statement)
+                c.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (name, version, time.time()))
+
+    def schema_version(self, name: str = "core") -> int:
+        """The last migration applied for ``name`` (earlier stores kept it in ``meta``)."""
+        recorded = self.query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=?", (name,))
+        return max(int(recorded[0][0]), int(self.get_meta(f"schema_version:{name}") or 0))
+
+    def get_meta(self, key: str) -> str | None:
+        found = self.query("SELECT value FROM meta WHERE key=?", (key,))
+        return found[0][0] if found else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as c:
+            c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def close(self) -> None:
+        with self.lock:
+            self.conn.close()
+
+    @contextlib.contextmanager
+    def _synced(self, sync: bool) -> Iterator[None]:
+        """Commits inside wait for the disk (``synchronous=FULL``, the default) or not
+        (``NORMAL``: in WAL mode a crash of the process keeps them, a power cut may lose
+        them until the next FULL commit, whose sync of the WAL covers every frame before it)."""
+        with self.lock:
+            if sync:
+                yield
+                return
+            # and no checkpoint between them: each would sync the database file (a bulk write's
+            # chunks checkpointed at nearly every commit); the next FULL commit checkpoints
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+            self.conn.execute("PRAGMA wal_autocheckpoint=0")
+            try:
+                yield
+            finally:
+                self.conn.execute("PRAGMA synchronous=FULL")
+                self.conn.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
+
+    def sync(self) -> None:
+        # every commit is in the WAL, in order: syncing the file is what a FULL commit does
+        wal = self.path.with_name(self.path.name + "-wal")
+        with self.lock:
+            try:
+                fd = os.open(wal, os.O_RDONLY)
+            except FileNotFoundError:
+                return  # checkpointed and removed: the database file holds it all
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise StoreError(f"record store sync failed: {e}") from e
+            finally:
+                os.close(fd)
