@@ -16,8 +16,9 @@ turn, queried by cosine nearest neighbours. The whole run repeats for each embed
 search in a fresh process, and ends with a table comparing them.
 
 Parsing and scoring are pure functions in :mod:`bench.locomo_data` (tested in
-``tests/test_retrieval.py``, re-exported here); the rest prints numbers and writes
-``<out>.json`` and ``<out>.png``.
+``tests/test_bench_locomo.py``, re-exported here); the tables and the plot are
+:mod:`bench.locomo_report`, the machine, first-search and install-size measures
+:mod:`bench.locomo_env`. The run writes ``<out>.json`` and ``<out>.png``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from dataclasses import asdict
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -67,6 +67,8 @@ from bench.locomo_data import (  # noqa: E402
     turn_text as turn_text,
     within_budget as within_budget,
 )
+from bench.locomo_env import first_search_seconds, install_size, machine_facts  # noqa: E402
+from bench.locomo_report import compact, plot, print_comparison, print_table  # noqa: E402
 
 
 # ---- runners (I/O) -----------------------------------------------------------
@@ -170,65 +172,6 @@ class Baseline:
         return answers
 
 
-def _machine() -> dict[str, Any]:
-    import platform
-
-    load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "platform": platform.platform(), "python": platform.python_version(),
-            "cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-            "load_average_at_start": load}
-
-
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
-
-
-def print_table(lib: Mapping[str, Any], base: Mapping[str, Any], title: str, file: Any = None) -> None:
-    file = file or sys.stdout
-    print(f"\n== {title} ==", file=file)
-    print(f"{'':34s} {'library':>9s} {'baseline':>9s} {'ratio':>7s}", file=file)
-    metrics = ["recall@5", "recall@10", "hit@5", "hit@10", "session_recall@5", "session_recall@10",
-               "tokens@10", "latency_ms_p50", "latency_ms_p95"]
-    for part in lib:
-        lp, bp = lib[part], base[part]
-        if not lp.get("count"):
-            continue
-        print(f"-- {part} (n={lp['count']})", file=file)
-        shown = metrics if part == "overall" else ["recall@5", "recall@10", "hit@10", "session_recall@10"]
-        for m in shown:
-            r = _ratio(lp[m], bp[m])
-            print(f"   {m:31s} {lp[m]:9.3f} {bp[m]:9.3f} {r if r is not None else float('nan'):7.2f}",
-                  file=file)
-
-
-def plot(results: Mapping[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print('matplotlib missing: pip install "tiered-memory[plot]" for the plot', file=sys.stderr)
-        return
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for system, style in (("library", "-o"), ("baseline", "--s")):
-        for split, alpha in (("all", 1.0), ("held_out", 0.45)):
-            summary = results["splits"].get(split, {}).get(system, {}).get("overall")
-            if not summary or not summary.get("count"):
-                continue
-            ax.plot(KS, [summary[f"recall@{k}"] for k in KS], style, alpha=alpha,
-                    label=f"{system} ({split.replace('_', '-')}, n={summary['count']})")
-    ax.set_xlabel("k (turns returned)")
-    ax.set_ylabel("turn-level recall@k")
-    ax.set_title(f"LoCoMo retrieval: tiered-memory vs plain Chroma ({results.get('embedder', '')})")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def make_embedder(spec: str) -> Any:
     """``static`` (the default), ``minilm``, or ``static:<folder>`` (a table built by
     ``scripts/build_static_embedder.py``)."""
@@ -243,55 +186,10 @@ def make_embedder(spec: str) -> Any:
     raise SystemExit(f"unknown embedder {spec!r}: static, minilm or static:<folder>")
 
 
-FIRST_SEARCH = """
-import sys, time
-start = time.perf_counter()
-from tiered_memory import TieredMemory
-from bench.locomo import make_embedder
-with TieredMemory({path!r}, embedder=make_embedder({spec!r})) as memory:
-    hits = memory.search({query!r}, user_id={user!r}, k=10)
-print(time.perf_counter() - start, len(hits))
-"""
-
-
-def first_search_seconds(spec: str, path: Path, user: str, query: str) -> tuple[float, float]:
-    """(import -> first search result inside a fresh process, the whole process's wall time)
-    on a store that already holds a conversation."""
-    import subprocess
-
-    code = FIRST_SEARCH.format(path=str(path), spec=spec, query=query, user=user)
-    # this checkout's packages, as in the parent (python -c puts the working folder first)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
-    wall = time.perf_counter() - start
-    if done.returncode:
-        raise SystemExit(f"the first-search process failed:\n{done.stderr[-2000:]}")
-    inside, hits = done.stdout.split()
-    if int(hits) == 0:
-        raise SystemExit(f"first search on {path} found nothing: {done.stderr}")
-    return float(inside), wall
-
-
-def install_size(venv: Path) -> dict[str, Any]:
-    """Megabytes and distributions in a virtualenv's site-packages (pip/setuptools excluded)."""
-    sites = list(venv.glob("lib/python*/site-packages"))
-    if not sites:
-        raise SystemExit(f"{venv}: no lib/python*/site-packages")
-    tools = ("pip", "setuptools", "_distutils_hack", "pkg_resources")
-    total = 0
-    for f in sites[0].rglob("*"):
-        if f.is_file() and not f.relative_to(sites[0]).parts[0].split("-")[0] in tools:
-            total += f.stat().st_size
-    dists = [d.name for d in sites[0].glob("*.dist-info") if d.name.split("-")[0] not in tools]
-    torch = any(d.lower().startswith(("torch-", "sentence_transformers-")) for d in dists)
-    return {"venv": str(venv), "megabytes": total / 1e6, "distributions": len(dists), "torch": torch}
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Every embedder of ``--embedders`` in turn; the JSON's top level is the first one's
     results (the library default), each embedder's are under ``embedders``."""
-    machine = _machine()
+    machine = machine_facts()
     convs = load_conversations(args.file)
     if args.dataset == "realchat":
         from bench.realchat import realchat
@@ -329,64 +227,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     plot(results, out.with_suffix(".png"))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return results
-
-
-def compact(one: Mapping[str, Any]) -> dict[str, Any]:
-    """The figures the embedder comparison prints (from one embedder's results)."""
-    overall = one["splits"]["all"]["library"]["overall"]
-    scale = one.get("scale") or {}
-    return {
-        "name": one["embedder"],
-        "recall@5": overall["recall@5"], "recall@10": overall["recall@10"],
-        "session_recall@10": overall["session_recall@10"],
-        "baseline_recall@10": one["splits"]["all"]["baseline"]["overall"]["recall@10"],
-        "ingest_turns_per_s": one["throughput"]["library_ingest_turns_per_s"],
-        "batch_embed_texts_per_s": one["throughput"]["batch_embed_texts_per_s"],
-        "search_ms_p50": scale.get("latency_ms_p50"), "search_ms_p95": scale.get("latency_ms_p95"),
-        "search_given_vector_ms_p50": scale.get("without_query_embedding_ms_p50"),
-        "search_given_vector_ms_p95": scale.get("without_query_embedding_ms_p95"),
-        "first_search_s": one.get("first_search_s"), "first_search_process_s": one.get("first_search_process_s"),
-    }
-
-
-def print_comparison(results: Mapping[str, Any], file: Any = None) -> None:
-    file = file or sys.stdout
-    rows = results["embedders"]
-    specs = list(rows)
-    ref = rows.get("minilm")
-    print("\n== embedders (full hybrid, all conversations) ==", file=file)
-    print(f"{'':40s}" + "".join(f"{s[:14]:>15s}" for s in specs), file=file)
-
-    def line(label: str, key: str, fmt: str = "{:15.3f}") -> None:
-        cells = [rows[s].get(key) for s in specs]
-        print(f"{label:40s}" + "".join(fmt.format(c) if c is not None else f"{'-':>15s}" for c in cells),
-              file=file)
-
-    line("recall@5", "recall@5")
-    line("recall@10", "recall@10")
-    line("session recall@10", "session_recall@10")
-    line("plain-Chroma baseline recall@10", "baseline_recall@10")
-    line("ingest turns/s (add_many)", "ingest_turns_per_s", "{:15.1f}")
-    line("batch embedding texts/s", "batch_embed_texts_per_s", "{:15.1f}")
-    line("search p50 ms (query embedded)", "search_ms_p50", "{:15.1f}")
-    line("search p95 ms (query embedded)", "search_ms_p95", "{:15.1f}")
-    line("search p50 ms (query vector given)", "search_given_vector_ms_p50", "{:15.1f}")
-    line("search p95 ms (query vector given)", "search_given_vector_ms_p95", "{:15.1f}")
-    line("import -> first search, fresh process s", "first_search_s", "{:15.2f}")
-    line("  whole process (interpreter too) s", "first_search_process_s", "{:15.2f}")
-    for s in specs:
-        r = rows[s]
-        if r.get("search_ms_p95") and r.get("search_given_vector_ms_p95"):
-            print(f"  {s}: search p95 embedded / given {r['search_ms_p95'] / r['search_given_vector_ms_p95']:.2f}x",
-                  file=file)
-        if ref and s != "minilm":
-            print(f"  {s}: recall@10 {r['recall@10'] - ref['recall@10']:+.4f} vs minilm; ingest "
-                  f"{r['ingest_turns_per_s'] / ref['ingest_turns_per_s']:.1f}x minilm", file=file)
-    size = results.get("install_size")
-    if size:
-        print(f"install size of {size['venv']}: {size['megabytes']:.0f} MB in site-packages, "
-              f"{size['distributions']} distributions, torch {'present' if size['torch'] else 'absent'}",
-              file=file)
 
 
 def run_embedder(args: argparse.Namespace, convs: list[Conversation], spec: str,
