@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from chromadb.config import Settings
 
-from tiered_memory.vector.base import VectorItem
+from tiered_memory.vector.base import SessionSink, VectorItem
 from tiered_memory.vector.chroma import COLLECTION, SCOPED, ChromaVectorIndex
 from tiered_memory.vector.chroma_scope import scope_collection
 
@@ -62,6 +62,7 @@ def test_a_vector_carries_one_metadata_key_and_each_layer_is_found_apart(tmp_pat
 
 def test_a_memory_tells_its_chroma_index_the_sessions(make_memory):
     memory = make_memory()
+    assert isinstance(memory.index, SessionSink)  # what attach_sessions looks for
     memory.add("user", "The boiler is serviced every March.", session_id="s1", user_id="ann")
     memory.flush()
     metas = memory.index.collection.get(include=["metadatas"])["metadatas"]

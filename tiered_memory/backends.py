@@ -21,7 +21,7 @@ from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
 from .folder_lock import FolderLock
 from .store.base import RecordStore, SessionSource
 from .store.repositories import LayerRepository
-from .vector.base import CHUNK_SEPARATOR, VectorIndex
+from .vector.base import CHUNK_SEPARATOR, SessionSink, VectorIndex
 
 log = logging.getLogger("tiered_memory")
 T = TypeVar("T")
@@ -119,9 +119,8 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
 def attach_sessions(index: VectorIndex, store: RecordStore) -> None:
     """Give an index that keeps no sessions of its own (embedded or served Chroma) the
     record store's: each message's session."""
-    use = getattr(index, "use_sessions", None)
-    if callable(use) and isinstance(store, SessionSource):
-        use(store.message_sessions)
+    if isinstance(index, SessionSink) and isinstance(store, SessionSource):
+        index.use_sessions(store.message_sessions)
 
 
 def open_pgvector(store: RecordStore) -> VectorIndex:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -68,6 +68,20 @@ class ExactScope(Protocol):
 
     def held_rows(self, user_id: str) -> int:
         """How many vectors of ``user_id`` the exact scan holds (0 when it holds none)."""
+        ...
+
+
+#: (user id, message ids or ``None`` for all) -> {message id: session id}
+Sessions = Callable[[str, Sequence[str] | None], Mapping[str, str]]
+
+
+@runtime_checkable
+class SessionSink(Protocol):
+    """An index that keeps no session of its own and asks the record store for it (optional;
+    Chroma, embedded or served: each metadata key is a row Chroma writes)."""
+
+    def use_sessions(self, sessions: Sessions) -> None:
+        """Where each message's session comes from, before the first write."""
         ...
 
 

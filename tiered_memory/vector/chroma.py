@@ -11,8 +11,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import CHUNK_SEPARATOR, VectorItem
-from .chroma_scope import SCOPED as SCOPED, Sessions, layer_of, scope_collection, scope_of, user_filter
+from .base import CHUNK_SEPARATOR, Sessions, VectorItem
+from .chroma_scope import SCOPED as SCOPED, layer_of, scope_collection, scope_of, user_filter
 from .exact import ExactScan, Held
 from .write_behind import WriteBehind
 

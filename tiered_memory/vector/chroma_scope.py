@@ -8,15 +8,13 @@ one key in its own metadata (``SCOPED``); one of three keys is migrated on open.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
 
 from .base import LAYERS
 
 #: the collection's metadata key saying its vectors carry one metadata key (see scope_of)
 SCOPED = "tiered_memory_scoped"
 SCOPE_SEPARATOR = "\x1f"  # user ids never hold control characters (check_id)
-# (user id, message ids or None for all) -> {message id: session id}
-Sessions = Callable[[str, Sequence[str] | None], Mapping[str, str]]
 
 
 def scope_of(user_id: str, layer: str) -> str:
