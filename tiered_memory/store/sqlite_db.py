@@ -11,7 +11,6 @@ tiered-memory did not create is refused before anything in it changes.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import threading
@@ -140,7 +139,7 @@ class SQLiteDatabase:
         with self.lock:
             self.conn.close()
 
-    @contextlib.contextmanager
+    @contextmanager
     def _synced(self, sync: bool) -> Iterator[None]:
         """Commits inside wait for the disk (``synchronous=FULL``, the default) or not
         (``NORMAL``: in WAL mode a crash of the process keeps them, a power cut may lose
