@@ -169,27 +169,36 @@ class Capped:
 
 class Slots:
     """The first ``10 - n`` by the table; the last ``n`` go to the best turn of each session
-    not yet among them (sessions in the order of their best turn) found within ``depth`` ranks
-    and, with ``margin``, scoring at least the tenth score less ``margin``."""
+    not yet among them found within ``depth`` ranks and, with ``margin``, scoring at least the
+    tenth score less ``margin``. The sessions come in the order of their best turn, or sorted
+    by ``order(q, scores, row)`` of their best turn (stable, so ties keep rank order). ``n``
+    may be a function of the question."""
 
-    def __init__(self, model: Linear, n: int, depth: int, margin: float | None = None) -> None:
-        self.model, self.n, self.depth, self.margin = model, n, depth, margin
+    def __init__(self, model: Linear, n: int | Callable[[Query], int], depth: int, margin: float | None = None,
+                 order: Callable[[Query, np.ndarray, int], float] | None = None) -> None:
+        self.model, self.n, self.depth, self.margin, self.order = model, n, depth, margin, order
 
     def score(self, q: Query) -> np.ndarray:
         s = self.model.score(q)
-        order = [int(i) for i in np.lexsort((q.ids, -s))]
-        chosen = order[:10 - self.n]
+        n = self.n(q) if callable(self.n) else self.n
+        ranked = [int(i) for i in np.lexsort((q.ids, -s))]
+        chosen = ranked[:10 - n]
         seen = {int(q.session[i]) for i in chosen}
-        floor = s[order[min(9, len(order) - 1)]] - self.margin if self.margin is not None else -np.inf
-        for i in order[10 - self.n:self.depth]:
-            if len(chosen) == 10:
+        floor = s[ranked[min(9, len(ranked) - 1)]] - self.margin if self.margin is not None else -np.inf
+        found: list[int] = []
+        for i in ranked[10 - n:self.depth]:
+            if self.order is None and len(found) == n:
                 break
             if int(q.session[i]) not in seen and s[i] >= floor:
-                chosen.append(i)
+                found.append(i)
                 seen.add(int(q.session[i]))
-        rest = [i for i in order if i not in set(chosen)]
-        out = np.empty(len(order))
-        out[chosen + rest] = -np.arange(len(order), dtype=float)
+        order = self.order
+        if order is not None:
+            found.sort(key=lambda i: order(q, s, i))
+        chosen += found[:n]
+        rest = [i for i in ranked if i not in set(chosen)]
+        out = np.empty(len(ranked))
+        out[chosen + rest] = -np.arange(len(ranked), dtype=float)
         return out
 
 

@@ -31,7 +31,7 @@ if not __package__:
 
 from bench.fusion_fit import DEFAULT_DATA, TUNE, Linear, Query, ranked_dia  # noqa: E402
 from bench.fusion_pools import load  # noqa: E402
-from bench.fusion_round2 import INDEX, NAMES, SEL, fit, line, queries  # noqa: E402
+from bench.fusion_round2 import INDEX, NAMES, SEL, Slots, fit, line, queries  # noqa: E402
 from bench.locomo_data import load_conversations, recall_at, session_of, session_recall_at  # noqa: E402
 from bench.realchat import realchat  # noqa: E402
 
@@ -56,7 +56,7 @@ def session_tables(embedder) -> dict[tuple[str, str], dict[str, dict]]:
             for sid, turns in by.items():
                 vecs = embedder.embed_array([t.text for t in turns])
                 m = vecs.mean(0)
-                sess[sid] = {"vecs": vecs, "dia": [t.dia_id for t in turns], "texts": [t.text for t in turns],
+                sess[sid] = {"vecs": vecs, "dia": [t.dia_id for t in turns],
                              "centroid": m / np.linalg.norm(m),
                              "concat": embedder.embed_array([" ".join(t.text for t in turns)])[0]}
             out[(ds, c.id)] = sess
@@ -93,45 +93,20 @@ class Info:
             self.cols += [raw, rk]
 
 
-class Spread:
-    """The first 10 - n by ``model``; the last n to the best turn (by the model) of each pool session
-    not yet among them found within ``depth`` ranks, the sessions chosen in rank order of their best
-    turn (``form`` None, as shipped) or by the session score ``form``; places left filled in rank order.
-    ``n`` is a function of the question."""
+def spread(model: Linear, n: Callable[[Query], int], form: str | tuple[str, float] | None,
+           info: dict[int, Info], depth: int = DEPTH) -> Slots:
+    """The spread's last ``n`` places to unseen sessions (fusion_round2.Slots), the sessions
+    ordered by their best turn (``form`` None, as shipped), by the session score ``form``, or by
+    their best turn's score + lam x the session score (``form`` = (score, lam))."""
+    if form is None:
+        return Slots(model, n, depth)
+    f, lam = (form, None) if isinstance(form, str) else form
 
-    def __init__(self, model: Linear, n: Callable[[Query], int], form: str | None, info: dict[int, Info],
-                 depth: int = DEPTH) -> None:
-        self.model, self.n, self.form, self.info, self.depth = model, n, form, info, depth
-
-    def score(self, q: Query) -> np.ndarray:
-        s = self.model.score(q)
-        order = [int(i) for i in np.lexsort((q.ids, -s))]
-        n = self.n(q)
-        if n == 0:
-            return s
-        chosen = order[:10 - n]
-        seen = {int(q.session[i]) for i in chosen}
-        cands: list[int] = []  # the best turn of each unseen session within depth, in rank order
-        for i in order[10 - n:self.depth]:
-            if int(q.session[i]) not in seen:
-                cands.append(i)
-                seen.add(int(q.session[i]))
-        if self.form is not None:
-            inf = self.info[id(q)]
-            f, lam = (self.form, None) if isinstance(self.form, str) else self.form
-            sc = inf.scores[f]
-            if lam is None:  # the session score alone
-                cands = sorted(cands, key=lambda i: -sc[inf.code_sid[int(q.session[i])]])  # stable: ties by rank
-            else:  # its best turn's table score + lam x the session score
-                cands = sorted(cands, key=lambda i: -(s[i] + lam * sc[inf.code_sid[int(q.session[i])]]))
-        chosen += cands[:n]
-        taken = set(chosen)
-        chosen += [i for i in order if i not in taken][: 10 - len(chosen)]
-        taken = set(chosen)
-        rest = [i for i in order if i not in taken]
-        out = np.empty(len(order))
-        out[chosen + rest] = -np.arange(len(order), dtype=float)
-        return out
+    def order(q: Query, s: np.ndarray, i: int) -> float:
+        inf = info[id(q)]
+        value = inf.scores[f][inf.code_sid[int(q.session[i])]]
+        return -value if lam is None else -(s[i] + lam * value)
+    return Slots(model, n, depth, order=order)
 
 
 def fold_loco(tune: Sequence[Query], folds: dict[str, Linear], wrap: Callable[[Linear], object]) -> float:
@@ -205,8 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     print("== shipped", flush=True)
     line("shipped table, no spread", qs, shipped, f"LOCO {refit_loco(lambda m: m):.4f}")
-    line("shipped: table + listing spread", qs, Spread(shipped, lst, None, info),
-         f"LOCO {refit_loco(lambda m: Spread(m, lst, None, info)):.4f}")
+    line("shipped: table + listing spread", qs, spread(shipped, lst, None, info),
+         f"LOCO {refit_loco(lambda m: spread(m, lst, None, info)):.4f}")
 
     if args.part in ("all", "a"):
         print("== (a) the session score as one more column, refitted (13 + it, listwise, L2 0.01)", flush=True)
@@ -216,8 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fm = {c: fit([q for q in tune if q.conversation != c], cols) for c in TUNE}
             lo = lambda wrap, fm=fm: fold_loco(tune, fm, wrap)  # noqa: E731
             line(f"13 + {name}", qs, m, f"w {m.weights[j]:+.2f} LOCO {lo(lambda x: x):.4f}")
-            line(f"13 + {name}, + listing spread", qs, Spread(m, lst, None, info),
-                 f"LOCO {lo(lambda x: Spread(x, lst, None, info)):.4f}")
+            line(f"13 + {name}, + listing spread", qs, spread(m, lst, None, info),
+                 f"LOCO {lo(lambda x: spread(x, lst, None, info)):.4f}")
 
     if args.part in ("all", "b"):
         print("== (b) the session score picks the unseen sessions of the spread (shipped table)", flush=True)
@@ -228,22 +203,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             for form in (None,) + FORMS + CONTEXT + MIX:
                 label = "best turn (shipped order)" if form is None else form if isinstance(form, str) \
                     else f"best turn + {form[1]:g} x {form[0]}"
-                line(f"{gname}: {label}", qs, Spread(shipped, g, form, info),
-                     f"LOCO {refit_loco(lambda m, g=g, form=form: Spread(m, g, form, info)):.4f}")
+                line(f"{gname}: {label}", qs, spread(shipped, g, form, info),
+                     f"LOCO {refit_loco(lambda m, g=g, form=form: spread(m, g, form, info)):.4f}")
         for form in (None,) + FORMS:
             label = "best turn" if form is None else form
-            line(f"listing 2, whole pool depth: {label}", qs, Spread(shipped, lst, form, info, depth=10 ** 6),
-                 f"LOCO {refit_loco(lambda m, form=form: Spread(m, lst, form, info, depth=10 ** 6)):.4f}")
+            line(f"listing 2, whole pool depth: {label}", qs, spread(shipped, lst, form, info, depth=10 ** 6),
+                 f"LOCO {refit_loco(lambda m, form=form: spread(m, lst, form, info, depth=10 ** 6)):.4f}")
 
     if args.part in ("all", "c"):
         print("== (c) ceiling: ten hits = the best turn of each of the ten sessions ranked by a score", flush=True)
-        line("ten sessions by best turn, within 40 (Slots 10)", qs, Spread(shipped, lambda q: 10, None, info))
-        line("ten sessions by best turn, whole pool", qs, Spread(shipped, lambda q: 10, None, info, depth=10 ** 6))
+        line("ten sessions by best turn, within 40 (Slots 10)", qs, spread(shipped, lambda q: 10, None, info))
+        line("ten sessions by best turn, whole pool", qs, spread(shipped, lambda q: 10, None, info, depth=10 ** 6))
         for form in MIX:
             line(f"ten pool sessions by best turn + {form[1]:g} x {form[0]}", qs,
-                 Spread(shipped, lambda q: 10, form, info, depth=10 ** 6))
+                 spread(shipped, lambda q: 10, form, info, depth=10 ** 6))
         for form in FORMS + CONTEXT:
-            line(f"ten pool sessions by {form}, whole pool", qs, Spread(shipped, lambda q: 10, form, info, depth=10 ** 6))
+            line(f"ten pool sessions by {form}, whole pool", qs, spread(shipped, lambda q: 10, form, info, depth=10 ** 6))
 
             def top(q: Query, form: str = form) -> list[str]:
                 inf = info[id(q)]
