@@ -43,6 +43,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo_dev.json"
 DEFAULT_OUT = REPO / "bench" / "results" / "locomo.json"
+SESSION_DEPTH = 200  # the baseline's session search ranks the sessions of this many nearest turns
 
 if not __package__:  # run as a script (python bench/locomo.py): make `bench` importable
     sys.path.insert(0, str(REPO))
@@ -128,8 +129,13 @@ def ask_library(memory: Any, conv: Conversation, *, user_id: str, k: int,
         hits = memory.search(q.question, user_id=user_id, k=k)
         spent = time.perf_counter() - start
         sizes = [count(h.text) for h in hits]
+        start = time.perf_counter()
+        found = memory.search_sessions(q.question, user_id=user_id, k=k, turns=1)
+        session_spent = time.perf_counter() - start
         answers.append(Answer(question=q, retrieved=[str(h.metadata.get("dia_id")) for h in hits],
-                              tokens=sum(sizes), seconds=spent, hit_tokens=sizes))
+                              tokens=sum(sizes), seconds=spent, hit_tokens=sizes,
+                              sessions=[str(f.hits[0].metadata.get("dia_id")) for f in found],
+                              session_seconds=session_spent))
     return answers
 
 
@@ -167,8 +173,17 @@ class Baseline:
                             include=["documents", "metadatas"])
             spent = time.perf_counter() - start
             sizes = [count(d) for d in res["documents"][0]]
+            # its session search: the sessions of the nearest turns, each once, in rank order
+            start = time.perf_counter()
+            near = col.query(query_embeddings=self.embedder.embed_array([q.question]), n_results=SESSION_DEPTH,
+                             include=["metadatas"])
+            firsts: dict[str, str] = {}
+            for m in near["metadatas"][0]:
+                firsts.setdefault(session_of(m["dia_id"]), m["dia_id"])
+            ranked = list(firsts.values())
             answers.append(Answer(question=q, retrieved=[m["dia_id"] for m in res["metadatas"][0]],
-                                  tokens=sum(sizes), seconds=spent, hit_tokens=sizes))
+                                  tokens=sum(sizes), seconds=spent, hit_tokens=sizes, sessions=ranked[:k],
+                                  session_seconds=time.perf_counter() - start))
         return answers
 
 

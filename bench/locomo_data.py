@@ -198,6 +198,9 @@ class Answer:
     tokens: int
     seconds: float
     hit_tokens: list[int] = field(default_factory=list)
+    # sessions ranked by a session search, each as the dialogue id of a turn of it (best first)
+    sessions: list[str] | None = None
+    session_seconds: float = 0.0
 
 
 def summarize(answers: Sequence[Answer], ks: Sequence[int] = KS) -> dict[str, Any]:
@@ -212,6 +215,14 @@ def summarize(answers: Sequence[Answer], ks: Sequence[int] = KS) -> dict[str, An
             out[f"hit@{k}"] = statistics.fmean(hit_at(a.retrieved, a.question.evidence, k) for a in items)
             out[f"session_recall@{k}"] = statistics.fmean(
                 session_recall_at(a.retrieved, a.question.evidence, k) for a in items)
+        ranked = [a for a in items if a.sessions is not None]
+        if ranked:
+            for k in ks:
+                out[f"session_search_recall@{k}"] = statistics.fmean(
+                    session_recall_at(a.sessions or [], a.question.evidence, k) for a in ranked)
+            ms = [a.session_seconds * 1000 for a in ranked]
+            out["session_search_ms_p50"] = percentile(ms, 50)
+            out["session_search_ms_p95"] = percentile(ms, 95)
         out["tokens@10"] = statistics.fmean(a.tokens for a in items)
         ms = [a.seconds * 1000 for a in items]
         out["latency_ms_p50"] = percentile(ms, 50)

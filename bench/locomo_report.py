@@ -19,14 +19,18 @@ def print_table(lib: Mapping[str, Any], base: Mapping[str, Any], title: str, fil
     print(f"\n== {title} ==", file=file)
     print(f"{'':34s} {'library':>9s} {'baseline':>9s} {'ratio':>7s}", file=file)
     metrics = ["recall@5", "recall@10", "hit@5", "hit@10", "session_recall@5", "session_recall@10",
-               "tokens@10", "latency_ms_p50", "latency_ms_p95"]
+               "session_search_recall@5", "session_search_recall@10", "tokens@10", "latency_ms_p50",
+               "latency_ms_p95", "session_search_ms_p95"]
     for part in lib:
         lp, bp = lib[part], base[part]
         if not lp.get("count"):
             continue
         print(f"-- {part} (n={lp['count']})", file=file)
-        shown = metrics if part == "overall" else ["recall@5", "recall@10", "hit@10", "session_recall@10"]
+        shown = metrics if part == "overall" else ["recall@5", "recall@10", "hit@10", "session_recall@10",
+                                                   "session_search_recall@10"]
         for m in shown:
+            if m not in lp or m not in bp:
+                continue
             r = _ratio(lp[m], bp[m])
             print(f"   {m:31s} {lp[m]:9.3f} {bp[m]:9.3f} {r if r is not None else float('nan'):7.2f}",
                   file=file)
@@ -67,6 +71,7 @@ def compact(one: Mapping[str, Any]) -> dict[str, Any]:
         "name": one["embedder"],
         "recall@5": overall["recall@5"], "recall@10": overall["recall@10"],
         "session_recall@10": overall["session_recall@10"],
+        "session_search_recall@10": overall.get("session_search_recall@10"),
         "baseline_recall@10": one["splits"]["all"]["baseline"]["overall"]["recall@10"],
         "ingest_turns_per_s": one["throughput"]["library_ingest_turns_per_s"],
         "batch_embed_texts_per_s": one["throughput"]["batch_embed_texts_per_s"],
@@ -93,6 +98,7 @@ def print_comparison(results: Mapping[str, Any], file: Any = None) -> None:
     line("recall@5", "recall@5")
     line("recall@10", "recall@10")
     line("session recall@10", "session_recall@10")
+    line("session search: session recall@10", "session_search_recall@10")
     line("plain-Chroma baseline recall@10", "baseline_recall@10")
     line("ingest turns/s (add_many)", "ingest_turns_per_s", "{:15.1f}")
     line("batch embedding texts/s", "batch_embed_texts_per_s", "{:15.1f}")

@@ -27,7 +27,7 @@ from .llm.base import LLM
 from .memory import TieredMemory
 from .layers.semantic import FactHit
 from .records import Episode, Fact, FactChange, WorkingItem
-from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
+from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMessage
 from .layers.working import WorkingMemory
 
 __version__ = "0.1.0"
@@ -66,6 +66,7 @@ __all__ = [
     "RuntimeFailure",
     "Section",
     "SentenceTransformerEmbedder",
+    "SessionHit",
     "SessionInfo",
     "StaticEmbedder",
     "Stats",

@@ -55,10 +55,11 @@ from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
 from .recall.indexing import repair, settle_background_writes
 from .recall.search import search_turns, turn_weights
+from .recall.sessions import search_sessions as find_sessions
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
 from .tokens import TokenCounter, default_token_counter
-from .types import MemoryHit, Message, SessionInfo, Stats, StoredMessage
+from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMessage
 from .validation import (MAX_COUNT, check_count, check_fact_text, check_filters, check_id, check_metadata, check_query,
                          check_unit)
 from .vector.base import VectorIndex
@@ -434,6 +435,37 @@ class TieredMemory:
         return hits
 
     @usable
+    def search_sessions(
+        self, query: str, *, user_id: str, k: int = 10, turns: int = 3,
+        filters: Mapping[str, Any] | None = None,
+    ) -> list[SessionHit]:
+        """The past sessions of ``user_id`` that hold what ``query`` asks about, best first.
+
+        A session scores as its best turn under :meth:`search`'s ranking; each
+        :class:`~tiered_memory.types.SessionHit` carries its best ``turns`` turns (the
+        ``filters`` of :meth:`search` apply to them). To find *where* something was talked
+        about (the sessions to reread, or whose episodes to load), ten sessions ranked so hold
+        more of the right ones than the sessions of the ten best turns.
+
+        Example:
+            >>> for found in memory.search_sessions("the trip to Rome", user_id="u1", k=3):
+            ...     print(found.session_id, found.hits[0].text)  # doctest: +SKIP
+        """
+        check_id(user_id, "user_id")
+        _query(query)
+        for name, value in (("k", k), ("turns", turns)):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
+                raise InvalidInputError(f"{name} must be a positive int (at most {MAX_COUNT:,}), got {value!r}")
+        check_filters(filters)
+        now = time.time()
+        with self._gate.reading():
+            found = find_sessions(store=self.store, index=self.index, embedder=self.embedder,
+                                  config=self.config.retrieval, query=query, user_id=user_id, k=k,
+                                  per_session=turns, filters=filters, now=now)
+        self.parts.access.note("turn", user_id, [h.id for f in found for h in f.hits], now)
+        return found
+
+    @usable
     def build_context(
         self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
         include_items: bool = False,
@@ -607,6 +639,7 @@ class TieredMemory:
     aget_buffer = twin(get_buffer)
     asessions = twin(sessions)
     asearch = twin(search)
+    asearch_sessions = twin(search_sessions)
     abuild_context = twin(build_context)
     aend_session = twin(end_session)
     aconsolidate = twin(consolidate)

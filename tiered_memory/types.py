@@ -66,6 +66,16 @@ class MemoryHit:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SessionHit:
+    """One past session found by :meth:`TieredMemory.search_sessions`: its score is that of
+    its best turn, and ``hits`` are its best turns for the query, best first."""
+
+    session_id: str
+    score: float
+    hits: list[MemoryHit] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Stats:
     """Counts reported by :meth:`TieredMemory.stats`."""
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
-from typing import Any, Mapping, Sequence
+from itertools import islice
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -182,6 +183,29 @@ def gather_pool(
                 chunk_hit=chunk_hit)
 
 
+def ranked_hits(pool: Pool, weights: TurnWeights, *, filters: Mapping[str, Any] | None, now: float,
+                explain: int | None) -> Iterator[MemoryHit]:
+    """The pool's turns as hits, best first, those ``filters`` rejects left out; the best
+    ``explain`` candidates (None: all) carry their signals."""
+    records, chunk_hit, plan = pool.records, pool.chunk_hit, pool.plan
+    if weights.fusion is not None:
+        scored = score_learned(pool.candidates, pool.previous, plan, weights, weights.fusion, now=now,
+                               explain=explain)
+    else:
+        scored = score_turns(pool.candidates, pool.previous, plan, weights, now=now)
+    for f in scored:
+        r = records[f.id]
+        if not matches_filters(r.metadata, r.role, r.timestamp, filters):
+            continue
+        explanation: dict[str, Any] = {"method": "hybrid turn scoring (cosine + BM25 + neighbour, name, "
+                                                 "date and session signals)", "signals": f.parts}
+        part = matching_part(r.content, chunk_hit.get(r.id), plan.terms)
+        if part is not None:
+            explanation["part"] = part
+        yield MemoryHit(id=r.id, text=r.content, score=f.score, layer="turn", session_id=r.session_id,
+                        timestamp=r.timestamp, metadata=r.metadata, role=r.role, explanation=explanation)
+
+
 def search_turns(
     *,
     store: RecordStore,
@@ -207,31 +231,11 @@ def search_turns(
                       weights=weights)
     if got is None:
         return []
-    records, chunk_hit, plan = got.records, got.chunk_hit, got.plan
-    slots = spread_slots(config, k, plan.listing)
+    slots = spread_slots(config, k, got.plan.listing)
     depth = DEPTH * k if slots else k  # the hits a spread picks from
-    if weights.fusion is not None:
-        # explained: the ones that may be returned, unless a filter may pass over some of the best
-        scored = score_learned(got.candidates, got.previous, plan, weights, weights.fusion, now=now,
-                               explain=None if filters else depth)
-    else:
-        scored = score_turns(got.candidates, got.previous, plan, weights, now=now)
-    hits: list[MemoryHit] = []
-    for f in scored:
-        r = records[f.id]
-        if not matches_filters(r.metadata, r.role, r.timestamp, filters):
-            continue
-        explanation: dict[str, Any] = {"method": "hybrid turn scoring (cosine + BM25 + neighbour, name, "
-                                                 "date and session signals)", "signals": f.parts}
-        part = matching_part(r.content, chunk_hit.get(r.id), plan.terms)
-        if part is not None:
-            explanation["part"] = part
-        hits.append(MemoryHit(
-            id=r.id, text=r.content, score=f.score, layer="turn", session_id=r.session_id,
-            timestamp=r.timestamp, metadata=r.metadata, role=r.role, explanation=explanation,
-        ))
-        if len(hits) == depth:
-            break
+    # explained: the ones that may be returned, unless a filter may pass over some of the best
+    hits = list(islice(ranked_hits(got, weights, filters=filters, now=now, explain=None if filters else depth),
+                       depth))
     if slots:
         picked = spread_sessions([h.session_id for h in hits], k, slots)
         for place, i in enumerate(picked):
