@@ -53,6 +53,11 @@ CORE: list[tuple[str, Callable[[TieredMemory, Any], Any]]] = [
     ("search.filters", lambda m, v: m.search("hello", user_id="u", filters=v)),
     ("search.filter_value", lambda m, v: m.search("hello", user_id="u", filters={"topic": v})),
     ("search.since", lambda m, v: m.search("hello", user_id="u", filters={"since": v})),
+    ("search_sessions.query", lambda m, v: m.search_sessions(v, user_id="u")),
+    ("search_sessions.k", lambda m, v: m.search_sessions("hello", user_id="u", k=v)),
+    ("search_sessions.turns", lambda m, v: m.search_sessions("hello", user_id="u", turns=v)),
+    ("search_sessions.filters", lambda m, v: m.search_sessions("hello", user_id="u", filters=v)),
+    ("search_sessions.user_id", lambda m, v: m.search_sessions("hello", user_id=v)),
     ("build_context.query", lambda m, v: m.build_context(v, user_id="u", session_id="s")),
     ("build_context.max_tokens", lambda m, v: m.build_context("hello", user_id="u", session_id="s", max_tokens=v)),
     ("get_messages.limit", lambda m, v: m.get_messages("s", user_id="u", limit=v)),
@@ -105,6 +110,7 @@ def reads_still_work(m: TieredMemory) -> None:
     ctx.to_text()
     ctx.to_messages()
     m.search("hello", user_id="u")
+    m.search_sessions("hello", user_id="u")
     m.get_messages("s", user_id="u")
     m.facts("u")
     m.fact_history("u")

@@ -50,7 +50,7 @@ async def test_concurrent_async_writes_are_all_committed(memory):
 
 
 def test_twins_share_signatures():
-    for name in ("add", "add_many", "search", "build_context", "forget", "forget_user",
+    for name in ("add", "add_many", "search", "search_sessions", "build_context", "forget", "forget_user",
                  "clear_session", "get_messages", "export_jsonl", "import_jsonl", "rebuild_index"):
         sync, twin = getattr(TieredMemory, name), getattr(TieredMemory, "a" + name)
         assert inspect.iscoroutinefunction(twin), name

@@ -155,6 +155,9 @@ class Isolation(RuleBasedStateMachine):
         hits = self.memory.search(f"{phrase} {codeword(self.uid(lure))}", user_id=user, k=20)
         assert {h.id for h in hits} <= self.owned.get(user, set())  # empty once forgotten
         assert not [h for h in hits if self.foreign(user, h.text)]
+        found = self.memory.search_sessions(f"{phrase} {codeword(self.uid(lure))}", user_id=user, k=5)
+        assert {h.id for f in found for h in f.hits} <= self.owned.get(user, set())
+        assert {f.session_id for f in found} <= {s for (u, s) in self.sessions if u == user}
 
     @rule(base=st.sampled_from(BASE_IDS), lure=st.sampled_from(BASE_IDS), session=st.sampled_from(["s1", "s2"]))
     def build_context(self, base: str, lure: str, session: str) -> None:

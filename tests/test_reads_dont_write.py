@@ -63,6 +63,7 @@ def commits_during(memory: TieredMemory, call: Callable[[], Any]) -> int:
 def test_search_and_build_context_commit_nothing(counted: tuple[TieredMemory, CountingEmbedder]) -> None:
     memory, _ = counted
     assert commits_during(memory, lambda: memory.search("what is my dog called?", user_id="u")) == 0
+    assert commits_during(memory, lambda: memory.search_sessions("what is my dog called?", user_id="u")) == 0
     assert commits_during(memory, lambda: memory.build_context(
         "dog-friendly places for Pixel?", user_id="u", session_id="now")) == 0
     assert commits_during(memory, lambda: memory.search_facts("where do I live", user_id="u")) == 0
