@@ -64,6 +64,12 @@ def test_import_search_stats_export_forget_rebuild(tmp_path, dump, embedder):
     hit = json.loads(out.splitlines()[0])
     assert code == 0 and len(out.splitlines()) == 1 and hit["id"] == "m2" and hit["metadata"] == {"n": 2}
 
+    code, out, _ = run("--path", mem, "search", "swimming", "--user", "ana", "--sessions", "--json")
+    found = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [f["session_id"] for f in found] == ["ana-s1"] and found[0]["best"]["id"] == "m2"
+    code, out, _ = run("--path", mem, "search", "typewriters", "--user", "ben", "--sessions")
+    assert code == 0 and out.splitlines()[0].startswith("1. ") and "[ben-s1]" in out and "Olivettis" in out
+
     code, out, _ = run("--path", mem, "stats", "--json")
     stats = json.loads(out)
     assert code == 0 and (stats["users"], stats["messages"], stats["vectors"]) == (2, 4, 4)
@@ -133,6 +139,9 @@ def test_usage_errors_exit_2_with_a_clear_message(tmp_path, embedder, monkeypatc
 
     code, _, err = run("--path", str(tmp_path / "m"), "search", "q", "--user", "")
     assert code == 2 and "user_id" in err
+
+    code, _, err = run("--path", str(tmp_path / "m"), "search", "q", "--user", "u", "--sessions", "--session", "s")
+    assert code == 2 and "leave out --session" in err
 
 
 def test_runtime_failures_exit_1_with_the_error_type(make_memory, tmp_path):

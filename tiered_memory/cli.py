@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--user", required=True, help="user id")
     s.add_argument("--session", default=None, help="only this session")
     s.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    s.add_argument("--sessions", action="store_true",
+                   help="rank the user's sessions (by their best turn) instead of turns")
     s.add_argument("--json", action="store_true", help="print JSON lines")
 
     st = sub.add_parser("stats", parents=[common], help="counts of users, sessions, messages, vectors")
@@ -123,9 +125,32 @@ def _cmd_demo(args: argparse.Namespace, out: Callable[[str], None], err: TextIO)
     return run(out, console=None if args.plain else rich_console(args.stream))
 
 
+def _search_sessions(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+    if args.session is not None:
+        raise CliUsageError("--sessions ranks all of the user's sessions; leave out --session")
+    with _open(args.path) as memory:
+        found = memory.search_sessions(args.query, user_id=args.user, k=args.k, turns=1)
+    if args.json:
+        for f in found:
+            out(json.dumps({"session_id": f.session_id, "score": f.score,
+                            "best": {"id": f.hits[0].id, "role": f.hits[0].role, "text": f.hits[0].text}},
+                           ensure_ascii=False))
+        return EXIT_OK
+    if not found:
+        out(f"no sessions found for user {args.user!r}")
+    from .demo import shorten
+
+    for rank, f in enumerate(found, 1):
+        best = f.hits[0]
+        out(f"{rank}. {f.score:.4f}  [{f.session_id}] best turn: {best.role}: {shorten(best.text, 90)}")
+    return EXIT_OK
+
+
 def _cmd_search(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
     if args.k < 1:
         raise CliUsageError(f"-k must be at least 1, got {args.k}")
+    if args.sessions:
+        return _search_sessions(args, out)
     with _open(args.path) as memory:
         hits = memory.search(args.query, user_id=args.user, k=args.k, session_id=args.session)
     if args.json:
