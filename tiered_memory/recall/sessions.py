@@ -12,7 +12,7 @@ than its best turn (the same section). Reads only, as a turn search.
 from __future__ import annotations
 
 import time
-from typing import Any, Hashable, Iterable, Mapping
+from typing import Any, Hashable, Iterable, Iterator, Mapping
 
 from ..config import RetrievalConfig
 from ..embedding import Embedder
@@ -66,6 +66,11 @@ def search_sessions(
                        user_id=user_id, k=k * per_session, filters=filters, weights=weights)
     if pool is None:
         return []
-    hits: list[MemoryHit] = list(ranked_hits(pool, weights, filters=filters, now=now, explain=None))
+    hits: list[MemoryHit] = []
+
+    def sessions() -> Iterator[str | None]:  # hits made only as far as the grouping reads
+        for h in ranked_hits(pool, weights, filters=filters, now=now, explain=None):
+            hits.append(h)
+            yield h.session_id
     return [SessionHit(session_id=str(hits[g[0]].session_id), score=hits[g[0]].score, hits=[hits[i] for i in g])
-            for g in group_by_session((h.session_id for h in hits), k, per_session)]
+            for g in group_by_session(sessions(), k, per_session)]
