@@ -114,3 +114,19 @@ def test_summarize_reports_per_category_counts():
     assert s["cat1_multi-hop"]["recall@1"] == 0.5 and s["cat4_single-hop"]["hit@1"] == 0.0
     assert s["cat2_temporal"] == {"count": 0}
     assert s["overall"]["tokens@10"] == 15
+
+
+def test_summarize_reports_the_session_search_when_answers_carry_one():
+    q1 = Question(conversation="c", question="a", category=1, evidence=("D1:1", "D2:1", "D3:4"))
+    q4 = Question(conversation="c", question="b", category=4, evidence=("D5:2",))
+    answers = [Answer(question=q1, retrieved=["D1:1", "D1:2"], tokens=10, seconds=0.01,
+                      sessions=["D1:2", "D3:1", "D2:9"], session_seconds=0.02),
+               Answer(question=q4, retrieved=["D5:2"], tokens=20, seconds=0.03, sessions=[], session_seconds=0.04)]
+    s = summarize(answers, ks=(1, 2))
+    # q1: sessions D1, D3 among the first two (2 of 3); q4: no session returned
+    assert s["overall"]["session_search_recall@2"] == pytest.approx((2 / 3 + 0.0) / 2)
+    assert s["cat1_multi-hop"]["session_search_recall@1"] == pytest.approx(1 / 3)
+    assert s["overall"]["session_recall@2"] == pytest.approx((1 / 3 + 1.0) / 2)  # the turn list's, unchanged
+    assert s["overall"]["session_search_ms_p95"] == pytest.approx(40.0)
+    without = summarize([Answer(question=q4, retrieved=["D5:2"], tokens=20, seconds=0.03)], ks=(1,))
+    assert "session_search_recall@1" not in without["overall"]
