@@ -5,7 +5,8 @@
 # whose evidence lists the turns that answer them. We ingest one dev conversation
 # through the public API, ask its questions, and compare the library's hybrid recall
 # with the seed recipe every agent starts from: a plain Chroma collection with the same
-# MiniLM vectors. The full five-conversation run is `python -m bench.locomo`
+# vectors (the default static embedder, distilled from MiniLM). The full five-conversation
+# run is `python -m bench.locomo`
 # (see `bench/README.md`).
 #
 # The data file is not shipped with the library (CC BY-NC 4.0); this notebook reads it
@@ -57,3 +58,18 @@ for k in (5, 10):
     lib, base = overall["library"][f"recall@{k}"], overall["baseline"][f"recall@{k}"]
     print(f"recall@{k}: library {lib:.3f}  baseline {base:.3f}  ratio {lib / base:.2f}")
 assert overall["library"]["recall@10"] > overall["baseline"]["recall@10"]
+
+# %% [markdown]
+# ## Which sessions? The ten turns against a session search
+# Ten turns can all come from the one session that matches best. `search_sessions` ranks the
+# user's sessions by their best turn instead, so its first ten sessions hold more of the
+# sessions a question's evidence lies in. The baseline's session search is the sessions of its
+# nearest turns, each once.
+
+# %%
+for name in ("library", "baseline"):
+    o = overall[name]
+    print(f"{name:8s} session recall@10: of the ten turns {o['session_recall@10']:.3f}, "
+          f"of a session search {o['session_search_recall@10']:.3f}")
+assert overall["library"]["session_search_recall@10"] > overall["library"]["session_recall@10"]
+assert overall["library"]["session_search_recall@10"] > overall["baseline"]["session_search_recall@10"]
