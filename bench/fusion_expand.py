@@ -28,11 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:
     sys.path.insert(0, str(REPO))
 
-from bench.fusion_fit import TUNE, Linear  # noqa: E402
+from bench.fusion_fit import Linear  # noqa: E402
 from bench.fusion_pools import load  # noqa: E402
-from bench.fusion_prf import Added  # noqa: E402
-from bench.fusion_round2 import INDEX, NAMES, SEL, Slots, fit, line, queries  # noqa: E402
-from bench.fusion_sessions import fold_loco  # noqa: E402
+from bench.fusion_prf import compare_columns  # noqa: E402
+from bench.fusion_round2 import INDEX, NAMES, queries  # noqa: E402
 
 VARIANTS = ((5, 0.5), (10, 0.5), (10, 0.4))
 
@@ -92,20 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shipped = Linear(w, 0.0)
     listing = {id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(qs, pools)}
     lst = lambda q: listing[id(q)]  # noqa: E731
-    tune = [q for q in qs if q.conversation in TUNE]
-    folds = {c: fit([q for q in tune if q.conversation != c], SEL) for c in TUNE}
-    print("recall@10 (recall@5, session recall@10); listing spread throughout", flush=True)
-    line("shipped: table + listing spread", qs, Slots(shipped, lst, 40),
-         f"LOCO {fold_loco(tune, folds, lambda x: Slots(x, lst, 40)):.4f}")
-    for j, (m, floor) in enumerate(VARIANTS):
-        col = width + j
-        for weight in (0.2, 0.5):
-            line(f"+ {weight:g} x expanded m{m} floor{floor:g}", qs, Slots(Added(shipped, col, weight), lst, 40))
-        cols = SEL + [col]
-        mdl = fit(tune, cols)
-        fm = {c: fit([q for q in tune if q.conversation != c], cols) for c in TUNE}
-        line(f"13 + expanded m{m} floor{floor:g}", qs, Slots(mdl, lst, 40),
-             f"w {mdl.weights[col]:+.2f} LOCO {fold_loco(tune, fm, lambda x: Slots(x, lst, 40)):.4f}")
+    compare_columns(qs, shipped, lst, {f"expanded m{m} floor{floor:g}": width + j
+                                       for j, (m, floor) in enumerate(VARIANTS)}, (0.2, 0.5))
     return 0
 
 

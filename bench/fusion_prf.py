@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -43,6 +43,26 @@ class Added:
 
     def score(self, q: Query) -> np.ndarray:
         return self.model.score(q) + self.weight * q.x[:, self.j]
+
+
+def compare_columns(qs: Sequence[Query], shipped: Linear, listing: Callable[[Query], int],
+                    columns: Mapping[str, int], weights: Sequence[float], sel: Sequence[int] = SEL) -> None:
+    """Print the shipped row, then for each new column (name -> index into ``q.x``): the
+    shipped score + each of ``weights`` x it (no refit), and the ``sel`` signals + it refitted
+    (listwise, L2 0.01) with its LOCO on the tuning split; the listing spread throughout."""
+    tune = [q for q in qs if q.conversation in TUNE]
+    folds = {c: fit([q for q in tune if q.conversation != c], sel) for c in TUNE}
+    print("recall@10 (recall@5, session recall@10); listing spread throughout", flush=True)
+    line("shipped: table + listing spread", qs, Slots(shipped, listing, 40),
+         f"LOCO {fold_loco(tune, folds, lambda m: Slots(m, listing, 40)):.4f}")
+    for name, col in columns.items():
+        for weight in weights:
+            line(f"+ {weight:g} x {name}", qs, Slots(Added(shipped, col, weight), listing, 40))
+        cols = [*sel, col]
+        m = fit(tune, cols)
+        fm = {c: fit([q for q in tune if q.conversation != c], cols) for c in TUNE}
+        line(f"13 + {name}", qs, Slots(m, listing, 40),
+             f"w {m.weights[col]:+.2f} LOCO {fold_loco(tune, fm, lambda x: Slots(x, listing, 40)):.4f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,20 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shipped = Linear(np.concatenate([w, np.zeros(len(VARIANTS))]), 0.0)
     listing = {id(q): is_listing_question(p.plan.text) for q, p in zip(qs, pools)}
     lst = lambda q: 2 if listing[id(q)] else 0  # noqa: E731
-    tune = [q for q in qs if q.conversation in TUNE]
-    folds = {c: fit([q for q in tune if q.conversation != c], SEL) for c in TUNE}
-    print("recall@10 (recall@5, session recall@10); listing spread throughout", flush=True)
-    line("shipped: table + listing spread", qs, Slots(shipped, lst, 40),
-         f"LOCO {fold_loco(tune, folds, lambda m: Slots(m, lst, 40)):.4f}")
-    for j, (k, beta) in enumerate(VARIANTS):
-        col = width + j
-        for weight in args.weights:
-            line(f"(a) + {weight:g} x prf k{k} beta{beta:g}", qs, Slots(Added(shipped, col, weight), lst, 40))
-        cols = SEL + [col]
-        m = fit(tune, cols)
-        fm = {c: fit([q for q in tune if q.conversation != c], cols) for c in TUNE}
-        line(f"(b) 13 + prf k{k} beta{beta:g}", qs, Slots(m, lst, 40),
-             f"w {m.weights[col]:+.2f} LOCO {fold_loco(tune, fm, lambda x: Slots(x, lst, 40)):.4f}")
+    compare_columns(qs, shipped, lst, {f"prf k{k} beta{beta:g}": width + j for j, (k, beta) in enumerate(VARIANTS)},
+                    args.weights)
     return 0
 
 

@@ -30,6 +30,7 @@ if not __package__:
 
 from bench.fusion_fit import SELECTED, TUNE, Linear, Query, features  # noqa: E402
 from bench.fusion_pools import load  # noqa: E402
+from bench.fusion_prf import compare_columns  # noqa: E402
 from bench.fusion_round2 import Slots, fit, line  # noqa: E402
 from bench.fusion_sessions import fold_loco  # noqa: E402
 
@@ -84,17 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     listing = {id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(qs, pools)}
     listing.update({id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(replaced, pools)})
     lst = lambda q: listing[id(q)]  # noqa: E731
-    tune = [q for q in qs if q.conversation in TUNE]
-    folds = {c: fit([q for q in tune if q.conversation != c], sel) for c in TUNE}
-    print("recall@10 (recall@5, session recall@10); listing spread throughout", flush=True)
-    line("shipped: table + listing spread", qs, Slots(shipped, lst, 40),
-         f"LOCO {fold_loco(tune, folds, lambda m: Slots(m, lst, 40)):.4f}")
-    for name, col in (("sentence_best", width), ("sentence_gain", width + 1)):
-        cols = sel + [col]
-        m = fit(tune, cols)
-        fm = {c: fit([q for q in tune if q.conversation != c], cols) for c in TUNE}
-        line(f"(a/b) 13 + {name}", qs, Slots(m, lst, 40),
-             f"w {m.weights[col]:+.2f} LOCO {fold_loco(tune, fm, lambda x: Slots(x, lst, 40)):.4f}")
+    compare_columns(qs, shipped, lst, {"sentence_best": width, "sentence_gain": width + 1}, (), sel)
     line("(c) cosine = max(own, best sentence)", replaced, Slots(shipped, lst, 40))
     rtune = [q for q in replaced if q.conversation in TUNE]
     rf = {c: fit([q for q in rtune if q.conversation != c], sel) for c in TUNE}
