@@ -453,9 +453,8 @@ class TieredMemory:
         """
         check_id(user_id, "user_id")
         _query(query)
-        for name, value in (("k", k), ("turns", turns)):
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_COUNT:
-                raise InvalidInputError(f"{name} must be a positive int (at most {MAX_COUNT:,}), got {value!r}")
+        check_count(k, "k", minimum=1)
+        check_count(turns, "turns", minimum=1)
         check_filters(filters)
         now = time.time()
         with self._gate.reading():
