@@ -18,7 +18,7 @@ search in a fresh process, and ends with a table comparing them.
 Parsing and scoring are pure functions in :mod:`bench.locomo_data` (tested in
 ``tests/test_bench_locomo.py``, re-exported here); the tables and the plot are
 :mod:`bench.locomo_report`, the machine, first-search and install-size measures
-:mod:`bench.locomo_env`. The run writes ``<out>.json`` and ``<out>.png``.
+:mod:`bench.locomo_env`, the plain Chroma baseline :mod:`bench.locomo_baseline`. The run writes ``<out>.json`` and ``<out>.png``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "locomo_dev.json"
 DEFAULT_OUT = REPO / "bench" / "results" / "locomo.json"
-SESSION_DEPTH = 200  # the baseline's session search ranks the sessions of this many nearest turns
 
 if not __package__:  # run as a script (python bench/locomo.py): make `bench` importable
     sys.path.insert(0, str(REPO))
@@ -68,6 +67,7 @@ from bench.locomo_data import (  # noqa: E402
     turn_text as turn_text,
     within_budget as within_budget,
 )
+from bench.locomo_baseline import Baseline  # noqa: E402
 from bench.locomo_env import first_search_seconds, install_size, machine_facts  # noqa: E402
 from bench.locomo_report import compact, plot, print_comparison, print_table  # noqa: E402
 
@@ -137,54 +137,6 @@ def ask_library(memory: Any, conv: Conversation, *, user_id: str, k: int,
                               sessions=[str(f.hits[0].metadata.get("dia_id")) for f in found],
                               session_seconds=session_spent))
     return answers
-
-
-class Baseline:
-    """The seed recipe: one Chroma collection, one vector per turn (same embedder), cosine k-NN."""
-
-    def __init__(self, path: str, embedder: Any) -> None:
-        import chromadb
-        from chromadb.config import Settings
-
-        self.client = chromadb.PersistentClient(path=path, settings=Settings(anonymized_telemetry=False))
-        self.embedder = embedder
-
-    def ingest(self, conv: Conversation, name: str, vectors: Mapping[str, Any]) -> tuple[Any, float]:
-        """Add the turns with their vectors from the one-batch embedding (the same model on
-        the same texts gives the same vectors); returns the collection and the seconds spent
-        in Chroma, to which the caller adds the embedding time."""
-        import numpy as np
-
-        start = time.perf_counter()
-        col = self.client.create_collection(name, embedding_function=None,
-                                            configuration={"hnsw": {"space": "cosine"}})
-        texts = [t.text for t in conv.turns]
-        # ids by position: a real-chat turn split into messages keeps its dialogue id in each
-        col.add(ids=[f"{conv.id}/{n}" for n in range(len(conv.turns))], documents=texts,
-                embeddings=np.asarray([vectors[t] for t in texts]),
-                metadatas=[{"dia_id": t.dia_id} for t in conv.turns])
-        return col, time.perf_counter() - start
-
-    def ask(self, col: Any, conv: Conversation, *, k: int, count: Callable[[str], int]) -> list[Answer]:
-        answers = []
-        for q in conv.questions:
-            start = time.perf_counter()
-            res = col.query(query_embeddings=self.embedder.embed_array([q.question]), n_results=k,
-                            include=["documents", "metadatas"])
-            spent = time.perf_counter() - start
-            sizes = [count(d) for d in res["documents"][0]]
-            # its session search: the sessions of the nearest turns, each once, in rank order
-            start = time.perf_counter()
-            near = col.query(query_embeddings=self.embedder.embed_array([q.question]), n_results=SESSION_DEPTH,
-                             include=["metadatas"])
-            firsts: dict[str, str] = {}
-            for m in near["metadatas"][0]:
-                firsts.setdefault(session_of(m["dia_id"]), m["dia_id"])
-            ranked = list(firsts.values())
-            answers.append(Answer(question=q, retrieved=[m["dia_id"] for m in res["metadatas"][0]],
-                                  tokens=sum(sizes), seconds=spent, hit_tokens=sizes, sessions=ranked[:k],
-                                  session_seconds=time.perf_counter() - start))
-        return answers
 
 
 def make_embedder(spec: str) -> Any:

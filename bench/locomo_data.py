@@ -151,6 +151,14 @@ def session_of(dia_id: str) -> str:
     return dia_id.split(":", 1)[0]
 
 
+def first_of_each_session(ranked: Sequence[str]) -> list[str]:
+    """The first dialogue id of each session in ``ranked`` (best first), in rank order."""
+    firsts: dict[str, str] = {}
+    for dia_id in ranked:
+        firsts.setdefault(session_of(dia_id), dia_id)
+    return list(firsts.values())
+
+
 def recall_at(retrieved: Sequence[str], evidence: Sequence[str], k: int) -> float:
     """Share of ``evidence`` among the first ``k`` of ``retrieved``."""
     if not evidence:

@@ -130,3 +130,10 @@ def test_summarize_reports_the_session_search_when_answers_carry_one():
     assert s["overall"]["session_search_ms_p95"] == pytest.approx(40.0)
     without = summarize([Answer(question=q4, retrieved=["D5:2"], tokens=20, seconds=0.03)], ks=(1,))
     assert "session_search_recall@1" not in without["overall"]
+
+
+def test_first_of_each_session_keeps_rank_order():
+    from bench.locomo_data import first_of_each_session
+
+    assert first_of_each_session(["D3:4", "D1:2", "D3:1", "D2:7", "D1:9"]) == ["D3:4", "D1:2", "D2:7"]
+    assert first_of_each_session([]) == []
