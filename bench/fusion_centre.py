@@ -32,9 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:
     sys.path.insert(0, str(REPO))
 
-from bench.fusion_fit import DEFAULT_DATA, SELECTED, TUNE, Linear, Query, features  # noqa: E402
+from bench.fusion_fit import DEFAULT_DATA, FEATURES, TUNE, Query, features  # noqa: E402
 from bench.fusion_pools import load  # noqa: E402
-from bench.fusion_round2 import Slots, fit, line  # noqa: E402
+from bench.fusion_round2 import SEL, Slots, fit, line, pool_query, table  # noqa: E402
 from bench.fusion_sessions import fold_loco  # noqa: E402
 from bench.locomo_data import load_conversations  # noqa: E402
 from bench.realchat import realchat  # noqa: E402
@@ -76,12 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     texts = sorted({c.text for p in pools for c in p.candidates})
     vec = dict(zip(texts, embedder.embed_array(texts)))
     w = turn_weights(RetrievalConfig())
-    index = {n: i for i, n in enumerate(__import__("tiered_memory.recall.fusion", fromlist=["SIGNALS"]).SIGNALS)}
-    table = np.zeros(len(index))
-    for n, v in LEARNED.items():
-        table[index[n]] = v
-    shipped = Linear(table, 0.0)
-    sel = [index[n] for n in SELECTED]
+    shipped = table(LEARNED, len(FEATURES))
     listing = [is_listing_question(p.plan.text) for p in pools]
     by_variant: dict[str, list[Query]] = {}
     for variant in VARIANTS:
@@ -95,12 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 qv = centred(embed_query(embedder, p.plan.text), mu, pcs)
                 cands = [c if c.similarity is None else replace(c, similarity=float(centred(vec[c.text], mu, pcs) @ qv))
                          for c in p.candidates]
-            codes: dict[str, int] = {}
-            qs.append(Query(dataset=p.dataset, conversation=p.conversation, category=p.category,
-                            evidence=p.evidence, x=features(cands, p.previous, p.plan, w), dia=p.dia,
-                            ids=[c.id for c in cands],
-                            session=np.array([codes.setdefault(c.session_id, len(codes)) for c in cands]),
-                            label=np.array([1.0 if d in set(p.evidence) else 0.0 for d in p.dia])))
+            qs.append(pool_query(p, features(cands, p.previous, p.plan, w)))
         by_variant[variant] = qs
         print(f"computed {variant}", flush=True)
     print("recall@10 (recall@5, session recall@10); listing spread throughout", flush=True)
@@ -108,9 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         lst_of = {id(q): 2 if listing[n] else 0 for n, q in enumerate(qs)}
         lst = lambda q, lst_of=lst_of: lst_of[id(q)]  # noqa: E731
         tune = [q for q in qs if q.conversation in TUNE]
-        folds = {c: fit([q for q in tune if q.conversation != c], sel) for c in TUNE}
+        folds = {c: fit([q for q in tune if q.conversation != c], SEL) for c in TUNE}
         line(f"{variant}: shipped table", qs, Slots(shipped, lst, 40))
-        m = fit(tune, sel)
+        m = fit(tune, SEL)
         line(f"{variant}: refitted", qs, Slots(m, lst, 40),
              f"LOCO {fold_loco(tune, folds, lambda x: Slots(x, lst, 40)):.4f}")
     return 0

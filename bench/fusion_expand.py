@@ -28,10 +28,9 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:
     sys.path.insert(0, str(REPO))
 
-from bench.fusion_fit import Linear  # noqa: E402
 from bench.fusion_pools import load  # noqa: E402
 from bench.fusion_prf import compare_columns  # noqa: E402
-from bench.fusion_round2 import INDEX, NAMES, queries  # noqa: E402
+from bench.fusion_round2 import NAMES, queries, table  # noqa: E402
 
 VARIANTS = ((5, 0.5), (10, 0.5), (10, 0.4))
 
@@ -42,12 +41,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from tiered_memory.recall.fusion import LEARNED
     from tiered_memory.recall.query import STOPWORDS, is_listing_question
 
-    table = default_embedder().table  # type: ignore[attr-defined]
-    vocab: dict[str, int] = table.tokenizer.get_vocab()
+    static = default_embedder().table  # type: ignore[attr-defined]
+    vocab: dict[str, int] = static.tokenizer.get_vocab()
     words = sorted((t, i) for t, i in vocab.items() if t.isalpha() and t.isascii() and len(t) > 2
                    and t not in STOPWORDS)
     ids = np.array([i for _, i in words])
-    unit = table.rows[ids] / np.maximum(1e-9, np.linalg.norm(table.rows[ids], axis=1, keepdims=True))
+    unit = static.rows[ids] / np.maximum(1e-9, np.linalg.norm(static.rows[ids], axis=1, keepdims=True))
     row_of = {t: n for n, (t, _) in enumerate(words)}
     pools, qs = load(), queries(False)
     width = len(NAMES)
@@ -85,10 +84,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {p.plan.text!r}: {sorted(wanted, key=lambda s: -wanted[s])[:12]}")
                 shown += 1
         q.x = np.column_stack([q.x[:, :width]] + cols)
-    w = np.zeros(width + len(VARIANTS))
-    for n_, v in dict(LEARNED).items():
-        w[INDEX[n_]] = v
-    shipped = Linear(w, 0.0)
+    shipped = table(LEARNED, width + len(VARIANTS))
     listing = {id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(qs, pools)}
     lst = lambda q: listing[id(q)]  # noqa: E731
     compare_columns(qs, shipped, lst, {f"expanded m{m} floor{floor:g}": width + j

@@ -29,7 +29,7 @@ if not __package__:
 
 from bench.fusion_fit import TUNE, Linear, Query  # noqa: E402
 from bench.fusion_pools import load  # noqa: E402
-from bench.fusion_round2 import INDEX, NAMES, SEL, Slots, fit, line, queries  # noqa: E402
+from bench.fusion_round2 import NAMES, SEL, Slots, fit, line, queries, table  # noqa: E402
 from bench.fusion_sessions import fold_loco  # noqa: E402
 
 VARIANTS = ((3, 0.0), (5, 0.0), (3, 1.0), (5, 1.0), (10, 1.0))
@@ -77,10 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pools, qs = load(), queries(False)
     assert len(pools) == len(qs)
     width = len(NAMES)
-    w = np.zeros(width)
-    for n_, v in dict(LEARNED).items():
-        w[INDEX[n_]] = v
-    shipped = Linear(w, 0.0)
+    shipped = table(LEARNED)
     texts = sorted({c.text for p in pools for c in p.candidates})
     vec = dict(zip(texts, embedder.embed_array(texts)))
     print(f"{len(qs)} questions, {len(texts)} distinct turn texts", flush=True)
@@ -95,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             c /= max(1e-9, float(np.linalg.norm(c)))
             cols.append(m @ c)
         q.x = np.column_stack([q.x[:, :width]] + cols)
-    shipped = Linear(np.concatenate([w, np.zeros(len(VARIANTS))]), 0.0)
+    shipped = table(LEARNED, width + len(VARIANTS))
     listing = {id(q): is_listing_question(p.plan.text) for q, p in zip(qs, pools)}
     lst = lambda q: 2 if listing[id(q)] else 0  # noqa: E731
     compare_columns(qs, shipped, lst, {f"prf k{k} beta{beta:g}": width + j for j, (k, beta) in enumerate(VARIANTS)},

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -57,18 +57,23 @@ def queries(refresh: bool, cache: Path = DEFAULT_CACHE) -> list[Query]:
         x = features(p.candidates, p.previous, p.plan, w)
         extra = extra_columns(p.candidates, p.seq, p.previous, p.plan, base_scores(p.candidates, p.plan, w),
                               x[:, INDEX["similarity"]])
-        codes: dict[str, int] = {}
-        out.append(Query(dataset=p.dataset, conversation=p.conversation, category=p.category,
-                         evidence=p.evidence, x=np.column_stack([x, extra]), dia=p.dia,
-                         ids=[c.id for c in p.candidates],
-                         session=np.array([codes.setdefault(c.session_id, len(codes)) for c in p.candidates]),
-                         label=np.array([1.0 if d in set(p.evidence) else 0.0 for d in p.dia])))
+        out.append(pool_query(p, np.column_stack([x, extra])))
     rows_path.write_bytes(pickle.dumps(out))
     return out
 
 
-def table(weights: dict[str, float]) -> Linear:
-    w = np.zeros(len(NAMES))
+def pool_query(p: Any, x: np.ndarray) -> Query:
+    """A raw pool of bench/fusion_pools.py as a :class:`Query` with the columns ``x``."""
+    codes: dict[str, int] = {}
+    return Query(dataset=p.dataset, conversation=p.conversation, category=p.category, evidence=p.evidence,
+                 x=x, dia=p.dia, ids=[c.id for c in p.candidates],
+                 session=np.array([codes.setdefault(c.session_id, len(codes)) for c in p.candidates]),
+                 label=np.array([1.0 if d in set(p.evidence) else 0.0 for d in p.dia]))
+
+
+def table(weights: Mapping[str, float], width: int = len(NAMES)) -> Linear:
+    """A weight table over the first ``width`` columns (the signals first, as :data:`NAMES`)."""
+    w = np.zeros(width)
     for n, v in weights.items():
         w[INDEX[n]] = v
     return Linear(w, 0.0)

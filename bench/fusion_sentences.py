@@ -28,10 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:
     sys.path.insert(0, str(REPO))
 
-from bench.fusion_fit import SELECTED, TUNE, Linear, Query, features  # noqa: E402
+from bench.fusion_fit import FEATURES, TUNE, features  # noqa: E402
 from bench.fusion_pools import load  # noqa: E402
 from bench.fusion_prf import compare_columns  # noqa: E402
-from bench.fusion_round2 import Slots, fit, line  # noqa: E402
+from bench.fusion_round2 import SEL, Slots, fit, line, pool_query, table  # noqa: E402
 from bench.fusion_sessions import fold_loco  # noqa: E402
 
 _END = re.compile(r"(?<=[.!?])\s+(?=\S)|\n+")
@@ -44,7 +44,7 @@ def sentences(text: str) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     from tiered_memory.config import RetrievalConfig
     from tiered_memory.embedding import default_embedder, embed_query
-    from tiered_memory.recall.fusion import LEARNED, SIGNALS
+    from tiered_memory.recall.fusion import LEARNED
     from tiered_memory.recall.query import is_listing_question
     from tiered_memory.recall.search import turn_weights
 
@@ -55,13 +55,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     svec = dict(zip(parts, embedder.embed_array(parts)))
     print(f"{len(split)} turn texts, {sum(len(ss) > 1 for ss in split.values())} of several sentences", flush=True)
     w = turn_weights(RetrievalConfig())
-    index = {n: i for i, n in enumerate(SIGNALS)}
-    width = len(SIGNALS)
-    table = np.zeros(width + 2)
-    for n, v in LEARNED.items():
-        table[index[n]] = v
-    shipped = Linear(table, 0.0)
-    sel = [index[n] for n in SELECTED]
+    width = len(FEATURES)
+    shipped = table(LEARNED, width + 2)
     qs, replaced = [], []
     for p in pools:
         qv = embed_query(embedder, p.plan.text)
@@ -71,25 +66,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         floor = np.nanmin(own) if np.isfinite(own).any() else 0.0
         own_f = np.where(np.isfinite(own), own, floor)
         best_f = np.where(np.isfinite(best), best, own_f)
-        codes: dict[str, int] = {}
-        base = dict(dataset=p.dataset, conversation=p.conversation, category=p.category, evidence=p.evidence,
-                    dia=p.dia, ids=[c.id for c in p.candidates],
-                    session=np.array([codes.setdefault(c.session_id, len(codes)) for c in p.candidates]),
-                    label=np.array([1.0 if d in set(p.evidence) else 0.0 for d in p.dia]))
         x = features(p.candidates, p.previous, p.plan, w)
-        qs.append(Query(x=np.column_stack([x, best_f, best_f - own_f]), **base))
+        qs.append(pool_query(p, np.column_stack([x, best_f, best_f - own_f])))
         cands = [c if c.similarity is None or not np.isfinite(b) else replace(c, similarity=max(c.similarity, float(b)))
                  for c, b in zip(p.candidates, best)]
         x2 = features(cands, p.previous, p.plan, w)
-        replaced.append(Query(x=np.column_stack([x2, np.zeros((len(x2), 2))]), **base))
+        replaced.append(pool_query(p, np.column_stack([x2, np.zeros((len(x2), 2))])))
     listing = {id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(qs, pools)}
     listing.update({id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(replaced, pools)})
     lst = lambda q: listing[id(q)]  # noqa: E731
-    compare_columns(qs, shipped, lst, {"sentence_best": width, "sentence_gain": width + 1}, (), sel)
+    compare_columns(qs, shipped, lst, {"sentence_best": width, "sentence_gain": width + 1}, ())
     line("(c) cosine = max(own, best sentence)", replaced, Slots(shipped, lst, 40))
     rtune = [q for q in replaced if q.conversation in TUNE]
-    rf = {c: fit([q for q in rtune if q.conversation != c], sel) for c in TUNE}
-    line("(c) the same, refitted", replaced, Slots(fit(rtune, sel), lst, 40),
+    rf = {c: fit([q for q in rtune if q.conversation != c], SEL) for c in TUNE}
+    line("(c) the same, refitted", replaced, Slots(fit(rtune, SEL), lst, 40),
          f"LOCO {fold_loco(rtune, rf, lambda x: Slots(x, lst, 40)):.4f}")
     return 0
 
