@@ -16,7 +16,7 @@ import pytest
 
 from tiered_memory.errors import StoreError
 from tiered_memory.recall.query import keywords
-from tiered_memory.store.base import LONG_MESSAGE_CHARS, LongMessageSource, RecordStore
+from tiered_memory.store.base import LONG_MESSAGE_CHARS, LongMessageSource, PositionSource, RecordStore
 from tiered_memory.types import StoredMessage
 from tiered_memory.vector.base import VectorIndex, VectorItem
 
@@ -110,6 +110,25 @@ class RecordStoreConformance:
         assert [m.id for m in store.neighbors("u1", ["m3"], 2)["m3"]] == ["m1", "m2", "m3", "m4", "m5"]
         assert store.neighbors("u2", ["m3"], 1)["m3"] == []
         assert [m.id for m in store.neighbors("u2", ["y5"], 1)["y5"]] == ["y4", "y5"]
+
+    def test_session_seqs_list_the_session_in_order_within_each_span(self, store: RecordStore) -> None:
+        assert isinstance(store, PositionSource)
+        for i in range(6):  # interleave another session, and another user's same-named session
+            store.insert_messages([msg(f"m{i}", f"turn {i}"), msg(f"x{i}", f"noise {i}", session="s2"),
+                                   msg(f"y{i}", f"theirs {i}", user="u2")])
+        seq = {m.id: m.seq for m in [*store.get_messages("u1", "s1"), *store.get_messages("u1", "s2")]}
+        got = store.session_seqs("u1", {"s1": (seq["m1"], seq["m4"]), "s2": (seq["x0"], seq["x5"]),
+                                        "gone": (0, 10**9)}, limit=100)
+        assert got["s1"] == [seq[f"m{i}"] for i in range(1, 5)]  # only the span, only the session
+        assert got["s2"] == [seq[f"x{i}"] for i in range(6)]
+        assert got.get("gone", []) == []
+        assert store.session_seqs("u2", {"s1": (seq["m0"], seq["m5"])}, limit=100).get("s1") != got["s1"]
+        # a place is a rank in that list: m4 is three turns after m1 whatever came between them
+        assert got["s1"].index(seq["m4"]) - got["s1"].index(seq["m1"]) == 3
+        # past the limit, a store may leave sessions out, never return a part of one
+        capped = store.session_seqs("u1", {"s1": (seq["m0"], seq["m5"]), "s2": (seq["x0"], seq["x5"])}, limit=7)
+        assert all(len(v) == 6 for v in capped.values()) and len(capped) <= 1
+        assert store.session_seqs("u1", {}, limit=10) == {}
 
     def test_index_bookkeeping(self, store: RecordStore) -> None:
         store.insert_messages([msg(f"m{i}", f"text {i}") for i in range(4)])

@@ -10,7 +10,7 @@ import pytest
 
 from tiered_memory import MemoryConfig, RetrievalConfig
 from tiered_memory.errors import ConfigurationError
-from tiered_memory.recall.fusion import LEARNED, SIGNALS, check_weights, score_learned, signals
+from tiered_memory.recall.fusion import LEARNED, SIGNALS, check_weights, score_learned, signals, topic_windows
 from tiered_memory.recall.query import QueryPlan, plan_query
 from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns
 from tiered_memory.recall.search import turn_weights
@@ -55,6 +55,34 @@ def values() -> dict[str, dict[str, float]]:
 ])
 def test_signal_values(turn, name, expected):
     assert values()[turn].get(name, 0.0) == pytest.approx(expected)
+
+
+def placed(i: str, pos: int | None, text: str = "x", *, session: str = "s1", sim: float = 0.1) -> Candidate:
+    return replace(cand(i, text, session=session, sim=sim), position=pos)
+
+
+def test_topic_windows_hold_the_session_candidates_within_the_window():
+    pool = [placed("a", 0), placed("b", 3), placed("c", 9), placed("d", 4, session="s2"), placed("e", None)]
+    assert topic_windows(pool, 5) == {"a": ["a", "b"], "b": ["a", "b"], "c": ["c"], "d": ["d"], "e": ["e"]}
+    assert topic_windows(pool, 6)["c"] == ["b", "c"] and topic_windows(pool, 0)["b"] == ["b"]
+    assert topic_windows([], 5) == {}
+
+
+def test_window_signals_read_the_turns_near_it_not_the_whole_session():
+    # one session: "pottery" at place 0, "class" at 3, "class" again far away at 20
+    pool = [placed("p", 0, "I love pottery"), placed("n", 3, "my class starts monday"),
+            placed("far", 20, "the class was full"), placed("other", 1, "pottery class", session="s2")]
+    base = {"p": 1.0, "n": 0.2, "far": 0.2, "other": 0.5}
+    got = signals(pool, {}, plan_query("pottery class?"), base, date_hit={}, speaker_hit={})
+    assert got["n"]["window_terms"] == pytest.approx(1.0) and got["p"]["window_terms"] == pytest.approx(1.0)
+    assert got["far"]["window_terms"] < 1.0  # "pottery" is 20 turns away: the session holds it, the window not
+    assert got["far"]["session_terms"] == pytest.approx(1.0)
+    assert got["n"]["window_best"] == pytest.approx(1.0) and got["far"]["window_best"] == pytest.approx(0.2)
+    assert got["other"]["window_best"] == pytest.approx(0.5)
+    # an unknown position: the turn is its own window
+    alone = signals([replace(c, position=None) for c in pool], {}, plan_query("pottery class?"), base,
+                    date_hit={}, speaker_hit={})
+    assert alone["n"]["window_best"] == pytest.approx(0.2) and alone["p"]["window_best"] == pytest.approx(1.0)
 
 
 def test_length_is_minus_log_of_length_over_the_median():

@@ -12,10 +12,11 @@ plus ``weight["session_share"]`` x its session's share of the best such scores
 ``keyword_score_weight`` x normalised BM25 + its ``date_boost``): it is what a turn passes
 to its neighbours here, and what picks the turns whose neighbours are fetched.
 
-:data:`LEARNED` was fitted by ``bench/fusion_fit.py`` (softmax over each question's pool,
-L2-regularised, the cosine's weight fixed at 1) on the tuning split only: LoCoMo conv-26,
--30 and -41 and the same three in the real-chat rewrite. The figures are in
-``bench/README.md``.
+:data:`LEARNED` was fitted (softmax over each question's pool, L2-regularised, the cosine's
+weight fixed at 1; ``bench/fusion_fit.py``, today's table by ``python -m bench.fusion_window
+--fit``) on the tuning split only: LoCoMo conv-26, -30 and -41 and the same three in the
+real-chat rewrite. It reads a turn's topic window (``window_terms``, ``window_best``) where
+the table before it read its whole session. The figures are in ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -50,14 +51,20 @@ SIGNALS = (
     "previous_similarity",  # the cosine of the turn before it
     "previous_keyword",  # that turn's normalised BM25
     "length",            # -log(characters / the pool's median)
+    "window_terms",      # the query terms' coverage by the candidates within TOPIC_WINDOW turns of it
+    "window_best",       # the best base score within TOPIC_WINDOW turns of it / the best of all
 )
+# A topic's turns lie near each other: the window signals read the candidates of the turn's
+# session within this many turns of it (by :attr:`.scoring.Candidate.position`), not its whole
+# session, which in a day of real chat may hold several topics. Chosen by bench/fusion_window.py.
+TOPIC_WINDOW = 5
 SESSION_SHARE = "session_share"  # applied after the sum: its session's share of the best sums
 
 # fitted by bench/fusion_fit.py on the tuning split (see the module docstring)
 LEARNED: Mapping[str, float] = {
-    "similarity": 1.0, "keyword_score": 1.041, "date": 2.185, "previous_question": 0.281, "question": -0.308,
-    "speaker": 1.497, "time": 0.608, "session_terms": 1.509, "session_best": 1.721,
-    "next_similarity": 0.329, "next_keyword": 0.400, "previous_keyword": 1.054, "length": -0.274,
+    "similarity": 1.0, "keyword_score": 0.979, "date": 2.639, "previous_question": 0.322, "question": -0.403,
+    "speaker": 1.816, "time": 0.711, "next_similarity": 0.174, "next_keyword": 0.343, "previous_keyword": 0.992,
+    "length": -0.267, "window_terms": 2.430, "window_best": 2.130,
 }
 
 
@@ -129,9 +136,10 @@ def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan:
         column("question", {c.id: question_share(c.text) for c in candidates})
     if "time" in wanted and plan.temporal:
         column("time", {c.id: 1.0 for c in candidates if has_time_expression(c.text)})
+    weights = term_weights(plan.terms, [c.text for c in candidates]) \
+        if wanted_any(wanted, "session_terms", "exchange_terms", "own_terms", "window_terms") else {}
     if wanted_any(wanted, "session_terms", "exchange_terms", "own_terms"):
         texts = {c.id: c.text for c in candidates}
-        weights = term_weights(plan.terms, list(texts.values()))
         if weights and "session_terms" in wanted:
             per_session = session_coverage(texts, {c.id: c.session_id for c in candidates}, weights)
             column("session_terms", {c.id: per_session[c.session_id] for c in candidates})
@@ -159,11 +167,40 @@ def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan:
     column("next_keyword", {p: bm[i] for p, i in after.items()})
     column("previous_similarity", {i: sim[p] for i, p in prev.items()})
     column("previous_keyword", {i: bm[p] for i, p in prev.items()})
+    if wanted_any(wanted, "window_terms", "window_best"):
+        near = topic_windows(candidates, TOPIC_WINDOW)
+        if "window_terms" in wanted and weights:
+            bags = {c.id: stems(c.text) & weights.keys() for c in candidates}
+            column("window_terms", {i: coverage(frozenset().union(*(bags[j] for j in around)), weights)
+                                    for i, around in near.items()})
+        peak = max(base.values(), default=0.0)
+        if "window_best" in wanted and peak > 0:
+            column("window_best", {i: max(base[j] for j in around) / peak for i, around in near.items()})
     if "length" in wanted and candidates:
         lengths = sorted(len(c.text) for c in candidates)
         typical = max(1, lengths[len(lengths) // 2])
         column("length", {c.id: -math.log(max(1, len(c.text)) / typical) for c in candidates})
     return columns
+
+
+def topic_windows(candidates: Sequence[Candidate], window: int) -> dict[str, list[str]]:
+    """Per candidate id, the ids of the candidates of its session whose positions lie within
+    ``window`` of its own (itself included); a candidate of unknown position has only itself."""
+    out: dict[str, list[str]] = {c.id: [c.id] for c in candidates}
+    by_session: dict[str, list[tuple[int, str]]] = {}
+    for c in candidates:
+        if c.position is not None:
+            by_session.setdefault(c.session_id, []).append((c.position, c.id))
+    for placed in by_session.values():
+        placed.sort()
+        lo = hi = 0
+        for pos, i in placed:
+            while placed[lo][0] < pos - window:
+                lo += 1
+            while hi < len(placed) and placed[hi][0] <= pos + window:
+                hi += 1
+            out[i] = [j for _, j in placed[lo:hi]]
+    return out
 
 
 def wanted_any(wanted: Collection[str], *names: str) -> bool:

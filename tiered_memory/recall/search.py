@@ -9,8 +9,9 @@ meanwhile (both let go of the GIL), so the search waits for the longer of the tw
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from itertools import islice
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -24,7 +25,7 @@ from .fusion import LEARNED, check_weights, score_learned
 from .query import QueryPlan, plan_query
 from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
 from .spread import DEPTH, check_spread, spread_sessions, spread_slots
-from ..store.base import CandidateSource, FilterSource, LongMessageSource, RecordStore
+from ..store.base import CandidateSource, FilterSource, LongMessageSource, PositionSource, RecordStore
 from ..types import MemoryHit, StoredMessage
 from ..vector.base import ExactScope, VectorIndex
 
@@ -48,6 +49,8 @@ def turn_weights(config: RetrievalConfig) -> TurnWeights:
     return TurnWeights(**values, fusion=fusion)
 
 
+POSITION_ROWS = 20_000  # the most rows a search reads to place its candidates in their sessions
+WINDOW_SIGNALS = ("window_terms", "window_best")  # the signals that read those places
 FILTER_SCOPE_MAX = 50_000  # more matching ids than this: filter the best candidates instead
 # keyword queries that run while the caller scans the user's vectors held in memory
 # (RetrievalConfig.keyword_beside_from)
@@ -179,8 +182,24 @@ def gather_pool(
                 if m.id not in records and (session_id is None or m.session_id == session_id):
                     records[m.id] = m
                     pool.append(candidate(m))
+    if weights.fusion is not None and any(weights.fusion.get(n) for n in WINDOW_SIGNALS):
+        place = session_positions(store, user_id, records)
+        pool = [replace(c, position=place[c.id]) for c in pool]
     return Pool(candidates=pool, records=records, previous=previous_turns(records, neighbors), plan=plan,
                 chunk_hit=chunk_hit)
+
+
+def session_positions(store: RecordStore, user_id: str, records: Mapping[str, StoredMessage]) -> dict[str, int]:
+    """Each record's place in its session, for counting the turns between two of them: its rank
+    in the session's ordered ``seq`` where the store lists them (:class:`PositionSource`, up to
+    :data:`POSITION_ROWS` rows), else its ``seq`` (the gaps then count other sessions' writes too)."""
+    spans: dict[str, tuple[int, int]] = {}
+    for r in records.values():
+        lo, hi = spans.get(r.session_id, (r.seq, r.seq))
+        spans[r.session_id] = (min(lo, r.seq), max(hi, r.seq))
+    listed = store.session_seqs(user_id, spans, limit=POSITION_ROWS) if isinstance(store, PositionSource) else {}
+    return {i: bisect_left(listed[r.session_id], r.seq) if r.session_id in listed else r.seq
+            for i, r in records.items()}
 
 
 def ranked_hits(pool: Pool, weights: TurnWeights, *, filters: Mapping[str, Any] | None, now: float,

@@ -56,6 +56,20 @@ class TextMatchSource(Protocol):
 
 
 @runtime_checkable
+class PositionSource(Protocol):
+    """A record store that lists a session's messages in order (optional): recall counts the
+    turns between two candidates of a session from it. Without it, recall reads distances from
+    ``seq``, which other sessions' and users' writes interleave."""
+
+    def session_seqs(self, user_id: str, spans: Mapping[str, tuple[int, int]], *,
+                     limit: int) -> dict[str, list[int]]:
+        """For each session of ``spans`` (session id -> lowest and highest ``seq``), the ordered
+        ``seq`` of the user's messages of that session in that range. Sessions that would take
+        the rows read past ``limit`` in all may be left out."""
+        ...
+
+
+@runtime_checkable
 class SessionSource(Protocol):
     """A record store that tells each message's session (optional): an embedded Chroma index
     then keeps no session in its metadata (each key is a row Chroma writes) and asks here."""

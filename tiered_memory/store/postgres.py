@@ -212,6 +212,25 @@ class PostgresRecordStore(PostgresDatabase):
                 f" WHERE m.tsv @@ q{'' if fenced else ' AND m.user_id = %(user)s'}{session}"
                 " ORDER BY s DESC, m.seq DESC LIMIT %(k)s")
 
+    def session_seqs(self, user_id: str, spans: Mapping[str, tuple[int, int]], *,
+                     limit: int) -> dict[str, list[int]]:
+        """Each session's ``seq`` from its span's low to high end, in one round trip (the index
+        on ``(user_id, session_id, seq)``); none when they pass ``limit`` rows together."""
+        if not spans:
+            return {}
+        sids = sorted(spans)
+        rows = self.query(
+            "SELECT m.session_id, m.seq FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS s(sid, lo, hi)"
+            " JOIN messages m ON m.user_id = %s AND m.session_id = s.sid AND m.seq BETWEEN s.lo AND s.hi"
+            " ORDER BY m.session_id, m.seq LIMIT %s",
+            (sids, [spans[s][0] for s in sids], [spans[s][1] for s in sids], user_id, limit + 1))
+        if len(rows) > limit:
+            return {}
+        out: dict[str, list[int]] = {}
+        for sid, seq in rows:
+            out.setdefault(sid, []).append(int(seq))
+        return out
+
     def has_long_messages(self, user_id: str) -> bool:
         return bool(self.query(f"SELECT 1 FROM messages WHERE user_id = %s AND length(content) > {LONG_MESSAGE_CHARS}"
                                " LIMIT 1", (user_id,)))

@@ -205,6 +205,21 @@ class SQLiteRecordStore(SQLiteDatabase):
             out[mid] = msgs[max(0, pos - window): pos + window + 1]
         return out
 
+    def session_seqs(self, user_id: str, spans: Mapping[str, tuple[int, int]], *,
+                     limit: int) -> dict[str, list[int]]:
+        """Each session's rowids from its span's low to high end (the covering index on
+        ``(user_id, session_id, rowid)``), the narrowest spans first, until ``limit`` rows."""
+        out: dict[str, list[int]] = {}
+        left = limit
+        for sid, (lo, hi) in sorted(spans.items(), key=lambda p: (p[1][1] - p[1][0], p[0])):
+            rows = self.query("SELECT rowid FROM messages WHERE user_id=? AND session_id=? AND rowid BETWEEN ? AND ?"
+                              " ORDER BY rowid LIMIT ?", (user_id, sid, lo, hi, left + 1))
+            if len(rows) > left:
+                break
+            left -= len(rows)
+            out[sid] = [r[0] for r in rows]
+        return out
+
     def has_long_messages(self, user_id: str) -> bool:
         return bool(self.query("SELECT 1 FROM messages INDEXED BY messages_long WHERE user_id=?"
                                f" AND length(content) > {LONG_MESSAGE_CHARS} LIMIT 1", (user_id,)))
