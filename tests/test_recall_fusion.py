@@ -212,3 +212,25 @@ def test_the_hand_fusion_is_still_there(make_memory):
     hits = hand.search("What instrument does she play?", user_id="u", k=3)
     reply = next(h for h in hits if h.text.startswith("Yes, the violin"))
     assert "neighbor" in reply.explanation["signals"] and "previous_question" not in reply.explanation["signals"]
+
+
+def test_a_topic_window_counts_the_sessions_turns_not_other_writes_between_them(make_memory):
+    # between two turns of u's session "s", another user and u's other session write: the rowids
+    # of "s" are far apart, its turns are not
+    m = make_memory()
+    filler = ["We had pasta for dinner.", "The bus was late again.", "It rained all afternoon.",
+              "My phone battery died.", "The neighbours got a new car.", "I watched a film.",
+              "Work was quiet today.", "The shop closed early."]
+    for n, text in enumerate(["I signed up for a pottery class!", *filler]):
+        m.add_many([{"role": "user", "content": text}], user_id="u", session_id="s")
+        m.add_many([{"role": "user", "content": f"note {n} about trains"}], user_id="u", session_id="s2")
+        m.add_many([{"role": "user", "content": f"pottery class {n} is full"}] +
+                   [{"role": "user", "content": f"other words {n} {j}"} for j in range(20)],
+                   user_id="other", session_id="s")
+    hits = {h.text: h for h in m.search("pottery class", user_id="u", k=20)}
+    assert not any("is full" in t for t in hits)  # another user's turns never come back
+    best = hits["I signed up for a pottery class!"].explanation["signals"]["window_best"]["value"]
+    assert best == pytest.approx(1.0)
+    near = hits[filler[4]].explanation["signals"]["window_best"]["value"]  # five turns after it
+    far = hits[filler[5]].explanation["signals"]["window_best"]["value"]  # six turns after it
+    assert near == pytest.approx(1.0) and far < 0.9
