@@ -58,6 +58,7 @@ SIGNALS = (
 # session within this many turns of it (by :attr:`.scoring.Candidate.position`), not its whole
 # session, which in a day of real chat may hold several topics. Chosen by bench/fusion_window.py.
 TOPIC_WINDOW = 5
+WINDOW_SIGNALS = ("window_terms", "window_best")  # the signals that need each candidate's place
 SESSION_SHARE = "session_share"  # applied after the sum: its session's share of the best sums
 
 # fitted by bench/fusion_fit.py on the tuning split (see the module docstring)

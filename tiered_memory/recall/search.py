@@ -9,7 +9,6 @@ meanwhile (both let go of the GIL), so the search waits for the longer of the tw
 from __future__ import annotations
 
 import time
-from bisect import bisect_left
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from itertools import islice
@@ -21,7 +20,7 @@ from ..config import RetrievalConfig
 from ..embedding import Embedder, embed_query
 from ..errors import ConfigurationError
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
-from .fusion import LEARNED, check_weights, score_learned
+from .fusion import LEARNED, TOPIC_WINDOW, WINDOW_SIGNALS, check_weights, score_learned
 from .query import QueryPlan, plan_query
 from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
 from .spread import DEPTH, check_spread, spread_sessions, spread_slots
@@ -49,8 +48,6 @@ def turn_weights(config: RetrievalConfig) -> TurnWeights:
     return TurnWeights(**values, fusion=fusion)
 
 
-POSITION_ROWS = 20_000  # the most rows a search reads to place its candidates in their sessions
-WINDOW_SIGNALS = ("window_terms", "window_best")  # the signals that read those places
 FILTER_SCOPE_MAX = 50_000  # more matching ids than this: filter the best candidates instead
 # keyword queries that run while the caller scans the user's vectors held in memory
 # (RetrievalConfig.keyword_beside_from)
@@ -183,23 +180,37 @@ def gather_pool(
                     records[m.id] = m
                     pool.append(candidate(m))
     if weights.fusion is not None and any(weights.fusion.get(n) for n in WINDOW_SIGNALS):
-        place = session_positions(store, user_id, records)
+        place = session_positions(store, user_id, records, TOPIC_WINDOW + 1)
         pool = [replace(c, position=place[c.id]) for c in pool]
     return Pool(candidates=pool, records=records, previous=previous_turns(records, neighbors), plan=plan,
                 chunk_hit=chunk_hit)
 
 
-def session_positions(store: RecordStore, user_id: str, records: Mapping[str, StoredMessage]) -> dict[str, int]:
-    """Each record's place in its session, for counting the turns between two of them: its rank
-    in the session's ordered ``seq`` where the store lists them (:class:`PositionSource`, up to
-    :data:`POSITION_ROWS` rows), else its ``seq`` (the gaps then count other sessions' writes too)."""
-    spans: dict[str, tuple[int, int]] = {}
+def session_positions(store: RecordStore, user_id: str, records: Mapping[str, StoredMessage],
+                      cap: int) -> dict[str, int]:
+    """Each record's place in its session, counted from the session's first record here: the
+    turns between two records as the store counts them (:class:`PositionSource`), else their
+    ``seq`` difference (which then counts other sessions' writes too). A gap over ``cap``
+    counts as ``cap``: places then still tell whether two turns lie within ``cap - 1`` of each
+    other, and a long session costs no more to place than a short one."""
+    by_session: dict[str, list[StoredMessage]] = {}
     for r in records.values():
-        lo, hi = spans.get(r.session_id, (r.seq, r.seq))
-        spans[r.session_id] = (min(lo, r.seq), max(hi, r.seq))
-    listed = store.session_seqs(user_id, spans, limit=POSITION_ROWS) if isinstance(store, PositionSource) else {}
-    return {i: bisect_left(listed[r.session_id], r.seq) if r.session_id in listed else r.seq
-            for i, r in records.items()}
+        by_session.setdefault(r.session_id, []).append(r)
+    pairs: list[tuple[str, int, int]] = []
+    for rows in by_session.values():
+        rows.sort(key=lambda r: r.seq)
+        pairs.extend((a.session_id, a.seq, b.seq) for a, b in zip(rows, rows[1:]))
+    apart = [p for p in pairs if p[2] - p[1] > 1]  # adjacent seqs have nothing between them
+    counted = dict(zip(apart, store.session_gaps(user_id, apart))) if isinstance(store, PositionSource) else {}
+    out: dict[str, int] = {}
+    for rows in by_session.values():
+        place = 0
+        out[rows[0].id] = place
+        for a, b in zip(rows, rows[1:]):
+            key = (a.session_id, a.seq, b.seq)
+            place += min(cap, counted.get(key, b.seq - a.seq))
+            out[b.id] = place
+    return out
 
 
 def ranked_hits(pool: Pool, weights: TurnWeights, *, filters: Mapping[str, Any] | None, now: float,

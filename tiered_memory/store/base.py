@@ -57,15 +57,13 @@ class TextMatchSource(Protocol):
 
 @runtime_checkable
 class PositionSource(Protocol):
-    """A record store that lists a session's messages in order (optional): recall counts the
-    turns between two candidates of a session from it. Without it, recall reads distances from
+    """A record store that counts a session's messages between two of them (optional): recall
+    places its candidates in their sessions from it. Without it, recall reads distances from
     ``seq``, which other sessions' and users' writes interleave."""
 
-    def session_seqs(self, user_id: str, spans: Mapping[str, tuple[int, int]], *,
-                     limit: int) -> dict[str, list[int]]:
-        """For each session of ``spans`` (session id -> lowest and highest ``seq``), the ordered
-        ``seq`` of the user's messages of that session in that range. Sessions that would take
-        the rows read past ``limit`` in all may be left out."""
+    def session_gaps(self, user_id: str, pairs: Sequence[tuple[str, int, int]]) -> list[int]:
+        """For each ``(session_id, low, high)``, how many of the user's messages of that session
+        have a ``seq`` above ``low`` and up to ``high``."""
         ...
 
 

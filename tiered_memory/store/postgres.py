@@ -212,24 +212,16 @@ class PostgresRecordStore(PostgresDatabase):
                 f" WHERE m.tsv @@ q{'' if fenced else ' AND m.user_id = %(user)s'}{session}"
                 " ORDER BY s DESC, m.seq DESC LIMIT %(k)s")
 
-    def session_seqs(self, user_id: str, spans: Mapping[str, tuple[int, int]], *,
-                     limit: int) -> dict[str, list[int]]:
-        """Each session's ``seq`` from its span's low to high end, in one round trip (the index
-        on ``(user_id, session_id, seq)``); none when they pass ``limit`` rows together."""
-        if not spans:
-            return {}
-        sids = sorted(spans)
+    def session_gaps(self, user_id: str, pairs: Sequence[tuple[str, int, int]]) -> list[int]:
+        """Each pair's count over the index on ``(user_id, session_id, seq)``, in one round trip."""
+        if not pairs:
+            return []
         rows = self.query(
-            "SELECT m.session_id, m.seq FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) AS s(sid, lo, hi)"
-            " JOIN messages m ON m.user_id = %s AND m.session_id = s.sid AND m.seq BETWEEN s.lo AND s.hi"
-            " ORDER BY m.session_id, m.seq LIMIT %s",
-            (sids, [spans[s][0] for s in sids], [spans[s][1] for s in sids], user_id, limit + 1))
-        if len(rows) > limit:
-            return {}
-        out: dict[str, list[int]] = {}
-        for sid, seq in rows:
-            out.setdefault(sid, []).append(int(seq))
-        return out
+            "SELECT (SELECT count(*) FROM messages m WHERE m.user_id = %s AND m.session_id = p.sid"
+            " AND m.seq > p.lo AND m.seq <= p.hi)"
+            " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) WITH ORDINALITY AS p(sid, lo, hi, n) ORDER BY p.n",
+            (user_id, [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]))
+        return [int(r[0]) for r in rows]
 
     def has_long_messages(self, user_id: str) -> bool:
         return bool(self.query(f"SELECT 1 FROM messages WHERE user_id = %s AND length(content) > {LONG_MESSAGE_CHARS}"
