@@ -259,10 +259,20 @@ def describe(model: Linear) -> str:
     return ", ".join(parts) + f", session share {model.share:.3f}"
 
 
+# the learned table before the topic window (session_terms and session_best read the whole session)
+SESSION_TABLE = {
+    "similarity": 1.0, "keyword_score": 1.041, "date": 2.185, "previous_question": 0.281, "question": -0.308,
+    "speaker": 1.497, "time": 0.608, "session_terms": 1.509, "session_best": 1.721,
+    "next_similarity": 0.329, "next_keyword": 0.400, "previous_keyword": 1.054, "length": -0.274,
+}
+AGAINST = ("hand", "no-spread", "session-table")
+
+
 def latency(data: Path, rounds: int = 3, against: str = "hand") -> None:
     """Search time of the shipped settings against ``against`` ("hand": the hand fusion;
-    "no-spread": no session spread for listing questions), interleaved in one process on one
-    memory (every LoCoMo dev turn under one user), query vectors given."""
+    "no-spread": no session spread for listing questions; "session-table": the learned table
+    before the topic window, :data:`SESSION_TABLE`), interleaved in one process on one memory
+    (every LoCoMo dev turn under one user), query vectors given."""
     import time
     from dataclasses import replace
 
@@ -281,7 +291,8 @@ def latency(data: Path, rounds: int = 3, against: str = "hand") -> None:
         questions = [q.question for c in convs for q in c.questions]
         vectors = {q: embed_query(embedder, q) for q in questions}
         shipped = MemoryConfig().retrieval
-        other = replace(shipped, turn_fusion="hand") if against == "hand" else replace(shipped, listing_spread=0.0)
+        other = {"hand": replace(shipped, turn_fusion="hand"), "no-spread": replace(shipped, listing_spread=0.0),
+                 "session-table": replace(shipped, fusion_weights=SESSION_TABLE)}[against]
         configs = {against: other, "shipped": shipped}
         ms: dict[str, list[float]] = {name: [] for name in configs}
         for _ in range(rounds):
@@ -304,9 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "fusion_fit_rows.pkl"))
     p.add_argument("--refresh", action="store_true", help="ingest and dump again")
     p.add_argument("--ablate", action="store_true", help="backward feature elimination (tuning split)")
-    p.add_argument("--latency", nargs="?", const="hand", choices=["hand", "no-spread"],
-                   help="search p50/p95 of the shipped settings against the hand fusion (default) or "
-                        "against no session spread, interleaved")
+    p.add_argument("--latency", nargs="?", const="hand", choices=AGAINST,
+                   help="search p50/p95 of the shipped settings against the hand fusion (default), "
+                        "no session spread, or the learned table before the topic window, interleaved")
     args = p.parse_args(argv)
     if args.latency:
         latency(Path(args.file), against=args.latency)

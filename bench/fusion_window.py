@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:
     sys.path.insert(0, str(REPO))
 
-from bench.fusion_fit import FEATURES, TUNE  # noqa: E402
+from bench.fusion_fit import SESSION_TABLE, TUNE  # noqa: E402
 from bench.fusion_pools import load  # noqa: E402
 from bench.fusion_round2 import INDEX, SEL, Slots, fit, line, queries, table  # noqa: E402
 from bench.fusion_sessions import fold_loco  # noqa: E402
@@ -85,11 +85,12 @@ def fit_core() -> None | int:
     m = fit(tune, cols)
     folds = {c: fit([q for q in tune if q.conversation != c], cols) for c in TUNE}
     print("LEARNED = {" + ", ".join(f'"{SIGNALS[i]}": {m.weights[i]:.3f}' for i in cols) + "}", flush=True)
-    shipped = np.zeros(len(SIGNALS))
-    for n, v in LEARNED.items():
-        shipped[col[n]] = v
     from bench.fusion_fit import Linear
-    line("table in the core today", qs, Slots(Linear(shipped, 0.0), lst, 40))
+    for name, weights in (("the table before (whole sessions)", SESSION_TABLE), ("table in the core today", LEARNED)):
+        shipped = np.zeros(len(SIGNALS))
+        for n, v in weights.items():
+            shipped[col[n]] = v
+        line(name, qs, Slots(Linear(shipped, 0.0), lst, 40))
     rounded = np.zeros(len(SIGNALS))
     rounded[cols] = np.round(m.weights[cols], 3)
     line("window table (rounded)", qs, Slots(Linear(rounded, 0.0), lst, 40),
@@ -139,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         line(name, qs, Slots(m, lst, 40), f"LOCO {fold_loco(tune, folds, lambda x: Slots(x, lst, 40)):.4f}")
 
     print("recall@10 (recall@5, session recall@10); listing spread throughout", flush=True)
-    line("shipped table", qs, Slots(table(LEARNED, qs[0].x.shape[1]), lst, 40))
+    line("the table before (whole sessions)", qs, Slots(table(SESSION_TABLE, qs[0].x.shape[1]), lst, 40))
+    line("shipped table (topic window)", qs, Slots(table(LEARNED, qs[0].x.shape[1]), lst, 40))
     row("13 refitted", list(SEL))
     session = {INDEX["session_terms"], INDEX["session_best"]}
     rest = [c for c in SEL if c not in session]
