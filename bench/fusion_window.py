@@ -98,6 +98,52 @@ def fit_core() -> None | int:
     return 0
 
 
+def two_topic_days() -> int:
+    """The table before (whole sessions) and the shipped one (topic window), unchanged, on the
+    pools as they are and with sessions 1+2, 3+4, ... merged into one (a day of real chat holds
+    several topics; the dev sessions were written one after another, so ``seq`` places a turn
+    in the merged session too). Turn recall only: the merged sessions are not the evidence's."""
+    import re
+    from dataclasses import replace
+
+    from tiered_memory.config import RetrievalConfig
+    from tiered_memory.recall.fusion import LEARNED, SIGNALS
+    from tiered_memory.recall.query import is_listing_question
+    from tiered_memory.recall.search import turn_weights
+
+    from bench.fusion_fit import Linear, features
+    from bench.fusion_round2 import pool_query
+
+    def day(session_id: str) -> str:
+        m = re.fullmatch(r"session_(\d+)", session_id)
+        return f"day_{(int(m[1]) + 1) // 2}" if m else session_id
+
+    w = turn_weights(RetrievalConfig())
+    pools = load()
+    col = {n: i for i, n in enumerate(SIGNALS)}
+    tables = {}
+    for name, weights in (("whole sessions", SESSION_TABLE), ("topic window", LEARNED)):
+        v = np.zeros(len(SIGNALS))
+        for n, x in weights.items():
+            v[col[n]] = x
+        tables[name] = Linear(v, 0.0)
+    print("recall@10 (recall@5, -); listing spread throughout; tables as fitted, not refitted", flush=True)
+    for merged in (False, True):
+        qs, listing = [], {}
+        for p in pools:
+            placed = [replace(c, position=s, session_id=day(c.session_id) if merged else c.session_id)
+                      for c, s in zip(p.candidates, p.seq)]
+            q = pool_query(p, features(placed, p.previous, p.plan, w))
+            if merged:
+                q.session = np.array([int(day(c.session_id)[4:]) for c in p.candidates])
+            listing[id(q)] = 2 if is_listing_question(p.plan.text) else 0
+            qs.append(q)
+        for name, model in tables.items():
+            line(f"{'two sessions a day' if merged else 'sessions as they are'}: {name}", qs,
+                 Slots(model, lambda q: listing[id(q)], 40))
+    return 0
+
+
 SELECTED_CORE = ("similarity", "keyword_score", "date", "previous_question", "question", "speaker", "time",
                  "session_terms", "session_best", "next_similarity", "next_keyword", "previous_keyword", "length")
 
@@ -108,9 +154,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--mixed", action="store_true", help="also every (terms window, best window) pair, in place")
     ap.add_argument("--fit", action="store_true",
                     help="fit the shipped table: the core's own window signals in place of the session pair")
+    ap.add_argument("--days", action="store_true",
+                    help="both tables on the pools with each two sessions merged into one (a day of two topics)")
     args = ap.parse_args(argv)
     if args.fit:
         return fit_core()
+    if args.days:
+        return two_topic_days()
     windows = tuple(args.windows)
     from tiered_memory.config import RetrievalConfig
     from tiered_memory.recall.fusion import LEARNED
