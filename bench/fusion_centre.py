@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 qv = centred(embed_query(embedder, p.plan.text), mu, pcs)
                 cands = [c if c.similarity is None else replace(c, similarity=float(centred(vec[c.text], mu, pcs) @ qv))
                          for c in p.candidates]
-            qs.append(pool_query(p, features(cands, p.previous, p.plan, w)))
+            qs.append(pool_query(p, features(cands, p.previous, p.plan, w, p.places)))
         by_variant[variant] = qs
         print(f"computed {variant}", flush=True)
     print("recall@10 (recall@5, session recall@10); listing spread throughout", flush=True)

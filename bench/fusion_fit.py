@@ -46,9 +46,11 @@ from tiered_memory.recall.fusion import SIGNALS as FEATURES  # noqa: E402
 INDEX = {n: i for i, n in enumerate(FEATURES)}
 
 
-def features(candidates: Sequence[Any], previous: Mapping[str, str], plan: Any, w: Any) -> np.ndarray:
+def features(candidates: Sequence[Any], previous: Mapping[str, str], plan: Any, w: Any,
+             places: Mapping[str, int] | None = None) -> np.ndarray:
     """The feature matrix of a pool (rows in ``candidates`` order, columns the core's
-    ``recall.fusion.SIGNALS``, computed by the core's own ``signals``)."""
+    ``recall.fusion.SIGNALS``, computed by the core's own ``signals``; ``places`` as the
+    search's ``Pool.places``)."""
     from tiered_memory.recall.fusion import signals
     from tiered_memory.recall.scoring import base_scores, in_date_ranges, names_speaker
 
@@ -56,7 +58,7 @@ def features(candidates: Sequence[Any], previous: Mapping[str, str], plan: Any, 
     dated = {c.id: bool(plan.dates) and in_date_ranges(c.timestamp, plan.dates, w.date_before_days,
                                                         w.date_after_days) for c in candidates}
     named = {c.id: names_speaker(plan.names, c.speaker) for c in candidates}
-    values = signals(candidates, previous, plan, base, date_hit=dated, speaker_hit=named)
+    values = signals(candidates, previous, plan, base, date_hit=dated, speaker_hit=named, places=places)
     return np.array([[values[c.id].get(f, 0.0) for f in FEATURES] for c in candidates])
 
 
@@ -111,7 +113,7 @@ def dump(data: Path, dataset: str) -> list[Query]:
         codes: dict[str, int] = {}
         out.append(Query(
             dataset=dataset, conversation=c.id, category=q.category, evidence=q.evidence,
-            x=features(cands, pool.previous, pool.plan, turn_weights(config)), dia=dia, ids=[cd.id for cd in cands],
+            x=features(cands, pool.previous, pool.plan, turn_weights(config), pool.places), dia=dia, ids=[cd.id for cd in cands],
             session=np.array([codes.setdefault(cd.session_id, len(codes)) for cd in cands]),
             label=np.array([1.0 if d in set(q.evidence) else 0.0 for d in dia])))
     return out

@@ -1,7 +1,7 @@
 """The raw candidate pools of every dev question, dumped once (issue 20, round two of the
 learned fusion): ``bench/fusion_fit.py`` keeps only a feature matrix, so trying a new signal
 meant ingesting again; this keeps what ``recall.search.gather_pool`` returned (candidates,
-the turn before each, the query plan, each candidate's session position and dialogue id), so
+the turn before each, the query plan, each candidate's seq, place in its session and dialogue id), so
 ``bench/fusion_round2.py`` computes any signal from the pool offline.
 
     nice -n 19 python -m bench.fusion_pools          # writes the cache (about 100 MB)
@@ -36,14 +36,15 @@ class RawPool:
     previous: dict[str, str]
     plan: Any  # recall.query.QueryPlan
     dia: list[str]  # each candidate's dialogue id
-    seq: list[int]  # each candidate's position in its session
+    seq: list[int]  # each candidate's record seq (consecutive within a dev session: written in order)
+    places: dict[str, int]  # each candidate's place in its session, as the search counted it
 
 
 def dump(data: Path, dataset: str, embedder: Any = None) -> list[RawPool]:
     return [RawPool(dataset=dataset, conversation=c.id, category=q.category, evidence=q.evidence,
                     candidates=list(pool.candidates), previous=dict(pool.previous), plan=pool.plan,
                     dia=[str(pool.records[cd.id].metadata.get("dia_id")) for cd in pool.candidates],
-                    seq=[int(pool.records[cd.id].seq) for cd in pool.candidates])
+                    seq=[int(pool.records[cd.id].seq) for cd in pool.candidates], places=dict(pool.places))
             for c, q, pool, _ in each_pool(data, dataset, embedder)]
 
 

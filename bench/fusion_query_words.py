@@ -73,11 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for p in pools:
         m = np.stack([vec[c.text] for c in p.candidates])
         cols = {n: m @ embed_query(embedder, t) for n, t in variants(p.plan).items()}
-        x = features(p.candidates, p.previous, p.plan, w)
+        x = features(p.candidates, p.previous, p.plan, w, p.places)
         qs.append(pool_query(p, np.column_stack([x] + [cols[n] for n in names])))
         for n in names:
             cands = [replace(c, similarity=float(s)) for c, s in zip(p.candidates, cols[n])]
-            x2 = features(cands, p.previous, p.plan, w)
+            x2 = features(cands, p.previous, p.plan, w, p.places)
             replaced[n].append(pool_query(p, np.column_stack([x2, np.zeros((len(x2), len(names)))])))
     listing = {id(q): 2 if is_listing_question(p.plan.text) else 0
                for group in [qs, *replaced.values()] for q, p in zip(group, pools)}

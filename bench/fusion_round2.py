@@ -54,7 +54,7 @@ def queries(refresh: bool, cache: Path = DEFAULT_CACHE) -> list[Query]:
     w = turn_weights(RetrievalConfig())
     out = []
     for p in load(cache):
-        x = features(p.candidates, p.previous, p.plan, w)
+        x = features(p.candidates, p.previous, p.plan, w, p.places)
         extra = extra_columns(p.candidates, p.seq, p.previous, p.plan, base_scores(p.candidates, p.plan, w),
                               x[:, INDEX["similarity"]])
         out.append(pool_query(p, np.column_stack([x, extra])))

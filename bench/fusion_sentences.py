@@ -66,11 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         floor = np.nanmin(own) if np.isfinite(own).any() else 0.0
         own_f = np.where(np.isfinite(own), own, floor)
         best_f = np.where(np.isfinite(best), best, own_f)
-        x = features(p.candidates, p.previous, p.plan, w)
+        x = features(p.candidates, p.previous, p.plan, w, p.places)
         qs.append(pool_query(p, np.column_stack([x, best_f, best_f - own_f])))
         cands = [c if c.similarity is None or not np.isfinite(b) else replace(c, similarity=max(c.similarity, float(b)))
                  for c, b in zip(p.candidates, best)]
-        x2 = features(cands, p.previous, p.plan, w)
+        x2 = features(cands, p.previous, p.plan, w, p.places)
         replaced.append(pool_query(p, np.column_stack([x2, np.zeros((len(x2), 2))])))
     listing = {id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(qs, pools)}
     listing.update({id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(replaced, pools)})

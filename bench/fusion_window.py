@@ -74,8 +74,8 @@ def fit_core() -> None | int:
     pools = load()
     qs = []
     for p in pools:
-        placed = [replace(c, position=s) for c, s in zip(p.candidates, p.seq)]
-        qs.append(pool_query(p, features(placed, p.previous, p.plan, w)))
+        places = {c.id: s for c, s in zip(p.candidates, p.seq)}
+        qs.append(pool_query(p, features(p.candidates, p.previous, p.plan, w, places)))
     listing = {id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(qs, pools)}
     lst: Callable[[Any], int] = lambda q: listing[id(q)]  # noqa: E731
     col = {n: i for i, n in enumerate(SIGNALS)}
@@ -131,9 +131,8 @@ def two_topic_days() -> int:
     for merged in (False, True):
         qs, listing = [], {}
         for p in pools:
-            placed = [replace(c, position=s, session_id=day(c.session_id) if merged else c.session_id)
-                      for c, s in zip(p.candidates, p.seq)]
-            q = pool_query(p, features(placed, p.previous, p.plan, w))
+            placed = [replace(c, session_id=day(c.session_id) if merged else c.session_id) for c in p.candidates]
+            q = pool_query(p, features(placed, p.previous, p.plan, w, {c.id: s for c, s in zip(p.candidates, p.seq)}))
             if merged:
                 q.session = np.array([int(day(c.session_id)[4:]) for c in p.candidates])
             listing[id(q)] = 2 if is_listing_question(p.plan.text) else 0

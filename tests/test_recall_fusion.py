@@ -11,6 +11,7 @@ import pytest
 from tiered_memory import MemoryConfig, RetrievalConfig
 from tiered_memory.errors import ConfigurationError
 from tiered_memory.recall.fusion import LEARNED, SIGNALS, check_weights, score_learned, signals, topic_windows
+from tiered_memory.recall.coverage import coverage, stems, term_weights
 from tiered_memory.recall.query import QueryPlan, plan_query
 from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns
 from tiered_memory.recall.search import turn_weights
@@ -57,31 +58,32 @@ def test_signal_values(turn, name, expected):
     assert values()[turn].get(name, 0.0) == pytest.approx(expected)
 
 
-def placed(i: str, pos: int | None, text: str = "x", *, session: str = "s1", sim: float = 0.1) -> Candidate:
-    return replace(cand(i, text, session=session, sim=sim), position=pos)
-
-
-def test_topic_windows_hold_the_session_candidates_within_the_window():
-    pool = [placed("a", 0), placed("b", 3), placed("c", 9), placed("d", 4, session="s2"), placed("e", None)]
-    assert topic_windows(pool, 5) == {"a": ["a", "b"], "b": ["a", "b"], "c": ["c"], "d": ["d"], "e": ["e"]}
-    assert topic_windows(pool, 6)["c"] == ["b", "c"] and topic_windows(pool, 0)["b"] == ["b"]
-    assert topic_windows([], 5) == {}
+def test_topic_windows_reduce_the_session_candidates_within_the_window():
+    pool = [cand(i, "x") for i in "abce"] + [cand("d", "x", session="s2")]
+    places = {"a": 0, "b": 3, "c": 9, "d": 4}  # "e" has none
+    base = {"a": 0.1, "b": 0.5, "c": 0.2, "d": 0.9, "e": 0.3}
+    bits = {"a": 1, "b": 2, "c": 4, "d": 8, "e": 16}
+    assert topic_windows(pool, 5, places, base, bits) == {
+        "a": (0.5, 3), "b": (0.5, 3), "c": (0.2, 4), "d": (0.9, 8), "e": (0.3, 16)}
+    assert topic_windows(pool, 6, places, base, bits)["c"] == (0.5, 6)  # b is six places before it
+    assert topic_windows(pool, 0, places, base, {})["a"] == (0.1, 0)
+    assert topic_windows([], 5, {}, {}, {}) == {}
 
 
 def test_window_signals_read_the_turns_near_it_not_the_whole_session():
     # one session: "pottery" at place 0, "class" at 3, "class" again far away at 20
-    pool = [placed("p", 0, "I love pottery"), placed("n", 3, "my class starts monday"),
-            placed("far", 20, "the class was full"), placed("other", 1, "pottery class", session="s2")]
+    pool = [cand("p", "I love pottery"), cand("n", "my class starts monday"), cand("far", "the class was full"),
+            cand("other", "pottery class", session="s2")]
+    places = {"p": 0, "n": 3, "far": 20, "other": 1}
     base = {"p": 1.0, "n": 0.2, "far": 0.2, "other": 0.5}
-    got = signals(pool, {}, plan_query("pottery class?"), base, date_hit={}, speaker_hit={})
+    got = signals(pool, {}, plan_query("pottery class?"), base, date_hit={}, speaker_hit={}, places=places)
     assert got["n"]["window_terms"] == pytest.approx(1.0) and got["p"]["window_terms"] == pytest.approx(1.0)
     assert got["far"]["window_terms"] < 1.0  # "pottery" is 20 turns away: the session holds it, the window not
     assert got["far"]["session_terms"] == pytest.approx(1.0)
     assert got["n"]["window_best"] == pytest.approx(1.0) and got["far"]["window_best"] == pytest.approx(0.2)
     assert got["other"]["window_best"] == pytest.approx(0.5)
     # an unknown position: the turn is its own window
-    alone = signals([replace(c, position=None) for c in pool], {}, plan_query("pottery class?"), base,
-                    date_hit={}, speaker_hit={})
+    alone = signals(pool, {}, plan_query("pottery class?"), base, date_hit={}, speaker_hit={})
     assert alone["n"]["window_best"] == pytest.approx(0.2) and alone["p"]["window_best"] == pytest.approx(1.0)
 
 
@@ -234,3 +236,18 @@ def test_a_topic_window_counts_the_sessions_turns_not_other_writes_between_them(
     near = hits[filler[4]].explanation["signals"]["window_best"]["value"]  # five turns after it
     far = hits[filler[5]].explanation["signals"]["window_best"]["value"]  # six turns after it
     assert near == pytest.approx(1.0) and far < 0.9
+
+
+@pytest.mark.parametrize("query", ["pottery class monday?",
+                                   "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu pottery class",
+                                   " ".join(f"word{n}" for n in range(70)) + " pottery class monday zeta eta"])
+def test_window_terms_are_the_coverage_of_the_windows_words_however_many_terms(query):
+    # the terms are carried as bits, whatever their number
+    pool = [cand("p", "I love pottery"), cand("n", "my class starts monday"), cand("far", "zeta and eta")]
+    places = {"p": 0, "n": 3, "far": 20}
+    plan = plan_query(query)
+    got = signals(pool, {}, plan, {"p": 1.0, "n": 0.2, "far": 0.2}, date_hit={}, speaker_hit={}, places=places)
+    weights = term_weights(plan.terms, [c.text for c in pool])
+    both = stems("I love pottery") | stems("my class starts monday")
+    assert got["n"]["window_terms"] == pytest.approx(coverage(both, weights))
+    assert got["far"].get("window_terms", 0.0) == pytest.approx(coverage(stems("zeta and eta"), weights))

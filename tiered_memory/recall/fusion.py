@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from typing import Any, Collection, Mapping, Sequence
 
+import numpy as np
+
 from ..errors import ConfigurationError
 from .coverage import coverage, exchange_coverage, session_coverage, stems, term_weights
 from .query import QueryPlan, has_time_expression, question_share
@@ -55,7 +57,7 @@ SIGNALS = (
     "window_best",       # the best base score within TOPIC_WINDOW turns of it / the best of all
 )
 # A topic's turns lie near each other: the window signals read the candidates of the turn's
-# session within this many turns of it (by :attr:`.scoring.Candidate.position`), not its whole
+# session within this many turns of it (by the places a search counts), not its whole
 # session, which in a day of real chat may hold several topics. Chosen by bench/fusion_window.py.
 TOPIC_WINDOW = 5
 WINDOW_SIGNALS = ("window_terms", "window_best")  # the signals that need each candidate's place
@@ -85,11 +87,11 @@ def check_weights(weights: Mapping[str, float]) -> None:
 
 def signals(candidates: Sequence[Any], previous: Mapping[str, str], plan: QueryPlan,
             base: Mapping[str, float], *, date_hit: Mapping[str, bool], speaker_hit: Mapping[str, bool],
-            wanted: Collection[str] = SIGNALS) -> dict[str, dict[str, float]]:
+            wanted: Collection[str] = SIGNALS, places: Mapping[str, int] | None = None) -> dict[str, dict[str, float]]:
     """Per candidate id, the value of each of the ``wanted`` :data:`SIGNALS` (zeros left out),
     in the order of :data:`SIGNALS`: :func:`signal_columns` by candidate."""
     columns = signal_columns(candidates, previous, plan, base, date_hit=date_hit, speaker_hit=speaker_hit,
-                             wanted=wanted)
+                             wanted=wanted, places=places)
     out: dict[str, dict[str, float]] = {c.id: {} for c in candidates}
     for name in SIGNALS:
         for i, v in columns.get(name, {}).items():
@@ -99,13 +101,15 @@ def signals(candidates: Sequence[Any], previous: Mapping[str, str], plan: QueryP
 
 def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan: QueryPlan,
                    base: Mapping[str, float], *, date_hit: Mapping[str, bool], speaker_hit: Mapping[str, bool],
-                   wanted: Collection[str] = SIGNALS) -> dict[str, dict[str, float]]:
+                   wanted: Collection[str] = SIGNALS,
+                   places: Mapping[str, int] | None = None) -> dict[str, dict[str, float]]:
     """Per signal of ``wanted`` (a search asks only for those its table weighs, since each
     costs time), the candidates' non-zero values by id.
 
     ``base`` is each candidate's base score, ``date_hit`` / ``speaker_hit`` whether it is
     dated near a date the query names / said by a person the query names (the caller
-    reads those with its own window and name rules).
+    reads those with its own window and name rules). ``places``: each candidate's place in its
+    session (:func:`.search.session_positions`); a candidate without one is its own topic window.
     """
     by_id = {c.id: c for c in candidates}
     sims = [c.similarity for c in candidates if c.similarity is not None]
@@ -169,14 +173,20 @@ def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan:
     column("previous_similarity", {i: sim[p] for i, p in prev.items()})
     column("previous_keyword", {i: bm[p] for i, p in prev.items()})
     if wanted_any(wanted, "window_terms", "window_best"):
-        near = topic_windows(candidates, TOPIC_WINDOW)
-        if "window_terms" in wanted and weights:
-            bags = {c.id: stems(c.text) & weights.keys() for c in candidates}
-            column("window_terms", {i: coverage(frozenset().union(*(bags[j] for j in around)), weights)
-                                    for i, around in near.items()})
+        # each candidate's query terms as bits: a window's terms are their OR, scored once per set
+        bit = {t: 1 << n for n, t in enumerate(weights)}
+        held = {c.id: sum(bit[t] for t in stems(c.text) & weights.keys()) for c in candidates} \
+            if "window_terms" in wanted and weights else {}
+        near = topic_windows(candidates, TOPIC_WINDOW, places or {}, base, held)
+        if held:
+            share: dict[int, float] = {}  # each set of terms that occurs, scored once
+            for i, (_, mask) in near.items():
+                if mask not in share:
+                    share[mask] = coverage(frozenset(t for t in weights if mask & bit[t]), weights)
+            column("window_terms", {i: share[mask] for i, (_, mask) in near.items()})
         peak = max(base.values(), default=0.0)
         if "window_best" in wanted and peak > 0:
-            column("window_best", {i: max(base[j] for j in around) / peak for i, around in near.items()})
+            column("window_best", {i: best / peak for i, (best, _) in near.items()})
     if "length" in wanted and candidates:
         lengths = sorted(len(c.text) for c in candidates)
         typical = max(1, lengths[len(lengths) // 2])
@@ -184,23 +194,36 @@ def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan:
     return columns
 
 
-def topic_windows(candidates: Sequence[Candidate], window: int) -> dict[str, list[str]]:
-    """Per candidate id, the ids of the candidates of its session whose positions lie within
-    ``window`` of its own (itself included); a candidate of unknown position has only itself."""
-    out: dict[str, list[str]] = {c.id: [c.id] for c in candidates}
-    by_session: dict[str, list[tuple[int, str]]] = {}
-    for c in candidates:
-        if c.position is not None:
-            by_session.setdefault(c.session_id, []).append((c.position, c.id))
-    for placed in by_session.values():
-        placed.sort()
-        lo = hi = 0
-        for pos, i in placed:
-            while placed[lo][0] < pos - window:
-                lo += 1
-            while hi < len(placed) and placed[hi][0] <= pos + window:
-                hi += 1
-            out[i] = [j for _, j in placed[lo:hi]]
+def topic_windows(candidates: Sequence[Candidate], window: int, places: Mapping[str, int],
+                  base: Mapping[str, float], bits: Mapping[str, int]) -> dict[str, tuple[float, int]]:
+    """Per candidate id, over the candidates of its session whose ``places`` lie within
+    ``window`` of its own (itself included): the best ``base`` and the OR of ``bits`` (0 for an
+    id without). A candidate without a place is its own window.
+
+    Places are distinct, so a window holds at most ``2 x window + 1`` candidates: in (session,
+    place) order, each candidate meets the others of its window among its ``2 x window``
+    neighbours on either side, which numpy compares all at once."""
+    placed = sorted((c.session_id, places[c.id], c.id) for c in candidates if c.id in places)
+    out = {c.id: (base[c.id], bits.get(c.id, 0)) for c in candidates}
+    if not placed:
+        return out
+    codes: dict[str, int] = {}
+    session = np.array([codes.setdefault(s, len(codes)) for s, _, _ in placed])
+    at = np.array([p for _, p, _ in placed], dtype=np.int64)
+    score = np.array([base[i] for _, _, i in placed], dtype=np.float64)
+    wide = any(b >> 62 for b in bits.values())  # a query of over 62 terms: Python ints hold the bits
+    mask = np.array([bits.get(i, 0) for _, _, i in placed], dtype=object if wide else np.int64)
+    best, held = score.copy(), mask.copy()
+    n = len(placed)
+    for shift in range(1, min(2 * window, n - 1) + 1):
+        near = (session[shift:] == session[:-shift]) & (at[shift:] - at[:-shift] <= window)
+        # the later one of each near pair takes the earlier's, and the earlier the later's
+        best[shift:] = np.where(near, np.maximum(best[shift:], score[:-shift]), best[shift:])
+        held[shift:] = np.where(near, held[shift:] | mask[:-shift], held[shift:])
+        best[:-shift] = np.where(near, np.maximum(best[:-shift], score[shift:]), best[:-shift])
+        held[:-shift] = np.where(near, held[:-shift] | mask[shift:], held[:-shift])
+    for k, (_, _, i) in enumerate(placed):
+        out[i] = (float(best[k]), int(held[k]))
     return out
 
 
@@ -210,19 +233,20 @@ def wanted_any(wanted: Collection[str], *names: str) -> bool:
 
 def score_learned(
     candidates: Sequence[Candidate], previous: Mapping[str, str], plan: QueryPlan, w: TurnWeights,
-    fusion: Mapping[str, float], *, now: float, explain: int | None = None,
+    fusion: Mapping[str, float], *, now: float, explain: int | None = None, places: Mapping[str, int] | None = None,
 ) -> list[Scored]:
     """Score and order turn candidates by a weight table over :data:`.fusion.SIGNALS` (the
     base score, the date window and the speaker rule from ``w``), plus the table's
     ``session_share`` x the session's share of the ``w.session_top`` best sums, plus
     ``w.recency_boost`` x recency; best first, ties by id. Only the best ``explain``
-    (None: all) carry their parts: explaining every candidate costs more than scoring it."""
+    (None: all) carry their parts: explaining every candidate costs more than scoring it.
+    ``places``: each candidate's place in its session, for the topic window."""
     base = base_scores(candidates, plan, w)
     dated = {c.id: bool(plan.dates) and in_date_ranges(c.timestamp, plan.dates, w.date_before_days,
                                                         w.date_after_days) for c in candidates}
     named = {c.id: names_speaker(plan.names, c.speaker) for c in candidates}
     columns = signal_columns(candidates, previous, plan, base, date_hit=dated, speaker_hit=named,
-                             wanted={n for n, weight in fusion.items() if weight})
+                             wanted={n for n, weight in fusion.items() if weight}, places=places)
     table = {n: weight for n, weight in fusion.items() if weight and n != SESSION_SHARE}
     scores = dict.fromkeys((c.id for c in candidates), 0.0)
     for name, column in columns.items():

@@ -154,7 +154,6 @@ class Candidate:
     bm25: float | None = None  # keyword score (higher is better), if a keyword candidate
     vector_rank: int | None = None
     keyword_rank: int | None = None
-    position: int | None = None  # its place in its session, counted by the store (None: unknown)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from itertools import islice
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -105,6 +105,7 @@ class Pool:
     previous: dict[str, str]
     plan: QueryPlan
     chunk_hit: dict[str, tuple[int, float]]
+    places: dict[str, int]  # each record's place in its session (:func:`session_positions`), when the table reads it
 
 
 def gather_pool(
@@ -179,11 +180,10 @@ def gather_pool(
                 if m.id not in records and (session_id is None or m.session_id == session_id):
                     records[m.id] = m
                     pool.append(candidate(m))
-    if weights.fusion is not None and any(weights.fusion.get(n) for n in WINDOW_SIGNALS):
-        place = session_positions(store, user_id, records, TOPIC_WINDOW + 1)
-        pool = [replace(c, position=place[c.id]) for c in pool]
+    places = session_positions(store, user_id, records, TOPIC_WINDOW + 1) \
+        if weights.fusion is not None and any(weights.fusion.get(n) for n in WINDOW_SIGNALS) else {}
     return Pool(candidates=pool, records=records, previous=previous_turns(records, neighbors), plan=plan,
-                chunk_hit=chunk_hit)
+                chunk_hit=chunk_hit, places=places)
 
 
 def session_positions(store: RecordStore, user_id: str, records: Mapping[str, StoredMessage],
@@ -220,7 +220,7 @@ def ranked_hits(pool: Pool, weights: TurnWeights, *, filters: Mapping[str, Any] 
     records, chunk_hit, plan = pool.records, pool.chunk_hit, pool.plan
     if weights.fusion is not None:
         scored = score_learned(pool.candidates, pool.previous, plan, weights, weights.fusion, now=now,
-                               explain=explain)
+                               explain=explain, places=pool.places)
     else:
         scored = score_turns(pool.candidates, pool.previous, plan, weights, now=now)
     for f in scored:
