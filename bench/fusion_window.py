@@ -1,5 +1,5 @@
-"""A topic's turns near each other, not its session (issue 20, tried), on the raw pools of
-bench/fusion_pools.py, against the shipped ranking in the same run.
+"""A topic's turns near each other, not its session (issue 20, shipped as the learned table's
+topic window), on the raw pools of bench/fusion_pools.py.
 
     nice -n 19 python -m bench.fusion_pools          # once (~30 s)
     nice -n 19 python -m bench.fusion_window         # prints numbers (a few minutes)
@@ -9,8 +9,11 @@ Two of the shipped table's heaviest signals read a turn's whole session: ``sessi
 best base score). LoCoMo's sessions each keep to a few topics; a day of real chat may not, so
 a session-level key may carry less there. The windowed forms read only the candidates of the
 same session within ``w`` positions of the turn: ``window_terms`` and ``window_best``. Each
-pair replaces the session pair in the 13 shipped signals, refitted (listwise, L2 0.01, tuning
-split; LOCO), and is also added beside them. Prints numbers; writes nothing.
+pair replaces the session pair in the 13 signals of the table before, refitted (listwise,
+L2 0.01, tuning split; LOCO), and is also added beside them (``window_columns`` is the
+experiment's own form; ``--fit`` refits from the core's ``recall.fusion.topic_windows`` and
+gives the same rows). ``--days`` runs both tables on sessions merged two by two. Prints
+numbers; writes nothing.
 """
 
 from __future__ import annotations
@@ -54,14 +57,12 @@ def window_columns(p: Any, base: np.ndarray, w: int) -> tuple[np.ndarray, np.nda
     return terms, best
 
 
-def fit_core() -> None | int:
+def fit_core() -> int:
     """The table over the core's :data:`recall.fusion.SIGNALS` with ``window_terms`` and
     ``window_best`` in place of ``session_terms`` and ``session_best`` (each pool candidate
     placed by its ``seq``: the dev sessions were written one after another), fitted on the
     tuning split as the shipped one was; prints it as ``LEARNED``, then its rows beside the
     table in the core today."""
-    from dataclasses import replace
-
     from tiered_memory.config import RetrievalConfig
     from tiered_memory.recall.fusion import LEARNED, SIGNALS
     from tiered_memory.recall.query import is_listing_question
