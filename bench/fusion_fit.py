@@ -261,23 +261,18 @@ def describe(model: Linear) -> str:
     return ", ".join(parts) + f", session share {model.share:.3f}"
 
 
-# the learned table before the topic window (session_terms and session_best read the whole session)
-SESSION_TABLE = {
-    "similarity": 1.0, "keyword_score": 1.041, "date": 2.185, "previous_question": 0.281, "question": -0.308,
-    "speaker": 1.497, "time": 0.608, "session_terms": 1.509, "session_best": 1.721,
-    "next_similarity": 0.329, "next_keyword": 0.400, "previous_keyword": 1.054, "length": -0.274,
-}
 AGAINST = ("hand", "no-spread", "session-table")
 
 
 def latency(data: Path, rounds: int = 3, against: str = "hand") -> None:
     """Search time of the shipped settings against ``against`` ("hand": the hand fusion;
     "no-spread": no session spread for listing questions; "session-table": the learned table
-    before the topic window, :data:`SESSION_TABLE`), interleaved in one process on one memory
-    (every LoCoMo dev turn under one user), query vectors given."""
+    before the topic window, ``bench.fusion_window.SESSION_TABLE``), interleaved in one process
+    on one memory (every LoCoMo dev turn under one user), query vectors given."""
     import time
     from dataclasses import replace
 
+    from bench.fusion_window import SESSION_TABLE
     from bench.locomo import ingest
     from bench.locomo_data import percentile
     from tiered_memory import MemoryConfig, StaticEmbedder, TieredMemory

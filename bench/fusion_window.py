@@ -29,12 +29,23 @@ REPO = Path(__file__).resolve().parent.parent
 if not __package__:
     sys.path.insert(0, str(REPO))
 
-from bench.fusion_fit import SESSION_TABLE, TUNE  # noqa: E402
-from bench.fusion_pools import load  # noqa: E402
-from bench.fusion_round2 import INDEX, SEL, Slots, fit, line, queries, table  # noqa: E402
+from bench.fusion_fit import FEATURES, SELECTED, TUNE, features  # noqa: E402
+from bench.fusion_pools import RawPool, load  # noqa: E402
+from bench.fusion_round2 import INDEX, SEL, Slots, fit, line, pool_query, queries, table  # noqa: E402
 from bench.fusion_sessions import fold_loco  # noqa: E402
 
 WINDOWS = (2, 4, 8, 16)
+# the learned table before the topic window (session_terms and session_best read the whole session)
+SESSION_TABLE = {
+    "similarity": 1.0, "keyword_score": 1.041, "date": 2.185, "previous_question": 0.281, "question": -0.308,
+    "speaker": 1.497, "time": 0.608, "session_terms": 1.509, "session_best": 1.721,
+    "next_similarity": 0.329, "next_keyword": 0.400, "previous_keyword": 1.054, "length": -0.274,
+}
+
+
+def by_seq(p: RawPool) -> dict[str, int]:
+    """Each candidate placed by its ``seq``: the dev sessions were written one after another."""
+    return {c.id: s for c, s in zip(p.candidates, p.seq)}
 
 
 def window_columns(p: Any, base: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
@@ -59,40 +70,30 @@ def window_columns(p: Any, base: np.ndarray, w: int) -> tuple[np.ndarray, np.nda
 
 def fit_core() -> int:
     """The table over the core's :data:`recall.fusion.SIGNALS` with ``window_terms`` and
-    ``window_best`` in place of ``session_terms`` and ``session_best`` (each pool candidate
-    placed by its ``seq``: the dev sessions were written one after another), fitted on the
-    tuning split as the shipped one was; prints it as ``LEARNED``, then its rows beside the
-    table in the core today."""
+    ``window_best`` in place of ``session_terms`` and ``session_best`` (:func:`by_seq`),
+    fitted on the tuning split as the shipped one was; prints it as ``LEARNED``, then its rows
+    beside the table in the core today."""
     from tiered_memory.config import RetrievalConfig
-    from tiered_memory.recall.fusion import LEARNED, SIGNALS
+    from tiered_memory.recall.fusion import LEARNED
     from tiered_memory.recall.query import is_listing_question
     from tiered_memory.recall.search import turn_weights
 
-    from bench.fusion_fit import features
-    from bench.fusion_round2 import pool_query
+    from bench.fusion_fit import Linear
 
     w = turn_weights(RetrievalConfig())
     pools = load()
-    qs = []
-    for p in pools:
-        places = {c.id: s for c, s in zip(p.candidates, p.seq)}
-        qs.append(pool_query(p, features(p.candidates, p.previous, p.plan, w, places)))
+    qs = [pool_query(p, features(p.candidates, p.previous, p.plan, w, by_seq(p))) for p in pools]
     listing = {id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(qs, pools)}
     lst: Callable[[Any], int] = lambda q: listing[id(q)]  # noqa: E731
-    col = {n: i for i, n in enumerate(SIGNALS)}
-    chosen = [n for n in SELECTED_CORE if n not in ("session_terms", "session_best")] + ["window_terms", "window_best"]
-    cols = [col[n] for n in chosen]
+    chosen = [n for n in SELECTED if n not in ("session_terms", "session_best")] + ["window_terms", "window_best"]
+    cols = [INDEX[n] for n in chosen]
     tune = [q for q in qs if q.conversation in TUNE]
     m = fit(tune, cols)
     folds = {c: fit([q for q in tune if q.conversation != c], cols) for c in TUNE}
-    print("LEARNED = {" + ", ".join(f'"{SIGNALS[i]}": {m.weights[i]:.3f}' for i in cols) + "}", flush=True)
-    from bench.fusion_fit import Linear
+    print("LEARNED = {" + ", ".join(f'"{FEATURES[i]}": {m.weights[i]:.3f}' for i in cols) + "}", flush=True)
     for name, weights in (("the table before (whole sessions)", SESSION_TABLE), ("table in the core today", LEARNED)):
-        shipped = np.zeros(len(SIGNALS))
-        for n, v in weights.items():
-            shipped[col[n]] = v
-        line(name, qs, Slots(Linear(shipped, 0.0), lst, 40))
-    rounded = np.zeros(len(SIGNALS))
+        line(name, qs, Slots(table(weights, len(FEATURES)), lst, 40))
+    rounded = np.zeros(len(FEATURES))
     rounded[cols] = np.round(m.weights[cols], 3)
     line("window table (rounded)", qs, Slots(Linear(rounded, 0.0), lst, 40),
          f"LOCO {fold_loco(tune, folds, lambda x: Slots(x, lst, 40)):.4f}")
@@ -108,12 +109,9 @@ def two_topic_days() -> int:
     from dataclasses import replace
 
     from tiered_memory.config import RetrievalConfig
-    from tiered_memory.recall.fusion import LEARNED, SIGNALS
+    from tiered_memory.recall.fusion import LEARNED
     from tiered_memory.recall.query import is_listing_question
     from tiered_memory.recall.search import turn_weights
-
-    from bench.fusion_fit import Linear, features
-    from bench.fusion_round2 import pool_query
 
     def day(session_id: str) -> str:
         m = re.fullmatch(r"session_(\d+)", session_id)
@@ -121,19 +119,13 @@ def two_topic_days() -> int:
 
     w = turn_weights(RetrievalConfig())
     pools = load()
-    col = {n: i for i, n in enumerate(SIGNALS)}
-    tables = {}
-    for name, weights in (("whole sessions", SESSION_TABLE), ("topic window", LEARNED)):
-        v = np.zeros(len(SIGNALS))
-        for n, x in weights.items():
-            v[col[n]] = x
-        tables[name] = Linear(v, 0.0)
+    tables = {"whole sessions": table(SESSION_TABLE, len(FEATURES)), "topic window": table(LEARNED, len(FEATURES))}
     print("recall@10 (recall@5, -); listing spread throughout; tables as fitted, not refitted", flush=True)
     for merged in (False, True):
         qs, listing = [], {}
         for p in pools:
             placed = [replace(c, session_id=day(c.session_id) if merged else c.session_id) for c in p.candidates]
-            q = pool_query(p, features(placed, p.previous, p.plan, w, {c.id: s for c, s in zip(p.candidates, p.seq)}))
+            q = pool_query(p, features(placed, p.previous, p.plan, w, by_seq(p)))
             if merged:
                 q.session = np.array([int(day(c.session_id)[4:]) for c in p.candidates])
             listing[id(q)] = 2 if is_listing_question(p.plan.text) else 0
@@ -142,10 +134,6 @@ def two_topic_days() -> int:
             line(f"{'two sessions a day' if merged else 'sessions as they are'}: {name}", qs,
                  Slots(model, lambda q: listing[id(q)], 40))
     return 0
-
-
-SELECTED_CORE = ("similarity", "keyword_score", "date", "previous_question", "question", "speaker", "time",
-                 "session_terms", "session_best", "next_similarity", "next_keyword", "previous_keyword", "length")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
