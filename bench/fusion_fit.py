@@ -261,17 +261,19 @@ def describe(model: Linear) -> str:
     return ", ".join(parts) + f", session share {model.share:.3f}"
 
 
-AGAINST = ("hand", "no-spread", "session-table")
+AGAINST = ("hand", "no-spread", "session-table", "window-table")
 
 
 def latency(data: Path, rounds: int = 3, against: str = "hand") -> None:
     """Search time of the shipped settings against ``against`` ("hand": the hand fusion;
-    "no-spread": no session spread for listing questions; "session-table": the learned table
-    before the topic window, ``bench.fusion_window.SESSION_TABLE``), interleaved in one process
-    on one memory (every LoCoMo dev turn under one user), query vectors given."""
+    "no-spread": no session spread for listing questions; "session-table" / "window-table": the
+    learned table before the topic window / before the answer type, ``bench.fusion_window.SESSION_TABLE``
+    / ``bench.fusion_answer.WINDOW_TABLE``), interleaved in one process on one memory (every LoCoMo
+    dev turn under one user), query vectors given."""
     import time
     from dataclasses import replace
 
+    from bench.fusion_answer import WINDOW_TABLE
     from bench.fusion_window import SESSION_TABLE
     from bench.locomo import ingest
     from bench.locomo_data import percentile
@@ -289,7 +291,8 @@ def latency(data: Path, rounds: int = 3, against: str = "hand") -> None:
         vectors = {q: embed_query(embedder, q) for q in questions}
         shipped = MemoryConfig().retrieval
         other = {"hand": replace(shipped, turn_fusion="hand"), "no-spread": replace(shipped, listing_spread=0.0),
-                 "session-table": replace(shipped, fusion_weights=SESSION_TABLE)}[against]
+                 "session-table": replace(shipped, fusion_weights=SESSION_TABLE),
+                 "window-table": replace(shipped, fusion_weights=WINDOW_TABLE)}[against]
         configs = {against: other, "shipped": shipped}
         ms: dict[str, list[float]] = {name: [] for name in configs}
         for _ in range(rounds):
@@ -314,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ablate", action="store_true", help="backward feature elimination (tuning split)")
     p.add_argument("--latency", nargs="?", const="hand", choices=AGAINST,
                    help="search p50/p95 of the shipped settings against the hand fusion (default), "
-                        "no session spread, or the learned table before the topic window, interleaved")
+                        "no session spread, or the learned table before the topic window / the answer type")
     args = p.parse_args(argv)
     if args.latency:
         latency(Path(args.file), against=args.latency)

@@ -13,10 +13,11 @@ plus ``weight["session_share"]`` x its session's share of the best such scores
 to its neighbours here, and what picks the turns whose neighbours are fetched.
 
 :data:`LEARNED` was fitted (softmax over each question's pool, L2-regularised, the cosine's
-weight fixed at 1; ``bench/fusion_fit.py``, today's table by ``python -m bench.fusion_window
---fit``) on the tuning split only: LoCoMo conv-26, -30 and -41 and the same three in the
-real-chat rewrite. It reads a turn's topic window (``window_terms``, ``window_best``) where
-the table before it read its whole session. The figures are in ``bench/README.md``.
+weight fixed at 1; ``bench/fusion_fit.py``, today's table by ``python -m bench.fusion_answer``)
+on the tuning split only: LoCoMo conv-26, -30 and -41 and the same three in the real-chat
+rewrite. It reads a turn's topic window (``window_terms``, ``window_best``) where an earlier
+table read its whole session, and whether the turn holds the kind of answer the query asks for
+(``answer_type``, :mod:`.answers`). The figures are in ``bench/README.md``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Collection, Mapping, Sequence
 import numpy as np
 
 from ..errors import ConfigurationError
+from .answers import holds_answer
 from .coverage import coverage, exchange_coverage, session_coverage, stems, term_weights
 from .query import QueryPlan, has_time_expression, question_share
 from .scoring import (Candidate, Scored, TurnWeights, base_scores, in_date_ranges, names_speaker, recency_score,
@@ -55,6 +57,7 @@ SIGNALS = (
     "length",            # -log(characters / the pool's median)
     "window_terms",      # the query terms' coverage by the candidates within TOPIC_WINDOW turns of it
     "window_best",       # the best base score within TOPIC_WINDOW turns of it / the best of all
+    "answer_type",       # 1 if the query asks for a number, place, person or name and the turn holds one
 )
 # A topic's turns lie near each other: the window signals read the candidates of the turn's
 # session within this many turns of it (by the places a search counts), not its whole
@@ -65,9 +68,9 @@ SESSION_SHARE = "session_share"  # applied after the sum: its session's share of
 
 # fitted by bench/fusion_fit.py on the tuning split (see the module docstring)
 LEARNED: Mapping[str, float] = {
-    "similarity": 1.0, "keyword_score": 0.979, "date": 2.639, "previous_question": 0.322, "question": -0.403,
-    "speaker": 1.816, "time": 0.711, "next_similarity": 0.174, "next_keyword": 0.343, "previous_keyword": 0.992,
-    "length": -0.267, "window_terms": 2.430, "window_best": 2.130,
+    "similarity": 1.0, "keyword_score": 0.957, "date": 2.605, "previous_question": 0.271, "question": -0.375,
+    "speaker": 1.792, "time": 0.675, "next_similarity": 0.172, "next_keyword": 0.343, "previous_keyword": 0.970,
+    "length": -0.267, "window_terms": 2.397, "window_best": 2.101, "answer_type": 0.672,
 }
 
 
@@ -187,6 +190,14 @@ def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan:
         peak = max(base.values(), default=0.0)
         if "window_best" in wanted and peak > 0:
             column("window_best", {i: best / peak for i, (best, _) in near.items()})
+    if "answer_type" in wanted and plan.answer:
+        # the chat's own people are greeted and addressed all the time: they answer no *who*
+        participants = set(plan.names)
+        for c in candidates:
+            if c.speaker and c.speaker not in participants:
+                participants.add(c.speaker)
+                participants.update(c.speaker.split())
+        column("answer_type", {c.id: 1.0 for c in candidates if holds_answer(plan.answer, c.text, participants)})
     if "length" in wanted and candidates:
         lengths = sorted(len(c.text) for c in candidates)
         typical = max(1, lengths[len(lengths) // 2])

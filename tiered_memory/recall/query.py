@@ -66,6 +66,18 @@ _PLURAL_ASKED = re.compile(
     r"\b(?:what|which)\s+(?:[\w+-]+\s+){0,2}?[\w+-]*[^\Ws]s\s+(?:has|have|does|do|did|are|were)\b", re.I)
 _PERFECT = re.compile(r"\b(?:has|have)\s+[A-Z][\w'’-]*(?:\s+and\s+[A-Z][\w'’-]*)?\s+(?:ever\s+)?[a-z]+")
 _POINT_IN_TIME = re.compile(r"^\W*(?:when|how long)\b", re.I)
+# the kind of answer a question asks for (answer-type matching; recall/answers.py reads the turns)
+NUMBER, PLACE, PERSON, NAME = "number", "place", "person", "name"
+KINDS = (NUMBER, PLACE, PERSON, NAME)
+
+_ASKS_NUMBER = re.compile(
+    r"^\W*(?:how (?:many|much|long|old|often|far)\b|what (?:age|number|percentage|score)\b)", re.I)
+_ASKS_PLACE = re.compile(
+    r"^\W*where\b|\b(?:which|what) (?:city|country|state|place|town|location|restaurant|park)\b", re.I)
+_ASKS_PERSON = re.compile(r"^\W*(?:who|whom|whose)\b", re.I)
+_ASKS_NAME = re.compile(
+    r"\bname of\b|\bcalled\b|^\W*(?:what|which) (?:book|movie|song|band|game|artist|show|novel|album|series)s?\b",
+    re.I)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +88,8 @@ class QueryPlan:
     its own syntax, ``names``
     the proper names it mentions, ``dates`` the ``(start, end)`` epoch ranges of the
     dates it names, ``temporal`` whether it asks *when*, ``listing`` whether it asks for
-    several things (:func:`is_listing_question`).
+    several things (:func:`is_listing_question`), ``answer`` the kind of answer it asks for
+    (:func:`answer_kind`).
     """
 
     text: str
@@ -85,6 +98,7 @@ class QueryPlan:
     dates: tuple[tuple[float, float], ...] = ()
     temporal: bool = False
     listing: bool = False
+    answer: str | None = None
 
 
 def proper_names(text: str) -> frozenset[str]:
@@ -134,6 +148,16 @@ def date_ranges(text: str) -> tuple[tuple[float, float], ...]:
     return tuple(out)
 
 
+def answer_kind(question: str) -> str | None:
+    """The kind of answer ``question`` asks for (one of :data:`KINDS`), or None: ``"How many
+    kids ...?"`` -> ``"number"``, ``"Where did ...?"`` -> ``"place"``, ``"Who ...?"`` ->
+    ``"person"``, ``"What is the name of ...?"`` / ``"What book ...?"`` -> ``"name"``."""
+    for kind, asks in ((NUMBER, _ASKS_NUMBER), (PLACE, _ASKS_PLACE), (PERSON, _ASKS_PERSON), (NAME, _ASKS_NAME)):
+        if asks.search(question):
+            return kind
+    return None
+
+
 def is_temporal_question(text: str) -> bool:
     """Does the query ask *when* (``when``, ``what year``, ``how long``, ``in which month``)?"""
     return bool(_TEMPORAL_QUESTION.search(text))
@@ -170,8 +194,8 @@ def question_share(text: str) -> float:
 
 
 def plan_query(text: str) -> QueryPlan:
-    """Analyse a query: keyword expression, names, dates, whether it asks *when*, and
-    whether it asks for several things."""
+    """Analyse a query: keyword expression, names, dates, whether it asks *when*, whether it
+    asks for several things, and the kind of answer it asks for."""
     return QueryPlan(text=text, terms=tuple(keywords(text)), names=proper_names(text),
                      dates=date_ranges(text), temporal=is_temporal_question(text),
-                     listing=is_listing_question(text))
+                     listing=is_listing_question(text), answer=answer_kind(text))

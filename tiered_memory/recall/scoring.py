@@ -122,6 +122,12 @@ def speaker_of(content: str, metadata: Mapping[str, Any] | None = None) -> str |
     return m[1] if m else None
 
 
+def without_speaker(content: str) -> str:
+    """``content`` without a leading ``"Name: "`` (the way chats are often written down)."""
+    m = _SPEAKER_PREFIX.match(content)
+    return content[m.end():] if m else content
+
+
 def names_speaker(names: frozenset[str], speaker: str | None) -> bool:
     """Whether a query's ``names`` include ``speaker`` (whole name or any of its words)."""
     if not speaker or not names:
