@@ -83,6 +83,10 @@ def test_is_temporal_question(text, temporal):
     ("Tim: It was back in 2019", True),
     ("Caroline: Thanks, that means a lot!", False),
     ("Caroline: Researching adoption agencies.", False),
+    # whole words only (a maximal run of word characters), read case-insensitively
+    ("We met THIS MORNING", True), ("that  morning", False),  # the pair is one space apart
+    ("it's a day-to-day thing", True), ("Mayday!", False), ("in 1999.", True), ("x2022 and 2022s", False),
+    ("the weekend_plan", False), ("thismorning", False), ("Busy this evening?", True),
 ])
 def test_has_time_expression(text, has):
     assert has_time_expression(text) is has
@@ -97,6 +101,7 @@ def test_has_time_expression(text, has):
     ("is it 3.5?", 1.0),
     ("", 0.0),
     ("[shares a photo]", 0.0),
+    ("No question here. None at all!", 0.0),
 ])
 def test_question_share(text, share):
     assert question_share(text) == pytest.approx(share)

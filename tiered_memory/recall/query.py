@@ -36,6 +36,13 @@ def keywords(text: str) -> list[str]:
     return list(seen)
 
 
+def content_words(text: str) -> set[str]:
+    """The words of :func:`keywords` as a set (no order kept, so it is quicker)."""
+    words = set(_TOKEN.findall(text.lower()))
+    words -= STOPWORDS
+    return {w for w in words if len(w) > 1 or w.isdigit()}
+
+
 
 
 # ---- query analysis ----------------------------------------------------------
@@ -49,11 +56,15 @@ _MON_DAY_YEAR = re.compile(r"\b" + _MON + r"\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+((?
 _MON_YEAR = re.compile(r"\b" + _MON + r",?\s+((?:19|20)\d\d)\b", re.I)
 _YEAR = re.compile(r"\b((?:19|20)\d\d)\b")
 _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday"
-_TIME_EXPRESSION = re.compile(
-    r"\b(?:yesterday|today|tonight|tomorrow|recently|lately|ago|last|next|since|weekend|"
-    r"(?:this|that) (?:morning|afternoon|evening|night|week|month|year|summer|winter|spring|fall)|"
-    r"days?|weeks?|months?|years?|(?:19|20)\d\d|"
-    + "|".join(list(_MONTHS) + _WEEKDAYS.split()) + r")\b", re.I)
+# a time expression: one of these whole words (a maximal run of word characters), a year, or
+# "this/that <part of the day or year>" (has_time_expression reads the words once, not the regex)
+_TIME_WORDS = frozenset(
+    "yesterday today tonight tomorrow recently lately ago last next since weekend day days week weeks month "
+    "months year years".split()) | frozenset(_MONTHS) | frozenset(_WEEKDAYS.split())
+_WORD = re.compile(r"\w+")
+_YEAR_WORD = re.compile(r"(?:19|20)\d\d")
+_THIS_THAT = re.compile(r"\b(?:this|that) (?:morning|afternoon|evening|night|week|month|year|summer|winter|spring|"
+                        r"fall)\b")
 _TEMPORAL_QUESTION = re.compile(
     r"^\W*(?:when\b|what (?:date|day|time|year|month|week)\b|how long\b|"
     r"(?:in |on |during )?(?:which|what) (?:year|month|day|week|date)\b)", re.I)
@@ -176,7 +187,11 @@ def is_listing_question(text: str) -> bool:
 @lru_cache(maxsize=16384)  # the same turns come back query after query
 def has_time_expression(text: str) -> bool:
     """Does ``text`` place something in time (``yesterday``, ``last week``, ``May``, ``2022``)?"""
-    return bool(_TIME_EXPRESSION.search(text))
+    lower = text.lower()
+    words = set(_WORD.findall(lower))
+    if words & _TIME_WORDS or any(_YEAR_WORD.fullmatch(w) for w in words if len(w) == 4):
+        return True
+    return ("this" in words or "that" in words) and bool(_THIS_THAT.search(lower))
 
 
 _BRACKETED = re.compile(r"\[[^\]]*\]")
@@ -187,6 +202,8 @@ SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")  # after a sentence's end mark
 def question_share(text: str) -> float:
     """The share of ``text``'s sentences that are questions (end with ``?``), bracketed
     notes such as ``[shares a photo]`` left out; 0.0 for a text without sentences."""
+    if "?" not in text:  # no question mark, no question (and most turns have none)
+        return 0.0
     sentences = [p.strip() for p in SENTENCE_BREAK.split(_BRACKETED.sub(" ", text)) if p.strip()]
     if not sentences:
         return 0.0
