@@ -150,15 +150,17 @@ def sources_of(memory: Any, user_id: str, dia_of: Mapping[str, str]) -> dict[str
 
 
 def measure(conv: Conversation, *, embedder: Any, folder: Path, mode: str, budgets: Sequence[int] = BUDGETS,
-            llm: Any = None, log: Any = None) -> dict[int, list[Measured]]:
+            llm: Any = None, log: Any = None, config: Any = None) -> dict[int, list[Measured]]:
     """Ingest ``conv`` into a fresh memory in ``mode`` and build every question's context at
-    every budget; returns budget -> one :class:`Measured` per question."""
+    every budget; returns budget -> one :class:`Measured` per question. ``config``: the
+    memory's ``MemoryConfig`` (default: the defaults)."""
     from tiered_memory import MemoryConfig, TieredMemory
     from tiered_memory.config import LLMConfig
 
     import json
 
-    config = MemoryConfig(llm=LLMConfig(timeout_s=600, max_tokens=512)) if llm is not None else MemoryConfig()
+    if config is None:
+        config = MemoryConfig(llm=LLMConfig(timeout_s=600, max_tokens=512)) if llm is not None else MemoryConfig()
     user = "u"
     out: dict[int, list[Measured]] = {b: [] for b in budgets}
     done = folder / "ingested.json"  # a kept folder (--context-keep) is measured again without re-ingesting
