@@ -30,9 +30,10 @@ from bench.context_recall import BUDGETS, Measured, measure, summarize_context  
 from bench.fusion_fit import DEFAULT_DATA  # noqa: E402  (it also sets the offline environment)
 from bench.locomo_data import load_conversations  # noqa: E402
 
-# around 0.3/0.4/0.4/1.5, the default before answer types (today's: 0.3/0.3/0.4/1.5)
+# around 0.3/0.4/0.4/1.5, the default before answer types (today's: 0.3/0.2/0.4/1.5)
 SWEEP = ("0.3/0.4/0.4/1.5", "0.3/0.4/0.4/1.75", "0.3/0.4/0.4/2", "0.3/0.4/0.4/2.5", "0.3/0.4/0.3/1.5",
-         "0.3/0.4/0.5/1.5", "0.3/0.3/0.4/1.5", "0.3/0.5/0.4/1.5", "0.3/0.2/0.4/1.5", "0.3/0.3/0.5/1.5")
+         "0.3/0.4/0.5/1.5", "0.3/0.3/0.4/1.5", "0.3/0.5/0.4/1.5", "0.3/0.2/0.4/1.5", "0.3/0.3/0.5/1.5", "0.3/0.1/0.4/1.5",
+         "0.3/0.2/0.3/1.5", "0.3/0.2/0.5/1.5")
 
 
 def shares(spec: str) -> dict[str, float]:

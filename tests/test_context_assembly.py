@@ -105,7 +105,7 @@ def test_shares_are_configurable(make_memory: Callable[..., TieredMemory]) -> No
 
 def test_default_shares_documented() -> None:
     shares = BudgetConfig().shares
-    assert (shares["session"], shares["facts"], shares["episodes"], shares["turns"]) == (0.3, 0.3, 0.4, 1.5)
+    assert (shares["session"], shares["facts"], shares["episodes"], shares["turns"]) == (0.3, 0.2, 0.4, 1.5)
 
 
 def test_stored_text_cannot_pose_as_instructions(memory: TieredMemory) -> None:

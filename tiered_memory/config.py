@@ -81,7 +81,7 @@ class BudgetConfig:
     sessions), ``turns`` (relevant past turns) and ``items`` (store items, with
     ``include_items=True``; 0.2 when not named here). Shares are relative weights,
     normalised over the sections that have something to show, so by default
-    session, facts and episodes weigh 0.3, 0.3 and 0.4, and relevant turns 1.5 beside
+    session, facts and episodes weigh 0.3, 0.2 and 0.4, and relevant turns 1.5 beside
     them (turns 0.3, then 1.0, episodes 0.3 and facts 0.4, until December: each time the
     turn ranking improved, at 500 tokens the extractive facts and episodes reached less
     evidence per token than relevant turns alone; ``bench/README.md``, and
@@ -93,7 +93,7 @@ class BudgetConfig:
     max_tokens: int = 3000
     buffer_share: float = 0.4
     shares: dict[str, float] = field(
-        default_factory=lambda: {"session": 0.3, "facts": 0.3, "episodes": 0.4, "turns": 1.5}
+        default_factory=lambda: {"session": 0.3, "facts": 0.2, "episodes": 0.4, "turns": 1.5}
     )
 
 
