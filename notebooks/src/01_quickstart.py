@@ -52,13 +52,15 @@ print(memory.stats())
 
 # %% [markdown]
 # ## Search
-# Hybrid recall fuses vector similarity, keyword (BM25) and recency; every hit explains
-# its score. Ben's memories never appear in Ana's results.
+# Hybrid recall fuses vector similarity, keyword (BM25) and signals read from the turns
+# around each hit (a learned table of weights); every hit explains its score, signal by
+# signal. Ben's memories never appear in Ana's results.
 
 # %%
 for hit in memory.search("What does the user eat?", user_id="ana", k=3):
     print(f"{hit.score:.4f}  {hit.session_id:12s} {hit.text}")
-    print("        signals:", {k: round(v["rank"]) for k, v in hit.explanation["signals"].items()})
+    parts = hit.explanation["signals"]
+    print("        what it adds:", {k: round(v["contribution"], 2) for k, v in parts.items() if "contribution" in v})
 
 # %% [markdown]
 # ## Build a context for the next prompt
