@@ -21,7 +21,7 @@ import math
 from functools import lru_cache
 from typing import Mapping, Sequence
 
-from .query import content_words
+from .query import keywords
 
 PREVIOUS_SHARE = 0.5
 _SUFFIXES = ("ings", "ing", "edly", "ed", "ies", "es", "ly", "s")
@@ -43,7 +43,7 @@ def stem(word: str) -> str:
 @lru_cache(maxsize=16384)  # the same turns come back query after query
 def stems(text: str) -> frozenset[str]:
     """The stemmed content words of ``text``."""
-    return frozenset(stem(w) for w in content_words(text))
+    return frozenset(stem(w) for w in keywords(text))
 
 
 def term_weights(query_terms: Sequence[str], texts: Sequence[str]) -> dict[str, float]:

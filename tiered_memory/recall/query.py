@@ -36,15 +36,6 @@ def keywords(text: str) -> list[str]:
     return list(seen)
 
 
-def content_words(text: str) -> set[str]:
-    """The words of :func:`keywords` as a set (no order kept, so it is quicker)."""
-    words = set(_TOKEN.findall(text.lower()))
-    words -= STOPWORDS
-    return {w for w in words if len(w) > 1 or w.isdigit()}
-
-
-
-
 # ---- query analysis ----------------------------------------------------------
 _MONTHS: dict[str, int] = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
