@@ -3,6 +3,7 @@ finds what plain vector search misses (the benchmark's own parsing: ``test_bench
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -13,8 +14,10 @@ from tiered_memory.recall.query import (
     date_ranges,
     has_time_expression,
     is_temporal_question,
+    keywords,
     plan_query,
     proper_names,
+    STOPWORDS,
     question_share,
 )
 from tiered_memory.recall.scoring import (
@@ -90,6 +93,20 @@ def test_is_temporal_question(text, temporal):
 ])
 def test_has_time_expression(text, has):
     assert has_time_expression(text) is has
+
+
+@pytest.mark.parametrize("text", [
+    "Caroline: I went to the LGBTQ+ support group yesterday!", "snake_case and kebab-case, e-mail@x.org",
+    "Straße, café and naïve: Ünïcode words", "it's 3.5 km; 10/10 would go again", "A b c 7 _ __ -", "",
+    "Ｆｕｌｌｗｉｄｔｈ text", "tabs\tand\nnew lines", "I I I me my the a 1 2 3 42",
+])
+def test_keywords_split_ascii_and_other_text_alike(text):
+    # ASCII text takes a quicker path (str.translate) than the regex: the same words, in order
+    seen: dict[str, None] = {}
+    for tok in re.findall(r"[^\W_]+", text.lower()):
+        if tok not in STOPWORDS and (len(tok) > 1 or tok.isdigit()):
+            seen.setdefault(tok, None)
+    assert keywords(text) == list(seen)
 
 
 @pytest.mark.parametrize("text, share", [

@@ -43,7 +43,7 @@ def stem(word: str) -> str:
 @lru_cache(maxsize=16384)  # the same turns come back query after query
 def stems(text: str) -> frozenset[str]:
     """The stemmed content words of ``text``."""
-    return frozenset(stem(w) for w in keywords(text))
+    return frozenset(map(stem, keywords(text)))
 
 
 def term_weights(query_terms: Sequence[str], texts: Sequence[str]) -> dict[str, float]:
