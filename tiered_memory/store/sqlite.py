@@ -185,25 +185,28 @@ class SQLiteRecordStore(SQLiteDatabase):
             [user_id, *ids])
         if not targets:
             return {}
-        # rowids are global, so a session's turns may be spread out: look 4x wider, then count positions
+        # rowids are global, so a session's turns may be spread out: look 4x wider, then count
+        # positions; the ranges read only ids and rowids (from the covering index), and the rows
+        # that are someone's neighbour are then read once
         span = window * 4
-        by_session: dict[str, dict[str, StoredMessage]] = {}
+        by_session: dict[str, dict[str, int]] = {}
         with self.lock:  # one simple index range per target: cheaper than one query OR-ing them
             try:
                 for _, sid, seq in targets:
-                    for r in self.conn.execute(
-                            f"SELECT {_COLUMNS} FROM messages WHERE user_id=? AND session_id=?"
+                    for mid, rowid in self.conn.execute(
+                            "SELECT id, rowid FROM messages WHERE user_id=? AND session_id=?"
                             " AND rowid BETWEEN ? AND ?", (user_id, sid, seq - span, seq + span)):
-                        by_session.setdefault(sid, {})[r[0]] = _row(r)
+                        by_session.setdefault(sid, {})[mid] = rowid
             except sqlite3.Error as e:
                 raise StoreError(f"record store read failed: {e}") from e
-        ordered = {sid: sorted(found.values(), key=lambda m: m.seq) for sid, found in by_session.items()}
-        out: dict[str, list[StoredMessage]] = {}
+        ordered = {sid: sorted(found, key=found.__getitem__) for sid, found in by_session.items()}
+        near: dict[str, list[str]] = {}
         for mid, sid, _ in targets:
-            msgs = ordered[sid]
-            pos = next(i for i, m in enumerate(msgs) if m.id == mid)
-            out[mid] = msgs[max(0, pos - window): pos + window + 1]
-        return out
+            ids_in_order = ordered[sid]
+            pos = ids_in_order.index(mid)
+            near[mid] = ids_in_order[max(0, pos - window): pos + window + 1]
+        rows = self.get_by_ids(user_id, [i for around in near.values() for i in around])
+        return {mid: [rows[i] for i in around if i in rows] for mid, around in near.items()}
 
     def session_gaps(self, user_id: str, pairs: Sequence[tuple[str, int, int]]) -> list[int]:
         """Each pair's count over the covering index on ``(user_id, session_id, rowid)``, a
