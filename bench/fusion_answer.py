@@ -9,8 +9,10 @@ by a person, *what is the name of* / *what book* by a name or a title
 (``recall.query.answer_kind`` reads the question, ``recall.answers.holds_answer`` the turn).
 The core's own ``answer_type`` column is added to the table before it, refitted (listwise, L2
 0.01, tuning split; LOCO as in round two); beside it, one column per kind, and the kind held
-by the turn after it (the reply). The last line prints the fitted table as ``LEARNED``.
-Prints numbers; writes nothing.
+by the turn after it (the reply); and, tried beside it, the cosine of a turn's exchange as one
+key (the length-weighted mean of the static vectors of the turn and the one before it, or the
+ones before and after). The last line prints the fitted table as ``LEARNED``. Prints numbers;
+writes nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +41,31 @@ WINDOW_TABLE = {
 }
 
 
+def exchange_cosines(p: Any, embedder: Any, vectors: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per candidate: the query's cosine to the length-weighted mean of the vectors of the turn
+    and the turn before it, and of the turns before and after it (those in the pool)."""
+    from tiered_memory.embedding import embed_query
+
+    qv = embed_query(embedder, p.plan.text)
+    at = {c.id: c for c in p.candidates}
+    after = {b: i for i, b in p.previous.items() if i in at and b in at}
+
+    def cosine(texts: list[str]) -> float:
+        mean = sum(vectors[t] * max(1, len(t)) for t in texts)
+        norm = float(np.linalg.norm(mean))
+        return float(mean @ qv / norm) if norm else 0.0
+
+    two, three = [], []
+    for c in p.candidates:
+        before = [at[p.previous[c.id]].text] if p.previous.get(c.id) in at else []
+        nxt = [at[after[c.id]].text] if c.id in after else []
+        two.append(cosine(before + [c.text]))
+        three.append(cosine(before + [c.text] + nxt))
+    return np.array(two), np.array(three)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from tiered_memory.embedding import default_embedder
     from tiered_memory.recall.fusion import LEARNED
     from tiered_memory.recall.query import KINDS, is_listing_question
 
@@ -50,12 +76,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     kinds = Counter((p.dataset, p.plan.answer) for p in pools)
     print("questions by the kind of answer asked:",
           ", ".join(f"{k or 'none'} {kinds[('locomo', k)]}" for k in (*KINDS, None)), "(each set)", flush=True)
+    embedder = default_embedder()
+    texts = sorted({c.text for p in pools for c in p.candidates})
+    vectors = dict(zip(texts, embedder.embed_array(texts)))
     for q, p in zip(qs, pools):
         held = q.x[:, answer]
         at = {c.id: k for k, c in enumerate(p.candidates)}
         after = {at[b]: at[i] for i, b in p.previous.items() if i in at and b in at}
         reply = np.array([held[after[k]] if k in after else 0.0 for k in range(len(held))])
-        q.x = np.column_stack([q.x[:, :width], *(held * (p.plan.answer == k) for k in KINDS), reply])
+        q.x = np.column_stack([q.x[:, :width], *(held * (p.plan.answer == k) for k in KINDS), reply,
+                               *exchange_cosines(p, embedder, vectors)])
     listing = {id(q): 2 if is_listing_question(p.plan.text) else 0 for q, p in zip(qs, pools)}
     lst: Callable[[Any], int] = lambda q: listing[id(q)]  # noqa: E731
     tune = [q for q in qs if q.conversation in TUNE]
@@ -75,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     shipped = row("+ answer type (shipped)", before + [answer])
     row("+ one column per kind", before + [width + k for k in range(len(KINDS))])
     row("+ answer type, and the reply's", before + [answer, width + len(KINDS)])
+    row("+ the exchange's cosine (turn before)", before + [width + len(KINDS) + 1])
+    row("+ the exchange's cosine (before and after)", before + [width + len(KINDS) + 2])
     cols = before + [answer]
     print("LEARNED = {" + ", ".join(f'"{FEATURES[i]}": {shipped.weights[i]:.3f}' for i in cols) + "}", flush=True)
     rounded = np.zeros(full)
