@@ -84,6 +84,23 @@ def found(store: SQLiteRecordStore, user: str, *terms: str, session: str | None 
     return {i for i, _ in store.keyword_search(user, list(terms), k=10_000, session_id=session)}
 
 
+def test_the_best_k_are_the_head_of_the_whole_ranking(tmp_path):
+    # the k best are taken from the index before their rows are read: the same rows, in order
+    store = SQLiteRecordStore(tmp_path / "r.sqlite3")
+    try:
+        store.insert_messages([msg(i, "violin " * (1 + i % 4) + "lesson" + " filler" * i, session=f"s{i % 3}")
+                               for i in range(40)])
+        store.insert_messages([msg(100 + i, "violin lesson", user="other") for i in range(5)])
+        whole = store.keyword_search("u", ["violin", "lesson"], k=10_000)
+        scores = [s for _, s in whole]
+        assert len(whole) == 40 and len(set(scores)) == 40 and scores == sorted(scores, reverse=True)
+        assert store.keyword_search("u", ["violin", "lesson"], k=7) == whole[:7]
+        in_session = store.keyword_search("u", ["violin"], k=5, session_id="s1")
+        assert len(in_session) == 5 and {i for i, _ in in_session} <= {f"m{i}" for i in range(1, 40, 3)}
+    finally:
+        store.close()
+
+
 ODD_IDS = ["alice", "Alice", 'o"neil \'x', "two words ", "用户 é", "1q", "7", "--", " ", ""]  # "": no user
 
 
