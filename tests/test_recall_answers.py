@@ -35,6 +35,9 @@ def test_the_kind_of_answer_a_question_asks_for(question, kind):
     (NUMBER, "We have 3 kids now.", True), (NUMBER, "Two of them are twins.", True),
     (NUMBER, "We went there twice last year", True), (NUMBER, "Plenty of kids here.", False),
     (NUMBER, "Someone said something.", False),
+    # a number word as a whole word, any case; a speaker's name is not part of the turn
+    (NUMBER, "ONE more time", True), (NUMBER, "one's enough", True), (NUMBER, "twenty-one", True),
+    (NUMBER, "the one_two step", False), (NUMBER, "Seven: hi there", False), (NUMBER, "Ann: room ٣", True),
     (PLACE, "I moved from Sweden when I was small.", True), (PLACE, "We camped at the Grand Canyon.", True),
     (PLACE, "We went to the beach.", False),  # no name: not told apart from any other turn
     (PLACE, "Paris is lovely.", False),  # no place preposition

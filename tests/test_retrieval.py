@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
+from tiered_memory.recall.coverage import stem, stems
 from tiered_memory.recall.query import (
     QueryPlan,
     date_ranges,
@@ -90,6 +91,7 @@ def test_is_temporal_question(text, temporal):
     ("We met THIS MORNING", True), ("that  morning", False),  # the pair is one space apart
     ("it's a day-to-day thing", True), ("Mayday!", False), ("in 1999.", True), ("x2022 and 2022s", False),
     ("the weekend_plan", False), ("thismorning", False), ("Busy this evening?", True),
+    ("born 2001_x", False), ("2001: a year", True), ("that was it", False), ("that ago", True),
 ])
 def test_has_time_expression(text, has):
     assert has_time_expression(text) is has
@@ -99,14 +101,17 @@ def test_has_time_expression(text, has):
     "Caroline: I went to the LGBTQ+ support group yesterday!", "snake_case and kebab-case, e-mail@x.org",
     "Straße, café and naïve: Ünïcode words", "it's 3.5 km; 10/10 would go again", "A b c 7 _ __ -", "",
     "Ｆｕｌｌｗｉｄｔｈ text", "tabs\tand\nnew lines", "I I I me my the a 1 2 3 42",
+    "Really, their hobbies: painting, cities, being busy; I'm doing x y z",
 ])
 def test_keywords_split_ascii_and_other_text_alike(text):
-    # ASCII text takes a quicker path (str.translate) than the regex: the same words, in order
+    # ASCII text takes a quicker path (bytes.translate) than the regex: the same words, in order,
+    # and stems (a set path for ASCII text) are the stems of those words
     seen: dict[str, None] = {}
     for tok in re.findall(r"[^\W_]+", text.lower()):
         if tok not in STOPWORDS and (len(tok) > 1 or tok.isdigit()):
             seen.setdefault(tok, None)
     assert keywords(text) == list(seen)
+    assert stems(text) == frozenset(map(stem, seen))
 
 
 @pytest.mark.parametrize("text, share", [

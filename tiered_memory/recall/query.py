@@ -27,16 +27,26 @@ STOPWORDS = frozenset(
 )
 
 
-# ASCII text is split by str.translate, a few times quicker than the regex and the same words:
-# every ASCII character that is not a letter or a digit becomes a space (_TOKEN's runs), and
-# for _WORD's runs (\w+) every one but "_"
-_SPLIT_TOKEN = str.maketrans({c: " " for c in map(chr, range(128)) if not c.isalnum()})
-_SPLIT_WORD = str.maketrans({c: " " for c in map(chr, range(128)) if not c.isalnum() and c != "_"})
+# ASCII text is split by bytes.translate, several times quicker than the regex (and than
+# str.translate) and the same words: every ASCII character that is not a letter or a digit becomes
+# a space (_TOKEN's runs), and for _WORD's runs (\w+) every one but "_"
+_TOKEN_BYTES = bytes(c if c < 128 and chr(c).isalnum() else 32 for c in range(256))
+_WORD_BYTES = bytes(c if c < 128 and (chr(c).isalnum() or c == 95) else 32 for c in range(256))
+
+
+def ascii_tokens(lower: str) -> list[str]:
+    """The runs of letters and digits of a lower-cased ASCII text (``_TOKEN``'s)."""
+    return lower.encode().translate(_TOKEN_BYTES).decode().split()
+
+
+def words(lower: str) -> list[str]:
+    """The runs of word characters (``\\w+``) of a lower-cased text."""
+    return lower.encode().translate(_WORD_BYTES).decode().split() if lower.isascii() else _WORD.findall(lower)
 
 
 def _tokens(lower: str) -> list[str]:
     """The runs of letters and digits of a lower-cased text (``_TOKEN``)."""
-    return lower.translate(_SPLIT_TOKEN).split() if lower.isascii() else _TOKEN.findall(lower)
+    return ascii_tokens(lower) if lower.isascii() else _TOKEN.findall(lower)
 
 
 def keywords(text: str) -> list[str]:
@@ -64,8 +74,10 @@ _WEEKDAYS = "monday tuesday wednesday thursday friday saturday sunday"
 _TIME_WORDS = frozenset(
     "yesterday today tonight tomorrow recently lately ago last next since weekend day days week weeks month "
     "months year years".split()) | frozenset(_MONTHS) | frozenset(_WEEKDAYS.split())
+_YEAR_DIGITS = re.compile(r"(?:19|20)\d\d")  # _YEAR without its word ends: 3x quicker to rule a text out
+_THIS_THAT_WORDS = frozenset(("this", "that"))
+_TIME_OR_THIS_THAT = _TIME_WORDS | _THIS_THAT_WORDS
 _WORD = re.compile(r"\w+")
-_YEAR_WORD = re.compile(r"(?:19|20)\d\d")
 _THIS_THAT = re.compile(r"\b(?:this|that) (?:morning|afternoon|evening|night|week|month|year|summer|winter|spring|"
                         r"fall)\b")
 _TEMPORAL_QUESTION = re.compile(
@@ -191,10 +203,10 @@ def is_listing_question(text: str) -> bool:
 def has_time_expression(text: str) -> bool:
     """Does ``text`` place something in time (``yesterday``, ``last week``, ``May``, ``2022``)?"""
     lower = text.lower()
-    words = set(lower.translate(_SPLIT_WORD).split() if lower.isascii() else _WORD.findall(lower))
-    if words & _TIME_WORDS or any(_YEAR_WORD.fullmatch(w) for w in words if len(w) == 4):
+    found = _TIME_OR_THIS_THAT.intersection(words(lower))
+    if found - _THIS_THAT_WORDS or (_YEAR_DIGITS.search(lower) and _YEAR.search(lower)):  # a year as a word
         return True
-    return ("this" in words or "that" in words) and bool(_THIS_THAT.search(lower))
+    return bool(found) and bool(_THIS_THAT.search(lower))
 
 
 _BRACKETED = re.compile(r"\[[^\]]*\]")
