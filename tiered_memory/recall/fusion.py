@@ -178,7 +178,7 @@ def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan:
     if wanted_any(wanted, "window_terms", "window_best"):
         # each candidate's query terms as bits: a window's terms are their OR, scored once per set
         bit = {t: 1 << n for n, t in enumerate(weights)}
-        held = {c.id: sum(bit[t] for t in stems(c.text) & weights.keys()) for c in candidates} \
+        held = {c.id: sum(map(bit.__getitem__, stems(c.text) & weights.keys())) for c in candidates} \
             if "window_terms" in wanted and weights else {}
         near = topic_windows(candidates, TOPIC_WINDOW, places or {}, base, held)
         if held:
@@ -253,9 +253,9 @@ def score_learned(
     (None: all) carry their parts: explaining every candidate costs more than scoring it.
     ``places``: each candidate's place in its session, for the topic window."""
     base = base_scores(candidates, plan, w)
-    dated = {c.id: bool(plan.dates) and in_date_ranges(c.timestamp, plan.dates, w.date_before_days,
-                                                        w.date_after_days) for c in candidates}
-    named = {c.id: names_speaker(plan.names, c.speaker) for c in candidates}
+    dated = {c.id: True for c in candidates if in_date_ranges(c.timestamp, plan.dates, w.date_before_days,
+                                                               w.date_after_days)} if plan.dates else {}
+    named = {c.id: True for c in candidates if names_speaker(plan.names, c.speaker)} if plan.names else {}
     columns = signal_columns(candidates, previous, plan, base, date_hit=dated, speaker_hit=named,
                              wanted={n for n, weight in fusion.items() if weight}, places=places)
     table = {n: weight for n, weight in fusion.items() if weight and n != SESSION_SHARE}
