@@ -37,7 +37,7 @@ class RetrievalConfig:
     keyword_weight: float = 1.0
     recency_weight: float = 0.2
     rrf_k: int = 60
-    candidates: int = 200  # vector and keyword candidates fetched per query
+    candidates: int = 150  # vector and keyword candidates fetched per query (bench/README: 200 found no more)
     chunk_candidates: int = 20  # chunk vectors of long messages fetched per query (0: chunks unused)
     id_scope_max: int = 20_000  # up to this many turns, pass the user's ids to the vector index (0: filter)
     # from this many of the user's vectors held in memory, the keyword query runs in a worker
