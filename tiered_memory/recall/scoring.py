@@ -150,7 +150,7 @@ def in_date_ranges(timestamp: float, ranges: Sequence[tuple[float, float]],
 @dataclass(kw_only=True, slots=True)
 class Candidate:
     """A turn that recall may return, with what the fetch found about it. Not changed once
-    built; not frozen, since a search builds some 450 and a frozen one costs 3x to build."""
+    built; not frozen, since a search builds some hundreds and a frozen one costs 3x to build."""
 
     id: str
     session_id: str
