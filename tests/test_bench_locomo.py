@@ -137,3 +137,20 @@ def test_first_of_each_session_keeps_rank_order():
 
     assert first_of_each_session(["D3:4", "D1:2", "D3:1", "D2:7", "D1:9"]) == ["D3:4", "D1:2", "D2:7"]
     assert first_of_each_session([]) == []
+
+
+def test_scale_recall_distractors_are_distinct_pairs_in_dated_sessions():
+    from bench.locomo_data import Turn
+    from bench.scale_recall import SESSION_TURNS, distractors
+
+    others = [Turn(dia_id=f"D1:{i}", session=1, speaker=f"P{i % 2}", text=f"turn {i}", timestamp=0.0)
+              for i in range(12)]
+    sessions = distractors(others, 45, start=1000.0, end=5000.0, seed=3)
+    texts = [m["content"] for s in sessions for m in s]
+    assert len(texts) == 45 == len(set(texts))  # distinct: none is a near-duplicate the library folds
+    assert all(len(t.split(" turn ")) == 2 for t in texts)  # each a pair of the others' turns
+    assert [len(s) for s in sessions] == [SESSION_TURNS, SESSION_TURNS, 5]
+    firsts = [s[0]["timestamp"] for s in sessions]
+    assert firsts == [1000.0, 3000.0, 5000.0]  # spread over the conversation's own dates
+    assert all(m["metadata"]["speaker"] in {"P0", "P1"} for s in sessions for m in s)
+    assert distractors(others, 45, start=1000.0, end=5000.0, seed=3) == sessions  # deterministic
