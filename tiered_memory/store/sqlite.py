@@ -186,19 +186,18 @@ class SQLiteRecordStore(SQLiteDatabase):
         if not targets:
             return {}
         # rowids are global, so a session's turns may be spread out: look 4x wider, then count
-        # positions; the ranges read only ids and rowids (from the covering index), and the rows
-        # that are someone's neighbour are then read once
+        # positions; the ranges read only ids and rowids (from the covering index on (user_id,
+        # session_id, rowid), one range a target, all in one statement), and the rows that are
+        # someone's neighbour are then read once
         span = window * 4
         by_session: dict[str, dict[str, int]] = {}
-        with self.lock:  # one simple index range per target: cheaper than one query OR-ing them
-            try:
-                for _, sid, seq in targets:
-                    for mid, rowid in self.conn.execute(
-                            "SELECT id, rowid FROM messages WHERE user_id=? AND session_id=?"
-                            " AND rowid BETWEEN ? AND ?", (user_id, sid, seq - span, seq + span)):
-                        by_session.setdefault(sid, {})[mid] = rowid
-            except sqlite3.Error as e:
-                raise StoreError(f"record store read failed: {e}") from e
+        ranges = self.query(
+            "WITH t(sid, lo, hi) AS (VALUES " + ",".join("(?,?,?)" for _ in targets) + ")"
+            " SELECT m.session_id, m.id, m.rowid FROM t JOIN messages m ON m.user_id=? AND m.session_id=t.sid"
+            " AND m.rowid BETWEEN t.lo AND t.hi",
+            [*(v for _, sid, seq in targets for v in (sid, seq - span, seq + span)), user_id])
+        for sid, mid, rowid in ranges:
+            by_session.setdefault(sid, {})[mid] = rowid
         ordered = {sid: sorted(found, key=found.__getitem__) for sid, found in by_session.items()}
         near: dict[str, list[str]] = {}
         for mid, sid, _ in targets:
