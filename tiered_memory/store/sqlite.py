@@ -186,9 +186,9 @@ class SQLiteRecordStore(SQLiteDatabase):
         if not targets:
             return {}
         # rowids are global, so a session's turns may be spread out: look 4x wider, then count
-        # positions; the ranges read only ids and rowids (from the covering index on (user_id,
-        # session_id, rowid), one range a target, all in one statement), and the rows that are
-        # someone's neighbour are then read once
+        # positions. The ranges (one a target, found by the index on (user_id, session_id, rowid),
+        # all in one statement) read only ids and rowids; the rows that are someone's neighbour
+        # are then read once
         span = window * 4
         by_session: dict[str, dict[str, int]] = {}
         ranges = self.query(
