@@ -7,11 +7,9 @@ The connection, its settings, transactions, migrations and durability are the
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
-from ..errors import StoreError
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS
 from .filters import sqlite_filter
