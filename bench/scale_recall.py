@@ -18,14 +18,16 @@ is the same search through LangChain's Chroma). ``--candidates`` compares values
     nice -n 19 python -m bench.scale_recall --dataset realchat   # the real-chat rewrite
     python -m bench.scale_recall --keep /tmp/scale-recall --candidates 150 200
 
-About 1 minute per conversation to build its store on a 2-core machine, then about
-15 s per setting. Prints numbers; writes only the stores (kept with ``--keep``).
+About 1.5 minutes per conversation on a 2-core machine with two settings, most of it building
+the store. Prints numbers; writes only the stores (kept with ``--keep``, where a store is
+reused once its build has finished).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import statistics
 import sys
 import tempfile
@@ -48,7 +50,7 @@ SESSION_TURNS = 20
 def distractors(others: Sequence[Turn], n: int, start: float, end: float, seed: int) -> list[list[dict[str, Any]]]:
     """``n`` distinct messages in sessions of :data:`SESSION_TURNS`: pairs of ``others``' turns
     (pure; the same seed gives the same sessions). Session ``s`` of ``S`` is dated at
-    ``start + s / S x (end - start)``, its turns a minute apart."""
+    ``start + s / (S - 1) x (end - start)``, its turns a minute apart."""
     rng = np.random.default_rng(seed)
     seen: set[str] = set()
     texts: list[tuple[str, str]] = []
@@ -135,11 +137,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         home = Path(args.keep or scratch)
         for conv in chosen:
             folder = home / f"{args.dataset}-{conv.id}-{args.distractors}"
-            new = not folder.exists()
+            built = home / f"{folder.name}.built"  # a build that stopped half-way is not reused
+            if folder.exists() and not built.exists():
+                shutil.rmtree(folder)
             with TieredMemory(folder) as m:
-                if new:
+                if not built.exists():
                     build(m, conv, [t for o in convs if o is not conv for t in o.turns], args.distractors)
                     m.flush()
+                    built.touch()
                 line = {"plain vector": scores(plain(held(m)), conv.questions)}
                 config = m.config
             for n in settings:  # the same store, opened again with each setting
