@@ -346,3 +346,45 @@ def test_the_answer_outranks_the_question_that_echoes_the_query(make_memory):
         assert hits[0].id == ids[first]
         question = next(h for h in hits if h.id == ids[0])
         assert ("question" in question.explanation["signals"]) is penalised
+
+
+TRIP = ["We finally booked the trip to Lisbon!", "Amazing, you have wanted that for years.",
+        "My cousin says the food there is great.", "The second week of June, right after my exams."]
+ELSEWHERE = ["The school trip went to the science museum.", "My trip to the dentist took ages.",
+             "A road trip along the coast sounds fun.", "Lisbon has lovely old trams.",
+             "The business trip to Berlin was tiring.", "We might trip over these cables.",
+             "A day trip to the lake would be nice.", "Porto and Lisbon are both in Portugal.",
+             "The camping trip got rained out.", "Her trip to Rome was short.", "My birthday is in June.",
+             "Exams start next week.", "When is the concert again?", "The festival is the first week of July.",
+             "When do you leave for the airport?", "School ends in the middle of June.",
+             "The wedding is on a Saturday in May."]
+
+
+@pytest.mark.parametrize("window", [1, 3])
+def test_the_best_matches_bring_the_turns_of_their_topic(make_memory, window):
+    """In a long history the pool holds a small share of the user's turns, and the answer may be
+    a few turns after the best match with none of the query's words ("The second week of June").
+    The best candidates bring the turns within ``neighbor_wide_window`` of them into the pool
+    (3 by default); with 1, only the turn either side, the answer is never a candidate."""
+    from dataclasses import replace
+
+    from tiered_memory import MemoryConfig, RetrievalConfig
+    from tiered_memory.recall.search import gather_pool
+
+    # a pool of 6 vector and 6 keyword candidates stands in for a long history's 150
+    config = RetrievalConfig(candidates=4, neighbor_wide_window=window)
+    memory = make_memory(config=replace(MemoryConfig(), retrieval=config))
+    for n, text in enumerate(ELSEWHERE):
+        memory.add_many([{"role": "user", "content": text}, {"role": "assistant", "content": f"ok {n}"}],
+                        user_id="u", session_id=f"other{n}")
+    ids = memory.add_many([{"role": "user" if n % 2 == 0 else "assistant", "content": t} for n, t in enumerate(TRIP)],
+                          user_id="u", session_id="trip")
+    query = "When is the Lisbon trip?"
+    pool = gather_pool(store=memory.store, index=memory.index, embedder=memory.embedder, config=config,
+                       query=query, user_id="u", k=3)
+    assert pool is not None
+    candidates = {c.id for c in pool.candidates}
+    hits = [h.id for h in memory.search(query, user_id="u", k=3)]
+    assert ids[0] in candidates and ids[0] in hits  # the best match, either way
+    assert (ids[3] in candidates) is (window == 3)
+    assert (ids[3] in hits) is (window == 3)

@@ -49,6 +49,10 @@ class RetrievalConfig:
     reply_weight: float = 0.3  # + this x the previous turn's share of questions, on neighbor_weight
     question_penalty: float = 0.15  # x the turn's share of question sentences, subtracted
     neighbor_expand: int = 30  # best candidates whose session neighbours are fetched
+    # of those, the best whose session turns within neighbor_wide_window join the pool: in a long
+    # history the answer is often a short reply a few turns after the best match (bench/README)
+    neighbor_wide: int = 10
+    neighbor_wide_window: int = 3
     speaker_boost: float = 0.1  # the query names the turn's speaker
     time_boost: float = 0.1  # a "when" query and a turn with a time expression
     date_boost: float = 0.2  # the query names a date and the turn is dated near it

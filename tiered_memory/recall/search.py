@@ -32,8 +32,12 @@ from ..vector.base import ExactScope, VectorIndex
 def turn_weights(config: RetrievalConfig) -> TurnWeights:
     """The scoring weights, read from the config fields of the same names; ``fusion`` is the
     learned table (``config.fusion_weights``, else :data:`.fusion.LEARNED`) unless
-    ``config.turn_fusion`` is ``"hand"``. A bad choice, table or spread raises ConfigurationError."""
+    ``config.turn_fusion`` is ``"hand"``. A bad choice, table, spread or pool size raises ConfigurationError."""
     check_spread(config)
+    for name, low in (("candidates", 1), ("neighbor_expand", 0), ("neighbor_wide", 0), ("neighbor_wide_window", 1)):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigurationError(f"RetrievalConfig.{name} must be an int of at least {low}, got {value!r}")
     if config.turn_fusion not in ("learned", "hand"):
         raise ConfigurationError(f"RetrievalConfig.turn_fusion must be 'learned' or 'hand', got {config.turn_fusion!r}")
     fusion = None
@@ -174,7 +178,10 @@ def gather_pool(
         # the turns around the best candidates join the pool: a reply is found by its question
         base = base_scores(pool, plan, weights)
         best = sorted(base, key=lambda i: (-base[i], i))[: config.neighbor_expand]
-        neighbors = store.neighbors(user_id, best, 1)
+        wide = best[: config.neighbor_wide] if config.neighbor_wide_window > 1 else []
+        neighbors = store.neighbors(user_id, best[len(wide):], 1)
+        if wide:  # the very best bring more of their topic: in a big store the pool misses it
+            neighbors.update(store.neighbors(user_id, wide, config.neighbor_wide_window))
         for around in neighbors.values():
             for m in around:
                 if m.id not in records and (session_id is None or m.session_id == session_id):
