@@ -1,7 +1,8 @@
 """Turn recall: fetch candidates (I/O here), score them (pure, in scoring.py).
 
-One query embedding, one vector query, one keyword query, one record fetch, and one
-neighbour fetch for the best few candidates; everything else is arithmetic. When the
+One query embedding, one vector query, one keyword query, one record fetch, and the
+neighbours of the best few candidates (the turn either side; the turns within
+``neighbor_wide_window`` for the very best); everything else is arithmetic. When the
 index scans the user's vectors in memory, the keyword query runs in a worker thread
 meanwhile (both let go of the GIL), so the search waits for the longer of the two.
 """
@@ -128,7 +129,7 @@ def gather_pool(
 ) -> Pool | None:
     """The candidate pool of a turn search (the I/O of :func:`search_turns`); None when a
     filter matches nothing. ``weights``: :func:`turn_weights` of ``config``, when the caller
-    has it. Reads only: one scope query, one candidate fetch, one neighbour fetch."""
+    has it. Reads only: one scope query, one candidate fetch, two neighbour fetches."""
     n = max(config.candidates, k * (4 if filters else 2))
     plan = plan_query(query)
     weights = turn_weights(config) if weights is None else weights
@@ -260,7 +261,7 @@ def search_turns(
     """The best ``k`` turns of ``user_id`` for ``query`` (``vector`` is its embedding when the
     caller has it); for a question that asks for several things, the last of them are the best
     turns of sessions not yet among the hits (:mod:`.spread`, ``explanation["spread"]``).
-    Reads only: one scope query, one candidate fetch, one neighbour fetch."""
+    Reads only: one scope query, one candidate fetch, two neighbour fetches."""
     now = time.time() if now is None else now
     weights = turn_weights(config)  # once a search: it checks the learned table too
     got = gather_pool(store=store, index=index, embedder=embedder, config=config, query=query,
