@@ -186,10 +186,12 @@ def test_turn_weights_copy_the_callers_table():
 @pytest.mark.parametrize("retrieval", [RetrievalConfig(turn_fusion="neural"),
                                        RetrievalConfig(fusion_weights={"similarity": 1.0, "bogus": 1.0}),
                                        RetrievalConfig(fusion_weights=[("similarity", 1.0)]),  # type: ignore[arg-type]
-                                       RetrievalConfig(candidates=0), RetrievalConfig(neighbor_expand=2.5),  # type: ignore[arg-type]
+                                       # pool sizes
+                                       RetrievalConfig(candidates=0),
+                                       RetrievalConfig(neighbor_expand=2.5),  # type: ignore[arg-type]
                                        RetrievalConfig(neighbor_wide=-1), RetrievalConfig(neighbor_wide_window=0),
                                        RetrievalConfig(neighbor_wide_window=True)])
-def test_a_memory_with_a_bad_fusion_does_not_open(make_memory, retrieval, tmp_path):
+def test_a_memory_with_a_bad_fusion_or_pool_size_does_not_open(make_memory, retrieval, tmp_path):
     with pytest.raises(ConfigurationError):
         make_memory("bad", config=replace(MemoryConfig(), retrieval=retrieval))
     assert not (tmp_path / "bad").exists()  # failed before any I/O
