@@ -19,7 +19,7 @@ import numpy as np
 
 from ..config import RetrievalConfig
 from ..embedding import Embedder, embed_query
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, InvalidInputError
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
 from .fusion import LEARNED, TOPIC_WINDOW, WINDOW_SIGNALS, check_weights, score_learned
 from .query import QueryPlan, plan_query
@@ -27,6 +27,7 @@ from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previ
 from .spread import DEPTH, check_spread, spread_sessions, spread_slots
 from ..store.base import CandidateSource, FilterSource, LongMessageSource, PositionSource, RecordStore
 from ..types import MemoryHit, StoredMessage
+from ..validation import check_count
 from ..vector.base import ExactScope, VectorIndex
 
 
@@ -36,9 +37,10 @@ def turn_weights(config: RetrievalConfig) -> TurnWeights:
     ``config.turn_fusion`` is ``"hand"``. A bad choice, table, spread or pool size raises ConfigurationError."""
     check_spread(config)
     for name, low in (("candidates", 1), ("neighbor_expand", 0), ("neighbor_wide", 0), ("neighbor_wide_window", 1)):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ConfigurationError(f"RetrievalConfig.{name} must be an int of at least {low}, got {value!r}")
+        try:
+            check_count(getattr(config, name), f"RetrievalConfig.{name}", minimum=low)
+        except InvalidInputError as e:  # a setting, not an argument of the call
+            raise ConfigurationError(str(e)) from None
     if config.turn_fusion not in ("learned", "hand"):
         raise ConfigurationError(f"RetrievalConfig.turn_fusion must be 'learned' or 'hand', got {config.turn_fusion!r}")
     fusion = None
