@@ -14,13 +14,16 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # instead of retrying it for every dependency of torch
 TORCH_INDEX_ARG := $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('download.pytorch.org', 443)" \
 	>/dev/null 2>&1 && echo --extra-index-url $(TORCH_INDEX))
-# the suite minus what needs MiniLM itself (its chunking window, 384-dim vectors) or other extras
+# the suite minus what needs MiniLM itself (its chunking window, 384-dim vectors) or other extras;
+# the retrieval tests run here with the static default, the embedder a torch-free install gets
 NOTORCH_TESTS ?= $(filter-out tests/test_core_embedding.py tests/test_core_qdrant.py tests/test_core_portable.py,\
 	$(wildcard tests/test_core_*.py)) tests/test_static_embedder.py tests/test_bad_input.py \
 	tests/test_isolation.py tests/test_crash_safety.py tests/test_episodic.py tests/test_semantic.py \
 	tests/test_items.py tests/test_working.py tests/test_sync.py tests/test_context_assembly.py \
 	tests/test_consolidation.py tests/test_concurrency.py tests/test_injection.py \
 	tests/test_failing_dependencies.py \
+	tests/test_retrieval.py $(wildcard tests/test_recall_*.py) tests/test_long_messages.py \
+	tests/test_search_filters.py tests/test_keyword_index.py tests/test_keyword_terms.py \
 	--deselect tests/test_core_repair.py::test_vectors_the_store_does_not_hold_are_dropped_on_repair
 TEST_DEPS := "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3" "hypothesis>=6.100"
 export HF_HUB_OFFLINE := 1

@@ -9,9 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tiered_memory.recall.coverage import (
-    coverage, exchange_coverage, session_coverage, stem, term_weights,
+    TermsHeld, coverage, exchange_coverage, session_coverage, stem, stems, term_weights,
 )
 from tiered_memory.recall.query import QueryPlan, plan_query
 from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns, session_best
@@ -38,6 +40,37 @@ def test_term_weights_favour_rare_terms():
     assert w["pottery"] > w["caroline"] > 0
     assert w["pottery"] == pytest.approx(math.log(1 + 3 / 2))
     assert term_weights([], texts) == {}
+
+
+@pytest.mark.parametrize("terms, text, expected", [
+    (["paint"], "Painting, PAINTED and paints!", {"paint"}),
+    (["hobby"], "my hobbies", {"hobby"}),  # the -ies form of a term that ends in y
+    (["hobby"], "hobb hobbyist", set()),  # starts like it, stems to something else
+    (["dogs"], "dog", set()),  # four letters or fewer stay whole
+    (["bus"], "buss", set()),  # four letters: stays whole
+    (["bus"], "buses", {"bus"}),
+    (["does"], "does it", set()),  # a stopword is no term of a text
+    (["x"], "x y z", set()),  # nor is a single letter
+    (["5"], "5 apples", {"5"}),  # a single digit is
+    (["mail"], "e-mail e_mail", {"mail"}),  # "-" and "_" split words
+    (["café"], "un café crème", {"café"}),  # not ASCII: every word stemmed
+    ([], "anything", set()),
+])
+def test_terms_held(terms, text, expected):
+    assert TermsHeld(terms)(text) == expected == stems(text) & set(terms)
+
+
+_WORDS = ["paint", "painting", "paints", "hobby", "hobbies", "study", "studies", "studying", "the", "does",
+          "a", "x", "5", "dog", "dogs", "bus", "buses", "happily", "happy", "sing", "e-mail", "naïve", "Über"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(_WORDS), max_size=8),
+       st.lists(st.sampled_from([*_WORDS, "2022", " ", ", ", "!", "_", "-", "'s", "?"]), max_size=20))
+def test_terms_held_is_the_query_terms_among_the_text_stems(query, parts):
+    terms = {stem(w) for w in query}
+    text = " ".join(parts)
+    assert TermsHeld(terms)(text) == stems(text) & terms
 
 
 @pytest.mark.parametrize("own, extra, expected", [

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .query import STOPWORDS, ascii_tokens, keywords
 
@@ -56,12 +56,45 @@ def stems(text: str) -> frozenset[str]:
     return frozenset(map(stem, set(ascii_tokens(lower)) - STOPWORDS - _LETTERS))
 
 
-def term_weights(query_terms: Sequence[str], texts: Sequence[str]) -> dict[str, float]:
-    """Each stemmed query term's weight: ``log(1 + N / (1 + df))`` over ``texts``."""
+class TermsHeld:
+    """Which of a query's stemmed terms a text holds: ``stems(text) & terms``, without
+    stemming every word of the text. A word stems to ``s`` only if it is ``s``, ``s`` with one
+    of the suffixes :func:`stem` strips, or (``s`` ending in ``y``) ``s`` less its ``y`` with
+    ``ies``; those of them that do stem to ``s`` are looked up among the text's words at once.
+    A text that is not ASCII takes :func:`stems`. (A search meets hundreds of texts, most of
+    them for the first time.)"""
+
+    def __init__(self, terms: Iterable[str]) -> None:
+        self.terms = frozenset(terms)
+        forms: dict[str, str] = {}  # word -> the term it stems to
+        for t in self.terms:
+            for word in (t, *(t + x for x in _SUFFIXES if x != "ies"), *((t[:-1] + "ies",) if t.endswith("y") else ())):
+                if stem(word) == t and word not in STOPWORDS and word not in _LETTERS:
+                    forms[word] = t
+        self._forms = forms
+        self._words = frozenset(forms)
+        self._starts = tuple({t[:-1] if t.endswith("y") else t for t in self.terms})  # every form holds one
+
+    def __call__(self, text: str) -> frozenset[str]:
+        lower = text.lower()
+        if not lower.isascii():
+            return stems(text) & self.terms
+        for start in self._starts:
+            if start in lower:  # (a text holding none of them, most texts, is done: no words made)
+                return frozenset(map(self._forms.__getitem__, self._words.intersection(ascii_tokens(lower))))
+        return frozenset()
+
+
+def term_weights(query_terms: Sequence[str], texts: Sequence[str],
+                 held: Sequence[frozenset[str]] | None = None) -> dict[str, float]:
+    """Each stemmed query term's weight: ``log(1 + N / (1 + df))`` over ``texts``. ``held``:
+    each text's terms (:class:`TermsHeld` of the query's stemmed terms), when the caller has them."""
     wanted = {stem(t) for t in query_terms}
+    if held is None:
+        held = list(map(TermsHeld(wanted), texts))
     df = dict.fromkeys(wanted, 0)
-    for text in texts:
-        for s in stems(text) & wanted:
+    for found in held:
+        for s in found:
             df[s] += 1
     n = len(texts)
     return {t: math.log(1.0 + n / (1.0 + d)) for t, d in df.items()}

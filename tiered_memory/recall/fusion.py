@@ -29,7 +29,7 @@ import numpy as np
 
 from ..errors import ConfigurationError
 from .answers import holds_answer
-from .coverage import coverage, exchange_coverage, session_coverage, stems, term_weights
+from .coverage import TermsHeld, coverage, exchange_coverage, session_coverage, stem, stems, term_weights
 from .query import QueryPlan, has_time_expression, question_share
 from .scoring import (Candidate, Scored, TurnWeights, base_scores, in_date_ranges, names_speaker, recency_score,
                       session_shares)
@@ -144,8 +144,13 @@ def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan:
         column("question", {c.id: question_share(c.text) for c in candidates})
     if "time" in wanted and plan.temporal:
         column("time", {c.id: 1.0 for c in candidates if has_time_expression(c.text)})
-    weights = term_weights(plan.terms, [c.text for c in candidates]) \
-        if wanted_any(wanted, "session_terms", "exchange_terms", "own_terms", "window_terms") else {}
+    weights: dict[str, float] = {}
+    found: dict[str, frozenset[str]] = {}  # each candidate's query terms
+    if wanted_any(wanted, "session_terms", "exchange_terms", "own_terms", "window_terms"):
+        holds = TermsHeld(stem(t) for t in plan.terms)
+        each = [holds(c.text) for c in candidates]
+        found = {c.id: terms for c, terms in zip(candidates, each)}
+        weights = term_weights(plan.terms, [c.text for c in candidates], each)
     if wanted_any(wanted, "session_terms", "exchange_terms", "own_terms"):
         texts = {c.id: c.text for c in candidates}
         if weights and "session_terms" in wanted:
@@ -178,7 +183,7 @@ def signal_columns(candidates: Sequence[Any], previous: Mapping[str, str], plan:
     if wanted_any(wanted, "window_terms", "window_best"):
         # each candidate's query terms as bits: a window's terms are their OR, scored once per set
         bit = {t: 1 << n for n, t in enumerate(weights)}
-        held = {c.id: sum(map(bit.__getitem__, stems(c.text) & weights.keys())) for c in candidates} \
+        held = {i: sum(map(bit.__getitem__, terms)) for i, terms in found.items()} \
             if "window_terms" in wanted and weights else {}
         near = topic_windows(candidates, TOPIC_WINDOW, places or {}, base, held)
         if held:
