@@ -21,7 +21,7 @@ import math
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
-from .query import STOPWORDS, ascii_tokens, keywords
+from .query import STOPWORDS, ascii_spaced, ascii_tokens, keywords
 
 PREVIOUS_SHARE = 0.5
 _SUFFIXES = ("ings", "ing", "edly", "ed", "ies", "es", "ly", "s")
@@ -58,31 +58,34 @@ def stems(text: str) -> frozenset[str]:
 
 class TermsHeld:
     """Which of a query's stemmed terms a text holds: ``stems(text) & terms``, without
-    stemming every word of the text. A word stems to ``s`` only if it is ``s``, ``s`` with one
-    of the suffixes :func:`stem` strips, or (``s`` ending in ``y``) ``s`` less its ``y`` with
-    ``ies``; those of them that do stem to ``s`` are looked up among the text's words at once.
-    A text that is not ASCII takes :func:`stems`. (A search meets hundreds of texts, most of
-    them for the first time.)"""
+    splitting the text into words or stemming them. A word stems to ``t`` only if it is ``t``,
+    ``t`` with one of the suffixes :func:`stem` strips, or (``t`` ending in ``y``) ``t`` less
+    its ``y`` with ``ies``: each such form that does stem to ``t`` is looked for as a whole word
+    in the text, and only when the text holds the start they all share. A text that is not
+    ASCII takes :func:`stems`. (A search meets hundreds of texts, most for the first time.)"""
 
     def __init__(self, terms: Iterable[str]) -> None:
         self.terms = frozenset(terms)
-        forms: dict[str, str] = {}  # word -> the term it stems to
-        for t in self.terms:
-            for word in (t, *(t + x for x in _SUFFIXES if x != "ies"), *((t[:-1] + "ies",) if t.endswith("y") else ())):
-                if stem(word) == t and word not in STOPWORDS and word not in _LETTERS:
-                    forms[word] = t
-        self._forms = forms
-        self._words = frozenset(forms)
-        self._starts = tuple({t[:-1] if t.endswith("y") else t for t in self.terms})  # every form holds one
+        self._forms: list[tuple[str, str, list[str]]] = []  # (term, the start its forms share, " form "s)
+        for t in sorted(self.terms):
+            ies = (t[:-1] + "ies",) if t.endswith("y") else ()
+            words = [w for w in (t, *(t + x for x in _SUFFIXES if x != "ies"), *ies)
+                     if stem(w) == t and w not in STOPWORDS and w not in _LETTERS]
+            if words:
+                self._forms.append((t, t[:-1] if t.endswith("y") else t, [f" {w} " for w in words]))
 
     def __call__(self, text: str) -> frozenset[str]:
         lower = text.lower()
         if not lower.isascii():
             return stems(text) & self.terms
-        for start in self._starts:
-            if start in lower:  # (a text holding none of them, most texts, is done: no words made)
-                return frozenset(map(self._forms.__getitem__, self._words.intersection(ascii_tokens(lower))))
-        return frozenset()
+        spaced = ""
+        held = []
+        for term, start, forms in self._forms:
+            if start in lower:
+                spaced = spaced or f" {ascii_spaced(lower)} "
+                if any(f in spaced for f in forms):
+                    held.append(term)
+        return frozenset(held)
 
 
 def term_weights(query_terms: Sequence[str], texts: Sequence[str],

@@ -36,7 +36,14 @@ _WORD_BYTES = bytes(c if c < 128 and (chr(c).isalnum() or c == 95) else 32 for c
 
 def ascii_tokens(lower: str) -> list[str]:
     """The runs of letters and digits of a lower-cased ASCII text (``_TOKEN``'s)."""
-    return lower.encode().translate(_TOKEN_BYTES).decode().split()
+    return ascii_spaced(lower).split()
+
+
+def ascii_spaced(lower: str) -> str:
+    """A lower-cased ASCII text with every character that is not a letter or a digit made a
+    space: a word ``w`` of :func:`ascii_tokens` is there as ``" w "`` once the text is padded
+    with a space at each end (a test that makes no word objects)."""
+    return lower.encode().translate(_TOKEN_BYTES).decode()
 
 
 def words(lower: str) -> list[str]:
