@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiered_memory.recall.coverage import (
-    TermsHeld, coverage, exchange_coverage, session_coverage, stem, stems, term_weights,
+    FORMS_UP_TO, TermsHeld, coverage, exchange_coverage, session_coverage, stem, stems, term_weights,
 )
 from tiered_memory.recall.query import QueryPlan, plan_query
 from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns, session_best
@@ -58,6 +58,14 @@ def test_term_weights_favour_rare_terms():
 ])
 def test_terms_held(terms, text, expected):
     assert TermsHeld(terms)(text) == expected == stems(text) & set(terms)
+
+
+def test_terms_held_of_a_long_query_is_the_same():
+    """Over FORMS_UP_TO terms (a long message as a query) the text's stems are intersected."""
+    terms = {stem(w) for w in [f"word{n}" for n in range(FORMS_UP_TO)] + ["paint", "hobby"]}
+    assert len(terms) > FORMS_UP_TO
+    text = "Painting my hobbies, word7 and word70"
+    assert TermsHeld(terms)(text) == {"paint", "hobby", "word7"} == stems(text) & terms
 
 
 _WORDS = ["paint", "painting", "paints", "hobby", "hobbies", "study", "studies", "studying", "the", "does",
