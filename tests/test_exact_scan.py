@@ -59,6 +59,26 @@ def test_user_vectors_grow_replace_and_delete():
     assert held.query(unit(1, 1)[None, :], 3, None, None, "no such session") == [[]]
 
 
+@pytest.mark.parametrize("session", [None, "s1", "no such session"])
+def test_one_scan_for_several_layers_is_a_query_per_layer(session):
+    """query_layers (one product) gives what query gives for each layer: same ids, same order,
+    ties included (rounded vectors make equal cosines)."""
+    rng = np.random.default_rng(7)
+    n = 3000
+    v = np.round(rng.standard_normal((n, 8)), 1).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    held = UserVectors(8)
+    layers = ["turn" if i % 3 else "chunk" for i in range(n)]
+    held.add([f"m{i}" for i in range(n)], v, layers, [f"s{i % 4}" for i in range(n)])
+    held.delete([f"m{i}" for i in range(0, n, 7)])
+    q = v[11] + 0.01
+    ks = {"turn": 150, "chunk": 40, "episode": 5, "fact": 0}
+    got = held.query_layers(q, ks, session)
+    for layer, k in ks.items():
+        assert got[layer] == held.query(q[None, :], k, None, [layer], session)[0]
+    assert got["turn"] if session != "no such session" else not any(got.values())
+
+
 def loader_of(data: dict[str, tuple[list[str], np.ndarray]], gate: threading.Event | None = None):
     def load(user: str, limit: int):
         if gate is not None:
@@ -156,6 +176,21 @@ def test_chroma_answers_a_held_user_as_its_engine_does(chroma, tmp_path):
         assert [[i for i, _ in row] for row in x] == [[i for i, _ in row] for row in e]
         assert np.allclose([[s for _, s in row] for row in x], [[s for _, s in row] for row in e], atol=1e-4)
         assert all(i.startswith("u-") for row in x for i, _ in row)  # never another user's
+
+
+def test_an_index_answers_several_layers_from_one_scan_of_a_held_user(chroma):
+    chroma.upsert(items("u", 60, 1) + items("v", 60, 2))
+    q = np.asarray(items("q", 1, 3)[0].vector, dtype=np.float32)
+    ks = {"turn": 7, "fact": 3}
+    if not chroma.scans_exactly("u", wait=True):
+        pytest.fail("an embedded index holds a small user")
+    got = chroma.query_held(q, user_id="u", ks=ks, session_id="s1")
+    assert got is not None
+    for layer, k in ks.items():
+        assert got[layer] == chroma.query(q[None, :], user_id="u", k=k, layers=[layer], session_id="s1")[0]
+        assert got[layer] and all(i.startswith("u-") for i, _ in got[layer])
+    chroma.delete_user("u")
+    assert chroma.query_held(q, user_id="u", ks=ks) in (None, {"turn": [], "fact": []})
 
 
 def test_chroma_keeps_a_held_user_current_through_writes_and_forgets(chroma):

@@ -207,7 +207,8 @@ def test_export_import_chunks_the_imported_messages(make_memory, tmp_path):
 
 
 class QueriedLayers:
-    """The real index, noting the layers each query asked for."""
+    """The real index, noting the layers each query asked for (one scan of a held user's
+    vectors for several layers is one entry)."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -216,6 +217,10 @@ class QueriedLayers:
     def query(self, *args, **kwargs):
         self.layers.append(tuple(kwargs.get("layers") or ()))
         return self.inner.query(*args, **kwargs)
+
+    def query_held(self, *args, **kwargs):
+        self.layers.append(tuple(kwargs["ks"]))
+        return self.inner.query_held(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
@@ -230,4 +235,33 @@ def test_a_search_queries_the_chunk_layer_only_for_a_user_with_a_long_message(me
     assert spy.layers == [("turn",)]
     spy.layers.clear()
     assert memory.search(QUERY, user_id="long", k=1)[0].explanation["part"]
-    assert spy.layers == [("turn",), (CHUNK_LAYER,)]
+    # a query per layer, or one scan for both once the user's vectors are held in memory
+    assert spy.layers in ([("turn",), (CHUNK_LAYER,)], [("turn", CHUNK_LAYER)])
+
+
+class PerLayer:
+    """The real index without its one-scan read: a query per layer, as any index answers."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __getattr__(self, name):
+        if name == "query_held":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def test_a_held_user_with_a_long_message_is_searched_with_one_scan(memory):
+    ids = memory.add_many(CHAT, user_id="u", session_id="s1")
+    memory.add_many([{"role": "user", "content": t} for t in TOPICS], user_id="u", session_id="s2")
+    if not memory.index.scans_exactly("u", wait=True):
+        pytest.fail("the embedded index holds a small user's vectors")
+    index = memory.index
+    memory.index = PerLayer(index)
+    per_layer = [(h.id, h.score) for h in memory.search(QUERY, user_id="u", k=5)]
+    memory.index = spy = QueriedLayers(index)
+    hits = memory.search(QUERY, user_id="u", k=5)
+    assert spy.layers == [("turn", CHUNK_LAYER)]  # both layers from one product
+    assert hits[0].id == ids[1] and "flowerpot" in hits[0].explanation["part"]["text"]
+    assert [h.id for h in hits] == [i for i, _ in per_layer]
+    assert [h.score for h in hits] == pytest.approx([s for _, s in per_layer], abs=1e-5)

@@ -76,6 +76,21 @@ def fetch_candidates(store: RecordStore, user_id: str, ids: list[str], terms: Se
     return store.get_by_ids(user_id, ids + [i for i, _ in kw]), kw
 
 
+def vector_hits(index: VectorIndex, qv: np.ndarray, *, user_id: str, n: int, chunks: int, session_id: str | None,
+                among: Sequence[str] | None, exact: bool) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
+    """The best ``n`` turns and the best ``chunks`` chunks of long messages by cosine: from one
+    scan when the index holds the user's vectors in memory (one product for both layers, not two
+    at a big user's size), else a query per layer."""
+    if chunks and exact and among is None and isinstance(index, ExactScope):
+        held = index.query_held(qv, user_id=user_id, ks={"turn": n, CHUNK_LAYER: chunks}, session_id=session_id)
+        if held is not None:
+            return held["turn"], held[CHUNK_LAYER]
+    vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]
+    parts = index.query(qv[None, :], user_id=user_id, k=chunks, layers=[CHUNK_LAYER],
+                        session_id=session_id)[0] if chunks else []
+    return vec, parts
+
+
 def merge_parts(vec: Sequence[tuple[str, float]], parts: Mapping[str, tuple[int, float]]
                 ) -> list[tuple[str, float]]:
     """Whole-message vector hits with each message's best chunk: a message's similarity is
@@ -150,17 +165,19 @@ def gather_pool(
         # user column; an exact scan of the user needs neither)
         scope = store.indexed_ids(user_id, session_id)
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
+    # long messages are also indexed by their chunks: a message scores as its best part
+    chunks = bool(config.chunk_candidates) and (not isinstance(store, LongMessageSource)
+                                                or store.has_long_messages(user_id))
     keyword = None
     if exact and plan.terms and isinstance(index, ExactScope) \
             and index.held_rows(user_id) >= config.keyword_beside_from:
         # the scan is in this process and long: the keyword query runs beside it
         keyword = _BESIDE.submit(store.keyword_search, user_id, plan.terms, k=n, session_id=session_id)
-    vec = index.query(qv[None, :], user_id=user_id, k=n, layers=["turn"], session_id=session_id, among=among)[0]
+    vec, parts = vector_hits(index, qv, user_id=user_id, n=n, chunks=config.chunk_candidates if chunks else 0,
+                             session_id=session_id, among=among, exact=exact)
     chunk_hit: dict[str, tuple[int, float]] = {}
-    if config.chunk_candidates and (not isinstance(store, LongMessageSource) or store.has_long_messages(user_id)):
-        # long messages are also indexed by their chunks: a message scores as its best part
-        chunk_hit = best_chunks(index.query(qv[None, :], user_id=user_id, k=config.chunk_candidates,
-                                            layers=[CHUNK_LAYER], session_id=session_id)[0])
+    if chunks:
+        chunk_hit = best_chunks(parts)
         vec = merge_parts(vec, chunk_hit)
     records, kw = fetch_candidates(store, user_id, [i for i, _ in vec], plan.terms, k=n, session_id=session_id,
                                    keyword=keyword)

@@ -70,6 +70,13 @@ class ExactScope(Protocol):
         """How many vectors of ``user_id`` the exact scan holds (0 when it holds none)."""
         ...
 
+    def query_held(self, vector: np.ndarray, *, user_id: str, ks: Mapping[str, int],
+                   session_id: str | None = None) -> dict[str, list[tuple[str, float]]] | None:
+        """For one query vector, the best ``ks[layer]`` (id, cosine) of each layer, as
+        :meth:`VectorIndex.query` per layer gives them, from one scan of the user's vectors
+        held in memory; ``None`` when they are not held."""
+        ...
+
 
 #: (user id, message ids or ``None`` for all) -> {message id: session id}
 Sessions = Callable[[str, Sequence[str] | None], Mapping[str, str]]

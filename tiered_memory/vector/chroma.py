@@ -6,7 +6,7 @@ import logging
 import shutil
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -137,6 +137,12 @@ class ChromaVectorIndex:
     def held_rows(self, user_id: str) -> int:
         """How many vectors of ``user_id`` the exact scan holds (0 when it holds none)."""
         return 0 if self._exact is None else self._exact.held_rows(user_id)
+
+    def query_held(self, vector: np.ndarray, *, user_id: str, ks: Mapping[str, int],
+                   session_id: str | None = None) -> dict[str, list[tuple[str, float]]] | None:
+        """The best ``ks[layer]`` of each layer from one scan of the user's held vectors, or
+        ``None`` when they are not held (:meth:`.exact.ExactScan.query_layers`)."""
+        return None if self._exact is None else self._exact.query_layers(user_id, vector, ks, session_id)
 
     @classmethod
     def from_url(cls, url: str, *, collection: str = COLLECTION) -> "ChromaVectorIndex":

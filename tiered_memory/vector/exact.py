@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -42,23 +42,31 @@ def top_k(matrix: np.ndarray, alive: np.ndarray, queries: np.ndarray, k: int,
           allowed: np.ndarray | None = None) -> list[list[tuple[int, float]]]:
     """For each query, the best ``k`` (row, cosine) among live (and ``allowed``) rows,
     best first (pure). ``matrix`` rows and queries are unit vectors."""
-    n = len(matrix)
-    out: list[list[tuple[int, float]]] = []
     mask = alive if allowed is None else alive & allowed
     live = int(mask.sum())
-    for q in np.asarray(queries, dtype=np.float32):
-        if live == 0 or k <= 0:
-            out.append([])
-            continue
-        sims = np.empty(n, dtype=np.float32)
-        for s in range(0, n, BLOCK):
-            np.dot(matrix[s:s + BLOCK], q, out=sims[s:s + BLOCK])
-        sims[~mask] = -np.inf
-        take = min(k, live)
-        best = np.argpartition(-sims, take - 1)[:take] if take < n else np.arange(n)
-        best = best[np.argsort(-sims[best], kind="stable")]
-        out.append([(int(i), float(sims[i])) for i in best if sims[i] > -np.inf])
-    return out
+    return [best_of(similarities(matrix, q), mask, k) if live and k > 0 else []
+            for q in np.asarray(queries, dtype=np.float32)]
+
+
+def similarities(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """The cosine of ``query`` to every row (unit vectors), :data:`BLOCK` rows a product."""
+    n = len(matrix)
+    sims = np.empty(n, dtype=np.float32)
+    for s in range(0, n, BLOCK):
+        np.dot(matrix[s:s + BLOCK], query, out=sims[s:s + BLOCK])
+    return sims
+
+
+def best_of(sims: np.ndarray, mask: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """The best ``k`` (row, cosine) of ``sims`` among the rows ``mask`` keeps, best first."""
+    live = int(mask.sum())
+    if live == 0 or k <= 0:
+        return []
+    sims = np.where(mask, sims, np.float32(-np.inf))
+    n, take = len(sims), min(k, live)
+    best = np.argpartition(-sims, take - 1)[:take] if take < n else np.arange(n)
+    best = best[np.argsort(-sims[best], kind="stable")]
+    return [(int(i), float(sims[i])) for i in best if sims[i] > -np.inf]
 
 
 class UserVectors:
@@ -128,6 +136,21 @@ class UserVectors:
         found = top_k(self.matrix[:n], self.alive[:n], queries, k, allowed)
         return [[(self.ids[r], s) for r, s in hits] for hits in found]
 
+    def query_layers(self, query: np.ndarray, ks: Mapping[str, int],
+                     session_id: str | None = None) -> dict[str, list[tuple[str, float]]]:
+        """For one query, the best ``ks[layer]`` of each layer (of ``session_id``): what a
+        :meth:`query` per layer returns, from one product over the user's rows."""
+        n = self.size
+        sims = similarities(self.matrix[:n], np.asarray(query, dtype=np.float32))
+        scope = self.alive[:n]
+        if session_id is not None:
+            scope = scope & (self.session[:n] == self.codes.get(session_id, -1))
+        out: dict[str, list[tuple[str, float]]] = {}
+        for layer, k in ks.items():
+            rows = best_of(sims, scope & (self.layer[:n] == self.codes.get(layer, -1)), k)
+            out[layer] = [(self.ids[r], s) for r, s in rows]
+        return out
+
 
 class ExactScan:
     """The users held in memory, least recently used first, within ``budget_rows``.
@@ -181,6 +204,14 @@ class ExactScan:
         with self._lock:
             held = self._users.get(user_id)
         return None if held is None else held.query(queries, k, among, layers, session_id)
+
+    def query_layers(self, user_id: str, query: np.ndarray, ks: Mapping[str, int],
+                     session_id: str | None = None) -> dict[str, list[tuple[str, float]]] | None:
+        """The user's best ``ks[layer]`` of each layer for one query, from one scan
+        (:meth:`UserVectors.query_layers`), or ``None`` when the user is not held."""
+        with self._lock:
+            held = self._users.get(user_id)
+        return None if held is None else held.query_layers(query, ks, session_id)
 
     def add(self, user_id: str, rows: Held) -> None:
         with self._lock:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -79,6 +79,12 @@ class QdrantVectorIndex:
     def held_rows(self, user_id: str) -> int:
         """How many vectors of ``user_id`` the exact scan holds (0 when it holds none)."""
         return 0 if self._exact is None else self._exact.held_rows(user_id)
+
+    def query_held(self, vector: np.ndarray, *, user_id: str, ks: Mapping[str, int],
+                   session_id: str | None = None) -> dict[str, list[tuple[str, float]]] | None:
+        """The best ``ks[layer]`` of each layer from one scan of the user's held vectors, or
+        ``None`` when they are not held (:meth:`.exact.ExactScan.query_layers`)."""
+        return None if self._exact is None else self._exact.query_layers(user_id, vector, ks, session_id)
 
     def _ensure(self, dim: int) -> None:
         if not self._ready:
