@@ -166,15 +166,15 @@ def gather_pool(
         scope = store.indexed_ids(user_id, session_id)
         among = sorted(scope) if len(scope) <= config.id_scope_max else None
     # long messages are also indexed by their chunks: a message scores as its best part
-    chunks = bool(config.chunk_candidates) and (not isinstance(store, LongMessageSource)
-                                                or store.has_long_messages(user_id))
+    chunks = config.chunk_candidates if config.chunk_candidates and (
+        not isinstance(store, LongMessageSource) or store.has_long_messages(user_id)) else 0
     keyword = None
     if exact and plan.terms and isinstance(index, ExactScope) \
             and index.held_rows(user_id) >= config.keyword_beside_from:
         # the scan is in this process and long: the keyword query runs beside it
         keyword = _BESIDE.submit(store.keyword_search, user_id, plan.terms, k=n, session_id=session_id)
-    vec, parts = vector_hits(index, qv, user_id=user_id, n=n, chunks=config.chunk_candidates if chunks else 0,
-                             session_id=session_id, among=among, exact=exact)
+    vec, parts = vector_hits(index, qv, user_id=user_id, n=n, chunks=chunks, session_id=session_id, among=among,
+                             exact=exact)
     chunk_hit: dict[str, tuple[int, float]] = {}
     if chunks:
         chunk_hit = best_chunks(parts)

@@ -132,9 +132,13 @@ class UserVectors:
         if layers is not None:
             allowed &= np.isin(self.layer[:n], [self.codes.get(name, -1) for name in layers])
         if session_id is not None:
-            allowed &= self.session[:n] == self.codes.get(session_id, -1)
+            allowed &= self._in_session(session_id)
         found = top_k(self.matrix[:n], self.alive[:n], queries, k, allowed)
         return [[(self.ids[r], s) for r, s in hits] for hits in found]
+
+    def _in_session(self, session_id: str) -> np.ndarray:
+        """Which of the rows belong to ``session_id`` (none for a session never written)."""
+        return np.asarray(self.session[:self.size] == self.codes.get(session_id, -1), dtype=bool)
 
     def query_layers(self, query: np.ndarray, ks: Mapping[str, int],
                      session_id: str | None = None) -> dict[str, list[tuple[str, float]]]:
@@ -142,9 +146,7 @@ class UserVectors:
         :meth:`query` per layer returns, from one product over the user's rows."""
         n = self.size
         sims = similarities(self.matrix[:n], np.asarray(query, dtype=np.float32))
-        scope = self.alive[:n]
-        if session_id is not None:
-            scope = scope & (self.session[:n] == self.codes.get(session_id, -1))
+        scope = self.alive[:n] if session_id is None else self.alive[:n] & self._in_session(session_id)
         out: dict[str, list[tuple[str, float]]] = {}
         for layer, k in ks.items():
             rows = best_of(sims, scope & (self.layer[:n] == self.codes.get(layer, -1)), k)
@@ -193,25 +195,26 @@ class ExactScan:
 
     def held_rows(self, user_id: str) -> int:
         """How many vectors of ``user_id`` are held (0 when the user is not)."""
-        with self._lock:
-            held = self._users.get(user_id)
+        held = self._held(user_id)
         return 0 if held is None else held.size
 
     def query(self, user_id: str, queries: np.ndarray, k: int, among: Sequence[str] | None = None,
               layers: Sequence[str] | None = None, session_id: str | None = None,
               ) -> list[list[tuple[str, float]]] | None:
         """The user's best ``k`` per query, or ``None`` when the user is not held."""
-        with self._lock:
-            held = self._users.get(user_id)
+        held = self._held(user_id)
         return None if held is None else held.query(queries, k, among, layers, session_id)
 
     def query_layers(self, user_id: str, query: np.ndarray, ks: Mapping[str, int],
                      session_id: str | None = None) -> dict[str, list[tuple[str, float]]] | None:
         """The user's best ``ks[layer]`` of each layer for one query, from one scan
         (:meth:`UserVectors.query_layers`), or ``None`` when the user is not held."""
-        with self._lock:
-            held = self._users.get(user_id)
+        held = self._held(user_id)
         return None if held is None else held.query_layers(query, ks, session_id)
+
+    def _held(self, user_id: str) -> UserVectors | None:
+        with self._lock:
+            return self._users.get(user_id)
 
     def add(self, user_id: str, rows: Held) -> None:
         with self._lock:
