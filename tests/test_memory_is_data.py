@@ -23,7 +23,7 @@ from langchain_tiered_memory.messages import from_stored_many
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder
 from test_injection import parse_memory
-from tiered_memory import InvalidInputError, TieredMemory
+from tiered_memory import InvalidInputError, StaticEmbedder, TieredMemory
 from tiered_memory.context.render import ContextItem, MemoryContext, Section, label_text, render_item
 from tiered_memory.recall.scoring import recency_score
 from tiered_memory.types import StoredMessage
@@ -248,7 +248,9 @@ def test_cli_import_user_flag(tmp_path: Path, run_cli: Callable[..., Any] | None
 # ---- a budget is a bound ---------------------------------------------------------
 
 @pytest.mark.parametrize("budget", [1, 5, 40, 500])
-def test_build_context_never_returns_more_than_asked(memory: TieredMemory, budget: int) -> None:
+def test_build_context_never_returns_more_than_asked(make_memory: Callable[..., TieredMemory], budget: int) -> None:
+    # the static embedder: the bound is the assembler's, and MiniLM takes ~25 s over the paste's chunks
+    memory = make_memory(embedder=StaticEmbedder())
     memory.add_many([{"role": "user", "content": "I keep bees."}, {"role": "assistant", "content": "Lovely."}],
                     session_id="old", user_id="u")
     pasted = "\n".join(f"2026-11-30 12:{n % 60:02d}:00 ERROR worker {n} failed to connect" for n in range(3000))

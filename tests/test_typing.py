@@ -31,7 +31,7 @@ def test_async_twins_keep_their_signatures(tmp_path: Path) -> None:
         "    reveal_type(m.asearch)\n"
         "    reveal_type(await m.abuild_context('q', user_id='u', session_id='s'))\n"
         "    await m.asearch('q', user_id='u', k='ten')\n")
-    result = _mypy("--strict", "--ignore-missing-imports", "--no-incremental", str(probe))
+    result = _mypy("--strict", "--ignore-missing-imports", str(probe))
     out = result.stdout
     assert "def (query: str, *, user_id: str, k: int =" in out and "list[tiered_memory.types.MemoryHit]" in out, out
     assert "tiered_memory.context.render.MemoryContext" in out, out
