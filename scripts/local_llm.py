@@ -10,7 +10,7 @@ Standard library only; run it with the system ``python3``::
 What ``setup`` builds under ``.llm/`` (gitignored), skipping every step already done:
 
 * ``.llm/venv``: a virtualenv with ``llama-cpp-python[server]`` (built from source with
-  ``CMAKE_ARGS=-DLLAVA_BUILD=OFF``, about 4 minutes on 2 cores; pip caches the wheel).
+  ``CMAKE_ARGS=-DLLAVA_BUILD=OFF``, 6-8 minutes on 2 cores; pip caches the wheel).
   It is separate from the project's environment: the server is never a dependency of
   the library.
 * ``.llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf``: Qwen2.5-Coder-1.5B-Instruct
@@ -97,7 +97,7 @@ def ensure_venv() -> None:
 def ensure_server() -> None:
     if _done("server", SERVER_REQUIREMENT):
         return
-    _say(f"installing {SERVER_REQUIREMENT} (a source build takes ~4 min on 2 cores; "
+    _say(f"installing {SERVER_REQUIREMENT} (a source build takes 6-8 min on 2 cores; "
          "pip reuses its cached wheel)")
     env = {**os.environ, "CMAKE_ARGS": SERVER_CMAKE_ARGS}
     _pip(SERVER_REQUIREMENT, env=env)
