@@ -31,6 +31,8 @@ def test_async_twins_keep_their_signatures(tmp_path: Path) -> None:
         "    reveal_type(m.asearch)\n"
         "    reveal_type(await m.abuild_context('q', user_id='u', session_id='s'))\n"
         "    await m.asearch('q', user_id='u', k='ten')\n")
+    # the options of pyproject.toml, so after the test above this reads its cache (.mypy_cache)
+    # for the packages and checks only the probe: seconds, where a cold run takes over a minute
     result = _mypy("--strict", "--ignore-missing-imports", str(probe))
     out = result.stdout
     assert "def (query: str, *, user_id: str, k: int =" in out and "list[tiered_memory.types.MemoryHit]" in out, out
