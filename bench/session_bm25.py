@@ -21,17 +21,17 @@ import argparse
 import math
 import statistics
 import sys
-import tempfile
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.locomo import DEFAULT_DATA, ingest, make_embedder  # noqa: E402
+from bench.locomo import DEFAULT_DATA  # noqa: E402
 from bench.locomo_data import Conversation, load_conversations, session_of  # noqa: E402
+from bench.spread_oracle import unspread  # noqa: E402
 
 DEPTH = 40
 TUNE = {"conv-26", "conv-30", "conv-41"}
@@ -47,21 +47,9 @@ class Asked:
 
 
 def asked(convs: Sequence[Conversation], embedder: str) -> list[Asked]:
-    from tiered_memory import MemoryConfig, TieredMemory
-
-    emb = make_embedder(embedder)
-    base = MemoryConfig()
-    config = replace(base, retrieval=replace(base.retrieval, spread=0.0, listing_spread=0.0))
-    out: list[Asked] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for c in convs:
-            with TieredMemory(Path(tmp) / c.id, embedder=emb, config=config) as m:
-                ingest(m, c, user_id="u")
-                for q in c.questions:
-                    hits = m.search(q.question, user_id="u", k=DEPTH)
-                    out.append(Asked(c.id, q.question, {session_of(e) for e in q.evidence},
-                                     [(session_of(str(h.metadata.get("dia_id"))), h.score) for h in hits]))
-    return out
+    return [Asked(conversation, q.question, {session_of(e) for e in q.evidence},
+                  [(session_of(str(h.metadata.get("dia_id"))), h.score) for h in hits])
+            for conversation, q, hits in unspread(convs, embedder, DEPTH)]
 
 
 class SessionBM25:

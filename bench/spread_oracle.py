@@ -27,13 +27,13 @@ import sys
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo import DEFAULT_DATA, ingest, make_embedder  # noqa: E402
-from bench.locomo_data import load_conversations, recall_at, session_of, session_recall_at  # noqa: E402
+from bench.locomo_data import Conversation, load_conversations, recall_at, session_of, session_recall_at  # noqa: E402
 
 DEPTH = 40  # the spread picks within the first 4 x 10 hits
 SPLITS = {"all": None, "tune": {"conv-26", "conv-30", "conv-41"}}
@@ -47,9 +47,24 @@ class Question:
     session: list[float]  # session recall@10 for j = 0 .. 10
 
 
+def unspread(convs: Sequence[Conversation], embedder: str, depth: int = DEPTH) -> Iterator[tuple[str, Any, list[Any]]]:
+    """(conversation id, question, its first ``depth`` hits) for every question of ``convs``,
+    each conversation in a memory of its own, searched with no spread."""
+    from tiered_memory import MemoryConfig, TieredMemory
+
+    emb = make_embedder(embedder)
+    base = MemoryConfig()
+    config = replace(base, retrieval=replace(base.retrieval, spread=0.0, listing_spread=0.0))
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in convs:
+            with TieredMemory(Path(tmp) / c.id, embedder=emb, config=config) as m:
+                ingest(m, c, user_id="u")
+                for q in c.questions:
+                    yield c.id, q, m.search(q.question, user_id="u", k=depth)
+
+
 def measure(dataset: str, embedder: str) -> list[Question]:
     """Each question's recall for every j, from one search of depth 40 without a spread."""
-    from tiered_memory import MemoryConfig, TieredMemory
     from tiered_memory.recall.query import plan_query
     from tiered_memory.recall.spread import spread_sessions
 
@@ -58,21 +73,14 @@ def measure(dataset: str, embedder: str) -> list[Question]:
         from bench.realchat import realchat
 
         convs = realchat(convs)
-    emb = make_embedder(embedder)
-    base = MemoryConfig()
-    config = replace(base, retrieval=replace(base.retrieval, spread=0.0, listing_spread=0.0))
     out: list[Question] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for c in convs:
-            with TieredMemory(Path(tmp) / c.id, embedder=emb, config=config) as m:
-                ingest(m, c, user_id="u")
-                for q in c.questions:
-                    ids = [str(h.metadata.get("dia_id")) for h in m.search(q.question, user_id="u", k=DEPTH)]
-                    sessions = [session_of(i) for i in ids]
-                    picked = [[ids[p] for p in spread_sessions(sessions, 10, j)] for j in range(11)]
-                    out.append(Question(c.id, plan_query(q.question).listing,
-                                        [recall_at(p, q.evidence, 10) for p in picked],
-                                        [session_recall_at(p, q.evidence, 10) for p in picked]))
+    for conversation, q, hits in unspread(convs, embedder):
+        ids = [str(h.metadata.get("dia_id")) for h in hits]
+        sessions = [session_of(i) for i in ids]
+        picked = [[ids[p] for p in spread_sessions(sessions, 10, j)] for j in range(11)]
+        out.append(Question(conversation, plan_query(q.question).listing,
+                            [recall_at(p, q.evidence, 10) for p in picked],
+                            [session_recall_at(p, q.evidence, 10) for p in picked]))
     return out
 
 
