@@ -24,17 +24,17 @@ import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 if not __package__:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.locomo import DEFAULT_DATA  # noqa: E402
 from bench.locomo_data import Conversation, load_conversations, session_of  # noqa: E402
-from bench.spread_oracle import unspread  # noqa: E402
+from bench.spread_oracle import DEPTH, SPLITS, unspread  # noqa: E402
+from tiered_memory.recall.coverage import stems  # noqa: E402
 
-DEPTH = 40
-TUNE = {"conv-26", "conv-30", "conv-41"}
+TUNE = SPLITS["tune"] or set()
 AT = (1, 2, 3, 5, 10)
 
 
@@ -53,27 +53,26 @@ def asked(convs: Sequence[Conversation], embedder: str) -> list[Asked]:
 
 
 class SessionBM25:
-    """BM25 over one conversation's sessions, each its turns' stemmed content words."""
+    """BM25 over one conversation's sessions: a session is its turns' stemmed content words
+    (the library's :func:`~tiered_memory.recall.coverage.stems`), so a term's frequency in a
+    session is the number of its turns that hold it."""
 
     def __init__(self, conv: Conversation, k1: float = 1.2, b: float = 0.75) -> None:
-        from tiered_memory.recall.coverage import stem
-        from tiered_memory.recall.query import keywords
-
-        self._terms: Callable[[str], list[str]] = lambda text: [stem(w) for w in keywords(text)]
         self.docs: dict[str, Counter[str]] = {}
         for t in conv.turns:
-            self.docs.setdefault(session_of(t.dia_id), Counter()).update(self._terms(t.text))
+            self.docs.setdefault(session_of(t.dia_id), Counter()).update(stems(t.text))
+        self.length = {s: sum(d.values()) for s, d in self.docs.items()}
         self.df: Counter[str] = Counter()
         for d in self.docs.values():
             self.df.update(d.keys())
-        self.avg = statistics.fmean(sum(d.values()) for d in self.docs.values())
+        self.avg = statistics.fmean(self.length.values())
         self.k1, self.b = k1, b
 
     def scores(self, query: str) -> dict[str, float]:
         n, out = len(self.docs), {}
-        terms = set(self._terms(query))
+        terms = stems(query)
         for s, d in self.docs.items():
-            norm = self.k1 * (1 - self.b + self.b * sum(d.values()) / self.avg)
+            norm = self.k1 * (1 - self.b + self.b * self.length[s] / self.avg)
             out[s] = sum(math.log(1 + (n - self.df[t] + 0.5) / (self.df[t] + 0.5)) * d[t] * (self.k1 + 1)
                          / (d[t] + norm) for t in terms if d[t])
         return out
