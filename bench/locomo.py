@@ -162,6 +162,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         from bench.realchat import realchat
 
         convs = realchat(convs)
+    elif args.dataset == "realchat-noisy":
+        from bench.realchat import realchat_noisy
+
+        convs = realchat_noisy(convs)
     if args.conversations:
         wanted = set(args.conversations)
         convs = [c for c in convs if c.id in wanted or str(convs.index(c)) in wanted]
@@ -319,9 +323,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.locomo", description=__doc__.split("\n")[0])
     p.add_argument("file", nargs="?", default=str(DEFAULT_DATA), help="LoCoMo-format JSON")
     p.add_argument("--conversations", nargs="*", help="sample ids (or list indices) to run")
-    p.add_argument("--dataset", choices=["locomo", "realchat"], default="locomo",
+    p.add_argument("--dataset", choices=["locomo", "realchat", "realchat-noisy"], default="locomo",
                    help="locomo: the file as it is; realchat: its conversations rewritten to look like "
-                        "real chat (bench/realchat.py: no speaker prefix, split, informal, typos)")
+                        "real chat (bench/realchat.py: no speaker prefix, split, informal, typos); "
+                        "realchat-noisy: realchat with reactions (lol, omg) between messages")
     p.add_argument("--tune", type=int, default=3,
                    help="the first N conversations form the tuning split; the rest are held out")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON output (the plot goes beside it)")

@@ -22,6 +22,11 @@ keeping every evidence id answerable:
 - a shared photo's caption stays (``[shares a photo: ...]``): chats share photos too.
 
 Questions are unchanged. Pure functions; ``bench.locomo --dataset realchat`` runs it.
+
+:func:`realchat_noisy` (``--dataset realchat-noisy``) goes one step further: real chats are
+full of messages that carry nothing but a reaction (``lol``, ``omg``, ``haha yes``). After
+:data:`REACTION_RATE` of the messages the other person sends one, between a message and
+its reply, so a reply's turn before is often a reaction. Reactions are never evidence.
 """
 
 from __future__ import annotations
@@ -50,6 +55,10 @@ _DATE_IN_TEXT = re.compile(
     r",?\s*(?:\(|\bon\s+)?(?:\d{1,2}(?:st|nd|rd|th)?\s+" + _MONTH + r",?\s+(?:19|20)\d\d|"
     + _MONTH + r"\s+\d{1,2}(?:st|nd|rd|th)?,?\s+(?:19|20)\d\d)\)?")
 _WORD = re.compile(r"[A-Za-z']+")
+REACTION_RATE = 0.35  # share of messages the other person answers with a reaction first
+REACTIONS = ("lol", "haha", "omg", "wow", "nice!!", "yeah", "same", "aww", "ikr", "no way",
+             "haha yes", "for real?", "omg yes", "love that", "so cool", "hmm", "oh nice", "ya",
+             "lmao", "true", "wait what", "aw thx", "yess", "damn")
 
 
 def _rng(*key: str) -> random.Random:
@@ -140,4 +149,22 @@ def realchat(conversations: list[Conversation]) -> list[Conversation]:
         known = {t.dia_id for t in turns}
         questions = [q for q in c.questions if set(q.evidence) & known]
         out.append(replace(c, id=c.id, turns=turns, questions=questions))
+    return out
+
+
+def realchat_noisy(conversations: list[Conversation]) -> list[Conversation]:
+    """:func:`realchat` with reactions between messages (see the module docstring); a
+    reaction's dialogue id is its message's with ``~r`` appended, never an evidence id."""
+    out = []
+    for c in realchat(conversations):
+        speakers = list(dict.fromkeys(t.speaker for t in c.turns))
+        turns: list[Turn] = []
+        for i, t in enumerate(c.turns):
+            turns.append(t)
+            rng = _rng("reaction", c.id, t.dia_id, str(i))
+            others = [s for s in speakers if s != t.speaker]
+            if others and rng.random() < REACTION_RATE:
+                turns.append(replace(t, dia_id=f"{t.dia_id}~r{i}", speaker=others[0],
+                                     text=rng.choice(REACTIONS)))
+        out.append(replace(c, turns=turns))
     return out

@@ -85,7 +85,7 @@ def test_a_memory_ranks_the_turn_that_holds_the_number_first(make_memory, with_a
     table = {n: w for n, w in LEARNED.items() if with_answer_type or n != "answer_type"}
     m = make_memory(config=replace(MemoryConfig(), retrieval=RetrievalConfig(fusion_weights=table)))
     m.add_many([{"role": "user", "content": "We have kids! Kids are great."},
-                {"role": "assistant", "content": "That sounds lovely."},
+                {"role": "assistant", "content": "Tell me more about them."},
                 {"role": "user", "content": "We have 3 kids."}], user_id="u", session_id="s")
     hits = m.search("How many kids do we have?", user_id="u", k=3)
     if with_answer_type:  # the shipped table

@@ -21,7 +21,8 @@ from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns, se
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/ lives at the root
 from bench.context_recall import Measured, Source, carries, reached, summarize_context  # noqa: E402
 from bench.locomo_data import Conversation, Question, Turn  # noqa: E402
-from bench.realchat import drop_dates, informal, realchat, realchat_turns, split_message, strip_speaker  # noqa: E402
+from bench.realchat import (  # noqa: E402
+    REACTIONS, drop_dates, informal, realchat, realchat_noisy, realchat_turns, split_message, strip_speaker)
 
 
 @pytest.mark.parametrize("word, expected", [
@@ -197,6 +198,22 @@ def test_realchat_keeps_every_dialogue_id_answerable():
     assert all(not t.text.startswith(("Ann:", "Bo:")) for t in out.turns)
     assert len(realchat_turns(turns[0])) >= 2 and realchat_turns(turns[0])[-1].text.endswith("[shares a photo: a dog on grass]")
     assert out == realchat([conv])[0]
+
+
+def test_realchat_noisy_adds_reactions_that_are_never_evidence():
+    turns = [Turn(dia_id=f"D1:{i}", session=1, speaker=("Ann", "Bo")[i % 2], timestamp=float(i),
+                  text=f"{('Ann', 'Bo')[i % 2]}: I planted tomatoes number {i} in the garden") for i in range(60)]
+    conv = Conversation(id="c", speakers=("Ann", "Bo"), turns=turns,
+                        questions=[Question(conversation="c", question="What grew?", category=4, evidence=("D1:7",))])
+    [plain] = realchat([conv])
+    [noisy] = realchat_noisy([conv])
+    added = [t for t in noisy.turns if t not in plain.turns]
+    assert [t for t in noisy.turns if t in plain.turns] == plain.turns  # the chat itself, in order
+    assert 5 < len(added) < 40 and all(t.text in REACTIONS and "~r" in t.dia_id for t in added)
+    assert {t.dia_id for t in added}.isdisjoint({t.dia_id for t in plain.turns})
+    before = {noisy.turns[i + 1].dia_id: noisy.turns[i] for i in range(len(noisy.turns) - 1)}
+    assert all(before[t.dia_id].speaker != t.speaker for t in added)  # the other person reacts
+    assert noisy.questions == plain.questions and noisy == realchat_noisy([conv])[0]
 
 
 # ---- context recall counting --------------------------------------------------------

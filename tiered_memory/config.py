@@ -69,6 +69,9 @@ class RetrievalConfig:
     # for every query, and for a question that asks for several things ("what books has ... read")
     spread: float = 0.0
     listing_spread: float = 0.2
+    # a turn that only reacts ("lol", "omg yes": recall/query.py is_reaction) comes after every
+    # turn that says something; False: reactions rank by their score like any turn
+    reactions_last: bool = True
     # "learned": a turn's score is a fitted weight table over named signals
     # (tiered_memory.recall.fusion; the weights above then set only the base score, the date
     # window, the session top and recency); "hand": the hand-weighted sum of the weights above

@@ -232,6 +232,50 @@ def question_share(text: str) -> float:
     return sum(1 for p in sentences if p.endswith("?")) / len(sentences)
 
 
+# Words that react and name nothing: laughter, surprise, assent, thanks, praise. A message of
+# these (and stopwords) hands on no topic; what it reacts to is the message before it.
+REACTION_WORDS = frozenset(
+    """lol lmao lmfao rofl haha hahaha hehe heh omg omfg wow whoa woah nice cool yeah yea yes yep yup
+    ya yah ok okay kk sure aww aw ikr true damn dang hmm hm thx thanks thank ty np love awesome amazing
+    great wait really real way oh ah ahh ooh uh um nope nah lovely congrats cute sweet right exactly
+    totally agreed fair gosh yikes ugh welcome sounds fun good glad wonderful perfect""".split())
+_LAUGHTER = re.compile(r"(?:[ha]h?a|he|hi|ja|je|lo)+h?$")  # "hahah", "hehe", "lolol"
+_SPEAKER_LEAD = re.compile(r"^\s*[A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*){0,2}\s*:\s")
+_HELD = re.compile(r"(\w)\1+")  # "yesss", "sooo": a letter held for effect
+
+
+def _reacts(word: str) -> bool:
+    if word in REACTION_WORDS:
+        return True
+    if _LAUGHTER.match(word):
+        return True
+    if _HELD.search(word) is None:
+        return False
+    once, twice = _HELD.sub(r"\1", word), _HELD.sub(r"\1\1", word)
+    return once in REACTION_WORDS or once in STOPWORDS or twice in REACTION_WORDS
+
+
+def is_reaction(text: str) -> bool:
+    """Whether a message only reacts ("lol", "omg yes", "so cool!!", "yesss", an emoji) and
+    names nothing: every content word (as :func:`keywords` reads them, a leading ``"Name: "``
+    left out) is one of :data:`REACTION_WORDS` or laughter, and nothing is in brackets (a
+    shared photo's caption is content). "Paris!", "new job!" and "I went to Rome" are not
+    reactions. Cheap: a search asks it of the turns it fetches, and short texts are cached."""
+    return len(text) <= 80 and "[" not in text and _short_reaction(text)
+
+
+@lru_cache(maxsize=65536)
+def _short_reaction(text: str) -> bool:
+    if ":" in text:
+        text = _SPEAKER_LEAD.sub("", text, count=1)
+    for w in _tokens(text.lower()):
+        if w in REACTION_WORDS or w in STOPWORDS or (len(w) == 1 and not w.isdigit()):
+            continue
+        if not _reacts(w):
+            return False
+    return True
+
+
 def plan_query(text: str) -> QueryPlan:
     """Analyse a query: keyword expression, names, dates, whether it asks *when*, whether it
     asks for several things, and the kind of answer it asks for."""

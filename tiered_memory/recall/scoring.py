@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from .coverage import exchange_coverage, session_coverage, term_weights
-from .query import QueryPlan, has_time_expression, question_share
+from .query import QueryPlan, has_time_expression, is_reaction, question_share
 
 
 
@@ -326,21 +326,44 @@ def score_turns(
     return [Scored(i, scores[i], parts[i]) for i in ordered]
 
 
-def previous_turns(records: Mapping[str, Any], neighbors: Mapping[str, Sequence[Any]]) -> dict[str, str]:
-    """Map turn id -> id of the turn before it in its session.
+REACTIONS_SKIPPED = 2  # at most this many reactions lie between a turn and the one it follows up
 
-    From ``neighbors`` (id -> the session's messages around it, in order) and, for the
-    rest, from consecutive ``seq`` numbers within a session among ``records`` (sound:
-    nothing of the session can sit between two consecutive numbers).
+
+def previous_turns(records: Mapping[str, Any], neighbors: Mapping[str, Sequence[Any]]) -> dict[str, str]:
+    """Map turn id -> id of the turn it follows up in its session: the turn before it, or,
+    when that one only reacts (:func:`~.query.is_reaction`: "lol", "omg yes") and the turn
+    itself does not, the one before the reactions (at most :data:`REACTIONS_SKIPPED`). A reply passes on what it answers and a
+    question receives its reply's match, and in real chat a reaction often sits between them.
+
+    Adjacency comes from ``neighbors`` (id -> the session's messages around it, in order)
+    and, for the rest, from consecutive ``seq`` numbers within a session among ``records``
+    (sound: nothing of the session can sit between two consecutive numbers). The map is
+    ordered by (session, seq) of its keys, so where a reaction and the reply after it both
+    follow up one turn, the reply comes last: inverting the map gives each turn its reply.
     """
-    prev: dict[str, str] = {}
+    before: dict[str, str] = {}
+    turns: dict[str, Any] = dict(records)
     by_key = {(r.session_id, r.seq): r.id for r in records.values()}
     for r in records.values():
-        before = by_key.get((r.session_id, r.seq - 1))
-        if before is not None:
-            prev[r.id] = before
+        b = by_key.get((r.session_id, r.seq - 1))
+        if b is not None:
+            before[r.id] = b
     for around in neighbors.values():
         for a, b in zip(around, around[1:]):
+            turns.setdefault(a.id, a)
+            turns.setdefault(b.id, b)
             if a.session_id == b.session_id:
-                prev[b.id] = a.id
+                before[b.id] = a.id
+    prev: dict[str, str] = {}
+    for i in sorted(before, key=lambda i: (turns[i].session_id, turns[i].seq)):
+        b = before[i]
+        if b in before and is_reaction(turns[b].content) and not is_reaction(turns[i].content):
+            skipped = before[b]
+            for _ in range(REACTIONS_SKIPPED - 1):
+                if skipped not in before or not is_reaction(turns[skipped].content):
+                    break
+                skipped = before[skipped]
+            if not is_reaction(turns[skipped].content):
+                b = skipped
+        prev[i] = b
     return prev

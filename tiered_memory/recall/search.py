@@ -22,8 +22,9 @@ from ..embedding import Embedder, embed_query
 from ..errors import ConfigurationError, InvalidInputError
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
 from .fusion import LEARNED, TOPIC_WINDOW, WINDOW_SIGNALS, check_weights, score_learned
-from .query import QueryPlan, plan_query
-from .scoring import Candidate, TurnWeights, base_scores, matches_filters, previous_turns, score_turns, speaker_of
+from .query import QueryPlan, is_reaction, plan_query
+from .scoring import (Candidate, Scored, TurnWeights, base_scores, matches_filters, previous_turns, score_turns,
+                      speaker_of)
 from .spread import DEPTH, check_spread, spread_sessions, spread_slots
 from ..store.base import CandidateSource, FilterSource, LongMessageSource, PositionSource, RecordStore
 from ..types import MemoryHit, StoredMessage
@@ -241,26 +242,39 @@ def session_positions(store: RecordStore, user_id: str, records: Mapping[str, St
 
 
 def ranked_hits(pool: Pool, weights: TurnWeights, *, filters: Mapping[str, Any] | None, now: float,
-                explain: int | None) -> Iterator[MemoryHit]:
+                explain: int | None, reactions_last: bool = False) -> Iterator[MemoryHit]:
     """The pool's turns as hits, best first, those ``filters`` rejects left out; the best
-    ``explain`` candidates (None: all) carry their signals."""
+    ``explain`` candidates (None: all) carry their signals. ``reactions_last``: a turn that only
+    reacts (:func:`~.query.is_reaction`) comes after every other, in score order among them:
+    it sits beside what it reacts to, so it shares its signals, but answers nothing."""
     records, chunk_hit, plan = pool.records, pool.chunk_hit, pool.plan
     if weights.fusion is not None:
         scored = score_learned(pool.candidates, pool.previous, plan, weights, weights.fusion, now=now,
                                explain=explain, places=pool.places)
     else:
         scored = score_turns(pool.candidates, pool.previous, plan, weights, now=now)
-    for f in scored:
+
+    def hit(f: Scored) -> MemoryHit | None:
         r = records[f.id]
         if not matches_filters(r.metadata, r.role, r.timestamp, filters):
-            continue
+            return None
         explanation: dict[str, Any] = {"method": "hybrid turn scoring (cosine + BM25 + neighbour, name, "
                                                  "date and session signals)", "signals": f.parts}
         part = matching_part(r.content, chunk_hit.get(r.id), plan.terms)
         if part is not None:
             explanation["part"] = part
-        yield MemoryHit(id=r.id, text=r.content, score=f.score, layer="turn", session_id=r.session_id,
-                        timestamp=r.timestamp, metadata=r.metadata, role=r.role, explanation=explanation)
+        return MemoryHit(id=r.id, text=r.content, score=f.score, layer="turn", session_id=r.session_id,
+                         timestamp=r.timestamp, metadata=r.metadata, role=r.role, explanation=explanation)
+
+    later: list[Scored] = []
+    for f in scored:
+        if reactions_last and is_reaction(records[f.id].content):
+            later.append(f)
+        elif (h := hit(f)) is not None:
+            yield h
+    for f in later:
+        if (h := hit(f)) is not None:
+            yield h
 
 
 def search_turns(
@@ -291,8 +305,8 @@ def search_turns(
     slots = spread_slots(config, k, got.plan.listing)
     depth = DEPTH * k if slots else k  # the hits a spread picks from
     # explained: the ones that may be returned, unless a filter may pass over some of the best
-    hits = list(islice(ranked_hits(got, weights, filters=filters, now=now, explain=None if filters else depth),
-                       depth))
+    hits = list(islice(ranked_hits(got, weights, filters=filters, now=now, explain=None if filters else depth,
+                                   reactions_last=config.reactions_last), depth))
     if slots:
         picked = spread_sessions([h.session_id for h in hits], k, slots)
         for place, i in enumerate(picked):

@@ -69,7 +69,8 @@ def search_sessions(
     hits: list[MemoryHit] = []
 
     def sessions() -> Iterator[str | None]:  # hits made only as far as the grouping reads
-        for h in ranked_hits(pool, weights, filters=filters, now=now, explain=None):
+        for h in ranked_hits(pool, weights, filters=filters, now=now, explain=None,
+                             reactions_last=config.reactions_last):
             hits.append(h)
             yield h.session_id
     return [SessionHit(session_id=str(hits[g[0]].session_id), score=hits[g[0]].score, hits=[hits[i] for i in g])
