@@ -32,6 +32,8 @@ def _hit(id: str, score: float, layer: str = "turn") -> MemoryHit:
     ([("t1", 0.9), ("t2", 0.2)], [("i1", 0.5)], 3, ["t1", "i1", "t2"]),
     ([("t1", 0.5)], [("i1", 0.5)], 1, ["t1"]),  # a tie keeps the turn first
     ([("t1", 0.1)], [("i1", 0.8), ("i2", 0.7)], 2, ["i1", "i2"]),
+    # turn recall's order is kept: a reaction it put last stays behind the turns before it
+    ([("t1", 0.9), ("t2", 0.3), ("lol", 0.8)], [("i1", 0.5)], 4, ["t1", "i1", "t2", "lol"]),
 ])
 def test_merge_by_score_table(turns: list[tuple[str, float]], items: list[tuple[str, float]], k: int,
                               expected: list[str]) -> None:

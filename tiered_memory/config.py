@@ -28,7 +28,10 @@ class RetrievalConfig:
     (:mod:`tiered_memory.recall.scoring`), each tuned alone. A question that asks for several
     things told over time (``"What books has Mel read?"``) gives ``listing_spread`` of its
     ``k`` places (the last two of ten) to the best turns of sessions not yet among its hits;
-    ``spread`` does that for every query (0 by default).
+    ``spread`` does that for every query (0 by default). A message that only reacts
+    ("lol", "omg yes") hands on no topic: a reply is read beside the message before the
+    reactions between them, and with ``reactions_last`` reactions rank after every turn
+    that says something.
     ``vector_weight``, ``keyword_weight``, ``recency_weight`` and ``rrf_k`` weight the
     reciprocal-rank fusion used by the episode, fact and item layers.
     """

@@ -13,6 +13,8 @@ items are their own section, rendered as quoted data like every other section.
 
 from __future__ import annotations
 
+import heapq
+from itertools import islice
 from typing import Sequence
 
 from ..records import Item
@@ -40,7 +42,6 @@ def as_memory_hit(hit: ItemHit) -> MemoryHit:
 
 
 def merge_by_score(turns: Sequence[MemoryHit], items: Sequence[MemoryHit], k: int) -> list[MemoryHit]:
-    """The best ``k`` of both lists by score; a tie keeps the turn first (pure)."""
-    tagged = [(h, 0, n) for n, h in enumerate(turns)] + [(h, 1, n) for n, h in enumerate(items)]
-    tagged.sort(key=lambda t: (-t[0].score, t[1], t[2]))
-    return [h for h, _, _ in tagged[:k]]
+    """The first ``k`` of both ranked lists merged by score, each list's own order kept (turn
+    recall puts reactions last whatever their score); a tie keeps the turn first (pure)."""
+    return list(islice(heapq.merge(turns, items, key=lambda h: -h.score), k))

@@ -38,7 +38,7 @@ SIGNALS = (
     "similarity",        # cosine to the query (the pool's lowest for a turn found otherwise)
     "keyword_score",     # BM25 / the query's best BM25
     "date",              # 1 if the query names a date and the turn is dated near it
-    "previous_base",     # the base score of the turn before it (0 if not in the pool)
+    "previous_base",     # the base score of the turn before it, past reactions (0 if not in the pool)
     "previous_question",  # ... times that turn's share of question sentences
     "question",          # the turn's own share of question sentences
     "speaker",           # 1 if the query names the turn's speaker
