@@ -373,7 +373,9 @@ def test_a_reply_after_reactions_is_found_by_the_question_it_answers(memory):
     hits = memory.search("What did Caroline research?", user_id="u", k=3)
     assert hits[0].id == ids[4]
     assert hits[0].explanation["signals"]["previous_question"]["value"] > 0
-    assert not {ids[2], ids[3]} & {h.id for h in memory.search("What did Caroline research?", user_id="u", k=10)}
+    ten = memory.search("What did Caroline research?", user_id="u", k=10)
+    assert not {ids[2], ids[3]} & {h.id for h in ten}
+    assert all(h.explanation["signals"] for h in ten)  # the ones moved up past reactions are explained too
 
 
 def test_reactions_come_last_unless_asked_otherwise(make_memory):

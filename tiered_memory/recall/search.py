@@ -305,7 +305,9 @@ def search_turns(
     slots = spread_slots(config, k, got.plan.listing)
     depth = DEPTH * k if slots else k  # the hits a spread picks from
     # explained: the ones that may be returned, unless a filter may pass over some of the best
-    hits = list(islice(ranked_hits(got, weights, filters=filters, now=now, explain=None if filters else depth,
+    # (reactions put last may bring up some beyond the first depth by score)
+    explain = None if filters else 2 * depth if config.reactions_last else depth
+    hits = list(islice(ranked_hits(got, weights, filters=filters, now=now, explain=explain,
                                    reactions_last=config.reactions_last), depth))
     if slots:
         picked = spread_sessions([h.session_id for h in hits], k, slots)
