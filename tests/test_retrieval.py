@@ -315,23 +315,25 @@ def test_rrf_fuse_still_weights_ranks():
 
 
 # ---- one real memory ------------------------------------------------------------------
+RESEARCH_CHAT = [  # (speaker, text): the reply at 2 shares no word with "What did Caroline research?"
+    ("Caroline", "I studied painting techniques for my art class."),
+    ("Melanie", "What are you researching these days, Caroline?"),
+    ("Caroline", "Adoption agencies, mostly."),
+    ("Caroline", "I read about hiking trails near the lake."),
+    ("Melanie", "Cool! My kids love the beach, we went camping last week."),
+    ("Caroline", "I looked into the history of the city museum for fun."),
+    ("Melanie", "I ran a charity race for mental health on Sunday."),
+    ("Caroline", "I'm studying psychology and counseling, it's a lot of reading."),
+    ("Caroline", "I learned a lot about healthy recipes, dinner was great."),
+]
+
+
 def test_hybrid_finds_the_reply_plain_vector_search_misses(memory):
     """The answer ("Caroline: Adoption agencies, mostly.") shares no word with the
     question; its meaning lives in the turn before it. The hybrid search ranks it first;
     plain cosine does not (4th with MiniLM, 2nd with the static default)."""
     base = datetime(2023, 5, 8, tzinfo=timezone.utc).timestamp()
-    turns = [
-        ("Caroline", "I studied painting techniques for my art class."),
-        ("Melanie", "What are you researching these days, Caroline?"),
-        ("Caroline", "Adoption agencies, mostly."),
-        ("Caroline", "I read about hiking trails near the lake."),
-        ("Melanie", "Cool! My kids love the beach, we went camping last week."),
-        ("Caroline", "I looked into the history of the city museum for fun."),
-        ("Melanie", "I ran a charity race for mental health on Sunday."),
-        ("Caroline", "I'm studying psychology and counseling, it's a lot of reading."),
-        ("Caroline", "I learned a lot about healthy recipes, dinner was great."),
-    ]
-    ids = memory.add_many([{"role": "user", "content": f"{s}: {t}", "timestamp": base} for s, t in turns],
+    ids = memory.add_many([{"role": "user", "content": f"{s}: {t}", "timestamp": base} for s, t in RESEARCH_CHAT],
                           user_id="u", session_id="s1")
     answer, query = ids[2], "What did Caroline research?"
     hits = memory.search(query, user_id="u", k=1)
@@ -350,19 +352,7 @@ def test_a_reply_after_reactions_is_found_by_the_question_it_answers(memory):
     ("Adoption agencies, mostly.") shares no word with the query; it is found through the
     question it answers, two reactions back, and the reactions themselves are not."""
     base = datetime(2023, 5, 8, tzinfo=timezone.utc).timestamp()
-    turns = [
-        ("Caroline", "I studied painting techniques for my art class."),
-        ("Melanie", "What are you researching these days, Caroline?"),
-        ("Caroline", "hahaha"),
-        ("Caroline", "omg ok"),
-        ("Caroline", "Adoption agencies, mostly."),
-        ("Caroline", "I read about hiking trails near the lake."),
-        ("Melanie", "Cool! My kids love the beach, we went camping last week."),
-        ("Caroline", "I looked into the history of the city museum for fun."),
-        ("Melanie", "I ran a charity race for mental health on Sunday."),
-        ("Caroline", "I'm studying psychology and counseling, it's a lot of reading."),
-        ("Caroline", "I learned a lot about healthy recipes, dinner was great."),
-    ]
+    turns = [*RESEARCH_CHAT[:2], ("Caroline", "hahaha"), ("Caroline", "omg ok"), *RESEARCH_CHAT[2:]]
     # a big store, so that the reply and the question are fetched as neighbours, not all at once
     filler = [{"role": "user", "content": f"Bo: note {n} about the {w} and the {v}", "timestamp": base}
               for n, (w, v) in enumerate((w, v) for w in ("garden", "kitchen", "office", "garage", "attic")
