@@ -46,7 +46,8 @@ def first_search_seconds(spec: str, path: Path, user: str, query: str) -> tuple[
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
     wall = time.perf_counter() - start
     if done.returncode:
-        raise SystemExit(f"the first-search process failed:\n{done.stderr[-2000:]}")
+        raise SystemExit(f"the first-search process failed (exit status {done.returncode}):\n"
+                         f"{done.stderr[-2000:]}{done.stdout[-500:]}")
     inside, hits = done.stdout.split()
     if int(hits) == 0:
         raise SystemExit(f"first search on {path} found nothing: {done.stderr}")
