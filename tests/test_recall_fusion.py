@@ -190,7 +190,8 @@ def test_turn_weights_copy_the_callers_table():
                                        RetrievalConfig(candidates=0),
                                        RetrievalConfig(neighbor_expand=2.5),  # type: ignore[arg-type]
                                        RetrievalConfig(neighbor_wide=-1), RetrievalConfig(neighbor_wide_window=0),
-                                       RetrievalConfig(neighbor_wide_window=True)])
+                                       RetrievalConfig(neighbor_wide_window=True),
+                                       RetrievalConfig(reactions_last="yes")])  # type: ignore[arg-type]
 def test_a_memory_with_a_bad_fusion_or_pool_size_does_not_open(make_memory, retrieval, tmp_path):
     with pytest.raises(ConfigurationError):
         make_memory("bad", config=replace(MemoryConfig(), retrieval=retrieval))

@@ -332,8 +332,9 @@ REACTIONS_SKIPPED = 2  # at most this many reactions lie between a turn and the 
 def previous_turns(records: Mapping[str, Any], neighbors: Mapping[str, Sequence[Any]]) -> dict[str, str]:
     """Map turn id -> id of the turn it follows up in its session: the turn before it, or,
     when that one only reacts (:func:`~.query.is_reaction`: "lol", "omg yes") and the turn
-    itself does not, the one before the reactions (at most :data:`REACTIONS_SKIPPED`). A reply passes on what it answers and a
-    question receives its reply's match, and in real chat a reaction often sits between them.
+    itself does not, the one before the reactions (at most :data:`REACTIONS_SKIPPED`). A
+    reply passes on what it answers and a question receives its reply's match, and in real
+    chat a reaction often sits between them.
 
     Adjacency comes from ``neighbors`` (id -> the session's messages around it, in order)
     and, for the rest, from consecutive ``seq`` numbers within a session among ``records``

@@ -44,6 +44,8 @@ def turn_weights(config: RetrievalConfig) -> TurnWeights:
             raise ConfigurationError(str(e)) from None
     if config.turn_fusion not in ("learned", "hand"):
         raise ConfigurationError(f"RetrievalConfig.turn_fusion must be 'learned' or 'hand', got {config.turn_fusion!r}")
+    if not isinstance(config.reactions_last, bool):
+        raise ConfigurationError(f"RetrievalConfig.reactions_last must be True or False, got {config.reactions_last!r}")
     fusion = None
     if config.turn_fusion == "learned":
         table = LEARNED if config.fusion_weights is None else config.fusion_weights
