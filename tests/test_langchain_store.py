@@ -131,3 +131,24 @@ def test_list_prefixes_and_the_index_config_view(memory: TieredMemory) -> None:
     config = store.index_config
     assert config["fields"] == ["text"] and config["embed"] is store.embeddings is memory.embedder
     assert config["dims"] == len(memory.embedder.embed_query("probe"))
+
+
+def test_a_narrow_search_ranks_its_own_items_when_the_user_has_better_matches_elsewhere(
+        memory: TieredMemory) -> None:
+    # more of the user's items match the query better than any under the prefix than one
+    # candidate pool holds: the prefix's (and the filter's) items are still ranked and scored
+    store = TieredMemoryStore(memory, fields=["text"])
+    store.batch([PutOp(("u1", "big"), f"b{n}", {"text": f"green tea variety number {n}", "kind": "big"})
+                 for n in range(memory.config.retrieval.candidates + 50)])
+    store.put(("u1", "small"), "best", {"text": "Enjoys matcha and oolong tea", "kind": "small"})
+    for n in range(6):  # newer than "best": a listing by age would put them first
+        store.put(("u1", "small"), f"s{n}", {"text": f"Owns {n} red bicycles", "kind": "small"})
+    store.put(("u1", "small"), "blank", {"note": "no text", "kind": "small"}, index=False)
+    for prefix, filt in [(("u1", "small"), None), (("u1",), {"kind": "small"})]:
+        hits = store.search(prefix, query="green tea", filter=filt, limit=8)
+        assert hits[0].key == "best", (prefix, [h.key for h in hits])
+        assert [h.score is not None for h in hits] == [True] * 7 + [False], (prefix, [(h.key, h.score) for h in hits])
+        assert hits[-1].key == "blank"
+        scores = [h.score for h in hits[:7]]
+        assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+        assert {h.namespace for h in hits} == {("u1", "small")}

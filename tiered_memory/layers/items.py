@@ -216,11 +216,18 @@ class ItemStore:
             raise InvalidInputError(
                 "a search query needs the user (a user id, or SHARED_OWNER for items of no user)")
         check_owner(user_id)
-        ranked = self._ranked(ns, query, user_id=user_id, filter=filter, n=offset + limit)
-        if len(ranked) < offset + limit:  # like LangGraph's stores: fill with unranked items
+        qvec = embed_query(self.parts.embedder, query)
+        ranked = self._ranked(ns, query, user_id=user_id, filter=filter, n=offset + limit, vector=qvec)
+        if len(ranked) < offset + limit:
+            # the user's best candidates held too few items under ``ns`` matching ``filter``: rank
+            # the rest of them among themselves, then (like LangGraph's stores) fill with the
+            # items that have no text to rank
             seen = {h.item.id for h in ranked}
-            ranked += [ItemHit(item=i, score=None) for i in self._under(ns)  # the same owner's only
-                       if i.id not in seen and i.user_id == user_id and match_filter(i.value, filter)]
+            rest = [i for i in self._under(ns)  # the same owner's only
+                    if i.id not in seen and i.user_id == user_id and match_filter(i.value, filter)]
+            scored = self._among(rest, qvec, user_id=user_id, n=offset + limit - len(ranked))
+            done = seen | {h.item.id for h in scored}
+            ranked += scored + [ItemHit(item=i, score=None) for i in rest if i.id not in done]
         return ranked[offset:offset + limit]
 
     def _ranked(self, ns: tuple[str, ...], query: str, *, user_id: str, filter: Mapping[str, Any] | None,
@@ -248,6 +255,24 @@ class ItemStore:
         return [ItemHit(item=candidates[i], score=similarity[i],
                         explanation={"method": "cosine similarity", "similarity": similarity[i],
                                      "keyword_rank": kw_rank.get(i)})
+                for i in order]
+
+    def _among(self, items: Sequence[Item], qvec: np.ndarray, *, user_id: str, n: int) -> list[ItemHit]:
+        """The best ``n`` of ``items`` (at most the newest ``RetrievalConfig.id_scope_max``) by
+        cosine similarity to ``qvec``, found among their own vectors only: a search narrower
+        than its owner (a deeper prefix, a filter) ranks what it may return, however many of
+        the owner's other items match the query better."""
+        items = [i for i in items if i.text][: self.parts.config.retrieval.id_scope_max or None]
+        among = [vector_id(i.id, p) for i in items for p in range(len(text_parts(i.text or "")))]
+        if not among or n <= 0:
+            return []
+        by_id = {i.id: i for i in items}
+        found = self.index.query(qvec[None, :], user_id=user_id, k=min(len(among), n * MAX_PARTS),
+                                 layers=[LAYER], among=among)[0]
+        similarity = {i: s for i, s in best_parts(found) if i in by_id}
+        order = rank_by_similarity(similarity, {}, {i: by_id[i].updated_at for i in similarity})[:n]
+        return [ItemHit(item=by_id[i], score=similarity[i],
+                        explanation={"method": "cosine similarity", "similarity": similarity[i], "keyword_rank": None})
                 for i in order]
 
     def recall(self, query: str, *, user_id: str, k: int, vector: np.ndarray | None = None) -> list[ItemHit]:
