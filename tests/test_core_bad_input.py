@@ -22,6 +22,14 @@ from tiered_memory.validation import check_id, normalize_message, to_epoch
 OK = {"role": "user", "content": "fine"}
 
 
+def _nested(levels: int) -> dict:
+    """``levels`` dicts, each inside the one before."""
+    value: dict = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
 @pytest.mark.parametrize("message, fragment", [
     ({"role": "user", "content": ""}, "non-whitespace"),
     ({"role": "user", "content": "  \n\t "}, "non-whitespace"),
@@ -41,6 +49,14 @@ OK = {"role": "user", "content": "fine"}
     ({"role": "user", "content": "x", "timestamp": "last tuesday"}, "ISO 8601"),
     ({"role": "user", "content": "x", "timestamp": True}, "not bool"),
     ({"role": "user", "content": "x", "timestamp": math.inf}, "finite"),
+    ({"role": "user", "content": "x", "timestamp": 10**400}, "outside 1900"),  # float() overflows
+    pytest.param({"role": "user", "content": "x", "timestamp": 10**5000}, "an int of 16610 bits",
+                 id="timestamp-too-long-to-print"),
+    ({"role": "user", "content": "x", "metadata": {"d": _nested(100)}}, "more than 100 levels"),
+    ({"role": "user", "content": "x", "metadata": {"d": _nested(5_000)}}, "more than 100 levels"),
+    ({"role": "user", "content": "x", "id": "fact:0f3a"}, "starts with 'fact:'"),
+    ({"role": "user", "content": "x", "id": "ep:42"}, "starts with 'ep:'"),
+    ({"role": "user", "content": "x", "id": "item:k"}, "starts with 'item:'"),
     ("just a string", "dict or Message"),
 ])
 def test_normalize_message_rejects(message, fragment):
@@ -143,3 +159,28 @@ def test_every_error_is_a_tiered_memory_error_and_usage_errors_are_value_errors(
     assert issubclass(InvalidInputError, UsageError)
     assert issubclass(UsageError, ValueError)
     assert issubclass(UsageError, TieredMemoryError)
+
+
+def test_metadata_as_deep_as_allowed_is_read_back_from_a_deep_call_stack(memory):
+    # a value stored from a shallow stack must not fail a read made from a deep one (a web
+    # framework, a callback): the depth limit, not the recursion limit, decides what is stored
+    memory.add("user", "deep", session_id="s", user_id="u", metadata={"d": _nested(99)})
+
+    def read(depth: int) -> list:
+        return memory.get_messages("s", user_id="u") if depth == 0 else read(depth - 1)
+
+    assert [m.content for m in read(600)] == ["deep"]
+
+
+@pytest.mark.parametrize("message_id", ["slack:C1:123", "a:fact:b", "episode:1"])
+def test_a_message_id_may_hold_a_colon_after_its_first_letters(memory, message_id):
+    assert memory.add_many([{**OK, "id": message_id}], session_id="s", user_id="u") == [message_id]
+    assert memory.search("fine", user_id="u")[0].id == message_id
+
+
+@pytest.mark.parametrize("key, value", [("since", 10**400), ("until", -10**400),
+                                        pytest.param("since", 10**5000, id="too-long-to-print")])
+def test_a_filter_time_too_large_for_a_float_is_bad_input(memory, key, value):
+    for search in (memory.search, memory.search_sessions):
+        with pytest.raises(InvalidInputError, match="finite epoch seconds"):
+            search("x", user_id="u", filters={key: value})

@@ -104,6 +104,13 @@ def test_malformed_jsonl_is_reported_by_line_and_nothing_is_imported(make_memory
     (_line(metadata=[1, 2]), "metadata"),
     (_line(timestamp="yesterday"), "ISO"),
     ("nope", "not JSON"),
+    (_line(id="fact:1"), "starts with 'fact:'"),
+    pytest.param('{"type": "message", "timestamp": ' + "9" * 5000 + "}", "not JSON this library can read",
+                 id="an-int-of-5000-digits"),
+    pytest.param('{"type": "message", "metadata": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                 "not JSON this library can read", id="nested-past-the-stack"),
+    (_line(timestamp=10**400), "outside 1900"),
+    (_line(metadata={"d": json.loads('{"a":' * 120 + "1" + "}" * 120)}), "more than 100 levels"),
 ])
 def test_parse_line_rejects(raw, fragment):
     with pytest.raises(InvalidInputError, match=fragment):

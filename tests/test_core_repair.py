@@ -149,3 +149,23 @@ def test_a_large_index_is_checked_by_its_count_at_a_clean_open(make_memory):
     assert index_lost_vectors(m.store, m.index, list_ids_max=2) is False and listed == [1]  # large: count only
     m.index.collection.delete(ids=ids[:2])
     assert index_lost_vectors(m.store, m.index, list_ids_max=2) is True  # 2 vectors for 4 turns
+
+
+def test_a_message_id_with_a_colon_is_repaired_like_any_other(make_memory, tmp_path):
+    # only the prefixes of episode, fact and item vectors mark a vector the turn repair leaves
+    # alone; a message id such as a chat app's "slack:C1:123" is repaired like any other: its
+    # lost vector comes back, and a vector of one that no row holds is dropped
+    m = make_memory("mem")
+    ids = m.add_many([{**n, "id": f"slack:C1:{i}"} for i, n in enumerate(NOTES)], session_id="trip", user_id="u1")
+    fact = m.add_fact("Tomas lives in Mombasa", user_id="u1")
+    m.flush()
+    m.index.collection.delete(ids=ids[:2])
+    from tiered_memory.vector.base import VectorItem
+
+    m.index.upsert([VectorItem(id="slack:C1:ghost", vector=[1.0] + [0.0] * 383, user_id="u1")])  # no row
+    m.close()
+    _mark_unclean(tmp_path / "mem")
+
+    again = make_memory("mem")
+    assert again.index.ids() == {*ids, f"fact:{fact.id}"}  # the lost two back, the ghost gone
+    assert again.search("when does my flight leave?", user_id="u1", k=1)[0].id == "slack:C1:0"

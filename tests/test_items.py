@@ -237,3 +237,15 @@ def test_text_parts_and_best_parts() -> None:
     assert item_of_vector("item:x#2") == item_of_vector("item:x") == "x"
     assert best_parts([("item:a#1", 0.2), ("item:b", 0.5), ("item:a", 0.7), ("item:b#3", 0.1)]) == [
         ("a", 0.7), ("b", 0.5)]
+
+
+def test_an_item_value_nested_past_the_limit_is_refused(memory) -> None:  # type: ignore[no-untyped-def]
+    items = memory.item_store()
+    deep: dict = {}
+    for _ in range(99):  # 100 dicts
+        deep = {"a": deep}
+    with pytest.raises(InvalidInputError, match="more than 100 levels"):
+        items.write_many([ItemWrite(namespace=("u", "n"), key="k", user_id="u", value={"d": deep})])
+    assert items.get(("u", "n"), "k") is None
+    items.write_many([ItemWrite(namespace=("u", "n"), key="k", user_id="u", value=deep)])  # 100 levels
+    assert items.get(("u", "n"), "k") is not None

@@ -39,6 +39,23 @@ def test_find_json_object_rejects(text: str) -> None:
         find_json_object(text)
 
 
+def test_model_output_is_made_storable_text_before_it_is_validated() -> None:
+    from tiered_memory.layers.episodic import EpisodeSchema
+    from tiered_memory.layers.semantic import ExtractedFacts
+    from tiered_memory.llm.base import clean_strings
+
+    assert clean_strings({"a\x00": ["x\x00y", "\ud800z", 3]}) == {"a": ["xy", "?z", 3]}
+    # JSON may spell a NUL as an escape: it is gone after decoding too
+    facts = parse_output('{"facts": [{"type": "fact", "text": "likes \\u0000tea"}]}', ExtractedFacts)
+    assert facts.facts[0].text == "likes tea"
+    for bad in ('{"facts": [{"type": "fact", "text": "   "}]}',
+                '{"facts": [{"type": "fact", "text": "' + "x" * 5_001 + '"}]}'):
+        with pytest.raises(ValueError, match="facts.0.text"):
+            parse_output(bad, ExtractedFacts)  # a fact no user could add: the model is asked again
+    with pytest.raises(ValueError, match="summary"):
+        parse_output('{"summary": "' + "s" * 5_001 + '"}', EpisodeSchema)
+
+
 def test_strip_fences_leaves_plain_text() -> None:
     assert strip_fences("  plain  ") == "plain"
     assert strip_fences("before ```json\n{}\n``` after") == "{}"

@@ -117,6 +117,17 @@ def test_remember_rejects_bad_input(memory: TieredMemory, text: object, importan
     assert memory.working_memory("s1", user_id="u1").items() == []
 
 
+@pytest.mark.parametrize("now", ["yesterday", b"x", True, float("nan"), float("inf"), -1e300, 10**400])
+def test_remember_and_items_reject_a_bad_now(memory: TieredMemory, now: object) -> None:
+    wm = memory.working_memory("s1", user_id="u1")
+    with pytest.raises(InvalidInputError):
+        wm.remember("book the table", now=now)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        wm.items(now=now)  # type: ignore[arg-type]
+    assert wm.items() == []
+    assert wm.remember("book the table", now="2026-01-02T03:04:05Z").created_at == 1767323045.0
+
+
 def test_bad_ids_rejected(memory: TieredMemory) -> None:
     with pytest.raises(InvalidInputError):
         memory.working_memory("", user_id="u1")

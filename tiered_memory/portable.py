@@ -12,7 +12,7 @@ from .errors import InvalidInputError, StoreError
 from .parts import Parts
 from .recall.indexing import store_and_index, write_chunks
 from .types import StoredMessage
-from .validation import check_id, normalize_message
+from .validation import check_id, check_message_id, normalize_message
 
 
 FORMAT = "tiered-memory/1"
@@ -74,10 +74,13 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
         obj = json.loads(raw)
     except json.JSONDecodeError as e:
         raise InvalidInputError(f"not JSON ({e.msg})") from e
+    except (ValueError, RecursionError) as e:  # an int of 4,300+ digits; arrays nested past the stack
+        raise InvalidInputError(f"not JSON this library can read ({type(e).__name__}: {str(e)[:200]})") from e
     if not isinstance(obj, dict) or obj.get("type") != "message":
         raise InvalidInputError("expected an object with type 'message'")
-    for key in ("id", "user_id", "session_id"):
+    for key in ("user_id", "session_id"):
         check_id(obj.get(key), key)
+    check_message_id(obj.get("id"))
     msg = normalize_message(
         {k: obj.get(k) for k in ("role", "content", "metadata", "timestamp")},
         max_chars=max_chars, max_metadata_bytes=max_metadata_bytes, now=0.0,

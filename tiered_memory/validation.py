@@ -11,10 +11,12 @@ from typing import Any
 
 from .errors import ContentTooLargeError, InvalidInputError
 from .types import ROLES, Message
+from .vector.base import LAYER_ID_PREFIXES
 
 MAX_ID_LENGTH = 256
 MAX_COUNT = 2**31 - 1  # limits, k and budgets: what every store and index can take as a number
 MAX_LAYER_METADATA_BYTES = 64_000  # the default MemoryConfig.max_metadata_bytes
+MAX_JSON_DEPTH = 100  # dicts and lists within one another in metadata and item values
 
 # Timestamps a read can always render and score: 1900-01-01 to 2200-01-01 UTC. Wider
 # values are almost always a unit mistake (JavaScript's ``Date.now()`` is milliseconds).
@@ -124,12 +126,11 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, Mapping):
         raise InvalidInputError(f"metadata must be a mapping, got {type(metadata).__name__}")
+    check_json_depth(metadata, "metadata")
     try:
         encoded = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise InvalidInputError(f"metadata must be JSON-serialisable: {e}") from e
-    except RecursionError as e:
-        raise InvalidInputError("metadata is nested too deeply to store as JSON") from e
     if not encodable(encoded):
         raise InvalidInputError("metadata contains lone surrogates")
     if len(encoded.encode("utf-8")) > max_bytes:
@@ -142,10 +143,29 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
     return dict(decoded)
 
 
+def check_json_depth(value: object, name: str) -> None:
+    """Refuse ``value`` (metadata, an item's value) if it nests more than :data:`MAX_JSON_DEPTH`
+    containers. Walked without recursion: how deep Python's own JSON code may go depends on
+    the caller's stack, so a value stored from a shallow stack could fail every read made
+    from a deeper one (a web framework, a callback, a notebook)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, (list, tuple)):
+            children = item
+        else:
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidInputError(f"{name} nests more than {MAX_JSON_DEPTH} levels of dicts and lists")
+        stack.extend((child, depth + 1) for child in children)
+
+
 def _str_keys(value: object, depth: int = 0) -> bool:
     """Every mapping inside ``value`` has str keys (JSON would silently change the others)."""
-    if depth > 200:
-        return True  # json.dumps already refused anything deeper
+    if depth > MAX_JSON_DEPTH:
+        return True  # check_json_depth already refused anything deeper
     if isinstance(value, Mapping):
         return all(isinstance(k, str) for k in value) and all(_str_keys(v, depth + 1) for v in value.values())
     if isinstance(value, (list, tuple)):
@@ -160,7 +180,11 @@ def to_epoch(timestamp: object, default: float) -> float:
     if isinstance(timestamp, bool):
         raise InvalidInputError("timestamp must be a number, datetime or ISO string, not bool")
     if isinstance(timestamp, (int, float)):
-        value = float(timestamp)
+        try:
+            value = float(timestamp)
+        except OverflowError as e:
+            raise InvalidInputError(f"timestamp {_shown(timestamp)} is outside 1900-01-01..2200-01-01 in "
+                                   "epoch seconds") from e
     elif isinstance(timestamp, datetime):
         ts = timestamp if timestamp.tzinfo else timestamp.replace(tzinfo=timezone.utc)
         try:
@@ -207,8 +231,18 @@ def normalize_message(item: object, *, max_chars: int, max_metadata_bytes: int, 
         content=check_content(content, max_chars),
         metadata=check_metadata(metadata, max_metadata_bytes),
         timestamp=to_epoch(timestamp, now),
-        id=None if message_id is None else check_id(message_id, "message id"),
+        id=None if message_id is None else check_message_id(message_id),
     )
+
+
+def check_message_id(value: object) -> str:
+    """A caller's message id: a usable id (:func:`check_id`) that does not start with a prefix
+    of the vectors of episodes, facts or items, whose ids it would otherwise take over."""
+    message_id = check_id(value, "message id")
+    if message_id.startswith(LAYER_ID_PREFIXES):
+        raise InvalidInputError(f"message id {message_id!r} starts with {message_id.split(':', 1)[0] + ':'!r}, "
+                                f"which the vectors of episodes, facts and items use; pick another id")
+    return message_id
 
 
 def check_count(value: object, name: str, *, minimum: int, optional: bool = False) -> int | None:
@@ -233,8 +267,8 @@ def check_filters(filters: object) -> Mapping[str, Any] | None:
         if isinstance(value, str) and (not encodable(value) or "\x00" in value):
             raise InvalidInputError(f"filters[{key!r}] holds text no store can hold (a NUL or a lone surrogate)")
         if key in ("since", "until"):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise InvalidInputError(f"filters[{key!r}] must be finite epoch seconds, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+                raise InvalidInputError(f"filters[{key!r}] must be finite epoch seconds, got {_shown(value)}")
         elif key == "role":
             if not isinstance(value, str) or value not in ROLES:
                 raise InvalidInputError(f"filters['role'] must be one of {sorted(ROLES)}, got {value!r}")
@@ -246,6 +280,21 @@ def check_filters(filters: object) -> Mapping[str, Any] | None:
                 f"filters[{key!r}] must be one value (str, number, bool or None) that the metadata value "
                 f"equals; got {type(value).__name__} (no operators or lists)")
     return filters
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, but a huge int by its size (Python refuses to print one of 4,300+ digits)."""
+    if isinstance(value, int) and abs(value) >= 10**18:
+        return f"(an int of {value.bit_length()} bits)"
+    return repr(value)
+
+
+def _finite(value: int | float) -> bool:
+    """``math.isfinite`` that says False for an int too large for a float, instead of raising."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def check_query(query: object) -> str:

@@ -206,7 +206,7 @@ class MemoryContext:
             if i.role in ("user", "assistant"):
                 out.append({"role": i.role, "content": i.text})
             else:
-                out.append({"role": "user", "content": f"[stored {i.role} message] {quote(i.text)}"})
+                out.append({"role": "user", "content": f"[stored {label_text(i.role)} message] {quote(i.text)}"})
         return out
 
 

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Annotated, Any, Callable, Sequence
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -29,6 +29,7 @@ from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
 from ..store.repositories import EpisodeRepository
 from ..types import StoredMessage
+from ..validation import MAX_FACT_CHARS
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -40,14 +41,20 @@ class EpisodeHit:
     explanation: dict[str, Any] = field(default_factory=dict)
 
 
+MAX_SUMMARY_CHARS = 5_000  # an LLM's summary longer than this is not a summary: it is asked again
+# one entity, decision, open question or key fact, as long as a fact may be
+Point = Annotated[str, Field(max_length=MAX_FACT_CHARS)]
+
+
 class EpisodeSchema(BaseModel):
     """What the LLM must return for an episode."""
 
-    summary: str = Field(min_length=1, description="2-4 sentences: what happened and why it matters")
-    entities: list[str] = Field(default_factory=list, description="people, places, products, ids")
-    decisions: list[str] = Field(default_factory=list)
-    open_questions: list[str] = Field(default_factory=list)
-    key_facts: list[str] = Field(default_factory=list, description="durable facts stated in the session")
+    summary: str = Field(min_length=1, max_length=MAX_SUMMARY_CHARS, pattern=r"\S",
+                         description="2-4 sentences: what happened and why it matters")
+    entities: list[Point] = Field(default_factory=list, description="people, places, products, ids")
+    decisions: list[Point] = Field(default_factory=list)
+    open_questions: list[Point] = Field(default_factory=list)
+    key_facts: list[Point] = Field(default_factory=list, description="durable facts stated in the session")
 
 
 EPISODE_PROMPT = """Task: episode

@@ -44,7 +44,7 @@ from ..parts import Parts
 from ..recall.query import keywords
 from ..records import Item
 from ..store.repositories import ItemRepository
-from ..validation import check_id, check_text
+from ..validation import check_id, check_json_depth, check_text
 from ..vector.base import VectorIndex, VectorItem
 from .item_filters import check_filter, check_filter_key, match_filter, match_value, value_at
 from .item_rules import (FIELD_SEP, LAYER, MAX_PARTS, SHARED_OWNER, ItemHit, ItemWrite, best_parts, check_namespace,
@@ -99,6 +99,7 @@ class ItemStore:
             return
         puts = [w for w in last.values() if w.value is not None]
         for w in puts:  # checked before anything is written; the store keeps the same JSON
+            check_json_depth(w.value, "an item value")
             try:
                 json.dumps(w.value, allow_nan=False)
             except (TypeError, ValueError) as e:

@@ -25,7 +25,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites
-from ..validation import check_text
+from ..validation import MAX_FACT_CHARS, check_text
 from ..vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
@@ -56,12 +56,13 @@ class Judgement(BaseModel):
 
     action: Literal["add", "update", "invalidate", "noop"]
     target: int | None = Field(default=None, description="number of the existing fact, if any")
-    text: str | None = Field(default=None, description="merged text, for update")
+    text: str | None = Field(default=None, max_length=MAX_FACT_CHARS, pattern=r"\S",
+                             description="merged text, for update")
 
 
 class ExtractedFact(BaseModel):
     type: Literal["preference", "fact", "constraint", "relationship", "decision"]
-    text: str = Field(min_length=1)
+    text: str = Field(min_length=1, max_length=MAX_FACT_CHARS, pattern=r"\S")  # a fact a user could add
     confidence: float = Field(default=0.8, ge=0.0, le=1.0)
     sources: list[int] = Field(default_factory=list, description="numbers of the messages it comes from")
 

@@ -24,7 +24,8 @@ from ..aio import twin
 from ..errors import ContentTooLargeError, InvalidInputError
 from ..records import WorkingItem
 from ..store.repositories import WorkingRepository
-from ..validation import MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_text
+from ..validation import (MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_text,
+                          to_epoch)
 
 MAX_ITEM_CHARS = 20_000  # a working-memory note, not a document
 
@@ -129,7 +130,7 @@ class WorkingMemory:
         metadata = check_metadata(metadata, MAX_LAYER_METADATA_BYTES)
         if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
             raise InvalidInputError(f"importance must be within [0, 1], got {importance!r}")
-        now = time.time() if now is None else now
+        now = to_epoch(now, time.time())  # seconds, a datetime or ISO text, within 1900..2200
         item = WorkingItem(id=uuid.uuid4().hex, user_id=self.user_id, session_id=self.session_id, text=text,
                            type=type, importance=float(importance), created_at=now, metadata=dict(metadata or {}))
         vector = embed(self.embedder, [text])[0]
@@ -152,7 +153,7 @@ class WorkingMemory:
         check_count(k, "k", minimum=0, optional=True)
         if query is not None and not isinstance(query, str):
             raise InvalidInputError(f"query must be a str or None, got {type(query).__name__}")
-        now = time.time() if now is None else now
+        now = to_epoch(now, time.time())
         pairs = self.rows.working_vectors(self.user_id, self.session_id)
         items = [i for i, _ in pairs]
         relevance = None

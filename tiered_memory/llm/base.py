@@ -71,13 +71,27 @@ def parse_output(text: str, schema: type[M]) -> M:
     Raises:
         ValueError: no JSON object, or it does not match the schema (message says how).
     """
-    obj = find_json_object(text)
+    obj = clean_strings(find_json_object(text))
     try:
         return schema.model_validate(obj)
     except ValidationError as e:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors())
         raise ValueError(f"the JSON does not match the schema: {problems}") from e
+
+
+def clean_strings(value: Any) -> Any:
+    """``value`` (decoded JSON) with every string made storable text: NUL characters (which
+    JSON may spell ``\\u0000`` and PostgreSQL cannot store) removed and lone surrogates
+    replaced, as no store holds them; pure."""
+    if isinstance(value, str):
+        text = value.replace("\x00", "")
+        return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, list):
+        return [clean_strings(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_strings(k): clean_strings(v) for k, v in value.items()}
+    return value
 
 
 def schema_hint(schema: type[BaseModel]) -> str:

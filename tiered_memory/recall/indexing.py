@@ -13,7 +13,7 @@ from ..embedding import Embedder, embed
 from ..errors import VectorIndexError
 from ..store.base import RecordStore, TextMatchSource
 from ..types import StoredMessage
-from ..vector.base import VectorIndex, VectorItem, WritesBehind
+from ..vector.base import LAYER_ID_PREFIXES, VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
 
 log = logging.getLogger("tiered_memory")
@@ -275,6 +275,7 @@ def repair(
 
 
 def _is_layer_id(memory_id: str) -> bool:
-    """Ids of episode / fact vectors carry a prefix; repair of turns leaves them alone."""
-    return ":" in memory_id
+    """Ids of episode, fact and item vectors carry a prefix no message id may start with; repair
+    of turns leaves them alone (a message id may hold ``:`` anywhere else: ``slack:C1:123``)."""
+    return memory_id.startswith(LAYER_ID_PREFIXES)
 
