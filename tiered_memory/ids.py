@@ -9,6 +9,9 @@ Layout (32 hex digits): 48 bits of Unix milliseconds, the version nibble 7, 12 b
 counter that keeps ids increasing within one millisecond of this process, the variant
 bits, 62 random bits. Ids stay opaque to callers; only their order within a process is
 promised, and no id repeats (the random part, and the record store's unique key).
+
+A caller may choose a message's id; it may not start with :data:`LAYER_ID_PREFIXES`, which
+name the vectors of episodes, facts and items in the vector index beside the messages'.
 """
 
 from __future__ import annotations
@@ -36,3 +39,8 @@ def new_id() -> str:
         _last[0], _last[1] = ms, counter
     tail = int.from_bytes(os.urandom(8), "big") & 0x3FFF_FFFF_FFFF_FFFF
     return f"{ms & 0xFFFF_FFFF_FFFF:012x}7{counter:03x}{0x8000_0000_0000_0000 | tail:016x}"
+
+
+#: the vector ids of episodes, facts and items start with these (``ep:<id>:<n>``, ``fact:<id>``,
+#: ``item:<id>[#n]``); a message's vector id is its own id, so a message id may not start with one
+LAYER_ID_PREFIXES = ("ep:", "fact:", "item:")

@@ -11,7 +11,7 @@ from typing import Any
 
 from .errors import ContentTooLargeError, InvalidInputError
 from .types import ROLES, Message
-from .vector.base import LAYER_ID_PREFIXES
+from .ids import LAYER_ID_PREFIXES
 
 MAX_ID_LENGTH = 256
 MAX_COUNT = 2**31 - 1  # limits, k and budgets: what every store and index can take as a number

@@ -11,9 +11,10 @@ import numpy as np
 
 from ..embedding import Embedder, embed
 from ..errors import VectorIndexError
+from ..ids import LAYER_ID_PREFIXES
 from ..store.base import RecordStore, TextMatchSource
 from ..types import StoredMessage
-from ..vector.base import LAYER_ID_PREFIXES, VectorIndex, VectorItem, WritesBehind
+from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
 
 log = logging.getLogger("tiered_memory")

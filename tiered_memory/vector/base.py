@@ -10,9 +10,6 @@ import numpy as np
 # a chunk of a long message is indexed as "<message id>" + CHUNK_SEPARATOR + "<n>"
 # (recall/chunking.py); ids never hold control characters, so it is unambiguous
 CHUNK_SEPARATOR = "\x1f"
-#: the vector ids of episodes, facts and items start with these (``ep:<id>:<n>``, ``fact:<id>``,
-#: ``item:<id>[#n]``); a message's vector id is its own id, so a message id may not start with one
-LAYER_ID_PREFIXES = ("ep:", "fact:", "item:")
 #: every layer a vector may belong to (a user-wide filter of an engine that keys layers into
 #: its user field, as Chroma's does, lists them all)
 LAYERS = ("turn", "chunk", "episode", "fact", "item")
