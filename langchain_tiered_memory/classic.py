@@ -30,13 +30,28 @@ from langchain_classic.memory.utils import get_prompt_input_key
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, get_buffer_string
 from pydantic import ConfigDict, field_validator
 
-from tiered_memory import TieredMemory
+from tiered_memory import InvalidInputError, TieredMemory
 from tiered_memory.validation import check_id
 
 from .history import TieredChatMessageHistory
 from .messages import from_stored_many, to_core_many
 
 __all__ = ["TieredConversationMemory"]
+
+
+def turn_text(value: Any, what: str) -> str:
+    """The text to store for one side of a turn (pure): a string as it is, a message's text,
+    a number as written; a list or mapping (several messages, a structured value) has no one
+    text to store, so it is an ``InvalidInputError`` that says which key to point at."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, BaseMessage):
+        return value.text
+    if isinstance(value, (list, tuple, dict, set)):
+        raise InvalidInputError(
+            f"the {what} is a {type(value).__name__}, not one text or message: set input_key / output_key "
+            "to the key that holds the text of the turn")
+    return str(value)
 
 
 class TieredConversationMemory(BaseMemory):
@@ -84,13 +99,13 @@ class TieredConversationMemory(BaseMemory):
 
     def _input_text(self, inputs: dict[str, Any]) -> str:
         key = self.input_key or get_prompt_input_key(inputs, self.memory_variables)
-        return str(inputs[key])
+        return turn_text(inputs[key], f"input {key!r}")
 
     def _query(self, inputs: dict[str, Any]) -> str | None:
         """The text to recall for, or ``None`` when the call carries no input at all."""
         if self.input_key is not None:
             value = inputs.get(self.input_key)
-            return None if value is None else str(value)
+            return None if value is None else turn_text(value, f"input {self.input_key!r}")
         if not any(k not in self.memory_variables and k != "stop" for k in inputs):
             return None
         return self._input_text(inputs)
@@ -137,7 +152,7 @@ class TieredConversationMemory(BaseMemory):
         else:
             raise ValueError(
                 f"got output keys {sorted(outputs)}; set output_key to the one to store")
-        return value.text if isinstance(value, BaseMessage) else str(value)
+        return turn_text(value, "output")
 
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """The assembled context for this input: long-term memory, then recent turns.

@@ -61,6 +61,20 @@ def _configurable() -> Mapping[str, Any]:
         return {}
 
 
+def with_memory(system: SystemMessage | None, memory: str) -> SystemMessage:
+    """The agent's system message with the quoted ``memory`` after what it says (pure). Text
+    content gains a paragraph; content blocks gain a text block, so the agent's own blocks
+    (with their ``cache_control`` and other keys) reach the model as they were, and the
+    message keeps its id, name and other fields."""
+    if system is None:
+        return SystemMessage(content=memory)
+    if isinstance(system.content, str):
+        content: Any = f"{system.content}\n\n{memory}" if system.content else memory
+    else:
+        content = [*system.content, {"type": "text", "text": memory}]
+    return system.model_copy(update={"content": content})
+
+
 class TieredMemoryMiddleware(AgentMiddleware):
     """Inject assembled memory before each model call; record the turn after it.
 
@@ -122,8 +136,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
                                             max_tokens=self.max_tokens, include_items=self.include_items)
             text = ctx.memory_text()
             if text:
-                base = request.system_message.text if request.system_message else ""
-                changes["system_message"] = SystemMessage(content=f"{base}\n\n{text}" if base else text)
+                changes["system_message"] = with_memory(request.system_message, text)
         if self.include_recent:
             present = {m.id for m in request.messages if m.id}
             buffer = self.memory.get_buffer(session, user_id=user)

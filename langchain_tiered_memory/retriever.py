@@ -21,6 +21,7 @@ __all__ = ["TieredMemoryRetriever", "hit_to_document"]
 # what a call may override, and the names LangChain's vector-store retrievers use for them
 _OVERRIDES = {"k", "user_id", "session_id", "filters"}
 _ALIASES = {"top_k": "k", "filter": "filters"}
+DEFAULT_K = 4
 
 
 def resolve_overrides(given: dict[str, Any], where: str) -> dict[str, Any]:
@@ -37,6 +38,14 @@ def resolve_overrides(given: dict[str, Any], where: str) -> dict[str, Any]:
         out[key] = value
     if "k" in out:
         check_count(out["k"], "k", minimum=1)
+    return out
+
+
+def _search_kwargs(given: Any) -> dict[str, Any]:
+    """``search_kwargs`` with our names, checked (pure); it may not name the user."""
+    out = resolve_overrides(dict(given or {}), "search_kwargs")
+    if "user_id" in out:
+        raise InvalidInputError("search_kwargs cannot set user_id; pass user_id= itself")
     return out
 
 
@@ -65,9 +74,13 @@ class TieredMemoryRetriever(BaseRetriever):
 
     ``invoke(query, k=..., user_id=..., session_id=..., filters=...)`` overrides
     any of these for one call. As on LangChain's vector-store retrievers,
-    ``search_kwargs={"k": 2, "filter": {...}}`` at construction and ``top_k`` (for
-    ``k``) / ``filter`` (for ``filters``) are accepted too; a ``k`` that is not an
-    int >= 1 raises :class:`~tiered_memory.errors.InvalidInputError` wherever it is given.
+    ``search_kwargs={"k": 2, "filter": {...}}`` and ``top_k`` (for ``k``) / ``filter``
+    (for ``filters``) are accepted too. ``search_kwargs`` is read at each call, so changing
+    it later, or configuring it (``configurable_fields(search_kwargs=...)``), takes effect;
+    a setting given by name (``k=3``) wins over the same one in ``search_kwargs``, and ``k``
+    is 4 when neither gives it. A ``k`` that is not an int >= 1 raises
+    :class:`~tiered_memory.errors.InvalidInputError` wherever it is given; an argument the
+    retriever does not know (a misspelt ``fliters=``) is refused at construction.
 
     Example:
         >>> retriever = TieredMemoryRetriever(memory=memory, user_id="u1", k=3)  # doctest: +SKIP
@@ -75,34 +88,36 @@ class TieredMemoryRetriever(BaseRetriever):
         0.032
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     memory: TieredMemory
     user_id: str
-    k: int = 4
+    k: int | None = None  # None: search_kwargs' k, else DEFAULT_K
     session_id: str | None = None
     filters: dict[str, Any] | None = None
     search_kwargs: dict[str, Any] = {}
 
     def __init__(self, **data: Any) -> None:
-        # checked before pydantic, so a bad k is the same typed error as at invoke;
-        # an explicit argument wins over the same setting in search_kwargs
-        named = {n: data.pop(n) for n in list(data) if n in (_OVERRIDES | set(_ALIASES)) - {"user_id"}}
-        merged = resolve_overrides(dict(data.get("search_kwargs") or {}), "search_kwargs")
-        if "user_id" in merged:
-            raise InvalidInputError("search_kwargs cannot set user_id; pass user_id= itself")
-        merged.update(resolve_overrides(named, "TieredMemoryRetriever"))
-        super().__init__(**data, **merged)
+        # checked before pydantic, so a bad k is the same typed error as at invoke
+        # (None is "not given": LangChain rebuilds a configured retriever from every field)
+        named = {n: v for n in list(data) if n in (_OVERRIDES | set(_ALIASES)) - {"user_id"}
+                 if (v := data.pop(n)) is not None}
+        named = resolve_overrides(named, "TieredMemoryRetriever")
+        _search_kwargs(data.get("search_kwargs"))
+        super().__init__(**data, **named)
+
+    def settings(self, **overrides: Any) -> dict[str, Any]:
+        """What one call searches with: the call's ``overrides``, else the settings given by
+        name, else ``search_kwargs`` as it is now, else the defaults."""
+        out: dict[str, Any] = {"k": DEFAULT_K, "session_id": None, "filters": None}
+        out.update(_search_kwargs(self.search_kwargs))
+        out.update({n: getattr(self, n) for n in ("k", "session_id", "filters") if getattr(self, n) is not None})
+        out["user_id"] = self.user_id
+        out.update({n: v for n, v in resolve_overrides(overrides, "invoke").items() if v is not None})
+        return out
 
     def _search(self, query: str, **overrides: Any) -> list[Document]:
-        given = resolve_overrides(overrides, "invoke")
-        hits = self.memory.search(
-            query,
-            user_id=given.get("user_id") or self.user_id,
-            k=given.get("k", self.k),
-            session_id=given.get("session_id", self.session_id),
-            filters=given.get("filters", self.filters),
-        )
+        hits = self.memory.search(query, **self.settings(**overrides))
         return [hit_to_document(h) for h in hits]
 
     def _get_relevant_documents(

@@ -63,6 +63,24 @@ def test_middleware_injects_memory_and_records_the_turn_once(memory: TieredMemor
     assert memory.get_messages("new", user_id="u2") == []
 
 
+def test_middleware_keeps_the_agents_system_blocks_and_adds_memory_as_one_more(memory: TieredMemory) -> None:
+    # an agent's system prompt of content blocks (Anthropic's cache_control on its rules) reaches
+    # the model block for block, with its id; the memory is a text block after them
+    _seed(memory)
+    rec = PromptRecorder()
+    system = SystemMessage(content=[{"type": "text", "text": "Rule one.", "cache_control": {"type": "ephemeral"}},
+                                    {"type": "text", "text": "Rule two."}], id="sys", name="rules")
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("Teal.")], callbacks=[rec]), [],
+                         system_prompt=system, middleware=[TieredMemoryMiddleware(memory)])
+    agent.invoke({"messages": [HumanMessage("What is my favourite colour?")]},
+                 context={"user_id": "u1", "session_id": "new"})
+    sent = rec.prompts[-1][0]
+    assert isinstance(sent, SystemMessage) and (sent.id, sent.name) == ("sys", "rules")
+    assert sent.content[:2] == system.content
+    assert len(sent.content) == 3 and sent.content[2]["type"] == "text"  # type: ignore[index]
+    assert "favourite colour is teal" in sent.content[2]["text"]  # type: ignore[index]
+
+
 async def test_middleware_async_with_checkpointer_thread(memory: TieredMemory) -> None:
     _seed(memory)
     rec = PromptRecorder()

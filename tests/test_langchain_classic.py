@@ -7,12 +7,12 @@ from typing import Callable
 import pytest
 from langchain_classic.chains import ConversationChain, LLMChain
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
-from langchain_core.messages import AIMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, PromptTemplate
 
 from langchain_tiered_memory import TieredChatMessageHistory, TieredConversationMemory
 from lc_support import PromptRecorder
-from tiered_memory import TieredMemory
+from tiered_memory import InvalidInputError, TieredMemory
 
 # ConversationChain and LLMChain are deprecated by LangChain; this module is the bridge for
 # apps that still use them, so constructing them must not fail the suite.
@@ -95,6 +95,19 @@ def test_memory_validates_ids_and_output_keys(memory: TieredMemory) -> None:
     tiered.save_context({"input": "hi"}, {"a": "1", "output": "hello"})
     assert [m.content for m in memory.get_messages("s", user_id="u")] == ["hi", "hello"]
     assert tiered.load_memory_variables({"input": "hi"})["history"].endswith("Human: hi\nAI: hello")
+
+
+def test_a_message_in_a_turn_is_stored_as_its_text_and_a_list_is_refused(memory: TieredMemory) -> None:
+    tiered = TieredConversationMemory(memory=memory, user_id="u", session_id="s")
+    tiered.save_context({"input": HumanMessage("hello there")}, {"output": AIMessage("hi, Ana")})
+    assert [m.content for m in memory.get_messages("s", user_id="u")] == ["hello there", "hi, Ana"]
+    with pytest.raises(InvalidInputError, match="input 'input' is a list"):
+        tiered.save_context({"input": [HumanMessage("a"), HumanMessage("b")]}, {"output": "x"})
+    with pytest.raises(InvalidInputError, match="output is a dict"):
+        tiered.save_context({"input": "a"}, {"output": {"answer": "x"}})
+    assert len(memory.get_messages("s", user_id="u")) == 2  # nothing of either was stored
+    tiered.save_context({"input": 42}, {"output": 3.5})  # a number is stored as written
+    assert [m.content for m in memory.get_messages("s", user_id="u")][2:] == ["42", "3.5"]
 
 
 def test_load_memory_variables_without_input_shows_the_buffer(memory: TieredMemory) -> None:

@@ -101,6 +101,34 @@ def test_search_kwargs_and_top_k_as_on_vector_store_retrievers(shared_memory: Ti
     assert only.invoke("dog") == []  # the filter was applied: u1 has no assistant turns
 
 
+def test_search_kwargs_are_read_at_each_call_and_can_be_configured(shared_memory: TieredMemory) -> None:
+    from langchain_core.runnables import ConfigurableField
+
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_kwargs={"k": 2})
+    assert len(retriever.invoke("dog")) == 2
+    retriever.search_kwargs["k"] = 3  # as on VectorStoreRetriever: the next call sees it
+    assert len(retriever.invoke("dog")) == 3
+    plain = TieredMemoryRetriever(memory=shared_memory, user_id="u1")
+    assert len(plain.invoke("dog")) == 4  # the default k
+    configurable = plain.configurable_fields(
+        search_kwargs=ConfigurableField(id="search_kwargs", name="Search kwargs"))
+    assert len(configurable.invoke("dog", config={"configurable": {"search_kwargs": {"k": 1}}})) == 1
+    assert len(configurable.invoke("dog")) == 4
+
+
+@pytest.mark.parametrize("typo", [{"fliters": {"role": "user"}}, {"session": "s1"}, {"search_type": "mmr"}])
+def test_an_argument_the_retriever_does_not_know_is_refused(shared_memory: TieredMemory,
+                                                            typo: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match=next(iter(typo))):  # pydantic's ValidationError names it
+        TieredMemoryRetriever(memory=shared_memory, user_id="u1", **typo)
+
+
+def test_an_empty_user_id_at_invoke_is_bad_input_not_the_default_user(shared_memory: TieredMemory) -> None:
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1")
+    with pytest.raises(InvalidInputError, match="user_id"):
+        retriever.invoke("dog", user_id="")
+
+
 @pytest.mark.parametrize("bad", [0, -1, "2", 2.0, True])
 def test_a_bad_k_raises_the_same_typed_error_everywhere(shared_memory: TieredMemory, bad: Any) -> None:
     with pytest.raises(InvalidInputError, match="k must be an int >= 1"):
