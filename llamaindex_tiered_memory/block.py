@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any, Callable, Iterable, List, Optional, Sequence
 
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
@@ -36,11 +37,13 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.storage.chat_store.base_db import MessageStatus
+from llama_index.core.utils import get_tokenizer
 
 from tiered_memory import MemoryContext, Section, TieredMemory
-from tiered_memory.context.render import drop_lowest, render_memory
+from tiered_memory.context.render import CUT_MARKER, drop_lowest, render_memory
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, UsageError
+from tiered_memory.llm.base import clean_strings
 from tiered_memory.tokens import heuristic_count
 from tiered_memory.validation import check_id
 
@@ -50,6 +53,9 @@ SECTION_ORDER = ("session", "facts", "earlier", "episodes", "turns")
 EARLIER_TITLE = "Earlier in this conversation"
 MAX_QUERY_CHARS = 2000
 RENDERED_KEPT = 8  # recent renders kept, so truncation works on sections, never on parsed text
+REPAIRED_KEY = "llamaindex_repaired"  # metadata of a stored message whose text had to be changed
+
+log = logging.getLogger(__name__)
 
 _ROLES = {
     "system": "system", "developer": "system", "user": "user", "assistant": "assistant",
@@ -85,11 +91,38 @@ def message_text(message: ChatMessage) -> str:
     return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock))
 
 
-def to_core_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
-    """Chat messages as core message dicts (new objects); messages without text are skipped."""
+def storable_text(text: str, max_chars: Optional[int] = None) -> tuple[str, list[str]]:
+    """``text`` as the core can store it, and what had to change (pure).
+
+    NUL characters are removed and lone surrogates replaced (no store holds them); a text
+    longer than ``max_chars`` (the core's ``MemoryConfig.max_content_chars``) keeps its head
+    and ends with the core's :data:`~tiered_memory.context.render.CUT_MARKER`, so the result
+    is never longer than ``max_chars``. A text the core accepts comes back unchanged, with
+    no changes listed. The result may be blank (a text of NULs): the caller skips it.
+    """
+    changes: list[str] = []
+    if "\x00" in text:
+        changes.append("removed NUL characters")
+    clean: str = clean_strings(text)
+    if clean.replace("\x00", "") != text.replace("\x00", ""):
+        changes.append("replaced lone surrogates")
+    if max_chars is not None and len(clean) > max_chars:
+        changes.append(f"cut from {len(clean):,} to {max_chars:,} characters")
+        keep = max_chars - len(CUT_MARKER)
+        clean = clean[:keep] + CUT_MARKER if keep > 0 else clean[:max_chars]
+    return clean, changes
+
+
+def to_core_messages(messages: Iterable[ChatMessage], max_chars: Optional[int] = None) -> list[dict[str, Any]]:
+    """Chat messages as core message dicts (new objects); messages without text are skipped.
+
+    Text is made storable with :func:`storable_text` (``max_chars``: the core's
+    ``max_content_chars``), so one bad message never makes the core refuse the batch; a
+    changed message says how in ``metadata["llamaindex_repaired"]``.
+    """
     out: list[dict[str, Any]] = []
     for m in messages:
-        text = message_text(m)
+        text, changes = storable_text(message_text(m), max_chars)
         if not text.strip():
             continue  # e.g. an assistant turn that only calls tools
         role = str(getattr(m.role, "value", m.role))
@@ -99,7 +132,9 @@ def to_core_messages(messages: Iterable[ChatMessage]) -> list[dict[str, Any]]:
         for key in ("tool_call_id", "name"):
             value = m.additional_kwargs.get(key)
             if isinstance(value, str):
-                metadata[key] = value
+                metadata[key] = clean_strings(value)
+        if changes:
+            metadata[REPAIRED_KEY] = changes
         out.append({"role": _ROLES.get(role, "user"), "content": text, "metadata": metadata})
     return out
 
@@ -120,19 +155,36 @@ def _rank(name: str) -> int:
     return SECTION_ORDER.index(name) if name in SECTION_ORDER else len(SECTION_ORDER)
 
 
+def shown_already(item_text: str, current_texts: set[str]) -> bool:
+    """Whether a recalled turn is one of ``current_texts`` (pure).
+
+    ``current_texts`` are the current messages as stored (:func:`storable_text`). A turn
+    the core cut to its budget (its text ends with ``CUT_MARKER``) matches the current
+    text it is the head of; a cut that kept no text matches nothing.
+    """
+    if item_text in current_texts:
+        return True
+    marker = CUT_MARKER.strip()
+    if not item_text.endswith(marker):
+        return False
+    head = item_text[: -len(marker)].strip()
+    return bool(head) and any(t.lstrip().startswith(head) for t in current_texts)
+
+
 def long_term_sections(context: MemoryContext, current_texts: set[str]) -> list[Section]:
     """The sections the block shows, most important first.
 
     The core's recent buffer becomes the "earlier" section (with flushing, those turns
-    are no longer in the Memory's queue); turns whose text is already in the current
-    messages are left out, since the model sees them anyway.
+    are no longer in the Memory's queue); turns already in the current messages
+    (``current_texts``, as stored: see :func:`shown_already`) are left out, whole or cut,
+    since the model sees them anyway.
     """
     sections = []
-    earlier = [i for i in context.recent if i.text not in current_texts]
+    earlier = [i for i in context.recent if not shown_already(i.text, current_texts)]
     if earlier:
         sections.append(Section(name="earlier", title=EARLIER_TITLE, items=earlier))
     for s in context.sections:
-        items = [i for i in s.items if i.role is None or i.text not in current_texts]
+        items = [i for i in s.items if i.role is None or not shown_already(i.text, current_texts)]
         if items:
             sections.append(Section(name=s.name, title=s.title, items=items))
     return sorted(sections, key=lambda s: _rank(s.name))
@@ -151,6 +203,15 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
             :class:`WriteThroughMemory` (or your own calls to :meth:`arecord`). Flushes
             are then ignored, since their messages are already stored.
         priority: ``Memory`` truncates blocks with lower numbers first; 0 never truncates.
+        tokenizer_fn: the ``tokenizer_fn`` of the ``Memory`` the block is in. ``Memory``
+            asks the block to cut a number of tokens of its own tokenizer, measures the saving
+            with it, and drops the whole block if the saving falls short; it never tells the
+            block which tokenizer that is. ``None``: LlamaIndex's default tokenizer
+            (``get_tokenizer()``), the one ``Memory`` uses when given none.
+
+    Text the core refuses (NUL characters, lone surrogates, more than the core's
+    ``max_content_chars``) is made storable and cut with a marker, with a logged warning,
+    rather than failing the flush (see :func:`storable_text`).
 
     With a ``ReActAgent``, pass ``insert_method="user"`` to ``Memory.from_defaults``:
     with the default ``"system"``, ``ReActAgent`` drops the message the block is in.
@@ -172,6 +233,9 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     max_tokens: int = Field(default=1500, gt=0, description="Budget of the returned context.")
     every_turn: bool = Field(
         default=False, description="Store every message when put (with WriteThroughMemory).")
+    tokenizer_fn: Optional[Callable[[str], List[Any]]] = Field(
+        default=None, exclude=True,
+        description="The tokenizer_fn of the Memory the block is in (None: LlamaIndex's default).")
     _rendered: dict[str, list[Section]] = PrivateAttr(default_factory=dict)
 
     @field_validator("user_id")
@@ -210,9 +274,13 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     async def arecord(self, messages: Sequence[ChatMessage], *, session_id: Optional[str] = None) -> list[str]:
         """Store chat messages in long-term memory now; returns the stored ids."""
         sid = self._session(session_id, messages)
-        rows = to_core_messages(messages)
+        rows = to_core_messages(messages, self.memory.config.max_content_chars)
         if not rows:
             return []
+        for row in rows:
+            if REPAIRED_KEY in row["metadata"]:
+                log.warning("a %s message of session %r was changed to be storable: %s",
+                            row["role"], sid, "; ".join(row["metadata"][REPAIRED_KEY]))
         ids: list[str] = await self.memory.aadd_many(rows, session_id=sid, user_id=self.user_id)
         return ids
 
@@ -226,7 +294,8 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         sid = self._session(block_kwargs.get("session_id"))
         context = await self.memory.abuild_context(
             build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens)
-        sections = long_term_sections(context, {message_text(m) for m in current})
+        max_chars = self.memory.config.max_content_chars
+        sections = long_term_sections(context, {storable_text(message_text(m), max_chars)[0] for m in current})
         text = render_memory(sections)
         if text:
             self._rendered[text] = sections
@@ -235,12 +304,18 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         return text
 
     async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:
-        """Drop the lowest-priority items (whole sections first from the end) to save
-        about ``tokens_to_truncate`` tokens; ``None`` when nothing is left."""
+        """Drop the lowest-priority items (whole sections first from the end) until the
+        text is at least ``tokens_to_truncate`` tokens shorter; ``None`` when nothing is left.
+
+        Tokens are counted with :attr:`tokenizer_fn`, the unit ``Memory`` asks in and
+        measures the saving with (a saving short of the request makes ``Memory`` drop the
+        whole block); the core's own counter may count differently.
+        """
         sections = self._rendered.get(content) if content else None
         if sections is None:  # not a text this block rendered: it cannot be cut item by item
             return None
-        kept = drop_lowest(sections, tokens_to_truncate, self.memory.count_tokens)
+        tokenize = self.tokenizer_fn or get_tokenizer()
+        kept = drop_lowest(sections, tokens_to_truncate, lambda text: len(tokenize(text)))
         return render_memory(kept) if kept else None
 
 
@@ -301,6 +376,10 @@ async def aend_session(memory: Memory) -> None:
     ``Memory`` does when the queue is full), so it reaches long-term memory; then each
     tiered store summarises the session when its core supports ``end_session``. The
     ``Memory`` starts the next turn with an empty short-term queue.
+
+    A store that holds no text of this session for the block's user (a fresh ``Memory``,
+    or only images and tool calls) has nothing to summarise: it is skipped, without an
+    error and without an episode. Ending a session twice is harmless.
     """
     active = await memory.sql_store.get_messages(memory.session_id, status=MessageStatus.ACTIVE)
     if active:
@@ -314,6 +393,8 @@ async def aend_session(memory: Memory) -> None:
         if key in seen or end is None:
             continue
         seen.add(key)
+        if not await block.memory.aget_messages(memory.session_id, user_id=block.user_id, limit=1):
+            continue  # nothing stored: the core would raise NotFoundError for an empty session
         await end(memory.session_id, user_id=block.user_id)
 
 

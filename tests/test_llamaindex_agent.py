@@ -17,11 +17,19 @@ pytest.importorskip("llama_index.core")
 
 from llama_index.core.agent.workflow import FunctionAgent, ReActAgent  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
-from llama_index.core.llms.mock import MockFunctionCallingLLMWithChatMemoryOfLastCall  # noqa: E402
+from llama_index.core.llms.mock import (  # noqa: E402
+    MockFunctionCallingLLM,
+    MockFunctionCallingLLMWithChatMemoryOfLastCall,
+)
 from llama_index.core.memory import Memory  # noqa: E402
 from llama_index.core.tools import FunctionTool  # noqa: E402
 
-from llamaindex_tiered_memory import TieredMemoryBlock, aend_session, offline_tokenizer  # noqa: E402
+from llamaindex_tiered_memory import (  # noqa: E402
+    TieredMemoryBlock,
+    WriteThroughMemory,
+    aend_session,
+    offline_tokenizer,
+)
 from llamaindex_tiered_memory.testing import ScriptedChatLLM  # noqa: E402
 from tiered_memory import TieredMemory  # noqa: E402
 
@@ -161,3 +169,24 @@ async def test_react_agent_with_the_default_system_insert_drops_the_block_withou
     found = memory_in(llm.calls[-1])
     assert [role for role, _ in found] == reaches_as
     assert all("Miso" in text for _, text in found)
+
+
+def read_binary(name: str = "a.bin") -> str:
+    """Read a file."""
+    return "header\x00\x01binary payload"
+
+
+@pytest.mark.parametrize("memory_class", [Memory, WriteThroughMemory])
+async def test_a_tool_returning_a_nul_byte_does_not_break_the_agent(
+    memory: TieredMemory, memory_class: type[Memory],
+) -> None:
+    block = TieredMemoryBlock(memory=memory, user_id="u1", every_turn=memory_class is WriteThroughMemory)
+    chat = memory_class.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=offline_tokenizer(),
+                                      token_limit=100, chat_history_token_ratio=0.3, token_flush_size=30)
+    agent = FunctionAgent(tools=[FunctionTool.from_defaults(read_binary)], llm=MockFunctionCallingLLM())
+    for question in ["My name is Ana, read a.bin", "read it again please", "and once more"]:
+        await agent.run(user_msg=question, memory=chat)
+    stored = memory.get_messages("s1", user_id="u1")
+    tool = [m.content for m in stored if m.role == "tool"]
+    assert tool and all(t == "header\x01binary payload" for t in tool)  # stored, without the NUL
+    assert "My name is Ana, read a.bin" in [m.content for m in stored]

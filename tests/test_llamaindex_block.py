@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import pytest
 
 pytest.importorskip("llama_index.core")
 
+from llama_index.core.base.llms.types import ImageBlock  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
 from llama_index.core.storage.chat_store.sql import MessageStatus  # noqa: E402
@@ -18,9 +20,15 @@ from llamaindex_tiered_memory import (  # noqa: E402
     aend_session,
     offline_tokenizer,
 )
-from llamaindex_tiered_memory.block import build_query, to_core_messages  # noqa: E402
-from tiered_memory import ContextItem, MemoryContext, Section, TieredMemory  # noqa: E402
-from tiered_memory.context.render import drop_lowest, render_memory  # noqa: E402
+from llamaindex_tiered_memory.block import (  # noqa: E402
+    REPAIRED_KEY,
+    build_query,
+    shown_already,
+    storable_text,
+    to_core_messages,
+)
+from tiered_memory import ContextItem, MemoryConfig, MemoryContext, Section, TieredMemory  # noqa: E402
+from tiered_memory.context.render import CUT_MARKER, drop_lowest, render_memory  # noqa: E402
 
 TOKENIZER = offline_tokenizer()
 
@@ -289,3 +297,157 @@ def test_block_validates_ids(memory: TieredMemory) -> None:
     with pytest.raises(ValueError, match="session"):
         block.record([chat("user", "hello")])
     assert block.record([chat("user", "hello")], session_id="s9")
+
+
+# ---- text the core refuses ------------------------------------------------------
+LIMIT = 2_000  # max_content_chars of the stores below: a long message stays cheap to build
+BAD_TEXT = {
+    "nul": ("tool output: binary\x00junk", "tool output: binaryjunk"),
+    "surrogate": ("decoded badly \udcff here", "decoded badly ? here"),
+}
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "stored", "changes"),
+    [
+        ("plain text", None, "plain text", []),
+        ("x" * 99, 99, "x" * 99, []),  # at the limit: unchanged
+        ("a\x00b", None, "ab", ["removed NUL characters"]),
+        ("a\udcffb", None, "a?b", ["replaced lone surrogates"]),
+        ("\x00\udcff", None, "?", ["removed NUL characters", "replaced lone surrogates"]),
+        ("x" * 100, 99, "x" * (99 - len(CUT_MARKER)) + CUT_MARKER, ["cut from 100 to 99 characters"]),
+        ("x" * 20, 10, "x" * 10, ["cut from 20 to 10 characters"]),  # no room for the marker
+    ],
+)
+def test_storable_text_rules(text: str, limit: int | None, stored: str, changes: list[str]) -> None:
+    out, why = storable_text(text, limit)
+    assert (out, why) == (stored, changes)
+    assert limit is None or len(out) <= limit
+
+
+@pytest.mark.parametrize("kind", ["nul", "surrogate", "too long"])
+async def test_a_message_the_core_refuses_is_stored_repaired_and_the_flush_goes_on(
+    make_memory: Callable[..., TieredMemory], caplog: pytest.LogCaptureFixture, kind: str,
+) -> None:
+    tm = make_memory(config=MemoryConfig(max_content_chars=LIMIT))
+    bad = "pasted log " + "line of log output\n" * 200 if kind == "too long" else BAD_TEXT[kind][0]
+    mem = small_memory(TieredMemoryBlock(memory=tm, user_id="u1"), "s1")
+    await mem.aput_messages(turn("My dog is called Biscuit.", "Nice name."))
+    with caplog.at_level(logging.WARNING, logger="llamaindex_tiered_memory.block"):
+        await mem.aput(ChatMessage(role="tool", content=bad, additional_kwargs={"tool_call_id": "c1"}))
+        await mem.aput_messages(turn("What's up?", "Not much."))
+        for q, a in FILLER:
+            await mem.aput_messages(turn(q, a))
+
+    stored = tm.get_messages("s1", user_id="u1")
+    contents = [m.content for m in stored]
+    assert "My dog is called Biscuit." in contents  # the rest of the batch reached long-term memory
+    assert "What's up?" in contents
+    tool = [m for m in stored if m.role == "tool"]
+    assert len(tool) == 1 and tool[0].metadata[REPAIRED_KEY]
+    if kind == "too long":
+        assert len(tool[0].content) == LIMIT and tool[0].content.endswith(CUT_MARKER)
+        assert bad.startswith(tool[0].content[: -len(CUT_MARKER)])
+    else:
+        assert tool[0].content == BAD_TEXT[kind][1]
+    assert any("changed to be storable" in r.getMessage() for r in caplog.records)
+
+
+async def test_write_through_stores_a_refused_message_repaired_and_keeps_it_in_the_queue(
+    make_memory: Callable[..., TieredMemory],
+) -> None:
+    tm = make_memory(config=MemoryConfig(max_content_chars=LIMIT))
+    block = TieredMemoryBlock(memory=tm, user_id="u1", every_turn=True)
+    mem = WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER)
+    huge = "x" * (LIMIT + 1)
+    await mem.aput(chat("user", "binary\x00junk"))
+    await mem.aput_messages([chat("assistant", huge), chat("user", "\x00")])  # the last has no text left
+    queue = [m.content for m in await mem.aget_all()]
+    assert queue == ["binary\x00junk", huge, "\x00"]  # the chat store keeps what the caller gave
+    stored = [m.content for m in tm.get_messages("s1", user_id="u1")]
+    assert stored[0] == "binaryjunk" and len(stored) == 2
+    assert len(stored[1]) == LIMIT and stored[1].endswith(CUT_MARKER)
+
+
+# ---- truncation in Memory's own tokens -------------------------------------------------
+async def test_truncation_counts_with_the_tokenizer_memory_measures_with(memory: TieredMemory) -> None:
+    memory.add_many([{"role": "user", "content": f"Past chat about hiking trail number {n} in the Alps near Zermatt."}
+                     for n in range(20)], session_id="past", user_id="u1")
+    question = chat("user", "Which hiking trail should I pick?")
+
+    def fewer(text: str) -> list[Any]:  # a tokenizer counting 0.8 of the core's tokens
+        return [None] * round(len(TOKENIZER(text)) * 0.8)
+
+    block = TieredMemoryBlock(memory=memory, user_id="u1", tokenizer_fn=fewer)
+    full = await block.aget([question], session_id="now")
+    assert full.count("\n- ") == 20
+    limit = len(fewer(full)) + len(fewer(question.content or "")) - 60
+    mem = Memory.from_defaults(session_id="now", memory_blocks=[block], tokenizer_fn=fewer, token_limit=limit)
+    await mem.aput(question)
+    inner = memory_message(await mem.aget()).split("<tiered_memory>\n", 1)[1].split("\n</tiered_memory>")[0]
+    assert 15 <= inner.count("\n- ") < 20  # a few items went; the block did not
+    assert len(fewer(inner)) <= len(fewer(full)) - 60
+
+
+async def test_truncation_without_a_tokenizer_uses_llamaindex_default(memory: TieredMemory) -> None:
+    from llama_index.core.utils import get_tokenizer
+
+    memory.add_many([{"role": "user", "content": f"Past chat about hiking trail number {n} in the Alps."}
+                     for n in range(10)], session_id="past", user_id="u1")
+    block = TieredMemoryBlock(memory=memory, user_id="u1")
+    full = await block.aget([chat("user", "Which hiking trail?")], session_id="now")
+    cut = await block.atruncate(full, 40)
+    assert cut is not None
+    default = get_tokenizer()
+    assert len(default(full)) - len(default(cut)) >= 40
+
+
+# ---- a long turn still in the queue ------------------------------------------------
+@pytest.mark.parametrize(
+    ("item", "current", "shown"),
+    [
+        ("hello", {"hello"}, True),
+        ("hello", {"hello there"}, False),  # a whole text is matched whole
+        ("Here is my essay" + CUT_MARKER, {"Here is my essay about kayaks."}, True),
+        ("  Here is my essay" + CUT_MARKER, {"  Here is my essay about kayaks."}, True),
+        ("Here is my poem" + CUT_MARKER, {"Here is my essay about kayaks."}, False),
+        (CUT_MARKER.strip(), {"anything"}, False),  # a cut that kept no text
+    ],
+)
+def test_shown_already_rules(item: str, current: set[str], shown: bool) -> None:
+    assert shown_already(item.strip(), current) is shown
+
+
+async def test_a_long_turn_in_the_queue_is_not_repeated_cut_in_the_block(memory: TieredMemory) -> None:
+    block = TieredMemoryBlock(memory=memory, user_id="u1", every_turn=True)
+    mem = WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER)
+    await mem.aput(chat("user", "Hi, I want feedback on my essay."))
+    await mem.aput(chat("assistant", "Sure, paste it."))
+    essay = "Here is my essay about kayaks. " + "Paddling on calm lakes at dawn is lovely. " * 500
+    await mem.aput(chat("user", essay))
+    got = await mem.aget()
+    assert any(m.content == essay for m in got)  # the queue holds it whole
+    assert "Paddling on calm lakes" not in memory_message(got)
+
+
+# ---- ending a session that stored no text --------------------------------------------
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [],
+        [ChatMessage(role="user", blocks=[ImageBlock(url="https://example.com/x.png")])],
+        [ChatMessage(role="assistant", content="", additional_kwargs={"tool_calls": [{"id": "1"}]})],
+    ],
+    ids=["fresh", "image only", "tool call only"],
+)
+async def test_end_session_with_no_stored_text_is_a_no_op(memory: TieredMemory, messages: list[ChatMessage]) -> None:
+    mem = Memory.from_defaults(session_id="s1", tokenizer_fn=TOKENIZER,
+                               memory_blocks=[TieredMemoryBlock(memory=memory, user_id="u1")])
+    if messages:
+        await mem.aput_messages(messages)
+    assert await aend_session(mem) is None
+    assert memory.get_messages("s1", user_id="u1") == [] and memory.episodes("u1") == []
+    assert len(await mem.aget_all(status=MessageStatus.ARCHIVED)) == len(messages)  # the queue moved, as documented
+    await mem.aput_messages(turn("The spare key is under the mat.", "Noted."))
+    await aend_session(mem)  # a session with text still ends with an episode
+    assert len(memory.episodes("u1")) == 1
