@@ -83,7 +83,7 @@ from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemWrite, check
 from tiered_memory.validation import check_id
 
 from .store_batch import Coalescer, plan_batch, spread_results
-from .store_checks import check_labels, check_op, check_ttl_config
+from .store_checks import NamespaceLabelError, check_labels, check_op, check_ttl_config
 
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
 
@@ -210,7 +210,13 @@ class TieredMemoryStore(BaseStore):
         return namespace[pos] if len(namespace) > pos else None
 
     def _owner(self, namespace: tuple[str, ...], key: str | None = None) -> str:
-        return self.user_of(namespace, key) or SHARED_OWNER
+        user = self.user_of(namespace, key)
+        if user is None:
+            return SHARED_OWNER
+        try:
+            return check_id(user, "user_id")
+        except InvalidInputError as e:  # LangGraph's callers catch InvalidNamespaceError
+            raise NamespaceLabelError(f"namespace {namespace!r} maps to no usable user id: {e}") from e
 
     def _ready(self) -> None:
         # restore item vectors dropped by rebuild_index() or a crash, once per store object

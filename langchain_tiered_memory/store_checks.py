@@ -7,25 +7,32 @@ from __future__ import annotations
 import json
 from typing import Mapping
 
-from langgraph.store.base import GetOp, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
+from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
 
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.layers.items import check_ttl
 from tiered_memory.validation import encodable
 
-__all__ = ["check_labels", "check_op", "check_ttl_config"]
+__all__ = ["NamespaceLabelError", "check_labels", "check_op", "check_ttl_config"]
+
+
+class NamespaceLabelError(InvalidInputError, InvalidNamespaceError):
+    """A namespace no store can hold (a label that is not text, holds NUL or lone
+    surrogates, or at the user's position is no usable user id). Both the library's
+    ``InvalidInputError`` and LangGraph's ``InvalidNamespaceError`` catch it, as code
+    written against LangGraph's stores expects."""
 
 
 def check_labels(labels: object, what: str) -> tuple[str, ...]:
     """A namespace (or prefix) is a tuple of str labels that storage can hold (a list is
     taken too, as LangGraph's SQL stores take ``search(["users"])``)."""
     if not isinstance(labels, (tuple, list)):
-        raise InvalidInputError(f"{what} must be a tuple of strings, got {labels!r}")
+        raise NamespaceLabelError(f"{what} must be a tuple of strings, got {labels!r}")
     for label in labels:  # one pass, cheap for ASCII: this runs for every operation
         if not isinstance(label, str):
-            raise InvalidInputError(f"{what} must be a tuple of strings, got {labels!r}")
+            raise NamespaceLabelError(f"{what} must be a tuple of strings, got {labels!r}")
         if "\x00" in label or not (label.isascii() or encodable(label)):
-            raise InvalidInputError(f"{what} labels cannot hold NUL or lone surrogates, got {label!r}")
+            raise NamespaceLabelError(f"{what} labels cannot hold NUL or lone surrogates, got {label!r}")
     return tuple(labels)
 
 

@@ -11,7 +11,7 @@ from langchain.agents import create_agent
 from langchain.tools import ToolRuntime
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
-from langgraph.store.base import PutOp, SearchItem
+from langgraph.store.base import InvalidNamespaceError, PutOp, SearchItem
 
 from langchain_tiered_memory import TieredMemoryStore
 from langchain_tiered_memory.testing import ScriptedToolModel
@@ -168,6 +168,13 @@ def test_control_characters_in_labels_work_and_nul_is_refused(memory: TieredMemo
         store.batch([PutOp(("u1", "a\x00b"), "k", {"a": 1})])
     with pytest.raises(InvalidInputError, match="user_id must not contain control characters"):
         store.put(("u\tx", "m"), "k", {"a": 1})  # the user's label is a user id
+    # code written against LangGraph's stores catches its own error for a bad namespace
+    for bad in (lambda: store.batch([PutOp(("u1", "a\x00b"), "k", {"a": 1})]),
+                lambda: store.put(("u\tx", "m"), "k", {"a": 1}),
+                lambda: store.search(("u" * 300,), query="x"),
+                lambda: store.get(("u1", 7), "k")):  # type: ignore[arg-type]
+        with pytest.raises(InvalidNamespaceError):
+            bad()
     assert memory.item_store().count() == 1
 
 
