@@ -237,6 +237,8 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         default=None, exclude=True,
         description="The tokenizer_fn of the Memory the block is in (None: LlamaIndex's default).")
     _rendered: dict[str, list[Section]] = PrivateAttr(default_factory=dict)
+    _written_through: bool = PrivateAttr(default=False)  # set by WriteThroughMemory
+    _recorded: set[str] = PrivateAttr(default_factory=set)  # sessions arecord stored turns of
 
     @field_validator("user_id")
     @classmethod
@@ -263,9 +265,15 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         self, messages: List[ChatMessage], from_short_term_memory: bool = False,
         session_id: Optional[str] = None,
     ) -> None:
-        """Store messages (unlike the base class, without writing into them)."""
-        if from_short_term_memory and (self.every_turn or not self.accept_short_term_memory):
-            return
+        """Store messages (unlike the base class, without writing into them). A flush is
+        skipped when its messages were stored as they were put: ``every_turn`` in a
+        :class:`WriteThroughMemory`, or a session :meth:`arecord` stored turns of. In a plain
+        ``Memory`` nothing else stores them, so there even ``every_turn`` stores the flush."""
+        if from_short_term_memory:
+            if not self.accept_short_term_memory:
+                return
+            if self.every_turn and (self._written_through or self._session(session_id, messages) in self._recorded):
+                return
         await self.arecord(messages, session_id=session_id)
 
     async def _aput(self, messages: List[ChatMessage]) -> None:
@@ -274,6 +282,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     async def arecord(self, messages: Sequence[ChatMessage], *, session_id: Optional[str] = None) -> list[str]:
         """Store chat messages in long-term memory now; returns the stored ids."""
         sid = self._session(session_id, messages)
+        self._recorded.add(sid)
         rows = to_core_messages(messages, self.memory.config.max_content_chars)
         if not rows:
             return []
@@ -354,6 +363,10 @@ class WriteThroughMemory(Memory):
             raise ConfigurationError(
                 f"set every_turn=True on memory block(s) {lazy}: with WriteThroughMemory every "
                 "message is stored when put, and flushed messages would be stored twice")
+        for b in blocks:
+            b._written_through = True
+            if b.tokenizer_fn is None:  # cut in the unit this Memory measures the saving in
+                b.tokenizer_fn = self.tokenizer_fn
         return self
 
     async def _write_through(self, messages: Sequence[ChatMessage]) -> None:

@@ -274,6 +274,31 @@ async def test_write_through_stores_every_turn_once(memory: TieredMemory) -> Non
     assert stored.count("My sister lives in Oslo.") == 1
 
 
+async def test_every_turn_in_a_plain_memory_still_stores_what_is_flushed(memory: TieredMemory) -> None:
+    # nothing stores a plain Memory's turns as they are put: its flushes must not be skipped
+    block = TieredMemoryBlock(memory=memory, user_id="u1", every_turn=True)
+    mem = Memory.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER,
+                               token_limit=400, chat_history_token_ratio=0.25, token_flush_size=40)
+    await mem.aput(chat("user", "My sister lives in Oslo."))
+    for q, a in FILLER:
+        await mem.aput_messages(turn(q, a))
+    assert await mem.aget_all(status=MessageStatus.ARCHIVED)  # flushes happened
+    stored = [m.content for m in memory.get_messages("s1", user_id="u1")]
+    assert stored and stored.count("My sister lives in Oslo.") == 1
+
+
+def test_write_through_hands_its_tokenizer_to_its_blocks(memory: TieredMemory) -> None:
+    def words(text: str) -> list[str]:
+        return text.split()
+
+    block = TieredMemoryBlock(memory=memory, user_id="u1", every_turn=True)
+    WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=words)
+    assert block.tokenizer_fn is words  # atruncate cuts in the unit Memory measures the saving in
+    own = TieredMemoryBlock(memory=memory, user_id="u1", every_turn=True, tokenizer_fn=TOKENIZER)
+    WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[own], tokenizer_fn=words)
+    assert own.tokenizer_fn is TOKENIZER  # one the caller gave is kept
+
+
 def test_write_through_refuses_blocks_that_would_store_twice(memory: TieredMemory) -> None:
     block = TieredMemoryBlock(memory=memory, user_id="u1")
     with pytest.raises(ValueError, match="every_turn=True"):
