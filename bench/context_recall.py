@@ -18,7 +18,9 @@ context is the relevant past turns), **extractive** (``end_session`` after every
 with no LLM: facts and episodes made by the rules), and, on one conversation, **llm** (the
 same with the local LLM of ``scripts/local_llm.py`` making them). Per mode and budget it
 reports recall (share of the evidence reached, averaged over questions), the tokens the
-context used, and evidence reached per 1,000 tokens.
+context hands the model (its rendered memory text, the preamble and each section's tags
+included, and the recent turns; before 2026-12-04 evening only the items were counted), and
+evidence reached per 1,000 of those tokens.
 
 Pure counting here (:func:`reached`, :func:`summarize_context`); the runner is
 :func:`measure`, called by ``python -m bench.locomo --context``.
@@ -177,7 +179,9 @@ def measure(conv: Conversation, *, embedder: Any, folder: Path, mode: str, budge
                 ctx = memory.build_context(q.question, user_id=user, session_id="question", max_tokens=b)
                 items = [i for s in ctx.sections for i in s.items]
                 direct, cited, carried = reached((i.id for i in items), dia_of, sources, text, q.evidence)
-                out[b].append(Measured(category=q.category, evidence=q.evidence, tokens=ctx.tokens,
+                # what the model gets: the rendered memory (preamble and section tags too) and recent turns
+                tokens = memory.count_tokens(ctx.memory_text()) + sum(i.tokens for i in ctx.recent)
+                out[b].append(Measured(category=q.category, evidence=q.evidence, tokens=tokens,
                                        direct=direct, cited=cited, carried=carried,
                                        sections={s.name: len(s.items) for s in ctx.sections}))
     return out

@@ -44,7 +44,10 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         user_id: whose memory it is (scopes all reads and writes).
         include_memory: prepend the assembled long-term memory (relevant older turns,
             and the other layers the core provides) as a leading ``SystemMessage``.
-        max_tokens: token budget of that assembly; default ``MemoryConfig.budget``.
+        max_tokens: token budget of that assembly (default ``MemoryConfig.budget``): the
+            memory message and the recent turns fit it, the oldest turns going first; a
+            newest message longer than the whole budget comes back cut, with a marker. Without
+            ``include_memory`` the buffer's own limits apply and nothing is cut.
 
     Example:
         >>> history = TieredChatMessageHistory(memory, "s1", user_id="u1")  # doctest: +SKIP

@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 
 from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
-from tiered_memory.context.render import PREAMBLE
+from tiered_memory.context.render import PREAMBLE, render_memory
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -61,7 +61,9 @@ def test_budget_respected_whole_items_and_drops_reported(memory: TieredMemory, b
         memory.add_fact(f"User's hobby number {n} is collecting stamps from country {n}", user_id="u1")
     full = memory.build_context("database stamps peanuts", user_id="u1", session_id="now", max_tokens=10_000)
     ctx = memory.build_context("database stamps peanuts", user_id="u1", session_id="now", max_tokens=budget)
-    memory_tokens = sum(s.tokens for s in ctx.sections)
+    # the budget holds the memory as the model gets it: items, preamble and section tags
+    memory_tokens = memory.count_tokens(ctx.memory_text())
+    assert sum(s.tokens for s in ctx.sections) < memory_tokens or memory_tokens == 0
     assert memory_tokens <= max(0, budget - sum(i.tokens for i in ctx.recent))
     assert ctx.tokens <= budget or len(ctx.recent) == 1  # only the newest turn may exceed alone
     full_items = {i.id: i for s in full.sections for i in s.items}
@@ -81,7 +83,8 @@ def test_lowest_priority_truncated_first(memory: TieredMemory) -> None:
                    session_id=f"older-{n}", user_id="u1")
     full = memory.build_context("database", user_id="u1", session_id="now", max_tokens=10_000)
     assert full.section("turns") is not None and full.section("turns").items
-    tight = sum(i.tokens for i in full.recent) + full.section("session").tokens + full.section("facts").tokens + 5
+    first_two = render_memory([full.section("session"), full.section("facts")])  # as the model would get them
+    tight = sum(i.tokens for i in full.recent) + memory.count_tokens(first_two) + 5
     ctx = memory.build_context("database", user_id="u1", session_id="now", max_tokens=tight)
     assert [i.id for i in ctx.section("session").items] == [i.id for i in full.section("session").items]
     dropped_sections = {d.section for d in ctx.dropped}

@@ -5,7 +5,9 @@ Sections, most important first (truncated last): ``session`` (working memory),
 LangGraph store items, only with ``include_items=True``; share ``"items"``, default 0.2)
 and ``turns`` (relevant past turns), plus the ``recent`` buffer, which takes
 ``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
-The memory budget left is split by ``BudgetConfig.shares``. Items are never split;
+The memory budget left (after the preamble and the tags of the sections that have
+candidates, so that :meth:`MemoryContext.memory_text` plus the recent turns fit the
+budget) is split by ``BudgetConfig.shares``. Items are never split;
 everything left out is reported in ``MemoryContext.dropped`` with a reason. Working-memory
 items whose decayed importance fell below ``ConsolidationConfig.prune_below`` have faded
 and are not shown (``consolidate`` prunes them).
@@ -30,7 +32,8 @@ from ..layers.working import decayed
 from ..parts import AccessLayer, Parts
 from ..recall.search import search_turns
 from ..types import MemoryHit, StoredMessage
-from .render import ContextItem, Dropped, MemoryContext, SectionRequest, cut_to_tokens, fit_sections, item_cost
+from .render import (ContextItem, Dropped, MemoryContext, SectionRequest, cut_to_tokens, fit_sections, frame_tokens,
+                     item_cost, within_budget)
 
 TITLES = {"session": "Current session notes", "facts": "Known facts about the user",
           "episodes": "Relevant past sessions", "turns": "Relevant past conversation",
@@ -154,7 +157,14 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     requests.append(SectionRequest(name="turns", title=TITLES["turns"], items=turns,
                                    share=parts.config.budget.shares.get("turns", 0.3), priority=PRIORITY["turns"]))
     used = sum(i.tokens for i in recent)
-    sections, lost = fit_sections(requests, max(0, budget - used))
+    # the budget holds the rendered memory (its preamble and section tags too) and the recent turns
+    room = max(0, budget - used)
+    sections, lost = fit_sections(requests, max(0, room - frame_tokens(requests, count)))
+    shown = [r for r in requests if any(s.name == r.name and s.items for s in sections)]
+    if len(shown) < len([r for r in requests if r.items]):  # tags kept for sections left empty: fit again
+        sections, lost = fit_sections(requests, max(0, room - frame_tokens(shown, count)))
+    sections, cut = within_budget(sections, room, count)
+    lost += cut
     dropped += [Dropped(section=d.section, id=d.id, tokens=d.tokens,
                         reason=f"over budget: lower-priority '{d.section}' truncated first") for d in lost]
     kept = {i.id for i in recent}

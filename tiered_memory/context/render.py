@@ -139,6 +139,31 @@ def render_memory(sections: Sequence[Section]) -> str:
     return PREAMBLE + "\n" + "\n".join(blocks) if blocks else ""
 
 
+def frame_tokens(requests: Sequence[SectionRequest], count: Callable[[str], int]) -> int:
+    """What :func:`render_memory` adds around the items of the sections that have candidates:
+    the preamble and each section's tags (pure)."""
+    active = [r for r in requests if r.items]
+    if not active:
+        return 0
+    return count(PREAMBLE) + sum(count(f'<memory section="{label_text(r.name)}" title="{label_text(r.title)}">\n'
+                                       "</memory>") for r in active)
+
+
+def within_budget(sections: Sequence[Section], budget: int, count: Callable[[str], int],
+                  ) -> tuple[list[Section], list[Dropped]]:
+    """``sections`` whose rendered memory (:func:`render_memory`) costs at most ``budget``
+    tokens: when it costs more (the tokens of a joined text are not quite the sum of its
+    parts), their lowest-ranked items go, as :func:`drop_lowest` drops them (pure)."""
+    over = count(render_memory(sections)) - budget
+    if over <= 0:
+        return list(sections), []
+    kept = {s.name: s.items for s in drop_lowest(sections, over, count) or []}
+    out = [Section(name=s.name, title=s.title, items=kept.get(s.name, [])) for s in sections]
+    left = {i.id for s in out for i in s.items}
+    return out, [Dropped(section=s.name, id=i.id, tokens=i.tokens, reason="over budget")
+                 for s in sections for i in s.items if i.id not in left]
+
+
 def drop_lowest(sections: Sequence[Section], tokens_to_cut: int, count: Callable[[str], int]) -> list[Section] | None:
     """``sections`` (most important first) without their lowest-ranked items, dropped whole
     from the end, until :func:`render_memory` of them is ``tokens_to_cut`` tokens shorter
