@@ -54,6 +54,9 @@ def _nested(levels: int) -> dict:
                  id="timestamp-too-long-to-print"),
     ({"role": "user", "content": "x", "metadata": {"d": _nested(100)}}, "more than 100 levels"),
     ({"role": "user", "content": "x", "metadata": {"d": _nested(5_000)}}, "more than 100 levels"),
+    ({"role": "user", "content": "x", "metadata": {"tag": "a\x00b"}}, "string with NUL"),  # jsonb cannot hold it
+    ({"role": "user", "content": "x", "metadata": {"k\x00": 1}}, "key holding NUL"),
+    ({"role": "user", "content": "x", "metadata": {"l": [{"deep": "\x00"}]}}, "string with NUL"),
     ({"role": "user", "content": "x", "id": "fact:0f3a"}, "starts with 'fact:'"),
     ({"role": "user", "content": "x", "id": "ep:42"}, "starts with 'ep:'"),
     ({"role": "user", "content": "x", "id": "item:k"}, "starts with 'item:'"),
@@ -184,3 +187,8 @@ def test_a_filter_time_too_large_for_a_float_is_bad_input(memory, key, value):
     for search in (memory.search, memory.search_sessions):
         with pytest.raises(InvalidInputError, match="finite epoch seconds"):
             search("x", user_id="u", filters={key: value})
+
+
+def test_a_filter_key_with_nul_is_bad_input(memory):
+    with pytest.raises(InvalidInputError, match="no NUL"):
+        memory.search("x", user_id="u", filters={"a\x00": 1})

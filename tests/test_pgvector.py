@@ -212,6 +212,15 @@ def test_users_stay_apart_in_a_store_where_one_user_is_large(open_pg: Callable[.
     assert len(big) == 25 and small not in {i for i, _ in big}
 
 
+def test_a_k_past_pgvectors_largest_ef_search_is_still_answered(open_pg: Callable[..., TieredMemory]) -> None:
+    # hnsw.ef_search takes 1..1,000; search asks the index for several times k
+    memory = open_pg(config=MemoryConfig(dedup_threshold=1.01))
+    memory.add_many(batch(*[f"note {i} about gardening" for i in range(30)]), user_id="u", session_id="s")
+    assert len(memory.search("gardening", user_id="u", k=501)) == 30
+    assert len(memory.search_sessions("gardening", user_id="u", k=2_000)) == 1
+    assert len(memory.search("gardening", user_id="u", k=2**31 - 1)) == 30
+
+
 def test_pgvector_needs_a_postgresql_record_store(tmp_path: Any) -> None:
     with pytest.raises(ConfigurationError, match="PostgreSQL record store"):
         TieredMemory(tmp_path / "m", vector_store="pgvector", embedder=StaticEmbedder())

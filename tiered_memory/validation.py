@@ -126,11 +126,14 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, Mapping):
         raise InvalidInputError(f"metadata must be a mapping, got {type(metadata).__name__}")
-    check_json_depth(metadata, "metadata")
-    try:
+    try:  # first: it refuses a value that holds itself, which a walk would follow forever
         encoded = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise InvalidInputError(f"metadata must be JSON-serialisable: {e}") from e
+    except RecursionError as e:
+        check_json_depth(metadata, "metadata")  # deeper than the stack allows: it says so
+        raise InvalidInputError("metadata could not be encoded from a call stack this deep") from e
+    check_json_depth(metadata, "metadata")
     if not encodable(encoded):
         raise InvalidInputError("metadata contains lone surrogates")
     if len(encoded.encode("utf-8")) > max_bytes:
@@ -144,18 +147,25 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
 
 
 def check_json_depth(value: object, name: str) -> None:
-    """Refuse ``value`` (metadata, an item's value) if it nests more than :data:`MAX_JSON_DEPTH`
-    containers. Walked without recursion: how deep Python's own JSON code may go depends on
-    the caller's stack, so a value stored from a shallow stack could fail every read made
-    from a deeper one (a web framework, a callback, a notebook)."""
+    """Refuse ``value`` (metadata, an item's value, JSON-serialisable already) if it nests
+    more than :data:`MAX_JSON_DEPTH` containers, or if a key or string in it holds NUL.
+    Walked without recursion: how deep Python's own JSON code may go depends on the caller's
+    stack, so a value stored from a shallow stack could fail every read made from a deeper
+    one (a web framework, a callback, a notebook). PostgreSQL's ``jsonb``, which its filters
+    read the value as, cannot hold NUL: such a value would break that user's filtered
+    searches there."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, Mapping):
+            if any(isinstance(k, str) and "\x00" in k for k in item):
+                raise InvalidInputError(f"{name} has a key holding NUL, which no store can filter on")
             children: Any = item.values()
         elif isinstance(item, (list, tuple)):
             children = item
         else:
+            if isinstance(item, str) and "\x00" in item:
+                raise InvalidInputError(f"{name} holds a string with NUL, which no store can filter on")
             continue
         if depth > MAX_JSON_DEPTH:
             raise InvalidInputError(f"{name} nests more than {MAX_JSON_DEPTH} levels of dicts and lists")
@@ -261,8 +271,9 @@ def check_filters(filters: object) -> Mapping[str, Any] | None:
     a mapping (an operator) or a NaN would otherwise match nothing or everything, silently."""
     if filters is None:
         return None
-    if not isinstance(filters, Mapping) or not all(isinstance(k, str) and k and encodable(k) for k in filters):
-        raise InvalidInputError(f"filters must be a mapping with non-empty str keys, got {filters!r}")
+    if not isinstance(filters, Mapping) or not all(isinstance(k, str) and k and encodable(k) and "\x00" not in k
+                                                   for k in filters):
+        raise InvalidInputError(f"filters must be a mapping with non-empty str keys (no NUL), got {filters!r}")
     for key, value in filters.items():
         if isinstance(value, str) and (not encodable(value) or "\x00" in value):
             raise InvalidInputError(f"filters[{key!r}] holds text no store can hold (a NUL or a lone surrogate)")

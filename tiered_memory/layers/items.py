@@ -99,11 +99,14 @@ class ItemStore:
             return
         puts = [w for w in last.values() if w.value is not None]
         for w in puts:  # checked before anything is written; the store keeps the same JSON
-            check_json_depth(w.value, "an item value")
-            try:
+            try:  # first: it refuses a value that holds itself, which the depth walk would follow
                 json.dumps(w.value, allow_nan=False)
             except (TypeError, ValueError) as e:
                 raise InvalidInputError(f"item value must be JSON-serialisable: {e}") from e
+            except RecursionError as e:
+                check_json_depth(w.value, "an item value")  # deeper than the stack allows: it says so
+                raise InvalidInputError("an item value could not be encoded from a call stack this deep") from e
+            check_json_depth(w.value, "an item value")
         with_text = [w for w in puts if w.text and w.text.strip()]
         # one vector per field text; (write, part) pairs in the order they are embedded
         pieces = [(w, n, t) for w in with_text for n, t in enumerate(text_parts(w.text or ""))]

@@ -53,6 +53,11 @@ class Database(Protocol):
 HNSW_VISIT_COST = 1.3
 
 
+# pgvector's largest hnsw.ef_search; a larger k is still filled by the iterative scan, which
+# keeps walking the graph until it has k rows (or hnsw.max_scan_tuples)
+MAX_EF_SEARCH = 1000
+
+
 def exact_limit(total: float, ef_search: int, visit_cost: float = HNSW_VISIT_COST) -> int:
     """The user size from which HNSW beats an exact scan of the user's vectors (pure).
 
@@ -84,7 +89,8 @@ class PgVectorIndex:
         db: the database to write through: the record store (so rows and vectors can share
             a transaction), or a ``PostgresDatabase`` of its own.
         owns_db: close ``db`` on :meth:`close` (when the index opened it).
-        ef_search: HNSW candidate list size (``hnsw.ef_search``); raised to ``k`` per query.
+        ef_search: HNSW candidate list size (``hnsw.ef_search``); raised to ``k`` per query,
+            up to pgvector's largest, 1,000.
         exact_below: a user with fewer vectors than this (in the queried layers and session)
             is searched exactly through the b-tree, from this size on through HNSW; by
             default :func:`exact_limit` of the table's size (PostgreSQL's row estimate).
@@ -227,7 +233,7 @@ class PgVectorIndex:
             conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', false),"
                          " set_config('hnsw.ef_search', %s, false),"
                          " set_config('enable_indexscan', %s, false)",
-                         (str(max(self.ef_search, k)), "off" if exact else "on"))
+                         (str(min(MAX_EF_SEARCH, max(self.ef_search, k))), "off" if exact else "on"))
             try:
                 # never a prepared statement: its generic plan, made without knowing the user, would
                 # pick one path (exact sort or HNSW) for small and large users alike
