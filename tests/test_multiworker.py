@@ -247,3 +247,42 @@ def test_unknown_record_store_setting_is_a_configuration_error(tmp_path: Path, e
 
     with pytest.raises(ConfigurationError, match="postgresql://"):
         TieredMemory(tmp_path / "m", record_store="mysql://db/app", embedder=embedder)
+
+
+def test_two_workers_putting_the_same_store_keys_at_once_both_succeed(make_pgvector_url: Any, embedder: Any,
+                                                                      tmp_path: Path) -> None:
+    # a LangGraph put is an upsert: a key another worker inserted between the lookup and the
+    # insert is updated, not a unique-key error
+    import threading
+
+    from langchain_tiered_memory import TieredMemoryStore
+
+    url = make_pgvector_url()
+    workers = [TieredMemory(tmp_path / f"w{n}", record_store=url, vector_store="pgvector", embedder=embedder)
+               for n in range(2)]
+    errors: list[BaseException] = []
+
+    def put_all(memory: TieredMemory, tag: str) -> None:
+        store = TieredMemoryStore(memory, fields=["text"])
+        for r in range(40):
+            try:
+                store.put(("a", "notes"), f"k{r}", {"text": f"{tag} wrote note {r}"})
+            except BaseException as e:  # noqa: BLE001 - every failure is the test's finding
+                errors.append(e)
+
+    try:
+        threads = [threading.Thread(target=put_all, args=(m, t)) for m, t in zip(workers, "xy")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        store = TieredMemoryStore(workers[0], fields=["text"])
+        items = store.search(("a", "notes"), limit=100)
+        assert sorted(i.key for i in items) == sorted(f"k{r}" for r in range(40))
+        assert workers[0].item_store().count() == 40
+        hits = store.search(("a", "notes"), query="note 7", limit=40)  # one vector per item, the row's id
+        assert len({h.key for h in hits}) == len(hits) and all(h.score is not None for h in hits)
+    finally:
+        for m in workers:
+            m.close()

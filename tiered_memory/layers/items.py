@@ -133,9 +133,12 @@ class ItemStore:
                                       ttl_minutes=w.ttl_minutes, expires_at=expires)
                         stale.append(item_id)  # its old parts beyond the new ones go below
                     else:
-                        u.insert_item(Item(id=item_id, user_id=w.user_id, namespace=ns, key=key, value=dict(w.value),
-                                           text=text, created_at=now, updated_at=now),
-                                      ttl_minutes=w.ttl_minutes, expires_at=expires)
+                        written = u.insert_item(Item(id=item_id, user_id=w.user_id, namespace=ns, key=key,
+                                                     value=dict(w.value), text=text, created_at=now, updated_at=now),
+                                                ttl_minutes=w.ttl_minutes, expires_at=expires)
+                        if written != item_id:  # another worker stored this key first: its row was updated
+                            ids[(ns, key)] = written
+                            stale.append(written)
                 # the rows are the truth; vectors follow (repair() restores them if this fails,
                 # unless one engine holds both: then nothing commits). Parts beyond an item's new count are dropped, as are all parts of stale items.
                 kept = {(ids[(tuple(w.namespace), w.key)], n) for w, n, _ in pieces}

@@ -204,10 +204,17 @@ class LayerUnit:
         found = self._run("SELECT id FROM items WHERE ns_path=? AND key=?", (ns_path(namespace), key)).fetchone()
         return str(found[0]) if found else None
 
-    def insert_item(self, item: Item, *, ttl_minutes: float | None = None, expires_at: float | None = None) -> None:
-        self._run(f"INSERT INTO items (ns_path, {ITEM_COLS}, ttl_minutes, expires_at) VALUES ({marks(11)})",
-                  (ns_path(item.namespace), item.id, item.user_id, dumps(list(item.namespace)), item.key,
-                   dumps(item.value), item.text, item.created_at, item.updated_at, ttl_minutes, expires_at))
+    def insert_item(self, item: Item, *, ttl_minutes: float | None = None, expires_at: float | None = None) -> str:
+        # another worker may insert the same namespace and key between item_id() and here: then
+        # its row is updated, as a put is an upsert, and that row's id is returned
+        row = self._run(
+            f"INSERT INTO items (ns_path, {ITEM_COLS}, ttl_minutes, expires_at) VALUES ({marks(11)})"
+            " ON CONFLICT (ns_path, key) DO UPDATE SET user_id=excluded.user_id, value=excluded.value,"
+            " text=excluded.text, updated_at=excluded.updated_at, ttl_minutes=excluded.ttl_minutes,"
+            " expires_at=excluded.expires_at RETURNING id",
+            (ns_path(item.namespace), item.id, item.user_id, dumps(list(item.namespace)), item.key,
+             dumps(item.value), item.text, item.created_at, item.updated_at, ttl_minutes, expires_at)).fetchone()
+        return str(row[0])
 
     def update_item(self, item_id: str, *, user_id: str, value: Mapping[str, Any], text: str | None,
                     updated_at: float, ttl_minutes: float | None = None, expires_at: float | None = None) -> None:

@@ -185,7 +185,9 @@ class WorkingRepository(Protocol):
 class ItemWrites(Protocol):
     def item_id(self, namespace: Sequence[str], key: str) -> str | None: ...
 
-    def insert_item(self, item: Item, *, ttl_minutes: float | None = None, expires_at: float | None = None) -> None: ...
+    def insert_item(self, item: Item, *, ttl_minutes: float | None = None, expires_at: float | None = None) -> str:
+        """Insert ``item``, or update the row another writer stored under its namespace and key
+        meanwhile; returns the id of the row written."""
 
     def update_item(self, item_id: str, *, user_id: str, value: Mapping[str, Any], text: str | None,
                     updated_at: float, ttl_minutes: float | None = None, expires_at: float | None = None) -> None: ...
