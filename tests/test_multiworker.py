@@ -286,3 +286,39 @@ def test_two_workers_putting_the_same_store_keys_at_once_both_succeed(make_pgvec
     finally:
         for m in workers:
             m.close()
+
+
+def test_two_workers_storing_one_batch_with_chosen_ids_at_once_both_succeed(make_pgvector_url: Any, embedder: Any,
+                                                                            tmp_path: Path) -> None:
+    # a retry racing the call it retries: the batch is stored once and both get its ids
+    import threading
+
+    url = make_pgvector_url()
+    workers = [TieredMemory(tmp_path / f"w{n}", record_store=url, vector_store="pgvector", embedder=embedder)
+               for n in range(2)]
+    batch = [{"role": "user", "content": f"retried message {i}", "id": f"fixed-{i}"} for i in range(50)]
+    results: list[Any] = []
+    gate = threading.Barrier(2)
+
+    def store(memory: TieredMemory) -> None:
+        gate.wait()
+        try:
+            results.append(memory.add_many(batch, user_id="u", session_id="s"))
+        except BaseException as e:  # noqa: BLE001 - every failure is the test's finding
+            results.append(e)
+
+    try:
+        for _ in range(3):
+            for m in workers:
+                m.forget_user("u")
+            results.clear()
+            threads = [threading.Thread(target=store, args=(m,)) for m in workers]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert results == [[f"fixed-{i}" for i in range(50)]] * 2
+            assert [m.id for m in workers[1].get_messages("s", user_id="u")] == [f"fixed-{i}" for i in range(50)]
+    finally:
+        for m in workers:
+            m.close()

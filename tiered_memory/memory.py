@@ -313,9 +313,19 @@ class TieredMemory:
             new = not_yet_stored(self.store, rows, chosen, user_id)
             if not new:
                 return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
-            write_messages(new, batch=len(rows), store=self.store, index=self.index, embedder=self.embedder,
-                           config=self.config, jointly=self._jointly if self._joint is not None else None,
-                           progress=progress)
+            write = functools.partial(write_messages, batch=len(rows), store=self.store, index=self.index,
+                                      embedder=self.embedder, config=self.config, progress=progress,
+                                      jointly=self._jointly if self._joint is not None else None)
+            try:
+                write(new)
+            except StoreError:
+                # another worker storing the same chosen ids at the same moment (a retry racing the
+                # call it retries) took their unique keys: what it stored is skipped, the rest written
+                left = not_yet_stored(self.store, new, [r.id for r in new if r.id in set(chosen)], user_id)
+                if not chosen or len(left) == len(new):
+                    raise
+                if left:
+                    write(left)
         if self.config.episodes.compress_after_turns is not None and self._layers_ok():  # queued, no LLM here
             self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]
