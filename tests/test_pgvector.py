@@ -221,6 +221,22 @@ def test_a_k_past_pgvectors_largest_ef_search_is_still_answered(open_pg: Callabl
     assert len(memory.search("gardening", user_id="u", k=2**31 - 1)) == 30
 
 
+def test_only_an_earlier_messages_own_text_is_a_duplicate_as_on_sqlite(open_pg: Callable[..., TieredMemory]) -> None:
+    # across calls the record store finds the same text (up to ASCII case and end spaces); a
+    # near-duplicate is a message of its own, found by a search its filter allows
+    memory = open_pg()
+    first = memory.add("user", "I love my dog Rex very much", user_id="u", session_id="s", timestamp=1.7e9)
+    near = memory.add("user", "I love my dog Rex very much!", user_id="u", session_id="s2", timestamp=1.7e9 + 60)
+    same = memory.add("user", "  i LOVE my dog Rex very much ", user_id="u", session_id="s3", timestamp=1.7e9 + 90)
+    accent = memory.add("user", "Über den Hund", user_id="u", session_id="s4")
+    other = memory.add("user", "über den Hund", user_id="u", session_id="s4")  # Ü is not ASCII: another text
+    assert memory.index.ids("u") == {first, near, accent, other}
+    assert (memory.stats().vectors, memory.stats().duplicates) == (4, 1)
+    assert [h.id for h in memory.search("dog Rex", user_id="u", filters={"since": 1.7e9 + 30, "until": 1.7e9 + 70})] \
+        == [near]
+    assert memory.get_messages("s3", user_id="u")[0].id == same  # kept in the transcript
+
+
 def test_pgvector_needs_a_postgresql_record_store(tmp_path: Any) -> None:
     with pytest.raises(ConfigurationError, match="PostgreSQL record store"):
         TieredMemory(tmp_path / "m", vector_store="pgvector", embedder=StaticEmbedder())

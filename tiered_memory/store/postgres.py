@@ -20,7 +20,7 @@ from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
 from .filters import postgres_filter
-from .text_search import USER_SCAN_ROWS, scan_user_rows, tsquery_any
+from .text_search import USER_SCAN_ROWS, scan_user_rows, text_key, tsquery_any
 
 TEXT_SEARCH_CONFIG = "english"
 
@@ -50,6 +50,12 @@ MIGRATIONS: list[Step] = [
     # has_long_messages: the users with a chunked message, without reading their rows
     f"""
     CREATE INDEX IF NOT EXISTS messages_long ON messages (user_id) WHERE length(content) > {LONG_MESSAGE_CHARS};
+    """,
+    # same_text: a message with an earlier one's text is a duplicate (as on SQLite), found by
+    # a hash of its text, not by the nearest vector (which also took near-duplicates)
+    """
+    CREATE INDEX IF NOT EXISTS messages_user_text ON messages (user_id, md5(lower(btrim(content, ' '))))
+        WHERE indexed AND duplicate_of IS NULL;
     """,
 ]
 
@@ -222,6 +228,22 @@ class PostgresRecordStore(PostgresDatabase):
             " FROM unnest(%s::text[], %s::bigint[], %s::bigint[]) WITH ORDINALITY AS p(sid, lo, hi, n) ORDER BY p.n",
             (user_id, [p[0] for p in pairs], [p[1] for p in pairs], [p[2] for p in pairs]))
         return [int(r[0]) for r in rows]
+
+    def same_text(self, user_id: str, texts: Sequence[str]) -> dict[str, str]:
+        """For each of ``texts`` that an indexed, non-duplicate message of the user already
+        holds (up to ASCII case and spaces at the ends, as on SQLite), that message's id: the
+        ``messages_user_text`` index finds candidates, compared whole here (PostgreSQL's
+        ``lower`` also folds letters beyond ASCII)."""
+        keys = {t: text_key(t) for t in texts}
+        found: dict[str, str] = {}
+        wanted = sorted(set(texts))
+        for start in range(0, len(wanted), 500):
+            for mid, content in self.query(
+                    "SELECT id, content FROM messages WHERE user_id = %s AND indexed AND duplicate_of IS NULL"
+                    " AND md5(lower(btrim(content, ' '))) = ANY(ARRAY(SELECT md5(lower(btrim(t, ' ')))"
+                    " FROM unnest(%s::text[]) AS t)) ORDER BY seq", (user_id, wanted[start:start + 500])):
+                found.setdefault(text_key(content), mid)
+        return {t: found[k] for t, k in keys.items() if k in found}
 
     def has_long_messages(self, user_id: str) -> bool:
         return bool(self.query(f"SELECT 1 FROM messages WHERE user_id = %s AND length(content) > {LONG_MESSAGE_CHARS}"
