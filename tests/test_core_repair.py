@@ -57,7 +57,8 @@ def test_vectors_the_store_does_not_hold_are_dropped_on_repair(make_memory, tmp_
     m, ids = _store_with_notes(make_memory)
     from tiered_memory.vector.base import VectorItem
 
-    m.index.upsert([VectorItem(id="ghost", vector=[1.0] + [0.0] * 383, user_id="u1")])
+    dim = len(m.embedder.embed_query("x"))  # the suite's embedder: 384 (MiniLM) or the static table's
+    m.index.upsert([VectorItem(id="ghost", vector=[1.0] + [0.0] * (dim - 1), user_id="u1")])
     m.close()
     _mark_unclean(tmp_path / "mem")
     again = make_memory("mem")
@@ -162,7 +163,8 @@ def test_a_message_id_with_a_colon_is_repaired_like_any_other(make_memory, tmp_p
     m.index.collection.delete(ids=ids[:2])
     from tiered_memory.vector.base import VectorItem
 
-    m.index.upsert([VectorItem(id="slack:C1:ghost", vector=[1.0] + [0.0] * 383, user_id="u1")])  # no row
+    dim = len(m.embedder.embed_query("x"))  # the suite's embedder: 384 (MiniLM) or the static table's
+    m.index.upsert([VectorItem(id="slack:C1:ghost", vector=[1.0] + [0.0] * (dim - 1), user_id="u1")])  # no row
     m.close()
     _mark_unclean(tmp_path / "mem")
 
