@@ -97,6 +97,25 @@ def test_end_session_without_llm_is_extractive(memory: TieredMemory) -> None:
     assert memory.episodes("u1") == [ep]
 
 
+@pytest.mark.parametrize("delete", ["forget", "clear_session"])
+def test_a_turn_after_the_newest_were_deleted_still_gets_its_episode(make_memory: Callable[..., TieredMemory],
+                                                                     delete: str) -> None:
+    # a deleted newest message's seq is never given again: the session's cursor, past it,
+    # would take the new turn for one an episode already holds
+    memory = make_memory()
+    ids = [memory.add("user", f"I like tea number {i}.", session_id="s", user_id="u") for i in range(3)]
+    seqs = [m.seq for m in memory.get_messages("s", user_id="u")]
+    first = memory.end_session("s", user_id="u")
+    if delete == "forget":
+        memory.forget(ids[-1], user_id="u")
+    else:
+        memory.clear_session("s", user_id="u")
+    new = memory.add("user", "My brother is called Tom.", session_id="s", user_id="u")
+    again = memory.end_session("s", user_id="u")
+    assert again.id != first.id and new in again.source_ids
+    assert memory.get_messages("s", user_id="u")[-1].seq > max(seqs)
+
+
 def test_end_session_with_llm(make_memory: Callable[..., TieredMemory]) -> None:
     llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": [fenced(GOOD_EPISODE)]})
     memory = make_memory(llm=llm)

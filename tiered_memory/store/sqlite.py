@@ -7,6 +7,7 @@ The connection, its settings, transactions, migrations and durability are the
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
@@ -21,6 +22,17 @@ from .text_search import keyword_text, same_text_sqlite, text_hash
 __all__ = ["APP_ID", "MIGRATIONS", "SQLiteRecordStore", "user_tables"]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, rowid"
+# the largest rowid a message was ever given (meta): a message's rowid is its seq, which a
+# session's episode cursor compares, so no rowid is given twice, even after the newest rows
+# were deleted (forget, clear_session, consolidate's archive), as SQLite's own max + 1 would
+ROWID_KEY = "messages_rowid_high"
+
+
+def next_rowid(c: sqlite3.Connection) -> int:
+    """The rowid the next message gets: past every rowid the table holds or ever gave."""
+    found = c.execute("SELECT value FROM meta WHERE key=?", (ROWID_KEY,)).fetchone()
+    top = int(c.execute("SELECT coalesce(max(rowid), 0) FROM messages").fetchone()[0])
+    return max(top, int(found[0]) if found else 0) + 1
 
 
 def _row(r: tuple[Any, ...]) -> StoredMessage:
@@ -49,18 +61,21 @@ class SQLiteRecordStore(SQLiteDatabase):
         dup = duplicates or {}
         with self._synced(sync), self.transaction() as c:
             tags = tags_for(c, (m.user_id for m in rows))
+            start = next_rowid(c)
             insert_deferred(
                 c,
-                "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
+                "INSERT INTO messages (rowid, id, user_id, session_id, role, content, metadata, timestamp,"
                 " created_at, keywords, text_hash, indexed, duplicate_of)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, strftime('%s','now'), ?, ?, ?, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, strftime('%s','now'), ?, ?, ?, ?)",
                 [
-                    (m.id, m.user_id, m.session_id, m.role, m.content,
+                    (start + n, m.id, m.user_id, m.session_id, m.role, m.content,
                      json.dumps(m.metadata, ensure_ascii=False) if m.metadata else "{}", m.timestamp,
                      keyword_text(tags[m.user_id], m.content), text_hash(m.content), int(indexed), dup.get(m.id))
-                    for m in rows
+                    for n, m in enumerate(rows)
                 ],
             )
+            if rows:
+                c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (ROWID_KEY, str(start + len(rows) - 1)))
 
     def _fill_keywords(self) -> None:
         """Index rows written by other means than :meth:`insert_messages` (their keywords
