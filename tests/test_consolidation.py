@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from tiered_memory import MemoryConfig, TieredMemory
+from tiered_memory.errors import NotFoundError
 from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.config import ConsolidationConfig
 from tiered_memory.layers.consolidation import (
@@ -272,6 +273,24 @@ def test_delete_raw_option(make_memory: Callable[..., TieredMemory]) -> None:
 
 LAYER_TABLES = ["facts", "fact_history", "episodes", "episode_points", "session_cursor", "working_items",
                 "scratchpads", "messages_archive", "audit_log"]
+
+
+def test_forget_and_clear_session_reach_archived_turns(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("archive")
+    info = build_store(memory, sessions=30, templates=1)
+    memory.consolidate("u1")
+    archived = [sid for _, sid, end in info["episodes"] if end < NOW - 30 * DAY]
+    assert len(archived) >= 2 and memory.get_messages(archived[0], user_id="u1") == []
+    one = info["sessions"][archived[0]][0]
+    assert _count(memory, "SELECT COUNT(*) FROM messages_archive WHERE id=?", one) == 1
+    memory.forget(one, user_id="u1")  # only in the archive now: forgotten there, not NotFoundError
+    assert _count(memory, "SELECT COUNT(*) FROM messages_archive WHERE id=?", one) == 0
+    with pytest.raises(NotFoundError):
+        memory.forget(one, user_id="u1")
+    whole = info["sessions"][archived[1]]
+    assert memory.clear_session(archived[1], user_id="u1") == len(whole)
+    assert _count(memory, "SELECT COUNT(*) FROM messages_archive WHERE session_id=?", archived[1]) == 0
+    assert _count(memory, "SELECT COUNT(*) FROM messages_archive") > 0  # the other sessions' stay
 
 
 def test_forget_user_removes_every_layer_row(make_memory: Callable[..., TieredMemory]) -> None:

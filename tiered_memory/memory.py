@@ -40,7 +40,7 @@ from .config import MemoryConfig
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import Embedder, default_embedder, embed_query, embedder_name
-from .errors import (ConfigurationError, InvalidInputError, StoreError, TieredMemoryError,
+from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError,
                      UsageError, VectorIndexError)
 from .guard import OPEN, usable
 from .layers.consolidation import ConsolidationReport
@@ -332,24 +332,41 @@ class TieredMemory:
 
     @usable
     def forget(self, memory_id: str, *, user_id: str) -> None:
-        """Delete one message of ``user_id`` from every store and index."""
+        """Delete one message of ``user_id`` from every store and index (and from the archive
+        ``consolidate`` moves old turns to)."""
         check_id(user_id, "user_id")
         check_id(memory_id, "memory_id")
+
+        def drop() -> None:
+            archived = self._forget_archived(user_id, ids=[memory_id])
+            try:
+                drop_message(self.store, self.index, user_id, memory_id)
+            except NotFoundError:
+                if not archived:
+                    raise
+
         with self._write_lock:
-            self._jointly(lambda: drop_message(self.store, self.index, user_id, memory_id))
+            self._jointly(drop)
 
     @usable
     def clear_session(self, session_id: str, *, user_id: str) -> int:
-        """Delete a session's messages and its working memory (items and scratchpad); returns
-        how many messages. Episodes and facts already drawn from the session stay: remove
-        those with :meth:`delete_fact` or :meth:`forget_user`."""
+        """Delete a session's messages (archived ones too) and its working memory (items and
+        scratchpad); returns how many messages. Episodes and facts already drawn from the
+        session stay: remove those with :meth:`delete_fact` or :meth:`forget_user`."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         with self._write_lock:
             ids = self._jointly(lambda: drop_session(self.store, self.index, user_id, session_id))
+            archived = self._forget_archived(user_id, session_id=session_id)
             if self._layers_ok():
                 self.working_memory(session_id, user_id=user_id).clear()
-        return len(ids)
+        return len(ids) + archived
+
+    def _forget_archived(self, user_id: str, *, ids: list[str] | None = None, session_id: str | None = None) -> int:
+        if not self._layers_ok():
+            return 0
+        with self._rows.unit() as u:
+            return u.forget_archived(user_id, ids=ids or (), session_id=session_id)
 
     @usable
     def forget_user(self, user_id: str) -> int:

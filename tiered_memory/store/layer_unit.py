@@ -161,6 +161,17 @@ class LayerUnit:
                                [user_id, *part]).rowcount
         return moved
 
+    def forget_archived(self, user_id: str, *, ids: Sequence[str] = (), session_id: str | None = None) -> int:
+        if session_id is not None:
+            return int(self._run("DELETE FROM messages_archive WHERE user_id=? AND session_id=?",
+                                 (user_id, session_id)).rowcount)
+        gone = 0
+        for start in range(0, len(ids), _BATCH):
+            part = list(ids[start:start + _BATCH])
+            gone += self._run(f"DELETE FROM messages_archive WHERE user_id=? AND id IN ({marks(len(part))})",
+                              [user_id, *part]).rowcount
+        return gone
+
     def touch_episodes(self, user_id: str, ids: Sequence[str], now: float) -> None:
         self._many("UPDATE episodes SET access_count=access_count+1, last_access=? WHERE user_id=? AND id=?",
                    [(now, user_id, i) for i in sorted(ids)])

@@ -116,6 +116,10 @@ class EpisodeWrites(AuditWrites, Protocol):
         """Move messages out of the hot table (and its keyword index) into the archive, or delete
         them; returns how many left the hot table."""
 
+    def forget_archived(self, user_id: str, *, ids: Sequence[str] = (), session_id: str | None = None) -> int:
+        """Delete the user's archived messages among ``ids``, or all of ``session_id``'s;
+        returns how many."""
+
     def touch_episodes(self, user_id: str, ids: Sequence[str], now: float) -> None: ...
 
 
