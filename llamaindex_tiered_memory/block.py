@@ -237,8 +237,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         default=None, exclude=True,
         description="The tokenizer_fn of the Memory the block is in (None: LlamaIndex's default).")
     _rendered: dict[str, list[Section]] = PrivateAttr(default_factory=dict)
-    _written_through: bool = PrivateAttr(default=False)  # set by WriteThroughMemory
-    _recorded: set[str] = PrivateAttr(default_factory=set)  # sessions arecord stored turns of
+    _recorded: set[str] = PrivateAttr(default_factory=set)  # sessions arecord stored turns of as put
 
     @field_validator("user_id")
     @classmethod
@@ -272,17 +271,24 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         if from_short_term_memory:
             if not self.accept_short_term_memory:
                 return
-            if self.every_turn and (self._written_through or self._session(session_id, messages) in self._recorded):
+            if self.every_turn and self._session(session_id, messages) in self._recorded:
                 return
+            await self._store(messages, self._session(session_id, messages))
+            return
         await self.arecord(messages, session_id=session_id)
 
     async def _aput(self, messages: List[ChatMessage]) -> None:
         await self.arecord(messages)
 
     async def arecord(self, messages: Sequence[ChatMessage], *, session_id: Optional[str] = None) -> list[str]:
-        """Store chat messages in long-term memory now; returns the stored ids."""
+        """Store chat messages in long-term memory now; returns the stored ids. With
+        ``every_turn``, the session's later flushes are then skipped: its turns are stored as
+        they are put (by :class:`WriteThroughMemory`, or by these calls)."""
         sid = self._session(session_id, messages)
         self._recorded.add(sid)
+        return await self._store(messages, sid)
+
+    async def _store(self, messages: Sequence[ChatMessage], sid: str) -> list[str]:
         rows = to_core_messages(messages, self.memory.config.max_content_chars)
         if not rows:
             return []
@@ -364,7 +370,7 @@ class WriteThroughMemory(Memory):
                 f"set every_turn=True on memory block(s) {lazy}: with WriteThroughMemory every "
                 "message is stored when put, and flushed messages would be stored twice")
         for b in blocks:
-            b._written_through = True
+            b._recorded.add(self.session_id)  # its turns are stored as put, even those of a restored queue
             if b.tokenizer_fn is None:  # cut in the unit this Memory measures the saving in
                 b.tokenizer_fn = self.tokenizer_fn
         return self

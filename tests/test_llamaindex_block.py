@@ -282,9 +282,16 @@ async def test_every_turn_in_a_plain_memory_still_stores_what_is_flushed(memory:
     await mem.aput(chat("user", "My sister lives in Oslo."))
     for q, a in FILLER:
         await mem.aput_messages(turn(q, a))
-    assert await mem.aget_all(status=MessageStatus.ARCHIVED)  # flushes happened
+    archived = await mem.aget_all(status=MessageStatus.ARCHIVED)
+    assert len(archived) > 4  # several flushes happened: every one is stored, not only the first
     stored = [m.content for m in memory.get_messages("s1", user_id="u1")]
-    assert stored and stored.count("My sister lives in Oslo.") == 1
+    assert stored == [m.content for m in archived]
+    # a block a WriteThroughMemory holds for another session still stores this one's flushes
+    WriteThroughMemory.from_defaults(session_id="s2", memory_blocks=[block], tokenizer_fn=TOKENIZER)
+    await mem.aput_messages(turn("One more question?", "One more answer."))
+    for q, a in FILLER[:3]:
+        await mem.aput_messages(turn(q, a))
+    assert len(memory.get_messages("s1", user_id="u1")) == len(await mem.aget_all(status=MessageStatus.ARCHIVED))
 
 
 def test_write_through_hands_its_tokenizer_to_its_blocks(memory: TieredMemory) -> None:
