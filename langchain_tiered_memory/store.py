@@ -79,7 +79,7 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.records import Item as CoreItem
-from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemWrite, check_namespace
+from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_namespace
 from tiered_memory.validation import check_id
 
 from .store_batch import Coalescer, plan_batch, spread_results
@@ -179,11 +179,17 @@ class TieredMemoryStore(BaseStore):
         self.ttl_config = check_ttl_config(ttl)
         self._sweeper: threading.Thread | None = None
         self._stop_sweeping = threading.Event()
-        self.items = memory.item_store()
         self._repaired = False
         self._coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Coalescer] = (
             weakref.WeakKeyDictionary())
         self._coalescers_lock = threading.Lock()
+
+    @property
+    def items(self) -> ItemStore:
+        """The memory's item store, asked for at each use: a closed memory, or one inherited
+        by a forked child, then raises its ``UsageError`` instead of reaching a closed
+        database or a vector engine that would hang."""
+        return self.memory.item_store()
 
     @property
     def embeddings(self) -> Any:

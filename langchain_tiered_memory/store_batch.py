@@ -103,15 +103,28 @@ class Coalescer:
             if not groups:
                 continue
             try:
-                results = await asyncio.to_thread(self._run, [op for _, ops in groups for op in ops])
-            except Exception as e:  # the whole batch failed: every caller in it sees why
-                for f, _ in groups:
-                    if not f.done():
-                        f.set_exception(e)
-                continue
+                try:
+                    results = await asyncio.to_thread(self._run, [op for _, ops in groups for op in ops])
+                except Exception as e:
+                    if len(groups) == 1:
+                        if not groups[0][0].done():
+                            groups[0][0].set_exception(e)
+                        continue
+                    # its writes commit all-or-nothing, so none did (a read's TTL refresh may have:
+                    # doing it again is harmless): each caller's operations run again on their
+                    # own, and one caller's bad operation fails only that caller
+                    for f, ops in groups:
+                        if f.done():
+                            continue
+                        try:
+                            f.set_result(await asyncio.to_thread(self._run, ops))
+                        except Exception as alone:
+                            f.set_exception(alone)
+                    continue
             except BaseException:  # this task was cancelled: don't leave callers waiting forever
                 for f, _ in groups + self._pending:
-                    f.cancel()
+                    if not f.done():
+                        f.cancel()
                 self._pending = []
                 raise
             start = 0

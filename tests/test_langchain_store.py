@@ -152,3 +152,16 @@ def test_a_narrow_search_ranks_its_own_items_when_the_user_has_better_matches_el
         scores = [h.score for h in hits[:7]]
         assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
         assert {h.namespace for h in hits} == {("u1", "small")}
+
+
+def test_a_store_over_a_closed_memory_says_so(make_memory: Callable[..., TieredMemory]) -> None:
+    from tiered_memory import UsageError
+
+    memory = make_memory("closing")
+    store = TieredMemoryStore(memory, fields=["text"])
+    store.put(("u1", "notes"), "a", {"text": "hello"})
+    memory.close()
+    for call in (lambda: store.get(("u1", "notes"), "a"), lambda: store.put(("u1", "notes"), "b", {"text": "x"}),
+                 lambda: store.search(("u1",), query="hello"), lambda: store.list_namespaces()):
+        with pytest.raises(UsageError, match="closed"):
+            call()

@@ -87,6 +87,19 @@ async def test_a_bad_call_fails_alone_and_a_cancelled_one_is_skipped(memory: Tie
     assert await store.aget(("u1",), "bad") is None
 
 
+@pytest.mark.parametrize("bad", [
+    lambda store: store.aput((" ",), "k", {"v": 1}),  # a blank user label: caught only when the batch runs
+    lambda store: store.aput(("u1",), "t", {"v": 1}, ttl=-5),
+    lambda store: store.asearch(("u1",), filter={"v": {"$bogus": 1}}),
+])
+async def test_a_bad_call_found_only_when_the_batch_runs_still_fails_alone(memory: TieredMemory, bad: Any) -> None:
+    store = TieredMemoryStore(memory)
+    results = await asyncio.gather(store.aput(("u1",), "ok", {"v": 1}), bad(store), store.aget(("u1",), "ok"),
+                                   return_exceptions=True)
+    assert results[0] is None and isinstance(results[1], InvalidInputError)
+    assert (await store.aget(("u1",), "ok")).value == {"v": 1}  # type: ignore[union-attr]
+
+
 async def test_a_write_is_read_by_the_next_awaited_call_and_a_batch_reads_before_it(memory: TieredMemory) -> None:
     store = TieredMemoryStore(memory)
     await store.aput(("u1",), "k", {"v": 1})
