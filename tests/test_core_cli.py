@@ -168,6 +168,21 @@ def test_module_entry_points_run_without_tracebacks(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_stored_text_a_non_utf8_terminal_cannot_show_comes_out_escaped(tmp_path, embedder):
+    from tiered_memory import TieredMemory
+
+    mem = tmp_path / "mem"
+    with TieredMemory(mem, embedder=embedder) as memory:
+        memory.add("user", "Je vis à Montréal ☕", user_id="ana", session_id="s1")
+        memory.end_session("s1", user_id="ana")
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "TIERED_MEMORY_EMBEDDER": "static"}
+    for command in (["episodes"], ["search", "Montréal"]):
+        proc = subprocess.run([sys.executable, "-m", "tiered_memory.cli", "--path", str(mem), *command,
+                               "--user", "ana"], capture_output=True, text=True, env=env, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "Montr\\xe9al" in proc.stdout and "Traceback" not in proc.stderr
+
+
 def test_the_cli_looks_inside_every_tier(tmp_path, embedder):
     from tiered_memory import TieredMemory
 

@@ -54,6 +54,10 @@ def test_model_output_is_made_storable_text_before_it_is_validated() -> None:
             parse_output(bad, ExtractedFacts)  # a fact no user could add: the model is asked again
     with pytest.raises(ValueError, match="summary"):
         parse_output('{"summary": "' + "s" * 5_001 + '"}', EpisodeSchema)
+    # a blank entry says nothing: dropped (a blank key fact would be promoted to a blank fact)
+    episode = parse_output('{"summary": "ok", "key_facts": ["   ", "User likes tea"], "entities": [""]}',
+                           EpisodeSchema)
+    assert episode.key_facts == ["User likes tea"] and episode.entities == []
 
 
 def test_strip_fences_leaves_plain_text() -> None:

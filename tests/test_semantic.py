@@ -239,3 +239,11 @@ async def test_async_twins(memory: TieredMemory) -> None:
     fact = await memory.aadd_fact("User speaks Portuguese", user_id="u1")
     assert [f.id for f in await memory.afacts("u1")] == [fact.id]
     assert (await memory.asearch_facts("languages", user_id="u1"))[0].fact.id == fact.id
+
+
+def test_a_fact_needs_a_type(memory) -> None:  # type: ignore[no-untyped-def]
+    from tiered_memory import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="fact type must be one of"):
+        memory.add_fact("User likes tea", user_id="u", type=None)
+    assert memory.facts("u") == []

@@ -285,14 +285,23 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], TextIO]
 }
 
 
+def _lenient(stream: TextIO) -> TextIO:
+    """``stream`` writing what its encoding cannot hold as escapes (a terminal or pipe that is
+    not UTF-8), not failing half-way through a listing of stored text."""
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="backslashreplace")
+    return stream
+
+
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
-    out_stream = stdout or sys.stdout
-    err_stream = stderr or sys.stderr
+    out_stream = stdout or _lenient(sys.stdout)
+    err_stream = stderr or _lenient(sys.stderr)
 
     def out(line: str) -> None:
         print(line, file=out_stream, flush=True)

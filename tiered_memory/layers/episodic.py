@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Sequence
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ..config import EpisodeConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
@@ -55,6 +55,12 @@ class EpisodeSchema(BaseModel):
     decisions: list[Point] = Field(default_factory=list)
     open_questions: list[Point] = Field(default_factory=list)
     key_facts: list[Point] = Field(default_factory=list, description="durable facts stated in the session")
+
+    @field_validator("entities", "decisions", "open_questions", "key_facts")
+    @classmethod
+    def _no_blank_points(cls, points: list[str]) -> list[str]:
+        """A blank entry says nothing (and a blank key fact would be promoted to a blank fact)."""
+        return [p for p in points if p.strip()]
 
 
 EPISODE_PROMPT = """Task: episode

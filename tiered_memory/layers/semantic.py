@@ -114,8 +114,9 @@ def decide_resolution(
     return Resolution(action="add", reason=f"nearest fact is different (similarity {sim:.2f})")
 
 
-def check_type(type_: str | None) -> None:
-    if type_ is not None and type_ not in FACT_TYPES:
+def check_type(type_: str | None, *, optional: bool = True) -> None:
+    """A fact type (``None`` only where it means "any" or "unchanged": ``optional``)."""
+    if (type_ is None and not optional) or (type_ is not None and type_ not in FACT_TYPES):
         raise InvalidInputError(f"fact type must be one of {FACT_TYPES}, got {type_!r}")
 
 
@@ -228,7 +229,7 @@ class SemanticMemory:
     def resolve_and_apply(self, user_id: str, candidate: FactCandidate, *, metadata: dict[str, Any] | None = None,
                           judgement: Judgement | None = None, related: Sequence[tuple[Fact, float]] | None = None,
                           at: float | None = None) -> tuple[Resolution, Fact | None]:
-        check_type(candidate.type)
+        check_type(candidate.type, optional=False)
         if related is None:
             related = self.related(user_id, candidate.text, self.config.related_k)
         res = decide_resolution(candidate, related, same=self.config.same_similarity,
