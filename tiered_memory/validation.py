@@ -126,14 +126,7 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, Mapping):
         raise InvalidInputError(f"metadata must be a mapping, got {type(metadata).__name__}")
-    try:  # first: it refuses a value that holds itself, which a walk would follow forever
-        encoded = json.dumps(metadata, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise InvalidInputError(f"metadata must be JSON-serialisable: {e}") from e
-    except RecursionError as e:
-        check_json_depth(metadata, "metadata")  # deeper than the stack allows: it says so
-        raise InvalidInputError("metadata could not be encoded from a call stack this deep") from e
-    check_json_depth(metadata, "metadata")
+    encoded = encode_json(metadata, "metadata", ensure_ascii=False)
     if not encodable(encoded):
         raise InvalidInputError("metadata contains lone surrogates")
     if len(encoded.encode("utf-8")) > max_bytes:
@@ -146,7 +139,23 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
     return dict(decoded)
 
 
-def check_json_depth(value: object, name: str) -> None:
+def encode_json(value: object, name: str, *, ensure_ascii: bool = True) -> str:
+    """``value`` (metadata, an item's value) as the JSON a store keeps, checked: serialisable
+    (no NaN, no set, no value that holds itself; ``json.dumps`` runs first, as it refuses a
+    value that holds itself, which :func:`check_json_value`'s walk would follow forever), then
+    :func:`check_json_value`."""
+    try:
+        encoded = json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidInputError(f"{name} must be JSON-serialisable: {e}") from e
+    except RecursionError as e:
+        check_json_value(value, name)  # deeper than the stack allows: it says so
+        raise InvalidInputError(f"{name} could not be encoded from a call stack this deep") from e
+    check_json_value(value, name)
+    return encoded
+
+
+def check_json_value(value: object, name: str) -> None:
     """Refuse ``value`` (metadata, an item's value, JSON-serialisable already) if it nests
     more than :data:`MAX_JSON_DEPTH` containers, or if a key or string in it holds NUL.
     Walked without recursion: how deep Python's own JSON code may go depends on the caller's
@@ -175,7 +184,7 @@ def check_json_depth(value: object, name: str) -> None:
 def _str_keys(value: object, depth: int = 0) -> bool:
     """Every mapping inside ``value`` has str keys (JSON would silently change the others)."""
     if depth > MAX_JSON_DEPTH:
-        return True  # check_json_depth already refused anything deeper
+        return True  # check_json_value already refused anything deeper
     if isinstance(value, Mapping):
         return all(isinstance(k, str) for k in value) and all(_str_keys(v, depth + 1) for v in value.values())
     if isinstance(value, (list, tuple)):

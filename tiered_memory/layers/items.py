@@ -31,7 +31,6 @@ pure functions with table tests. This module is the shell that reads and writes.
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Any, Mapping, Sequence
 
@@ -44,7 +43,7 @@ from ..parts import Parts
 from ..recall.query import keywords
 from ..records import Item
 from ..store.repositories import ItemRepository
-from ..validation import check_id, check_json_depth, check_text
+from ..validation import check_id, check_text, encode_json
 from ..vector.base import VectorIndex, VectorItem
 from .item_filters import check_filter, check_filter_key, match_filter, match_value, value_at
 from .item_rules import (FIELD_SEP, LAYER, MAX_PARTS, SHARED_OWNER, ItemHit, ItemWrite, best_parts, check_namespace,
@@ -99,14 +98,7 @@ class ItemStore:
             return
         puts = [w for w in last.values() if w.value is not None]
         for w in puts:  # checked before anything is written; the store keeps the same JSON
-            try:  # first: it refuses a value that holds itself, which the depth walk would follow
-                json.dumps(w.value, allow_nan=False)
-            except (TypeError, ValueError) as e:
-                raise InvalidInputError(f"item value must be JSON-serialisable: {e}") from e
-            except RecursionError as e:
-                check_json_depth(w.value, "an item value")  # deeper than the stack allows: it says so
-                raise InvalidInputError("an item value could not be encoded from a call stack this deep") from e
-            check_json_depth(w.value, "an item value")
+            encode_json(w.value, "item value")
         with_text = [w for w in puts if w.text and w.text.strip()]
         # one vector per field text; (write, part) pairs in the order they are embedded
         pieces = [(w, n, t) for w in with_text for n, t in enumerate(text_parts(w.text or ""))]
