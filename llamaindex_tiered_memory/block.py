@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Any, Callable, Iterable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
-from llama_index.core.base.llms.types import ChatMessage, TextBlock
+from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator, model_validator
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
@@ -40,27 +40,22 @@ from llama_index.core.storage.chat_store.base_db import MessageStatus
 from llama_index.core.utils import get_tokenizer
 
 from tiered_memory import MemoryContext, Section, TieredMemory
-from tiered_memory.context.render import CUT_MARKER, drop_lowest, render_memory
+from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, UsageError
-from tiered_memory.llm.base import clean_strings
 from tiered_memory.tokens import heuristic_count
 from tiered_memory.validation import check_id
+
+from .messages import REPAIRED_KEY, build_query, message_text, shown_already, storable_text, to_core_messages
 
 # Most important first (the core's order, with this session's earlier turns after the
 # facts). Rendered in this order, so truncation can drop from the end.
 SECTION_ORDER = ("session", "facts", "earlier", "episodes", "turns")
 EARLIER_TITLE = "Earlier in this conversation"
-MAX_QUERY_CHARS = 2000
 RENDERED_KEPT = 8  # recent renders kept, so truncation works on sections, never on parsed text
-REPAIRED_KEY = "llamaindex_repaired"  # metadata of a stored message whose text had to be changed
 
 log = logging.getLogger(__name__)
 
-_ROLES = {
-    "system": "system", "developer": "system", "user": "user", "assistant": "assistant",
-    "chatbot": "assistant", "model": "assistant", "tool": "tool", "function": "tool",
-}
 
 
 # ---- pure helpers ----------------------------------------------------------
@@ -86,89 +81,8 @@ def _heuristic_tokens(text: str) -> List[Any]:
     return [None] * heuristic_count(text)
 
 
-def message_text(message: ChatMessage) -> str:
-    """The text of a chat message (its text blocks, joined by newlines)."""
-    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock))
-
-
-def storable_text(text: str, max_chars: Optional[int] = None) -> tuple[str, list[str]]:
-    """``text`` as the core can store it, and what had to change (pure).
-
-    NUL characters are removed and lone surrogates replaced (no store holds them); a text
-    longer than ``max_chars`` (the core's ``MemoryConfig.max_content_chars``) keeps its head
-    and ends with the core's :data:`~tiered_memory.context.render.CUT_MARKER`, so the result
-    is never longer than ``max_chars``. A text the core accepts comes back unchanged, with
-    no changes listed. The result may be blank (a text of NULs): the caller skips it.
-    """
-    changes: list[str] = []
-    if "\x00" in text:
-        changes.append("removed NUL characters")
-    clean: str = clean_strings(text)
-    if clean.replace("\x00", "") != text.replace("\x00", ""):
-        changes.append("replaced lone surrogates")
-    if max_chars is not None and len(clean) > max_chars:
-        changes.append(f"cut from {len(clean):,} to {max_chars:,} characters")
-        keep = max_chars - len(CUT_MARKER)
-        clean = clean[:keep] + CUT_MARKER if keep > 0 else clean[:max_chars]
-    return clean, changes
-
-
-def to_core_messages(messages: Iterable[ChatMessage], max_chars: Optional[int] = None) -> list[dict[str, Any]]:
-    """Chat messages as core message dicts (new objects); messages without text are skipped.
-
-    Text is made storable with :func:`storable_text` (``max_chars``: the core's
-    ``max_content_chars``), so one bad message never makes the core refuse the batch; a
-    changed message says how in ``metadata["llamaindex_repaired"]``.
-    """
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        text, changes = storable_text(message_text(m), max_chars)
-        if not text.strip():
-            continue  # e.g. an assistant turn that only calls tools
-        role = str(getattr(m.role, "value", m.role))
-        metadata: dict[str, Any] = {"source": "llamaindex"}
-        if _ROLES.get(role, "user") != role:
-            metadata["llamaindex_role"] = role
-        for key in ("tool_call_id", "name"):
-            value = m.additional_kwargs.get(key)
-            if isinstance(value, str):
-                metadata[key] = clean_strings(value)
-        if changes:
-            metadata[REPAIRED_KEY] = changes
-        out.append({"role": _ROLES.get(role, "user"), "content": text, "metadata": metadata})
-    return out
-
-
-def build_query(messages: Sequence[ChatMessage]) -> str:
-    """What to recall for: the latest user message, else the latest message with text."""
-    texts = [(m.role, message_text(m)) for m in messages]
-    for role, text in reversed(texts):
-        if role == "user" and text.strip():
-            return text[-MAX_QUERY_CHARS:]
-    for _, text in reversed(texts):
-        if text.strip():
-            return text[-MAX_QUERY_CHARS:]
-    return ""
-
-
 def _rank(name: str) -> int:
     return SECTION_ORDER.index(name) if name in SECTION_ORDER else len(SECTION_ORDER)
-
-
-def shown_already(item_text: str, current_texts: set[str]) -> bool:
-    """Whether a recalled turn is one of ``current_texts`` (pure).
-
-    ``current_texts`` are the current messages as stored (:func:`storable_text`). A turn
-    the core cut to its budget (its text ends with ``CUT_MARKER``) matches the current
-    text it is the head of; a cut that kept no text matches nothing.
-    """
-    if item_text in current_texts:
-        return True
-    marker = CUT_MARKER.strip()
-    if not item_text.endswith(marker):
-        return False
-    head = item_text[: -len(marker)].strip()
-    return bool(head) and any(t.lstrip().startswith(head) for t in current_texts)
 
 
 def long_term_sections(context: MemoryContext, current_texts: set[str]) -> list[Section]:

@@ -20,13 +20,7 @@ from llamaindex_tiered_memory import (  # noqa: E402
     aend_session,
     offline_tokenizer,
 )
-from llamaindex_tiered_memory.block import (  # noqa: E402
-    REPAIRED_KEY,
-    build_query,
-    shown_already,
-    storable_text,
-    to_core_messages,
-)
+from llamaindex_tiered_memory.messages import REPAIRED_KEY  # noqa: E402
 from tiered_memory import ContextItem, MemoryConfig, MemoryContext, Section, TieredMemory  # noqa: E402
 from tiered_memory.context.render import CUT_MARKER, drop_lowest, render_memory  # noqa: E402
 
@@ -141,19 +135,6 @@ def test_shrink_to_nothing_and_hostile_text() -> None:
     head, sections = split_memory_text(text)
     assert len(sections) == 2 and len(sections[0]) == 3  # the item stayed one quoted line
     assert shrink_memory_text(_sections(*given), 10_000, words) is None
-
-
-def test_query_and_conversion_rules() -> None:
-    msgs = [chat("user", "first"), chat("assistant", "reply"), chat("tool", "42"),
-            ChatMessage(role="assistant", content="")]
-    assert build_query(msgs) == "first"
-    assert build_query([chat("assistant", "only me")]) == "only me"
-    assert build_query([]) == ""
-    rows = to_core_messages([*msgs, chat("developer", "be brief"), chat("chatbot", "hi")])
-    assert [(r["role"], r["content"]) for r in rows] == [
-        ("user", "first"), ("assistant", "reply"), ("tool", "42"),
-        ("system", "be brief"), ("assistant", "hi")]
-    assert rows[3]["metadata"]["llamaindex_role"] == "developer"
 
 
 # ---- with a real Memory ---------------------------------------------------------
@@ -339,24 +320,6 @@ BAD_TEXT = {
 }
 
 
-@pytest.mark.parametrize(
-    ("text", "limit", "stored", "changes"),
-    [
-        ("plain text", None, "plain text", []),
-        ("x" * 99, 99, "x" * 99, []),  # at the limit: unchanged
-        ("a\x00b", None, "ab", ["removed NUL characters"]),
-        ("a\udcffb", None, "a?b", ["replaced lone surrogates"]),
-        ("\x00\udcff", None, "?", ["removed NUL characters", "replaced lone surrogates"]),
-        ("x" * 100, 99, "x" * (99 - len(CUT_MARKER)) + CUT_MARKER, ["cut from 100 to 99 characters"]),
-        ("x" * 20, 10, "x" * 10, ["cut from 20 to 10 characters"]),  # no room for the marker
-    ],
-)
-def test_storable_text_rules(text: str, limit: int | None, stored: str, changes: list[str]) -> None:
-    out, why = storable_text(text, limit)
-    assert (out, why) == (stored, changes)
-    assert limit is None or len(out) <= limit
-
-
 @pytest.mark.parametrize("kind", ["nul", "surrogate", "too long"])
 async def test_a_message_the_core_refuses_is_stored_repaired_and_the_flush_goes_on(
     make_memory: Callable[..., TieredMemory], caplog: pytest.LogCaptureFixture, kind: str,
@@ -435,21 +398,6 @@ async def test_truncation_without_a_tokenizer_uses_llamaindex_default(memory: Ti
 
 
 # ---- a long turn still in the queue ------------------------------------------------
-@pytest.mark.parametrize(
-    ("item", "current", "shown"),
-    [
-        ("hello", {"hello"}, True),
-        ("hello", {"hello there"}, False),  # a whole text is matched whole
-        ("Here is my essay" + CUT_MARKER, {"Here is my essay about kayaks."}, True),
-        ("  Here is my essay" + CUT_MARKER, {"  Here is my essay about kayaks."}, True),
-        ("Here is my poem" + CUT_MARKER, {"Here is my essay about kayaks."}, False),
-        (CUT_MARKER.strip(), {"anything"}, False),  # a cut that kept no text
-    ],
-)
-def test_shown_already_rules(item: str, current: set[str], shown: bool) -> None:
-    assert shown_already(item.strip(), current) is shown
-
-
 async def test_a_long_turn_in_the_queue_is_not_repeated_cut_in_the_block(memory: TieredMemory) -> None:
     block = TieredMemoryBlock(memory=memory, user_id="u1", every_turn=True)
     mem = WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER)

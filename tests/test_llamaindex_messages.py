@@ -1,0 +1,63 @@
+"""The pure conversions between LlamaIndex chat messages and the core's
+(``llamaindex_tiered_memory.messages``): table tests."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("llama_index.core")
+
+from llama_index.core.llms import ChatMessage  # noqa: E402
+
+from llamaindex_tiered_memory.messages import build_query, shown_already, storable_text, to_core_messages  # noqa: E402
+from tiered_memory.context.render import CUT_MARKER  # noqa: E402
+
+
+def chat(role: str, text: str) -> ChatMessage:
+    return ChatMessage(role=role, content=text)
+
+
+def test_query_and_conversion_rules() -> None:
+    msgs = [chat("user", "first"), chat("assistant", "reply"), chat("tool", "42"),
+            ChatMessage(role="assistant", content="")]
+    assert build_query(msgs) == "first"
+    assert build_query([chat("assistant", "only me")]) == "only me"
+    assert build_query([]) == ""
+    rows = to_core_messages([*msgs, chat("developer", "be brief"), chat("chatbot", "hi")])
+    assert [(r["role"], r["content"]) for r in rows] == [
+        ("user", "first"), ("assistant", "reply"), ("tool", "42"),
+        ("system", "be brief"), ("assistant", "hi")]
+    assert rows[3]["metadata"]["llamaindex_role"] == "developer"
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "stored", "changes"),
+    [
+        ("plain text", None, "plain text", []),
+        ("x" * 99, 99, "x" * 99, []),  # at the limit: unchanged
+        ("a\x00b", None, "ab", ["removed NUL characters"]),
+        ("a\udcffb", None, "a?b", ["replaced lone surrogates"]),
+        ("\x00\udcff", None, "?", ["removed NUL characters", "replaced lone surrogates"]),
+        ("x" * 100, 99, "x" * (99 - len(CUT_MARKER)) + CUT_MARKER, ["cut from 100 to 99 characters"]),
+        ("x" * 20, 10, "x" * 10, ["cut from 20 to 10 characters"]),  # no room for the marker
+    ],
+)
+def test_storable_text_rules(text: str, limit: int | None, stored: str, changes: list[str]) -> None:
+    out, why = storable_text(text, limit)
+    assert (out, why) == (stored, changes)
+    assert limit is None or len(out) <= limit
+
+
+@pytest.mark.parametrize(
+    ("item", "current", "shown"),
+    [
+        ("hello", {"hello"}, True),
+        ("hello", {"hello there"}, False),  # a whole text is matched whole
+        ("Here is my essay" + CUT_MARKER, {"Here is my essay about kayaks."}, True),
+        ("  Here is my essay" + CUT_MARKER, {"  Here is my essay about kayaks."}, True),
+        ("Here is my poem" + CUT_MARKER, {"Here is my essay about kayaks."}, False),
+        (CUT_MARKER.strip(), {"anything"}, False),  # a cut that kept no text
+    ],
+)
+def test_shown_already_rules(item: str, current: set[str], shown: bool) -> None:
+    assert shown_already(item.strip(), current) is shown
