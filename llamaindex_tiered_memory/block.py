@@ -185,9 +185,9 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         if from_short_term_memory:
             if not self.accept_short_term_memory:
                 return
-            if self.every_turn and self._session(session_id, messages) in self._recorded:
-                return
-            await self._store(messages, self._session(session_id, messages))
+            sid = self._session(session_id, messages)
+            if not (self.every_turn and sid in self._recorded):
+                await self._store(messages, sid)
             return
         await self.arecord(messages, session_id=session_id)
 
