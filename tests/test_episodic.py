@@ -13,7 +13,8 @@ from tiered_memory import MemoryConfig, TieredMemory
 from tiered_memory.config import BufferConfig, EpisodeConfig, LLMConfig
 from tiered_memory.layers.episodic import Episode, rank_episodes
 from tiered_memory.errors import LLMError, LLMOutputError, NotFoundError
-from tiered_memory.layers.extractive import extract_episode, find_dates, find_entities, find_ids, find_numbers
+from tiered_memory.layers.extractive import (extract_episode, find_dates, find_entities, find_ids, find_numbers,
+                                             salient_sentences)
 from tiered_memory.testing import ScriptedLLM, chatty, empty, fenced, malformed, timeout
 from tiered_memory.types import StoredMessage
 
@@ -63,6 +64,32 @@ def test_extract_episode_by_rules() -> None:
     assert any("decided" in d for d in ep.decisions)
     assert ep.open_questions == ["Not sure yet how to handle the archive of old invoices?"]
     assert ep.summary and all(s in " ".join(r["content"] for r in CONVO) for s in ep.summary.split(". ")[:1])
+
+
+CHAT = [  # a transcript: a speaker's name opens each message and the other's is said in most
+    "Gina: Hey Jon! Good to see you. What's up?",
+    "Jon: Hey Gina! Lost my job as a banker yesterday, so I'm starting my own dance studio business.",
+    "Gina: Sorry about your job, Jon. I also lost my job at Door Dash this month.",
+    "Jon: Thanks, Gina! The dance studio needs good flooring. Finding a studio location is hard.",
+    "Gina: That's cool, Jon! Wow Jon, same here!",
+    "Jon: Cool, Gina! Thanks, Gina!",
+    "Gina: My online clothing store opens next week, selling trendy clothing.",
+]
+
+
+def test_salient_sentences_skip_names_and_pleasantries() -> None:
+    summary = salient_sentences(CHAT, k=3)
+    assert len(summary) == 3
+    said = " ".join(summary)
+    for phatic in ("That's cool", "Wow Jon", "Cool, Gina", "Thanks, Gina!"):
+        assert phatic not in said  # before: the names in every line made these the most "salient"
+    assert "Lost my job as a banker" in said and "clothing store" in said  # two topics, not one twice
+    assert all(s.startswith(("Jon: ", "Gina: ")) for s in summary)  # a mid-message sentence keeps its speaker
+
+
+def test_salient_sentences_fall_back_to_short_ones() -> None:
+    assert salient_sentences(["Hi!", "Hello there."], k=3) == ["Hi!", "Hello there."]
+    assert salient_sentences([], k=3) == []
 
 
 @pytest.mark.parametrize("scores, ends, weight, expected", [

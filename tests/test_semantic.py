@@ -37,6 +37,9 @@ def _m(text: str, role: str = "user", n: int = 0) -> StoredMessage:
     ("my dog is called Rex", [("relationship", "User's dog is Rex", "rel:dog")]),
     ("We decided to ship on Friday.", [("decision", "Decided: ship on Friday", None)]),
     ("I'm vegetarian.", [("constraint", "User is vegetarian", "diet:vegetarian")]),
+    # said of "User" in the third person; the key keeps the words as said, as before
+    ("I love running my own studio.", [("preference", "User likes running their own studio",
+                                        "pref:running own studio")]),
     ("The weather is nice.", []),
     ("Do you like sushi?", []),
 ])

@@ -9,6 +9,7 @@ to ...", "my wife ...", "we decided ..."). Everything produced here is marked
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from typing import Sequence
@@ -73,25 +74,53 @@ def find_dates(text: str) -> list[str]:
     return list(dict.fromkeys(m.group(0) for m in _DATE.finditer(text)))
 
 
+MIN_CONTENT_WORDS = 3  # a sentence with fewer says little ("That's cool, Jon!"); used only if none has more
+UBIQUITOUS_SHARE = 0.3  # a word in more messages than this (a speaker's name, "user") does not mark a topic
+_SPEAKER = re.compile(r"^[A-Z][\w'.-]*(?: [A-Z][\w'.-]*)?:\s")  # "Gina: ..." in a transcript
+_PHATIC = frozenset(w.lower() for w in _COMMON_CAPS) | frozenset(
+    "thank thx lol haha yeah yep yup glad love lovely amazing fantastic wonderful sounds sound fun happy".split())
+
+
 def salient_sentences(texts: Sequence[str], k: int = 3) -> list[str]:
-    """The ``k`` sentences carrying the most frequent content words, ids, numbers and dates,
-    returned in their original order."""
-    all_sents = [s for t in texts for s in sentences(t)]
+    """``k`` sentences that together cover the session's most recurrent content words, ids,
+    numbers and dates, in their original order (a SumBasic-style greedy pick, pure).
+
+    A word found in more than :data:`UBIQUITOUS_SHARE` of the messages (of five or more) marks
+    no topic: in a chat it is a speaker's name, and counting it (or "thanks", "great") made
+    the most phatic lines the most "salient"; a leading "Name: " is not counted either, and a
+    sentence from the middle of such a message keeps it. Once a sentence is picked, its words count half, so the
+    next pick covers something else."""
+    said: dict[str, None] = {}  # each sentence once, with its message's speaker label when it lost it
+    for t in texts:
+        label = _SPEAKER.match(t)
+        for s in sentences(t):
+            said.setdefault(s if label is None or s.startswith(label.group(0)) else label.group(0) + s, None)
+    all_sents = list(said)
     if not all_sents:
         return []
-    freq = Counter(w for s in all_sents for w in keywords(s))
+    in_texts = Counter(w for t in texts for w in set(keywords(t)))
+    common = _PHATIC | {w for w, n in in_texts.items() if len(texts) >= 5 and n > UBIQUITOUS_SHARE * len(texts)}
+    words = [frozenset(keywords(_SPEAKER.sub("", s))) - common for s in all_sents]
+    spread = Counter(w for ws in words for w in ws)
+    freq: dict[str, float] = {w: float(n) for w, n in spread.items()}
+    bonus = [len(find_ids(s)) + len(find_dates(s)) + 0.5 * len(find_numbers(s))
+             + 0.5 * len([e for e in find_entities(s) if e.lower() not in common]) for s in all_sents]
+    pool = [i for i, ws in enumerate(words) if len(ws) >= MIN_CONTENT_WORDS] or list(range(len(all_sents)))
 
-    def score(s: str) -> float:
-        words = keywords(s)
-        if not words:
-            return 0.0
-        base = sum(freq[w] for w in words) / (len(words) ** 0.5)
-        bonus = len(find_ids(s)) + len(find_dates(s)) + 0.5 * len(find_numbers(s))
-        bonus += 0.5 * len(find_entities(s))
-        return float(base + bonus)
+    def score(i: int) -> float:
+        if not words[i]:
+            return float(bonus[i])
+        base = sum(freq[w] for w in words[i]) / math.sqrt(len(words[i]))
+        return (base + bonus[i]) * (0.5 if all_sents[i].rstrip().endswith("?") else 1.0)
 
-    best = sorted(range(len(all_sents)), key=lambda i: (-score(all_sents[i]), i))[:k]
-    return list(dict.fromkeys(all_sents[i] for i in sorted(best)))
+    best: list[int] = []
+    while pool and len(best) < k:
+        pick = max(pool, key=lambda i: (score(i), -i))
+        best.append(pick)
+        pool.remove(pick)
+        for w in words[pick]:
+            freq[w] /= 2
+    return [all_sents[i] for i in sorted(best)]
 
 
 _DECISION = re.compile(
@@ -155,6 +184,18 @@ def normalize_key(key: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"\b(?:the|a|an|my|some)\b", " ", key.lower())).strip()
 
 
+_FIRST_PERSON = {"my": "their", "me": "them", "mine": "theirs", "myself": "themselves", "i": "they",
+                 "i'm": "they're", "i've": "they've", "i'll": "they'll", "i'd": "they'd"}
+_FIRST_PERSON_WORD = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, _FIRST_PERSON), key=len, reverse=True))
+                                + r")\b(?!')", re.I)
+
+
+def third_person(text: str) -> str:
+    """The user's own words about themselves as said of "User": "running my own studio" ->
+    "running their own studio" (pure)."""
+    return _FIRST_PERSON_WORD.sub(lambda m: _FIRST_PERSON[m.group(0).lower()], text)
+
+
 _PRONOUNS = frozenset("it that this them these those him her one there here so".split())
 
 
@@ -170,7 +211,7 @@ def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandi
                     groups = {k: v.strip().rstrip(",") for k, v in found.groupdict().items() if v}
                     if not groups.get("x") or groups["x"].lower() in _PRONOUNS:
                         continue  # "I love it": the object is elsewhere; a rule cannot resolve it
-                    text = template.format(**groups)
+                    text = template.format(**{k: third_person(v) for k, v in groups.items()})
                     key = normalize_key(key_t.format(**groups)) if key_t else None
                     out.setdefault(text.lower(), FactCandidate(
                         type=ftype, text=text, confidence=0.6, source_ids=(m.id,), key=key,
