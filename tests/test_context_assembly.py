@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Callable
 
 import pytest
 
 from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
-from tiered_memory.context.render import PREAMBLE, render_memory
+from tiered_memory.context.assembly import relevant_fact
+from tiered_memory.context.render import PREAMBLE, render_item, render_memory
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -43,7 +45,10 @@ def test_all_sections_filled_and_named(memory: TieredMemory) -> None:
     assert names[:3] == ["session", "facts", "episodes"] and "turns" in names
     assert ctx.section("session").items[0].label == "goal"
     assert any("PostgreSQL 16" in i.text for i in ctx.section("facts").items)
-    assert ctx.section("episodes").items[0].label == "past session"
+    episode = ctx.section("episodes").items[0]
+    assert episode.by_day and episode.timestamp is not None and episode.label is None
+    day = datetime.fromtimestamp(episode.timestamp, tz=timezone.utc).strftime("%Y-%m-%d")
+    assert render_item(episode).startswith(f"- [{day}] ")  # an episode's head: its day, nothing else
     assert [i.text for i in ctx.recent] == ["Let's continue the migration.", "Sure, where were we?"]
     assert ctx.dropped == [] and ctx.tokens <= 3000
     text = ctx.to_text()
@@ -141,3 +146,34 @@ async def test_async_twin(memory: TieredMemory) -> None:
 def test_config_replace_keeps_other_shares() -> None:
     b = replace(BudgetConfig(), max_tokens=500)
     assert b.shares == BudgetConfig().shares and b.max_tokens == 500
+
+
+@pytest.mark.parametrize("fact_type, fact_similarity, best_turn, floor, shown", [
+    ("preference", 0.50, 0.60, 0.7, True),     # as close to the query as the past turns
+    ("preference", 0.30, 0.60, 0.7, False),    # far further: it would only push turns out
+    ("preference", None, 0.60, 0.7, False),    # not among the vector hits at all
+    ("constraint", 0.05, 0.60, 0.7, True),     # constraints bind every answer
+    ("preference", 0.30, None, 0.7, True),     # no turns to compare with
+    ("preference", 0.30, 0.60, 0.0, True),     # fact_relevance=0: every fact, ranked
+])
+def test_relevant_fact(fact_type: str, fact_similarity: float | None, best_turn: float | None, floor: float,
+                       shown: bool) -> None:
+    assert relevant_fact(fact_type, fact_similarity, best_turn, floor) is shown
+
+
+@pytest.mark.parametrize("floor", [0.7, 0.0])
+def test_facts_far_from_the_query_stay_out(make_memory: Callable[..., TieredMemory], floor: float) -> None:
+    memory = make_memory(config=MemoryConfig(budget=BudgetConfig(fact_relevance=floor)))
+    _fill(memory)
+    for text in DIVERSE:
+        memory.add_fact(text, user_id="u1")
+    ctx = memory.build_context("which database runs the billing service?", user_id="u1", session_id="now",
+                               max_tokens=3000)
+    shown = {i.text for i in ctx.section("facts").items}
+    assert "User's billing database is PostgreSQL 16" in shown
+    assert "User is allergic to peanuts" in shown  # a constraint, however far
+    if floor:
+        assert not shown & set(DIVERSE)  # the cello, the marathons, the tomatoes: nothing to do with it
+        assert ctx.section("turns") is not None
+    else:
+        assert set(DIVERSE) <= shown

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tiered_memory import TieredMemory
+from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
 from tiered_memory.context.render import PREAMBLE, quote
 
 PAYLOADS = [
@@ -78,7 +78,9 @@ def test_quote_keeps_every_payload_on_one_inert_line(payload: str) -> None:
 
 @pytest.fixture(scope="module")
 def poisoned(tmp_path_factory: pytest.TempPathFactory, embedder: Any) -> Iterator[TieredMemory]:
-    m = TieredMemory(tmp_path_factory.mktemp("poisoned") / "store", embedder=embedder)
+    # every fact shown, however far from the query: these tests are about how each section renders
+    m = TieredMemory(tmp_path_factory.mktemp("poisoned") / "store", embedder=embedder,
+                     config=MemoryConfig(budget=BudgetConfig(fact_relevance=0)))
     old = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"{p} (note {i} about the vault)"}
            for i, p in enumerate(PAYLOADS)]
     m.add_many(old, session_id="old", user_id="victim")

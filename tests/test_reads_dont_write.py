@@ -74,8 +74,8 @@ def test_search_and_build_context_commit_nothing(counted: tuple[TieredMemory, Co
 def test_build_context_embeds_the_query_once(counted: tuple[TieredMemory, CountingEmbedder]) -> None:
     memory, emb = counted
     emb.queries.clear()
-    ctx = memory.build_context("dog-friendly places for Pixel?", user_id="u", session_id="now")
-    assert emb.queries == ["dog-friendly places for Pixel?"]
+    ctx = memory.build_context("dog-friendly places for Pixel where I live in Porto?", user_id="u", session_id="now")
+    assert emb.queries == ["dog-friendly places for Pixel where I live in Porto?"]
     names = {s.name for s in ctx.sections if s.items}
     assert {"session", "facts", "episodes"} <= names  # every section was served by that one vector
 

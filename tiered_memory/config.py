@@ -98,10 +98,17 @@ class BudgetConfig:
     ``python -m bench.context_shares`` measures a split). What a section
     leaves unused flows to the others by priority (session, facts, episodes, turns);
     items are dropped whole, lowest priority first.
+
+    ``fact_relevance``: a fact other than a constraint enters the context only when its cosine
+    to the query is at least this share of the best past turn's (0 shows every fact, ranked).
+    Facts cost their tokens in every context; before December they were shown ranked but
+    unchecked, and at 500 tokens the extractive ones (a few "User likes ..." per session) took
+    a fifth of the budget for almost no evidence (``bench/README.md``).
     """
 
     max_tokens: int = 3000
     buffer_share: float = 0.4
+    fact_relevance: float = 0.7
     shares: dict[str, float] = field(
         default_factory=lambda: {"session": 0.3, "facts": 0.2, "episodes": 0.4, "turns": 1.5}
     )

@@ -1,7 +1,9 @@
 """Context assembly for :meth:`TieredMemory.build_context`: gather, then fit (pure ``fit_sections``).
 
 Sections, most important first (truncated last): ``session`` (working memory),
-``facts`` (known facts), ``episodes`` (relevant past sessions), ``items`` (the user's
+``facts`` (known facts: constraints, and the others as close to the query as the past turns,
+``BudgetConfig.fact_relevance``), ``episodes`` (relevant past sessions, each headed by its
+day), ``items`` (the user's
 LangGraph store items, only with ``include_items=True``; share ``"items"``, default 0.2)
 and ``turns`` (relevant past turns), plus the ``recent`` buffer, which takes
 ``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
@@ -19,7 +21,7 @@ nothing: :func:`accessed` says which kept items the caller should count as acces
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -66,9 +68,27 @@ def hit_item(h: MemoryHit, count: Callable[[str], int]) -> ContextItem:
                                score=h.score), count)
 
 
+def similarity(hit_explanation: dict[str, Any], default: float | None = None) -> float | None:
+    """The cosine of a hit to the query, from its explanation's vector signal."""
+    signals = hit_explanation.get("signals")
+    vector = signals.get("vector") if isinstance(signals, dict) else None
+    value = vector.get("value") if isinstance(vector, dict) else None
+    return float(value) if isinstance(value, (int, float)) else default
+
+
+def relevant_fact(fact_type: str, fact_similarity: float | None, best_turn: float | None, floor: float) -> bool:
+    """Does a fact earn a place in the context (pure)? Constraints always do: they bind every
+    answer. Other facts when they are about as close to the query as past turns: their cosine
+    at least ``floor`` times the best turn's (when there are no turns to compare, yes)."""
+    if fact_type == "constraint" or best_turn is None or best_turn <= 0 or floor <= 0:
+        return True
+    return fact_similarity is not None and fact_similarity >= floor * best_turn
+
+
 def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, user_id: str, session_id: str,
-                   count: Callable[[str], int]) -> list[SectionRequest]:
-    """Candidates of the session, facts and episodes sections, best first."""
+                   count: Callable[[str], int], best_turn: float | None = None) -> list[SectionRequest]:
+    """Candidates of the session, facts and episodes sections, best first (facts that are not
+    :func:`relevant_fact` left out)."""
     parts = layers.parts
     retrieval = parts.config.retrieval
     now = parts.now()
@@ -78,8 +98,10 @@ def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, use
     session = [_costed(ContextItem(id=f"wm:{i.id}", text=i.text, tokens=0, label=i.type, score=i.score), count)
                for i in wm]
     if vector is not None:
+        floor = parts.config.budget.fact_relevance
         facts = [h.fact for h in layers.facts.search(query, user_id=user_id, k=FACT_CANDIDATES, type=None,
-                                                      retrieval=retrieval, vector=vector)]
+                                                      retrieval=retrieval, vector=vector)
+                 if relevant_fact(h.fact.type, similarity(h.explanation), best_turn, floor)]
         episodes = [h.episode for h in layers.episodes.search(query, user_id=user_id, k=EPISODE_CANDIDATES,
                                                               retrieval=retrieval, vector=vector)]
     else:
@@ -87,8 +109,8 @@ def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, use
         episodes = list(reversed(layers.episodes.select(user_id)))[:EPISODE_CANDIDATES]
     fact_items = [_costed(ContextItem(id=f"fact:{f.id}", text=f.text, tokens=0, label=f.type), count)
                   for f in facts]
-    ep_items = [_costed(ContextItem(id=f"ep:{e.id}", text=e.render(), tokens=0, timestamp=e.end,
-                                    label="past session"), count) for e in episodes]
+    ep_items = [_costed(ContextItem(id=f"ep:{e.id}", text=e.render(), tokens=0, timestamp=e.end, by_day=True), count)
+                for e in episodes]  # the section's title says they are past sessions: no label
     shares = parts.config.budget.shares
     return [SectionRequest(name=n, title=TITLES[n], items=items, share=shares.get(n, 0.0), priority=PRIORITY[n])
             for n, items in (("session", session), ("facts", fact_items), ("episodes", ep_items))]
@@ -149,8 +171,9 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
                         config=parts.config.retrieval, query=query, user_id=user_id, k=TURN_CANDIDATES,
                         vector=vector) if vector is not None else []
     turns = [hit_item(h, count) for h in hits if h.id not in in_buffer]
+    best_turn = max((x for x in (similarity(h.explanation) for h in hits) if x is not None), default=None)
     requests = layer_requests(layers, query, vector, user_id=user_id, session_id=session_id,
-                              count=count) if layers is not None else []
+                              count=count, best_turn=best_turn) if layers is not None else []
     if items is not None and vector is not None:
         requests.append(item_request(items, query, vector, user_id=user_id, count=count,
                                      share=parts.config.budget.shares.get("items", ITEM_SHARE)))

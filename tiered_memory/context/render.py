@@ -32,6 +32,7 @@ class ContextItem:
     timestamp: float | None = None
     score: float | None = None
     label: str | None = None
+    by_day: bool = False  # its time shown as the day only (an episode spans a session)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,7 +101,9 @@ def label_text(value: str | None) -> str:
 
 
 def render_item(item: ContextItem) -> str:
-    head = " ".join(x for x in (_stamp(item.timestamp), label_text(item.role), label_text(item.label)) if x)
+    stamp = _stamp(item.timestamp)
+    head = " ".join(x for x in (stamp[:10] if item.by_day else stamp, label_text(item.role), label_text(item.label))
+                    if x)
     return f"- [{head}] {quote(item.text)}" if head else f"- {quote(item.text)}"
 
 
