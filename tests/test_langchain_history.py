@@ -266,7 +266,7 @@ def test_end_session_feeds_facts_and_episodes_into_the_next_session(memory: Tier
     new.add_messages([HumanMessage(content="Can I eat the seafood paella?")])
     lead = new.messages[0]
     assert isinstance(lead, SystemMessage) and "shellfish" in lead.text
-    assert 'section="facts"' in lead.text or 'section="episodes"' in lead.text
+    assert "## Known facts about the user" in lead.text or "## Relevant past sessions" in lead.text
 
 
 @pytest.mark.parametrize(("blocked", "name", "package"), [

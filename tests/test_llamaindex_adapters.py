@@ -169,7 +169,7 @@ def test_readme_snippet_runs_offline(
     monkeypatch.setenv("TIERED_MEMORY_HOME", str(tmp_path / "home"))
     runpy.run_path(str(SNIPPET), run_name="__main__")
     out = capsys.readouterr().out
-    memory = out.split('<memory section="', 1)[1]
+    memory = out.split("<memory>\n", 1)[1]
     assert "Lisbon" in memory and "vegetarian" in memory
     assert (tmp_path / "home" / "records.sqlite3").exists()
 

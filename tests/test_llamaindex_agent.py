@@ -48,7 +48,7 @@ def session_memory(tm: TieredMemory, user_id: str, session_id: str) -> Memory:
 def prompt_memory(messages: list[ChatMessage]) -> str:
     """The memory part of the system message the LLM received."""
     system = "\n".join(m.content or "" for m in messages if m.role == "system")
-    start = system.find('<memory section="')
+    start = system.find("<memory>\n")
     return system[start:] if start >= 0 else ""
 
 
@@ -80,8 +80,8 @@ async def test_second_session_prompt_carries_memory_from_the_first(
     remembered = prompt_memory(sent)
     assert "Miso" in remembered
     # the core's layers reach the prompt: a fact and the episode of the first session
-    assert 'section="facts"' in remembered and "Porto" in remembered
-    assert 'section="episodes" title="Relevant past sessions"' in remembered
+    assert "## Known facts about the user" in remembered and "Porto" in remembered
+    assert "## Relevant past sessions" in remembered
     assert "9981" not in "\n".join(m.content or "" for m in sent)
     # the current question is in the chat, not repeated as memory
     assert "What is my cat called?" not in remembered
@@ -104,7 +104,7 @@ def memory_in(messages: list[ChatMessage]) -> list[tuple[str, str]]:
     found = []
     for m in messages:
         text = m.content or ""
-        start = text.find('<memory section="')
+        start = text.find("<memory>\n")
         if start >= 0:
             found.append((str(getattr(m.role, "value", m.role)), text[start:]))
     return found
@@ -148,7 +148,7 @@ async def test_with_insert_method_user_the_block_reaches_react_and_function_agen
     found = memory_in(sent)
     assert [role for role, _ in found] == ["user"]
     remembered = found[0][1]
-    assert "Miso" in remembered and 'section="facts"' in remembered and "Porto" in remembered
+    assert "Miso" in remembered and "## Known facts about the user" in remembered and "Porto" in remembered
     assert "9981" not in "\n".join(m.content or "" for m in sent)  # never another user's memory
     last_user = [m for m in sent if m.role == "user"][-1].content or ""
     assert last_user.rstrip().endswith("What is my cat called?")  # memory first, then the question

@@ -62,5 +62,5 @@ async def test_agent_remembers_across_sessions_with_a_real_llm(
     second = session_memory(tm, "tuesday")
     answer = await agent.run(user_msg="What is my cat's name?", memory=second)
     prompt = "\n".join(m.content or "" for m in await second.aget() if m.role == "system")
-    assert "Miso" in prompt.split('<memory section="', 1)[1]
+    assert "Miso" in prompt.split("<memory>\n", 1)[1]
     assert "miso" in str(answer).lower()

@@ -1,8 +1,9 @@
 """Budgeted context assembly and safe rendering (pure).
 
-Memory is rendered as quoted data: every item is one JSON string literal on
-its own line, with ``<`` and ``>`` escaped, so stored text can neither span
-lines, nor open or close a ``<memory>`` section, nor pose as an instruction.
+Memory is rendered as quoted data in one ``<memory>`` block, a ``## title`` line heading
+each section: every item is one JSON string literal on its own ``- `` line, with ``<`` and
+``>`` escaped, so stored text can neither span lines, nor open or close the block, nor
+start a heading, nor pose as an instruction.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ def item_cost(item: ContextItem, count: Callable[[str], int]) -> int:
     return count(render_item(item))
 
 
+RECENT_TITLE = "Recent conversation"
 CUT_MARKER = " [... cut: the rest did not fit the token budget]"
 
 
@@ -132,24 +134,22 @@ def cut_to_tokens(text: str, max_tokens: int, count: Callable[[str], int]) -> st
 
 
 def render_memory(sections: Sequence[Section]) -> str:
-    """Sections as delimited quoted data, in the order given ("" when every one is empty)."""
-    blocks = [
-        f'<memory section="{label_text(s.name)}" title="{label_text(s.title)}">\n'
-        + "\n".join(render_item(i) for i in s.items)
-        + "\n</memory>"
-        for s in sections if s.items
-    ]
-    return PREAMBLE + "\n" + "\n".join(blocks) if blocks else ""
+    """Sections as quoted data in one ``<memory>`` block, each under a ``## title`` line of its
+    own, in the order given ("" when every one is empty). Only items are stored text, each one
+    ``- `` line; the block's tags and the headings are ours. One block rather than one a section:
+    tags cost tokens that the memory's items need at a small budget (``bench/README.md``)."""
+    blocks = [f"## {label_text(s.title)}\n" + "\n".join(render_item(i) for i in s.items)
+              for s in sections if s.items]
+    return f"{PREAMBLE}\n<memory>\n" + "\n".join(blocks) + "\n</memory>" if blocks else ""
 
 
 def frame_tokens(requests: Sequence[SectionRequest], count: Callable[[str], int]) -> int:
     """What :func:`render_memory` adds around the items of the sections that have candidates:
-    the preamble and each section's tags (pure)."""
+    the preamble, the block's tags and each section's heading (pure)."""
     active = [r for r in requests if r.items]
     if not active:
         return 0
-    return count(PREAMBLE) + sum(count(f'<memory section="{label_text(r.name)}" title="{label_text(r.title)}">\n'
-                                       "</memory>") for r in active)
+    return count(f"{PREAMBLE}\n<memory>\n</memory>") + sum(count(f"## {label_text(r.title)}\n") for r in active)
 
 
 def within_budget(sections: Sequence[Section], budget: int, count: Callable[[str], int],
@@ -214,11 +214,8 @@ class MemoryContext:
         return render_memory(self.sections)
 
     def to_text(self) -> str:
-        parts = [self.memory_text()] if self.memory_text() else []
-        if self.recent:
-            parts.append('<memory section="recent" title="Recent conversation">\n'
-                         + "\n".join(render_item(i) for i in self.recent) + "\n</memory>")
-        return "\n\n".join(parts)
+        """The long-term sections and then the recent turns, as one block of quoted data."""
+        return render_memory([*self.sections, Section(name="recent", title=RECENT_TITLE, items=self.recent)])
 
     def to_messages(self) -> list[dict[str, Any]]:
         """Chat messages: one system message of quoted memory, then the recent turns.
