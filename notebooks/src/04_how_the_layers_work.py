@@ -163,7 +163,10 @@ plt.tight_layout(); plt.show()
 # %% [markdown]
 # ## 6. The token budget per section
 # `build_context` gives each section a share of the memory budget, keeps items whole,
-# lets unused share flow to other sections and reports what it dropped.
+# lets unused share flow to other sections and reports what it dropped. A fact is shown
+# when it is a constraint or about as close to the question as the past turns, so the
+# tea, the dog and the sister stay out here. The model gets one `<memory>` block of
+# quoted items, a `## title` line heading each section.
 
 # %%
 context = memory.build_context("Where do I live and what can't I eat?", user_id="ana",
