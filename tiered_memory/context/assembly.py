@@ -7,7 +7,7 @@ day), ``items`` (the user's
 LangGraph store items, only with ``include_items=True``; share ``"items"``, default 0.2)
 and ``turns`` (relevant past turns), plus the ``recent`` buffer, which takes
 ``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
-The memory budget left (after the preamble and the tags of the sections that have
+The memory budget left (after the preamble, the block's tags and the headings of the sections that have
 candidates, so that :meth:`MemoryContext.memory_text` plus the recent turns fit the
 budget) is split by ``BudgetConfig.shares``. Items are never split;
 everything left out is reported in ``MemoryContext.dropped`` with a reason. Working-memory
@@ -180,7 +180,7 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     requests.append(SectionRequest(name="turns", title=TITLES["turns"], items=turns,
                                    share=parts.config.budget.shares.get("turns", 0.3), priority=PRIORITY["turns"]))
     used = sum(i.tokens for i in recent)
-    # the budget holds the rendered memory (its preamble and section tags too) and the recent turns
+    # the budget holds the rendered memory (its preamble, block tags and headings too) and the recent turns
     room = max(0, budget - used)
     sections, lost = fit_sections(requests, max(0, room - frame_tokens(requests, count)))
     shown = [r for r in requests if any(s.name == r.name and s.items for s in sections)]
