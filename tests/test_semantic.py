@@ -216,6 +216,11 @@ def test_crud_and_search(memory: TieredMemory) -> None:
     assert [f.id for f in memory.facts("u1")] == [job.id]
     assert [h.action for h in memory.fact_history("u1", tea.id)] == ["add", "delete"]
     assert [h.action for h in memory.fact_history("u1", job.id)] == ["add", "edit"]
+    same = memory.update_fact(job.id, user_id="u1", text=" User works as a surgeon in Lyon ", confidence=1.0,
+                              type=edited.type, metadata={})
+    assert (same.text, same.confidence, same.updated_at) == (edited.text, 1.0, edited.updated_at)  # no write
+    # and the history holds no empty edit
+    assert [h.action for h in memory.fact_history("u1", job.id)] == ["add", "edit"]
     with pytest.raises(NotFoundError):
         memory.delete_fact(tea.id, user_id="u1")
     with pytest.raises(NotFoundError):
@@ -231,6 +236,9 @@ def test_crud_and_search(memory: TieredMemory) -> None:
     lambda m: m.facts("u1", type="nonsense"),
     lambda m: m.search_facts("  ", user_id="u1"),
     lambda m: m.facts(""),
+    lambda m: m.facts("u1", include_invalid="no"),  # truthy: it would have meant yes
+    lambda m: m.facts("u1", include_invalid=1),
+    lambda m: m.import_jsonl("missing.jsonl", skip_invalid="false"),
 ])
 def test_invalid_input(memory: TieredMemory, call: Callable[[TieredMemory], Any]) -> None:
     with pytest.raises(InvalidInputError):

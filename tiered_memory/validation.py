@@ -264,6 +264,14 @@ def check_message_id(value: object) -> str:
     return message_id
 
 
+def check_flag(value: object, name: str) -> bool:
+    """``value`` if it is ``True`` or ``False``: a string such as ``"no"`` is truthy, and
+    would silently mean yes."""
+    if not isinstance(value, bool):
+        raise InvalidInputError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def check_count(value: object, name: str, *, minimum: int, optional: bool = False) -> int | None:
     """``value`` if it is an int from ``minimum`` to :data:`MAX_COUNT` (or ``None`` when
     ``optional``)."""

@@ -247,11 +247,15 @@ class SemanticMemory:
         with self.lock:
             old = self.get(user_id, fact_id)
             new_text = old.text if text is None else text.strip()
+            new_meta = {**old.metadata, **(metadata or {})}
+            if (new_text, type or old.type, old.confidence if confidence is None else confidence, new_meta) == (
+                    old.text, old.type, old.confidence, old.metadata):
+                return old  # nothing changes: no write, no history entry, the update time stays
             vector = embed(self.embedder, [new_text])[0] if new_text != old.text else None
             with self.rows.unit() as u:
                 u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
                             confidence=old.confidence if confidence is None else confidence,
-                            metadata={**old.metadata, **(metadata or {})}, updated_at=now, vector=vector)
+                            metadata=new_meta, updated_at=now, vector=vector)
                 log_change(u, user_id, fact_id, "edit", old.text, new_text, now,
                            {"type": type, "confidence": confidence})
             new = self.get(user_id, fact_id)
