@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import copy
 import math
+import re
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -14,9 +16,12 @@ from tiered_memory import (
     InvalidInputError,
     MemoryConfig,
     Message,
+    TieredMemory,
     TieredMemoryError,
     UsageError,
 )
+from tiered_memory.config import (BudgetConfig, EpisodeConfig, LLMConfig, RetrievalConfig, WorkingConfig,
+                                  config_problems)
 from tiered_memory.validation import check_id, normalize_message, to_epoch
 
 OK = {"role": "user", "content": "fine"}
@@ -192,3 +197,28 @@ def test_a_filter_time_too_large_for_a_float_is_bad_input(memory, key, value):
 def test_a_filter_key_with_nul_is_bad_input(memory):
     with pytest.raises(InvalidInputError, match="no NUL"):
         memory.search("x", user_id="u", filters={"a\x00": 1})
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda c: replace(c, working=WorkingConfig(capacity=0)), "working.capacity must be finite and at least 1"),
+    (lambda c: replace(c, budget=BudgetConfig(fact_relevance=math.nan)), "budget.fact_relevance"),
+    (lambda c: replace(c, budget=BudgetConfig(shares={"turns": -1.0})), "budget.shares['turns']"),
+    (lambda c: replace(c, budget=BudgetConfig(max_tokens=0)), "budget.max_tokens"),
+    (lambda c: replace(c, llm=LLMConfig(strict="no")), "llm.strict must be True or False"),  # truthy
+    (lambda c: replace(c, write_chunk=2.5), "write_chunk must be an int"),
+    (lambda c: replace(c, dedup_threshold="0.9"), "dedup_threshold must be a number"),
+    (lambda c: replace(c, access_flush_seconds=-1.0), "access_flush_seconds"),
+    (lambda c: replace(c, episodes=EpisodeConfig(compress_after_turns=0)), "episodes.compress_after_turns"),
+    (lambda c: "not a config", "config must be a MemoryConfig"),
+])
+def test_a_bad_config_fails_before_any_io(change, fragment, tmp_path):
+    with pytest.raises(ConfigurationError, match=re.escape(fragment)):
+        TieredMemory(tmp_path / "m", config=change(MemoryConfig()))
+    assert not (tmp_path / "m").exists()
+
+
+def test_every_default_and_a_signed_weight_table_pass():
+    assert config_problems(MemoryConfig()) == []
+    signed = replace(MemoryConfig(), retrieval=RetrievalConfig(fusion_weights={"similarity": 1.0, "length": -0.2}))
+    assert config_problems(signed) == []  # a learned table may weigh a signal below zero
+    assert config_problems(replace(MemoryConfig(), episodes=EpisodeConfig(compress_after_turns=None))) == []

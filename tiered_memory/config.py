@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields, is_dataclass
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,3 +198,49 @@ class MemoryConfig:
     access_flush_seconds: float = 30.0
     # add_many and import_jsonl write and index this many messages per transaction
     write_chunk: int = 2000
+
+
+# fields that must be at least 1: a zero would hold, fetch or write nothing (a working memory of
+# capacity 0 evicts what it was just told to remember)
+AT_LEAST_ONE = frozenset({"BufferConfig.max_messages", "BufferConfig.max_tokens", "RetrievalConfig.rrf_k",
+                          "RetrievalConfig.candidates", "BudgetConfig.max_tokens", "LLMConfig.max_tokens",
+                          "EpisodeConfig.candidates", "FactConfig.related_k", "FactConfig.candidates",
+                          "WorkingConfig.capacity", "MemoryConfig.max_content_chars", "MemoryConfig.max_metadata_bytes",
+                          "MemoryConfig.embed_batch_size", "MemoryConfig.access_flush_size", "MemoryConfig.write_chunk",
+                          "EpisodeConfig.compress_after_turns"})
+SIGNED = frozenset({"RetrievalConfig.fusion_weights"})  # a learned table may weigh a signal below zero
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def config_problems(config: object, where: str = "") -> list[str]:
+    """What is wrong with a config (pure; [] when nothing): every number finite and not
+    negative (at least 1 where :data:`AT_LEAST_ONE` says so), an int where an int is meant,
+    every flag a bool, every table of weights finite numbers; nested configs too. Strings
+    (``turn_fusion``) are checked where they are used."""
+    problems: list[str] = []
+    for f in fields(config):  # type: ignore[arg-type]
+        value = getattr(config, f.name)
+        shown = where + f.name
+        kind = str(f.type).split(" |")[0]  # "int", "float", "bool", "dict[str, float]", "BufferConfig", ...
+        floor = 1 if f"{type(config).__name__}.{f.name}" in AT_LEAST_ONE else 0
+        if is_dataclass(value):
+            problems += config_problems(value, shown + ".")
+        elif value is None and "None" in str(f.type):
+            continue
+        elif kind == "bool" and not isinstance(value, bool):
+            problems.append(f"{shown} must be True or False, got {value!r}")
+        elif kind in ("int", "float"):
+            if not _number(value) or (kind == "int" and not isinstance(value, int)):
+                problems.append(f"{shown} must be {'an int' if kind == 'int' else 'a number'}, got {value!r}")
+            elif not math.isfinite(value) or value < floor:
+                problems.append(f"{shown} must be finite and at least {floor}, got {value!r}")
+        elif kind.startswith("dict"):
+            signed = f"{type(config).__name__}.{f.name}" in SIGNED
+            for key, weight in (value.items() if isinstance(value, dict) else [("", value)]):
+                if not _number(weight) or not math.isfinite(weight) or (weight < 0 and not signed):
+                    problems.append(f"{shown}[{key!r}] must be a finite number{'' if signed else ' >= 0'}, "
+                                    f"got {weight!r}")
+    return problems

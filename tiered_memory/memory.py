@@ -36,7 +36,7 @@ from .backends import (
     startup_repair,
     supports_layers,
 )
-from .config import MemoryConfig
+from .config import MemoryConfig, config_problems
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import Embedder, default_embedder, embed_query, embedder_name
@@ -60,8 +60,8 @@ from .store.base import RecordStore
 from .store.repositories import LayerRepository
 from .tokens import CachedCounter, TokenCounter, default_token_counter
 from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMessage
-from .validation import (MAX_COUNT, check_count, check_fact_text, check_filters, check_id, check_metadata, check_query,
-                         check_unit)
+from .validation import (MAX_COUNT, check_count, check_fact_text, check_filters, check_flag, check_id, check_metadata,
+                         check_query, check_unit)
 from .vector.base import VectorIndex
 from .writes import (drop_message, drop_session, drop_user, not_yet_stored, pending_forgets, rows_of,
                      set_pending_forgets, write_messages)
@@ -121,6 +121,10 @@ class TieredMemory:
         clock: Callable[[], float] | None = None,
     ) -> None:
         self._config = config or MemoryConfig()
+        problems = config_problems(self._config) if isinstance(self._config, MemoryConfig) else [
+            f"config must be a MemoryConfig, got {type(self._config).__name__}"]
+        if problems:  # before any I/O: a zero capacity or a NaN weight fails here, not at some later call
+            raise ConfigurationError("; ".join(problems))
         turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
         self.count_tokens: TokenCounter = CachedCounter(token_counter or default_token_counter())
@@ -447,8 +451,7 @@ class TieredMemory:
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_COUNT:
             raise InvalidInputError(f"k must be a positive int (at most {MAX_COUNT:,}), got {k!r}")
         check_filters(filters)
-        if not isinstance(include_items, bool):
-            raise InvalidInputError(f"include_items must be True or False, got {include_items!r}")
+        check_flag(include_items, "include_items")
         with_items = include_items and session_id is None and not filters and self._layers_ok()
         now = time.time()
         with self._gate.reading():
@@ -505,8 +508,7 @@ class TieredMemory:
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         check_count(max_tokens, "max_tokens", minimum=1, optional=True)
-        if not isinstance(include_items, bool):
-            raise InvalidInputError(f"include_items must be True or False, got {include_items!r}")
+        check_flag(include_items, "include_items")
         now = time.time()
         with self._gate.reading():
             context = assemble(self.parts, self._layers if self._layers_ok() else None, query,
@@ -527,6 +529,7 @@ class TieredMemory:
         """Import a JSONL export (vectors recomputed); returns an ``ImportReport``. Each line
         goes to the user it names, unless ``user_id`` scopes the import to one user (lines of
         others are then invalid)."""
+        check_flag(skip_invalid, "skip_invalid")
         return import_jsonl(self.parts, Path(path), skip_invalid=skip_invalid, progress=progress, user_id=user_id)
 
     @usable
@@ -558,6 +561,7 @@ class TieredMemory:
     def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
         """The user's facts (``Fact``), optionally of one type; invalidated ones on request."""
         check_id(user_id, "user_id")
+        check_flag(include_invalid, "include_invalid")
         self.parts.access.flush()  # the counts shown are current
         return self._layers.facts.select(user_id, type, include_invalid)
 

@@ -3,13 +3,12 @@
 Sections, most important first (truncated last): ``session`` (working memory),
 ``facts`` (known facts: constraints, and the others as close to the query as the past turns,
 ``BudgetConfig.fact_relevance``), ``episodes`` (relevant past sessions, each headed by its
-day), ``items`` (the user's
-LangGraph store items, only with ``include_items=True``; share ``"items"``, default 0.2)
-and ``turns`` (relevant past turns), plus the ``recent`` buffer, which takes
-``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
-The memory budget left (after the preamble, the block's tags and the headings of the sections that have
-candidates, so that :meth:`MemoryContext.memory_text` plus the recent turns fit the
-budget) is split by ``BudgetConfig.shares``. Items are never split;
+day), ``items`` (the user's LangGraph store items, only with ``include_items=True``; share
+``"items"``, default 0.2) and ``turns`` (relevant past turns), plus the ``recent`` buffer,
+which takes ``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
+The memory budget left (after the preamble, the block's tags and the headings of the
+sections that have candidates, so that :meth:`MemoryContext.memory_text` plus the recent
+turns fit the budget) is split by ``BudgetConfig.shares``. Items are never split;
 everything left out is reported in ``MemoryContext.dropped`` with a reason. Working-memory
 items whose decayed importance fell below ``ConsolidationConfig.prune_below`` have faded
 and are not shown (``consolidate`` prunes them).
@@ -68,12 +67,13 @@ def hit_item(h: MemoryHit, count: Callable[[str], int]) -> ContextItem:
                                score=h.score), count)
 
 
-def similarity(hit_explanation: dict[str, Any], default: float | None = None) -> float | None:
-    """The cosine of a hit to the query, from its explanation's vector signal."""
+def similarity(hit_explanation: dict[str, Any]) -> float | None:
+    """The cosine of a hit to the query, from its explanation's vector signal (``None`` when
+    the vector search did not bring it)."""
     signals = hit_explanation.get("signals")
     vector = signals.get("vector") if isinstance(signals, dict) else None
     value = vector.get("value") if isinstance(vector, dict) else None
-    return float(value) if isinstance(value, (int, float)) else default
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def relevant_fact(fact_type: str, fact_similarity: float | None, best_turn: float | None, floor: float) -> bool:

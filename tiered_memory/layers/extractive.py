@@ -88,8 +88,8 @@ def salient_sentences(texts: Sequence[str], k: int = 3) -> list[str]:
     A word found in more than :data:`UBIQUITOUS_SHARE` of the messages (of five or more) marks
     no topic: in a chat it is a speaker's name, and counting it (or "thanks", "great") made
     the most phatic lines the most "salient"; a leading "Name: " is not counted either, and a
-    sentence from the middle of such a message keeps it. Once a sentence is picked, its words count half, so the
-    next pick covers something else."""
+    sentence from the middle of such a message keeps it. Once a sentence is picked, its
+    words count half, so the next pick covers something else."""
     said: dict[str, None] = {}  # each sentence once, with its message's speaker label when it lost it
     for t in texts:
         label = _SPEAKER.match(t)
