@@ -520,7 +520,8 @@ class TieredMemory:
 
     @usable
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
-        """Write messages (one user's or all) as JSONL; returns the count. See :mod:`.portable`."""
+        """Write the live turns (one user's or all) as JSONL; returns the count. Facts, episodes,
+        working memory, store items and archived turns are not in it. See :mod:`.portable`."""
         return export_jsonl(self.parts, Path(path), user_id)
 
     @usable
