@@ -128,6 +128,26 @@ def test_rule_facts_resolve_and_keep_history(memory: TieredMemory) -> None:
     assert memory.facts("u1", type="constraint")[0].text == "User is allergic to peanuts"
 
 
+def test_an_older_statement_ended_later_does_not_overrule_a_newer_fact(memory: TieredMemory) -> None:
+    """Sessions ended out of order (an import of old chats, a late end_session): what the user
+    said in March cannot invalidate what they said in May."""
+    may, march = 1_715_000_000.0, 1_710_000_000.0
+    memory.add("user", "I moved to Porto. I hate sushi.", session_id="may", user_id="u1", timestamp=may)
+    memory.end_session("may", user_id="u1")
+    memory.add("user", "I live in Lisbon. I love sushi.", session_id="march", user_id="u1", timestamp=march)
+    memory.end_session("march", user_id="u1")
+    assert {f.text for f in memory.facts("u1")} == {"User lives in Porto", "User dislikes sushi"}
+    porto = next(f for f in memory.facts("u1") if f.text == "User lives in Porto")
+    lisbon = next(f for f in memory.facts("u1", include_invalid=True) if f.text == "User lives in Lisbon")
+    assert (lisbon.valid_from, lisbon.invalid_at, lisbon.superseded_by) == (march, porto.valid_from, porto.id)
+    assert porto.valid_from == may and porto.valid
+    assert [h.action for h in memory.fact_history("u1", porto.id)] == ["add"]  # untouched
+    assert [h.action for h in memory.fact_history("u1", lisbon.id)] == ["add"]
+    assert memory.fact_history("u1", lisbon.id)[0].details["superseded_by"] == porto.id
+    assert [h.fact.text for h in memory.search_facts("where does the user live", user_id="u1")][0] == \
+        "User lives in Porto"  # the older statement is not searched as a live fact
+
+
 def test_same_fact_twice_is_a_noop(memory: TieredMemory) -> None:
     for sid in ("a", "b"):
         memory.add("user", "I'm allergic to peanuts.", session_id=sid, user_id="u1")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -213,9 +213,12 @@ class SemanticMemory:
                         metadata=meta, created_at=now, updated_at=now, valid_from=at,
                         key=candidate.key, polarity=candidate.polarity)
             vector = embed(self.embedder, [fact.text])[0]
+            if resolution.action == "invalidate":
+                old = self.get(user_id, resolution.target_id or "")
+                if at < old.valid_from:  # said before the fact it contradicts: history, not news
+                    return self._add_superseded(fact, old, vector, details, now)
             with self.rows.unit() as u:
                 if resolution.action == "invalidate":
-                    old = self.get(user_id, resolution.target_id or "")
                     u.invalidate_fact(user_id, old.id, at=at, superseded_by=fact.id, updated_at=now)
                     log_change(u, user_id, old.id, "invalidate", old.text, None, now,
                                {**details, "superseded_by": fact.id, "invalid_from": at})
@@ -225,6 +228,19 @@ class SemanticMemory:
                 self.index.delete([f"fact:{resolution.target_id}"])
             self._upsert_vectors([(fact, vector)])
             return fact
+
+    def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:
+        """Store ``fact`` as already invalid, superseded by the ``newer`` fact it contradicts
+        (a session ended late, an import of old turns): the newer fact stays valid, and the
+        history says the older statement held until the newer one."""
+        fact = replace(fact, invalid_at=newer.valid_from, superseded_by=newer.id)
+        with self.rows.unit() as u:
+            u.insert_fact(fact, vector)
+            log_change(u, fact.user_id, fact.id, "add", None, fact.text, now,
+                       {**details, "superseded_by": newer.id, "invalid_from": newer.valid_from,
+                        "reason": f"{details['reason']}; but it was said before the fact it contradicts, "
+                                  "which stays valid"})
+        return fact
 
     def resolve_and_apply(self, user_id: str, candidate: FactCandidate, *, metadata: dict[str, Any] | None = None,
                           judgement: Judgement | None = None, related: Sequence[tuple[Fact, float]] | None = None,
