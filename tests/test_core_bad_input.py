@@ -206,6 +206,7 @@ def test_a_filter_key_with_nul_is_bad_input(memory):
     (lambda c: replace(c, budget=BudgetConfig(max_tokens=0)), "budget.max_tokens"),
     (lambda c: replace(c, llm=LLMConfig(strict="no")), "llm.strict must be True or False"),  # truthy
     (lambda c: replace(c, write_chunk=2.5), "write_chunk must be an int"),
+    (lambda c: replace(c, retrieval=RetrievalConfig(candidates=2**40)), "at most 2,147,483,647"),  # no store takes it
     (lambda c: replace(c, dedup_threshold="0.9"), "dedup_threshold must be a number"),
     (lambda c: replace(c, access_flush_seconds=-1.0), "access_flush_seconds"),
     (lambda c: replace(c, episodes=EpisodeConfig(compress_after_turns=0)), "episodes.compress_after_turns"),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
 
+from .validation import MAX_COUNT
+
 
 @dataclass(frozen=True, kw_only=True)
 class BufferConfig:
@@ -207,7 +209,8 @@ AT_LEAST_ONE = frozenset({"BufferConfig.max_messages", "BufferConfig.max_tokens"
                           "EpisodeConfig.candidates", "FactConfig.related_k", "FactConfig.candidates",
                           "WorkingConfig.capacity", "MemoryConfig.max_content_chars", "MemoryConfig.max_metadata_bytes",
                           "MemoryConfig.embed_batch_size", "MemoryConfig.access_flush_size", "MemoryConfig.write_chunk",
-                          "EpisodeConfig.compress_after_turns"})
+                          "EpisodeConfig.compress_after_turns",
+                          "RetrievalConfig.neighbor_wide_window"})
 SIGNED = frozenset({"RetrievalConfig.fusion_weights"})  # a learned table may weigh a signal below zero
 
 
@@ -217,7 +220,8 @@ def _number(value: object) -> bool:
 
 def config_problems(config: object, where: str = "") -> list[str]:
     """What is wrong with a config (pure; [] when nothing): every number finite and not
-    negative (at least 1 where :data:`AT_LEAST_ONE` says so), an int where an int is meant,
+    negative (at least 1 where :data:`AT_LEAST_ONE` says so), an int where an int is meant
+    (at most :data:`~tiered_memory.validation.MAX_COUNT`),
     every flag a bool, every table of weights finite numbers; nested configs too. Strings
     (``turn_fusion``) are checked where they are used."""
     problems: list[str] = []
@@ -235,8 +239,9 @@ def config_problems(config: object, where: str = "") -> list[str]:
         elif kind in ("int", "float"):
             if not _number(value) or (kind == "int" and not isinstance(value, int)):
                 problems.append(f"{shown} must be {'an int' if kind == 'int' else 'a number'}, got {value!r}")
-            elif not math.isfinite(value) or value < floor:
-                problems.append(f"{shown} must be finite and at least {floor}, got {value!r}")
+            elif not math.isfinite(value) or value < floor or (kind == "int" and value > MAX_COUNT):
+                problems.append(f"{shown} must be finite and at least {floor}"
+                                f"{f' (at most {MAX_COUNT:,})' if kind == 'int' else ''}, got {value!r}")
         elif kind.startswith("dict"):
             signed = f"{type(config).__name__}.{f.name}" in SIGNED
             for key, weight in (value.items() if isinstance(value, dict) else [("", value)]):

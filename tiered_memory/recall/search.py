@@ -19,7 +19,7 @@ import numpy as np
 
 from ..config import RetrievalConfig
 from ..embedding import Embedder, embed_query
-from ..errors import ConfigurationError, InvalidInputError
+from ..errors import ConfigurationError
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
 from .fusion import LEARNED, TOPIC_WINDOW, WINDOW_SIGNALS, check_weights, score_learned
 from .query import QueryPlan, is_reaction, plan_query
@@ -28,24 +28,18 @@ from .scoring import (Candidate, Scored, TurnWeights, base_scores, matches_filte
 from .spread import DEPTH, check_spread, spread_sessions, spread_slots
 from ..store.base import CandidateSource, FilterSource, LongMessageSource, PositionSource, RecordStore
 from ..types import MemoryHit, StoredMessage
-from ..validation import check_count
 from ..vector.base import ExactScope, VectorIndex
 
 
 def turn_weights(config: RetrievalConfig) -> TurnWeights:
     """The scoring weights, read from the config fields of the same names; ``fusion`` is the
     learned table (``config.fusion_weights``, else :data:`.fusion.LEARNED`) unless
-    ``config.turn_fusion`` is ``"hand"``. A bad choice, table, spread or pool size raises ConfigurationError."""
+    ``config.turn_fusion`` is ``"hand"``. A bad choice, table or spread raises ConfigurationError
+    (pool sizes and flags, like every number and flag of a config, are checked when the memory
+    opens: :func:`~tiered_memory.config.config_problems`)."""
     check_spread(config)
-    for name, low in (("candidates", 1), ("neighbor_expand", 0), ("neighbor_wide", 0), ("neighbor_wide_window", 1)):
-        try:
-            check_count(getattr(config, name), f"RetrievalConfig.{name}", minimum=low)
-        except InvalidInputError as e:  # a setting, not an argument of the call
-            raise ConfigurationError(str(e)) from None
     if config.turn_fusion not in ("learned", "hand"):
         raise ConfigurationError(f"RetrievalConfig.turn_fusion must be 'learned' or 'hand', got {config.turn_fusion!r}")
-    if not isinstance(config.reactions_last, bool):
-        raise ConfigurationError(f"RetrievalConfig.reactions_last must be True or False, got {config.reactions_last!r}")
     fusion = None
     if config.turn_fusion == "learned":
         table = LEARNED if config.fusion_weights is None else config.fusion_weights
