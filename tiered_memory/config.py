@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
 
+from .errors import ConfigurationError
 from .validation import MAX_COUNT
 
 
@@ -249,3 +250,15 @@ def config_problems(config: object, where: str = "") -> list[str]:
                     problems.append(f"{shown}[{key!r}] must be a finite number{'' if signed else ' >= 0'}, "
                                     f"got {weight!r}")
     return problems
+
+
+def check_config(config: object) -> MemoryConfig:
+    """``config`` if it is a :class:`MemoryConfig` without :func:`config_problems`; else
+    ConfigurationError listing every problem (a zero capacity or a NaN weight fails when the
+    memory opens, not at some later call)."""
+    if not isinstance(config, MemoryConfig):
+        raise ConfigurationError(f"config must be a MemoryConfig, got {type(config).__name__}")
+    problems = config_problems(config)
+    if problems:
+        raise ConfigurationError("; ".join(problems))
+    return config

@@ -36,7 +36,7 @@ from .backends import (
     startup_repair,
     supports_layers,
 )
-from .config import MemoryConfig, config_problems
+from .config import MemoryConfig, check_config
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import Embedder, default_embedder, embed_query, embedder_name
@@ -120,11 +120,7 @@ class TieredMemory:
         llm: Any = None,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        self._config = config or MemoryConfig()
-        problems = config_problems(self._config) if isinstance(self._config, MemoryConfig) else [
-            f"config must be a MemoryConfig, got {type(self._config).__name__}"]
-        if problems:  # before any I/O: a zero capacity or a NaN weight fails here, not at some later call
-            raise ConfigurationError("; ".join(problems))
+        self._config = check_config(config or MemoryConfig())  # before any I/O
         turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
         self.count_tokens: TokenCounter = CachedCounter(token_counter or default_token_counter())
