@@ -4,12 +4,13 @@ than turns alone at every budget, or the defaults change until it does).
 
     nice -n 19 python -m bench.context_shares                    # the default sweep (~10 min)
     nice -n 19 python -m bench.context_shares --shares 0.3/0.4/0.4/1.5 0.3/0.4/0.4/2
+    nice -n 19 python -m bench.context_shares --dataset realchat --shares --budget episode_relevance=0.7
 
 Each conversation's memories are made once (turns only; extractive facts and episodes after
 every session) in ``--keep`` and copied afresh for every setting, so a setting never sees the
 access counts an earlier one left. A setting is ``session/facts/episodes/turns``
-(``BudgetConfig.shares``). Prints recall *cited* (evidence per 1,000 tokens) at 500 / 1,000 /
-2,000 tokens, and *carried* at 500, for turns only and each setting; writes nothing but the
+(``BudgetConfig.shares``). Prints recall *cited* (evidence per 1,000 tokens, mean tokens handed on) at
+500 / 1,000 / 2,000 tokens, and *carried* at 500, for turns only and each setting; writes nothing but the
 kept memories.
 """
 
@@ -45,7 +46,7 @@ def row(name: str, rows: dict[int, list[Measured]]) -> None:
     cells = []
     for b in BUDGETS:
         r = summarize_context(rows[b])
-        cells.append(f"{r['cited']:.3f} ({r['cited_per_1k_tokens']:.3f})")
+        cells.append(f"{r['cited']:.3f} ({r['cited_per_1k_tokens']:.3f}, {r['tokens']:.0f} t)")
     carried = summarize_context(rows[BUDGETS[0]])["carried"]
     print(f"{name:22s} | " + " | ".join(cells) + f" | carried@{BUDGETS[0]} {carried:.3f}", flush=True)
 
@@ -58,13 +59,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.context_shares", description=__doc__.split("\n")[0])
     p.add_argument("file", nargs="?", default=str(DEFAULT_DATA))
     p.add_argument("--shares", nargs="+", default=list(SWEEP), help="session/facts/episodes/turns settings")
+    p.add_argument("--budget", nargs="+", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+                   help="other BudgetConfig settings, one row each, on the default shares "
+                        "(for example episode_relevance=0.7)")
+    p.add_argument("--dataset", choices=["locomo", "realchat"], default="locomo",
+                   help="realchat: the conversations rewritten as real chat (bench/realchat.py)")
     p.add_argument("--keep", help="where the made memories are kept (default: a temporary folder)")
     args = p.parse_args(argv)
     convs = load_conversations(Path(args.file))
+    if args.dataset == "realchat":
+        from bench.realchat import realchat
+
+        convs = realchat(convs)
     embedder = StaticEmbedder()
     keep = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="context-shares-"))
     print(f"{len(convs)} conversations, {sum(len(c.questions) for c in convs)} questions; memories in {keep}; "
-          f"cited recall (per 1,000 tokens) at {' / '.join(map(str, BUDGETS))} tokens", flush=True)
+          f"cited recall (per 1,000 tokens, mean tokens) at {' / '.join(map(str, BUDGETS))} tokens", flush=True)
 
     def run(mode: str, config: Any) -> dict[int, list[Measured]]:
         rows: dict[int, list[Measured]] = {b: [] for b in BUDGETS}
@@ -84,6 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for spec in args.shares:
         config = MemoryConfig()
         config = replace(config, budget=replace(config.budget, shares=shares(spec)))
+        row(f"extractive {spec}", run("extractive", config))
+    for spec in args.budget:
+        settings = {k.strip(): float(v) for k, _, v in (x.partition("=") for x in spec.split(","))}
+        config = MemoryConfig()
+        config = replace(config, budget=replace(config.budget, **settings))
         row(f"extractive {spec}", run("extractive", config))
     return 0
 

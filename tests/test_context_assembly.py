@@ -9,7 +9,7 @@ from typing import Callable
 import pytest
 
 from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
-from tiered_memory.context.assembly import TITLES, relevant_fact
+from tiered_memory.context.assembly import TITLES, TURN_CANDIDATES, relevant_fact, turn_candidates
 from tiered_memory.context.render import PREAMBLE, RECENT_TITLE, render_item, render_memory
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
@@ -181,3 +181,27 @@ def test_facts_far_from_the_query_stay_out(make_memory: Callable[..., TieredMemo
         assert ctx.section("turns") is not None
     else:
         assert set(DIVERSE) <= shown
+
+
+@pytest.mark.parametrize("room, pool, asked", [
+    (500, 150, 40),      # a small room still asks for 40: the turns left out make no difference
+    (2000, 150, 50),     # as many 40-token chat messages as the room holds
+    (3000, 150, 75),     # at most half the search's pool: more would make every search fetch more
+    (3000, 400, 75),
+    (8000, 400, 200),
+    (0, 150, 40),
+])
+def test_turn_candidates(room: int, pool: int, asked: int) -> None:
+    assert turn_candidates(room, pool) == asked
+
+
+def test_short_messages_fill_a_big_budget(memory: TieredMemory) -> None:
+    """A chat of short messages: a 2,000-token context holds more of them than the 40 turns
+    asked for before, so the relevant turns fill the room they were given."""
+    memory.add_many([{"role": "user" if i % 2 else "assistant",
+                      "content": f"ok so the garden thing {i}: tomatoes and basil again"} for i in range(120)],
+                    session_id="chat", user_id="u1")
+    ctx = memory.build_context("what grows in the garden?", user_id="u1", session_id="now", max_tokens=2000)
+    turns = ctx.section("turns").items
+    assert len(turns) > TURN_CANDIDATES
+    assert ctx.tokens <= 2000

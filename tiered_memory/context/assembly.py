@@ -41,7 +41,8 @@ TITLES = {"session": "Current session notes", "facts": "Known facts about the us
           "items": "Saved memories"}
 PRIORITY = {"session": 0, "facts": 1, "episodes": 2, "items": 2, "turns": 3}
 ITEM_SHARE = 0.2  # when BudgetConfig.shares names no "items" share
-TURN_CANDIDATES = 40  # enough whole turns to fill a 2,000-token context (20 filled ~1,100)
+TURN_CANDIDATES = 40  # at least: enough whole LoCoMo turns to fill a 2,000-token context (20 filled ~1,100)
+TURN_TOKENS = 40  # a short chat message's cost in the context: a room of R tokens asks for R // 40 turns
 ITEM_CANDIDATES = 10
 FACT_CANDIDATES = 30
 EPISODE_CANDIDATES = 5
@@ -151,6 +152,13 @@ def item_request(items: ItemStore, query: str, vector: np.ndarray, *, user_id: s
     return SectionRequest(name="items", title=TITLES["items"], items=costed, share=share, priority=PRIORITY["items"])
 
 
+def turn_candidates(room: int, pool: int) -> int:
+    """How many turns to ask the search for (pure): as many short messages as ``room`` tokens
+    hold, at least :data:`TURN_CANDIDATES`, and at most half the search's candidate ``pool``
+    (``RetrievalConfig.candidates``), beyond which every search would fetch a bigger pool."""
+    return max(TURN_CANDIDATES, min(pool // 2, room // TURN_TOKENS))
+
+
 def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, session_id: str,
              max_tokens: int | None, items: ItemStore | None = None) -> MemoryContext:
     budget = max_tokens if max_tokens is not None else parts.config.budget.max_tokens
@@ -167,8 +175,12 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
         dropped += lost
     in_buffer = {m.id for m in buffer}
     vector = embed_query(parts.embedder, query) if query.strip() else None
-    hits = search_turns(store=parts.store, index=parts.index, embedder=parts.embedder,
-                        config=parts.config.retrieval, query=query, user_id=user_id, k=TURN_CANDIDATES,
+    used = sum(i.tokens for i in recent)
+    # the budget holds the rendered memory (its preamble, block tags and headings too) and the recent turns
+    room = max(0, budget - used)
+    retrieval = parts.config.retrieval
+    hits = search_turns(store=parts.store, index=parts.index, embedder=parts.embedder, config=retrieval,
+                        query=query, user_id=user_id, k=turn_candidates(room, retrieval.candidates),
                         vector=vector) if vector is not None else []
     turns = [hit_item(h, count) for h in hits if h.id not in in_buffer]
     best_turn = max((x for x in (similarity(h.explanation) for h in hits) if x is not None), default=None)
@@ -179,9 +191,6 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
                                      share=parts.config.budget.shares.get("items", ITEM_SHARE)))
     requests.append(SectionRequest(name="turns", title=TITLES["turns"], items=turns,
                                    share=parts.config.budget.shares.get("turns", 0.3), priority=PRIORITY["turns"]))
-    used = sum(i.tokens for i in recent)
-    # the budget holds the rendered memory (its preamble, block tags and headings too) and the recent turns
-    room = max(0, budget - used)
     sections, lost = fit_sections(requests, max(0, room - frame_tokens(requests, count)))
     shown = [r for r in requests if any(s.name == r.name and s.items for s in sections)]
     if len(shown) < len([r for r in requests if r.items]):  # tags kept for sections left empty: fit again
