@@ -62,15 +62,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget", nargs="+", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
                    help="other BudgetConfig settings, one row each, on the default shares "
                         "(for example episode_relevance=0.7)")
-    p.add_argument("--dataset", choices=["locomo", "realchat"], default="locomo",
-                   help="realchat: the conversations rewritten as real chat (bench/realchat.py)")
+    p.add_argument("--dataset", choices=["locomo", "realchat", "realchat-noisy"], default="locomo",
+                   help="realchat: the conversations rewritten as real chat (bench/realchat.py); "
+                        "realchat-noisy: with reactions (lol, omg) between messages")
     p.add_argument("--keep", help="where the made memories are kept (default: a temporary folder)")
     args = p.parse_args(argv)
     convs = load_conversations(Path(args.file))
-    if args.dataset == "realchat":
-        from bench.realchat import realchat
+    if args.dataset != "locomo":
+        from bench.realchat import realchat, realchat_noisy
 
-        convs = realchat(convs)
+        convs = realchat(convs) if args.dataset == "realchat" else realchat_noisy(convs)
     embedder = StaticEmbedder()
     keep = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="context-shares-"))
     print(f"{len(convs)} conversations, {sum(len(c.questions) for c in convs)} questions; memories in {keep}; "

@@ -4,7 +4,8 @@ Sections, most important first (truncated last): ``session`` (working memory),
 ``facts`` (known facts: constraints, and the others as close to the query as the past turns,
 ``BudgetConfig.fact_relevance``), ``episodes`` (relevant past sessions, each headed by its
 day), ``items`` (the user's LangGraph store items, only with ``include_items=True``; share
-``"items"``, default 0.2) and ``turns`` (relevant past turns), plus the ``recent`` buffer,
+``"items"``, default 0.2) and ``turns`` (relevant past turns, as many asked of the search as
+the room holds in short chat messages, :func:`turn_candidates`), plus the ``recent`` buffer,
 which takes ``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
 The memory budget left (after the preamble, the block's tags and the headings of the
 sections that have candidates, so that :meth:`MemoryContext.memory_text` plus the recent
