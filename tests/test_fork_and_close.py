@@ -46,6 +46,62 @@ def test_a_forked_child_gets_a_usage_error_not_a_hang(make_memory: Callable[...,
     memory.add("user", "still works", session_id="s", user_id="u")
 
 
+def _exit_code_of(pid: int) -> int:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    pytest.fail("the forked child hung")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
+@pytest.mark.record_stores("sqlite", "postgres")
+def test_a_working_memory_handle_refuses_in_a_forked_child(make_memory: Callable[..., TieredMemory]) -> None:
+    """A handle got before the fork (a session's working memory, its scratchpad) does not pass
+    through the memory's own checks: the record store refuses it, so the child never writes
+    through the parent's connection."""
+    memory = make_memory("forked-wm")
+    wm = memory.working_memory("s", user_id="u")
+    wm.remember("the user is moving to Porto", importance=0.9)
+    wm.scratchpad["step"] = 1
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        for call in (lambda: wm.remember("written by the child", importance=0.9),
+                     lambda: wm.scratchpad.__setitem__("step", 2),
+                     lambda: wm.items(), lambda: dict(wm.scratchpad)):
+            try:
+                call()
+                code = code or 1
+            except UsageError as e:
+                code = code or (0 if "forked child" in str(e) else 2)
+            except BaseException:
+                code = code or 3
+        os._exit(code)
+    assert _exit_code_of(pid) == 0
+    # the parent's handle and memory are untouched and still work
+    assert [i.text for i in wm.items()] == ["the user is moving to Porto"]
+    assert dict(wm.scratchpad) == {"step": 1}
+    wm.scratchpad["step"] = 3
+    assert memory.working_memory("s", user_id="u").scratchpad["step"] == 3
+
+
+@pytest.mark.record_stores("sqlite", "postgres")
+def test_a_working_memory_handle_refuses_after_close(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("closed-wm")
+    wm = memory.working_memory("s", user_id="u")
+    wm.remember("the user is moving to Porto")
+    memory.close()
+    for call in (lambda: wm.remember("after close"), lambda: wm.items(),
+                 lambda: wm.scratchpad.__setitem__("k", 1), lambda: dict(wm.scratchpad)):
+        with pytest.raises(UsageError, match="closed"):
+            call()
+
+
 def test_a_closed_memory_refuses_with_a_usage_error(make_memory: Callable[..., TieredMemory]) -> None:
     memory = make_memory("closed")
     memory.close()

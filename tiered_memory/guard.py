@@ -37,6 +37,27 @@ if hasattr(os, "register_at_fork"):
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def forked_error(opened_in: int) -> UsageError:
+    return UsageError(
+        f"this TieredMemory was opened in process {opened_in} and inherited by this forked "
+        "child, where its connections are not safe to use. Open a new TieredMemory in the child "
+        "(after the fork), or start workers with multiprocessing's 'spawn' method.")
+
+
+def closed_error() -> UsageError:
+    return UsageError("this TieredMemory is closed; open a new one")
+
+
+def check_process(opened_in: int, closed: bool) -> None:
+    """Refuse the use of a database connection opened in another process (inherited through
+    ``fork``) or closed: the record stores call it on every read and write, so a handle that
+    outlives the facade's checks (a ``WorkingMemory``, its scratchpad) is refused too."""
+    if os.getpid() != opened_in:
+        raise forked_error(opened_in)
+    if closed:
+        raise closed_error()
+
+
 def usable(method: F) -> F:
     """Refuse, with a typed error, a call on a closed memory or one inherited through ``fork``
     (its SQLite connection, locks and vector-engine threads belong to the parent: using
@@ -45,12 +66,9 @@ def usable(method: F) -> F:
     @functools.wraps(method)
     def checked(self: Guarded, *args: Any, **kwargs: Any) -> Any:
         if self._forked_from is not None:
-            raise UsageError(
-                f"this TieredMemory was opened in process {self._forked_from} and inherited by this forked "
-                "child, where its connections are not safe to use. Open a new TieredMemory in the child "
-                "(after the fork), or start workers with multiprocessing's 'spawn' method.")
+            raise forked_error(self._forked_from)
         if self._closed:
-            raise UsageError("this TieredMemory is closed; open a new one")
+            raise closed_error()
         try:
             return method(self, *args, **kwargs)
         except TieredMemoryError:

@@ -131,6 +131,7 @@ class WorkingMemory:
         if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
             raise InvalidInputError(f"importance must be within [0, 1], got {importance!r}")
         now = to_epoch(now, time.time())  # seconds, a datetime or ISO text, within 1900..2200
+        self.rows.check_usable()  # a handle kept across close or fork: refused before the embedding
         item = WorkingItem(id=uuid.uuid4().hex, user_id=self.user_id, session_id=self.session_id, text=text,
                            type=type, importance=float(importance), created_at=now, metadata=dict(metadata or {}))
         vector = embed(self.embedder, [text])[0]

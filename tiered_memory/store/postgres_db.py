@@ -16,6 +16,7 @@ not at all. Other threads keep using their own pooled connections.
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -24,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence, Union
 
 from ..errors import CorruptStoreError, StoreError, missing
+from ..guard import check_process
 
 APP_ID = "tiered-memory"
 DEFAULT_SCHEMA = "tiered_memory"
@@ -68,6 +70,7 @@ class PostgresDatabase:
             raise missing("psycopg", "postgres") from e
         self._psycopg = psycopg
         self._joined = threading.local()  # .conn: the connection of this thread's `together` unit
+        self._pid, self._closed = os.getpid(), False
         self.url = url
         self.schema = schema
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
@@ -121,6 +124,11 @@ class PostgresDatabase:
 
         self.write(run)
 
+    def check_usable(self) -> None:
+        """Raise ``UsageError`` if this pool was closed or opened in another process
+        (inherited through ``fork``); every read and write checks it first."""
+        check_process(self._pid, self._closed)
+
     def _ambient(self) -> Any:
         return getattr(self._joined, "conn", None)
 
@@ -128,6 +136,7 @@ class PostgresDatabase:
         """Run ``fn(conn)`` in one transaction; retried whole on deadlock or serialization failure.
         Inside :meth:`together` it runs in a savepoint of that unit's transaction instead, unless
         ``detached`` (set-up such as creating a table, which must not roll back with the unit)."""
+        self.check_usable()
         joined = None if detached else self._ambient()
         if joined is not None:
             try:
@@ -154,6 +163,7 @@ class PostgresDatabase:
         if ``fn`` raises, none does. Retried whole on deadlock or serialization failure (so
         ``fn`` must be safe to run again: it only writes through this database). Nested
         calls join the outer unit."""
+        self.check_usable()
         if self._ambient() is not None:
             return fn()
         for attempt in range(retries + 1):
@@ -177,6 +187,7 @@ class PostgresDatabase:
     @contextmanager
     def transaction(self) -> Iterator[Any]:
         """A connection inside one transaction, for other layers' multi-statement writes."""
+        self.check_usable()
         joined = self._ambient()
         try:
             if joined is not None:
@@ -191,6 +202,7 @@ class PostgresDatabase:
     def read(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(conn)`` on one connection, outside a transaction (several reads, one round
         trip each, that share session settings); inside :meth:`together`, on its connection."""
+        self.check_usable()
         joined = self._ambient()
         try:
             if joined is not None:
@@ -256,4 +268,5 @@ class PostgresDatabase:
             (key, value)))
 
     def close(self) -> None:
+        self._closed = True
         self.pool.close()

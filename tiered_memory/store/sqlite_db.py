@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..errors import CorruptStoreError, StoreError
+from ..guard import check_process
 from .sqlite_schema import Step, split_sql
 
 APP_ID = "tiered-memory"
@@ -41,6 +42,7 @@ class SQLiteDatabase:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.lock = threading.RLock()
+        self._pid, self._closed = os.getpid(), False
         conn: sqlite3.Connection | None = None
         try:
             self.conn = conn = sqlite3.connect(
@@ -84,8 +86,14 @@ class SQLiteDatabase:
                 f"(tables: {sorted(tables)[:5]}). Use another path."
             )
 
+    def check_usable(self) -> None:
+        """Raise ``UsageError`` if this connection was closed or opened in another process
+        (inherited through ``fork``); every read and write checks it first."""
+        check_process(self._pid, self._closed)
+
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
+        self.check_usable()
         with self.lock:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
@@ -99,6 +107,7 @@ class SQLiteDatabase:
                 raise
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        self.check_usable()
         with self.lock:
             try:
                 return self.conn.execute(sql, tuple(params)).fetchall()
@@ -137,6 +146,7 @@ class SQLiteDatabase:
 
     def close(self) -> None:
         with self.lock:
+            self._closed = True
             self.conn.close()
 
     @contextmanager
@@ -144,6 +154,7 @@ class SQLiteDatabase:
         """Commits inside wait for the disk (``synchronous=FULL``, the default) or not
         (``NORMAL``: in WAL mode a crash of the process keeps them, a power cut may lose
         them until the next FULL commit, whose sync of the WAL covers every frame before it)."""
+        self.check_usable()
         with self.lock:
             if sync:
                 yield
