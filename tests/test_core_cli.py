@@ -76,7 +76,7 @@ def test_import_search_stats_export_forget_rebuild(tmp_path, dump, embedder):
 
     exported = tmp_path / "ana.jsonl"
     code, out, _ = run("--path", mem, "export", str(exported), "--user", "ana")
-    assert code == 0 and "exported 3 messages" in out
+    assert code == 0 and "exported 3 lines" in out
     assert [json.loads(line)["id"] for line in exported.read_text().splitlines()] == ["m0", "m1", "m2"]
 
     code, out, _ = run("--path", mem, "rebuild-index")

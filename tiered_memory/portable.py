@@ -1,5 +1,17 @@
-"""JSONL export and import. Vectors are not exported: they are recomputed on import,
-so a dump moves between embedding models and vector engines."""
+"""JSONL export and import: the live turns, then the facts (with their history, invalid
+ones included) and the episodes (with their key points), one JSON object a line.
+
+Vectors are not exported: they are recomputed on import, so a dump moves between
+embedding models, vector engines and record stores (SQLite to PostgreSQL). Not in a dump:
+working memory (per-session scratch), the LangGraph store items, archived turns, and the
+history of facts that were deleted. The fact and episode lines are written and checked
+by :mod:`.portable_layers`; a file of message lines only (every export before them) reads
+as before.
+
+An id is a global key. On import, a record whose id is already stored is skipped and
+counted (``skipped_existing``, ``facts_skipped``, ``episodes_skipped``), whichever user
+holds it: nothing stored is overwritten, and another user's record is never touched.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .errors import InvalidInputError, StoreError
+from .layers.longterm import Layers
 from .parts import Parts
+from .portable_layers import EpisodeRecord, FactRecord, episode_line, fact_line, parse_episode, parse_fact
 from .recall.indexing import store_and_index, write_chunks
 from .types import StoredMessage
 from .validation import check_id, check_message_id, normalize_message
@@ -30,22 +44,43 @@ class ImportFormatError(InvalidInputError):
 
 @dataclass
 class ImportReport:
+    """What an import wrote: ``imported`` and ``skipped_existing`` count messages."""
+
     imported: int = 0
     skipped_existing: int = 0
     invalid: list[tuple[int, str]] = field(default_factory=list)
+    facts_imported: int = 0
+    facts_skipped: int = 0
+    episodes_imported: int = 0
+    episodes_skipped: int = 0
 
 
-def export_lines(parts: Parts, user_id: str | None) -> Iterator[str]:
+def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None) -> Iterator[str]:
+    """Messages, then facts, then episodes (those only where the store keeps layers)."""
     for m in parts.store.iter_messages(user_id):
         yield json.dumps({
             "format": FORMAT, "type": "message", "id": m.id, "user_id": m.user_id,
             "session_id": m.session_id, "role": m.role, "content": m.content,
             "metadata": m.metadata, "timestamp": m.timestamp,
         }, ensure_ascii=False)
+    if layers is None:
+        return
+    rows = layers.rows
+    users = [user_id] if user_id is not None else sorted(rows.layer_users())
+    for user in users:
+        history: dict[str, list[Any]] = {}
+        for change in rows.fact_history(user):
+            history.setdefault(change.fact_id, []).append(change)
+        for fact in rows.facts_of(user, include_invalid=True):
+            yield json.dumps(fact_line(fact, history.get(fact.id, []), FORMAT), ensure_ascii=False)
+    for user in users:
+        for ep in rows.episodes_of(user):
+            yield json.dumps(episode_line(ep, rows.episode_points(ep.id), FORMAT), ensure_ascii=False)
 
 
-def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None) -> int:
-    """Write messages (one user's, or everyone's) to ``path``; returns the count."""
+def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None, layers: Layers | None = None) -> int:
+    """Write messages, facts and episodes (one user's, or everyone's) to ``path``; returns
+    the number of lines."""
     if user_id is not None:
         check_id(user_id, "user_id")
     if Path(path).is_dir():
@@ -58,7 +93,7 @@ def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None) -> 
         raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from e
     try:
         with opened as f:
-            for line in export_lines(parts, user_id):
+            for line in export_lines(parts, user_id, layers):
                 f.write(line + "\n")
                 n += 1
         tmp.replace(path)
@@ -68,16 +103,16 @@ def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None) -> 
     return n
 
 
-def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str, Any]:
-    """Validate one JSONL line (pure); raises InvalidInputError."""
+def _load(raw: str) -> Any:
     try:
-        obj = json.loads(raw)
+        return json.loads(raw)
     except json.JSONDecodeError as e:
         raise InvalidInputError(f"not JSON ({e.msg})") from e
     except (ValueError, RecursionError) as e:  # an int of 4,300+ digits; arrays nested past the stack
         raise InvalidInputError(f"not JSON this library can read ({type(e).__name__}: {str(e)[:200]})") from e
-    if not isinstance(obj, dict) or obj.get("type") != "message":
-        raise InvalidInputError("expected an object with type 'message'")
+
+
+def _message(obj: dict[str, Any], *, max_chars: int, max_metadata_bytes: int) -> dict[str, Any]:
     for key in ("user_id", "session_id"):
         check_id(obj.get(key), key)
     check_message_id(obj.get("id"))
@@ -92,52 +127,70 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
             "timestamp": msg.timestamp}
 
 
+def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str, Any]:
+    """Validate one message line (pure); raises InvalidInputError."""
+    obj = _load(raw)
+    if not isinstance(obj, dict) or obj.get("type") != "message":
+        raise InvalidInputError("expected an object with type 'message'")
+    return _message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
+
+
+Record = StoredMessage | FactRecord | EpisodeRecord
+
+
+def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
+    """Validate one line of any type (pure); raises InvalidInputError. ``layers=False``: the
+    record store keeps no facts or episodes, so their lines are invalid."""
+    obj = _load(raw)
+    kind = obj.get("type") if isinstance(obj, dict) else None
+    if not isinstance(obj, dict) or kind not in ("message", "fact", "episode"):
+        raise InvalidInputError("expected an object with type 'message', 'fact' or 'episode'")
+    if kind == "message":
+        return StoredMessage(**_message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes))
+    if not layers:
+        raise InvalidInputError(f"this memory's record store keeps no facts or episodes; cannot import a {kind}")
+    parse = parse_fact if kind == "fact" else parse_episode
+    return parse(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
+
+
+def _owner(record: Record) -> str:
+    if isinstance(record, FactRecord):
+        return record.fact.user_id
+    if isinstance(record, EpisodeRecord):
+        return record.episode.user_id
+    return record.user_id
+
+
+def _key(record: Record) -> tuple[str, str]:
+    """Ids are unique per kind of record."""
+    if isinstance(record, FactRecord):
+        return "fact", record.fact.id
+    if isinstance(record, EpisodeRecord):
+        return "episode", record.episode.id
+    return "message", record.id
+
+
 def import_jsonl(
     parts: Parts, path: str | Path, *, skip_invalid: bool = False,
-    progress: Callable[[int], None] | None = None, user_id: str | None = None,
+    progress: Callable[[int], None] | None = None, user_id: str | None = None, layers: Layers | None = None,
 ) -> ImportReport:
     """Import a JSONL export. Every line is checked first; with any invalid line nothing
     is imported (``ImportFormatError`` lists them by line) unless ``skip_invalid``.
 
     By default each line goes to the user it names (a whole-store restore). With
     ``user_id``, the import is scoped to that user: a line of any other user is
-    invalid, so a crafted file cannot plant messages in someone else's memory.
+    invalid, so a crafted file cannot plant messages, facts or episodes in someone
+    else's memory. Messages are written first, then facts (with their history, as they
+    were: no resolution), then episodes (as they were: no summarising); ``layers`` is
+    ``None`` where the record store keeps no facts or episodes.
     """
     if user_id is not None:
         check_id(user_id, "user_id")
     report = ImportReport()
-    rows: list[StoredMessage] = []
-    first_seen: dict[str, int] = {}
-    try:
-        opened = open(path, "rb")
-    except OSError as e:
-        raise InvalidInputError(f"cannot read {path}: {e.strerror or e}") from e
-    with opened as f:
-        for n, raw_bytes in enumerate(f, start=1):
-            try:
-                raw = raw_bytes.decode("utf-8")
-            except UnicodeDecodeError as e:
-                report.invalid.append((n, f"not UTF-8 ({e.reason} at byte {e.start})"))
-                continue
-            if not raw.strip():
-                continue
-            try:
-                d = parse_line(raw, max_chars=parts.config.max_content_chars,
-                               max_metadata_bytes=parts.config.max_metadata_bytes)
-            except InvalidInputError as e:
-                report.invalid.append((n, str(e)))
-                continue
-            if user_id is not None and d["user_id"] != user_id:
-                report.invalid.append((n, f"belongs to another user ({d['user_id']!r}); this import is "
-                                          f"scoped to {user_id!r}"))
-                continue
-            if d["id"] in first_seen:  # would fail half-way through the import otherwise
-                report.invalid.append((n, f"id {d['id']!r} is also on line {first_seen[d['id']]}"))
-                continue
-            first_seen[d["id"]] = n
-            rows.append(StoredMessage(**d))
+    records = _read(parts, path, report, user_id=user_id, layers=layers is not None)
     if report.invalid and not skip_invalid:
         raise ImportFormatError(report.invalid)
+    rows = [r for r in records if isinstance(r, StoredMessage)]
     existing = set()
     for user in {r.user_id for r in rows}:
         existing |= set(parts.store.get_by_ids(user, [r.id for r in rows if r.user_id == user]))
@@ -154,4 +207,73 @@ def import_jsonl(
 
         # messages per transaction and per progress update
         write_chunks(new, parts.config.write_chunk, write, store=parts.store, progress=progress)
+        if layers is not None:
+            _restore_layers(parts, layers, records, report)
     return report
+
+
+def _read(parts: Parts, path: str | Path, report: ImportReport, *, user_id: str | None,
+          layers: bool) -> list[Record]:
+    """Every valid line's record; the invalid ones go to ``report.invalid``."""
+    records: list[Record] = []
+    first_seen: dict[tuple[str, str], int] = {}
+    try:
+        opened = open(path, "rb")
+    except OSError as e:
+        raise InvalidInputError(f"cannot read {path}: {e.strerror or e}") from e
+    with opened as f:
+        for n, raw_bytes in enumerate(f, start=1):
+            try:
+                raw = raw_bytes.decode("utf-8")
+            except UnicodeDecodeError as e:
+                report.invalid.append((n, f"not UTF-8 ({e.reason} at byte {e.start})"))
+                continue
+            if not raw.strip():
+                continue
+            try:
+                record = parse_record(raw, max_chars=parts.config.max_content_chars,
+                                      max_metadata_bytes=parts.config.max_metadata_bytes, layers=layers)
+            except InvalidInputError as e:
+                report.invalid.append((n, str(e)))
+                continue
+            owner = _owner(record)
+            if user_id is not None and owner != user_id:
+                report.invalid.append((n, f"belongs to another user ({owner!r}); this import is "
+                                          f"scoped to {user_id!r}"))
+                continue
+            key = _key(record)
+            if key in first_seen:  # would fail half-way through the import otherwise
+                report.invalid.append((n, f"id {key[1]!r} is also on line {first_seen[key]}"))
+                continue
+            first_seen[key] = n
+            records.append(record)
+    return records
+
+
+def _restore_layers(parts: Parts, layers: Layers, records: list[Record], report: ImportReport) -> None:
+    """Write the facts and episodes whose ids no row holds yet (of any user)."""
+    facts = [r for r in records if isinstance(r, FactRecord)]
+    episodes = [r for r in records if isinstance(r, EpisodeRecord)]
+    rows = layers.rows
+    held = rows.fact_owners([r.fact.id for r in facts])
+    new_facts = [(r.fact, r.history) for r in facts if r.fact.id not in held]
+    report.facts_skipped = len(facts) - len(new_facts)
+    layers.facts.restore(new_facts)
+    report.facts_imported = len(new_facts)
+    held = rows.episode_owners([r.episode.id for r in episodes])
+    new_eps = [r for r in episodes if r.episode.id not in held]
+    report.episodes_skipped = len(episodes) - len(new_eps)
+    layers.episodes.restore([(r.episode, r.points) for r in new_eps], _covered(parts, new_eps))
+    report.episodes_imported = len(new_eps)
+
+
+def _covered(parts: Parts, episodes: list[EpisodeRecord]) -> dict[tuple[str, str], int]:
+    """Per (user, session), the last seq of the stored messages the episodes were made from."""
+    covered: dict[tuple[str, str], int] = {}
+    for r in episodes:
+        ep = r.episode
+        found = parts.store.get_by_ids(ep.user_id, ep.source_ids) if ep.source_ids else {}
+        seqs = [m.seq for m in found.values() if m.session_id == ep.session_id]
+        if seqs:
+            covered[(ep.user_id, ep.session_id)] = max(covered.get((ep.user_id, ep.session_id), 0), max(seqs))
+    return covered

@@ -162,6 +162,27 @@ class EpisodicMemory:
         written: Episode = self.jointly(write)
         return written
 
+    def restore(self, episodes: Sequence[tuple[Episode, Sequence[str]]], covered: dict[tuple[str, str], int]) -> int:
+        """Write episodes as they were exported, with their key points (no summarising): ids,
+        times and access counts kept, points re-embedded and indexed. ``covered`` moves each
+        session's coverage cursor to the last message seq its episodes cover, so ``end_session``
+        and ``consolidate`` do not summarise those turns again. The caller skips ids already stored."""
+        for ep, points in episodes:
+            vectors: Any = embed(self.embedder, list(points)) if points else []
+
+            def write(ep: Episode = ep, points: Sequence[str] = points, vectors: Any = vectors) -> None:
+                with self.lock:
+                    with self.rows.unit() as u:
+                        u.insert_episode(ep, [(f"ep:{ep.id}:{n}", p) for n, p in enumerate(points)])
+                        seq = covered.get((ep.user_id, ep.session_id), 0)
+                        if seq:
+                            u.advance_cursor(ep.user_id, ep.session_id, seq)
+                    if points:
+                        self._upsert(ep, list(points), vectors)
+
+            self.jointly(write)
+        return len(episodes)
+
     def _upsert(self, ep: Episode, points: list[str], vectors: Any) -> None:
         self.index.upsert([VectorItem(id=f"ep:{ep.id}:{n}", vector=vectors[n], user_id=ep.user_id,
                                       layer="episode", session_id=ep.session_id, timestamp=ep.end)

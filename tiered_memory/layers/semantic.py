@@ -288,6 +288,24 @@ class SemanticMemory:
                 log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {})
             self.index.delete([f"fact:{fact_id}"])
 
+    def restore(self, facts: Sequence[tuple[Fact, Sequence[FactChange]]]) -> int:
+        """Write facts as they were exported, with their history, in one transaction: no
+        resolution; ids, times, validity and access counts kept. The history goes in by time
+        (stable), so a user's whole audit trail reads in its first order. Vectors are
+        recomputed; only valid facts go into the vector index (as :meth:`apply` leaves it).
+        The caller skips ids already stored."""
+        texts = [f.text for f, _ in facts]
+        vecs = [v for start in range(0, len(texts), 256) for v in embed(self.embedder, texts[start:start + 256])]
+        changes = sorted(((f.user_id, c) for f, history in facts for c in history), key=lambda uc: uc[1].at)
+        with self.lock:
+            with self.rows.unit() as u:
+                for (fact, _), vector in zip(facts, vecs):
+                    u.insert_fact(fact, vector)
+                for user_id, change in changes:
+                    u.record_history(user_id, change)
+            self._upsert_vectors([(f, v) for (f, _), v in zip(facts, vecs) if f.valid])
+        return len(facts)
+
     def reindex(self, user_id: str | None = None) -> int:
         """Re-embed and upsert the vectors of every live fact (after ``rebuild_index``)."""
         facts = self.rows.valid_facts(user_id)

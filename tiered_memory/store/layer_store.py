@@ -124,6 +124,18 @@ class LayerStore:
     def keyword_facts(self, user_id: str, terms: Sequence[str], k: int) -> Scored:
         return self.keyword("facts", user_id, terms, k, "AND t.deleted_at IS NULL") if terms else []
 
+    def fact_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        return self._owners("facts", ids)
+
+    def _owners(self, table: str, ids: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        unique = sorted(set(ids))
+        for start in range(0, len(unique), 500):
+            part = unique[start:start + 500]
+            found.update({r[0]: r[1] for r in self.query(
+                f"SELECT id, user_id FROM {table} WHERE id IN ({marks(len(part))})", part)})
+        return found
+
     def valid_fact_ids(self) -> set[str]:
         return {r[0] for r in self.query("SELECT id FROM facts WHERE deleted_at IS NULL AND invalid_at IS NULL")}
 
@@ -155,6 +167,9 @@ class LayerStore:
             return {}
         return {r[0]: r[1] for r in self.query(
             f"SELECT id, text FROM episode_points WHERE id IN ({marks(len(point_ids))})", list(point_ids))}
+
+    def episode_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        return self._owners("episodes", ids)
 
     def point_ids(self) -> set[str]:
         return {r[0] for r in self.query("SELECT id FROM episode_points")}

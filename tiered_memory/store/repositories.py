@@ -88,6 +88,10 @@ class FactRepository(Protocol):
 
     def keyword_facts(self, user_id: str, terms: Sequence[str], k: int) -> Scored: ...
 
+    def fact_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        """The user of each of ``ids`` that any fact row holds, deleted ones included (ids are
+        global keys: an import must not reuse one)."""
+
     def unit(self) -> AbstractContextManager[FactWrites]: ...
 
 
@@ -136,6 +140,9 @@ class EpisodeRepository(Protocol):
 
     def keyword_points(self, user_id: str, terms: Sequence[str], k: int) -> Scored:
         """Key points matching ``terms`` (ids ``ep:<episode id>:<n>``)."""
+
+    def episode_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        """The user of each of ``ids`` that an episode holds (ids are global keys)."""
 
     def cursor(self, user_id: str, session_id: str) -> int: ...
 

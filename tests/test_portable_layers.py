@@ -1,0 +1,215 @@
+"""JSONL export and import of the memory layers: facts (with history, invalid ones too) and
+episodes (with their key points), restored as they were, indexed, and checked line by line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import TieredMemory
+from tiered_memory.portable import ImportFormatError
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+MakeMemory = Callable[..., TieredMemory]
+
+
+def fill(m: TieredMemory) -> dict[str, Any]:
+    """A memory with two ended sessions (episodes, rule facts, one contradicted), an added fact
+    that was edited (history), a fact and messages of another user, and accesses counted."""
+    m.add_many([{"role": "user", "content": "I live in Lisbon. I love sushi. I'm allergic to peanuts.",
+                 "timestamp": 1_700_000_000.0},
+                {"role": "assistant", "content": "Noted: Lisbon, sushi, no peanuts.", "timestamp": 1_700_000_010.0}],
+               session_id="s1", user_id="ana")
+    first = m.end_session("s1", user_id="ana")
+    m.add("user", "I moved to Porto. I hate sushi.", session_id="s2", user_id="ana", timestamp=1_700_100_000.0)
+    second = m.end_session("s2", user_id="ana")
+    colour = m.add_fact("User's favourite colour is green", user_id="ana", metadata={"src": "form"})
+    m.update_fact(colour.id, user_id="ana", text="User's favourite colour is dark green", confidence=0.7)
+    m.add("user", "I keep bees in Oslo.", session_id="b1", user_id="bob")
+    m.add_fact("User keeps bees", user_id="bob")
+    m.search_facts("favourite colour", user_id="ana")  # an access, flushed by the export
+    return {"episodes": [first.id, second.id], "colour": colour.id}
+
+
+def facts_of(m: TieredMemory, user: str) -> dict[str, Any]:
+    return {f.id: f for f in m.facts(user, include_invalid=True)}
+
+
+def export(m: TieredMemory, path: Path, user_id: str | None = None) -> list[dict[str, Any]]:
+    m.export_jsonl(path, user_id=user_id)
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def assert_same_layers(src: TieredMemory, dst: TieredMemory, user: str) -> None:
+    assert facts_of(dst, user) == facts_of(src, user)  # every field: ids, times, validity, counts
+    assert dst.fact_history(user) == src.fact_history(user)
+    assert dst.episodes(user) == src.episodes(user)
+
+
+def test_facts_and_episodes_round_trip_field_by_field_and_are_found(make_memory: MakeMemory, tmp_path: Path) -> None:
+    src = make_memory("src")
+    made = fill(src)
+    lines = export(src, tmp_path / "all.jsonl")
+    assert [x["type"] for x in lines] == sorted((x["type"] for x in lines), key=["message", "fact", "episode"].index)
+    assert {x["format"] for x in lines} == {"tiered-memory/1"}
+    invalid = [f for f in facts_of(src, "ana").values() if not f.valid]
+    assert invalid and invalid[0].superseded_by  # the file holds a contradicted fact...
+    assert any(f.access_count for f in facts_of(src, "ana").values())  # ...and counted accesses
+
+    dst = make_memory("dst")
+    report = dst.import_jsonl(tmp_path / "all.jsonl")
+    assert (report.facts_imported, report.facts_skipped) == (len(facts_of(src, "ana")) + 1, 0)
+    assert (report.episodes_imported, report.episodes_skipped) == (2, 0)
+    for user in ("ana", "bob"):
+        assert_same_layers(src, dst, user)
+    assert [h.action for h in dst.fact_history("ana", made["colour"])] == ["add", "edit"]
+    # indexed with the memory's embedder: the facts and episodes are found
+    hit = dst.search_facts("what is the user's favourite colour?", user_id="ana", k=1)[0]
+    assert hit.fact.id == made["colour"] and hit.fact.text == "User's favourite colour is dark green"
+    assert dst.search_episodes("Porto sushi", user_id="ana", k=2)[0].episode.id in made["episodes"]
+    ctx = dst.build_context("where does the user live?", user_id="ana", session_id="new")
+    facts_section, episodes_section = ctx.section("facts"), ctx.section("episodes")
+    assert facts_section is not None and "User lives in Porto" in [i.text for i in facts_section.items]
+    assert episodes_section is not None and episodes_section.items
+    # the imported episodes cover their turns: ending the session again summarises nothing new
+    assert dst.end_session("s1", user_id="ana").id == made["episodes"][0]
+    assert [e.id for e in dst.episodes("ana")] == made["episodes"]
+
+
+def test_a_scoped_export_holds_one_users_layers(make_memory: MakeMemory, tmp_path: Path) -> None:
+    src = make_memory("src")
+    fill(src)
+    lines = export(src, tmp_path / "bob.jsonl", user_id="bob")
+    assert {x["type"] for x in lines} == {"message", "fact"}
+    assert {(x.get("fact") or x)["user_id"] for x in lines} == {"bob"}
+
+
+def test_moving_between_sqlite_and_postgres(make_memory: MakeMemory, make_postgres_url: Callable[[], str],
+                                            tmp_path: Path) -> None:
+    """Run once per source store: SQLite -> PostgreSQL, and PostgreSQL -> SQLite."""
+    src = make_memory("src")
+    fill(src)
+    dump = tmp_path / "move.jsonl"
+    src.export_jsonl(dump)
+    from_postgres = "postgres" in type(src.store).__name__.lower()
+    dst = TieredMemory(tmp_path / "dst", embedder=src.embedder,
+                       record_store=None if from_postgres else make_postgres_url())
+    try:
+        assert type(dst.store) is not type(src.store)
+        report = dst.import_jsonl(dump)
+        assert report.invalid == [] and report.episodes_imported == 2
+        for user in ("ana", "bob"):
+            assert_same_layers(src, dst, user)
+        assert dst.search_facts("Porto", user_id="ana", k=1)[0].fact.text == "User lives in Porto"
+    finally:
+        dst.close()
+
+
+def test_reimport_skips_every_fact_and_episode(make_memory: MakeMemory, tmp_path: Path) -> None:
+    src = make_memory("src")
+    fill(src)
+    dump = tmp_path / "all.jsonl"
+    src.export_jsonl(dump)
+    dst = make_memory("dst")
+    first = dst.import_jsonl(dump)
+    again = dst.import_jsonl(dump)
+    assert (again.imported, again.facts_imported, again.episodes_imported) == (0, 0, 0)
+    assert (again.skipped_existing, again.facts_skipped, again.episodes_skipped) == (
+        first.imported, first.facts_imported, first.episodes_imported)
+    assert dst.fact_history("ana") == src.fact_history("ana")  # no history appended twice
+    assert len(dst.episodes("ana")) == 2
+
+
+def test_a_scoped_import_refuses_another_users_fact(make_memory: MakeMemory, tmp_path: Path) -> None:
+    src = make_memory("src")
+    fill(src)
+    lines = export(src, tmp_path / "all.jsonl")
+    dst = make_memory("dst")
+    with pytest.raises(ImportFormatError) as e:
+        dst.import_jsonl(tmp_path / "all.jsonl", user_id="ana")
+    bob_fact = next(n for n, x in enumerate(lines, 1) if x["type"] == "fact" and x["fact"]["user_id"] == "bob")
+    assert bob_fact in [n for n, _ in e.value.errors]
+    assert dst.facts("ana", include_invalid=True) == [] and dst.stats().messages == 0
+    report = dst.import_jsonl(tmp_path / "all.jsonl", user_id="ana", skip_invalid=True)
+    assert dst.facts("bob") == [] and report.facts_imported == len(facts_of(src, "ana"))
+
+
+def _with_fact(line: dict[str, Any], **changes: Any) -> str:
+    return json.dumps({**line, "fact": {**line["fact"], **changes}})
+
+
+@pytest.mark.parametrize("change", [
+    {"confidence": "high"}, {"confidence": True}, {"confidence": 1.5}, {"text": 42}, {"text": "  "},
+    {"created_at": float("nan")}, {"invalid_at": float("inf")}, {"type": "rumour"}, {"source_ids": "m1"},
+    {"metadata": ["a"]}, {"access_count": -1}, {"polarity": 2}, {"user_id": None}, {"colour": "green"},
+    {"updated_at": "2024-01-01"},
+], ids=lambda c: "-".join(f"{k}={v!r}" for k, v in c.items()))
+def test_a_malformed_fact_line_is_refused_and_nothing_is_written(
+        make_memory: MakeMemory, tmp_path: Path, change: dict[str, Any]) -> None:
+    src = make_memory("src")
+    fill(src)
+    lines = export(src, tmp_path / "all.jsonl")
+    n = next(i for i, x in enumerate(lines) if x["type"] == "fact")
+    raw = [json.dumps(x) for x in lines]
+    # json.dumps writes NaN/Infinity for float("nan"/"inf"): what a careless tool would write
+    raw[n] = _with_fact(lines[n], **change)
+    (tmp_path / "bad.jsonl").write_text("\n".join(raw) + "\n", encoding="utf-8")
+    dst = make_memory("dst")
+    with pytest.raises(ImportFormatError) as e:
+        dst.import_jsonl(tmp_path / "bad.jsonl")
+    assert [line for line, _ in e.value.errors] == [n + 1]
+    assert dst.stats().messages == 0 and dst.facts("ana", include_invalid=True) == [] and dst.episodes("ana") == []
+
+
+@pytest.mark.parametrize("line", [
+    {"type": "episode", "episode": {"id": "e1", "user_id": "ana", "session_id": "s", "summary": ["x"]}},
+    {"type": "episode", "episode": {"id": "e1", "user_id": "ana", "session_id": "s", "summary": "x",
+                                    "decisions": "all"}},
+    {"type": "episode", "episode": {"id": "e1", "user_id": "ana", "session_id": "s", "summary": "x",
+                                    "end": float("nan")}},
+    {"type": "episode", "episode": {"id": "e1", "user_id": "ana", "session_id": "s", "summary": "x"},
+     "points": [1]},
+    {"type": "fact", "fact": {"id": "f1", "user_id": "ana", "type": "fact", "text": "t", "confidence": 1},
+     "history": [{"fact_id": "other", "action": "add", "at": 1.0}]},
+    {"type": "fact", "fact": {"id": "f1", "user_id": "ana", "type": "fact", "text": "t", "confidence": 1},
+     "history": [{"fact_id": "f1", "action": "add", "at": 1.0, "details": {"x": float("nan")}}]},
+    {"type": "item", "id": "i1"},
+], ids=["summary-list", "decisions-str", "end-nan", "points-int", "history-other-fact", "details-nan", "unknown-type"])
+def test_malformed_layer_lines_are_invalid(make_memory: MakeMemory, tmp_path: Path, line: dict[str, Any]) -> None:
+    dump = tmp_path / "bad.jsonl"
+    dump.write_text(json.dumps({"format": "tiered-memory/1", **line}) + "\n", encoding="utf-8")
+    m = make_memory()
+    with pytest.raises(ImportFormatError):
+        m.import_jsonl(dump)
+    assert m.facts("ana", include_invalid=True) == [] and m.episodes("ana") == []
+
+
+def test_an_id_held_by_another_user_is_skipped_not_taken_over(make_memory: MakeMemory, tmp_path: Path) -> None:
+    src = make_memory("src")
+    fill(src)
+    lines = export(src, tmp_path / "all.jsonl", user_id="bob")
+    fact = next(x for x in lines if x["type"] == "fact")
+    stolen = {**fact, "fact": {**fact["fact"], "user_id": "mallory", "text": "User is mallory's"}}
+    (tmp_path / "steal.jsonl").write_text(json.dumps(stolen) + "\n", encoding="utf-8")
+    src_bob = facts_of(src, "bob")
+    report = src.import_jsonl(tmp_path / "steal.jsonl")
+    assert (report.facts_imported, report.facts_skipped) == (0, 1)
+    assert facts_of(src, "bob") == src_bob and src.facts("mallory") == []
+
+
+def test_an_old_messages_only_file_still_imports(make_memory: MakeMemory, tmp_path: Path) -> None:
+    old = [{"format": "tiered-memory/1", "type": "message", "id": f"m{i}", "user_id": "ana", "session_id": "s1",
+            "role": "user", "content": f"note {i} about Lisbon", "metadata": {}, "timestamp": 1.7e9 + i}
+           for i in range(3)]
+    dump = tmp_path / "old.jsonl"
+    dump.write_text("".join(json.dumps(x) + "\n" for x in old), encoding="utf-8")
+    m = make_memory()
+    report = m.import_jsonl(dump)
+    assert (report.imported, report.skipped_existing, report.invalid) == (3, 0, [])
+    assert (report.facts_imported, report.episodes_imported) == (0, 0)
+    assert [x.id for x in m.get_messages("s1", user_id="ana")] == ["m0", "m1", "m2"]
+    assert m.facts("ana") == [] and m.episodes("ana") == []

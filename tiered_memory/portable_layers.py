@@ -1,0 +1,178 @@
+"""JSONL lines of the memory layers: facts (with their history) and episodes (with their
+key points), as :mod:`.portable` writes and reads them. Pure: records to line objects
+and back, every field checked.
+
+A fact line is ``{"format", "type": "fact", "fact": {every field of Fact}, "history":
+[{every field of FactChange}, ...]}``; an episode line is ``{"format", "type":
+"episode", "episode": {every field of Episode}, "points": [key point texts]}``. The
+record sits under its own key because ``Fact.type`` (``"preference"``...) would
+otherwise collide with the line's ``type``. Vectors are never in a line: they are
+recomputed on import. A parsed line is a record a store can hold and read back: no NaN
+or infinite time, no bool where a number goes, no NaN or NUL inside metadata, texts
+within the limits the layers write.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping, Sequence
+
+from .errors import InvalidInputError
+from .layers.semantic import check_type
+from .records import Episode, Fact, FactChange
+from .validation import (MAX_COUNT, MAX_ID_LENGTH, MAX_TIMESTAMP, MIN_TIMESTAMP, check_fact_text, check_id,
+                         check_metadata, check_text, check_unit)
+
+MAX_POINTS = 10_000  # key points, entities, source ids... of one record
+
+
+@dataclass(frozen=True, kw_only=True)
+class FactRecord:
+    fact: Fact
+    history: list[FactChange]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpisodeRecord:
+    episode: Episode
+    points: list[str]
+
+
+def fact_line(fact: Fact, history: Sequence[FactChange], fmt: str) -> dict[str, Any]:
+    return {"format": fmt, "type": "fact", "fact": asdict(fact), "history": [asdict(c) for c in history]}
+
+
+def episode_line(episode: Episode, points: Sequence[str], fmt: str) -> dict[str, Any]:
+    return {"format": fmt, "type": "episode", "episode": asdict(episode), "points": list(points)}
+
+
+# ---- field checks ------------------------------------------------------------------
+def _time(value: object, name: str, *, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"{name} must be a number of epoch seconds, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError as e:
+        raise InvalidInputError(f"{name} is outside 1900-01-01..2200-01-01 in epoch seconds") from e
+    if not math.isfinite(number):
+        raise InvalidInputError(f"{name} must be finite, got {value!r}")
+    # 0.0 is the records' "not set" default; else the range messages are held to
+    if number != 0.0 and not MIN_TIMESTAMP <= number < MAX_TIMESTAMP:
+        raise InvalidInputError(f"{name} {number!r} is outside 1900-01-01..2200-01-01 in epoch seconds")
+    return number
+
+
+def _required_time(value: object, name: str) -> float:
+    number = _time(value, name)
+    assert number is not None
+    return number
+
+
+def _int(value: object, name: str, *, minimum: int, maximum: int = MAX_COUNT) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidInputError(f"{name} must be an int from {minimum} to {maximum}, got {value!r}")
+    return value
+
+
+def _text(value: object, name: str, max_chars: int, *, optional: bool = False) -> str | None:
+    if value is None and optional:
+        return None
+    text = check_text(value, name)
+    if len(text) > max_chars:
+        raise InvalidInputError(f"{name} is {len(text):,} characters; the limit is {max_chars:,}")
+    return text
+
+
+def _strings(value: object, name: str, max_chars: int, *, ids: bool = False) -> list[str]:
+    if not isinstance(value, list) or len(value) > MAX_POINTS:
+        raise InvalidInputError(f"{name} must be a list of at most {MAX_POINTS:,} strings, got {type(value).__name__}")
+    if ids:
+        return [check_id(v, f"{name}[{n}]") for n, v in enumerate(value)]
+    return [str(_text(v, f"{name}[{n}]", max_chars)) for n, v in enumerate(value)]
+
+
+def _fields(obj: object, cls: type, name: str, required: Sequence[str]) -> Mapping[str, Any]:
+    """``obj`` as a mapping with only the fields of ``cls`` and all of ``required``."""
+    if not isinstance(obj, dict):
+        raise InvalidInputError(f"{name} must be an object, got {type(obj).__name__}")
+    unknown = set(obj) - {f.name for f in fields(cls)}
+    if unknown:
+        raise InvalidInputError(f"unknown {name} fields {sorted(unknown)}")
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise InvalidInputError(f"{name} needs {missing}")
+    return obj
+
+
+def _line_keys(obj: Mapping[str, Any], record: str, extra: str) -> None:
+    unknown = set(obj) - {"format", "type", record, extra}
+    if unknown:
+        raise InvalidInputError(f"unknown {record} line fields {sorted(unknown)}")
+
+
+# ---- lines to records ------------------------------------------------------------------
+def parse_change(obj: object, fact_id: str, *, max_chars: int, max_metadata_bytes: int) -> FactChange:
+    d = _fields(obj, FactChange, "history entry", ("fact_id", "action", "at"))
+    if d["fact_id"] != fact_id:
+        raise InvalidInputError(f"a history entry of fact {fact_id!r} names fact {d['fact_id']!r}")
+    return FactChange(fact_id=fact_id, action=str(_text(d["action"], "history action", MAX_ID_LENGTH)),
+                      old_text=_text(d.get("old_text"), "history old_text", max_chars, optional=True),
+                      new_text=_text(d.get("new_text"), "history new_text", max_chars, optional=True),
+                      at=_required_time(d["at"], "history at"),
+                      details=check_metadata(d.get("details"), max_metadata_bytes))
+
+
+def parse_fact(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: int) -> FactRecord:
+    """A ``fact`` line (already JSON) as a fact and its history; raises InvalidInputError."""
+    _line_keys(obj, "fact", "history")
+    d = _fields(obj.get("fact"), Fact, "fact", ("id", "user_id", "type", "text", "confidence"))
+    fact_id = check_id(d["id"], "fact id")
+    check_type(d["type"], optional=False)
+    superseded = d.get("superseded_by")
+    fact = Fact(
+        id=fact_id, user_id=check_id(d["user_id"], "user_id"), type=d["type"], text=check_fact_text(d["text"]),
+        confidence=check_unit(d["confidence"], "confidence"),
+        source_ids=_strings(d.get("source_ids", []), "source_ids", max_chars, ids=True),
+        metadata=check_metadata(d.get("metadata"), max_metadata_bytes),
+        created_at=_required_time(d.get("created_at", 0.0), "created_at"),
+        updated_at=_required_time(d.get("updated_at", 0.0), "updated_at"),
+        valid_from=_required_time(d.get("valid_from", 0.0), "valid_from"),
+        invalid_at=_time(d.get("invalid_at"), "invalid_at", optional=True),
+        superseded_by=None if superseded is None else check_id(superseded, "superseded_by"),
+        access_count=_int(d.get("access_count", 0), "access_count", minimum=0),
+        last_access=_time(d.get("last_access"), "last_access", optional=True),
+        key=_text(d.get("key"), "key", MAX_ID_LENGTH, optional=True),
+        polarity=_int(d.get("polarity", 1), "polarity", minimum=-1, maximum=1),
+    )
+    history = obj.get("history", [])
+    if not isinstance(history, list) or len(history) > MAX_POINTS:
+        raise InvalidInputError(f"history must be a list of at most {MAX_POINTS:,} entries")
+    return FactRecord(fact=fact, history=[parse_change(c, fact_id, max_chars=max_chars,
+                                                       max_metadata_bytes=max_metadata_bytes) for c in history])
+
+
+def parse_episode(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: int) -> EpisodeRecord:
+    """An ``episode`` line (already JSON) as an episode and its key points; raises
+    InvalidInputError. Without ``points``, they are the episode's :meth:`~Episode.key_points`."""
+    _line_keys(obj, "episode", "points")
+    d = _fields(obj.get("episode"), Episode, "episode", ("id", "user_id", "session_id", "summary"))
+    lists = {k: _strings(d.get(k, []), k, max_chars) for k in ("entities", "decisions", "open_questions", "key_facts")}
+    episode = Episode(
+        id=check_id(d["id"], "episode id"), user_id=check_id(d["user_id"], "user_id"),
+        session_id=check_id(d["session_id"], "session_id"), summary=str(_text(d["summary"], "summary", max_chars)),
+        **lists, turn_count=_int(d.get("turn_count", 0), "turn_count", minimum=0),
+        start=_required_time(d.get("start", 0.0), "start"), end=_required_time(d.get("end", 0.0), "end"),
+        source_ids=_strings(d.get("source_ids", []), "source_ids", max_chars, ids=True),
+        metadata=check_metadata(d.get("metadata"), max_metadata_bytes),
+        created_at=_required_time(d.get("created_at", 0.0), "created_at"),
+        access_count=_int(d.get("access_count", 0), "access_count", minimum=0),
+        last_access=_time(d.get("last_access"), "last_access", optional=True),
+        promoted_at=_time(d.get("promoted_at"), "promoted_at", optional=True),
+        compressed_at=_time(d.get("compressed_at"), "compressed_at", optional=True),
+    )
+    points = obj.get("points")
+    return EpisodeRecord(episode=episode, points=episode.key_points() if points is None
+                         else _strings(points, "points", max_chars))
