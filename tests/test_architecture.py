@@ -27,7 +27,9 @@ ALLOWED: dict[str, set[str]] = {
     "layers": {"foundation", "embedding", "vector", "store", "llm", "parts", "recall"},
     "context": {"foundation", "embedding", "vector", "store", "parts", "recall", "layers"},
     "backends": {"foundation", "embedding", "vector", "store"},
-    "portable": {"foundation", "parts", "recall"},
+    # portable restores facts and episodes through their layers (which own their vector ids), as
+    # context reads through them
+    "portable": {"foundation", "parts", "recall", "layers"},
     "facade": {"foundation", "embedding", "vector", "store", "llm", "parts", "recall", "layers", "context",
                "backends", "portable"},
     "entry": {"foundation", "embedding", "vector", "store", "llm", "parts", "recall", "layers", "context",
@@ -42,6 +44,8 @@ def part_of(module: str) -> str:
     if top != "tiered_memory":
         return "adapters"
     head = rest.split(".", 1)[0]
+    if head == "portable_layers":  # the layer lines of the JSONL export, split out of portable
+        return "portable"
     if head in FOUNDATION:
         return "foundation"
     if head in ("embedding", "vector", "store", "llm", "recall", "layers", "context", "parts", "backends",

@@ -181,9 +181,12 @@ class Isolation(RuleBasedStateMachine):
         out = self.folder / f"export-{self.n}.jsonl"
         count = self.memory.export_jsonl(out, user_id=user)
         lines = [json.loads(x) for x in out.read_text(encoding="utf-8").splitlines()]
-        assert count == len(lines) == len(self.owned.get(user, set()))
-        assert {x["id"] for x in lines} == self.owned.get(user, set())
-        assert {x["user_id"] for x in lines} <= {user}
+        messages = [x for x in lines if x["type"] == "message"]
+        assert count == len(lines) and len(messages) == len(self.owned.get(user, set()))
+        assert {x["id"] for x in messages} == self.owned.get(user, set())
+        # facts and episodes too: each line is this user's, and names no other user's codeword
+        assert {(x.get("fact") or x.get("episode") or x)["user_id"] for x in lines} <= {user}
+        assert not [x for x in lines if x["type"] != "message" and self.foreign(user, json.dumps(x, ensure_ascii=False))]
 
     @rule(base=st.sampled_from(BASE_IDS), lure=st.sampled_from(BASE_IDS))
     def facts_and_episodes(self, base: str, lure: str) -> None:
