@@ -21,8 +21,8 @@ LangGraph's SQL stores.
 
 Items whose namespace maps to no user belong to :data:`SHARED_OWNER`.
 
-Items are not part of ``export_jsonl``/``import_jsonl`` (which carry messages) in
-this version.
+Items are not part of ``export_jsonl``/``import_jsonl`` (which carry messages, facts
+and episodes) in this version.
 
 The pure rules (records, namespaces and their matching, vector ids, TTLs, result order:
 :mod:`.item_rules`) and filtering (:mod:`.item_filters`) are re-exported here; both are
