@@ -25,6 +25,7 @@ from .validation import (MAX_COUNT, MAX_ID_LENGTH, MAX_TIMESTAMP, MIN_TIMESTAMP,
                          check_metadata, check_text, check_unit)
 
 MAX_POINTS = 10_000  # key points, entities, source ids... of one record
+EPISODE_TEXT_TURNS = 4  # an episode's summary or key point: at most this many turns' worth of text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +160,9 @@ def parse_episode(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes:
     InvalidInputError. Without ``points``, they are the episode's :meth:`~Episode.key_points`."""
     _line_keys(obj, "episode", "points")
     d = _fields(obj.get("episode"), Episode, "episode", ("id", "user_id", "session_id", "summary"))
+    # the extractive rules join up to three sentences of turns into a summary (and take key
+    # facts from the joined turns): a bound a stored episode stays within, still a bound
+    max_chars = EPISODE_TEXT_TURNS * max_chars
     lists = {k: _strings(d.get(k, []), k, max_chars) for k in ("entities", "decisions", "open_questions", "key_facts")}
     episode = Episode(
         id=check_id(d["id"], "episode id"), user_id=check_id(d["user_id"], "user_id"),
