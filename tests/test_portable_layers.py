@@ -213,3 +213,27 @@ def test_an_old_messages_only_file_still_imports(make_memory: MakeMemory, tmp_pa
     assert (report.facts_imported, report.episodes_imported) == (0, 0)
     assert [x.id for x in m.get_messages("s1", user_id="ana")] == ["m0", "m1", "m2"]
     assert m.facts("ana") == [] and m.episodes("ana") == []
+
+
+def test_the_cli_moves_facts_and_episodes(make_memory: MakeMemory, tmp_path: Path) -> None:
+    from tiered_memory.cli import main
+    import io
+
+    src = make_memory("src")
+    fill(src)
+    if "sqlite" not in type(src.store).__name__.lower():
+        pytest.skip("the CLI opens a folder; the PostgreSQL run is covered above")
+    lines = export(src, tmp_path / "all.jsonl")
+    kinds = [x["type"] for x in lines]
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--path", str(tmp_path / "dst"), "import", str(tmp_path / "all.jsonl"), "--no-progress"],
+                stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    assert (f"imported {kinds.count('message')} messages, {kinds.count('fact')} facts and "
+            f"{kinds.count('episode')} episodes") in out.getvalue()
+    out = io.StringIO()
+    assert main(["--path", str(tmp_path / "dst"), "export", str(tmp_path / "again.jsonl")], stdout=out,
+                stderr=err) == 0
+    assert f"exported {len(lines)} lines" in out.getvalue()
+    again = [json.loads(x) for x in (tmp_path / "again.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [x for x in again if x["type"] == "fact"] == [x for x in lines if x["type"] == "fact"]
