@@ -517,23 +517,25 @@ class TieredMemory:
     @usable
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """Write one user's memory, or everyone's, as JSONL; returns the number of lines: the
-        live turns, then every fact (invalidated ones too, each with its history), then every
-        episode (with its key points). Not in it: working memory, store items, archived turns,
-        vectors (recomputed on import). See :mod:`.portable`."""
+        live turns, then every fact (invalidated ones too, each with its history), every
+        episode (with its key points) and every live store item (with its TTL). Not in it:
+        working memory, archived turns, vectors (recomputed on import). See :mod:`.portable`."""
         self.parts.access.flush()  # the access counts written are current
-        return export_jsonl(self.parts, Path(path), user_id, self._layers if self._layers_ok() else None)
+        ok = self._layers_ok()
+        return export_jsonl(self.parts, Path(path), user_id, self._layers if ok else None, self._items if ok else None)
 
     @usable
     def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,
                      progress: Callable[[int], None] | None = None, user_id: str | None = None) -> ImportReport:
         """Import a JSONL export (vectors recomputed); returns an ``ImportReport``. Each line
         goes to the user it names, unless ``user_id`` scopes the import to one user (lines of
-        others are then invalid). Facts and episodes are restored as exported (ids, times,
-        validity, history, access counts), without resolution or summarising; a record whose
-        id is already stored is skipped and counted."""
+        others are then invalid). Facts, episodes and items are restored as exported (ids,
+        times, validity, history, access counts, TTLs), without resolution or summarising; a
+        record whose id is already stored is skipped and counted."""
         check_flag(skip_invalid, "skip_invalid")
+        ok = self._layers_ok()
         return import_jsonl(self.parts, Path(path), skip_invalid=skip_invalid, progress=progress, user_id=user_id,
-                            layers=self._layers if self._layers_ok() else None)
+                            layers=self._layers if ok else None, items=self._items if ok else None)
 
     @usable
     def stats(self) -> Stats:

@@ -1,16 +1,18 @@
 """JSONL export and import: the live turns, then the facts (with their history, invalid
-ones included) and the episodes (with their key points), one JSON object a line.
+ones included), the episodes (with their key points) and the LangGraph store items (live
+ones, with their TTL), one JSON object a line.
 
 Vectors are not exported: they are recomputed on import, so a dump moves between
 embedding models, vector engines and record stores (SQLite to PostgreSQL). Not in a dump:
-working memory (per-session scratch), the LangGraph store items, archived turns, and the
-history of facts that were deleted. The fact and episode lines are written and checked
-by :mod:`.portable_layers`; a file of message lines only (every export before them) reads
+working memory (per-session scratch), archived turns, the history of facts that were
+deleted, and expired items. The fact, episode and item lines are written and checked by
+:mod:`.portable_layers`; a file of message lines only (every export before them) reads
 as before.
 
 An id is a global key. On import, a record whose id is already stored is skipped and
-counted (``skipped_existing``, ``facts_skipped``, ``episodes_skipped``), whichever user
-holds it: nothing stored is overwritten, and another user's record is never touched.
+counted (``skipped_existing``, ``facts_skipped``, ``episodes_skipped``, ``items_skipped``),
+whichever user holds it: nothing stored is overwritten, and another user's record is
+never touched. So is an item whose namespace and key are already stored.
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .errors import InvalidInputError, StoreError
+from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
-from .portable_layers import EpisodeRecord, FactRecord, episode_line, fact_line, parse_episode, parse_fact
+from .portable_layers import (EpisodeRecord, FactRecord, ItemRecord, episode_line, fact_line, item_line, parse_episode,
+                              parse_fact, parse_item)
 from .recall.indexing import store_and_index, write_chunks
 from .types import StoredMessage
 from .validation import check_id, check_message_id, normalize_message
@@ -53,10 +57,13 @@ class ImportReport:
     facts_skipped: int = 0
     episodes_imported: int = 0
     episodes_skipped: int = 0
+    items_imported: int = 0
+    items_skipped: int = 0
 
 
-def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None) -> Iterator[str]:
-    """Messages, then facts, then episodes (those only where the store keeps layers)."""
+def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None,
+                 items: ItemStore | None = None) -> Iterator[str]:
+    """Messages, then facts, episodes and live items (those where the store keeps layers)."""
     for m in parts.store.iter_messages(user_id):
         yield json.dumps({
             "format": FORMAT, "type": "message", "id": m.id, "user_id": m.user_id,
@@ -76,11 +83,15 @@ def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None
     for user in users:
         for ep in rows.episodes_of(user):
             yield json.dumps(episode_line(ep, rows.episode_points(ep.id), FORMAT), ensure_ascii=False)
+    if items is not None:
+        for item, ttl, expires in items.db.item_rows(user_id, live_at=parts.now()):
+            yield json.dumps(item_line(item, ttl, expires, FORMAT), ensure_ascii=False)
 
 
-def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None, layers: Layers | None = None) -> int:
-    """Write messages, facts and episodes (one user's, or everyone's) to ``path``; returns
-    the number of lines."""
+def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None, layers: Layers | None = None,
+                 items: ItemStore | None = None) -> int:
+    """Write messages, facts, episodes and items (one user's, or everyone's) to ``path``;
+    returns the number of lines."""
     if user_id is not None:
         check_id(user_id, "user_id")
     if Path(path).is_dir():
@@ -93,7 +104,7 @@ def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None, lay
         raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from e
     try:
         with opened as f:
-            for line in export_lines(parts, user_id, layers):
+            for line in export_lines(parts, user_id, layers, items):
                 f.write(line + "\n")
                 n += 1
         tmp.replace(path)
@@ -135,7 +146,8 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
     return _message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
 
-Record = StoredMessage | FactRecord | EpisodeRecord
+Record = StoredMessage | FactRecord | EpisodeRecord | ItemRecord
+KINDS = ("message", "fact", "episode", "item")
 
 
 def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
@@ -143,12 +155,15 @@ def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: b
     record store keeps no facts or episodes, so their lines are invalid."""
     obj = _load(raw)
     kind = obj.get("type") if isinstance(obj, dict) else None
-    if not isinstance(obj, dict) or kind not in ("message", "fact", "episode"):
-        raise InvalidInputError("expected an object with type 'message', 'fact' or 'episode'")
+    if not isinstance(obj, dict) or kind not in KINDS:
+        raise InvalidInputError("expected an object with type 'message', 'fact', 'episode' or 'item'")
     if kind == "message":
         return StoredMessage(**_message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes))
     if not layers:
-        raise InvalidInputError(f"this memory's record store keeps no facts or episodes; cannot import a {kind}")
+        raise InvalidInputError(f"this memory's record store keeps no facts, episodes or items; "
+                                f"cannot import a {kind}")
+    if kind == "item":
+        return parse_item(obj)
     parse = parse_fact if kind == "fact" else parse_episode
     return parse(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
@@ -158,6 +173,8 @@ def _owner(record: Record) -> str:
         return record.fact.user_id
     if isinstance(record, EpisodeRecord):
         return record.episode.user_id
+    if isinstance(record, ItemRecord):
+        return record.item.user_id
     return record.user_id
 
 
@@ -167,12 +184,15 @@ def _key(record: Record) -> tuple[str, str]:
         return "fact", record.fact.id
     if isinstance(record, EpisodeRecord):
         return "episode", record.episode.id
+    if isinstance(record, ItemRecord):
+        return "item", record.item.id
     return "message", record.id
 
 
 def import_jsonl(
     parts: Parts, path: str | Path, *, skip_invalid: bool = False,
     progress: Callable[[int], None] | None = None, user_id: str | None = None, layers: Layers | None = None,
+    items: ItemStore | None = None,
 ) -> ImportReport:
     """Import a JSONL export. Every line is checked first; with any invalid line nothing
     is imported (``ImportFormatError`` lists them by line) unless ``skip_invalid``.
@@ -181,8 +201,8 @@ def import_jsonl(
     ``user_id``, the import is scoped to that user: a line of any other user is
     invalid, so a crafted file cannot plant messages, facts or episodes in someone
     else's memory. Messages are written first, then facts (with their history, as they
-    were: no resolution), then episodes (as they were: no summarising); ``layers`` is
-    ``None`` where the record store keeps no facts or episodes.
+    were: no resolution), episodes (as they were: no summarising) and items; ``layers``
+    and ``items`` are ``None`` where the record store keeps no facts, episodes or items.
     """
     if user_id is not None:
         check_id(user_id, "user_id")
@@ -209,6 +229,8 @@ def import_jsonl(
         write_chunks(new, parts.config.write_chunk, write, store=parts.store, progress=progress)
         if layers is not None:
             _restore_layers(parts, layers, records, report)
+        if items is not None:
+            _restore_items(items, records, report)
     return report
 
 
@@ -265,6 +287,15 @@ def _restore_layers(parts: Parts, layers: Layers, records: list[Record], report:
     report.episodes_skipped = len(episodes) - len(new_eps)
     layers.episodes.restore([(r.episode, r.points) for r in new_eps], _covered(parts, new_eps))
     report.episodes_imported = len(new_eps)
+
+
+def _restore_items(items: ItemStore, records: list[Record], report: ImportReport) -> None:
+    """Write the items whose id no row holds yet, nor their namespace and key."""
+    found = [r for r in records if isinstance(r, ItemRecord)]
+    held = items.db.item_owners([r.item.id for r in found])
+    new = [(r.item, r.ttl_minutes, r.expires_at) for r in found if r.item.id not in held]
+    report.items_imported = items.restore(new)
+    report.items_skipped = len(found) - report.items_imported
 
 
 def _covered(parts: Parts, episodes: list[EpisodeRecord]) -> dict[tuple[str, str], int]:

@@ -4,7 +4,9 @@ and back, every field checked.
 
 A fact line is ``{"format", "type": "fact", "fact": {every field of Fact}, "history":
 [{every field of FactChange}, ...]}``; an episode line is ``{"format", "type":
-"episode", "episode": {every field of Episode}, "points": [key point texts]}``. The
+"episode", "episode": {every field of Episode}, "points": [key point texts]}``; an item
+line (the LangGraph store) is ``{"format", "type": "item", "item": {every field of Item,
+the namespace as a list}, "ttl_minutes": number or null, "expires_at": number or null}``. The
 record sits under its own key because ``Fact.type`` (``"preference"``...) would
 otherwise collide with the line's ``type``. Vectors are never in a line: they are
 recomputed on import. A parsed line is a record a store can hold and read back: no NaN
@@ -19,10 +21,11 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping, Sequence
 
 from .errors import InvalidInputError
+from .layers.item_rules import check_namespace, check_owner, check_ttl
 from .layers.semantic import check_type
-from .records import Episode, Fact, FactChange
+from .records import Episode, Fact, FactChange, Item
 from .validation import (MAX_COUNT, MAX_ID_LENGTH, MAX_TIMESTAMP, MIN_TIMESTAMP, check_fact_text, check_id,
-                         check_metadata, check_text, check_unit)
+                         check_metadata, check_text, check_unit, encodable, encode_json)
 
 MAX_POINTS = 10_000  # key points, entities, source ids... of one record
 EPISODE_TEXT_TURNS = 4  # an episode's summary or key point: at most this many turns' worth of text
@@ -40,12 +43,24 @@ class EpisodeRecord:
     points: list[str]
 
 
+@dataclass(frozen=True, kw_only=True)
+class ItemRecord:
+    item: Item
+    ttl_minutes: float | None
+    expires_at: float | None
+
+
 def fact_line(fact: Fact, history: Sequence[FactChange], fmt: str) -> dict[str, Any]:
     return {"format": fmt, "type": "fact", "fact": asdict(fact), "history": [asdict(c) for c in history]}
 
 
 def episode_line(episode: Episode, points: Sequence[str], fmt: str) -> dict[str, Any]:
     return {"format": fmt, "type": "episode", "episode": asdict(episode), "points": list(points)}
+
+
+def item_line(item: Item, ttl_minutes: float | None, expires_at: float | None, fmt: str) -> dict[str, Any]:
+    return {"format": fmt, "type": "item", "item": {**asdict(item), "namespace": list(item.namespace)},
+            "ttl_minutes": ttl_minutes, "expires_at": expires_at}
 
 
 # ---- field checks ------------------------------------------------------------------
@@ -180,3 +195,33 @@ def parse_episode(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes:
     points = obj.get("points")
     return EpisodeRecord(episode=episode, points=episode.key_points() if points is None
                          else _strings(points, "points", max_chars))
+
+
+def _item_key(value: object) -> str:
+    """As ``ItemStore.write_many`` takes it: a non-empty str (that a store can hold)."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"item key must be a non-empty string, got {value!r}")
+    if "\x00" in value or not encodable(value):
+        raise InvalidInputError("item key must not hold NUL or lone surrogates")
+    return value
+
+
+def parse_item(obj: Mapping[str, Any]) -> ItemRecord:
+    """An ``item`` line (already JSON) as an item with its TTL and expiry; raises
+    InvalidInputError. The owner may be :data:`~.layers.item_rules.SHARED_OWNER`."""
+    unknown = set(obj) - {"format", "type", "item", "ttl_minutes", "expires_at"}
+    if unknown:
+        raise InvalidInputError(f"unknown item line fields {sorted(unknown)}")
+    d = _fields(obj.get("item"), Item, "item", ("id", "user_id", "namespace", "key", "value"))
+    value = d["value"]
+    if not isinstance(value, dict):
+        raise InvalidInputError(f"item value must be an object, got {type(value).__name__}")
+    encode_json(value, "item value")
+    item = Item(id=check_id(d["id"], "item id"), user_id=check_owner(d["user_id"]),
+                namespace=check_namespace(d["namespace"]), key=_item_key(d["key"]), value=value,
+                # as ItemStore.write_many: any stored text, no length limit
+                text=None if d.get("text") is None else check_text(d["text"], "item text"),
+                created_at=_required_time(d.get("created_at", 0.0), "created_at"),
+                updated_at=_required_time(d.get("updated_at", 0.0), "updated_at"))
+    return ItemRecord(item=item, ttl_minutes=check_ttl(obj.get("ttl_minutes")),
+                      expires_at=_time(obj.get("expires_at"), "expires_at", optional=True))

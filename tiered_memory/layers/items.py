@@ -21,8 +21,8 @@ LangGraph's SQL stores.
 
 Items whose namespace maps to no user belong to :data:`SHARED_OWNER`.
 
-Items are not part of ``export_jsonl``/``import_jsonl`` (which carry messages, facts
-and episodes) in this version.
+Live items are part of ``export_jsonl``/``import_jsonl`` (:mod:`~tiered_memory.portable`):
+restored with their ids, times and TTL by :meth:`ItemStore.restore`.
 
 The pure rules (records, namespaces and their matching, vector ids, TTLs, result order:
 :mod:`.item_rules`) and filtering (:mod:`.item_filters`) are re-exported here; both are
@@ -143,6 +143,29 @@ class ItemStore:
                         for k, (w, n, _) in enumerate(pieces)])
 
         self.parts.jointly(write)  # rows and vectors in one transaction where one engine holds both
+
+    def restore(self, rows: Sequence[tuple[Item, float | None, float | None]]) -> int:
+        """Write items as they were exported (ids, times, TTL and expiry kept), their text parts
+        re-embedded and indexed; an item whose namespace and key are already stored is left as it
+        is. Returns how many were written. The caller skips ids already stored."""
+        pieces = [(item, n, t) for item, _, _ in rows if item.text for n, t in enumerate(text_parts(item.text))]
+        vectors = embed(self.parts.embedder, [t for _, _, t in pieces]) if pieces else None
+        written: set[str] = set()
+
+        def write() -> None:
+            with self.parts.lock, self.db.unit() as u:
+                for item, ttl, expires in rows:
+                    if u.item_id(item.namespace, item.key) is None:
+                        u.insert_item(item, ttl_minutes=ttl, expires_at=expires)
+                        written.add(item.id)
+                if vectors is not None:
+                    self.index.upsert([
+                        VectorItem(id=vector_id(item.id, n), vector=vectors[k], user_id=item.user_id, layer=LAYER,
+                                   timestamp=item.updated_at)
+                        for k, (item, n, _) in enumerate(pieces) if item.id in written])
+
+        self.parts.jointly(write)
+        return len(written)
 
     def repair(self) -> int:
         """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop

@@ -238,6 +238,17 @@ class LayerStore:
         sql, params = live(sql, params, live_at)
         return [item_from_row(r) for r in self.query(sql + " ORDER BY updated_at DESC, rowid DESC", params)]
 
+    def item_rows(self, user_id: str | None, live_at: float | None = None
+                  ) -> list[tuple[Item, float | None, float | None]]:
+        sql, params = f"SELECT {ITEM_COLS}, ttl_minutes, expires_at FROM items WHERE 1=1", []
+        if user_id is not None:
+            sql, params = sql + " AND user_id=?", [user_id]
+        sql, params = live(sql, params, live_at)
+        return [(item_from_row(r), r[-2], r[-1]) for r in self.query(sql + " ORDER BY rowid", params)]
+
+    def item_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        return self._owners("items", ids)
+
     def items_with_text(self) -> list[Item]:
         return [item_from_row(r) for r in self.query(f"SELECT {ITEM_COLS} FROM items WHERE text IS NOT NULL")]
 

@@ -233,6 +233,14 @@ class ItemRepository(Protocol):
 
     def keyword_items(self, user_id: str, terms: Sequence[str], k: int) -> Scored: ...
 
+    def item_rows(self, user_id: str | None, live_at: float | None = None
+                  ) -> list[tuple[Item, float | None, float | None]]:
+        """Items of ``user_id`` (of every owner when ``None``) with their ``ttl_minutes`` and
+        ``expires_at``, oldest first (for export)."""
+
+    def item_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        """The owner of each of ``ids`` that an item holds (ids are global keys)."""
+
     def unit(self) -> AbstractContextManager[ItemWrites]: ...
 
 
