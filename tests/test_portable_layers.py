@@ -229,11 +229,63 @@ def test_the_cli_moves_facts_and_episodes(make_memory: MakeMemory, tmp_path: Pat
     code = main(["--path", str(tmp_path / "dst"), "import", str(tmp_path / "all.jsonl"), "--no-progress"],
                 stdout=out, stderr=err)
     assert code == 0, err.getvalue()
-    assert (f"imported {kinds.count('message')} messages, {kinds.count('fact')} facts and "
-            f"{kinds.count('episode')} episodes") in out.getvalue()
+    assert (f"imported {kinds.count('message')} messages, {kinds.count('fact')} facts, "
+            f"{kinds.count('episode')} episodes and 0 items") in out.getvalue()
     out = io.StringIO()
     assert main(["--path", str(tmp_path / "dst"), "export", str(tmp_path / "again.jsonl")], stdout=out,
                 stderr=err) == 0
     assert f"exported {len(lines)} lines" in out.getvalue()
     again = [json.loads(x) for x in (tmp_path / "again.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [x for x in again if x["type"] == "fact"] == [x for x in lines if x["type"] == "fact"]
+
+
+def _items(m: TieredMemory) -> list[Any]:
+    return m.item_store().db.item_rows(None)
+
+
+def test_store_items_round_trip_with_their_ttl_and_are_found(make_memory: MakeMemory, tmp_path: Path) -> None:
+    from tiered_memory.layers.items import SHARED_OWNER, ItemWrite
+
+    src = make_memory("src")
+    src.item_store().write_many([
+        ItemWrite(namespace=("ana", "prefs"), key="food", user_id="ana", value={"likes": "sushi", "n": [1, 2.5]},
+                  text="Ana loves salmon sushi\x1eweekly dinners", ttl_minutes=600),
+        ItemWrite(namespace=("ana", "notes"), key="trip", user_id="ana", value={"to": "Kyoto"}),
+        ItemWrite(namespace=("docs",), key="policy", user_id=SHARED_OWNER, value={"v": 1}, text="refund policy"),
+        ItemWrite(namespace=("bob", "prefs"), key="food", user_id="bob", value={"likes": "bees"}),
+    ])
+    lines = export(src, tmp_path / "all.jsonl")
+    assert [x["type"] for x in lines].count("item") == 4
+    assert {x["item"]["user_id"] for x in export(src, tmp_path / "ana.jsonl", "ana") if x["type"] == "item"} == {"ana"}
+
+    dst = make_memory("dst")
+    report = dst.import_jsonl(tmp_path / "all.jsonl")
+    assert (report.items_imported, report.items_skipped) == (4, 0)
+    assert _items(dst) == _items(src)  # ids, owners, namespaces, values, texts, times, TTL, expiry
+    hit = dst.item_store().recall("what food does Ana like?", user_id="ana", k=1)[0]
+    assert hit.item.key == "food" and hit.item.value["likes"] == "sushi"
+    again = dst.import_jsonl(tmp_path / "all.jsonl")
+    assert (again.items_imported, again.items_skipped) == (0, 4) and _items(dst) == _items(src)
+    with pytest.raises(ImportFormatError):  # a scoped import refuses the shared item and bob's
+        make_memory("third").import_jsonl(tmp_path / "all.jsonl", user_id="ana")
+
+
+@pytest.mark.parametrize("change", [{"value": [1]}, {"namespace": []}, {"key": ""}, {"user_id": "\x02x"},
+                                    {"text": 5}, {"created_at": float("nan")}, {"value": {"x": float("inf")}}],
+                         ids=["value-list", "namespace-empty", "key-empty", "owner-control", "text-int",
+                              "created-nan", "value-inf"])
+def test_a_malformed_item_line_is_refused(make_memory: MakeMemory, tmp_path: Path, change: dict[str, Any]) -> None:
+    item = {"id": "i1", "user_id": "ana", "namespace": ["ana"], "key": "k", "value": {"a": 1}, "text": "t",
+            "created_at": 1.7e9, "updated_at": 1.7e9}
+    dump = tmp_path / "bad.jsonl"
+    dump.write_text(json.dumps({"format": "tiered-memory/1", "type": "item", "item": {**item, **change}}) + "\n",
+                    encoding="utf-8")
+    m = make_memory()
+    with pytest.raises(ImportFormatError):
+        m.import_jsonl(dump)
+    assert _items(m) == []
+    ttl = tmp_path / "ttl.jsonl"
+    ttl.write_text(json.dumps({"format": "tiered-memory/1", "type": "item", "item": item, "ttl_minutes": 0}) + "\n",
+                   encoding="utf-8")
+    with pytest.raises(ImportFormatError):
+        m.import_jsonl(ttl)
