@@ -61,7 +61,9 @@ def test_facts_and_episodes_round_trip_field_by_field_and_are_found(make_memory:
     assert any(f.access_count for f in facts_of(src, "ana").values())  # ...and counted accesses
 
     dst = make_memory("dst")
-    report = dst.import_jsonl(tmp_path / "all.jsonl")
+    seen: list[int] = []
+    report = dst.import_jsonl(tmp_path / "all.jsonl", progress=seen.append)
+    assert sum(seen) == len(lines)  # a progress bar over the file's lines reaches its end
     assert (report.facts_imported, report.facts_skipped) == (len(facts_of(src, "ana")) + 1, 0)
     assert (report.episodes_imported, report.episodes_skipped) == (2, 0)
     for user in ("ana", "bob"):
@@ -215,14 +217,13 @@ def test_an_old_messages_only_file_still_imports(make_memory: MakeMemory, tmp_pa
     assert m.facts("ana") == [] and m.episodes("ana") == []
 
 
+@pytest.mark.record_stores("sqlite")  # the CLI opens a folder; PostgreSQL is moved to and from above
 def test_the_cli_moves_facts_and_episodes(make_memory: MakeMemory, tmp_path: Path) -> None:
     from tiered_memory.cli import main
     import io
 
     src = make_memory("src")
     fill(src)
-    if "sqlite" not in type(src.store).__name__.lower():
-        pytest.skip("the CLI opens a folder; the PostgreSQL run is covered above")
     lines = export(src, tmp_path / "all.jsonl")
     kinds = [x["type"] for x in lines]
     out, err = io.StringIO(), io.StringIO()
@@ -289,3 +290,22 @@ def test_a_malformed_item_line_is_refused(make_memory: MakeMemory, tmp_path: Pat
                    encoding="utf-8")
     with pytest.raises(ImportFormatError):
         m.import_jsonl(ttl)
+
+
+def test_long_turns_make_layers_that_import_again(make_memory: MakeMemory, tmp_path: Path) -> None:
+    """What the layers store from long turns, however long, is a line the import takes back: a
+    rule fact holds what a turn said (here 9,000 characters, over the 5,000 a caller's fact may
+    have) and an extractive summary joins sentences of several turns."""
+    src = make_memory("src")
+    long_words = " ".join(f"harbour{i}" for i in range(1_500))
+    src.add_many([{"role": "user", "content": "My name is " + "Zed" * 3_000},
+                  {"role": "user", "content": f"We decided to sail past {long_words}."},
+                  {"role": "user", "content": f"The crew counted {long_words} twice."}],
+                 session_id="s", user_id="ana")
+    src.end_session("s", user_id="ana")
+    assert max(len(f.text) for f in src.facts("ana")) > 5_000
+    export(src, tmp_path / "long.jsonl")
+    dst = make_memory("dst")
+    report = dst.import_jsonl(tmp_path / "long.jsonl")
+    assert report.invalid == [] and report.episodes_imported == 1
+    assert_same_layers(src, dst, "ana")

@@ -200,7 +200,7 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
     from tqdm import tqdm
 
     with _open(args.path, create=True) as memory:
-        bar = tqdm(total=total, unit="msg", desc="importing", file=err,
+        bar = tqdm(total=total, unit="line", desc="importing", file=err,
                    disable=True if args.no_progress else None)
         try:
             report = memory.import_jsonl(source, skip_invalid=args.skip_invalid, progress=bar.update,

@@ -203,6 +203,8 @@ def import_jsonl(
     else's memory. Messages are written first, then facts (with their history, as they
     were: no resolution), episodes (as they were: no summarising) and items; ``layers``
     and ``items`` are ``None`` where the record store keeps no facts, episodes or items.
+    ``progress`` is called with the messages of each committed chunk, then once with the
+    number of fact, episode and item lines.
     """
     if user_id is not None:
         check_id(user_id, "user_id")
@@ -231,6 +233,8 @@ def import_jsonl(
             _restore_layers(parts, layers, records, report)
         if items is not None:
             _restore_items(items, records, report)
+    if progress is not None and len(records) > len(rows):
+        progress(len(records) - len(rows))  # the facts, episodes and items lines, done
     return report
 
 

@@ -24,11 +24,14 @@ from .errors import InvalidInputError
 from .layers.item_rules import check_namespace, check_owner, check_ttl
 from .layers.semantic import check_type
 from .records import Episode, Fact, FactChange, Item
-from .validation import (MAX_COUNT, MAX_ID_LENGTH, MAX_TIMESTAMP, MIN_TIMESTAMP, check_fact_text, check_id,
+from .validation import (MAX_COUNT, MAX_ID_LENGTH, MAX_TIMESTAMP, MIN_TIMESTAMP, check_id,
                          check_metadata, check_text, check_unit, encodable, encode_json)
 
 MAX_POINTS = 10_000  # key points, entities, source ids... of one record
-EPISODE_TEXT_TURNS = 4  # an episode's summary or key point: at most this many turns' worth of text
+# a stored fact's or episode's text: at most this many turns' worth. The extractive rules join
+# up to three sentences of turns into a summary, consolidation promotes a summary to a fact, and
+# a rule fact holds what a turn said: a bound every stored record stays within, still a bound
+LAYER_TEXT_TURNS = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,11 +148,12 @@ def parse_fact(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: in
     """A ``fact`` line (already JSON) as a fact and its history; raises InvalidInputError."""
     _line_keys(obj, "fact", "history")
     d = _fields(obj.get("fact"), Fact, "fact", ("id", "user_id", "type", "text", "confidence"))
+    max_chars = LAYER_TEXT_TURNS * max_chars  # not MAX_FACT_CHARS: promoted summaries and rule facts are longer
     fact_id = check_id(d["id"], "fact id")
     check_type(d["type"], optional=False)
     superseded = d.get("superseded_by")
     fact = Fact(
-        id=fact_id, user_id=check_id(d["user_id"], "user_id"), type=d["type"], text=check_fact_text(d["text"]),
+        id=fact_id, user_id=check_id(d["user_id"], "user_id"), type=d["type"], text=str(_text(d["text"], "fact text", max_chars)),
         confidence=check_unit(d["confidence"], "confidence"),
         source_ids=_strings(d.get("source_ids", []), "source_ids", max_chars, ids=True),
         metadata=check_metadata(d.get("metadata"), max_metadata_bytes),
@@ -160,7 +164,7 @@ def parse_fact(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: in
         superseded_by=None if superseded is None else check_id(superseded, "superseded_by"),
         access_count=_int(d.get("access_count", 0), "access_count", minimum=0),
         last_access=_time(d.get("last_access"), "last_access", optional=True),
-        key=_text(d.get("key"), "key", MAX_ID_LENGTH, optional=True),
+        key=_text(d.get("key"), "key", max_chars, optional=True),
         polarity=_int(d.get("polarity", 1), "polarity", minimum=-1, maximum=1),
     )
     history = obj.get("history", [])
@@ -175,9 +179,7 @@ def parse_episode(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes:
     InvalidInputError. Without ``points``, they are the episode's :meth:`~Episode.key_points`."""
     _line_keys(obj, "episode", "points")
     d = _fields(obj.get("episode"), Episode, "episode", ("id", "user_id", "session_id", "summary"))
-    # the extractive rules join up to three sentences of turns into a summary (and take key
-    # facts from the joined turns): a bound a stored episode stays within, still a bound
-    max_chars = EPISODE_TEXT_TURNS * max_chars
+    max_chars = LAYER_TEXT_TURNS * max_chars
     lists = {k: _strings(d.get(k, []), k, max_chars) for k in ("entities", "decisions", "open_questions", "key_facts")}
     episode = Episode(
         id=check_id(d["id"], "episode id"), user_id=check_id(d["user_id"], "user_id"),
