@@ -184,8 +184,8 @@ class Isolation(RuleBasedStateMachine):
         messages = [x for x in lines if x["type"] == "message"]
         assert count == len(lines) and len(messages) == len(self.owned.get(user, set()))
         assert {x["id"] for x in messages} == self.owned.get(user, set())
-        # facts and episodes too: each line is this user's, and names no other user's codeword
-        assert {(x.get("fact") or x.get("episode") or x)["user_id"] for x in lines} <= {user}
+        # facts, episodes and items too: each line is this user's, and names no other user's codeword
+        assert {(x.get("fact") or x.get("episode") or x.get("item") or x)["user_id"] for x in lines} <= {user}
         assert not [x for x in lines if x["type"] != "message" and self.foreign(user, json.dumps(x, ensure_ascii=False))]
 
     @rule(base=st.sampled_from(BASE_IDS), lure=st.sampled_from(BASE_IDS))
