@@ -16,7 +16,6 @@ within the limits the layers write.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping, Sequence
 
@@ -24,8 +23,8 @@ from .errors import InvalidInputError
 from .layers.item_rules import check_namespace, check_owner, check_ttl
 from .layers.semantic import check_type
 from .records import Episode, Fact, FactChange, Item
-from .validation import (MAX_COUNT, MAX_ID_LENGTH, MAX_TIMESTAMP, MIN_TIMESTAMP, check_id,
-                         check_metadata, check_text, check_unit, encodable, encode_json)
+from .validation import (MAX_COUNT, MAX_ID_LENGTH, check_id, check_metadata, check_text, check_unit, encodable,
+                         encode_json, to_epoch)
 
 MAX_POINTS = 10_000  # key points, entities, source ids... of one record
 # a stored fact's or episode's text: at most this many turns' worth. The extractive rules join
@@ -68,20 +67,16 @@ def item_line(item: Item, ttl_minutes: float | None, expires_at: float | None, f
 
 # ---- field checks ------------------------------------------------------------------
 def _time(value: object, name: str, *, optional: bool = False) -> float | None:
+    """Epoch seconds as a record stores them: a number (not a datetime or ISO text, which a
+    record never holds), finite and in the range a message's timestamp is held to."""
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInputError(f"{name} must be a number of epoch seconds, got {value!r}")
     try:
-        number = float(value)
-    except OverflowError as e:
-        raise InvalidInputError(f"{name} is outside 1900-01-01..2200-01-01 in epoch seconds") from e
-    if not math.isfinite(number):
-        raise InvalidInputError(f"{name} must be finite, got {value!r}")
-    # 0.0 is the records' "not set" default; else the range messages are held to
-    if number != 0.0 and not MIN_TIMESTAMP <= number < MAX_TIMESTAMP:
-        raise InvalidInputError(f"{name} {number!r} is outside 1900-01-01..2200-01-01 in epoch seconds")
-    return number
+        return to_epoch(value, 0.0)
+    except InvalidInputError as e:
+        raise InvalidInputError(f"{name}: {e}") from None
 
 
 def _required_time(value: object, name: str) -> float:
