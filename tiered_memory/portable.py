@@ -168,25 +168,15 @@ def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: b
     return parse(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
 
-def _owner(record: Record) -> str:
+def _identity(record: Record) -> tuple[str, str, str]:
+    """(kind, id, owner) of a line's record: ids are unique per kind of record."""
     if isinstance(record, FactRecord):
-        return record.fact.user_id
+        return "fact", record.fact.id, record.fact.user_id
     if isinstance(record, EpisodeRecord):
-        return record.episode.user_id
+        return "episode", record.episode.id, record.episode.user_id
     if isinstance(record, ItemRecord):
-        return record.item.user_id
-    return record.user_id
-
-
-def _key(record: Record) -> tuple[str, str]:
-    """Ids are unique per kind of record."""
-    if isinstance(record, FactRecord):
-        return "fact", record.fact.id
-    if isinstance(record, EpisodeRecord):
-        return "episode", record.episode.id
-    if isinstance(record, ItemRecord):
-        return "item", record.item.id
-    return "message", record.id
+        return "item", record.item.id, record.item.user_id
+    return "message", record.id, record.user_id
 
 
 def import_jsonl(
@@ -262,14 +252,14 @@ def _read(parts: Parts, path: str | Path, report: ImportReport, *, user_id: str 
             except InvalidInputError as e:
                 report.invalid.append((n, str(e)))
                 continue
-            owner = _owner(record)
+            kind, record_id, owner = _identity(record)
             if user_id is not None and owner != user_id:
                 report.invalid.append((n, f"belongs to another user ({owner!r}); this import is "
                                           f"scoped to {user_id!r}"))
                 continue
-            key = _key(record)
+            key = (kind, record_id)
             if key in first_seen:  # would fail half-way through the import otherwise
-                report.invalid.append((n, f"id {key[1]!r} is also on line {first_seen[key]}"))
+                report.invalid.append((n, f"id {record_id!r} is also on line {first_seen[key]}"))
                 continue
             first_seen[key] = n
             records.append(record)
@@ -303,12 +293,17 @@ def _restore_items(items: ItemStore, records: list[Record], report: ImportReport
 
 
 def _covered(parts: Parts, episodes: list[EpisodeRecord]) -> dict[tuple[str, str], int]:
-    """Per (user, session), the last seq of the stored messages the episodes were made from."""
+    """Per (user, session), the last seq of the stored messages the episodes were made from
+    (one read of the store per user)."""
+    sources: dict[str, set[str]] = {}
+    for r in episodes:
+        sources.setdefault(r.episode.user_id, set()).update(r.episode.source_ids)
+    found = {user: parts.store.get_by_ids(user, sorted(ids)) for user, ids in sources.items() if ids}
     covered: dict[tuple[str, str], int] = {}
     for r in episodes:
         ep = r.episode
-        found = parts.store.get_by_ids(ep.user_id, ep.source_ids) if ep.source_ids else {}
-        seqs = [m.seq for m in found.values() if m.session_id == ep.session_id]
+        held = found.get(ep.user_id, {})
+        seqs = [held[i].seq for i in ep.source_ids if i in held and held[i].session_id == ep.session_id]
         if seqs:
             covered[(ep.user_id, ep.session_id)] = max(covered.get((ep.user_id, ep.session_id), 0), max(seqs))
     return covered
