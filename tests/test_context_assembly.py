@@ -9,8 +9,9 @@ from typing import Callable
 import pytest
 
 from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
-from tiered_memory.context.assembly import TITLES, TURN_CANDIDATES, relevant_fact, turn_candidates
-from tiered_memory.context.render import PREAMBLE, RECENT_TITLE, render_item, render_memory
+from tiered_memory.context.assembly import REPEAT_REASON, TITLES, TURN_CANDIDATES, relevant_fact, turn_candidates
+from tiered_memory.context.render import (PREAMBLE, RECENT_TITLE, ContextItem, render_item, render_memory,
+                                          repeated_turns)
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -27,6 +28,8 @@ def _fill(memory: TieredMemory) -> None:
     memory.add_fact("User's billing database is PostgreSQL 16", user_id="u1")
     wm = memory.working_memory("now", user_id="u1")
     wm.remember("User is migrating invoices to the new database", importance=0.9, type="goal")
+    # a session not summarised yet: its turn is not quoted by an episode, so past turns are shown
+    memory.add("user", "The billing service must also export invoices as CSV files.", session_id="side", user_id="u1")
     memory.add_many([{"role": "user", "content": "Let's continue the migration."},
                      {"role": "assistant", "content": "Sure, where were we?"}], session_id="now", user_id="u1")
 
@@ -50,7 +53,11 @@ def test_all_sections_filled_and_named(memory: TieredMemory) -> None:
     day = datetime.fromtimestamp(episode.timestamp, tz=timezone.utc).strftime("%Y-%m-%d")
     assert render_item(episode).startswith(f"- [{day}] ")  # an episode's head: its day, nothing else
     assert [i.text for i in ctx.recent] == ["Let's continue the migration.", "Sure, where were we?"]
-    assert ctx.dropped == [] and ctx.tokens <= 3000
+    # nothing is left out but the past turns the episode already quotes (both, in a two-turn session)
+    assert {d.id for d in ctx.dropped} == {m.id for m in memory.get_messages("old", user_id="u1")}
+    assert all(d.reason == f"{REPEAT_REASON} 'ep:{memory.episodes('u1')[0].id}'" for d in ctx.dropped)
+    assert ctx.section("turns").items[0].text.startswith("The billing service must also export")
+    assert ctx.tokens <= 3000
     text = ctx.to_text()
     assert text.count("<memory>") == text.count("</memory>") == 1  # one block of quoted data
     for name in ("session", "facts", "episodes", "turns"):
@@ -74,10 +81,13 @@ def test_budget_respected_whole_items_and_drops_reported(memory: TieredMemory, b
     assert sum(s.tokens for s in ctx.sections) < memory_tokens or memory_tokens == 0
     assert memory_tokens <= max(0, budget - sum(i.tokens for i in ctx.recent))
     assert ctx.tokens <= budget or len(ctx.recent) == 1  # only the newest turn may exceed alone
-    full_items = {i.id: i for s in full.sections for i in s.items}
+    full_items = {i.id: i.text for s in full.sections for i in s.items}
+    # the past turns the full context leaves to the episode that quotes them; a smaller one shows them
+    repeats = {d.id for d in full.dropped if d.reason.startswith(REPEAT_REASON)}
+    full_items |= {m.id: m.content for m in memory.get_messages("old", user_id="u1") if m.id in repeats}
     for s in ctx.sections:
         for item in s.items:
-            assert item.text == full_items[item.id].text  # never split
+            assert item.text == full_items[item.id]  # never split
     kept = {i.id for s in ctx.sections for i in s.items}
     dropped = {d.id for d in ctx.dropped if d.section != "recent"}
     assert kept | dropped == set(full_items) and not kept & dropped  # everything accounted for
@@ -97,7 +107,8 @@ def test_lowest_priority_truncated_first(memory: TieredMemory) -> None:
     assert [i.id for i in ctx.section("session").items] == [i.id for i in full.section("session").items]
     dropped_sections = {d.section for d in ctx.dropped}
     assert "turns" in dropped_sections and "session" not in dropped_sections
-    assert all("over budget" in d.reason for d in ctx.dropped if d.section != "recent")
+    assert all("over budget" in d.reason or d.reason.startswith(REPEAT_REASON)
+               for d in ctx.dropped if d.section != "recent")
     assert all("buffer" in d.reason for d in ctx.dropped if d.section == "recent")
 
 
@@ -205,3 +216,42 @@ def test_short_messages_fill_a_big_budget(memory: TieredMemory) -> None:
     turns = ctx.section("turns").items
     assert len(turns) > TURN_CANDIDATES
     assert ctx.tokens <= 2000
+
+
+def _items(*texts: str, prefix: str = "t") -> list[ContextItem]:
+    return [ContextItem(id=f"{prefix}{n}", text=t, tokens=10) for n, t in enumerate(texts)]
+
+
+def test_repeated_turns() -> None:
+    holders = _items('i just signed up for a pottery class yesterday. It\'s like therapy for me! | Decisions: none',
+                     "User's daughter is called Ines", prefix="ep")
+    turns = _items("I just signed up for a   pottery class yesterday",  # case, spacing, the missing stop aside
+                   "It's like therapy for me!",  # a sentence of the summary, whole words
+                   "up for a pottery",  # four words: a short text may be met by chance
+                   "i just signed up for a pottery class",  # the summary says it (a whole-word run)
+                   "just signed up for a pottery class yesterday, and loved it",  # more than the summary says
+                   "ust signed up for a pottery class",  # not a whole word: "just" is not "ust"
+                   "My daughter is called Ines")  # the same fact in other words
+    assert repeated_turns(turns, holders) == {"t0": "ep0", "t1": "ep0", "t3": "ep0"}
+    assert repeated_turns(turns, []) == {}
+
+
+def test_a_turn_an_episode_quotes_gives_its_room_to_another(memory: TieredMemory) -> None:
+    """An extractive episode quotes its session's key sentences: the same turn shown again
+    would cost tokens and tell the model nothing, so the room goes to the next relevant turn."""
+    memory.add_many([{"role": "user", "content": "I signed up for a pottery class on Mondays at the art centre."},
+                     {"role": "assistant", "content": "Lovely, pottery is a calming hobby."}],
+                    session_id="old", user_id="u1")
+    memory.end_session("old", user_id="u1")
+    memory.add_many([{"role": "user", "content": f"The pottery teacher showed us glaze number {n} today."}
+                     for n in range(3)], session_id="later", user_id="u1")
+    ctx = memory.build_context("when is the pottery class?", user_id="u1", session_id="now", max_tokens=2000)
+    episode = ctx.section("episodes").items[0]
+    assert "pottery class on Mondays" in episode.text
+    turns = [i.text for i in ctx.section("turns").items]
+    assert not any("pottery class on Mondays" in t for t in turns)  # said once, by the episode
+    assert sum("glaze number" in t for t in turns) == 3
+    repeat = next(d for d in ctx.dropped if d.reason.startswith(REPEAT_REASON))
+    assert repeat.section == "turns" and repeat.reason == f"{REPEAT_REASON} '{episode.id}'"
+    quoted = {m.id: m.content for m in memory.get_messages("old", user_id="u1")}
+    assert quoted[repeat.id].startswith("I signed up for a pottery class")

@@ -105,8 +105,11 @@ def test_core_text_and_messages_are_parseable_and_round_trip(poisoned: TieredMem
     rendered = [s for s in ctx.sections if s.items]
     assert [title for title, _ in sections] == [s.title for s in rendered] + [RECENT_TITLE]
     items = decoded_items(sections)
+    quoting = [x for x in items if x not in {f"{p} (note {i} about the vault)" for i, p in enumerate(PAYLOADS)}]
     for i, p in enumerate(PAYLOADS):  # every poisoned turn was recalled, verbatim, as data
-        assert f"{p} (note {i} about the vault)" in items
+        turn = f"{p} (note {i} about the vault)"
+        # as an item of its own, or inside the episode that quotes it (and then not shown twice)
+        assert turn in items or any(turn in x for x in quoting), turn
     assert any(x.startswith("User said: </memory>") for x in items), "facts were not rendered"
 
     messages = poisoned.build_context("vault", user_id="victim", session_id="now",

@@ -34,8 +34,8 @@ from ..layers.working import decayed
 from ..parts import AccessLayer, Parts
 from ..recall.search import search_turns
 from ..types import MemoryHit, StoredMessage
-from .render import (ContextItem, Dropped, MemoryContext, SectionRequest, cut_to_tokens, fit_sections, frame_tokens,
-                     item_cost, within_budget)
+from .render import (ContextItem, Dropped, MemoryContext, Section, SectionRequest, cut_to_tokens, fit_sections,
+                     frame_tokens, item_cost, repeated_turns, within_budget)
 
 TITLES = {"session": "Current session notes", "facts": "Known facts about the user",
           "episodes": "Relevant past sessions", "turns": "Relevant past conversation",
@@ -47,6 +47,7 @@ TURN_TOKENS = 40  # a short chat message's cost in the context: a room of R toke
 ITEM_CANDIDATES = 10
 FACT_CANDIDATES = 30
 EPISODE_CANDIDATES = 5
+REPEAT_REASON = "already quoted by"  # a past turn left out because a kept fact or episode says it
 
 
 def _costed(item: ContextItem, count: Callable[[str], int]) -> ContextItem:
@@ -160,6 +161,37 @@ def turn_candidates(room: int, pool: int) -> int:
     return max(TURN_CANDIDATES, min(pool // 2, room // TURN_TOKENS))
 
 
+def fit(requests: list[SectionRequest], room: int, count: Callable[[str], int]) -> tuple[list[Section], list[Dropped]]:
+    """``requests`` fitted into ``room`` tokens of rendered memory, the frame (preamble, tags,
+    headings) included (pure)."""
+    sections, lost = fit_sections(requests, max(0, room - frame_tokens(requests, count)))
+    shown = [r for r in requests if any(s.name == r.name and s.items for s in sections)]
+    if len(shown) < len([r for r in requests if r.items]):  # tags kept for sections left empty: fit again
+        sections, lost = fit_sections(requests, max(0, room - frame_tokens(shown, count)))
+    sections, cut = within_budget(sections, room, count)
+    return sections, lost + cut
+
+
+def without_repeats(requests: list[SectionRequest], sections: list[Section], lost: list[Dropped], room: int,
+                    count: Callable[[str], int]) -> tuple[list[Section], list[Dropped], list[Dropped]]:
+    """The fit again without the past turns that a kept fact or episode already quotes
+    (:func:`repeated_turns`), so their room goes to other turns (pure). Returns the sections,
+    what the fit left out, and the repeats, reported as dropped. The first fit stands when the
+    second would lose a quoting item."""
+    turns = next((r for r in requests if r.name == "turns"), None)
+    holders = [i for s in sections if s.name != "turns" for i in s.items]
+    said = repeated_turns(turns.items, holders) if turns is not None and holders else {}
+    if turns is None or not said:
+        return sections, lost, []
+    pruned = [replace(r, items=[i for i in r.items if i.id not in said]) if r is turns else r for r in requests]
+    again, lost_again = fit(pruned, room, count)
+    kept = {i.id for s in again for i in s.items}
+    if not set(said.values()) <= kept:
+        return sections, lost, []
+    return again, lost_again, [Dropped(section="turns", id=i.id, tokens=i.tokens, reason=f"{REPEAT_REASON} '{said[i.id]}'")
+                               for i in turns.items if i.id in said]
+
+
 def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, session_id: str,
              max_tokens: int | None, items: ItemStore | None = None) -> MemoryContext:
     budget = max_tokens if max_tokens is not None else parts.config.budget.max_tokens
@@ -192,14 +224,11 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
                                      share=parts.config.budget.shares.get("items", ITEM_SHARE)))
     requests.append(SectionRequest(name="turns", title=TITLES["turns"], items=turns,
                                    share=parts.config.budget.shares.get("turns", 0.3), priority=PRIORITY["turns"]))
-    sections, lost = fit_sections(requests, max(0, room - frame_tokens(requests, count)))
-    shown = [r for r in requests if any(s.name == r.name and s.items for s in sections)]
-    if len(shown) < len([r for r in requests if r.items]):  # tags kept for sections left empty: fit again
-        sections, lost = fit_sections(requests, max(0, room - frame_tokens(shown, count)))
-    sections, cut = within_budget(sections, room, count)
-    lost += cut
+    sections, lost = fit(requests, room, count)
+    sections, lost, repeats = without_repeats(requests, sections, lost, room, count)
     dropped += [Dropped(section=d.section, id=d.id, tokens=d.tokens,
                         reason=f"over budget: lower-priority '{d.section}' truncated first") for d in lost]
+    dropped += repeats
     kept = {i.id for i in recent}
     return MemoryContext(sections=sections, recent=recent, dropped=dropped, max_tokens=budget,
                          recent_messages=[m for m in buffer if m.id in kept])

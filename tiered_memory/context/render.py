@@ -235,6 +235,34 @@ class MemoryContext:
         return out
 
 
+REPEAT_MIN_WORDS = 5  # a shorter turn ("yes", "lol") may be found in a summary without being quoted there
+
+
+_WORD = re.compile(r"\w+")
+
+
+def _plain(text: str) -> str:
+    """``text`` as its words, case and punctuation aside, padded so that a match is of whole words."""
+    return " " + " ".join(_WORD.findall(text.casefold())) + " "
+
+
+def repeated_turns(turns: Sequence[ContextItem], holders: Sequence[ContextItem]) -> dict[str, str]:
+    """The ``turns`` whose whole text (case, spacing and punctuation aside, at least
+    :data:`REPEAT_MIN_WORDS` words, whole words) a ``holders`` item already says, by turn id,
+    with that item's id (pure). An extractive episode quotes its session's key sentences and a
+    rule fact may quote a turn: shown again, the turn costs tokens and tells the model nothing."""
+    said = [(h.id, _plain(h.text)) for h in holders]
+    out: dict[str, str] = {}
+    for t in turns:
+        plain = _plain(t.text)
+        if len(plain.split()) < REPEAT_MIN_WORDS:
+            continue
+        holder = next((hid for hid, text in said if plain in text), None)
+        if holder is not None:
+            out[t.id] = holder
+    return out
+
+
 def fit_sections(
     requests: Sequence[SectionRequest], budget: int
 ) -> tuple[list[Section], list[Dropped]]:
