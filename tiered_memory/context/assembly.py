@@ -10,7 +10,8 @@ which takes ``BudgetConfig.buffer_share`` of the budget first (oldest whole turn
 The memory budget left (after the preamble, the block's tags and the headings of the
 sections that have candidates, so that :meth:`MemoryContext.memory_text` plus the recent
 turns fit the budget) is split by ``BudgetConfig.shares``. Items are never split;
-everything left out is reported in ``MemoryContext.dropped`` with a reason. Working-memory
+everything left out is reported in ``MemoryContext.dropped`` with a reason. A past turn that a
+kept fact or episode quotes whole is left out for the next one (:func:`without_repeats`). Working-memory
 items whose decayed importance fell below ``ConsolidationConfig.prune_below`` have faded
 and are not shown (``consolidate`` prunes them).
 
