@@ -310,3 +310,33 @@ def test_rules_skip_facts_whose_object_is_a_pronoun() -> None:
     texts = [c.text for c in extract_fact_candidates(msgs)]
     assert not any(t.lower().endswith(" it") for t in texts), texts
     assert any("hiking" in t for t in texts), texts
+
+
+@pytest.mark.parametrize("said, fact", [
+    ("I love all the yellow leaves, it looks like a painting", "User likes all the yellow leaves"),
+    ("I'm an assistant manager- it's like a stepping stone", "User is an assistant manager"),
+    ("I'm an expert hiker", "User is an expert hiker"),  # the article said, not always "a"
+    ("I'm a nurse at the clinic", "User is a nurse at the clinic"),
+    ("I like the structure of the language, it's much easier than Spanish", "User likes the structure of the language"),
+    ("I love road trips with friends and I hate traffic", "User likes road trips with friends"),
+])
+def test_rules_end_a_fact_where_its_clause_ends(said: str, fact: str) -> None:
+    from tiered_memory.layers.extractive import extract_fact_candidates
+    from tiered_memory.types import StoredMessage
+
+    msgs = [StoredMessage(id="m1", user_id="u", session_id="s", role="user", timestamp=0.0, content=said)]
+    assert fact in [c.text for c in extract_fact_candidates(msgs)]
+
+
+@pytest.mark.parametrize("said", [
+    "I'm a big part of it!",  # what "it" is, a rule cannot tell
+    "I'm a huge fan of it, that's why I go",
+    "My daughter is Sara's age",
+    "I like the thought of",
+])
+def test_rules_skip_a_fact_cut_off_mid_phrase(said: str) -> None:
+    from tiered_memory.layers.extractive import extract_fact_candidates
+    from tiered_memory.types import StoredMessage
+
+    msgs = [StoredMessage(id="m1", user_id="u", session_id="s", role="user", timestamp=0.0, content=said)]
+    assert [c.text for c in extract_fact_candidates(msgs)] == []

@@ -154,7 +154,11 @@ def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences:
 _OBJ = r"(?P<x>[^.!?\n;]{2,80}?)"
 _NAME = r"(?P<x>[A-Z][\w'-]+(?:\s+[A-Z][\w'-]+){0,2})"
 _PLACE = r"(?P<x>[A-Z][\w'-]+(?:(?:\s+|,\s*)(?:de |da |do )?[A-Z][\w'-]+){0,3})"
-_END = r"(?=\s+(?:now|anymore|these days|lately|a lot|very much|so much|too)\b|[.!?;\n]|,\s*(?:but|and|so)\b|\s+(?:and|but|so|because)\s|$)"
+# where an object ends: a sentence mark, a clause joined by a conjunction, a new clause after a
+# comma ("all the yellow leaves, it looks...") or a dash ("assistant manager- it's like...")
+_END = (r"(?=\s+(?:now|anymore|these days|lately|a lot|very much|so much|too)\b|[.!?;\n]|,\s*(?:but|and|so)\b"
+        r"|\s+(?:and|but|so|because)\s|,\s*(?:it|it's|that|that's|this|which|they|they're|i|i'm|we|he|she)\b"
+        r"|\s*[-\u2013\u2014]\s|$)")
 _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
     # (type, pattern, text template, key template, polarity)
     ("fact", re.compile(rf"\b[Mm]y name is {_NAME}"), "User's name is {x}", "name", 1),
@@ -162,7 +166,7 @@ _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
     ("fact", re.compile(rf"\bI (?:live|am living|'m living) in {_PLACE}"), "User lives in {x}", "residence", 1),
     ("fact", re.compile(rf"\bI (?:just |recently )?moved to {_PLACE}"), "User lives in {x}", "residence", 1),
     ("fact", re.compile(rf"\bI work (?:at|for) {_PLACE}"), "User works at {x}", "employer", 1),
-    ("fact", re.compile(rf"\bi(?: am|'m) an? {_OBJ}{_END}", re.I), "User is a {x}", None, 1),  # type: ignore[list-item]
+    ("fact", re.compile(rf"\bi(?: am|'m) (?P<a>an?) {_OBJ}{_END}", re.I), "User is {a} {x}", None, 1),  # type: ignore[list-item]
     ("constraint", re.compile(rf"\bi(?: am|'m) allergic to {_OBJ}{_END}", re.I), "User is allergic to {x}", "allergy:{x}", 1),
     ("constraint", re.compile(rf"\bi (?:can't|cannot|can not|don't|do not|never) eat {_OBJ}{_END}", re.I), "User does not eat {x}", "diet:{x}", 1),
     ("constraint", re.compile(r"\bi(?: am|'m) (?P<x>vegetarian|vegan|pescatarian|lactose intolerant|gluten[- ]free)\b", re.I), "User is {x}", "diet:{x}", 1),
@@ -199,6 +203,16 @@ def third_person(text: str) -> str:
 _PRONOUNS = frozenset("it that this them these those him her one there here so".split())
 
 
+_DANGLING = frozenset("of to a an the for with in on at from by about as and or but than that this it them".split())
+
+
+def dangling(obj: str) -> bool:
+    """Does a rule's object stop where its sentence cannot (pure)? On a word that needs one
+    after it ("a part of", "a huge fan of it"), or on a possessive ("Sara's")."""
+    words = obj.lower().split()
+    return not words or words[-1] in _DANGLING or words[-1].endswith(("'s", "\u2019s"))
+
+
 def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandidate]:
     """Rule-based fact candidates from user messages (first person only), in order."""
     out: dict[str, FactCandidate] = {}
@@ -211,6 +225,8 @@ def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandi
                     groups = {k: v.strip().rstrip(",") for k, v in found.groupdict().items() if v}
                     if not groups.get("x") or groups["x"].lower() in _PRONOUNS:
                         continue  # "I love it": the object is elsewhere; a rule cannot resolve it
+                    if dangling(groups["x"]):
+                        continue  # "I'm a part of": the sentence went on where the rule cannot follow
                     text = template.format(**{k: third_person(v) for k, v in groups.items()})
                     key = normalize_key(key_t.format(**groups)) if key_t else None
                     out.setdefault(text.lower(), FactCandidate(
