@@ -319,6 +319,7 @@ def test_rules_skip_facts_whose_object_is_a_pronoun() -> None:
     ("I'm a nurse at the clinic", "User is a nurse at the clinic"),
     ("I like the structure of the language, it's much easier than Spanish", "User likes the structure of the language"),
     ("I love road trips with friends and I hate traffic", "User likes road trips with friends"),
+    ("I love Trader Joe's", "User likes Trader Joe's"),  # a possessive ends a name only where a person goes
 ])
 def test_rules_end_a_fact_where_its_clause_ends(said: str, fact: str) -> None:
     from tiered_memory.layers.extractive import extract_fact_candidates

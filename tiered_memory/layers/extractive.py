@@ -206,11 +206,12 @@ _PRONOUNS = frozenset("it that this them these those him her one there here so".
 _DANGLING = frozenset("of to a an the for with in on at from by about as and or but than that this it them".split())
 
 
-def dangling(obj: str) -> bool:
+def dangling(obj: str, *, name: bool = False) -> bool:
     """Does a rule's object stop where its sentence cannot (pure)? On a word that needs one
-    after it ("a part of", "a huge fan of it"), or on a possessive ("Sara's")."""
+    after it ("a part of", "a huge fan of it"), or, for a ``name``, on a possessive ("my
+    daughter is Sara's age": a shop may be called "Trader Joe's", a daughter not)."""
     words = obj.lower().split()
-    return not words or words[-1] in _DANGLING or words[-1].endswith(("'s", "\u2019s"))
+    return not words or words[-1] in _DANGLING or (name and words[-1].endswith(("'s", "\u2019s")))
 
 
 def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandidate]:
@@ -225,7 +226,7 @@ def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandi
                     groups = {k: v.strip().rstrip(",") for k, v in found.groupdict().items() if v}
                     if not groups.get("x") or groups["x"].lower() in _PRONOUNS:
                         continue  # "I love it": the object is elsewhere; a rule cannot resolve it
-                    if dangling(groups["x"]):
+                    if dangling(groups["x"], name=ftype == "relationship"):
                         continue  # "I'm a part of": the sentence went on where the rule cannot follow
                     text = template.format(**{k: third_person(v) for k, v in groups.items()})
                     key = normalize_key(key_t.format(**groups)) if key_t else None
