@@ -4,9 +4,9 @@ They sit at the foundation, below both ``layers/`` and ``store/``, so a layer re
 can return a :class:`Fact` or an :class:`Episode` without importing a layer, and a layer
 can speak in records without knowing how they are stored. Stored records
 (:class:`Fact`, :class:`FactChange`, :class:`Episode`, :class:`WorkingItem`,
-:class:`Item`) are frozen dataclasses; so are the records the layers pass between them
-before anything is stored (:class:`FactCandidate`, :class:`EpisodeDraft`). Nothing here
-does I/O.
+:class:`SessionPad`, :class:`ArchivedTurn`, :class:`Item`) are frozen dataclasses; so are
+the records the layers pass between them before anything is stored
+(:class:`FactCandidate`, :class:`EpisodeDraft`). Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -128,6 +128,32 @@ class WorkingItem:
     metadata: dict[str, Any] = field(default_factory=dict)
     access_count: int = 0
     score: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionPad:
+    """A session's scratchpad as stored: its JSON data and when it was last written."""
+
+    user_id: str
+    session_id: str
+    data: dict[str, Any]
+    updated_at: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArchivedTurn:
+    """A turn that consolidation moved out of the hot messages table (and its indexes) when
+    it compressed the episode ``episode_id``, at ``archived_at``."""
+
+    id: str
+    user_id: str
+    session_id: str
+    role: str
+    content: str
+    metadata: dict[str, Any]
+    timestamp: float
+    episode_id: str | None
+    archived_at: float
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..records import Episode, Fact, FactChange, Item, WorkingItem
+from ..records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
 
 Row = Sequence[Any]
 
@@ -24,6 +24,8 @@ EPISODE_COLS = ("id, user_id, session_id, summary, body, turn_count, start_ts, e
 WORKING_COLS = "id, user_id, session_id, text, type, importance, created_at, metadata, access_count"
 ITEM_COLS = "id, user_id, namespace, key, value, text, created_at, updated_at"
 HISTORY_COLS = "fact_id, action, old_text, new_text, at, details"
+ARCHIVE_COLS = "id, user_id, session_id, role, content, metadata, timestamp, episode_id, archived_at"
+PAD_COLS = "user_id, session_id, data, updated_at"
 
 _ESC = "\x1e"
 _SEP = "\x1f"  # labels are stored as label + US, so a prefix of labels is a prefix of text
@@ -102,6 +104,20 @@ def working_from_row(r: Row) -> WorkingItem:
 def working_to_row(i: WorkingItem) -> tuple[Any, ...]:
     return (i.id, i.user_id, i.session_id, i.text, i.type, i.importance, i.created_at, dumps(i.metadata),
             i.access_count)
+
+
+def archived_from_row(r: Row) -> ArchivedTurn:
+    return ArchivedTurn(id=r[0], user_id=r[1], session_id=r[2], role=r[3], content=r[4], metadata=json.loads(r[5]),
+                        timestamp=r[6], episode_id=r[7], archived_at=r[8])
+
+
+def archived_to_row(t: ArchivedTurn) -> tuple[Any, ...]:
+    return (t.id, t.user_id, t.session_id, t.role, t.content, dumps(t.metadata), t.timestamp, t.episode_id,
+            t.archived_at)
+
+
+def pad_from_row(r: Row) -> SessionPad:
+    return SessionPad(user_id=r[0], session_id=r[1], data=json.loads(r[2]), updated_at=r[3])
 
 
 def item_from_row(r: Row) -> Item:

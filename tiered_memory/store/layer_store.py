@@ -19,13 +19,16 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..records import Episode, Fact, FactChange, Item, WorkingItem
+from ..records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
 from .layer_codec import (
+    ARCHIVE_COLS,
     EPISODE_COLS,
     FACT_COLS,
     HISTORY_COLS,
     ITEM_COLS,
+    PAD_COLS,
     WORKING_COLS,
+    archived_from_row,
     change_from_row,
     episode_from_row,
     fact_from_row,
@@ -34,6 +37,7 @@ from .layer_codec import (
     live,
     marks,
     ns_path,
+    pad_from_row,
     working_from_row,
 )
 from .layer_unit import LayerUnit
@@ -210,13 +214,25 @@ class LayerStore:
             f"SELECT {WORKING_COLS}, vector FROM working_items WHERE user_id=? AND session_id=?"
             " AND deleted_at IS NULL", (user_id, session_id))]
 
-    def live_working_items(self, user_id: str) -> list[WorkingItem]:
+    def live_working_items(self, user_id: str | None) -> list[WorkingItem]:
+        sql, params = f"SELECT {WORKING_COLS} FROM working_items WHERE deleted_at IS NULL", []
+        if user_id is not None:
+            sql, params = sql + " AND user_id=?", [user_id]
         return [working_from_row(r) for r in self.query(
-            f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND deleted_at IS NULL", (user_id,))]
+            sql + " ORDER BY user_id, session_id, created_at, id", params)]
+
+    def working_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        return self._owners("working_items", ids)
 
     def scratchpad(self, user_id: str, session_id: str) -> dict[str, Any]:
         found = self.query("SELECT data FROM scratchpads WHERE user_id=? AND session_id=?", (user_id, session_id))
         return dict(json.loads(found[0][0])) if found else {}
+
+    def scratchpads_of(self, user_id: str | None) -> list[SessionPad]:
+        sql, params = f"SELECT {PAD_COLS} FROM scratchpads", []
+        if user_id is not None:
+            sql, params = sql + " WHERE user_id=?", [user_id]
+        return [pad_from_row(r) for r in self.query(sql + " ORDER BY user_id, session_id", params)]
 
     # ---- items -----------------------------------------------------------------------
     def item(self, namespace: Sequence[str], key: str, live_at: float | None = None) -> Item | None:
@@ -287,3 +303,12 @@ class LayerStore:
             params.append(session_id)
         return [{"id": r[0], "session_id": r[1], "role": r[2], "content": r[3], "timestamp": r[4],
                  "episode_id": r[5]} for r in self.query(sql + " ORDER BY timestamp", params)]
+
+    def archived_turns(self, user_id: str | None) -> list[ArchivedTurn]:
+        sql, params = f"SELECT {ARCHIVE_COLS} FROM messages_archive", []
+        if user_id is not None:
+            sql, params = sql + " WHERE user_id=?", [user_id]
+        return [archived_from_row(r) for r in self.query(sql + " ORDER BY user_id, timestamp, id", params)]
+
+    def archive_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        return self._owners("messages_archive", ids)

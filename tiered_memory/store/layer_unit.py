@@ -16,12 +16,15 @@ from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
-from ..records import Episode, Fact, FactChange, Item, WorkingItem
+from ..records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
 from .layer_codec import (
+    ARCHIVE_COLS,
     EPISODE_COLS,
     FACT_COLS,
     ITEM_COLS,
+    PAD_COLS,
     WORKING_COLS,
+    archived_to_row,
     dumps,
     episode_from_row,
     episode_to_row,
@@ -161,6 +164,10 @@ class LayerUnit:
                                [user_id, *part]).rowcount
         return moved
 
+    def restore_archived(self, turns: Sequence[ArchivedTurn]) -> int:
+        return sum(self._run(f"INSERT INTO messages_archive ({ARCHIVE_COLS}) VALUES ({marks(9)})"
+                             " ON CONFLICT DO NOTHING", archived_to_row(t)).rowcount for t in turns)
+
     def forget_archived(self, user_id: str, *, ids: Sequence[str] = (), session_id: str | None = None) -> int:
         if session_id is not None:
             return int(self._run("DELETE FROM messages_archive WHERE user_id=? AND session_id=?",
@@ -205,6 +212,10 @@ class LayerUnit:
         self._run("INSERT INTO scratchpads VALUES (?,?,?,?) ON CONFLICT(user_id, session_id) DO UPDATE"
                   " SET data=excluded.data, updated_at=excluded.updated_at",
                   (user_id, session_id, dumps(dict(data)), at))
+
+    def restore_scratchpad(self, pad: SessionPad) -> bool:
+        return bool(self._run(f"INSERT INTO scratchpads ({PAD_COLS}) VALUES (?,?,?,?) ON CONFLICT DO NOTHING",
+                              (pad.user_id, pad.session_id, dumps(pad.data), pad.updated_at)).rowcount > 0)
 
     def touch_working(self, user_id: str, ids: Sequence[str], now: float) -> None:
         self._many("UPDATE working_items SET access_count=access_count+1 WHERE user_id=? AND id=?",

@@ -25,7 +25,7 @@ from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..records import Episode, Fact, FactChange, Item, WorkingItem
+from ..records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
 
 Scored = list[tuple[str, float]]
 
@@ -120,6 +120,10 @@ class EpisodeWrites(AuditWrites, Protocol):
         """Move messages out of the hot table (and its keyword index) into the archive, or delete
         them; returns how many left the hot table."""
 
+    def restore_archived(self, turns: Sequence[ArchivedTurn]) -> int:
+        """Put exported turns back into the archive as they were; a turn whose id the archive
+        holds is left as it is. Returns how many were written."""
+
     def forget_archived(self, user_id: str, *, ids: Sequence[str] = (), session_id: str | None = None) -> int:
         """Delete the user's archived messages among ``ids``, or all of ``session_id``'s;
         returns how many."""
@@ -145,6 +149,12 @@ class EpisodeRepository(Protocol):
         """The user of each of ``ids`` that an episode holds (ids are global keys)."""
 
     def cursor(self, user_id: str, session_id: str) -> int: ...
+
+    def archived_turns(self, user_id: str | None) -> list[ArchivedTurn]:
+        """Archived turns of ``user_id`` (of every user when ``None``), every field (for export)."""
+
+    def archive_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        """The user of each of ``ids`` that an archived turn holds (ids are global keys)."""
 
     def uncovered_count(self, user_id: str, session_id: str, *, role: str | None = None) -> int:
         """Messages of the session (of ``role`` if given) that no episode covers yet."""
@@ -175,6 +185,10 @@ class WorkingWrites(AuditWrites, Protocol):
 
     def save_scratchpad(self, user_id: str, session_id: str, data: Mapping[str, Any], at: float) -> None: ...
 
+    def restore_scratchpad(self, pad: SessionPad) -> bool:
+        """Write an exported scratchpad as it was, unless the session has one; returns whether
+        it was written."""
+
     def touch_working(self, user_id: str, ids: Sequence[str], now: float) -> None: ...
 
 
@@ -184,10 +198,17 @@ class WorkingRepository(Protocol):
 
     def working_vectors(self, user_id: str, session_id: str) -> list[tuple[WorkingItem, np.ndarray | None]]: ...
 
-    def live_working_items(self, user_id: str) -> list[WorkingItem]:
-        """Live items of every session of the user."""
+    def live_working_items(self, user_id: str | None) -> list[WorkingItem]:
+        """Live items of every session of the user (of every user when ``None``)."""
+
+    def working_owners(self, ids: Sequence[str]) -> dict[str, str]:
+        """The user of each of ``ids`` that a working item holds, pruned ones included (ids are
+        global keys)."""
 
     def scratchpad(self, user_id: str, session_id: str) -> dict[str, Any]: ...
+
+    def scratchpads_of(self, user_id: str | None) -> list[SessionPad]:
+        """The stored scratchpads of ``user_id`` (of every user when ``None``), for export."""
 
     def unit(self) -> AbstractContextManager[WorkingWrites]: ...
 
