@@ -44,7 +44,7 @@ def part_of(module: str) -> str:
     if top != "tiered_memory":
         return "adapters"
     head = rest.split(".", 1)[0]
-    if head == "portable_layers":  # the layer lines of the JSONL export, split out of portable
+    if head in ("portable_layers", "portable_restore"):  # the layer lines and their restore, split out of portable
         return "portable"
     if head in FOUNDATION:
         return "foundation"

@@ -28,6 +28,7 @@ from .layers.longterm import Layers
 from .parts import Parts
 from .portable_layers import (EpisodeRecord, FactRecord, ItemRecord, episode_line, fact_line, item_line, parse_episode,
                               parse_fact, parse_item)
+from .portable_restore import restore_episodes, restore_facts, restore_items
 from .recall.indexing import store_and_index, write_chunks
 from .types import StoredMessage
 from .validation import check_id, check_message_id, normalize_message
@@ -220,9 +221,13 @@ def import_jsonl(
         # messages per transaction and per progress update
         write_chunks(new, parts.config.write_chunk, write, store=parts.store, progress=progress)
         if layers is not None:
-            _restore_layers(parts, layers, records, report)
+            report.facts_imported, report.facts_skipped = restore_facts(
+                layers, [r for r in records if isinstance(r, FactRecord)])
+            report.episodes_imported, report.episodes_skipped = restore_episodes(
+                parts, layers, [r for r in records if isinstance(r, EpisodeRecord)])
         if items is not None:
-            _restore_items(items, records, report)
+            report.items_imported, report.items_skipped = restore_items(
+                items, [r for r in records if isinstance(r, ItemRecord)])
     if progress is not None and len(records) > len(rows):
         progress(len(records) - len(rows))  # the facts, episodes and items lines, done
     return report
@@ -264,46 +269,3 @@ def _read(parts: Parts, path: str | Path, report: ImportReport, *, user_id: str 
             first_seen[key] = n
             records.append(record)
     return records
-
-
-def _restore_layers(parts: Parts, layers: Layers, records: list[Record], report: ImportReport) -> None:
-    """Write the facts and episodes whose ids no row holds yet (of any user)."""
-    facts = [r for r in records if isinstance(r, FactRecord)]
-    episodes = [r for r in records if isinstance(r, EpisodeRecord)]
-    rows = layers.rows
-    held = rows.fact_owners([r.fact.id for r in facts])
-    new_facts = [(r.fact, r.history) for r in facts if r.fact.id not in held]
-    report.facts_skipped = len(facts) - len(new_facts)
-    layers.facts.restore(new_facts)
-    report.facts_imported = len(new_facts)
-    held = rows.episode_owners([r.episode.id for r in episodes])
-    new_eps = [r for r in episodes if r.episode.id not in held]
-    report.episodes_skipped = len(episodes) - len(new_eps)
-    layers.episodes.restore([(r.episode, r.points) for r in new_eps], _covered(parts, new_eps))
-    report.episodes_imported = len(new_eps)
-
-
-def _restore_items(items: ItemStore, records: list[Record], report: ImportReport) -> None:
-    """Write the items whose id no row holds yet, nor their namespace and key."""
-    found = [r for r in records if isinstance(r, ItemRecord)]
-    held = items.db.item_owners([r.item.id for r in found])
-    new = [(r.item, r.ttl_minutes, r.expires_at) for r in found if r.item.id not in held]
-    report.items_imported = items.restore(new)
-    report.items_skipped = len(found) - report.items_imported
-
-
-def _covered(parts: Parts, episodes: list[EpisodeRecord]) -> dict[tuple[str, str], int]:
-    """Per (user, session), the last seq of the stored messages the episodes were made from
-    (one read of the store per user)."""
-    sources: dict[str, set[str]] = {}
-    for r in episodes:
-        sources.setdefault(r.episode.user_id, set()).update(r.episode.source_ids)
-    found = {user: parts.store.get_by_ids(user, sorted(ids)) for user, ids in sources.items() if ids}
-    covered: dict[tuple[str, str], int] = {}
-    for r in episodes:
-        ep = r.episode
-        held = found.get(ep.user_id, {})
-        seqs = [held[i].seq for i in ep.source_ids if i in held and held[i].session_id == ep.session_id]
-        if seqs:
-            covered[(ep.user_id, ep.session_id)] = max(covered.get((ep.user_id, ep.session_id), 0), max(seqs))
-    return covered

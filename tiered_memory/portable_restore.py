@@ -1,0 +1,57 @@
+"""Writing the checked records of a JSONL import back into the memory layers, as they were.
+
+Each function takes the records of one kind (already checked by :mod:`.portable_layers`)
+and returns ``(written, skipped)``: a record whose id a row already holds, of any user, is
+skipped, so nothing stored is overwritten and another user's record is never touched.
+:func:`.portable.import_jsonl` calls them under the memory's lock, after the messages.
+"""
+
+from __future__ import annotations
+
+from .layers.items import ItemStore
+from .layers.longterm import Layers
+from .parts import Parts
+from .portable_layers import EpisodeRecord, FactRecord, ItemRecord
+
+Counts = tuple[int, int]  # (written, skipped as already stored)
+
+
+def restore_facts(layers: Layers, facts: list[FactRecord]) -> Counts:
+    """The facts (with their history) whose ids no row holds yet."""
+    held = layers.rows.fact_owners([r.fact.id for r in facts])
+    new = [(r.fact, r.history) for r in facts if r.fact.id not in held]
+    layers.facts.restore(new)
+    return len(new), len(facts) - len(new)
+
+
+def restore_episodes(parts: Parts, layers: Layers, episodes: list[EpisodeRecord]) -> Counts:
+    """The episodes (with their key points) whose ids no row holds yet; their sessions'
+    coverage cursors move past the stored turns they were made from."""
+    held = layers.rows.episode_owners([r.episode.id for r in episodes])
+    new = [r for r in episodes if r.episode.id not in held]
+    layers.episodes.restore([(r.episode, r.points) for r in new], _covered(parts, new))
+    return len(new), len(episodes) - len(new)
+
+
+def restore_items(items: ItemStore, found: list[ItemRecord]) -> Counts:
+    """The items whose id no row holds yet, nor their namespace and key."""
+    held = items.db.item_owners([r.item.id for r in found])
+    written = items.restore([(r.item, r.ttl_minutes, r.expires_at) for r in found if r.item.id not in held])
+    return written, len(found) - written
+
+
+def _covered(parts: Parts, episodes: list[EpisodeRecord]) -> dict[tuple[str, str], int]:
+    """Per (user, session), the last seq of the stored messages the episodes were made from
+    (one read of the store per user)."""
+    sources: dict[str, set[str]] = {}
+    for r in episodes:
+        sources.setdefault(r.episode.user_id, set()).update(r.episode.source_ids)
+    found = {user: parts.store.get_by_ids(user, sorted(ids)) for user, ids in sources.items() if ids}
+    covered: dict[tuple[str, str], int] = {}
+    for r in episodes:
+        ep = r.episode
+        held = found.get(ep.user_id, {})
+        seqs = [held[i].seq for i in ep.source_ids if i in held and held[i].session_id == ep.session_id]
+        if seqs:
+            covered[(ep.user_id, ep.session_id)] = max(covered.get((ep.user_id, ep.session_id), 0), max(seqs))
+    return covered
