@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stats", parents=[common], help="counts of users, sessions, messages, vectors")
     st.add_argument("--json", action="store_true", help="print JSON")
 
-    e = sub.add_parser("export", parents=[common], help="write messages, facts, episodes and store items as JSONL")
+    e = sub.add_parser("export", parents=[common], help="write messages, facts, episodes, store items, archived turns and working memory as JSONL")
     e.add_argument("file", help="output .jsonl file")
     e.add_argument("--user", default=None, help="only this user (default: everyone)")
 
@@ -187,7 +187,7 @@ def _cmd_stats(args: argparse.Namespace, out: Callable[[str], None], err: TextIO
 def _cmd_export(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
     with _open(args.path) as memory:
         n = memory.export_jsonl(args.file, user_id=args.user)
-    out(f"exported {n} lines (messages, facts, episodes, items) to {args.file}")
+    out(f"exported {n} lines (messages, facts, episodes, items, archived turns, working memory) to {args.file}")
     return EXIT_OK
 
 
@@ -207,10 +207,12 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
                                          user_id=args.user)
         finally:
             bar.close()
-    present = report.skipped_existing + report.facts_skipped + report.episodes_skipped + report.items_skipped
+    present = (report.skipped_existing + report.facts_skipped + report.episodes_skipped + report.items_skipped
+               + report.archived_skipped + report.working_skipped + report.scratchpads_skipped)
     out(f"imported {report.imported} messages, {report.facts_imported} facts, {report.episodes_imported}"
-        f" episodes and {report.items_imported} items from {source} ({present} already present,"
-        f" {len(report.invalid)} invalid lines skipped)")
+        f" episodes and {report.items_imported} items; {report.archived_imported} archived turns,"
+        f" {report.working_imported} working-memory items and {report.scratchpads_imported} scratchpads"
+        f" from {source} ({present} already present, {len(report.invalid)} invalid lines skipped)")
     for line, message in report.invalid[:20]:
         out(f"  line {line}: {message}")
     return EXIT_OK

@@ -1,18 +1,22 @@
 """JSONL export and import: the live turns, then the facts (with their history, invalid
-ones included), the episodes (with their key points) and the LangGraph store items (live
-ones, with their TTL), one JSON object a line.
+ones included), the episodes (with their key points), the LangGraph store items (live
+ones, with their TTL), the archived turns (those ``consolidate`` moved out of the hot
+table) and working memory (each session's live items and its scratchpad), one JSON
+object a line.
 
 Vectors are not exported: they are recomputed on import, so a dump moves between
 embedding models, vector engines and record stores (SQLite to PostgreSQL). Not in a dump:
-working memory (per-session scratch), archived turns, the history of facts that were
-deleted, and expired items. The fact, episode and item lines are written and checked by
-:mod:`.portable_layers`; a file of message lines only (every export before them) reads
-as before.
+the history of facts that were deleted, working-memory items that were pruned, and
+expired items. The layer lines are written and checked by :mod:`.portable_layers` and
+written back by :mod:`.portable_restore`; a file of message lines only (every export
+before them), or without archived or working-memory lines, reads as before.
 
 An id is a global key. On import, a record whose id is already stored is skipped and
-counted (``skipped_existing``, ``facts_skipped``, ``episodes_skipped``, ``items_skipped``),
-whichever user holds it: nothing stored is overwritten, and another user's record is
-never touched. So is an item whose namespace and key are already stored.
+counted (``skipped_existing``, ``facts_skipped``, ``episodes_skipped``, ``items_skipped``,
+``archived_skipped``, ``working_skipped``), whichever user holds it: nothing stored is
+overwritten, and another user's record is never touched. So is an item whose namespace
+and key are already stored, and the scratchpad of a session that has one
+(``scratchpads_skipped``). Archived turns go back to the archive, not to the live turns.
 """
 
 from __future__ import annotations
@@ -26,10 +30,13 @@ from .errors import InvalidInputError, StoreError
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
-from .portable_layers import (EpisodeRecord, FactRecord, ItemRecord, episode_line, fact_line, item_line, parse_episode,
-                              parse_fact, parse_item)
-from .portable_restore import restore_episodes, restore_facts, restore_items
+from .portable_layers import (EpisodeRecord, FactRecord, ItemRecord, archived_line, episode_line, fact_line, item_line,
+                              parse_archived, parse_episode, parse_fact, parse_item, parse_scratchpad, parse_working,
+                              scratchpad_line, working_line)
+from .portable_restore import (restore_archived, restore_episodes, restore_facts, restore_items, restore_scratchpads,
+                               restore_working)
 from .recall.indexing import store_and_index, write_chunks
+from .records import ArchivedTurn, SessionPad, WorkingItem
 from .types import StoredMessage
 from .validation import check_id, check_message_id, normalize_message
 
@@ -60,11 +67,18 @@ class ImportReport:
     episodes_skipped: int = 0
     items_imported: int = 0
     items_skipped: int = 0
+    archived_imported: int = 0
+    archived_skipped: int = 0
+    working_imported: int = 0
+    working_skipped: int = 0
+    scratchpads_imported: int = 0
+    scratchpads_skipped: int = 0
 
 
 def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None,
                  items: ItemStore | None = None) -> Iterator[str]:
-    """Messages, then facts, episodes and live items (those where the store keeps layers)."""
+    """Messages, then facts, episodes, live items, archived turns and working memory (those
+    where the store keeps layers)."""
     for m in parts.store.iter_messages(user_id):
         yield json.dumps({
             "format": FORMAT, "type": "message", "id": m.id, "user_id": m.user_id,
@@ -87,12 +101,18 @@ def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None
     if items is not None:
         for item, ttl, expires in items.db.item_rows(user_id, live_at=parts.now()):
             yield json.dumps(item_line(item, ttl, expires, FORMAT), ensure_ascii=False)
+    for turn in rows.archived_turns(user_id):
+        yield json.dumps(archived_line(turn, FORMAT), ensure_ascii=False)
+    for working in rows.live_working_items(user_id):
+        yield json.dumps(working_line(working, FORMAT), ensure_ascii=False)
+    for pad in rows.scratchpads_of(user_id):
+        yield json.dumps(scratchpad_line(pad, FORMAT), ensure_ascii=False)
 
 
 def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None, layers: Layers | None = None,
                  items: ItemStore | None = None) -> int:
-    """Write messages, facts, episodes and items (one user's, or everyone's) to ``path``;
-    returns the number of lines."""
+    """Write messages, facts, episodes, items, archived turns and working memory (one user's,
+    or everyone's) to ``path``; returns the number of lines."""
     if user_id is not None:
         check_id(user_id, "user_id")
     if Path(path).is_dir():
@@ -147,24 +167,31 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
     return _message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
 
-Record = StoredMessage | FactRecord | EpisodeRecord | ItemRecord
-KINDS = ("message", "fact", "episode", "item")
+Record = StoredMessage | FactRecord | EpisodeRecord | ItemRecord | ArchivedTurn | WorkingItem | SessionPad
+KINDS = ("message", "fact", "episode", "item", "archived", "working", "scratchpad")
 
 
 def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
     """Validate one line of any type (pure); raises InvalidInputError. ``layers=False``: the
-    record store keeps no facts or episodes, so their lines are invalid."""
+    record store keeps no memory layers, so every line but a message's is invalid."""
     obj = _load(raw)
     kind = obj.get("type") if isinstance(obj, dict) else None
     if not isinstance(obj, dict) or kind not in KINDS:
-        raise InvalidInputError("expected an object with type 'message', 'fact', 'episode' or 'item'")
+        raise InvalidInputError("expected an object with type " + ", ".join(map(repr, KINDS[:-1]))
+                                + f" or {KINDS[-1]!r}")
     if kind == "message":
         return StoredMessage(**_message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes))
     if not layers:
-        raise InvalidInputError(f"this memory's record store keeps no facts, episodes or items; "
-                                f"cannot import a {kind}")
+        raise InvalidInputError(f"this memory's record store keeps no facts, episodes, items, archived turns or "
+                                f"working memory; cannot import a {kind}")
     if kind == "item":
         return parse_item(obj)
+    if kind == "working":
+        return parse_working(obj)
+    if kind == "scratchpad":
+        return parse_scratchpad(obj)
+    if kind == "archived":
+        return parse_archived(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
     parse = parse_fact if kind == "fact" else parse_episode
     return parse(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
@@ -177,6 +204,12 @@ def _identity(record: Record) -> tuple[str, str, str]:
         return "episode", record.episode.id, record.episode.user_id
     if isinstance(record, ItemRecord):
         return "item", record.item.id, record.item.user_id
+    if isinstance(record, SessionPad):  # one per user and session
+        return "scratchpad", record.session_id, record.user_id
+    if isinstance(record, ArchivedTurn):
+        return "archived", record.id, record.user_id
+    if isinstance(record, WorkingItem):
+        return "working", record.id, record.user_id
     return "message", record.id, record.user_id
 
 
@@ -192,10 +225,11 @@ def import_jsonl(
     ``user_id``, the import is scoped to that user: a line of any other user is
     invalid, so a crafted file cannot plant messages, facts or episodes in someone
     else's memory. Messages are written first, then facts (with their history, as they
-    were: no resolution), episodes (as they were: no summarising) and items; ``layers``
-    and ``items`` are ``None`` where the record store keeps no facts, episodes or items.
+    were: no resolution), episodes (as they were: no summarising), archived turns (into
+    the archive), working memory (items re-embedded, no eviction) and items; ``layers``
+    and ``items`` are ``None`` where the record store keeps no memory layers.
     ``progress`` is called with the messages of each committed chunk, then once with the
-    number of fact, episode and item lines.
+    number of the other lines.
     """
     if user_id is not None:
         check_id(user_id, "user_id")
@@ -225,11 +259,17 @@ def import_jsonl(
                 layers, [r for r in records if isinstance(r, FactRecord)])
             report.episodes_imported, report.episodes_skipped = restore_episodes(
                 parts, layers, [r for r in records if isinstance(r, EpisodeRecord)])
+            report.archived_imported, report.archived_skipped = restore_archived(
+                parts, layers, [r for r in records if isinstance(r, ArchivedTurn)])
+            report.working_imported, report.working_skipped = restore_working(
+                parts, layers, [r for r in records if isinstance(r, WorkingItem)])
+            report.scratchpads_imported, report.scratchpads_skipped = restore_scratchpads(
+                parts, layers, [r for r in records if isinstance(r, SessionPad)])
         if items is not None:
             report.items_imported, report.items_skipped = restore_items(
                 items, [r for r in records if isinstance(r, ItemRecord)])
     if progress is not None and len(records) > len(rows):
-        progress(len(records) - len(rows))  # the facts, episodes and items lines, done
+        progress(len(records) - len(rows))  # the lines of every other kind, done
     return report
 
 
@@ -237,7 +277,7 @@ def _read(parts: Parts, path: str | Path, report: ImportReport, *, user_id: str 
           layers: bool) -> list[Record]:
     """Every valid line's record; the invalid ones go to ``report.invalid``."""
     records: list[Record] = []
-    first_seen: dict[tuple[str, str], int] = {}
+    first_seen: dict[tuple[str, str, str], int] = {}
     try:
         opened = open(path, "rb")
     except OSError as e:
@@ -262,9 +302,10 @@ def _read(parts: Parts, path: str | Path, report: ImportReport, *, user_id: str 
                 report.invalid.append((n, f"belongs to another user ({owner!r}); this import is "
                                           f"scoped to {user_id!r}"))
                 continue
-            key = (kind, record_id)
+            key = (kind, owner if kind == "scratchpad" else "", record_id)  # other ids are global
             if key in first_seen:  # would fail half-way through the import otherwise
-                report.invalid.append((n, f"id {record_id!r} is also on line {first_seen[key]}"))
+                what = f"the scratchpad of session {record_id!r}" if kind == "scratchpad" else f"id {record_id!r}"
+                report.invalid.append((n, f"{what} is also on line {first_seen[key]}"))
                 continue
             first_seen[key] = n
             records.append(record)

@@ -1,12 +1,17 @@
-"""JSONL lines of the memory layers: facts (with their history) and episodes (with their
-key points), as :mod:`.portable` writes and reads them. Pure: records to line objects
-and back, every field checked.
+"""JSONL lines of the memory layers: facts (with their history), episodes (with their
+key points), store items, archived turns and working memory (items and scratchpads), as
+:mod:`.portable` writes and reads them. Pure: records to line objects and back, every
+field checked.
 
 A fact line is ``{"format", "type": "fact", "fact": {every field of Fact}, "history":
 [{every field of FactChange}, ...]}``; an episode line is ``{"format", "type":
 "episode", "episode": {every field of Episode}, "points": [key point texts]}``; an item
 line (the LangGraph store) is ``{"format", "type": "item", "item": {every field of Item,
-the namespace as a list}, "ttl_minutes": number or null, "expires_at": number or null}``. The
+the namespace as a list}, "ttl_minutes": number or null, "expires_at": number or null}``; an
+archived turn is ``{"format", "type": "archived", "archived": {every field of ArchivedTurn}}``,
+a working-memory item ``{"format", "type": "working", "working": {every field of
+WorkingItem but the ranking ``score``}}`` and a scratchpad ``{"format", "type":
+"scratchpad", "scratchpad": {every field of SessionPad}}``. The
 record sits under its own key because ``Fact.type`` (``"preference"``...) would
 otherwise collide with the line's ``type``. Vectors are never in a line: they are
 recomputed on import. A parsed line is a record a store can hold and read back: no NaN
@@ -22,8 +27,10 @@ from typing import Any, Mapping, Sequence
 from .errors import InvalidInputError
 from .layers.item_rules import check_namespace, check_owner, check_ttl
 from .layers.semantic import check_type
-from .records import Episode, Fact, FactChange, Item
-from .validation import (MAX_COUNT, MAX_ID_LENGTH, check_id, check_metadata, check_text, check_unit, encodable,
+from .layers.working import MAX_ITEM_CHARS
+from .records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
+from .validation import (MAX_COUNT, MAX_ID_LENGTH, MAX_LAYER_METADATA_BYTES, check_content, check_id, check_label,
+                         check_message_id, check_metadata, check_role, check_text, check_unit, encodable,
                          encode_json, to_epoch)
 
 MAX_POINTS = 10_000  # key points, entities, source ids... of one record
@@ -63,6 +70,20 @@ def episode_line(episode: Episode, points: Sequence[str], fmt: str) -> dict[str,
 def item_line(item: Item, ttl_minutes: float | None, expires_at: float | None, fmt: str) -> dict[str, Any]:
     return {"format": fmt, "type": "item", "item": {**asdict(item), "namespace": list(item.namespace)},
             "ttl_minutes": ttl_minutes, "expires_at": expires_at}
+
+
+def archived_line(turn: ArchivedTurn, fmt: str) -> dict[str, Any]:
+    return {"format": fmt, "type": "archived", "archived": asdict(turn)}
+
+
+def working_line(item: WorkingItem, fmt: str) -> dict[str, Any]:
+    fields_ = asdict(item)
+    del fields_["score"]  # set by ranking, never stored
+    return {"format": fmt, "type": "working", "working": fields_}
+
+
+def scratchpad_line(pad: SessionPad, fmt: str) -> dict[str, Any]:
+    return {"format": fmt, "type": "scratchpad", "scratchpad": asdict(pad)}
 
 
 # ---- field checks ------------------------------------------------------------------
@@ -121,7 +142,7 @@ def _fields(obj: object, cls: type, name: str, required: Sequence[str]) -> Mappi
     return obj
 
 
-def _line_keys(obj: Mapping[str, Any], record: str, extra: str) -> None:
+def _line_keys(obj: Mapping[str, Any], record: str, extra: str = "") -> None:
     unknown = set(obj) - {"format", "type", record, extra}
     if unknown:
         raise InvalidInputError(f"unknown {record} line fields {sorted(unknown)}")
@@ -222,3 +243,52 @@ def parse_item(obj: Mapping[str, Any]) -> ItemRecord:
                 updated_at=_required_time(d.get("updated_at", 0.0), "updated_at"))
     return ItemRecord(item=item, ttl_minutes=check_ttl(obj.get("ttl_minutes")),
                       expires_at=_time(obj.get("expires_at"), "expires_at", optional=True))
+
+
+def parse_archived(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: int) -> ArchivedTurn:
+    """An ``archived`` line (already JSON) as the turn it holds: checked as a message line is,
+    with its time as a record holds it; raises InvalidInputError."""
+    _line_keys(obj, "archived")
+    d = _fields(obj.get("archived"), ArchivedTurn, "archived turn",
+                ("id", "user_id", "session_id", "role", "content", "timestamp", "archived_at"))
+    episode_id = d.get("episode_id")
+    return ArchivedTurn(id=check_message_id(d["id"]), user_id=check_id(d["user_id"], "user_id"),
+                        session_id=check_id(d["session_id"], "session_id"), role=check_role(d["role"]),
+                        content=check_content(d["content"], max_chars),
+                        metadata=check_metadata(d.get("metadata"), max_metadata_bytes),
+                        timestamp=_required_time(d["timestamp"], "timestamp"),
+                        episode_id=None if episode_id is None else check_id(episode_id, "episode_id"),
+                        archived_at=_required_time(d["archived_at"], "archived_at"))
+
+
+def parse_working(obj: Mapping[str, Any]) -> WorkingItem:
+    """A ``working`` line (already JSON) as a working-memory item, held to what
+    :meth:`~.layers.working.WorkingMemory.remember` writes; raises InvalidInputError."""
+    _line_keys(obj, "working")
+    d = _fields(obj.get("working"), WorkingItem, "working item", ("id", "user_id", "session_id", "text"))
+    if "score" in d:
+        raise InvalidInputError("unknown working item fields ['score'] (set by ranking, never stored)")
+    return WorkingItem(id=check_id(d["id"], "working item id"), user_id=check_id(d["user_id"], "user_id"),
+                       session_id=check_id(d["session_id"], "session_id"),
+                       text=str(_text(d["text"], "working item text", MAX_ITEM_CHARS)),
+                       type=check_label(d.get("type", "note"), "type"),
+                       importance=check_unit(d.get("importance", 0.5), "importance"),
+                       created_at=_required_time(d.get("created_at", 0.0), "created_at"),
+                       metadata=check_metadata(d.get("metadata"), MAX_LAYER_METADATA_BYTES),
+                       access_count=_int(d.get("access_count", 0), "access_count", minimum=0))
+
+
+def parse_scratchpad(obj: Mapping[str, Any]) -> SessionPad:
+    """A ``scratchpad`` line (already JSON) as a session's scratchpad, each entry held to what
+    a scratchpad write takes; raises InvalidInputError."""
+    _line_keys(obj, "scratchpad")
+    d = _fields(obj.get("scratchpad"), SessionPad, "scratchpad", ("user_id", "session_id", "data", "updated_at"))
+    data = d["data"]
+    if not isinstance(data, dict):
+        raise InvalidInputError(f"scratchpad data must be an object, got {type(data).__name__}")
+    for key, value in data.items():
+        if not key:
+            raise InvalidInputError("scratchpad keys must be non-empty strings")
+        check_metadata({key: value}, MAX_LAYER_METADATA_BYTES)  # JSON, size, str keys inside
+    return SessionPad(user_id=check_id(d["user_id"], "user_id"), session_id=check_id(d["session_id"], "session_id"),
+                      data=data, updated_at=_required_time(d["updated_at"], "updated_at"))

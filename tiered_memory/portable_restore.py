@@ -11,7 +11,9 @@ from __future__ import annotations
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
+from .layers.working import restore as restore_working_items
 from .portable_layers import EpisodeRecord, FactRecord, ItemRecord
+from .records import ArchivedTurn, SessionPad, WorkingItem
 
 Counts = tuple[int, int]  # (written, skipped as already stored)
 
@@ -38,6 +40,30 @@ def restore_items(items: ItemStore, found: list[ItemRecord]) -> Counts:
     held = items.db.item_owners([r.item.id for r in found])
     written = items.restore([(r.item, r.ttl_minutes, r.expires_at) for r in found if r.item.id not in held])
     return written, len(found) - written
+
+
+def restore_archived(parts: Parts, layers: Layers, turns: list[ArchivedTurn]) -> Counts:
+    """The archived turns whose ids the archive does not hold yet, back into the archive (not
+    into the live turns), where ``clear_session`` and ``forget_user`` find them as before."""
+    held = layers.rows.archive_owners([t.id for t in turns])
+    with parts.lock, layers.rows.unit() as u:
+        written = u.restore_archived([t for t in turns if t.id not in held])
+    return written, len(turns) - written
+
+
+def restore_working(parts: Parts, layers: Layers, items: list[WorkingItem]) -> Counts:
+    """The working-memory items whose ids no row holds yet (pruned ones included), embedded
+    as ``remember`` embeds them."""
+    held = layers.rows.working_owners([i.id for i in items])
+    written = restore_working_items(layers.rows, parts.embedder, parts.lock, [i for i in items if i.id not in held])
+    return written, len(items) - written
+
+
+def restore_scratchpads(parts: Parts, layers: Layers, pads: list[SessionPad]) -> Counts:
+    """The scratchpads of the sessions that have none (a session's pad is never overwritten)."""
+    with parts.lock, layers.rows.unit() as u:
+        written = sum(u.restore_scratchpad(p) for p in pads)
+    return written, len(pads) - written
 
 
 def _covered(parts: Parts, episodes: list[EpisodeRecord]) -> dict[tuple[str, str], int]:

@@ -95,6 +95,18 @@ class Scratchpad(MutableMapping[str, Any]):
         return self._load()
 
 
+def restore(rows: WorkingRepository, embedder: Embedder, lock: threading.RLock, items: Sequence[WorkingItem]) -> int:
+    """Write exported items as they were, in one transaction: ids, times, importance and access
+    counts kept, no eviction; each embedded as :meth:`WorkingMemory.remember` embeds it, so
+    ranking by relevance finds it. The caller skips ids already stored. Returns how many."""
+    texts = [i.text for i in items]
+    vecs = [v for start in range(0, len(texts), 256) for v in embed(embedder, texts[start:start + 256])]
+    with lock, rows.unit() as u:
+        for item, vector in zip(items, vecs):
+            u.insert_working_item(item, vector)
+    return len(items)
+
+
 def touch_items(rows: WorkingRepository, user_id: str, ids: Sequence[str], now: float) -> None:
     """Count one access per listed id (the items a context handed to a model)."""
     if ids:
