@@ -518,8 +518,10 @@ class TieredMemory:
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """Write one user's memory, or everyone's, as JSONL; returns the number of lines: the
         live turns, then every fact (invalidated ones too, each with its history), every
-        episode (with its key points) and every live store item (with its TTL). Not in it:
-        working memory, archived turns, vectors (recomputed on import). See :mod:`.portable`."""
+        episode (with its key points), every live store item (with its TTL), the archived
+        turns and each session's working memory (live items and scratchpad). Not in it: the
+        history of deleted facts, pruned working items, expired items, vectors (recomputed
+        on import). See :mod:`.portable`."""
         self.parts.access.flush()  # the access counts written are current
         ok = self._layers_ok()
         return export_jsonl(self.parts, Path(path), user_id, self._layers if ok else None, self._items if ok else None)
@@ -529,9 +531,10 @@ class TieredMemory:
                      progress: Callable[[int], None] | None = None, user_id: str | None = None) -> ImportReport:
         """Import a JSONL export (vectors recomputed); returns an ``ImportReport``. Each line
         goes to the user it names, unless ``user_id`` scopes the import to one user (lines of
-        others are then invalid). Facts, episodes and items are restored as exported (ids,
-        times, validity, history, access counts, TTLs), without resolution or summarising; a
-        record whose id is already stored is skipped and counted."""
+        others are then invalid). Facts, episodes, items, archived turns (into the archive)
+        and working memory are restored as exported (ids, times, validity, history, access
+        counts, importance, TTLs), without resolution, summarising or eviction; a record
+        whose id is already stored (or a session's scratchpad) is skipped and counted."""
         check_flag(skip_invalid, "skip_invalid")
         ok = self._layers_ok()
         return import_jsonl(self.parts, Path(path), skip_invalid=skip_invalid, progress=progress, user_id=user_id,
