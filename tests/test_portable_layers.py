@@ -563,3 +563,23 @@ def test_an_id_held_by_another_users_working_item_or_archived_turn_is_skipped(ma
     assert (report.working_imported, report.working_skipped) == (0, 3)
     assert {t: table(src, t, "ana") for t in before} == before
     assert table(src, "messages_archive", "mallory") == table(src, "working_items", "mallory") == []
+
+
+def test_the_archive_is_read_page_by_page_in_one_order(make_memory: MakeMemory) -> None:
+    """An archive may hold most of a long history: an export reads it a page at a time, and
+    every page size gives the same turns in the same order, for one user or for everyone."""
+    m = make_memory("paged")
+    for user in ("ana", "bob"):
+        for s in range(3):
+            m.add_many([{"role": "user", "content": f"{user} planned trip {s} step {n}.",
+                         "timestamp": 1_700_000_000.0 + 10 * n} for n in range(3)],
+                       session_id=f"old-{s}", user_id=user)
+        m.consolidate(user)
+    rows = _rows(m)
+    whole = list(rows.archived_turns(None))
+    assert len(whole) == 18 and len({t.id for t in whole}) == 18
+    assert [t.id for t in whole] == [t.id for t in sorted(whole, key=lambda t: (t.user_id, t.session_id,
+                                                                                t.timestamp, t.id))]
+    for page in (1, 2, 4, 17):
+        assert list(rows.archived_turns(None, page=page)) == whole
+        assert list(rows.archived_turns("bob", page=page)) == [t for t in whole if t.user_id == "bob"]

@@ -304,11 +304,22 @@ class LayerStore:
         return [{"id": r[0], "session_id": r[1], "role": r[2], "content": r[3], "timestamp": r[4],
                  "episode_id": r[5]} for r in self.query(sql + " ORDER BY timestamp", params)]
 
-    def archived_turns(self, user_id: str | None) -> list[ArchivedTurn]:
-        sql, params = f"SELECT {ARCHIVE_COLS} FROM messages_archive", []
-        if user_id is not None:
-            sql, params = sql + " WHERE user_id=?", [user_id]
-        return [archived_from_row(r) for r in self.query(sql + " ORDER BY user_id, timestamp, id", params)]
+    def archived_turns(self, user_id: str | None, page: int = 1000) -> Iterator[ArchivedTurn]:
+        """Every archived turn (one user's, or everyone's), read ``page`` rows at a time in
+        the order of the archive's index: an archive may hold most of a long history."""
+        last: tuple[Any, ...] | None = None
+        while True:
+            where, params = ([], []) if user_id is None else (["user_id=?"], [user_id])
+            if last is not None:
+                where.append("(user_id, session_id, timestamp, id) > (?, ?, ?, ?)")
+                params += list(last)
+            sql = f"SELECT {ARCHIVE_COLS} FROM messages_archive" + (" WHERE " + " AND ".join(where) if where else "")
+            rows = self.query(sql + f" ORDER BY user_id, session_id, timestamp, id LIMIT {int(page)}", params)
+            yield from (archived_from_row(r) for r in rows)
+            if len(rows) < page:
+                return
+            t = archived_from_row(rows[-1])
+            last = (t.user_id, t.session_id, t.timestamp, t.id)
 
     def archive_owners(self, ids: Sequence[str]) -> dict[str, str]:
         return self._owners("messages_archive", ids)

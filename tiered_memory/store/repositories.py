@@ -21,7 +21,7 @@ conformance suite (``tests/test_layer_conformance.py``) is how it proves it.
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Any, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -150,7 +150,7 @@ class EpisodeRepository(Protocol):
 
     def cursor(self, user_id: str, session_id: str) -> int: ...
 
-    def archived_turns(self, user_id: str | None) -> list[ArchivedTurn]:
+    def archived_turns(self, user_id: str | None) -> Iterator[ArchivedTurn]:
         """Archived turns of ``user_id`` (of every user when ``None``), every field (for export)."""
 
     def archive_owners(self, ids: Sequence[str]) -> dict[str, str]:
