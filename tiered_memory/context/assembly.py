@@ -173,24 +173,21 @@ def fit(requests: list[SectionRequest], room: int, count: Callable[[str], int]) 
     return sections, lost + cut
 
 
-def without_repeats(requests: list[SectionRequest], sections: list[Section], lost: list[Dropped], room: int,
-                    count: Callable[[str], int]) -> tuple[list[Section], list[Dropped], list[Dropped]]:
-    """The fit again without the past turns that a kept fact or episode already quotes
-    (:func:`repeated_turns`), so their room goes to other turns (pure). Returns the sections,
-    what the fit left out, and the repeats, reported as dropped. The first fit stands when the
-    second would lose a quoting item."""
-    turns = next((r for r in requests if r.name == "turns"), None)
-    holders = [i for s in sections if s.name != "turns" for i in s.items]
-    said = repeated_turns(turns.items, holders) if turns is not None and holders else {}
-    if turns is None or not said:
-        return sections, lost, []
-    pruned = [replace(r, items=[i for i in r.items if i.id not in said]) if r is turns else r for r in requests]
-    again, lost_again = fit(pruned, room, count)
-    kept = {i.id for s in again for i in s.items}
-    if not set(said.values()) <= kept:
-        return sections, lost, []
-    return again, lost_again, [Dropped(section="turns", id=i.id, tokens=i.tokens, reason=f"{REPEAT_REASON} '{said[i.id]}'")
-                               for i in turns.items if i.id in said]
+def without_repeats(requests: list[SectionRequest], room: int, count: Callable[[str], int],
+                    ) -> tuple[list[SectionRequest], dict[str, str]]:
+    """``requests`` without the past turns that a fact or episode the fit will keep already
+    quotes (:func:`repeated_turns`), so their room goes to other turns, and those turns, with
+    the id of the item that quotes each (pure). The kept items come from a first
+    :func:`fit_sections`: turns, last in priority, never change which of the others fit."""
+    turns = next((r for r in requests if r.name == "turns" and r.items), None)
+    if turns is None:
+        return requests, {}
+    first, _ = fit_sections(requests, max(0, room - frame_tokens(requests, count)))
+    holders = [i for s in first if s.name != "turns" for i in s.items]
+    said = repeated_turns(turns.items, holders) if holders else {}
+    if not said:
+        return requests, {}
+    return [replace(r, items=[i for i in r.items if i.id not in said]) if r is turns else r for r in requests], said
 
 
 def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, session_id: str,
@@ -225,11 +222,15 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
                                      share=parts.config.budget.shares.get("items", ITEM_SHARE)))
     requests.append(SectionRequest(name="turns", title=TITLES["turns"], items=turns,
                                    share=parts.config.budget.shares.get("turns", 0.3), priority=PRIORITY["turns"]))
-    sections, lost = fit(requests, room, count)
-    sections, lost, repeats = without_repeats(requests, sections, lost, room, count)
+    pruned, said = without_repeats(requests, room, count)
+    sections, lost = fit(pruned, room, count)
+    if said and not set(said.values()) <= {i.id for s in sections for i in s.items}:
+        sections, lost = fit(requests, room, count)  # a quoting item was cut after all: show the turns
+        said = {}
     dropped += [Dropped(section=d.section, id=d.id, tokens=d.tokens,
                         reason=f"over budget: lower-priority '{d.section}' truncated first") for d in lost]
-    dropped += repeats
+    dropped += [Dropped(section="turns", id=i.id, tokens=i.tokens, reason=f"{REPEAT_REASON} '{said[i.id]}'")
+                for i in turns if i.id in said]
     kept = {i.id for i in recent}
     return MemoryContext(sections=sections, recent=recent, dropped=dropped, max_tokens=budget,
                          recent_messages=[m for m in buffer if m.id in kept])
