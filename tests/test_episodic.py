@@ -316,6 +316,7 @@ def test_rules_skip_facts_whose_object_is_a_pronoun() -> None:
     ("I love all the yellow leaves, it looks like a painting", "User likes all the yellow leaves"),
     ("I'm an assistant manager- it's like a stepping stone", "User is an assistant manager"),
     ("I'm an expert hiker", "User is an expert hiker"),  # the article said, not always "a"
+    ("I'm An Engineer at heart", "User is an Engineer at heart"),
     ("I'm a nurse at the clinic", "User is a nurse at the clinic"),
     ("I like the structure of the language, it's much easier than Spanish", "User likes the structure of the language"),
     ("I love road trips with friends and I hate traffic", "User likes road trips with friends"),

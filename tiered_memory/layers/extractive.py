@@ -224,6 +224,8 @@ def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandi
             for ftype, pattern, template, key_t, polarity in _RULES:
                 for found in pattern.finditer(sent):
                     groups = {k: v.strip().rstrip(",") for k, v in found.groupdict().items() if v}
+                    if "a" in groups:  # the article said ("I'm An engineer"), as it goes mid-sentence
+                        groups["a"] = groups["a"].lower()
                     if not groups.get("x") or groups["x"].lower() in _PRONOUNS:
                         continue  # "I love it": the object is elsewhere; a rule cannot resolve it
                     if dangling(groups["x"], name=ftype == "relationship"):
