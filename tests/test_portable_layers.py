@@ -5,8 +5,9 @@ scratchpads), restored as they were, indexed, and checked line by line."""
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -93,11 +94,10 @@ def test_a_scoped_export_holds_one_users_layers(make_memory: MakeMemory, tmp_pat
     assert {(x.get("fact") or x)["user_id"] for x in lines} == {"bob"}
 
 
-def test_moving_between_sqlite_and_postgres(make_memory: MakeMemory, make_postgres_url: Callable[[], str],
-                                            tmp_path: Path) -> None:
-    """Run once per source store: SQLite -> PostgreSQL, and PostgreSQL -> SQLite."""
-    src = make_memory("src")
-    fill(src)
+@contextmanager
+def moved(src: TieredMemory, make_postgres_url: Callable[[], str], tmp_path: Path) -> Iterator[tuple[TieredMemory, Any]]:
+    """``src`` exported and imported into a memory on the other record store (SQLite ->
+    PostgreSQL, or PostgreSQL -> SQLite): that memory and the import's report."""
     dump = tmp_path / "move.jsonl"
     src.export_jsonl(dump)
     from_postgres = "postgres" in type(src.store).__name__.lower()
@@ -105,13 +105,21 @@ def test_moving_between_sqlite_and_postgres(make_memory: MakeMemory, make_postgr
                        record_store=None if from_postgres else make_postgres_url())
     try:
         assert type(dst.store) is not type(src.store)
-        report = dst.import_jsonl(dump)
+        yield dst, dst.import_jsonl(dump)
+    finally:
+        dst.close()
+
+
+def test_moving_between_sqlite_and_postgres(make_memory: MakeMemory, make_postgres_url: Callable[[], str],
+                                            tmp_path: Path) -> None:
+    """Run once per source store: SQLite -> PostgreSQL, and PostgreSQL -> SQLite."""
+    src = make_memory("src")
+    fill(src)
+    with moved(src, make_postgres_url, tmp_path) as (dst, report):
         assert report.invalid == [] and report.episodes_imported == 2
         for user in ("ana", "bob"):
             assert_same_layers(src, dst, user)
         assert dst.search_facts("Porto", user_id="ana", k=1)[0].fact.text == "User lives in Porto"
-    finally:
-        dst.close()
 
 
 def test_reimport_skips_every_fact_and_episode(make_memory: MakeMemory, tmp_path: Path) -> None:
@@ -159,15 +167,23 @@ def test_a_malformed_fact_line_is_refused_and_nothing_is_written(
     fill(src)
     lines = export(src, tmp_path / "all.jsonl")
     n = next(i for i, x in enumerate(lines) if x["type"] == "fact")
-    raw = [json.dumps(x) for x in lines]
     # json.dumps writes NaN/Infinity for float("nan"/"inf"): what a careless tool would write
-    raw[n] = _with_fact(lines[n], **change)
+    refused_whole(make_memory, tmp_path, lines, n, _with_fact(lines[n], **change))
+
+
+def refused_whole(make_memory: MakeMemory, tmp_path: Path, lines: list[dict[str, Any]], n: int,
+                  bad: str) -> TieredMemory:
+    """An export whose line ``n`` is ``bad`` is refused, that line named, and nothing of it
+    written: the memory it was imported into, for more checks."""
+    raw = [json.dumps(x) for x in lines]
+    raw[n] = bad
     (tmp_path / "bad.jsonl").write_text("\n".join(raw) + "\n", encoding="utf-8")
     dst = make_memory("dst")
     with pytest.raises(ImportFormatError) as e:
         dst.import_jsonl(tmp_path / "bad.jsonl")
     assert [line for line, _ in e.value.errors] == [n + 1]
     assert dst.stats().messages == 0 and dst.facts("ana", include_invalid=True) == [] and dst.episodes("ana") == []
+    return dst
 
 
 TURN = {"id": "t1", "user_id": "ana", "session_id": "s", "role": "user", "content": "hi", "metadata": {},
@@ -230,14 +246,7 @@ def test_a_malformed_archived_or_working_line_is_refused_and_nothing_is_written(
     fill_sessions(src)
     lines = export(src, tmp_path / "all.jsonl")
     n = next(i for i, x in enumerate(lines) if x["type"] == kind)
-    raw = [json.dumps(x) for x in lines]
-    raw[n] = json.dumps({**lines[n], kind: {**lines[n][kind], **change}})
-    (tmp_path / "bad.jsonl").write_text("\n".join(raw) + "\n", encoding="utf-8")
-    dst = make_memory("dst")
-    with pytest.raises(ImportFormatError) as e:
-        dst.import_jsonl(tmp_path / "bad.jsonl")
-    assert [line for line, _ in e.value.errors] == [n + 1]
-    assert dst.stats().messages == 0 and dst.facts("ana", include_invalid=True) == [] and dst.episodes("ana") == []
+    dst = refused_whole(make_memory, tmp_path, lines, n, json.dumps({**lines[n], kind: {**lines[n][kind], **change}}))
     assert all(table(dst, t, u) == [] for t in ("messages_archive", "working_items", "scratchpads")
                for u in ("ana", "bob"))
 
@@ -493,20 +502,11 @@ def test_archived_turns_and_working_memory_move_from_sqlite_to_postgres(
     """Run once per source store: SQLite -> PostgreSQL, and PostgreSQL -> SQLite."""
     src = make_memory("src")
     fill_sessions(src)
-    dump = tmp_path / "move.jsonl"
-    src.export_jsonl(dump)
-    from_postgres = "postgres" in type(src.store).__name__.lower()
-    dst = TieredMemory(tmp_path / "dst", embedder=src.embedder,
-                       record_store=None if from_postgres else make_postgres_url())
-    try:
-        assert type(dst.store) is not type(src.store)
-        report = dst.import_jsonl(dump)
+    with moved(src, make_postgres_url, tmp_path) as (dst, report):
         assert report.invalid == [] and (report.archived_imported, report.working_imported) == (2, 4)
         for user in ("ana", "bob"):
             assert_same_sessions(src, dst, user)
         assert dst.working_memory("live", user_id="ana").items("ramen", k=1)[0].type == "todo"
-    finally:
-        dst.close()
 
 
 def test_reimport_skips_every_archived_turn_working_item_and_scratchpad(make_memory: MakeMemory,
