@@ -27,11 +27,10 @@ from typing import Any, Mapping, Sequence
 from .errors import InvalidInputError
 from .layers.item_rules import check_namespace, check_owner, check_ttl
 from .layers.semantic import check_type
-from .layers.working import MAX_ITEM_CHARS
+from .layers.working import check_note, check_pad_entry
 from .records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
-from .validation import (MAX_COUNT, MAX_ID_LENGTH, MAX_LAYER_METADATA_BYTES, check_content, check_id, check_label,
-                         check_message_id, check_metadata, check_role, check_text, check_unit, encodable,
-                         encode_json, to_epoch)
+from .validation import (MAX_COUNT, MAX_ID_LENGTH, check_content, check_id, check_message_id, check_metadata,
+                         check_role, check_text, check_unit, encodable, encode_json, to_epoch)
 
 MAX_POINTS = 10_000  # key points, entities, source ids... of one record
 # a stored fact's or episode's text: at most this many turns' worth. The extractive rules join
@@ -268,14 +267,12 @@ def parse_working(obj: Mapping[str, Any]) -> WorkingItem:
     d = _fields(obj.get("working"), WorkingItem, "working item", ("id", "user_id", "session_id", "text"))
     if "score" in d:
         raise InvalidInputError("unknown working item fields ['score'] (set by ranking, never stored)")
+    text, type_, importance, metadata = check_note(d["text"], d.get("type", "note"), d.get("importance", 0.5),
+                                                   d.get("metadata"))
     return WorkingItem(id=check_id(d["id"], "working item id"), user_id=check_id(d["user_id"], "user_id"),
-                       session_id=check_id(d["session_id"], "session_id"),
-                       text=str(_text(d["text"], "working item text", MAX_ITEM_CHARS)),
-                       type=check_label(d.get("type", "note"), "type"),
-                       importance=check_unit(d.get("importance", 0.5), "importance"),
-                       created_at=_required_time(d.get("created_at", 0.0), "created_at"),
-                       metadata=check_metadata(d.get("metadata"), MAX_LAYER_METADATA_BYTES),
-                       access_count=_int(d.get("access_count", 0), "access_count", minimum=0))
+                       session_id=check_id(d["session_id"], "session_id"), text=text, type=type_,
+                       importance=importance, created_at=_required_time(d.get("created_at", 0.0), "created_at"),
+                       metadata=metadata, access_count=_int(d.get("access_count", 0), "access_count", minimum=0))
 
 
 def parse_scratchpad(obj: Mapping[str, Any]) -> SessionPad:
@@ -286,9 +283,6 @@ def parse_scratchpad(obj: Mapping[str, Any]) -> SessionPad:
     data = d["data"]
     if not isinstance(data, dict):
         raise InvalidInputError(f"scratchpad data must be an object, got {type(data).__name__}")
-    for key, value in data.items():
-        if not key:
-            raise InvalidInputError("scratchpad keys must be non-empty strings")
-        check_metadata({key: value}, MAX_LAYER_METADATA_BYTES)  # JSON, size, str keys inside
     return SessionPad(user_id=check_id(d["user_id"], "user_id"), session_id=check_id(d["session_id"], "session_id"),
-                      data=data, updated_at=_required_time(d["updated_at"], "updated_at"))
+                      data={key: check_pad_entry(key, value) for key, value in data.items()},
+                      updated_at=_required_time(d["updated_at"], "updated_at"))

@@ -56,6 +56,28 @@ def rank(items: Sequence[WorkingItem], now: float, decay_per_hour: float,
     return sorted(scored, key=lambda i: (-(i.score or 0.0), -i.created_at, i.id))
 
 
+def check_note(text: object, type: object, importance: object, metadata: object,
+               ) -> tuple[str, str, float, dict[str, Any]]:
+    """A working-memory item's text, type, importance and metadata as :meth:`WorkingMemory.remember`
+    takes them (and an import holds an exported item to), checked (pure)."""
+    text = check_text(text, "working memory text")
+    if len(text) > MAX_ITEM_CHARS:
+        raise ContentTooLargeError(f"a working-memory item is {len(text):,} characters; the limit is "
+                                   f"{MAX_ITEM_CHARS:,} (keep notes short, store the rest as messages)")
+    if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
+        raise InvalidInputError(f"importance must be within [0, 1], got {importance!r}")
+    return (text, check_label(type, "type"), float(importance),
+            dict(check_metadata(metadata, MAX_LAYER_METADATA_BYTES) or {}))
+
+
+def check_pad_entry(key: object, value: Any) -> Any:
+    """A scratchpad entry as a write takes it (a non-empty str key, a JSON value within the
+    layers' metadata bound, str keys inside); returns the value as stored (pure)."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInputError(f"scratchpad keys must be non-empty strings, got {key!r}")
+    return check_metadata({key: value}, MAX_LAYER_METADATA_BYTES)[key]
+
+
 class Scratchpad(MutableMapping[str, Any]):
     """A dict of JSON values persisted per session; every write is committed."""
 
@@ -77,9 +99,7 @@ class Scratchpad(MutableMapping[str, Any]):
         return self._load()[key]
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if not isinstance(key, str) or not key:
-            raise InvalidInputError(f"scratchpad keys must be non-empty strings, got {key!r}")
-        value = check_metadata({key: value}, MAX_LAYER_METADATA_BYTES)[key]  # JSON, size, str keys inside
+        value = check_pad_entry(key, value)
         self._update(lambda data: data.__setitem__(key, value))
 
     def __delitem__(self, key: str) -> None:
@@ -134,18 +154,11 @@ class WorkingMemory:
     def remember(self, text: str, *, importance: float = 0.5, type: str = "note",
                  metadata: dict[str, Any] | None = None, now: float | None = None) -> WorkingItem:
         """Add an item; evicts the least important ones beyond ``capacity``."""
-        check_text(text, "working memory text")
-        if len(text) > MAX_ITEM_CHARS:
-            raise ContentTooLargeError(f"a working-memory item is {len(text):,} characters; the limit is "
-                                       f"{MAX_ITEM_CHARS:,} (keep notes short, store the rest as messages)")
-        check_label(type, "type")
-        metadata = check_metadata(metadata, MAX_LAYER_METADATA_BYTES)
-        if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0.0 <= importance <= 1.0:
-            raise InvalidInputError(f"importance must be within [0, 1], got {importance!r}")
+        text, type, importance, metadata = check_note(text, type, importance, metadata)
         now = to_epoch(now, time.time())  # seconds, a datetime or ISO text, within 1900..2200
         self.rows.check_usable()  # a handle kept across close or fork: refused before the embedding
         item = WorkingItem(id=uuid.uuid4().hex, user_id=self.user_id, session_id=self.session_id, text=text,
-                           type=type, importance=float(importance), created_at=now, metadata=dict(metadata or {}))
+                           type=type, importance=importance, created_at=now, metadata=metadata)
         vector = embed(self.embedder, [text])[0]
         with self.lock:
             kept, evicted = evict([*self.items_raw(), item], self.config.capacity, now, self.config.decay_per_hour)
