@@ -4,6 +4,7 @@ from .base import ArrayEmbedder as ArrayEmbedder
 from .base import Embedder as Embedder
 from .base import chunk_token_ids as chunk_token_ids
 from .base import embed as embed
+from .base import embed_batched as embed_batched
 from .base import embed_query as embed_query
 from .base import embedder_name as embedder_name
 from .base import normalize as normalize

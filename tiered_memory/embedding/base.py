@@ -71,6 +71,12 @@ def embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
     return normalize(np.asarray(raw, dtype=np.float32))
 
 
+def embed_batched(embedder: Embedder, texts: Sequence[str], size: int = 256) -> list[np.ndarray]:
+    """One unit vector per text, embedded ``size`` texts at a time (a restore of many records
+    does not hand the model one huge batch)."""
+    return [v for start in range(0, len(texts), size) for v in embed(embedder, list(texts[start:start + size]))]
+
+
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
     if isinstance(embedder, ArrayEmbedder):
         return embedder.query_array(text)

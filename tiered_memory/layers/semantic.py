@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..config import FactConfig, RetrievalConfig
-from ..embedding import Embedder, embed, embed_query
+from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
 from ..records import Fact, FactCandidate, FactChange
@@ -294,8 +294,7 @@ class SemanticMemory:
         (stable), so a user's whole audit trail reads in its first order. Vectors are
         recomputed; only valid facts go into the vector index (as :meth:`apply` leaves it).
         The caller skips ids already stored."""
-        texts = [f.text for f, _ in facts]
-        vecs = [v for start in range(0, len(texts), 256) for v in embed(self.embedder, texts[start:start + 256])]
+        vecs = embed_batched(self.embedder, [f.text for f, _ in facts])
         changes = sorted(((f.user_id, c) for f, history in facts for c in history), key=lambda uc: uc[1].at)
         with self.lock:
             with self.rows.unit() as u:

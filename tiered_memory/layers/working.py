@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..config import WorkingConfig
-from ..embedding import Embedder, embed, embed_query
+from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..aio import twin
 from ..errors import ContentTooLargeError, InvalidInputError
 from ..records import WorkingItem
@@ -119,8 +119,7 @@ def restore(rows: WorkingRepository, embedder: Embedder, lock: threading.RLock, 
     """Write exported items as they were, in one transaction: ids, times, importance and access
     counts kept, no eviction; each embedded as :meth:`WorkingMemory.remember` embeds it, so
     ranking by relevance finds it. The caller skips ids already stored. Returns how many."""
-    texts = [i.text for i in items]
-    vecs = [v for start in range(0, len(texts), 256) for v in embed(embedder, texts[start:start + 256])]
+    vecs = embed_batched(embedder, [i.text for i in items])
     with lock, rows.unit() as u:
         for item, vector in zip(items, vecs):
             u.insert_working_item(item, vector)
