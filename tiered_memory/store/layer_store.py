@@ -295,15 +295,6 @@ class LayerStore:
         return [{"layer": r[0], "item_id": r[1], "action": r[2], "at": r[3], "details": json.loads(r[4])}
                 for r in self.query(sql + " ORDER BY seq", params)]
 
-    def archived(self, user_id: str, session_id: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT id, session_id, role, content, timestamp, episode_id FROM messages_archive WHERE user_id=?"
-        params: list[Any] = [user_id]
-        if session_id is not None:
-            sql += " AND session_id=?"
-            params.append(session_id)
-        return [{"id": r[0], "session_id": r[1], "role": r[2], "content": r[3], "timestamp": r[4],
-                 "episode_id": r[5]} for r in self.query(sql + " ORDER BY timestamp", params)]
-
     def archived_turns(self, user_id: str | None, page: int = 1000) -> Iterator[ArchivedTurn]:
         """Every archived turn (one user's, or everyone's), read ``page`` rows at a time in
         the order of the archive's index: an archive may hold most of a long history."""
@@ -314,12 +305,12 @@ class LayerStore:
                 where.append("(user_id, session_id, timestamp, id) > (?, ?, ?, ?)")
                 params += list(last)
             sql = f"SELECT {ARCHIVE_COLS} FROM messages_archive" + (" WHERE " + " AND ".join(where) if where else "")
-            rows = self.query(sql + f" ORDER BY user_id, session_id, timestamp, id LIMIT {int(page)}", params)
-            yield from (archived_from_row(r) for r in rows)
-            if len(rows) < page:
+            turns = [archived_from_row(r) for r in
+                     self.query(sql + f" ORDER BY user_id, session_id, timestamp, id LIMIT {int(page)}", params)]
+            yield from turns
+            if len(turns) < page:
                 return
-            t = archived_from_row(rows[-1])
-            last = (t.user_id, t.session_id, t.timestamp, t.id)
+            last = (turns[-1].user_id, turns[-1].session_id, turns[-1].timestamp, turns[-1].id)
 
     def archive_owners(self, ids: Sequence[str]) -> dict[str, str]:
         return self._owners("messages_archive", ids)
