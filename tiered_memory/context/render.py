@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
+from ..recall.query import words
 from ..types import StoredMessage
 
 PREAMBLE = (
@@ -238,12 +239,9 @@ class MemoryContext:
 REPEAT_MIN_WORDS = 5  # a shorter turn ("yes", "lol") may be found in a summary without being quoted there
 
 
-_WORD = re.compile(r"\w+")
-
-
 def _plain(text: str) -> str:
     """``text`` as its words, case and punctuation aside, padded so that a match is of whole words."""
-    return " " + " ".join(_WORD.findall(text.casefold())) + " "
+    return " " + " ".join(words(text.casefold())) + " "
 
 
 def repeated_turns(turns: Sequence[ContextItem], holders: Sequence[ContextItem]) -> dict[str, str]:
