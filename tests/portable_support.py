@@ -110,3 +110,15 @@ def fill_sessions(m: TieredMemory) -> dict[str, Any]:
     bob.remember("bob is counting the hives", importance=0.8)
     bob.scratchpad["hives"] = 3
     return {"goal": goal.id}
+
+
+def refused_line(m: TieredMemory, tmp_path: Path, line: dict[str, Any]) -> None:
+    """A file of that one ``line`` is read as its type, refused for a field, and nothing is
+    written to ``m``."""
+    dump = tmp_path / "bad.jsonl"
+    dump.write_text(json.dumps({"format": "tiered-memory/1", **line}) + "\n", encoding="utf-8")
+    with pytest.raises(ImportFormatError) as e:
+        m.import_jsonl(dump)
+    assert "expected an object with type" not in str(e.value)  # read as its type, refused for a field
+    assert m.facts("ana", include_invalid=True) == [] and m.episodes("ana") == []
+    assert all(table(m, t, "ana") == [] for t in ("messages_archive", "working_items", "scratchpads"))
