@@ -142,10 +142,67 @@ def test_a_malformed_fact_line_is_refused_and_nothing_is_written(
     {"type": "fact", "fact": {"id": "f1", "user_id": "ana", "type": "fact", "text": "t", "confidence": 1},
      "history": [{"fact_id": "f1", "action": "add", "at": 1.0, "details": {"x": float("nan")}}]},
     {"type": "item", "id": "i1"},
+    {"type": "fact_history", "user_id": "ana", "fact_id": "f1", "history": []},
+    {"type": "fact_history", "user_id": "ana", "fact_id": "f1", "history": [{"fact_id": "f2", "action": "delete",
+                                                                             "at": 1.0}]},
+    {"type": "fact_history", "user_id": "ana", "fact_id": "f1", "history": [{"fact_id": "f1", "action": "delete",
+                                                                             "at": "yesterday"}]},
+    {"type": "fact_history", "fact_id": "f1", "history": [{"fact_id": "f1", "action": "delete", "at": 1.0}]},
+    {"type": "fact_history", "user_id": "ana", "fact_id": "f1", "history": [{"fact_id": "f1", "action": "delete",
+                                                                             "at": 1.0}], "fact": {}},
 ], ids=["summary-list", "decisions-str", "end-nan", "points-int", "history-other-fact", "details-nan",
-        "unknown-type"])
+        "unknown-type", "gone-history-empty", "gone-history-other-fact", "gone-history-at-str", "gone-no-user",
+        "gone-unknown-field"])
 def test_malformed_layer_lines_are_invalid(make_memory: MakeMemory, tmp_path: Path, line: dict[str, Any]) -> None:
     refused_line(make_memory(), tmp_path, line)
+
+
+def test_the_history_of_deleted_facts_moves_too(make_memory: MakeMemory, tmp_path: Path) -> None:
+    src = make_memory("src")
+    made = fill(src)
+    car = src.add_fact("User's car is a red Fiat", user_id="ana")
+    src.update_fact(car.id, user_id="ana", text="User's car is a blue Fiat")
+    src.delete_fact(car.id, user_id="ana")
+    src.delete_fact(made["colour"], user_id="ana")
+    lines = export(src, tmp_path / "all.jsonl")
+    gone = [x for x in lines if x["type"] == "fact_history"]
+    assert sorted(x["fact_id"] for x in gone) == sorted([car.id, made["colour"]])
+    assert {x["user_id"] for x in gone} == {"ana"}
+
+    dst = make_memory("dst")
+    report = dst.import_jsonl(tmp_path / "all.jsonl")
+    assert (report.histories_imported, report.histories_skipped, report.invalid) == (2, 0, [])
+    for user in ("ana", "bob"):
+        assert_same_layers(src, dst, user)  # the whole trail, every field, in its first order
+    assert [h.action for h in dst.fact_history("ana", car.id)] == ["add", "edit", "delete"]
+    assert car.id not in facts_of(dst, "ana") and made["colour"] not in facts_of(dst, "ana")
+    again = dst.import_jsonl(tmp_path / "all.jsonl")
+    assert (again.histories_imported, again.histories_skipped) == (0, 2)
+    assert dst.fact_history("ana") == src.fact_history("ana")  # nothing appended twice
+
+
+def test_a_deleted_facts_history_never_lands_on_a_stored_fact(make_memory: MakeMemory, tmp_path: Path) -> None:
+    """The history line of an id that a stored fact (or history) holds is skipped: it is not
+    appended to that fact's trail, whoever owns it. A fact line and a history line naming
+    the same fact in one file are refused."""
+    m = make_memory()
+    held = m.add_fact("User keeps bees", user_id="bob")
+    trail = m.fact_history("bob")
+    entry = {"fact_id": held.id, "action": "delete", "old_text": "User keeps bees", "new_text": None, "at": 1.0,
+             "details": {}}
+    line = {"format": "tiered-memory/1", "type": "fact_history", "user_id": "mallory", "fact_id": held.id,
+            "history": [entry]}
+    (tmp_path / "one.jsonl").write_text(json.dumps(line) + "\n", encoding="utf-8")
+    report = m.import_jsonl(tmp_path / "one.jsonl")
+    assert (report.histories_imported, report.histories_skipped) == (0, 1)
+    assert m.fact_history("bob") == trail and m.fact_history("mallory") == []
+    fact = {"format": "tiered-memory/1", "type": "fact", "fact": {"id": "f9", "user_id": "ana", "type": "fact",
+                                                                "text": "t", "confidence": 1.0}, "history": []}
+    twice = {**line, "user_id": "ana", "fact_id": "f9", "history": [{**entry, "fact_id": "f9"}]}
+    (tmp_path / "two.jsonl").write_text(json.dumps(fact) + "\n" + json.dumps(twice) + "\n", encoding="utf-8")
+    with pytest.raises(ImportFormatError) as e:
+        m.import_jsonl(tmp_path / "two.jsonl")
+    assert [n for n, _ in e.value.errors] == [2] and m.facts("ana") == [] and m.fact_history("ana") == []
 
 
 def test_an_id_held_by_another_user_is_skipped_not_taken_over(make_memory: MakeMemory, tmp_path: Path) -> None:

@@ -1,19 +1,19 @@
 """JSONL export and import: the live turns, then the facts (with their history, invalid
-ones included), the episodes (with their key points), the LangGraph store items (live
+ones included, and the history of facts deleted, merged or pruned), the episodes (with their key points), the LangGraph store items (live
 ones, with their TTL), the archived turns (those ``consolidate`` moved out of the hot
 table) and working memory (each session's live items and its scratchpad), one JSON
 object a line.
 
 Vectors are not exported: they are recomputed on import, so a dump moves between
 embedding models, vector engines and record stores (SQLite to PostgreSQL). Not in a dump:
-the history of facts that were deleted, working-memory items that were pruned, and
-expired items. The layer lines are written and checked by :mod:`.portable_layers` and
+working-memory items that were pruned, expired items, and the consolidation's audit log. The layer lines are written and checked by :mod:`.portable_layers` and
 written back by :mod:`.portable_restore`; a file of message lines only (every export
 before them), or without archived or working-memory lines, reads as before.
 
 An id is a global key. On import, a record whose id is already stored is skipped and
 counted (``skipped_existing``, ``facts_skipped``, ``episodes_skipped``, ``items_skipped``,
-``archived_skipped``, ``working_skipped``), whichever user holds it: nothing stored is
+``archived_skipped``, ``working_skipped``; ``histories_skipped`` for the history of a fact
+whose id a fact row or the history holds), whichever user holds it: nothing stored is
 overwritten, and another user's record is never touched. So is an item whose namespace
 and key are already stored, and the scratchpad of a session that has one
 (``scratchpads_skipped``). Archived turns go back to the archive, not to the live turns.
@@ -30,9 +30,9 @@ from .errors import InvalidInputError, StoreError
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
-from .portable_layers import (EpisodeRecord, FactRecord, ItemRecord, archived_line, episode_line, fact_line, item_line,
-                              parse_archived, parse_episode, parse_fact, parse_item, parse_scratchpad, parse_working,
-                              scratchpad_line, working_line)
+from .portable_layers import (EpisodeRecord, FactRecord, HistoryRecord, ItemRecord, archived_line, episode_line,
+                              fact_line, history_line, item_line, parse_archived, parse_episode, parse_fact,
+                              parse_history, parse_item, parse_scratchpad, parse_working, scratchpad_line, working_line)
 from .portable_restore import (restore_archived, restore_episodes, restore_facts, restore_items, restore_scratchpads,
                                restore_working)
 from .recall.indexing import store_and_index, write_chunks
@@ -63,6 +63,8 @@ class ImportReport:
     invalid: list[tuple[int, str]] = field(default_factory=list)
     facts_imported: int = 0
     facts_skipped: int = 0
+    histories_imported: int = 0  # histories of facts no longer stored
+    histories_skipped: int = 0
     episodes_imported: int = 0
     episodes_skipped: int = 0
     items_imported: int = 0
@@ -94,7 +96,9 @@ def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None
         for change in rows.fact_history(user):
             history.setdefault(change.fact_id, []).append(change)
         for fact in rows.facts_of(user, include_invalid=True):
-            yield json.dumps(fact_line(fact, history.get(fact.id, []), FORMAT), ensure_ascii=False)
+            yield json.dumps(fact_line(fact, history.pop(fact.id, []), FORMAT), ensure_ascii=False)
+        for fact_id, changes in history.items():  # facts deleted, merged or pruned
+            yield json.dumps(history_line(user, fact_id, changes, FORMAT), ensure_ascii=False)
     for user in users:
         for ep in rows.episodes_of(user):
             yield json.dumps(episode_line(ep, rows.episode_points(ep.id), FORMAT), ensure_ascii=False)
@@ -167,8 +171,8 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
     return _message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
 
-Record = StoredMessage | FactRecord | EpisodeRecord | ItemRecord | ArchivedTurn | WorkingItem | SessionPad
-KINDS = ("message", "fact", "episode", "item", "archived", "working", "scratchpad")
+Record = StoredMessage | FactRecord | HistoryRecord | EpisodeRecord | ItemRecord | ArchivedTurn | WorkingItem | SessionPad
+KINDS = ("message", "fact", "fact_history", "episode", "item", "archived", "working", "scratchpad")
 
 
 def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
@@ -192,6 +196,8 @@ def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: b
         return parse_scratchpad(obj)
     if kind == "archived":
         return parse_archived(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
+    if kind == "fact_history":
+        return parse_history(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
     parse = parse_fact if kind == "fact" else parse_episode
     return parse(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
@@ -200,6 +206,8 @@ def _identity(record: Record) -> tuple[str, str, str]:
     """(kind, id, owner) of a line's record: ids are unique per kind of record."""
     if isinstance(record, FactRecord):
         return "fact", record.fact.id, record.fact.user_id
+    if isinstance(record, HistoryRecord):  # one line per fact id: its record or its history
+        return "fact", record.fact_id, record.user_id
     if isinstance(record, EpisodeRecord):
         return "episode", record.episode.id, record.episode.user_id
     if isinstance(record, ItemRecord):
@@ -225,7 +233,7 @@ def import_jsonl(
     ``user_id``, the import is scoped to that user: a line of any other user is
     invalid, so a crafted file cannot plant messages, facts or episodes in someone
     else's memory. Messages are written first, then facts (with their history, as they
-    were: no resolution), episodes (as they were: no summarising), archived turns (into
+    were: no resolution; and the history of facts no longer stored), episodes (as they were: no summarising), archived turns (into
     the archive), working memory (items re-embedded, no eviction) and items; ``layers``
     and ``items`` are ``None`` where the record store keeps no memory layers.
     ``progress`` is called with the messages of each committed chunk, then once with the
@@ -255,8 +263,9 @@ def import_jsonl(
         # messages per transaction and per progress update
         write_chunks(new, parts.config.write_chunk, write, store=parts.store, progress=progress)
         if layers is not None:
-            report.facts_imported, report.facts_skipped = restore_facts(
-                layers, [r for r in records if isinstance(r, FactRecord)])
+            (report.facts_imported, report.facts_skipped), (report.histories_imported, report.histories_skipped) = \
+                restore_facts(layers, [r for r in records if isinstance(r, FactRecord)],
+                              [r for r in records if isinstance(r, HistoryRecord)])
             report.episodes_imported, report.episodes_skipped = restore_episodes(
                 parts, layers, [r for r in records if isinstance(r, EpisodeRecord)])
             report.archived_imported, report.archived_skipped = restore_archived(

@@ -11,7 +11,9 @@ the namespace as a list}, "ttl_minutes": number or null, "expires_at": number or
 archived turn is ``{"format", "type": "archived", "archived": {every field of ArchivedTurn}}``,
 a working-memory item ``{"format", "type": "working", "working": {every field of
 WorkingItem but the ranking ``score``}}`` and a scratchpad ``{"format", "type":
-"scratchpad", "scratchpad": {every field of SessionPad}}``. The
+"scratchpad", "scratchpad": {every field of SessionPad}}``. The history of a fact the dump
+holds no line for (deleted, or hidden by a merge or a prune) is ``{"format", "type":
+"fact_history", "user_id", "fact_id", "history": [{every field of FactChange}, ...]}``. The
 record sits under its own key because ``Fact.type`` (``"preference"``...) would
 otherwise collide with the line's ``type``. Vectors are never in a line: they are
 recomputed on import. A parsed line is a record a store can hold and read back: no NaN
@@ -46,6 +48,15 @@ class FactRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HistoryRecord:
+    """The history of a fact that is no longer stored (deleted, merged or pruned)."""
+
+    user_id: str
+    fact_id: str
+    history: list[FactChange]
+
+
+@dataclass(frozen=True, kw_only=True)
 class EpisodeRecord:
     episode: Episode
     points: list[str]
@@ -60,6 +71,11 @@ class ItemRecord:
 
 def fact_line(fact: Fact, history: Sequence[FactChange], fmt: str) -> dict[str, Any]:
     return {"format": fmt, "type": "fact", "fact": asdict(fact), "history": [asdict(c) for c in history]}
+
+
+def history_line(user_id: str, fact_id: str, history: Sequence[FactChange], fmt: str) -> dict[str, Any]:
+    return {"format": fmt, "type": "fact_history", "user_id": user_id, "fact_id": fact_id,
+            "history": [asdict(c) for c in history]}
 
 
 def episode_line(episode: Episode, points: Sequence[str], fmt: str) -> dict[str, Any]:
@@ -182,11 +198,27 @@ def parse_fact(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: in
         key=_text(d.get("key"), "key", max_chars, optional=True),
         polarity=_int(d.get("polarity", 1), "polarity", minimum=-1, maximum=1),
     )
-    history = obj.get("history", [])
+    return FactRecord(fact=fact, history=_history(obj.get("history", []), fact_id, max_chars=max_chars,
+                                                  max_metadata_bytes=max_metadata_bytes))
+
+
+def _history(history: object, fact_id: str, *, max_chars: int, max_metadata_bytes: int) -> list[FactChange]:
     if not isinstance(history, list) or len(history) > MAX_POINTS:
         raise InvalidInputError(f"history must be a list of at most {MAX_POINTS:,} entries")
-    return FactRecord(fact=fact, history=[parse_change(c, fact_id, max_chars=max_chars,
-                                                       max_metadata_bytes=max_metadata_bytes) for c in history])
+    return [parse_change(c, fact_id, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes) for c in history]
+
+
+def parse_history(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: int) -> HistoryRecord:
+    """A ``fact_history`` line (already JSON): the history of a fact no longer stored."""
+    unknown = set(obj) - {"format", "type", "user_id", "fact_id", "history"}
+    if unknown:
+        raise InvalidInputError(f"unknown fact_history line fields {sorted(unknown)}")
+    fact_id = check_id(obj.get("fact_id"), "fact_id")
+    history = _history(obj.get("history"), fact_id, max_chars=LAYER_TEXT_TURNS * max_chars,
+                       max_metadata_bytes=max_metadata_bytes)
+    if not history:
+        raise InvalidInputError(f"the fact_history line of fact {fact_id!r} holds no entry")
+    return HistoryRecord(user_id=check_id(obj.get("user_id"), "user_id"), fact_id=fact_id, history=history)
 
 
 def parse_episode(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: int) -> EpisodeRecord:

@@ -12,18 +12,24 @@ from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
 from .layers.working import restore as restore_working_items
-from .portable_layers import EpisodeRecord, FactRecord, ItemRecord
+from .portable_layers import EpisodeRecord, FactRecord, HistoryRecord, ItemRecord
 from .records import ArchivedTurn, SessionPad, WorkingItem
 
 Counts = tuple[int, int]  # (written, skipped as already stored)
 
 
-def restore_facts(layers: Layers, facts: list[FactRecord]) -> Counts:
-    """The facts (with their history) whose ids no row holds yet."""
+def restore_facts(layers: Layers, facts: list[FactRecord], histories: list[HistoryRecord]) -> tuple[Counts, Counts]:
+    """The facts (with their history) whose ids no row holds yet, and the histories of facts
+    no longer stored whose ids neither a fact row nor the history holds yet; in one write, so
+    the history keeps its order by time."""
     held = layers.rows.fact_owners([r.fact.id for r in facts])
     new = [(r.fact, r.history) for r in facts if r.fact.id not in held]
-    layers.facts.restore(new)
-    return len(new), len(facts) - len(new)
+    ids = [r.fact_id for r in histories]
+    known = {**layers.rows.fact_owners(ids), **layers.rows.history_owners(ids)}
+    gone = [(r.user_id, r.history) for r in histories if r.fact_id not in known]
+    if new or gone:
+        layers.facts.restore(new, gone)
+    return (len(new), len(facts) - len(new)), (len(gone), len(histories) - len(gone))
 
 
 def restore_episodes(parts: Parts, layers: Layers, episodes: list[EpisodeRecord]) -> Counts:

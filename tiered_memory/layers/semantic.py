@@ -288,14 +288,17 @@ class SemanticMemory:
                 log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {})
             self.index.delete([f"fact:{fact_id}"])
 
-    def restore(self, facts: Sequence[tuple[Fact, Sequence[FactChange]]]) -> int:
+    def restore(self, facts: Sequence[tuple[Fact, Sequence[FactChange]]],
+                histories: Sequence[tuple[str, Sequence[FactChange]]] = ()) -> int:
         """Write facts as they were exported, with their history, in one transaction: no
-        resolution; ids, times, validity and access counts kept. The history goes in by time
+        resolution; ids, times, validity and access counts kept. ``histories``: (user, history)
+        of facts no longer stored (deleted, merged, pruned). All history goes in by time
         (stable), so a user's whole audit trail reads in its first order. Vectors are
         recomputed; only valid facts go into the vector index (as :meth:`apply` leaves it).
         The caller skips ids already stored."""
         vecs = embed_batched(self.embedder, [f.text for f, _ in facts])
-        changes = sorted(((f.user_id, c) for f, history in facts for c in history), key=lambda uc: uc[1].at)
+        changes = sorted([*((f.user_id, c) for f, history in facts for c in history),
+                          *((user, c) for user, history in histories for c in history)], key=lambda uc: uc[1].at)
         with self.lock:
             with self.rows.unit() as u:
                 for (fact, _), vector in zip(facts, vecs):

@@ -131,13 +131,16 @@ class LayerStore:
     def fact_owners(self, ids: Sequence[str]) -> dict[str, str]:
         return self._owners("facts", ids)
 
-    def _owners(self, table: str, ids: Sequence[str]) -> dict[str, str]:
+    def history_owners(self, fact_ids: Sequence[str]) -> dict[str, str]:
+        return self._owners("fact_history", fact_ids, key="fact_id")
+
+    def _owners(self, table: str, ids: Sequence[str], key: str = "id") -> dict[str, str]:
         found: dict[str, str] = {}
         unique = sorted(set(ids))
         for start in range(0, len(unique), 500):
             part = unique[start:start + 500]
             found.update({r[0]: r[1] for r in self.query(
-                f"SELECT id, user_id FROM {table} WHERE id IN ({marks(len(part))})", part)})
+                f"SELECT DISTINCT {key}, user_id FROM {table} WHERE {key} IN ({marks(len(part))})", part)})
         return found
 
     def valid_fact_ids(self) -> set[str]:

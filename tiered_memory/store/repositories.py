@@ -92,6 +92,9 @@ class FactRepository(Protocol):
         """The user of each of ``ids`` that any fact row holds, deleted ones included (ids are
         global keys: an import must not reuse one)."""
 
+    def history_owners(self, fact_ids: Sequence[str]) -> dict[str, str]:
+        """The user of each of ``fact_ids`` that the fact history names (deleted facts' too)."""
+
     def unit(self) -> AbstractContextManager[FactWrites]: ...
 
 
