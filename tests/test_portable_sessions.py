@@ -88,13 +88,15 @@ def test_the_cli_moves_facts_episodes_archived_turns_and_working_memory(make_mem
     src = make_memory("src")
     fill(src)
     fill_sessions(src)
+    src.delete_fact(src.add_fact("User drives a red Fiat", user_id="ana").id, user_id="ana")
     lines = export(src, tmp_path / "all.jsonl")
     kinds = [x["type"] for x in lines]
     out, err = io.StringIO(), io.StringIO()
     code = main(["--path", str(tmp_path / "dst"), "import", str(tmp_path / "all.jsonl"), "--no-progress"],
                 stdout=out, stderr=err)
     assert code == 0, err.getvalue()
-    assert (f"imported {kinds.count('message')} messages, {kinds.count('fact')} facts, "
+    assert kinds.count("fact_history") == 1
+    assert (f"imported {kinds.count('message')} messages, {kinds.count('fact')} facts (and the history of 1 deleted fact), "
             f"{kinds.count('episode')} episodes and 0 items; {kinds.count('archived')} archived turns, "
             f"4 working-memory items and 2 scratchpads") in out.getvalue()
     assert kinds.count("archived") == 5  # fill's three turns, old enough, were archived too
@@ -103,7 +105,7 @@ def test_the_cli_moves_facts_episodes_archived_turns_and_working_memory(make_mem
                 stderr=err) == 0
     assert f"exported {len(lines)} lines" in out.getvalue()
     again = [json.loads(x) for x in (tmp_path / "again.jsonl").read_text(encoding="utf-8").splitlines()]
-    for kind in ("fact", "archived", "working", "scratchpad"):
+    for kind in ("fact", "fact_history", "archived", "working", "scratchpad"):
         assert [x for x in again if x["type"] == kind] == [x for x in lines if x["type"] == kind]
     out = io.StringIO()
     assert main(["--path", str(tmp_path / "dst"), "import", str(tmp_path / "all.jsonl"), "--no-progress"],

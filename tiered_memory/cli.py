@@ -210,8 +210,9 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
     present = (report.skipped_existing + report.facts_skipped + report.episodes_skipped + report.items_skipped
                + report.archived_skipped + report.working_skipped + report.scratchpads_skipped
                + report.histories_skipped)
-    out(f"imported {report.imported} messages, {report.facts_imported} facts (and the history of"
-        f" {report.histories_imported} deleted), {report.episodes_imported}"
+    n = report.histories_imported
+    gone = f" (and the history of {n} deleted fact{'s' if n != 1 else ''})" if n else ""
+    out(f"imported {report.imported} messages, {report.facts_imported} facts{gone}, {report.episodes_imported}"
         f" episodes and {report.items_imported} items; {report.archived_imported} archived turns,"
         f" {report.working_imported} working-memory items and {report.scratchpads_imported} scratchpads"
         f" from {source} ({present} already present, {len(report.invalid)} invalid lines skipped)")
