@@ -78,8 +78,12 @@ def to_core_messages(messages: Iterable[ChatMessage], max_chars: Optional[int] =
 
 
 def build_query(messages: Sequence[ChatMessage]) -> str:
-    """What to recall for: the latest user message, else the latest message with text."""
-    texts = [(m.role, message_text(m)) for m in messages]
+    """What to recall for: the latest user message, else the latest message with text.
+
+    The text is made valid (:func:`storable_text`, without a length limit): a lone surrogate
+    the chat store accepted (badly decoded input or tool output) would make the core refuse
+    the query, and with it every ``Memory.get()`` while that message is the latest."""
+    texts = [(m.role, storable_text(message_text(m))[0]) for m in messages]
     for role, text in reversed(texts):
         if role == "user" and text.strip():
             return text[-MAX_QUERY_CHARS:]

@@ -228,6 +228,18 @@ async def test_write_through_stores_a_refused_message_repaired_and_keeps_it_in_t
     assert len(stored[1]) == LIMIT and stored[1].endswith(CUT_MARKER)
 
 
+async def test_a_lone_surrogate_in_the_latest_user_message_does_not_break_recall(memory: TieredMemory) -> None:
+    # badly decoded input the chat store accepts; the core refuses it as a query
+    memory.add_many([{"role": "user", "content": "My dog is called Biscuit."}], session_id="old", user_id="u1")
+    mem = Memory.from_defaults(session_id="s1", tokenizer_fn=TOKENIZER,
+                               memory_blocks=[TieredMemoryBlock(memory=memory, user_id="u1")])
+    await mem.aput(chat("user", "What is my dog called? \udcff"))
+    got = await mem.aget()
+    assert "Biscuit" in memory_message(got)
+    assert got[-1].content == "What is my dog called? \udcff"  # the queue keeps what the caller gave
+    assert "Biscuit" in memory_message(await mem.aget(input="my dog \udcff?"))
+
+
 # ---- a long turn still in the queue ------------------------------------------------
 async def test_a_long_turn_in_the_queue_is_not_repeated_cut_in_the_block(memory: TieredMemory) -> None:
     block = TieredMemoryBlock(memory=memory, user_id="u1", every_turn=True)

@@ -23,6 +23,8 @@ def test_query_and_conversion_rules() -> None:
     assert build_query(msgs) == "first"
     assert build_query([chat("assistant", "only me")]) == "only me"
     assert build_query([]) == ""
+    # text the chat store holds but the core refuses as a query is made valid, not refused
+    assert build_query([chat("user", "bad \udcff bytes\x00 here"), chat("tool", "x")]) == "bad ? bytes here"
     rows = to_core_messages([*msgs, chat("developer", "be brief"), chat("chatbot", "hi")])
     assert [(r["role"], r["content"]) for r in rows] == [
         ("user", "first"), ("assistant", "reply"), ("tool", "42"),
