@@ -42,11 +42,12 @@ from llama_index.core.utils import get_tokenizer
 from tiered_memory import MemoryContext, Section, TieredMemory
 from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
-from tiered_memory.errors import ConfigurationError, UsageError
+from tiered_memory.errors import ConfigurationError, InvalidInputError, UsageError
 from tiered_memory.tokens import heuristic_count
 from tiered_memory.validation import check_id
 
-from .messages import REPAIRED_KEY, build_query, message_text, shown_already, storable_text, to_core_messages
+from .messages import (REPAIRED_KEY, build_query, check_messages, message_text, shown_already, storable_text,
+                       to_core_messages)
 
 # Most important first (the core's order, with this session's earlier turns after the
 # facts). Rendered in this order, so truncation can drop from the end.
@@ -125,7 +126,9 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
 
     Text the core refuses (NUL characters, lone surrogates, more than the core's
     ``max_content_chars``) is made storable and cut with a marker, with a logged warning,
-    rather than failing the flush (see :func:`storable_text`).
+    rather than failing the flush (see :func:`storable_text`). Messages that are not a
+    list of ``ChatMessage`` raise :class:`~tiered_memory.errors.InvalidInputError` (a
+    ``ValueError``) before anything is stored; so does an invalid session id.
 
     With a ``ReActAgent``, pass ``insert_method="user"`` to ``Memory.from_defaults``:
     with the default ``"system"``, ``ReActAgent`` drops the message the block is in.
@@ -164,7 +167,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         return None if value is None else check_id(value, "session_id")
 
     def _session(self, session_id: Optional[str], messages: Sequence[ChatMessage] = ()) -> str:
-        sid = session_id or self.session_id
+        sid = session_id if session_id is not None else self.session_id
         if sid is None:
             sid = next((m.additional_kwargs.get("session_id") for m in messages
                         if isinstance(m.additional_kwargs.get("session_id"), str)), None)
@@ -182,6 +185,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         skipped when its messages were stored as they were put: ``every_turn`` in a
         :class:`WriteThroughMemory`, or a session :meth:`arecord` stored turns of. In a plain
         ``Memory`` nothing else stores them, so there even ``every_turn`` stores the flush."""
+        messages = check_messages(messages)
         if from_short_term_memory:
             if not self.accept_short_term_memory:
                 return
@@ -198,6 +202,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         """Store chat messages in long-term memory now; returns the stored ids. With
         ``every_turn``, the session's later flushes are then skipped: its turns are stored as
         they are put (by :class:`WriteThroughMemory`, or by these calls)."""
+        messages = check_messages(messages)
         sid = self._session(session_id, messages)
         self._recorded.add(sid)
         return await self._store(messages, sid)
@@ -219,7 +224,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
 
     # ---- reads -------------------------------------------------------------
     async def _aget(self, messages: Optional[List[ChatMessage]] = None, **block_kwargs: Any) -> str:
-        current = list(messages or [])
+        current = [] if messages is None else check_messages(messages)
         sid = self._session(block_kwargs.get("session_id"))
         context = await self.memory.abuild_context(
             build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens)
@@ -313,7 +318,12 @@ async def aend_session(memory: Memory) -> None:
     A store that holds no text of this session for the block's user (a fresh ``Memory``,
     or only images and tool calls) has nothing to summarise: it is skipped, without an
     error and without an episode. Ending a session twice is harmless.
+
+    Raises:
+        InvalidInputError: ``memory`` is not a ``llama_index.core.memory.Memory``.
     """
+    if not isinstance(memory, Memory):
+        raise InvalidInputError(f"aend_session takes a llama_index Memory, got {type(memory).__name__}")
     active = await memory.sql_store.get_messages(memory.session_id, status=MessageStatus.ACTIVE)
     if active:
         await memory.sql_store.archive_oldest_messages(memory.session_id, n=len(active))

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional, Sequence
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
 
 from tiered_memory.context.render import CUT_MARKER
+from tiered_memory.errors import InvalidInputError
 from tiered_memory.llm.base import clean_strings
 
 MAX_QUERY_CHARS = 2000
@@ -22,6 +23,17 @@ _ROLES = {
     "system": "system", "developer": "system", "user": "user", "assistant": "assistant",
     "chatbot": "assistant", "model": "assistant", "tool": "tool", "function": "tool",
 }
+
+
+def check_messages(messages: object, name: str = "messages") -> list[ChatMessage]:
+    """``messages`` as a new list, if it is a list or tuple of ``ChatMessage``; else
+    :class:`~tiered_memory.errors.InvalidInputError` saying which item is wrong (pure)."""
+    if isinstance(messages, ChatMessage) or not isinstance(messages, (list, tuple)):
+        raise InvalidInputError(f"{name} must be a list of llama_index ChatMessage, got {type(messages).__name__}")
+    for n, m in enumerate(messages):
+        if not isinstance(m, ChatMessage):
+            raise InvalidInputError(f"{name}[{n}] must be a llama_index ChatMessage, got {type(m).__name__}")
+    return list(messages)
 
 
 def message_text(message: ChatMessage) -> str:

@@ -16,9 +16,9 @@ from llama_index.core.storage.chat_store.sql import MessageStatus  # noqa: E402
 
 from li_support import TOKENIZER, chat, memory_message, small_memory, turn  # noqa: E402
 
-from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, aend_session  # noqa: E402
+from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, aend_session, end_session  # noqa: E402
 from llamaindex_tiered_memory.messages import REPAIRED_KEY  # noqa: E402
-from tiered_memory import MemoryConfig, TieredMemory  # noqa: E402
+from tiered_memory import InvalidInputError, MemoryConfig, TieredMemory  # noqa: E402
 from tiered_memory.context.render import CUT_MARKER  # noqa: E402
 
 FILLER = [
@@ -274,3 +274,45 @@ async def test_end_session_with_no_stored_text_is_a_no_op(memory: TieredMemory, 
     await mem.aput_messages(turn("The spare key is under the mat.", "Noted."))
     await aend_session(mem)  # a session with text still ends with an episode
     assert len(memory.episodes("u1")) == 1
+
+
+# ---- bad input: a typed error, nothing stored ------------------------------------------
+NOT_MESSAGES = {
+    "a string": "hello",
+    "one message, not a list": ChatMessage(role="user", content="hello"),
+    "dicts": [{"role": "user", "content": "hello"}],
+    "a None inside": [ChatMessage(role="user", content="hello"), None],
+    "a number": 5,
+}
+
+
+@pytest.mark.parametrize("bad", list(NOT_MESSAGES.values()), ids=list(NOT_MESSAGES))
+async def test_what_is_not_a_list_of_chat_messages_is_refused_with_a_typed_error(
+    memory: TieredMemory, bad: Any,
+) -> None:
+    block = TieredMemoryBlock(memory=memory, user_id="u1", session_id="s1")
+    calls = {
+        "aget": lambda: block.aget(bad),
+        "aput (flush)": lambda: block.aput(bad, from_short_term_memory=True, session_id="s1"),
+        "aput": lambda: block.aput(bad),
+        "arecord": lambda: block.arecord(bad),
+    }
+    for name, call in calls.items():
+        with pytest.raises(InvalidInputError, match="ChatMessage"):
+            await call()
+    assert memory.get_messages("s1", user_id="u1") == []  # not even the good first message
+
+
+async def test_an_empty_or_invalid_session_id_is_refused_not_replaced(memory: TieredMemory) -> None:
+    block = TieredMemoryBlock(memory=memory, user_id="u1", session_id="fallback")
+    for sid in ["", "  ", "a\x00b", 5]:
+        with pytest.raises(InvalidInputError, match="session_id"):
+            await block.arecord([chat("user", "hello")], session_id=sid)
+        with pytest.raises(InvalidInputError, match="session_id"):
+            await block.aget([chat("user", "hello")], session_id=sid)
+    assert memory.get_messages("fallback", user_id="u1") == []
+
+
+def test_end_session_refuses_what_is_not_a_memory(memory: TieredMemory) -> None:
+    with pytest.raises(InvalidInputError, match="Memory"):
+        end_session(TieredMemoryBlock(memory=memory, user_id="u1"))  # type: ignore[arg-type]
