@@ -53,7 +53,10 @@ from .messages import (REPAIRED_KEY, build_query, check_messages, message_text, 
 # facts). Rendered in this order, so truncation can drop from the end.
 SECTION_ORDER = ("session", "facts", "earlier", "episodes", "turns")
 EARLIER_TITLE = "Earlier in this conversation"
-RENDERED_KEPT = 8  # recent renders kept, so truncation works on sections, never on parsed text
+# Recent renders kept, so truncation works on sections, never on parsed text. Memory reads
+# every block before it truncates any: while another block awaits I/O, concurrent reads of
+# other sessions sharing this block render too, and an evicted render is dropped whole.
+RENDERED_KEPT = 256
 
 log = logging.getLogger(__name__)
 

@@ -3,13 +3,16 @@ counted in the tokens ``llama_index.core.memory.Memory`` measures with."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import asyncio
+from typing import Any, Callable, List, Optional
 
 import pytest
 
 pytest.importorskip("llama_index.core")
 
+from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
+from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
 from li_support import TOKENIZER, chat, memory_message, name_of, split_memory_text  # noqa: E402
 
 from llamaindex_tiered_memory import TieredMemoryBlock  # noqa: E402
@@ -137,3 +140,36 @@ async def test_truncation_without_a_tokenizer_uses_llamaindex_default(memory: Ti
     assert cut is not None
     default = get_tokenizer()
     assert len(default(full)) - len(default(cut)) >= 40
+
+
+# ---- truncation under concurrent reads -----------------------------------------------
+class ProfileBlock(BaseMemoryBlock[str]):
+    """A never-truncated block that awaits I/O when read, as a vector or database block does."""
+
+    async def _aget(self, messages: Optional[List[ChatMessage]] = None, **block_kwargs: Any) -> str:
+        await asyncio.sleep(0.01)
+        return "profile: hikes on weekends"
+
+    async def _aput(self, messages: List[ChatMessage]) -> None:
+        return None
+
+
+FRIENDS = [f"friend{n}" for n in range(24)]
+
+
+async def test_many_concurrent_reads_are_truncated_never_dropped(memory: TieredMemory) -> None:
+    # Memory reads every block before it truncates any; while the profile block awaits, the
+    # other sessions' reads render too. The block must still cut its own text, not lose it.
+    memory.add_many([{"role": "user", "content": f"Past chat about hiking trail number {n} in the Alps with {f}."}
+                     for n, f in enumerate(FRIENDS)], session_id="past", user_id="u1")
+    block = TieredMemoryBlock(memory=memory, user_id="u1", tokenizer_fn=TOKENIZER)
+    profile = ProfileBlock(name="profile", priority=0)
+
+    async def read(n: int) -> str:
+        mem = Memory.from_defaults(session_id=f"s{n}", memory_blocks=[block, profile], tokenizer_fn=TOKENIZER,
+                                   token_limit=200)
+        return memory_message(await mem.aget(input=f"Which trail did I hike with {FRIENDS[n]}?"))
+
+    texts = await asyncio.gather(*[read(n) for n in range(len(FRIENDS))])
+    assert all("profile: hikes on weekends" in t for t in texts)
+    assert all("<tiered_memory>" in t and "hiking trail number" in t for t in texts)  # cut, not dropped
