@@ -120,7 +120,10 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         every_turn: store every message when it is put, not only flushed ones; needs
             :class:`WriteThroughMemory` (or your own calls to :meth:`arecord`). Flushes
             are then ignored, since their messages are already stored.
-        priority: ``Memory`` truncates blocks with lower numbers first; 0 never truncates.
+        priority: LlamaIndex's meaning: 0 never truncates, 1 is the most important, higher
+            numbers less. llama-index-core 0.14.25 nonetheless truncates lower numbers first
+            (run-llama/llama_index#23090; the pending fix reverses it), so with another
+            truncatable block, the order you get depends on the LlamaIndex version.
         tokenizer_fn: the ``tokenizer_fn`` of the ``Memory`` the block is in. ``Memory``
             asks the block to cut a number of tokens of its own tokenizer, measures the saving
             with it, and drops the whole block if the saving falls short; it never tells the
@@ -145,7 +148,8 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     name: str = Field(default="tiered_memory", description="The name of the memory block.")
     description: Optional[str] = Field(
         default="Long-term memory of this user: facts, past sessions and relevant past turns.")
-    priority: int = Field(default=1, description="Truncation priority (0 = never truncate).")
+    priority: int = Field(
+        default=1, description="Priority (0 = never truncate, 1 = most important, higher = less).")
     memory: TieredMemory = Field(exclude=True, description="The tiered memory store.")
     user_id: str = Field(description="The user whose memory this block reads and writes.")
     session_id: Optional[str] = Field(

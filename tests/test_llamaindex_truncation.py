@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("llama_index.core")
 
 from llama_index.core.llms import ChatMessage  # noqa: E402
-from llama_index.core.memory import Memory  # noqa: E402
+from llama_index.core.memory import Memory, StaticMemoryBlock  # noqa: E402
 from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
 from li_support import TOKENIZER, chat, memory_message, name_of, split_memory_text  # noqa: E402
 
@@ -173,3 +173,23 @@ async def test_many_concurrent_reads_are_truncated_never_dropped(memory: TieredM
     texts = await asyncio.gather(*[read(n) for n in range(len(FRIENDS))])
     assert all("profile: hikes on weekends" in t for t in texts)
     assert all("<tiered_memory>" in t and "hiking trail number" in t for t in texts)  # cut, not dropped
+
+
+async def test_with_two_truncatable_blocks_llamaindex_cuts_the_lower_priority_number_first(
+    memory: TieredMemory,
+) -> None:
+    """The order TieredMemoryBlock's docstring describes for llama-index-core 0.14.25
+    (run-llama/llama_index#23090). If this fails, LlamaIndex fixed it: update the docstring."""
+    memory.add_many([{"role": "user", "content": f"Past chat about hiking trail number {n} in the Alps."}
+                     for n in range(10)], session_id="past", user_id="u1")
+    block = TieredMemoryBlock(memory=memory, user_id="u1", tokenizer_fn=TOKENIZER, priority=1)
+    notes = StaticMemoryBlock(name="notes", static_content="notes: " + "trail gossip " * 40, priority=2)
+    question = "Which hiking trail should I pick?"
+    content = await block.aget([chat("user", question)], session_id="now")
+    limit = len(TOKENIZER(content)) + len(TOKENIZER(question)) + 5  # room for our block alone
+    mem = Memory.from_defaults(session_id="now", memory_blocks=[block, notes], tokenizer_fn=TOKENIZER,
+                               token_limit=limit)
+    text = memory_message(await mem.aget(input=question))
+    inner = text.split("<tiered_memory>\n", 1)[1].split("\n</tiered_memory>")[0]
+    assert "<notes>" in text  # priority 2 stayed whole...
+    assert inner.count("\n- ") < content.count("\n- ")  # ...while priority 1 lost items
