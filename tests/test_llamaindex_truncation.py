@@ -179,7 +179,8 @@ async def test_with_two_truncatable_blocks_llamaindex_cuts_the_lower_priority_nu
     memory: TieredMemory,
 ) -> None:
     """The order TieredMemoryBlock's docstring describes for llama-index-core 0.14.25
-    (run-llama/llama_index#23090). If this fails, LlamaIndex fixed it: update the docstring."""
+    (run-llama/llama_index#23090). If this fails, the installed LlamaIndex has the fix: update
+    the docstring and the README."""
     memory.add_many([{"role": "user", "content": f"Past chat about hiking trail number {n} in the Alps."}
                      for n in range(10)], session_id="past", user_id="u1")
     block = TieredMemoryBlock(memory=memory, user_id="u1", tokenizer_fn=TOKENIZER, priority=1)
