@@ -252,8 +252,8 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         measures the saving with (a saving short of the request makes ``Memory`` drop the
         whole block); the core's own counter may count differently.
         """
-        sections = self._rendered.get(content) if content else None
-        if sections is None:  # not a text this block rendered: it cannot be cut item by item
+        sections = self._rendered.get(content) if isinstance(content, str) and content else None
+        if sections is None:  # not a text this block rendered (e.g. content blocks): cut it whole
             return None
         tokenize = self.tokenizer_fn or get_tokenizer()
         kept = drop_lowest(sections, tokens_to_truncate, lambda text: len(tokenize(text)))

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
+from llama_index.core.base.llms.types import TextBlock  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.memory import Memory, StaticMemoryBlock  # noqa: E402
 from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
@@ -140,6 +141,14 @@ async def test_truncation_without_a_tokenizer_uses_llamaindex_default(memory: Ti
     assert cut is not None
     default = get_tokenizer()
     assert len(default(full)) - len(default(cut)) >= 40
+
+
+@pytest.mark.parametrize("content", [[TextBlock(text="memory as a content block")], "text it never rendered", "", []],
+                         ids=["content blocks", "foreign text", "empty text", "empty list"])
+async def test_content_the_block_did_not_render_is_truncated_whole(memory: TieredMemory, content: Any) -> None:
+    # as BaseMemoryBlock.atruncate: None (everything goes), never an error
+    block = TieredMemoryBlock(memory=memory, user_id="u1")
+    assert await block.atruncate(content, 10) is None
 
 
 # ---- truncation under concurrent reads -----------------------------------------------
