@@ -122,7 +122,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
             are then ignored, since their messages are already stored.
         priority: LlamaIndex's meaning: 0 never truncates, 1 is the most important, higher
             numbers less. llama-index-core 0.14.25 nonetheless truncates lower numbers first
-            (run-llama/llama_index#23090; LlamaIndex's main branch reverses it), so with another
+            (reported as run-llama/llama_index#23090, whose proposed fixes reverse it), so with another
             truncatable block, the order you get depends on the LlamaIndex version.
         tokenizer_fn: the ``tokenizer_fn`` of the ``Memory`` the block is in. ``Memory``
             asks the block to cut a number of tokens of its own tokenizer, measures the saving
