@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, message_chunk_to_message
 from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.utils import ConfigurableFieldSpec
 
@@ -84,8 +84,9 @@ def output_message(value: Any, key: str | None) -> BaseMessage:
             raise InvalidInputError(f"the chain output has no {key!r}; fix output_messages_key")
         value = value[key]
     if isinstance(value, BaseMessage):
-        # a streamed sum is an AIMessageChunk; store it as the message it adds up to
-        return AIMessage(content=value.content, id=value.id) if isinstance(value, AIMessage) else value
+        # a streamed sum is a chunk: store the message it adds up to, with every field
+        # (tool calls, name, response and usage metadata), which RunnableWithMessageHistory keeps too
+        return message_chunk_to_message(value)
     if isinstance(value, str):
         return AIMessage(content=value)
     raise InvalidInputError(

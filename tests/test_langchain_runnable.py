@@ -145,3 +145,36 @@ def test_constructor_checks_its_arguments(memory: TieredMemory) -> None:
         with_tiered_memory(PROMPT | FakeListChatModel(responses=["x"]), memory, max_tokens=0)
     chain = with_tiered_memory(PROMPT | FakeListChatModel(responses=["x"]), memory)
     assert {s.id for s in chain.config_specs} >= {"user_id", "session_id"}
+
+
+_TOOL_REPLY = AIMessage("Let me check.", id="r-1", name="planner",
+                        tool_calls=[{"name": "calendar", "args": {"day": "friday"}, "id": "call-7",
+                                     "type": "tool_call"}],
+                        response_metadata={"model_name": "fake-1"},
+                        usage_metadata={"input_tokens": 3, "output_tokens": 2, "total_tokens": 5})
+
+
+@pytest.mark.parametrize("entry", ["invoke", "stream"])
+def test_the_recorded_answer_keeps_its_tool_calls_name_and_metadata(memory: TieredMemory, entry: str) -> None:
+    from langchain_tiered_memory import TieredChatMessageHistory
+
+    chain = with_tiered_memory(PROMPT | FakeMessagesListChatModel(responses=[_TOOL_REPLY]), memory)
+    if entry == "invoke":
+        chain.invoke({"input": "Am I free on Friday?"}, _cfg("u", "s"))
+    else:
+        list(chain.stream({"input": "Am I free on Friday?"}, _cfg("u", "s")))
+    answer = TieredChatMessageHistory(memory, "s", user_id="u").messages[-1]
+    assert answer == _TOOL_REPLY  # the same message, as RunnableWithMessageHistory would store it
+
+
+def test_a_streamed_sum_is_stored_as_the_message_it_adds_up_to() -> None:
+    from langchain_core.messages import AIMessageChunk
+
+    from langchain_tiered_memory.runnable import output_message
+
+    total = (AIMessageChunk(content="Let me ", id="r-2")
+             + AIMessageChunk(content="check.", tool_call_chunks=[
+                 {"name": "calendar", "args": '{"day": "friday"}', "id": "call-8", "index": 0}]))
+    got = output_message(total, None)
+    assert type(got) is AIMessage and got.text == "Let me check." and got.id == "r-2"
+    assert got.tool_calls == [{"name": "calendar", "args": {"day": "friday"}, "id": "call-8", "type": "tool_call"}]
