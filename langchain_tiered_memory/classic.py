@@ -26,7 +26,6 @@ import asyncio
 from typing import Any
 
 from langchain_classic.base_memory import BaseMemory
-from langchain_classic.memory.utils import get_prompt_input_key
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, get_buffer_string
 from pydantic import ConfigDict, field_validator
 
@@ -42,9 +41,12 @@ __all__ = ["TieredConversationMemory"]
 def turn_text(value: Any, what: str) -> str:
     """The text to store for one side of a turn (pure): a string as it is, a message's text,
     a number as written; a list or mapping (several messages, a structured value) has no one
-    text to store, so it is an ``InvalidInputError`` that says which key to point at."""
+    text to store, and ``None`` none at all, so both are an ``InvalidInputError`` (for a list or
+    mapping, one that says which key to point at)."""
     if isinstance(value, str):
         return value
+    if value is None:
+        raise InvalidInputError(f"the {what} is None: there is no text to store")
     if isinstance(value, BaseMessage):
         return value.text
     if isinstance(value, (list, tuple, dict, set)):
@@ -63,8 +65,14 @@ class TieredConversationMemory(BaseMemory):
         session_id: the conversation this chain is having.
         memory_key: the prompt variable to fill (default ``"history"``).
         input_key: the chain input to store and to recall for; default the only
-            input that is not a memory variable.
-        output_key: the chain output to store; default the only output.
+            input that is not a memory variable (or ``stop``). With several, set it:
+            the call fails when the memory is loaded, before the model runs (the classic
+            buffer memories fail only when saving, after it).
+        output_key: the chain output to store; default the only output, else ``"output"``.
+
+    A key that is missing or ambiguous, or a turn that is ``None``, raises
+    :class:`~tiered_memory.errors.InvalidInputError` (a ``ValueError``, as in the classic
+    memories) and nothing is stored. Unknown constructor arguments are refused.
         return_messages: a list of messages instead of one string.
         human_prefix, ai_prefix: speaker labels of the string form.
         max_tokens: token budget of the assembled context.
@@ -75,7 +83,9 @@ class TieredConversationMemory(BaseMemory):
         >>> chain.invoke({"input": "Where do I live?"})  # doctest: +SKIP
     """
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    # a misspelt option (``retrun_messages=``) or ``chat_memory=`` (which the classic memories
+    # take, but this one is always its own session) is refused, not silently ignored
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     memory: TieredMemory
     user_id: str
@@ -97,8 +107,23 @@ class TieredConversationMemory(BaseMemory):
     def memory_variables(self) -> list[str]:
         return [self.memory_key]
 
+    def _input_key(self, inputs: dict[str, Any]) -> str:
+        """``input_key``, else the one input that is not a memory variable or ``stop`` (as the
+        classic memories pick it), refused with an ``InvalidInputError`` when there is none or several."""
+        if self.input_key is not None:
+            if self.input_key not in inputs:
+                raise InvalidInputError(
+                    f"the chain inputs have no {self.input_key!r} (keys: {sorted(map(str, inputs))}); "
+                    "fix input_key")
+            return self.input_key
+        keys = sorted(str(k) for k in inputs if k not in self.memory_variables and k != "stop")
+        if len(keys) != 1:
+            raise InvalidInputError(
+                f"One input key expected got {keys}: set input_key to the one that holds the user's message")
+        return keys[0]
+
     def _input_text(self, inputs: dict[str, Any]) -> str:
-        key = self.input_key or get_prompt_input_key(inputs, self.memory_variables)
+        key = self._input_key(inputs)
         return turn_text(inputs[key], f"input {key!r}")
 
     def _query(self, inputs: dict[str, Any]) -> str | None:
@@ -144,14 +169,18 @@ class TieredConversationMemory(BaseMemory):
 
     def _output_text(self, outputs: dict[str, Any]) -> str:
         if self.output_key is not None:
+            if self.output_key not in outputs:
+                raise InvalidInputError(
+                    f"the chain outputs have no {self.output_key!r} (keys: {sorted(map(str, outputs))}); "
+                    "fix output_key")
             value = outputs[self.output_key]
         elif len(outputs) == 1:
             value = next(iter(outputs.values()))
         elif "output" in outputs:
             value = outputs["output"]
         else:
-            raise ValueError(
-                f"got output keys {sorted(outputs)}; set output_key to the one to store")
+            raise InvalidInputError(
+                f"got output keys {sorted(map(str, outputs))}; set output_key to the one to store")
         return turn_text(value, "output")
 
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:

@@ -140,3 +140,47 @@ async def test_chat_memory_is_the_same_session_as_a_history(memory: TieredMemory
     tiered.return_messages = False
     assert await tiered.abuffer() == "Human: I play the oboe.\nHuman: And the flute?\nAI: Noted."
     assert memory.get_messages("s", user_id="bo") == []  # another user's session of that name
+
+
+def test_unknown_arguments_are_refused_not_silently_ignored(memory: TieredMemory) -> None:
+    from langchain_core.chat_history import InMemoryChatMessageHistory
+
+    with pytest.raises(ValueError, match="retrun_messages"):  # pydantic names the misspelt option
+        TieredConversationMemory(memory=memory, user_id="u", session_id="s", retrun_messages=True)
+    # the classic memories take chat_memory=; this one's is always its session in `memory`
+    with pytest.raises(ValueError, match="chat_memory"):
+        TieredConversationMemory(memory=memory, user_id="u", session_id="s",
+                                 chat_memory=InMemoryChatMessageHistory())
+
+
+@pytest.mark.parametrize(("kwargs", "inputs", "outputs", "match"), [
+    ({}, {"input": "a", "context": "b"}, {"output": "x"}, r"One input key expected got \['context', 'input'\]"),
+    ({}, {}, {"output": "x"}, "One input key expected got"),
+    ({"input_key": "question"}, {"input": "a"}, {"output": "x"}, "no 'question'.*fix input_key"),
+    ({"output_key": "answer"}, {"input": "a"}, {"output": "x"}, "no 'answer'.*fix output_key"),
+    ({}, {"input": "a"}, {"a": "1", "b": "2"}, "set output_key"),
+    ({}, {"input": "a"}, {}, "set output_key"),
+    ({}, {"input": None}, {"output": "x"}, "input 'input' is None"),
+    ({}, {"input": "a"}, {"output": None}, "output is None"),
+])
+def test_save_context_refuses_what_it_cannot_store_with_a_typed_error(
+    memory: TieredMemory, kwargs: dict[str, str], inputs: dict[str, object], outputs: dict[str, object],
+    match: str,
+) -> None:
+    tiered = TieredConversationMemory(memory=memory, user_id="u", session_id="s", **kwargs)
+    with pytest.raises(InvalidInputError, match=match):
+        tiered.save_context(inputs, outputs)
+    assert memory.get_messages("s", user_id="u") == []  # nothing of the turn was stored
+
+
+def test_a_prompt_with_several_inputs_needs_input_key_before_the_model_runs(memory: TieredMemory) -> None:
+    rec = PromptRecorder()
+    prompt = PromptTemplate.from_template("{history}\nContext: {context}\nQ: {question}")
+    chain = LLMChain(llm=_model(rec, "Fine."), prompt=prompt,
+                     memory=TieredConversationMemory(memory=memory, user_id="u", session_id="s"))
+    with pytest.raises(InvalidInputError, match="set input_key"):
+        chain.invoke({"context": "none", "question": "How are you?"})
+    assert rec.prompts == [] and memory.get_messages("s", user_id="u") == []
+    chain.memory = TieredConversationMemory(memory=memory, user_id="u", session_id="s", input_key="question")
+    assert chain.invoke({"context": "none", "question": "How are you?"})["text"] == "Fine."
+    assert [m.content for m in memory.get_messages("s", user_id="u")] == ["How are you?", "Fine."]
