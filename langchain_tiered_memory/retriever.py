@@ -8,11 +8,11 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict
+from pydantic import ConfigDict, field_validator
 
 from tiered_memory import MemoryHit, TieredMemory
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.validation import check_count
+from tiered_memory.validation import check_count, check_id
 
 from .messages import LC_KEY
 
@@ -80,7 +80,10 @@ class TieredMemoryRetriever(BaseRetriever):
     a setting given by name (``k=3``) wins over the same one in ``search_kwargs``, and ``k``
     is 4 when neither gives it. A ``k`` that is not an int >= 1 raises
     :class:`~tiered_memory.errors.InvalidInputError` wherever it is given; an argument the
-    retriever does not know (a misspelt ``fliters=``) is refused at construction.
+    retriever does not know (a misspelt ``fliters=``) is refused at construction, and so is an
+    empty or non-string ``user_id`` / ``session_id``. A blank query returns no documents
+    (there is nothing to recall for) instead of failing the chain; a query that is not a
+    string raises :class:`~tiered_memory.errors.InvalidInputError`.
 
     Example:
         >>> retriever = TieredMemoryRetriever(memory=memory, user_id="u1", k=3)  # doctest: +SKIP
@@ -116,8 +119,21 @@ class TieredMemoryRetriever(BaseRetriever):
         out.update({n: v for n, v in resolve_overrides(overrides, "invoke").items() if v is not None})
         return out
 
+    @field_validator("user_id")
+    @classmethod
+    def _check_user(cls, value: str) -> str:
+        return check_id(value, "user_id")
+
+    @field_validator("session_id")
+    @classmethod
+    def _check_session(cls, value: str | None) -> str | None:
+        return None if value is None else check_id(value, "session_id")
+
     def _search(self, query: str, **overrides: Any) -> list[Document]:
-        hits = self.memory.search(query, **self.settings(**overrides))
+        settings = self.settings(**overrides)  # checked even when there is nothing to search for
+        if isinstance(query, str) and not query.strip():
+            return []  # nothing to recall for, as in the other adapters (a chain's empty input)
+        hits = self.memory.search(query, **settings)
         return [hit_to_document(h) for h in hits]
 
     def _get_relevant_documents(

@@ -149,3 +149,22 @@ def test_search_kwargs_refuse_unknown_names_and_the_user(shared_memory: TieredMe
         TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_kwargs={"user_id": "u2"})
     with pytest.raises(InvalidInputError, match="given twice"):
         TieredMemoryRetriever(memory=shared_memory, user_id="u1").invoke("dog", k=1, top_k=2)
+
+
+@pytest.mark.parametrize(("field", "bad"), [("user_id", ""), ("user_id", 7), ("session_id", ""), ("session_id", 3)])
+def test_bad_ids_are_refused_at_construction_not_at_the_first_call(shared_memory: TieredMemory,
+                                                                   field: str, bad: Any) -> None:
+    kwargs: dict[str, Any] = {"memory": shared_memory, "user_id": "u1", field: bad}
+    with pytest.raises(ValueError, match=field):  # the id check's InvalidInputError, inside pydantic's error
+        TieredMemoryRetriever(**kwargs)
+
+
+async def test_a_blank_query_finds_nothing_instead_of_failing_the_chain(shared_memory: TieredMemory) -> None:
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1")
+    assert retriever.invoke("") == [] and retriever.invoke("   ") == []
+    assert await retriever.ainvoke("") == []
+    assert retriever.batch(["", "dog"], k=1)[0] == [] and len(retriever.batch(["", "dog"], k=1)[1]) == 1
+    with pytest.raises(InvalidInputError, match="k must be"):  # the call's settings are still checked
+        retriever.invoke("", k=0)
+    with pytest.raises(InvalidInputError, match="query"):
+        retriever.invoke(42)  # type: ignore[arg-type]
