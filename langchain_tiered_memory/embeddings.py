@@ -13,14 +13,27 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any, Iterable
 
 from langchain_core.embeddings import Embeddings
 
 from tiered_memory import Embedder, SentenceTransformerEmbedder
 from tiered_memory.embedding import embedder_name
-from tiered_memory.errors import EmbeddingError
+from tiered_memory.errors import EmbeddingError, InvalidInputError
 
 __all__ = ["LangChainEmbedder", "TieredMemoryEmbeddings"]
+
+
+def _texts(texts: Any) -> list[str]:
+    """``texts`` as a list of str (pure); anything else is the caller's mistake, an
+    ``InvalidInputError``, not an ``EmbeddingError`` (which says the model failed)."""
+    if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
+        raise InvalidInputError(f"embed_documents takes a list of str, got {type(texts).__name__}")
+    out = list(texts)
+    for i, text in enumerate(out):
+        if not isinstance(text, str):
+            raise InvalidInputError(f"embed_documents: text {i} is a {type(text).__name__}, not a str")
+    return out
 
 
 class LangChainEmbedder:
@@ -63,6 +76,8 @@ class TieredMemoryEmbeddings(Embeddings):
     Args:
         embedder: a core embedder; default the bundled model, loaded on first use.
 
+    A text that is not a ``str`` raises :class:`~tiered_memory.errors.InvalidInputError`.
+
     Example:
         >>> from langgraph.store.memory import InMemoryStore  # doctest: +SKIP
         >>> store = InMemoryStore(index={"dims": 384, "embed": TieredMemoryEmbeddings()})  # doctest: +SKIP
@@ -76,9 +91,11 @@ class TieredMemoryEmbeddings(Embeddings):
         return embedder_name(self.embedder)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return [list(map(float, v)) for v in self.embedder.embed_documents(list(texts))]
+        return [list(map(float, v)) for v in self.embedder.embed_documents(_texts(texts))]
 
     def embed_query(self, text: str) -> list[float]:
+        if not isinstance(text, str):
+            raise InvalidInputError(f"embed_query takes a str, got {type(text).__name__}")
         return list(map(float, self.embedder.embed_query(text)))
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pytest
 from langchain_core.embeddings import Embeddings
+from langchain_tests.integration_tests import EmbeddingsIntegrationTests
+from langchain_tests.unit_tests import EmbeddingsUnitTests
 from langgraph.store.memory import InMemoryStore
 
 from langchain_tiered_memory import LangChainEmbedder, TieredMemoryEmbeddings
-from tiered_memory import EmbeddingError, SentenceTransformerEmbedder, TieredMemory
+from tiered_memory import EmbeddingError, InvalidInputError, SentenceTransformerEmbedder, TieredMemory
 
 
 def test_bundled_model_as_langchain_embeddings(embedder: SentenceTransformerEmbedder) -> None:
@@ -57,3 +59,46 @@ def test_failures_become_embedding_errors() -> None:
         e.embed_documents(["x"])
     with pytest.raises(EmbeddingError, match="provider down"):
         e.embed_query("x")
+
+
+@pytest.mark.parametrize("call", [
+    lambda e: e.embed_query(None),
+    lambda e: e.embed_query(["a"]),
+    lambda e: e.embed_documents("a string, not a list"),
+    lambda e: e.embed_documents(["fine", 3]),
+    lambda e: e.embed_documents(None),
+])
+def test_bad_input_is_invalid_input_not_a_model_failure(embedder: SentenceTransformerEmbedder, call: Any) -> None:
+    with pytest.raises(InvalidInputError):
+        call(TieredMemoryEmbeddings(embedder))
+
+
+def test_standard_embeddings_expectations(embedder: SentenceTransformerEmbedder) -> None:
+    lc = TieredMemoryEmbeddings(embedder)
+    assert lc.embed_documents([]) == []
+    assert lc.embed_documents(("a", "b")) == lc.embed_documents(["a", "b"])  # any sequence of str
+    assert len(lc.embed_query("")) == len(lc.embed_query("x"))
+
+
+class _BundledModel:
+    """The standard suites' settings: the bundled model (the session's, loaded once)."""
+
+    @pytest.fixture(autouse=True)
+    def _embedder(self, embedder: SentenceTransformerEmbedder) -> None:
+        self.embedder = embedder
+
+    @property
+    def embeddings_class(self) -> type[TieredMemoryEmbeddings]:
+        return TieredMemoryEmbeddings
+
+    @property
+    def embedding_model_params(self) -> dict[str, Any]:
+        return {"embedder": self.embedder}
+
+
+class TestTieredMemoryEmbeddingsStandardUnit(_BundledModel, EmbeddingsUnitTests):
+    pass
+
+
+class TestTieredMemoryEmbeddingsStandardIntegration(_BundledModel, EmbeddingsIntegrationTests):
+    pass
