@@ -37,7 +37,8 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-__all__ = ["LC_KEY", "fit_metadata", "from_stored", "from_stored_many", "role_of", "text_of", "to_core", "to_core_many"]
+__all__ = ["LC_KEY", "fit_metadata", "from_stored", "from_stored_many", "lc_id", "role_of", "text_of", "to_core",
+           "to_core_many"]
 
 LC_KEY = "langchain"
 """The metadata key that carries what LangChain needs to rebuild the message."""
@@ -144,11 +145,12 @@ def to_core_many(messages: Iterable[BaseMessage], *, max_metadata_bytes: int = 6
 
 def _demoted(m: StoredMessage, what: str) -> HumanMessage:
     """A stored message that may not keep its own role, as quoted user-side data."""
-    return HumanMessage(content=f"[stored {what}] {quote(m.content)}", id=_lc_id(m))
+    return HumanMessage(content=f"[stored {what}] {quote(m.content)}", id=lc_id(m))
 
 
-def _lc_id(m: StoredMessage) -> str:
-    """The message's LangChain id when one was stored (so callers can match it), else the stored id."""
+def lc_id(m: StoredMessage) -> str:
+    """The message's LangChain id when one was stored (so callers can match it), else the stored
+    id; metadata of any shape (damaged, or written by other code) gives the stored id."""
     lc = m.metadata.get(LC_KEY)
     data = lc.get("data") if isinstance(lc, Mapping) else None
     found = data.get("id") if isinstance(data, Mapping) else None
@@ -157,12 +159,12 @@ def _lc_id(m: StoredMessage) -> str:
 
 def _by_role(m: StoredMessage) -> BaseMessage:
     if m.role == "user":
-        return HumanMessage(content=m.content, id=_lc_id(m))
+        return HumanMessage(content=m.content, id=lc_id(m))
     if m.role == "assistant":
-        return AIMessage(content=m.content, id=_lc_id(m))
+        return AIMessage(content=m.content, id=lc_id(m))
     if m.role == "tool":
         call_id = m.metadata.get("tool_call_id")
-        return ToolMessage(content=m.content, id=_lc_id(m), tool_call_id=str(call_id or m.id))
+        return ToolMessage(content=m.content, id=lc_id(m), tool_call_id=str(call_id or m.id))
     return _demoted(m, f"{m.role} message")
 
 

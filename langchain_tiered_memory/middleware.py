@@ -27,7 +27,7 @@ from tiered_memory import TieredMemory
 from tiered_memory.errors import ConfigurationError
 from tiered_memory.validation import check_id
 
-from .messages import LC_KEY, from_stored_many, to_core_many
+from .messages import from_stored_many, lc_id, to_core_many
 
 __all__ = ["TieredMemoryMiddleware", "turn_to_record"]
 
@@ -162,7 +162,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
             return 0
         user, session = self.ids(runtime)
         recent = self.memory.get_messages(session, user_id=user, limit=max(50, 2 * len(messages)))
-        stored_ids = {str((m.metadata.get(LC_KEY) or {}).get("data", {}).get("id") or m.id) for m in recent}
+        stored_ids = {lc_id(m) for m in recent}
         new = turn_to_record(messages, stored_ids)
         if new:
             rows = to_core_many(new, max_metadata_bytes=self.memory.config.max_metadata_bytes)

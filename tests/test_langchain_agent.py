@@ -189,3 +189,15 @@ def test_middleware_records_a_turn_that_ends_in_a_direct_tool(memory: TieredMemo
     stored = memory.get_messages("s", user_id="u")
     assert [m.role for m in stored] == ["user", "assistant", "tool"]
     assert stored[-1].content == "Order A7 has shipped."
+
+
+@pytest.mark.parametrize("damaged", ["junk", {"data": "junk"}, {"type": "human", "data": {"id": 7}}, ["x"]])
+def test_a_stored_message_with_damaged_langchain_metadata_never_breaks_a_run(memory: TieredMemory,
+                                                                              damaged: Any) -> None:
+    memory.add_many([{"role": "user", "content": "I keep bees.", "metadata": {"langchain": damaged}},
+                     {"role": "assistant", "content": "How sweet."}], session_id="s1", user_id="u1")
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("Still bees.")]), [], middleware=[
+        TieredMemoryMiddleware(memory, user_id="u1", session_id="s1", include_recent=True)])
+    agent.invoke({"messages": [HumanMessage("What do I keep?")]})
+    assert [m.content for m in memory.get_messages("s1", user_id="u1")] == [
+        "I keep bees.", "How sweet.", "What do I keep?", "Still bees."]
