@@ -137,10 +137,16 @@ def to_core(message: BaseMessage, *, timestamp: Any = None, max_metadata_bytes: 
 
 
 def to_core_many(messages: Iterable[BaseMessage], *, max_metadata_bytes: int = 64_000) -> list[dict[str, Any]]:
-    """LangChain messages as core message dicts, in order."""
+    """LangChain messages as core message dicts, in order; an error names the bad message's index."""
     if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Iterable):
         raise InvalidInputError(f"expected a sequence of LangChain messages, got {type(messages).__name__}")
-    return [to_core(m, max_metadata_bytes=max_metadata_bytes) for m in messages]
+    out: list[dict[str, Any]] = []
+    for n, m in enumerate(messages):
+        try:
+            out.append(to_core(m, max_metadata_bytes=max_metadata_bytes))
+        except InvalidInputError as e:  # say which one, as the core's bulk writes do
+            raise InvalidInputError(f"message {n}: {e}") from e
+    return out
 
 
 def _demoted(m: StoredMessage, what: str) -> HumanMessage:

@@ -14,6 +14,7 @@ from langchain_core.messages import (
     ChatMessage,
     FunctionMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
 )
@@ -317,3 +318,18 @@ def test_session_id_is_positional_as_in_every_langchain_history(memory: TieredMe
         TieredChatMessageHistory(memory, "s1", "u1")  # type: ignore[misc]  # user_id only by name
     with pytest.raises(InvalidInputError, match="session_id"):
         TieredChatMessageHistory(memory, "", user_id="u1")
+
+
+@pytest.mark.parametrize(("bad", "match"), [
+    ("not a message", "message 1: expected a LangChain BaseMessage, got str"),
+    ({"role": "user", "content": "hi"}, "message 1: expected a LangChain BaseMessage, got dict"),
+    (None, "message 1: expected a LangChain BaseMessage, got NoneType"),
+])
+def test_a_bad_message_in_a_bulk_write_is_named_and_nothing_is_stored(memory: TieredMemory, bad: Any,
+                                                                      match: str) -> None:
+    history = TieredChatMessageHistory(memory, "s", user_id="u")
+    with pytest.raises(InvalidInputError, match=match):
+        history.add_messages([HumanMessage("fine"), bad, AIMessage("also fine")])
+    with pytest.raises(InvalidInputError, match="message 0: cannot store a LangChain 'remove' message"):
+        history.add_messages([RemoveMessage(id="x")])
+    assert history.messages == []
