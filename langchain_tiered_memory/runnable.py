@@ -72,8 +72,10 @@ def query_of(messages: Sequence[BaseMessage]) -> str:
 
 def output_message(value: Any, key: str | None) -> BaseMessage:
     """The chain's answer as a message: a message, a ``str``, or a dict holding one under
-    ``key`` (or its only value)."""
+    ``key`` (else its only value, else ``"output"``, as ``RunnableWithMessageHistory`` picks it)."""
     if isinstance(value, Mapping):
+        if key is None and len(value) != 1 and "output" in value:
+            key = "output"
         if key is None:
             if len(value) != 1:
                 raise InvalidInputError(
@@ -124,7 +126,8 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         memory: the shared :class:`~tiered_memory.TieredMemory`.
         input_messages_key: the input key of the user's message (for dict inputs).
         history_messages_key: the prompt variable to fill with the context.
-        output_messages_key: the output key of the answer, for chains returning dicts.
+        output_messages_key: the output key of the answer, for chains returning dicts (default:
+            the only key, else ``"output"``, as in ``RunnableWithMessageHistory``).
         max_tokens: token budget of the assembled context; default ``MemoryConfig.budget``.
         include_items: also recall the user's LangGraph store items (``TieredMemoryStore``).
 

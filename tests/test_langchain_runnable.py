@@ -178,3 +178,11 @@ def test_a_streamed_sum_is_stored_as_the_message_it_adds_up_to() -> None:
     got = output_message(total, None)
     assert type(got) is AIMessage and got.text == "Let me check." and got.id == "r-2"
     assert got.tool_calls == [{"name": "calendar", "args": {"day": "friday"}, "id": "call-8", "type": "tool_call"}]
+
+
+def test_a_dict_answer_with_several_keys_is_read_from_output_as_upstream_does(memory: TieredMemory) -> None:
+    chain = with_tiered_memory(
+        PROMPT | RunnableParallel(output=RunnableLambda(lambda _: "Paris."), sources=RunnableLambda(lambda _: [])),
+        memory)
+    assert chain.invoke({"input": "Capital of France?"}, _cfg("u", "s")) == {"output": "Paris.", "sources": []}
+    assert [m.content for m in memory.get_messages("s", user_id="u")] == ["Capital of France?", "Paris."]
