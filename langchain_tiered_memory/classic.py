@@ -30,7 +30,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import ConfigDict, field_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
-from tiered_memory.validation import check_id
+from tiered_memory.validation import check_count, check_id
 
 from .history import TieredChatMessageHistory
 from .messages import from_stored_many, to_core_many
@@ -102,6 +102,11 @@ class TieredConversationMemory(BaseMemory):
     @classmethod
     def _check_ids(cls, value: str, info: Any) -> str:
         return check_id(value, info.field_name)
+
+    @field_validator("max_tokens", mode="before")
+    @classmethod
+    def _check_budget(cls, value: Any) -> int | None:
+        return check_count(value, "max_tokens", minimum=1, optional=True)
 
     @property
     def memory_variables(self) -> list[str]:

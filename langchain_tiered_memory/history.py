@@ -24,11 +24,20 @@ from langchain_core.runnables.utils import ConfigurableFieldSpec
 
 from tiered_memory import TieredMemory
 from tiered_memory.types import StoredMessage
-from tiered_memory.validation import check_id
+from tiered_memory.errors import InvalidInputError
+from tiered_memory.validation import check_count, check_id
 
 from .messages import from_stored_many, to_core_many
 
-__all__ = ["TieredChatMessageHistory", "history_factory", "history_factory_config"]
+__all__ = ["TieredChatMessageHistory", "check_memory", "history_factory", "history_factory_config"]
+
+
+def check_memory(memory: object) -> TieredMemory:
+    """``memory`` if it is a :class:`~tiered_memory.TieredMemory` (checked when an adapter is
+    built, so a wrong argument is not found at the first call)."""
+    if not isinstance(memory, TieredMemory):
+        raise InvalidInputError(f"memory must be a TieredMemory, got {type(memory).__name__}")
+    return memory
 
 
 def _latest_user_text(buffer: Sequence[StoredMessage]) -> str:
@@ -60,11 +69,11 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         self, memory: TieredMemory, session_id: str, *, user_id: str,
         include_memory: bool = False, max_tokens: int | None = None,
     ) -> None:
-        self.memory = memory
+        self.memory = check_memory(memory)
         self.session_id = check_id(session_id, "session_id")
         self.user_id = check_id(user_id, "user_id")
         self.include_memory = include_memory
-        self.max_tokens = max_tokens
+        self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
 
     # ---- reads: one implementation, run in a worker thread by the async twin ----
     def _read(self) -> list[BaseMessage]:
@@ -145,6 +154,9 @@ def history_factory(
         >>> chain.invoke({"input": "hi"},  # doctest: +SKIP
         ...     {"configurable": {"user_id": "u1", "session_id": "s1"}})
     """
+
+    check_memory(memory)
+    check_count(max_tokens, "max_tokens", minimum=1, optional=True)
 
     def get_session_history(user_id: str, session_id: str) -> TieredChatMessageHistory:
         return TieredChatMessageHistory(memory, user_id=user_id, session_id=session_id,

@@ -25,8 +25,9 @@ from langgraph.runtime import Runtime
 
 from tiered_memory import TieredMemory
 from tiered_memory.errors import ConfigurationError
-from tiered_memory.validation import check_id
+from tiered_memory.validation import check_count, check_id
 
+from .history import check_memory
 from .messages import from_stored_many, lc_id, to_core_many
 
 __all__ = ["TieredMemoryMiddleware", "turn_to_record"]
@@ -103,10 +104,10 @@ class TieredMemoryMiddleware(AgentMiddleware):
         include_items: bool = False,
     ) -> None:
         super().__init__()
-        self.memory = memory
-        self.user_id = user_id
-        self.session_id = session_id
-        self.max_tokens = max_tokens
+        self.memory = check_memory(memory)
+        self.user_id = None if user_id is None else check_id(user_id, "user_id")
+        self.session_id = None if session_id is None else check_id(session_id, "session_id")
+        self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         self.include_recent = include_recent
         self.record = record
         self.include_items = include_items

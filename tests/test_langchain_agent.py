@@ -16,7 +16,7 @@ from langchain_tiered_memory import TieredMemoryMiddleware, TieredMemoryStore
 from langchain_tiered_memory.middleware import turn_to_record
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder
-from tiered_memory import ConfigurationError, TieredMemory
+from tiered_memory import ConfigurationError, InvalidInputError, TieredMemory
 
 
 @tool
@@ -201,3 +201,15 @@ def test_a_stored_message_with_damaged_langchain_metadata_never_breaks_a_run(mem
     agent.invoke({"messages": [HumanMessage("What do I keep?")]})
     assert [m.content for m in memory.get_messages("s1", user_id="u1")] == [
         "I keep bees.", "How sweet.", "What do I keep?", "Still bees."]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": "300"}, "max_tokens"),
+    ({"user_id": ""}, "user_id"), ({"session_id": 5}, "session_id"),
+])
+def test_bad_middleware_arguments_are_refused_when_it_is_built(memory: TieredMemory, kwargs: dict[str, Any],
+                                                                match: str) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        TieredMemoryMiddleware(memory, **kwargs)
+    with pytest.raises(InvalidInputError, match="memory must be a TieredMemory"):
+        TieredMemoryMiddleware("./memory")  # type: ignore[arg-type]

@@ -184,3 +184,9 @@ def test_a_prompt_with_several_inputs_needs_input_key_before_the_model_runs(memo
     chain.memory = TieredConversationMemory(memory=memory, user_id="u", session_id="s", input_key="question")
     assert chain.invoke({"context": "none", "question": "How are you?"})["text"] == "Fine."
     assert [m.content for m in memory.get_messages("s", user_id="u")] == ["How are you?", "Fine."]
+
+
+@pytest.mark.parametrize("bad", [0, -5, "300", True])
+def test_a_bad_max_tokens_is_refused_when_the_memory_is_built(memory: TieredMemory, bad: object) -> None:
+    with pytest.raises(ValueError, match="max_tokens must be an int >= 1"):  # inside pydantic's error
+        TieredConversationMemory(memory=memory, user_id="u", session_id="s", max_tokens=bad)

@@ -333,3 +333,15 @@ def test_a_bad_message_in_a_bulk_write_is_named_and_nothing_is_stored(memory: Ti
     with pytest.raises(InvalidInputError, match="message 0: cannot store a LangChain 'remove' message"):
         history.add_messages([RemoveMessage(id="x")])
     assert history.messages == []
+
+
+@pytest.mark.parametrize("make", [
+    lambda mem: TieredChatMessageHistory(mem, "s", user_id="u", include_memory=True, max_tokens=0),
+    lambda mem: TieredChatMessageHistory(mem, "s", user_id="u", max_tokens="500"),
+    lambda mem: history_factory(mem, max_tokens=-1),
+    lambda mem: TieredChatMessageHistory("./memory", "s", user_id="u"),  # type: ignore[arg-type]
+    lambda mem: history_factory("./memory"),  # type: ignore[arg-type]
+])
+def test_bad_arguments_are_refused_when_the_history_is_built(memory: TieredMemory, make: Any) -> None:
+    with pytest.raises(InvalidInputError, match="max_tokens|memory must be a TieredMemory"):
+        make(memory)
