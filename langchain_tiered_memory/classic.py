@@ -69,13 +69,13 @@ class TieredConversationMemory(BaseMemory):
             the call fails when the memory is loaded, before the model runs (the classic
             buffer memories fail only when saving, after it).
         output_key: the chain output to store; default the only output, else ``"output"``.
+        return_messages: a list of messages instead of one string.
+        human_prefix, ai_prefix: speaker labels of the string form.
+        max_tokens: token budget of the assembled context.
 
     A key that is missing or ambiguous, or a turn that is ``None``, raises
     :class:`~tiered_memory.errors.InvalidInputError` (a ``ValueError``, as in the classic
     memories) and nothing is stored. Unknown constructor arguments are refused.
-        return_messages: a list of messages instead of one string.
-        human_prefix, ai_prefix: speaker labels of the string form.
-        max_tokens: token budget of the assembled context.
 
     Example:
         >>> chain = ConversationChain(llm=model, memory=TieredConversationMemory(  # doctest: +SKIP
