@@ -10,6 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import TieredMemory
+from tiered_memory.errors import InvalidInputError
 from tiered_memory.portable import ImportFormatError
 
 from portable_support import (MakeMemory, export, fill, fill_sessions, layer_rows, moved, refused_line,
@@ -23,6 +24,7 @@ TURN = {"id": "t1", "user_id": "ana", "session_id": "s", "role": "user", "conten
 WORKING = {"id": "w1", "user_id": "ana", "session_id": "s", "text": "a note", "type": "note", "importance": 0.5,
            "created_at": 1.7e9, "metadata": {}, "access_count": 0}
 PAD = {"user_id": "ana", "session_id": "s", "data": {"step": 1}, "updated_at": 1.7e9}
+AUDIT = {"user_id": "ana", "layer": "episode", "item_id": "e1", "action": "archive", "at": 1.7e9, "details": {}}
 
 
 @pytest.mark.parametrize("line", [
@@ -36,8 +38,15 @@ PAD = {"user_id": "ana", "session_id": "s", "data": {"step": 1}, "updated_at": 1
     {"type": "scratchpad", "scratchpad": {**PAD, "data": ["step", 2]}},
     {"type": "scratchpad", "scratchpad": {**PAD, "data": {"": 1}}},
     {"type": "scratchpad", "scratchpad": {**PAD, "updated_at": None}},
+    {"type": "audit", "audit": {**AUDIT, "layer": "fact"}},
+    {"type": "audit", "audit": {**AUDIT, "at": float("nan")}},
+    {"type": "audit", "audit": {**AUDIT, "details": ["x"]}},
+    {"type": "audit", "audit": {**AUDIT, "item_id": ""}},
+    {"type": "audit", "audit": {k: v for k, v in AUDIT.items() if k != "action"}},
+    {"type": "audit", "audit": {**AUDIT, "seq": 4}},
 ], ids=["archived-role", "archived-iso-time", "archived-no-archived_at", "archived-flat", "working-importance",
-        "working-score", "working-too-long", "pad-data-list", "pad-empty-key", "pad-no-time"])
+        "working-score", "working-too-long", "pad-data-list", "pad-empty-key", "pad-no-time", "audit-layer",
+        "audit-at-nan", "audit-details-list", "audit-item-empty", "audit-no-action", "audit-unknown-field"])
 def test_malformed_session_lines_are_invalid(make_memory: MakeMemory, tmp_path: Path, line: dict[str, Any]) -> None:
     refused_line(make_memory(), tmp_path, line)
 
@@ -258,3 +267,39 @@ def test_the_archive_is_read_page_by_page_in_one_order(make_memory: MakeMemory) 
     for page in (1, 2, 4, 17):
         assert list(rows.archived_turns(None, page=page)) == whole
         assert list(rows.archived_turns("bob", page=page)) == [t for t in whole if t.user_id == "bob"]
+
+
+def test_the_audit_log_is_read_and_moves_with_the_memory(make_memory: MakeMemory, tmp_path: Path) -> None:
+    """``audit_log`` reads what consolidation and eviction did; an export carries it and an
+    import restores it as it was, once."""
+    from dataclasses import replace
+
+    from tiered_memory import MemoryConfig
+
+    src = make_memory("src")
+    fill_sessions(src)
+    small = MemoryConfig(working=replace(MemoryConfig().working, capacity=1))
+    mem = make_memory("tight", config=small)
+    mem.working_memory("w", user_id="ana").remember("first note", importance=0.2)
+    mem.working_memory("w", user_id="ana").remember("second note", importance=0.9)
+    evicted = mem.audit_log("ana")
+    assert [(e.layer, e.action, e.details) for e in evicted] == [("working", "evict", {"text": "first note"})]
+    assert mem.audit_log("bob") == [] and mem.audit_log("ana", layer="episode") == []
+    with pytest.raises(InvalidInputError):
+        mem.audit_log("ana", layer="facts")
+
+    archived = src.audit_log("ana", layer="episode")
+    assert archived and {e.action for e in archived} == {"archive"} and src.audit_log("ana", layer="working") == []
+    lines = export(src, tmp_path / "all.jsonl")
+    assert [x["audit"] for x in lines if x["type"] == "audit"] == [
+        {"user_id": "ana", "layer": e.layer, "item_id": e.item_id, "action": e.action, "at": e.at, "details": e.details}
+        for e in archived]
+    dst = make_memory("dst")
+    report = dst.import_jsonl(tmp_path / "all.jsonl")
+    assert (report.audit_imported, report.audit_skipped, report.invalid) == (len(archived), 0, [])
+    assert dst.audit_log("ana") == src.audit_log("ana")
+    again = dst.import_jsonl(tmp_path / "all.jsonl")
+    assert (again.audit_imported, again.audit_skipped) == (0, len(archived))
+    assert dst.audit_log("ana") == src.audit_log("ana")  # nothing appended twice
+    with pytest.raises(ImportFormatError):  # a scoped import refuses another user's entry
+        make_memory("third").import_jsonl(tmp_path / "all.jsonl", user_id="bob")

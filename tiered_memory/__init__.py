@@ -26,13 +26,14 @@ from .errors import (
 from .llm.base import LLM
 from .memory import TieredMemory
 from .layers.semantic import FactHit
-from .records import Episode, Fact, FactChange, WorkingItem
+from .records import AuditEntry, Episode, Fact, FactChange, WorkingItem
 from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMessage
 from .layers.working import WorkingMemory
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AuditEntry",
     "BudgetConfig",
     "BufferConfig",
     "ConfigurationError",

@@ -49,7 +49,7 @@ from .layers.item_recall import ITEM_LAYER, as_memory_hit, merge_by_score
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .layers.semantic import FactHit
-from .records import Episode, Fact, FactChange
+from .records import AUDIT_LAYERS, AuditEntry, Episode, Fact, FactChange
 from .layers.working import WorkingMemory, touch_items
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
@@ -614,6 +614,16 @@ class TieredMemory:
         return self._layers.facts.history(check_id(user_id, "user_id"), fact_id)
 
     @usable
+    def audit_log(self, user_id: str, *, layer: str | None = None) -> list[AuditEntry]:
+        """What consolidation and eviction did to the user's episodes and working-memory items
+        (``AuditEntry``: promote, archive, delete_raw, prune, evict), oldest first; ``layer``:
+        ``"episode"`` or ``"working"`` only. Fact changes are in :meth:`fact_history`."""
+        check_id(user_id, "user_id")
+        if layer is not None and layer not in AUDIT_LAYERS:
+            raise InvalidInputError(f"layer must be one of {', '.join(map(repr, AUDIT_LAYERS))} or None, got {layer!r}")
+        return self._layers.rows.audit_log(user_id, layer)
+
+    @usable
     def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list[FactHit]:
         """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
         check_id(user_id, "user_id")
@@ -687,6 +697,7 @@ class TieredMemory:
     aupdate_fact = twin(update_fact)
     adelete_fact = twin(delete_fact)
     afact_history = twin(fact_history)
+    aaudit_log = twin(audit_log)
     asearch_facts = twin(search_facts)
     aepisodes = twin(episodes)
     asearch_episodes = twin(search_episodes)

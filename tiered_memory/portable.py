@@ -1,22 +1,24 @@
 """JSONL export and import: the live turns, then the facts (with their history, invalid
-ones included, and the history of facts deleted, merged or pruned), the episodes (with their key points), the LangGraph store items (live
-ones, with their TTL), the archived turns (those ``consolidate`` moved out of the hot
-table) and working memory (each session's live items and its scratchpad), one JSON
-object a line.
+ones included, and the history of facts deleted, merged or pruned), the episodes (with
+their key points), the LangGraph store items (live ones, with their TTL), the archived
+turns (those ``consolidate`` moved out of the hot table), working memory (each session's
+live items and its scratchpad) and the audit log, one JSON object a line.
 
 Vectors are not exported: they are recomputed on import, so a dump moves between
 embedding models, vector engines and record stores (SQLite to PostgreSQL). Not in a dump:
-working-memory items that were pruned, expired items, and the consolidation's audit log. The layer lines are written and checked by :mod:`.portable_layers` and
-written back by :mod:`.portable_restore`; a file of message lines only (every export
-before them), or without archived or working-memory lines, reads as before.
+working-memory items that were pruned, and expired items. The layer lines are written
+and checked by :mod:`.portable_layers` and written back by :mod:`.portable_restore`; a
+file of message lines only (every export before them), or without the later kinds of
+line, reads as before.
 
 An id is a global key. On import, a record whose id is already stored is skipped and
 counted (``skipped_existing``, ``facts_skipped``, ``episodes_skipped``, ``items_skipped``,
 ``archived_skipped``, ``working_skipped``; ``histories_skipped`` for the history of a fact
 whose id a fact row or the history holds), whichever user holds it: nothing stored is
 overwritten, and another user's record is never touched. So is an item whose namespace
-and key are already stored, and the scratchpad of a session that has one
-(``scratchpads_skipped``). Archived turns go back to the archive, not to the live turns.
+and key are already stored, the scratchpad of a session that has one
+(``scratchpads_skipped``), and an audit entry (it has no id) whose every field the log
+already holds (``audit_skipped``). Archived turns go back to the archive, not to the live turns.
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from .errors import InvalidInputError, StoreError
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
-from .portable_layers import (EpisodeRecord, FactRecord, HistoryRecord, ItemRecord, archived_line, episode_line,
-                              fact_line, history_line, item_line, parse_archived, parse_episode, parse_fact,
-                              parse_history, parse_item, parse_scratchpad, parse_working, scratchpad_line, working_line)
-from .portable_restore import (restore_archived, restore_episodes, restore_facts, restore_items, restore_scratchpads,
-                               restore_working)
+from .portable_layers import (EpisodeRecord, FactRecord, HistoryRecord, ItemRecord, archived_line, audit_line,
+                              episode_line, fact_line, history_line, item_line, parse_archived, parse_audit,
+                              parse_episode, parse_fact, parse_history, parse_item, parse_scratchpad, parse_working,
+                              scratchpad_line, working_line)
+from .portable_restore import (audit_key, restore_archived, restore_audit, restore_episodes, restore_facts,
+                               restore_items, restore_scratchpads, restore_working)
 from .recall.indexing import store_and_index, write_chunks
-from .records import ArchivedTurn, SessionPad, WorkingItem
+from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
 from .types import StoredMessage
 from .validation import check_id, check_message_id, normalize_message
 
@@ -75,6 +78,8 @@ class ImportReport:
     working_skipped: int = 0
     scratchpads_imported: int = 0
     scratchpads_skipped: int = 0
+    audit_imported: int = 0  # audit log entries
+    audit_skipped: int = 0
 
 
 def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None,
@@ -111,6 +116,9 @@ def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None
         yield json.dumps(working_line(working, FORMAT), ensure_ascii=False)
     for pad in rows.scratchpads_of(user_id):
         yield json.dumps(scratchpad_line(pad, FORMAT), ensure_ascii=False)
+    for user in [user_id] if user_id is not None else sorted(rows.audit_users()):
+        for entry in rows.audit_log(user):
+            yield json.dumps(audit_line(entry, FORMAT), ensure_ascii=False)
 
 
 def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None, layers: Layers | None = None,
@@ -171,8 +179,9 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
     return _message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
 
-Record = StoredMessage | FactRecord | HistoryRecord | EpisodeRecord | ItemRecord | ArchivedTurn | WorkingItem | SessionPad
-KINDS = ("message", "fact", "fact_history", "episode", "item", "archived", "working", "scratchpad")
+Record = (StoredMessage | FactRecord | HistoryRecord | EpisodeRecord | ItemRecord | ArchivedTurn | WorkingItem
+          | SessionPad | AuditEntry)
+KINDS = ("message", "fact", "fact_history", "episode", "item", "archived", "working", "scratchpad", "audit")
 
 
 def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
@@ -198,6 +207,8 @@ def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: b
         return parse_archived(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
     if kind == "fact_history":
         return parse_history(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
+    if kind == "audit":
+        return parse_audit(obj, max_metadata_bytes=max_metadata_bytes)
     parse = parse_fact if kind == "fact" else parse_episode
     return parse(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
@@ -218,6 +229,8 @@ def _identity(record: Record) -> tuple[str, str, str]:
         return "archived", record.id, record.user_id
     if isinstance(record, WorkingItem):
         return "working", record.id, record.user_id
+    if isinstance(record, AuditEntry):  # no id: told apart by every field
+        return "audit", repr(audit_key(record)), record.user_id
     return "message", record.id, record.user_id
 
 
@@ -234,7 +247,7 @@ def import_jsonl(
     invalid, so a crafted file cannot plant messages, facts or episodes in someone
     else's memory. Messages are written first, then facts (with their history, as they
     were: no resolution; and the history of facts no longer stored), episodes (as they were: no summarising), archived turns (into
-    the archive), working memory (items re-embedded, no eviction) and items; ``layers``
+    the archive), working memory (items re-embedded, no eviction), the audit log and items; ``layers``
     and ``items`` are ``None`` where the record store keeps no memory layers.
     ``progress`` is called with the messages of each committed chunk, then once with the
     number of the other lines.
@@ -274,6 +287,8 @@ def import_jsonl(
                 parts, layers, [r for r in records if isinstance(r, WorkingItem)])
             report.scratchpads_imported, report.scratchpads_skipped = restore_scratchpads(
                 parts, layers, [r for r in records if isinstance(r, SessionPad)])
+            report.audit_imported, report.audit_skipped = restore_audit(
+                parts, layers, [r for r in records if isinstance(r, AuditEntry)])
         if items is not None:
             report.items_imported, report.items_skipped = restore_items(
                 items, [r for r in records if isinstance(r, ItemRecord)])

@@ -13,7 +13,8 @@ a working-memory item ``{"format", "type": "working", "working": {every field of
 WorkingItem but the ranking ``score``}}`` and a scratchpad ``{"format", "type":
 "scratchpad", "scratchpad": {every field of SessionPad}}``. The history of a fact the dump
 holds no line for (deleted, or hidden by a merge or a prune) is ``{"format", "type":
-"fact_history", "user_id", "fact_id", "history": [{every field of FactChange}, ...]}``. The
+"fact_history", "user_id", "fact_id", "history": [{every field of FactChange}, ...]}``, and
+an entry of the audit log ``{"format", "type": "audit", "audit": {every field of AuditEntry}}``. The
 record sits under its own key because ``Fact.type`` (``"preference"``...) would
 otherwise collide with the line's ``type``. Vectors are never in a line: they are
 recomputed on import. A parsed line is a record a store can hold and read back: no NaN
@@ -30,7 +31,7 @@ from .errors import InvalidInputError
 from .layers.item_rules import check_namespace, check_owner, check_ttl
 from .layers.semantic import check_type
 from .layers.working import check_note, check_pad_entry
-from .records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
+from .records import AUDIT_LAYERS, ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
 from .validation import (MAX_COUNT, MAX_ID_LENGTH, check_content, check_id, check_message_id, check_metadata,
                          check_role, check_text, check_unit, encodable, encode_json, to_epoch)
 
@@ -76,6 +77,10 @@ def fact_line(fact: Fact, history: Sequence[FactChange], fmt: str) -> dict[str, 
 def history_line(user_id: str, fact_id: str, history: Sequence[FactChange], fmt: str) -> dict[str, Any]:
     return {"format": fmt, "type": "fact_history", "user_id": user_id, "fact_id": fact_id,
             "history": [asdict(c) for c in history]}
+
+
+def audit_line(entry: AuditEntry, fmt: str) -> dict[str, Any]:
+    return {"format": fmt, "type": "audit", "audit": asdict(entry)}
 
 
 def episode_line(episode: Episode, points: Sequence[str], fmt: str) -> dict[str, Any]:
@@ -206,6 +211,18 @@ def _history(history: object, fact_id: str, *, max_chars: int, max_metadata_byte
     if not isinstance(history, list) or len(history) > MAX_POINTS:
         raise InvalidInputError(f"history must be a list of at most {MAX_POINTS:,} entries")
     return [parse_change(c, fact_id, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes) for c in history]
+
+
+def parse_audit(obj: Mapping[str, Any], *, max_metadata_bytes: int) -> AuditEntry:
+    """An ``audit`` line (already JSON) as an audit entry; raises InvalidInputError."""
+    _line_keys(obj, "audit")
+    d = _fields(obj.get("audit"), AuditEntry, "audit entry", ("user_id", "layer", "item_id", "action", "at"))
+    if d["layer"] not in AUDIT_LAYERS:
+        raise InvalidInputError(f"an audit entry's layer is one of {', '.join(AUDIT_LAYERS)}, not {d['layer']!r}")
+    return AuditEntry(user_id=check_id(d["user_id"], "user_id"), layer=d["layer"],
+                      item_id=check_id(d["item_id"], "audit item_id"),
+                      action=str(_text(d["action"], "audit action", MAX_ID_LENGTH)),
+                      at=_required_time(d["at"], "audit at"), details=check_metadata(d.get("details"), max_metadata_bytes))
 
 
 def parse_history(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: int) -> HistoryRecord:

@@ -8,12 +8,14 @@ skipped, so nothing stored is overwritten and another user's record is never tou
 
 from __future__ import annotations
 
+import json
+
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
 from .layers.working import restore as restore_working_items
 from .portable_layers import EpisodeRecord, FactRecord, HistoryRecord, ItemRecord
-from .records import ArchivedTurn, SessionPad, WorkingItem
+from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
 
 Counts = tuple[int, int]  # (written, skipped as already stored)
 
@@ -70,6 +72,23 @@ def restore_scratchpads(parts: Parts, layers: Layers, pads: list[SessionPad]) ->
     with parts.lock, layers.rows.unit() as u:
         written = sum(u.restore_scratchpad(p) for p in pads)
     return written, len(pads) - written
+
+
+def audit_key(e: AuditEntry) -> tuple[str, str, str, str, float, str]:
+    """What tells two audit entries apart (they have no id): every field."""
+    return e.user_id, e.layer, e.item_id, e.action, e.at, json.dumps(e.details, sort_keys=True)
+
+
+def restore_audit(parts: Parts, layers: Layers, entries: list[AuditEntry]) -> Counts:
+    """The audit entries the log does not hold yet (the same fields), oldest first after the
+    ones it holds."""
+    held = {audit_key(e) for user in {e.user_id for e in entries} for e in layers.rows.audit_log(user)}
+    new = sorted((e for e in entries if audit_key(e) not in held), key=lambda e: e.at)
+    if new:
+        with parts.lock, layers.rows.unit() as u:
+            for e in new:
+                u.audit(e.user_id, e.layer, e.item_id, e.action, e.details, e.at)
+    return len(new), len(entries) - len(new)
 
 
 def _covered(parts: Parts, episodes: list[EpisodeRecord]) -> dict[tuple[str, str], int]:

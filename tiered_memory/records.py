@@ -77,6 +77,22 @@ class FactChange:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AuditEntry:
+    """One row of the audit log: what consolidation or eviction did to an episode or a
+    working-memory item (``promote``, ``archive``, ``delete_raw``, ``prune``, ``evict``)."""
+
+    user_id: str
+    layer: str  # one of AUDIT_LAYERS
+    item_id: str
+    action: str
+    at: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+AUDIT_LAYERS = ("episode", "working")
+
+
+@dataclass(frozen=True, kw_only=True)
 class Episode:
     """A compressed span of a session. ``metadata["method"]`` is ``"llm"`` or ``"extractive"``."""
 

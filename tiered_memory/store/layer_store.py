@@ -19,7 +19,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
+from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
 from .layer_codec import (
     ARCHIVE_COLS,
     EPISODE_COLS,
@@ -289,14 +289,17 @@ class LayerStore:
         return self.keyword("items", user_id, terms, k) if terms else []
 
     # ---- audit and archive (inspection) ----------------------------------------------
-    def audit_rows(self, user_id: str, layer: str | None = None) -> list[dict[str, Any]]:
+    def audit_log(self, user_id: str, layer: str | None = None) -> list[AuditEntry]:
         sql = "SELECT layer, item_id, action, at, details FROM audit_log WHERE user_id=?"
         params: list[Any] = [user_id]
         if layer:
             sql += " AND layer=?"
             params.append(layer)
-        return [{"layer": r[0], "item_id": r[1], "action": r[2], "at": r[3], "details": json.loads(r[4])}
-                for r in self.query(sql + " ORDER BY seq", params)]
+        return [AuditEntry(user_id=user_id, layer=r[0], item_id=r[1], action=r[2], at=float(r[3]),
+                           details=json.loads(r[4])) for r in self.query(sql + " ORDER BY seq", params)]
+
+    def audit_users(self) -> set[str]:
+        return {r[0] for r in self.query("SELECT DISTINCT user_id FROM audit_log")}
 
     def archived_turns(self, user_id: str | None, page: int = 1000) -> Iterator[ArchivedTurn]:
         """Every archived turn (one user's, or everyone's), read ``page`` rows at a time in

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
+from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
 
 Scored = list[tuple[str, float]]
 
@@ -283,5 +283,11 @@ class LayerRepository(FactRepository, EpisodeRepository, WorkingRepository, Item
 
     def layer_users(self) -> set[str]:
         """Users with facts or episodes."""
+
+    def audit_log(self, user_id: str, layer: str | None = None) -> list[AuditEntry]:
+        """The user's audit entries (of one layer), oldest first."""
+
+    def audit_users(self) -> set[str]:
+        """Users with audit entries."""
 
     def unit(self) -> AbstractContextManager[LayerWrites]: ...
