@@ -26,8 +26,10 @@ prefix maps to: that user's, or the shared items when the prefix names no user. 
 ids are matched exactly on every path: ``*`` is a plain character in a label, and in a
 ``list_namespaces`` pattern it is LangGraph's wildcard everywhere but at the user's
 position (``user_position`` or the template's ``{user_id}``), where it is matched
-literally, so a user called ``*`` never lists other users' namespaces. (LangGraph's
-``put`` refuses ``.`` in labels; a user id with a ``.`` works as a key, with a callable.)
+literally, so a user called ``*`` never lists other users' namespaces. As in LangGraph, a
+label is a non-empty ``str`` without ``.`` or NUL, in every operation (those handed to
+``batch`` too: one bad label fails the whole batch with ``InvalidNamespaceError``, before
+anything runs); a user id with a ``.`` works as a key, with a callable.
 
 TTL: ``ttl=TTLConfig(default_ttl=minutes, refresh_on_read=True, sweep_interval_minutes=...)``
 and ``put(..., ttl=minutes)`` as in LangGraph. Expired items are never returned, listed

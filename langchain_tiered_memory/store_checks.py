@@ -17,22 +17,32 @@ __all__ = ["NamespaceLabelError", "check_labels", "check_op", "check_ttl_config"
 
 
 class NamespaceLabelError(InvalidInputError, InvalidNamespaceError):
-    """A namespace no store can hold (a label that is not text, holds NUL or lone
-    surrogates, or at the user's position is no usable user id). Both the library's
+    """A namespace LangGraph refuses or no store can hold (a label that is not text, is
+    empty, holds ``.``, NUL or lone surrogates, or at the user's position is no usable user
+    id). Both the library's
     ``InvalidInputError`` and LangGraph's ``InvalidNamespaceError`` catch it, as code
     written against LangGraph's stores expects."""
 
 
 def check_labels(labels: object, what: str) -> tuple[str, ...]:
-    """A namespace (or prefix) is a tuple of str labels that storage can hold (a list is
-    taken too, as LangGraph's SQL stores take ``search(["users"])``)."""
+    """A namespace (or prefix, or ``list_namespaces`` pattern) is a tuple of labels LangGraph
+    accepts: non-empty str without ``.`` or NUL (its ``InvalidNamespaceError`` rules, which
+    its SQL stores apply to every operation of a batch), and no lone surrogates, which
+    storage cannot hold. A list is taken too, as LangGraph's SQL stores take ``search(["users"])``."""
     if not isinstance(labels, (tuple, list)):
         raise NamespaceLabelError(f"{what} must be a tuple of strings, got {labels!r}")
     for label in labels:  # one pass, cheap for ASCII: this runs for every operation
         if not isinstance(label, str):
-            raise NamespaceLabelError(f"{what} must be a tuple of strings, got {labels!r}")
+            raise NamespaceLabelError(f"Invalid namespace label {label!r} found in {what} {labels!r}. "
+                                      f"Namespace labels must be strings, but got {type(label).__name__}.")
+        if not label:
+            raise NamespaceLabelError(f"Namespace labels cannot be empty strings. Got {label!r} in {what} {labels!r}")
+        if "." in label:
+            raise NamespaceLabelError(f"Invalid namespace label {label!r} found in {what} {labels!r}. "
+                                      "Namespace labels cannot contain periods ('.').")
         if "\x00" in label or not (label.isascii() or encodable(label)):
-            raise NamespaceLabelError(f"{what} labels cannot hold NUL or lone surrogates, got {label!r}")
+            raise NamespaceLabelError(f"Invalid namespace label {label!r} found in {what} {labels!r}. "
+                                      "Namespace labels cannot contain NUL bytes ('\\x00') or lone surrogates.")
     return tuple(labels)
 
 
@@ -66,6 +76,10 @@ def check_op(op: Op) -> None:
         _count(op.limit, "limit")
         _count(op.offset, "offset")
     if isinstance(op, ListNamespacesOp):
+        for condition in op.match_conditions or ():
+            if getattr(condition, "match_type", None) not in ("prefix", "suffix"):
+                raise InvalidInputError(f"a namespace match must be 'prefix' or 'suffix', got {condition!r}")
+            check_labels(condition.path, f"{condition.match_type} pattern")
         _count(op.limit, "limit")
         _count(op.offset, "offset")
 

@@ -165,3 +165,27 @@ def test_a_store_over_a_closed_memory_says_so(make_memory: Callable[..., TieredM
                  lambda: store.search(("u1",), query="hello"), lambda: store.list_namespaces()):
         with pytest.raises(UsageError, match="closed"):
             call()
+
+
+@pytest.mark.parametrize("bad", [("notes.archive",), ("u1", ""), ("u1", 7)])
+async def test_a_batch_with_a_label_langgraph_refuses_fails_whole_and_writes_nothing(
+        memory: TieredMemory, bad: tuple[object, ...]) -> None:
+    # LangGraph's SQL stores check every operation handed to batch()/abatch() with its
+    # label rules (no ".", no empty label, only str), not only those made by put()/get()
+    from langgraph.store.base import InvalidNamespaceError
+
+    store = TieredMemoryStore(memory)
+    store.put(("notes", "archive"), "k", {"kept": True})
+    ns: tuple[str, ...] = bad  # type: ignore[assignment]
+    for op in (GetOp(ns, "k"), PutOp(ns, "k", {"kept": False}), PutOp(ns, "k", None), SearchOp(ns),
+               ListNamespacesOp((MatchCondition("prefix", ns),)), ListNamespacesOp((MatchCondition("suffix", ns),))):
+        with pytest.raises(InvalidNamespaceError):
+            store.batch([PutOp(("fresh",), "k", {"new": 1}), op])
+        with pytest.raises(InvalidNamespaceError):
+            await store.abatch([PutOp(("fresh",), "k", {"new": 1}), op])
+    got = store.get(("notes", "archive"), "k")
+    assert got is not None and got.value == {"kept": True}
+    assert store.get(("fresh",), "k") is None and store.list_namespaces() == [("notes", "archive")]
+    # the wildcard of a pattern and an empty search prefix stay valid
+    assert store.batch([SearchOp(()), ListNamespacesOp((MatchCondition("prefix", ("notes", "*")),))]) == [
+        [store.search(("notes",))[0]], [("notes", "archive")]]
