@@ -13,7 +13,7 @@ from tiered_memory.errors import InvalidInputError
 from tiered_memory.layers.items import check_ttl
 from tiered_memory.validation import encodable
 
-__all__ = ["NamespaceLabelError", "check_labels", "check_op", "check_ttl_config"]
+__all__ = ["ItemValueError", "NamespaceLabelError", "check_labels", "check_op", "check_ttl_config"]
 
 
 class NamespaceLabelError(InvalidInputError, InvalidNamespaceError):
@@ -22,6 +22,12 @@ class NamespaceLabelError(InvalidInputError, InvalidNamespaceError):
     id). Both the library's
     ``InvalidInputError`` and LangGraph's ``InvalidNamespaceError`` catch it, as code
     written against LangGraph's stores expects."""
+
+
+class ItemValueError(InvalidInputError, TypeError):
+    """An item value that is not a JSON object (a dict of JSON values: no sets, bytes,
+    datetimes, NaN). LangGraph's SQL stores fail on such values with the ``TypeError`` of
+    their JSON encoder; this is both that ``TypeError`` and the library's ``InvalidInputError``."""
 
 
 def check_labels(labels: object, what: str) -> tuple[str, ...]:
@@ -62,11 +68,11 @@ def check_op(op: Op) -> None:
             raise InvalidInputError(f"an item key must be a non-empty string without NUL, got {op.key!r}")
     if isinstance(op, PutOp) and op.value is not None:
         if not isinstance(op.value, Mapping):
-            raise InvalidInputError(f"an item value must be a dict, got {type(op.value).__name__}")
+            raise ItemValueError(f"an item value must be a dict, got {type(op.value).__name__}")
         try:
             json.dumps(op.value, allow_nan=False)
         except (TypeError, ValueError, RecursionError) as e:
-            raise InvalidInputError(f"an item value must be JSON-serialisable (no sets, datetimes, NaN): {e}") from e
+            raise ItemValueError(f"an item value must be JSON-serialisable (no sets, datetimes, NaN): {e}") from e
     if isinstance(op, SearchOp):
         check_labels(op.namespace_prefix, "namespace prefix")
         if op.query is not None and (not isinstance(op.query, str) or not encodable(op.query)):

@@ -189,3 +189,22 @@ async def test_a_batch_with_a_label_langgraph_refuses_fails_whole_and_writes_not
     # the wildcard of a pattern and an empty search prefix stay valid
     assert store.batch([SearchOp(()), ListNamespacesOp((MatchCondition("prefix", ("notes", "*")),))]) == [
         [store.search(("notes",))[0]], [("notes", "archive")]]
+
+
+@pytest.mark.parametrize("value", [{"tags": {"a", "b"}}, {"blob": b"\x00\x01"}, {"score": float("nan")},
+                                   {"when": __import__("datetime").date(2026, 1, 2)}, ["not", "a", "dict"]])
+async def test_a_value_that_is_no_json_object_is_a_type_error_as_in_langgraph_and_nothing_is_written(
+        memory: TieredMemory, value: object) -> None:
+    # LangGraph's SQL stores fail on such values with their JSON encoder's TypeError: code
+    # catching that catches ours, which is also the library's InvalidInputError
+    from tiered_memory.errors import InvalidInputError
+
+    store = TieredMemoryStore(memory)
+    for put in (lambda: store.put(("u1", "n"), "bad", value),  # type: ignore[arg-type]
+                lambda: store.batch([PutOp(("u1", "n"), "good", {"a": 1}), PutOp(("u1", "n"), "bad", value)])):  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="dict|JSON") as raised:
+            put()
+        assert isinstance(raised.value, InvalidInputError)
+    with pytest.raises(TypeError):
+        await store.aput(("u1", "n"), "bad", value)  # type: ignore[arg-type]
+    assert store.search(("u1",)) == [] and memory.item_store().count() == 0
