@@ -205,7 +205,7 @@ class ItemStore:
             with self.parts.lock, self.db.unit() as u:
                 for i in ids:
                     u.delete_item(i)
-            self.index.delete([f"item:{i}" for i in ids])
+            self.index.delete([vector_id(i, n) for i in ids for n in range(MAX_PARTS)])  # every field's vector
         return len(ids)
 
     def _under(self, prefix: tuple[str, ...], ids: Sequence[str] | None = None) -> list[Item]:
