@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import threading
 import weakref
 from datetime import datetime, timezone
@@ -79,7 +80,7 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from tiered_memory import TieredMemory
-from tiered_memory.errors import InvalidInputError
+from tiered_memory.errors import InvalidInputError, UsageError
 from tiered_memory.records import Item as CoreItem
 from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_namespace
 from tiered_memory.validation import check_id
@@ -90,6 +91,10 @@ from .store_checks import NamespaceLabelError, check_labels, check_op, check_ttl
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
 
 USER_LABEL = "{user_id}"
+#: how often the TTL sweeper runs when neither the call nor the TTLConfig says (LangGraph's default)
+DEFAULT_SWEEP_MINUTES = 5.0
+
+log = logging.getLogger("tiered_memory")
 
 #: a namespace template with one ``"{user_id}"`` label, or ``(namespace, key) -> user_id | None``
 UserMapping = Union[Sequence[str], Callable[[tuple[str, ...], "str | None"], "str | None"]]
@@ -339,19 +344,27 @@ class TieredMemoryStore(BaseStore):
         return await asyncio.to_thread(self.sweep_ttl)
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
-        """Sweep every ``sweep_interval_minutes`` (default the TTLConfig's) in a daemon thread,
-        until :meth:`stop_ttl_sweeper`. Starting twice returns the running thread."""
-        interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        """Sweep every ``sweep_interval_minutes`` (default the TTLConfig's, else 5 minutes, as
+        LangGraph's stores) in a daemon thread, until :meth:`stop_ttl_sweeper` or the memory
+        closes; a failed sweep is logged and the next one runs. Starting twice returns the
+        running thread. A store without ``ttl=`` needs the interval passed."""
+        interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or (
+            DEFAULT_SWEEP_MINUTES if self.ttl_config is not None else None)
         if not interval or interval <= 0:
             raise InvalidInputError(
-                "no sweep interval: pass sweep_interval_minutes, or set it in ttl=TTLConfig(...)")
+                "no sweep interval: pass sweep_interval_minutes, or set ttl=TTLConfig(...) on the store")
         if self._sweeper is not None and self._sweeper.is_alive():
             return self._sweeper
         self._stop_sweeping.clear()
 
         def run() -> None:
             while not self._stop_sweeping.wait(float(interval) * 60.0):
-                self.sweep_ttl()
+                try:
+                    self.sweep_ttl()
+                except UsageError:  # the memory was closed: nothing left to sweep
+                    return
+                except Exception:  # noqa: BLE001  a failing database may come back: sweep again next time
+                    log.exception("TTL sweep of the LangGraph store failed; retrying in %s minutes", interval)
 
         self._sweeper = threading.Thread(target=run, name="tiered-memory-ttl-sweeper", daemon=True)
         self._sweeper.start()

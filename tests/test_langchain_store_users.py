@@ -245,6 +245,44 @@ def test_ttl_sweeper_thread_and_config_checks(memory: TieredMemory) -> None:
         TieredMemoryStore(memory).put(("u1", "m"), "k", {"a": 1}, ttl=0)
 
 
+def test_a_swept_item_leaves_no_vector_of_any_field(make_memory: Any) -> None:
+    clock = Clock()
+    memory = make_memory(clock=clock)
+    store = TieredMemoryStore(memory, fields=["title", "body", "tags[*]"], ttl={"default_ttl": 5})
+    store.put(("u1", "notes"), "trip", {"title": "Lisbon trip", "body": "Trams and tiles", "tags": ["travel", "pt"]})
+    store.put(("u1", "notes"), "kept", {"title": "Kept"}, ttl=None)
+    assert memory.index.count() == 5
+    clock.advance(6)
+    assert store.sweep_ttl() == 1
+    assert sorted(memory.index.ids()) == [f"item:{memory.item_store().get(('u1', 'notes'), 'kept').id}"]  # type: ignore[union-attr]
+
+
+def test_the_sweeper_defaults_to_langgraphs_interval_and_outlives_a_failed_sweep(
+        make_memory: Any, tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from tiered_memory.testing import FailingVectorIndex
+    from tiered_memory.vector.chroma import ChromaVectorIndex
+
+    # a TTLConfig without sweep_interval_minutes sweeps every 5 minutes, as LangGraph's stores do
+    idle = TieredMemoryStore(make_memory("idle"), ttl={"default_ttl": 60})
+    assert idle.start_ttl_sweeper().is_alive() and idle.stop_ttl_sweeper(timeout=5)
+    index = FailingVectorIndex(ChromaVectorIndex(str(tmp_path / "v")), fail_on=[], times=1)
+    memory = make_memory("failing", vector_store=index)
+    store = TieredMemoryStore(memory, ttl={"default_ttl": 0.001, "sweep_interval_minutes": 0.003})
+    store.put(("u1", "m"), "first", {"a": 1})
+    index.fail_on = {"delete"}  # the next vector delete, the first sweep's, fails
+    thread = store.start_ttl_sweeper()
+    deadline = time.time() + 10
+    while index.failures == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    assert index.failures == 1  # the first sweep failed...
+    store.put(("u1", "m"), "second", {"a": 2})
+    while memory.item_store().count() and time.time() < deadline:
+        time.sleep(0.05)
+    assert memory.item_store().count() == 0 and thread.is_alive()  # ...and the next ones still ran
+    assert "TTL sweep" in caplog.text
+    assert store.stop_ttl_sweeper(timeout=5)
+
+
 # ---- through create_agent, as LangMem lays memories out -------------------------------
 @dataclass
 class UserContext:
