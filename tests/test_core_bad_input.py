@@ -223,3 +223,42 @@ def test_every_default_and_a_signed_weight_table_pass():
     signed = replace(MemoryConfig(), retrieval=RetrievalConfig(fusion_weights={"similarity": 1.0, "length": -0.2}))
     assert config_problems(signed) == []  # a learned table may weigh a signal below zero
     assert config_problems(replace(MemoryConfig(), episodes=EpisodeConfig(compress_after_turns=None))) == []
+
+
+@pytest.mark.parametrize("path", [123, None, b"/tmp/export.jsonl", "dump\x00.jsonl"])
+def test_export_and_import_refuse_a_path_no_file_can_have(memory, path):
+    memory.add("user", "a turn to export", user_id="u1", session_id="s1")
+    with pytest.raises(InvalidInputError, match="path"):
+        memory.export_jsonl(path)
+    with pytest.raises(InvalidInputError, match="path"):
+        memory.import_jsonl(path)
+    assert memory.stats().messages == 1
+
+
+def test_a_memory_path_holding_nul_is_a_configuration_error(tmp_path, embedder):
+    with pytest.raises(ConfigurationError, match="NUL"):
+        TieredMemory(str(tmp_path / "mem\x00"), embedder=embedder)
+
+
+def test_a_progress_that_is_not_a_function_is_refused_before_anything_is_written(make_memory, tmp_path):
+    source = make_memory("source")
+    source.add("user", "I live in Lisbon", user_id="u1", session_id="s1")
+    source.add_fact("I like green tea", user_id="u1")
+    dump = tmp_path / "dump.jsonl"
+    source.export_jsonl(dump)
+    memory = make_memory("target")
+    with pytest.raises(InvalidInputError, match="progress"):
+        memory.add_many([{"role": "user", "content": "a turn"}], user_id="u1", session_id="s1", progress=3)
+    with pytest.raises(InvalidInputError, match="progress"):
+        memory.import_jsonl(dump, progress="bar")
+    assert memory.stats().messages == 0 and memory.facts("u1") == []  # not half an import
+    memory.add("user", "an old turn", user_id="u1", session_id="old", timestamp=1_000_000_000)
+    with pytest.raises(InvalidInputError, match="progress"):
+        memory.consolidate("u1", progress=3)
+    assert memory.episodes("u1") == []  # the consolidation did not start
+
+
+@pytest.mark.parametrize("timeout", ["10", float("nan"), -1, True])
+def test_flush_refuses_a_timeout_that_is_not_seconds(memory, timeout):
+    with pytest.raises(InvalidInputError, match="timeout"):
+        memory.flush(timeout=timeout)

@@ -60,8 +60,8 @@ from .store.base import RecordStore
 from .store.repositories import LayerRepository
 from .tokens import CachedCounter, TokenCounter, default_token_counter
 from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMessage
-from .validation import (MAX_COUNT, check_count, check_fact_text, check_filters, check_flag, check_id, check_metadata,
-                         check_query, check_unit)
+from .validation import (MAX_COUNT, check_callback, check_count, check_fact_text, check_filters, check_flag, check_id,
+                         check_metadata, check_path, check_query, check_timeout, check_unit)
 from .vector.base import VectorIndex
 from .writes import (drop_message, drop_session, drop_user, not_yet_stored, pending_forgets, rows_of,
                      set_pending_forgets, write_messages)
@@ -127,7 +127,10 @@ class TieredMemory:
         self._llm = llm
         if path is not None and not isinstance(path, (str, os.PathLike)):
             raise ConfigurationError(f"path must be a folder path (str or os.PathLike), got {type(path).__name__}")
-        self.path = Path(path) if path is not None else default_path()
+        try:
+            self.path = check_path(path) if path is not None else default_path()
+        except InvalidInputError as e:
+            raise ConfigurationError(str(e)) from None
         self._closed = False
         self._pid = os.getpid()
         self._forked_from: int | None = None
@@ -304,6 +307,7 @@ class TieredMemory:
         """
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
+        check_callback(progress, "progress")
         rows, chosen = rows_of(messages, session_id=session_id, user_id=user_id, config=self.config, now=time.time())
         if not rows:
             return []
@@ -522,9 +526,10 @@ class TieredMemory:
         turns and each session's working memory (live items and scratchpad). Not in it: the
         history of deleted facts, pruned working items, expired items, vectors (recomputed
         on import). See :mod:`.portable`."""
+        path = check_path(path)
         self.parts.access.flush()  # the access counts written are current
         ok = self._layers_ok()
-        return export_jsonl(self.parts, Path(path), user_id, self._layers if ok else None, self._items if ok else None)
+        return export_jsonl(self.parts, path, user_id, self._layers if ok else None, self._items if ok else None)
 
     @usable
     def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,
@@ -536,8 +541,10 @@ class TieredMemory:
         counts, importance, TTLs), without resolution, summarising or eviction; a record
         whose id is already stored (or a session's scratchpad) is skipped and counted."""
         check_flag(skip_invalid, "skip_invalid")
+        path = check_path(path)
+        check_callback(progress, "progress")
         ok = self._layers_ok()
-        return import_jsonl(self.parts, Path(path), skip_invalid=skip_invalid, progress=progress, user_id=user_id,
+        return import_jsonl(self.parts, path, skip_invalid=skip_invalid, progress=progress, user_id=user_id,
                             layers=self._layers if ok else None, items=self._items if ok else None)
 
     @usable
@@ -562,6 +569,7 @@ class TieredMemory:
         """Compress idle sessions, merge near-duplicate facts, promote often-recalled episodes, archive
         old raw turns and prune stale memories; idempotent. See :mod:`.layers.consolidation`."""
         check_id(user_id, "user_id")
+        check_callback(progress, "progress")
         self.parts.access.flush()  # promotion and pruning read the access counts
         return self._layers.consolidate(user_id, progress)
 
@@ -671,6 +679,7 @@ class TieredMemory:
             VectorIndexError: a background vector write failed; its messages stay stored
                 and are indexed on the next open or by :meth:`rebuild_index`.
         """
+        timeout = check_timeout(timeout)
         with self._write_lock:
             settle_background_writes(self.store, self.index, wait=True)
         self.parts.access.flush()

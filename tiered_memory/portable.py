@@ -41,7 +41,7 @@ from .portable_restore import (audit_key, restore_archived, restore_audit, resto
 from .recall.indexing import store_and_index, write_chunks
 from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
 from .types import StoredMessage
-from .validation import check_id, check_message_id, normalize_message
+from .validation import check_callback, check_id, check_message_id, check_path, normalize_message
 
 
 FORMAT = "tiered-memory/1"
@@ -127,7 +127,8 @@ def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None, lay
     or everyone's) to ``path``; returns the number of lines."""
     if user_id is not None:
         check_id(user_id, "user_id")
-    if Path(path).is_dir():
+    path = check_path(path)
+    if path.is_dir():
         raise InvalidInputError(f"cannot write {path}: it is a folder; name a file such as {Path(path) / 'export.jsonl'}")
     n = 0
     tmp = Path(str(path) + ".tmp")
@@ -254,6 +255,8 @@ def import_jsonl(
     """
     if user_id is not None:
         check_id(user_id, "user_id")
+    path = check_path(path)
+    check_callback(progress, "progress")
     report = ImportReport()
     records = _read(parts, path, report, user_id=user_id, layers=layers is not None)
     if report.invalid and not skip_invalid:

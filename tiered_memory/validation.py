@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Mapping
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from .errors import ContentTooLargeError, InvalidInputError
@@ -331,3 +333,33 @@ def check_query(query: object) -> str:
     if not encodable(query):
         raise InvalidInputError("query contains lone surrogates and is not valid text")
     return query
+
+
+def check_path(value: object, name: str = "path") -> Path:
+    """``value`` as a :class:`~pathlib.Path` if it is a file path a file can have: a str or
+    ``os.PathLike`` of text, without NUL (which the OS refuses with a bare ``ValueError``)."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise InvalidInputError(f"{name} must be a file path (str or os.PathLike), got {type(value).__name__}")
+    try:
+        path = Path(value)
+    except TypeError as e:  # an os.PathLike returning bytes
+        raise InvalidInputError(f"{name} must be a file path of text (str), not bytes: {e}") from None
+    if "\x00" in str(path):
+        raise InvalidInputError(f"{name} holds a NUL character, which no file name can; got {str(path)!r}")
+    return path
+
+
+def check_callback(value: object, name: str) -> None:
+    """``value`` is ``None`` or a function: checked before any write, so a call that is
+    refused has stored nothing (a non-callable would fail only after the first commit)."""
+    if value is not None and not callable(value):
+        raise InvalidInputError(f"{name} must be a function (or None), got {type(value).__name__}")
+
+
+def check_timeout(value: object, name: str = "timeout") -> float | None:
+    """``None`` (no limit) or finite, non-negative seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value) or value < 0:
+        raise InvalidInputError(f"{name} must be None or a finite number of seconds >= 0, got {_shown(value)}")
+    return float(value)
