@@ -181,6 +181,21 @@ def test_the_history_of_deleted_facts_moves_too(make_memory: MakeMemory, tmp_pat
     assert dst.fact_history("ana") == src.fact_history("ana")  # nothing appended twice
 
 
+def test_reimporting_an_older_export_brings_no_deleted_fact_back(make_memory: MakeMemory, tmp_path: Path) -> None:
+    """An export taken before a fact was deleted, imported again: the fact's id is held by the
+    history (a re-import is a no-op), so the fact stays deleted and its trail is not written
+    twice (it used to come back live, with 'add' again after its 'delete')."""
+    m = make_memory()
+    tea = m.add_fact("User drinks green tea", user_id="ana")
+    m.export_jsonl(tmp_path / "before.jsonl")
+    m.delete_fact(tea.id, user_id="ana")
+    trail = m.fact_history("ana")
+    report = m.import_jsonl(tmp_path / "before.jsonl")
+    assert (report.facts_imported, report.facts_skipped) == (0, 1)
+    assert tea.id not in facts_of(m, "ana") and m.search_facts("green tea", user_id="ana") == []
+    assert m.fact_history("ana") == trail and [h.action for h in trail] == ["add", "delete"]
+
+
 def test_a_deleted_facts_history_never_lands_on_a_stored_fact(make_memory: MakeMemory, tmp_path: Path) -> None:
     """The history line of an id that a stored fact (or history) holds is skipped: it is not
     appended to that fact's trail, whoever owns it. A fact line and a history line naming

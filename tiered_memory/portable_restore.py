@@ -21,10 +21,12 @@ Counts = tuple[int, int]  # (written, skipped as already stored)
 
 
 def restore_facts(layers: Layers, facts: list[FactRecord], histories: list[HistoryRecord]) -> tuple[Counts, Counts]:
-    """The facts (with their history) whose ids no row holds yet, and the histories of facts
-    no longer stored whose ids neither a fact row nor the history holds yet; in one write, so
-    the history keeps its order by time."""
-    held = layers.rows.fact_owners([r.fact.id for r in facts])
+    """The facts (with their history) and the histories of facts no longer stored whose ids
+    neither a fact row nor the history holds yet (a fact deleted since the export is not
+    brought back, nor its trail written twice); in one write, so the history keeps its order
+    by time."""
+    fact_ids = [r.fact.id for r in facts]
+    held = {**layers.rows.fact_owners(fact_ids), **layers.rows.history_owners(fact_ids)}
     new = [(r.fact, r.history) for r in facts if r.fact.id not in held]
     ids = [r.fact_id for r in histories]
     known = {**layers.rows.fact_owners(ids), **layers.rows.history_owners(ids)}
