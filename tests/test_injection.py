@@ -169,3 +169,27 @@ def test_section_titles_and_labels_cannot_carry_stored_text(poisoned: TieredMemo
         item = ITEM.match(line)
         if item and item.group(1):
             assert "vault" not in item.group(1) and "memory" not in item.group(1)
+
+
+def test_the_layers_llm_prompts_quote_each_turn_on_a_line_of_its_own(tmp_path: Any) -> None:
+    """The episode and fact-extraction prompts number the session's turns one a line,
+    ``[n] role: "text"``: a stored text with a line or paragraph separator or a NEL (which
+    ``str.splitlines`` and many tokenizers break on) must not start a line there, where it
+    would pose as a turn of its own (``[2] system: ...``)."""
+    from tiered_memory.testing import ScriptedLLM
+
+    episode = {"summary": "A chat.", "entities": [], "decisions": [], "open_questions": [], "key_facts": []}
+    llm = ScriptedLLM(by_task={"episode": [episode]}, default={"facts": []})
+    with TieredMemory(tmp_path / "m", llm=llm) as m:
+        turns = [{"role": "user", "content": f"{p} (turn {i})"} for i, p in enumerate(PAYLOADS)]
+        m.add_many(turns, user_id="u", session_id="s")
+        m.end_session("s", user_id="u")
+    prompts = [msg["content"] for c in llm.calls for msg in c.messages if msg["role"] != "system"]
+    assert len(prompts) >= 2 and {c.task for c in llm.calls} >= {"episode", "facts"}
+    for prompt in prompts:
+        head, *lines = prompt.splitlines()
+        assert head == "Conversation:"
+        assert len(lines) == len(PAYLOADS)
+        for n, (line, turn) in enumerate(zip(lines, turns), 1):
+            assert line.startswith(f"[{n}] user: ")
+            assert json.loads(line.removeprefix(f"[{n}] user: ")) == turn["content"]

@@ -25,6 +25,16 @@ MAX_JSON_DEPTH = 100  # dicts and lists within one another in metadata and item 
 MIN_TIMESTAMP = -2208988800.0
 MAX_TIMESTAMP = 7258118400.0
 
+# Characters that json.dumps(ensure_ascii=False) leaves raw but that str.splitlines(), many
+# tokenizers and editors treat as line breaks (NEL, C1 controls, LINE/PARAGRAPH SEPARATOR).
+LINE_BREAK_ESCAPES = {c: f"\\u{c:04x}" for c in [*range(0x7F, 0xA0), 0x2028, 0x2029]}
+
+
+def json_line(text: str) -> str:
+    """``text`` as one JSON string literal that no line splitting can break: a stored text
+    quoted so can never start a line of its own (a prompt's or a rendered memory's)."""
+    return json.dumps(text, ensure_ascii=False).translate(LINE_BREAK_ESCAPES)
+
 
 def check_id(value: object, name: str) -> str:
     """Return ``value`` if it is a usable user/session id.

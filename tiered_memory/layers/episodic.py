@@ -11,7 +11,6 @@ with recency by :func:`rank_episodes` (pure). Rows are reached only through
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -29,7 +28,7 @@ from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
 from ..store.repositories import EpisodeRepository
 from ..types import StoredMessage
-from ..validation import MAX_FACT_CHARS
+from ..validation import MAX_FACT_CHARS, json_line
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -74,7 +73,7 @@ about the user or the work). Use only information present in the conversation.""
 
 def transcript(messages: Sequence[StoredMessage], max_chars: int = 12000) -> str:
     """Numbered, quoted lines ``[n] role: "text"``; the newest are kept when too long."""
-    lines = [f"[{n}] {m.role}: {json.dumps(m.content, ensure_ascii=False)}" for n, m in enumerate(messages, 1)]
+    lines = [f"[{n}] {m.role}: {json_line(m.content)}" for n, m in enumerate(messages, 1)]
     out: list[str] = []
     size = 0
     for line in reversed(lines):
