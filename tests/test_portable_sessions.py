@@ -249,6 +249,42 @@ def test_an_id_held_by_another_users_working_item_or_archived_turn_is_skipped(ma
     assert table(src, "messages_archive", "mallory") == table(src, "working_items", "mallory") == []
 
 
+def test_reimporting_an_export_from_before_consolidate_brings_no_archived_turn_back(make_memory: MakeMemory,
+                                                                                    tmp_path: Path) -> None:
+    """A turn is live or archived, never both: an export taken before ``consolidate`` archived
+    its turns, imported again, skips them (they used to come back as live turns, each id then
+    held twice and exported twice); an archived line whose id a live turn holds is skipped
+    too, and a message line and an archived line of one id in a file are refused."""
+    m = make_memory()
+    m.add_many([{"role": "user", "content": "Let's plan the Kyoto trip for April.", "timestamp": 1_700_000_000.0},
+                {"role": "assistant", "content": "Book early.", "timestamp": 1_700_000_030.5}],
+               session_id="old", user_id="ana")
+    before = export(m, tmp_path / "before.jsonl")
+    assert m.consolidate("ana").archived_messages == 2
+    archive = table(m, "messages_archive", "ana")
+    report = m.import_jsonl(tmp_path / "before.jsonl")
+    assert (report.imported, report.skipped_existing) == (0, 2)
+    assert m.get_messages("old", user_id="ana") == [] and m.search("Kyoto trip", user_id="ana") == []
+    assert table(m, "messages_archive", "ana") == archive
+    assert [x["type"] for x in export(m, tmp_path / "after.jsonl")].count("message") == 0
+
+    live = make_memory("live")
+    live.add_many([{"id": "t1", "role": "user", "content": "hi"}],
+                  session_id="s", user_id="ana")
+    (tmp_path / "turn.jsonl").write_text(json.dumps({"format": "tiered-memory/1", "type": "archived",
+                                                      "archived": TURN}) + "\n", encoding="utf-8")
+    report = live.import_jsonl(tmp_path / "turn.jsonl")
+    assert (report.archived_imported, report.archived_skipped) == (0, 1)
+    assert table(live, "messages_archive", "ana") == []
+
+    message = next(x for x in before if x["type"] == "message")
+    both = [message, {"format": "tiered-memory/1", "type": "archived", "archived": {**TURN, "id": message["id"]}}]
+    (tmp_path / "both.jsonl").write_text("".join(json.dumps(x) + "\n" for x in both), encoding="utf-8")
+    with pytest.raises(ImportFormatError) as e:
+        make_memory("fresh").import_jsonl(tmp_path / "both.jsonl")
+    assert [n for n, _ in e.value.errors] == [2] and "also on line 1" in e.value.errors[0][1]
+
+
 def test_the_archive_is_read_page_by_page_in_one_order(make_memory: MakeMemory) -> None:
     """An archive may hold most of a long history: an export reads it a page at a time, and
     every page size gives the same turns in the same order, for one user or for everyone."""

@@ -226,8 +226,8 @@ def _identity(record: Record) -> tuple[str, str, str]:
         return "item", record.item.id, record.item.user_id
     if isinstance(record, SessionPad):  # one per user and session
         return "scratchpad", record.session_id, record.user_id
-    if isinstance(record, ArchivedTurn):
-        return "archived", record.id, record.user_id
+    if isinstance(record, ArchivedTurn):  # one line per turn id: live or archived
+        return "message", record.id, record.user_id
     if isinstance(record, WorkingItem):
         return "working", record.id, record.user_id
     if isinstance(record, AuditEntry):  # no id: told apart by every field
@@ -266,6 +266,8 @@ def import_jsonl(
     for user in {r.user_id for r in rows}:
         existing |= set(parts.store.get_by_ids(user, [r.id for r in rows if r.user_id == user]))
     taken = parts.store.existing_ids([r.id for r in rows if r.id not in existing])
+    if layers is not None:  # a turn archived since the export is not brought back to the live turns
+        taken |= set(layers.rows.archive_owners([r.id for r in rows if r.id not in existing and r.id not in taken]))
     new = [r for r in rows if r.id not in existing and r.id not in taken]
     report.skipped_existing = len(rows) - len(new)
     with parts.lock:

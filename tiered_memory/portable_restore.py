@@ -53,9 +53,11 @@ def restore_items(items: ItemStore, found: list[ItemRecord]) -> Counts:
 
 
 def restore_archived(parts: Parts, layers: Layers, turns: list[ArchivedTurn]) -> Counts:
-    """The archived turns whose ids the archive does not hold yet, back into the archive (not
-    into the live turns), where ``clear_session`` and ``forget_user`` find them as before."""
-    held = layers.rows.archive_owners([t.id for t in turns])
+    """The archived turns whose ids neither the archive nor the live turns hold yet, back into
+    the archive (not into the live turns), where ``clear_session`` and ``forget_user`` find
+    them as before."""
+    ids = [t.id for t in turns]
+    held = {*layers.rows.archive_owners(ids), *parts.store.existing_ids(ids)}
     with parts.lock, layers.rows.unit() as u:
         written = u.restore_archived([t for t in turns if t.id not in held])
     return written, len(turns) - written
