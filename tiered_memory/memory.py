@@ -521,11 +521,11 @@ class TieredMemory:
     @usable
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """Write one user's memory, or everyone's, as JSONL; returns the number of lines: the
-        live turns, then every fact (invalidated ones too, each with its history), every
-        episode (with its key points), every live store item (with its TTL), the archived
-        turns and each session's working memory (live items and scratchpad). Not in it: the
-        history of deleted facts, pruned working items, expired items, vectors (recomputed
-        on import). See :mod:`.portable`."""
+        live turns, then every fact (invalidated ones too, each with its history) and the
+        history of deleted ones, every episode (with its key points), every live store item
+        (with its TTL), the archived turns, each session's working memory (live items and
+        scratchpad) and the audit log. Not in it: pruned working items, expired items,
+        vectors (recomputed on import). See :mod:`.portable`."""
         path = check_path(path)
         self.parts.access.flush()  # the access counts written are current
         ok = self._layers_ok()
