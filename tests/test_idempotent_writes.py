@@ -49,3 +49,22 @@ def test_an_id_another_user_holds_is_refused_without_touching_theirs(make_memory
         memory.add_many(BATCH, session_id="s", user_id="mallory")
     assert memory.get_messages("s", user_id="mallory") == []
     assert [m.content for m in memory.get_messages("s", user_id="alice")] == ["I moved to Porto.", "Porto is lovely."]
+
+
+def test_a_retry_after_consolidate_archived_the_batch_stores_nothing_again(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A turn ``consolidate`` moved to the archive is still stored: the retry of its batch skips
+    it (it is not stored live a second time), and its id keeps the same rules as a live one's."""
+    memory = make_memory("idem-archived")
+    old = [{**m, "timestamp": 1_700_000_000.0 + n} for n, m in enumerate(BATCH)]
+    memory.add_many(old, session_id="s", user_id="u")
+    assert memory.consolidate("u").archived_messages == 2 and memory.get_messages("s", user_id="u") == []
+    assert memory.add_many(old, session_id="s", user_id="u") == ["m-1", "m-2"]  # the retry
+    assert memory.get_messages("s", user_id="u") == [] and memory.search("Porto", user_id="u") == []
+    assert memory.stats().messages == 0
+    with pytest.raises(InvalidInputError, match="different message"):
+        memory.add_many([{"id": "m-1", "role": "user", "content": "Something else entirely."}],
+                        session_id="s", user_id="u")
+    with pytest.raises(InvalidInputError, match="already in use"):
+        memory.add_many(old, session_id="s", user_id="mallory")
+    assert memory.get_messages("s", user_id="mallory") == [] and memory.stats().messages == 0

@@ -63,8 +63,8 @@ from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMes
 from .validation import (MAX_COUNT, check_callback, check_count, check_fact_text, check_filters, check_flag, check_id,
                          check_metadata, check_path, check_query, check_timeout, check_unit)
 from .vector.base import VectorIndex
-from .writes import (drop_message, drop_session, drop_user, not_yet_stored, pending_forgets, rows_of,
-                     set_pending_forgets, write_messages)
+from .writes import (drop_message, drop_session, drop_user, not_yet_archived, not_yet_stored, pending_forgets,
+                     rows_of, set_pending_forgets, write_messages)
 
 log = logging.getLogger("tiered_memory")
 T = TypeVar("T")
@@ -315,6 +315,8 @@ class TieredMemory:
             if user_id in self._unfinished:  # an interrupted forget of this user is finished first
                 self._finish_forgets(only=user_id)
             new = not_yet_stored(self.store, rows, chosen, user_id)
+            if new and chosen and self._layers_ok():  # a turn consolidate archived since is stored too
+                new = not_yet_archived(new, chosen, user_id, self._layers.rows)
             if not new:
                 return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
             write = functools.partial(write_messages, batch=len(rows), store=self.store, index=self.index,

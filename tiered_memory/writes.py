@@ -34,6 +34,7 @@ from .ids import new_id
 from .recall.chunking import vector_ids
 from .recall.indexing import index_messages, store_and_index, write_chunks
 from .store.base import RecordStore
+from .store.repositories import EpisodeRepository
 from .types import Message, StoredMessage
 from .validation import normalize_message
 from .vector.base import VectorIndex
@@ -90,6 +91,27 @@ def not_yet_stored(store: RecordStore, rows: list[StoredMessage], chosen: list[s
     if taken:
         raise InvalidInputError(f"message ids {sorted(taken)[:3]} are already in use; choose other ids")
     return [r for r in rows if r.id not in stored]
+
+
+def not_yet_archived(rows: list[StoredMessage], chosen: list[str], user_id: str,
+                     archive: EpisodeRepository) -> list[StoredMessage]:
+    """``rows`` less those whose caller-chosen id names a turn ``consolidate`` has since moved
+    to the archive: that turn is stored, so a retry of its batch skips it rather than store it
+    live a second time. The same id with another message, or an id another user's archived
+    turn holds, is refused (nothing is written), as for live turns."""
+    ids = [r.id for r in rows if r.id in set(chosen)]
+    if not ids:
+        return rows
+    mine = archive.archived_by_ids(user_id, ids)
+    for r in rows:
+        old = mine.get(r.id)
+        if old is not None and (old.session_id, old.role, old.content) != (r.session_id, r.role, r.content):
+            raise InvalidInputError(f"message id {r.id!r} already holds a different message (archived); "
+                                    "use a new id for new content")
+    taken = archive.archive_owners([i for i in ids if i not in mine])
+    if taken:
+        raise InvalidInputError(f"message ids {sorted(taken)[:3]} are already in use; choose other ids")
+    return [r for r in rows if r.id not in mine]
 
 
 def write_messages(new: list[StoredMessage], *, batch: int, store: RecordStore, index: VectorIndex,

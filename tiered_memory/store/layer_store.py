@@ -320,3 +320,13 @@ class LayerStore:
 
     def archive_owners(self, ids: Sequence[str]) -> dict[str, str]:
         return self._owners("messages_archive", ids)
+
+    def archived_by_ids(self, user_id: str, ids: Sequence[str]) -> dict[str, ArchivedTurn]:
+        found: dict[str, ArchivedTurn] = {}
+        unique = sorted(set(ids))
+        for start in range(0, len(unique), 500):
+            part = unique[start:start + 500]
+            found.update((t.id, t) for t in map(archived_from_row, self.query(
+                f"SELECT {ARCHIVE_COLS} FROM messages_archive WHERE user_id=? AND id IN ({marks(len(part))})",
+                [user_id, *part])))
+        return found

@@ -156,6 +156,9 @@ class EpisodeRepository(Protocol):
     def archived_turns(self, user_id: str | None) -> Iterator[ArchivedTurn]:
         """Archived turns of ``user_id`` (of every user when ``None``), every field (for export)."""
 
+    def archived_by_ids(self, user_id: str, ids: Sequence[str]) -> dict[str, ArchivedTurn]:
+        """The user's archived turns among ``ids``, by id."""
+
     def archive_owners(self, ids: Sequence[str]) -> dict[str, str]:
         """The user of each of ``ids`` that an archived turn holds (ids are global keys)."""
 
