@@ -342,3 +342,29 @@ def test_rules_skip_a_fact_cut_off_mid_phrase(said: str) -> None:
 
     msgs = [StoredMessage(id="m1", user_id="u", session_id="s", role="user", timestamp=0.0, content=said)]
     assert [c.text for c in extract_fact_candidates(msgs)] == []
+
+
+def test_delete_episode_removes_it_from_every_read_and_its_turns_stay_covered(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    m = make_memory()
+    m.add_many(CONVO, session_id="s1", user_id="u")
+    ep = m.end_session("s1", user_id="u")
+    m.add("user", "I keep bees.", session_id="t1", user_id="v")
+    other = m.end_session("t1", user_id="v")
+    assert [h.episode.id for h in m.search_episodes("BILL-42 migration budget", user_id="u", k=1)] == [ep.id]
+    assert any(i.startswith(f"ep:{ep.id}:") for i in m.index.ids())
+    with pytest.raises(NotFoundError):  # another user's id: refused, nothing removed
+        m.delete_episode(ep.id, user_id="v")
+    m.delete_episode(ep.id, user_id="u")
+    assert m.episodes("u") == [] and m.search_episodes("BILL-42 migration budget", user_id="u", k=3) == []
+    assert not any(i.startswith(f"ep:{ep.id}:") for i in m.index.ids())
+    section = m.build_context("what was the BILL-42 budget?", user_id="u", session_id="s2").section("episodes")
+    assert section is None or section.items == []
+    assert [(e.layer, e.item_id, e.action) for e in m.audit_log("u")] == [("episode", ep.id, "delete")]
+    with pytest.raises(NotFoundError, match="deleted"):  # its turns are not summarised again
+        m.end_session("s1", user_id="u")
+    assert m.episodes("u") == [] and [e.id for e in m.episodes("v")] == [other.id]
+    with pytest.raises(NotFoundError):
+        m.delete_episode(ep.id, user_id="u")
+    m.add("user", "One more thing: the archive goes to cold storage.", session_id="s1", user_id="u")
+    assert m.end_session("s1", user_id="u").source_ids == [m.get_messages("s1", user_id="u")[-1].id]

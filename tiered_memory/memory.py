@@ -339,7 +339,8 @@ class TieredMemory:
     @usable
     def forget(self, memory_id: str, *, user_id: str) -> None:
         """Delete one message of ``user_id`` from every store and index (and from the archive
-        ``consolidate`` moves old turns to)."""
+        ``consolidate`` moves old turns to). An episode or fact drawn from it stays (it may
+        quote it): remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
         check_id(user_id, "user_id")
         check_id(memory_id, "memory_id")
 
@@ -358,7 +359,7 @@ class TieredMemory:
     def clear_session(self, session_id: str, *, user_id: str) -> int:
         """Delete a session's messages (archived ones too) and its working memory (items and
         scratchpad); returns how many messages. Episodes and facts already drawn from the
-        session stay: remove those with :meth:`delete_fact` or :meth:`forget_user`."""
+        session stay: remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         with self._write_lock:
@@ -617,6 +618,15 @@ class TieredMemory:
         self._jointly(lambda: self._layers.facts.delete(user_id, fact_id))
 
     @usable
+    def delete_episode(self, episode_id: str, *, user_id: str) -> None:
+        """Delete an episode (its summary, key points and vectors); the audit log keeps a
+        ``delete`` entry. Its turns stay covered: ``end_session`` does not summarise them again.
+        With :meth:`clear_session` and :meth:`delete_fact`, what a session left is removable."""
+        check_id(user_id, "user_id")
+        check_id(episode_id, "episode_id")
+        self._layers.episodes.delete(user_id, episode_id)
+
+    @usable
     def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:
         """The audit trail of the user's facts (``FactChange``), oldest first."""
         if fact_id is not None:
@@ -707,6 +717,7 @@ class TieredMemory:
     aadd_fact = twin(add_fact)
     aupdate_fact = twin(update_fact)
     adelete_fact = twin(delete_fact)
+    adelete_episode = twin(delete_episode)
     afact_history = twin(fact_history)
     aaudit_log = twin(audit_log)
     asearch_facts = twin(search_facts)

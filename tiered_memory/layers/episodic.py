@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ..config import EpisodeConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
+from ..errors import NotFoundError
 from ..parts import run_now
 from ..recall import hybrid
 from ..recall.scoring import recency_score
@@ -181,6 +182,25 @@ class EpisodicMemory:
 
             self.jointly(write)
         return len(episodes)
+
+    def delete(self, user_id: str, episode_id: str) -> None:
+        """Remove the user's episode: its row, key points and their vectors, in one transaction
+        (one commit where one engine holds both); the audit log keeps a ``delete`` entry. The
+        session's coverage cursor stays, so its turns are not summarised again.
+
+        Raises:
+            NotFoundError: the user holds no such episode.
+        """
+        def write() -> None:
+            with self.lock:
+                with self.rows.unit() as u:
+                    points = u.delete_episode(user_id, episode_id)
+                    if points is None:
+                        raise NotFoundError(f"no episode {episode_id!r} for user {user_id!r}")
+                    u.audit(user_id, "episode", episode_id, "delete", {}, time.time())
+                self.index.delete(points)
+
+        self.jointly(write)
 
     def _upsert(self, ep: Episode, points: list[str], vectors: Any) -> None:
         self.index.upsert([VectorItem(id=f"ep:{ep.id}:{n}", vector=vectors[n], user_id=ep.user_id,

@@ -169,6 +169,9 @@ class Layers:
                 done = self.episodes.select(user_id, session_id)
                 if done or evicted_only:
                     return done[-1] if done else None
+                if self.rows.cursor(user_id, session_id):  # covered by an episode since deleted
+                    raise NotFoundError(f"session {session_id!r} has no turns left to summarise: the episode "
+                                        "that covered them was deleted (delete_episode), and they stay covered")
                 raise NotFoundError(f"session {session_id!r} has no messages for this user")
             found, meta = self.candidates(msgs)
             self.ingest(user_id, found, meta, msgs)

@@ -137,6 +137,16 @@ class LayerUnit:
         self._many("INSERT INTO episode_points (id, episode_id, user_id, text) VALUES (?,?,?,?)",
                    [(pid, episode.id, episode.user_id, text) for pid, text in points])
 
+    def delete_episode(self, user_id: str, episode_id: str) -> list[str] | None:
+        found = self._run("SELECT id FROM episodes WHERE user_id=? AND id=?", (user_id, episode_id)).fetchone()
+        if found is None:
+            return None
+        points = [str(r[0]) for r in self._run("SELECT id FROM episode_points WHERE user_id=? AND episode_id=?",
+                                               (user_id, episode_id)).fetchall()]
+        self._run("DELETE FROM episode_points WHERE user_id=? AND episode_id=?", (user_id, episode_id))
+        self._run("DELETE FROM episodes WHERE user_id=? AND id=?", (user_id, episode_id))
+        return points
+
     def advance_cursor(self, user_id: str, session_id: str, seq: int) -> None:
         self._run("INSERT INTO session_cursor (user_id, session_id, last_seq) VALUES (?,?,?)"
                   " ON CONFLICT (user_id, session_id) DO UPDATE"

@@ -111,6 +111,10 @@ class EpisodeWrites(AuditWrites, Protocol):
     def insert_episode(self, episode: Episode, points: Sequence[tuple[str, str]]) -> None:
         """The episode and its key points ``(point id, text)``."""
 
+    def delete_episode(self, user_id: str, episode_id: str) -> list[str] | None:
+        """Remove the user's episode and its key points; returns the key points' ids (their
+        vectors' ids), or ``None`` when the user holds no such episode."""
+
     def advance_cursor(self, user_id: str, session_id: str, seq: int) -> None:
         """Move the session's coverage cursor to ``seq`` (never back)."""
 
