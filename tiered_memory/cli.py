@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     st = sub.add_parser("stats", parents=[common], help="counts of users, sessions, messages, vectors")
     st.add_argument("--json", action="store_true", help="print JSON")
 
-    e = sub.add_parser("export", parents=[common], help="write messages, facts, episodes, store items, archived turns and working memory as JSONL")
+    e = sub.add_parser("export", parents=[common], help="write messages, facts (with their history), episodes, store items, archived turns, working memory and the audit log as JSONL")
     e.add_argument("file", help="output .jsonl file")
     e.add_argument("--user", default=None, help="only this user (default: everyone)")
 
