@@ -82,15 +82,7 @@ def not_yet_stored(store: RecordStore, rows: list[StoredMessage], chosen: list[s
     if not chosen:
         return rows
     stored = store.get_by_ids(user_id, chosen)
-    for r in rows:
-        old = stored.get(r.id)
-        if old is not None and (old.session_id, old.role, old.content) != (r.session_id, r.role, r.content):
-            raise InvalidInputError(f"message id {r.id!r} already holds a different message; "
-                                    "use a new id for new content")
-    taken = store.existing_ids([i for i in chosen if i not in stored])
-    if taken:
-        raise InvalidInputError(f"message ids {sorted(taken)[:3]} are already in use; choose other ids")
-    return [r for r in rows if r.id not in stored]
+    return _skip_retries(rows, stored, store.existing_ids([i for i in chosen if i not in stored]))
 
 
 def not_yet_archived(rows: list[StoredMessage], chosen: list[str], user_id: str,
@@ -103,15 +95,22 @@ def not_yet_archived(rows: list[StoredMessage], chosen: list[str], user_id: str,
     if not ids:
         return rows
     mine = archive.archived_by_ids(user_id, ids)
+    return _skip_retries(rows, mine, archive.archive_owners([i for i in ids if i not in mine]), " (archived)")
+
+
+def _skip_retries(rows: list[StoredMessage], held: Mapping[str, Any], taken: Iterable[str],
+                  where: str = "") -> list[StoredMessage]:
+    """``rows`` less the retries, those whose id ``held`` (this user's turns) keeps with the same
+    session, role and text; the same id with another message, or an id in ``taken`` (another
+    user's), is refused."""
     for r in rows:
-        old = mine.get(r.id)
+        old = held.get(r.id)
         if old is not None and (old.session_id, old.role, old.content) != (r.session_id, r.role, r.content):
-            raise InvalidInputError(f"message id {r.id!r} already holds a different message (archived); "
+            raise InvalidInputError(f"message id {r.id!r} already holds a different message{where}; "
                                     "use a new id for new content")
-    taken = archive.archive_owners([i for i in ids if i not in mine])
-    if taken:
-        raise InvalidInputError(f"message ids {sorted(taken)[:3]} are already in use; choose other ids")
-    return [r for r in rows if r.id not in mine]
+    if taken := sorted(taken):
+        raise InvalidInputError(f"message ids {taken[:3]} are already in use; choose other ids")
+    return [r for r in rows if r.id not in held]
 
 
 def write_messages(new: list[StoredMessage], *, batch: int, store: RecordStore, index: VectorIndex,
