@@ -24,7 +24,7 @@ import zlib
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence, Union
 
-from ..errors import CorruptStoreError, StoreError, missing
+from ..errors import ConfigurationError, CorruptStoreError, StoreError, missing
 from ..guard import check_process
 
 APP_ID = "tiered-memory"
@@ -43,8 +43,26 @@ def lock_key(name: str) -> int:
     return zlib.crc32(name.encode("utf-8"))
 
 
-def _redact(url: str) -> str:
-    return re.sub(r"(://[^:/@]+):[^@]*@", r"\1:***@", url)
+def _secrets(url: str) -> list[str]:
+    """The password of ``url`` as it may appear in a message: in the user part (up to the
+    authority's last ``@``, and each piece of it between ``@``, which libpq may have read as
+    part of the host) and in a ``password=`` parameter (pure)."""
+    found: list[str] = []
+    user_part = re.match(r"[^:]*://([^/?#]*)@", url)
+    if user_part and ":" in user_part.group(1):
+        secret = user_part.group(1).split(":", 1)[1]
+        found += [secret, *secret.split("@")]
+    found += re.findall(r"[?&]password=([^&#]*)", url)
+    return sorted({s for s in found if len(s) >= 3}, key=len, reverse=True)
+
+
+def _redact(text: str, url: str) -> str:
+    """``text`` (a URL, or a message that may quote it) without the password of ``url`` (pure)."""
+    text = re.sub(r"(://[^:/@?#]+):[^/?#]*@", r"\1:***@", text)
+    text = re.sub(r"([?&]password=)[^&#\s\"']*", r"\1***", text)
+    for secret in _secrets(url):
+        text = text.replace(secret, "***")
+    return text
 
 
 class PostgresDatabase:
@@ -65,6 +83,7 @@ class PostgresDatabase:
         try:
             import psycopg
             from psycopg import sql
+            from psycopg.conninfo import conninfo_to_dict
             from psycopg_pool import ConnectionPool
         except ImportError as e:
             raise missing("psycopg", "postgres") from e
@@ -73,6 +92,12 @@ class PostgresDatabase:
         self._pid, self._closed = os.getpid(), False
         self.url = url
         self.schema = schema
+        try:  # a malformed URL never reaches the pool, whose log lines would quote it whole
+            conninfo_to_dict(url)
+        except psycopg.Error as e:
+            raise ConfigurationError(
+                f"the PostgreSQL URL {_redact(url, url)} cannot be read ({_redact(str(e).strip(), url)}); "
+                "the form is postgresql://user:password@host:5432/dbname") from None  # the cause quotes it
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
 
         def configure(conn: Any) -> None:
@@ -88,9 +113,9 @@ class PostgresDatabase:
         except Exception as e:
             self.pool.close()
             raise StoreError(
-                f"could not connect to PostgreSQL at {_redact(url)} within {connect_timeout}s "
-                f"({e}). Check the URL, that the server runs, and that the user may connect."
-            ) from e
+                f"could not connect to PostgreSQL at {_redact(url, url)} within {connect_timeout}s "
+                f"({_redact(self._why(connect_timeout) or str(e), url)}). Check the URL, that the server "
+                "runs, and that the user may connect.") from e
         try:
             self._bootstrap()
         except BaseException:
@@ -98,6 +123,16 @@ class PostgresDatabase:
             raise
 
     # ---- plumbing -------------------------------------------------------
+    def _why(self, timeout: float) -> str | None:
+        """Why a connection fails (the server's or libpq's own words: no such database, a
+        refused password, nothing listening), from one direct attempt: the pool only says
+        it timed out."""
+        try:
+            self._psycopg.connect(self.url, connect_timeout=max(2, min(int(timeout), 5))).close()
+        except Exception as e:
+            return " ".join(str(e).split()) or type(e).__name__
+        return None
+
     def _bootstrap(self) -> None:
         from psycopg import sql
 
