@@ -24,7 +24,7 @@ import zlib
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence, Union
 
-from ..errors import ConfigurationError, CorruptStoreError, StoreError, missing
+from ..errors import ConfigurationError, CorruptStoreError, InvalidInputError, StoreError, TieredMemoryError, missing
 from ..guard import check_process
 
 APP_ID = "tiered-memory"
@@ -36,6 +36,20 @@ Step = Union[str, Callable[[Any], None]]
 
 # Conflicts between concurrent workers that are safe to retry as a whole transaction.
 _RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
+
+
+#: program_limit_exceeded: a value larger than PostgreSQL can index (a b-tree entry past 2,704
+#: bytes, such as a long store item key or namespace), which no retry can store
+_TOO_LARGE_SQLSTATE = "54000"
+
+
+def write_failed(e: Exception) -> TieredMemoryError:
+    """The typed error of a failed write (its transaction rolled back, nothing of it stored): a
+    value too large for PostgreSQL is the caller's to shorten, anything else the store's."""
+    if getattr(e, "sqlstate", None) == _TOO_LARGE_SQLSTATE:
+        return InvalidInputError(f"a value is too large for PostgreSQL and nothing was written; shorten it "
+                                 f"(a store item's key and namespace are indexed: {' '.join(str(e).split())})")
+    return StoreError(f"record store write failed: {e}")
 
 
 def lock_key(name: str) -> int:
@@ -178,7 +192,7 @@ class PostgresDatabase:
                 with joined.transaction():
                     return fn(joined)
             except self._psycopg.Error as e:
-                raise StoreError(f"record store write failed: {e}") from e
+                raise write_failed(e) from e
         for attempt in range(retries + 1):
             try:
                 with self.pool.connection() as conn, conn.transaction():
@@ -187,7 +201,7 @@ class PostgresDatabase:
                 if getattr(e, "sqlstate", None) in _RETRY_SQLSTATES and attempt < retries:
                     time.sleep(0.01 * 2**attempt)
                     continue
-                raise StoreError(f"record store write failed: {e}") from e
+                raise write_failed(e) from e
             except CorruptStoreError:
                 raise
         raise AssertionError("unreachable")
@@ -215,7 +229,7 @@ class PostgresDatabase:
                     time.sleep(0.01 * 2**attempt)
                     continue
                 if isinstance(e, self._psycopg.Error):
-                    raise StoreError(f"record store write failed: {e}") from e
+                    raise write_failed(e) from e
                 raise
         raise AssertionError("unreachable")
 
@@ -232,7 +246,7 @@ class PostgresDatabase:
             with self.pool.connection() as conn, conn.transaction():
                 yield conn
         except self._psycopg.Error as e:
-            raise StoreError(f"record store write failed: {e}") from e
+            raise write_failed(e) from e
 
     def read(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(conn)`` on one connection, outside a transaction (several reads, one round
