@@ -161,7 +161,8 @@ class PostgresRecordStore(PostgresDatabase):
             # every layer keys its rows by user_id: a table any migration adds is covered
             tables = [r[0] for r in conn.execute(
                 "SELECT c.relname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid"
-                " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
+                " WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = current_schema())"  # a name, not SQL
+                " AND c.relkind = 'r'"
                 " AND a.attname = 'user_id' AND NOT a.attisdropped AND c.relname <> 'messages'"
                 " ORDER BY c.relname").fetchall()]
             for table in tables:

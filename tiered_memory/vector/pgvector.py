@@ -34,6 +34,9 @@ from ..errors import ConfigurationError, TieredMemoryError, VectorIndexError
 from .base import VectorItem
 
 TABLE = "vectors"
+# the schema's plain name (regnamespace::text quotes one that needs it, and sql.Identifier quotes again)
+_EXTENSION_SCHEMA = ("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+                     " WHERE e.extname = 'vector'")
 LOCK_KEY = 0x7467_7663  # advisory lock around creating the table (any constant shared by all workers)
 
 
@@ -119,13 +122,11 @@ class PgVectorIndex:
     # ---- set-up --------------------------------------------------------------
     def _extension_schema(self) -> str:
         def run(conn: Any) -> str:
-            found = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension"
-                                 " WHERE extname = 'vector'").fetchone()
+            found = conn.execute(_EXTENSION_SCHEMA).fetchone()
             if found is None:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")
-                found = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension"
-                                     " WHERE extname = 'vector'").fetchone()
+                found = conn.execute(_EXTENSION_SCHEMA).fetchone()
             return str(found[0])
 
         try:
