@@ -345,6 +345,8 @@ def test_one_vector_per_field_and_an_item_scores_as_its_best_field(memory: Tiere
     assert all(h.score is None or h.score < 0.9 for h in hit)
     store.put(("u1", "docs"), "d", {"title": "Budget", "notes": ["cat", "paper"]})
     memory.rebuild_index()
+    hit = store.search(("u1",), query="cat")[0]  # the open adapter finds it by its vector again
+    assert hit.key == "d" and hit.score is not None and hit.score > 0.9
     restored = TieredMemoryStore(memory, fields=["title", "notes[*]"])
     assert restored.search(("u1",), query="cat")[0].key == "d"
     assert memory.index.count() == vectors

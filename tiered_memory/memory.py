@@ -238,6 +238,7 @@ class TieredMemory:
             report = self._repair(full=False)
             if self._layers_ok():
                 report.update(self._layers.reindex())
+                report["items"] = self._items.repair()  # the LangGraph store's: an open adapter finds them too
             return report
 
     # ---- lifecycle -------------------------------------------------------
