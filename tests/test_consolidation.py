@@ -19,6 +19,7 @@ from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.config import ConsolidationConfig
 from tiered_memory.layers.consolidation import (
     ConsolidationReport,
+    archived_vector_ids,
     plan_merges,
     promotion_candidates,
     select_compressions,
@@ -258,6 +259,35 @@ def test_interrupted_run_resumes(big: tuple[TieredMemory, dict[str, Any]]) -> No
     assert per_message[0] == per_message[1]  # nothing archived twice
     assert audits == len(compressed)  # one audit record per episode, none repeated
     assert _count(memory, "SELECT COUNT(*) FROM episodes WHERE promoted_at IS NOT NULL") == 10
+
+
+@pytest.mark.parametrize("lengths, chunked", [
+    ({}, []),  # none held any more (a rerun): their own ids only
+    ({"a": 20, "b": 1200}, []),  # short ones have no chunks
+    ({"a": 1201, "b": 5}, ["a"]),
+    ({"a": 5000, "b": 90_000}, ["a", "b"]),
+])
+def test_archived_vector_ids(lengths: dict[str, int], chunked: list[str]) -> None:
+    ids = archived_vector_ids(["a", "b"], lengths)
+    assert ids[:2] == ["a", "b"]
+    assert ids[2:] == [f"{m}\x1f{n}" for m in chunked for n in range(64)]
+
+
+@pytest.mark.parametrize("delete_raw", [False, True])
+def test_archiving_a_long_message_drops_its_chunk_vectors(make_memory: Callable[..., TieredMemory],
+                                                          delete_raw: bool) -> None:
+    config = MemoryConfig(consolidation=replace(ConsolidationConfig(), delete_raw=delete_raw))
+    memory = make_memory("long", config=config)
+    long = " ".join(f"Sentence {i} is about the tide tables of the Lisbon harbour." for i in range(60))
+    memory.add_many([{"role": "user", "content": long, "timestamp": NOW - 90 * DAY},
+                     {"role": "assistant", "content": "Noted.", "timestamp": NOW - 90 * DAY + 1}],
+                    session_id="old", user_id="u1")
+    memory.end_session("old", user_id="u1")
+    assert len(memory.index.ids("u1")) > 3  # the message, its chunks, the reply and the episode's points
+    assert memory.consolidate("u1").archived_messages == 2
+    left = memory.index.ids("u1")
+    assert left and all(i.startswith("ep:") for i in left), left  # no chunk of the archived message stays
+    assert memory.stats().vectors == len(left)
 
 
 def test_delete_raw_option(make_memory: Callable[..., TieredMemory]) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..parts import Parts
+from ..recall.chunking import CHUNK_OVER, MAX_CHUNKS, chunk_id
 from ..recall.scoring import recency_score
 from ..records import Episode, Fact, FactCandidate
 from ..store.repositories import LayerRepository
@@ -85,6 +86,14 @@ def promotion_candidates(episode: Episode) -> list[FactCandidate]:
     if episode.decisions:
         return [FactCandidate(type="decision", text=t, confidence=0.7, source_ids=sources) for t in episode.decisions]
     return [FactCandidate(type="fact", text=episode.summary, confidence=0.6, source_ids=sources)]
+
+
+def archived_vector_ids(source_ids: Sequence[str], lengths: dict[str, int]) -> list[str]:
+    """The vector ids archiving ``source_ids`` leaves without a record (pure): each message's
+    own, and every possible chunk id of a long one (``lengths``: characters of the messages
+    still stored), so no chunk of an archived message stays searchable in the index."""
+    long = [i for i in source_ids if lengths.get(i, 0) > CHUNK_OVER]
+    return [*source_ids, *(chunk_id(i, n) for i in long for n in range(MAX_CHUNKS))]
 
 
 def fact_value(confidence: float, last_touch: float, now: float, half_life_days: float) -> float:
@@ -176,6 +185,8 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
     for start in range(0, len(todo), batch):  # one transaction and one vector delete per batch
         part = todo[start:start + batch]
         with layers.parts.lock:
+            held = layers.parts.store.get_by_ids(user_id, [i for ep in part for i in ep.source_ids])
+            lengths = {i: len(m.content) for i, m in held.items()}
             with layers.rows.unit() as u:
                 for ep in part:
                     count = u.archive_messages(user_id, ep.source_ids, ep.id, now, delete=cfg.delete_raw)
@@ -185,7 +196,7 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
                     moved += count
             # after the commit: a crash here leaves stray vectors; recall ignores ids the store
             # does not hold and the next start-up repair removes them
-            layers.parts.index.delete([i for ep in part for i in ep.source_ids])
+            layers.parts.index.delete(archived_vector_ids([i for ep in part for i in ep.source_ids], lengths))
         for n, ep in enumerate(part, start + 1):
             details["compress"].append(ep.id)
             tick("compress", n, len(todo))
