@@ -9,7 +9,8 @@ from typing import Callable
 import pytest
 
 from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
-from tiered_memory.context.assembly import REPEAT_REASON, TITLES, TURN_CANDIDATES, relevant_fact, turn_candidates
+from tiered_memory.context.assembly import (REPEAT_REASON, TITLES, TURN_CANDIDATES, recent_room, relevant_fact,
+                                            turn_candidates)
 from tiered_memory.context.render import (PREAMBLE, RECENT_TITLE, ContextItem, render_item, render_memory,
                                           repeated_turns)
 
@@ -92,6 +93,26 @@ def test_budget_respected_whole_items_and_drops_reported(memory: TieredMemory, b
     dropped = {d.id for d in ctx.dropped if d.section != "recent"}
     assert kept | dropped == set(full_items) and not kept & dropped  # everything accounted for
     assert all(d.reason for d in ctx.dropped)
+
+
+@pytest.mark.parametrize("budget, share, room", [
+    (100, 0.4, 40), (100, 0.0, 0), (100, 1.0, 100), (100, 3.0, 100), (7, 0.5, 3), (1, 2.0, 1),
+])
+def test_recent_room(budget: int, share: float, room: int) -> None:
+    assert recent_room(budget, share) == room
+
+
+@pytest.mark.parametrize("budget", [35, 40, 50])
+def test_a_buffer_share_over_one_keeps_the_budget(make_memory: Callable[..., TieredMemory], budget: int) -> None:
+    memory = make_memory(config=MemoryConfig(budget=BudgetConfig(buffer_share=3.0)))  # accepted by the config
+    memory.add_many([{"role": "user", "content": "Tell me about the tram lines in Lisbon and which one goes to Belem."},
+                     {"role": "assistant", "content": "Tram 15 goes to Belem from Praca da Figueira, every few minutes."}],
+                    session_id="now", user_id="u1")
+    ctx = memory.build_context("tram", user_id="u1", session_id="now", max_tokens=budget)
+    # counted as the docs say: the rendered memory plus the recent turns' text
+    assert memory.count_tokens(ctx.memory_text()) + sum(memory.count_tokens(i.text) for i in ctx.recent) <= budget
+    assert ctx.tokens <= budget and ctx.recent  # the newest turn is kept, the older one reported
+    assert [d.reason for d in ctx.dropped if d.section == "recent"] == ["buffer over its share"]
 
 
 def test_lowest_priority_truncated_first(memory: TieredMemory) -> None:

@@ -162,6 +162,13 @@ def turn_candidates(room: int, pool: int) -> int:
     return max(TURN_CANDIDATES, min(pool // 2, room // TURN_TOKENS))
 
 
+def recent_room(budget: int, buffer_share: float) -> int:
+    """The tokens the recent turns may take of ``budget`` (pure): ``buffer_share`` of it, and
+    never more than all of it (a share over 1, which the config accepts, would let the recent
+    turns alone pass the budget)."""
+    return int(budget * min(max(buffer_share, 0.0), 1.0))
+
+
 def fit(requests: list[SectionRequest], room: int, count: Callable[[str], int]) -> tuple[list[Section], list[Dropped]]:
     """``requests`` fitted into ``room`` tokens of rendered memory, the frame (preamble, tags,
     headings) included (pure)."""
@@ -196,7 +203,7 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     count = parts.count_tokens
     buffer = session_buffer(parts, user_id, session_id)
     recent = [message_item(m, count) for m in buffer]
-    recent_budget = int(budget * parts.config.budget.buffer_share)
+    recent_budget = recent_room(budget, parts.config.budget.buffer_share)
     dropped = []
     while len(recent) > 1 and sum(i.tokens for i in recent) > recent_budget:
         old = recent.pop(0)
