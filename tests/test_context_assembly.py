@@ -276,3 +276,21 @@ def test_a_turn_an_episode_quotes_gives_its_room_to_another(memory: TieredMemory
     assert repeat.section == "turns" and repeat.reason == f"{REPEAT_REASON} '{episode.id}'"
     quoted = {m.id: m.content for m in memory.get_messages("old", user_id="u1")}
     assert quoted[repeat.id].startswith("I signed up for a pottery class")
+
+
+def test_accessed_reads_each_items_layer_from_its_section() -> None:
+    """A message id may look like another layer's (``wm:1`` is a legal message id): what
+    counts as accessed, and in which layer, follows the section it is shown in."""
+    from tiered_memory.context.assembly import accessed
+    from tiered_memory.context.render import MemoryContext, Section
+
+    def items(*ids: str) -> list[ContextItem]:
+        return [ContextItem(id=i, text="x", tokens=1) for i in ids]
+
+    ctx = MemoryContext(sections=[Section(name="session", title="s", items=items("wm:w1")),
+                                  Section(name="facts", title="f", items=items("fact:f1")),
+                                  Section(name="episodes", title="e", items=items("ep:e1")),
+                                  Section(name="items", title="i", items=items("item:k")),
+                                  Section(name="turns", title="t", items=items("m1", "wm:1"))],
+                        recent=items("m9"))
+    assert accessed(ctx) == {"working": ["w1"], "fact": ["f1"], "episode": ["e1"], "turn": ["m1", "wm:1"]}

@@ -243,19 +243,21 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
                          recent_messages=[m for m in buffer if m.id in kept])
 
 
-_PREFIX_LAYER: dict[str, AccessLayer] = {"fact": "fact", "ep": "episode", "wm": "working"}
+# each section's layer (store items are not access-counted); an item id is "fact:<id>",
+# "ep:<id>" or "wm:<id>" in these, a turn's own id in "turns", which may itself hold a colon
+_SECTION_LAYER: dict[str, AccessLayer] = {"facts": "fact", "episodes": "episode", "session": "working",
+                                          "turns": "turn"}
 
 
 def accessed(context: MemoryContext) -> dict[AccessLayer, list[str]]:
-    """The ids of what ``context`` hands to a model, by layer (the recent buffer is the
-    conversation itself, not a recall, and is not counted)."""
+    """The ids of what ``context`` hands to a model, by layer, read from the section each item
+    is in (a message id may look like another layer's, such as ``"wm:1"``); the recent buffer is
+    the conversation itself, not a recall, and is not counted."""
     out: dict[AccessLayer, list[str]] = {}
     for section in context.sections:
+        layer = _SECTION_LAYER.get(section.name)
+        if layer is None:
+            continue
         for item in section.items:
-            prefix, _, rest = item.id.partition(":")
-            layer = _PREFIX_LAYER.get(prefix) if rest else None
-            if layer is None:
-                out.setdefault("turn", []).append(item.id)
-            else:
-                out.setdefault(layer, []).append(rest)
+            out.setdefault(layer, []).append(item.id if layer == "turn" else item.id.partition(":")[2])
     return out
