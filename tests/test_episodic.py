@@ -161,6 +161,7 @@ def test_end_session_with_llm(make_memory: Callable[..., TieredMemory]) -> None:
     ([{"summary": 3, "entities": "x"}, {"summary": ""}], "LLMOutputError"),  # wrong types
     ([timeout()], "LLMError"),
     ([RuntimeError("provider exploded")], "LLMError"),
+    (['{"summary": ' + "[" * 5_000] * 2, "LLMOutputError"),  # nested past the recursion limit
 ])
 def test_llm_failure_falls_back_and_keeps_turns(make_memory: Callable[..., TieredMemory],
                                                 script: list[Any], error: str) -> None:
@@ -182,7 +183,8 @@ def test_llm_recovers_on_retry(make_memory: Callable[..., TieredMemory]) -> None
     assert llm.tasks() == ["facts", "episode", "episode"]
 
 
-@pytest.mark.parametrize("script, exc", [([malformed(), malformed()], LLMOutputError), ([timeout()], LLMError)])
+@pytest.mark.parametrize("script, exc", [([malformed(), malformed()], LLMOutputError), ([timeout()], LLMError),
+                                         (['{"entities": ' + "[" * 5_000] * 2, LLMOutputError)])
 def test_strict_mode_raises_typed_errors(make_memory: Callable[..., TieredMemory], script: list[Any],
                                          exc: type[Exception]) -> None:
     llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": script})

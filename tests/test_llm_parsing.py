@@ -39,6 +39,22 @@ def test_find_json_object_rejects(text: str) -> None:
         find_json_object(text)
 
 
+DEEP = 5_000  # deeper than Python's recursion limit
+
+
+@pytest.mark.parametrize("text", [
+    '{"x": ' + "[" * DEEP,  # a model stuck repeating a bracket
+    '{"x": 1, "junk": ' + "[" * DEEP + "]" * DEEP + "}",
+    '{"a":' * DEEP,
+    '{"x": 1, "junk": ' + "[" * 900 + "]" * 900 + "}",  # decodes, but too deep to clean and validate
+])
+def test_output_nested_past_the_recursion_limit_is_invalid_output(text: str) -> None:
+    """Garbage is a ValueError (so the model is asked again, then the rules run), never a
+    RecursionError that escapes end_session."""
+    with pytest.raises(ValueError):
+        parse_output(text, Point)
+
+
 def test_model_output_is_made_storable_text_before_it_is_validated() -> None:
     from tiered_memory.layers.episodic import EpisodeSchema
     from tiered_memory.layers.semantic import ExtractedFacts

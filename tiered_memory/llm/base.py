@@ -60,6 +60,9 @@ def find_json_object(text: str) -> dict[str, Any]:
             except json.JSONDecodeError as e:
                 last_error = str(e)
                 continue
+            except RecursionError:  # "[[[[..." nested past Python's limit: garbage, not an answer
+                last_error = "JSON nested too deeply"
+                continue
             if isinstance(obj, dict):
                 return obj
     raise ValueError(f"no JSON object in the output ({last_error})")
@@ -71,9 +74,11 @@ def parse_output(text: str, schema: type[M]) -> M:
     Raises:
         ValueError: no JSON object, or it does not match the schema (message says how).
     """
-    obj = clean_strings(find_json_object(text))
     try:
+        obj = clean_strings(find_json_object(text))
         return schema.model_validate(obj)
+    except RecursionError as e:  # decoded, but too deep to walk: garbage like any other
+        raise ValueError("the JSON is nested too deeply") from e
     except ValidationError as e:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors())
