@@ -162,6 +162,7 @@ def test_end_session_with_llm(make_memory: Callable[..., TieredMemory]) -> None:
     ([timeout()], "LLMError"),
     ([RuntimeError("provider exploded")], "LLMError"),
     (['{"summary": ' + "[" * 5_000] * 2, "LLMOutputError"),  # nested past the recursion limit
+    ([{"summary": "\x1e\x1f"}] * 2, "LLMOutputError"),  # blank to str.strip, not to pydantic's \S
 ])
 def test_llm_failure_falls_back_and_keeps_turns(make_memory: Callable[..., TieredMemory],
                                                 script: list[Any], error: str) -> None:

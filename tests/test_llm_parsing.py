@@ -76,6 +76,23 @@ def test_model_output_is_made_storable_text_before_it_is_validated() -> None:
     assert episode.key_facts == ["User likes tea"] and episode.entities == []
 
 
+@pytest.mark.parametrize("blank", ["\x1c", "\x1e\x1f", " \x1d\t"])
+def test_model_text_blank_by_pythons_rules_is_invalid_output(blank: str) -> None:
+    """The separators U+001C-U+001F pass pydantic's (Rust) ``\\S`` but are whitespace to
+    ``str.strip``: a summary or fact made of them is blank, as check_text says of input."""
+    from tiered_memory.layers.episodic import EpisodeSchema
+    from tiered_memory.layers.semantic import ExtractedFacts, Judgement
+
+    cases: list[tuple[dict[str, object], type[BaseModel]]] = [
+        ({"facts": [{"type": "fact", "text": blank}]}, ExtractedFacts),
+        ({"summary": blank}, EpisodeSchema),
+        ({"action": "update", "target": 1, "text": blank}, Judgement),
+    ]
+    for obj, schema in cases:
+        with pytest.raises(ValueError, match="text|summary"):
+            parse_output(fenced(obj), schema)
+
+
 def test_strip_fences_leaves_plain_text() -> None:
     assert strip_fences("  plain  ") == "plain"
     assert strip_fences("before ```json\n{}\n``` after") == "{}"

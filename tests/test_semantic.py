@@ -191,6 +191,7 @@ def test_llm_extraction_and_judgement(make_memory: Callable[..., TieredMemory]) 
     [{"facts": [{"type": "opinion", "text": "x"}]}, {"facts": "none"}],  # wrong types
     [timeout()],
     [ValueError("boom")],
+    [_llm_facts({"type": "fact", "text": "\x1c"})] * 2,  # blank to str.strip: no blank fact is stored
 ])
 def test_llm_extraction_failure_falls_back_to_rules(make_memory: Callable[..., TieredMemory],
                                                     facts_script: list[Any]) -> None:
@@ -215,6 +216,21 @@ def test_failed_judgement_falls_back_to_rules(make_memory: Callable[..., TieredM
         memory.add("user", "My bike is red.", session_id=sid, user_id="u1")
         memory.end_session(sid, user_id="u1")
     assert [f.text for f in memory.facts("u1")] == ["User owns a red bicycle"]  # rules: same text, no-op
+
+
+def test_a_blank_merged_text_from_the_judge_falls_back_to_rules(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User owns a red bicycle"}),
+                  _llm_facts({"type": "fact", "text": "User owns a red bicycle"})],
+        "resolve": [{"action": "update", "target": 1, "text": "\x1e"}] * 2,
+        "episode": [EPISODE, EPISODE],
+    })
+    memory = make_memory(llm=llm)
+    for sid in ("a", "b"):
+        memory.add("user", "My bike is red.", session_id=sid, user_id="u1")
+        memory.end_session(sid, user_id="u1")
+    assert [f.text for f in memory.facts("u1")] == ["User owns a red bicycle"]  # not "\x1e"
+    assert [h.action for h in memory.fact_history("u1")] == ["add"]
 
 
 def test_crud_and_search(memory: TieredMemory) -> None:

@@ -93,6 +93,19 @@ def check_label(value: object, name: str) -> str:
 MAX_FACT_CHARS = 5_000  # a fact is a statement; longer text belongs in a message
 
 
+def not_blank(text: str) -> str:
+    """``text`` unless blank by Python's rules (``str.strip``), the rule :func:`check_text` applies;
+    for model output, whose schemas' ``\\S`` pattern (pydantic's Rust regex) takes the separators
+    ``\\x1c``-``\\x1f`` for text.
+
+    Raises:
+        ValueError: only whitespace (pydantic reports it as a validation error).
+    """
+    if not text.strip():
+        raise ValueError("must contain text, not only whitespace or separators")
+    return text
+
+
 def check_fact_text(value: object) -> str:
     """The text of a fact: stored text (:func:`check_text`) of at most :data:`MAX_FACT_CHARS`."""
     text = check_text(value, "fact text")

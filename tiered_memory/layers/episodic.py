@@ -29,7 +29,7 @@ from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
 from ..store.repositories import EpisodeRepository
 from ..types import StoredMessage
-from ..validation import MAX_FACT_CHARS, json_line
+from ..validation import MAX_FACT_CHARS, json_line, not_blank
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -55,6 +55,11 @@ class EpisodeSchema(BaseModel):
     decisions: list[Point] = Field(default_factory=list)
     open_questions: list[Point] = Field(default_factory=list)
     key_facts: list[Point] = Field(default_factory=list, description="durable facts stated in the session")
+
+    @field_validator("summary")
+    @classmethod
+    def _summary_not_blank(cls, summary: str) -> str:
+        return not_blank(summary)
 
     @field_validator("entities", "decisions", "open_questions", "key_facts")
     @classmethod

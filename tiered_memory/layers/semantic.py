@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Sequence
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
@@ -25,7 +25,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites
-from ..validation import MAX_FACT_CHARS, check_text
+from ..validation import MAX_FACT_CHARS, check_text, not_blank
 from ..vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
@@ -59,12 +59,22 @@ class Judgement(BaseModel):
     text: str | None = Field(default=None, max_length=MAX_FACT_CHARS, pattern=r"\S",
                              description="merged text, for update")
 
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, text: str | None) -> str | None:
+        return None if text is None else not_blank(text)
+
 
 class ExtractedFact(BaseModel):
     type: Literal["preference", "fact", "constraint", "relationship", "decision"]
     text: str = Field(min_length=1, max_length=MAX_FACT_CHARS, pattern=r"\S")  # a fact a user could add
     confidence: float = Field(default=0.8, ge=0.0, le=1.0)
     sources: list[int] = Field(default_factory=list, description="numbers of the messages it comes from")
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, text: str) -> str:
+        return not_blank(text)
 
 
 class ExtractedFacts(BaseModel):
