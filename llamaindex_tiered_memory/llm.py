@@ -5,16 +5,21 @@ with plain ``{"role", "content"}`` dicts; :class:`LlamaIndexLLM` converts them t
 ``ChatMessage`` and calls the LLM's ``achat``. JSON mode uses the LLM's own option
 where it has one (``response_format`` on the OpenAI family, including
 ``OpenAILike``; a ``json_mode`` field, as on ``Ollama``); elsewhere the core's
-prompt and its output validation do the work.
+prompt and its output validation do the work. An LLM whose ``achat`` is ``CustomLLM``'s
+(which only runs its sync ``chat``) is called through ``chat`` on a daemon thread instead,
+so ``LLMConfig.timeout_s`` ends a slow call and the library's event loop is never blocked.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from llama_index.core.base.llms.base import BaseLLM
-from llama_index.core.base.llms.types import ChatMessage, MessageRole
+from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageRole
+from llama_index.core.llms.custom import CustomLLM
 
+from tiered_memory.aio import in_daemon_thread
 from tiered_memory.errors import ConfigurationError, LLMError
 
 _ROLES = {
@@ -28,6 +33,14 @@ _ROLES = {
 def _is_openai_family(llm: BaseLLM) -> bool:
     return any(c.__name__ == "OpenAI" and c.__module__.startswith("llama_index.llms.openai")
                for c in type(llm).__mro__)
+
+
+def sync_backed(llm: BaseLLM) -> bool:
+    """Whether ``llm.achat`` is ``CustomLLM``'s, which runs the sync ``chat`` on the event loop
+    (``MockLLM``, ``HuggingFaceLLM``, ``LlamaCPP``, most custom models): awaited there, a slow
+    model blocks the library's loop and no timeout can end the wait."""
+    defined_by = next((c for c in type(llm).__mro__ if "achat" in vars(c)), None)
+    return defined_by is CustomLLM  # (its decorator makes a new function at each attribute access)
 
 
 def to_chat_messages(messages: list[dict[str, str]]) -> list[ChatMessage]:
@@ -96,7 +109,11 @@ class LlamaIndexLLM:
         chat = to_chat_messages(messages)
         llm, kwargs = self._configured(json_mode=json_mode, max_tokens=max_tokens)
         try:
-            response = await llm.achat(chat, **kwargs)
+            response: ChatResponse
+            if sync_backed(llm):  # its sync chat on a thread of its own, so a timeout can end the wait
+                response = await in_daemon_thread(functools.partial(llm.chat, chat, **kwargs))
+            else:
+                response = await llm.achat(chat, **kwargs)
         except Exception as e:
             raise LLMError(f"{self.name} failed: {type(e).__name__}: {e}") from e
         return response.message.content or ""

@@ -49,6 +49,40 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 
+def _deliver(future: "asyncio.Future[Any]", result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller gave up (timeout, cancel)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def in_daemon_thread(fn: Callable[[], T]) -> "asyncio.Future[T]":
+    """A future of the running loop for ``fn()`` run on a new daemon thread: a blocking call
+    (a model's sync client) awaited this way leaves the loop free, so a caller's timeout
+    returns at once, and an abandoned call never holds up interpreter exit."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def run() -> None:
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = fn()
+        except Exception as e:  # handed to the awaiting coroutine
+            error = e
+        except BaseException as e:  # noqa: BLE001 - never leave the caller waiting forever
+            error = RuntimeError(f"the call was interrupted: {e!r}")
+        try:
+            loop.call_soon_threadsafe(_deliver, future, result, error)
+        except RuntimeError:  # the loop is closed: nobody waits any more
+            pass
+
+    threading.Thread(target=run, name="tiered-memory-call", daemon=True).start()
+    return future
+
+
 class ReadWriteGate:
     """Many readers or one writer (writers first): reads wait while the vector index is
     being rebuilt, instead of failing on a collection that is gone or seeing half of it."""
