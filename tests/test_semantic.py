@@ -233,6 +233,20 @@ def test_a_blank_merged_text_from_the_judge_falls_back_to_rules(make_memory: Cal
     assert [h.action for h in memory.fact_history("u1")] == ["add"]
 
 
+def test_a_message_the_model_cites_twice_is_one_source(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User lives in Berlin", "sources": [2, 1, 2, 0, 1, 2]})],
+        "episode": [EPISODE],
+    })
+    memory = make_memory(llm=llm)
+    first, second = memory.add_many([{"role": "user", "content": "I live in Berlin."},
+                                     {"role": "user", "content": "Yes, Berlin, for years."}], session_id="s", user_id="u1")
+    memory.end_session("s", user_id="u1")
+    [fact] = memory.facts("u1")
+    assert fact.source_ids == [second, first]
+    assert memory.fact_history("u1", fact.id)[0].details["source_ids"] == [second, first]
+
+
 def test_crud_and_search(memory: TieredMemory) -> None:
     meta = {"origin": "settings page"}
     snapshot = copy.deepcopy(meta)

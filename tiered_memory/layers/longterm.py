@@ -118,7 +118,8 @@ class Layers:
         users = tuple(m.id for m in messages if m.role == "user")
         found = []
         for f in out.facts:
-            src = tuple(messages[n - 1].id for n in f.sources if 1 <= n <= len(messages)) or users
+            # each cited message once, in the order first cited; numbers outside the session are ignored
+            src = tuple(dict.fromkeys(messages[n - 1].id for n in f.sources if 1 <= n <= len(messages))) or users
             found.append(FactCandidate(type=f.type, text=f.text.strip(), confidence=f.confidence, source_ids=src))
         return found, {"method": "llm"}
 
