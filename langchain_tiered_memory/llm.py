@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import threading
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from typing import Any, Mapping, Sequence
 
+from tiered_memory.aio import in_daemon_thread
 from tiered_memory.errors import InvalidInputError, LLMError, missing
 
 try:
@@ -30,7 +30,6 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 __all__ = ["LangChainLLM", "adapt", "is_openai_chat_model", "to_langchain_messages"]
 
-T = TypeVar("T")
 
 _ROLES: dict[str, type[BaseMessage]] = {
     "system": SystemMessage,
@@ -94,43 +93,6 @@ def call_options(model: object, *, json_mode: bool, max_tokens: int | None) -> d
     return options
 
 
-# Calls run the model's sync ``invoke`` on a daemon thread, not ``ainvoke`` on the caller's
-# loop: async clients (langchain-openai shares one httpx.AsyncClient per base URL) keep
-# connections bound to the event loop that opened them, and the core's sync methods run
-# each call in a fresh ``asyncio.run`` loop, so every other ``ainvoke`` failed with
-# "Connection error". A daemon thread (not an executor) lets a caller's timeout return at
-# once and never holds up interpreter exit while an abandoned request finishes.
-def _deliver(future: "asyncio.Future[Any]", result: Any, error: BaseException | None) -> None:
-    if future.done():  # the caller gave up (timeout, cancel)
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
-
-
-def _in_thread(fn: Callable[[], T]) -> "asyncio.Future[T]":
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def run() -> None:
-        result: Any = None
-        error: BaseException | None = None
-        try:
-            result = fn()
-        except Exception as e:  # handed to the awaiting coroutine
-            error = e
-        except BaseException as e:  # noqa: BLE001 - never leave the caller waiting forever
-            error = RuntimeError(f"the model call was interrupted: {e!r}")
-        try:
-            loop.call_soon_threadsafe(_deliver, future, result, error)
-        except RuntimeError:  # the loop is closed: nobody waits any more
-            pass
-
-    threading.Thread(target=run, name="tiered-memory-llm", daemon=True).start()
-    return future
-
-
 def message_text(message: object) -> str:
     """The text of a chat model's reply (string content or text content blocks)."""
     if isinstance(message, BaseMessage):
@@ -171,7 +133,12 @@ class LangChainLLM:
         options = call_options(self.model, json_mode=json_mode, max_tokens=max_tokens)
         runnable = self.model.bind(**options) if options else self.model
         try:
-            reply = await _in_thread(functools.partial(runnable.invoke, lc_messages))
+            # the sync invoke on a daemon thread, not ainvoke on the caller's loop: async clients
+            # (langchain-openai shares one httpx.AsyncClient per base URL) keep connections bound to
+            # the loop that opened them, and the core's sync methods run each call in a fresh
+            # asyncio.run loop, so every other ainvoke failed with "Connection error"; a daemon
+            # thread lets a caller's timeout return at once and never holds up interpreter exit
+            reply = await in_daemon_thread(functools.partial(runnable.invoke, lc_messages))
         except asyncio.CancelledError:
             raise
         except Exception as e:
