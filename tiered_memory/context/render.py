@@ -212,7 +212,10 @@ class MemoryContext:
         return render_memory(self.sections)
 
     def to_text(self) -> str:
-        """The long-term sections and then the recent turns, as one block of quoted data."""
+        """The long-term sections and then the recent turns, as one block of quoted data: for
+        reading and for prompts that take one text. The budget holds :meth:`memory_text` and
+        the recent turns' own text; quoting the recent turns here (a heading, and each turn's
+        quotes and labels) adds a few tokens a turn beyond it. :meth:`to_messages` stays within it."""
         return render_memory([*self.sections, Section(name="recent", title=RECENT_TITLE, items=self.recent)])
 
     def to_messages(self) -> list[dict[str, Any]]:
