@@ -249,3 +249,14 @@ def test_an_item_value_nested_past_the_limit_is_refused(memory) -> None:  # type
     assert items.get(("u", "n"), "k") is None
     items.write_many([ItemWrite(namespace=("u", "n"), key="k", user_id="u", value=deep)])  # 100 levels
     assert items.get(("u", "n"), "k") is not None
+
+
+@pytest.mark.parametrize("key", ["", "a\x00b", "half \ud800 pair", 7, None])
+def test_a_key_no_store_can_hold_is_refused_alike_everywhere(make_memory: Callable[..., TieredMemory],
+                                                            key: Any) -> None:
+    """The core's item store checks keys itself (not only the LangGraph adapter): on SQLite and
+    PostgreSQL alike, a typed error and nothing written."""
+    items = make_memory("items-keys").item_store()
+    with pytest.raises(InvalidInputError, match="item key"):
+        _put(items, "u", ("u", "n"), key, {"v": 1}, text="some text")
+    assert items.db.item_rows(None) == []

@@ -49,6 +49,17 @@ class ItemWrite:
     ttl_minutes: float | None = None
 
 
+def check_key(key: object) -> str:
+    """An item key: a non-empty str that storage can hold (no NUL, no lone surrogates)."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInputError(f"item key must be a non-empty string, got {key!r}")
+    if "\x00" in key:
+        raise InvalidInputError(f"item key {key!r} contains NUL, which cannot be stored; remove it")
+    if not encodable(key):
+        raise InvalidInputError(f"item key {key!r} contains lone surrogates; it cannot be stored as UTF-8")
+    return key
+
+
 def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[str, ...]:
     """A namespace is a tuple of non-empty labels. Any character but NUL (which no
     record store can keep in text) is allowed, as in LangGraph: ``*`` and ``.`` are

@@ -46,9 +46,9 @@ from ..store.repositories import ItemRepository
 from ..validation import check_id, check_text, encode_json
 from ..vector.base import VectorIndex, VectorItem
 from .item_filters import check_filter, check_filter_key, match_filter, match_value, value_at
-from .item_rules import (FIELD_SEP, LAYER, MAX_PARTS, SHARED_OWNER, ItemHit, ItemWrite, best_parts, check_namespace,
-                         check_owner, check_ttl, expiry, item_of_vector, match_namespace, rank_by_similarity,
-                         text_parts, truncate_namespaces, vector_id)
+from .item_rules import (FIELD_SEP, LAYER, MAX_PARTS, SHARED_OWNER, ItemHit, ItemWrite, best_parts, check_key,
+                         check_namespace, check_owner, check_ttl, expiry, item_of_vector, match_namespace,
+                         rank_by_similarity, text_parts, truncate_namespaces, vector_id)
 
 __all__ = [
     "FIELD_SEP", "LAYER", "MAX_PARTS", "SHARED_OWNER", "ItemHit", "ItemStore", "ItemWrite", "best_parts",
@@ -86,8 +86,7 @@ class ItemStore:
         for w in writes:
             ns = check_namespace(w.namespace)
             check_owner(w.user_id)
-            if not isinstance(w.key, str) or not w.key:
-                raise InvalidInputError(f"item key must be a non-empty string, got {w.key!r}")
+            check_key(w.key)
             if w.value is not None and not isinstance(w.value, Mapping):
                 raise InvalidInputError(f"item value must be a mapping, got {type(w.value).__name__}")
             if w.text and w.text.strip():
