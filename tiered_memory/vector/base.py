@@ -15,6 +15,36 @@ CHUNK_SEPARATOR = "\x1f"
 LAYERS = ("turn", "chunk", "episode", "fact", "item")
 
 
+def shown_url(url: str) -> str:
+    """``url`` as an error message may show it: scheme, host, port and path, without any
+    user, password or query (where an API key could sit) (pure)."""
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        port = f":{u.port}" if u.port is not None else ""
+    except ValueError:
+        return "<an unreadable URL>"
+    return f"{u.scheme}://{u.hostname or ''}{port}{u.path}"
+
+
+def dimension_hint(error: Exception, collection: str, width: int, held: Callable[[], int | None]) -> str:
+    """What to do when ``error`` says ``collection`` holds vectors of another width than the
+    embedder's ``width`` (``held()`` reads the collection's, once, on this failure only); ''
+    for any other error."""
+    if "dimension" not in str(error).lower():
+        return ""
+    try:
+        have = held()
+    except Exception:
+        return ""
+    if have is None or have == width:
+        return ""
+    return (f"; the collection {collection!r} holds {have}-dimensional vectors and the embedder gives {width}: "
+            "open it with the embedder that wrote it, use another collection, or call rebuild_index() to drop "
+            "the collection and re-embed the records into it")
+
+
 @dataclass(frozen=True, kw_only=True)
 class VectorItem:
     id: str

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import CHUNK_SEPARATOR, Sessions, VectorItem
+from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, shown_url
 from .chroma_scope import SCOPED as SCOPED, layer_of, scope_collection, scope_of, user_filter
 from .exact import ExactScan, Held
 from .write_behind import WriteBehind
@@ -150,11 +150,16 @@ class ChromaVectorIndex:
         import chromadb
         from urllib.parse import urlparse
 
-        u = urlparse(url)
-        client = chromadb.HttpClient(
-            host=u.hostname or "127.0.0.1", port=u.port or 8000, ssl=u.scheme == "https",
-            settings=_settings(),
-        )
+        try:
+            u = urlparse(url)
+            client = chromadb.HttpClient(
+                host=u.hostname or "127.0.0.1", port=u.port or 8000, ssl=u.scheme == "https",
+                settings=_settings(),
+            )
+        except Exception as e:  # chromadb says ValueError("Could not connect to a Chroma server...")
+            raise VectorIndexError(
+                f"could not reach a Chroma server at {shown_url(url)} ({e}); check the URL and that "
+                "`chroma run` serves there") from e
         return cls(client=client, collection=collection)
 
     def upsert(self, items: list[VectorItem]) -> None:
@@ -194,8 +199,13 @@ class ChromaVectorIndex:
                     metadatas=self._metadatas(part),
                 )
         except Exception as e:
+            hint = dimension_hint(e, self._name, len(items[0].vector), self._width) if items else ""
             self._renew_client()
-            raise VectorIndexError(f"Chroma upsert failed: {e}") from e
+            raise VectorIndexError(f"Chroma upsert failed: {e}{hint}") from e
+
+    def _width(self) -> int | None:
+        got = self.collection.get(limit=1, include=["embeddings"])
+        return len(got["embeddings"][0]) if len(got["ids"]) else None
 
     def _metadatas(self, items: list[VectorItem]) -> list[dict[str, Any]]:
         """One key a vector (each is a row Chroma writes: see :func:`scope_of`); a second, the

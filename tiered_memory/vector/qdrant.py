@@ -8,7 +8,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import VectorItem
+from .base import VectorItem, dimension_hint, shown_url
 from .exact import ExactScan, Held
 
 COLLECTION = "tiered_memory"
@@ -38,12 +38,14 @@ class QdrantVectorIndex:
         except ImportError as e:
             raise missing("qdrant-client", "qdrant") from e
         self.models = models
+        fix = "; check the URL, the API key and that the server runs" if url else ""
         try:
             self.client = client or (QdrantClient(url=url, api_key=api_key) if url else QdrantClient(path=str(path)))
+            self._ready = self.client.collection_exists(collection)  # (a server is first reached here)
         except Exception as e:
-            raise VectorIndexError(f"could not open Qdrant: {e}") from e
+            where = f"the Qdrant server at {shown_url(url)}" if url else f"Qdrant at {path}"
+            raise VectorIndexError(f"could not open {where} ({e}){fix}") from e
         self.name = collection
-        self._ready = self.client.collection_exists(collection)
         local = client is None and not url
         self._exact = ExactScan(self._user_vectors, exact_rows) if local and exact_rows > 0 else None
 
@@ -133,7 +135,12 @@ class QdrantVectorIndex:
             if self._exact is not None:
                 self._exact.add_items(items)
         except Exception as e:
-            raise VectorIndexError(f"Qdrant upsert failed: {e}") from e
+            hint = dimension_hint(e, self.name, len(items[0].vector), self._width)
+            raise VectorIndexError(f"Qdrant upsert failed: {e}{hint}") from e
+
+    def _width(self) -> int | None:
+        size = getattr(self.client.get_collection(self.name).config.params.vectors, "size", None)
+        return size if isinstance(size, int) else None
 
     def query(
         self, vectors: np.ndarray, *, user_id: str, k: int,
@@ -183,25 +190,34 @@ class QdrantVectorIndex:
             return set()
         out: set[str] = set()
         offset = None
-        while True:
-            points, offset = self.client.scroll(
-                self.name, scroll_filter=self._filter(user_id), limit=2000, offset=offset,
-                with_payload=["memory_id"], with_vectors=False,
-            )
-            out.update((p.payload or {})["memory_id"] for p in points)
-            if offset is None:
-                return out
+        try:
+            while True:
+                points, offset = self.client.scroll(
+                    self.name, scroll_filter=self._filter(user_id), limit=2000, offset=offset,
+                    with_payload=["memory_id"], with_vectors=False,
+                )
+                out.update((p.payload or {})["memory_id"] for p in points)
+                if offset is None:
+                    return out
+        except Exception as e:
+            raise VectorIndexError(f"Qdrant read failed: {e}") from e
 
     def count(self, user_id: str | None = None) -> int:
         if not self._ready:
             return 0
-        return int(self.client.count(self.name, count_filter=self._filter(user_id), exact=True).count)
+        try:
+            return int(self.client.count(self.name, count_filter=self._filter(user_id), exact=True).count)
+        except Exception as e:
+            raise VectorIndexError(f"Qdrant count failed: {e}") from e
 
     def reset(self) -> None:
         if self._exact is not None:
             self._exact.drop()
         if self._ready:
-            self.client.delete_collection(self.name)
+            try:
+                self.client.delete_collection(self.name)
+            except Exception as e:
+                raise VectorIndexError(f"Qdrant reset failed: {e}; run rebuild_index() again") from e
             self._ready = False
 
     def close(self) -> None:

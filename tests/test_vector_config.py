@@ -1,0 +1,82 @@
+"""A vector engine configured wrongly or gone away: a typed error naming the fix, no secret in it,
+and a memory that still opens (records kept, vectors written once the engine takes them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.vector.base import VectorItem
+from tiered_memory.vector.chroma import ChromaVectorIndex
+from tiered_memory.vector.qdrant import QdrantVectorIndex
+
+from servers import free_port
+
+SECRET = "qk-s3cret-api-key"
+# qdrant-client checks the server's version from a thread, warning when it cannot reach it
+pytestmark = [pytest.mark.filterwarnings("ignore:Failed to obtain server version"),
+              pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")]
+
+
+@pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
+def test_an_unreachable_qdrant_server_is_a_typed_error_without_the_api_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QDRANT_API_KEY", SECRET)
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with pytest.raises(VectorIndexError) as info:
+        TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), vector_store=f"qdrant+{url}")
+    assert url in str(info.value) and "check the URL" in str(info.value)
+    assert SECRET not in str(info.value)
+    with TieredMemory(tmp_path / "m", embedder=StaticEmbedder()) as m:  # the folder was let go
+        assert m.stats().messages == 0
+
+
+def test_an_unreachable_chroma_server_is_a_typed_error_naming_it(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(VectorIndexError, match="could not reach a Chroma server at http://127.0.0.1:"):
+        TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), vector_store=url)
+    with pytest.raises(VectorIndexError) as info:
+        ChromaVectorIndex.from_url(f"http://app:{SECRET}@127.0.0.1:{free_port()}/chroma?token={SECRET}")
+    assert SECRET not in str(info.value)
+
+
+def test_a_qdrant_server_gone_away_gives_typed_errors_on_every_call() -> None:
+    from qdrant_client import QdrantClient
+
+    index = QdrantVectorIndex(client=QdrantClient(location=":memory:"))
+    index.upsert([VectorItem(id="a", vector=[1.0, 0.0, 0.0], user_id="u")])
+    index.client = QdrantClient(url=f"http://127.0.0.1:{free_port()}")  # the server went away
+    for call in (index.ids, index.count, lambda: index.ids("u"), lambda: index.count("u"), index.reset):
+        with pytest.raises(VectorIndexError):
+            call()
+
+
+def _other_width(tmp_path: Path, engine: str) -> Any:
+    """An index (a new client each call) whose collection already holds a 3-dimensional
+    vector, another embedder's."""
+    def make() -> Any:
+        if engine == "chroma":
+            import chromadb
+
+            return ChromaVectorIndex(client=chromadb.PersistentClient(str(tmp_path / "v")))
+        return QdrantVectorIndex(str(tmp_path / "v"))
+
+    index = make()
+    index.upsert([VectorItem(id="theirs", vector=[1.0, 0.0, 0.0], user_id="someone")])
+    return index, make
+
+
+@pytest.mark.parametrize("engine", ["chroma", "qdrant"])
+def test_a_collection_of_another_dimension_is_an_error_naming_the_fix(tmp_path: Path, engine: str) -> None:
+    embedder = StaticEmbedder()
+    index, _ = _other_width(tmp_path, engine)
+    with TieredMemory(tmp_path / "m", embedder=embedder, vector_store=index) as m:
+        with pytest.raises(VectorIndexError) as info:
+            m.add("user", "I keep bees on the roof.", session_id="s", user_id="u")
+        assert "stored but not indexed" in str(info.value)
+        assert (f"the collection 'tiered_memory' holds 3-dimensional vectors and the embedder gives "
+                f"{len(embedder.embed_query('x'))}") in str(info.value)
+        assert "rebuild_index()" in str(info.value)
