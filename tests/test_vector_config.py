@@ -3,6 +3,7 @@ and a memory that still opens (records kept, vectors written once the engine tak
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -80,3 +81,23 @@ def test_a_collection_of_another_dimension_is_an_error_naming_the_fix(tmp_path: 
         assert (f"the collection 'tiered_memory' holds 3-dimensional vectors and the embedder gives "
                 f"{len(embedder.embed_query('x'))}") in str(info.value)
         assert "rebuild_index()" in str(info.value)
+
+
+@pytest.mark.parametrize("engine", ["chroma", "qdrant"])
+def test_an_engine_refusing_the_start_up_repair_leaves_the_memory_openable(
+        tmp_path: Path, engine: str, caplog: pytest.LogCaptureFixture) -> None:
+    embedder = StaticEmbedder()
+    index, make = _other_width(tmp_path, engine)
+    with TieredMemory(tmp_path / "m", embedder=embedder, vector_store=index) as m:
+        with pytest.raises(VectorIndexError):
+            m.add("user", "I keep bees on the roof.", session_id="s", user_id="u")
+    index.close()
+    # reopened with the message pending: the start-up repair cannot index it, the memory opens anyway
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        again = TieredMemory(tmp_path / "m", embedder=embedder, vector_store=make())
+    with again:
+        assert "could not be repaired at open" in caplog.text
+        assert [h.text for h in again.search("bees", user_id="u")] == ["I keep bees on the roof."]  # by keyword
+        assert again.rebuild_index()["indexed"] == 1  # the fix the error names
+        assert again.index.ids() == again.index.ids("u") != set()
+        assert again.search("honey from the hives", user_id="u", k=1)

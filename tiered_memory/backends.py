@@ -217,6 +217,7 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
         CorruptStoreError: the record store is new or empty while the embedded index
             holds vectors (the records were lost or replaced).
     """
+    repair, rebuild = _kept_open(repair), _kept_open(rebuild)
     name = embedder_name(embedder)
     previous = store.get_meta("embedder")
     if index_in_folder and previous is None and store.counts()["messages"] == 0:
@@ -255,6 +256,22 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
     else:
         repair(unclean or index_lost_vectors(store, index))
     store.set_meta("embedder", name)
+
+
+def _kept_open(step: Callable[..., object]) -> Callable[..., object]:
+    """``step`` of the start-up repair, whose vector-engine failure leaves the memory openable:
+    the records stay (found by keyword search), what is unindexed stays pending, and the next
+    open or ``rebuild_index()`` writes the vectors (an engine that refuses them, such as a
+    collection of another dimension, would otherwise lock the memory out of that fix)."""
+    def run(*args: Any) -> object:
+        try:
+            return step(*args)
+        except VectorIndexError as e:
+            log.warning("the vector index could not be repaired at open (%s); the records are kept and "
+                        "searched by keyword, and their vectors are written on the next open or by "
+                        "rebuild_index()", e)
+            return None
+    return run
 
 
 FORGOTTEN_VECTORS = "forgotten_vectors"  # meta: vectors deleted since the index was last compacted
