@@ -217,7 +217,7 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
         CorruptStoreError: the record store is new or empty while the embedded index
             holds vectors (the records were lost or replaced).
     """
-    repair, rebuild = _kept_open(repair), _kept_open(rebuild)
+    repair = _kept_open(repair)  # a failed rebuild still fails the open: the embedder's name is not recorded
     name = embedder_name(embedder)
     previous = store.get_meta("embedder")
     if index_in_folder and previous is None and store.counts()["messages"] == 0:
@@ -259,10 +259,12 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
 
 
 def _kept_open(step: Callable[..., object]) -> Callable[..., object]:
-    """``step`` of the start-up repair, whose vector-engine failure leaves the memory openable:
+    """``step``, the start-up repair, whose vector-engine failure leaves the memory openable:
     the records stay (found by keyword search), what is unindexed stays pending, and the next
     open or ``rebuild_index()`` writes the vectors (an engine that refuses them, such as a
-    collection of another dimension, would otherwise lock the memory out of that fix)."""
+    collection of another dimension, would otherwise lock the memory out of that fix). Not the
+    rebuild after an embedder change: opened after a failed one, the memory would record the
+    new embedder over vectors of the old."""
     def run(*args: Any) -> object:
         try:
             return step(*args)
