@@ -53,7 +53,7 @@ from .records import AUDIT_LAYERS, AuditEntry, Episode, Fact, FactChange
 from .layers.working import WorkingMemory, touch_items
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
-from .recall.indexing import repair, settle_background_writes
+from .recall.indexing import index_orphans, repair, settle_background_writes
 from .recall.search import search_turns, turn_weights
 from .recall.sessions import search_sessions as find_sessions
 from .store.base import RecordStore
@@ -352,6 +352,7 @@ class TieredMemory:
             except NotFoundError:
                 if not archived:
                     raise
+            index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
 
         with self._write_lock:
             self._jointly(drop)
@@ -364,7 +365,12 @@ class TieredMemory:
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         with self._write_lock:
-            ids = self._jointly(lambda: drop_session(self.store, self.index, user_id, session_id))
+            def drop() -> list[str]:
+                dropped = drop_session(self.store, self.index, user_id, session_id)
+                index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
+                return dropped
+
+            ids = self._jointly(drop)
             archived = self._forget_archived(user_id, session_id=session_id)
             if self._layers_ok():
                 self.working_memory(session_id, user_id=user_id).clear()

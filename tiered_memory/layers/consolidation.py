@@ -24,6 +24,7 @@ import numpy as np
 
 from ..parts import Parts
 from ..recall.chunking import CHUNK_OVER, MAX_CHUNKS, chunk_id
+from ..recall.indexing import index_orphans
 from ..recall.scoring import recency_score
 from ..records import Episode, Fact, FactCandidate
 from ..store.repositories import LayerRepository
@@ -197,6 +198,9 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
             # after the commit: a crash here leaves stray vectors; recall ignores ids the store
             # does not hold and the next start-up repair removes them
             layers.parts.index.delete(archived_vector_ids([i for ep in part for i in ep.source_ids], lengths))
+            # a live turn stored as a duplicate of an archived one gets its own vector
+            index_orphans(layers.parts.store, layers.parts.index, layers.parts.embedder, user_id,
+                          layers.parts.config.dedup_threshold)
         for n, ep in enumerate(part, start + 1):
             details["compress"].append(ep.id)
             tick("compress", n, len(todo))

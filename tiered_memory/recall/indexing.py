@@ -12,7 +12,8 @@ import numpy as np
 from ..embedding import Embedder, embed
 from ..errors import VectorIndexError
 from ..ids import LAYER_ID_PREFIXES
-from ..store.base import RecordStore, TextMatchSource
+from ..guard import vector_errors_typed
+from ..store.base import DuplicateSource, RecordStore, TextMatchSource
 from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
@@ -132,6 +133,22 @@ def index_messages(
         index.upsert(items)
     store.mark_indexed([r.id for r in rows], dup)
     return dup
+
+
+def index_orphans(store: RecordStore, index: VectorIndex, embedder: Embedder, user_id: str, threshold: float) -> int:
+    """Index again the user's messages stored as duplicates of a message since forgotten,
+    cleared or archived: a duplicate has no vector of its own, so it was found by its
+    original's and, that one gone, by its words only. The oldest of the same text becomes
+    the original (the rest its duplicates again). Call after deleting messages; returns how
+    many were released. Should indexing fail, they stay pending and are indexed on the next
+    open or by ``rebuild_index()``."""
+    if not isinstance(store, DuplicateSource):
+        return 0
+    rows = store.release_duplicates(user_id)
+    with vector_errors_typed(f"{len(rows)} messages that duplicated a deleted one could not be indexed again "
+                             "({error}); they are indexed on the next open or by rebuild_index()"):
+        index_messages(rows, store=store, index=index, embedder=embedder, threshold=threshold)
+    return len(rows)
 
 
 def store_and_index(

@@ -77,6 +77,17 @@ class SessionSource(Protocol):
         ...
 
 
+@runtime_checkable
+class DuplicateSource(Protocol):
+    """A record store that gives back the duplicates whose original is gone (optional)."""
+
+    def release_duplicates(self, user_id: str) -> list[StoredMessage]:
+        """The user's messages stored as duplicates of a message no longer held (forgotten,
+        cleared or archived), oldest first, marked pending (not indexed, no original): the
+        caller indexes them again."""
+        ...
+
+
 class RecordStore(Protocol):
     """Raw messages and their keyword index. All methods are scoped by ``user_id``."""
 

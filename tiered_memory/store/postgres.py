@@ -181,6 +181,13 @@ class PostgresRecordStore(PostgresDatabase):
                 "UPDATE messages SET indexed=FALSE, duplicate_of=NULL WHERE id = ANY(%s)",
                 (sorted(set(ids)),)))
 
+    def release_duplicates(self, user_id: str) -> list[StoredMessage]:
+        rows = self.write(lambda c: c.execute(
+            "UPDATE messages m SET indexed=FALSE, duplicate_of=NULL WHERE user_id=%s AND duplicate_of IS NOT NULL"
+            " AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of)"
+            f" RETURNING {', '.join('m.' + col.strip() for col in _COLUMNS.split(','))}", (user_id,)).fetchall())
+        return sorted((_row(r) for r in rows), key=lambda r: r.seq)
+
     # ---- reads ----------------------------------------------------------
     def get_messages(
         self, user_id: str, session_id: str, *, limit: int | None = None
