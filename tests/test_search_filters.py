@@ -57,3 +57,13 @@ def test_a_filter_that_would_match_nothing_or_everything_silently_is_refused(
     memory.add("user", "hello", session_id="s", user_id="u")
     with pytest.raises(InvalidInputError):
         memory.search("hello", user_id="u", filters=filters)
+
+
+@pytest.mark.parametrize("key", ["line\nbreak", "tab\there", "\x1f", "bell\x07"])
+def test_a_metadata_key_json_escapes_is_matched(make_memory: Callable[..., TieredMemory], key: str) -> None:
+    # JSON spells such a key with an escape (\n, \u001f): the store's SQL must not miss it
+    memory = make_memory("filters-escaped-key")
+    _fill(memory)
+    memory.add("user", "Snow in the mountains.", session_id="s3", user_id="u", metadata={key: 1})
+    hits = memory.search("green tea in the morning", user_id="u", k=3, filters={key: 1})
+    assert [h.text for h in hits] == ["Snow in the mountains."]

@@ -14,9 +14,11 @@ from typing import Any, Mapping
 
 def json_path(key: str) -> str | None:
     """SQLite's JSON path of a top-level key, quoted so dots and ``$`` are part of the key;
-    ``None`` for a key with a quote or a backslash, which a path cannot spell reliably (such
-    a key is then not narrowed in SQL; recall still checks it on every hit)."""
-    if '"' in key or "\\" in key:
+    ``None`` for a key that JSON spells with an escape (a quote, a backslash, a control
+    character such as a line break): a path cannot spell it reliably, and SQLite compares a
+    path's key with the stored, escaped one (such a key is then not narrowed in SQL; recall
+    still checks it on every hit)."""
+    if json.dumps(key, ensure_ascii=False)[1:-1] != key:
         return None
     return f'$."{key}"'
 
