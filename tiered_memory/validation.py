@@ -67,12 +67,18 @@ def encodable(text: str) -> bool:
 def check_text(value: object, name: str) -> str:
     """Text a layer stores (a fact, a working-memory item, an item's search text): a non-empty
     str that every record store can hold (no NUL, valid UTF-8)."""
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidInputError(f"{name} must be a non-empty string")
+    return check_storable(value, name, blank=False)
+
+
+def check_storable(value: object, name: str, *, blank: bool) -> str:
+    """``value`` if it is a str that every record store can hold (no NUL, valid UTF-8), not
+    empty, and not only whitespace unless ``blank`` (an item key or a namespace label may be)."""
+    if not isinstance(value, str) or not value or not (blank or value.strip()):
+        raise InvalidInputError(f"{name} must be a non-empty string, got {_shown(value)[:80]}")
     if "\x00" in value:
-        raise InvalidInputError(f"{name} must not contain NUL characters")
+        raise InvalidInputError(f"{name} {value[:60]!r} contains NUL, which cannot be stored; remove it")
     if not encodable(value):
-        raise InvalidInputError(f"{name} contains lone surrogates and cannot be stored as UTF-8")
+        raise InvalidInputError(f"{name} {value[:60]!r} contains lone surrogates; it cannot be stored as UTF-8")
     return value
 
 

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import InvalidInputError
 from ..records import Item
-from ..validation import check_id, encodable
+from ..validation import check_id, check_storable
 
 LAYER = "item"
 #: the owner of items whose namespace maps to no user: a control character keeps it apart
@@ -51,13 +51,7 @@ class ItemWrite:
 
 def check_key(key: object) -> str:
     """An item key: a non-empty str that storage can hold (no NUL, no lone surrogates)."""
-    if not isinstance(key, str) or not key:
-        raise InvalidInputError(f"item key must be a non-empty string, got {key!r}")
-    if "\x00" in key:
-        raise InvalidInputError(f"item key {key!r} contains NUL, which cannot be stored; remove it")
-    if not encodable(key):
-        raise InvalidInputError(f"item key {key!r} contains lone surrogates; it cannot be stored as UTF-8")
-    return key
+    return check_storable(key, "item key", blank=True)
 
 
 def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[str, ...]:
@@ -69,14 +63,7 @@ def check_namespace(namespace: object, *, allow_empty: bool = False) -> tuple[st
         raise InvalidInputError(f"namespace must be a tuple of str, got {type(namespace).__name__}")
     if not namespace and not allow_empty:
         raise InvalidInputError("namespace must have at least one label")
-    for label in namespace:
-        if not isinstance(label, str) or not label:
-            raise InvalidInputError(f"namespace labels must be non-empty strings, got {label!r}")
-        if "\x00" in label:
-            raise InvalidInputError(f"namespace label {label!r} contains NUL, which cannot be stored; remove it")
-        if not encodable(label):
-            raise InvalidInputError(f"namespace label {label!r} contains lone surrogates; it cannot be stored as UTF-8")
-    return tuple(namespace)
+    return tuple(check_storable(label, "namespace label", blank=True) for label in namespace)
 
 
 def match_namespace(namespace: Sequence[str], pattern: Sequence[str], kind: str,
