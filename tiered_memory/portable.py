@@ -247,9 +247,10 @@ def import_jsonl(
     ``user_id``, the import is scoped to that user: a line of any other user is
     invalid, so a crafted file cannot plant messages, facts or episodes in someone
     else's memory. Messages are written first, then facts (with their history, as they
-    were: no resolution; and the history of facts no longer stored), episodes (as they were: no summarising), archived turns (into
-    the archive), working memory (items re-embedded, no eviction), the audit log and items; ``layers``
-    and ``items`` are ``None`` where the record store keeps no memory layers.
+    were: no resolution; and the history of facts no longer stored), episodes (as they
+    were: no summarising), archived turns (into the archive), working memory (items
+    re-embedded, no eviction), the audit log and items; ``layers`` and ``items`` are
+    ``None`` where the record store keeps no memory layers.
     ``progress`` is called with the messages of each committed chunk, then once with the
     number of the other lines.
     """
