@@ -19,7 +19,6 @@ from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.config import ConsolidationConfig
 from tiered_memory.layers.consolidation import (
     ConsolidationReport,
-    archived_vector_ids,
     plan_merges,
     promotion_candidates,
     select_compressions,
@@ -27,6 +26,7 @@ from tiered_memory.layers.consolidation import (
     should_prune,
 )
 from tiered_memory.layers.episodic import Episode
+from tiered_memory.recall.chunking import CHUNK_OVER, vector_ids
 from tiered_memory.layers.semantic import Fact
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
@@ -268,9 +268,12 @@ def test_interrupted_run_resumes(big: tuple[TieredMemory, dict[str, Any]]) -> No
     ({"a": 5000, "b": 90_000}, ["a", "b"]),
 ])
 def test_archived_vector_ids(lengths: dict[str, int], chunked: list[str]) -> None:
-    ids = archived_vector_ids(["a", "b"], lengths)
-    assert ids[:2] == ["a", "b"]
-    assert ids[2:] == [f"{m}\x1f{n}" for m in chunked for n in range(64)]
+    """What consolidation deletes: each message's own vector, and the chunk ids of those its
+    lengths say were chunked (over CHUNK_OVER characters)."""
+    ids = vector_ids(["a", "b"], {m for m, n in lengths.items() if n > CHUNK_OVER})
+    assert [i for i in ids if "\x1f" not in i] == ["a", "b"]
+    assert [i for i in ids if "\x1f" in i] == [f"{m}\x1f{n}" for m in chunked for n in range(64)]
+    assert vector_ids(["a"]) == ["a", *(f"a\x1f{n}" for n in range(64))]  # lengths unknown: every chunk id
 
 
 @pytest.mark.parametrize("delete_raw", [False, True])

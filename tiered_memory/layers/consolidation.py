@@ -23,7 +23,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..parts import Parts
-from ..recall.chunking import CHUNK_OVER, MAX_CHUNKS, chunk_id
+from ..recall.chunking import CHUNK_OVER, vector_ids
 from ..recall.indexing import index_orphans
 from ..recall.scoring import recency_score
 from ..records import Episode, Fact, FactCandidate
@@ -87,14 +87,6 @@ def promotion_candidates(episode: Episode) -> list[FactCandidate]:
     if episode.decisions:
         return [FactCandidate(type="decision", text=t, confidence=0.7, source_ids=sources) for t in episode.decisions]
     return [FactCandidate(type="fact", text=episode.summary, confidence=0.6, source_ids=sources)]
-
-
-def archived_vector_ids(source_ids: Sequence[str], lengths: dict[str, int]) -> list[str]:
-    """The vector ids archiving ``source_ids`` leaves without a record (pure): each message's
-    own, and every possible chunk id of a long one (``lengths``: characters of the messages
-    still stored), so no chunk of an archived message stays searchable in the index."""
-    long = [i for i in source_ids if lengths.get(i, 0) > CHUNK_OVER]
-    return [*source_ids, *(chunk_id(i, n) for i in long for n in range(MAX_CHUNKS))]
 
 
 def fact_value(confidence: float, last_touch: float, now: float, half_life_days: float) -> float:
@@ -187,7 +179,7 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
         part = todo[start:start + batch]
         with layers.parts.lock:
             held = layers.parts.store.get_by_ids(user_id, [i for ep in part for i in ep.source_ids])
-            lengths = {i: len(m.content) for i, m in held.items()}
+            long = {i for i, m in held.items() if len(m.content) > CHUNK_OVER}  # those have chunk vectors
             with layers.rows.unit() as u:
                 for ep in part:
                     count = u.archive_messages(user_id, ep.source_ids, ep.id, now, delete=cfg.delete_raw)
@@ -197,13 +189,14 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
                     moved += count
             # after the commit: a crash here leaves stray vectors; recall ignores ids the store
             # does not hold and the next start-up repair removes them
-            layers.parts.index.delete(archived_vector_ids([i for ep in part for i in ep.source_ids], lengths))
-            # a live turn stored as a duplicate of an archived one gets its own vector
-            index_orphans(layers.parts.store, layers.parts.index, layers.parts.embedder, user_id,
-                          layers.parts.config.dedup_threshold)
+            layers.parts.index.delete(vector_ids([i for ep in part for i in ep.source_ids], long))
         for n, ep in enumerate(part, start + 1):
             details["compress"].append(ep.id)
             tick("compress", n, len(todo))
+    if todo:  # a live turn stored as a duplicate of an archived one gets its own vector (one scan)
+        with layers.parts.lock:
+            index_orphans(layers.parts.store, layers.parts.index, layers.parts.embedder, user_id,
+                          layers.parts.config.dedup_threshold)
     return moved
 
 

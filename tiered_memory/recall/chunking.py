@@ -17,7 +17,7 @@ for its message, which must still be in the record store for the user.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 from ..store.base import LONG_MESSAGE_CHARS
 from ..vector.base import CHUNK_SEPARATOR
@@ -81,9 +81,11 @@ def message_of(vector_id: str) -> tuple[str, int | None]:
     return vector_id, None
 
 
-def vector_ids(message_ids: Sequence[str]) -> list[str]:
-    """Every vector id the messages may have: their own and all possible chunk ids."""
-    return [v for m in message_ids for v in (m, *(chunk_id(m, n) for n in range(MAX_CHUNKS)))]
+def vector_ids(message_ids: Sequence[str], long: Collection[str] | None = None) -> list[str]:
+    """Every vector id the messages may have: their own and all possible chunk ids (only for
+    the ids in ``long``, when the caller knows which messages are over :data:`CHUNK_OVER`)."""
+    return [v for m in message_ids
+            for v in (m, *(chunk_id(m, n) for n in range(MAX_CHUNKS) if long is None or m in long))]
 
 
 def best_chunks(chunk_hits: Sequence[tuple[str, float]]) -> dict[str, tuple[int, float]]:
