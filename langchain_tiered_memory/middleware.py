@@ -25,7 +25,7 @@ from langgraph.runtime import Runtime
 
 from tiered_memory import TieredMemory
 from tiered_memory.errors import ConfigurationError
-from tiered_memory.validation import check_count, check_id
+from tiered_memory.validation import check_count, check_id, check_optional_id
 
 from .history import check_memory
 from .messages import from_stored_many, lc_id, to_core_many
@@ -105,8 +105,8 @@ class TieredMemoryMiddleware(AgentMiddleware):
     ) -> None:
         super().__init__()
         self.memory = check_memory(memory)
-        self.user_id = None if user_id is None else check_id(user_id, "user_id")
-        self.session_id = None if session_id is None else check_id(session_id, "session_id")
+        self.user_id = check_optional_id(user_id, "user_id")
+        self.session_id = check_optional_id(session_id, "session_id")
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         self.include_recent = include_recent
         self.record = record

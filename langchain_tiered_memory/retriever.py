@@ -12,7 +12,7 @@ from pydantic import ConfigDict, field_validator
 
 from tiered_memory import MemoryHit, TieredMemory
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.validation import check_count, check_id
+from tiered_memory.validation import check_count, check_id, check_optional_id
 
 from .messages import LC_KEY
 
@@ -127,7 +127,7 @@ class TieredMemoryRetriever(BaseRetriever):
     @field_validator("session_id")
     @classmethod
     def _check_session(cls, value: str | None) -> str | None:
-        return None if value is None else check_id(value, "session_id")
+        return check_optional_id(value, "session_id")
 
     def _search(self, query: str, **overrides: Any) -> list[Document]:
         settings = self.settings(**overrides)  # checked even when there is nothing to search for

@@ -83,7 +83,7 @@ from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError, UsageError
 from tiered_memory.records import Item as CoreItem
 from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_namespace
-from tiered_memory.validation import check_id
+from tiered_memory.validation import check_id, check_optional_id
 
 from .store_batch import Coalescer, plan_batch, spread_results
 from .store_checks import NamespaceLabelError, check_labels, check_op, check_ttl_config
@@ -216,7 +216,7 @@ class TieredMemoryStore(BaseStore):
         """The user id ``namespace`` (and ``key``, for a write) maps to; ``None``: shared."""
         if self._user_fn is not None:
             found = self._user_fn(tuple(namespace), key)
-            return None if found is None else check_id(found, "the user id user_namespace returned")
+            return check_optional_id(found, "the user id user_namespace returned")
         if self._template is not None:
             return user_from_template(self._template, namespace)
         pos = self.user_position or 0

@@ -44,7 +44,7 @@ from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, InvalidInputError, UsageError
 from tiered_memory.tokens import heuristic_count
-from tiered_memory.validation import check_id
+from tiered_memory.validation import check_id, check_optional_id
 
 from .messages import (REPAIRED_KEY, build_query, check_messages, message_text, shown_already, storable_text,
                        to_core_messages)
@@ -171,7 +171,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     @field_validator("session_id")
     @classmethod
     def _valid_session(cls, value: Optional[str]) -> Optional[str]:
-        return None if value is None else check_id(value, "session_id")
+        return check_optional_id(value, "session_id")
 
     def _session(self, session_id: Optional[str], messages: Sequence[ChatMessage] = ()) -> str:
         sid = session_id if session_id is not None else self.session_id

@@ -33,7 +33,7 @@ from .layers.semantic import check_type
 from .layers.working import check_note, check_pad_entry
 from .records import AUDIT_LAYERS, ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
 from .validation import (MAX_COUNT, MAX_ID_LENGTH, check_content, check_id, check_message_id, check_metadata,
-                         check_role, check_text, check_unit, encodable, encode_json, to_epoch)
+                         check_optional_id, check_role, check_text, check_unit, encodable, encode_json, to_epoch)
 
 MAX_POINTS = 10_000  # key points, entities, source ids... of one record
 # a stored fact's or episode's text: at most this many turns' worth. The extractive rules join
@@ -197,7 +197,7 @@ def parse_fact(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: in
         updated_at=_required_time(d.get("updated_at", 0.0), "updated_at"),
         valid_from=_required_time(d.get("valid_from", 0.0), "valid_from"),
         invalid_at=_time(d.get("invalid_at"), "invalid_at", optional=True),
-        superseded_by=None if superseded is None else check_id(superseded, "superseded_by"),
+        superseded_by=check_optional_id(superseded, "superseded_by"),
         access_count=_int(d.get("access_count", 0), "access_count", minimum=0),
         last_access=_time(d.get("last_access"), "last_access", optional=True),
         key=_text(d.get("key"), "key", max_chars, optional=True),
@@ -305,7 +305,7 @@ def parse_archived(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes
                         content=check_content(d["content"], max_chars),
                         metadata=check_metadata(d.get("metadata"), max_metadata_bytes),
                         timestamp=_required_time(d["timestamp"], "timestamp"),
-                        episode_id=None if episode_id is None else check_id(episode_id, "episode_id"),
+                        episode_id=check_optional_id(episode_id, "episode_id"),
                         archived_at=_required_time(d["archived_at"], "archived_at"))
 
 

@@ -25,12 +25,10 @@ def restore_facts(layers: Layers, facts: list[FactRecord], histories: list[Histo
     neither a fact row nor the history holds yet (a fact deleted since the export is not
     brought back, nor its trail written twice); in one write, so the history keeps its order
     by time."""
-    fact_ids = [r.fact.id for r in facts]
-    held = {**layers.rows.fact_owners(fact_ids), **layers.rows.history_owners(fact_ids)}
+    ids = [*(r.fact.id for r in facts), *(r.fact_id for r in histories)]  # one lookup of each kind
+    held = {**layers.rows.fact_owners(ids), **layers.rows.history_owners(ids)}
     new = [(r.fact, r.history) for r in facts if r.fact.id not in held]
-    ids = [r.fact_id for r in histories]
-    known = {**layers.rows.fact_owners(ids), **layers.rows.history_owners(ids)}
-    gone = [(r.user_id, r.history) for r in histories if r.fact_id not in known]
+    gone = [(r.user_id, r.history) for r in histories if r.fact_id not in held]
     if new or gone:
         layers.facts.restore(new, gone)
     return (len(new), len(facts) - len(new)), (len(gone), len(histories) - len(gone))

@@ -55,6 +55,11 @@ def check_id(value: object, name: str) -> str:
     return value
 
 
+def check_optional_id(value: object, name: str) -> str | None:
+    """``None``, or an id :func:`check_id` accepts (a default that may be left unset)."""
+    return None if value is None else check_id(value, name)
+
+
 def encodable(text: str) -> bool:
     """Whether ``text`` is valid UTF-8 (no lone surrogates), as every store needs."""
     try:
