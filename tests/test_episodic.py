@@ -200,6 +200,21 @@ def test_strict_mode_raises_typed_errors(make_memory: Callable[..., TieredMemory
     assert memory.end_session("s1", user_id="u1").source_ids == ids
 
 
+def test_strict_failure_of_the_episode_writes_no_fact(make_memory: Callable[..., TieredMemory]) -> None:
+    """Under strict mode, a failed episode call leaves nothing behind: the facts the same
+    end_session extracted are not stored without their episode, and a retry stores them once."""
+    facts = {"facts": [{"type": "preference", "text": "User prefers Postgres for billing", "sources": [1]}]}
+    llm = ScriptedLLM(by_task={"facts": [facts], "episode": [timeout()]})
+    memory = make_memory(llm=llm, config=_fast_llm_config(strict=True))
+    ids = memory.add_many(CONVO, session_id="s1", user_id="u1")
+    with pytest.raises(LLMError):
+        memory.end_session("s1", user_id="u1")
+    assert memory.facts("u1") == [] and memory.episodes("u1") == []
+    memory.llm = ScriptedLLM(by_task={"facts": [facts], "episode": [GOOD_EPISODE]})
+    assert memory.end_session("s1", user_id="u1").source_ids == ids
+    assert [f.text for f in memory.facts("u1")] == ["User prefers Postgres for billing"]
+
+
 def test_end_session_is_idempotent_and_incremental(make_memory: Callable[..., TieredMemory]) -> None:
     llm = ScriptedLLM(by_task={"facts": [NO_FACTS, NO_FACTS], "episode": [GOOD_EPISODE, GOOD_EPISODE]})
     memory = make_memory(llm=llm)

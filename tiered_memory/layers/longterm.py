@@ -159,7 +159,7 @@ class Layers:
             return self._session_locks.setdefault((user_id, session_id), threading.Lock())
 
     def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False) -> Episode | None:
-        """Compress the session's messages no episode covers yet (facts first, then the episode)."""
+        """Compress the session's messages no episode covers yet (facts stored first, then the episode)."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         lock = self._session_lock(user_id, session_id)
@@ -174,9 +174,12 @@ class Layers:
                     raise NotFoundError(f"session {session_id!r} has no turns left to summarise: the episode "
                                         "that covered them was deleted (delete_episode), and they stay covered")
                 raise NotFoundError(f"session {session_id!r} has no messages for this user")
+            # both LLM calls before any write: a strict-mode failure of the episode leaves no fact
+            # behind; facts are stored before the episode, so a crash between the two leaves the turns
+            # uncovered and end_session redoes both (facts merge on the second pass)
             found, meta = self.candidates(msgs)
-            self.ingest(user_id, found, meta, msgs)
             draft, ep_meta = self.compress(msgs)
+            self.ingest(user_id, found, meta, msgs)
             return self.episodes.save(user_id, session_id, draft, msgs, ep_meta)
         finally:
             lock.release()
