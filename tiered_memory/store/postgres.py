@@ -57,6 +57,11 @@ MIGRATIONS: list[Step] = [
     CREATE INDEX IF NOT EXISTS messages_user_text ON messages (user_id, md5(lower(btrim(content, ' '))))
         WHERE indexed AND duplicate_of IS NULL;
     """,
+    # release_duplicates (after every forget, clear_session and archive): the user's duplicates,
+    # without reading all of the user's rows
+    """
+    CREATE INDEX IF NOT EXISTS messages_duplicates ON messages (user_id) WHERE duplicate_of IS NOT NULL;
+    """,
 ]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"

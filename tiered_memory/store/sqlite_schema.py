@@ -80,6 +80,11 @@ MIGRATIONS: list[Step] = [
     # bulk commit rewrite pages across a large index (with the checkpoints, about a fifth of
     # the library's part of a 100,000-message write)
     add_text_hash,
+    # release_duplicates (after every forget, clear_session and archive): the user's duplicates,
+    # without reading all of the user's rows
+    """
+    CREATE INDEX IF NOT EXISTS messages_duplicates ON messages(user_id) WHERE duplicate_of IS NOT NULL;
+    """,
 ]
 
 
