@@ -27,6 +27,7 @@ class QdrantVectorIndex:
     user's points are stored together and a query filtered on the user reads only them.
     Local mode ignores payload indexes; it is one process's folder, so, like the embedded
     Chroma, it holds users in memory for exact scans (``exact_rows``; see :mod:`.exact`).
+    A ``client`` passed in is the caller's: ``close`` leaves it open.
     """
 
     def __init__(
@@ -46,6 +47,7 @@ class QdrantVectorIndex:
             where = f"the Qdrant server at {shown_url(url)}" if url else f"Qdrant at {path}"
             raise VectorIndexError(f"could not open {where} ({e}){fix}") from e
         self.name = collection
+        self._owns_client = client is None
         local = client is None and not url
         self._exact = ExactScan(self._user_vectors, exact_rows) if local and exact_rows > 0 else None
 
@@ -223,6 +225,8 @@ class QdrantVectorIndex:
     def close(self) -> None:
         if self._exact is not None:
             self._exact.drop()
+        if not self._owns_client:  # another index (another app's collection) may use it still
+            return
         try:
             self.client.close()
         except Exception:
