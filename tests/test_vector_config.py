@@ -40,7 +40,7 @@ def test_an_unreachable_chroma_server_is_a_typed_error_naming_it(tmp_path: Path)
     with pytest.raises(VectorIndexError, match="could not reach a Chroma server at http://127.0.0.1:"):
         TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), vector_store=url)
     with pytest.raises(VectorIndexError) as info:
-        ChromaVectorIndex.from_url(f"http://app:{SECRET}@127.0.0.1:{free_port()}/chroma?token={SECRET}")
+        ChromaVectorIndex.from_url(f"http://app:{SECRET}@127.0.0.1:{free_port()}/chroma?collection=app1")
     assert SECRET not in str(info.value)
 
 

@@ -21,7 +21,8 @@ from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
 from .folder_lock import FolderLock
 from .store.base import RecordStore, SessionSource
 from .store.repositories import LayerRepository
-from .vector.base import CHUNK_SEPARATOR, SessionSink, VectorIndex
+from .vector.base import CHUNK_SEPARATOR, SessionSink, VectorIndex, shown_url
+from .vector.server_url import server_address
 
 log = logging.getLogger("tiered_memory")
 T = TypeVar("T")
@@ -60,7 +61,7 @@ def open_record_store(path: Path, record_store: RecordStore | str | None, owner:
         return PostgresRecordStore(str(record_store)), None
     if record_store not in (None, "sqlite"):
         raise ConfigurationError(
-            f"record_store must be a RecordStore, 'sqlite' or a postgresql:// URL, got {record_store!r}")
+            f"record_store must be a RecordStore, 'sqlite' or a postgresql:// URL, got {shown_setting(record_store)}")
     if path.exists() and not path.is_dir():
         raise ConfigurationError(f"path {path} is a file; tiered-memory needs a folder")
     try:
@@ -85,35 +86,61 @@ def open_record_store(path: Path, record_store: RecordStore | str | None, owner:
         raise
 
 
+QDRANT_SCHEMES = ("qdrant+http://", "qdrant+https://")
+
+
+def configured_vector_store(vector_store: VectorIndex | str | None) -> VectorIndex | str:
+    """The vector index given, or the setting to open: ``vector_store``, else
+    ``TIERED_MEMORY_VECTOR_STORE``, else ``chroma``; a setting is checked here, before anything
+    is opened or written (a server URL's ``?collection=NAME`` too, by the engine's name rules).
+
+    Raises:
+        ConfigurationError: an unknown setting, or a server URL with a bad query or collection.
+    """
+    if vector_store is not None and not isinstance(vector_store, str):
+        return vector_store
+    kind = vector_store or os.environ.get("TIERED_MEMORY_VECTOR_STORE") or "chroma"
+    if kind.startswith(QDRANT_SCHEMES):
+        server_address(kind[len("qdrant+"):], "qdrant")
+    elif kind.startswith(("http://", "https://")):
+        server_address(kind, "chroma")
+    elif kind not in ("chroma", "qdrant", "pgvector"):
+        raise ConfigurationError(
+            "vector_store must be a VectorIndex, 'chroma', 'qdrant', 'pgvector', a Chroma http(s):// URL or a "
+            f"qdrant+http(s):// URL (each may end in ?collection=NAME), got {shown_setting(kind)}")
+    return kind
+
+
+def shown_setting(value: str) -> str:
+    """A setting as an error may show it: a URL without its password or query (pure)."""
+    return shown_url(value) if "://" in value else repr(value)
+
+
 def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store: RecordStore,
                       lock: FolderLock | None, owner: object = None) -> tuple[VectorIndex, FolderLock | None]:
     """The vector index to use, and the folder lock (taken here for an embedded index
     beside a shared record store: the index folder still serves one process)."""
-    if vector_store is not None and not isinstance(vector_store, str):
-        return vector_store, lock
-    kind = vector_store or os.environ.get("TIERED_MEMORY_VECTOR_STORE") or "chroma"
+    kind = configured_vector_store(vector_store)
+    if not isinstance(kind, str):
+        return kind, lock
     if kind in ("chroma", "qdrant") and lock is None and getattr(store, "shared", False):
         path.mkdir(parents=True, exist_ok=True)
         lock = FolderLock(path, owner)
     if kind == "pgvector":
         return open_pgvector(store), lock
-    if kind.startswith(("qdrant+http://", "qdrant+https://")):
+    if kind.startswith(QDRANT_SCHEMES):
         from .vector.qdrant import QdrantVectorIndex
 
-        return QdrantVectorIndex(url=kind[len("qdrant+"):], api_key=os.environ.get("QDRANT_API_KEY")), lock
+        return QdrantVectorIndex.from_url(kind[len("qdrant+"):], api_key=os.environ.get("QDRANT_API_KEY")), lock
     if kind.startswith(("http://", "https://")):
         from .vector.chroma import ChromaVectorIndex
 
         return ChromaVectorIndex.from_url(kind), lock
     if kind == "chroma":
         return open_embedded_chroma(path / "chroma"), lock
-    if kind == "qdrant":
-        from .vector.qdrant import QdrantVectorIndex
+    from .vector.qdrant import QdrantVectorIndex
 
-        return QdrantVectorIndex(str(path / "qdrant")), lock
-    raise ConfigurationError(
-        f"vector_store must be a VectorIndex, 'chroma', 'qdrant', 'pgvector', a Chroma http(s):// URL or a "
-        f"qdrant+http(s):// URL, got {kind!r}")
+    return QdrantVectorIndex(str(path / "qdrant")), lock
 
 
 def attach_sessions(index: VectorIndex, store: RecordStore) -> None:
@@ -150,9 +177,8 @@ def joint_writes(store: RecordStore, index: VectorIndex) -> Callable[[Callable[[
 
 def is_embedded_index(vector_store: VectorIndex | str | None) -> bool:
     """Whether the configured index lives in the memory's folder (Chroma or Qdrant local mode)."""
-    if vector_store is not None and not isinstance(vector_store, str):
-        return False
-    return (vector_store or os.environ.get("TIERED_MEMORY_VECTOR_STORE") or "chroma") in ("chroma", "qdrant")
+    kind = configured_vector_store(vector_store)
+    return isinstance(kind, str) and kind in ("chroma", "qdrant")
 
 
 def open_embedded_chroma(folder: Path) -> VectorIndex:

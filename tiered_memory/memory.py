@@ -27,6 +27,7 @@ from .aio import ReadWriteGate, twin
 from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
     attach_sessions,
+    configured_vector_store,
     foreign_entries as foreign_entries,
     is_embedded_index,
     joint_writes,
@@ -122,6 +123,7 @@ class TieredMemory:
     ) -> None:
         self._config = check_config(config or MemoryConfig())  # before any I/O
         turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
+        vector_store = configured_vector_store(vector_store)  # so does a bad vector server URL or collection
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
         self.count_tokens: TokenCounter = CachedCounter(token_counter or default_token_counter())
         self._llm = llm

@@ -14,11 +14,12 @@ from ..errors import VectorIndexError, missing
 from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, shown_url
 from .chroma_scope import SCOPED as SCOPED, layer_of, scope_collection, scope_of, user_filter
 from .exact import ExactScan, Held
+from .server_url import DEFAULT_COLLECTION as COLLECTION
+from .server_url import check_collection, server_address
 from .write_behind import WriteBehind
 
 log = logging.getLogger("tiered_memory")
 
-COLLECTION = "tiered_memory"
 SESSION_SCAN_MAX = 50_000  # hits read at most to find a session's best k on the engine
 
 
@@ -59,13 +60,15 @@ class ChromaVectorIndex:
     Args:
         path: folder of an embedded ``PersistentClient``.
         client: an existing Chroma client (for example ``chromadb.HttpClient(host, port)``).
-        collection: collection name, to share a server between apps.
+        collection: collection name: give each app on a shared server its own (``rebuild_index``
+            drops and refills the whole collection).
         exact_rows: turn vectors held in memory for exact per-user scans (embedded only:
             this process is then the one writer; 0 turns it off). See :mod:`.exact`.
     """
 
     def __init__(self, path: str | None = None, *, client: Any = None, collection: str = COLLECTION,
                  exact_rows: int = 200_000) -> None:
+        check_collection(collection, "chroma")
         try:
             import chromadb
         except ImportError as e:
@@ -145,13 +148,20 @@ class ChromaVectorIndex:
         return None if self._exact is None else self._exact.query_layers(user_id, vector, ks, session_id)
 
     @classmethod
-    def from_url(cls, url: str, *, collection: str = COLLECTION) -> "ChromaVectorIndex":
-        """``http://host:port`` of a Chroma server (``chroma run``)."""
-        import chromadb
-        from urllib.parse import urlparse
+    def from_url(cls, url: str, *, collection: str | None = None) -> "ChromaVectorIndex":
+        """``http://host:port`` of a Chroma server (``chroma run``); ``?collection=NAME`` (or
+        ``collection=``) chooses the collection, else ``tiered_memory``.
 
+        Raises:
+            ConfigurationError: a bad URL query or collection name (nothing was opened).
+            VectorIndexError: the server cannot be reached.
+        """
+        import chromadb
+        from urllib.parse import urlsplit
+
+        where = server_address(url, "chroma", collection)
         try:
-            u = urlparse(url)
+            u = urlsplit(where.url)
             client = chromadb.HttpClient(
                 host=u.hostname or "127.0.0.1", port=u.port or 8000, ssl=u.scheme == "https",
                 settings=_settings(),
@@ -160,7 +170,7 @@ class ChromaVectorIndex:
             raise VectorIndexError(
                 f"could not reach a Chroma server at {shown_url(url)} ({e}); check the URL and that "
                 "`chroma run` serves there") from e
-        return cls(client=client, collection=collection)
+        return cls(client=client, collection=where.collection)
 
     def upsert(self, items: list[VectorItem]) -> None:
         self._settle()

@@ -10,8 +10,9 @@ import numpy as np
 from ..errors import VectorIndexError, missing
 from .base import VectorItem, dimension_hint, shown_url
 from .exact import ExactScan, Held
+from .server_url import DEFAULT_COLLECTION as COLLECTION
+from .server_url import check_collection, server_address
 
-COLLECTION = "tiered_memory"
 _NS = uuid.UUID("6f1c9d1e-5a53-4e0b-9a6e-3c1f2b7d8e90")
 
 
@@ -27,13 +28,15 @@ class QdrantVectorIndex:
     user's points are stored together and a query filtered on the user reads only them.
     Local mode ignores payload indexes; it is one process's folder, so, like the embedded
     Chroma, it holds users in memory for exact scans (``exact_rows``; see :mod:`.exact`).
-    A ``client`` passed in is the caller's: ``close`` leaves it open.
+    ``collection``: give each app on a shared server its own (``rebuild_index`` drops and
+    refills the whole collection). A ``client`` passed in is the caller's: ``close`` leaves it open.
     """
 
     def __init__(
         self, path: str | None = None, *, url: str | None = None, api_key: str | None = None,
         collection: str = COLLECTION, client: Any = None, exact_rows: int = 200_000,
     ) -> None:
+        check_collection(collection, "qdrant")
         try:
             from qdrant_client import QdrantClient, models
         except ImportError as e:
@@ -50,6 +53,18 @@ class QdrantVectorIndex:
         self._owns_client = client is None
         local = client is None and not url
         self._exact = ExactScan(self._user_vectors, exact_rows) if local and exact_rows > 0 else None
+
+    @classmethod
+    def from_url(cls, url: str, *, api_key: str | None = None, collection: str | None = None) -> "QdrantVectorIndex":
+        """``http(s)://host:6333`` of a Qdrant server; ``?collection=NAME`` (or ``collection=``)
+        chooses the collection, else ``tiered_memory``.
+
+        Raises:
+            ConfigurationError: a bad URL query or collection name (nothing was opened).
+            VectorIndexError: the server cannot be reached.
+        """
+        where = server_address(url, "qdrant", collection)
+        return cls(url=where.url, api_key=api_key, collection=where.collection)
 
     def _user_vectors(self, user_id: str, limit: int) -> Held | None:
         """Every vector of the user with its layer and session; ``None`` beyond ``limit``."""

@@ -1,0 +1,174 @@
+"""Several apps on one vector server, each with its own collection chosen by configuration
+(``?collection=NAME`` on the server URL): what one app does to its vectors — add, rebuild_index,
+forget_user, compaction, the full repair after an unclean close, the rebuild after an embedder
+change — never touches another app's. A bad collection or URL query is a ConfigurationError
+before anything is written, and no error shows a password or an API key."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import ConfigurationError, StaticEmbedder, TieredMemory
+from tiered_memory.vector.chroma import ChromaVectorIndex
+from tiered_memory.vector.qdrant import QdrantVectorIndex
+
+from servers import free_port
+
+SECRET = "qk-s3cret-api-key"
+NOTES = [
+    {"role": "user", "content": "I grow chillies on my balcony in Valencia."},
+    {"role": "assistant", "content": "Chillies love the Valencian sun."},
+    {"role": "user", "content": "My partner Ines is a marine biologist."},
+]
+pytestmark = pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
+
+
+class RenamedStatic(StaticEmbedder):
+    """The bundled static embedder under another name: to the store, another embedder."""
+
+    @property
+    def name(self) -> str:
+        return "static-renamed"
+
+
+def _unclean(folder: Path) -> None:
+    """Make the next open of the SQLite store in ``folder`` see a crash (a full repair)."""
+    con = sqlite3.connect(folder / "records.sqlite3")
+    con.execute("UPDATE meta SET value='open' WHERE key='state'")
+    con.commit()
+    con.close()
+
+
+def _churn_one_app(open_app1: Callable[..., TieredMemory], app2: TieredMemory, folder1: Path) -> None:
+    """Everything app1 does that drops, deletes or rewrites vectors; app2's vectors, of the same
+    user id, stay as they were after each step."""
+    app2_ids = app2.add_many(NOTES, session_id="s", user_id="u1")
+    app2.add_fact("Ines is a marine biologist", user_id="u1")
+    kept = app2.index.ids()
+    assert set(app2_ids) <= kept and any(i.startswith("fact:") for i in kept)
+
+    app1 = open_app1()
+    app1.add_many(NOTES, session_id="s", user_id="u1")
+    app1.add_fact("Ines is a marine biologist", user_id="u1")
+    assert app1.index.ids().isdisjoint(kept)
+    app1.rebuild_index()
+    assert app2.index.ids() == kept
+    assert app1.forget_user("u1") == 3
+    assert app2.index.ids() == kept
+    app1.add_many(NOTES, session_id="s", user_id="u2")
+    compact = getattr(app1.index, "compact", None)
+    if compact is not None:  # Chroma: copies the live vectors into a new collection
+        compact()
+        assert app2.index.ids() == kept
+    app1.close()
+    _unclean(folder1)
+    app1 = open_app1()  # the full repair deletes the vectors its own store does not hold
+    assert app2.index.ids() == kept
+    app1.close()
+    app1 = open_app1(embedder=RenamedStatic())  # an embedder change: the index is rebuilt at open
+    assert len(app1.index.ids()) == 3
+    app1.close()
+    assert app2.index.ids() == kept
+    assert app2.search("what does my partner do?", user_id="u1", k=1)[0].id == app2_ids[2]
+
+
+@pytest.mark.servers
+def test_two_apps_on_one_chroma_server_keep_their_own_collections(
+        tmp_path: Path, chroma_url: str, chroma_collection: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    import chromadb
+
+    first, second = f"{chroma_collection}-app1", f"{chroma_collection}-app2"
+    monkeypatch.setenv("TIERED_MEMORY_VECTOR_STORE", f"{chroma_url}?collection={second}")
+    app2 = TieredMemory(tmp_path / "app2", embedder=StaticEmbedder())  # configured by the environment
+
+    def open_app1(embedder: Any = None) -> TieredMemory:
+        return TieredMemory(tmp_path / "app1", embedder=embedder or StaticEmbedder(),
+                            vector_store=f"{chroma_url}/?collection={first}")
+
+    try:
+        assert isinstance(app2.index, ChromaVectorIndex) and app2.index.collection.name == second
+        _churn_one_app(open_app1, app2, tmp_path / "app1")
+        host, port = chroma_url.removeprefix("http://").rsplit(":", 1)
+        names = {c.name for c in chromadb.HttpClient(host=host, port=int(port)).list_collections()}
+        assert {first, second} <= names
+        assert app2.index.count() == len(app2.index.ids())
+    finally:
+        app2.close()
+
+
+def test_two_apps_on_one_qdrant_keep_their_own_collections(tmp_path: Path) -> None:
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(location=":memory:")  # one engine, two apps (a server serves them alike)
+    app2 = TieredMemory(tmp_path / "app2", embedder=StaticEmbedder(),
+                        vector_store=QdrantVectorIndex(client=client, collection="app2"))
+
+    def open_app1(embedder: Any = None) -> TieredMemory:
+        return TieredMemory(tmp_path / "app1", embedder=embedder or StaticEmbedder(),
+                            vector_store=QdrantVectorIndex(client=client, collection="app1"))
+
+    try:
+        _churn_one_app(open_app1, app2, tmp_path / "app1")  # (closing app1 leaves the shared client open)
+        assert {c.name for c in client.get_collections().collections} == {"app1", "app2"}
+    finally:
+        app2.close()
+
+
+@pytest.mark.parametrize(("setting", "problem"), [
+    ("http://127.0.0.1:{port}?collection=a/b", "a Chroma collection name has 3-512 characters"),
+    ("http://127.0.0.1:{port}?collection=ab", "a Chroma collection name has 3-512 characters"),
+    ("http://127.0.0.1:{port}/?collection=app..one", "holds no '..'"),
+    ("http://127.0.0.1:{port}?collection=10.0.0.1", "is not an IPv4 address"),
+    ("https://127.0.0.1:{port}?collection=", "a Chroma collection name has 3-512 characters"),
+    ("qdrant+http://127.0.0.1:{port}?collection=app:one", "a Qdrant collection name holds none of"),
+    ("qdrant+https://127.0.0.1:{port}?collection=..", "a Qdrant collection name has 1-255 characters"),
+    ("qdrant+http://127.0.0.1:{port}?collection=" + "q" * 256, "a Qdrant collection name has 1-255"),
+    ("http://app:{secret}@127.0.0.1:{port}?collection=app1&api_key={secret}", "takes one query parameter"),
+    ("qdrant+http://127.0.0.1:{port}?{secret}", "cannot be read"),
+    ("qdrant+http://127.0.0.1:{port}?collection=app1&collection=app2", "takes one query parameter"),
+    ("http://127.0.0.1:{port}?collection=app1#{secret}", "takes one query parameter"),
+    ("redis://app:{secret}@127.0.0.1:{port}/0?key={secret}", "vector_store must be"),
+])
+@pytest.mark.parametrize("via", ["argument", "environment"])
+def test_a_bad_server_url_or_collection_fails_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str, problem: str, via: str) -> None:
+    setting = setting.format(port=free_port(), secret=SECRET)  # nothing listens there
+    kwargs: dict[str, Any] = {"vector_store": setting}
+    if via == "environment":
+        monkeypatch.setenv("TIERED_MEMORY_VECTOR_STORE", setting)
+        kwargs = {}
+    with pytest.raises(ConfigurationError, match="collection|vector server URL|vector_store") as info:
+        TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), **kwargs)
+    assert problem in str(info.value)
+    assert SECRET not in str(info.value)
+    assert not (tmp_path / "m").exists()  # no folder, no record store: nothing was written
+
+
+def test_a_record_store_setting_of_another_engine_shows_no_password(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="record_store must be") as info:
+        TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), record_store=f"mysql://app:{SECRET}@db/app")
+    assert SECRET not in str(info.value) and "mysql://db/app" in str(info.value)
+
+
+@pytest.mark.parametrize("open_index", [
+    lambda url, **kw: ChromaVectorIndex.from_url(url, **kw),
+    lambda url, **kw: QdrantVectorIndex.from_url(url, **kw),
+], ids=["chroma", "qdrant"])
+def test_from_url_takes_the_collection_from_the_url_or_the_argument_once(open_index: Any) -> None:
+    url = f"http://127.0.0.1:{free_port()}?collection=app1"
+    with pytest.raises(ConfigurationError, match="the URL names collection 'app1' and collection= names 'app2'"):
+        open_index(url, collection="app2")
+    with pytest.raises(ConfigurationError, match="collection .a/b. cannot be used"):
+        open_index(url.replace("app1", "a/b"))
+
+
+def test_an_index_built_with_a_bad_collection_name_is_a_configuration_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="a Chroma collection name has 3-512 characters"):
+        ChromaVectorIndex(str(tmp_path / "c"), collection="x")
+    with pytest.raises(ConfigurationError, match="a Qdrant collection name holds none of"):
+        QdrantVectorIndex(str(tmp_path / "q"), collection="a/b")
+    assert not (tmp_path / "c").exists() and not (tmp_path / "q").exists()

@@ -1,0 +1,106 @@
+"""A vector server's URL and the collection a memory keeps on it, from one configuration
+string (``vector_store=`` or ``TIERED_MEMORY_VECTOR_STORE``): ``http://host:8000?collection=app1``
+for Chroma, ``qdrant+http://host:6333?collection=app1`` for Qdrant (pure).
+
+Apps sharing a server need a collection each: ``rebuild_index()`` drops and refills the whole
+collection, a full repair deletes the vectors its record store does not hold, and
+``forget_user`` deletes a user id's vectors, whichever app wrote them.
+
+Invariants: the query string never reaches the HTTP client (the URL handed on keeps scheme,
+credentials, host, port and path); a collection name is checked against the engine's own
+rules before anything is opened or written; an error shows no password, API key or query
+value (:func:`.base.shown_url`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from ..errors import ConfigurationError
+from .base import shown_url
+
+#: the collection of a memory whose configuration names none
+DEFAULT_COLLECTION = "tiered_memory"
+
+# Chroma 1.x (the server says: 3-512 characters from [a-zA-Z0-9._-], starting and ending with
+# [a-zA-Z0-9], no "..", not an IPv4 address)
+_CHROMA_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9._-]{1,510}[a-zA-Z0-9]")
+_IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
+# Qdrant (the server's rule, which qdrant-client's local mode copies): 1-255 characters, none
+# of these, and not "." or ".." (the name is a folder on the server's disk)
+_QDRANT_FORBIDDEN = '<>:"/\\|?*\0\x1f'
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerAddress:
+    """Where a vector server is (``url``, with no query) and the memory's ``collection`` on it."""
+
+    url: str
+    collection: str
+
+
+def collection_problem(name: str, engine: str) -> str | None:
+    """Why ``engine`` ("chroma" or "qdrant") would refuse ``name`` as a collection, or ``None``."""
+    if engine == "chroma":
+        if not _CHROMA_NAME.fullmatch(name):
+            return ("a Chroma collection name has 3-512 characters from a-z, A-Z, 0-9, '.', '_' and '-', "
+                    "and starts and ends with a letter or digit")
+        if ".." in name:
+            return "a Chroma collection name holds no '..'"
+        if _IPV4.fullmatch(name):
+            return "a Chroma collection name is not an IPv4 address"
+        return None
+    if not 1 <= len(name) <= 255 or name in (".", ".."):
+        return "a Qdrant collection name has 1-255 characters and is not '.' or '..'"
+    bad = sorted({c for c in name if c in _QDRANT_FORBIDDEN})
+    if bad:
+        return f"a Qdrant collection name holds none of < > : \" / \\ | ? * NUL \\x1f (found {bad[0]!r})"
+    return None
+
+
+def check_collection(name: object, engine: str) -> str:
+    """``name``, a collection name ``engine`` accepts.
+
+    Raises:
+        ConfigurationError: not a string, or a name the engine would refuse (the rule is named).
+    """
+    if not isinstance(name, str):
+        raise ConfigurationError(f"collection must be a str, got {type(name).__name__}")
+    problem = collection_problem(name, engine)
+    if problem is not None:
+        shown = repr(name if len(name) <= 80 else name[:80] + "...")
+        raise ConfigurationError(f"collection {shown} cannot be used: {problem}")
+    return name
+
+
+def server_address(url: str, engine: str, collection: str | None = None) -> ServerAddress:
+    """The server and collection that ``url`` (``scheme://host:port[?collection=NAME]``) and
+    ``collection`` name together; the default collection when neither names one.
+
+    Raises:
+        ConfigurationError: an unreadable URL, a query parameter other than one ``collection``,
+            a collection the engine would refuse, or two different collections named.
+    """
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+        query = parse_qs(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise ConfigurationError(f"the vector server URL {shown_url(url)} cannot be read: "
+                                 "write it as scheme://host:port?collection=NAME") from None
+    if set(query) - {"collection"} or len(query.get("collection", ())) > 1 or parts.fragment:
+        # (the other parameters are not named: one could be a key pasted in the wrong place)
+        raise ConfigurationError(
+            f"the vector server URL {shown_url(url)} takes one query parameter, ?collection=NAME, and no "
+            "other (a Qdrant API key goes in QDRANT_API_KEY)")
+    named = [check_collection(n, engine) for n in query.get("collection", [])]
+    if collection is not None:
+        check_collection(collection, engine)
+        if named and named[0] != collection:
+            raise ConfigurationError(f"the URL names collection {named[0]!r} and collection= names "
+                                     f"{collection!r}: name it once")
+        named = [collection]
+    return ServerAddress(url=urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")),
+                         collection=named[0] if named else DEFAULT_COLLECTION)
