@@ -77,7 +77,7 @@ def test_a_collection_of_three_keys_is_migrated_on_open_and_reads_the_same(tmp_p
     old.add(ids=[r[0] for r in ROWS], embeddings=np.stack([unit(n) for n in range(len(ROWS))]),
             metadatas=[{"user_id": u, "layer": lay, "session_id": s} for _, u, lay, s in ROWS])
     client.close()
-    from tiered_memory.vector.chroma import forget_cached_client
+    from tiered_memory.vector.chroma_client import forget_cached_client
     forget_cached_client(str(tmp_path / "v"))
     index = ChromaVectorIndex(str(tmp_path / "v"), exact_rows=0)
     try:

@@ -185,7 +185,8 @@ def open_embedded_chroma(folder: Path) -> VectorIndex:
     """The Chroma index in ``folder``. The index is derived data: when it cannot be opened
     (a damaged file), it is moved aside to ``chroma.damaged-<time>`` and a new one is
     created, which the start-up repair fills from the records."""
-    from .vector.chroma import ChromaVectorIndex, forget_cached_client
+    from .vector.chroma import ChromaVectorIndex
+    from .vector.chroma_client import forget_cached_client
 
     try:
         return ChromaVectorIndex(str(folder))

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..errors import VectorIndexError, missing
 from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, shown_url
+from .chroma_client import client_settings, cosine_collection, forget_cached_client, server_client
 from .chroma_scope import SCOPED as SCOPED, layer_of, scope_collection, scope_of, user_filter
 from .exact import ExactScan, Held
 from .server_url import DEFAULT_COLLECTION as COLLECTION
@@ -21,31 +22,6 @@ from .write_behind import WriteBehind
 log = logging.getLogger("tiered_memory")
 
 SESSION_SCAN_MAX = 50_000  # hits read at most to find a session's best k on the engine
-
-
-def _settings() -> Any:
-    from chromadb.config import Settings
-
-    return Settings(anonymized_telemetry=False)
-
-
-def forget_cached_client(path: str) -> None:
-    """Drop Chroma's per-process cache of the client for ``path`` (it keeps a broken view of
-    a folder that was damaged or replaced until the process restarts)."""
-    try:
-        from chromadb.api.shared_system_client import SharedSystemClient
-    except ImportError:
-        return
-    cache = getattr(SharedSystemClient, "_identifier_to_system", None)
-    if isinstance(cache, dict):
-        for key in [k for k in cache if str(k) == str(path) or str(k).startswith(str(path))]:
-            cache.pop(key, None)
-
-
-def _cosine_collection(client: Any, name: str) -> Any:
-    """``name`` in ``client``, created as a cosine HNSW collection if missing; we always pass
-    our own embeddings (no Chroma embedding function)."""
-    return client.get_or_create_collection(name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
 
 
 def _hits(res: Any) -> list[list[tuple[str, float]]]:
@@ -79,9 +55,9 @@ class ChromaVectorIndex:
             if client is None:
                 if path is None:
                     raise ValueError("ChromaVectorIndex needs a path or a client")
-                client = chromadb.PersistentClient(path=str(path), settings=_settings())
+                client = chromadb.PersistentClient(path=str(path), settings=client_settings())
             self.client = client
-            self.collection = _cosine_collection(client, collection)
+            self.collection = cosine_collection(client, collection)
             scope_collection(self.collection)
         except Exception as e:
             raise VectorIndexError(f"could not open Chroma collection {collection!r}: {e}") from e
@@ -156,20 +132,8 @@ class ChromaVectorIndex:
             ConfigurationError: a bad URL query or collection name (nothing was opened).
             VectorIndexError: the server cannot be reached.
         """
-        import chromadb
-        from urllib.parse import urlsplit
-
         where = server_address(url, "chroma", collection)
-        try:
-            u = urlsplit(where.url)
-            client = chromadb.HttpClient(
-                host=u.hostname or "127.0.0.1", port=u.port or 8000, ssl=u.scheme == "https",
-                settings=_settings(),
-            )
-        except Exception as e:  # chromadb says ValueError("Could not connect to a Chroma server...")
-            raise VectorIndexError(
-                f"could not reach a Chroma server at {shown_url(url)} ({e}); check the URL and that "
-                "`chroma run` serves there") from e
+        client = server_client(where.url, shown_url(url))
         return cls(client=client, collection=where.collection)
 
     def upsert(self, items: list[VectorItem]) -> None:
@@ -244,8 +208,8 @@ class ChromaVectorIndex:
                 return
             forget_cached_client(str(self._path))
             try:
-                client = chromadb.PersistentClient(path=str(self._path), settings=_settings())
-                collection = _cosine_collection(client, self._name)
+                client = chromadb.PersistentClient(path=str(self._path), settings=client_settings())
+                collection = cosine_collection(client, self._name)
             except Exception as e:
                 forget_cached_client(str(self._path))  # a half-made client is not kept either
                 raise VectorIndexError(f"could not reopen the Chroma index after a failed write: {e}") from e
@@ -353,7 +317,7 @@ class ChromaVectorIndex:
         try:
             name = self.collection.name
             self.client.delete_collection(name)
-            self.collection = _cosine_collection(self.client, name)
+            self.collection = cosine_collection(self.client, name)
             scope_collection(self.collection)
         except Exception as e:
             raise VectorIndexError(f"Chroma reset failed: {e}; run rebuild_index() again") from e
@@ -370,7 +334,7 @@ class ChromaVectorIndex:
             scratch = f"{name}__compacting"
             if scratch in {c.name for c in self.client.list_collections()}:
                 self.client.delete_collection(scratch)
-            fresh = _cosine_collection(self.client, scratch)  # new: any earlier scratch was deleted above
+            fresh = cosine_collection(self.client, scratch)  # new: any earlier scratch was deleted above
             kept, offset = 0, 0
             while True:
                 part = self.collection.get(include=["embeddings", "metadatas"], limit=batch, offset=offset)

@@ -1,0 +1,55 @@
+"""Chroma clients and collections as the index opens them: settings with telemetry off, a
+server's ``HttpClient`` (errors name the URL without its password), the process-wide client
+cache a damaged folder has to leave, and the cosine collection every index uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import VectorIndexError
+
+
+def client_settings() -> Any:
+    """Chroma's settings for every client we open: no telemetry."""
+    from chromadb.config import Settings
+
+    return Settings(anonymized_telemetry=False)
+
+
+def forget_cached_client(path: str) -> None:
+    """Drop Chroma's per-process cache of the client for ``path`` (it keeps a broken view of
+    a folder that was damaged or replaced until the process restarts)."""
+    try:
+        from chromadb.api.shared_system_client import SharedSystemClient
+    except ImportError:
+        return
+    cache = getattr(SharedSystemClient, "_identifier_to_system", None)
+    if isinstance(cache, dict):
+        for key in [k for k in cache if str(k) == str(path) or str(k).startswith(str(path))]:
+            cache.pop(key, None)
+
+
+def cosine_collection(client: Any, name: str) -> Any:
+    """``name`` in ``client``, created as a cosine HNSW collection if missing; we always pass
+    our own embeddings (no Chroma embedding function)."""
+    return client.get_or_create_collection(name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+
+
+def server_client(url: str, shown: str) -> Any:
+    """A client of the Chroma server at ``url`` (``scheme://host:port``, no query); ``shown``
+    is the URL as an error may show it.
+
+    Raises:
+        VectorIndexError: the server cannot be reached.
+    """
+    import chromadb
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(url)
+        return chromadb.HttpClient(host=u.hostname or "127.0.0.1", port=u.port or 8000, ssl=u.scheme == "https",
+                                   settings=client_settings())
+    except Exception as e:  # chromadb says ValueError("Could not connect to a Chroma server...")
+        raise VectorIndexError(
+            f"could not reach a Chroma server at {shown} ({e}); check the URL and that "
+            "`chroma run` serves there") from e
