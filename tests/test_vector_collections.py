@@ -172,3 +172,22 @@ def test_an_index_built_with_a_bad_collection_name_is_a_configuration_error(tmp_
     with pytest.raises(ConfigurationError, match="a Qdrant collection name holds none of"):
         QdrantVectorIndex(str(tmp_path / "q"), collection="a/b")
     assert not (tmp_path / "c").exists() and not (tmp_path / "q").exists()
+
+
+def test_an_index_with_the_longest_collection_name_compacts(tmp_path: Path) -> None:
+    """Compaction copies into a scratch collection named after the index's: with a name of
+    Chroma's longest, the scratch name must stay within Chroma's limit too."""
+    import numpy as np
+
+    from tiered_memory.vector.base import VectorItem
+
+    name = "a" * 512
+    index = ChromaVectorIndex(str(tmp_path / "v"), collection=name)
+    try:
+        index.upsert([VectorItem(id=f"m{i}", vector=np.eye(4, dtype=np.float32)[i], user_id="u1", session_id="s1")
+                      for i in range(3)])
+        index.delete(["m0"])
+        assert index.compact() == 2
+        assert index.collection.name == name and index.ids("u1") == {"m1", "m2"}
+    finally:
+        index.close()

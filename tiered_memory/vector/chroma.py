@@ -331,7 +331,7 @@ class ChromaVectorIndex:
         old_segments = self._segment_folders()
         try:
             name = self.collection.name
-            scratch = f"{name}__compacting"
+            scratch = f"{name[:500]}__compacting"  # within Chroma's 512 characters
             if scratch in {c.name for c in self.client.list_collections()}:
                 self.client.delete_collection(scratch)
             fresh = cosine_collection(self.client, scratch)  # new: any earlier scratch was deleted above
