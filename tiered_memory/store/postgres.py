@@ -1,11 +1,12 @@
 """PostgreSQL record store: the source of truth shared by many workers on many hosts.
 
 Same protocol as :class:`~tiered_memory.store.sqlite.SQLiteRecordStore`. Keyword search
-uses PostgreSQL's own full-text search (a generated ``tsvector`` column with a GIN
-index, ranked by ``ts_rank``). Connections come from a ``psycopg_pool`` pool; every
-write batch is one transaction. The schema lives in its own PostgreSQL schema
-(``tiered_memory`` by default) so it never collides with an application's tables, and is
-created or migrated on first use, recorded in the ``schema_migrations`` version table.
+uses PostgreSQL's own full-text search (a generated ``tsvector`` column with a GIN index,
+ranked by ``ts_rank``; diacritics folded as on SQLite, :mod:`.postgres_keywords`).
+Connections come from a ``psycopg_pool`` pool; every write batch is one transaction. The
+schema lives in its own PostgreSQL schema (``tiered_memory`` by default) so it never
+collides with an application's tables, and is created or migrated on first use, recorded
+in the ``schema_migrations`` version table.
 
 Example:
     >>> store = PostgresRecordStore("postgresql://app@db:5432/app")  # doctest: +SKIP
@@ -20,9 +21,8 @@ from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
 from .filters import postgres_filter
+from .postgres_keywords import TEXT_SEARCH_CONFIG, fold_turn_keywords, tsquery
 from .text_search import USER_SCAN_ROWS, scan_user_rows, text_key, tsquery_any
-
-TEXT_SEARCH_CONFIG = "english"
 
 MIGRATIONS: list[Step] = [
     f"""
@@ -62,6 +62,7 @@ MIGRATIONS: list[Step] = [
     """
     CREATE INDEX IF NOT EXISTS messages_duplicates ON messages (user_id) WHERE duplicate_of IS NOT NULL;
     """,
+    fold_turn_keywords,
 ]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"
@@ -227,7 +228,7 @@ class PostgresRecordStore(PostgresDatabase):
         source = ("(SELECT id, seq, session_id, tsv FROM messages WHERE user_id = %(user)s"
                   " OFFSET 0) AS m" if fenced else "messages m")
         return (f"SELECT m.id, ts_rank(m.tsv, q) AS s, m.seq FROM {source},"
-                f" to_tsquery('{TEXT_SEARCH_CONFIG}', %(text)s) AS q"
+                f" {tsquery('%(text)s')} AS q"
                 f" WHERE m.tsv @@ q{'' if fenced else ' AND m.user_id = %(user)s'}{session}"
                 " ORDER BY s DESC, m.seq DESC LIMIT %(k)s")
 

@@ -17,10 +17,12 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from .layer_store import LayerStore
 from .repositories import Scored
-from .postgres import TEXT_SEARCH_CONFIG, PostgresRecordStore
+from .postgres import PostgresRecordStore
+from .postgres_keywords import TEXT_SEARCH_CONFIG, refold, tsquery
 from .text_search import scan_user_rows, tsquery_any
 from .postgres_db import lock_key
 
+# the keyword column as the first step made it (the third one folds its diacritics)
 _TSV = f"tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) STORED"
 
 LAYER_MIGRATIONS: list[str] = [
@@ -143,6 +145,8 @@ LAYER_MIGRATIONS: list[str] = [
     # keyword search counts a user's episode points (and matches a small user's row by row):
     # both start from the user's rows, which need a b-tree on user_id (facts and items have one)
     "CREATE INDEX IF NOT EXISTS episode_points_user ON episode_points (user_id)",
+    # keywords with diacritics folded, as on SQLite (postgres_keywords)
+    refold("facts", "text") + refold("episode_points", "text"),
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)
@@ -171,6 +175,7 @@ ITEM_MIGRATIONS: list[str] = [
     ALTER TABLE items ADD COLUMN expires_at DOUBLE PRECISION;
     CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_at) WHERE expires_at IS NOT NULL;
     """,
+    refold("items", "COALESCE(text, '')"),
 ]
 
 
@@ -227,7 +232,7 @@ class PostgresLayerStore(LayerStore):
             cap = self.db.user_scan_rows
             fenced = scan_user_rows(self.db.user_rows(conn, table, user_id, cap), cap)
             source = f"(SELECT * FROM {table} WHERE user_id = ? OFFSET 0) AS t" if fenced else f"{table} t"
-            sql = (f"SELECT t.id, ts_rank(t.tsv, q) AS s FROM {source}, to_tsquery('{TEXT_SEARCH_CONFIG}', ?) AS q"
+            sql = (f"SELECT t.id, ts_rank(t.tsv, q) AS s FROM {source}, {tsquery('?')} AS q"
                    f" WHERE t.tsv @@ q{'' if fenced else ' AND t.user_id = ?'} {extra}"
                    " ORDER BY s DESC, t.rowid DESC LIMIT ?")
             params = [user_id, text, k] if fenced else [text, user_id, k]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from typing import Any, Callable, Sequence
 
 _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
@@ -79,6 +80,27 @@ def tsquery_any(terms: Sequence[str]) -> str | None:
             if w and w not in words:
                 words.append(w)
     return " | ".join(words) if words else None
+
+
+def diacritic_fold() -> tuple[str, str]:
+    """The letters FTS5's ``unicode61`` tokenizer folds (its default ``remove_diacritics=1``)
+    as the two strings of PostgreSQL's ``translate()`` (pure): the letters, then the marks
+    alone; and each letter's base. A letter is folded when it is one ASCII letter plus one
+    combining mark (``é``, ``Ü``, ``ş``, ``Å``: 375 of them); not ``ø``, ``ß`` or ``æ`` (no
+    mark to remove), Vietnamese ``ệ`` (two marks), or Greek and Cyrillic letters, as in
+    FTS5. ``translate`` deletes the marks (the second string is shorter), as FTS5 drops
+    them from decomposed text (``e`` + U+0301). Canonical decompositions never change
+    between Unicode versions, so neither does this map."""
+    letters: list[str] = []
+    bases: list[str] = []
+    marks: dict[str, None] = {}
+    for code in range(0xC0, 0x2200):  # the last such letter is U+212B, the angstrom sign
+        parts = unicodedata.normalize("NFD", chr(code))
+        if len(parts) == 2 and parts[0].isascii() and parts[0].isalpha() and unicodedata.category(parts[1]) == "Mn":
+            letters.append(chr(code))
+            bases.append(parts[0])
+            marks[parts[1]] = None
+    return "".join(letters) + "".join(marks), "".join(bases)
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
