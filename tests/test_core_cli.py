@@ -258,3 +258,39 @@ def test_the_demo_is_styled_on_a_rich_terminal_and_plain_elsewhere():
     assert plain == []  # everything went to the console
     assert "\x1b[" in screen.getvalue() and "1. The buffer keeps the newest whole turns" in screen.getvalue()
     assert story.failed == ["a claim"] and "not as expected: a claim" in screen.getvalue()
+
+
+# what a terminal acts on instead of showing: escape sequences (ESC, the one-byte CSI), carriage
+# return, backspace, bell, and the bidirectional overrides that reorder what is shown
+HOSTILE = "I live in Lisbon \x1b[2J\x1b]0;pwned\x07 \x9b31m red\r\x08 \u202eevil\u202c"
+TERMINAL_ACTS_ON = set("\x1b\x9b\x07\r\x08\u202e\u202c")
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [s for v in items for s in _strings(v)]
+
+
+def test_stored_text_is_printed_with_terminal_control_characters_escaped(tmp_path, embedder):
+    from tiered_memory import TieredMemory
+
+    folder = tmp_path / "mem"
+    with TieredMemory(folder, embedder=embedder) as memory:
+        memory.add("user", HOSTILE, session_id="s1", user_id="ana", metadata={"note": HOSTILE})
+        memory.end_session("s1", user_id="ana")
+        memory.add_fact(f"User likes {HOSTILE}", user_id="ana")
+        memory.working_memory("s1", user_id="ana").remember(HOSTILE)
+    mem = str(folder)
+    commands = [["search", "Lisbon"], ["search", "Lisbon", "--sessions"], ["facts"], ["episodes"],
+                ["working", "--session", "s1"], ["context", "Lisbon", "--session", "s1"]]
+    for command in commands:
+        for json_flag in ([], ["--json"]):
+            code, out, err = run("--path", mem, *command, "--user", "ana", *json_flag)
+            assert code == 0, err
+            assert "Lisbon" in out and "\\u001b" in out, command + json_flag
+            assert not TERMINAL_ACTS_ON & set(out), command + json_flag
+            if json_flag:  # the escapes are JSON's own: the stored value reads back unchanged
+                rows = [json.loads(line) for line in out.splitlines()]
+                assert any(HOSTILE in text for text in _strings(rows)), command

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
@@ -292,6 +293,19 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], TextIO]
 }
 
 
+# what a terminal acts on instead of showing: C0 controls but line feed and tab (escape
+# sequences, carriage return, backspace), DEL, C1 controls (the one-byte CSI) and the
+# bidirectional marks and overrides, which reorder the text shown around them
+_TERMINAL_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(line: str) -> str:
+    """``line`` with every character a terminal would act on written as a ``\\uXXXX``
+    escape (pure): stored text cannot clear the screen, retitle the window or hide what
+    is printed around it. The escape is JSON's own, so a JSON line stays valid JSON."""
+    return _TERMINAL_CONTROLS.sub(lambda m: f"\\u{ord(m.group()):04x}", line)
+
+
 def _lenient(stream: TextIO) -> TextIO:
     """``stream`` writing what its encoding cannot hold as escapes (a terminal or pipe that is
     not UTF-8), not failing half-way through a listing of stored text."""
@@ -311,7 +325,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     err_stream = stderr or _lenient(sys.stderr)
 
     def out(line: str) -> None:
-        print(line, file=out_stream, flush=True)
+        print(terminal_safe(line), file=out_stream, flush=True)
+
+    def fail(line: str) -> None:
+        print(terminal_safe(line), file=err_stream)
 
     parser = _parser()
     try:
@@ -322,22 +339,22 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     try:
         return COMMANDS[args.command](args, out, err_stream)
     except (CliUsageError, UsageError) as e:
-        print(f"tiered-memory {args.command}: error: {e}", file=err_stream)
+        fail(f"tiered-memory {args.command}: error: {e}")
         return EXIT_USAGE
     except TieredMemoryError as e:
-        print(f"tiered-memory {args.command}: {type(e).__name__}: {e}", file=err_stream)
+        fail(f"tiered-memory {args.command}: {type(e).__name__}: {e}")
         return EXIT_FAILURE
     except OSError as e:
-        print(f"tiered-memory {args.command}: error: {e}", file=err_stream)
+        fail(f"tiered-memory {args.command}: error: {e}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        print("interrupted", file=err_stream)
+        fail("interrupted")
         return EXIT_INTERRUPTED
     except Exception as e:  # a bug: say so briefly; TIERED_MEMORY_DEBUG=1 shows the traceback
         if os.environ.get("TIERED_MEMORY_DEBUG"):
             raise
-        print(f"tiered-memory {args.command}: unexpected {type(e).__name__}: {e} "
-              "(set TIERED_MEMORY_DEBUG=1 for the traceback and please report it)", file=err_stream)
+        fail(f"tiered-memory {args.command}: unexpected {type(e).__name__}: {e} "
+             "(set TIERED_MEMORY_DEBUG=1 for the traceback and please report it)")
         return EXIT_FAILURE
 
 
