@@ -294,3 +294,17 @@ def test_stored_text_is_printed_with_terminal_control_characters_escaped(tmp_pat
             if json_flag:  # the escapes are JSON's own: the stored value reads back unchanged
                 rows = [json.loads(line) for line in out.splitlines()]
                 assert any(HOSTILE in text for text in _strings(rows)), command
+
+
+def test_an_empty_path_is_a_usage_error_not_the_default_memory(tmp_path, embedder, monkeypatch):
+    from tiered_memory import TieredMemory
+
+    home = tmp_path / "home"  # the default memory, which `--path "$UNSET"` must not reach
+    monkeypatch.setenv("TIERED_MEMORY_HOME", str(home))
+    with TieredMemory(home, embedder=embedder) as memory:
+        memory.add("user", "I live in Lisbon", session_id="s1", user_id="ana")
+    for command in (["forget-user", "ana", "--yes"], ["stats"], ["import", str(tmp_path / "x.jsonl")]):
+        code, _, err = run("--path", "", *command)
+        assert code == 2 and "--path is empty" in err, command
+    with TieredMemory(home, embedder=embedder) as memory:
+        assert memory.stats().messages == 1

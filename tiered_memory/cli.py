@@ -337,6 +337,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
     args.stream = out_stream
     try:
+        if args.path is not None and not args.path.strip():  # `--path "$UNSET"`: never the default memory
+            raise CliUsageError("--path is empty; name the memory folder, or leave out --path for "
+                                "the default ($TIERED_MEMORY_HOME or ~/.tiered-memory)")
         return COMMANDS[args.command](args, out, err_stream)
     except (CliUsageError, UsageError) as e:
         fail(f"tiered-memory {args.command}: error: {e}")
