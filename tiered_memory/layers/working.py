@@ -24,8 +24,8 @@ from ..aio import twin
 from ..errors import ContentTooLargeError, InvalidInputError
 from ..records import WorkingItem
 from ..store.repositories import WorkingRepository
-from ..validation import (MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_text,
-                          to_epoch)
+from ..validation import (MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_query,
+                          check_text, to_epoch)
 
 MAX_ITEM_CHARS = 20_000  # a working-memory note, not a document
 
@@ -176,8 +176,8 @@ class WorkingMemory:
         """Items best first: by decayed importance, or blended with relevance to ``query``
         (``vector`` is its embedding when the caller has it already)."""
         check_count(k, "k", minimum=0, optional=True)
-        if query is not None and not isinstance(query, str):
-            raise InvalidInputError(f"query must be a str or None, got {type(query).__name__}")
+        if query is not None:
+            check_query(query)  # a str of valid text (lone surrogates would fail in the embedder)
         now = to_epoch(now, time.time())
         pairs = self.rows.working_vectors(self.user_id, self.session_id)
         items = [i for i, _ in pairs]
