@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 
+import pytest
+
 from tiered_memory import MemoryContext, TieredMemory
 
 
@@ -55,3 +57,20 @@ def test_twins_share_signatures():
         sync, twin = getattr(TieredMemory, name), getattr(TieredMemory, "a" + name)
         assert inspect.iscoroutinefunction(twin), name
         assert inspect.signature(sync) == inspect.signature(twin), name
+
+
+async def test_async_with_and_aclose_release_the_memory(tmp_path, embedder):
+    from tiered_memory import UsageError
+
+    async with TieredMemory(tmp_path / "m", embedder=embedder) as memory:
+        await memory.aadd("user", "I keep bees on the roof", session_id="s", user_id="u")
+    with pytest.raises(UsageError, match="closed"):
+        await memory.asearch("bees", user_id="u")
+    again = TieredMemory(tmp_path / "m", embedder=embedder)  # the folder was released
+    assert (await again.astats()).messages == 1
+    await again.aclose()
+    await again.aclose()  # idempotent, as close()
+    with pytest.raises(UsageError, match="closed"):
+        await again.aadd("user", "x", session_id="s", user_id="u")
+    assert inspect.signature(TieredMemory.close) == inspect.signature(TieredMemory.aclose)
+

@@ -275,6 +275,12 @@ class TieredMemory:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> "TieredMemory":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()  # close waits for background work: not on the caller's loop
+
     # ---- writes ----------------------------------------------------------
     @usable
     def add(
@@ -736,3 +742,4 @@ class TieredMemory:
     aexport_jsonl = twin(export_jsonl)
     aimport_jsonl = twin(import_jsonl)
     aflush = twin(flush)
+    aclose = twin(close)
