@@ -74,3 +74,30 @@ async def test_async_with_and_aclose_release_the_memory(tmp_path, embedder):
         await again.aadd("user", "x", session_id="s", user_id="u")
     assert inspect.signature(TieredMemory.close) == inspect.signature(TieredMemory.aclose)
 
+
+async def test_a_cancelled_write_is_stored_whole_when_the_memory_closes_at_once(tmp_path, embedder):
+    """The documented promise: cancelling an ``aadd_many`` (a timeout around it) does not stop
+    its worker thread, and the batch is still stored whole, even when the application closes
+    the memory right away (``async with`` exits, shutdown): close() lets the call finish."""
+    import threading
+
+    from tiered_memory import MemoryConfig
+
+    memory = TieredMemory(tmp_path / "m", embedder=embedder, config=MemoryConfig(write_chunk=2))
+    writing, closed = threading.Event(), threading.Event()
+
+    def progress(n: int) -> None:
+        if not writing.is_set():  # after the first chunk: hold the call until close() returns
+            writing.set()         # (a fixed close waits for this call, so this wait runs out)
+            closed.wait(2)
+
+    batch = [{"role": "user", "content": f"note {i} about topic {i}", "id": f"m{i}"} for i in range(6)]
+    task = asyncio.create_task(memory.aadd_many(batch, session_id="s", user_id="u", progress=progress))
+    await asyncio.to_thread(writing.wait)
+    task.cancel()
+    await memory.aclose()
+    closed.set()
+    with TieredMemory(tmp_path / "m", embedder=embedder) as again:
+        assert [m.id for m in again.get_messages("s", user_id="u")] == [f"m{i}" for i in range(6)]
+        again.flush()
+        assert again.stats().indexed == 6

@@ -1,5 +1,6 @@
 """The edge of the facade: a memory that is closed or was inherited through ``fork``
-refuses every call with a typed error, and what the environment raises (an ``OSError``,
+refuses every new call with a typed error (a call already running when ``close()``
+starts is let finish: close waits for it), and what the environment raises (an ``OSError``,
 a ``sqlite3`` error, whatever a custom vector index throws) reaches the caller as the
 library's own errors, with what to do."""
 
@@ -9,10 +10,44 @@ import contextlib
 import functools
 import os
 import sqlite3
+import threading
 import weakref
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from .errors import StoreError, TieredMemoryError, UsageError, VectorIndexError
+
+
+class Calls:
+    """The calls running on an object, so its ``close()`` lets them finish first: a write
+    whose caller gave up (a cancelled ``a*`` twin's worker thread) is still stored whole."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._running = 0
+        self._depth = threading.local()  # calls of this thread (a call may make others)
+
+    def inside(self) -> bool:
+        """True in a thread that is running a call."""
+        return bool(getattr(self._depth, "n", 0))
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        with self._cond:
+            self._running += 1
+        self._depth.n = getattr(self._depth, "n", 0) + 1
+        try:
+            yield
+        finally:
+            self._depth.n -= 1
+            with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
+
+    def wait(self) -> None:
+        """Until every call has returned but the caller's own (a close() from inside a call)."""
+        own = getattr(self._depth, "n", 0)
+        with self._cond:
+            self._cond.wait_for(lambda: self._running <= own)
 
 
 class Guarded(Protocol):
@@ -21,6 +56,7 @@ class Guarded(Protocol):
     _pid: int
     _forked_from: int | None
     _closed: bool
+    _calls: Calls
 
 
 OPEN: "weakref.WeakSet[Any]" = weakref.WeakSet()  # open memories, so a fork can mark them
@@ -67,10 +103,11 @@ def usable(method: F) -> F:
     def checked(self: Guarded, *args: Any, **kwargs: Any) -> Any:
         if self._forked_from is not None:
             raise forked_error(self._forked_from)
-        if self._closed:
+        if self._closed and not self._calls.inside():  # a call running when close() began goes on
             raise closed_error()
         try:
-            return method(self, *args, **kwargs)
+            with self._calls.running():
+                return method(self, *args, **kwargs)
         except TieredMemoryError:
             raise
         except OSError as e:  # a full disk, a permission, a directory where a file should be

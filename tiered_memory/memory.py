@@ -43,7 +43,7 @@ from .context.render import MemoryContext
 from .embedding import Embedder, default_embedder, embed_query, embedder_name
 from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError,
                      UsageError, VectorIndexError)
-from .guard import OPEN, usable
+from .guard import OPEN, Calls, usable
 from .layers.consolidation import ConsolidationReport
 from .layers.episodic import EpisodeHit
 from .layers.item_recall import ITEM_LAYER, as_memory_hit, merge_by_score
@@ -134,6 +134,7 @@ class TieredMemory:
         except InvalidInputError as e:
             raise ConfigurationError(str(e)) from None
         self._closed = False
+        self._calls = Calls()  # close() waits for the calls running when it starts
         self._pid = os.getpid()
         self._forked_from: int | None = None
         self._write_lock = threading.RLock()
@@ -245,8 +246,10 @@ class TieredMemory:
 
     # ---- lifecycle -------------------------------------------------------
     def close(self) -> None:
-        """Write pending access counts, wait for background compression, release the store.
-        In a forked child it only forgets the inherited object (the parent still owns it)."""
+        """Refuse new calls, let the calls already running finish (a write whose caller was
+        cancelled is stored whole), write pending access counts, wait for background
+        compression, release the store. In a forked child it only forgets the inherited
+        object (the parent still owns it)."""
         if self._closed:
             return
         self._closed = True
@@ -254,6 +257,7 @@ class TieredMemory:
         if self._forked_from is not None:
             return
         try:
+            self._calls.wait()
             self.parts.access.close()
             if "_layers" in self.__dict__:
                 self._layers.close()  # waits for background compression
