@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
 import sys
@@ -321,6 +322,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
+    # the pool warns of each failed connection attempt; the StoreError that follows says it once
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     out_stream = stdout or _lenient(sys.stdout)
     err_stream = stderr or _lenient(sys.stderr)
 
