@@ -3,6 +3,7 @@ default path without torch."""
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import shutil
@@ -173,3 +174,31 @@ def test_the_shipped_table_is_what_its_description_says(static):
     assert static.table.rows.shape == (info["vocab"], info["dims"]) == (30522, 256)
     assert info["dtype"] == "int8" and info["license"].startswith("Apache-2.0")
     assert static.table.tokenizer.get_vocab_size() == info["vocab"]
+
+
+def test_a_store_made_by_the_bundled_minilm_keeps_it_when_opened_without_an_embedder(tmp_path, monkeypatch, caplog):
+    """Opened without embedder= (as the CLI always opens a memory), a MiniLM store was re-embedded
+    whole with the static table, and the application that made it re-embedded it again on its
+    next open. Now only an explicit embedder or TIERED_MEMORY_EMBEDDER changes a store's embedder."""
+    pytest.importorskip("sentence_transformers")
+    from tiered_memory.cli import main
+
+    monkeypatch.delenv(EMBEDDER_ENV, raising=False)
+    path = tmp_path / "m"
+    with TieredMemory(path, embedder=SentenceTransformerEmbedder()) as memory:
+        memory.add("user", "My sister moved to Porto last spring.", user_id="u", session_id="s")
+        memory.add("user", "The tomatoes need watering twice a week.", user_id="u", session_id="s")
+        made = memory.store.get_meta("embedder")
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        with TieredMemory(path) as memory:
+            assert embedder_name(memory.embedder) == made
+            assert memory.search("which city did my sister move to?", user_id="u", k=1)[0].text.startswith("My sister")
+        out = io.StringIO()
+        assert main(["--path", str(path), "search", "which city did my sister move to?", "--user", "u"],
+                    stdout=out, stderr=io.StringIO()) == 0
+        assert "Porto" in out.getvalue()
+    assert not [r for r in caplog.records if "embedder changed" in r.getMessage()]
+    with TieredMemory(path, embedder=StaticEmbedder()) as memory:  # an explicit embedder still re-embeds
+        assert memory.store.get_meta("embedder") == BUNDLED_NAME
+    with TieredMemory(path) as memory:  # and a static store stays static
+        assert embedder_name(memory.embedder) == BUNDLED_NAME

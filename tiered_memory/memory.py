@@ -124,7 +124,7 @@ class TieredMemory:
         self._config = check_config(config or MemoryConfig())  # before any I/O
         turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
         vector_store = configured_vector_store(vector_store)  # so does a bad vector server URL or collection
-        self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)
+        self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)  # a bad choice: no I/O
         self.count_tokens: TokenCounter = CachedCounter(token_counter or default_token_counter())
         self._llm = llm
         if path is not None and not isinstance(path, (str, os.PathLike)):
@@ -144,6 +144,8 @@ class TieredMemory:
         except OSError as e:
             raise StoreError(f"cannot open the memory at {self.path}: {e.strerror or e}") from e
         try:
+            if embedder is None:  # the store's own, if one of ours made its vectors: no silent re-embed
+                self.embedder = default_embedder(self.config.embed_batch_size, recorded=self.store.get_meta("embedder"))
             self.index, self._lock = open_vector_index(self.path, vector_store, self.store, self._lock, owner=self)
             attach_sessions(self.index, self.store)
             self._joint = joint_writes(self.store, self.index)  # None: rows and vectors in two engines

