@@ -120,6 +120,17 @@ class LayerConformance:
         with pytest.raises(NotFoundError):
             memory.end_session("nope", user_id="u1")
 
+    def test_session_cursors_are_listed_per_user(self, memory: TieredMemory) -> None:
+        """An export reads every session's coverage cursor at once (``session_cursors``)."""
+        for user in ("u1", "u2"):
+            memory.add("user", f"{user} chose PostgreSQL.", session_id="db", user_id=user)
+            memory.end_session("db", user_id=user)
+        memory.add("user", "Not summarised yet.", session_id="open", user_id="u1")
+        rows = open_layer_store(memory.store)
+        mine = rows.session_cursors("u1")
+        assert mine == {("u1", "db"): rows.cursor("u1", "db")} and mine[("u1", "db")] > 0
+        assert set(rows.session_cursors(None)) == {("u1", "db"), ("u2", "db")}
+
     # ---- working -----------------------------------------------------------------------
     def test_working_memory_items_and_scratchpad(self, open_memory: OpenMemory) -> None:
         memory = open_memory(MemoryConfig(working=WorkingConfig(capacity=3, decay_per_hour=0.05)))

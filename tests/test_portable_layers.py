@@ -32,7 +32,7 @@ def test_facts_and_episodes_round_trip_field_by_field_and_are_found(make_memory:
     src = make_memory("src")
     made = fill(src)
     lines = export(src, tmp_path / "all.jsonl")
-    assert [x["type"] for x in lines] == sorted((x["type"] for x in lines), key=["message", "fact", "episode"].index)
+    assert [x["type"] for x in lines] == sorted((x["type"] for x in lines), key=["message", "fact", "episode", "cursor"].index)
     assert {x["format"] for x in lines} == {"tiered-memory/1"}
     invalid = [f for f in facts_of(src, "ana").values() if not f.valid]
     assert invalid and invalid[0].superseded_by  # the file holds a contradicted fact...
@@ -44,6 +44,7 @@ def test_facts_and_episodes_round_trip_field_by_field_and_are_found(make_memory:
     assert sum(seen) == len(lines)  # a progress bar over the file's lines reaches its end
     assert (report.facts_imported, report.facts_skipped) == (len(facts_of(src, "ana")) + 1, 0)
     assert (report.episodes_imported, report.episodes_skipped) == (2, 0)
+    assert (report.cursors_imported, report.cursors_skipped) == (2, 0)  # ana's two sessions
     for user in ("ana", "bob"):
         assert_same_layers(src, dst, user)
     assert [h.action for h in dst.fact_history("ana", made["colour"])] == ["add", "edit"]

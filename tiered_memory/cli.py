@@ -211,7 +211,7 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
             bar.close()
     present = (report.skipped_existing + report.facts_skipped + report.episodes_skipped + report.items_skipped
                + report.archived_skipped + report.working_skipped + report.scratchpads_skipped
-               + report.histories_skipped + report.audit_skipped)
+               + report.histories_skipped + report.audit_skipped + report.cursors_skipped)
     n = report.histories_imported
     gone = f" (and the history of {n} deleted fact{'s' if n != 1 else ''})" if n else ""
     out(f"imported {report.imported} messages, {report.facts_imported} facts{gone}, {report.episodes_imported}"

@@ -546,7 +546,8 @@ class TieredMemory:
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """Write one user's memory, or everyone's, as JSONL; returns the number of lines: the
         live turns, then every fact (invalidated ones too, each with its history) and the
-        history of deleted ones, every episode (with its key points), every live store item
+        history of deleted ones, every episode (with its key points), how far episodes cover
+        each session (so a deleted episode's turns stay covered), every live store item
         (with its TTL), the archived turns, each session's working memory (live items and
         scratchpad) and the audit log. Not in it: pruned working items, expired items,
         vectors (recomputed on import). See :mod:`.portable`."""

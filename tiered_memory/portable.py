@@ -1,8 +1,9 @@
 """JSONL export and import: the live turns, then the facts (with their history, invalid
 ones included, and the history of facts deleted, merged or pruned), the episodes (with
-their key points), the LangGraph store items (live ones, with their TTL), the archived
-turns (those ``consolidate`` moved out of the hot table), working memory (each session's
-live items and its scratchpad) and the audit log, one JSON object a line.
+their key points), each session's coverage cursor (the last turn its episodes cover: the
+turns of a deleted episode stay covered), the LangGraph store items (live ones, with their
+TTL), the archived turns (those ``consolidate`` moved out of the hot table), working memory
+(each session's live items and its scratchpad) and the audit log, one JSON object a line.
 
 Vectors are not exported: they are recomputed on import, so a dump moves between
 embedding models, vector engines and record stores (SQLite to PostgreSQL). Not in a dump:
@@ -18,7 +19,9 @@ whose id a fact row or the history holds), whichever user holds it: nothing stor
 overwritten, and another user's record is never touched. So is an item whose namespace
 and key are already stored, the scratchpad of a session that has one
 (``scratchpads_skipped``), and an audit entry (it has no id) whose every field the log
-already holds (``audit_skipped``). Archived turns go back to the archive, not to the live turns.
+already holds (``audit_skipped``). A cursor only moves forward: one this store has at that
+turn or past it, or whose turn it does not hold for that user and session, is skipped
+(``cursors_skipped``). Archived turns go back to the archive, not to the live turns.
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ from .errors import InvalidInputError, StoreError
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
-from .portable_layers import (EpisodeRecord, FactRecord, HistoryRecord, ItemRecord, archived_line, audit_line,
-                              episode_line, fact_line, history_line, item_line, parse_archived, parse_audit,
-                              parse_episode, parse_fact, parse_history, parse_item, parse_scratchpad, parse_working,
-                              scratchpad_line, working_line)
-from .portable_restore import (audit_key, restore_archived, restore_audit, restore_episodes, restore_facts,
-                               restore_items, restore_scratchpads, restore_working)
+from .portable_layers import (CursorRecord, EpisodeRecord, FactRecord, HistoryRecord, ItemRecord, archived_line,
+                              audit_line, cursor_line, episode_line, fact_line, history_line, item_line,
+                              parse_archived, parse_audit, parse_cursor, parse_episode, parse_fact, parse_history,
+                              parse_item, parse_scratchpad, parse_working, scratchpad_line, working_line)
+from .portable_restore import (audit_key, restore_archived, restore_audit, restore_cursors, restore_episodes,
+                               restore_facts, restore_items, restore_scratchpads, restore_working)
 from .recall.indexing import store_and_index, write_chunks
 from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
 from .types import StoredMessage
@@ -70,6 +73,8 @@ class ImportReport:
     histories_skipped: int = 0
     episodes_imported: int = 0
     episodes_skipped: int = 0
+    cursors_imported: int = 0  # sessions' coverage cursors moved forward
+    cursors_skipped: int = 0
     items_imported: int = 0
     items_skipped: int = 0
     archived_imported: int = 0
@@ -84,9 +89,14 @@ class ImportReport:
 
 def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None,
                  items: ItemStore | None = None) -> Iterator[str]:
-    """Messages, then facts, episodes, live items, archived turns and working memory (those
-    where the store keeps layers)."""
+    """Messages, then facts, episodes, session cursors, live items, archived turns and working
+    memory (those where the store keeps layers)."""
+    cursors = layers.rows.session_cursors(user_id) if layers is not None else {}
+    through: dict[tuple[str, str], tuple[int, str]] = {}  # per session, its last covered live turn (seq, id)
     for m in parts.store.iter_messages(user_id):
+        key = (m.user_id, m.session_id)
+        if m.seq <= cursors.get(key, 0) and m.seq > through.get(key, (0, ""))[0]:
+            through[key] = (m.seq, m.id)
         yield json.dumps({
             "format": FORMAT, "type": "message", "id": m.id, "user_id": m.user_id,
             "session_id": m.session_id, "role": m.role, "content": m.content,
@@ -107,6 +117,9 @@ def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None
     for user in users:
         for ep in rows.episodes_of(user):
             yield json.dumps(episode_line(ep, rows.episode_points(ep.id), FORMAT), ensure_ascii=False)
+    for (user, session), (_, last) in sorted(through.items()):  # no covered turn live: nothing left to cover
+        yield json.dumps(cursor_line(CursorRecord(user_id=user, session_id=session, through=last), FORMAT),
+                         ensure_ascii=False)
     if items is not None:
         for item, ttl, expires in items.db.item_rows(user_id, live_at=parts.now()):
             yield json.dumps(item_line(item, ttl, expires, FORMAT), ensure_ascii=False)
@@ -180,9 +193,9 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
     return _message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
 
-Record = (StoredMessage | FactRecord | HistoryRecord | EpisodeRecord | ItemRecord | ArchivedTurn | WorkingItem
-          | SessionPad | AuditEntry)
-KINDS = ("message", "fact", "fact_history", "episode", "item", "archived", "working", "scratchpad", "audit")
+Record = (StoredMessage | FactRecord | HistoryRecord | EpisodeRecord | CursorRecord | ItemRecord | ArchivedTurn
+          | WorkingItem | SessionPad | AuditEntry)
+KINDS = ("message", "fact", "fact_history", "episode", "cursor", "item", "archived", "working", "scratchpad", "audit")
 
 
 def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
@@ -210,6 +223,8 @@ def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: b
         return parse_history(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
     if kind == "audit":
         return parse_audit(obj, max_metadata_bytes=max_metadata_bytes)
+    if kind == "cursor":
+        return parse_cursor(obj)
     parse = parse_fact if kind == "fact" else parse_episode
     return parse(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
@@ -226,6 +241,8 @@ def _identity(record: Record) -> tuple[str, str, str]:
         return "item", record.item.id, record.item.user_id
     if isinstance(record, SessionPad):  # one per user and session
         return "scratchpad", record.session_id, record.user_id
+    if isinstance(record, CursorRecord):  # one per user and session
+        return "cursor", record.session_id, record.user_id
     if isinstance(record, ArchivedTurn):  # one line per turn id: live or archived
         return "message", record.id, record.user_id
     if isinstance(record, WorkingItem):
@@ -246,10 +263,10 @@ def import_jsonl(
     By default each line goes to the user it names (a whole-store restore). With
     ``user_id``, the import is scoped to that user: a line of any other user is
     invalid, so a crafted file cannot plant messages, facts or episodes in someone
-    else's memory. Messages are written first, then facts (with their history, as they
-    were: no resolution; and the history of facts no longer stored), episodes (as they
-    were: no summarising), archived turns (into the archive), working memory (items
-    re-embedded, no eviction), the audit log and items; ``layers`` and ``items`` are
+    else's memory. Messages are written first, then the sessions' cursors (never moved back),
+    facts (with their history, as they were: no resolution; and the history of facts no longer
+    stored), episodes (as they were: no summarising), archived turns (into the archive), working
+    memory (items re-embedded, no eviction), the audit log and items; ``layers`` and ``items`` are
     ``None`` where the record store keeps no memory layers.
     ``progress`` is called with the messages of each committed chunk, then once with the
     number of the other lines.
@@ -282,6 +299,8 @@ def import_jsonl(
         # messages per transaction and per progress update
         write_chunks(new, parts.config.write_chunk, write, store=parts.store, progress=progress)
         if layers is not None:
+            report.cursors_imported, report.cursors_skipped = restore_cursors(  # before the episodes move them
+                parts, layers, [r for r in records if isinstance(r, CursorRecord)])
             (report.facts_imported, report.facts_skipped), (report.histories_imported, report.histories_skipped) = \
                 restore_facts(layers, [r for r in records if isinstance(r, FactRecord)],
                               [r for r in records if isinstance(r, HistoryRecord)])
@@ -332,9 +351,10 @@ def _read(parts: Parts, path: str | Path, report: ImportReport, *, user_id: str 
                 report.invalid.append((n, f"belongs to another user ({owner!r}); this import is "
                                           f"scoped to {user_id!r}"))
                 continue
-            key = (kind, owner if kind == "scratchpad" else "", record_id)  # other ids are global
+            per_session = kind in ("scratchpad", "cursor")
+            key = (kind, owner if per_session else "", record_id)  # other ids are global
             if key in first_seen:  # would fail half-way through the import otherwise
-                what = f"the scratchpad of session {record_id!r}" if kind == "scratchpad" else f"id {record_id!r}"
+                what = f"the {kind} of session {record_id!r}" if per_session else f"id {record_id!r}"
                 report.invalid.append((n, f"{what} is also on line {first_seen[key]}"))
                 continue
             first_seen[key] = n

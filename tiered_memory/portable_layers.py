@@ -1,7 +1,7 @@
 """JSONL lines of the memory layers: facts (with their history), episodes (with their
-key points), store items, archived turns and working memory (items and scratchpads), as
-:mod:`.portable` writes and reads them. Pure: records to line objects and back, every
-field checked.
+key points), how far episodes cover each session, store items, archived turns and working
+memory (items and scratchpads), as :mod:`.portable` writes and reads them. Pure: records
+to line objects and back, every field checked.
 
 A fact line is ``{"format", "type": "fact", "fact": {every field of Fact}, "history":
 [{every field of FactChange}, ...]}``; an episode line is ``{"format", "type":
@@ -14,7 +14,10 @@ WorkingItem but the ranking ``score``}}`` and a scratchpad ``{"format", "type":
 "scratchpad", "scratchpad": {every field of SessionPad}}``. The history of a fact the dump
 holds no line for (deleted, or hidden by a merge or a prune) is ``{"format", "type":
 "fact_history", "user_id", "fact_id", "history": [{every field of FactChange}, ...]}``, and
-an entry of the audit log ``{"format", "type": "audit", "audit": {every field of AuditEntry}}``. The
+an entry of the audit log ``{"format", "type": "audit", "audit": {every field of AuditEntry}}``.
+How far ``end_session`` has summarised a session is ``{"format", "type": "cursor", "cursor":
+{"user_id", "session_id", "through"}}``: ``through`` is the id of the last turn it covers (a
+message's seq is its own store's, so a line names the turn instead). The
 record sits under its own key because ``Fact.type`` (``"preference"``...) would
 otherwise collide with the line's ``type``. Vectors are never in a line: they are
 recomputed on import. A parsed line is a record a store can hold and read back: no NaN
@@ -64,6 +67,15 @@ class EpisodeRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CursorRecord:
+    """How far episodes cover a session: up to and including the turn ``through``."""
+
+    user_id: str
+    session_id: str
+    through: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ItemRecord:
     item: Item
     ttl_minutes: float | None
@@ -104,6 +116,10 @@ def working_line(item: WorkingItem, fmt: str) -> dict[str, Any]:
 
 def scratchpad_line(pad: SessionPad, fmt: str) -> dict[str, Any]:
     return {"format": fmt, "type": "scratchpad", "scratchpad": asdict(pad)}
+
+
+def cursor_line(cursor: CursorRecord, fmt: str) -> dict[str, Any]:
+    return {"format": fmt, "type": "cursor", "cursor": asdict(cursor)}
 
 
 # ---- field checks ------------------------------------------------------------------
@@ -335,3 +351,12 @@ def parse_scratchpad(obj: Mapping[str, Any]) -> SessionPad:
     return SessionPad(user_id=check_id(d["user_id"], "user_id"), session_id=check_id(d["session_id"], "session_id"),
                       data={key: check_pad_entry(key, value) for key, value in data.items()},
                       updated_at=_required_time(d["updated_at"], "updated_at"))
+
+
+def parse_cursor(obj: Mapping[str, Any]) -> CursorRecord:
+    """A ``cursor`` line (already JSON) as the session and the id of the last turn its
+    episodes cover; raises InvalidInputError."""
+    _line_keys(obj, "cursor")
+    d = _fields(obj.get("cursor"), CursorRecord, "cursor", ("user_id", "session_id", "through"))
+    return CursorRecord(user_id=check_id(d["user_id"], "user_id"), session_id=check_id(d["session_id"], "session_id"),
+                        through=check_message_id(d["through"]))

@@ -14,7 +14,7 @@ from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
 from .layers.working import restore as restore_working_items
-from .portable_layers import EpisodeRecord, FactRecord, HistoryRecord, ItemRecord
+from .portable_layers import CursorRecord, EpisodeRecord, FactRecord, HistoryRecord, ItemRecord
 from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
 
 Counts = tuple[int, int]  # (written, skipped as already stored)
@@ -41,6 +41,23 @@ def restore_episodes(parts: Parts, layers: Layers, episodes: list[EpisodeRecord]
     new = [r for r in episodes if r.episode.id not in held]
     layers.episodes.restore([(r.episode, r.points) for r in new], _covered(parts, new))
     return len(new), len(episodes) - len(new)
+
+
+def restore_cursors(parts: Parts, layers: Layers, cursors: list[CursorRecord]) -> Counts:
+    """Move each session's coverage cursor forward to the turn its line names, as this store
+    numbers it; never back. Skipped: a cursor that covers that turn already, or whose turn this
+    store does not hold for that user and session (another user's turn moves nothing)."""
+    users = {c.user_id for c in cursors}
+    held = {user: parts.store.get_by_ids(user, sorted({c.through for c in cursors if c.user_id == user}))
+            for user in users}
+    moved = 0
+    with parts.lock, layers.rows.unit() as u:
+        for c in cursors:
+            turn = held[c.user_id].get(c.through)
+            if turn is not None and turn.session_id == c.session_id and u.cursor(c.user_id, c.session_id) < turn.seq:
+                u.advance_cursor(c.user_id, c.session_id, turn.seq)
+                moved += 1
+    return moved, len(cursors) - moved
 
 
 def restore_items(items: ItemStore, found: list[ItemRecord]) -> Counts:

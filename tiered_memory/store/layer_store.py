@@ -189,6 +189,12 @@ class LayerStore:
                            (user_id, session_id))
         return int(found[0][0]) if found else 0
 
+    def session_cursors(self, user_id: str | None) -> dict[tuple[str, str], int]:
+        sql, params = "SELECT user_id, session_id, last_seq FROM session_cursor", []
+        if user_id is not None:
+            sql, params = sql + " WHERE user_id=?", [user_id]
+        return {(r[0], r[1]): int(r[2]) for r in self.query(sql, params)}
+
     def uncovered_count(self, user_id: str, session_id: str, *, role: str | None = None) -> int:
         sql = f"SELECT COUNT(*) FROM messages WHERE user_id=? AND session_id=? AND {self.message_order} > ?"
         params: list[Any] = [user_id, session_id, self.cursor(user_id, session_id)]

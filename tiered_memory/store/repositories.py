@@ -157,6 +157,9 @@ class EpisodeRepository(Protocol):
 
     def cursor(self, user_id: str, session_id: str) -> int: ...
 
+    def session_cursors(self, user_id: str | None) -> dict[tuple[str, str], int]:
+        """Every coverage cursor of ``user_id`` (of every user when ``None``), by (user, session)."""
+
     def archived_turns(self, user_id: str | None) -> Iterator[ArchivedTurn]:
         """Archived turns of ``user_id`` (of every user when ``None``), every field (for export)."""
 
