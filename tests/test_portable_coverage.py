@@ -1,15 +1,17 @@
 """JSONL export and import of what ``end_session`` has already summarised (each session's
-coverage cursor, as the id of the last turn it covers)."""
+coverage cursor, as the id of the last turn it covers), and of working memory into a store
+whose capacity is smaller than the source's."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
-from tiered_memory import TieredMemory
+from tiered_memory import MemoryConfig, TieredMemory
 from tiered_memory.errors import NotFoundError
 
 from portable_support import MakeMemory, export, layer_rows, moved, refused_line
@@ -134,3 +136,27 @@ def test_two_cursor_lines_of_one_session_are_refused(make_memory: MakeMemory, tm
         make_memory().import_jsonl(tmp_path / "two.jsonl")
     assert [n for n, _ in e.value.errors] == [2] and "also on line 1" in e.value.errors[0][1]
 
+
+def test_a_working_memory_import_keeps_the_stores_capacity(make_memory: MakeMemory, tmp_path: Path) -> None:
+    """Imported into a store whose capacity is smaller, a session keeps its most important
+    items, as ``remember`` would, and each evicted one is in the audit log."""
+    src = make_memory("src")
+    wm = src.working_memory("live", user_id="ana")
+    for n, importance in enumerate([0.3, 0.9, 0.1, 0.7]):
+        wm.remember(f"note {n}", importance=importance, now=1_700_000_000.0 + n)
+    src.working_memory("other", user_id="ana").remember("alone", importance=0.2, now=1_700_000_000.0)
+    src.export_jsonl(tmp_path / "all.jsonl")
+
+    tight = MemoryConfig(working=replace(MemoryConfig().working, capacity=2, decay_per_hour=0.0))
+    dst = make_memory("dst", config=tight)
+    dst.working_memory("live", user_id="ana").remember("already here", importance=0.8, now=1_700_000_010.0)
+    report = dst.import_jsonl(tmp_path / "all.jsonl")
+    assert (report.working_imported, report.working_skipped) == (5, 0)
+    live = dst.working_memory("live", user_id="ana").items()
+    assert [i.text for i in live] == ["note 1", "already here"]
+    assert [i.text for i in dst.working_memory("other", user_id="ana").items()] == ["alone"]
+    evicted = [e for e in dst.audit_log("ana", layer="working") if e.action == "evict"]
+    assert sorted(e.details["text"] for e in evicted) == ["note 0", "note 2", "note 3"]
+    again = dst.import_jsonl(tmp_path / "all.jsonl")  # the evicted ones are not brought back
+    assert (again.working_imported, again.working_skipped) == (0, 5)
+    assert [i.text for i in dst.working_memory("live", user_id="ana").items()] == ["note 1", "already here"]

@@ -563,7 +563,8 @@ class TieredMemory:
         goes to the user it names, unless ``user_id`` scopes the import to one user (lines of
         others are then invalid). Facts, episodes, items, archived turns (into the archive)
         and working memory are restored as exported (ids, times, validity, history, access
-        counts, importance, TTLs), without resolution, summarising or eviction; a record
+        counts, importance, TTLs), without resolution or summarising; a working-memory session
+        past this memory's capacity evicts as :meth:`WorkingMemory.remember` does. A record
         whose id is already stored (or a session's scratchpad) is skipped and counted."""
         check_flag(skip_invalid, "skip_invalid")
         path = check_path(path)

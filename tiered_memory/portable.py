@@ -21,7 +21,10 @@ and key are already stored, the scratchpad of a session that has one
 (``scratchpads_skipped``), and an audit entry (it has no id) whose every field the log
 already holds (``audit_skipped``). A cursor only moves forward: one this store has at that
 turn or past it, or whose turn it does not hold for that user and session, is skipped
-(``cursors_skipped``). Archived turns go back to the archive, not to the live turns.
+(``cursors_skipped``). Archived turns go back to the archive, not to the live turns. Working
+memory enters a session as ``remember`` writes it: past this memory's ``capacity``, the least
+important items are evicted (audited), and an item this store evicted is skipped, not
+brought back.
 """
 
 from __future__ import annotations
@@ -266,7 +269,8 @@ def import_jsonl(
     else's memory. Messages are written first, then the sessions' cursors (never moved back),
     facts (with their history, as they were: no resolution; and the history of facts no longer
     stored), episodes (as they were: no summarising), archived turns (into the archive), working
-    memory (items re-embedded, no eviction), the audit log and items; ``layers`` and ``items`` are
+    memory (items re-embedded; past this memory's capacity a session evicts as ``remember``
+    does), the audit log and items; ``layers`` and ``items`` are
     ``None`` where the record store keeps no memory layers.
     ``progress`` is called with the messages of each committed chunk, then once with the
     number of the other lines.

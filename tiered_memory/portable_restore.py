@@ -79,10 +79,16 @@ def restore_archived(parts: Parts, layers: Layers, turns: list[ArchivedTurn]) ->
 
 
 def restore_working(parts: Parts, layers: Layers, items: list[WorkingItem]) -> Counts:
-    """The working-memory items whose ids no row holds yet (pruned ones included), embedded
-    as ``remember`` embeds them."""
-    held = layers.rows.working_owners([i.id for i in items])
-    written = restore_working_items(layers.rows, parts.embedder, parts.lock, [i for i in items if i.id not in held])
+    """The working-memory items whose ids no row holds yet (pruned ones included) and that
+    this store has not evicted (its audit log says so: a re-import does not bring them back),
+    embedded as ``remember`` embeds them; a session past this memory's ``capacity`` evicts its
+    least important items as ``remember`` does."""
+    rows = layers.rows
+    held = {*rows.working_owners([i.id for i in items]),
+            *(e.item_id for user in {i.user_id for i in items} for e in rows.audit_log(user, "working")
+              if e.action == "evict")}
+    written = restore_working_items(rows, parts.embedder, parts.config.working, parts.lock,
+                                    [i for i in items if i.id not in held], parts.now())
     return written, len(items) - written
 
 

@@ -23,7 +23,7 @@ from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..aio import twin
 from ..errors import ContentTooLargeError, InvalidInputError
 from ..records import WorkingItem
-from ..store.repositories import WorkingRepository
+from ..store.repositories import WorkingRepository, WorkingWrites
 from ..validation import (MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_query,
                           check_text, to_epoch)
 
@@ -115,14 +115,35 @@ class Scratchpad(MutableMapping[str, Any]):
         return self._load()
 
 
-def restore(rows: WorkingRepository, embedder: Embedder, lock: threading.RLock, items: Sequence[WorkingItem]) -> int:
+def admit(u: WorkingWrites, stored: Sequence[WorkingItem], new: Sequence[tuple[WorkingItem, np.ndarray | None]],
+          config: WorkingConfig, now: float) -> None:
+    """Write ``new`` items (with their vectors) into a session that holds ``stored``, then
+    evict the least important of them all past ``config.capacity`` (a new one too), each
+    with an ``evict`` entry in the audit log: how every write enters a session."""
+    _, evicted = evict([*stored, *(item for item, _ in new)], config.capacity, now, config.decay_per_hour)
+    for item, vector in new:
+        u.insert_working_item(item, vector)
+    for old in evicted:
+        u.evict_working_item(old.id)
+        u.audit(old.user_id, "working", old.id, "evict", {"text": old.text}, now)
+
+
+def restore(rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,
+            items: Sequence[WorkingItem], now: float) -> int:
     """Write exported items as they were, in one transaction: ids, times, importance and access
-    counts kept, no eviction; each embedded as :meth:`WorkingMemory.remember` embeds it, so
-    ranking by relevance finds it. The caller skips ids already stored. Returns how many."""
+    counts kept; each embedded as :meth:`WorkingMemory.remember` embeds it, so ranking by
+    relevance finds it. A session is held to this memory's ``capacity`` as ``remember`` holds
+    it (:func:`admit`): an import into a smaller one keeps the most important items. The
+    caller skips ids already stored. Returns how many were written."""
     vecs = embed_batched(embedder, [i.text for i in items])
-    with lock, rows.unit() as u:
-        for item, vector in zip(items, vecs):
-            u.insert_working_item(item, vector)
+    sessions: dict[tuple[str, str], list[tuple[WorkingItem, np.ndarray | None]]] = {}
+    for item, vector in zip(items, vecs):
+        sessions.setdefault((item.user_id, item.session_id), []).append((item, vector))
+    with lock:
+        stored = {key: rows.working_items(*key) for key in sessions}
+        with rows.unit() as u:
+            for key, new in sessions.items():
+                admit(u, stored[key], new, config, now)
     return len(items)
 
 
@@ -160,12 +181,9 @@ class WorkingMemory:
                            type=type, importance=importance, created_at=now, metadata=metadata)
         vector = embed(self.embedder, [text])[0]
         with self.lock:
-            kept, evicted = evict([*self.items_raw(), item], self.config.capacity, now, self.config.decay_per_hour)
+            stored = self.items_raw()
             with self.rows.unit() as u:
-                u.insert_working_item(item, vector)
-                for old in evicted:
-                    u.evict_working_item(old.id)
-                    u.audit(self.user_id, "working", old.id, "evict", {"text": old.text}, now)
+                admit(u, stored, [(item, vector)], self.config, now)
         return item
 
     def items_raw(self) -> list[WorkingItem]:
