@@ -5,7 +5,9 @@ the session holds at most ``capacity`` items and evicts the lowest decayed
 importance; a query ranks items by relevance blended with importance. A
 scratchpad dict keeps agent state (JSON values) for the session. Decisions are the
 pure functions :func:`decayed`, :func:`evict` and :func:`rank`; rows are reached only
-through :class:`~tiered_memory.store.repositories.WorkingRepository`.
+through :class:`~tiered_memory.store.repositories.WorkingRepository`. An add reads the
+session's items, decides and writes in one transaction under the session's lock (across
+worker processes on PostgreSQL), so a session never holds more than ``capacity`` items.
 """
 
 from __future__ import annotations
@@ -115,12 +117,16 @@ class Scratchpad(MutableMapping[str, Any]):
         return self._load()
 
 
-def admit(u: WorkingWrites, stored: Sequence[WorkingItem], new: Sequence[tuple[WorkingItem, np.ndarray | None]],
+def admit(u: WorkingWrites, user_id: str, session_id: str, new: Sequence[tuple[WorkingItem, np.ndarray | None]],
           config: WorkingConfig, now: float) -> None:
-    """Write ``new`` items (with their vectors) into a session that holds ``stored``, then
-    evict the least important of them all past ``config.capacity`` (a new one too), each
-    with an ``evict`` entry in the audit log: how every write enters a session."""
-    _, evicted = evict([*stored, *(item for item, _ in new)], config.capacity, now, config.decay_per_hour)
+    """Write ``new`` items (with their vectors) into a session, then evict the least important
+    of them all past ``config.capacity`` (a new one too), each with an ``evict`` entry in the
+    audit log: how every write enters a session. The session's items are read, decided on and
+    written under its lock, in ``u``: another worker adding to the session at the same time
+    cannot leave it over capacity, nor evict (and audit) an item twice."""
+    u.lock_session(user_id, session_id)
+    held = u.working_items(user_id, session_id)
+    _, evicted = evict([*held, *(item for item, _ in new)], config.capacity, now, config.decay_per_hour)
     for item, vector in new:
         u.insert_working_item(item, vector)
     for old in evicted:
@@ -139,11 +145,9 @@ def restore(rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, 
     sessions: dict[tuple[str, str], list[tuple[WorkingItem, np.ndarray | None]]] = {}
     for item, vector in zip(items, vecs):
         sessions.setdefault((item.user_id, item.session_id), []).append((item, vector))
-    with lock:
-        stored = {key: rows.working_items(*key) for key in sessions}
-        with rows.unit() as u:
-            for key, new in sessions.items():
-                admit(u, stored[key], new, config, now)
+    with lock, rows.unit() as u:
+        for (user_id, session_id), new in sessions.items():
+            admit(u, user_id, session_id, new, config, now)
     return len(items)
 
 
@@ -180,10 +184,8 @@ class WorkingMemory:
         item = WorkingItem(id=uuid.uuid4().hex, user_id=self.user_id, session_id=self.session_id, text=text,
                            type=type, importance=importance, created_at=now, metadata=metadata)
         vector = embed(self.embedder, [text])[0]
-        with self.lock:
-            stored = self.items_raw()
-            with self.rows.unit() as u:
-                admit(u, stored, [(item, vector)], self.config, now)
+        with self.lock, self.rows.unit() as u:
+            admit(u, self.user_id, self.session_id, [(item, vector)], self.config, now)
         return item
 
     def items_raw(self) -> list[WorkingItem]:

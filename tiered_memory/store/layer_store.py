@@ -40,7 +40,7 @@ from .layer_codec import (
     pad_from_row,
     working_from_row,
 )
-from .layer_unit import LayerUnit
+from .layer_unit import SESSION_WORKING, LayerUnit
 from .repositories import Scored
 
 
@@ -75,8 +75,9 @@ class LayerStore:
         raise NotImplementedError
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None:
-        """Serialise writes to one session across workers until ``c`` commits (a no-op where
-        the store serves one process)."""
+        """Serialise writes to one session across workers until ``c`` commits (a no-op on
+        SQLite: its write transaction, ``BEGIN IMMEDIATE``, already excludes every other
+        writer of the file, in this process or another)."""
 
     # ---- the unit of work -------------------------------------------------------
     @contextmanager
@@ -214,9 +215,7 @@ class LayerStore:
 
     # ---- working memory ------------------------------------------------------------
     def working_items(self, user_id: str, session_id: str) -> list[WorkingItem]:
-        return [working_from_row(r) for r in self.query(
-            f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
-            " ORDER BY created_at", (user_id, session_id))]
+        return [working_from_row(r) for r in self.query(SESSION_WORKING, (user_id, session_id))]
 
     def working_vectors(self, user_id: str, session_id: str) -> list[tuple[WorkingItem, np.ndarray | None]]:
         return [(working_from_row(r), from_blob(r[-1])) for r in self.query(

@@ -32,10 +32,13 @@ from .layer_codec import (
     marks,
     ns_path,
     to_blob,
+    working_from_row,
     working_to_row,
 )
 
 _BATCH = 500  # ids per IN (...) list
+SESSION_WORKING = (f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
+                   " ORDER BY created_at")  # a session's live working items, oldest first
 
 
 class Dialect(Protocol):
@@ -194,6 +197,9 @@ class LayerUnit:
                    [(now, user_id, i) for i in sorted(ids)])
 
     # ---- working memory -----------------------------------------------------------------
+    def working_items(self, user_id: str, session_id: str) -> list[WorkingItem]:
+        return [working_from_row(r) for r in self._run(SESSION_WORKING, (user_id, session_id)).fetchall()]
+
     def insert_working_item(self, item: WorkingItem, vector: np.ndarray | None) -> None:
         self._run(f"INSERT INTO working_items ({WORKING_COLS}, vector) VALUES ({marks(10)})",
                   (*working_to_row(item), to_blob(vector)))

@@ -101,7 +101,8 @@ class FactRepository(Protocol):
 # ---- episodes and sessions -----------------------------------------------------------
 class EpisodeWrites(AuditWrites, Protocol):
     def lock_session(self, user_id: str, session_id: str) -> None:
-        """Serialise this session's episode and scratchpad writes across workers until the unit ends."""
+        """Serialise this session's episode, working-memory and scratchpad writes across workers
+        until the unit ends."""
 
     def cursor(self, user_id: str, session_id: str) -> int:
         """The last message seq an episode of the session covers (0: none)."""
@@ -181,6 +182,9 @@ class EpisodeRepository(Protocol):
 # ---- working memory ------------------------------------------------------------------
 class WorkingWrites(AuditWrites, Protocol):
     def lock_session(self, user_id: str, session_id: str) -> None: ...
+
+    def working_items(self, user_id: str, session_id: str) -> list[WorkingItem]:
+        """The session's live items, read in the unit (after :meth:`lock_session`: current)."""
 
     def insert_working_item(self, item: WorkingItem, vector: np.ndarray | None) -> None: ...
 
