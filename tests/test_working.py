@@ -144,3 +144,22 @@ def test_clear_session_clears_its_working_memory(memory) -> None:  # type: ignor
     assert memory.working_memory("s", user_id="u").items() == []
     assert dict(memory.working_memory("s", user_id="u").scratchpad) == {}
     assert [i.text for i in memory.working_memory("t", user_id="u").items()] == ["keep me"]
+
+
+def test_an_item_evicted_while_consolidation_prunes_is_audited_once(make_memory: Callable[..., TieredMemory]) -> None:
+    # the prune step decides on a list read before its writes; an add that evicts one of those
+    # items meanwhile (here: from the progress callback, between two prunes) leaves it to the eviction
+    memory = make_memory(config=MemoryConfig(working=WorkingConfig(capacity=2)))
+    wm = memory.working_memory("s", user_id="u")
+    stale = [wm.remember(t, importance=0.01, now=1000.0 + n) for n, t in enumerate(["old a", "old b"])]
+
+    def add_two(step: str, done: int, total: int) -> None:
+        if step == "prune" and done == 1:
+            wm.remember("fresh c", importance=0.9)
+            wm.remember("fresh d", importance=0.9)  # the session is full: "old b" is evicted
+
+    report = memory.consolidate("u", progress=add_two)
+    assert report.details["prune"] == [stale[0].id] and report.pruned == 1
+    audit = [(e.item_id, e.action) for e in memory.audit_log("u", layer="working")]
+    assert audit == [(stale[0].id, "prune"), (stale[1].id, "evict")]
+    assert sorted(i.text for i in wm.items()) == ["fresh c", "fresh d"]

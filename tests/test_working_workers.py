@@ -28,6 +28,7 @@ WORKERS = 6
 ADDS = 25
 USER, SESSION = "u", "shared"
 MIXED = [0.9, 0.2, 0.6, 0.01, 0.4, 0.8, 0.03, 0.3, 0.7, 0.5, 0.02]
+HALF_PRUNABLE = [0.01, 0.9, 0.02, 0.6, 0.03, 0.8, 0.04]  # < 0.05: below ConsolidationConfig.prune_below
 PRELOAD = ["numpy", "psycopg", "psycopg_pool", "tiered_memory"]
 
 
@@ -95,7 +96,8 @@ def run_workers(tmp_path: Path, url: str, capacity: int, importance: list[float]
 
 @pytest.mark.parametrize("capacity, importance, pruners", [
     (4, MIXED, 0),  # full at once: nearly every add evicts
-], ids=["writers"])
+    (12, HALF_PRUNABLE, 2),  # the pruners race the writers' evictions and each other
+], ids=["writers", "writers-and-pruners"])
 def test_workers_writing_one_session_keep_its_capacity_and_audit_each_removal_once(
         make_pgvector_url: Callable[[], str], tmp_path: Path, capacity: int, importance: list[float],
         pruners: int) -> None:

@@ -219,11 +219,11 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
             layers.parts.index.delete([f"fact:{f.id}"])
             pruned.append(f.id)
             tick("prune", len(pruned), total)
-        for item_id in stale:
-            with layers.rows.unit() as u:
-                u.retire_working_item(item_id, now)
-                u.audit(user_id, "working", item_id, "prune", {}, now)
-            pruned.append(item_id)
-            tick("prune", len(pruned), total)
+        for n, item_id in enumerate(stale, start=len(doomed) + 1):
+            with layers.rows.unit() as u:  # another worker may have evicted or pruned it since the read
+                if u.retire_working_item(item_id, now):
+                    u.audit(user_id, "working", item_id, "prune", {}, now)
+                    pruned.append(item_id)
+            tick("prune", n, total)
     return pruned
 

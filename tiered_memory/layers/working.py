@@ -130,8 +130,8 @@ def admit(u: WorkingWrites, user_id: str, session_id: str, new: Sequence[tuple[W
     for item, vector in new:
         u.insert_working_item(item, vector)
     for old in evicted:
-        u.evict_working_item(old.id)
-        u.audit(old.user_id, "working", old.id, "evict", {"text": old.text}, now)
+        if u.evict_working_item(old.id):  # a prune (which does not take the lock) may have got there first
+            u.audit(old.user_id, "working", old.id, "evict", {"text": old.text}, now)
 
 
 def restore(rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,

@@ -204,11 +204,12 @@ class LayerUnit:
         self._run(f"INSERT INTO working_items ({WORKING_COLS}, vector) VALUES ({marks(10)})",
                   (*working_to_row(item), to_blob(vector)))
 
-    def evict_working_item(self, item_id: str) -> None:
-        self._run("DELETE FROM working_items WHERE id=?", (item_id,))
+    def evict_working_item(self, item_id: str) -> bool:
+        return bool(self._run("DELETE FROM working_items WHERE id=? AND deleted_at IS NULL", (item_id,)).rowcount > 0)
 
-    def retire_working_item(self, item_id: str, at: float) -> None:
-        self._run("UPDATE working_items SET deleted_at=? WHERE id=?", (at, item_id))
+    def retire_working_item(self, item_id: str, at: float) -> bool:
+        return bool(self._run("UPDATE working_items SET deleted_at=? WHERE id=? AND deleted_at IS NULL",
+                              (at, item_id)).rowcount > 0)
 
     def forget_working_item(self, user_id: str, session_id: str, item_id: str) -> bool:
         return bool(self._run("DELETE FROM working_items WHERE user_id=? AND session_id=? AND id=?",

@@ -188,10 +188,11 @@ class WorkingWrites(AuditWrites, Protocol):
 
     def insert_working_item(self, item: WorkingItem, vector: np.ndarray | None) -> None: ...
 
-    def evict_working_item(self, item_id: str) -> None: ...
+    def evict_working_item(self, item_id: str) -> bool:
+        """Delete a live item; False if it is gone or retired already (by another worker)."""
 
-    def retire_working_item(self, item_id: str, at: float) -> None:
-        """Hide an item (pruned), kept for audit."""
+    def retire_working_item(self, item_id: str, at: float) -> bool:
+        """Hide a live item (pruned), kept for audit; False if it is gone or retired already."""
 
     def forget_working_item(self, user_id: str, session_id: str, item_id: str) -> bool: ...
 
