@@ -110,14 +110,14 @@ def test_workers_writing_one_session_keep_its_capacity_and_audit_each_removal_on
 
     added = [i for r in reports for i in r[2]]
     writers = [r[0] for r in reports if r[2]]
-    assert len(added) == len(set(added)) == len(writers) * ADDS
+    assert len(writers) == WORKERS - pruners and len(added) == len(set(added)) == len(writers) * ADDS
     with open_memory(tmp_path / "check", url, capacity) as memory:
         wm = memory.working_memory(SESSION, user_id=USER)
         live = {i.id for i in wm.items()}
         assert len(live) <= capacity and live <= set(added)
         audit = memory.audit_log(USER, layer="working")
         removals = Counter(e.item_id for e in audit)
-        assert {e.action for e in audit} <= {"evict", "prune"}
+        assert {e.action for e in audit} == ({"evict", "prune"} if pruners else {"evict"})  # both raced
         assert [i for i, n in removals.items() if n > 1] == []  # each removal recorded once
         assert set(removals) == set(added) - live  # and every item that left has its record
         assert wm.scratchpad.to_dict() == {f"w{w}": ADDS - 1 for w in writers}
