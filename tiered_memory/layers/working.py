@@ -146,8 +146,8 @@ def restore(rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, 
     for item, vector in zip(items, vecs):
         sessions.setdefault((item.user_id, item.session_id), []).append((item, vector))
     with lock, rows.unit() as u:
-        for (user_id, session_id), new in sessions.items():
-            admit(u, user_id, session_id, new, config, now)
+        for user_id, session_id in sorted(sessions):  # session locks in one order: two imports never deadlock
+            admit(u, user_id, session_id, sessions[user_id, session_id], config, now)
     return len(items)
 
 
