@@ -152,7 +152,7 @@ class TieredMemory:
             self.parts = Parts(
                 store=self.store, index=self.index, embedder=self.embedder, config=self.config,
                 lock=self._write_lock, count_tokens=self.count_tokens,
-                access=AccessLog({"turn": lambda _user, ids, now: self.store.touch(ids, now),
+                access=AccessLog({"turn": lambda user, ids, now: self.store.touch(user, ids, now),
                                   "fact": lambda user, ids, now: self._layers.facts.touch(user, ids, now),
                                   "episode": lambda user, ids, now: self._layers.episodes.touch(user, ids, now),
                                   "working": lambda user, ids, now: touch_items(self._layers.rows, user, ids, now)},

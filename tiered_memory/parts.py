@@ -40,7 +40,9 @@ class AccessLog:
 
     Args:
         touchers: for each layer, the function that adds one access per listed id
-            (ids may repeat) and sets their last access to ``now``.
+            (ids may repeat) and sets their last access to ``now``, on rows of the given
+            user only: by the time a batch is written, an id may have been forgotten and
+            taken by another user's record.
         lock: the memory's write lock, held while a batch is written.
         flush_size: entries that make the background thread flush.
         flush_seconds: the longest an entry waits for a flush.

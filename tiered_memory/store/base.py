@@ -140,7 +140,9 @@ class RecordStore(Protocol):
     def sessions(self, user_id: str) -> list[SessionInfo]:
         """The user's sessions that hold messages, in the order they started."""
 
-    def touch(self, ids: list[str], now: float) -> None: ...
+    def touch(self, user_id: str, ids: list[str], now: float) -> None:
+        """One access per listed id of the user's messages (ids may repeat), last access ``now``;
+        an id the user does not hold (forgotten since, perhaps taken by another user) is skipped."""
 
     def counts(self) -> dict[str, int]: ...
 

@@ -137,7 +137,7 @@ class PostgresRecordStore(PostgresDatabase):
             " FROM unnest(%s::text[], %s::text[]) AS v(id, dup) WHERE m.id = v.id",
             (ordered, [duplicates.get(i) for i in ordered])))
 
-    def touch(self, ids: list[str], now: float) -> None:
+    def touch(self, user_id: str, ids: list[str], now: float) -> None:
         if not ids:
             return
         counts: dict[str, int] = {}
@@ -146,8 +146,8 @@ class PostgresRecordStore(PostgresDatabase):
         ordered = sorted(counts)
         self.write(lambda c: c.execute(
             "UPDATE messages m SET access_count=m.access_count+v.n, last_access=%s"
-            " FROM unnest(%s::text[], %s::int[]) AS v(id, n) WHERE m.id = v.id",
-            (now, ordered, [counts[i] for i in ordered])))
+            " FROM unnest(%s::text[], %s::int[]) AS v(id, n) WHERE m.id = v.id AND m.user_id = %s",
+            (now, ordered, [counts[i] for i in ordered], user_id)))
 
     def delete_message(self, user_id: str, message_id: str) -> bool:
         return bool(self.write(lambda c: c.execute(

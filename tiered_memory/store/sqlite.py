@@ -94,12 +94,12 @@ class SQLiteRecordStore(SQLiteDatabase):
                 [(duplicates.get(i), i) for i in ids],
             )
 
-    def touch(self, ids: list[str], now: float) -> None:
+    def touch(self, user_id: str, ids: list[str], now: float) -> None:
         if ids:
             with self.transaction() as c:
                 c.executemany(
-                    "UPDATE messages SET access_count=access_count+1, last_access=? WHERE id=?",
-                    [(now, i) for i in ids],
+                    "UPDATE messages SET access_count=access_count+1, last_access=? WHERE id=? AND user_id=?",
+                    [(now, i, user_id) for i in ids],
                 )
 
     def delete_message(self, user_id: str, message_id: str) -> bool:
