@@ -12,6 +12,7 @@ from typing import Callable, Union
 
 from .base import LONG_MESSAGE_CHARS
 from .sqlite_keywords import add_text_hash, upgrade
+from .text_search import FTS5_SPLITTING_LETTERS
 
 # A migration step: SQL statements, or a function given the connection (for work in Python).
 Step = Union[str, Callable[[sqlite3.Connection], None]]
@@ -84,6 +85,11 @@ MIGRATIONS: list[Step] = [
     # without reading all of the user's rows
     """
     CREATE INDEX IF NOT EXISTS messages_duplicates ON messages(user_id) WHERE duplicate_of IS NOT NULL;
+    """,
+    # words now split where FTS5 splits them (text_search.FTS5_SPLITTING_LETTERS): the rows that
+    # hold such a letter have their keywords computed again (fill_missing, when the store opens)
+    f"""
+    UPDATE messages SET keywords = NULL WHERE content GLOB '*[{FTS5_SPLITTING_LETTERS}]*';
     """,
 ]
 

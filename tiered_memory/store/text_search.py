@@ -22,12 +22,18 @@ def fts5_any(terms: Sequence[str]) -> str | None:
     return " OR ".join(quoted) if quoted else None
 
 
-#: A word as FTS5's ``unicode61`` tokenizer reads one: letters and digits; ``_`` and every
-#: other character separate words. (Where SQLite's Unicode tables are older than Python's,
-#: a few letters, e.g. New Tai Lue vowel signs, split a word inside FTS5: the piece after
-#: them carries no tag. Both sides split alike, so it still matches; it only shares its
-#: posting list with other users, and the ``user_id =`` check keeps users apart.)
-_WORD = re.compile(r"[^\W_]+")
+#: Letters to Python that SQLite's ``unicode61`` tables (Unicode 6.1) still hold to be marks,
+#: so FTS5 splits a word at them: New Tai Lue vowel signs and tone marks, two Vedic signs (a
+#: character class body). Found by trying every character Python reads as part of a word
+#: (tests/test_isolation_paths.py does it again on the SQLite in use).
+FTS5_SPLITTING_LETTERS = "\u19b0-\u19c0\u19c8\u19c9\u1cf2\u1cf3"
+
+#: A word as FTS5's ``unicode61`` tokenizer reads one: letters and digits; ``_``, the
+#: :data:`FTS5_SPLITTING_LETTERS` and every other character separate words. A word FTS5 split
+#: again would leave its second piece without its user's tag, and that piece may be another
+#: user's tag and word ("x" + a vowel sign + "2qsecret"): one user's rows would then crowd
+#: another's out of their keyword matches.
+_WORD = re.compile(f"[^\\W_{FTS5_SPLITTING_LETTERS}]+")
 
 
 def user_tag(number: int) -> str:
