@@ -10,7 +10,9 @@ skipping messages already stored, so a turn with several model calls is stored o
 Who and which conversation: ``user_id`` and ``session_id`` come from the run's
 context (``agent.invoke(..., context={"user_id": ..., "session_id": ...})`` or an
 object with those attributes), else ``config["configurable"]`` (``session_id``
-falls back to ``thread_id``), else the constructor's defaults.
+falls back to ``thread_id``), else the constructor's defaults. The first source that
+names an id decides: an empty one raises ``InvalidInputError`` rather than fall back to
+the next source, whose user may be someone else.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ def _get(source: Any, name: str) -> Any:
     if isinstance(source, Mapping):
         return source.get(name)
     return getattr(source, name, None)
+
+
+def _first(*given: Any) -> Any:
+    """The first of ``given`` that is not ``None`` (``None`` when none is)."""
+    return next((v for v in given if v is not None), None)
 
 
 def _configurable() -> Mapping[str, Any]:
@@ -116,10 +123,11 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def ids(self, runtime: Runtime[Any] | None) -> tuple[str, str]:
         ctx = getattr(runtime, "context", None)
         conf = _configurable()
-        user = _get(ctx, "user_id") or conf.get("user_id") or self.user_id
-        session = (_get(ctx, "session_id") or conf.get("session_id") or conf.get("thread_id")
-                   or self.session_id)
-        if not user or not session:
+        # the first source that names an id decides: an empty one is refused by check_id,
+        # never passed over to the next source (another user's id, or the default's)
+        user = _first(_get(ctx, "user_id"), conf.get("user_id"), self.user_id)
+        session = _first(_get(ctx, "session_id"), conf.get("session_id"), conf.get("thread_id"), self.session_id)
+        if user is None or session is None:
             raise ConfigurationError(
                 "TieredMemoryMiddleware needs a user_id and a session_id: pass them in the run's "
                 "context (context={'user_id': ..., 'session_id': ...}), in "

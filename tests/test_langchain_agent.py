@@ -116,6 +116,22 @@ def test_middleware_needs_ids(memory: TieredMemory) -> None:
         agent.invoke({"messages": [HumanMessage("hi")]})
 
 
+@pytest.mark.parametrize("context", [{"user_id": "", "session_id": "s"}, {"user_id": "u2", "session_id": ""}])
+def test_middleware_refuses_an_empty_id_rather_than_use_the_default_users(memory: TieredMemory,
+                                                                          context: dict[str, str]) -> None:
+    # a run that names an empty user (a request whose user was not filled in) is refused:
+    # neither the default user's memory nor another source's user stands in for it
+    _seed(memory)
+    rec = PromptRecorder()
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("Teal.")], callbacks=[rec]), [],
+                         middleware=[TieredMemoryMiddleware(memory, user_id="u1", session_id="s1")])
+    with pytest.raises(InvalidInputError, match="must be a non-empty string"):
+        agent.invoke({"messages": [HumanMessage("What is my favourite colour?")]}, context=context,
+                     config={"configurable": {"user_id": "u1", "thread_id": "t1"}})
+    assert rec.prompts == []  # no model call saw anyone's memory
+    assert [s.session_id for u in ("u1", "u2") for s in memory.sessions(u)] == ["old", "old"]  # nothing stored
+
+
 @pytest.mark.parametrize(("messages", "stored", "expected"), [
     ([], set(), []),
     ([SystemMessage("s", id="0")], set(), []),
