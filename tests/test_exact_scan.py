@@ -224,3 +224,35 @@ def test_an_index_on_a_server_client_holds_nothing(tmp_path):
     index = ChromaVectorIndex(client=client)  # a client given by the caller may have other writers
     index.upsert(items("u", 3, 1))
     assert index.scans_exactly("u", wait=True) is False
+
+
+class LoadsBeforeDeleting:
+    """The engine's own object (Chroma's collection, Qdrant's client), whose deletes first
+    let a query of ``user`` load the user's vectors: a search arriving while a ``forget`` or
+    ``forget_user`` is under way, after the held vectors were dropped and before the engine's."""
+
+    def __init__(self, engine, index, user):
+        self._engine, self._index, self._user = engine, index, user
+
+    def __getattr__(self, name):
+        return getattr(self._engine, name)
+
+    def delete(self, *args, **kwargs):
+        assert self._index.scans_exactly(self._user, wait=True)  # read from the engine, not yet deleted
+        return self._engine.delete(*args, **kwargs)
+
+
+def test_a_load_that_reads_the_engine_during_a_delete_holds_nothing_deleted(chroma):
+    chroma.upsert(items("u", 10, 1))
+    gone = np.asarray([items("u", 2, 1)[1].vector], dtype=np.float32)  # u-1, a turn
+    name = "collection" if isinstance(chroma, ChromaVectorIndex) else "client"
+    engine = getattr(chroma, name)
+    setattr(chroma, name, LoadsBeforeDeleting(engine, chroma, "u"))
+    try:
+        chroma.delete(["u-1"])
+        assert chroma.held_rows("u") == 10  # held: the load came during the delete
+        assert "u-1" not in [i for i, _ in chroma.query(gone, user_id="u", k=10, layers=["turn"])[0]]
+        chroma.delete_user("u")
+        assert chroma.held_rows("u") == 0 and chroma.query(gone, user_id="u", k=10, layers=["turn"]) == [[]]
+    finally:
+        setattr(chroma, name, engine)

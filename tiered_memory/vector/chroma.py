@@ -272,6 +272,8 @@ class ChromaVectorIndex:
                     self.collection.delete(ids=ids[start : start + 2000])
             except Exception as e:
                 raise VectorIndexError(f"Chroma delete failed: {e}") from e
+            if self._exact is not None:  # and after: a load that read the engine meanwhile holds them
+                self._exact.delete(ids)
 
     def delete_user(self, user_id: str) -> None:
         self._settle()
@@ -281,6 +283,8 @@ class ChromaVectorIndex:
             self.collection.delete(where=user_filter(user_id))
         except Exception as e:
             raise VectorIndexError(f"Chroma delete failed: {e}") from e
+        if self._exact is not None:  # again: a query meanwhile loaded the user from the engine
+            self._exact.drop(user_id)
 
     def ids(self, user_id: str | None = None) -> set[str]:
         out: set[str] = set()

@@ -10,7 +10,8 @@ Invariants:
 - Only an index that is the one writer of its data may use it (an embedded engine in the
   memory's locked folder): every write reaches :meth:`ExactScan.add` / ``delete`` /
   ``drop``, so what is held never goes stale. An index shared with other processes
-  (a server) must not.
+  (a server) must not. The index deletes from what is held both before and after the
+  engine's delete: a user loaded by a query in between read the engine still holding them.
 - What is held is a cache of the engine, never the truth: a user is loaded from the
   engine in a background thread on first use, queries go to the engine until it is
   loaded, and writes made meanwhile are replayed over what was read.

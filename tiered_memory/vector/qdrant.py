@@ -191,6 +191,8 @@ class QdrantVectorIndex:
                     points=[point_id(i) for i in ids]))
             except Exception as e:
                 raise VectorIndexError(f"Qdrant delete failed: {e}") from e
+            if self._exact is not None:  # again: a query meanwhile loaded them from the engine
+                self._exact.delete(ids)
 
     def delete_user(self, user_id: str) -> None:
         if self._exact is not None:
@@ -201,6 +203,8 @@ class QdrantVectorIndex:
                     filter=self._filter(user_id)))
             except Exception as e:
                 raise VectorIndexError(f"Qdrant delete failed: {e}") from e
+            if self._exact is not None:  # again: a query meanwhile loaded the user from the engine
+                self._exact.drop(user_id)
 
     def ids(self, user_id: str | None = None) -> set[str]:
         if not self._ready:
