@@ -182,6 +182,20 @@ def test_the_history_of_deleted_facts_moves_too(make_memory: MakeMemory, tmp_pat
     assert dst.fact_history("ana") == src.fact_history("ana")  # nothing appended twice
 
 
+def test_a_whole_store_export_holds_the_history_of_a_user_with_no_fact_left(make_memory: MakeMemory,
+                                                                           tmp_path: Path) -> None:
+    """A full export listed the users who hold facts or episodes: one whose every fact was
+    deleted lost the trail of them on a move (a scoped export kept it)."""
+    m = make_memory()
+    tea = m.add_fact("User drinks green tea", user_id="cy")
+    m.delete_fact(tea.id, user_id="cy")
+    gone = [x for x in export(m, tmp_path / "all.jsonl") if x["type"] == "fact_history"]
+    assert [(x["user_id"], x["fact_id"]) for x in gone] == [("cy", tea.id)]
+    dst = make_memory("dst")
+    dst.import_jsonl(tmp_path / "all.jsonl")
+    assert dst.fact_history("cy") == m.fact_history("cy")
+
+
 def test_reimporting_an_older_export_brings_no_deleted_fact_back(make_memory: MakeMemory, tmp_path: Path) -> None:
     """An export taken before a fact was deleted, imported again: the fact's id is held by the
     history (a re-import is a no-op), so the fact stays deleted and its trail is not written

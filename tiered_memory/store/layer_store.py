@@ -148,7 +148,9 @@ class LayerStore:
         return {r[0] for r in self.query("SELECT id FROM facts WHERE deleted_at IS NULL AND invalid_at IS NULL")}
 
     def layer_users(self) -> set[str]:
-        return {r[0] for r in self.query("SELECT user_id FROM facts UNION SELECT user_id FROM episodes")}
+        # fact_history too: a user whose every fact was deleted still has their trail
+        return {r[0] for r in self.query(
+            "SELECT user_id FROM facts UNION SELECT user_id FROM episodes UNION SELECT user_id FROM fact_history")}
 
     # ---- episodes and sessions ------------------------------------------------------
     def episodes_of(self, user_id: str | None, session_id: str | None = None) -> list[Episode]:
