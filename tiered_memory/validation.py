@@ -36,6 +36,30 @@ def json_line(text: str) -> str:
     return json.dumps(text, ensure_ascii=False).translate(LINE_BREAK_ESCAPES)
 
 
+_ANGLES = {ord("<"): "\\u003c", ord(">"): "\\u003e"}
+
+
+def quote(text: str) -> str:
+    """Stored text as it reaches a model, in the rendered memory and in the layers' LLM
+    prompts alike: one :func:`json_line` with ``<`` and ``>`` escaped too, so it can neither
+    close our tags nor spell a chat template's special tokens (``<|im_start|>``), which a
+    local model's server parses in the text it tokenizes."""
+    return json_line(text).translate(_ANGLES)
+
+
+_UNSAFE_LABEL = re.compile(r"[^\w .:/+-]")
+
+
+def label_text(value: str | None) -> str:
+    """A role or label as it may appear unquoted beside stored text (a rendered item's head,
+    a prompt's ``[n] role:``): word characters, spaces and ``.:/+-`` only, at most 40
+    characters. Labels are stored data too (a row written by other code may hold any role),
+    so nothing in them may start a line, close a quote or a section."""
+    if not value:
+        return ""
+    return " ".join(_UNSAFE_LABEL.sub("", str(value)).split())[:40]
+
+
 def check_id(value: object, name: str) -> str:
     """Return ``value`` if it is a usable user/session id.
 

@@ -12,7 +12,6 @@ layer falls back to the extractive path and records why in the metadata, unless
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import logging
 import threading
 from typing import Any, Callable, Mapping, Sequence
@@ -30,7 +29,7 @@ from ..records import Episode, EpisodeDraft, Fact, FactCandidate
 from ..store.repositories import LayerRepository
 from .consolidation import ConsolidationReport, consolidate
 from ..types import StoredMessage
-from ..validation import check_id, check_text
+from ..validation import check_id, check_text, quote
 from .working import WorkingMemory
 
 
@@ -124,10 +123,10 @@ class Layers:
         return found, {"method": "llm"}
 
     def _judge(self, candidate: FactCandidate, related: Sequence[tuple[Fact, float]]) -> Judgement | None:
-        numbered = "\n".join(f"[{n}] {json.dumps(f.text)}" for n, (f, _) in
+        numbered = "\n".join(f"[{n}] {quote(f.text)}" for n, (f, _) in
                              enumerate(sorted(related, key=lambda r: -r[1]), 1))
         prompt = [{"role": "system", "content": RESOLVE_PROMPT},
-                  {"role": "user", "content": f"NEW: {json.dumps(candidate.text)}\nEXISTING:\n{numbered}"}]
+                  {"role": "user", "content": f"NEW: {quote(candidate.text)}\nEXISTING:\n{numbered}"}]
         try:
             return self._json(prompt, Judgement)  # type: ignore[no-any-return]
         except LLMError as e:
