@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
-from tiered_memory.context.render import quote
+from tiered_memory.validation import label_text, quote
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.types import StoredMessage
 
@@ -171,7 +171,7 @@ def _by_role(m: StoredMessage) -> BaseMessage:
     if m.role == "tool":
         call_id = m.metadata.get("tool_call_id")
         return ToolMessage(content=m.content, id=lc_id(m), tool_call_id=str(call_id or m.id))
-    return _demoted(m, f"{m.role} message")
+    return _demoted(m, f"{label_text(m.role)} message")  # a role written by other code may be any text
 
 
 # the one message class each stored role may come back as (subclasses such as chunks too)

@@ -29,7 +29,7 @@ from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
 from ..store.repositories import EpisodeRepository
 from ..types import StoredMessage
-from ..validation import MAX_FACT_CHARS, not_blank, quote
+from ..validation import MAX_FACT_CHARS, label_text, not_blank, quote
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -79,8 +79,8 @@ about the user or the work). Use only information present in the conversation.""
 
 def transcript(messages: Sequence[StoredMessage], max_chars: int = 12000) -> str:
     """Numbered, quoted lines ``[n] role: "text"`` (stored text as :func:`quote` quotes it for
-    every model); the newest are kept when too long."""
-    lines = [f"[{n}] {m.role}: {quote(m.content)}" for n, m in enumerate(messages, 1)]
+    every model, the role as :func:`label_text` shows a label); the newest are kept when too long."""
+    lines = [f"[{n}] {label_text(m.role)}: {quote(m.content)}" for n, m in enumerate(messages, 1)]
     out: list[str] = []
     size = 0
     for line in reversed(lines):
