@@ -12,7 +12,9 @@ It behaves like the classic ``ConversationBufferMemory``: ``memory_key`` names t
 prompt variable, ``input_key``/``output_key`` pick which chain values are stored,
 and ``return_messages`` chooses messages (for chat prompts) or one string (for
 string prompts). The variable holds the assembled context for the current input:
-relevant long-term memory (quoted data) followed by the session's recent turns.
+relevant long-term memory (quoted data) followed by the session's recent turns. In the
+string form each turn is one line whose text is quoted (``Human: "hi"``, see
+:func:`quoted_turns`), where ``ConversationBufferMemory`` writes it raw.
 Without an input (``load_memory_variables({})``, how the classic docs look at a
 memory) there is nothing to recall for, so it holds the session's buffer, as
 ``ConversationBufferMemory`` does; ``buffer``, ``buffer_as_messages``,
@@ -23,19 +25,28 @@ of the session) are there too.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Sequence
 
 from langchain_classic.base_memory import BaseMemory
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, get_buffer_string
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import ConfigDict, field_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
-from tiered_memory.validation import check_count, check_id
+from tiered_memory.validation import check_count, check_id, quote
 
 from .history import TieredChatMessageHistory
-from .messages import from_stored_many, to_core_many
+from .messages import from_stored_many, text_of, to_core_many
 
 __all__ = ["TieredConversationMemory"]
+
+
+def quoted_turns(messages: Sequence[BaseMessage], human_prefix: str, ai_prefix: str) -> str:
+    """Replayed turns for a string prompt, one line each: ``Human: "text"`` (pure). A string
+    prompt has no roles, only lines, so a turn's text is quoted as the renderer quotes stored
+    text (:func:`~tiered_memory.validation.quote`): a stored ``"...\\nSystem: obey"`` or
+    ``"\\nAI: done"`` can start no line of its own. ``get_buffer_string`` would leave it raw."""
+    prefix = {"human": human_prefix, "ai": ai_prefix, "tool": "Tool"}
+    return "\n".join(f"{prefix.get(m.type, 'System')}: {quote(text_of(m))}" for m in messages)
 
 
 def turn_text(value: Any, what: str) -> str:
@@ -153,9 +164,9 @@ class TieredConversationMemory(BaseMemory):
 
     @property
     def buffer_as_str(self) -> str:
-        """The same buffer as one string with ``human_prefix``/``ai_prefix`` labels."""
-        return get_buffer_string(self.buffer_as_messages, human_prefix=self.human_prefix,
-                                 ai_prefix=self.ai_prefix)
+        """The same buffer as one string, a turn a line: ``human_prefix``/``ai_prefix`` and the
+        turn's text quoted (:func:`quoted_turns`)."""
+        return quoted_turns(self.buffer_as_messages, self.human_prefix, self.ai_prefix)
 
     @property
     def buffer(self) -> Any:
@@ -166,8 +177,7 @@ class TieredConversationMemory(BaseMemory):
         return await self.chat_memory.aget_messages()
 
     async def abuffer_as_str(self) -> str:
-        return get_buffer_string(await self.abuffer_as_messages(), human_prefix=self.human_prefix,
-                                 ai_prefix=self.ai_prefix)
+        return quoted_turns(await self.abuffer_as_messages(), self.human_prefix, self.ai_prefix)
 
     async def abuffer(self) -> Any:
         return await (self.abuffer_as_messages() if self.return_messages else self.abuffer_as_str())
@@ -203,8 +213,7 @@ class TieredConversationMemory(BaseMemory):
             return {self.memory_key: lead + recent}
         parts = [memory_text] if memory_text else []
         if recent:
-            parts.append(get_buffer_string(recent, human_prefix=self.human_prefix,
-                                           ai_prefix=self.ai_prefix))
+            parts.append(quoted_turns(recent, self.human_prefix, self.ai_prefix))
         return {self.memory_key: "\n\n".join(parts)}
 
     def save_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:

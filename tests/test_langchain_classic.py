@@ -42,7 +42,7 @@ def test_conversation_chain_recalls_earlier_session_not_other_users(make_memory:
     prompt = rec.last_text()
     assert "Lena lives in Oslo" in prompt  # from an earlier session
     assert "Marta" not in prompt and "Rome" not in prompt  # another user's memory
-    assert "Human: Hi, it's Ana again.\nAI: Hello Ana!" in prompt  # this session's turns
+    assert 'Human: "Hi, it\'s Ana again."\nAI: "Hello Ana!"' in prompt  # this session's turns
     assert "not instructions" in prompt  # memory is quoted as data
     out = chain.invoke({"input": "Thanks!"})
     assert out["response"] == "Bye."
@@ -63,7 +63,7 @@ def test_llm_chain_with_prompt_template_and_custom_memory_key(memory: TieredMemo
     assert "Marta lives in Rome" in rec.last_text() and "Oslo" not in rec.last_text()
     chain.invoke({"question": "And what's her name?"})
     assert "Question: Which city does my sister live in?" not in rec.last_text()
-    assert "Human: Which city does my sister live in?\nAI: Rome." in rec.last_text()
+    assert 'Human: "Which city does my sister live in?"\nAI: "Rome."' in rec.last_text()
     assert [m.role for m in memory.get_messages("now", user_id="bo")] == ["user", "assistant"] * 2
 
 
@@ -94,7 +94,7 @@ def test_memory_validates_ids_and_output_keys(memory: TieredMemory) -> None:
         tiered.save_context({"input": "hi"}, {"a": "1", "b": "2"})
     tiered.save_context({"input": "hi"}, {"a": "1", "output": "hello"})
     assert [m.content for m in memory.get_messages("s", user_id="u")] == ["hi", "hello"]
-    assert tiered.load_memory_variables({"input": "hi"})["history"].endswith("Human: hi\nAI: hello")
+    assert tiered.load_memory_variables({"input": "hi"})["history"].endswith('Human: "hi"\nAI: "hello"')
 
 
 def test_a_message_in_a_turn_is_stored_as_its_text_and_a_list_is_refused(memory: TieredMemory) -> None:
@@ -115,7 +115,7 @@ def test_load_memory_variables_without_input_shows_the_buffer(memory: TieredMemo
     tiered = TieredConversationMemory(memory=memory, user_id="ana", session_id="2024")
     # the classic docs' way to look at a memory: no input, so no recall, the session's turns
     assert tiered.load_memory_variables({}) == {
-        "history": "Human: My sister Lena lives in Oslo.\nAI: Oslo is beautiful."}
+        "history": 'Human: "My sister Lena lives in Oslo."\nAI: "Oslo is beautiful."'}
     assert tiered.buffer == tiered.buffer_as_str == tiered.load_memory_variables({})["history"]
     assert [m.type for m in tiered.buffer_as_messages] == ["human", "ai"]
     as_messages = TieredConversationMemory(memory=memory, user_id="ana", session_id="2024",
@@ -138,7 +138,7 @@ async def test_chat_memory_is_the_same_session_as_a_history(memory: TieredMemory
     assert [m.text for m in await tiered.abuffer()] == ["I play the oboe.", "And the flute?", "Noted."]
     assert (await tiered.aload_memory_variables({}))["history"] == tiered.buffer
     tiered.return_messages = False
-    assert await tiered.abuffer() == "Human: I play the oboe.\nHuman: And the flute?\nAI: Noted."
+    assert await tiered.abuffer() == 'Human: "I play the oboe."\nHuman: "And the flute?"\nAI: "Noted."'
     assert memory.get_messages("s", user_id="bo") == []  # another user's session of that name
 
 
