@@ -39,12 +39,18 @@ def json_line(text: str) -> str:
 _ANGLES = {ord("<"): "\\u003c", ord(">"): "\\u003e"}
 
 
+def escape_angles(text: str) -> str:
+    """``text`` with ``<`` and ``>`` written as JSON escapes: no chat template's special token
+    (``<|im_start|>``) and none of our tags can be spelt in it."""
+    return text.translate(_ANGLES)
+
+
 def quote(text: str) -> str:
     """Stored text as it reaches a model, in the rendered memory and in the layers' LLM
     prompts alike: one :func:`json_line` with ``<`` and ``>`` escaped too, so it can neither
     close our tags nor spell a chat template's special tokens (``<|im_start|>``), which a
     local model's server parses in the text it tokenizes."""
-    return json_line(text).translate(_ANGLES)
+    return escape_angles(json_line(text))
 
 
 _UNSAFE_LABEL = re.compile(r"[^\w .:/+-]")

@@ -20,6 +20,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LLMError, LLMOutputError
+from ..validation import escape_angles
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -142,7 +143,8 @@ async def complete_json(
             return parse_output(text, schema)
         except ValueError as e:
             error = str(e)
-            convo = [*convo, {"role": "assistant", "content": text[:4000]},
+            # the output is untrusted (it may copy the conversation): shown again, it is inert
+            convo = [*convo, {"role": "assistant", "content": escape_angles(text[:4000])},
                      {"role": "user", "content": (
                          f"That output was invalid: {error}. Reply again with only one JSON "
                          f"object matching this schema: {schema_hint(schema)}")}]
