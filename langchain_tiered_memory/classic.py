@@ -32,7 +32,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import ConfigDict, field_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
-from tiered_memory.validation import check_count, check_id, quote
+from tiered_memory.quoting import quote
+from tiered_memory.validation import check_count, check_id
 
 from .history import TieredChatMessageHistory
 from .messages import from_stored_many, text_of, to_core_many

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any, Iterable, Mapping, Sequence
 
-from tiered_memory.validation import label_text, quote
+from tiered_memory.quoting import label_text, quote
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.types import StoredMessage
 

@@ -29,7 +29,8 @@ from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
 from ..store.repositories import EpisodeRepository
 from ..types import StoredMessage
-from ..validation import MAX_FACT_CHARS, label_text, not_blank, quote
+from ..quoting import label_text, quote
+from ..validation import MAX_FACT_CHARS, not_blank
 from ..vector.base import VectorIndex, VectorItem
 
 

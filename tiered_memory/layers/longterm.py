@@ -29,7 +29,8 @@ from ..records import Episode, EpisodeDraft, Fact, FactCandidate
 from ..store.repositories import LayerRepository
 from .consolidation import ConsolidationReport, consolidate
 from ..types import StoredMessage
-from ..validation import check_id, check_text, quote
+from ..quoting import quote
+from ..validation import check_id, check_text
 from .working import WorkingMemory
 
 

@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LLMError, LLMOutputError
-from ..validation import escape_angles
+from ..quoting import escape_angles
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -1,0 +1,53 @@
+"""Stored text as it reaches a model: quoted, one line, inert (pure).
+
+Every place that hands stored text to a model (the rendered memory, the layers' own LLM
+prompts, the LangChain replay and string forms) quotes it with :func:`quote` and shows a
+stored role or label with :func:`label_text`. Invariant: a quoted text is one line that no
+line splitting can break, and it can neither close our tags nor spell a chat template's
+special tokens; a label holds no character that could start a line or close a quote.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+# Characters that json.dumps(ensure_ascii=False) leaves raw but that str.splitlines(), many
+# tokenizers and editors treat as line breaks (NEL, C1 controls, LINE/PARAGRAPH SEPARATOR).
+LINE_BREAK_ESCAPES = {c: f"\\u{c:04x}" for c in [*range(0x7F, 0xA0), 0x2028, 0x2029]}
+
+
+def json_line(text: str) -> str:
+    """``text`` as one JSON string literal that no line splitting can break: a stored text
+    quoted so can never start a line of its own (a prompt's or a rendered memory's)."""
+    return json.dumps(text, ensure_ascii=False).translate(LINE_BREAK_ESCAPES)
+
+
+_ANGLES = {ord("<"): "\\u003c", ord(">"): "\\u003e"}
+
+
+def escape_angles(text: str) -> str:
+    """``text`` with ``<`` and ``>`` written as JSON escapes: no chat template's special token
+    (``<|im_start|>``) and none of our tags can be spelt in it."""
+    return text.translate(_ANGLES)
+
+
+def quote(text: str) -> str:
+    """Stored text as it reaches a model, in the rendered memory and in the layers' LLM
+    prompts alike: one :func:`json_line` with ``<`` and ``>`` escaped too, so it can neither
+    close our tags nor spell a chat template's special tokens (``<|im_start|>``), which a
+    local model's server parses in the text it tokenizes."""
+    return escape_angles(json_line(text))
+
+
+_UNSAFE_LABEL = re.compile(r"[^\w .:/+-]")
+
+
+def label_text(value: str | None) -> str:
+    """A role or label as it may appear unquoted beside stored text (a rendered item's head,
+    a prompt's ``[n] role:``): word characters, spaces and ``.:/+-`` only, at most 40
+    characters. Labels are stored data too (a row written by other code may hold any role),
+    so nothing in them may start a line, close a quote or a section."""
+    if not value:
+        return ""
+    return " ".join(_UNSAFE_LABEL.sub("", str(value)).split())[:40]
