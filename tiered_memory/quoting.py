@@ -24,20 +24,25 @@ def json_line(text: str) -> str:
 
 
 _ANGLES = {ord("<"): "\\u003c", ord(">"): "\\u003e"}
+# Mistral's chat templates mark turns with bracketed tokens ([INST], [/INST], [SYSTEM_PROMPT],
+# [TOOL_CALLS]...), parsed out of the text as <|im_start|> is: the bracket that opens one
+_BRACKET_TOKEN = re.compile(r"\[(?=/?[A-Z][A-Z_]+\])")
 
 
-def escape_angles(text: str) -> str:
-    """``text`` with ``<`` and ``>`` written as JSON escapes: no chat template's special token
-    (``<|im_start|>``) and none of our tags can be spelt in it."""
-    return text.translate(_ANGLES)
+def escape_special(text: str) -> str:
+    """``text`` with ``<``, ``>`` and the ``[`` of a bracketed upper-case token written as JSON
+    escapes: no chat template's special token (``<|im_start|>``, ``[INST]``) and none of our
+    tags can be spelt in it."""
+    return _BRACKET_TOKEN.sub(r"\\u005b", text.translate(_ANGLES))
 
 
 def quote(text: str) -> str:
     """Stored text as it reaches a model, in the rendered memory and in the layers' LLM
-    prompts alike: one :func:`json_line` with ``<`` and ``>`` escaped too, so it can neither
-    close our tags nor spell a chat template's special tokens (``<|im_start|>``), which a
-    local model's server parses in the text it tokenizes."""
-    return escape_angles(json_line(text))
+    prompts alike: one :func:`json_line` with :func:`escape_special` applied, so it can
+    neither close our tags nor spell a chat template's special tokens (``<|im_start|>``,
+    ``[INST]``), which a local model's server parses in the text it tokenizes. It stays a
+    JSON literal of the text stored."""
+    return escape_special(json_line(text))
 
 
 _UNSAFE_LABEL = re.compile(r"[^\w .:/+-]")

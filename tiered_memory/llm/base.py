@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LLMError, LLMOutputError
-from ..quoting import escape_angles
+from ..quoting import escape_special
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -144,7 +144,7 @@ async def complete_json(
         except ValueError as e:
             error = str(e)
             # the output is untrusted (it may copy the conversation): shown again, it is inert
-            convo = [*convo, {"role": "assistant", "content": escape_angles(text[:4000])},
+            convo = [*convo, {"role": "assistant", "content": escape_special(text[:4000])},
                      {"role": "user", "content": (
                          f"That output was invalid: {error}. Reply again with only one JSON "
                          f"object matching this schema: {schema_hint(schema)}")}]
