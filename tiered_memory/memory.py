@@ -231,8 +231,9 @@ class TieredMemory:
         with self._write_lock:
             report = repair(store=self.store, index=self.index, embedder=self.embedder,
                             threshold=self.config.dedup_threshold, full=full)
-            if full and self._layers_ok():  # episode / fact vectors are derived from their rows too
+            if full and self._layers_ok():  # episode / fact / item vectors are derived from their rows too
                 report.update(self._layers.repair())
+                report["items"] = self._items.repair()
             return report
 
     def _rebuild(self) -> dict[str, int]:
