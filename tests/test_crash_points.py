@@ -205,6 +205,21 @@ def with_everything(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
 
 
 @step
+def put_killed_after_vectors(memory: TieredMemory) -> None:
+    kill_at(memory.index, "upsert", after=True)
+    put_items(memory, PUT)
+
+
+@step
+def put_killed_before_vectors(memory: TieredMemory) -> None:
+    kill_at(memory.index, "upsert")
+    put_items(memory, PUT)
+
+
+PUT = {"k3": "Collects vintage maps of Lisbon.", "k1": "Speaks fluent Japanese and some Korean."}
+
+
+@step
 def sweep_killed_before_vectors(memory: TieredMemory) -> None:  # rows deleted, vectors not yet
     kill_at(memory.index, "delete")
     memory.item_store().sweep(now=time.time() + 10 * DAY)
@@ -214,6 +229,15 @@ def sweep_killed_before_vectors(memory: TieredMemory) -> None:  # rows deleted, 
 def rebuild_killed_half_way(memory: TieredMemory) -> None:  # the index reset, the rows not yet pending
     kill_at(memory.store, "reset_indexed")
     memory.rebuild_index()
+
+
+@pytest.mark.parametrize("scenario", ["put_killed_after_vectors", "put_killed_before_vectors"])
+def test_h_a_put_batch_killed_at_its_vectors_leaves_each_item_found_by_its_own_text(
+        tmp_path: Path, scenario: str) -> None:
+    folder, before = with_everything(tmp_path)
+    run_child(scenario, folder)
+    items = {**before["items"], (NS, "k1"): None}  # the put was not acknowledged: k1 old or new
+    verify(folder, tmp_path, turns=before["turns"], facts=before["facts"], items=items)
 
 
 def test_h_a_ttl_sweep_killed_between_rows_and_vectors_leaves_no_orphan_vector(tmp_path: Path) -> None:

@@ -107,34 +107,35 @@ class ItemStore:
         stale: list[str] = []
 
         def write() -> None:
-            with self.parts.lock, self.db.unit() as u:
-                for (ns, key), w in last.items():
-                    found = u.item_id(ns, key)
-                    if w.value is None:
+            with self.parts.lock:
+                with self.db.unit() as u:
+                    for (ns, key), w in last.items():
+                        found = u.item_id(ns, key)
+                        if w.value is None:
+                            if found:
+                                u.delete_item(found)
+                                stale.append(found)
+                            continue
+                        item_id = found or uuid.uuid4().hex
+                        ids[(ns, key)] = item_id
+                        text = w.text if w.text and w.text.strip() else None
+                        expires = expiry(w.ttl_minutes, now)
                         if found:
-                            u.delete_item(found)
-                            stale.append(found)
-                        continue
-                    item_id = found or uuid.uuid4().hex
-                    ids[(ns, key)] = item_id
-                    text = w.text if w.text and w.text.strip() else None
-                    expires = expiry(w.ttl_minutes, now)
-                    if found:
-                        u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now,
-                                      ttl_minutes=w.ttl_minutes, expires_at=expires)
-                        stale.append(item_id)  # its old parts beyond the new ones go below
-                    else:
-                        written = u.insert_item(Item(id=item_id, user_id=w.user_id, namespace=ns, key=key,
-                                                     value=dict(w.value), text=text, created_at=now, updated_at=now),
-                                                ttl_minutes=w.ttl_minutes, expires_at=expires)
-                        if written != item_id:  # another worker stored this key first: its row was updated
-                            ids[(ns, key)] = written
-                            stale.append(written)
-                # the rows are the truth; vectors follow (repair() restores them if this fails,
-                # unless one engine holds both: then nothing commits). Parts beyond an item's new count are dropped, as are all parts of stale items.
-                kept = {(ids[(tuple(w.namespace), w.key)], n) for w, n, _ in pieces}
-                self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)
-                                   if (i, n) not in kept])
+                            u.update_item(item_id, user_id=w.user_id, value=w.value, text=text, updated_at=now,
+                                          ttl_minutes=w.ttl_minutes, expires_at=expires)
+                            stale.append(item_id)  # its old parts go below
+                        else:
+                            item = Item(id=item_id, user_id=w.user_id, namespace=ns, key=key, value=dict(w.value),
+                                        text=text, created_at=now, updated_at=now)
+                            written = u.insert_item(item, ttl_minutes=w.ttl_minutes, expires_at=expires)
+                            if written != item_id:  # another worker stored this key first: its row was updated
+                                ids[(ns, key)] = written
+                                stale.append(written)
+                    # the rows are the truth; vectors follow. A changed or deleted item loses its old
+                    # vectors before the commit and gets its new ones after it, so a crash or failure
+                    # between the two leaves a vector missing (repair() restores it), never one of the
+                    # other text (unless one engine holds both: then nothing commits)
+                    self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)])
                 if vectors is not None:
                     self.index.upsert([
                         VectorItem(id=vector_id(ids[(tuple(w.namespace), w.key)], n), vector=vectors[k],
@@ -152,12 +153,13 @@ class ItemStore:
         written: set[str] = set()
 
         def write() -> None:
-            with self.parts.lock, self.db.unit() as u:
-                for item, ttl, expires in rows:
-                    if u.item_id(item.namespace, item.key) is None:
-                        u.insert_item(item, ttl_minutes=ttl, expires_at=expires)
-                        written.add(item.id)
-                if vectors is not None:
+            with self.parts.lock:
+                with self.db.unit() as u:
+                    for item, ttl, expires in rows:
+                        if u.item_id(item.namespace, item.key) is None:
+                            u.insert_item(item, ttl_minutes=ttl, expires_at=expires)
+                            written.add(item.id)
+                if vectors is not None:  # after the commit: a crash before it leaves no orphan vector
                     self.index.upsert([
                         VectorItem(id=vector_id(item.id, n), vector=vectors[k], user_id=item.user_id, layer=LAYER,
                                    timestamp=item.updated_at)
