@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -33,8 +34,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DAY = 86400.0
 NS = ("memories", "u")
 LONG = " ".join(f"Paragraph {n}: the lighthouse keeper logged the storm near cape {n} at dawn." for n in range(40))
+WORDS = ("harbour lantern orchard violin glacier pepper comet saddle meadow anchor walnut "
+         "thunder ribbon canyon falcon marble tulip compass ember quartz").split()
 TURNS = ["My sister Ana moved to Porto in March.", "I am allergic to penicillin.",
          "The band rehearses every Thursday night.", "Our cat is called Miso."]
+
+
+def note(n: int) -> str:
+    """A distinct note (no two alike enough to be stored as duplicates)."""
+    return f"Note {n}: I keep thinking about the {' and the '.join(random.Random(n).sample(WORDS, 5))}."
 
 
 # ---------------------------------------------------------------------------
@@ -67,9 +75,14 @@ class Hooked:
         return getattr(self.inner, name)
 
 
+AT_OPEN: dict[str, Callable[[Path], None]] = {}
+
+
 def child(scenario: str, folder: str) -> None:
-    memory = open_memory(Path(folder))
-    CHILD_STEPS[scenario](memory)
+    if scenario in AT_OPEN:  # the kill point is in the open itself
+        AT_OPEN[scenario](Path(folder))
+    else:
+        CHILD_STEPS[scenario](open_memory(Path(folder)))
     raise SystemExit(f"scenario {scenario} ran to its end: the kill point was never reached")
 
 
@@ -124,13 +137,15 @@ def verify(folder: Path, tmp: Path, *, turns: dict[str, tuple[str, str]] | None 
     """Reopen ``folder`` and check it (see the module docstring); returns its stats."""
     with open_memory(folder) as memory:
         stored = {m.id: m for m in memory.store.iter_messages()}
+        originals = dict(memory.store.conn.execute(  # type: ignore[attr-defined]
+            "SELECT id, duplicate_of FROM messages WHERE duplicate_of IS NOT NULL").fetchall())
         for mid, (user, text) in (turns or {}).items():
             if mid in archived:
                 assert mid not in stored and memory._rows.archived_by_ids(user, [mid]), f"archived turn {mid} lost"
                 continue
             assert mid in stored and stored[mid].content == text, f"acknowledged turn {mid} lost"
             hits = memory.search(text, user_id=user, k=5)
-            assert found_by_meaning(hits, mid) or found_by_meaning(hits, stored[mid].duplicate_of or ""), (
+            assert found_by_meaning(hits, mid) or found_by_meaning(hits, originals.get(mid, "")), (
                 f"turn {mid} is not found by meaning after the reopen")
         for user, texts in (facts or {}).items():
             assert sorted(f.text for f in memory.facts(user)) == texts, f"facts of {user} changed"
@@ -257,6 +272,175 @@ def test_d_rebuild_index_killed_half_way_is_finished_by_the_next_open(tmp_path: 
     folder, before = with_everything(tmp_path)
     run_child("rebuild_killed_half_way", folder)
     verify(folder, tmp_path, turns=before["turns"], facts=before["facts"], items=before["items"])
+
+
+# (b) end_session ------------------------------------------------------------------------
+@step
+def end_session_killed_before_the_episode(memory: TieredMemory) -> None:  # facts stored, no episode
+    kill_at(memory._layers.episodes, "save")
+    memory.end_session("s", user_id="u")
+
+
+def test_b_end_session_killed_between_facts_and_episode_is_redone_without_duplicates(tmp_path: Path) -> None:
+    folder = tmp_path / "mem"
+    with open_memory(folder) as memory:
+        memory.add_many([{"role": "user", "content": t} for t in ["I live in Lisbon.", "I prefer tea over coffee.",
+                                                                  "My daughter is called Rita."]],
+                        session_id="s", user_id="u")
+        before = snapshot(memory, ["u"])
+    run_child("end_session_killed_before_the_episode", folder)
+    with open_memory(folder) as memory:
+        stored = sorted(f.text for f in memory.facts("u"))
+        episode = memory.end_session("s", user_id="u")  # redone: the turns are still uncovered
+        assert [e.id for e in memory.episodes("u")] == [episode.id]
+        facts = sorted(f.text for f in memory.facts("u"))
+        assert facts == stored and len(set(facts)) == len(facts)  # the second pass added no duplicate
+    verify(folder, tmp_path, turns=before["turns"], facts={"u": facts})
+
+
+# (c) import_jsonl -----------------------------------------------------------------------
+@step
+def import_killed_after_two_chunks(memory: TieredMemory) -> None:
+    done = [0]
+
+    def progress(n: int) -> None:
+        done[0] += 1
+        if done[0] == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    memory.import_jsonl(Path(os.environ["CRASH_DUMP"]), progress=progress)
+
+
+@step
+def import_killed_before_the_audit(memory: TieredMemory) -> None:
+    kill_at(memory._rows, "audit_log")  # read first by the working-memory restore, after facts and episodes
+    memory.import_jsonl(Path(os.environ["CRASH_DUMP"]))
+
+
+@pytest.mark.parametrize("scenario", ["import_killed_after_two_chunks", "import_killed_before_the_audit"])
+def test_c_an_import_killed_half_way_and_run_again_stores_each_record_once(tmp_path: Path, scenario: str) -> None:
+    source = tmp_path / "source"
+    with open_memory(source) as memory:
+        for s in range(3):
+            memory.add_many([{"role": "user", "content": note(s * 100 + n)} for n in range(40)],
+                            session_id=f"s{s}", user_id="u")
+            memory.end_session(f"s{s}", user_id="u")
+        memory.working_memory("s2", user_id="u").remember("book the flight to Faro", type="goal")
+        put_items(memory, ITEMS)
+        memory.export_jsonl(tmp_path / "dump.jsonl")
+        before = snapshot(memory, ["u"])
+    folder = tmp_path / "mem"
+    open_memory(folder).close()
+    os.environ["CRASH_DUMP"] = str(tmp_path / "dump.jsonl")
+    try:
+        run_child(scenario, folder)
+    finally:
+        del os.environ["CRASH_DUMP"]
+    with open_memory(folder) as memory:
+        memory.import_jsonl(tmp_path / "dump.jsonl")  # the whole import again: what is stored is skipped
+        assert snapshot(memory, ["u"])["facts"] == before["facts"]
+        assert len(memory.episodes("u")) == 3 and len(memory.working_memory("s2", user_id="u").items()) == 1
+        memory.export_jsonl(tmp_path / "again.jsonl")
+    assert sorted(open(tmp_path / "again.jsonl")) == sorted(open(tmp_path / "dump.jsonl"))
+    verify(folder, tmp_path, turns=before["turns"], facts=before["facts"], items=before["items"])
+
+
+# (e) forget_user ------------------------------------------------------------------------
+@step
+def forget_killed_before_the_vectors(memory: TieredMemory) -> None:  # every row gone, the vectors not
+    kill_at(memory.index, "delete_user")
+    memory.forget_user("gone")
+
+
+def test_e_forget_user_killed_half_way_is_finished_by_the_next_open(tmp_path: Path) -> None:
+    folder = tmp_path / "mem"
+    old = time.time() - 100 * DAY
+    with open_memory(folder) as memory:
+        for user in ("gone", "u"):
+            memory.add_many([{"role": "user", "content": t, "timestamp": old + n} for n, t in enumerate(TURNS)],
+                            session_id="old", user_id=user)
+            memory.end_session("old", user_id=user)
+            memory.add_many([{"role": "user", "content": LONG}], session_id="s", user_id=user)
+            memory.add_fact("User plays the cello", user_id=user)
+            memory.working_memory("s", user_id=user).remember("tune the cello", type="goal")
+        memory.consolidate("gone")  # its old turns archived, audited
+        memory.item_store().write_many([ItemWrite(namespace=("memories", "gone"), key="k", user_id="gone",
+                                                  value={"a": 1}, text="Likes jazz records.")])
+        gone_turns = {m.id: (m.user_id, m.content) for m in memory.store.iter_messages("gone")}
+        gone_turns.update({i: ("gone", "") for i in memory._rows.archive_owners(list(gone_turns))})
+        keep = snapshot(memory, ["u"])
+    run_child("forget_killed_before_the_vectors", folder)
+    kept = {i: t for i, t in keep["turns"].items() if t[0] == "u"}
+    verify(folder, tmp_path, turns=kept, facts=keep["facts"], gone_users=("gone",))
+    with open_memory(folder) as memory:
+        assert not memory.store.get_by_ids("gone", list(gone_turns)) and memory.sessions("gone") == []
+        assert memory.item_store().get(("memories", "gone"), "k") is None
+        assert memory.working_memory("s", user_id="gone").items() == []
+        assert memory.store.get_meta("pending_forget_users") == "[]"
+
+
+# (f) the write-behind queue ---------------------------------------------------------------
+class Stalled(Hooked):
+    """The engine write never finishes: what add_many acknowledged is still queued."""
+
+    def upsert(self, **kwargs: Any) -> None:
+        import threading
+
+        threading.Event().wait()
+
+
+class CutAfter(Hooked):
+    """The engine is killed right after writing ``last``'s vector: what a write cut between two
+    engine calls (the writer's batches, Chroma's 2,000-item calls) leaves."""
+
+    def __init__(self, inner: Any, last: str) -> None:
+        super().__init__(inner)
+        self.last = last
+
+    def upsert(self, *, ids: list[str], embeddings: Any, metadatas: Any) -> None:
+        if self.last in ids:
+            n = ids.index(self.last) + 1
+            self.inner.upsert(ids=ids[:n], embeddings=embeddings[:n], metadatas=metadatas[:n])
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.inner.upsert(ids=ids, embeddings=embeddings, metadatas=metadatas)
+
+
+def _acknowledge(memory: TieredMemory, batch: list[dict[str, str]]) -> None:
+    ids = memory.add_many(batch, session_id="s", user_id="u")
+    Path(os.environ["CRASH_ACK"]).write_text(json.dumps(ids))
+
+
+@step
+def acknowledged_while_queued(memory: TieredMemory) -> None:
+    memory.index.collection = Stalled(memory.index.collection)
+    _acknowledge(memory, [{"role": "user", "content": t} for t in [*TURNS, LONG]])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@step
+def engine_write_cut_after_a_long_message(memory: TieredMemory) -> None:
+    memory.index.collection = CutAfter(memory.index.collection, "long-1")
+    _acknowledge(memory, [{"role": "user", "content": t} for t in TURNS] + [
+        {"role": "user", "content": LONG, "id": "long-1"}, {"role": "user", "content": "I cycle to work."}])
+    memory.flush()
+
+
+@pytest.mark.parametrize("scenario", ["acknowledged_while_queued", "engine_write_cut_after_a_long_message"])
+def test_f_acknowledged_turns_whose_vectors_were_queued_are_found_by_meaning(tmp_path: Path, scenario: str) -> None:
+    folder = tmp_path / "mem"
+    open_memory(folder).close()
+    os.environ["CRASH_ACK"] = str(tmp_path / "ack.json")
+    try:
+        run_child(scenario, folder)
+    finally:
+        del os.environ["CRASH_ACK"]
+    ids = json.loads((tmp_path / "ack.json").read_text())
+    texts = [*TURNS, LONG] if len(ids) == 5 else [*TURNS, LONG, "I cycle to work."]
+    stats = verify(folder, tmp_path, turns={i: ("u", t) for i, t in zip(ids, texts)})
+    assert stats["messages"] == len(ids)
+    with open_memory(folder) as memory:  # the tail of the long message, by meaning
+        hit = memory.search("the storm near cape 37", user_id="u", k=1)[0]
+        assert hit.id == ids[4] and "vector" in hit.explanation["signals"]
 
 
 if __name__ == "__main__":

@@ -222,12 +222,14 @@ def turn_items(rows: list[StoredMessage], *, store: RecordStore, index: VectorIn
         nearest = nearest_stored(rows, vectors, store=store, index=index)
         dup = find_duplicates(vectors, [r.user_id for r in rows], nearest, [r.id for r in rows], threshold)
     kept = [r for r in rows if r.id not in dup]
-    items = [
+    # the chunks first: the engine writes in this order (in calls of a few thousand), so a write
+    # cut between two calls never leaves a message's vector without its chunks, which the
+    # repair would not restore (it finds a message by its own vector)
+    return chunk_items(kept, embedder) + [
         VectorItem(id=r.id, vector=vectors[i], user_id=r.user_id, layer="turn",
                    session_id=r.session_id, timestamp=r.timestamp)
         for i, r in enumerate(rows) if r.id not in dup
-    ] + chunk_items(kept, embedder)
-    return items, dup
+    ], dup
 
 
 def settle_background_writes(store: RecordStore, index: VectorIndex, *, wait: bool) -> None:
