@@ -274,6 +274,29 @@ def test_d_rebuild_index_killed_half_way_is_finished_by_the_next_open(tmp_path: 
     verify(folder, tmp_path, turns=before["turns"], facts=before["facts"], items=before["items"])
 
 
+# (a) consolidate --------------------------------------------------------------------------
+@step
+def consolidate_killed_after_archiving(memory: TieredMemory) -> None:  # turns archived, vectors not deleted
+    kill_at(memory.index, "delete")
+    memory.consolidate("u")
+
+
+def test_a_consolidate_killed_after_the_archive_commit_leaves_live_turns_found_by_meaning(tmp_path: Path) -> None:
+    folder = tmp_path / "mem"
+    old = time.time() - 100 * DAY
+    with open_memory(folder) as memory:
+        memory.add_many([{"role": "user", "content": t, "timestamp": old + n} for n, t in enumerate(TURNS)],
+                        session_id="old", user_id="u")
+        memory.end_session("old", user_id="u")
+        # a later session repeats a turn: stored as a duplicate of the one consolidate archives
+        memory.add_many([{"role": "user", "content": TURNS[1]}, {"role": "user", "content": "We moved to Braga."}],
+                        session_id="new", user_id="u")
+        before = snapshot(memory, ["u"])
+        old_ids = {m.id for m in memory.get_messages("old", user_id="u")}
+    run_child("consolidate_killed_after_archiving", folder)
+    verify(folder, tmp_path, turns=before["turns"], facts=before["facts"], archived=frozenset(old_ids))
+
+
 # (b) end_session ------------------------------------------------------------------------
 @step
 def end_session_killed_before_the_episode(memory: TieredMemory) -> None:  # facts stored, no episode

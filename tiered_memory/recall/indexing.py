@@ -283,6 +283,8 @@ def repair(
         if missing_ids:
             report["restored"] = len(missing_ids)
             store.reset_indexed_ids(sorted(missing_ids))
+        if isinstance(store, DuplicateSource):  # a crash after deleting or archiving an original, before
+            report["released"] = len(store.release_duplicates(None))  # its duplicates were indexed again
     while True:
         pending = store.pending_index(batch)
         if not pending:

@@ -81,10 +81,10 @@ class SessionSource(Protocol):
 class DuplicateSource(Protocol):
     """A record store that gives back the duplicates whose original is gone (optional)."""
 
-    def release_duplicates(self, user_id: str) -> list[StoredMessage]:
-        """The user's messages stored as duplicates of a message no longer held (forgotten,
-        cleared or archived), oldest first, marked pending (not indexed, no original): the
-        caller indexes them again."""
+    def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
+        """The user's messages (``None``: every user's) stored as duplicates of a message no
+        longer held (forgotten, cleared or archived), oldest first, marked pending (not
+        indexed, no original): the caller indexes them again."""
         ...
 
 

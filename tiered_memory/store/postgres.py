@@ -187,11 +187,12 @@ class PostgresRecordStore(PostgresDatabase):
                 "UPDATE messages SET indexed=FALSE, duplicate_of=NULL WHERE id = ANY(%s)",
                 (sorted(set(ids)),)))
 
-    def release_duplicates(self, user_id: str) -> list[StoredMessage]:
+    def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
         rows = self.write(lambda c: c.execute(
-            "UPDATE messages m SET indexed=FALSE, duplicate_of=NULL WHERE user_id=%s AND duplicate_of IS NOT NULL"
-            " AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of)"
-            f" RETURNING {', '.join('m.' + col.strip() for col in _COLUMNS.split(','))}", (user_id,)).fetchall())
+            "UPDATE messages m SET indexed=FALSE, duplicate_of=NULL WHERE (user_id=%s OR %s::text IS NULL)"
+            " AND duplicate_of IS NOT NULL AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of)"
+            f" RETURNING {', '.join('m.' + col.strip() for col in _COLUMNS.split(','))}",
+            (user_id, user_id)).fetchall())
         return sorted((_row(r) for r in rows), key=lambda r: r.seq)
 
     # ---- reads ----------------------------------------------------------

@@ -278,12 +278,12 @@ class SQLiteRecordStore(SQLiteDatabase):
         with self.transaction() as c:
             c.executemany("UPDATE messages SET indexed=0, duplicate_of=NULL WHERE id=?", [(i,) for i in ids])
 
-    def release_duplicates(self, user_id: str) -> list[StoredMessage]:
+    def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
         with self.transaction() as c:
             rows = [_row(r) for r in c.execute(
-                f"SELECT {_COLUMNS} FROM messages m WHERE user_id=? AND duplicate_of IS NOT NULL"
+                f"SELECT {_COLUMNS} FROM messages m WHERE (user_id=? OR ? IS NULL) AND duplicate_of IS NOT NULL"
                 " AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of) ORDER BY rowid",
-                (user_id,))]
+                (user_id, user_id))]
             c.executemany("UPDATE messages SET indexed=0, duplicate_of=NULL WHERE id=?", [(r.id,) for r in rows])
         return rows
 
