@@ -466,5 +466,29 @@ def test_f_acknowledged_turns_whose_vectors_were_queued_are_found_by_meaning(tmp
         assert hit.id == ids[4] and "vector" in hit.explanation["signals"]
 
 
+# (g) compaction at open ---------------------------------------------------------------
+def compaction_killed_after_dropping_the_old_collection(folder: Path) -> None:
+    from chromadb.api.client import Client
+
+    kill_at(Client, "delete_collection", after=True)  # the old collection dropped, the copy not yet renamed
+    open_memory(folder)
+
+
+AT_OPEN["compaction_killed_after_dropping_the_old_collection"] = compaction_killed_after_dropping_the_old_collection
+
+
+def test_g_compaction_killed_half_way_loses_no_vector(tmp_path: Path) -> None:
+    folder = tmp_path / "mem"
+    with open_memory(folder) as memory:  # a memory used through the LangGraph store and facts alone
+        memory.add_fact("User plays the cello", user_id="u")
+        put_items(memory, ITEMS)
+        memory.store.set_meta("forgotten_vectors", "10000")  # past churn: compaction is worth it
+        before = snapshot(memory, ["u"])
+    run_child("compaction_killed_after_dropping_the_old_collection", folder)
+    verify(folder, tmp_path, facts=before["facts"], items=before["items"])
+    with open_memory(folder) as memory:  # the copy the kill left behind is gone too
+        assert [c.name for c in memory.index.client.list_collections()] == [memory.index.collection.name]
+
+
 if __name__ == "__main__":
     child(sys.argv[1], sys.argv[2])

@@ -271,10 +271,10 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
             else:
                 repair(index_lost_vectors(store, index))
         return
-    if index_in_folder:
-        compact_if_worth_it(store, index)
     unclean = store.get_meta("state") == "open"
     store.set_meta("state", "open")
+    if index_in_folder:  # with the store marked open: a compaction cut short is repaired in full next time
+        compact_if_worth_it(store, index)
     if previous is not None and previous != name:
         log.warning("embedder changed (%s -> %s): re-embedding the stored turns, facts and episodes "
                     "into a new vector index; to keep the old vectors, open the store with the old "
