@@ -127,6 +127,14 @@ def snapshot(memory: TieredMemory, users: list[str]) -> dict[str, Any]:
     }
 
 
+def vector_of(memory: TieredMemory, vector_id: str) -> Any:
+    import numpy as np
+
+    got = memory.index.collection.get(ids=[vector_id], include=["embeddings"])  # type: ignore[attr-defined]
+    v = np.asarray(got["embeddings"][0], dtype=np.float32)
+    return v / np.linalg.norm(v)
+
+
 def found_by_meaning(hits: list[Any], wanted: str) -> bool:
     return any(h.id == wanted and "vector" in h.explanation["signals"] for h in hits)
 
@@ -152,6 +160,8 @@ def verify(folder: Path, tmp: Path, *, turns: dict[str, tuple[str, str]] | None 
             for text in texts:
                 hit = memory.search_facts(text, user_id=user, k=1)[0]
                 assert hit.fact.text == text and "vector" in hit.explanation["signals"]
+                assert vector_of(memory, f"fact:{hit.fact.id}") @ memory.embedder.embed_query(text) > 0.99, (
+                    f"the vector of fact {text!r} is not its text's")
         for (ns, key), text in (items or {}).items():  # acknowledged (text None: either, the put was cut)
             got = memory.item_store().get(ns, key)
             assert got is not None and text in (None, got.text), f"item {ns}/{key} lost"
@@ -488,6 +498,22 @@ def test_g_compaction_killed_half_way_loses_no_vector(tmp_path: Path) -> None:
     verify(folder, tmp_path, facts=before["facts"], items=before["items"])
     with open_memory(folder) as memory:  # the copy the kill left behind is gone too
         assert [c.name for c in memory.index.client.list_collections()] == [memory.index.collection.name]
+
+
+# update_fact ---------------------------------------------------------------------------
+@step
+def fact_update_killed_before_its_vector(memory: TieredMemory) -> None:  # the row revised, the vector not
+    kill_at(memory._layers.facts, "_upsert_vectors")
+    fact = memory.facts("u")[0]
+    memory.update_fact(fact.id, user_id="u", text="User speaks fluent Japanese")
+
+
+def test_an_update_fact_killed_before_its_vector_leaves_the_fact_found_by_its_new_text(tmp_path: Path) -> None:
+    folder = tmp_path / "mem"
+    with open_memory(folder) as memory:
+        memory.add_fact("User plays the cello", user_id="u")
+    run_child("fact_update_killed_before_its_vector", folder)
+    verify(folder, tmp_path, facts={"u": ["User speaks fluent Japanese"]})
 
 
 if __name__ == "__main__":

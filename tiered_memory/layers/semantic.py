@@ -215,6 +215,7 @@ class SemanticMemory:
                     u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
                                   source_ids=sources, updated_at=now, vector=vector)
                     log_change(u, user_id, old.id, "update", old.text, text, now, details)
+                    self.index.delete([f"fact:{old.id}"])  # see edit: never a vector of the old text
                 new = self.get(user_id, old.id)
                 self._upsert_vectors([(new, vector)])
                 return new
@@ -284,6 +285,8 @@ class SemanticMemory:
                             metadata=new_meta, updated_at=now, vector=vector)
                 log_change(u, user_id, fact_id, "edit", old.text, new_text, now,
                            {"type": type, "confidence": confidence})
+                if vector is not None:  # before the commit, the new vector after it: a crash or failure
+                    self.index.delete([f"fact:{fact_id}"])  # between leaves it missing (repaired), not stale
             new = self.get(user_id, fact_id)
             if vector is not None and new.valid:
                 self._upsert_vectors([(new, vector)])
