@@ -516,5 +516,28 @@ def test_an_update_fact_killed_before_its_vector_leaves_the_fact_found_by_its_ne
     verify(folder, tmp_path, facts={"u": ["User speaks fluent Japanese"]})
 
 
+# the release of duplicates the repair runs, on both record stores ------------------------
+@pytest.mark.servers
+def test_every_users_duplicates_of_a_removed_turn_are_released_on_postgres_too(
+        tmp_path: Path, postgres_url: str) -> None:
+    from tiered_memory.store.postgres import PostgresRecordStore
+    from tiered_memory.store.sqlite import SQLiteRecordStore
+    from tiered_memory.types import StoredMessage
+
+    def turn(n: int, user: str) -> StoredMessage:
+        return StoredMessage(id=f"{user}{n}", user_id=user, session_id="s", role="user", content="same text",
+                             metadata={}, timestamp=float(n))
+
+    for store in (SQLiteRecordStore(tmp_path / "r.sqlite3"), PostgresRecordStore(postgres_url)):
+        try:
+            for user in ("a", "b"):
+                store.insert_messages([turn(0, user), turn(1, user)], indexed=True, duplicates={f"{user}1": f"{user}0"})
+                store.delete_message(user, f"{user}0")
+            assert {m.id for m in store.release_duplicates(None)} == {"a1", "b1"}
+            assert {m.id for m in store.pending_index(10)} == {"a1", "b1"} and store.release_duplicates(None) == []
+        finally:
+            store.close()
+
+
 if __name__ == "__main__":
     child(sys.argv[1], sys.argv[2])
