@@ -188,11 +188,11 @@ class PostgresRecordStore(PostgresDatabase):
                 (sorted(set(ids)),)))
 
     def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
+        whose, params = ("user_id=%s AND ", (user_id,)) if user_id is not None else ("", ())  # (the index's)
         rows = self.write(lambda c: c.execute(
-            "UPDATE messages m SET indexed=FALSE, duplicate_of=NULL WHERE (user_id=%s OR %s::text IS NULL)"
-            " AND duplicate_of IS NOT NULL AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of)"
-            f" RETURNING {', '.join('m.' + col.strip() for col in _COLUMNS.split(','))}",
-            (user_id, user_id)).fetchall())
+            f"UPDATE messages m SET indexed=FALSE, duplicate_of=NULL WHERE {whose}duplicate_of IS NOT NULL"
+            " AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of)"
+            f" RETURNING {', '.join('m.' + col.strip() for col in _COLUMNS.split(','))}", params).fetchall())
         return sorted((_row(r) for r in rows), key=lambda r: r.seq)
 
     # ---- reads ----------------------------------------------------------

@@ -280,10 +280,10 @@ class SQLiteRecordStore(SQLiteDatabase):
 
     def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
         with self.transaction() as c:
+            whose, params = ("user_id=? AND ", (user_id,)) if user_id is not None else ("", ())  # (the index's)
             rows = [_row(r) for r in c.execute(
-                f"SELECT {_COLUMNS} FROM messages m WHERE (user_id=? OR ? IS NULL) AND duplicate_of IS NOT NULL"
-                " AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of) ORDER BY rowid",
-                (user_id, user_id))]
+                f"SELECT {_COLUMNS} FROM messages m WHERE {whose}duplicate_of IS NOT NULL"
+                " AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of) ORDER BY rowid", params)]
             c.executemany("UPDATE messages SET indexed=0, duplicate_of=NULL WHERE id=?", [(r.id,) for r in rows])
         return rows
 
