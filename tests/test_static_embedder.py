@@ -202,3 +202,38 @@ def test_a_store_made_by_the_bundled_minilm_keeps_it_when_opened_without_an_embe
         assert memory.store.get_meta("embedder") == BUNDLED_NAME
     with TieredMemory(path) as memory:  # and a static store stays static
         assert embedder_name(memory.embedder) == BUNDLED_NAME
+
+
+class _OwnEmbedder(StaticEmbedder):
+    """An application's own embedder (a provider's, say), under a name of its own."""
+
+    @property
+    def name(self) -> str:
+        return "acme-embed-v2"
+
+
+def test_a_store_made_by_another_embedder_is_refused_without_one_not_re_embedded(tmp_path, monkeypatch, caplog):
+    """Opened without embedder=, a store whose vectors an application's own embedder made was
+    re-embedded whole with the static table (and by the application again, at its provider's
+    cost, on its next open). Now it is a ConfigurationError saying how to open it, and the
+    vectors stay; an explicit embedder or TIERED_MEMORY_EMBEDDER still re-embeds."""
+    from tiered_memory.cli import main
+
+    monkeypatch.delenv(EMBEDDER_ENV, raising=False)
+    path = tmp_path / "m"
+    with TieredMemory(path, embedder=_OwnEmbedder()) as memory:
+        memory.add("user", "My sister moved to Porto last spring.", user_id="u", session_id="s")
+        vectors = memory.index.count()
+    with pytest.raises(ConfigurationError, match="acme-embed-v2.*embedder="):
+        TieredMemory(path)
+    err = io.StringIO()
+    assert main(["--path", str(path), "facts", "--user", "u"], stdout=io.StringIO(), stderr=err) == 2  # a usage error
+    assert "acme-embed-v2" in err.getvalue()
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        with TieredMemory(path, embedder=_OwnEmbedder()) as memory:  # the vectors were kept
+            assert memory.index.count() == vectors and memory.store.get_meta("embedder") == "acme-embed-v2"
+            assert memory.search("which city did my sister move to?", user_id="u", k=1)[0].text.startswith("My")
+    assert not [r for r in caplog.records if "embedder changed" in r.getMessage()]
+    monkeypatch.setenv(EMBEDDER_ENV, "static")
+    with TieredMemory(path) as memory:  # asked for: re-embedded with the default
+        assert memory.store.get_meta("embedder") == BUNDLED_NAME

@@ -3,8 +3,9 @@
 The static table (:class:`~tiered_memory.embedding.static.StaticEmbedder`) unless
 ``$TIERED_MEMORY_EMBEDDER`` says ``minilm``: the CLI and every memory opened without an
 ``embedder`` then use all-MiniLM-L6-v2 through sentence-transformers (the ``[minilm]``
-extra). A store whose vectors the bundled MiniLM made keeps it without the variable too:
-only an ``embedder=`` or the variable re-embeds a store.
+extra). Without the variable, a store keeps the built-in embedder that made its vectors, and a
+store whose vectors another embedder made is refused: only an ``embedder=`` or the variable
+re-embeds a store.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from ..errors import ConfigurationError
 from .base import Embedder
 from .minilm import BUNDLED_MINILM, SentenceTransformerEmbedder
-from .static import StaticEmbedder
+from .static import BUNDLED_NAME, StaticEmbedder
 
 EMBEDDER_ENV = "TIERED_MEMORY_EMBEDDER"
 CHOICES = ("static", "minilm")
@@ -28,9 +29,19 @@ def default_embedder(batch_size: int = 8, recorded: str | None = None) -> Embedd
         recorded: the embedder a store's vectors were made by (its ``embedder`` meta). Without
             ``$TIERED_MEMORY_EMBEDDER``, a store made by the bundled MiniLM keeps it, so opening
             it without ``embedder=`` (the CLI always does) does not re-embed the whole store.
+
+    Raises:
+        ConfigurationError: an unknown ``$TIERED_MEMORY_EMBEDDER``; or, without it, a store whose
+            vectors another embedder made (only the application that made them can pass it:
+            re-embedding every memory with the default, perhaps at a provider's cost, must be asked for).
     """
-    fallback = "minilm" if recorded == BUNDLED_MINILM else "static"
-    choice = os.environ.get(EMBEDDER_ENV, "").strip().lower() or fallback
+    choice = os.environ.get(EMBEDDER_ENV, "").strip().lower()
+    if not choice and recorded not in (None, BUNDLED_NAME, BUNDLED_MINILM):
+        raise ConfigurationError(
+            f"this memory's vectors were made by the embedder {recorded[:200]!r}: open it with "
+            "embedder=<that embedder> to keep them, or with embedder=StaticEmbedder() (or "
+            f"{EMBEDDER_ENV}=static) to re-embed every memory with the default")
+    choice = choice or ("minilm" if recorded == BUNDLED_MINILM else "static")
     if choice == "static":
         return StaticEmbedder()
     if choice == "minilm":
