@@ -311,6 +311,7 @@ def test_an_empty_path_is_a_usage_error_not_the_default_memory(tmp_path, embedde
 
 
 def test_an_unreachable_postgres_is_one_line_on_stderr_without_the_password(tmp_path):
+    pytest.importorskip("psycopg")  # the [postgres] extra (absent in make test-notorch)
     env = {**os.environ, "TIERED_MEMORY_RECORD_STORE": "postgresql://bob:s3cret-pw@127.0.0.1:1/db",
            "TIERED_MEMORY_EMBEDDER": "static"}
     proc = subprocess.run([sys.executable, "-m", "tiered_memory", "--path", str(tmp_path / "m"), "stats"],
