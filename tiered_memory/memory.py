@@ -64,8 +64,8 @@ from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMes
 from .validation import (MAX_COUNT, check_callback, check_count, check_fact_text, check_filters, check_flag, check_id,
                          check_metadata, check_path, check_query, check_timeout, check_unit)
 from .vector.base import VectorIndex
-from .writes import (drop_message, drop_session, drop_user, not_yet_archived, not_yet_stored, pending_forgets,
-                     rows_of, set_pending_forgets, write_messages)
+from .writes import (chosen_among, drop_message, drop_session, drop_user, not_yet_archived, not_yet_stored,
+                     pending_forgets, rows_of, set_pending_forgets, write_messages)
 
 log = logging.getLogger("tiered_memory")
 T = TypeVar("T")
@@ -343,7 +343,7 @@ class TieredMemory:
             except StoreError:
                 # another worker storing the same chosen ids at the same moment (a retry racing the
                 # call it retries) took their unique keys: what it stored is skipped, the rest written
-                left = not_yet_stored(self.store, new, [r.id for r in new if r.id in set(chosen)], user_id)
+                left = not_yet_stored(self.store, new, chosen_among(new, chosen), user_id)
                 if not chosen or len(left) == len(new):
                     raise
                 if left:

@@ -85,13 +85,19 @@ def not_yet_stored(store: RecordStore, rows: list[StoredMessage], chosen: list[s
     return _skip_retries(rows, stored, store.existing_ids([i for i in chosen if i not in stored]))
 
 
+def chosen_among(rows: list[StoredMessage], chosen: list[str]) -> list[str]:
+    """The ids of ``rows`` that their caller chose (pure; one set, not one per row)."""
+    picked = set(chosen)
+    return [r.id for r in rows if r.id in picked]
+
+
 def not_yet_archived(rows: list[StoredMessage], chosen: list[str], user_id: str,
                      archive: EpisodeRepository) -> list[StoredMessage]:
     """``rows`` less those whose caller-chosen id names a turn ``consolidate`` has since moved
     to the archive: that turn is stored, so a retry of its batch skips it rather than store it
     live a second time. The same id with another message, or an id another user's archived
     turn holds, is refused (nothing is written), as for live turns."""
-    ids = [r.id for r in rows if r.id in set(chosen)]
+    ids = chosen_among(rows, chosen)
     if not ids:
         return rows
     mine = archive.archived_by_ids(user_id, ids)
