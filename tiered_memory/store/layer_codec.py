@@ -9,7 +9,7 @@ float32 bytes.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -46,6 +46,15 @@ def from_blob(blob: bytes | memoryview | None) -> np.ndarray | None:
 def marks(n: int) -> str:
     """``?,?,...`` for ``n`` parameters."""
     return ",".join("?" * n)
+
+
+ID_BATCH = 500  # ids per IN (...) list
+
+
+def id_batches(ids: Sequence[str]) -> Iterator[list[str]]:
+    """``ids`` in order, :data:`ID_BATCH` at a time: one ``IN (...)`` list each (pure)."""
+    for start in range(0, len(ids), ID_BATCH):
+        yield list(ids[start:start + ID_BATCH])
 
 
 def live(sql: str, params: list[Any], live_at: float | None) -> tuple[str, list[Any]]:

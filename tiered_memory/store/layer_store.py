@@ -33,6 +33,7 @@ from .layer_codec import (
     episode_from_row,
     fact_from_row,
     from_blob,
+    id_batches,
     item_from_row,
     live,
     marks,
@@ -137,9 +138,7 @@ class LayerStore:
 
     def _owners(self, table: str, ids: Sequence[str], key: str = "id") -> dict[str, str]:
         found: dict[str, str] = {}
-        unique = sorted(set(ids))
-        for start in range(0, len(unique), 500):
-            part = unique[start:start + 500]
+        for part in id_batches(sorted(set(ids))):
             found.update({r[0]: r[1] for r in self.query(
                 f"SELECT DISTINCT {key}, user_id FROM {table} WHERE {key} IN ({marks(len(part))})", part)})
         return found
@@ -330,9 +329,7 @@ class LayerStore:
 
     def archived_by_ids(self, user_id: str, ids: Sequence[str]) -> dict[str, ArchivedTurn]:
         found: dict[str, ArchivedTurn] = {}
-        unique = sorted(set(ids))
-        for start in range(0, len(unique), 500):
-            part = unique[start:start + 500]
+        for part in id_batches(sorted(set(ids))):
             found.update((t.id, t) for t in map(archived_from_row, self.query(
                 f"SELECT {ARCHIVE_COLS} FROM messages_archive WHERE user_id=? AND id IN ({marks(len(part))})",
                 [user_id, *part])))

@@ -29,6 +29,7 @@ from .layer_codec import (
     episode_from_row,
     episode_to_row,
     fact_to_row,
+    id_batches,
     marks,
     ns_path,
     to_blob,
@@ -36,7 +37,6 @@ from .layer_codec import (
     working_to_row,
 )
 
-_BATCH = 500  # ids per IN (...) list
 SESSION_WORKING = (f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
                    " ORDER BY created_at")  # a session's live working items, oldest first
 
@@ -165,8 +165,7 @@ class LayerUnit:
     def archive_messages(self, user_id: str, ids: Sequence[str], episode_id: str, at: float, *,
                          delete: bool) -> int:
         moved = 0
-        for start in range(0, len(ids), _BATCH):
-            part = list(ids[start:start + _BATCH])
+        for part in id_batches(ids):
             if not delete:
                 self._run(
                     "INSERT INTO messages_archive (id, user_id, session_id, role, content, metadata,"
@@ -186,8 +185,7 @@ class LayerUnit:
             return int(self._run("DELETE FROM messages_archive WHERE user_id=? AND session_id=?",
                                  (user_id, session_id)).rowcount)
         gone = 0
-        for start in range(0, len(ids), _BATCH):
-            part = list(ids[start:start + _BATCH])
+        for part in id_batches(ids):
             gone += self._run(f"DELETE FROM messages_archive WHERE user_id=? AND id IN ({marks(len(part))})",
                               [user_id, *part]).rowcount
         return gone
