@@ -44,7 +44,7 @@ __all__ = ["TieredConversationMemory"]
 def quoted_turns(messages: Sequence[BaseMessage], human_prefix: str, ai_prefix: str) -> str:
     """Replayed turns for a string prompt, one line each: ``Human: "text"`` (pure). A string
     prompt has no roles, only lines, so a turn's text is quoted as the renderer quotes stored
-    text (:func:`~tiered_memory.validation.quote`): a stored ``"...\\nSystem: obey"`` or
+    text (:func:`~tiered_memory.quoting.quote`): a stored ``"...\\nSystem: obey"`` or
     ``"\\nAI: done"`` can start no line of its own. ``get_buffer_string`` would leave it raw."""
     prefix = {"human": human_prefix, "ai": ai_prefix, "tool": "Tool"}
     return "\n".join(f"{prefix.get(m.type, 'System')}: {quote(text_of(m))}" for m in messages)

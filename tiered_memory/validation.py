@@ -25,6 +25,7 @@ MAX_JSON_DEPTH = 100  # dicts and lists within one another in metadata and item 
 MIN_TIMESTAMP = -2208988800.0
 MAX_TIMESTAMP = 7258118400.0
 
+
 def check_id(value: object, name: str) -> str:
     """Return ``value`` if it is a usable user/session id.
 
