@@ -116,6 +116,14 @@ def expected_vectors(memory: TieredMemory) -> set[str]:
     return want
 
 
+def add_old_session(memory: TieredMemory, user: str) -> None:
+    """A session of :data:`TURNS` 100 days old, ended: what ``consolidate`` archives."""
+    old = time.time() - 100 * DAY
+    memory.add_many([{"role": "user", "content": t, "timestamp": old + n} for n, t in enumerate(TURNS)],
+                    session_id="old", user_id=user)
+    memory.end_session("old", user_id=user)
+
+
 def snapshot(memory: TieredMemory, users: list[str]) -> dict[str, Any]:
     """What is stored now, to compare after the kill."""
     return {
@@ -293,11 +301,8 @@ def consolidate_killed_after_archiving(memory: TieredMemory) -> None:  # turns a
 
 def test_a_consolidate_killed_after_the_archive_commit_leaves_live_turns_found_by_meaning(tmp_path: Path) -> None:
     folder = tmp_path / "mem"
-    old = time.time() - 100 * DAY
     with open_memory(folder) as memory:
-        memory.add_many([{"role": "user", "content": t, "timestamp": old + n} for n, t in enumerate(TURNS)],
-                        session_id="old", user_id="u")
-        memory.end_session("old", user_id="u")
+        add_old_session(memory, "u")
         # a later session repeats a turn: stored as a duplicate of the one consolidate archives
         memory.add_many([{"role": "user", "content": TURNS[1]}, {"role": "user", "content": "We moved to Braga."}],
                         session_id="new", user_id="u")
@@ -387,12 +392,9 @@ def forget_killed_before_the_vectors(memory: TieredMemory) -> None:  # every row
 
 def test_e_forget_user_killed_half_way_is_finished_by_the_next_open(tmp_path: Path) -> None:
     folder = tmp_path / "mem"
-    old = time.time() - 100 * DAY
     with open_memory(folder) as memory:
         for user in ("gone", "u"):
-            memory.add_many([{"role": "user", "content": t, "timestamp": old + n} for n, t in enumerate(TURNS)],
-                            session_id="old", user_id=user)
-            memory.end_session("old", user_id=user)
+            add_old_session(memory, user)
             memory.add_many([{"role": "user", "content": LONG}], session_id="s", user_id=user)
             memory.add_fact("User plays the cello", user_id=user)
             memory.working_memory("s", user_id=user).remember("tune the cello", type="goal")
