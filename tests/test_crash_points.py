@@ -91,8 +91,8 @@ def open_memory(folder: Path, **kwargs: Any) -> TieredMemory:
     return TieredMemory(folder, embedder=StaticEmbedder(), **kwargs)
 
 
-def run_child(scenario: str, folder: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_child(scenario: str, folder: Path, **extra_env: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra_env}
     proc = subprocess.run([sys.executable, __file__, scenario, str(folder)], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (
@@ -369,11 +369,7 @@ def test_c_an_import_killed_half_way_and_run_again_stores_each_record_once(tmp_p
         before = snapshot(memory, ["u"])
     folder = tmp_path / "mem"
     open_memory(folder).close()
-    os.environ["CRASH_DUMP"] = str(tmp_path / "dump.jsonl")
-    try:
-        run_child(scenario, folder)
-    finally:
-        del os.environ["CRASH_DUMP"]
+    run_child(scenario, folder, CRASH_DUMP=str(tmp_path / "dump.jsonl"))
     with open_memory(folder) as memory:
         memory.import_jsonl(tmp_path / "dump.jsonl")  # the whole import again: what is stored is skipped
         assert snapshot(memory, ["u"])["facts"] == before["facts"]
@@ -464,11 +460,7 @@ def engine_write_cut_after_a_long_message(memory: TieredMemory) -> None:
 def test_f_acknowledged_turns_whose_vectors_were_queued_are_found_by_meaning(tmp_path: Path, scenario: str) -> None:
     folder = tmp_path / "mem"
     open_memory(folder).close()
-    os.environ["CRASH_ACK"] = str(tmp_path / "ack.json")
-    try:
-        run_child(scenario, folder)
-    finally:
-        del os.environ["CRASH_ACK"]
+    run_child(scenario, folder, CRASH_ACK=str(tmp_path / "ack.json"))
     ids = json.loads((tmp_path / "ack.json").read_text())
     texts = [*TURNS, LONG] if len(ids) == 5 else [*TURNS, LONG, "I cycle to work."]
     stats = verify(folder, tmp_path, turns={i: ("u", t) for i, t in zip(ids, texts)})
