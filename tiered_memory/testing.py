@@ -18,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
 __all__ = [
-    "Delay", "FailingVectorIndex", "LLMCall", "ScriptedLLM", "chatty", "empty", "fenced", "malformed",
+    "Delay", "FailingVectorIndex", "HeldEmbedder", "LLMCall", "ScriptedLLM", "chatty", "empty", "fenced", "malformed",
     "task_of", "timeout",
 ]
 
@@ -193,3 +194,47 @@ class FailingVectorIndex:
             return target(*args, **kwargs)
 
         return call
+
+
+class HeldEmbedder:
+    """Wraps a real embedder; while held, each embedding call sets ``entered`` and waits for
+    :meth:`release`. A test can so act (close the memory, fork) while a call is inside the
+    library, without sleeping.
+
+    Args:
+        inner: the real embedder; every call is forwarded.
+        timeout: the longest a held call waits before it raises ``RuntimeError`` (so a test
+            that never releases fails instead of hanging).
+    """
+
+    def __init__(self, inner: Any, *, timeout: float = 60.0) -> None:
+        self.inner = inner
+        self.timeout = timeout
+        self.entered = threading.Event()
+        self._released = threading.Event()
+        self._released.set()
+
+    def hold(self) -> None:
+        """Hold the next embedding calls until :meth:`release`."""
+        self.entered.clear()
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    def _wait(self) -> None:
+        if self._released.is_set():
+            return
+        self.entered.set()
+        if not self._released.wait(self.timeout):
+            raise RuntimeError(f"HeldEmbedder was not released within {self.timeout} s")
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self._wait()
+        vectors: list[list[float]] = self.inner.embed_documents(texts)
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        self._wait()
+        vector: list[float] = self.inner.embed_query(text)
+        return vector
