@@ -2,7 +2,9 @@
 refuses every new call with a typed error (a call already running when ``close()``
 starts is let finish: close waits for it), and what the environment raises (an ``OSError``,
 a ``sqlite3`` error, whatever a custom vector index throws) reaches the caller as the
-library's own errors, with what to do."""
+library's own errors, with what to do. The handles a memory hands out (a session's
+``WorkingMemory`` and its scratchpad, the ``ItemStore`` behind the LangGraph store) share its
+:class:`Calls`, so their calls are refused and waited for alike."""
 
 from __future__ import annotations
 
@@ -11,19 +13,21 @@ import functools
 import os
 import sqlite3
 import threading
-import weakref
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from .errors import StoreError, TieredMemoryError, UsageError, VectorIndexError
 
 
 class Calls:
-    """The calls running on an object, so its ``close()`` lets them finish first: a write
-    whose caller gave up (a cancelled ``a*`` twin's worker thread) is still stored whole."""
+    """The calls running on a memory and on the handles it handed out, so its ``close()``
+    lets them finish first (a write whose caller gave up, a cancelled ``a*`` twin's worker
+    thread, is still stored whole) and refuses the calls that start after it."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._running = 0
+        self._closed = False
+        self._pid = os.getpid()
         self._depth = threading.local()  # calls of this thread (a call may make others)
 
     def inside(self) -> bool:
@@ -32,7 +36,13 @@ class Calls:
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
-        with self._cond:
+        """One call: refused once :meth:`close` has begun (unless made by a running call),
+        or in a forked child (checked before the lock, which the fork may have left held)."""
+        if os.getpid() != self._pid:
+            raise forked_error(self._pid)
+        with self._cond:  # checked and counted at once: close() cannot slip in between
+            if self._closed and not self.inside():
+                raise closed_error()
             self._running += 1
         self._depth.n = getattr(self._depth, "n", 0) + 1
         try:
@@ -43,32 +53,21 @@ class Calls:
                 self._running -= 1
                 self._cond.notify_all()
 
-    def wait(self) -> None:
-        """Until every call has returned but the caller's own (a close() from inside a call)."""
+    def close(self) -> None:
+        """Refuse new calls, then wait until every call has returned but the caller's own (a
+        close() from inside a call)."""
         own = getattr(self._depth, "n", 0)
         with self._cond:
+            self._closed = True
             self._cond.wait_for(lambda: self._running <= own)
 
 
 class Guarded(Protocol):
-    """What :func:`usable` reads on the object whose methods it guards."""
+    """What :func:`usable` reads on the object whose methods it guards: the memory's calls
+    (a handle holds its memory's)."""
 
-    _pid: int
-    _forked_from: int | None
-    _closed: bool
     _calls: Calls
 
-
-OPEN: "weakref.WeakSet[Any]" = weakref.WeakSet()  # open memories, so a fork can mark them
-
-
-def _forked() -> None:
-    for memory in list(OPEN):
-        memory._forked_from = memory._pid
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forked)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -86,8 +85,8 @@ def closed_error() -> UsageError:
 
 def check_process(opened_in: int, closed: bool) -> None:
     """Refuse the use of a database connection opened in another process (inherited through
-    ``fork``) or closed: the record stores call it on every read and write, so a handle that
-    outlives the facade's checks (a ``WorkingMemory``, its scratchpad) is refused too."""
+    ``fork``) or closed: the record stores call it on every read and write, the last line
+    for code that reaches a store without passing through a memory's :class:`Calls`."""
     if os.getpid() != opened_in:
         raise forked_error(opened_in)
     if closed:
@@ -97,14 +96,10 @@ def check_process(opened_in: int, closed: bool) -> None:
 def usable(method: F) -> F:
     """Refuse, with a typed error, a call on a closed memory or one inherited through ``fork``
     (its SQLite connection, locks and vector-engine threads belong to the parent: using
-    them in the child can corrupt data or hang)."""
+    them in the child can corrupt data or hang); count the call, so close() waits for it."""
 
     @functools.wraps(method)
     def checked(self: Guarded, *args: Any, **kwargs: Any) -> Any:
-        if self._forked_from is not None:
-            raise forked_error(self._forked_from)
-        if self._closed and not self._calls.inside():  # a call running when close() began goes on
-            raise closed_error()
         try:
             with self._calls.running():
                 return method(self, *args, **kwargs)

@@ -43,7 +43,7 @@ from .context.render import MemoryContext
 from .embedding import Embedder, default_embedder, embed_query, embedder_name
 from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError,
                      UsageError, VectorIndexError)
-from .guard import OPEN, Calls, usable
+from .guard import Calls, usable
 from .layers.consolidation import ConsolidationReport
 from .layers.episodic import EpisodeHit
 from .layers.item_recall import ITEM_LAYER, as_memory_hit, merge_by_score
@@ -134,9 +134,8 @@ class TieredMemory:
         except InvalidInputError as e:
             raise ConfigurationError(str(e)) from None
         self._closed = False
-        self._calls = Calls()  # close() waits for the calls running when it starts
+        self._calls = Calls()  # close() waits for the calls running when it starts, the handles' too
         self._pid = os.getpid()
-        self._forked_from: int | None = None
         self._write_lock = threading.RLock()
         self._gate = ReadWriteGate()  # reads wait while rebuild_index replaces the vector index
         try:
@@ -158,13 +157,12 @@ class TieredMemory:
                                   "working": lambda user, ids, now: touch_items(self._layers.rows, user, ids, now)},
                                  self._write_lock, flush_size=self.config.access_flush_size,
                                  flush_seconds=self.config.access_flush_seconds),
-                clock=clock or time.time, jointly=self._jointly)
+                calls=self._calls, clock=clock or time.time, jointly=self._jointly)
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild,
                            index_in_folder=self._lock is not None and is_embedded_index(vector_store))
             self._unfinished = pending_forgets(self.store)
             self._finish_forgets()
-            OPEN.add(self)
         except BaseException as e:
             self.store.close()
             if self._lock:
@@ -250,17 +248,16 @@ class TieredMemory:
     # ---- lifecycle -------------------------------------------------------
     def close(self) -> None:
         """Refuse new calls, let the calls already running finish (a write whose caller was
-        cancelled is stored whole), write pending access counts, wait for background
-        compression, release the store. In a forked child it only forgets the inherited
-        object (the parent still owns it)."""
+        cancelled is stored whole; the calls of a ``working_memory`` or ``item_store`` handle
+        too), write pending access counts, wait for background compression, release the
+        store. In a forked child it only forgets the inherited object (the parent owns it)."""
         if self._closed:
             return
         self._closed = True
-        OPEN.discard(self)
-        if self._forked_from is not None:
+        if os.getpid() != self._pid:  # inherited through fork: the parent owns it
             return
         try:
-            self._calls.wait()
+            self._calls.close()
             self.parts.access.close()
             if "_layers" in self.__dict__:
                 self._layers.close()  # waits for background compression

@@ -3,7 +3,8 @@ read-only.
 
 :class:`Parts` is what the facade hands down: the record store, the vector index, the
 embedder, the config, the write lock, the token counter and the clock, plus the
-:class:`AccessLog`; the layers get their repositories beside it. Layers receive it and
+:class:`AccessLog` and the memory's :class:`~tiered_memory.guard.Calls` (which the handles it
+hands out run their calls under); the layers get their repositories beside it. Layers receive it and
 never the facade, so they can only look down.
 
 :class:`AccessLog` is why ``search`` and ``build_context`` commit nothing: what they hand
@@ -24,6 +25,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from .config import MemoryConfig
 from .embedding import Embedder
+from .guard import Calls
 from .store.base import RecordStore
 from .tokens import TokenCounter
 from .vector.base import VectorIndex
@@ -145,6 +147,8 @@ class Parts:
     lock: threading.RLock
     count_tokens: TokenCounter
     access: AccessLog
+    #: the memory's running calls: a handle's calls are refused and waited for by its close()
+    calls: Calls
     clock: Callable[[], float] = time.time
     #: runs a write of rows and vectors as one transaction where both live in one engine
     #: (pgvector in the record store), else simply runs it

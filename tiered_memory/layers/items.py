@@ -39,6 +39,7 @@ import numpy as np
 from ..aio import twin
 from ..embedding import embed, embed_query
 from ..errors import InvalidInputError
+from ..guard import usable
 from ..parts import Parts
 from ..recall.query import keywords
 from ..records import Item
@@ -61,7 +62,9 @@ __all__ = [
 # ---- the shell -----------------------------------------------------------------
 class ItemStore:
     """Items on the record store (SQLite or PostgreSQL) and vector index of a memory's parts.
-    Get it with :meth:`TieredMemory.item_store`.
+    Get it with :meth:`TieredMemory.item_store`. Its calls run under the memory's
+    :class:`~tiered_memory.guard.Calls` (``parts.calls``): closing the memory waits for them,
+    and refuses them after.
 
     Args:
         parts: the memory's :class:`~tiered_memory.parts.Parts`.
@@ -71,12 +74,14 @@ class ItemStore:
     def __init__(self, parts: Parts, db: ItemRepository) -> None:
         self.parts = parts
         self.db = db
+        self._calls = parts.calls
 
     @property
     def index(self) -> VectorIndex:
         return self.parts.index
 
     # ---- writes ------------------------------------------------------------
+    @usable
     def write_many(self, writes: Sequence[ItemWrite]) -> None:
         """Apply puts and deletes in order, in one transaction; texts embedded in one batch.
 
@@ -144,6 +149,7 @@ class ItemStore:
 
         self.parts.jointly(write)  # rows and vectors in one transaction where one engine holds both
 
+    @usable
     def restore(self, rows: Sequence[tuple[Item, float | None, float | None]]) -> int:
         """Write items as they were exported (ids, times, TTL and expiry kept), their text parts
         re-embedded and indexed; an item whose namespace and key are already stored is left as it
@@ -168,6 +174,7 @@ class ItemStore:
         self.parts.jointly(write)
         return len(written)
 
+    @usable
     def repair(self) -> int:
         """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop
         vectors of items that no longer exist. Returns how many vectors were restored."""
@@ -185,6 +192,7 @@ class ItemStore:
         return len(todo)
 
     # ---- reads -------------------------------------------------------------
+    @usable
     def get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False) -> Item | None:
         """The item, unless missing or expired; ``refresh_ttl`` restarts its TTL."""
         now = self.parts.now()
@@ -193,12 +201,14 @@ class ItemStore:
             self.refresh([found.id], now)
         return found
 
+    @usable
     def refresh(self, ids: Sequence[str], now: float | None = None) -> None:
         """Restart the TTL of these items (a write: LangGraph's refresh-on-read)."""
         if ids:
             with self.parts.lock, self.db.unit() as u:
                 u.refresh_items(ids, self.parts.now() if now is None else now)
 
+    @usable
     def sweep(self, now: float | None = None) -> int:
         """Delete the items that have expired (rows and vectors); returns how many."""
         ids = self.db.expired_items(self.parts.now() if now is None else now)
@@ -212,6 +222,7 @@ class ItemStore:
     def _under(self, prefix: tuple[str, ...], ids: Sequence[str] | None = None) -> list[Item]:
         return self.db.items_under(prefix, ids, live_at=self.parts.now())
 
+    @usable
     def search(
         self, prefix: Sequence[str], *, query: str | None = None, user_id: str | None = None,
         filter: Mapping[str, Any] | None = None, limit: int = 10, offset: int = 0, refresh_ttl: bool = False,
@@ -298,6 +309,7 @@ class ItemStore:
                         explanation={"method": "cosine similarity", "similarity": similarity[i], "keyword_rank": None})
                 for i in order]
 
+    @usable
     def recall(self, query: str, *, user_id: str, k: int, vector: np.ndarray | None = None) -> list[ItemHit]:
         """The user's best ``k`` items for ``query``, in any namespace (what ``search`` and
         ``build_context`` add with ``include_items=True``); reads only."""
@@ -306,6 +318,7 @@ class ItemStore:
             return []
         return self._ranked((), query, user_id=user_id, filter=None, n=k, vector=vector)[:k]
 
+    @usable
     def namespaces(
         self, *, conditions: Sequence[tuple[str, Sequence[str]]] = (), max_depth: int | None = None,
         limit: int = 100, offset: int = 0, exact_at: int | None = None,
@@ -317,6 +330,7 @@ class ItemStore:
                 if all(match_namespace(ns, p, kind, exact_at) for kind, p in conditions)]
         return truncate_namespaces(kept, max_depth)[offset:offset + limit]
 
+    @usable
     def count(self, user_id: str | None = None) -> int:
         return self.db.count_items(user_id)
 

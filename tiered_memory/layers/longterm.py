@@ -79,7 +79,7 @@ class Layers:
 
     def working(self, session_id: str, user_id: str) -> WorkingMemory:
         return WorkingMemory(self.rows, self.parts.embedder, self.parts.config.working,
-                             self.parts.lock, user_id=user_id, session_id=session_id)
+                             self.parts.lock, user_id=user_id, session_id=session_id, calls=self.parts.calls)
 
     # ---- LLM calls with fallback -----------------------------------------------
     def _json(self, messages: list[dict[str, str]], schema: Any) -> Any:

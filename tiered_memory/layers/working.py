@@ -8,6 +8,8 @@ pure functions :func:`decayed`, :func:`evict` and :func:`rank`; rows are reached
 through :class:`~tiered_memory.store.repositories.WorkingRepository`. An add reads the
 session's items, decides and writes in one transaction under the session's lock (across
 worker processes on PostgreSQL), so a session never holds more than ``capacity`` items.
+A :class:`WorkingMemory` and its :class:`Scratchpad` run their calls under their memory's
+:class:`~tiered_memory.guard.Calls`: closing the memory waits for them, and refuses them after.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..config import WorkingConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..aio import twin
 from ..errors import ContentTooLargeError, InvalidInputError
+from ..guard import Calls, usable
 from ..records import WorkingItem
 from ..store.repositories import WorkingRepository, WorkingWrites
 from ..validation import (MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_query,
@@ -83,12 +86,14 @@ def check_pad_entry(key: object, value: Any) -> Any:
 class Scratchpad(MutableMapping[str, Any]):
     """A dict of JSON values persisted per session; every write is committed."""
 
-    def __init__(self, rows: WorkingRepository, user_id: str, session_id: str) -> None:
-        self.rows, self.user_id, self.session_id = rows, user_id, session_id
+    def __init__(self, rows: WorkingRepository, user_id: str, session_id: str, calls: Calls) -> None:
+        self.rows, self.user_id, self.session_id, self._calls = rows, user_id, session_id, calls
 
+    @usable
     def _load(self) -> dict[str, Any]:
         return self.rows.scratchpad(self.user_id, self.session_id)
 
+    @usable
     def _update(self, change: Callable[[dict[str, Any]], None]) -> None:
         """Read, change and write the pad in one transaction, locked against other writers of the session."""
         with self.rows.unit() as u:
@@ -168,19 +173,20 @@ class WorkingMemory:
     """
 
     def __init__(self, rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,
-                 *, user_id: str, session_id: str) -> None:
+                 *, user_id: str, session_id: str, calls: Calls) -> None:
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         self.rows, self.embedder, self.config, self.lock = rows, embedder, config, lock
         self.user_id, self.session_id = user_id, session_id
-        self.scratchpad = Scratchpad(rows, user_id, session_id)
+        self._calls = calls  # the memory's: its close() waits for these calls, then refuses them
+        self.scratchpad = Scratchpad(rows, user_id, session_id, calls)
 
+    @usable
     def remember(self, text: str, *, importance: float = 0.5, type: str = "note",
                  metadata: dict[str, Any] | None = None, now: float | None = None) -> WorkingItem:
         """Add an item; evicts the least important ones beyond ``capacity``."""
         text, type, importance, metadata = check_note(text, type, importance, metadata)
         now = to_epoch(now, time.time())  # seconds, a datetime or ISO text, within 1900..2200
-        self.rows.check_usable()  # a handle kept across close or fork: refused before the embedding
         item = WorkingItem(id=uuid.uuid4().hex, user_id=self.user_id, session_id=self.session_id, text=text,
                            type=type, importance=importance, created_at=now, metadata=metadata)
         vector = embed(self.embedder, [text])[0]
@@ -188,9 +194,11 @@ class WorkingMemory:
             admit(u, self.user_id, self.session_id, [(item, vector)], self.config, now)
         return item
 
+    @usable
     def items_raw(self) -> list[WorkingItem]:
         return self.rows.working_items(self.user_id, self.session_id)
 
+    @usable
     def items(self, query: str | None = None, *, k: int | None = None, now: float | None = None,
               vector: np.ndarray | None = None) -> list[WorkingItem]:
         """Items best first: by decayed importance, or blended with relevance to ``query``
@@ -211,10 +219,12 @@ class WorkingMemory:
         ranked = rank(items, now, self.config.decay_per_hour, relevance)
         return ranked[:k] if k is not None else ranked
 
+    @usable
     def forget(self, item_id: str) -> bool:
         with self.rows.unit() as u:
             return u.forget_working_item(self.user_id, self.session_id, item_id)
 
+    @usable
     def clear(self) -> int:
         """Remove every item and the scratchpad of this session; returns items removed."""
         with self.rows.unit() as u:

@@ -58,10 +58,6 @@ class LayerStore:
     def __init__(self, store: Any) -> None:
         self.db = store
 
-    def check_usable(self) -> None:
-        """Raise ``UsageError`` if the store was closed or inherited through ``fork``."""
-        self.db.check_usable()
-
     # ---- dialect ------------------------------------------------------------
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError

@@ -230,10 +230,6 @@ class WorkingRepository(Protocol):
 
     def unit(self) -> AbstractContextManager[WorkingWrites]: ...
 
-    def check_usable(self) -> None:
-        """Raise ``UsageError`` if the store was closed or inherited through ``fork`` (a
-        handle checks before work of its own, such as embedding, that the child must not do)."""
-
 
 # ---- items ---------------------------------------------------------------------------
 class ItemWrites(Protocol):
