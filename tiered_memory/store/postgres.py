@@ -63,6 +63,12 @@ MIGRATIONS: list[Step] = [
     CREATE INDEX IF NOT EXISTS messages_duplicates ON messages (user_id) WHERE duplicate_of IS NOT NULL;
     """,
     fold_turn_keywords,
+    # the store's id, written once (under the migration lock: every worker reads the same): a
+    # collection on a shared vector server records the store that owns it (vector/ownership.py)
+    """
+    INSERT INTO meta VALUES ('store_id', md5(random()::text || clock_timestamp()::text))
+        ON CONFLICT (key) DO NOTHING;
+    """,
 ]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"

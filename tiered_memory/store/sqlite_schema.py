@@ -91,6 +91,11 @@ MIGRATIONS: list[Step] = [
     f"""
     UPDATE messages SET keywords = NULL WHERE content GLOB '*[{FTS5_SPLITTING_LETTERS}]*';
     """,
+    # the store's id, written once: a collection on a shared vector server records the store
+    # that owns it (vector/ownership.py); a copy of the file is the same store
+    """
+    INSERT OR IGNORE INTO meta VALUES ('store_id', lower(hex(randomblob(16))));
+    """,
 ]
 
 
