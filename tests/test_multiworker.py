@@ -185,13 +185,15 @@ def test_four_worker_processes_share_one_deployment(
 
 
 def test_tiered_memory_by_configuration_alone(
-    postgres_url: str, chroma_url: str, embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    scale_env: dict[str, str], embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Environment variables alone move an app to the servers: no folder, no folder lock."""
+    """Environment variables alone move an app to the servers: no folder, no folder lock.
+    (``scale_env``: a new database, and the default collection deleted, since another test's
+    database may own it.)"""
     home = tmp_path / "home"
     monkeypatch.setenv("TIERED_MEMORY_HOME", str(home))
-    monkeypatch.setenv("TIERED_MEMORY_RECORD_STORE", postgres_url)
-    monkeypatch.setenv("TIERED_MEMORY_VECTOR_STORE", chroma_url)
+    for name, value in scale_env.items():
+        monkeypatch.setenv(name, value)
     user = "u-" + uuid.uuid4().hex  # the default collection is shared on the session's server
     with TieredMemory(embedder=embedder) as first, TieredMemory(embedder=embedder) as second:
         mid = first.add("user", "I keep bees on the roof in Lisbon", user_id=user, session_id="s")

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.vector.base import VectorItem
 from tiered_memory.vector.chroma import ChromaVectorIndex
 from tiered_memory.vector.qdrant import QdrantVectorIndex
@@ -56,8 +57,9 @@ def test_a_qdrant_server_gone_away_gives_typed_errors_on_every_call() -> None:
 
 
 def _other_width(tmp_path: Path, engine: str) -> Any:
-    """An index (a new client each call) whose collection already holds a 3-dimensional
-    vector, another embedder's."""
+    """An index (a new client each call) whose collection, the memory's at ``tmp_path / "m"``
+    (marked with its record store's id), already holds a 3-dimensional vector, another
+    embedder's."""
     def make() -> Any:
         if engine == "chroma":
             import chromadb
@@ -66,6 +68,10 @@ def _other_width(tmp_path: Path, engine: str) -> Any:
         return QdrantVectorIndex(str(tmp_path / "v"))
 
     index = make()
+    (tmp_path / "m").mkdir()
+    store = SQLiteRecordStore(tmp_path / "m" / "records.sqlite3")
+    index.mark_owner(str(store.get_meta("store_id")))
+    store.close()
     index.upsert([VectorItem(id="theirs", vector=[1.0, 0.0, 0.0], user_id="someone")])
     return index, make
 

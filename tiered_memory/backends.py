@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
@@ -22,6 +23,7 @@ from .folder_lock import FolderLock
 from .store.base import RecordStore, SessionSource
 from .store.repositories import LayerRepository
 from .vector.base import CHUNK_SEPARATOR, SessionSink, VectorIndex, shown_url
+from .vector.ownership import SAMPLE, OwnedCollection, judge_owner, refusal, turn_ids
 from .vector.server_url import server_address
 
 log = logging.getLogger("tiered_memory")
@@ -87,6 +89,7 @@ def open_record_store(path: Path, record_store: RecordStore | str | None, owner:
 
 
 QDRANT_SCHEMES = ("qdrant+http://", "qdrant+https://")
+STORE_ID = "store_id"  # meta: the record store's id, which its server collection is marked with
 
 
 def configured_vector_store(vector_store: VectorIndex | str | None) -> VectorIndex | str:
@@ -122,25 +125,69 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
     beside a shared record store: the index folder still serves one process)."""
     kind = configured_vector_store(vector_store)
     if not isinstance(kind, str):
+        claim_collection(kind, store)  # (the caller's index: left open when refused)
         return kind, lock
     if kind in ("chroma", "qdrant") and lock is None and getattr(store, "shared", False):
         path.mkdir(parents=True, exist_ok=True)
         lock = FolderLock(path, owner)
-    if kind == "pgvector":
-        return open_pgvector(store), lock
-    if kind.startswith(QDRANT_SCHEMES):
+    if kind in ("chroma", "qdrant"):  # in the memory's folder: one store's, no mark needed
+        return (open_embedded_chroma(path / "chroma") if kind == "chroma" else open_local_qdrant(path)), lock
+    index = open_pgvector(store) if kind == "pgvector" else open_server_index(kind)
+    try:
+        claim_collection(index, store)
+    except BaseException:
+        index.close()
+        raise
+    return index, lock
+
+
+def open_server_index(url: str) -> VectorIndex:
+    """The index of a Chroma (``http(s)://``) or Qdrant (``qdrant+http(s)://``) server URL."""
+    if url.startswith(QDRANT_SCHEMES):
         from .vector.qdrant import QdrantVectorIndex
 
-        return QdrantVectorIndex.from_url(kind[len("qdrant+"):], api_key=os.environ.get("QDRANT_API_KEY")), lock
-    if kind.startswith(("http://", "https://")):
-        from .vector.chroma import ChromaVectorIndex
+        return QdrantVectorIndex.from_url(url[len("qdrant+"):], api_key=os.environ.get("QDRANT_API_KEY"))
+    from .vector.chroma import ChromaVectorIndex
 
-        return ChromaVectorIndex.from_url(kind), lock
-    if kind == "chroma":
-        return open_embedded_chroma(path / "chroma"), lock
+    return ChromaVectorIndex.from_url(url)
+
+
+def open_local_qdrant(path: Path) -> VectorIndex:
     from .vector.qdrant import QdrantVectorIndex
 
-    return QdrantVectorIndex(str(path / "qdrant")), lock
+    return QdrantVectorIndex(str(path / "qdrant"))
+
+
+def store_identity(store: RecordStore) -> str:
+    """The record store's id (meta ``store_id``): ours write it once, when created (a migration,
+    under PostgreSQL's migration lock, so every worker reads the same); another store gets one
+    here, on first use."""
+    found = store.get_meta(STORE_ID)
+    if found is None:
+        store.set_meta(STORE_ID, uuid.uuid4().hex)
+        found = store.get_meta(STORE_ID)
+    return str(found)
+
+
+def claim_collection(index: VectorIndex, store: RecordStore) -> None:
+    """Open ``index``'s collection as ``store``'s (:mod:`.vector.ownership`): its own as before,
+    a new or unmarked one claimed, another store's refused before anything is written to it.
+
+    Raises:
+        ConfigurationError: the collection belongs to another record store.
+    """
+    if not isinstance(index, OwnedCollection):
+        return
+    me, mark = store_identity(store), index.owner()
+    turns = turn_ids(index.first_ids(SAMPLE)) if mark is None else set()
+    verdict = judge_owner(mark, me, turns, store.existing_ids(sorted(turns)) if turns else set())
+    if verdict in ("foreign", "unmarked-foreign"):
+        raise ConfigurationError(refusal(verdict, index.collection_name(), sampled=len(turns)))
+    index.mark_owner(me, written=verdict == "mine")
+    if verdict == "claim":
+        if index.owner() not in (None, me):  # another app claimed it at the same moment
+            raise ConfigurationError(refusal("foreign", index.collection_name()))
+        log.info("the vector collection %r is now marked as this record store's", index.collection_name())
 
 
 def attach_sessions(index: VectorIndex, store: RecordStore) -> None:

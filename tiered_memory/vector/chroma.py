@@ -12,7 +12,8 @@ import numpy as np
 
 from ..errors import VectorIndexError, missing
 from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, shown_url
-from .chroma_client import client_settings, cosine_collection, forget_cached_client, server_client
+from .chroma_client import (chroma_owner, client_settings, cosine_collection, forget_cached_client,
+                            mark_chroma_owner, server_client)
 from .chroma_scope import SCOPED as SCOPED, layer_of, scope_collection, scope_of, user_filter
 from .exact import ExactScan, Held
 from .server_url import DEFAULT_COLLECTION as COLLECTION
@@ -64,6 +65,7 @@ class ChromaVectorIndex:
         # a server may have other writers, so only an embedded index holds users in memory,
         # and only then may its turn upserts be written behind (see .write_behind)
         self._name = collection
+        self._owner: str | None = None  # the record store's id, once claimed (see .ownership)
         self._sessions: Sessions | None = None  # see use_sessions
         self._stale = False  # a failed write asked for a new client (see _renew_client)
         self._renewing = threading.Lock()
@@ -286,6 +288,25 @@ class ChromaVectorIndex:
         if self._exact is not None:  # again: a query meanwhile loaded the user from the engine
             self._exact.drop(user_id)
 
+    # ---- the owner mark (.ownership) ----
+    def collection_name(self) -> str:
+        return self._name
+
+    def owner(self) -> str | None:
+        return chroma_owner(self.client, self._name)
+
+    def mark_owner(self, store_id: str, *, written: bool = False) -> None:
+        self._owner = store_id  # reset and compact make the collection anew with the mark
+        if not written:
+            mark_chroma_owner(self.collection, store_id)
+
+    def first_ids(self, n: int) -> list[str]:
+        self._settle()
+        try:
+            return list(self.collection.get(include=[], limit=n)["ids"])
+        except Exception as e:
+            raise VectorIndexError(f"Chroma read failed: {e}") from e
+
     def ids(self, user_id: str | None = None) -> set[str]:
         out: set[str] = set()
         offset = 0
@@ -321,7 +342,7 @@ class ChromaVectorIndex:
         try:
             name = self.collection.name
             self.client.delete_collection(name)
-            self.collection = cosine_collection(self.client, name)
+            self.collection = cosine_collection(self.client, name, self._owner)
             scope_collection(self.collection)
         except Exception as e:
             raise VectorIndexError(f"Chroma reset failed: {e}; run rebuild_index() again") from e
@@ -338,7 +359,7 @@ class ChromaVectorIndex:
             scratch = f"{name[:500]}__compacting"  # within Chroma's 512 characters
             if scratch in {c.name for c in self.client.list_collections()}:
                 self.client.delete_collection(scratch)
-            fresh = cosine_collection(self.client, scratch)  # new: any earlier scratch was deleted above
+            fresh = cosine_collection(self.client, scratch, self._owner)  # new: any earlier scratch was deleted above
             kept, offset = 0, 0
             while True:
                 part = self.collection.get(include=["embeddings", "metadatas"], limit=batch, offset=offset)

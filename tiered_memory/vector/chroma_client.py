@@ -1,12 +1,14 @@
 """Chroma clients and collections as the index opens them: settings with telemetry off, a
 server's ``HttpClient`` (errors name the URL without its password), the process-wide client
-cache a damaged folder has to leave, and the cosine collection every index uses."""
+cache a damaged folder has to leave, the cosine collection every index uses and its owner
+mark (:mod:`.ownership`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import VectorIndexError
+from .ownership import OWNER_KEY
 
 
 def client_settings() -> Any:
@@ -29,10 +31,29 @@ def forget_cached_client(path: str) -> None:
             cache.pop(key, None)
 
 
-def cosine_collection(client: Any, name: str) -> Any:
-    """``name`` in ``client``, created as a cosine HNSW collection if missing; we always pass
-    our own embeddings (no Chroma embedding function)."""
-    return client.get_or_create_collection(name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}})
+def cosine_collection(client: Any, name: str, owner: str | None = None) -> Any:
+    """``name`` in ``client``, created as a cosine HNSW collection if missing (marked as
+    ``owner``'s then: see :mod:`.ownership`); we always pass our own embeddings (no Chroma
+    embedding function)."""
+    return client.get_or_create_collection(name, embedding_function=None, configuration={"hnsw": {"space": "cosine"}},
+                                           metadata={OWNER_KEY: owner} if owner else None)
+
+
+def chroma_owner(client: Any, name: str) -> str | None:
+    """The store id collection ``name`` is marked with (:mod:`.ownership`), read from the engine."""
+    try:
+        found = client.get_collection(name, embedding_function=None).metadata or {}
+    except Exception as e:
+        raise VectorIndexError(f"Chroma read failed: {e}") from e
+    return str(found[OWNER_KEY]) if found.get(OWNER_KEY) else None
+
+
+def mark_chroma_owner(collection: Any, store_id: str) -> None:
+    """Mark ``collection`` as ``store_id``'s, keeping its other metadata (Chroma replaces it whole)."""
+    try:
+        collection.modify(metadata={**dict(collection.metadata or {}), OWNER_KEY: store_id})
+    except Exception as e:
+        raise VectorIndexError(f"Chroma could not mark the collection {collection.name!r}: {e}") from e
 
 
 def server_client(url: str, shown: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any, Mapping, Sequence
 
@@ -10,9 +11,11 @@ import numpy as np
 from ..errors import VectorIndexError, missing
 from .base import VectorItem, dimension_hint, shown_url
 from .exact import ExactScan, Held
+from .ownership import OWNER_KEY, refusal
 from .server_url import DEFAULT_COLLECTION as COLLECTION
 from .server_url import check_collection, server_address
 
+log = logging.getLogger("tiered_memory")
 _NS = uuid.UUID("6f1c9d1e-5a53-4e0b-9a6e-3c1f2b7d8e90")
 
 
@@ -50,6 +53,7 @@ class QdrantVectorIndex:
             where = f"the Qdrant server at {shown_url(url)}" if url else f"Qdrant at {path}"
             raise VectorIndexError(f"could not open {where} ({e}){fix}") from e
         self.name = collection
+        self._owner: str | None = None  # the record store's id, once claimed (see .ownership)
         self._owns_client = client is None
         local = client is None and not url
         self._exact = ExactScan(self._user_vectors, exact_rows) if local and exact_rows > 0 else None
@@ -105,12 +109,51 @@ class QdrantVectorIndex:
         ``None`` when they are not held (:meth:`.exact.ExactScan.query_layers`)."""
         return None if self._exact is None else self._exact.query_layers(user_id, vector, ks, session_id)
 
+    # ---- the owner mark (.ownership): the collection's metadata ----
+    def collection_name(self) -> str:
+        return self.name
+
+    def owner(self) -> str | None:
+        try:
+            self._ready = self.client.collection_exists(self.name)
+            found = self.client.get_collection(self.name).config.metadata if self._ready else None
+        except Exception as e:
+            raise VectorIndexError(f"Qdrant read failed: {e}") from e
+        return str(found[OWNER_KEY]) if found and found.get(OWNER_KEY) else None
+
+    def mark_owner(self, store_id: str, *, written: bool = False) -> None:
+        """Mark the collection as ``store_id``'s; one not made yet is marked when the first
+        write makes it (so is one made anew after :meth:`reset`)."""
+        self._owner = store_id
+        if self._ready and not written:
+            try:
+                self.client.update_collection(self.name, metadata={OWNER_KEY: store_id})  # (merged)
+            except Exception as e:  # a server without collection metadata: no mark, the unmarked rule
+                log.warning("Qdrant could not mark the collection %r as this record store's (%s)", self.name, e)
+
+    def first_ids(self, n: int) -> list[str]:
+        if not self._ready:
+            return []
+        try:
+            points, _ = self.client.scroll(self.name, limit=n, with_payload=["memory_id"], with_vectors=False)
+        except Exception as e:
+            raise VectorIndexError(f"Qdrant read failed: {e}") from e
+        return [str((p.payload or {}).get("memory_id", "")) for p in points]
+
     def _ensure(self, dim: int) -> None:
         if not self._ready:
             m = self.models
-            self.client.create_collection(
-                self.name, vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE)
-            )
+            try:
+                self.client.create_collection(
+                    self.name, vectors_config=m.VectorParams(size=dim, distance=m.Distance.COSINE),
+                    metadata={OWNER_KEY: self._owner} if self._owner else None)
+            except Exception:
+                # made meanwhile, by another worker of this store, or by another app
+                if not self.client.collection_exists(self.name):
+                    raise
+                if self.owner() not in (None, self._owner):
+                    raise VectorIndexError(refusal("foreign", self.name)) from None
+                return
             for field in ("user_id", "layer", "session_id"):
                 schema = (m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True)
                           if field == "user_id" else m.PayloadSchemaType.KEYWORD)
@@ -151,6 +194,8 @@ class QdrantVectorIndex:
                 ])
             if self._exact is not None:
                 self._exact.add_items(items)
+        except VectorIndexError:
+            raise
         except Exception as e:
             hint = dimension_hint(e, self.name, len(items[0].vector), self._width)
             raise VectorIndexError(f"Qdrant upsert failed: {e}{hint}") from e

@@ -4,7 +4,8 @@ for Chroma, ``qdrant+http://host:6333?collection=app1`` for Qdrant (pure).
 
 Apps sharing a server need a collection each: ``rebuild_index()`` drops and refills the whole
 collection, a full repair deletes the vectors its record store does not hold, and
-``forget_user`` deletes a user id's vectors, whichever app wrote them.
+``forget_user`` deletes a user id's vectors, whichever app wrote them. A collection records
+the record store that owns it, and another store's is refused at open (:mod:`.ownership`).
 
 Invariants: the query string never reaches the HTTP client (the URL handed on keeps scheme,
 credentials, host, port and path); a collection name is checked against the engine's own
