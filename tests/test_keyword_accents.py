@@ -1,12 +1,14 @@
 """Keyword search folds diacritics alike on both record stores: SQLite's FTS5 (``unicode61``)
 and PostgreSQL (``fold_diacritics()``, store/postgres_keywords.py), so ``cafe`` finds
-"Café" and ``café`` finds "Cafe" for turns, facts, episode key points and items, and a
-PostgreSQL store of the previous schema is migrated on open."""
+"Café" and ``café`` finds "Cafe" for turns, facts, episode key points and items, whether
+the accent is typed precomposed (``é``, U+00E9) or decomposed (``e`` + U+0301, as macOS
+often sends it), and a store of the previous schema is migrated on open."""
 
 from __future__ import annotations
 
 import sqlite3
 import unicodedata
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -18,7 +20,11 @@ from tiered_memory.records import Episode
 from tiered_memory.store.postgres import MIGRATIONS, PostgresRecordStore
 from tiered_memory.store.postgres_db import PostgresDatabase
 from tiered_memory.store.postgres_layers import ITEM_MIGRATIONS, LAYER_MIGRATIONS, PostgresLayerStore
-from tiered_memory.store.text_search import diacritic_fold
+from tiered_memory.store.sqlite import SQLiteRecordStore
+from tiered_memory.store.sqlite_keywords import recompose
+from tiered_memory.store.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
+from tiered_memory.store.text_search import _WORD, LENGTH_PAD, diacritic_fold
+from tiered_memory.types import StoredMessage
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -118,6 +124,64 @@ def test_facts_key_points_and_items_match_with_or_without_diacritics(memory: Tie
     assert {i for i, _ in rows.keyword_points("u", ["café"], 10)} == {"ep:e1:1"}
     both = {ids_of["São Paulo office"], ids_of["Sao Tome trip"]}
     assert {i for i, _ in rows.keyword_items("u", ["são"], 10)} == both
+
+
+# ---- precomposed and decomposed accents -----------------------------------------------------
+ACCENTED = {"cafe": ("Lunch at the Café", "Café"), "naive": ("a naïve question", "naïve"),
+            "zurich": ("the Zürich office", "Zürich"), "sao": ("flight to São Paulo", "São")}
+
+
+def nfd(text: str) -> str:
+    return unicodedata.normalize("NFD", text)
+
+
+@pytest.mark.parametrize("stored", ["precomposed", "decomposed"])
+def test_a_decomposed_accent_matches_as_a_precomposed_one(make_memory: Callable[..., TieredMemory],
+                                                          stored: str) -> None:
+    """Each of the four: stored precomposed or decomposed, asked precomposed, decomposed or
+    plain; the stored text itself stays byte for byte what was written."""
+    m = make_memory()
+    texts = {key: nfd(t) if stored == "decomposed" else t for key, (t, _) in ACCENTED.items()}
+    for key, text in texts.items():
+        m.add("user", text, user_id="u", session_id=key)
+    m.add_fact(texts["naive"], user_id="u")
+    sessions = {x.id: x.session_id for x in m.store.iter_messages("u")}
+    rows = open_layer_store(m.store)
+    for key, (_, word) in ACCENTED.items():
+        for query in (word, nfd(word), key):
+            assert {sessions[i] for i, _ in m.store.keyword_search("u", [query], k=10)} == {key}, (stored, ascii(query))
+        assert [x.content for x in m.get_messages(key, user_id="u")] == [texts[key]]  # byte-identical
+        keyword_hits = [h.text for h in m.search(nfd(word), user_id="u", k=4)
+                        if "keyword" in h.explanation["signals"]]
+        assert keyword_hits == [texts[key]], (stored, ascii(word))  # through search's own query words too
+    for query in ("naïve", nfd("naïve"), "naive"):
+        assert len(rows.keyword_facts("u", [query], 10)) == 1, (stored, ascii(query))
+
+
+def test_a_sqlite_store_indexed_before_finds_its_decomposed_accents_when_it_opens(tmp_path: Path) -> None:
+    """Keywords written before words were composed (a mark split ``naïve`` in two) are
+    computed again on open, for the rows whose text is not in NFC only."""
+    path = tmp_path / "s.sqlite3"
+    texts = {"m1": nfd("a naïve question"), "m2": "the Zürich office", "m3": "plain text"}
+    store = SQLiteRecordStore(path)
+    store.insert_messages([StoredMessage(id=i, user_id="u", session_id="s", role="user", content=t, metadata={},
+                                         timestamp=float(n)) for n, (i, t) in enumerate(texts.items())])
+    store.close()
+    con = sqlite3.connect(path, isolation_level=None)  # the keywords as earlier versions wrote them
+    for rowid, content in con.execute("SELECT rowid, content FROM messages").fetchall():
+        old = " ".join(["1q"] * LENGTH_PAD + ["1q" + w for w in _WORD.findall(content)])
+        con.execute("UPDATE messages SET keywords=? WHERE rowid=?", (old, rowid))
+    con.execute("DELETE FROM schema_migrations WHERE name='core' AND version>=?",
+                (SQLITE_MIGRATIONS.index(recompose) + 1,))
+    con.close()
+    store = SQLiteRecordStore(path)
+    try:
+        for query in ("naive", "naïve", nfd("naïve")):
+            assert [i for i, _ in store.keyword_search("u", [query], k=3)] == ["m1"]
+        assert [i for i, _ in store.keyword_search("u", ["zurich"], k=3)] == ["m2"]
+        assert {i: m.content for i, m in store.get_by_ids("u", list(texts)).items()} == texts  # unchanged
+    finally:
+        store.close()
 
 
 # ---- a PostgreSQL store of the previous schema -------------------------------------------------

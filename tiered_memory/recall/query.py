@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 
+from ..store.text_search import composed
+
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 
 STOPWORDS = frozenset(
@@ -47,13 +49,16 @@ def ascii_spaced(lower: str) -> str:
 
 
 def words(lower: str) -> list[str]:
-    """The runs of word characters (``\\w+``) of a lower-cased text."""
-    return lower.encode().translate(_WORD_BYTES).decode().split() if lower.isascii() else _WORD.findall(lower)
+    """The runs of word characters (``\\w+``) of a lower-cased text (:func:`composed`: a
+    combining mark typed apart does not split a word)."""
+    if lower.isascii():
+        return lower.encode().translate(_WORD_BYTES).decode().split()
+    return _WORD.findall(composed(lower))
 
 
 def _tokens(lower: str) -> list[str]:
-    """The runs of letters and digits of a lower-cased text (``_TOKEN``)."""
-    return ascii_tokens(lower) if lower.isascii() else _TOKEN.findall(lower)
+    """The runs of letters and digits of a lower-cased text (``_TOKEN``), :func:`composed`."""
+    return ascii_tokens(lower) if lower.isascii() else _TOKEN.findall(composed(lower))
 
 
 def keywords(text: str) -> list[str]:

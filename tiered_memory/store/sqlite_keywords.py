@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import sqlite3
+import unicodedata
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from .text_search import (SELECTIVE_FROM_ROWS, TermCounts, keyword_text, selective_terms, tagged_phrases, text_hash,
@@ -81,6 +82,16 @@ def add_text_hash(c: sqlite3.Connection) -> None:
         c.executemany("UPDATE messages SET text_hash=? WHERE rowid=?", [(text_hash(t), r) for r, t in rows])
     c.execute("DROP INDEX IF EXISTS messages_user_text")
     c.execute("CREATE INDEX IF NOT EXISTS messages_user_text_hash ON messages(user_id, text_hash)")
+
+
+def recompose(c: sqlite3.Connection) -> None:
+    """The migration to composed keywords (:func:`~.text_search.composed`): the rows whose text
+    is not in NFC lose their keywords, computed again by :func:`fill_missing` when the store
+    opens. Only rows holding a character beyond ASCII are asked (SQLite's GLOB, in C), and
+    those in Python; the text itself is not changed."""
+    c.create_function("tm_is_nfc", 1, lambda t: unicodedata.is_normalized("NFC", t), deterministic=True)
+    c.execute("UPDATE messages SET keywords = NULL WHERE content GLOB ? AND NOT tm_is_nfc(content)",
+              ("*[^\x01-\x7f]*",))
 
 
 def _add_column(c: sqlite3.Connection, column: str) -> None:

@@ -11,7 +11,7 @@ import sqlite3
 from typing import Callable, Union
 
 from .base import LONG_MESSAGE_CHARS
-from .sqlite_keywords import add_text_hash, upgrade
+from .sqlite_keywords import add_text_hash, recompose, upgrade
 from .text_search import FTS5_SPLITTING_LETTERS
 
 # A migration step: SQL statements, or a function given the connection (for work in Python).
@@ -96,6 +96,9 @@ MIGRATIONS: list[Step] = [
     """
     INSERT OR IGNORE INTO meta VALUES ('store_id', lower(hex(randomblob(16))));
     """,
+    # words are read composed (NFC), so a combining mark no longer splits one ("nai" + U+0308 +
+    # "ve"): the rows whose text is not in NFC have their keywords computed again likewise
+    recompose,
 ]
 
 

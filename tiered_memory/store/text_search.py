@@ -54,11 +54,20 @@ def user_tag(number: int) -> str:
 LENGTH_PAD = 3
 
 
+def composed(text: str) -> str:
+    """``text`` in Unicode NFC (pure): an accent typed as a letter and a combining mark (``e`` +
+    U+0301, as macOS keyboards often send it) becomes the one letter (``é``). A mark is not a
+    word character, so left apart it would split ``naïve`` into ``nai`` and ``ve``; composed, the
+    word is whole and each engine folds it as it folds the precomposed letter. Only the keyword
+    index and the keyword query see the composed form: stored text is never changed."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)
+
+
 def keyword_text(tag: str, text: str) -> str:
     """What the keyword index holds of ``text``: :data:`LENGTH_PAD` bare tags, then each of
-    its words with the user's ``tag`` in front (pure). Case and diacritics are left to
-    FTS5, which folds document and query alike."""
-    words = _WORD.findall(text)
+    its words (:func:`composed`) with the user's ``tag`` in front (pure). Case and diacritics
+    are left to FTS5, which folds document and query alike."""
+    words = _WORD.findall(composed(text))
     pad = " ".join([tag] * LENGTH_PAD)
     return f"{pad} {tag}{(' ' + tag).join(words)}" if words else pad
 
@@ -70,19 +79,19 @@ def tagged_phrases(tag: str, terms: Sequence[str]) -> list[str]:
     terms = [terms] if isinstance(terms, str) else terms  # one term, not its characters
     out: dict[str, None] = {}
     for t in terms:
-        words = _WORD.findall(t)
+        words = _WORD.findall(composed(t))
         if words:
             out['"' + " ".join(tag + w for w in words) + '"'] = None
     return list(out)
 
 
 def tsquery_any(terms: Sequence[str]) -> str | None:
-    """A ``to_tsquery`` expression OR-ing the terms (``a | b``); only word characters
-    survive, so the result is always valid tsquery syntax."""
+    """A ``to_tsquery`` expression OR-ing the terms (``a | b``), each :func:`composed`; only
+    word characters survive, so the result is always valid tsquery syntax."""
     terms = [terms] if isinstance(terms, str) else terms
     words: list[str] = []
     for t in terms:
-        for w in _NON_WORD.split(t):
+        for w in _NON_WORD.split(composed(t)):
             if w and w not in words:
                 words.append(w)
     return " | ".join(words) if words else None
