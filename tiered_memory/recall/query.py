@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from functools import lru_cache
 
 from ..store.text_search import composed
+from ..textcache import holds_texts
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
 
@@ -211,6 +212,7 @@ def is_listing_question(text: str) -> bool:
     return bool(_LISTING_CUE.search(text) or _PLURAL_ASKED.search(text) or _PERFECT.search(text))
 
 
+@holds_texts
 @lru_cache(maxsize=16384)  # the same turns come back query after query
 def has_time_expression(text: str) -> bool:
     """Does ``text`` place something in time (``yesterday``, ``last week``, ``May``, ``2022``)?"""
@@ -225,6 +227,7 @@ _BRACKETED = re.compile(r"\[[^\]]*\]")
 SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")  # after a sentence's end mark, or a line break
 
 
+@holds_texts
 @lru_cache(maxsize=16384)
 def question_share(text: str) -> float:
     """The share of ``text``'s sentences that are questions (end with ``?``), bracketed
@@ -269,6 +272,7 @@ def is_reaction(text: str) -> bool:
     return len(text) <= 80 and "[" not in text and _short_reaction(text)
 
 
+@holds_texts
 @lru_cache(maxsize=65536)
 def _short_reaction(text: str) -> bool:
     if ":" in text:

@@ -12,6 +12,8 @@ import re
 import unicodedata
 from typing import Any, Callable, Sequence
 
+from ..textcache import holds_texts
+
 _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
 
 
@@ -198,6 +200,10 @@ class TermCounts:
     def __init__(self, count: Callable[[str], int]) -> None:
         self._count = count
         self._seen: dict[str, tuple[int, int]] = {}  # term -> (rows holding it, table rows then)
+        holds_texts(self)  # a term is a user's word
+
+    def cache_clear(self) -> None:
+        self._seen = {}
 
     def of(self, terms: Sequence[str], rows: int) -> dict[str, int]:
         out: dict[str, int] = {}

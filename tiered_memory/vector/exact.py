@@ -122,6 +122,7 @@ class UserVectors:
             at = self.row.get(mid)
             if at is not None:
                 self.alive[at] = False
+                self.matrix[at] = 0  # a forgotten message's vector is not kept (a vector can be read back into words)
 
     def query(self, queries: np.ndarray, k: int, among: Sequence[str] | None, layers: Sequence[str] | None = None,
               session_id: str | None = None) -> list[list[tuple[str, float]]]:
