@@ -231,6 +231,15 @@ class TieredMemoryStore(BaseStore):
         except InvalidInputError as e:  # LangGraph's callers catch InvalidNamespaceError
             raise NamespaceLabelError(f"namespace {namespace!r} maps to no usable user id: {e}") from e
 
+    def _owns(self, item: CoreItem) -> bool:
+        """Whether ``item`` belongs to the user its namespace and key map to, as every put here
+        makes it. An item stored by other means in another user's namespace (a crafted line of
+        a scoped import, which stores it as the importer's) is never read there."""
+        try:
+            return item.user_id == self._owner(tuple(item.namespace), item.key)
+        except InvalidInputError:  # the mapping gives no usable user for it: no one's
+            return False
+
     def _ready(self) -> None:
         # restore item vectors dropped by rebuild_index() or a crash, once per store object
         if not self._repaired:
@@ -255,7 +264,7 @@ class TieredMemoryStore(BaseStore):
     def _search(self, op: SearchOp, refresh: list[str]) -> list[SearchItem]:
         user = self._owner(op.namespace_prefix) if op.query else None
         hits = self.items.search(op.namespace_prefix, query=op.query, user_id=user,
-                                 filter=op.filter, limit=op.limit, offset=op.offset)
+                                 filter=op.filter, limit=op.limit, offset=op.offset, owned=self._owns)
         if self._refreshes(op.refresh_ttl):
             refresh += [h.item.id for h in hits]
         return [SearchItem(namespace=h.item.namespace, key=h.item.key, value=h.item.value,
@@ -306,6 +315,8 @@ class TieredMemoryStore(BaseStore):
     def _read(self, op: Op, refresh: list[str]) -> Result:
         if isinstance(op, GetOp):
             found = self.items.get(op.namespace, op.key)
+            if found is not None and not self._owns(found):
+                found = None
             if found is not None and self._refreshes(op.refresh_ttl):
                 refresh.append(found.id)
             return _item(found) if found else None

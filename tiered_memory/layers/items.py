@@ -32,7 +32,7 @@ pure functions with table tests. This module is the shell that reads and writes.
 from __future__ import annotations
 
 import uuid
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -226,25 +226,28 @@ class ItemStore:
     def search(
         self, prefix: Sequence[str], *, query: str | None = None, user_id: str | None = None,
         filter: Mapping[str, Any] | None = None, limit: int = 10, offset: int = 0, refresh_ttl: bool = False,
+        owned: Callable[[Item], bool] | None = None,
     ) -> list[ItemHit]:
         """Items under ``prefix`` that match ``filter``; ranked by similarity to ``query``
         (which needs ``user_id``), else newest first. Unranked items fill a short page.
-        Expired items are left out; ``refresh_ttl`` restarts the TTL of those returned."""
-        hits = self._search(prefix, query=query, user_id=user_id, filter=filter, limit=limit, offset=offset)
+        Expired items are left out; ``refresh_ttl`` restarts the TTL of those returned.
+        A listing (no ``query``) keeps only the items ``owned`` says yes to, before paging."""
+        hits = self._search(prefix, query=query, user_id=user_id, filter=filter, limit=limit, offset=offset,
+                            owned=owned)
         if refresh_ttl:
             self.refresh([h.item.id for h in hits])
         return hits
 
     def _search(
         self, prefix: Sequence[str], *, query: str | None, user_id: str | None,
-        filter: Mapping[str, Any] | None, limit: int, offset: int,
+        filter: Mapping[str, Any] | None, limit: int, offset: int, owned: Callable[[Item], bool] | None = None,
     ) -> list[ItemHit]:
         ns = check_namespace(tuple(prefix), allow_empty=True)
         if limit < 0 or offset < 0:
             raise InvalidInputError("limit and offset must be >= 0")
         check_filter(filter)
         if not query or not query.strip():
-            listed = [i for i in self._under(ns) if match_filter(i.value, filter)]
+            listed = [i for i in self._under(ns) if match_filter(i.value, filter) and (owned is None or owned(i))]
             return [ItemHit(item=i, score=None) for i in listed[offset:offset + limit]]
         if user_id is None:
             raise InvalidInputError(
