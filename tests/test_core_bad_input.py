@@ -225,7 +225,7 @@ def test_every_default_and_a_signed_weight_table_pass():
     assert config_problems(replace(MemoryConfig(), episodes=EpisodeConfig(compress_after_turns=None))) == []
 
 
-@pytest.mark.parametrize("path", [123, None, b"/tmp/export.jsonl", "dump\x00.jsonl"])
+@pytest.mark.parametrize("path", [123, None, b"/tmp/export.jsonl", "dump\x00.jsonl", "dump\ud800.jsonl"])
 def test_export_and_import_refuse_a_path_no_file_can_have(memory, path):
     memory.add("user", "a turn to export", user_id="u1", session_id="s1")
     with pytest.raises(InvalidInputError, match="path"):
@@ -235,9 +235,10 @@ def test_export_and_import_refuse_a_path_no_file_can_have(memory, path):
     assert memory.stats().messages == 1
 
 
-def test_a_memory_path_holding_nul_is_a_configuration_error(tmp_path, embedder):
-    with pytest.raises(ConfigurationError, match="NUL"):
-        TieredMemory(str(tmp_path / "mem\x00"), embedder=embedder)
+@pytest.mark.parametrize("name, match", [("mem\x00", "NUL"), ("mem\ud800", "file name")])
+def test_a_memory_path_no_folder_can_have_is_a_configuration_error(tmp_path, embedder, name, match):
+    with pytest.raises(ConfigurationError, match=match):
+        TieredMemory(str(tmp_path / name), embedder=embedder)
 
 
 def test_a_progress_that_is_not_a_function_is_refused_before_anything_is_written(make_memory, tmp_path):

@@ -361,7 +361,9 @@ def check_query(query: object) -> str:
 
 def check_path(value: object, name: str = "path") -> Path:
     """``value`` as a :class:`~pathlib.Path` if it is a file path a file can have: a str or
-    ``os.PathLike`` of text, without NUL (which the OS refuses with a bare ``ValueError``)."""
+    ``os.PathLike`` of text, without NUL (which the OS refuses with a bare ``ValueError``) and
+    that the file system's encoding can write (a lone surrogate other than the bytes Python
+    decoded it from fails there with a bare ``UnicodeEncodeError``)."""
     if not isinstance(value, (str, os.PathLike)):
         raise InvalidInputError(f"{name} must be a file path (str or os.PathLike), got {type(value).__name__}")
     try:
@@ -370,6 +372,11 @@ def check_path(value: object, name: str = "path") -> Path:
         raise InvalidInputError(f"{name} must be a file path of text (str), not bytes: {e}") from None
     if "\x00" in str(path):
         raise InvalidInputError(f"{name} holds a NUL character, which no file name can; got {str(path)!r}")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError as e:  # a lone surrogate the file system's encoding cannot carry
+        raise InvalidInputError(f"{name} holds {e.object[e.start:e.end]!r}, which no file name can; "
+                                f"got {str(path)!r}") from None
     return path
 
 
