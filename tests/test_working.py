@@ -109,6 +109,15 @@ def test_forget_and_clear(memory: TieredMemory) -> None:
     assert wm.items() == [] and len(wm.scratchpad) == 0
 
 
+@pytest.mark.parametrize("item_id", [2**70, "half \ud800 pair", None, ""])
+def test_forget_refuses_an_id_no_item_can_have(memory: TieredMemory, item_id: object) -> None:
+    wm = memory.working_memory("s1", user_id="u1")
+    wm.remember("a")
+    with pytest.raises(InvalidInputError, match="item_id"):
+        wm.forget(item_id)  # type: ignore[arg-type]
+    assert len(wm.items()) == 1
+
+
 @pytest.mark.parametrize("text, importance", [("", 0.5), ("ok", 1.5), ("ok", -0.1), (None, 0.5),
                                               ("a\x00b", 0.5), ("\udc80", 0.5)])
 def test_remember_rejects_bad_input(memory: TieredMemory, text: object, importance: float) -> None:

@@ -221,6 +221,8 @@ class WorkingMemory:
 
     @usable
     def forget(self, item_id: str) -> bool:
+        """Remove one item; False when this session holds no item of that id."""
+        check_id(item_id, "item_id")
         with self.rows.unit() as u:
             return u.forget_working_item(self.user_id, self.session_id, item_id)
 
