@@ -194,6 +194,14 @@ def test_a_filter_time_too_large_for_a_float_is_bad_input(memory, key, value):
             search("x", user_id="u", filters={key: value})
 
 
+def test_a_filter_integer_past_64_bits_says_how_to_filter_on_it(memory):
+    """Metadata may hold such an int (JSON has no limit), but no store can compare it in a filter."""
+    memory.add("user", "a big number", user_id="u", session_id="s", metadata={"n": 2**70})
+    with pytest.raises(InvalidInputError, match="as a string"):
+        memory.search("x", user_id="u", filters={"n": 2**70})
+    assert memory.get_messages("s", user_id="u")[0].metadata == {"n": 2**70}
+
+
 def test_a_filter_key_with_nul_is_bad_input(memory):
     with pytest.raises(InvalidInputError, match="no NUL"):
         memory.search("x", user_id="u", filters={"a\x00": 1})

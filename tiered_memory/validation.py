@@ -327,7 +327,8 @@ def check_filters(filters: object) -> Mapping[str, Any] | None:
             if not isinstance(value, str) or value not in ROLES:
                 raise InvalidInputError(f"filters['role'] must be one of {sorted(ROLES)}, got {value!r}")
         elif isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
-            raise InvalidInputError(f"filters[{key!r}] is an integer beyond 64 bits, which no metadata value holds")
+            raise InvalidInputError(f"filters[{key!r}] is an integer beyond 64 bits, which no store can compare in a "
+                                    "filter; store such a value as a string to filter on it")
         elif not (value is None or isinstance(value, (str, bool, int))
                   or (isinstance(value, float) and math.isfinite(value))):
             raise InvalidInputError(
