@@ -36,26 +36,31 @@ def _snapshot(collection: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return dict(collection.metadata or {}), dict(zip(got["ids"], got["metadatas"]))
 
 
+def _refused_and_untouched(tmp_path: Path, url: str, chroma_url: str, name: str, match: str) -> Any:
+    """Open a second app on ``url``: it must be refused (``match``) and leave the collection as it was."""
+    before = _snapshot(_chroma_collection(chroma_url, name))
+    with pytest.raises(ConfigurationError, match=match) as refused:
+        TieredMemory(tmp_path / "app2", embedder=StaticEmbedder(), vector_store=url)
+    assert _snapshot(_chroma_collection(chroma_url, name)) == before
+    return refused.value
+
+
 @pytest.mark.servers
 def test_a_second_app_on_a_chroma_collection_is_refused_and_writes_nothing(
         tmp_path: Path, chroma_url: str, chroma_collection: str) -> None:
     url = f"{chroma_url}?collection={chroma_collection}"
     with TieredMemory(tmp_path / "app1", embedder=StaticEmbedder(), vector_store=url) as app1:
         ids = app1.add_many(NOTES, session_id="s", user_id="u1")
-    before = _snapshot(_chroma_collection(chroma_url, chroma_collection))
-    assert set(ids) <= set(before[1])
-    with pytest.raises(ConfigurationError, match=r"\?collection=") as refused:
-        TieredMemory(tmp_path / "app2", embedder=StaticEmbedder(), vector_store=url)
-    assert chroma_collection in str(refused.value)
-    assert _snapshot(_chroma_collection(chroma_url, chroma_collection)) == before
+    assert set(ids) <= set(_snapshot(_chroma_collection(chroma_url, chroma_collection))[1])
+    refused = _refused_and_untouched(tmp_path, url, chroma_url, chroma_collection, r"\?collection=")
+    assert chroma_collection in str(refused)
     # the owner opens it as before, after a rebuild and a compaction too
     with TieredMemory(tmp_path / "app1", embedder=StaticEmbedder(), vector_store=url) as app1:
         app1.rebuild_index()
         assert isinstance(app1.index, ChromaVectorIndex)
         app1.index.compact()
         assert app1.search("what does my partner do?", user_id="u1", k=1)[0].id == ids[2]
-    with pytest.raises(ConfigurationError, match=r"\?collection="):
-        TieredMemory(tmp_path / "app2", embedder=StaticEmbedder(), vector_store=url)
+    _refused_and_untouched(tmp_path, url, chroma_url, chroma_collection, r"\?collection=")
     with TieredMemory(tmp_path / "app1", embedder=StaticEmbedder(), vector_store=url) as app1:
         assert app1.index.ids() == set(ids)
 
@@ -69,11 +74,8 @@ def test_a_chroma_collection_of_an_earlier_version_is_claimed_by_the_store_whose
     collection = _chroma_collection(chroma_url, chroma_collection)
     mark = dict(collection.metadata or {}).pop(OWNER_KEY)
     collection.modify(metadata={k: v for k, v in (collection.metadata or {}).items() if k != OWNER_KEY})
-    before = _snapshot(_chroma_collection(chroma_url, chroma_collection))
-    assert OWNER_KEY not in before[0]  # as an earlier version left it
-    with pytest.raises(ConfigurationError, match=r"none of .* vectors"):  # a new app holds none of them
-        TieredMemory(tmp_path / "app2", embedder=StaticEmbedder(), vector_store=url)
-    assert _snapshot(_chroma_collection(chroma_url, chroma_collection)) == before
+    assert OWNER_KEY not in (_chroma_collection(chroma_url, chroma_collection).metadata or {})  # as an older version left it
+    _refused_and_untouched(tmp_path, url, chroma_url, chroma_collection, r"none of .* vectors")  # a new app holds none
     with TieredMemory(tmp_path / "app1", embedder=StaticEmbedder(), vector_store=url) as app1:
         assert app1.index.ids() == set(ids)
     assert _chroma_collection(chroma_url, chroma_collection).metadata[OWNER_KEY] == mark
