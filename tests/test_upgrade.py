@@ -17,10 +17,15 @@ from typing import Any
 
 import pytest
 
-from tiered_memory import TieredMemory
+from tiered_memory import Embedder, TieredMemory
+from tiered_memory.embedding import embed
+from tiered_memory.recall.chunking import message_of
+from tiered_memory.vector.base import VectorItem
+from tiered_memory.vector.chroma import ChromaVectorIndex
 
 FIXTURES = Path(__file__).parent / "data" / "upgrade"
 VERSIONS = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir())
+FIRST_RELEASE = "2026-11-29-cb6bad5"
 
 
 def load(version: str, folder: Path) -> Path:
@@ -125,3 +130,24 @@ def test_old_export_imports_into_a_new_store(tmp_path: Path) -> None:
             assert sorted(got) == sorted(turns(lines))
             assert "crème brûlée" in m.search("creme brulee", user_id="ana", k=1)[0].text
 
+
+def test_long_messages_indexed_before_chunking_get_their_chunks(tmp_path: Path, embedder: Embedder) -> None:
+    # The first release indexed a long message as one vector; later ones add a vector per
+    # chunk, which is how a passage deep inside it is found. Its index, as it left it: one
+    # vector per indexed turn (the first release's default embedder, MiniLM).
+    folder = load(FIRST_RELEASE, tmp_path / "old")
+    con = sqlite3.connect(folder / "records.sqlite3")
+    rows = con.execute("SELECT id, user_id, session_id, content, timestamp FROM messages"
+                       " WHERE indexed = 1 AND duplicate_of IS NULL").fetchall()
+    con.close()
+    long_ids = {r[0] for r in rows if len(r[3]) > 1200}
+    assert len(long_ids) == 1
+    index = ChromaVectorIndex(str(folder / "chroma"))
+    vectors = embed(embedder, [r[3] for r in rows])
+    index.upsert([VectorItem(id=i, vector=v, user_id=u, session_id=s, timestamp=t)
+                  for (i, u, s, _, t), v in zip(rows, vectors)])
+    index.close()
+    with TieredMemory(folder, embedder=embedder) as m:
+        chunks = [message_of(i) for i in m.index.ids() if message_of(i)[1] is not None]
+        assert {message for message, _ in chunks} == long_ids and len(chunks) > 1
+        assert m.stats().indexed == len(rows) + 1  # and the duplicate: nothing is left pending

@@ -99,6 +99,14 @@ MIGRATIONS: list[Step] = [
     # words are read composed (NFC), so a combining mark no longer splits one ("nai" + U+0308 +
     # "ve"): the rows whose text is not in NFC have their keywords computed again likewise
     recompose,
+    # long messages are also indexed by their chunks (recall/chunking.py), which the first
+    # release did not write and no repair adds while the message's own vector is there: its
+    # long messages go back to pending, and the open's repair indexes them with their chunks
+    # (once; a store written since re-embeds its long messages once for nothing)
+    f"""
+    UPDATE messages SET indexed = 0
+    WHERE length(content) > {LONG_MESSAGE_CHARS} AND indexed = 1 AND duplicate_of IS NULL;
+    """,
 ]
 
 
