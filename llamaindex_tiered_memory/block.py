@@ -191,16 +191,22 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         """Store messages (unlike the base class, without writing into them). A flush is
         skipped when its messages were stored as they were put: ``every_turn`` in a
         :class:`WriteThroughMemory`, or a session :meth:`arecord` stored turns of. In a plain
-        ``Memory`` nothing else stores them, so there even ``every_turn`` stores the flush."""
+        ``Memory`` nothing else stores them, so there even ``every_turn`` stores the flush.
+        Messages with no text to store (``[]``, images, tool calls) are a no-op, as with
+        LlamaIndex's own blocks, and need no session."""
         messages = check_messages(messages)
-        if from_short_term_memory:
-            if not self.accept_short_term_memory:
-                return
-            sid = self._session(session_id, messages)
-            if not (self.every_turn and sid in self._recorded):
-                await self._store(messages, sid)
+        if not from_short_term_memory:
+            await self.arecord(messages, session_id=session_id)
             return
-        await self.arecord(messages, session_id=session_id)
+        check_optional_id(session_id, "session_id")
+        if not self.accept_short_term_memory:
+            return
+        rows = self._rows(messages)
+        if not rows:
+            return
+        sid = self._session(session_id, messages)
+        if not (self.every_turn and sid in self._recorded):
+            await self._store(rows, sid)
 
     async def _aput(self, messages: List[ChatMessage]) -> None:
         await self.arecord(messages)
@@ -208,16 +214,21 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     async def arecord(self, messages: Sequence[ChatMessage], *, session_id: Optional[str] = None) -> list[str]:
         """Store chat messages in long-term memory now; returns the stored ids. With
         ``every_turn``, the session's later flushes are then skipped: its turns are stored as
-        they are put (by :class:`WriteThroughMemory`, or by these calls)."""
+        they are put (by :class:`WriteThroughMemory`, or by these calls). Messages with no
+        text to store return ``[]``, with or without a session."""
         messages = check_messages(messages)
+        check_optional_id(session_id, "session_id")
+        rows = self._rows(messages)
+        if not rows:
+            return []  # nothing to store needs no session: LlamaIndex's blocks take aput([])
         sid = self._session(session_id, messages)
         self._recorded.add(sid)
-        return await self._store(messages, sid)
+        return await self._store(rows, sid)
 
-    async def _store(self, messages: Sequence[ChatMessage], sid: str) -> list[str]:
-        rows = to_core_messages(messages, self.memory.config.max_content_chars)
-        if not rows:
-            return []
+    def _rows(self, messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+        return to_core_messages(messages, self.memory.config.max_content_chars)
+
+    async def _store(self, rows: list[dict[str, Any]], sid: str) -> list[str]:
         for row in rows:
             if REPAIRED_KEY in row["metadata"]:
                 log.warning("a %s message of session %r was changed to be storable: %s",

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from llama_index.core.base.llms.types import ImageBlock  # noqa: E402
+from llama_index.core.base.llms.types import ImageBlock, ToolCallBlock  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
 from llama_index.core.storage.chat_store.sql import MessageStatus  # noqa: E402
@@ -19,7 +19,7 @@ from test_injection import decoded_items, parse_memory  # noqa: E402
 
 from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, aend_session, end_session  # noqa: E402
 from llamaindex_tiered_memory.messages import REPAIRED_KEY  # noqa: E402
-from tiered_memory import InvalidInputError, MemoryConfig, TieredMemory  # noqa: E402
+from tiered_memory import InvalidInputError, MemoryConfig, TieredMemory, UsageError  # noqa: E402
 from tiered_memory.context.render import CUT_MARKER  # noqa: E402
 
 FILLER = [
@@ -312,6 +312,28 @@ async def test_an_empty_or_invalid_session_id_is_refused_not_replaced(memory: Ti
         with pytest.raises(InvalidInputError, match="session_id"):
             await block.aget([chat("user", "hello")], session_id=sid)
     assert memory.get_messages("fallback", user_id="u1") == []
+
+
+async def test_outside_a_memory_puts_with_nothing_to_store_are_no_ops_without_a_session(
+    memory: TieredMemory,
+) -> None:
+    # LlamaIndex's own blocks take aput([]) and messages without text on their own; ours needs a
+    # session only to store something, and says so rather than inventing one
+    block = TieredMemoryBlock(memory=memory, user_id="u1")
+    nothing = [
+        [],
+        [ChatMessage(role="user", blocks=[ImageBlock(url="http://example.com/cat.png")])],
+        [ChatMessage(role="assistant", blocks=[ToolCallBlock(tool_call_id="c1", tool_name="weather")])],
+    ]
+    for messages in nothing:
+        await block.aput(messages)
+        await block.aput(messages, from_short_term_memory=True)
+        assert await block.arecord(messages) == []
+    with pytest.raises(UsageError, match="session"):
+        await block.aput([chat("user", "my cat is Miso")])
+    with pytest.raises(InvalidInputError, match="session_id"):  # a bad session id is still refused
+        await block.aput([], session_id="")
+    assert memory.sessions("u1") == []  # nothing stored anywhere
 
 
 def test_end_session_refuses_what_is_not_a_memory(memory: TieredMemory) -> None:
