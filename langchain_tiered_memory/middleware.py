@@ -6,6 +6,9 @@ data; the agent's own state and the conversation are left as they are. After eac
 model call, and at the end of the run, it records the turn so far (the user
 message, the model's replies, tool calls and tool results) in the session,
 skipping messages already stored, so a turn with several model calls is stored once.
+It works beside LangChain's ``SummarizationMiddleware``: the summary that replaces older
+messages (a ``HumanMessage`` marked ``lc_source="summarization"``) is not a user turn, so it
+is never recorded, and ``include_recent`` replays no turns it stands for.
 
 Who and which conversation: ``user_id`` and ``session_id`` come from the run's
 context (``agent.invoke(..., context={"user_id": ..., "session_id": ...})`` or an
@@ -32,19 +35,50 @@ from tiered_memory.validation import check_count, check_id, check_optional_id
 from .history import check_memory
 from .messages import from_stored_many, lc_id, to_core_many
 
-__all__ = ["TieredMemoryMiddleware", "turn_to_record"]
+__all__ = ["TieredMemoryMiddleware", "is_summary", "query_of", "turn_start", "turn_to_record"]
+
+
+def _source(message: AnyMessage) -> str | None:
+    """The ``lc_source`` LangChain's agent harness marks a message it added with (a summary, a
+    background task's notice), or ``None`` for a message the user wrote."""
+    source = message.additional_kwargs.get("lc_source")
+    return source if isinstance(source, str) else None
+
+
+def is_summary(message: AnyMessage) -> bool:
+    """Whether ``message`` is the summary ``SummarizationMiddleware`` put in place of older messages."""
+    return isinstance(message, HumanMessage) and _source(message) == "summarization"
+
+
+def turn_start(messages: list[AnyMessage]) -> int | None:
+    """Where the current turn starts (pure): the last message the user wrote, else the last one the
+    harness added in its name other than a summary, else (the user's message was summarized away)
+    the message after the summary; ``None`` when there is no turn."""
+    humans = [n for n, m in enumerate(messages) if isinstance(m, HumanMessage)]
+    typed = [n for n in humans if _source(messages[n]) is None]
+    others = [n for n in humans if not is_summary(messages[n])]
+    if typed or others:
+        return (typed or others)[-1]
+    return humans[-1] + 1 if humans else None
 
 
 def turn_to_record(messages: list[AnyMessage], stored_ids: set[str]) -> list[AnyMessage]:
-    """The messages of the current turn (from the last human message on) not yet stored (pure).
+    """The messages of the current turn (:func:`turn_start` on) not yet stored (pure).
 
-    System messages are instructions, not conversation, and are never recorded.
+    System messages are instructions and a summary restates stored turns: neither is recorded.
     """
-    start = next((n for n in range(len(messages) - 1, -1, -1) if isinstance(messages[n], HumanMessage)), None)
+    start = turn_start(messages)
     if start is None:
         return []
     return [m for m in messages[start:]
-            if not isinstance(m, SystemMessage) and not (m.id and m.id in stored_ids)]
+            if not isinstance(m, SystemMessage) and not is_summary(m) and not (m.id and m.id in stored_ids)]
+
+
+def query_of(messages: list[AnyMessage]) -> str:
+    """The text to recall for (pure): the latest message the user wrote, else the latest human one."""
+    humans = [m for m in messages if isinstance(m, HumanMessage)]
+    typed = [m for m in humans if _source(m) is None]
+    return (typed or humans)[-1].text if humans else ""
 
 
 def _get(source: Any, name: str) -> Any:
@@ -138,7 +172,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def prepare(self, request: ModelRequest) -> ModelRequest:
         """The request with memory added to its system message (and recent turns if asked)."""
         user, session = self.ids(request.runtime)
-        query = next((m.text for m in reversed(request.messages) if isinstance(m, HumanMessage)), "")
+        query = query_of(request.messages)
         changes: dict[str, Any] = {}
         if query.strip():
             ctx = self.memory.build_context(query, user_id=user, session_id=session,
@@ -146,7 +180,8 @@ class TieredMemoryMiddleware(AgentMiddleware):
             text = ctx.memory_text()
             if text:
                 changes["system_message"] = with_memory(request.system_message, text)
-        if self.include_recent:
+        # a summary in the request already stands for the earlier turns: replay none of them
+        if self.include_recent and not any(is_summary(m) for m in request.messages):
             present = {m.id for m in request.messages if m.id}
             buffer = self.memory.get_buffer(session, user_id=user)
             recent = [m for m in from_stored_many(buffer) if m.id not in present]

@@ -7,13 +7,15 @@ from typing import Any, Callable
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import SummarizationMiddleware
 from langchain.tools import ToolRuntime
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_tiered_memory import TieredMemoryMiddleware, TieredMemoryStore
-from langchain_tiered_memory.middleware import turn_to_record
+from langchain_tiered_memory.middleware import query_of, turn_to_record
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder
 from tiered_memory import ConfigurationError, InvalidInputError, TieredMemory
@@ -132,6 +134,11 @@ def test_middleware_refuses_an_empty_id_rather_than_use_the_default_users(memory
     assert [s.session_id for u in ("u1", "u2") for s in memory.sessions(u)] == ["old", "old"]  # nothing stored
 
 
+_SUMMARY = HumanMessage("Here is a summary of the conversation to date:\n\nSteps 1 and 2 ran.", id="sum",
+                        additional_kwargs={"lc_source": "summarization"})
+_NOTICE = HumanMessage("Background task t_42 finished.", id="n", additional_kwargs={"lc_source": "async_subagent"})
+
+
 @pytest.mark.parametrize(("messages", "stored", "expected"), [
     ([], set(), []),
     ([SystemMessage("s", id="0")], set(), []),
@@ -141,9 +148,59 @@ def test_middleware_refuses_an_empty_id_rather_than_use_the_default_users(memory
     ([HumanMessage("c", id="3"), AIMessage("d", id="4"), ToolMessage("t", tool_call_id="x", id="5")],
      {"3", "4"}, ["5"]),
     ([HumanMessage("c", id="3"), SystemMessage("s", id="9"), AIMessage("d", id="4")], set(), ["3", "4"]),
+    # a summary written by SummarizationMiddleware is not a user turn and is never recorded: the
+    # turn is still the user's message on, or, once that was summarized away, what follows the summary
+    ([HumanMessage("c", id="3"), _SUMMARY, AIMessage("d", id="4")], {"3"}, ["4"]),
+    ([_SUMMARY, AIMessage("d", id="4"), ToolMessage("t", tool_call_id="x", id="5")], {"4"}, ["5"]),
+    # another message the harness added (lc_source) is recorded, but the user's message starts the turn
+    ([HumanMessage("c", id="3"), _NOTICE, AIMessage("d", id="4")], set(), ["3", "n", "4"]),
+    ([_NOTICE, AIMessage("d", id="4")], set(), ["n", "4"]),
 ])
 def test_turn_to_record_table(messages: list[Any], stored: set[str], expected: list[str]) -> None:
     assert [m.id for m in turn_to_record(messages, stored)] == expected
+
+
+@tool
+def step(n: int) -> str:
+    """Run step n."""
+    return f"step {n} done"
+
+
+@pytest.mark.parametrize("include_recent", [False, True])
+def test_with_summarization_middleware_the_summary_is_not_a_user_turn(memory: TieredMemory,
+                                                                      include_recent: bool) -> None:
+    # LangChain's SummarizationMiddleware replaces older messages with a HumanMessage marked
+    # lc_source="summarization"; the session keeps the real turns, never that summary, recall still
+    # happens, and include_recent does not bring back what was summarized
+    memory.add_many([{"role": "user", "content": "My build server is called Orion."}], session_id="old", user_id="u")
+    rec = PromptRecorder()
+    model = ScriptedToolModel(responses=[_call("step", {"n": n}, f"c{n}") for n in (1, 2, 3)] + [AIMessage("Done.")],
+                              callbacks=[rec])
+    summarize = SummarizationMiddleware(model=FakeListChatModel(responses=["Steps ran."]),
+                                        trigger=("messages", 4), keep=("messages", 2))
+    agent = create_agent(model, [step], middleware=[
+        summarize, TieredMemoryMiddleware(memory, include_recent=include_recent)])
+    agent.invoke({"messages": [HumanMessage("Run the three steps on my build server.")]},
+                 context={"user_id": "u", "session_id": "s"})
+    stored = memory.get_messages("s", user_id="u")
+    assert [m.role for m in stored] == ["user"] + ["assistant", "tool"] * 3 + ["assistant"]
+    assert not any("summary" in m.content for m in stored)
+    summarized = [p for p in rec.prompts if any("summary of the conversation" in m.text for m in p)]
+    assert summarized  # the summarization did happen
+    for prompt in summarized:
+        assert "Orion" in _system_text(prompt)  # memory is still recalled once the request is summarized
+        turns = [m for m in prompt if not isinstance(m, SystemMessage)]
+        assert "summary of the conversation" in turns[0].text  # nothing summarized comes back
+
+
+@pytest.mark.parametrize(("messages", "query"), [
+    ([], ""),
+    ([HumanMessage("Where is my order?"), AIMessage("Checking.")], "Where is my order?"),
+    ([HumanMessage("Where is my order?"), _NOTICE], "Where is my order?"),  # a notice is not the request
+    ([_SUMMARY, AIMessage("d")], _SUMMARY.text),  # the request was summarized: the summary holds it
+])
+def test_recall_is_for_what_the_user_wrote(messages: list[Any], query: str) -> None:
+    assert query_of(messages) == query
 
 
 # ---- the LangGraph store path ---------------------------------------------------
