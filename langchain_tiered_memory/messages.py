@@ -6,6 +6,8 @@ LangChain knows about it (type, name, id, tool calls, ``tool_call_id``,
 ``additional_kwargs``, ``response_metadata``, non-text content blocks) under
 ``metadata["langchain"]``. Reading it back rebuilds an equal message.
 
+A message sent without an ``id`` reads back without one, so it is ``==`` to what was
+added, as from LangChain's own histories (the core keys it by its stored id all the same).
 Messages the core stored without that key (written through the core API, or
 imported) are mapped by role: user -> ``HumanMessage``, assistant ->
 ``AIMessage``, tool -> ``ToolMessage``, and get the stored id as their ``id``.
@@ -186,9 +188,7 @@ def _rebuilt(m: StoredMessage) -> BaseMessage:
     if want is None or not isinstance(lc, Mapping) or not isinstance(lc.get("data"), Mapping):
         return _by_role(m)
     data = dict(lc["data"])
-    data.setdefault("content", m.content)
-    if data.get("id") is None:
-        data["id"] = m.id
+    data.setdefault("content", m.content)  # the id stays as sent: none when the caller gave none
     try:
         msg = messages_from_dict([{"type": lc.get("type"), "data": data}])[0]
     except (ValueError, TypeError, KeyError):

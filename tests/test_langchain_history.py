@@ -19,6 +19,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
+from langchain_core.runnables import RunnableLambda
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from langchain_tiered_memory import (
@@ -51,7 +52,7 @@ def _varied_messages() -> list[BaseMessage]:
         AIMessage(content=[{"type": "text", "text": "It is 22C and sunny."}], id="a-2"),
         FunctionMessage(content="42", name="answer", id="f-1"),
         ChatMessage(content="Looks right to me.", role="critic", id="c-1"),
-        HumanMessage(content="thanks"),  # no id: gets the stored id back
+        HumanMessage(content="thanks"),  # no id
     ]
 
 
@@ -74,7 +75,7 @@ def test_round_trip_preserves_types_names_tool_calls_and_ids(memory: TieredMemor
     assert back[2].tool_calls[0]["args"] == {"city": "Lisbon"}  # type: ignore[attr-defined]
     assert back[3].tool_call_id == "call-1"  # type: ignore[attr-defined]
     assert back[1].additional_kwargs == {"client": {"lang": "pt"}}
-    assert back[-1].content == "thanks" and back[-1].id  # stored id
+    assert back[-1] == HumanMessage(content="thanks")  # sent without an id, read back without one
     stored = memory.get_messages("s1", user_id="u1")
     assert [m.role for m in stored] == ["system", "user", "assistant", "tool", "assistant", "tool",
                                         "assistant", "user"]
@@ -211,6 +212,28 @@ async def test_runnable_with_message_history_async(make_memory: Callable[..., Ti
     await history.aclear()
     assert await history.aget_messages() == []
     assert len(await TieredChatMessageHistory(memory, session_id="s1", user_id="u2").aget_messages()) == 2
+
+
+async def test_messages_read_back_equal_to_what_was_added_as_in_langchains_histories(memory: TieredMemory) -> None:
+    # LangChain's own history tests compare what a history returns with what was added, by ==, which
+    # includes the id: a message added without one comes back without one, as from its in-memory
+    # and SQL histories (the core still keys it by its own id)
+    history = TieredChatMessageHistory(memory, "s1", user_id="u1")
+    history.add_user_message("Hello")
+    history.add_ai_message("World")
+    await history.aadd_messages([HumanMessage(content="!")])
+    want = [HumanMessage(content="Hello"), AIMessage(content="World"), HumanMessage(content="!")]
+    assert history.messages == want and await history.aget_messages() == want
+    assert all(m.id for m in memory.get_messages("s1", user_id="u1"))
+
+    said = RunnableLambda(lambda d: [AIMessage(content="you said: " + " / ".join(
+        m.text for m in d["messages"] if isinstance(m, HumanMessage)))])
+    chain = RunnableWithMessageHistory(said, history_factory(memory), input_messages_key="messages",
+                                       history_messages_key="history", history_factory_config=history_factory_config())
+    assert chain.invoke({"messages": [HumanMessage(content="hi")]}, _cfg("u2", "s1")) == [
+        AIMessage(content="you said: hi")]
+    assert TieredChatMessageHistory(memory, "s1", user_id="u2").messages == [
+        HumanMessage(content="hi"), AIMessage(content="you said: hi")]
 
 
 def test_runnable_with_include_memory_recalls_an_earlier_session(memory: TieredMemory) -> None:
