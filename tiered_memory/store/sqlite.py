@@ -47,13 +47,21 @@ class SQLiteRecordStore(SQLiteDatabase):
 
     Args:
         path: the database file; created with its schema when missing.
+        read_only: read the file beside the process that writes it, writing nothing
+            (:class:`~.sqlite_db.SQLiteDatabase`); rows that process has not yet given
+            keywords are not found by keyword search until it does.
     """
 
-    def __init__(self, path: str | Path) -> None:
-        super().__init__(path)
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
+        super().__init__(path, read_only=read_only)
         self._keywords = KeywordSearch(self.query, self._tag)
-        self.migrate("core", MIGRATIONS)
-        self._fill_keywords()
+        try:
+            self.migrate("core", MIGRATIONS)
+            if not read_only:
+                self._fill_keywords()
+        except BaseException:
+            self.close()
+            raise
 
     # ---- writes ---------------------------------------------------------
     def insert_messages(self, rows: list[StoredMessage], *, indexed: bool = False,

@@ -7,6 +7,11 @@ behind a re-entrant lock (thread-safe; one process per file), in WAL mode with
 ``synchronous=FULL``, so a commit is on the disk when it returns, unless a bulk write
 asks for ``_synced(False)`` and calls :meth:`SQLiteDatabase.sync` at its end. A file that
 tiered-memory did not create is refused before anything in it changes.
+
+Opened ``read_only``, the file is read beside the process that writes it (the CLI's read
+commands while an application holds the folder): SQLite's ``mode=ro``, so no statement can
+write; WAL readers see committed transactions and never block the writer. Nothing is set up
+or migrated: a schema older than this code is refused (:meth:`SQLiteDatabase.migrate`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from ..errors import CorruptStoreError, StoreError
+from ..errors import CorruptStoreError, StoreError, UsageError
 from ..guard import check_process
 from .sqlite_schema import Step, split_sql
 
@@ -37,20 +42,26 @@ class SQLiteDatabase:
 
     Args:
         path: the database file.
+        read_only: read an existing file without writing to it (see the module's docstring).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
+        self.read_only = read_only
         self.lock = threading.RLock()
         self._pid, self._closed = os.getpid(), False
         conn: sqlite3.Connection | None = None
         try:
+            # a read-only WAL reader still maps the -shm file, which the writer keeps (or SQLite
+            # creates) beside the database: only the database file itself is opened read-only
+            where = f"{self.path.resolve().as_uri()}?mode=ro" if read_only else str(self.path)
             self.conn = conn = sqlite3.connect(
-                str(self.path), check_same_thread=False, isolation_level=None, timeout=30
+                where, uri=read_only, check_same_thread=False, isolation_level=None, timeout=30
             )
             # identify the file before changing anything in it (WAL mode is persistent)
             self._check_identity()
-            self.conn.execute("PRAGMA journal_mode=WAL")
+            if not read_only:
+                self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
             self.conn.execute("PRAGMA foreign_keys=ON")
             # freed pages are zeroed, so forgotten text does not linger in the file
@@ -71,6 +82,8 @@ class SQLiteDatabase:
 
     def _check_identity(self) -> None:
         tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if not tables and self.read_only:
+            raise CorruptStoreError(f"{self.path} holds no tables yet: there is nothing to read")
         if not tables:
             with self.transaction() as c:
                 c.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
@@ -94,6 +107,8 @@ class SQLiteDatabase:
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         self.check_usable()
+        if self.read_only:
+            raise UsageError(f"{self.path} was opened read-only: nothing may be written through it")
         with self.lock:
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
@@ -106,6 +121,19 @@ class SQLiteDatabase:
                     raise StoreError(f"record store write failed: {e}") from e
                 raise
 
+    @contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """Every read inside sees one state of the file (one read transaction): an export
+        taken while another process writes is consistent. Nothing may be written inside."""
+        self.check_usable()
+        with self.lock:
+            self.conn.execute("BEGIN")  # deferred: it stays a read transaction
+            try:
+                yield
+            finally:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         self.check_usable()
         with self.lock:
@@ -116,7 +144,20 @@ class SQLiteDatabase:
 
     def migrate(self, name: str, steps: Sequence[Step]) -> None:
         """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``, each in its
-        own transaction with its version row."""
+        own transaction with its version row. Opened read-only, pending steps are refused instead:
+        the code's queries may need them.
+
+        Raises:
+            StoreError: read-only, and the store's schema is older than this code."""
+        if self.read_only:
+            current = self.schema_version(name)
+            if current < len(steps):
+                raise StoreError(
+                    f"{self.path} has an older schema than this version of tiered-memory ({name!r} at "
+                    f"version {current} of {len(steps)}), and a read-only open cannot migrate it. Open it "
+                    "once with this version, with the folder to itself (stop the application that holds "
+                    "it, or upgrade the application), then read it again.")
+            return
         if not self.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'"):
             with self.transaction() as c:  # once per file: not a write transaction on every open
                 c.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
@@ -132,9 +173,12 @@ class SQLiteDatabase:
                 c.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", (name, version, time.time()))
 
     def schema_version(self, name: str = "core") -> int:
-        """The last migration applied for ``name`` (earlier stores kept it in ``meta``)."""
-        recorded = self.query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=?", (name,))
-        return max(int(recorded[0][0]), int(self.get_meta(f"schema_version:{name}") or 0))
+        """The last migration applied for ``name`` (earlier stores kept it in ``meta``); 0 for none."""
+        recorded = 0
+        if self.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'"):
+            found = self.query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=?", (name,))
+            recorded = int(found[0][0])
+        return max(recorded, int(self.get_meta(f"schema_version:{name}") or 0))
 
     def get_meta(self, key: str) -> str | None:
         found = self.query("SELECT value FROM meta WHERE key=?", (key,))
