@@ -28,8 +28,9 @@ ALLOWED: dict[str, set[str]] = {
     "context": {"foundation", "embedding", "vector", "store", "parts", "recall", "layers"},
     "backends": {"foundation", "embedding", "vector", "store"},
     # portable restores facts and episodes through their layers (which own their vector ids), as
-    # context reads through them
-    "portable": {"foundation", "parts", "recall", "layers"},
+    # context reads through them; it exports from the record store's and layer repositories'
+    # protocols, which is all an export reads (a read-only reader has no index, hence no parts)
+    "portable": {"foundation", "parts", "recall", "layers", "store"},
     "facade": {"foundation", "embedding", "vector", "store", "llm", "parts", "recall", "layers", "context",
                "backends", "portable"},
     "entry": {"foundation", "embedding", "vector", "store", "llm", "parts", "recall", "layers", "context",

@@ -555,8 +555,7 @@ class TieredMemory:
         vectors (recomputed on import). See :mod:`.portable`."""
         path = check_path(path)
         self.parts.access.flush()  # the access counts written are current
-        ok = self._layers_ok()
-        return export_jsonl(self.parts, path, user_id, self._layers if ok else None, self._items if ok else None)
+        return export_jsonl(self.store, path, user_id, self._rows if self._layers_ok() else None, now=self.parts.now())
 
     @usable
     def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,

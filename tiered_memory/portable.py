@@ -46,6 +46,8 @@ from .portable_restore import (audit_key, restore_archived, restore_audit, resto
                                restore_facts, restore_items, restore_scratchpads, restore_working)
 from .recall.indexing import store_and_index, write_chunks
 from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
+from .store.base import RecordStore
+from .store.repositories import LayerRepository
 from .types import StoredMessage
 from .validation import check_callback, check_id, check_message_id, check_path, normalize_message
 
@@ -90,13 +92,13 @@ class ImportReport:
     audit_skipped: int = 0
 
 
-def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None,
-                 items: ItemStore | None = None) -> Iterator[str]:
-    """Messages, then facts, episodes, session cursors, live items, archived turns and working
-    memory (those where the store keeps layers)."""
-    cursors = layers.rows.session_cursors(user_id) if layers is not None else {}
+def export_lines(store: RecordStore, user_id: str | None, rows: LayerRepository | None, now: float
+                 ) -> Iterator[str]:
+    """Messages, then facts, episodes, session cursors, items live at ``now``, archived turns,
+    working memory and the audit log (those where the store keeps layers: ``rows``). Reads only."""
+    cursors = rows.session_cursors(user_id) if rows is not None else {}
     through: dict[tuple[str, str], tuple[int, str]] = {}  # per session, its last covered live turn (seq, id)
-    for m in parts.store.iter_messages(user_id):
+    for m in store.iter_messages(user_id):
         key = (m.user_id, m.session_id)
         if m.seq <= cursors.get(key, 0) and m.seq > through.get(key, (0, ""))[0]:
             through[key] = (m.seq, m.id)
@@ -105,9 +107,8 @@ def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None
             "session_id": m.session_id, "role": m.role, "content": m.content,
             "metadata": m.metadata, "timestamp": m.timestamp,
         }, ensure_ascii=False)
-    if layers is None:
+    if rows is None:
         return
-    rows = layers.rows
     users = [user_id] if user_id is not None else sorted(rows.layer_users())
     for user in users:
         history: dict[str, list[Any]] = {}
@@ -123,9 +124,8 @@ def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None
     for (user, session), (_, last) in sorted(through.items()):  # no covered turn live: nothing left to cover
         yield json.dumps(cursor_line(CursorRecord(user_id=user, session_id=session, through=last), FORMAT),
                          ensure_ascii=False)
-    if items is not None:
-        for item, ttl, expires in items.db.item_rows(user_id, live_at=parts.now()):
-            yield json.dumps(item_line(item, ttl, expires, FORMAT), ensure_ascii=False)
+    for item, ttl, expires in rows.item_rows(user_id, live_at=now):
+        yield json.dumps(item_line(item, ttl, expires, FORMAT), ensure_ascii=False)
     for turn in rows.archived_turns(user_id):
         yield json.dumps(archived_line(turn, FORMAT), ensure_ascii=False)
     for working in rows.live_working_items(user_id):
@@ -137,10 +137,10 @@ def export_lines(parts: Parts, user_id: str | None, layers: Layers | None = None
             yield json.dumps(audit_line(entry, FORMAT), ensure_ascii=False)
 
 
-def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None, layers: Layers | None = None,
-                 items: ItemStore | None = None) -> int:
+def export_jsonl(store: RecordStore, path: str | Path, user_id: str | None = None,
+                 rows: LayerRepository | None = None, *, now: float) -> int:
     """Write messages, facts, episodes, items, archived turns and working memory (one user's,
-    or everyone's) to ``path``; returns the number of lines."""
+    or everyone's) to ``path``; returns the number of lines. Reads only (:func:`export_lines`)."""
     if user_id is not None:
         check_id(user_id, "user_id")
     path = check_path(path)
@@ -154,7 +154,7 @@ def export_jsonl(parts: Parts, path: str | Path, user_id: str | None = None, lay
         raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from e
     try:
         with opened as f:
-            for line in export_lines(parts, user_id, layers, items):
+            for line in export_lines(store, user_id, rows, now):
                 f.write(line + "\n")
                 n += 1
         tmp.replace(path)
