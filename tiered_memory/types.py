@@ -84,5 +84,7 @@ class Stats:
     messages: int
     indexed: int
     duplicates: int
-    vectors: int
+    #: ``None`` where not known: a folder read beside the process that holds it (its vector
+    #: index is that process's, and is not opened)
+    vectors: int | None
     extra: dict[str, int] = field(default_factory=dict)

@@ -14,6 +14,8 @@ from __future__ import annotations
 import time
 from typing import Any, Hashable, Iterable, Iterator, Mapping
 
+import numpy as np
+
 from ..config import RetrievalConfig
 from ..embedding import Embedder
 from ..store.base import RecordStore
@@ -56,14 +58,17 @@ def search_sessions(
     per_session: int,
     filters: Mapping[str, Any] | None = None,
     now: float | None = None,
+    vector: np.ndarray | None = None,
 ) -> list[SessionHit]:
     """The ``k`` sessions of ``user_id`` whose best turn ranks highest for ``query``, each with
     its best ``per_session`` turns (turns ``filters`` rejects left out). Sessions with no turn
-    among the pool of a turn search (``RetrievalConfig.candidates``) are not ranked."""
+    among the pool of a turn search (``RetrievalConfig.candidates``) are not ranked. ``vector``:
+    the query's embedding, when the caller has it."""
     now = time.time() if now is None else now
     weights = turn_weights(config)
     pool = gather_pool(store=store, index=index, embedder=embedder, config=config, query=query,
-                       user_id=user_id, k=k * per_session, filters=filters, weights=weights)
+                       user_id=user_id, k=k * per_session, filters=filters, weights=weights,
+                       vector=vector)
     if pool is None:
         return []
     hits: list[MemoryHit] = []
