@@ -31,13 +31,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
 
+from .cli_open import CliUsageError, keyword_only_label, open_memory as _open
 from .errors import TieredMemoryError, UsageError
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-class CliUsageError(Exception):
-    """A usage problem found by the CLI itself (exit code 2)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -104,21 +101,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _open(path: str | None, *, create: bool = False) -> Any:
-    from .memory import TieredMemory, default_path
-    from .backends import configured_record_store, is_postgres_url
-
-    folder = Path(path) if path else default_path()
-    on_server = is_postgres_url(configured_record_store())  # records in PostgreSQL, not the folder
-    if not create and not on_server and not (folder / "records.sqlite3").exists():
-        if folder.exists() and not folder.is_dir():
-            raise CliUsageError(f"{folder} is a file, not a memory folder")
-        raise CliUsageError(
-            f"no memory at {folder}. Pass --path to an existing memory folder, or create one "
-            "with 'tiered-memory --path FOLDER import FILE'.")
-    return TieredMemory(folder)
-
-
 def _cmd_demo(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
     from .demo import rich_console, run
 
@@ -127,15 +109,17 @@ def _cmd_demo(args: argparse.Namespace, out: Callable[[str], None], err: TextIO)
     return run(out, console=None if args.plain else rich_console(args.stream))
 
 
-def _search_sessions(args: argparse.Namespace, out: Callable[[str], None]) -> int:
+def _search_sessions(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
     if args.session is not None:
         raise CliUsageError("--sessions ranks all of the user's sessions; leave out --session")
-    with _open(args.path) as memory:
+    with _open(args, err) as memory:
         found = memory.search_sessions(args.query, user_id=args.user, k=args.k, turns=1)
+        keyword_only_label(memory, args, out)
     if args.json:
         for f in found:
+            vectors = {"vectors": f.hits[0].explanation["vectors"]} if "vectors" in f.hits[0].explanation else {}
             out(json.dumps({"session_id": f.session_id, "score": f.score,
-                            "best": {"id": f.hits[0].id, "role": f.hits[0].role, "text": f.hits[0].text}},
+                            "best": {"id": f.hits[0].id, "role": f.hits[0].role, "text": f.hits[0].text}, **vectors},
                            ensure_ascii=False))
         return EXIT_OK
     if not found:
@@ -152,9 +136,10 @@ def _cmd_search(args: argparse.Namespace, out: Callable[[str], None], err: TextI
     if args.k < 1:
         raise CliUsageError(f"-k must be at least 1, got {args.k}")
     if args.sessions:
-        return _search_sessions(args, out)
-    with _open(args.path) as memory:
+        return _search_sessions(args, out, err)
+    with _open(args, err) as memory:
         hits = memory.search(args.query, user_id=args.user, k=args.k, session_id=args.session)
+        keyword_only_label(memory, args, out)
     if args.json:
         for h in hits:
             out(json.dumps({"id": h.id, "score": h.score, "layer": h.layer, "role": h.role,
@@ -173,21 +158,24 @@ def _cmd_search(args: argparse.Namespace, out: Callable[[str], None], err: TextI
 
 
 def _cmd_stats(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
-    with _open(args.path) as memory:
+    with _open(args, err) as memory:
         s = memory.stats()
-        where = str(memory.path)
+        where, read_only = str(memory.path), getattr(memory, "read_only", False)
     fields = {"path": where, "users": s.users, "sessions": s.sessions, "messages": s.messages,
-              "indexed": s.indexed, "duplicates": s.duplicates, "vectors": s.vectors, **s.extra}
+              "indexed": s.indexed, "duplicates": s.duplicates, "vectors": s.vectors, **s.extra,
+              "read_only": read_only}
     if args.json:
         out(json.dumps(fields))
-    else:
-        for key, value in fields.items():
-            out(f"{key:>11}: {value}")
+        return EXIT_OK
+    if s.vectors is None:
+        fields["vectors"] = "not available (the index belongs to the process that holds the folder)"
+    for key, value in fields.items():
+        out(f"{key:>11}: {value}")
     return EXIT_OK
 
 
 def _cmd_export(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
-    with _open(args.path) as memory:
+    with _open(args, err) as memory:
         n = memory.export_jsonl(args.file, user_id=args.user)
     out(f"exported {n} lines (messages, facts, episodes, items, archived turns, working memory) to {args.file}")
     return EXIT_OK
@@ -201,7 +189,7 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
         total = sum(1 for line in f if line.strip())
     from tqdm import tqdm
 
-    with _open(args.path, create=True) as memory:
+    with _open(args, err, create=True) as memory:
         bar = tqdm(total=total, unit="line", desc="importing", file=err,
                    disable=True if args.no_progress else None)
         try:
@@ -227,14 +215,14 @@ def _cmd_forget_user(args: argparse.Namespace, out: Callable[[str], None], err: 
     if not args.yes:
         raise CliUsageError(
             f"this deletes every message of user {args.user!r} for good; re-run with --yes to confirm")
-    with _open(args.path) as memory:
+    with _open(args, err) as memory:
         n = memory.forget_user(args.user)
     out(f"forgot user {args.user!r}: {n} messages removed from every store and index")
     return EXIT_OK
 
 
 def _cmd_rebuild_index(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
-    with _open(args.path) as memory:
+    with _open(args, err) as memory:
         report = memory.rebuild_index()
         vectors = memory.stats().vectors
     out(f"rebuilt the vector index: {report.get('indexed', 0)} messages embedded, {vectors} vectors")
@@ -255,7 +243,7 @@ def _cmd_consolidate(args: argparse.Namespace, out: Callable[[str], None], err: 
         bars[step].n = done
         bars[step].refresh()
 
-    with _open(args.path) as memory:
+    with _open(args, err) as memory:
         try:
             report = memory.consolidate(args.user, progress=progress)
         finally:
@@ -276,7 +264,7 @@ def _inspect(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) 
 
     if getattr(args, "max_tokens", None) is not None and args.max_tokens < 1:
         raise CliUsageError(f"--max-tokens must be at least 1, got {args.max_tokens}")
-    with _open(args.path) as memory:
+    with _open(args, err) as memory:
         INSPECT[args.command](memory, args, out)
     return EXIT_OK
 

@@ -1,9 +1,11 @@
 """The CLI commands that look inside each tier: ``sessions``, ``facts``, ``episodes``,
 ``working`` and ``context``. Each prints readable text, or JSON with ``--json``.
 
-Every command reads through the public :class:`~tiered_memory.TieredMemory` API only.
-``context`` is exactly :meth:`~tiered_memory.TieredMemory.build_context`, so, like it,
-it counts the facts and episodes it returns as accessed.
+Every command reads through the public :class:`~tiered_memory.TieredMemory` API only, or
+the same reads of a :class:`~tiered_memory.readonly.ReadOnlyMemory` (a folder another
+process holds). ``context`` is exactly :meth:`~tiered_memory.TieredMemory.build_context`,
+so, like it, it counts the facts and episodes it returns as accessed (and it needs the
+vector index: never read-only).
 """
 
 from __future__ import annotations
@@ -176,9 +178,9 @@ def cmd_episodes(memory: Any, args: argparse.Namespace, out: Out) -> None:
 
 
 def cmd_working(memory: Any, args: argparse.Namespace, out: Out) -> None:
-    wm = memory.working_memory(args.session, user_id=args.user)
-    items = wm.items(args.query)
-    pad = wm.scratchpad.to_dict()
+    wm = memory.working_memory(args.session, user_id=args.user)  # None: a read-only store with no layers yet
+    items = wm.items(args.query) if wm is not None else []
+    pad = wm.scratchpad.to_dict() if wm is not None else {}
     if args.json:
         out(_dumps({"items": [asdict(i) for i in items], "scratchpad": pad}))
         return

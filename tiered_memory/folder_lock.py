@@ -70,7 +70,13 @@ class FolderLock:
 
     def _holder(self) -> str | None:
         """Who holds this folder in this process, if a live lock of ours does."""
-        held = FolderLock._held.get(self.key)
+        return FolderLock.holder_here(Path(self.key))
+
+    @staticmethod
+    def holder_here(folder: Path) -> str | None:
+        """Who holds ``folder`` in this process (the object and where it was opened), if a
+        live lock of this process does; ``None`` when none does (another process may)."""
+        held = FolderLock._held.get(str(folder.resolve()))
         if held is None:
             return None
         lock = held[0]()
