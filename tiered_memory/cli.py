@@ -16,6 +16,9 @@ Examples::
     tiered-memory --path ./mem working --user u1 --session s1
     tiered-memory --path ./mem context "where do I live?" --user u1 --session s1 --max-tokens 300
 
+While an application holds the folder, the read commands read its records read-only
+(:mod:`.cli_open`); the others get ``StoreLockedError``.
+
 Exit codes: 0 success, 1 runtime failure (store, index, model), 2 usage error
 (bad arguments, bad input file, no memory at ``--path``), 130 interrupted.
 """
