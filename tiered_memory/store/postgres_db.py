@@ -12,6 +12,11 @@ it runs on a thread, every ``write``, ``transaction``, ``query`` and ``read`` of
 database on that thread joins its transaction (each write in a savepoint), so another
 component sharing the database, such as the pgvector index, commits with the records or
 not at all. Other threads keep using their own pooled connections.
+
+A restart of the server needs nothing of the caller: the pool checks a connection before
+handing it out and replaces a dead one; while the server is down a call waits at most
+``connect_timeout`` (twice when the server answers again meanwhile) and fails with a
+``StoreError`` naming the server, and the same object works again once it answers.
 """
 
 from __future__ import annotations
@@ -87,7 +92,9 @@ class PostgresDatabase:
         schema: the PostgreSQL schema holding the tables; created when missing.
         min_size: connections the pool keeps open.
         max_size: most connections this process opens.
-        connect_timeout: seconds to wait for the first connection before failing.
+        connect_timeout: seconds to wait for the first connection before failing, and for a
+            connection later: a call made while the server is down fails after it with a
+            ``StoreError`` naming the server; once it answers again the pool reconnects.
     """
 
     def __init__(
@@ -117,10 +124,14 @@ class PostgresDatabase:
         def configure(conn: Any) -> None:
             conn.execute(search_path)
 
+        # reconnect_timeout: the pool's own reconnection attempts back off exponentially (after a
+        # 90 s outage the next one came a minute after the server was back); bounded here, the
+        # next call asks for a connection again instead
+        self.timeout = connect_timeout
         self.pool = ConnectionPool(
             url, min_size=min_size, max_size=max_size, open=False, configure=configure,
             kwargs={"autocommit": True}, check=ConnectionPool.check_connection,
-            name="tiered-memory",
+            name="tiered-memory", timeout=connect_timeout, reconnect_timeout=connect_timeout,
         )
         try:
             self.pool.open(wait=True, timeout=connect_timeout)
@@ -146,6 +157,38 @@ class PostgresDatabase:
         except Exception as e:
             return " ".join(str(e).split()) or type(e).__name__
         return None
+
+    def _checkout(self) -> Any:
+        """A pooled connection that answers (the pool replaces dead ones first); a ``StoreError``
+        naming the server if none comes within ``connect_timeout``. A server that answers again
+        by then gets one more wait: the pool may still be backing off from the outage."""
+        from psycopg_pool import PoolTimeout
+
+        try:
+            return self.pool.getconn()
+        except PoolTimeout as e:
+            why = self._why(self.timeout)
+            if why is None:
+                try:
+                    return self.pool.getconn()
+                except PoolTimeout as busy:  # the server answers, yet no connection came free
+                    raise StoreError(
+                        f"no connection to PostgreSQL at {_redact(self.url, self.url)} came free within "
+                        f"{2 * self.timeout}s: all {self.pool.max_size} are busy. Give the store a larger "
+                        "max_size or connect_timeout.") from busy
+            raise StoreError(
+                f"PostgreSQL at {_redact(self.url, self.url)} is unreachable: no connection within "
+                f"{self.timeout}s ({_redact(why, self.url)}), so this step wrote nothing. The memory "
+                "reconnects by itself once the server answers: retry the call then.") from e
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        conn = self._checkout()
+        try:
+            with conn:  # as the pool's own connection(): a failed unit rolls back
+                yield conn
+        finally:
+            self.pool.putconn(conn)
 
     def _bootstrap(self) -> None:
         from psycopg import sql
@@ -195,7 +238,7 @@ class PostgresDatabase:
                 raise write_failed(e) from e
         for attempt in range(retries + 1):
             try:
-                with self.pool.connection() as conn, conn.transaction():
+                with self._connection() as conn, conn.transaction():
                     return fn(conn)
             except self._psycopg.Error as e:
                 if getattr(e, "sqlstate", None) in _RETRY_SQLSTATES and attempt < retries:
@@ -217,7 +260,7 @@ class PostgresDatabase:
             return fn()
         for attempt in range(retries + 1):
             try:
-                with self.pool.connection() as conn, conn.transaction():
+                with self._connection() as conn, conn.transaction():
                     self._joined.conn = conn
                     try:
                         return fn()
@@ -243,7 +286,7 @@ class PostgresDatabase:
                 with joined.transaction():
                     yield joined
                 return
-            with self.pool.connection() as conn, conn.transaction():
+            with self._connection() as conn, conn.transaction():
                 yield conn
         except self._psycopg.Error as e:
             raise write_failed(e) from e
@@ -256,7 +299,7 @@ class PostgresDatabase:
         try:
             if joined is not None:
                 return fn(joined)
-            with self.pool.connection() as conn:
+            with self._connection() as conn:
                 return fn(conn)
         except self._psycopg.Error as e:
             raise StoreError(f"record store read failed: {e}") from e
