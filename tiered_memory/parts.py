@@ -12,7 +12,9 @@ to the caller is noted in memory, and the access counts and last-access times re
 record store in batches: from a background thread when the log holds
 ``MemoryConfig.access_flush_size`` entries or is ``access_flush_seconds`` old, before
 anything that reads those counts (listing facts or episodes, ``consolidate``), and on
-``close``. A crash loses at most the unflushed counts, never a record.
+``close``. A batch the store could not write (its server down) is kept for the next flush,
+up to :data:`KEPT_FLUSHES` flushes' worth; ``close`` then only logs it. A crash loses at most
+the unflushed counts, never a record.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Callable, Iterable, Literal
 
 from .config import MemoryConfig
 from .embedding import Embedder
+from .errors import RuntimeFailure
 from .guard import Calls
 from .store.base import RecordStore
 from .tokens import TokenCounter
@@ -35,6 +38,9 @@ log = logging.getLogger("tiered_memory")
 AccessLayer = Literal["turn", "fact", "episode", "working"]
 # layer -> (user_id, ids, now) -> None: the write that applies one batch of accesses
 Toucher = Callable[[str, list[str], float], None]
+#: how many flushes' worth of accesses a store that cannot be written keeps waiting; past that
+#: a failed batch is dropped (counts are bookkeeping: never worth unbounded memory)
+KEPT_FLUSHES = 8
 
 
 class AccessLog:
@@ -98,10 +104,27 @@ class AccessLog:
         if not batch:
             return 0
         with self._write_lock:
-            for (layer, user_id), ids in sorted(batch.items()):
-                self._touchers[layer](user_id, ids, last[(layer, user_id)])
+            for key, ids in sorted(batch.items()):
+                try:
+                    self._touchers[key[0]](key[1], ids, last[key])
+                except BaseException:  # one transaction each: this one and the rest are unwritten
+                    self._keep({k: v for k, v in batch.items() if k >= key}, last)
+                    raise
                 written += len(ids)
         return written
+
+    def _keep(self, batch: dict[tuple[AccessLayer, str], list[str]], last: dict[tuple[AccessLayer, str], float]) -> None:
+        """Put back the accesses of a failed flush, unless that would hold too many."""
+        with self._guard:
+            if self._size + sum(map(len, batch.values())) > KEPT_FLUSHES * self.flush_size:
+                log.warning("dropping %d access counts that could not be written", sum(map(len, batch.values())))
+                return
+            for key, ids in batch.items():
+                self._pending[key] = ids + self._pending.get(key, [])
+                self._last[key] = max(last[key], self._last.get(key, last[key]))
+                self._size += len(ids)
+            if self._oldest is None:
+                self._oldest = time.monotonic()
 
     def _run(self) -> None:
         while True:
@@ -115,13 +138,18 @@ class AccessLog:
             if due:
                 try:
                     self.flush()
-                except Exception:  # bookkeeping only: the next flush or close tries again
+                except RuntimeFailure as e:  # bookkeeping only: the next flush or close tries again
+                    log.warning("writing access counts failed; they will be retried (%s)", e)
+                except Exception:
                     log.exception("writing access counts failed; they will be retried")
 
     def close(self) -> None:
-        """Write what is pending and stop the background thread."""
+        """Write what is pending and stop the background thread. A store that cannot be
+        written (its server down) is logged, not raised: the records are safe, only counts lost."""
         try:
             self.flush()
+        except RuntimeFailure as e:
+            log.warning("%d access counts were not written on close (%s)", self.pending, e)
         finally:
             with self._guard:
                 self._closed = True
