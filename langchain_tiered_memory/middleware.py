@@ -5,7 +5,8 @@ Before each model call it assembles memory for the latest user message
 data; the agent's own state and the conversation are left as they are. After each
 model call, and at the end of the run, it records the turn so far (the user
 message, the model's replies, tool calls and tool results) in the session,
-skipping messages already stored, so a turn with several model calls is stored once.
+skipping messages already stored, so a turn with several model calls is stored once. A tool
+call is stored once its result is in, as the state then holds it (a reviewer may edit it first).
 It works beside LangChain's ``SummarizationMiddleware``: the summary that replaces older
 messages (a ``HumanMessage`` marked ``lc_source="summarization"``) is not a user turn, so it
 is never recorded, and ``include_recent`` replays no turns it stands for.
@@ -25,7 +26,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
-from langchain_core.messages import AnyMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
 
 from tiered_memory import TieredMemory
@@ -62,15 +63,29 @@ def turn_start(messages: list[AnyMessage]) -> int | None:
     return humans[-1] + 1 if humans else None
 
 
-def turn_to_record(messages: list[AnyMessage], stored_ids: set[str]) -> list[AnyMessage]:
+def _settled(turn: list[AnyMessage]) -> list[AnyMessage]:
+    """``turn`` up to its first AI message with a tool call that has no result yet (pure)."""
+    answered = {m.tool_call_id for m in turn if isinstance(m, ToolMessage)}
+    for n, m in enumerate(turn):
+        if isinstance(m, AIMessage) and any(c.get("id") not in answered for c in m.tool_calls):
+            return turn[:n]
+    return turn
+
+
+def turn_to_record(messages: list[AnyMessage], stored_ids: set[str], *, final: bool = False) -> list[AnyMessage]:
     """The messages of the current turn (:func:`turn_start` on) not yet stored (pure).
 
     System messages are instructions and a summary restates stored turns: neither is recorded.
+    A tool call is recorded once its result is there, with what follows it: until it runs, a
+    reviewer (``HumanInTheLoopMiddleware``) may still replace it in the state under the same
+    message id, and a stored id is never recorded again. ``final`` (the run has ended) records
+    the calls that got no result too, as the state keeps them.
     """
     start = turn_start(messages)
     if start is None:
         return []
-    return [m for m in messages[start:]
+    turn = messages[start:] if final else _settled(messages[start:])
+    return [m for m in turn
             if not isinstance(m, SystemMessage) and not is_summary(m) and not (m.id and m.id in stored_ids)]
 
 
@@ -200,14 +215,14 @@ class TieredMemoryMiddleware(AgentMiddleware):
         return await handler(await asyncio.to_thread(self.prepare, request))
 
     # ---- after the model -------------------------------------------------
-    def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None) -> int:
-        """Store the current turn's new messages; returns how many were stored."""
+    def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None, *, final: bool = False) -> int:
+        """Store the current turn's new messages (see :func:`turn_to_record`); returns how many."""
         if not self.record:
             return 0
         user, session = self.ids(runtime)
         recent = self.memory.get_messages(session, user_id=user, limit=max(50, 2 * len(messages)))
         stored_ids = {lc_id(m) for m in recent}
-        new = turn_to_record(messages, stored_ids)
+        new = turn_to_record(messages, stored_ids, final=final)
         if new:
             rows = to_core_many(new, max_metadata_bytes=self.memory.config.max_metadata_bytes)
             self.memory.add_many(rows, session_id=session, user_id=user)
@@ -222,11 +237,11 @@ class TieredMemoryMiddleware(AgentMiddleware):
         return None
 
     # once more at the end of the run, for turns that end without a model call
-    # (a tool with return_direct); already stored messages are skipped
+    # (a tool with return_direct) or with a call no tool answered; stored messages are skipped
     def after_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.save(list(state["messages"]), runtime)
+        self.save(list(state["messages"]), runtime, final=True)
         return None
 
     async def aafter_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await asyncio.to_thread(self.save, list(state["messages"]), runtime)
+        await asyncio.to_thread(self.save, list(state["messages"]), runtime, final=True)
         return None

@@ -7,14 +7,16 @@ from typing import Any, Callable
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import SummarizationMiddleware
+from langchain.agents.middleware import HumanInTheLoopMiddleware, SummarizationMiddleware
 from langchain.tools import ToolRuntime
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
-from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolCall, ToolMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command
 
 from langchain_tiered_memory import TieredMemoryMiddleware, TieredMemoryStore
+from langchain_tiered_memory.messages import from_stored_many
 from langchain_tiered_memory.middleware import query_of, turn_to_record
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder
@@ -137,6 +139,7 @@ def test_middleware_refuses_an_empty_id_rather_than_use_the_default_users(memory
 _SUMMARY = HumanMessage("Here is a summary of the conversation to date:\n\nSteps 1 and 2 ran.", id="sum",
                         additional_kwargs={"lc_source": "summarization"})
 _NOTICE = HumanMessage("Background task t_42 finished.", id="n", additional_kwargs={"lc_source": "async_subagent"})
+_CALL_X = _call("get_time", {}, "x").model_copy(update={"id": "x"})
 
 
 @pytest.mark.parametrize(("messages", "stored", "expected"), [
@@ -155,9 +158,17 @@ _NOTICE = HumanMessage("Background task t_42 finished.", id="n", additional_kwar
     # another message the harness added (lc_source) is recorded, but the user's message starts the turn
     ([HumanMessage("c", id="3"), _NOTICE, AIMessage("d", id="4")], set(), ["3", "n", "4"]),
     ([_NOTICE, AIMessage("d", id="4")], set(), ["n", "4"]),
+    # a tool call waits for its result (a reviewer may still replace it): the turn is recorded up to it
+    ([HumanMessage("c", id="3"), _CALL_X], set(), ["3"]),
+    ([HumanMessage("c", id="3"), _CALL_X, _NOTICE], {"3"}, []),
 ])
 def test_turn_to_record_table(messages: list[Any], stored: set[str], expected: list[str]) -> None:
     assert [m.id for m in turn_to_record(messages, stored)] == expected
+
+
+def test_turn_to_record_at_the_end_of_a_run_keeps_a_call_that_got_no_result() -> None:
+    messages = [HumanMessage("c", id="3"), _CALL_X, _NOTICE]
+    assert [m.id for m in turn_to_record(messages, set(), final=True)] == ["3", "x", "n"]
 
 
 @tool
@@ -286,3 +297,39 @@ def test_bad_middleware_arguments_are_refused_when_it_is_built(memory: TieredMem
         TieredMemoryMiddleware(memory, **kwargs)
     with pytest.raises(InvalidInputError, match="memory must be a TieredMemory"):
         TieredMemoryMiddleware("./memory")  # type: ignore[arg-type]
+
+
+@tool
+def send_email(to: str) -> str:
+    """Send an email."""
+    return f"sent to {to}"
+
+
+class _ReplacingEdits(HumanInTheLoopMiddleware):
+    """HITL as LangChain 1.0 shipped it: a reviewer's edit replaces the call in the AIMessage
+    (same message id), and that call is the one that runs."""
+
+    @staticmethod
+    def _process_decision(decision: Any, tool_call: ToolCall, config: Any) -> tuple[ToolCall | None, None]:
+        if decision["type"] == "edit":
+            edited = decision["edited_action"]
+            return ToolCall(type="tool_call", name=edited["name"], args=edited["args"], id=tool_call["id"]), None
+        return tool_call, None
+
+
+def test_middleware_records_the_tool_call_a_reviewer_edited_not_the_one_proposed(memory: TieredMemory) -> None:
+    model = ScriptedToolModel(responses=[_call("send_email", {"to": "boss@x"}, "e1"), AIMessage("Sent.")])
+    review = _ReplacingEdits(interrupt_on={"send_email": True}, edit_notice=None)
+    # listed after the reviewer, the memory's after_model runs before the review pauses the run
+    agent = create_agent(model, [send_email], middleware=[review, TieredMemoryMiddleware(memory, user_id="u")],
+                         checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t1"}}
+    assert "__interrupt__" in agent.invoke({"messages": [HumanMessage("Email my boss.")]}, config)
+    edit = {"type": "edit", "edited_action": {"name": "send_email", "args": {"to": "team@x"}}}
+    out = agent.invoke(Command(resume={"decisions": [edit]}), config)
+    assert next(m for m in out["messages"] if isinstance(m, ToolMessage)).text == "sent to team@x"
+    stored = from_stored_many(memory.get_messages("t1", user_id="u"))
+    assert [m.type for m in stored] == ["human", "ai", "tool", "ai"]
+    assert isinstance(stored[1], AIMessage)
+    assert [c["args"] for c in stored[1].tool_calls] == [{"to": "team@x"}]  # the call that ran
+    assert not any("boss@x" in m.text for m in stored)
