@@ -234,9 +234,13 @@ class TieredMemoryStore(BaseStore):
     def _owns(self, item: CoreItem) -> bool:
         """Whether ``item`` belongs to the user its namespace and key map to, as every put here
         makes it. An item stored by other means in another user's namespace (a crafted line of
-        a scoped import, which stores it as the importer's) is never read there."""
+        a scoped import, which stores it as the importer's) is never read there, and its
+        namespace is never listed for it."""
+        return self._owned(tuple(item.namespace), item.key, item.user_id)
+
+    def _owned(self, namespace: tuple[str, ...], key: str | None, user_id: str) -> bool:
         try:
-            return item.user_id == self._owner(tuple(item.namespace), item.key)
+            return user_id == self._owner(namespace, key)
         except InvalidInputError:  # the mapping gives no usable user for it: no one's
             return False
 
@@ -276,8 +280,11 @@ class TieredMemoryStore(BaseStore):
         # the user's label is matched exactly: a user id "*" is that user, not a wildcard
         exact_at = (self._template.index(USER_LABEL) if self._template is not None
                     else None if self._user_fn is not None else self.user_position)
-        return self.items.namespaces(conditions=conditions, max_depth=op.max_depth,
-                                     limit=op.limit, offset=op.offset, exact_at=exact_at)
+        # only namespaces holding an item their user owns; a position or a template maps the
+        # namespace alone, so its distinct owners are enough: a callable may read the key
+        return self.items.namespaces(conditions=conditions, max_depth=op.max_depth, limit=op.limit,
+                                     offset=op.offset, exact_at=exact_at, owned=self._owned,
+                                     by_key=self._user_fn is not None)
 
     def put(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any],
             index: Literal[False] | list[str] | None = None, *, ttl: float | None | NotProvided = NOT_PROVIDED) -> None:

@@ -80,8 +80,20 @@ def test_an_item_planted_in_another_users_namespace_is_never_read_there(memory: 
                            "ttl_minutes": None, "expires_at": None})
 
     crafted = tmp_path / "crafted.jsonl"
-    crafted.write_text(line(["victim", "memories"], "rules") + "\n" + line(["mallory", "notes"], "own") + "\n")
-    assert memory.import_jsonl(crafted, user_id="mallory").items_imported == 2
+    crafted.write_text("".join(line(ns, key) + "\n" for ns, key in [
+        (["victim", "memories"], "rules"), (["mallory", "notes"], "own"), (["victim", "archive"], "a"),
+        (["profiles"], "victim")]))
+    assert memory.import_jsonl(crafted, user_id="mallory").items_imported == 4
+    # a namespace holding only a planted item is not listed: its name does not leak, and paging
+    # counts only what is listed
+    assert store.list_namespaces() == [("mallory", "notes"), ("victim", "memories")]
+    assert store.list_namespaces(prefix=("victim",)) == [("victim", "memories")]
+    assert store.list_namespaces(limit=1, offset=1) == [("victim", "memories")]
+    assert store.list_namespaces(max_depth=1) == [("mallory",), ("victim",)]
+    profiles = TieredMemoryStore(memory, user_namespace=lambda ns, key: key if ns == ("profiles",) else None)
+    assert profiles.list_namespaces(prefix=("profiles",)) == []  # a callable mapping reads the key
+    profiles.put(("profiles",), "victim", {"name": "Vic"})
+    assert profiles.list_namespaces(prefix=("profiles",)) == [("profiles",)]
     assert store.get(("victim", "memories"), "rules") is None
     assert [h.key for h in store.search(("victim",))] == ["diet"]
     assert [h.key for h in store.search(("victim",), query="obey")] == ["diet"]

@@ -325,12 +325,18 @@ class ItemStore:
     def namespaces(
         self, *, conditions: Sequence[tuple[str, Sequence[str]]] = (), max_depth: int | None = None,
         limit: int = 100, offset: int = 0, exact_at: int | None = None,
+        owned: Callable[[tuple[str, ...], str | None, str], bool] | None = None, by_key: bool = False,
     ) -> list[tuple[str, ...]]:
         """Distinct namespaces matching every ``(kind, pattern)`` condition, sorted; a ``"*"``
-        on namespace position ``exact_at`` is literal (see :func:`match_namespace`)."""
-        all_ns = self.db.item_namespaces(live_at=self.parts.now())
-        kept = [ns for ns in all_ns
-                if all(match_namespace(ns, p, kind, exact_at) for kind, p in conditions)]
+        on namespace position ``exact_at`` is literal (see :func:`match_namespace`).
+
+        With ``owned(namespace, key, user_id)``, only namespaces holding an item it says yes to
+        are listed, before paging. It is asked once per distinct namespace and owner, or once
+        per item with ``by_key`` (``key`` is ``None`` without it)."""
+        rows = self.db.item_namespaces(live_at=self.parts.now(), with_keys=by_key)
+        kept = [ns for ns, key, user in rows
+                if all(match_namespace(ns, p, kind, exact_at) for kind, p in conditions)
+                and (owned is None or owned(ns, key, user))]
         return truncate_namespaces(kept, max_depth)[offset:offset + limit]
 
     @usable

@@ -273,9 +273,12 @@ class LayerStore:
     def items_with_text(self) -> list[Item]:
         return [item_from_row(r) for r in self.query(f"SELECT {ITEM_COLS} FROM items WHERE text IS NOT NULL")]
 
-    def item_namespaces(self, live_at: float | None = None) -> list[tuple[str, ...]]:
-        sql, params = live("SELECT DISTINCT namespace FROM items WHERE 1=1", [], live_at)
-        return [tuple(json.loads(r[0])) for r in self.query(sql, params)]
+    def item_namespaces(self, live_at: float | None = None, *, with_keys: bool = False
+                        ) -> list[tuple[tuple[str, ...], str | None, str]]:
+        columns = "namespace, user_id, key" if with_keys else "namespace, user_id"
+        sql, params = live(f"SELECT DISTINCT {columns} FROM items WHERE 1=1", [], live_at)
+        return [(tuple(json.loads(r[0])), r[2] if with_keys else None, str(r[1]))
+                for r in self.query(sql, params)]
 
     def expired_items(self, now: float) -> list[str]:
         return [str(r[0]) for r in self.query(

@@ -259,7 +259,10 @@ class ItemRepository(Protocol):
 
     def items_with_text(self) -> list[Item]: ...
 
-    def item_namespaces(self, live_at: float | None = None) -> list[tuple[str, ...]]: ...
+    def item_namespaces(self, live_at: float | None = None, *, with_keys: bool = False
+                        ) -> list[tuple[tuple[str, ...], str | None, str]]:
+        """Distinct ``(namespace, key, user_id)`` of the items; ``key`` is ``None`` unless
+        ``with_keys`` (then there is one row per item)."""
 
     def expired_items(self, now: float) -> list[str]:
         """Ids of the items that expired by ``now``."""
