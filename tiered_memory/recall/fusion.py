@@ -31,8 +31,8 @@ from ..errors import ConfigurationError
 from .answers import holds_answer
 from .coverage import TermsHeld, coverage, exchange_coverage, session_coverage, stem, stems, term_weights
 from .query import QueryPlan, has_time_expression, question_share
-from .scoring import (Candidate, Scored, TurnWeights, base_scores, in_date_ranges, names_speaker, recency_score,
-                      session_shares)
+from .scoring import (Candidate, Scored, TurnWeights, base_scores, best_first, in_date_ranges, names_speaker,
+                      recency_score, session_shares)
 
 SIGNALS = (
     "similarity",        # cosine to the query (the pool's lowest for a turn found otherwise)
@@ -238,8 +238,8 @@ def topic_windows(candidates: Sequence[Candidate], window: int, places: Mapping[
         held[shift:] = np.where(near, held[shift:] | mask[:-shift], held[shift:])
         best[:-shift] = np.where(near, np.maximum(best[:-shift], score[shift:]), best[:-shift])
         held[:-shift] = np.where(near, held[:-shift] | mask[shift:], held[:-shift])
-    for k, (_, _, i) in enumerate(placed):
-        out[i] = (float(best[k]), int(held[k]))
+    for (_, _, i), b, h in zip(placed, best.tolist(), held.tolist()):
+        out[i] = (b, h)
     return out
 
 
@@ -279,7 +279,7 @@ def score_learned(
         shares = session_shares(scores, sessions, w.session_top)
         for c in candidates:
             scores[c.id] += share_weight * shares.get(c.session_id, 0.0)
-    ordered = sorted(scores, key=lambda i: (-scores[i], i))
+    ordered = best_first(scores)
     by_id = {c.id: c for c in candidates}
     shown = len(ordered) if explain is None else explain
     return [Scored(i, scores[i], explained(by_id[i], {name: col[i] for name, col in columns.items() if i in col},

@@ -227,13 +227,17 @@ _BRACKETED = re.compile(r"\[[^\]]*\]")
 SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+|\n+")  # after a sentence's end mark, or a line break
 
 
-@holds_texts
-@lru_cache(maxsize=16384)
 def question_share(text: str) -> float:
     """The share of ``text``'s sentences that are questions (end with ``?``), bracketed
     notes such as ``[shares a photo]`` left out; 0.0 for a text without sentences."""
-    if "?" not in text:  # no question mark, no question (and most turns have none)
-        return 0.0
+    # no question mark, no question: most turns have none, and this test costs a fifth of a
+    # look in the cache (a search asks it of every candidate)
+    return _question_share(text) if "?" in text else 0.0
+
+
+@holds_texts
+@lru_cache(maxsize=16384)
+def _question_share(text: str) -> float:
     sentences = [p.strip() for p in SENTENCE_BREAK.split(_BRACKETED.sub(" ", text)) if p.strip()]
     if not sentences:
         return 0.0

@@ -114,10 +114,11 @@ _SPEAKER_PREFIX = re.compile(r"^\s*([A-Z][\w'’.-]*(?: [A-Z][\w'’.-]*){0,2})\
 
 def speaker_of(content: str, metadata: Mapping[str, Any] | None = None) -> str | None:
     """Who said a turn: ``metadata["speaker"]`` / ``["name"]``, else a leading ``"Name: "``."""
-    for key in ("speaker", "name"):
-        value = (metadata or {}).get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
+    if metadata:  # most turns carry none
+        for key in ("speaker", "name"):
+            value = metadata.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip()
     m = _SPEAKER_PREFIX.match(content)
     return m[1] if m else None
 
@@ -215,10 +216,17 @@ def base_scores(candidates: Sequence[Candidate], plan: QueryPlan, w: TurnWeights
     return out
 
 
+def best_first(scores: Mapping[str, float]) -> list[str]:
+    """The ids of ``scores``, best score first, ties by id: ``sorted(scores, key=lambda i:
+    (-scores[i], i))`` in two sorts keyed in C (by id, then stably by score), at less than
+    half the cost (a search orders some hundreds of candidates, twice)."""
+    return sorted(sorted(scores), key=scores.__getitem__, reverse=True)
+
+
 def session_shares(scores: Mapping[str, float], sessions: Mapping[str, str], top: int) -> dict[str, float]:
     """Each session's sum of scores among the ``top`` best turns, divided by the best
     session's sum (1.0 for the best session; absent sessions score 0)."""
-    best = sorted(scores, key=lambda i: (-scores[i], i))[:top]
+    best = best_first(scores)[:top]
     sums: dict[str, float] = {}
     for i in best:
         sums[sessions[i]] = sums.get(sessions[i], 0.0) + max(0.0, scores[i])
@@ -322,8 +330,7 @@ def score_turns(
             if share:
                 scores[i] += w.session_weight * share
                 parts[i]["session"] = {"rank": 0.0, "value": share, "contribution": w.session_weight * share}
-    ordered = sorted(scores, key=lambda i: (-scores[i], i))
-    return [Scored(i, scores[i], parts[i]) for i in ordered]
+    return [Scored(i, scores[i], parts[i]) for i in best_first(scores)]
 
 
 REACTIONS_SKIPPED = 2  # at most this many reactions lie between a turn and the one it follows up

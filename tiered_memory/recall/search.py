@@ -13,6 +13,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from itertools import islice
+from operator import attrgetter
 from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
@@ -23,8 +24,8 @@ from ..errors import ConfigurationError
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
 from .fusion import LEARNED, TOPIC_WINDOW, WINDOW_SIGNALS, check_weights, score_learned
 from .query import QueryPlan, is_reaction, plan_query
-from .scoring import (Candidate, Scored, TurnWeights, base_scores, matches_filters, previous_turns, score_turns,
-                      speaker_of)
+from .scoring import (Candidate, Scored, TurnWeights, base_scores, best_first, matches_filters, previous_turns,
+                      score_turns, speaker_of)
 from .spread import DEPTH, check_spread, spread_sessions, spread_slots
 from ..store.base import CandidateSource, FilterSource, LongMessageSource, PositionSource, RecordStore
 from ..types import MemoryHit, StoredMessage
@@ -194,7 +195,7 @@ def gather_pool(
     if (config.neighbor_weight or config.reply_weight) and config.neighbor_expand and records:
         # the turns around the best candidates join the pool: a reply is found by its question
         base = base_scores(pool, plan, weights)
-        best = sorted(base, key=lambda i: (-base[i], i))[: config.neighbor_expand]
+        best = best_first(base)[: config.neighbor_expand]
         wide = best[: config.neighbor_wide] if config.neighbor_wide_window > 1 else []
         neighbors = store.neighbors(user_id, best[len(wide):], 1)
         if wide:  # the very best bring more of their topic: in a big store the pool misses it
@@ -222,7 +223,7 @@ def session_positions(store: RecordStore, user_id: str, records: Mapping[str, St
         by_session.setdefault(r.session_id, []).append(r)
     pairs: list[tuple[str, int, int]] = []
     for rows in by_session.values():
-        rows.sort(key=lambda r: r.seq)
+        rows.sort(key=attrgetter("seq"))
         pairs.extend((a.session_id, a.seq, b.seq) for a, b in zip(rows, rows[1:]))
     apart = [p for p in pairs if p[2] - p[1] > 1]  # adjacent seqs have nothing between them
     counted = dict(zip(apart, store.session_gaps(user_id, apart))) if isinstance(store, PositionSource) else {}
@@ -231,8 +232,10 @@ def session_positions(store: RecordStore, user_id: str, records: Mapping[str, St
         place = 0
         out[rows[0].id] = place
         for a, b in zip(rows, rows[1:]):
-            key = (a.session_id, a.seq, b.seq)
-            place += min(cap, counted.get(key, b.seq - a.seq))
+            gap = b.seq - a.seq
+            if gap > 1:
+                gap = counted.get((a.session_id, a.seq, b.seq), gap)
+            place += min(cap, gap)
             out[b.id] = place
     return out
 
