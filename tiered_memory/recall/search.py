@@ -59,15 +59,27 @@ FILTER_SCOPE_MAX = 50_000  # more matching ids than this: filter the best candid
 _BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tiered-memory-search")
 
 
+Matches = tuple[dict[str, StoredMessage], list[tuple[str, float]]]  # records, and (id, score) best first
+
+
+def keyword_matches(store: RecordStore, user_id: str, terms: Sequence[str], *, k: int,
+                    session_id: str | None) -> Matches:
+    """The best ``k`` keyword matches and their records: what a search runs beside its vector
+    scan. The scan mostly takes longer, so the records read here are mostly read while the
+    search would wait anyway."""
+    kw = store.keyword_search(user_id, terms, k=k, session_id=session_id)
+    return store.get_by_ids(user_id, [i for i, _ in kw]), kw
+
+
 def fetch_candidates(store: RecordStore, user_id: str, ids: list[str], terms: Sequence[str], *, k: int,
-                     session_id: str | None, keyword: Future[list[tuple[str, float]]] | None = None,
-                     ) -> tuple[dict[str, StoredMessage], list[tuple[str, float]]]:
+                     session_id: str | None, keyword: Future[Matches] | None = None) -> Matches:
     """The records of ``ids`` and of the best ``k`` keyword matches, and those matches: in one
     store call when the store offers :class:`~tiered_memory.store.base.CandidateSource`, or
-    from ``keyword``, that keyword search already running beside the caller."""
+    from ``keyword`` (:func:`keyword_matches` already running beside the caller) and the
+    records it lacks. (The order of the records is the store's: scoring does not read it.)"""
     if keyword is not None:
-        kw = keyword.result()
-        return store.get_by_ids(user_id, [*ids, *(i for i, _ in kw)]), kw
+        found, kw = keyword.result()
+        return {**found, **store.get_by_ids(user_id, [i for i in ids if i not in found])}, kw
     if isinstance(store, CandidateSource):
         return store.candidates(user_id, ids, terms, k=k, session_id=session_id)
     kw = store.keyword_search(user_id, terms, k=k, session_id=session_id) if terms else []
@@ -170,7 +182,7 @@ def gather_pool(
     if exact and plan.terms and isinstance(index, ExactScope) \
             and index.held_rows(user_id) >= config.keyword_beside_from:
         # the scan is in this process and long: the keyword query runs beside it
-        keyword = _BESIDE.submit(store.keyword_search, user_id, plan.terms, k=n, session_id=session_id)
+        keyword = _BESIDE.submit(keyword_matches, store, user_id, plan.terms, k=n, session_id=session_id)
     vec, parts = vector_hits(index, qv, user_id=user_id, n=n, chunks=chunks, session_id=session_id, among=among,
                              exact=exact)
     chunk_hit: dict[str, tuple[int, float]] = {}
