@@ -260,7 +260,10 @@ def score_learned(
     base = base_scores(candidates, plan, w)
     dated = {c.id: True for c in candidates if in_date_ranges(c.timestamp, plan.dates, w.date_before_days,
                                                                w.date_after_days)} if plan.dates else {}
-    named = {c.id: True for c in candidates if names_speaker(plan.names, c.speaker)} if plan.names else {}
+    named: dict[str, bool] = {}
+    if plan.names:  # a pool has a few speakers: each is asked once
+        speaks = {s: names_speaker(plan.names, s) for s in {c.speaker for c in candidates}}
+        named = {c.id: True for c in candidates if speaks[c.speaker]}
     columns = signal_columns(candidates, previous, plan, base, date_hit=dated, speaker_hit=named,
                              wanted={n for n, weight in fusion.items() if weight}, places=places)
     table = {n: weight for n, weight in fusion.items() if weight and n != SESSION_SHARE}
