@@ -4,7 +4,8 @@ One query embedding, one vector query, one keyword query, one record fetch, and 
 neighbours of the best few candidates (the turn either side; the turns within
 ``neighbor_wide_window`` for the very best); everything else is arithmetic. When the
 index scans the user's vectors in memory, the keyword query runs in a worker thread
-meanwhile (both let go of the GIL), so the search waits for the longer of the two.
+meanwhile, and reads its matches' records there (both let go of the GIL), so the search waits
+for the longer of the two.
 """
 
 from __future__ import annotations
