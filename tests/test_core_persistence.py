@@ -142,3 +142,19 @@ def test_a_foreign_non_empty_folder_is_refused_and_left_as_it_was(tmp_path, embe
     with pytest.raises(ConfigurationError, match="not a tiered-memory store"):
         TieredMemory(folder, embedder=embedder)
     assert sorted(p.name for p in folder.iterdir()) == ["thesis.docx"]
+
+
+def test_a_row_read_by_the_sqlite_store_is_the_stored_message_its_constructor_makes() -> None:
+    # the store builds rows without the dataclass __init__ (for speed): a field added to
+    # StoredMessage must be set there too, or reads would hand out objects without it
+    from dataclasses import fields
+
+    from tiered_memory.store.sqlite import _row
+    from tiered_memory.types import StoredMessage
+
+    for metadata in ("{}", '{"k": [1, "x"]}'):
+        got = _row(("m1", "u", "s", "user", "hi", metadata, 1.5, 7))
+        want = StoredMessage(id="m1", user_id="u", session_id="s", role="user", content="hi",
+                             metadata={} if metadata == "{}" else {"k": [1, "x"]}, timestamp=1.5, seq=7)
+        assert got == want
+        assert set(vars(got)) == {f.name for f in fields(StoredMessage)}
