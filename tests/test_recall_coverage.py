@@ -93,6 +93,23 @@ def test_coverage(own, extra, expected):
     assert coverage(frozenset(own), {"a": 3.0, "b": 1.0}, frozenset(extra)) == pytest.approx(expected)
 
 
+def test_coverage_is_the_same_float_whatever_the_hash_seed():
+    # the weights are summed in the terms' order: in a set's order the last bits of a score
+    # moved with PYTHONHASHSEED, so two processes scored the same pool differently
+    import subprocess
+
+    code = ("import itertools\n"
+            "from tiered_memory.recall.coverage import coverage, term_weights\n"
+            "q = 'pottery painting camping hiking museum violin workshop sunrise adoption garden'.split()\n"
+            "texts = [' '.join(q[:n]) for n in range(1, 11)] + ['pottery', 'violin'] * 7\n"
+            "w = term_weights(q, texts)\n"
+            "print([repr(coverage(frozenset(c), w)) for c in itertools.combinations(sorted(w), 4)])")
+    root = Path(__file__).resolve().parents[1]
+    outs = {subprocess.run([sys.executable, "-c", code], env={"PYTHONHASHSEED": str(seed), "PYTHONPATH": str(root)},
+                           capture_output=True, text=True, check=True).stdout for seed in range(6)}
+    assert len(outs) == 1
+
+
 def test_coverage_of_a_query_without_terms_is_zero():
     assert coverage(frozenset({"a"}), {}) == 0.0
 

@@ -102,7 +102,7 @@ def term_weights(query_terms: Sequence[str], texts: Sequence[str],
                  held: Sequence[frozenset[str]] | None = None) -> dict[str, float]:
     """Each stemmed query term's weight: ``log(1 + N / (1 + df))`` over ``texts``. ``held``:
     each text's terms (:class:`TermsHeld` of the query's stemmed terms), when the caller has them."""
-    wanted = {stem(t) for t in query_terms}
+    wanted = sorted({stem(t) for t in query_terms})  # in order: the weights are summed in it, whatever the hash seed
     if held is None:
         held = list(map(TermsHeld(wanted), texts))
     df = dict.fromkeys(wanted, 0)
