@@ -38,7 +38,7 @@ class Calls:
     def running(self) -> Iterator[None]:
         """One call: refused once :meth:`close` has begun (unless made by a running call),
         or in a forked child (checked before the lock, which the fork may have left held)."""
-        if os.getpid() != self._pid:
+        if self.forked():
             raise forked_error(self._pid)
         with self._cond:  # checked and counted at once: close() cannot slip in between
             if self._closed and not self.inside():
@@ -53,13 +53,20 @@ class Calls:
                 self._running -= 1
                 self._cond.notify_all()
 
-    def close(self) -> None:
+    def forked(self) -> bool:
+        """True in a process forked from the one these calls belong to."""
+        return os.getpid() != self._pid
+
+    def close(self) -> bool:
         """Refuse new calls, then wait until every call has returned but the caller's own (a
-        close() from inside a call)."""
+        close() from inside a call). False, at once, when close had begun already."""
         own = getattr(self._depth, "n", 0)
         with self._cond:
+            if self._closed:
+                return False
             self._closed = True
             self._cond.wait_for(lambda: self._running <= own)
+        return True
 
 
 class Guarded(Protocol):

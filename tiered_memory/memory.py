@@ -134,9 +134,7 @@ class TieredMemory:
             self.path = check_path(path) if path is not None else default_path()
         except InvalidInputError as e:
             raise ConfigurationError(str(e)) from None
-        self._closed = False
         self._calls = Calls()  # close() waits for the calls running when it starts, the handles' too
-        self._pid = os.getpid()
         self._write_lock = threading.RLock()
         self._gate = ReadWriteGate()  # reads wait while rebuild_index replaces the vector index
         try:
@@ -252,13 +250,11 @@ class TieredMemory:
         cancelled is stored whole; the calls of a ``working_memory`` or ``item_store`` handle
         too), write pending access counts, wait for background compression, release the
         store. In a forked child it only forgets the inherited object (the parent owns it)."""
-        if self._closed:
+        if self._calls.forked():  # inherited through fork: the parent owns it
             return
-        self._closed = True
-        if os.getpid() != self._pid:  # inherited through fork: the parent owns it
+        if not self._calls.close():  # closed already (or closing in another thread)
             return
         try:
-            self._calls.close()
             self.parts.access.close()
             if "_layers" in self.__dict__:
                 self._layers.close()  # waits for background compression
