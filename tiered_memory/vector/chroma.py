@@ -13,7 +13,7 @@ import numpy as np
 from ..errors import VectorIndexError, missing
 from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, shown_url
 from .chroma_client import (chroma_owner, client_settings, cosine_collection, forget_cached_client,
-                            mark_chroma_owner, server_client)
+                            mark_chroma_owner, segment_folders, server_client)
 from .chroma_scope import SCOPED as SCOPED, layer_of, scope_collection, scope_of, user_filter
 from .exact import ExactScan, Held
 from .server_url import DEFAULT_COLLECTION as COLLECTION
@@ -302,25 +302,23 @@ class ChromaVectorIndex:
 
     def first_ids(self, n: int) -> list[str]:
         self._settle()
-        try:
-            return list(self.collection.get(include=[], limit=n)["ids"])
-        except Exception as e:
-            raise VectorIndexError(f"Chroma read failed: {e}") from e
+        return self._id_page(None, n, 0)
 
     def ids(self, user_id: str | None = None) -> set[str]:
         out: set[str] = set()
         offset = 0
         self._settle()
+        while True:
+            page = self._id_page(user_id, 5000, offset)
+            out.update(page)
+            if len(page) < 5000:
+                return out
+            offset += 5000
+
+    def _id_page(self, user_id: str | None, limit: int, offset: int) -> list[str]:
         try:
-            while True:
-                res = self.collection.get(
-                    where=user_filter(user_id) if user_id is not None else None,
-                    include=[], limit=5000, offset=offset,
-                )
-                out.update(res["ids"])
-                if len(res["ids"]) < 5000:
-                    return out
-                offset += 5000
+            return list(self.collection.get(where=user_filter(user_id) if user_id is not None else None,
+                                            include=[], limit=limit, offset=offset)["ids"])
         except Exception as e:
             raise VectorIndexError(f"Chroma read failed: {e}") from e
 
@@ -353,7 +351,7 @@ class ChromaVectorIndex:
         vectors kept. An interruption leaves the old collection (or, at worst, an index the
         start-up repair refills from the records)."""
         self._settle()
-        old_segments = self._segment_folders()
+        old_segments = segment_folders(self._path)
         try:
             name = self.collection.name
             scratch = f"{name[:500]}__compacting"  # within Chroma's 512 characters
@@ -377,12 +375,6 @@ class ChromaVectorIndex:
         for folder in old_segments:  # Chroma leaves a deleted collection's HNSW files behind
             shutil.rmtree(folder, ignore_errors=True)
         return kept
-
-    def _segment_folders(self) -> list[Path]:
-        """The HNSW segment folders of an embedded index (one per collection, named by id)."""
-        if self._path is None or not self._path.is_dir():
-            return []
-        return [p for p in self._path.iterdir() if p.is_dir() and len(p.name) == 36 and p.name.count("-") == 4]
 
     def close(self) -> None:
         # Release the client we created: Chroma caches one System per path per process,

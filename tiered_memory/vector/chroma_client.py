@@ -1,10 +1,11 @@
 """Chroma clients and collections as the index opens them: settings with telemetry off, a
 server's ``HttpClient`` (errors name the URL without its password), the process-wide client
 cache a damaged folder has to leave, the cosine collection every index uses and its owner
-mark (:mod:`.ownership`)."""
+mark (:mod:`.ownership`), and the HNSW segment folders an embedded index leaves on disk."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..errors import VectorIndexError
@@ -74,3 +75,11 @@ def server_client(url: str, shown: str) -> Any:
         raise VectorIndexError(
             f"could not reach a Chroma server at {shown} ({e}); check the URL and that "
             "`chroma run` serves there") from e
+
+
+def segment_folders(path: Path | None) -> list[Path]:
+    """The HNSW segment folders of an embedded index at ``path`` (one per collection, named by
+    its id); none for a server's index (``path`` None)."""
+    if path is None or not path.is_dir():
+        return []
+    return [p for p in path.iterdir() if p.is_dir() and len(p.name) == 36 and p.name.count("-") == 4]
