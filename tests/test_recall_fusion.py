@@ -13,7 +13,7 @@ from tiered_memory.errors import ConfigurationError
 from tiered_memory.recall.fusion import LEARNED, SIGNALS, check_weights, score_learned, signals, topic_windows
 from tiered_memory.recall.coverage import coverage, stems, term_weights
 from tiered_memory.recall.query import QueryPlan, plan_query
-from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns
+from tiered_memory.recall.scoring import Candidate, TurnWeights, best_first, score_turns
 from tiered_memory.recall.search import turn_weights
 
 
@@ -257,3 +257,14 @@ def test_window_terms_are_the_coverage_of_the_windows_words_however_many_terms(q
     both = stems("I love pottery") | stems("my class starts monday")
     assert got["n"]["window_terms"] == pytest.approx(coverage(both, weights))
     assert got["far"].get("window_terms", 0.0) == pytest.approx(coverage(stems("zeta and eta"), weights))
+
+
+@pytest.mark.parametrize("scores, order", [
+    ({}, []),
+    ({"b": 1.0, "a": 1.0, "c": 2.0}, ["c", "a", "b"]),  # ties by id
+    ({"x": 0.0, "w": -0.0, "v": -1.5, "u": 3.0}, ["u", "w", "x", "v"]),  # 0.0 and -0.0 tie
+    ({"z": -2.0, "y": -1.0}, ["y", "z"]),
+])
+def test_best_first_orders_by_score_then_id(scores, order):
+    # the order score_learned hands out: two sorts keyed in C, the same as the tuple key
+    assert best_first(scores) == order == sorted(scores, key=lambda i: (-scores[i], i))

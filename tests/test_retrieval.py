@@ -24,7 +24,6 @@ from tiered_memory.recall.scoring import (
     Candidate,
     TurnWeights,
     base_scores,
-    best_first,
     in_date_ranges,
     names_speaker,
     rrf_fuse,
@@ -245,16 +244,6 @@ def test_speaker_and_time_boosts(query, text, speaker, boosted):
     [s] = score_turns([cand("a", sim=0.5, text=text, speaker=speaker)], {}, plan_query(query), w, now=0)
     assert {p for p in s.parts if p in {"speaker", "time"}} == boosted
     assert s.score == pytest.approx(0.5 + 0.1 * len(boosted))
-
-
-@pytest.mark.parametrize("scores, order", [
-    ({}, []),
-    ({"b": 1.0, "a": 1.0, "c": 2.0}, ["c", "a", "b"]),  # ties by id
-    ({"x": 0.0, "w": -0.0, "v": -1.5, "u": 3.0}, ["u", "w", "x", "v"]),  # 0.0 and -0.0 tie
-    ({"z": -2.0, "y": -1.0}, ["y", "z"]),
-])
-def test_best_first_orders_by_score_then_id(scores, order):
-    assert best_first(scores) == order == sorted(scores, key=lambda i: (-scores[i], i))
 
 
 def test_session_shares_and_weight():
