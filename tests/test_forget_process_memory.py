@@ -40,6 +40,8 @@ def strings_held(roots: Iterable[object]) -> set[str]:
         if isinstance(obj, str):
             found.add(obj)
             continue
+        if isinstance(obj, dict):
+            stack.extend(obj)  # a dict whose keys are all str does not show them to the gc
         stack.extend(gc.get_referents(obj))
     return found
 
