@@ -632,10 +632,12 @@ class TieredMemory:
 
     @usable
     def delete_fact(self, fact_id: str, *, user_id: str) -> None:
-        """Delete a fact; its history keeps a ``delete`` entry (``forget_user`` erases everything)."""
+        """Delete a fact; its history keeps a ``delete`` entry, with the text (``forget_user``
+        erases everything)."""
         check_id(user_id, "user_id")
         check_id(fact_id, "fact_id")
         self._jointly(lambda: self._layers.facts.delete(user_id, fact_id))
+        forget_texts()
 
     @usable
     def delete_episode(self, episode_id: str, *, user_id: str) -> None:
@@ -645,6 +647,7 @@ class TieredMemory:
         check_id(user_id, "user_id")
         check_id(episode_id, "episode_id")
         self._layers.episodes.delete(user_id, episode_id)
+        forget_texts()
 
     @usable
     def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:

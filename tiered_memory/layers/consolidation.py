@@ -9,7 +9,8 @@ whole run is idempotent and safe to interrupt and rerun (finished work is marked
 3. ``promote``: episodes accessed at least ``promote_access_count`` times become facts.
 4. ``compress``: episodes older than ``compress_after_days`` move their raw messages to
    ``messages_archive``, out of the hot keyword and vector indexes (or delete them
-   with ``delete_raw``).
+   with ``delete_raw``, and their texts from the process's caches,
+   :func:`~tiered_memory.textcache.forget_texts`).
 5. ``prune``: facts and working items whose decayed value fell below ``prune_below``
    and that were never accessed are soft-deleted with an audit record.
 """
@@ -28,6 +29,7 @@ from ..recall.indexing import index_orphans
 from ..recall.scoring import recency_score
 from ..records import Episode, Fact, FactCandidate
 from ..store.repositories import LayerRepository
+from ..textcache import forget_texts
 from .episodic import EpisodicMemory
 from .semantic import SemanticMemory, soft_delete
 from .working import decayed
@@ -197,6 +199,8 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
         with layers.parts.lock:
             index_orphans(layers.parts.store, layers.parts.index, layers.parts.embedder, user_id,
                           layers.parts.config.dedup_threshold)
+    if moved and cfg.delete_raw:  # their texts are gone from the store: from the process too
+        forget_texts()
     return moved
 
 

@@ -29,6 +29,7 @@ from ..errors import ContentTooLargeError, InvalidInputError
 from ..guard import Calls, usable
 from ..records import WorkingItem
 from ..store.repositories import WorkingRepository, WorkingWrites
+from ..textcache import forget_texts
 from ..validation import (MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_query,
                           check_text, to_epoch)
 
@@ -221,16 +222,24 @@ class WorkingMemory:
 
     @usable
     def forget(self, item_id: str) -> bool:
-        """Remove one item; False when this session holds no item of that id."""
+        """Remove one item (and its text from the process's caches, :mod:`~tiered_memory.textcache`);
+        False when this session holds no item of that id."""
         check_id(item_id, "item_id")
         with self.rows.unit() as u:
-            return u.forget_working_item(self.user_id, self.session_id, item_id)
+            gone = u.forget_working_item(self.user_id, self.session_id, item_id)
+        if gone:
+            forget_texts()
+        return gone
 
     @usable
     def clear(self) -> int:
-        """Remove every item and the scratchpad of this session; returns items removed."""
+        """Remove every item and the scratchpad of this session (and the items' texts from the
+        process's caches); returns items removed."""
         with self.rows.unit() as u:
-            return u.clear_working(self.user_id, self.session_id)
+            gone = u.clear_working(self.user_id, self.session_id)
+        if gone:
+            forget_texts()
+        return gone
 
     # async twins: the same methods, run in a worker thread
     aremember = twin(remember)
