@@ -44,6 +44,7 @@ from ..parts import Parts
 from ..recall.query import keywords
 from ..records import Item
 from ..store.repositories import ItemRepository
+from ..textcache import forget_texts
 from ..validation import check_id, check_text, encode_json
 from ..vector.base import VectorIndex, VectorItem
 from .item_filters import check_filter, check_filter_key, match_filter, match_value, value_at
@@ -83,7 +84,9 @@ class ItemStore:
     # ---- writes ------------------------------------------------------------
     @usable
     def write_many(self, writes: Sequence[ItemWrite]) -> None:
-        """Apply puts and deletes in order, in one transaction; texts embedded in one batch.
+        """Apply puts and deletes in order, in one transaction; texts embedded in one batch. A
+        batch that deletes or overwrites an item empties the process's text caches once
+        (:func:`~tiered_memory.textcache.forget_texts`).
 
         For the same (namespace, key), the last write wins.
         """
@@ -148,6 +151,8 @@ class ItemStore:
                         for k, (w, n, _) in enumerate(pieces)])
 
         self.parts.jointly(write)  # rows and vectors in one transaction where one engine holds both
+        if stale:  # a deleted or overwritten item's text is gone: from the process's caches too, once a batch
+            forget_texts()
 
     @usable
     def restore(self, rows: Sequence[tuple[Item, float | None, float | None]]) -> int:
@@ -210,13 +215,15 @@ class ItemStore:
 
     @usable
     def sweep(self, now: float | None = None) -> int:
-        """Delete the items that have expired (rows and vectors); returns how many."""
+        """Delete the items that have expired (rows and vectors, and their texts from the
+        process's caches); returns how many."""
         ids = self.db.expired_items(self.parts.now() if now is None else now)
         if ids:
             with self.parts.lock, self.db.unit() as u:
                 for i in ids:
                     u.delete_item(i)
             self.index.delete([vector_id(i, n) for i in ids for n in range(MAX_PARTS)])  # every field's vector
+            forget_texts()
         return len(ids)
 
     def _under(self, prefix: tuple[str, ...], ids: Sequence[str] | None = None) -> list[Item]:
