@@ -11,11 +11,18 @@ Invariants:
 
 - Every cache keyed by (or holding) a user's text registers here with :func:`holds_texts`:
   anything with a ``cache_clear()`` method (an ``lru_cache``, or an object of ours).
-- ``forget_user``, ``forget`` and ``clear_session`` call :func:`forget_texts` after their
-  rows are gone, which empties every registered cache. The caches are keyed by text, not by
-  user, so they are emptied whole: every user's next search fills them again (measured on
-  a 2,000-turn user with the static embedder: a search 6.5 ms warm, 6-12 ms the first one
-  after; the emptying itself 0.15 ms; a one-off script).
+- Every call that removes text from the store calls :func:`forget_texts` after its rows are
+  gone (after the commit: a search before it could cache the text again), which empties
+  every registered cache: ``forget_user``, ``forget``, ``clear_session``, ``delete_fact``,
+  ``delete_episode``, :meth:`~.layers.working.WorkingMemory.forget` and ``clear``,
+  ``consolidate`` when ``delete_raw`` deleted turns, and :class:`~.layers.items.ItemStore`'s
+  ``write_many`` (once per batch that deletes or overwrites an item: the LangGraph store's
+  ``batch``, ``put``, ``delete``) and ``sweep``. Calls after which the store still holds the
+  text (a fact's history, the audit log, the archive, pruned rows) need not: see
+  docs/guarantees.md. The caches are keyed by text, not by user, so they are emptied whole:
+  every user's next search fills them again (measured on a 2,000-turn user with the static
+  embedder: a search 6.5 ms warm, 6-12 ms the first one after; the emptying itself 0.15 ms;
+  a one-off script).
 - Objects are held weakly: a closed memory's token counter or embedder is not kept alive.
 """
 
