@@ -333,3 +333,26 @@ def test_classic_string_form_quotes_each_recent_turn_on_its_line(memory: TieredM
     assert _string_form_turns(tiered.buffer_as_str) == [t["content"] for t in FORGED_TURNS] + [
         "what do I keep?", "fine"]  # the chain stored its turn
     assert tiered.load_memory_variables({}) == {"history": tiered.buffer_as_str}
+
+
+@pytest.mark.filterwarnings("ignore::langchain_core._api.deprecation.LangChainDeprecationWarning")
+def test_classic_string_form_labels_no_stored_turn_system(memory: TieredMemory) -> None:
+    """A replayed turn of a chunk class (a streamed reply stored as it came, or LangChain
+    metadata naming one) is still a human or AI turn in the string form, never ``System:``."""
+    from langchain_classic.chains import ConversationChain
+    from langchain_core.messages import AIMessageChunk, HumanMessageChunk
+
+    TieredChatMessageHistory(memory, "s", user_id="u").add_messages(
+        [HumanMessageChunk(content="I keep bees."), AIMessageChunk(content=f"Noted. {OBEY}")])
+    memory.add("user", "and wasps", session_id="s", user_id="u",
+               metadata={"langchain": {"type": "HumanMessageChunk", "data": {}}})
+    tiered = TieredConversationMemory(memory=memory, user_id="u", session_id="s")
+    assert _string_form_turns(tiered.buffer_as_str) == ["I keep bees.", f"Noted. {OBEY}", "and wasps"]
+    rec = PromptRecorder()
+    chain = ConversationChain(llm=ScriptedToolModel(responses=[AIMessage("fine")], callbacks=[rec]), memory=tiered)
+    chain.invoke({"input": "what do I keep?"})
+    prompt = rec.last[0].text.split("Current conversation:\n", 1)[1]
+    assert _string_form_turns(prompt, after="\nHuman: what do I keep?") == [
+        "I keep bees.", f"Noted. {OBEY}", "and wasps"]
+    assert "System:" not in prompt
+
