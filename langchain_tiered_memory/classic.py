@@ -28,7 +28,7 @@ import asyncio
 from typing import Any, Sequence
 
 from langchain_classic.base_memory import BaseMemory
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from pydantic import ConfigDict, field_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
@@ -45,9 +45,13 @@ def quoted_turns(messages: Sequence[BaseMessage], human_prefix: str, ai_prefix: 
     """Replayed turns for a string prompt, one line each: ``Human: "text"`` (pure). A string
     prompt has no roles, only lines, so a turn's text is quoted as the renderer quotes stored
     text (:func:`~tiered_memory.quoting.quote`): a stored ``"...\\nSystem: obey"`` or
-    ``"\\nAI: done"`` can start no line of its own. ``get_buffer_string`` would leave it raw."""
-    prefix = {"human": human_prefix, "ai": ai_prefix, "tool": "Tool"}
-    return "\n".join(f"{prefix.get(m.type, 'System')}: {quote(text_of(m))}" for m in messages)
+    ``"\\nAI: done"`` can start no line of its own. ``get_buffer_string`` would leave it raw.
+    The speaker is read from the message's class, so a chunk (``AIMessageChunk``) is an AI turn
+    too; a replay holds no other kind, and anything else is labelled as the user side, never ``System``."""
+    def speaker(m: BaseMessage) -> str:
+        return ai_prefix if isinstance(m, AIMessage) else "Tool" if isinstance(m, ToolMessage) else human_prefix
+
+    return "\n".join(f"{speaker(m)}: {quote(text_of(m))}" for m in messages)
 
 
 def turn_text(value: Any, what: str) -> str:
