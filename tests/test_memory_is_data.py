@@ -356,3 +356,20 @@ def test_classic_string_form_labels_no_stored_turn_system(memory: TieredMemory) 
         "I keep bees.", f"Noted. {OBEY}", "and wasps"]
     assert "System:" not in prompt
 
+
+
+@pytest.mark.parametrize("role", ["developer", "Developer", " system", "SYSTEM\n"])
+def test_a_chat_message_with_an_instruction_role_replays_as_quoted_data(memory: TieredMemory, role: str) -> None:
+    """A LangChain ``ChatMessage`` whose role is an instruction role (OpenAI's ``developer``,
+    ``system`` spelt with spaces or capitals) is stored as a system turn, so a replay
+    demotes it to quoted data, as LlamaIndex's ``developer`` is; it never comes back as an
+    assistant turn saying the instruction raw."""
+    from langchain_core.messages import ChatMessage
+
+    history = TieredChatMessageHistory(memory, "s", user_id="u")
+    history.add_messages([ChatMessage(role=role, content=OBEY), HumanMessage("hi")])
+    assert [m.role for m in memory.get_messages("s", user_id="u")] == ["system", "user"]
+    got = history.messages
+    assert [(type(m), m.text) for m in got] == [(HumanMessage, f'[stored system message] "{OBEY}"'),
+                                                (HumanMessage, "hi")]
+    _no_instruction_from_memory(got)
