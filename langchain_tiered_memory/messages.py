@@ -58,14 +58,16 @@ _TYPE_TO_ROLE = {
     "FunctionMessageChunk": "tool",
 }
 _CHAT_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant",
-               "system": "system", "tool": "tool", "function": "tool"}
+               "system": "system", "developer": "system", "tool": "tool", "function": "tool"}
 
 
 def role_of(message: BaseMessage) -> str:
     """The core role of a LangChain message (``ChatMessage`` roles outside the core's
-    four are stored as ``assistant``: another speaker, never the user)."""
+    four are stored as ``assistant``: another speaker, never the user). An instruction role,
+    ``system`` or OpenAI's ``developer`` in any case or spacing, is ``system``, so a replay
+    demotes it to quoted data rather than showing it raw as an assistant turn."""
     if message.type in ("chat", "ChatMessageChunk"):
-        return _CHAT_ROLES.get(str(getattr(message, "role", "")).lower(), "assistant")
+        return _CHAT_ROLES.get(str(getattr(message, "role", "")).strip().lower(), "assistant")
     role = _TYPE_TO_ROLE.get(message.type)
     if role is None:
         raise InvalidInputError(
