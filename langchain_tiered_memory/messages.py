@@ -20,11 +20,19 @@ result without its call, and anything else come back as a ``HumanMessage`` whose
 content is the quoted text (``[stored system message] "..."``). The metadata may
 only restore details of a message of the stored role with the stored text: a user
 turn whose metadata claims another type or other content is read back by role.
+
+Nor may it add text beside the stored text: a replay restores only fields no provider shows
+a model as text (ids, tool calls and ``tool_call_id`` for the pairing, ``status``,
+``artifact``, response and usage metadata) and a ``name`` that is a plain identifier; never
+``additional_kwargs`` (``reasoning_content``, a raw ``function_call``, ``refusal``: partner
+packages forward what they find there). Content blocks come back only when each is a plain
+text block or media; else the content is the stored text, as a string.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterable, Mapping, Sequence
 
 from tiered_memory.quoting import label_text, quote
@@ -181,21 +189,87 @@ def _by_role(m: StoredMessage) -> BaseMessage:
 # the one message class each stored role may come back as (subclasses such as chunks too)
 _CLASS_OF_ROLE: dict[str, type[BaseMessage]] = {"user": HumanMessage, "assistant": AIMessage, "tool": ToolMessage}
 
+# the fields a replay restores: none is shown to a model as text (``name`` is, so it is checked).
+# Not restored: ``additional_kwargs`` (partner packages forward keys found there: a raw
+# ``function_call``, ``reasoning_content``, ``refusal``), ``invalid_tool_calls`` (their raw
+# ``args`` text is sent as a call), ``tool_call_chunks`` (``tool_calls`` rebuild them), extras.
+_REPLAYED = frozenset({"content", "id", "name", "tool_calls", "tool_call_id", "status", "artifact",
+                       "response_metadata", "usage_metadata"})
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI accepts as a message name
+
+# Media blocks: LangChain v1 (``image``/``audio``/``video``/``file`` with url, base64 or
+# file_id), v0 (``source_type`` url/base64/id with url, data or id) and the provider shapes
+# LangChain passes through (OpenAI ``image_url``/``input_audio``/``file``, Anthropic ``source``).
+_MEDIA_KINDS = frozenset({"image", "image_url", "audio", "input_audio", "video", "file"})
+_MEDIA_PAYLOAD = frozenset({"url", "base64", "data", "file_data", "image_url"})  # fetched or decoded, not read
+_MEDIA_WORDS = frozenset({"type", "source_type", "id", "file_id", "mime_type", "media_type", "detail", "format",
+                          "filename", "ttl"})
+_MEDIA_NESTED = frozenset({"image_url", "source", "file", "input_audio", "extras", "metadata", "cache_control"})
+_MEDIA_SOURCES = frozenset({"url", "base64", "id", "file", "ephemeral"})  # nested ``type``s and ``source_type``s
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+/-]{0,127}")  # a mime type, an id, a file name, a detail
+
+
+def _is_media(block: Mapping[str, Any], *, depth: int = 0) -> bool:
+    """Whether ``block`` says only where media is and what it is, with no field a provider
+    could show the model as text (pure). ``depth`` counts the nested mappings above it."""
+    kind, source = block.get("type"), block.get("source_type", "url")
+    if depth > 2 or not isinstance(kind, (str, type(None))) or not isinstance(source, str):
+        return False
+    if not (kind in _MEDIA_KINDS if depth == 0 else kind is None or kind in _MEDIA_SOURCES):
+        return False
+    if source not in _MEDIA_SOURCES:  # v0's ``text`` source holds text
+        return False
+    for key, value in block.items():
+        ok = ((key in _MEDIA_PAYLOAD and isinstance(value, str))
+              or (key in _MEDIA_NESTED and isinstance(value, Mapping) and _is_media(value, depth=depth + 1))
+              or (key in _MEDIA_WORDS and isinstance(value, str) and _WORD.fullmatch(value) is not None)
+              or (key == "index" and isinstance(value, int)))
+        if not ok:
+            return False
+    return True
+
+
+def _is_text(block: Mapping[str, Any]) -> bool:
+    """A plain text block: its text, at most an id and an index (annotations and extras may
+    hold other text, so a block with them is not replayed as a block)."""
+    return (block.get("type") == "text" and isinstance(block.get("text"), str)
+            and set(block) <= {"type", "text", "id", "index"}
+            and _WORD.fullmatch(str(block.get("id", "id"))) is not None and isinstance(block.get("index", 0), int))
+
+
+def _replayable(content: Any) -> bool:
+    """Whether ``content`` may be replayed as it is (pure): a string, or a list of strings,
+    plain ``text`` blocks (whose text ``text_of`` compares with the stored text) and media
+    blocks. Any other block is not replayed: reasoning and thinking blocks (a provider takes a
+    past assistant turn without them; only the turn of an active tool loop needs them, and that
+    one is in the agent's state, not replayed), ``tool_use`` and ``tool_call`` blocks (the
+    message's ``tool_calls`` stand for them), text-bearing media (``text-plain``), unknown kinds."""
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(b, str) or isinstance(b, Mapping) and (_is_text(b) or _is_media(b)) for b in content)
+
 
 def _rebuilt(m: StoredMessage) -> BaseMessage:
     """The message the LangChain metadata describes, when it is one of the stored role
-    with the stored text; else the message by role."""
+    with the stored text; else the message by role. Only :data:`_REPLAYED` fields come back."""
     lc = m.metadata.get(LC_KEY)
     want = _CLASS_OF_ROLE.get(m.role)
     if want is None or not isinstance(lc, Mapping) or not isinstance(lc.get("data"), Mapping):
         return _by_role(m)
-    data = dict(lc["data"])
+    data = {k: v for k, v in lc["data"].items() if k in _REPLAYED}
+    if not (isinstance(data.get("name"), str) and _NAME.fullmatch(data["name"])):
+        data.pop("name", None)
     data.setdefault("content", m.content)  # the id stays as sent: none when the caller gave none
     try:
         msg = messages_from_dict([{"type": lc.get("type"), "data": data}])[0]
     except (ValueError, TypeError, KeyError):
         return _by_role(m)  # an unknown or damaged record still reads back as a plain message
-    return msg if isinstance(msg, want) and text_of(msg) == m.content else _by_role(m)
+    if not isinstance(msg, want) or text_of(msg) != m.content:
+        return _by_role(m)
+    # blocks that may carry other text: the text blocks' text only, which is the stored text
+    # (or blank, when the stored text describes the tool calls the message keeps)
+    return msg if _replayable(msg.content) else msg.model_copy(update={"content": str(msg.text)})
 
 
 def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] = frozenset()) -> BaseMessage:
