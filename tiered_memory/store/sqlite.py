@@ -225,7 +225,9 @@ class SQLiteRecordStore(SQLiteDatabase):
         ordered = {sid: sorted(found, key=found.__getitem__) for sid, found in by_session.items()}
         near: dict[str, list[str]] = {}
         for mid, sid, _ in targets:
-            ids_in_order = ordered[sid]
+            ids_in_order = ordered.get(sid, [])
+            if mid not in ids_in_order:  # deleted by another thread since `targets` was read: none, as
+                continue  # for an id the store never held (PostgreSQL reads both in one statement)
             pos = ids_in_order.index(mid)
             near[mid] = ids_in_order[max(0, pos - window): pos + window + 1]
         rows = self.get_by_ids(user_id, [i for around in near.values() for i in around])
