@@ -234,8 +234,9 @@ class Layers:
         if not isinstance(confidence, (int, float)) or not 0.0 <= confidence <= 1.0:
             raise InvalidInputError(f"confidence must be within [0, 1], got {confidence!r}")
         cand = FactCandidate(type=type, text=text.strip(), confidence=float(confidence))
-        res, fact = self.facts.resolve_and_apply(user_id, cand, metadata={**(metadata or {}), "method": "manual"})
-        return fact if fact is not None else self.facts.get(user_id, res.target_id or "")
+        with self.facts.lock:  # the fact a no-op names is read before another thread may delete it
+            res, fact = self.facts.resolve_and_apply(user_id, cand, metadata={**(metadata or {}), "method": "manual"})
+            return fact if fact is not None else self.facts.get(user_id, res.target_id or "")
 
     # ---- maintenance --------------------------------------------------------------
     def repair(self) -> dict[str, int]:

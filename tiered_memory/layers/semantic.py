@@ -261,7 +261,14 @@ class SemanticMemory:
             related = self.related(user_id, candidate.text, self.config.related_k)
         res = decide_resolution(candidate, related, same=self.config.same_similarity,
                                 merge=self.config.merge_similarity, judgement=judgement)
-        return res, self.apply(user_id, candidate, res, metadata=metadata, at=at)
+        with self.lock:
+            target = self.rows.fact(user_id, res.target_id) if res.target_id else None
+            if res.target_id and (target is None or not target.valid):
+                # another thread deleted or replaced the fact it names since `related` was read (an LLM
+                # judged meanwhile): decide again, by the rules, against the user's facts as they are now
+                res = decide_resolution(candidate, self.related(user_id, candidate.text, self.config.related_k),
+                                        same=self.config.same_similarity, merge=self.config.merge_similarity)
+            return res, self.apply(user_id, candidate, res, metadata=metadata, at=at)
 
     def edit(self, user_id: str, fact_id: str, *, text: str | None = None, type: str | None = None,
              confidence: float | None = None, metadata: dict[str, Any] | None = None) -> Fact:
