@@ -6,6 +6,7 @@ between two statements of one call; an LLM judgement (``ScriptedLLM``) is the ot
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -103,3 +104,38 @@ def test_a_fact_deleted_while_the_llm_judges_against_it_is_not_its_target(
     memory[0].end_session("s", user_id="u")
     assert "resolve" in llm.tasks()
     assert [f.text for f in memory[0].facts("u")] == ["User drinks green tea with honey in the morning"]
+
+
+def test_a_merge_whose_keeper_is_deleted_meanwhile_keeps_its_duplicate(tmp_path: Path, embedder: Embedder) -> None:
+    """``consolidate`` plans its merges from the facts it read, then merges group by group: a
+    ``delete_fact`` of a group's keeper in between (here from the progress callback, which runs
+    between two groups as another thread's call could) must not merge the duplicate into a
+    fact that is gone. The group is left for the next run; the duplicate stays valid."""
+    memory, _ = _memory(tmp_path, embedder)
+    with memory:
+        memory.add_fact("User keeps bees", user_id="u")  # the layer tables exist from here
+        texts = {"tea": "User drinks green tea every morning", "cello": "User plays the cello on Sundays"}
+        ids: dict[str, tuple[str, str]] = {}
+        now = time.time()  # recent: the prune step after the merges leaves them
+        with memory._layers.rows.transaction() as db:
+            for name, text in texts.items():
+                keep, dup = f"{name}-keep", f"{name}-dup"
+                ids[name] = (keep, dup)
+                for fid, body, confidence in ((keep, text, 0.9), (dup, text.upper() + ".", 0.8)):
+                    db.execute("INSERT INTO facts (id, user_id, type, text, confidence, source_ids, metadata,"
+                               " created_at, updated_at, valid_from) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                               (fid, "u", "fact", body, confidence, "[]", "{}", now, now, now))
+        memory.rebuild_index()
+        gone: list[str] = []
+
+        def delete_the_other_keeper(step: str, done: int, total: int) -> None:
+            if step == "merge" and done == 1 and total == 2:
+                valid = {f.id for f in memory.facts("u")}
+                [(keep, dup)] = [pair for pair in ids.values() if pair[1] in valid]  # the group not yet merged
+                memory.delete_fact(keep, user_id="u")
+                gone.append(dup)
+
+        report = memory.consolidate("u", progress=delete_the_other_keeper)
+        assert gone, "the callback ran between the two groups"
+        assert report.merged == 1
+        assert gone[0] in {f.id for f in memory.facts("u")}  # not merged into the deleted keeper

@@ -156,18 +156,25 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
     if len(facts) < 2:
         return []
     plan = plan_merges(facts, vecs @ vecs.T, threshold)
-    by_id = {f.id: f for f in facts}
     merged: list[str] = []
-    for n, (keep, dups) in enumerate(plan, 1):
-        sources = list(dict.fromkeys(s for i in [keep, *dups] for s in by_id[i].source_ids))
-        with layers.parts.lock, layers.rows.unit() as u:
-            # updated_at stays the newest of the group: a merge is not new evidence
-            u.absorb_facts(keep, source_ids=sources, access_count=sum(by_id[d].access_count for d in dups),
-                           updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
-            for d in dups:
-                soft_delete(u, user_id, d, "merge", now, {"merged_into": keep})
-        layers.parts.index.delete([f"fact:{d}" for d in dups])
-        merged.extend(dups)
+    for n, (keep, planned) in enumerate(plan, 1):
+        with layers.parts.lock:
+            # read again under the lock: another call may have deleted or replaced some of the
+            # group since the plan was made; without its keeper the group waits for the next run
+            by_id = {f.id: f for f in (layers.rows.fact(user_id, i) for i in [keep, *planned])
+                     if f is not None and f.valid}
+            dups = [d for d in planned if d in by_id] if keep in by_id else []
+            if dups:
+                sources = list(dict.fromkeys(s for i in [keep, *dups] for s in by_id[i].source_ids))
+                with layers.rows.unit() as u:
+                    # updated_at stays the newest of the group: a merge is not new evidence
+                    u.absorb_facts(keep, source_ids=sources, access_count=sum(by_id[d].access_count for d in dups),
+                                   updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
+                    for d in dups:
+                        soft_delete(u, user_id, d, "merge", now, {"merged_into": keep})
+        if dups:
+            layers.parts.index.delete([f"fact:{d}" for d in dups])
+            merged.extend(dups)
         tick("merge", n, len(plan))
     return merged
 
