@@ -378,3 +378,14 @@ def test_cli_consolidate(make_memory: Callable[..., TieredMemory], tmp_path: Pat
     assert main(["--path", str(tmp_path / "cli"), "consolidate", "--user", "u1", "--no-progress"],
                 stdout=again, stderr=io.StringIO()) == 0
     assert "merged 0" in again.getvalue() and "compressed 0" in again.getvalue()
+
+
+def test_forget_user_counts_the_archived_turns_it_removes(make_memory: Callable[..., TieredMemory]) -> None:
+    """As clear_session's count does: an archived turn is a message removed too."""
+    memory = make_memory("count")
+    old = time.time() - 90 * DAY
+    memory.add_many([{"role": "user", "content": "I live in Lisbon.", "timestamp": old},
+                     {"role": "assistant", "content": "Noted.", "timestamp": old + 5}], session_id="old", user_id="u1")
+    memory.add("user", "And now I live in Porto.", session_id="new", user_id="u1")
+    assert memory.consolidate("u1").archived_messages == 2
+    assert memory.forget_user("u1") == 3

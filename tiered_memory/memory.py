@@ -395,7 +395,8 @@ class TieredMemory:
 
     @usable
     def forget_user(self, user_id: str) -> int:
-        """Remove every trace of ``user_id`` from every store and index; returns messages removed.
+        """Remove every trace of ``user_id`` from every store and index; returns how many messages
+        (the turns ``consolidate`` archived too, as :meth:`clear_session` counts them).
 
         The deletion is recorded in the record store before it starts. If it fails half-way
         (a full disk, a vector engine error, a kill), it is finished on the next open, or
@@ -404,11 +405,12 @@ class TieredMemory:
         check_id(user_id, "user_id")
         with self._write_lock:
             self.parts.access.flush()  # no pending count may outlive the user's rows
+            archived = sum(1 for _ in self._rows.archived_turns(user_id)) if self._layers_ok() else 0
             self._set_pending_forgets(pending_forgets(self.store) | {user_id})
             ids = self._jointly(lambda: drop_user(self.store, self.index, user_id, joint=self._joint is not None))
             self._set_pending_forgets(pending_forgets(self.store) - {user_id})
         forget_texts()  # no text of theirs stays in the process either (textcache.py)
-        return len(ids)
+        return len(ids) + archived
 
     def _set_pending_forgets(self, users: set[str]) -> None:
         set_pending_forgets(self.store, users)
