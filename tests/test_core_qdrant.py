@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
+
+import numpy as np
 
 from tiered_memory.vector.qdrant import QdrantVectorIndex
 
@@ -54,3 +57,40 @@ def test_switching_engines_reindexes_from_the_record_store(make_memory):
     q = make_memory("both", vector_store="qdrant")  # an empty Qdrant index: rebuilt from records
     assert q.index.ids() == set(ids)
     assert q.search("marine biology", user_id="u1", k=1)[0].id == ids[2]
+
+
+def test_local_mode_lets_one_thread_into_the_engine_at_a_time(tmp_path, monkeypatch):
+    """Qdrant's local engine is not thread-safe: a query running while an upsert grows the
+    collection raised "operands could not be broadcast together" (found by a stress run)."""
+    from qdrant_client.local.qdrant_local import QdrantLocal
+
+    from tiered_memory.vector.base import VectorItem
+
+    index = QdrantVectorIndex(str(tmp_path / "q"), exact_rows=0)  # every query reaches the engine
+    index.upsert([VectorItem(id="a", vector=[1.0, 0.0], user_id="u")])
+    upserting = threading.Event()
+    overlapped: list[bool] = []
+    query_points, upsert = QdrantLocal.query_points, QdrantLocal.upsert
+
+    def watched_query(self, *args, **kwargs):
+        overlapped.append(upserting.is_set())
+        return query_points(self, *args, **kwargs)
+
+    def upsert_with_a_query_meanwhile(self, *args, **kwargs):
+        upserting.set()
+        other = threading.Thread(target=index.query, args=(np.array([[1.0, 0.0]]),),
+                                 kwargs={"user_id": "u", "k": 1})
+        threads.append(other)
+        other.start()
+        other.join(2.0)  # unsafe code lets it run to the end here; safe code holds it back
+        upserting.clear()
+        return upsert(self, *args, **kwargs)
+
+    threads: list[threading.Thread] = []
+    monkeypatch.setattr(QdrantLocal, "query_points", watched_query)
+    monkeypatch.setattr(QdrantLocal, "upsert", upsert_with_a_query_meanwhile)
+    index.upsert([VectorItem(id="b", vector=[0.0, 1.0], user_id="u")])
+    threads[0].join()
+    assert overlapped == [False]
+    assert index.ids("u") == {"a", "b"}
+    index.close()
