@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from typing import Any, Mapping, Sequence
 
@@ -22,6 +23,32 @@ _NS = uuid.UUID("6f1c9d1e-5a53-4e0b-9a6e-3c1f2b7d8e90")
 def point_id(memory_id: str) -> str:
     """Qdrant accepts only UUIDs or integers; derive a stable UUID from our id."""
     return str(uuid.uuid5(_NS, memory_id))
+
+
+def _is_local(client: Any) -> bool:
+    """Whether ``client`` runs Qdrant's engine in this process (``path=`` or ``":memory:"``)."""
+    from qdrant_client.local.qdrant_local import QdrantLocal
+
+    return isinstance(getattr(client, "_client", None), QdrantLocal)
+
+
+class _OneAtATime:
+    """The client of Qdrant's local mode, one call at a time: its in-process engine is not
+    thread-safe (a query while an upsert grows the collection fails, or reads half a write)."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self._lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._lock:
+                return attr(*args, **kwargs)
+        return call
 
 
 class QdrantVectorIndex:
@@ -48,6 +75,8 @@ class QdrantVectorIndex:
         fix = "; check the URL, the API key and that the server runs" if url else ""
         try:
             self.client = client or (QdrantClient(url=url, api_key=api_key) if url else QdrantClient(path=str(path)))
+            if _is_local(self.client):
+                self.client = _OneAtATime(self.client)
             self._ready = self.client.collection_exists(collection)  # (a server is first reached here)
         except Exception as e:
             where = f"the Qdrant server at {shown_url(url)}" if url else f"Qdrant at {path}"
