@@ -59,17 +59,18 @@ def test_switching_engines_reindexes_from_the_record_store(make_memory):
     assert q.search("marine biology", user_id="u1", k=1)[0].id == ids[2]
 
 
-def test_local_mode_lets_one_thread_into_the_engine_at_a_time(tmp_path, monkeypatch):
-    """Qdrant's local engine is not thread-safe: a query running while an upsert grows the
-    collection raised "operands could not be broadcast together" (found by a stress run)."""
+def _query_while_upserting(writer, reader, monkeypatch) -> bool:
+    """Whether ``reader.query`` from another thread entered the local engine while
+    ``writer.upsert`` was inside it."""
     from qdrant_client.local.qdrant_local import QdrantLocal
 
     from tiered_memory.vector.base import VectorItem
 
-    index = QdrantVectorIndex(str(tmp_path / "q"), exact_rows=0)  # every query reaches the engine
-    index.upsert([VectorItem(id="a", vector=[1.0, 0.0], user_id="u")])
+    for index in (writer, reader):
+        index.upsert([VectorItem(id="a", vector=[1.0, 0.0], user_id="u")])
     upserting = threading.Event()
     overlapped: list[bool] = []
+    threads: list[threading.Thread] = []
     query_points, upsert = QdrantLocal.query_points, QdrantLocal.upsert
 
     def watched_query(self, *args, **kwargs):
@@ -78,7 +79,7 @@ def test_local_mode_lets_one_thread_into_the_engine_at_a_time(tmp_path, monkeypa
 
     def upsert_with_a_query_meanwhile(self, *args, **kwargs):
         upserting.set()
-        other = threading.Thread(target=index.query, args=(np.array([[1.0, 0.0]]),),
+        other = threading.Thread(target=reader.query, args=(np.array([[1.0, 0.0]]),),
                                  kwargs={"user_id": "u", "k": 1})
         threads.append(other)
         other.start()
@@ -86,11 +87,28 @@ def test_local_mode_lets_one_thread_into_the_engine_at_a_time(tmp_path, monkeypa
         upserting.clear()
         return upsert(self, *args, **kwargs)
 
-    threads: list[threading.Thread] = []
     monkeypatch.setattr(QdrantLocal, "query_points", watched_query)
     monkeypatch.setattr(QdrantLocal, "upsert", upsert_with_a_query_meanwhile)
-    index.upsert([VectorItem(id="b", vector=[0.0, 1.0], user_id="u")])
+    writer.upsert([VectorItem(id="b", vector=[0.0, 1.0], user_id="u")])
     threads[0].join()
-    assert overlapped == [False]
-    assert index.ids("u") == {"a", "b"}
+    assert len(overlapped) == 1
+    assert writer.ids("u") == {"a", "b"}
+    return overlapped[0]
+
+
+def test_local_mode_lets_one_thread_into_the_engine_at_a_time(tmp_path, monkeypatch):
+    """Qdrant's local engine is not thread-safe: a query running while an upsert grows the
+    collection raised "operands could not be broadcast together" (found by a stress run)."""
+    index = QdrantVectorIndex(str(tmp_path / "q"), exact_rows=0)  # every query reaches the engine
+    assert not _query_while_upserting(index, index, monkeypatch)
     index.close()
+
+
+def test_two_collections_on_one_local_client_share_its_lock(monkeypatch):
+    """Two apps on one in-process engine (see test_vector_collections) take turns in it too."""
+    from qdrant_client import QdrantClient
+
+    client = QdrantClient(location=":memory:")
+    one, two = (QdrantVectorIndex(client=client, collection=c, exact_rows=0) for c in ("one", "two"))
+    assert not _query_while_upserting(one, two, monkeypatch)
+    client.close()
