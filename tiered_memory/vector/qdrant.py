@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+import weakref
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -32,13 +33,19 @@ def _is_local(client: Any) -> bool:
     return isinstance(getattr(client, "_client", None), QdrantLocal)
 
 
+_ENGINE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
+_GUARD = threading.Lock()
+
+
 class _OneAtATime:
     """The client of Qdrant's local mode, one call at a time: its in-process engine is not
-    thread-safe (a query while an upsert grows the collection fails, or reads half a write)."""
+    thread-safe (a query while an upsert grows the collection fails, or reads half a write).
+    The lock is the client's, so indexes of several collections on one client share it."""
 
     def __init__(self, client: Any) -> None:
         self._client = client
-        self._lock = threading.Lock()
+        with _GUARD:
+            self._lock = _ENGINE_LOCKS.setdefault(client, threading.Lock())
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
