@@ -405,7 +405,7 @@ class TieredMemory:
         check_id(user_id, "user_id")
         with self._write_lock:
             self.parts.access.flush()  # no pending count may outlive the user's rows
-            archived = sum(1 for _ in self._rows.archived_turns(user_id)) if self._layers_ok() else 0
+            archived = self._rows.archived_count(user_id) if self._layers_ok() else 0
             self._set_pending_forgets(pending_forgets(self.store) | {user_id})
             ids = self._jointly(lambda: drop_user(self.store, self.index, user_id, joint=self._joint is not None))
             self._set_pending_forgets(pending_forgets(self.store) - {user_id})

@@ -323,6 +323,9 @@ class LayerStore:
                 return
             last = (turns[-1].user_id, turns[-1].session_id, turns[-1].timestamp, turns[-1].id)
 
+    def archived_count(self, user_id: str) -> int:
+        return int(self.query("SELECT COUNT(*) FROM messages_archive WHERE user_id=?", (user_id,))[0][0])
+
     def archive_owners(self, ids: Sequence[str]) -> dict[str, str]:
         return self._owners("messages_archive", ids)
 

@@ -164,6 +164,9 @@ class EpisodeRepository(Protocol):
     def archived_turns(self, user_id: str | None) -> Iterator[ArchivedTurn]:
         """Archived turns of ``user_id`` (of every user when ``None``), every field (for export)."""
 
+    def archived_count(self, user_id: str) -> int:
+        """How many archived turns ``user_id`` has (counted by the store: no row is read)."""
+
     def archived_by_ids(self, user_id: str, ids: Sequence[str]) -> dict[str, ArchivedTurn]:
         """The user's archived turns among ``ids``, by id."""
 
