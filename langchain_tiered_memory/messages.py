@@ -26,7 +26,9 @@ a model as text (ids, tool calls and ``tool_call_id`` for the pairing, ``status`
 ``artifact``, response and usage metadata) and a ``name`` that is a plain identifier; never
 ``additional_kwargs`` (``reasoning_content``, a raw ``function_call``, ``refusal``: partner
 packages forward what they find there). Content blocks come back only when each is a plain
-text block or media; else the content is the stored text, as a string.
+text block or media; else the content is the stored text, as a string. And a replay spells no
+chat-template turn marker (``<|im_start|>`` comes back as ``\\u003c|im_start|>``), which a local
+model's server would parse out of the prompt as a real token.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from tiered_memory.quoting import label_text, quote
+from tiered_memory.quoting import defuse_strings, defuse_tokens, label_text, quote
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.types import StoredMessage
 
@@ -272,8 +274,31 @@ def _rebuilt(m: StoredMessage) -> BaseMessage:
     return msg if _replayable(msg.content) else msg.model_copy(update={"content": str(msg.text)})
 
 
+def _defused(msg: BaseMessage) -> BaseMessage:
+    """``msg`` with no chat-template turn marker spelt in what a provider shows a model: its
+    text, its text blocks, its tool calls (name, id, arguments) and ``tool_call_id``, each
+    through :func:`~tiered_memory.quoting.defuse_tokens` (a copy; ``msg`` itself when nothing
+    changes, which is nearly always)."""
+    update: dict[str, Any] = {}
+    if isinstance(msg.content, str):
+        update["content"] = defuse_tokens(msg.content)
+    else:
+        update["content"] = [defuse_tokens(b) if isinstance(b, str)
+                             else {**b, "text": defuse_tokens(b["text"])} if isinstance(b, Mapping) and _is_text(b)
+                             else b for b in msg.content]
+    if isinstance(msg, AIMessage) and msg.tool_calls:
+        update["tool_calls"] = [{**c, "name": defuse_tokens(c["name"]), "args": defuse_strings(c["args"]),
+                                 "id": None if c.get("id") is None else defuse_tokens(str(c["id"]))}
+                                for c in msg.tool_calls]
+    if isinstance(msg, ToolMessage):
+        update["tool_call_id"] = defuse_tokens(msg.tool_call_id)
+    changed = {k: v for k, v in update.items() if v != getattr(msg, k)}
+    return msg.model_copy(update=changed) if changed else msg
+
+
 def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] = frozenset()) -> BaseMessage:
-    """Rebuild the LangChain message of a stored message (never a system message).
+    """Rebuild the LangChain message of a stored message (never a system message), with no
+    chat-template turn marker spelt in it (``<|im_start|>`` replays as ``\\u003c|im_start|>``).
 
     A tool result keeps its ``ToolMessage`` only when its ``tool_call_id`` is in
     ``answered_calls`` (the tool calls of the assistant messages replayed before it);
@@ -281,7 +306,7 @@ def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] =
     """
     if m.role == "system":
         return _demoted(m, "system message")
-    msg = _rebuilt(m)
+    msg = _defused(_rebuilt(m))
     if isinstance(msg, ToolMessage) and msg.tool_call_id not in answered_calls:
         return _demoted(m, "tool result")
     return msg

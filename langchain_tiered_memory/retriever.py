@@ -12,6 +12,7 @@ from pydantic import ConfigDict, field_validator
 
 from tiered_memory import MemoryHit, TieredMemory
 from tiered_memory.errors import InvalidInputError
+from tiered_memory.quoting import defuse_tokens
 from tiered_memory.validation import check_count, check_id, check_optional_id
 
 from .messages import LC_KEY
@@ -51,11 +52,13 @@ def _search_kwargs(given: Any) -> dict[str, Any]:
 
 def hit_to_document(hit: MemoryHit) -> Document:
     """A ``Document`` of one hit: the text, and its score, layer, role, session and time
-    as metadata (the message's own metadata under ``"metadata"``)."""
+    as metadata (the message's own metadata under ``"metadata"``). A document's text goes
+    into a prompt (a chain's context, a retriever tool's result), so it spells no chat-template
+    turn marker (:func:`~tiered_memory.quoting.defuse_tokens`; ``get_messages`` gives the text as stored)."""
     own = {k: v for k, v in hit.metadata.items() if k != LC_KEY}
     return Document(
         id=hit.id,
-        page_content=hit.text,
+        page_content=defuse_tokens(hit.text),
         metadata={"id": hit.id, "score": hit.score, "layer": hit.layer, "role": hit.role,
                   "session_id": hit.session_id, "timestamp": hit.timestamp, "metadata": own},
     )

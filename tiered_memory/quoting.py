@@ -45,6 +45,41 @@ def quote(text: str) -> str:
     return escape_special(json_line(text))
 
 
+# What a replayed turn may not spell: the opening character of a chat template's turn marker.
+# ``<|...|>`` (ChatML, Llama 3, Harmony, Phi) and DeepSeek's ``<｜...｜>``; Llama 2's ``<s>``,
+# ``</s>`` and ``<<SYS>>``; Gemma's turn and sequence tokens; Qwen's added tool and thinking
+# tokens; Mistral's bracketed control tokens. Other tags and brackets (``<b>``, ``[1]``, ``[TODO]``)
+# are left as written: a replay shows the conversation as it was.
+_TURN_MARKER = re.compile(
+    r"<(?=[|\uff5c]|/?s>|<?/?SYS>>|(?:start|end)_of_turn>|(?:bos|eos|pad|unk)>"
+    r"|/?(?:tool_call|tool_response|tools|think)>)"
+    r"|\[(?=/?(?:INST|SYSTEM_PROMPT|TOOL_[A-Z]+|AVAILABLE_TOOLS|THINK|ARGS|CALL_ID|IMG(?:_[A-Z]+)?)\])")
+_MARKER_ESCAPES = {"<": "\\u003c", "[": "\\u005b"}
+
+
+def defuse_tokens(text: str) -> str:
+    """``text`` with the first character of each chat-template turn marker in it written as
+    the JSON escape :func:`quote` uses (``<|im_start|>`` -> ``\\u003c|im_start|>``, ``[INST]`` ->
+    ``\\u005bINST]``), and otherwise as it is (pure, idempotent).
+
+    For stored turns replayed as turns of their own role, unquoted: a local model's server
+    renders them through its chat template and tokenizes the prompt with special tokens
+    parsed, so a marker spelt in a stored turn would open a real (system) turn there."""
+    return _TURN_MARKER.sub(lambda m: _MARKER_ESCAPES[m.group()], text)
+
+
+def defuse_strings(value: object) -> object:
+    """``value`` (JSON-like: a tool call's arguments) with :func:`defuse_tokens` applied to every
+    string in it, keys included (pure)."""
+    if isinstance(value, str):
+        return defuse_tokens(value)
+    if isinstance(value, dict):
+        return {defuse_tokens(str(k)): defuse_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [defuse_strings(v) for v in value]
+    return value
+
+
 _UNSAFE_LABEL = re.compile(r"[^\w .:/+-]")
 
 
