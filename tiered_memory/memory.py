@@ -103,6 +103,11 @@ class TieredMemory:
         clock: ``() -> float`` seconds since the epoch, for the store items' TTL (default
             ``time.time``); a simulation or a test can move time on without sleeping.
 
+    The attributes ``store``, ``index`` and ``parts`` are the engines underneath (the record
+    store, the vector index, the layers' shared parts), there for tests, benchmarks and repair
+    tools. They are not the API: they take no user scope of their own, skip the checks, locks
+    and caches of these methods, and may change between versions.
+
     Example:
         >>> with TieredMemory("/tmp/tm-doc") as memory:  # doctest: +SKIP
         ...     memory.add("user", "I live in Lisbon", user_id="u1", session_id="s1")
