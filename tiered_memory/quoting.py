@@ -30,10 +30,11 @@ _BRACKET_TOKEN = re.compile(r"\[(?=/?[A-Z][A-Z_]+\])")
 
 
 def escape_special(text: str) -> str:
-    """``text`` with ``<``, ``>`` and the ``[`` of a bracketed upper-case token written as JSON
-    escapes: no chat template's special token (``<|im_start|>``, ``[INST]``) and none of our
-    tags can be spelt in it."""
-    return _BRACKET_TOKEN.sub(r"\\u005b", text.translate(_ANGLES))
+    """``text`` with ``<``, ``>``, the ``[`` of a bracketed upper-case token and the first
+    character of every other turn marker :func:`defuse_tokens` knows (``[|system|]``, ``]~b]``)
+    written as JSON escapes: no chat template's special token (``<|im_start|>``, ``[INST]``) and
+    none of our tags can be spelt in it."""
+    return _BRACKET_TOKEN.sub(r"\\u005b", defuse_tokens(text.translate(_ANGLES)))
 
 
 def quote(text: str) -> str:
@@ -46,15 +47,22 @@ def quote(text: str) -> str:
 
 
 # What a replayed turn may not spell: the opening character of a chat template's turn marker.
-# ``<|...|>`` (ChatML, Llama 3, Harmony, Phi) and DeepSeek's ``<｜...｜>``; Llama 2's ``<s>``,
-# ``</s>`` and ``<<SYS>>``; Gemma's turn and sequence tokens; Qwen's added tool and thinking
-# tokens; Mistral's bracketed control tokens. Other tags and brackets (``<b>``, ``[1]``, ``[TODO]``)
-# are left as written: a replay shows the conversation as it was.
+# ``<|...|>`` (ChatML, Llama 3, Harmony, Phi, Granite, GLM, Kimi, Gemma 4's openers) and
+# DeepSeek's ``<｜...｜>``; Gemma 4's closers (``<turn|>``, ``<tool_response|>``); Llama 2's
+# ``<s>``, ``</s>`` and ``<<SYS>>``; Gemma's turn, sequence and FunctionGemma's call tokens;
+# Command R's ``<BOS_TOKEN>``; Qwen's added tool and thinking tokens; Seed-OSS's ``<seed:...>``
+# and MiniMax's ``<minimax:tool_call>``; Nemotron Nano 2's ``<SPECIAL_11>``, ``<TOOLCALL>``;
+# Mistral's bracketed control tokens; EXAONE's ``[|system|]``; MiniMax M2's ``]~b]``, ``[e~[``.
+# Other tags and brackets (``<b>``, ``<T>``, ``[1]``, ``[TODO]``, ``[| 1; 2 |]``) are left as
+# written: a replay shows the conversation as it was.
 _TURN_MARKER = re.compile(
-    r"<(?=[|\uff5c]|/?s>|<?/?SYS>>|(?:start|end)_of_turn>|(?:bos|eos|pad|unk)>"
-    r"|/?(?:tool_call|tool_response|tools|think)>)"
-    r"|\[(?=/?(?:INST|SYSTEM_PROMPT|TOOL_[A-Z]+|AVAILABLE_TOOLS|THINK|ARGS|CALL_ID|IMG(?:_[A-Z]+)?)\])")
-_MARKER_ESCAPES = {"<": "\\u003c", "[": "\\u005b"}
+    r"<(?=[|\uff5c]|\w+\|>|/?s>|<?/?SYS>>|(?:start|end)_(?:of_turn|function_[a-z]+)>"
+    r"|(?:bos|eos|pad|unk|BOS_TOKEN|EOS_TOKEN|SPECIAL_\d+)>|/?(?:tool_call|tool_response|tools|think)>"
+    r"|/?(?:TOOLCALL|TOOL_RESPONSE)>|/?(?:seed|minimax):)"
+    r"|\[(?=/?(?:INST|SYSTEM_PROMPT|MODEL_SETTINGS|TOOL_[A-Z]+|AVAILABLE_TOOLS|THINK|ARGS|CALL_ID"
+    r"|IMG(?:_[A-Z]+)?)\]|\|[a-z]+\|\]|e~\[)"
+    r"|\](?=~!?b[\[\]])")
+_MARKER_ESCAPES = {"<": "\\u003c", "[": "\\u005b", "]": "\\u005d"}
 
 
 def defuse_tokens(text: str) -> str:
