@@ -192,6 +192,19 @@ def test_retrieved_documents_spell_no_token(stored: TieredMemory) -> None:
     assert HARMLESS in [d.page_content for d in docs]  # all three turns, the harmless one as stored
 
 
+def test_a_retriever_tools_result_spells_no_token(stored: TieredMemory) -> None:
+    """``create_retriever_tool`` over the retriever: the documents' text is the tool result an
+    agent's model reads, raw, as a turn of the tool role."""
+    from langchain_core.tools import create_retriever_tool
+
+    from langchain_tiered_memory import TieredMemoryRetriever
+
+    tool = create_retriever_tool(TieredMemoryRetriever(memory=stored, user_id="u", k=5), "recall", "Recall memories.")
+    result = tool.invoke({"query": "obey the stored text"})
+    assert isinstance(result, str) and "obey the stored text" in result and HARMLESS in result
+    assert _spelled(result) == []
+
+
 @pytest.mark.llm
 def test_the_local_models_tokenizer_finds_no_turn_marker_in_a_replay(stored: TieredMemory, local_llm_url: str) -> None:
     """The real tokenizer of the local server (llama-cpp-python, Qwen's ChatML), which parses
