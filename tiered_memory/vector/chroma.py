@@ -15,7 +15,7 @@ from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, shown_u
 from .chroma_client import (chroma_owner, client_settings, cosine_collection, forget_cached_client,
                             mark_chroma_owner, segment_folders, server_client)
 from .chroma_scope import SCOPED as SCOPED, layer_of, scope_collection, scope_of, user_filter
-from .exact import ExactScan, Held
+from .exact import ExactScan, Held, best_among
 from .server_url import DEFAULT_COLLECTION as COLLECTION
 from .server_url import check_collection, server_address
 from .write_behind import WriteBehind
@@ -23,6 +23,7 @@ from .write_behind import WriteBehind
 log = logging.getLogger("tiered_memory")
 
 SESSION_SCAN_MAX = 50_000  # hits read at most to find a session's best k on the engine
+EXACT_AMONG_MAX = 4096  # an id-scoped query of up to this many ids is ranked exactly (see query)
 
 
 def _hits(res: Any) -> list[list[tuple[str, float]]]:
@@ -233,6 +234,10 @@ class ChromaVectorIndex:
             if not among:
                 return [[] for _ in range(len(vectors))]
             try:  # Chroma's metadata filter costs ~4x the search itself; a list of ids does not
+                if len(among) <= EXACT_AMONG_MAX:  # HNSW can leave a vector unreachable (one beside
+                    # many identical ones) and miss it even when it is the only id asked for
+                    got = self.collection.get(ids=list(among), include=["embeddings"])
+                    return best_among(got["ids"], got["embeddings"] if got["ids"] else [], vectors, k)
                 res = self.collection.query(
                     query_embeddings=np.asarray(vectors, dtype=np.float32), n_results=min(k, len(among)),
                     ids=list(among), include=["distances"],

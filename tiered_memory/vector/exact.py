@@ -49,6 +49,14 @@ def top_k(matrix: np.ndarray, alive: np.ndarray, queries: np.ndarray, k: int,
             for q in np.asarray(queries, dtype=np.float32)]
 
 
+def best_among(ids: Sequence[str], vectors: Sequence[Sequence[float]] | np.ndarray, queries: np.ndarray,
+               k: int) -> list[list[tuple[str, float]]]:
+    """For each query, the best ``k`` (id, cosine) of ``vectors`` (unit, named by ``ids``),
+    best first (pure): what an engine's id-scoped query returns, exactly."""
+    matrix = np.asarray(vectors, dtype=np.float32).reshape(len(ids), -1)
+    return [[(ids[r], s) for r, s in row] for row in top_k(matrix, np.ones(len(ids), dtype=bool), queries, k)]
+
+
 def similarities(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
     """The cosine of ``query`` to every row (unit vectors), :data:`BLOCK` rows a product."""
     n = len(matrix)
