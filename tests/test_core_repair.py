@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 
+import pytest
+
 
 from tiered_memory import TieredMemory
 
@@ -118,22 +120,27 @@ def test_changing_the_embedder_rebuilds_the_index(make_memory, tmp_path):
         assert other.search("Mombasa", user_id="u1", k=1)[0].id == ids[3]
 
 
-def test_search_survives_an_index_missing_a_vector_the_store_lists(make_memory, tmp_path, caplog) -> None:
+@pytest.mark.parametrize("others", [0, 80])
+def test_search_survives_an_index_missing_a_vector_the_store_lists(make_memory, tmp_path, others) -> None:
     """Turn recall hands the index the user's ids; one it lacks (repair not run yet) must not
-    break search: the index falls back to its metadata filter. (An index that never holds the
-    user for the exact scan: once it holds them, no ids are passed, and whether the first
-    search ran before the user's vectors loaded was a race.)"""
-    from tiered_memory.vector.chroma import ChromaVectorIndex
+    break search: up to ``EXACT_AMONG_MAX`` ids the index reads the vectors it has and ranks
+    them, beyond it asks the engine (whose query by ids, when it fails on the missing one,
+    falls back to the metadata filter). (An index that never holds the user for the exact
+    scan: once it holds them, no ids are passed, and whether the first search ran before the
+    user's vectors loaded was a race.)"""
+    from tiered_memory.vector.chroma import EXACT_AMONG_MAX, ChromaVectorIndex
+
+    assert (3 + others > EXACT_AMONG_MAX) == bool(others)  # both paths
 
     memory = make_memory("ids", vector_store=ChromaVectorIndex(str(tmp_path / "ids-index"), exact_rows=0))
     ids = memory.add_many([{"role": "user", "content": t} for t in
-                           ["I keep bees on the roof", "My sister lives in Oslo", "We adopted a cat"]],
+                           ["I keep bees on the roof", "My sister lives in Oslo", "We adopted a cat"]
+                           + [f"Filler note number {n} about the weather" for n in range(others)]],
                           user_id="u", session_id="s")
     memory.index.delete([ids[1]])  # behind the store's back: it still lists the turn as indexed
-    with caplog.at_level("DEBUG", logger="tiered_memory"):
-        hits = memory.search("where does my sister live?", user_id="u", k=3)
-    assert "using the metadata filter" in caplog.text  # the ids path failed and the filter took over
-    assert {h.id for h in hits} <= set(ids) and ids[0] in {h.id for h in hits}
+    hits = memory.search("where does my sister live?", user_id="u", k=3)
+    assert hits[0].id == ids[1]  # found by its words: the record store still holds it
+    assert {h.id for h in hits} <= set(ids)
     assert memory.search("bees on the roof", user_id="u", k=1)[0].id == ids[0]
 
 
