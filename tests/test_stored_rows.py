@@ -1,0 +1,187 @@
+"""No stored value may break a later read, whoever wrote the row.
+
+Writes through the API are checked (test_bad_input*.py), but rows also come from older
+versions, from ``import_jsonl``, from a second process on the same store or from a user's
+own SQL. Each case writes one malformed value with raw SQL beside a user's good memories
+(a second connection, as another process would), then runs every read: each renders the
+row sanitised, and the user's other rows still come back; another user's never do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from langchain_tiered_memory import TieredChatMessageHistory, TieredMemoryRetriever, TieredMemoryStore
+from llamaindex_tiered_memory import TieredMemoryBlock
+from tiered_memory import StaticEmbedder, TieredMemory
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+GOOD = "I keep bees on the roof."
+SECRET = "other user keeps a secret hive"
+INSERT = ("INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp, created_at)"
+          " VALUES ('bad', 'u', 's1', ?, ?, ?, ?, 0)")
+
+
+def _msg(role: Any = "user", content: Any = "bees from another writer", metadata: Any = "{}",
+         timestamp: Any = 1.7e9) -> tuple[str, tuple[Any, ...]]:
+    return INSERT, (role, content, metadata, timestamp)
+
+
+def _set(table: str, column: str, value: Any) -> tuple[str, tuple[Any, ...]]:
+    return f"UPDATE {table} SET {column} = ? WHERE user_id = 'u'", (value,)
+
+
+# (case, SQL with ? parameters, parameters, the backends that can hold the value)
+BOTH, SQLITE = ("sqlite", "postgres"), ("sqlite",)
+CASES: list[tuple[str, tuple[str, tuple[Any, ...]], tuple[str, ...]]] = [
+    ("metadata not JSON", _msg(metadata="{not json"), BOTH),
+    ("metadata a list", _msg(metadata="[1, 2]"), BOTH),
+    ("metadata null", _msg(metadata="null"), BOTH),
+    ("metadata nested 1,000 deep", _msg(metadata="[" * 1000 + "]" * 1000), BOTH),
+    ("metadata a number", _msg(metadata=5), SQLITE),
+    ("metadata bytes not UTF-8", _msg(metadata=sqlite3.Binary(b'{"a": "\xff"}')), SQLITE),
+    ("content with a lone surrogate", (INSERT.replace("?, ?, ?, ?", "'user', CAST(X'6265657320EDA080' AS TEXT),"
+                                                      " '{}', 1.7e9"), ()), SQLITE),
+    ("content bytes", _msg(content=sqlite3.Binary(b"bees \xff\xfe")), SQLITE),
+    ("timestamp bytes", _msg(timestamp=sqlite3.Binary(b"\x00\x01")), SQLITE),
+    ("fact source_ids not JSON", _set("facts", "source_ids", "nope"), BOTH),
+    ("fact metadata not JSON", _set("facts", "metadata", "{"), BOTH),
+    ("fact confidence text", _set("facts", "confidence", "high"), SQLITE),
+    ("fact updated_at text", _set("facts", "updated_at", "x"), SQLITE),
+    ("episode body not JSON", _set("episodes", "body", "nope"), BOTH),
+    ("episode body a list", _set("episodes", "body", "[1]"), BOTH),
+    ("episode lists not lists of text",
+     _set("episodes", "body", '{"entities": 5, "decisions": "abc", "key_facts": [1, null]}'), BOTH),
+    ("episode source_ids a number", _set("episodes", "source_ids", "5"), BOTH),
+    ("episode end_ts text", _set("episodes", "end_ts", "x"), SQLITE),
+    ("working importance text", _set("working_items", "importance", "x"), SQLITE),
+    ("working created_at text", _set("working_items", "created_at", "x"), SQLITE),
+    ("working metadata not JSON", _set("working_items", "metadata", "x"), BOTH),
+    ("working vector not float32", _set("working_items", "vector", sqlite3.Binary(b"\x00" * 3)), SQLITE),
+    ("fact history details not JSON", _set("fact_history", "details", "x"), BOTH),
+    ("audit at text", ("INSERT INTO audit_log (user_id, layer, item_id, action, at, details)"
+                       " VALUES ('u', 'episode', 'x', 'prune', 'x', 'x')", ()), SQLITE),
+    ("audit details not JSON", ("INSERT INTO audit_log (user_id, layer, item_id, action, at, details)"
+                                " VALUES ('u', 'episode', 'x', 'prune', 1, 'x')", ()), BOTH),
+    ("item value not JSON", _set("items", "value", "x"), BOTH),
+    ("item namespace not JSON", _set("items", "namespace", "x"), BOTH),
+    ("item updated_at in milliseconds", _set("items", "updated_at", 1.7e12), BOTH),
+    ("scratchpad not JSON", ("INSERT INTO scratchpads VALUES ('u', 's2', 'x', 1)", ()), BOTH),
+    ("session cursor text", ("INSERT INTO session_cursor VALUES ('u', 's3', 'x')", ()), SQLITE),
+    ("session id with a newline", (INSERT.replace("'s1'", "'s\n1'"), ("user", "bees", "{}", 1.7e9)), BOTH),
+]
+
+
+def _raw_write(where: Path | str, sql: str, params: tuple[Any, ...]) -> None:
+    """Write as another process would: a connection of its own, no tiered-memory code."""
+    if isinstance(where, Path):
+        con = sqlite3.connect(where)
+        try:
+            with con:
+                con.execute(sql, params)
+        finally:
+            con.close()
+        return
+    import psycopg
+
+    with psycopg.connect(where, options="-c search_path=tiered_memory", autocommit=True) as pg:
+        pg.execute(sql.replace("?", "%s"), params)  # type: ignore[arg-type]
+
+
+def _fill(memory: TieredMemory) -> None:
+    memory.add_many([{"role": "user", "content": GOOD}, {"role": "assistant", "content": "What honey?"},
+                     {"role": "user", "content": "Heather honey, mostly."}], session_id="s1", user_id="u")
+    memory.add("user", SECRET, session_id="s1", user_id="v")
+    memory.end_session("s1", user_id="u")
+    fact = memory.add_fact("The user keeps bees", user_id="u")
+    memory.update_fact(fact.id, user_id="u", text="The user keeps bees on the roof")
+    memory.working_memory("s2", user_id="u").remember("buy a smoker for the bees")
+    TieredMemoryStore(memory, fields=["text"]).put(("u", "prefs"), "k1", {"text": "bees like lavender"})
+    memory.add("user", "what about my bees now?", session_id="s3", user_id="u")
+
+
+def _read_everything(memory: TieredMemory, tmp_path: Path) -> None:
+    hits = memory.search("bees roof", user_id="u", k=10)
+    assert GOOD in [h.text for h in hits] and SECRET not in [h.text for h in hits]
+    memory.search_sessions("bees roof", user_id="u")
+    for session in ("s1", "s3"):
+        ctx = memory.build_context("tell me about my bees on the roof", user_id="u", session_id=session,
+                                   max_tokens=800)
+        assert SECRET not in ctx.to_text()
+        ctx.to_messages()
+    assert GOOD in [m.content for m in memory.get_messages("s1", user_id="u")]
+    memory.get_buffer("s1", user_id="u")
+    memory.sessions("u")
+    assert memory.facts("u", include_invalid=True)
+    memory.search_facts("bees", user_id="u")
+    assert memory.episodes("u")
+    memory.search_episodes("bees honey", user_id="u")
+    assert memory.fact_history("u")
+    memory.audit_log("u")
+    wm = memory.working_memory("s2", user_id="u")
+    assert wm.items() and wm.items("smoker")
+    memory.stats()
+    # LangChain and LlamaIndex reads
+    assert TieredChatMessageHistory(memory, "s1", user_id="u", include_memory=True).messages
+    assert TieredMemoryRetriever(memory=memory, user_id="u").invoke("bees on the roof")
+    store = TieredMemoryStore(memory, fields=["text"])
+    store.get(("u", "prefs"), "k1")
+    store.search(("u",), query="lavender")
+    store.search(("u",))
+    store.list_namespaces()
+    from llama_index.core.llms import ChatMessage
+
+    block = TieredMemoryBlock(memory=memory, user_id="u")
+    assert asyncio.run(block.aget([ChatMessage(role="user", content="bees on the roof?")], session_id="s3"))
+    # a round trip through an export, then the writes that read what they change
+    memory.export_jsonl(tmp_path / "out.jsonl")
+    with TieredMemory(tmp_path / "copy", embedder=StaticEmbedder()) as copy:
+        # a value the import refuses (a time in milliseconds, a session id with a newline) is
+        # its line's typed error; the other lines are imported
+        report = copy.import_jsonl(tmp_path / "out.jsonl", skip_invalid=True)
+        assert len(report.invalid) <= 1
+        assert GOOD in [h.text for h in copy.search("bees roof", user_id="u", k=10)]
+    memory.end_session("s3", user_id="u")
+    memory.rebuild_index()
+    assert GOOD in [h.text for h in memory.search("bees roof", user_id="u", k=10)]
+    # last: an unreadable time is read as 0.0, so consolidation may archive what it dates
+    memory.consolidate("u")
+
+
+def _check(make_memory: Callable[..., TieredMemory], tmp_path: Path, url: object,
+           write: tuple[str, tuple[Any, ...]]) -> None:
+    memory = make_memory(embedder=StaticEmbedder())
+    _fill(memory)
+    _raw_write(str(url) if url else tmp_path / "mem" / "records.sqlite3", *write)
+    _read_everything(memory, tmp_path)
+    memory.close()
+    reopened = make_memory(embedder=StaticEmbedder())  # the start-up repair reads every pending row
+    assert SECRET not in [h.text for h in reopened.search("bees roof hive", user_id="u", k=10)]
+    assert reopened.get_messages("s3", user_id="u")
+
+
+def _cases(backends: tuple[str, ...]) -> Any:
+    chosen = [(name, write) for name, write, where in CASES if where == backends]
+    return pytest.mark.parametrize("write", [w for _, w in chosen], ids=[n for n, _ in chosen])
+
+
+@_cases(BOTH)
+def test_a_malformed_stored_value_never_breaks_a_read(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                                                      record_backend: Callable[[str], dict[str, object]],
+                                                      write: tuple[str, tuple[Any, ...]]) -> None:
+    _check(make_memory, tmp_path, record_backend("mem").get("record_store"), write)
+
+
+@pytest.mark.record_stores("sqlite")
+@_cases(SQLITE)
+def test_a_value_only_sqlite_keeps_never_breaks_a_read(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                                                       write: tuple[str, tuple[Any, ...]]) -> None:
+    """SQLite keeps any value in any column (text in a REAL column, bytes that are not UTF-8)."""
+    _check(make_memory, tmp_path, None, write)
+
