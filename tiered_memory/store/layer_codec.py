@@ -3,7 +3,8 @@
 Each ``*_COLS`` string is the column list a mapper reads, in order; a query selects
 exactly those columns (plus, where noted, a trailing ``vector``), so a mapper and the
 queries using it cannot drift apart. JSON columns hold UTF-8 JSON text, vectors are
-float32 bytes.
+float32 bytes; a mapper reads each value through :mod:`.stored_values`, so a row another
+writer left malformed is read sanitised (and logged), never raised on.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
+from .stored_values import count, json_dict, json_list, number, optional_number, strings, text
 
 Row = Sequence[Any]
 
@@ -39,8 +41,11 @@ def to_blob(vector: np.ndarray | None) -> bytes | None:
     return None if vector is None else np.asarray(vector, dtype=np.float32).tobytes()
 
 
-def from_blob(blob: bytes | memoryview | None) -> np.ndarray | None:
-    return None if blob is None else np.frombuffer(bytes(blob), dtype=np.float32)
+def from_blob(blob: object) -> np.ndarray | None:
+    """A stored vector; ``None`` (missing, so embedded again) unless it is float32 bytes."""
+    if not isinstance(blob, (bytes, memoryview)) or len(blob) % 4 or not len(blob):
+        return None
+    return np.frombuffer(bytes(blob), dtype=np.float32)
 
 
 def marks(n: int) -> str:
@@ -72,10 +77,16 @@ def ns_path(namespace: Sequence[str]) -> str:
 
 
 def fact_from_row(r: Row) -> Fact:
-    return Fact(id=r[0], user_id=r[1], type=r[2], text=r[3], confidence=r[4], source_ids=json.loads(r[5]),
-                metadata=json.loads(r[6]), created_at=r[7], updated_at=r[8], valid_from=r[9],
-                invalid_at=r[10], superseded_by=r[11], access_count=r[12], last_access=r[13],
-                key=r[14], polarity=r[15])
+    t, i = "facts", r[0]
+    return Fact(id=i, user_id=r[1], type=text(r[2], t, i, "type"), text=text(r[3], t, i, "text"),
+                confidence=number(r[4], t, i, "confidence"),
+                source_ids=strings(json_list(r[5], t, i, "source_ids"), t, i, "source_ids"),
+                metadata=json_dict(r[6], t, i, "metadata"), created_at=number(r[7], t, i, "created_at"),
+                updated_at=number(r[8], t, i, "updated_at"), valid_from=number(r[9], t, i, "valid_from"),
+                invalid_at=optional_number(r[10], t, i, "invalid_at"), superseded_by=r[11],
+                access_count=count(r[12], t, i, "access_count"),
+                last_access=optional_number(r[13], t, i, "last_access"),
+                key=None if r[14] is None else text(r[14], t, i, "key"), polarity=count(r[15], t, i, "polarity", 1))
 
 
 def fact_to_row(f: Fact) -> tuple[Any, ...]:
@@ -85,16 +96,25 @@ def fact_to_row(f: Fact) -> tuple[Any, ...]:
 
 
 def change_from_row(r: Row) -> FactChange:
-    return FactChange(fact_id=r[0], action=r[1], old_text=r[2], new_text=r[3], at=r[4], details=json.loads(r[5]))
+    t, i = "fact_history", r[0]
+    return FactChange(fact_id=i, action=r[1], old_text=r[2], new_text=r[3], at=number(r[4], t, i, "at"),
+                      details=json_dict(r[5], t, i, "details"))
 
 
 def episode_from_row(r: Row) -> Episode:
-    body = json.loads(r[4])
-    return Episode(id=r[0], user_id=r[1], session_id=r[2], summary=r[3], entities=body.get("entities", []),
-                   decisions=body.get("decisions", []), open_questions=body.get("open_questions", []),
-                   key_facts=body.get("key_facts", []), turn_count=r[5], start=r[6], end=r[7],
-                   source_ids=json.loads(r[8]), metadata=json.loads(r[9]), created_at=r[10],
-                   access_count=r[11], last_access=r[12], promoted_at=r[13], compressed_at=r[14])
+    t, i = "episodes", r[0]
+    body = json_dict(r[4], t, i, "body")
+    lists = {k: strings(body.get(k, []), t, i, f"body.{k}")
+             for k in ("entities", "decisions", "open_questions", "key_facts")}
+    return Episode(id=i, user_id=r[1], session_id=r[2], summary=text(r[3], t, i, "summary"), **lists,
+                   turn_count=count(r[5], t, i, "turn_count"), start=number(r[6], t, i, "start_ts"),
+                   end=number(r[7], t, i, "end_ts"),
+                   source_ids=strings(json_list(r[8], t, i, "source_ids"), t, i, "source_ids"),
+                   metadata=json_dict(r[9], t, i, "metadata"), created_at=number(r[10], t, i, "created_at"),
+                   access_count=count(r[11], t, i, "access_count"),
+                   last_access=optional_number(r[12], t, i, "last_access"),
+                   promoted_at=optional_number(r[13], t, i, "promoted_at"),
+                   compressed_at=optional_number(r[14], t, i, "compressed_at"))
 
 
 def episode_to_row(e: Episode) -> tuple[Any, ...]:
@@ -106,8 +126,11 @@ def episode_to_row(e: Episode) -> tuple[Any, ...]:
 
 
 def working_from_row(r: Row) -> WorkingItem:
-    return WorkingItem(id=r[0], user_id=r[1], session_id=r[2], text=r[3], type=r[4], importance=r[5],
-                       created_at=r[6], metadata=json.loads(r[7]), access_count=r[8])
+    t, i = "working_items", r[0]
+    return WorkingItem(id=i, user_id=r[1], session_id=r[2], text=text(r[3], t, i, "text"),
+                       type=text(r[4], t, i, "type"), importance=number(r[5], t, i, "importance", 0.5),
+                       created_at=number(r[6], t, i, "created_at"), metadata=json_dict(r[7], t, i, "metadata"),
+                       access_count=count(r[8], t, i, "access_count"))
 
 
 def working_to_row(i: WorkingItem) -> tuple[Any, ...]:
@@ -116,8 +139,11 @@ def working_to_row(i: WorkingItem) -> tuple[Any, ...]:
 
 
 def archived_from_row(r: Row) -> ArchivedTurn:
-    return ArchivedTurn(id=r[0], user_id=r[1], session_id=r[2], role=r[3], content=r[4], metadata=json.loads(r[5]),
-                        timestamp=r[6], episode_id=r[7], archived_at=r[8])
+    t, i = "messages_archive", r[0]
+    return ArchivedTurn(id=i, user_id=r[1], session_id=r[2], role=text(r[3], t, i, "role"),
+                        content=text(r[4], t, i, "content"), metadata=json_dict(r[5], t, i, "metadata"),
+                        timestamp=number(r[6], t, i, "timestamp"), episode_id=r[7],
+                        archived_at=number(r[8], t, i, "archived_at"))
 
 
 def archived_to_row(t: ArchivedTurn) -> tuple[Any, ...]:
@@ -126,9 +152,19 @@ def archived_to_row(t: ArchivedTurn) -> tuple[Any, ...]:
 
 
 def pad_from_row(r: Row) -> SessionPad:
-    return SessionPad(user_id=r[0], session_id=r[1], data=json.loads(r[2]), updated_at=r[3])
+    t, i = "scratchpads", (r[0], r[1])
+    return SessionPad(user_id=r[0], session_id=r[1], data=json_dict(r[2], t, i, "data"),
+                      updated_at=number(r[3], t, i, "updated_at"))
 
 
 def item_from_row(r: Row) -> Item:
-    return Item(id=r[0], user_id=r[1], namespace=tuple(json.loads(r[2])), key=r[3],
-                value=json.loads(r[4]), text=r[5], created_at=r[6], updated_at=r[7])
+    t, i = "items", r[0]
+    return Item(id=i, user_id=r[1], namespace=namespace_of(r[2], t, i), key=r[3],
+                value=json_dict(r[4], t, i, "value"), text=None if r[5] is None else text(r[5], t, i, "text"),
+                created_at=number(r[6], t, i, "created_at"), updated_at=number(r[7], t, i, "updated_at"))
+
+
+def namespace_of(raw: object, table: str, row_id: object) -> tuple[str, ...]:
+    """A stored namespace (a JSON list of labels) as a tuple; labels that are not strings are
+    written as their JSON."""
+    return tuple(v if isinstance(v, str) else dumps(v) for v in json_list(raw, table, row_id, "namespace"))

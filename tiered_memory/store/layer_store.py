@@ -13,7 +13,6 @@ tables directly); the layers never see them: they are typed against the protocol
 
 from __future__ import annotations
 
-import json
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -37,12 +36,14 @@ from .layer_codec import (
     item_from_row,
     live,
     marks,
+    namespace_of,
     ns_path,
     pad_from_row,
     working_from_row,
 )
 from .layer_unit import SESSION_WORKING, LayerUnit
 from .repositories import Scored
+from .stored_values import count, json_dict, number
 
 
 class LayerStore:
@@ -185,13 +186,13 @@ class LayerStore:
     def cursor(self, user_id: str, session_id: str) -> int:
         found = self.query("SELECT last_seq FROM session_cursor WHERE user_id=? AND session_id=?",
                            (user_id, session_id))
-        return int(found[0][0]) if found else 0
+        return count(found[0][0], "session_cursor", session_id, "last_seq") if found else 0
 
     def session_cursors(self, user_id: str | None) -> dict[tuple[str, str], int]:
         sql, params = "SELECT user_id, session_id, last_seq FROM session_cursor", []
         if user_id is not None:
             sql, params = sql + " WHERE user_id=?", [user_id]
-        return {(r[0], r[1]): int(r[2]) for r in self.query(sql, params)}
+        return {(r[0], r[1]): count(r[2], "session_cursor", r[1], "last_seq") for r in self.query(sql, params)}
 
     def uncovered_count(self, user_id: str, session_id: str, *, role: str | None = None) -> int:
         sql = f"SELECT COUNT(*) FROM messages WHERE user_id=? AND session_id=? AND {self.message_order} > ?"
@@ -231,7 +232,7 @@ class LayerStore:
 
     def scratchpad(self, user_id: str, session_id: str) -> dict[str, Any]:
         found = self.query("SELECT data FROM scratchpads WHERE user_id=? AND session_id=?", (user_id, session_id))
-        return dict(json.loads(found[0][0])) if found else {}
+        return json_dict(found[0][0], "scratchpads", session_id, "data") if found else {}
 
     def scratchpads_of(self, user_id: str | None) -> list[SessionPad]:
         sql, params = f"SELECT {PAD_COLS} FROM scratchpads", []
@@ -277,7 +278,7 @@ class LayerStore:
                         ) -> list[tuple[tuple[str, ...], str | None, str]]:
         columns = "namespace, user_id, key" if with_keys else "namespace, user_id"
         sql, params = live(f"SELECT DISTINCT {columns} FROM items WHERE 1=1", [], live_at)
-        return [(tuple(json.loads(r[0])), r[2] if with_keys else None, str(r[1]))
+        return [(namespace_of(r[0], "items", r[1]), r[2] if with_keys else None, str(r[1]))
                 for r in self.query(sql, params)]
 
     def expired_items(self, now: float) -> list[str]:
@@ -300,8 +301,9 @@ class LayerStore:
         if layer:
             sql += " AND layer=?"
             params.append(layer)
-        return [AuditEntry(user_id=user_id, layer=r[0], item_id=r[1], action=r[2], at=float(r[3]),
-                           details=json.loads(r[4])) for r in self.query(sql + " ORDER BY seq", params)]
+        return [AuditEntry(user_id=user_id, layer=r[0], item_id=r[1], action=r[2],
+                           at=number(r[3], "audit_log", r[1], "at"), details=json_dict(r[4], "audit_log", r[1], "details"))
+                for r in self.query(sql + " ORDER BY seq", params)]
 
     def audit_users(self) -> set[str]:
         return {r[0] for r in self.query("SELECT DISTINCT user_id FROM audit_log")}

@@ -11,7 +11,6 @@ concurrent writers cannot deadlock.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -36,6 +35,7 @@ from .layer_codec import (
     working_from_row,
     working_to_row,
 )
+from .stored_values import count, json_dict
 
 SESSION_WORKING = (f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
                    " ORDER BY created_at")  # a session's live working items, oldest first
@@ -128,7 +128,7 @@ class LayerUnit:
     def cursor(self, user_id: str, session_id: str) -> int:
         found = self._run("SELECT last_seq FROM session_cursor WHERE user_id=? AND session_id=?",
                           (user_id, session_id)).fetchone()
-        return int(found[0]) if found else 0
+        return count(found[0], "session_cursor", session_id, "last_seq") if found else 0
 
     def latest_episode(self, user_id: str, session_id: str) -> Episode | None:
         found = self._run(f"SELECT {EPISODE_COLS} FROM episodes WHERE user_id=? AND session_id=?"
@@ -221,7 +221,7 @@ class LayerUnit:
     def scratchpad(self, user_id: str, session_id: str) -> dict[str, Any]:
         found = self._run("SELECT data FROM scratchpads WHERE user_id=? AND session_id=?",
                           (user_id, session_id)).fetchone()
-        return dict(json.loads(found[0])) if found else {}
+        return json_dict(found[0], "scratchpads", session_id, "data") if found else {}
 
     def save_scratchpad(self, user_id: str, session_id: str, data: Mapping[str, Any], at: float) -> None:
         self._run("INSERT INTO scratchpads VALUES (?,?,?,?) ON CONFLICT(user_id, session_id) DO UPDATE"

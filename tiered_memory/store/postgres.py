@@ -22,6 +22,7 @@ from .base import LONG_MESSAGE_CHARS
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
 from .filters import postgres_filter
 from .postgres_keywords import TEXT_SEARCH_CONFIG, fold_turn_keywords, tsquery
+from .stored_values import json_dict, message_values
 from .text_search import USER_SCAN_ROWS, scan_user_rows, text_key, tsquery_any
 
 MIGRATIONS: list[Step] = [
@@ -75,9 +76,10 @@ _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"
 
 
 def _row(r: Sequence[Any]) -> StoredMessage:
+    role, content, ts = message_values(r)
     return StoredMessage(
-        id=r[0], user_id=r[1], session_id=r[2], role=r[3], content=r[4],
-        metadata=json.loads(r[5]), timestamp=r[6], seq=r[7],
+        id=r[0], user_id=r[1], session_id=r[2], role=role, content=content,
+        metadata=json_dict(r[5], "messages", r[0], "metadata"), timestamp=ts, seq=r[7],
     )
 
 

@@ -17,6 +17,7 @@ from .filters import sqlite_filter
 from .sqlite_db import APP_ID, SQLiteDatabase
 from .sqlite_keywords import KeywordSearch, fill_missing, insert_deferred, tag_of, tags_for
 from .sqlite_schema import MIGRATIONS, user_tables
+from .stored_values import json_dict, message_values
 from .text_search import keyword_text, same_text_sqlite, text_hash
 
 __all__ = ["APP_ID", "MIGRATIONS", "SQLiteRecordStore", "user_tables"]
@@ -40,8 +41,12 @@ def _row(r: tuple[Any, ...]) -> StoredMessage:
     # dataclass, which sets each field through object.__setattr__: 3x the cost, and a search
     # reads some 400 rows
     m = object.__new__(StoredMessage)
-    m.__dict__.update(id=r[0], user_id=r[1], session_id=r[2], role=r[3], content=r[4],
-                      metadata=json.loads(r[5]) if r[5] != "{}" else {}, timestamp=r[6], seq=r[7])  # most carry none
+    role, content, ts = r[3], r[4], r[6]
+    if type(role) is not str or type(content) is not str or type(ts) is not float:  # another writer's row
+        role, content, ts = message_values(r)
+    m.__dict__.update(id=r[0], user_id=r[1], session_id=r[2], role=role, content=content,
+                      metadata=json_dict(r[5], "messages", r[0], "metadata") if r[5] != "{}" else {},  # most carry none
+                      timestamp=ts, seq=r[7])
     return m
 
 
