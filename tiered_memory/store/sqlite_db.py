@@ -37,6 +37,14 @@ AUTOCHECKPOINT_PAGES = 1000  # SQLite's default; none between unsynced commits (
 WAL_LIMIT_BYTES = 64 << 20  # a WAL grown by a long bulk write is cut back to this once checkpointed
 
 
+def read_text(raw: bytes) -> str:
+    """A TEXT value as read: SQLite keeps whatever bytes another writer gave it (a lone
+    surrogate's, a cut multi-byte letter's), which Python's default decoding refuses, failing
+    the whole statement; invalid bytes are read as U+FFFD instead. (Twice the cost of the
+    default's decoding of a row: some 0.1-0.3 ms of a 10 ms search at 3,000 memories.)"""
+    return raw.decode("utf-8", "replace")
+
+
 class SQLiteDatabase:
     """One SQLite file opened for tiered-memory (created with its ``meta`` table when empty).
 
@@ -58,6 +66,7 @@ class SQLiteDatabase:
             self.conn = conn = sqlite3.connect(
                 where, uri=read_only, check_same_thread=False, isolation_level=None, timeout=30
             )
+            self.conn.text_factory = read_text
             # identify the file before changing anything in it (WAL mode is persistent)
             self._check_identity()
             if not read_only:

@@ -146,10 +146,11 @@ def insert_deferred(c: sqlite3.Connection, sql: str, params: Sequence[Sequence[A
 
 def fill_missing(c: sqlite3.Connection) -> int:
     """Compute the keywords of rows written without them (by other means than
-    ``insert_messages``); the update trigger indexes them. Returns how many."""
+    ``insert_messages``); the update trigger indexes them. Returns how many. Such a row's
+    content may be a number or bytes: it is read as text, as a read of the row reads it."""
     done = 0
     while True:
-        rows = c.execute("SELECT rowid, user_id, content FROM messages INDEXED BY messages_unkeyed"
+        rows = c.execute("SELECT rowid, user_id, CAST(content AS TEXT) FROM messages INDEXED BY messages_unkeyed"
                          " WHERE keywords IS NULL ORDER BY rowid LIMIT ?", (FILL_BATCH,)).fetchall()
         if not rows:
             return done
