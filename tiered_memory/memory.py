@@ -589,7 +589,7 @@ class TieredMemory:
         """Extract facts from the session's turns not yet in an episode, then compress them into an
         :class:`~tiered_memory.layers.episodic.Episode` (returned). Without an LLM, or if it fails,
         rules do it (``metadata["method"] == "extractive"``); turns are never lost. Idempotent."""
-        episode = self._layers.end_session(check_id(user_id, "user_id"), session_id)
+        episode = self._layers.end_session(check_id(user_id, "user_id"), check_id(session_id, "session_id"))
         assert episode is not None  # only the background path (evicted_only) may find nothing
         return episode
 

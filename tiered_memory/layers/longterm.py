@@ -30,7 +30,7 @@ from ..store.repositories import LayerRepository
 from .consolidation import ConsolidationReport, consolidate
 from ..types import StoredMessage
 from ..quoting import quote
-from ..validation import check_id, check_text
+from ..validation import check_text
 from .working import WorkingMemory
 
 
@@ -159,9 +159,11 @@ class Layers:
             return self._session_locks.setdefault((user_id, session_id), threading.Lock())
 
     def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False) -> Episode | None:
-        """Compress the session's messages no episode covers yet (facts stored first, then the episode)."""
-        check_id(user_id, "user_id")
-        check_id(session_id, "session_id")
+        """Compress the session's messages no episode covers yet (facts stored first, then the episode).
+
+        The ids are checked by the caller that takes them from a user (``TieredMemory.end_session``);
+        consolidation passes the stored ones, which another writer may have left unlike any
+        the API takes (a control character, say), and ends those sessions too."""
         lock = self._session_lock(user_id, session_id)
         lock.acquire()
         try:
