@@ -38,11 +38,16 @@ WAL_LIMIT_BYTES = 64 << 20  # a WAL grown by a long bulk write is cut back to th
 
 
 def read_text(raw: bytes) -> str:
-    """A TEXT value as read: SQLite keeps whatever bytes another writer gave it (a lone
-    surrogate's, a cut multi-byte letter's), which Python's default decoding refuses, failing
-    the whole statement; invalid bytes are read as U+FFFD instead. (Twice the cost of the
-    default's decoding of a row: some 0.1-0.3 ms of a 10 ms search at 3,000 memories.)"""
+    """A TEXT value as read leniently: SQLite keeps whatever bytes another writer gave it (a
+    lone surrogate's, a cut multi-byte letter's), which Python's default decoding refuses,
+    failing the whole statement; invalid bytes are read as U+FFFD instead. It costs a Python
+    call per value (0.2 ms more for 400 rows of 6 text columns, one-off), so a read
+    (:meth:`SQLiteDatabase.query`) takes it only when the default decoding failed; transactions
+    and snapshots (writes, repair, export) take it throughout."""
     return raw.decode("utf-8", "replace")
+
+
+UNDECODABLE = "Could not decode to UTF-8"  # sqlite3's error for such a value
 
 
 class SQLiteDatabase:
@@ -66,7 +71,6 @@ class SQLiteDatabase:
             self.conn = conn = sqlite3.connect(
                 where, uri=read_only, check_same_thread=False, isolation_level=None, timeout=30
             )
-            self.conn.text_factory = read_text
             # identify the file before changing anything in it (WAL mode is persistent)
             self._check_identity()
             if not read_only:
@@ -118,7 +122,7 @@ class SQLiteDatabase:
         self.check_usable()
         if self.read_only:
             raise UsageError(f"{self.path} was opened read-only: nothing may be written through it")
-        with self.lock:
+        with self.lock, self._lenient():
             try:
                 self.conn.execute("BEGIN IMMEDIATE")
                 yield self.conn
@@ -135,7 +139,7 @@ class SQLiteDatabase:
         """Every read inside sees one state of the file (one read transaction): an export
         taken while another process writes is consistent. Nothing may be written inside."""
         self.check_usable()
-        with self.lock:
+        with self.lock, self._lenient():
             self.conn.execute("BEGIN")  # deferred: it stays a read transaction
             try:
                 yield
@@ -143,11 +147,27 @@ class SQLiteDatabase:
                 if self.conn.in_transaction:
                     self.conn.execute("ROLLBACK")
 
+    @contextmanager
+    def _lenient(self) -> Iterator[None]:
+        """Text read with :func:`read_text` meanwhile (the caller holds the lock)."""
+        before = self.conn.text_factory
+        self.conn.text_factory = read_text
+        try:
+            yield
+        finally:
+            self.conn.text_factory = before
+
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         self.check_usable()
         with self.lock:
             try:
-                return self.conn.execute(sql, tuple(params)).fetchall()
+                try:
+                    return self.conn.execute(sql, tuple(params)).fetchall()
+                except sqlite3.OperationalError as e:
+                    if UNDECODABLE not in str(e):
+                        raise
+                    with self._lenient():  # a value another writer left undecodable: read it again
+                        return self.conn.execute(sql, tuple(params)).fetchall()
             except sqlite3.Error as e:
                 raise StoreError(f"record store read failed: {e}") from e
 
