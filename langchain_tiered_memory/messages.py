@@ -37,7 +37,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from tiered_memory.quoting import defuse_strings, defuse_tokens, label_text, quote
+from tiered_memory.quoting import defuse_tokens, label_text, map_strings, quote
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.types import StoredMessage
 
@@ -287,7 +287,7 @@ def _defused(msg: BaseMessage) -> BaseMessage:
                              else {**b, "text": defuse_tokens(b["text"])} if isinstance(b, Mapping) and _is_text(b)
                              else b for b in msg.content]
     if isinstance(msg, AIMessage) and msg.tool_calls:
-        update["tool_calls"] = [{**c, "name": defuse_tokens(c["name"]), "args": defuse_strings(c["args"]),
+        update["tool_calls"] = [{**c, "name": defuse_tokens(c["name"]), "args": map_strings(c["args"], defuse_tokens),
                                  "id": None if c.get("id") is None else defuse_tokens(str(c["id"]))}
                                 for c in msg.tool_calls]
     if isinstance(msg, ToolMessage):

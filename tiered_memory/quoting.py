@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any, Callable
 
 # Characters that json.dumps(ensure_ascii=False) leaves raw but that str.splitlines(), many
 # tokenizers and editors treat as line breaks (NEL, C1 controls, LINE/PARAGRAPH SEPARATOR).
@@ -76,15 +77,14 @@ def defuse_tokens(text: str) -> str:
     return _TURN_MARKER.sub(lambda m: _MARKER_ESCAPES[m.group()], text)
 
 
-def defuse_strings(value: object) -> object:
-    """``value`` (JSON-like: a tool call's arguments) with :func:`defuse_tokens` applied to every
-    string in it, keys included (pure)."""
+def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """``value`` (decoded JSON) with ``fn`` applied to every string in it, keys included (pure)."""
     if isinstance(value, str):
-        return defuse_tokens(value)
+        return fn(value)
+    if isinstance(value, list):
+        return [map_strings(v, fn) for v in value]
     if isinstance(value, dict):
-        return {defuse_tokens(str(k)): defuse_strings(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [defuse_strings(v) for v in value]
+        return {map_strings(k, fn): map_strings(v, fn) for k, v in value.items()}
     return value
 
 

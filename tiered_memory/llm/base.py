@@ -20,7 +20,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LLMError, LLMOutputError
-from ..quoting import escape_special
+from ..quoting import escape_special, map_strings
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -86,18 +86,16 @@ def parse_output(text: str, schema: type[M]) -> M:
         raise ValueError(f"the JSON does not match the schema: {problems}") from e
 
 
+def _storable(text: str) -> str:
+    text = text.replace("\x00", "")
+    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
+
+
 def clean_strings(value: Any) -> Any:
     """``value`` (decoded JSON) with every string made storable text: NUL characters (which
     JSON may spell ``\\u0000`` and PostgreSQL cannot store) removed and lone surrogates
     replaced, as no store holds them; pure."""
-    if isinstance(value, str):
-        text = value.replace("\x00", "")
-        return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
-    if isinstance(value, list):
-        return [clean_strings(v) for v in value]
-    if isinstance(value, dict):
-        return {clean_strings(k): clean_strings(v) for k, v in value.items()}
-    return value
+    return map_strings(value, _storable)
 
 
 def schema_hint(schema: type[BaseModel]) -> str:
