@@ -27,6 +27,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from ..errors import CorruptStoreError, StoreError, UsageError
 from ..guard import check_process
 from .sqlite_schema import Step, split_sql
+from .stored_values import lenient_text
 
 APP_ID = "tiered-memory"
 
@@ -37,16 +38,12 @@ AUTOCHECKPOINT_PAGES = 1000  # SQLite's default; none between unsynced commits (
 WAL_LIMIT_BYTES = 64 << 20  # a WAL grown by a long bulk write is cut back to this once checkpointed
 
 
-def read_text(raw: bytes) -> str:
-    """A TEXT value as read leniently: SQLite keeps whatever bytes another writer gave it (a
-    lone surrogate's, a cut multi-byte letter's), which Python's default decoding refuses,
-    failing the whole statement; invalid bytes are read as U+FFFD instead. It costs a Python
-    call per value (0.2 ms more for 400 rows of 6 text columns, one-off), so a read
-    (:meth:`SQLiteDatabase.query`) takes it only when the default decoding failed; transactions
-    and snapshots (writes, repair, export) take it throughout."""
-    return raw.decode("utf-8", "replace")
-
-
+# SQLite keeps whatever bytes another writer gave a TEXT value (a lone surrogate's, a cut
+# multi-byte letter's), which Python's default decoding refuses, failing the whole statement.
+# Read leniently (stored_values.lenient_text: U+FFFD instead) it costs a Python call per value
+# (0.2 ms more for 400 rows of 6 text columns, one-off), so a read (SQLiteDatabase.query) takes
+# it only when the default decoding failed; transactions and snapshots (writes, repair,
+# export) take it throughout.
 UNDECODABLE = "Could not decode to UTF-8"  # sqlite3's error for such a value
 
 
@@ -149,9 +146,9 @@ class SQLiteDatabase:
 
     @contextmanager
     def _lenient(self) -> Iterator[None]:
-        """Text read with :func:`read_text` meanwhile (the caller holds the lock)."""
+        """Text read with :func:`~.stored_values.lenient_text` meanwhile (the caller holds the lock)."""
         before = self.conn.text_factory
-        self.conn.text_factory = read_text
+        self.conn.text_factory = lenient_text
         try:
             yield
         finally:

@@ -14,9 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any, Sequence
+from typing import Any, Sequence, TypeVar
 
 log = logging.getLogger("tiered_memory")
+C = TypeVar("C", dict[str, Any], list[Any])
 _warned: set[tuple[str, str, str]] = set()  # each value is reported once a process, not on every read
 
 
@@ -31,38 +32,32 @@ def _warn(table: str, row_id: object, column: str, raw: object, read_as: object)
     log.warning("stored %s.%s of %r is not readable (%s); read as %r", table, column, row_id, shown, read_as)
 
 
-def _loads(raw: object) -> Any:
-    if isinstance(raw, (bytes, memoryview)):
-        raw = bytes(raw).decode("utf-8", "replace")
-    if not isinstance(raw, str):
-        raise TypeError(type(raw).__name__)
-    return json.loads(raw)
+def lenient_text(raw: bytes | memoryview) -> str:
+    """Stored bytes as text, invalid UTF-8 (a lone surrogate's bytes, a cut letter) read as U+FFFD."""
+    return bytes(raw).decode("utf-8", "replace")
+
+
+def _json(raw: object, kind: type[C], table: str, row_id: object, column: str) -> C:
+    """A JSON column holding a ``kind`` (dict or list): an empty one unless it holds one."""
+    decoded = lenient_text(raw) if isinstance(raw, (bytes, memoryview)) else raw
+    try:
+        value = json.loads(decoded) if isinstance(decoded, str) else None
+    except (ValueError, RecursionError):
+        value = None
+    if isinstance(value, kind):
+        return value
+    _warn(table, row_id, column, raw, kind())
+    return kind()
 
 
 def json_dict(raw: object, table: str, row_id: object, column: str) -> dict[str, Any]:
     """A JSON object column (metadata, details, a scratchpad): ``{}`` unless it holds one."""
-    if raw == "{}":
-        return {}
-    try:
-        value = _loads(raw)
-    except (ValueError, TypeError, RecursionError):
-        value = None
-    if isinstance(value, dict):
-        return value
-    _warn(table, row_id, column, raw, {})
-    return {}
+    return {} if raw == "{}" else _json(raw, dict, table, row_id, column)
 
 
 def json_list(raw: object, table: str, row_id: object, column: str) -> list[Any]:
     """A JSON array column (source ids, a namespace): ``[]`` unless it holds one."""
-    try:
-        value = _loads(raw)
-    except (ValueError, TypeError, RecursionError):
-        value = None
-    if isinstance(value, list):
-        return value
-    _warn(table, row_id, column, raw, [])
-    return []
+    return _json(raw, list, table, row_id, column)
 
 
 def strings(value: object, table: str, row_id: object, column: str) -> list[str]:
@@ -80,8 +75,7 @@ def text(raw: object, table: str, row_id: object, column: str) -> str:
     number as its digits."""
     if isinstance(raw, str):
         return raw
-    read = "" if raw is None else (
-        bytes(raw).decode("utf-8", "replace") if isinstance(raw, (bytes, memoryview)) else str(raw))
+    read = "" if raw is None else lenient_text(raw) if isinstance(raw, (bytes, memoryview)) else str(raw)
     _warn(table, row_id, column, raw, read)
     return read
 
