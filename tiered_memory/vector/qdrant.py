@@ -27,10 +27,10 @@ def point_id(memory_id: str) -> str:
 
 
 def _is_local(client: Any) -> bool:
-    """Whether ``client`` runs Qdrant's engine in this process (``path=`` or ``":memory:"``)."""
-    from qdrant_client.local.qdrant_local import QdrantLocal
-
-    return isinstance(getattr(client, "_client", None), QdrantLocal)
+    """Whether ``client`` runs Qdrant's engine in this process (``path=`` or ``":memory:"``),
+    read from the options it was made with (the client's public ``init_options``)."""
+    options = getattr(client, "init_options", None) or {}
+    return options.get("path") is not None or options.get("location") == ":memory:"
 
 
 _ENGINE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
