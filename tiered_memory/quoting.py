@@ -53,15 +53,19 @@ def quote(text: str) -> str:
 # ``<s>``, ``</s>`` and ``<<SYS>>``; Gemma's turn, sequence and FunctionGemma's call tokens;
 # Command R's ``<BOS_TOKEN>``; Qwen's added tool and thinking tokens; Seed-OSS's ``<seed:...>``
 # and MiniMax's ``<minimax:tool_call>``; Nemotron Nano 2's ``<SPECIAL_11>``, ``<TOOLCALL>``;
-# Mistral's bracketed control tokens; EXAONE's ``[|system|]``; MiniMax M2's ``]~b]``, ``[e~[``.
-# Other tags and brackets (``<b>``, ``<T>``, ``[1]``, ``[TODO]``, ``[| 1; 2 |]``) are left as
-# written: a replay shows the conversation as it was.
+# Baichuan's ``<reserved_102>``, Nemotron-Mini's ``<extra_id_1>``, MiniCPM's ``<用户>`` and
+# ``<AI>``, Ling's ``<role>HUMAN</role>``, SmolVLM's ``<end_of_utterance>``;
+# Mistral's bracketed control tokens; EXAONE's ``[|system|]``; PanGu's ``[unused9]``;
+# MiniMax M2's ``]~b]``, ``[e~[``.
+# Other tags and brackets (``<b>``, ``<T>``, ``<role>a writer</role>``, ``[1]``, ``[TODO]``,
+# ``[| 1; 2 |]``) are left as written: a replay shows the conversation as it was.
 _TURN_MARKER = re.compile(
     r"<(?=[|\uff5c]|\w+\|>|/?s>|<?/?SYS>>|(?:start|end)_(?:of_turn|function_[a-z]+)>"
     r"|(?:bos|eos|pad|unk|BOS_TOKEN|EOS_TOKEN|SPECIAL_\d+)>|/?(?:tool_call|tool_response|tools|think)>"
-    r"|/?(?:TOOLCALL|TOOL_RESPONSE)>|/?(?:seed|minimax):)"
+    r"|/?(?:TOOLCALL|TOOL_RESPONSE)>|/?(?:seed|minimax):|(?:reserved|extra_id)_\d+>|用户>|AI>"
+    r"|role>[A-Z]+</role>|end_of_utterance>)"
     r"|\[(?=/?(?:INST|SYSTEM_PROMPT|MODEL_SETTINGS|TOOL_[A-Z]+|AVAILABLE_TOOLS|THINK|ARGS|CALL_ID"
-    r"|IMG(?:_[A-Z]+)?)\]|\|[a-z]+\|\]|e~\[)"
+    r"|IMG(?:_[A-Z]+)?)\]|\|[a-z]+\|\]|e~\[|unused\d+\])"
     r"|\](?=~!?b[\[\]])")
 _MARKER_ESCAPES = {"<": "\\u003c", "[": "\\u005b", "]": "\\u005d"}
 
