@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from typing import Any, Callable
 
 # Characters that json.dumps(ensure_ascii=False) leaves raw but that str.splitlines(), many
@@ -67,18 +68,41 @@ _TURN_MARKER = re.compile(
     r"|\[(?=/?(?:INST|SYSTEM_PROMPT|MODEL_SETTINGS|TOOL_[A-Z]+|AVAILABLE_TOOLS|THINK|ARGS|CALL_ID"
     r"|IMG(?:_[A-Z]+)?)\]|\|[a-z]+\|\]|e~\[|unused\d+\])"
     r"|\](?=~!?b[\[\]])")
-_MARKER_ESCAPES = {"<": "\\u003c", "[": "\\u005b", "]": "\\u005d"}
+
+
+def _nfkc_view(text: str) -> tuple[str, list[int]]:
+    """``text`` under NFKC, character by character, and for each character of that view the
+    index in ``text`` of the character it comes from."""
+    view: list[str] = []
+    origin: list[int] = []
+    for i, c in enumerate(text):
+        folded = unicodedata.normalize("NFKC", c)
+        view.append(folded)
+        origin.extend([i] * len(folded))
+    return "".join(view), origin
 
 
 def defuse_tokens(text: str) -> str:
     """``text`` with the first character of each chat-template turn marker in it written as
-    the JSON escape :func:`quote` uses (``<|im_start|>`` -> ``\\u003c|im_start|>``, ``[INST]`` ->
-    ``\\u005bINST]``), and otherwise as it is (pure, idempotent).
+    a JSON escape, as :func:`quote` writes it (``<|im_start|>`` -> ``\\u003c|im_start|>``,
+    ``[INST]`` -> ``\\u005bINST]``), and otherwise as it is (pure, idempotent).
 
     For stored turns replayed as turns of their own role, unquoted: a local model's server
     renders them through its chat template and tokenizes the prompt with special tokens
-    parsed, so a marker spelt in a stored turn would open a real (system) turn there."""
-    return _TURN_MARKER.sub(lambda m: _MARKER_ESCAPES[m.group()], text)
+    parsed, so a marker spelt in a stored turn would open a real (system) turn there. A
+    marker spelt with compatibility look-alikes (``＜|im_start|＞``, ``［INST］``) counts too:
+    a Hugging Face tokenizer matches its ``normalized`` added tokens in the text after its
+    normalizer, and NFKC folds those into the marker."""
+    starts = {m.start() for m in _TURN_MARKER.finditer(text)}
+    if not unicodedata.is_normalized("NFKC", text):
+        view, origin = _nfkc_view(text)
+        starts.update(origin[m.start()] for m in _TURN_MARKER.finditer(view))
+    parts: list[str] = []
+    end = 0
+    for i in sorted(starts):
+        parts += [text[end:i], f"\\u{ord(text[i]):04x}"]
+        end = i + 1
+    return "".join(parts) + text[end:]
 
 
 def map_strings(value: Any, fn: Callable[[str], str]) -> Any:
