@@ -14,7 +14,9 @@ component sharing the database, such as the pgvector index, commits with the rec
 not at all. Other threads keep using their own pooled connections.
 
 A restart of the server needs nothing of the caller: the pool checks a connection before
-handing it out and replaces a dead one; while the server is down a call waits at most
+handing it out and replaces a dead one, and a call whose connection the server or the network
+ends midway runs once more on a fresh one (a read; a write not yet committing, which the server
+rolled back whole; see ``_unit``); while the server is down a call waits at most
 ``connect_timeout`` (twice when the server answers again meanwhile) and fails with a
 ``StoreError`` naming the server, and the same object works again once it answers. A server
 that goes silent without closing its connections (:data:`NETWORK_DEFAULTS`) fails a call with
@@ -63,7 +65,7 @@ def write_failed(e: Exception) -> TieredMemoryError:
     if getattr(e, "sqlstate", None) == _TOO_LARGE_SQLSTATE:
         return InvalidInputError(f"a value is too large for PostgreSQL and nothing was written; shorten it "
                                  f"(a store item's key and namespace are indexed: {' '.join(str(e).split())})")
-    return StoreError(f"record store write failed: {e}")
+    return StoreError(f"record store write failed, nothing of it was stored: {e}")
 
 
 def lock_key(name: str) -> int:
@@ -238,8 +240,8 @@ class PostgresDatabase:
         return getattr(self._joined, "conn", None)
 
     def write(self, fn: Callable[[Any], Any], *, retries: int = 3, detached: bool = False) -> Any:
-        """Run ``fn(conn)`` in one transaction; retried whole on deadlock or serialization failure.
-        Inside :meth:`together` it runs in a savepoint of that unit's transaction instead, unless
+        """Run ``fn(conn)`` in one transaction, run again as :meth:`_unit` says. Inside
+        :meth:`together` it runs in a savepoint of that unit's transaction instead, unless
         ``detached`` (set-up such as creating a table, which must not roll back with the unit)."""
         self.check_usable()
         joined = None if detached else self._ambient()
@@ -249,51 +251,72 @@ class PostgresDatabase:
                     return fn(joined)
             except self._psycopg.Error as e:
                 raise write_failed(e) from e
-        for attempt in range(retries + 1):
-            try:
-                with self._connection() as conn, conn.transaction():
-                    return fn(conn)
-            except self._psycopg.Error as e:
-                if getattr(e, "sqlstate", None) in _RETRY_SQLSTATES and attempt < retries:
-                    time.sleep(0.01 * 2**attempt)
-                    continue
-                raise write_failed(e) from e
-            except CorruptStoreError:
-                raise
-        raise AssertionError("unreachable")
+        return self._unit(fn, retries)
 
     def together(self, fn: Callable[[], Any], *, retries: int = 3) -> Any:
         """Run ``fn()`` as one transaction: every write of this database that ``fn`` makes on
         this thread (through any component sharing the database) commits with the others or,
-        if ``fn`` raises, none does. Retried whole on deadlock or serialization failure (so
-        ``fn`` must be safe to run again: it only writes through this database). Nested
-        calls join the outer unit."""
+        if ``fn`` raises, none does. Run again whole as :meth:`_unit` says (so ``fn`` must be
+        safe to run again: it only writes through this database). Nested calls join the outer
+        unit."""
         self.check_usable()
         if self._ambient() is not None:
             return fn()
-        for attempt in range(retries + 1):
+
+        def joined(conn: Any) -> Any:
+            self._joined.conn = conn
+            try:
+                return fn()
+            finally:
+                self._joined.conn = None
+
+        return self._unit(joined, retries)
+
+    def _unit(self, fn: Callable[[Any], Any], retries: int) -> Any:
+        """``fn(conn)`` in one transaction of a pooled connection, run again whole on a conflict
+        between workers (deadlock, serialization failure: up to ``retries`` times) and once when
+        the server or the network ended the connection before the commit (``pg_terminate_backend``,
+        a restart, a proxy): the server rolled that transaction back, so running it again stores it
+        once. A connection lost during the commit is not run again: the commit may have been made."""
+        conflicts, lost = 0, False
+        while True:
+            conn, committing = None, False
             try:
                 with self._connection() as conn, conn.transaction():
-                    self._joined.conn = conn
-                    try:
-                        return fn()
-                    finally:
-                        self._joined.conn = None
+                    result = fn(conn)
+                    committing = True
+                return result
             except Exception as e:
                 cause = e if isinstance(e, self._psycopg.Error) else e.__cause__
-                if getattr(cause, "sqlstate", None) in _RETRY_SQLSTATES and attempt < retries:
-                    time.sleep(0.01 * 2**attempt)
+                if getattr(cause, "sqlstate", None) in _RETRY_SQLSTATES and conflicts < retries:
+                    time.sleep(0.01 * 2**conflicts)
+                    conflicts += 1
+                    continue
+                if conn is not None and conn.broken and not committing and not lost:
+                    lost = True
                     continue
                 if isinstance(e, self._psycopg.Error):
-                    raise write_failed(e) from e
+                    raise self._failed(e, conn, committing) from e
                 raise
-        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _failed(e: Exception, conn: Any, committing: bool) -> TieredMemoryError:
+        """The typed error of a failed write: :func:`write_failed`, unless the connection was lost
+        while committing, when the write may or may not be stored."""
+        if conn is not None and conn.broken and committing:
+            return StoreError(
+                f"the connection to PostgreSQL was lost while a write committed ({' '.join(str(e).split())}): "
+                "it may or may not be stored. Check before retrying, or retry messages with their ids "
+                "(stored once).")
+        return write_failed(e)
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
-        """A connection inside one transaction, for other layers' multi-statement writes."""
+        """A connection inside one transaction, for other layers' multi-statement writes (not run
+        again when its connection is lost: the caller's code runs inside it)."""
         self.check_usable()
         joined = self._ambient()
+        conn, committing = None, False
         try:
             if joined is not None:
                 with joined.transaction():
@@ -301,21 +324,28 @@ class PostgresDatabase:
                 return
             with self._connection() as conn, conn.transaction():
                 yield conn
+                committing = True
         except self._psycopg.Error as e:
-            raise write_failed(e) from e
+            raise self._failed(e, conn, committing) from e
 
     def read(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(conn)`` on one connection, outside a transaction (several reads, one round
-        trip each, that share session settings); inside :meth:`together`, on its connection."""
+        trip each, that share session settings), once more on a fresh connection if the server or
+        the network ended the first; inside :meth:`together`, on its connection."""
         self.check_usable()
         joined = self._ambient()
-        try:
-            if joined is not None:
-                return fn(joined)
-            with self._connection() as conn:
-                return fn(conn)
-        except self._psycopg.Error as e:
-            raise StoreError(f"record store read failed: {e}") from e
+        for attempt in range(2):
+            conn = None
+            try:
+                if joined is not None:
+                    return fn(joined)
+                with self._connection() as conn:
+                    return fn(conn)
+            except self._psycopg.Error as e:
+                if attempt == 0 and conn is not None and conn.broken:
+                    continue
+                raise StoreError(f"record store read failed: {e}") from e
+        raise AssertionError("unreachable")
 
     def query(self, sql: Any, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
         rows: list[tuple[Any, ...]] = self.read(lambda conn: conn.execute(sql, params).fetchall())
@@ -348,7 +378,7 @@ class PostgresDatabase:
                 conn.execute("INSERT INTO schema_migrations VALUES (%s, %s, %s)",
                              (name, version, time.time()))
 
-            self.write(run, retries=0)
+            self.write(run, retries=0, detached=True)  # a unit that rolls back keeps the tables
 
     def user_rows(self, conn: Any, table: str, user_id: str, cap: int) -> int:
         """How many rows of ``user_id`` ``table`` holds, counted only up to ``cap`` (a bounded
