@@ -1,7 +1,7 @@
 """A PostgreSQL store on a network that goes silent (a NAT that forgot the connection, a pulled
 cable, a failed-over server whose old address drops packets): its connections carry keepalive and
-``tcp_user_timeout`` settings (``NETWORK_DEFAULTS``, or the URL's own), so a call fails with a
-``StoreError`` instead of waiting for the OS's TCP timeout, hours away.
+``tcp_user_timeout`` settings (``NETWORK_DEFAULTS``, or the URL's or its service file's own), so a
+call fails with a ``StoreError`` instead of waiting for the OS's TCP timeout, hours away.
 """
 
 from __future__ import annotations
@@ -160,3 +160,22 @@ def test_a_write_to_a_server_gone_silent_fails_with_a_store_error_instead_of_han
         assert [m.content for m in again.get_messages("s", user_id="u")] == ["before the network went silent"]
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("named_in", ["url", "PGSERVICE"])
+def test_a_service_files_own_network_settings_win_over_the_defaults(
+        make_postgres_url: Callable[[], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named_in: str) -> None:
+    direct = urlsplit(make_postgres_url())
+    (tmp_path / "pg_service.conf").write_text(
+        f"[tm]\nhost={direct.hostname}\nport={direct.port}\ndbname={direct.path.lstrip('/')}\n"
+        f"user={direct.username}\nkeepalives_idle=7\ntcp_user_timeout=0\n")
+    monkeypatch.setenv("PGSERVICEFILE", str(tmp_path / "pg_service.conf"))
+    if named_in == "PGSERVICE":
+        monkeypatch.setenv("PGSERVICE", "tm")
+    store = PostgresRecordStore("service=tm" if named_in == "url" else "postgresql://", connect_timeout=5)
+    try:
+        found = store.read(socket_options)
+    finally:
+        store.close()
+    assert found == {"keepalives": 1, "keepalives_idle": 7, "keepalives_interval": 10, "keepalives_count": 3,
+                     "tcp_user_timeout": 0}

@@ -19,14 +19,13 @@ ends midway runs once more on a fresh one (a read; a write not yet committing, w
 rolled back whole; see ``_unit``); while the server is down a call waits at most
 ``connect_timeout`` (twice when the server answers again meanwhile) and fails with a
 ``StoreError`` naming the server, and the same object works again once it answers. A server
-that goes silent without closing its connections (:data:`NETWORK_DEFAULTS`) fails a call with
-a ``StoreError`` within about a minute instead of holding it for hours.
+that goes silent without closing its connections (:data:`~.postgres_url.NETWORK_DEFAULTS`)
+fails a call with a ``StoreError`` within about a minute instead of holding it for hours.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import zlib
@@ -35,6 +34,7 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 from ..errors import ConfigurationError, CorruptStoreError, InvalidInputError, StoreError, TieredMemoryError, missing
 from ..guard import check_process
+from .postgres_url import network_settings, redact
 
 APP_ID = "tiered-memory"
 DEFAULT_SCHEMA = "tiered_memory"
@@ -51,13 +51,6 @@ _RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detecte
 #: bytes, such as a long store item key or namespace), which no retry can store
 _TOO_LARGE_SQLSTATE = "54000"
 
-#: libpq settings for every connection whose URL does not set them, so a peer that went silent (a
-#: NAT that forgot the connection, a pulled cable, a failed-over server whose old address drops
-#: packets) ends a call within about a minute rather than the OS's two hours and more: idle, a probe
-#: after 30 s and every 10 s, 3 unanswered close it; data sent and unacknowledged for 60 s closes it
-NETWORK_DEFAULTS = {"keepalives": "1", "keepalives_idle": "30", "keepalives_interval": "10",
-                    "keepalives_count": "3", "tcp_user_timeout": "60000"}
-
 
 def write_failed(e: Exception) -> TieredMemoryError:
     """The typed error of a failed write (its transaction rolled back, nothing of it stored): a
@@ -73,34 +66,13 @@ def lock_key(name: str) -> int:
     return zlib.crc32(name.encode("utf-8"))
 
 
-def _secrets(url: str) -> list[str]:
-    """The password of ``url`` as it may appear in a message: in the user part (up to the
-    authority's last ``@``, and each piece of it between ``@``, which libpq may have read as
-    part of the host) and in a ``password=`` parameter (pure)."""
-    found: list[str] = []
-    user_part = re.match(r"[^:]*://([^/?#]*)@", url)
-    if user_part and ":" in user_part.group(1):
-        secret = user_part.group(1).split(":", 1)[1]
-        found += [secret, *secret.split("@")]
-    found += re.findall(r"[?&]password=([^&#]*)", url)
-    return sorted({s for s in found if len(s) >= 3}, key=len, reverse=True)
-
-
-def _redact(text: str, url: str) -> str:
-    """``text`` (a URL, or a message that may quote it) without the password of ``url`` (pure)."""
-    text = re.sub(r"(://[^:/@?#]+):[^/?#]*@", r"\1:***@", text)
-    text = re.sub(r"([?&]password=)[^&#\s\"']*", r"\1***", text)
-    for secret in _secrets(url):
-        text = text.replace(secret, "***")
-    return text
-
-
 class PostgresDatabase:
     """Pooled connections to one schema of a PostgreSQL database (thread- and process-safe).
 
     Args:
         url: a libpq URL, ``postgresql://user:password@host:5432/dbname``; the keepalive and
-            ``tcp_user_timeout`` settings it leaves out are :data:`NETWORK_DEFAULTS`.
+            ``tcp_user_timeout`` settings neither it nor its service file sets are
+            :data:`~.postgres_url.NETWORK_DEFAULTS`.
         schema: the PostgreSQL schema holding the tables; created when missing.
         min_size: connections the pool keeps open.
         max_size: most connections this process opens.
@@ -129,11 +101,11 @@ class PostgresDatabase:
             given = conninfo_to_dict(url)
         except psycopg.Error as e:
             raise ConfigurationError(
-                f"the PostgreSQL URL {_redact(url, url)} cannot be read ({_redact(str(e).strip(), url)}); "
+                f"the PostgreSQL URL {redact(url, url)} cannot be read ({redact(str(e).strip(), url)}); "
                 "the form is postgresql://user:password@host:5432/dbname") from None  # the cause quotes it
         # as connection arguments beside the URL, which stays as given (its password is hidden by
-        # what quotes it); the URL's own settings win
-        self._network: dict[str, Any] = {k: v for k, v in NETWORK_DEFAULTS.items() if k not in given}
+        # what quotes it); the settings of the URL and of its service file win
+        self._network: dict[str, Any] = network_settings(url, given)
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
 
         def configure(conn: Any) -> None:
@@ -153,8 +125,8 @@ class PostgresDatabase:
         except Exception as e:
             self.pool.close()
             raise StoreError(
-                f"could not connect to PostgreSQL at {_redact(url, url)} within {connect_timeout}s "
-                f"({_redact(self._why(connect_timeout) or str(e), url)}). Check the URL, that the server "
+                f"could not connect to PostgreSQL at {redact(url, url)} within {connect_timeout}s "
+                f"({redact(self._why(connect_timeout) or str(e), url)}). Check the URL, that the server "
                 "runs, and that the user may connect.") from e
         try:
             self._bootstrap()
@@ -188,12 +160,12 @@ class PostgresDatabase:
                     return self.pool.getconn()
                 except PoolTimeout as busy:  # the server answers, yet no connection came free
                     raise StoreError(
-                        f"no connection to PostgreSQL at {_redact(self.url, self.url)} came free within "
+                        f"no connection to PostgreSQL at {redact(self.url, self.url)} came free within "
                         f"{2 * self.timeout}s: all {self.pool.max_size} are busy. Give the store a larger "
                         "max_size or connect_timeout.") from busy
             raise StoreError(
-                f"PostgreSQL at {_redact(self.url, self.url)} is unreachable: no connection within "
-                f"{self.timeout}s ({_redact(why, self.url)}), so this step wrote nothing. The memory "
+                f"PostgreSQL at {redact(self.url, self.url)} is unreachable: no connection within "
+                f"{self.timeout}s ({redact(why, self.url)}), so this step wrote nothing. The memory "
                 "reconnects by itself once the server answers: retry the call then.") from e
 
     @contextmanager
