@@ -2,7 +2,8 @@
 failover, a proxy that kills it): a read is run again once on a fresh connection and answers; a
 write cut before its commit was rolled back by the server, so it is run again once too and
 stored exactly once; a write that cannot be run again raises a ``StoreError`` saying nothing of
-it was stored, and a retry stores it once.
+it was stored, and a retry stores it once; a write whose connection is lost during its commit is
+not run again (it may be stored) and says so.
 
 The cut is placed without timing: a second connection holds a lock the call needs, so the call
 waits inside the server, and its backend is terminated there; or a held embedder keeps a
@@ -20,6 +21,7 @@ import psycopg
 import pytest
 
 from langchain_tiered_memory import TieredMemoryStore
+from servers import PostgresServer
 from tiered_memory import StaticEmbedder, TieredMemory
 from tiered_memory.errors import StoreError
 from tiered_memory.store.postgres import PostgresRecordStore
@@ -33,13 +35,12 @@ def terminate(url: str, pids: list[int]) -> None:
         conn.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", (pids,))
 
 
-def waiting_on_a_lock(url: str) -> list[int]:
-    """The backends of ``url``'s database waiting for a lock (polled until there is one)."""
+def waiting(url: str, wait: str = "wait_event_type = 'Lock'") -> list[int]:
+    """The backends of ``url``'s database that ``wait`` (by default for a lock), polled until there is one."""
     with psycopg.connect(url, autocommit=True) as conn:
         while True:
             found = [r[0] for r in conn.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'").fetchall()]
+                f"SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND {wait}").fetchall()]
             if found:
                 return found
             conn.execute("SELECT pg_sleep(0.02)")
@@ -66,7 +67,7 @@ def cut_inside(url: str, table: str, call: Callable[[], Any], *, writing: bool =
     with psycopg.connect(url) as locker:
         locker.execute(f"LOCK TABLE tiered_memory.{table} IN {'' if writing else 'ACCESS '}EXCLUSIVE MODE")
         thread, outcome = in_thread(call)
-        terminate(url, waiting_on_a_lock(url))
+        terminate(url, waiting(url))
     thread.join(timeout=120)  # the hang guard, not a timing assertion
     assert not thread.is_alive() and len(outcome) == 1
     return outcome[0]
@@ -177,3 +178,48 @@ def test_a_pgvector_fact_cut_before_its_commit_is_stored_once(
     assert getattr(fact, "text", None) == "the user likes cats", fact
     assert [f.text for f in memory.facts("u")] == ["the user likes cats"]
     assert [h.fact.text for h in memory.search_facts("cats", user_id="u")] == ["the user likes cats"]
+
+
+@pytest.fixture(scope="module")
+def own_postgres() -> Iterator[PostgresServer]:
+    server = PostgresServer.start()  # its configuration changes below: not the session's server
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def set_standbys(server: PostgresServer, names: str) -> None:
+    with psycopg.connect(server.admin_url, autocommit=True) as conn:
+        conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+        conn.execute("SELECT pg_reload_conf()")
+    while True:  # until a new connection (forked after the server read its configuration) has it
+        with psycopg.connect(server.admin_url) as fresh:
+            if fresh.execute("SHOW synchronous_standby_names").fetchone() == (names,):
+                return
+
+
+def test_a_write_whose_connection_is_lost_during_its_commit_is_not_run_again_and_says_it_may_be_stored(
+        own_postgres: PostgresServer, tmp_path: Path) -> None:
+    url = own_postgres.create_database("commit_cut")
+    with psycopg.connect(own_postgres.admin_url, autocommit=True) as conn:
+        conn.execute('ALTER DATABASE "commit_cut" SET synchronous_commit = on')
+    memory = TieredMemory(tmp_path / "m", record_store=PostgresRecordStore(url, connect_timeout=5),
+                          embedder=StaticEmbedder())
+    try:
+        memory.add("user", "before", session_id="s", user_id="u")
+        # a commit now waits for a synchronous standby that never answers, after it is made
+        # locally: ending its connection then is a connection lost during the commit
+        set_standbys(own_postgres, "never_there")
+        try:
+            terminate(url, backends(url))  # the pool's connections, opened under the old settings
+            thread, outcome = in_thread(lambda: memory.add("user", "committed", session_id="s", user_id="u"))
+            terminate(url, waiting(url, "wait_event = 'SyncRep'"))
+            thread.join(timeout=120)  # the hang guard, not a timing assertion
+        finally:
+            set_standbys(own_postgres, "")
+        assert not thread.is_alive() and len(outcome) == 1
+        assert isinstance(outcome[0], StoreError) and "may or may not be stored" in str(outcome[0]), outcome
+        assert [x.content for x in memory.get_messages("s", user_id="u")] == ["before", "committed"]  # once
+    finally:
+        memory.close()
