@@ -558,7 +558,9 @@ class TieredMemory:
         vectors (recomputed on import). See :mod:`.portable`."""
         path = check_path(path)
         self.parts.access.flush()  # the access counts written are current
-        return export_jsonl(self.store, path, user_id, self._rows if self._layers_ok() else None, now=self.parts.now())
+        return export_jsonl(self.store, path, user_id, self._rows if self._layers_ok() else None, now=self.parts.now(),
+                            max_chars=self.config.max_content_chars,
+                            max_metadata_bytes=self.config.max_metadata_bytes)
 
     @usable
     def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,

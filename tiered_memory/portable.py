@@ -10,7 +10,7 @@ embedding models, vector engines and record stores (SQLite to PostgreSQL). Not i
 working-memory items that were pruned, and expired items. The layer lines are written
 and checked by :mod:`.portable_layers` and written back by :mod:`.portable_restore`; a
 file of message lines only (every export before them), or without the later kinds of
-line, reads as before.
+line, reads as before. Every line written is one the import takes (:mod:`.portable_values`).
 
 An id is a global key. On import, a record whose id is already stored is skipped and
 counted (``skipped_existing``, ``facts_skipped``, ``episodes_skipped``, ``items_skipped``,
@@ -30,6 +30,7 @@ brought back.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -42,6 +43,7 @@ from .portable_layers import (CursorRecord, EpisodeRecord, FactRecord, HistoryRe
                               audit_line, cursor_line, episode_line, fact_line, history_line, item_line,
                               parse_archived, parse_audit, parse_cursor, parse_episode, parse_fact, parse_history,
                               parse_item, parse_scratchpad, parse_working, scratchpad_line, working_line)
+from .portable_values import importable, row_name
 from .portable_restore import (audit_key, restore_archived, restore_audit, restore_cursors, restore_episodes,
                                restore_facts, restore_items, restore_scratchpads, restore_working)
 from .recall.indexing import store_and_index, write_chunks
@@ -53,6 +55,7 @@ from .validation import check_callback, check_id, check_message_id, check_path, 
 
 
 FORMAT = "tiered-memory/1"
+log = logging.getLogger("tiered_memory")
 
 
 class ImportFormatError(InvalidInputError):
@@ -92,21 +95,41 @@ class ImportReport:
     audit_skipped: int = 0
 
 
-def export_lines(store: RecordStore, user_id: str | None, rows: LayerRepository | None, now: float
-                 ) -> Iterator[str]:
+def export_lines(store: RecordStore, user_id: str | None, rows: LayerRepository | None, now: float, *,
+                 max_chars: int, max_metadata_bytes: int, left_out: list[str] | None = None) -> Iterator[str]:
     """Messages, then facts, episodes, session cursors, items live at ``now``, archived turns,
-    working memory and the audit log (those where the store keeps layers: ``rows``). Reads only."""
+    working memory and the audit log (those where the store keeps layers: ``rows``). Reads only.
+
+    Each line is one :func:`import_jsonl` takes with these limits: an id or a time another
+    writer left is written as :func:`~.portable_values.importable` says; a row whose line the
+    import would still refuse is left out, with a warning naming it (and added to ``left_out``).
+    """
+    for obj in _line_objects(store, user_id, rows, now):
+        line = importable(obj)
+        try:
+            parse_object(line, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes, layers=rows is not None)
+        except InvalidInputError as e:
+            row = f"{line['type']} {row_name(line)!r}"
+            log.warning("export: left out the %s, whose stored values import_jsonl would refuse: %s", row, e)
+            if left_out is not None:
+                left_out.append(row)
+            continue
+        yield json.dumps(line, ensure_ascii=False)
+
+
+def _line_objects(store: RecordStore, user_id: str | None, rows: LayerRepository | None, now: float
+                  ) -> Iterator[dict[str, Any]]:
     cursors = rows.session_cursors(user_id) if rows is not None else {}
     through: dict[tuple[str, str], tuple[int, str]] = {}  # per session, its last covered live turn (seq, id)
     for m in store.iter_messages(user_id):
         key = (m.user_id, m.session_id)
         if m.seq <= cursors.get(key, 0) and m.seq > through.get(key, (0, ""))[0]:
             through[key] = (m.seq, m.id)
-        yield json.dumps({
+        yield {
             "format": FORMAT, "type": "message", "id": m.id, "user_id": m.user_id,
             "session_id": m.session_id, "role": m.role, "content": m.content,
             "metadata": m.metadata, "timestamp": m.timestamp,
-        }, ensure_ascii=False)
+        }
     if rows is None:
         return
     users = [user_id] if user_id is not None else sorted(rows.layer_users())
@@ -115,38 +138,39 @@ def export_lines(store: RecordStore, user_id: str | None, rows: LayerRepository 
         for change in rows.fact_history(user):
             history.setdefault(change.fact_id, []).append(change)
         for fact in rows.facts_of(user, include_invalid=True):
-            yield json.dumps(fact_line(fact, history.pop(fact.id, []), FORMAT), ensure_ascii=False)
+            yield fact_line(fact, history.pop(fact.id, []), FORMAT)
         for fact_id, changes in history.items():  # facts deleted, merged or pruned
-            yield json.dumps(history_line(user, fact_id, changes, FORMAT), ensure_ascii=False)
+            yield history_line(user, fact_id, changes, FORMAT)
     for user in users:
         for ep in rows.episodes_of(user):
-            yield json.dumps(episode_line(ep, rows.episode_points(ep.id), FORMAT), ensure_ascii=False)
+            yield episode_line(ep, rows.episode_points(ep.id), FORMAT)
     for (user, session), (_, last) in sorted(through.items()):  # no covered turn live: nothing left to cover
-        yield json.dumps(cursor_line(CursorRecord(user_id=user, session_id=session, through=last), FORMAT),
-                         ensure_ascii=False)
+        yield cursor_line(CursorRecord(user_id=user, session_id=session, through=last), FORMAT)
     for item, ttl, expires in rows.item_rows(user_id, live_at=now):
-        yield json.dumps(item_line(item, ttl, expires, FORMAT), ensure_ascii=False)
+        yield item_line(item, ttl, expires, FORMAT)
     for turn in rows.archived_turns(user_id):
-        yield json.dumps(archived_line(turn, FORMAT), ensure_ascii=False)
+        yield archived_line(turn, FORMAT)
     for working in rows.live_working_items(user_id):
-        yield json.dumps(working_line(working, FORMAT), ensure_ascii=False)
+        yield working_line(working, FORMAT)
     for pad in rows.scratchpads_of(user_id):
-        yield json.dumps(scratchpad_line(pad, FORMAT), ensure_ascii=False)
+        yield scratchpad_line(pad, FORMAT)
     for user in [user_id] if user_id is not None else sorted(rows.audit_users()):
         for entry in rows.audit_log(user):
-            yield json.dumps(audit_line(entry, FORMAT), ensure_ascii=False)
+            yield audit_line(entry, FORMAT)
 
 
 def export_jsonl(store: RecordStore, path: str | Path, user_id: str | None = None,
-                 rows: LayerRepository | None = None, *, now: float) -> int:
+                 rows: LayerRepository | None = None, *, now: float, max_chars: int, max_metadata_bytes: int) -> int:
     """Write messages, facts, episodes, items, archived turns and working memory (one user's,
-    or everyone's) to ``path``; returns the number of lines. Reads only (:func:`export_lines`)."""
+    or everyone's) to ``path``; returns the number of lines. Reads only (:func:`export_lines`):
+    every line is one :func:`import_jsonl` takes with these limits, and the rows left out for
+    want of one are counted in a last warning."""
     if user_id is not None:
         check_id(user_id, "user_id")
     path = check_path(path)
     if path.is_dir():
         raise InvalidInputError(f"cannot write {path}: it is a folder; name a file such as {Path(path) / 'export.jsonl'}")
-    n = 0
+    n, left_out = 0, list[str]()
     tmp = Path(str(path) + ".tmp")
     try:
         opened = open(tmp, "w", encoding="utf-8")
@@ -154,13 +178,17 @@ def export_jsonl(store: RecordStore, path: str | Path, user_id: str | None = Non
         raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from e
     try:
         with opened as f:
-            for line in export_lines(store, user_id, rows, now):
+            for line in export_lines(store, user_id, rows, now, max_chars=max_chars,
+                                     max_metadata_bytes=max_metadata_bytes, left_out=left_out):
                 f.write(line + "\n")
                 n += 1
         tmp.replace(path)
     except OSError as e:  # a full disk: the old export (if any) is left as it was
         tmp.unlink(missing_ok=True)
         raise StoreError(f"writing {path} failed: {e.strerror or e}; nothing was replaced") from e
+    if left_out:
+        log.warning("export to %s left out %d row(s) whose stored values import_jsonl would refuse (each named "
+                    "above): %s", path, len(left_out), ", ".join(left_out[:5]) + (" ..." if len(left_out) > 5 else ""))
     return n
 
 
@@ -204,7 +232,11 @@ KINDS = ("message", "fact", "fact_history", "episode", "cursor", "item", "archiv
 def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
     """Validate one line of any type (pure); raises InvalidInputError. ``layers=False``: the
     record store keeps no memory layers, so every line but a message's is invalid."""
-    obj = _load(raw)
+    return parse_object(_load(raw), max_chars=max_chars, max_metadata_bytes=max_metadata_bytes, layers=layers)
+
+
+def parse_object(obj: object, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
+    """:func:`parse_record` of a line already decoded from JSON."""
     kind = obj.get("type") if isinstance(obj, dict) else None
     if not isinstance(obj, dict) or kind not in KINDS:
         raise InvalidInputError("expected an object with type " + ", ".join(map(repr, KINDS[:-1]))

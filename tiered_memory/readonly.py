@@ -150,7 +150,9 @@ class ReadOnlyMemory:
         """:meth:`TieredMemory.export_jsonl` from one read transaction: a consistent snapshot
         while the holder writes."""
         with self.store.snapshot():
-            return export_jsonl(self.store, check_path(path), user_id, self.rows, now=time.time())
+            return export_jsonl(self.store, check_path(path), user_id, self.rows, now=time.time(),
+                                max_chars=self.config.max_content_chars,
+                                max_metadata_bytes=self.config.max_metadata_bytes)
 
     @staticmethod
     def _check_search(query: str, user_id: str, k: int) -> None:
