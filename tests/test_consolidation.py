@@ -28,6 +28,7 @@ from tiered_memory.layers.consolidation import (
 from tiered_memory.layers.episodic import Episode
 from tiered_memory.recall.chunking import CHUNK_OVER, vector_ids
 from tiered_memory.layers.semantic import Fact
+from tiered_memory.records import NO_TIME
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -73,7 +74,8 @@ def _ep(eid: str, access: int = 0, age_days: float = 0, promoted: bool = False, 
 def test_select_promotions_and_compressions() -> None:
     eps = [_ep("a", access=5), _ep("b", access=2), _ep("c", access=9, promoted=True), _ep("d", access=3)]
     assert [e.id for e in select_promotions(eps, 3)] == ["a", "d"]
-    eps = [_ep("old", age_days=40), _ep("new", age_days=5), _ep("done", age_days=90, compressed=True)]
+    eps = [_ep("old", age_days=40), _ep("new", age_days=5), _ep("done", age_days=90, compressed=True),
+           replace(_ep("undated"), end=NO_TIME)]  # a time that could not be read: no age
     assert [e.id for e in select_compressions(eps, NOW, 30)] == ["old"]
 
 

@@ -148,7 +148,7 @@ def _read_everything(memory: TieredMemory, tmp_path: Path) -> None:
     memory.end_session("s3", user_id="u")
     memory.rebuild_index()
     assert GOOD in [h.text for h in memory.search("bees roof", user_id="u", k=10)]
-    # last: an unreadable time is read as 0.0, so consolidation may archive what it dates
+    # last: consolidation, which leaves alone a record whose time cannot be read
     memory.consolidate("u")
 
 
@@ -231,3 +231,39 @@ def test_an_export_of_values_only_sqlite_keeps_restores_whole(make_memory: Calla
                                                               write: tuple[str, tuple[Any, ...]],
                                                               caplog: pytest.LogCaptureFixture) -> None:
     _round_trip(make_memory, tmp_path, None, write, caplog)
+
+
+def _unreadable_time(make_memory: Callable[..., TieredMemory], tmp_path: Path, url: object, table: str,
+                     column: str) -> None:
+    memory = make_memory(embedder=StaticEmbedder())
+    where, bad = (str(url), float("nan")) if url else (tmp_path / "mem" / "records.sqlite3", "x")
+    memory.add("user", "my bees swarmed this morning", session_id="s4", user_id="u")
+    fact = memory.add_fact("The user keeps bees", user_id="u")
+    memory.working_memory("s2", user_id="u").remember("buy a smoker for the bees")
+    if table == "messages":  # the turn's time, before its episode is made from it
+        _raw_write(where, *_set(table, column, bad))
+    memory.end_session("s4", user_id="u")
+    if table != "messages":
+        _raw_write(where, *_set(table, column, bad))
+    report = memory.consolidate("u")
+    assert (report.compressed, report.archived_messages, report.pruned) == (0, 0, 0), report.details
+    assert [m.content for m in memory.get_messages("s4", user_id="u")] == ["my bees swarmed this morning"]
+    assert [f.id for f in memory.facts("u")] == [fact.id]
+    assert [i.text for i in memory.working_memory("s2", user_id="u").items()] == ["buy a smoker for the bees"]
+
+
+@pytest.mark.parametrize("table, column", [("episodes", "end_ts"), ("facts", "updated_at"),
+                                           ("working_items", "created_at")])
+def test_an_unreadable_time_is_not_an_age(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                                          record_backend: Callable[[str], dict[str, object]],
+                                          table: str, column: str) -> None:
+    """A time a read cannot take (text; NaN in PostgreSQL) is read as 0.0, 1970: ``consolidate``
+    must not archive its episode's turns, nor prune its fact or working item, as decades old."""
+    _unreadable_time(make_memory, tmp_path, record_backend("mem").get("record_store"), table, column)
+
+
+@pytest.mark.record_stores("sqlite")
+def test_an_unreadable_turn_time_is_not_an_age(make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """The episode of a session whose one turn has a time SQLite keeps as text ends at 0.0 (a
+    PostgreSQL turn time is a float, NaN kept as NaN): its turn is not archived as decades old."""
+    _unreadable_time(make_memory, tmp_path, None, "messages", "timestamp")

@@ -14,6 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+# The time of a record that has none to tell: a stored time another writer left unreadable (read
+# as this, :mod:`.store.stored_values`) or a time a record was made without. Age-based rules
+# (consolidation's compress and prune) judge such a record neither old nor new: they leave it.
+NO_TIME = 0.0
+
 
 @dataclass(frozen=True, kw_only=True)
 class FactCandidate:

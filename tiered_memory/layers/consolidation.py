@@ -13,6 +13,9 @@ whole run is idempotent and safe to interrupt and rerun (finished work is marked
    :func:`~tiered_memory.textcache.forget_texts`).
 5. ``prune``: facts and working items whose decayed value fell below ``prune_below``
    and that were never accessed are soft-deleted with an audit record.
+
+Steps 4 and 5 judge age; a record whose time is :data:`~tiered_memory.records.NO_TIME` (one a
+read could not take, from another writer) has none, and is neither compressed nor pruned.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ..parts import Parts
 from ..recall.chunking import CHUNK_OVER, vector_ids
 from ..recall.indexing import index_orphans
 from ..recall.scoring import recency_score
-from ..records import Episode, Fact, FactCandidate
+from ..records import NO_TIME, Episode, Fact, FactCandidate
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
 from .episodic import EpisodicMemory
@@ -78,7 +81,8 @@ def select_promotions(episodes: Sequence[Episode], min_access: int) -> list[Epis
 
 
 def select_compressions(episodes: Sequence[Episode], now: float, older_than_days: float) -> list[Episode]:
-    return [e for e in episodes if e.compressed_at is None and e.end < now - older_than_days * 86400]
+    return [e for e in episodes if e.compressed_at is None and e.end != NO_TIME  # no time: not old
+            and e.end < now - older_than_days * 86400]
 
 
 def promotion_candidates(episode: Episode) -> list[FactCandidate]:
@@ -216,11 +220,12 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
     decay = layers.parts.config.working.decay_per_hour
     pruned: list[str] = []
     facts = layers.facts.select(user_id)
-    doomed = [f for f in facts if should_prune(
+    # a record whose time is NO_TIME (unreadable) has no age to prune it by
+    doomed = [f for f in facts if f.updated_at != NO_TIME and should_prune(
         fact_value(f.confidence, max(f.updated_at, f.last_access or 0.0), now, cfg.prune_fact_half_life_days), f.access_count,
         (now - f.updated_at) / 86400, below=cfg.prune_below, min_age_days=cfg.prune_min_age_days)]
     stale = [i.id for i in layers.rows.live_working_items(user_id)
-             if should_prune(decayed(i.importance, i.created_at, now, decay), i.access_count,
+             if i.created_at != NO_TIME and should_prune(decayed(i.importance, i.created_at, now, decay), i.access_count,
                              (now - i.created_at) / 86400, below=cfg.prune_below, min_age_days=0.0)]
     total = len(doomed) + len(stale)
     with layers.parts.lock:

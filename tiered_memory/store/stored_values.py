@@ -6,7 +6,9 @@ value it needs with these functions: a value of the wrong kind (JSON that does n
 is not the expected container, text stored as a number or bytes, a number stored as text,
 NaN or infinity where a score or a time is ranked) is read as the field's empty or default
 value, with a warning naming the row, so one such row never breaks a read of the others.
-A value of the right kind comes back as it is (no copy, one type check).
+An unreadable time is read as :data:`~tiered_memory.records.NO_TIME` (0.0), which
+consolidation's age rules leave alone. A value of the right kind comes back as it is (no copy,
+one type check).
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def text(raw: object, table: str, row_id: object, column: str) -> str:
 
 def number(raw: object, table: str, row_id: object, column: str, default: float = 0.0) -> float:
     """A float column (a time, a confidence, an importance): ``default`` unless it holds a
-    finite number."""
+    finite number (for a time, 0.0: :data:`~tiered_memory.records.NO_TIME`)."""
     if type(raw) is float and math.isfinite(raw):
         return raw
     if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) < 2**63:
