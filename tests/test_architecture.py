@@ -45,7 +45,7 @@ def part_of(module: str) -> str:
     if top != "tiered_memory":
         return "adapters"
     head = rest.split(".", 1)[0]
-    if head in ("portable_layers", "portable_restore"):  # the layer lines and their restore, split out of portable
+    if head in ("portable_layers", "portable_restore", "portable_values"):  # layer lines, restore, export values
         return "portable"
     if head in FOUNDATION:
         return "foundation"
