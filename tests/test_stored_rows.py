@@ -267,3 +267,20 @@ def test_an_unreadable_turn_time_is_not_an_age(make_memory: Callable[..., Tiered
     """The episode of a session whose one turn has a time SQLite keeps as text ends at 0.0 (a
     PostgreSQL turn time is a float, NaN kept as NaN): its turn is not archived as decades old."""
     _unreadable_time(make_memory, tmp_path, None, "messages", "timestamp")
+
+
+def test_a_session_is_idle_by_the_times_it_can_read(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                                                   record_backend: Callable[[str], dict[str, object]]) -> None:
+    """A turn time another writer left unreadable (text, which SQLite sorts above every number;
+    NaN, which PostgreSQL sorts there) tells no age: the session is idle by its other turns,
+    and ``consolidate`` compresses it, where the bad time had kept it from ever being idle."""
+    url = record_backend("mem").get("record_store")
+    memory = make_memory(embedder=StaticEmbedder())
+    where, bad = (str(url), float("nan")) if url else (tmp_path / "mem" / "records.sqlite3", "x")
+    memory.add_many([{"role": "user", "content": "my bees swarmed this morning"},
+                     {"role": "assistant", "content": "Did you catch the swarm?"}], session_id="s4", user_id="u")
+    _raw_write(where, "UPDATE messages SET timestamp = ? WHERE user_id = 'u'", (1.7e9,))  # 2023: long idle
+    _raw_write(where, "UPDATE messages SET timestamp = ? WHERE user_id = 'u' AND role = 'assistant'", (bad,))
+    report = memory.consolidate("u")
+    assert report.sessions == 1, report.details
+    assert [e.session_id for e in memory.episodes("u")] == ["s4"]

@@ -203,12 +203,17 @@ class LayerStore:
         return int(self.query(sql, params)[0][0])
 
     def idle_sessions(self, user_id: str, before: float) -> list[str]:
+        """Sessions with turns no episode covers, whose last readable turn time is before
+        ``before``. A time another writer left unreadable tells no age (text and blobs, which
+        SQLite sorts above every number; NaN and infinities, which PostgreSQL sorts at the ends):
+        the range test leaves it out of the ``max``, and a session of such times alone is not idle."""
         order = f"m.{self.message_order}"
         return [r[0] for r in self.query(
             "SELECT m.session_id FROM messages m LEFT JOIN session_cursor c"
             " ON c.user_id = m.user_id AND c.session_id = m.session_id"
-            f" WHERE m.user_id=? AND {order} > COALESCE(c.last_seq, 0)"
-            f" GROUP BY m.session_id HAVING max(m.timestamp) < ? ORDER BY min({order})",
+            f" WHERE m.user_id=? AND {order} > COALESCE(c.last_seq, 0) GROUP BY m.session_id"
+            " HAVING max(CASE WHEN m.timestamp BETWEEN -1e300 AND 1e300 THEN m.timestamp END) < ?"
+            f" ORDER BY min({order})",
             (user_id, before))]
 
     # ---- working memory ------------------------------------------------------------
