@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .validation import MAX_TIMESTAMP, MIN_TIMESTAMP
+from .validation import CONTROL, MAX_TIMESTAMP, MIN_TIMESTAMP
 
 log = logging.getLogger("tiered_memory")
 ID_KEYS = ("user_id", "session_id")
@@ -35,7 +35,7 @@ LAST_TIME = MAX_TIMESTAMP - 1.0  # the import takes times before 2200-01-01, not
 def printable_id(value: str) -> str:
     """``value`` with each control character (as :func:`~.validation.check_id` counts them)
     replaced by its Unicode control picture (U+2400-U+241F, U+2421 for DEL)."""
-    return "".join(chr(0x2400 + ord(c)) if ord(c) < 32 else "\u2421" if ord(c) == 127 else c for c in value)
+    return CONTROL.sub(lambda m: chr(0x2400 + ord(m.group())) if m.group() != "\x7f" else "\u2421", value)
 
 
 def in_range(time: float) -> float:

@@ -24,6 +24,8 @@ MAX_JSON_DEPTH = 100  # dicts and lists within one another in metadata and item 
 # values are almost always a unit mistake (JavaScript's ``Date.now()`` is milliseconds).
 MIN_TIMESTAMP = -2208988800.0
 MAX_TIMESTAMP = 7258118400.0
+#: the control characters an id may not hold (C0 and DEL)
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def check_id(value: object, name: str) -> str:
@@ -38,7 +40,7 @@ def check_id(value: object, name: str) -> str:
         raise InvalidInputError(f"{name} must be a non-empty string")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidInputError(f"{name} is {len(value)} characters; the limit is {MAX_ID_LENGTH}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+    if CONTROL.search(value):
         raise InvalidInputError(f"{name} must not contain control characters")
     if not encodable(value):
         raise InvalidInputError(f"{name} contains lone surrogates and cannot be stored as UTF-8")
