@@ -284,3 +284,44 @@ def test_a_session_is_idle_by_the_times_it_can_read(make_memory: Callable[..., T
     report = memory.consolidate("u")
     assert report.sessions == 1, report.details
     assert [e.session_id for e in memory.episodes("u")] == ["s4"]
+
+
+def _add_raw(memory: TieredMemory, tmp_path: Path, url: object, rows: list[tuple[str, str, str, str]]) -> None:
+    for message_id, user, session, content in rows:
+        _raw_write(str(url) if url else tmp_path / "mem" / "records.sqlite3",
+                   "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp, created_at)"
+                   " VALUES (?, ?, ?, 'user', ?, '{}', 1.7e9, 0)", (message_id, user, session, content))
+
+
+def test_an_id_written_printable_is_never_another_stored_id(make_memory: Callable[..., TieredMemory],
+                                                             tmp_path: Path,
+                                                             record_backend: Callable[[str], dict[str, object]]) -> None:
+    """User ``w\\n1`` (another writer's) and user ``w␊1`` (the API's) stay two users through an
+    export and an import, and sessions ``s\\n1`` and ``s␊1`` of one user stay two sessions: the
+    id an export writes for one never merges its rows into another's."""
+    memory = make_memory(embedder=StaticEmbedder())
+    memory.add("user", "the real w keeps bees", session_id="s", user_id="w\u240a1")
+    memory.add("user", "the real session", session_id="s\u240a1", user_id="u")
+    _add_raw(memory, tmp_path, record_backend("mem").get("record_store"),
+             [("x1", "w\n1", "s", "another writer's user"), ("x2", "u", "s\n1", "another writer's session")])
+    memory.export_jsonl(tmp_path / "backup.jsonl")
+    copy = make_memory("copy", embedder=StaticEmbedder())
+    assert copy.import_jsonl(tmp_path / "backup.jsonl").invalid == []
+    assert [m.content for m in copy.get_messages("s", user_id="w\u240a1")] == ["the real w keeps bees"]
+    assert [m.content for m in copy.get_messages("s\u240a1", user_id="u")] == ["the real session"]
+    written = {json.loads(line)["id"]: json.loads(line) for line in (tmp_path / "backup.jsonl").read_text("utf-8").splitlines()}
+    assert [m.content for m in copy.get_messages("s", user_id=written["x1"]["user_id"])] == ["another writer's user"]
+    assert [m.content for m in copy.get_messages(written["x2"]["session_id"], user_id="u")] == ["another writer's session"]
+
+
+def test_an_export_names_a_rewritten_id_once(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                                             record_backend: Callable[[str], dict[str, object]],
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """A session id another writer left with a newline is rewritten on every line of its turns,
+    and said once, not once a turn (a large session would flood the log)."""
+    memory = make_memory(embedder=StaticEmbedder())
+    _add_raw(memory, tmp_path, record_backend("mem").get("record_store"),
+             [(f"x{n}", "u", "s\n1", f"turn {n}") for n in range(20)])
+    memory.export_jsonl(tmp_path / "backup.jsonl")
+    said = [r.getMessage() for r in caplog.records if "import_jsonl refuses" in r.getMessage()]
+    assert len(said) == 1 and "'s\\n1'" in said[0], said

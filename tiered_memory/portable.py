@@ -43,7 +43,7 @@ from .portable_layers import (CursorRecord, EpisodeRecord, FactRecord, HistoryRe
                               audit_line, cursor_line, episode_line, fact_line, history_line, item_line,
                               parse_archived, parse_audit, parse_cursor, parse_episode, parse_fact, parse_history,
                               parse_item, parse_scratchpad, parse_working, scratchpad_line, working_line)
-from .portable_values import importable, row_name
+from .portable_values import Ids, importable, row_name
 from .portable_restore import (audit_key, restore_archived, restore_audit, restore_cursors, restore_episodes,
                                restore_facts, restore_items, restore_scratchpads, restore_working)
 from .recall.indexing import store_and_index, write_chunks
@@ -96,16 +96,19 @@ class ImportReport:
 
 
 def export_lines(store: RecordStore, user_id: str | None, rows: LayerRepository | None, now: float, *,
-                 max_chars: int, max_metadata_bytes: int, left_out: list[str] | None = None) -> Iterator[str]:
+                 max_chars: int, max_metadata_bytes: int, left_out: list[str] | None = None,
+                 ids: Ids | None = None) -> Iterator[str]:
     """Messages, then facts, episodes, session cursors, items live at ``now``, archived turns,
     working memory and the audit log (those where the store keeps layers: ``rows``). Reads only.
 
     Each line is one :func:`import_jsonl` takes with these limits: an id or a time another
     writer left is written as :func:`~.portable_values.importable` says; a row whose line the
     import would still refuse is left out, with a warning naming it (and added to ``left_out``).
+    ``ids``: how this export writes ids another writer left (see :class:`~.portable_values.Ids`).
     """
+    ids = ids if ids is not None else Ids()
     for obj in _line_objects(store, user_id, rows, now):
-        line = importable(obj)
+        line = importable(obj, ids)
         try:
             parse_object(line, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes, layers=rows is not None)
         except InvalidInputError as e:
@@ -170,7 +173,7 @@ def export_jsonl(store: RecordStore, path: str | Path, user_id: str | None = Non
     path = check_path(path)
     if path.is_dir():
         raise InvalidInputError(f"cannot write {path}: it is a folder; name a file such as {Path(path) / 'export.jsonl'}")
-    n, left_out = 0, list[str]()
+    n, left_out, ids = 0, list[str](), Ids()
     tmp = Path(str(path) + ".tmp")
     try:
         opened = open(tmp, "w", encoding="utf-8")
@@ -178,10 +181,17 @@ def export_jsonl(store: RecordStore, path: str | Path, user_id: str | None = Non
         raise InvalidInputError(f"cannot write {path}: {e.strerror or e}") from e
     try:
         with opened as f:
-            for line in export_lines(store, user_id, rows, now, max_chars=max_chars,
-                                     max_metadata_bytes=max_metadata_bytes, left_out=left_out):
-                f.write(line + "\n")
-                n += 1
+            while True:
+                for line in export_lines(store, user_id, rows, now, max_chars=max_chars,
+                                         max_metadata_bytes=max_metadata_bytes, left_out=left_out, ids=ids):
+                    f.write(line + "\n")
+                    n += 1
+                if not ids.collided():
+                    break
+                # an id written for one another writer left is a stored id too: again, with every such id known
+                f.seek(0)
+                f.truncate()
+                n, left_out, ids = 0, [], Ids(stored=ids.pictured)
         tmp.replace(path)
     except OSError as e:  # a full disk: the old export (if any) is left as it was
         tmp.unlink(missing_ok=True)

@@ -7,8 +7,9 @@ text, the line is written the way the import takes it, with a warning naming the
 
 - a user or session id holding control characters (a newline), which the API refuses, has
   each of them written as its Unicode control picture (``"s\\n1"`` as ``"s\\u240a1"``,
-  shown as ``s␊1``): a printable id of the same length, the same for every line of that
-  session (its turns, episodes, cursor, working memory);
+  shown as ``s␊1``): a printable id, the same for every line of that session (its turns,
+  episodes, cursor, working memory), with ``~2`` (``~3``...) added when another stored id
+  already is that (:class:`Ids`), and named in one warning;
 - a time outside 1900-01-01..2200-01-01 (milliseconds) is written at the nearest end of that
   range, as the LangGraph store shows it.
 
@@ -38,6 +39,9 @@ def printable_id(value: str) -> str:
     return CONTROL.sub(lambda m: chr(0x2400 + ord(m.group())) if m.group() != "\x7f" else "\u2421", value)
 
 
+PICTURES = frozenset(printable_id("".join(map(chr, [*range(32), 127]))))
+
+
 def in_range(time: float) -> float:
     """``time`` at the nearest end of the range the import takes, if outside it."""
     return min(max(time, MIN_TIMESTAMP), LAST_TIME)
@@ -50,7 +54,43 @@ def row_name(line: dict[str, Any]) -> object:
     return next((named[k] for k in ("id", "fact_id", "item_id", "session_id") if k in named), None)
 
 
-def importable(line: dict[str, Any]) -> dict[str, Any]:
+class Ids:
+    """The id each user or session id holding control characters is written as in one export:
+    :func:`printable_id`, or that with ``~2``, ``~3``... when a stored id of the same key
+    (``stored``) is already that, so the rows of two ids never merge on import. A stored id can
+    be one only if it spells a control picture: :attr:`pictured` collects those an export
+    wrote, and :meth:`collided` says whether one is the id written for another (the export is
+    then written again, with ``stored=pictured``). Each rewritten id is said once, not per line."""
+
+    def __init__(self, stored: dict[str, set[str]] | None = None) -> None:
+        self.stored = stored or {}
+        self.pictured: dict[str, set[str]] = {k: set() for k in ID_KEYS}
+        self.names: dict[tuple[str, str], str] = {}
+
+    def written(self, key: str, value: str) -> str:
+        name = self.names.get((key, value))
+        if name is not None:
+            return name
+        name = printable_id(value)
+        if name == value:
+            if not PICTURES.isdisjoint(value):
+                self.pictured[key].add(value)
+            return value
+        taken = self.stored.get(key, set()) | {n for (k, _), n in self.names.items() if k == key}
+        base, n = name, 1
+        while name in taken:
+            n += 1
+            name = f"{base}~{n}"
+        self.names[(key, value)] = name
+        log.warning("export: the %s %r, which import_jsonl refuses, is written as %r on each of its lines",
+                    key, value, name)
+        return name
+
+    def collided(self) -> bool:
+        return any(name in self.pictured[key] for (key, _), name in self.names.items())
+
+
+def importable(line: dict[str, Any], ids: Ids) -> dict[str, Any]:
     """``line`` (a fresh export line, changed in place) with its ids and times as the import
     takes them; see the module docstring."""
     kind = line["type"]
@@ -60,13 +100,10 @@ def importable(line: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(fields, dict):
             continue
         for key, value in fields.items():
-            if key in TIME_KEYS and isinstance(value, float) and value != in_range(value):
+            if key in ID_KEYS and kind != "item" and isinstance(value, str):  # an item's owner may be SHARED_OWNER
+                fields[key] = ids.written(key, value)
+            elif key in TIME_KEYS and isinstance(value, float) and value != in_range(value):
                 fields[key] = in_range(value)
-            elif (key in ID_KEYS and kind != "item" and isinstance(value, str)  # an item's owner may be SHARED_OWNER
-                  and printable_id(value) != value):
-                fields[key] = printable_id(value)
-            else:
-                continue
-            log.warning("export: the %s %r holds %s %r, which import_jsonl refuses; written as %r",
-                        kind, name, key, value, fields[key])
+                log.warning("export: the %s %r holds %s %r, which import_jsonl refuses; written as %r",
+                            kind, name, key, value, fields[key])
     return line
