@@ -325,3 +325,18 @@ def test_an_export_names_a_rewritten_id_once(make_memory: Callable[..., TieredMe
     memory.export_jsonl(tmp_path / "backup.jsonl")
     said = [r.getMessage() for r in caplog.records if "import_jsonl refuses" in r.getMessage()]
     assert len(said) == 1 and "'s\\n1'" in said[0], said
+
+
+@pytest.mark.record_stores("sqlite")
+def test_an_export_keeps_every_time_the_api_takes(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    """A time the API took (the last second before 2200-01-01 included) is written as it is:
+    only a time the import refuses is moved into its range."""
+    memory = make_memory(embedder=StaticEmbedder())
+    for at in (-2208988800.0, 7258118399.5):
+        memory.add("user", f"written at {at}", session_id="s", user_id="u", timestamp=at)
+    memory.export_jsonl(tmp_path / "backup.jsonl")
+    copy = make_memory("copy", embedder=StaticEmbedder())
+    copy.import_jsonl(tmp_path / "backup.jsonl")
+    assert [m.timestamp for m in copy.get_messages("s", user_id="u")] == [-2208988800.0, 7258118399.5]
+    assert not [r for r in caplog.records if "import_jsonl refuses" in r.getMessage()]

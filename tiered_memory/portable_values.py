@@ -43,8 +43,8 @@ PICTURES = frozenset(printable_id("".join(map(chr, [*range(32), 127]))))
 
 
 def in_range(time: float) -> float:
-    """``time`` at the nearest end of the range the import takes, if outside it."""
-    return min(max(time, MIN_TIMESTAMP), LAST_TIME)
+    """``time`` at the nearest end of the range the import takes, if outside it (as it is if inside)."""
+    return time if MIN_TIMESTAMP <= time < MAX_TIMESTAMP else min(max(time, MIN_TIMESTAMP), LAST_TIME)
 
 
 def row_name(line: dict[str, Any]) -> object:
