@@ -223,3 +223,38 @@ def test_a_write_whose_connection_is_lost_during_its_commit_is_not_run_again_and
         assert [x.content for x in memory.get_messages("s", user_id="u")] == ["before", "committed"]  # once
     finally:
         memory.close()
+
+
+def test_a_unit_that_caught_its_dropped_connection_is_run_again_not_called_maybe_stored(
+        make_postgres_url: Callable[[], str]) -> None:
+    """A unit's code may catch the error of its connection's end and return: the COMMIT then
+    fails on a connection that was broken before it was sent, so nothing was stored and the
+    unit runs again (not a "may or may not be stored" error, which would leave the caller to guess)."""
+    from tiered_memory.store.postgres_db import PostgresDatabase
+
+    url = make_postgres_url()
+    db = PostgresDatabase(url, schema="tiered_memory", connect_timeout=5)
+    try:
+        db.write(lambda conn: conn.execute("CREATE TABLE IF NOT EXISTS notes (n int)"), detached=True)
+        runs: list[str] = []
+
+        def unit(conn: Any) -> None:
+            try:
+                conn.execute("INSERT INTO notes VALUES (1)")
+                runs.append("inserted")
+            except psycopg.OperationalError:
+                runs.append("caught")  # and returns normally
+
+        assert cut_inside(url, "notes", lambda: db.write(unit), writing=True) is None
+        assert runs == ["caught", "inserted"]
+        assert db.query("SELECT n FROM notes") == [(1,)]
+
+        def layer_write() -> None:  # a layer's own transaction, which cannot be run again
+            with db.transaction() as conn:
+                unit(conn)
+
+        failed = cut_inside(url, "notes", layer_write, writing=True)
+        assert isinstance(failed, StoreError) and "nothing of it was stored" in str(failed), failed
+        assert runs[-1] == "caught" and db.query("SELECT n FROM notes") == [(1,)]
+    finally:
+        db.close()

@@ -256,6 +256,7 @@ class PostgresDatabase:
             try:
                 with self._connection() as conn, conn.transaction():
                     result = fn(conn)
+                    self._alive(conn)
                     committing = True
                 return result
             except Exception as e:
@@ -270,6 +271,12 @@ class PostgresDatabase:
                 if isinstance(e, self._psycopg.Error):
                     raise self._failed(e, conn, committing) from e
                 raise
+
+    def _alive(self, conn: Any) -> None:
+        """Raise if ``conn`` broke under the code that ran in its transaction (which caught the
+        error): psycopg would skip the COMMIT without a word, and nothing would be stored."""
+        if conn.broken:
+            raise self._psycopg.OperationalError("the connection to PostgreSQL was lost before the commit")
 
     @staticmethod
     def _failed(e: Exception, conn: Any, committing: bool) -> TieredMemoryError:
@@ -296,6 +303,7 @@ class PostgresDatabase:
                 return
             with self._connection() as conn, conn.transaction():
                 yield conn
+                self._alive(conn)
                 committing = True
         except self._psycopg.Error as e:
             raise self._failed(e, conn, committing) from e
