@@ -104,14 +104,16 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, ensure_ascii=False, default=repr))
 
 
-# optional fields dropped, in this order, when the metadata would exceed the core's limit
-_BULKY = ("artifact", "response_metadata", "usage_metadata", "additional_kwargs")
+# optional fields dropped, in this order, when the metadata would exceed the core's limit; last the
+# content blocks (an inline image is easily larger than the limit): the stored text replays instead
+_BULKY = ("artifact", "response_metadata", "usage_metadata", "additional_kwargs", "content")
 
 
 def fit_metadata(lc: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     """``lc`` without its bulkiest optional fields until its JSON fits ``max_bytes`` (pure).
 
-    Dropped field names are listed under ``"dropped"``; type, id, name, tool calls and
+    Dropped field names are listed under ``"dropped"``; content blocks go last (the message then
+    replays as its stored text, without its media); type, id, name, tool calls and
     ``tool_call_id`` are never dropped (if they alone are too big, the core rejects the
     message with a clear error).
     """

@@ -299,6 +299,16 @@ def test_bad_middleware_arguments_are_refused_when_it_is_built(memory: TieredMem
         TieredMemoryMiddleware("./memory")  # type: ignore[arg-type]
 
 
+def test_a_photo_larger_than_the_metadata_limit_does_not_fail_the_run(memory: TieredMemory) -> None:
+    photo = {"type": "image", "base64": "A" * (memory.config.max_metadata_bytes + 10_000), "mime_type": "image/png"}
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("A cat.")]), [],
+                         middleware=[TieredMemoryMiddleware(memory)])
+    out = agent.invoke({"messages": [HumanMessage(content=[{"type": "text", "text": "What is this?"}, photo])]},
+                       context={"user_id": "u", "session_id": "s"})
+    assert out["messages"][-1].text == "A cat."
+    assert [m.content for m in memory.get_messages("s", user_id="u")] == ["What is this?", "A cat."]
+
+
 @tool
 def send_email(to: str) -> str:
     """Send an email."""

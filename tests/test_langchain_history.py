@@ -334,6 +334,25 @@ def test_bulky_optional_fields_are_dropped_to_fit_the_metadata_limit(memory: Tie
     assert fit_metadata(small, 10)["data"] == {"id": "x"}
 
 
+def test_a_turn_with_an_inline_image_over_the_metadata_limit_is_stored_as_its_text(memory: TieredMemory) -> None:
+    # a photo sent as base64 is easily larger than max_metadata_bytes; LangChain's own histories
+    # keep it, and refusing it would fail the whole chain call after the model has answered
+    photo = "A" * (memory.config.max_metadata_bytes + 10_000)
+    small = {"type": "image", "url": "https://example.com/cat.png"}
+    history = TieredChatMessageHistory(memory, "s", user_id="u")
+    history.add_messages([
+        HumanMessage(content=[{"type": "text", "text": "What is in this photo?"},
+                              {"type": "image", "base64": photo, "mime_type": "image/png"}], id="h1"),
+        AIMessage("A cat.", id="a1"),
+        HumanMessage(content=[{"type": "text", "text": "And this one?"}, small], id="h2"),
+    ])
+    back = history.messages
+    assert back[0] == HumanMessage(content="What is in this photo?", id="h1")  # the text, without the photo
+    assert back[1:] == [AIMessage("A cat.", id="a1"),
+                        HumanMessage(content=[{"type": "text", "text": "And this one?"}, small], id="h2")]
+    assert memory.get_messages("s", user_id="u")[0].metadata["langchain"]["dropped"] == ["content"]
+
+
 def test_session_id_is_positional_as_in_every_langchain_history(memory: TieredMemory) -> None:
     positional = TieredChatMessageHistory(memory, "s1", user_id="u1")
     positional.add_messages([HumanMessage("hi"), AIMessage("hello")])
