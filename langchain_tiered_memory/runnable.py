@@ -37,7 +37,7 @@ from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.validation import check_count, check_id
 
-from .history import history_factory_config
+from .history import check_memory, history_factory_config
 from .messages import from_stored_many, to_core_many
 
 __all__ = ["TieredMemoryRunnable", "with_tiered_memory"]
@@ -147,7 +147,7 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         if input_messages_key == history_messages_key:
             raise InvalidInputError("input_messages_key and history_messages_key must differ")
         self.runnable = runnable
-        self.memory = memory
+        self.memory = check_memory(memory)
         self.input_messages_key = input_messages_key
         self.history_messages_key = history_messages_key
         self.output_messages_key = output_messages_key

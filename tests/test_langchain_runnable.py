@@ -147,6 +147,13 @@ def test_constructor_checks_its_arguments(memory: TieredMemory) -> None:
     assert {s.id for s in chain.config_specs} >= {"user_id", "session_id"}
 
 
+@pytest.mark.parametrize("bad", [None, "./memory", object()])
+def test_what_is_not_a_memory_is_refused_when_the_chain_is_built(bad: Any) -> None:
+    # as every other adapter does: not at the first call, as an AttributeError deep in it
+    with pytest.raises(InvalidInputError, match="memory must be a TieredMemory"):
+        with_tiered_memory(PROMPT | FakeListChatModel(responses=["x"]), bad)
+
+
 _TOOL_REPLY = AIMessage("Let me check.", id="r-1", name="planner",
                         tool_calls=[{"name": "calendar", "args": {"day": "friday"}, "id": "call-7",
                                      "type": "tool_call"}],
