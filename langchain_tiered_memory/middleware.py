@@ -15,8 +15,9 @@ Who and which conversation: ``user_id`` and ``session_id`` come from the run's
 context (``agent.invoke(..., context={"user_id": ..., "session_id": ...})`` or an
 object with those attributes), else ``config["configurable"]`` (``session_id``
 falls back to ``thread_id``), else the constructor's defaults. The first source that
-names an id decides: an empty one raises ``InvalidInputError`` rather than fall back to
-the next source, whose user may be someone else.
+names an id decides: an empty one, or one that is not a string, raises ``InvalidInputError``
+rather than fall back to the next source, whose user may be someone else (a ``thread_id`` is
+read as its string).
 """
 
 from __future__ import annotations
@@ -174,14 +175,18 @@ class TieredMemoryMiddleware(AgentMiddleware):
         conf = _configurable()
         # the first source that names an id decides: an empty one is refused by check_id,
         # never passed over to the next source (another user's id, or the default's)
+        # ids are strings, as everywhere in the library: an object's str() (a user model, "AnonymousUser")
+        # could merge users; only LangGraph's own thread_id, which may be an int or a UUID, is converted
+        thread = conf.get("thread_id")
         user = _first(_get(ctx, "user_id"), conf.get("user_id"), self.user_id)
-        session = _first(_get(ctx, "session_id"), conf.get("session_id"), conf.get("thread_id"), self.session_id)
+        session = _first(_get(ctx, "session_id"), conf.get("session_id"),
+                         None if thread is None else str(thread), self.session_id)
         if user is None or session is None:
             raise ConfigurationError(
                 "TieredMemoryMiddleware needs a user_id and a session_id: pass them in the run's "
                 "context (context={'user_id': ..., 'session_id': ...}), in "
                 "config['configurable'], or to the middleware")
-        return check_id(str(user), "user_id"), check_id(str(session), "session_id")
+        return check_id(user, "user_id"), check_id(session, "session_id")
 
     # ---- before the model: one implementation for both twins --------------
     def prepare(self, request: ModelRequest) -> ModelRequest:

@@ -136,6 +136,23 @@ def test_middleware_refuses_an_empty_id_rather_than_use_the_default_users(memory
     assert [s.session_id for u in ("u1", "u2") for s in memory.sessions(u)] == ["old", "old"]  # nothing stored
 
 
+class _AppUser:
+    """A request's user object, as a web framework hands it over (no __str__ of its own)."""
+
+
+@pytest.mark.parametrize("context", [{"user_id": _AppUser(), "session_id": "s"},
+                                     {"user_id": "u2", "session_id": ["s"]}])
+def test_middleware_refuses_an_id_that_is_not_a_string_rather_than_its_str(memory: TieredMemory,
+                                                                            context: dict[str, Any]) -> None:
+    # str() of an object is its repr (a new bucket each process, or one shared by every object
+    # whose str() is alike): refused with the typed error the other adapters give
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("x")]), [],
+                         middleware=[TieredMemoryMiddleware(memory)])
+    with pytest.raises(InvalidInputError, match="must be a str"):
+        agent.invoke({"messages": [HumanMessage("hi")]}, context=context)
+    assert memory.sessions("u2") == []
+
+
 _SUMMARY = HumanMessage("Here is a summary of the conversation to date:\n\nSteps 1 and 2 ran.", id="sum",
                         additional_kwargs={"lc_source": "summarization"})
 _NOTICE = HumanMessage("Background task t_42 finished.", id="n", additional_kwargs={"lc_source": "async_subagent"})
