@@ -57,6 +57,12 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
             memory message and the recent turns fit it, the oldest turns going first; a
             newest message longer than the whole budget comes back cut, with a marker. Without
             ``include_memory`` the buffer's own limits apply and nothing is cut.
+        hold_reads: answer every read with the first one's messages until this history
+            writes (``add_messages``, ``clear``). For a history made for one call, as
+            :func:`history_factory`'s are: ``RunnableWithMessageHistory`` without a
+            ``history_messages_key`` reads the history again after the call and drops as many
+            leading input messages as it holds, so a recall changed meanwhile (the user's
+            other sessions written by a tool or another tab) would drop the new message.
 
     Example:
         >>> history = TieredChatMessageHistory(memory, "s1", user_id="u1")  # doctest: +SKIP
@@ -67,16 +73,23 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
 
     def __init__(
         self, memory: TieredMemory, session_id: str, *, user_id: str,
-        include_memory: bool = False, max_tokens: int | None = None,
+        include_memory: bool = False, max_tokens: int | None = None, hold_reads: bool = False,
     ) -> None:
         self.memory = check_memory(memory)
         self.session_id = check_id(session_id, "session_id")
         self.user_id = check_id(user_id, "user_id")
         self.include_memory = include_memory
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
+        self.hold_reads = hold_reads
+        self._held: list[BaseMessage] | None = None
 
     # ---- reads: one implementation, run in a worker thread by the async twin ----
     def _read(self) -> list[BaseMessage]:
+        if self._held is None or not self.hold_reads:
+            self._held = self._fresh()
+        return list(self._held)
+
+    def _fresh(self) -> list[BaseMessage]:
         buffer = self.memory.get_buffer(self.session_id, user_id=self.user_id)
         if not self.include_memory:
             return from_stored_many(buffer)
@@ -101,28 +114,34 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
     # ---- writes ----------------------------------------------------------
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store messages in one bulk write (one embedding batch, one transaction)."""
+        self._held = None
         rows = to_core_many(messages, max_metadata_bytes=self.memory.config.max_metadata_bytes)
         if rows:
             self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        self._held = None
         rows = to_core_many(messages, max_metadata_bytes=self.memory.config.max_metadata_bytes)
         if rows:
             await self.memory.aadd_many(rows, session_id=self.session_id, user_id=self.user_id)
 
     def clear(self) -> None:
         """Delete this session's messages (other sessions and users are untouched)."""
+        self._held = None
         self.memory.clear_session(self.session_id, user_id=self.user_id)
 
     async def aclear(self) -> None:
+        self._held = None
         await self.memory.aclear_session(self.session_id, user_id=self.user_id)
 
     def end_session(self) -> Any:
         """Close the session in long-term memory: extract facts and compress it into an
         episode (with the memory's LLM, else by rules). Returns the episode, if any."""
+        self._held = None
         return self.memory.end_session(self.session_id, user_id=self.user_id)
 
     async def aend_session(self) -> Any:
+        self._held = None
         return await self.memory.aend_session(self.session_id, user_id=self.user_id)
 
     def __repr__(self) -> str:
@@ -144,7 +163,8 @@ def history_factory_config() -> list[ConfigurableFieldSpec]:
 def history_factory(
     memory: TieredMemory, *, include_memory: bool = False, max_tokens: int | None = None,
 ) -> Callable[..., TieredChatMessageHistory]:
-    """A ``get_session_history(user_id, session_id)`` for ``RunnableWithMessageHistory``.
+    """A ``get_session_history(user_id, session_id)`` for ``RunnableWithMessageHistory``: a
+    new history for each call, whose reads agree until it writes (``hold_reads``).
 
     Example:
         >>> chain = RunnableWithMessageHistory(  # doctest: +SKIP
@@ -160,6 +180,6 @@ def history_factory(
 
     def get_session_history(user_id: str, session_id: str) -> TieredChatMessageHistory:
         return TieredChatMessageHistory(memory, user_id=user_id, session_id=session_id,
-                                        include_memory=include_memory, max_tokens=max_tokens)
+                                        include_memory=include_memory, max_tokens=max_tokens, hold_reads=True)
 
     return get_session_history

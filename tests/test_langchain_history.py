@@ -389,3 +389,27 @@ def test_a_bad_message_in_a_bulk_write_is_named_and_nothing_is_stored(memory: Ti
 def test_bad_arguments_are_refused_when_the_history_is_built(memory: TieredMemory, make: Any) -> None:
     with pytest.raises(InvalidInputError, match="max_tokens|memory must be a TieredMemory"):
         make(memory)
+
+
+@pytest.mark.parametrize("call", ["invoke", "ainvoke"])
+async def test_a_write_elsewhere_during_the_call_loses_no_input_message(memory: TieredMemory, call: str) -> None:
+    """Without ``history_messages_key``, ``RunnableWithMessageHistory`` reads the history again
+    after the call and drops that many leading input messages as the history it prepended. The
+    recalled memory changes when the user's other sessions do (a tool, another tab), so a
+    history made for one call answers both reads with its first, until it writes."""
+    history = TieredChatMessageHistory(memory, "s", user_id="u", include_memory=True)
+    history.add_messages([HumanMessage(content="hello there"), AIMessage(content="hi")])
+
+    def step(messages: list[BaseMessage]) -> AIMessage:  # meanwhile, another session of the user
+        memory.add("user", "hello there from the other tab", session_id="other", user_id="u")
+        return AIMessage(content="ok")
+
+    chain = RunnableWithMessageHistory(RunnableLambda(step), history_factory(memory, include_memory=True),
+                                       history_factory_config=history_factory_config())
+    new = HumanMessage(content="hello there again")
+    if call == "invoke":
+        chain.invoke([new], _cfg("u", "s"))
+    else:
+        await chain.ainvoke([new], _cfg("u", "s"))
+    assert [m.content for m in memory.get_messages("s", user_id="u")] == [
+        "hello there", "hi", "hello there again", "ok"]
