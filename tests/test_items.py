@@ -165,6 +165,13 @@ def test_item_store_needs_a_sql_record_store() -> None:
     ({}, {"a": {"$eq": None}}, True),
     ({}, {"a": {"$ne": "x"}}, False),
     ({}, {"a": {"$gt": 0}}, False),
+    # numbers compare exactly, as PostgreSQL's numeric does: an int past a float's range or
+    # precision neither raises nor rounds
+    ({"n": 10**400}, {"n": {"$gt": 1}}, True),
+    ({"n": 5}, {"n": {"$lt": 10**400}}, True),
+    ({"n": 10**400}, {"n": {"$gte": 1e308}}, True),
+    ({"n": 2**70 + 1}, {"n": {"$gt": 2**70}}, True),
+    ({"n": float("nan")}, {"n": {"$lt": 1}}, False),
 ])
 def test_match_filter_langgraph_operators_and_paths(value: dict[str, Any], flt: dict[str, Any],
                                                      expected: bool) -> None:
@@ -237,6 +244,16 @@ def test_text_parts_and_best_parts() -> None:
     assert item_of_vector("item:x#2") == item_of_vector("item:x") == "x"
     assert best_parts([("item:a#1", 0.2), ("item:b", 0.5), ("item:a", 0.7), ("item:b#3", 0.1)]) == [
         ("a", 0.7), ("b", 0.5)]
+
+
+def test_a_huge_number_in_one_item_breaks_no_filtered_search(memory: TieredMemory) -> None:
+    """A stored int past a float's range (valid JSON) once made every range filter over that
+    field raise OverflowError, for the whole prefix."""
+    items = memory.item_store()
+    _put(items, "u", ("u", "n"), "huge", {"n": 10**400}, text=None)
+    _put(items, "u", ("u", "n"), "small", {"n": 5}, text=None)
+    assert sorted(h.item.key for h in items.search(("u",), filter={"n": {"$gt": 1}})) == ["huge", "small"]
+    assert [h.item.key for h in items.search(("u",), filter={"n": {"$lt": 10**399}})] == ["small"]
 
 
 def test_an_item_value_nested_past_the_limit_is_refused(memory) -> None:  # type: ignore[no-untyped-def]

@@ -25,12 +25,14 @@ _MISSING = object()
 
 def _order(actual: Any, want: Any) -> tuple[Any, Any] | None:
     """Two values that compare the way LangGraph's SQL stores compare them: numbers as
-    numbers (bools are not numbers), strings as strings; else ``None`` (no match)."""
+    numbers (bools are not numbers), strings as strings; else ``None`` (no match). Numbers
+    are compared as they are (Python compares an int and a float exactly), never through
+    ``float()``, which raises for an int past a float's range and rounds large ints."""
     def num(v: Any) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool)
     if num(actual) and num(want):
-        a, w = float(actual), float(want)
-        return None if math.isnan(a) or math.isnan(w) else (a, w)
+        nan = any(isinstance(v, float) and math.isnan(v) for v in (actual, want))
+        return None if nan else (actual, want)
     if isinstance(actual, str) and isinstance(want, str):
         return actual, want
     return None
