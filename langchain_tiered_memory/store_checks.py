@@ -4,14 +4,13 @@ and nothing is half-done."""
 
 from __future__ import annotations
 
-import json
 from typing import Mapping
 
 from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, Op, PutOp, SearchOp, TTLConfig
 
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.layers.items import check_ttl
-from tiered_memory.validation import encodable
+from tiered_memory.validation import encodable, encode_json
 
 __all__ = ["ItemValueError", "NamespaceLabelError", "check_labels", "check_op", "check_ttl_config"]
 
@@ -26,8 +25,9 @@ class NamespaceLabelError(InvalidInputError, InvalidNamespaceError):
 
 class ItemValueError(InvalidInputError, TypeError):
     """An item value that is not a JSON object (a dict of JSON values: no sets, bytes,
-    datetimes, NaN). LangGraph's SQL stores fail on such values with the ``TypeError`` of
-    their JSON encoder; this is both that ``TypeError`` and the library's ``InvalidInputError``."""
+    datetimes, NaN, no keys but strings). LangGraph's SQL stores fail on most such values
+    with the ``TypeError`` of their JSON encoder; this is both that ``TypeError`` and the
+    library's ``InvalidInputError``."""
 
 
 def check_labels(labels: object, what: str) -> tuple[str, ...]:
@@ -69,10 +69,10 @@ def check_op(op: Op) -> None:
     if isinstance(op, PutOp) and op.value is not None:
         if not isinstance(op.value, Mapping):
             raise ItemValueError(f"an item value must be a dict, got {type(op.value).__name__}")
-        try:
-            json.dumps(op.value, allow_nan=False)
-        except (TypeError, ValueError, RecursionError) as e:
-            raise ItemValueError(f"an item value must be JSON-serialisable (no sets, datetimes, NaN): {e}") from e
+        try:  # the core's check, before anything in the batch runs
+            encode_json(op.value, "an item value")
+        except InvalidInputError as e:
+            raise ItemValueError(f"{e} (no sets, datetimes, NaN, non-string keys)") from e
     if isinstance(op, SearchOp):
         check_labels(op.namespace_prefix, "namespace prefix")
         if op.query is not None and (not isinstance(op.query, str) or not encodable(op.query)):

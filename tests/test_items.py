@@ -256,6 +256,15 @@ def test_a_huge_number_in_one_item_breaks_no_filtered_search(memory: TieredMemor
     assert [h.item.key for h in items.search(("u",), filter={"n": {"$lt": 10**399}})] == ["small"]
 
 
+def test_an_item_value_with_a_key_json_would_rewrite_is_refused(memory: TieredMemory) -> None:
+    """JSON turns an int key into a string: {1: "a", "1": "b"} was stored as {"1": "b"}."""
+    items = memory.item_store()
+    for value in ({1: "a", "1": "b"}, {"l": [{None: 0}]}):
+        with pytest.raises(InvalidInputError, match="keys must be strings"):
+            _put(items, "u", ("u", "n"), "k", value)  # type: ignore[arg-type]
+    assert items.get(("u", "n"), "k") is None
+
+
 def test_an_item_value_nested_past_the_limit_is_refused(memory) -> None:  # type: ignore[no-untyped-def]
     items = memory.item_store()
     deep: dict = {}

@@ -192,7 +192,9 @@ async def test_a_batch_with_a_label_langgraph_refuses_fails_whole_and_writes_not
 
 
 @pytest.mark.parametrize("value", [{"tags": {"a", "b"}}, {"blob": b"\x00\x01"}, {"score": float("nan")},
-                                   {"when": __import__("datetime").date(2026, 1, 2)}, ["not", "a", "dict"]])
+                                   {"when": __import__("datetime").date(2026, 1, 2)}, ["not", "a", "dict"],
+                                   # JSON turns these keys into strings: {1: "a", "1": "b"} came back as {"1": "b"}
+                                   {1: "int key"}, {"a": {2: "nested"}}, {1: "a", "1": "b"}, {"l": [{None: 0}]}])
 async def test_a_value_that_is_no_json_object_is_a_type_error_as_in_langgraph_and_nothing_is_written(
         memory: TieredMemory, value: object) -> None:
     # LangGraph's SQL stores fail on such values with their JSON encoder's TypeError: code

@@ -161,10 +161,7 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
         raise InvalidInputError(
             f"metadata is {len(encoded.encode('utf-8')):,} bytes as JSON; the limit is {max_bytes:,}"
         )
-    decoded = json.loads(encoded)
-    if not _str_keys(metadata):
-        raise InvalidInputError("metadata keys must be strings at every level (JSON would turn them into strings)")
-    return dict(decoded)
+    return dict(json.loads(encoded))
 
 
 def encode_json(value: object, name: str, *, ensure_ascii: bool = True) -> str:
@@ -185,7 +182,8 @@ def encode_json(value: object, name: str, *, ensure_ascii: bool = True) -> str:
 
 def check_json_value(value: object, name: str) -> None:
     """Refuse ``value`` (metadata, an item's value, JSON-serialisable already) if it nests
-    more than :data:`MAX_JSON_DEPTH` containers, or if a key or string in it holds NUL.
+    more than :data:`MAX_JSON_DEPTH` containers, if a key in it is not a string (JSON would
+    rewrite it), or if a key or string in it holds NUL.
     Walked without recursion: how deep Python's own JSON code may go depends on the caller's
     stack, so a value stored from a shallow stack could fail every read made from a deeper
     one (a web framework, a callback, a notebook). PostgreSQL's ``jsonb``, which its filters
@@ -195,7 +193,10 @@ def check_json_value(value: object, name: str) -> None:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, Mapping):
-            if any(isinstance(k, str) and "\x00" in k for k in item):
+            if not all(isinstance(k, str) for k in item):
+                raise InvalidInputError(f"{name} keys must be strings at every level (JSON would turn them into "
+                                        f"strings, and {{1: 'a', '1': 'b'}} into one key)")
+            if any("\x00" in k for k in item):
                 raise InvalidInputError(f"{name} has a key holding NUL, which no store can filter on")
             children: Any = item.values()
         elif isinstance(item, (list, tuple)):
@@ -207,17 +208,6 @@ def check_json_value(value: object, name: str) -> None:
         if depth > MAX_JSON_DEPTH:
             raise InvalidInputError(f"{name} nests more than {MAX_JSON_DEPTH} levels of dicts and lists")
         stack.extend((child, depth + 1) for child in children)
-
-
-def _str_keys(value: object, depth: int = 0) -> bool:
-    """Every mapping inside ``value`` has str keys (JSON would silently change the others)."""
-    if depth > MAX_JSON_DEPTH:
-        return True  # check_json_value already refused anything deeper
-    if isinstance(value, Mapping):
-        return all(isinstance(k, str) for k in value) and all(_str_keys(v, depth + 1) for v in value.values())
-    if isinstance(value, (list, tuple)):
-        return all(_str_keys(v, depth + 1) for v in value)
-    return True
 
 
 def to_epoch(timestamp: object, default: float) -> float:
