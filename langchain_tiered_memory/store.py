@@ -86,7 +86,7 @@ from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemW
 from tiered_memory.validation import MAX_TIMESTAMP, MIN_TIMESTAMP, check_id, check_optional_id
 
 from .store_batch import Coalescer, plan_batch, spread_results
-from .store_checks import NamespaceLabelError, check_labels, check_op, check_ttl_config
+from .store_checks import NamespaceLabelError, check_labels, check_op, check_paths, check_ttl_config
 
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
 
@@ -184,7 +184,7 @@ class TieredMemoryStore(BaseStore):
                 raise InvalidInputError("user_namespace must be a tuple of labels, such as ('memories', '{user_id}')")
             self._template = check_template(user_namespace)
         self.user_namespace = user_namespace
-        self.fields = list(fields) if fields is not None else ["$"]
+        self.fields = check_paths(fields, "fields") if fields is not None else ["$"]
         self.ttl_config = check_ttl_config(ttl)
         self._sweeper: threading.Thread | None = None
         self._stop_sweeping = threading.Event()

@@ -12,7 +12,7 @@ from tiered_memory.errors import InvalidInputError
 from tiered_memory.layers.items import check_ttl
 from tiered_memory.validation import encodable, encode_json
 
-__all__ = ["ItemValueError", "NamespaceLabelError", "check_labels", "check_op", "check_ttl_config"]
+__all__ = ["ItemValueError", "NamespaceLabelError", "check_labels", "check_op", "check_paths", "check_ttl_config"]
 
 
 class NamespaceLabelError(InvalidInputError, InvalidNamespaceError):
@@ -52,6 +52,18 @@ def check_labels(labels: object, what: str) -> tuple[str, ...]:
     return tuple(labels)
 
 
+def check_paths(paths: object, what: str) -> list[str]:
+    """Paths of the text to index (``fields``, a put's ``index``): a list of non-empty path
+    strings (``"$"`` is the whole value). A ``str`` is refused, where LangGraph's stores take
+    its characters as paths (``"text"`` indexes ``t``, ``e``, ``x``: the item's text is never
+    searched)."""
+    if isinstance(paths, str) or not isinstance(paths, (list, tuple)) or not all(
+            isinstance(p, str) and p for p in paths):
+        raise InvalidInputError(f"{what} must be a list of field paths such as ['text', 'tags[*]'] "
+                                f"(['$'] for the whole value), got {paths!r}")
+    return list(paths)
+
+
 def _count(value: object, what: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInputError(f"{what} must be an int >= 0, got {value!r}")
@@ -66,6 +78,8 @@ def check_op(op: Op) -> None:
         check_labels(op.namespace, "namespace")
         if not isinstance(op.key, str) or not op.key or "\x00" in op.key or not encodable(op.key):
             raise InvalidInputError(f"an item key must be a non-empty string without NUL, got {op.key!r}")
+    if isinstance(op, PutOp) and op.index is not None and op.index is not False:
+        check_paths(op.index, "index (or False, or None for the store's fields)")
     if isinstance(op, PutOp) and op.value is not None:
         if not isinstance(op.value, Mapping):
             raise ItemValueError(f"an item value must be a dict, got {type(op.value).__name__}")

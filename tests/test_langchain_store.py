@@ -210,3 +210,32 @@ async def test_a_value_that_is_no_json_object_is_a_type_error_as_in_langgraph_an
     with pytest.raises(TypeError):
         await store.aput(("u1", "n"), "bad", value)  # type: ignore[arg-type]
     assert store.search(("u1",)) == [] and memory.item_store().count() == 0
+
+
+@pytest.mark.parametrize("index", ["text", True, ["text", 5], [""]])
+async def test_an_index_that_is_no_list_of_paths_is_refused_and_nothing_is_written(memory: TieredMemory,
+                                                                                   index: object) -> None:
+    # index="text" was read as the paths "t", "e", "x", "t" (the item was stored, unsearchable by
+    # its text); index=True raised a bare TypeError after the batch's reads had run
+    from tiered_memory.errors import InvalidInputError
+
+    store = TieredMemoryStore(memory)
+    for put in (lambda: store.put(("u1", "n"), "bad", {"text": "green tea"}, index=index),  # type: ignore[arg-type]
+                lambda: store.batch([PutOp(("u1", "n"), "good", {"a": 1}),
+                                     PutOp(("u1", "n"), "bad", {"text": "green tea"}, index=index)])):  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="index"):
+            put()
+    with pytest.raises(InvalidInputError, match="index"):
+        await store.aput(("u1", "n"), "bad", {"text": "green tea"}, index=index)  # type: ignore[arg-type]
+    assert memory.item_store().count() == 0
+
+
+@pytest.mark.parametrize("fields", ["text", [5], [""]])
+def test_fields_that_are_no_list_of_paths_are_refused(memory: TieredMemory, fields: object) -> None:
+    from tiered_memory.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="fields"):
+        TieredMemoryStore(memory, fields=fields)  # type: ignore[arg-type]
+    store = TieredMemoryStore(memory, fields=("text",))  # a tuple of paths is a list of paths
+    store.put(("u1", "n"), "tea", {"text": "green tea", "other": "zzz"})
+    assert [h.key for h in store.search(("u1",), query="green tea")] == ["tea"]
