@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +251,24 @@ def test_ttl_expired_items_are_omitted_and_swept(make_memory: Any) -> None:
     vectors = memory.index.count()
     assert store.sweep_ttl() == 2 and store.sweep_ttl() == 0
     assert memory.item_store().count() == 1 and memory.index.count() == vectors - 2
+
+
+def test_a_put_after_its_key_expired_makes_a_new_item(make_memory: Any) -> None:
+    """Every read says an expired item is gone, swept or not: a later put of its key is a new
+    item (created now), as after a sweep, and an overwrite of a live item keeps its created_at."""
+    clock = Clock()
+    store = TieredMemoryStore(make_memory(clock=clock), ttl={"default_ttl": 10})
+    store.put(("u1", "m"), "k", {"v": 1})
+    clock.advance(11)
+    assert store.get(("u1", "m"), "k") is None  # expired, not swept
+    store.put(("u1", "m"), "k", {"v": 2})
+    again = store.get(("u1", "m"), "k")
+    assert again is not None and again.value == {"v": 2}
+    assert again.created_at == again.updated_at == datetime.fromtimestamp(clock.t, tz=timezone.utc)
+    clock.advance(1)
+    store.put(("u1", "m"), "k", {"v": 3})  # a live item overwritten: created_at kept
+    assert store.get(("u1", "m"), "k").created_at == again.created_at  # type: ignore[union-attr]
+    assert store.sweep_ttl() == 0 and store.memory.item_store().count() == 1  # the expired row is gone
 
 
 def test_ttl_refresh_on_read_restarts_the_clock(make_memory: Any) -> None:

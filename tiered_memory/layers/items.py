@@ -118,7 +118,11 @@ class ItemStore:
             with self.parts.lock:
                 with self.db.unit() as u:
                     for (ns, key), w in last.items():
-                        found = u.item_id(ns, key)
+                        found = u.item_id(ns, key, live_at=now)
+                        if found is None and (expired := u.item_id(ns, key)) is not None:
+                            # expired, not yet swept: gone to every read, so a put makes a new item
+                            u.delete_item(expired)
+                            stale.append(expired)
                         if w.value is None:
                             if found:
                                 u.delete_item(found)

@@ -29,6 +29,7 @@ from .layer_codec import (
     episode_to_row,
     fact_to_row,
     id_batches,
+    live,
     marks,
     ns_path,
     to_blob,
@@ -237,8 +238,9 @@ class LayerUnit:
                    [(user_id, i) for i in sorted(ids)])
 
     # ---- items -----------------------------------------------------------------------------
-    def item_id(self, namespace: Sequence[str], key: str) -> str | None:
-        found = self._run("SELECT id FROM items WHERE ns_path=? AND key=?", (ns_path(namespace), key)).fetchone()
+    def item_id(self, namespace: Sequence[str], key: str, live_at: float | None = None) -> str | None:
+        sql, params = live("SELECT id FROM items WHERE ns_path=? AND key=?", [ns_path(namespace), key], live_at)
+        found = self._run(sql, params).fetchone()
         return str(found[0]) if found else None
 
     def insert_item(self, item: Item, *, ttl_minutes: float | None = None, expires_at: float | None = None) -> str:

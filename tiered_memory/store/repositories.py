@@ -236,7 +236,8 @@ class WorkingRepository(Protocol):
 
 # ---- items ---------------------------------------------------------------------------
 class ItemWrites(Protocol):
-    def item_id(self, namespace: Sequence[str], key: str) -> str | None: ...
+    def item_id(self, namespace: Sequence[str], key: str, live_at: float | None = None) -> str | None:
+        """The id of the item at ``namespace`` and ``key``; with ``live_at``, unless it has expired."""
 
     def insert_item(self, item: Item, *, ttl_minutes: float | None = None, expires_at: float | None = None) -> str:
         """Insert ``item``, or update the row another writer stored under its namespace and key
