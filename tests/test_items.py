@@ -300,3 +300,14 @@ def test_a_keyword_match_among_many_identical_vectors_is_found(make_memory: Call
     hits = items.search(("u",), query="Zanzibar", user_id="u", limit=3)
     assert hits[0].item.key == "trip"
     assert hits[0].score is not None and hits[0].score > 0.99
+
+
+def test_items_asked_by_more_ids_than_one_query_may_hold(memory: TieredMemory) -> None:
+    """A search's vector hits come back as ids; with a large ``limit`` they pass SQLite's
+    32,766 and PostgreSQL's 65,535 bound parameters, which one ``IN`` list had hit."""
+    items = memory.item_store()
+    _put(items, "u", ("u", "n"), "a", {"text": "bees"})
+    _put(items, "u", ("u", "n"), "b", {"text": "wasps"})
+    held = {i.key: i.id for i in open_layer_store(memory.store).items_under(("u",))}
+    asked = [f"missing-{n}" for n in range(70_000)] + [held["a"]]
+    assert [i.key for i in open_layer_store(memory.store).items_under(("u",), asked)] == ["a"]

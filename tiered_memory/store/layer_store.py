@@ -45,6 +45,9 @@ from .layer_unit import SESSION_WORKING, LayerUnit
 from .repositories import Scored
 from .stored_values import count, json_dict, number
 
+#: most ids one ``IN (...)`` list holds: under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters
+IN_LIST_MAX = 30_000
+
 
 class LayerStore:
     """Layer rows on top of a SQL record store; subclasses bind the dialect."""
@@ -257,13 +260,18 @@ class LayerStore:
         path = ns_path(prefix)
         sql = f"SELECT {ITEM_COLS} FROM items WHERE substr(ns_path, 1, ?) = ?"
         params: list[Any] = [len(path), path]
+        wanted: set[str] | None = None
         if ids is not None:
             if not ids:
                 return []
-            sql += f" AND id IN ({marks(len(ids))})"
-            params += list(ids)
+            if len(ids) <= IN_LIST_MAX:
+                sql += f" AND id IN ({marks(len(ids))})"
+                params += list(ids)
+            else:  # more than one statement's parameters may hold: the prefix's items, kept by id
+                wanted = set(ids)
         sql, params = live(sql, params, live_at)
-        return [item_from_row(r) for r in self.query(sql + " ORDER BY updated_at DESC, rowid DESC", params)]
+        found = [item_from_row(r) for r in self.query(sql + " ORDER BY updated_at DESC, rowid DESC", params)]
+        return found if wanted is None else [i for i in found if i.id in wanted]
 
     def item_rows(self, user_id: str | None, live_at: float | None = None
                   ) -> list[tuple[Item, float | None, float | None]]:
