@@ -83,7 +83,7 @@ from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError, UsageError
 from tiered_memory.records import Item as CoreItem
 from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_namespace
-from tiered_memory.validation import MAX_TIMESTAMP, MIN_TIMESTAMP, check_id, check_optional_id
+from tiered_memory.validation import check_id, check_optional_id, nearest_time
 
 from .store_batch import Coalescer, plan_batch, spread_results
 from .store_checks import NamespaceLabelError, check_labels, check_op, check_paths, check_ttl_config
@@ -122,9 +122,9 @@ def user_from_template(template: Sequence[str], namespace: Sequence[str]) -> str
 
 
 def _dt(ts: float) -> datetime:
-    # a time written by other code (milliseconds, say) is shown at the nearest end of the range
-    # the core accepts, which a datetime can hold
-    return datetime.fromtimestamp(min(max(ts, MIN_TIMESTAMP), MAX_TIMESTAMP), tz=timezone.utc)
+    # a time written by other code (milliseconds, say) is shown as the nearest one the core
+    # accepts, which a datetime can hold (and an export writes)
+    return datetime.fromtimestamp(nearest_time(ts), tz=timezone.utc)
 
 
 def _item(i: CoreItem) -> Item:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .validation import CONTROL, MAX_TIMESTAMP, MIN_TIMESTAMP
+from .validation import CONTROL, nearest_time
 
 log = logging.getLogger("tiered_memory")
 ID_KEYS = ("user_id", "session_id")
@@ -30,7 +30,6 @@ ID_KEYS = ("user_id", "session_id")
 # WorkingItem, SessionPad, AuditEntry) and of a message and an item line
 TIME_KEYS = frozenset({"timestamp", "created_at", "updated_at", "valid_from", "invalid_at", "last_access", "start",
                        "end", "promoted_at", "compressed_at", "expires_at", "archived_at", "at"})
-LAST_TIME = MAX_TIMESTAMP - 1.0  # the import takes times before 2200-01-01, not at it
 
 
 def printable_id(value: str) -> str:
@@ -40,11 +39,6 @@ def printable_id(value: str) -> str:
 
 
 PICTURES = frozenset(printable_id("".join(map(chr, [*range(32), 127]))))
-
-
-def in_range(time: float) -> float:
-    """``time`` at the nearest end of the range the import takes, if outside it (as it is if inside)."""
-    return time if MIN_TIMESTAMP <= time < MAX_TIMESTAMP else min(max(time, MIN_TIMESTAMP), LAST_TIME)
 
 
 def row_name(line: dict[str, Any]) -> object:
@@ -102,8 +96,8 @@ def importable(line: dict[str, Any], ids: Ids) -> dict[str, Any]:
         for key, value in fields.items():
             if key in ID_KEYS and kind != "item" and isinstance(value, str):  # an item's owner may be SHARED_OWNER
                 fields[key] = ids.written(key, value)
-            elif key in TIME_KEYS and isinstance(value, float) and value != in_range(value):
-                fields[key] = in_range(value)
+            elif key in TIME_KEYS and isinstance(value, float) and value != nearest_time(value):
+                fields[key] = nearest_time(value)
                 log.warning("export: the %s %r holds %s %r, which import_jsonl refuses; written as %r",
                             kind, name, key, value, fields[key])
     return line

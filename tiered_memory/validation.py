@@ -249,6 +249,13 @@ def to_epoch(timestamp: object, default: float) -> float:
     return value
 
 
+def nearest_time(value: float) -> float:
+    """``value`` if :func:`to_epoch` accepts it, else the nearest time it does (1900-01-01, or the
+    last second before 2200-01-01): how a time another writer stored out of range (milliseconds)
+    is shown and exported."""
+    return value if MIN_TIMESTAMP <= value < MAX_TIMESTAMP else min(max(value, MIN_TIMESTAMP), MAX_TIMESTAMP - 1.0)
+
+
 def normalize_message(item: object, *, max_chars: int, max_metadata_bytes: int, now: float) -> Message:
     """Turn a dict or :class:`Message` into a validated :class:`Message` with epoch timestamp."""
     if isinstance(item, Message):
