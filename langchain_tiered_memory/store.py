@@ -61,7 +61,7 @@ import logging
 import threading
 import weakref
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from langgraph.store.base import (
     NOT_PROVIDED,
@@ -82,43 +82,19 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError, UsageError
 from tiered_memory.records import Item as CoreItem
-from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_namespace
+from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite
 from tiered_memory.validation import check_id, check_optional_id, nearest_time
 
 from .store_batch import Coalescer, plan_batch, spread_results
 from .store_checks import NamespaceLabelError, check_labels, check_op, check_paths, check_ttl_config
+from .store_users import USER_LABEL, UserMapping, check_template, user_from_template
 
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
 
-USER_LABEL = "{user_id}"
 #: how often the TTL sweeper runs when neither the call nor the TTLConfig says (LangGraph's default)
 DEFAULT_SWEEP_MINUTES = 5.0
 
 log = logging.getLogger("tiered_memory")
-
-#: a namespace template with one ``"{user_id}"`` label, or ``(namespace, key) -> user_id | None``
-UserMapping = Union[Sequence[str], Callable[[tuple[str, ...], "str | None"], "str | None"]]
-
-
-def check_template(template: Sequence[str]) -> tuple[str, ...]:
-    """A user template: labels, exactly one of them ``"{user_id}"``."""
-    labels = check_namespace(tuple(template))
-    if labels.count(USER_LABEL) != 1:
-        raise InvalidInputError(
-            f"user_namespace {labels} must have exactly one {USER_LABEL!r} label, "
-            "for example ('memories', '{user_id}')")
-    return labels
-
-
-def user_from_template(template: Sequence[str], namespace: Sequence[str]) -> str | None:
-    """The user ``namespace`` belongs to under ``template`` (pure): the label in place of
-    ``{user_id}``, when the namespace reaches it and every other label it has matches."""
-    at = list(template).index(USER_LABEL)
-    if len(namespace) <= at:
-        return None
-    if any(t != USER_LABEL and t != n for t, n in zip(template, namespace)):
-        return None
-    return namespace[at]
 
 
 def _dt(ts: float) -> datetime:
