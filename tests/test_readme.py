@@ -33,3 +33,20 @@ def test_readme_block_runs(index: int, tmp_path: Path, request: pytest.FixtureRe
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"README block {index} failed:\n{code}\n{result.stderr[-3000:]}"
+
+
+def section(text: str, heading: str) -> str:
+    """The README's ``## heading`` section, up to the next ``## `` heading (or the end)."""
+    start = text.index(f"\n{heading}\n") + 1
+    end = text.find("\n## ", start + len(heading))
+    return text[start:] if end == -1 else text[start:end + 1]
+
+
+@pytest.mark.parametrize(("heading", "doc"), [("## Running at scale", "running_at_scale.md"),
+                                              ("## Guarantees", "guarantees.md")])
+def test_readme_section_is_its_docs_page(heading: str, doc: str) -> None:
+    """docs/running_at_scale.md and docs/guarantees.md are the README's sections, so a link to
+    either says what the README says (the two copies had drifted apart, each missing promises
+    the other made)."""
+    page = (README.parent / "docs" / doc).read_text(encoding="utf-8")
+    assert section(README.read_text(encoding="utf-8"), heading).strip() == page.strip()
