@@ -128,6 +128,37 @@ def test_switching_embedders_on_a_store_re_embeds_it_and_says_so(tmp_path, caplo
     assert any("embedder changed" in r.getMessage() and BUNDLED_NAME in r.getMessage() for r in caplog.records)
 
 
+
+class _Words:
+    """An application's own embedder (a bag of letters: no model), named as embedder_name reads it."""
+
+    name = "app-embedder"
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(t) for t in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        return [1.0 + text.lower().count(c) for c in "aeiourstln"]
+
+
+@pytest.mark.parametrize(("first", "then", "hint"), [
+    ("static", "app", "TIERED_MEMORY_EMBEDDER=static"),  # it named minilm, which never made these vectors
+    ("app", "static", "embedder=<the embedder 'app-embedder'>"),
+])
+def test_the_embedder_change_warning_names_how_to_keep_the_old_vectors(tmp_path, caplog, first, then, hint):
+    def make(kind: str):
+        return StaticEmbedder() if kind == "static" else _Words()
+
+    path = tmp_path / "m"
+    with TieredMemory(path, embedder=make(first)) as memory:
+        memory.add("user", "My sister moved to Porto last spring.", user_id="u", session_id="s")
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        with TieredMemory(path, embedder=make(then)):
+            pass
+    [warning] = [r.getMessage() for r in caplog.records if "embedder changed" in r.getMessage()]
+    assert hint in warning and "minilm" not in warning, warning
+
+
 BLOCK_TORCH = """
 import importlib.abc, sys
 class Block(importlib.abc.MetaPathFinder):

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from .embedding import Embedder, embedder_name
+from .embedding import Embedder, embedder_name, reopen_with
 from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
 from .folder_lock import FolderLock
 from .store.base import RecordStore, SessionSource
@@ -325,7 +325,7 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
     if previous is not None and previous != name:
         log.warning("embedder changed (%s -> %s): re-embedding the stored turns, facts and episodes "
                     "into a new vector index; to keep the old vectors, open the store with the old "
-                    "embedder (embedder=..., or TIERED_MEMORY_EMBEDDER=minilm)", previous, name)
+                    "embedder (%s)", previous, name, reopen_with(previous))
         rebuild()
     else:
         repair(unclean or index_lost_vectors(store, index))

@@ -14,3 +14,4 @@ from .minilm import bundled_model_path as bundled_model_path
 from .static import StaticEmbedder as StaticEmbedder
 from .default import EMBEDDER_ENV as EMBEDDER_ENV
 from .default import default_embedder as default_embedder
+from .default import reopen_with as reopen_with
