@@ -17,6 +17,7 @@ EXPECTED_CORE = {
     "InvalidInputError", "ContentTooLargeError", "ConfigurationError", "MissingDependencyError",
     "NotFoundError", "RuntimeFailure", "StoreError", "StoreLockedError", "CorruptStoreError",
     "VectorIndexError", "EmbeddingError", "LLMError", "LLMOutputError", "__version__",
+    "ImportReport", "ConsolidationReport",  # what import_jsonl and consolidate return
 }
 
 

@@ -25,6 +25,7 @@ from .errors import (
 )
 from .llm.base import LLM
 from .memory import TieredMemory
+from .portable import ImportReport
 from .layers.semantic import FactHit
 from .records import AuditEntry, Episode, Fact, FactChange, WorkingItem
 from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMessage
@@ -52,6 +53,7 @@ __all__ = [
     "FactChange",
     "FactConfig",
     "FactHit",
+    "ImportReport",
     "InvalidInputError",
     "LLM",
     "LLMConfig",
