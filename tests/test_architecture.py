@@ -185,3 +185,18 @@ def test_the_sql_probe_sees_sql_text_and_cursor_calls(tmp_path: Path) -> None:
 def test_sql_lives_only_in_the_stores() -> None:
     found = [s for m, path in modules().items() if part_of(m) in ("layers", "recall", "context") for s in sql_in(path)]
     assert not found, "\n".join(found)
+
+
+def test_the_floor_plan_in_docs_names_every_module() -> None:
+    """docs/architecture.md's folder list is the floor plan a reader goes by: each module of the
+    core is named in it (by its name, with or without ``.py``, or a pattern such as
+    ``sqlite*.py``), so a new module cannot be left off it."""
+    import fnmatch
+
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    plan = text[text.index("```text\n"):text.index("```\n", text.index("```text\n") + 8)]
+    names = {w.strip("(),").removesuffix(".py") for w in plan.split()}
+    missing = sorted(
+        str(path.relative_to(ROOT)) for path in (ROOT / "tiered_memory").rglob("*.py")
+        if path.name != "__init__.py" and not any(fnmatch.fnmatch(path.stem, n) for n in names if n))
+    assert not missing, f"not in the floor plan of docs/architecture.md: {missing}"
