@@ -37,14 +37,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from .llm import LangChainLLM
     from .messages import from_stored, to_core
     from .middleware import TieredMemoryMiddleware
+    from .store_checks import ItemValueError, NamespaceLabelError
     from .retriever import TieredMemoryRetriever
     from .runnable import TieredMemoryRunnable, with_tiered_memory
     from .store import TieredMemoryStore
 
 # public name -> (module, the distribution that module needs beyond langchain-core)
 _EXPORTS: dict[str, tuple[str, str | None]] = {
+    "ItemValueError": ("store_checks", "langgraph"),
     "LangChainEmbedder": ("embeddings", None),
     "LangChainLLM": ("llm", None),
+    "NamespaceLabelError": ("store_checks", "langgraph"),
     "TieredChatMessageHistory": ("history", None),
     "TieredConversationMemory": ("classic", "langchain-classic"),
     "TieredMemoryEmbeddings": ("embeddings", None),

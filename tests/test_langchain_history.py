@@ -156,7 +156,8 @@ def test_public_surface() -> None:
     assert lc.__all__ == sorted(lc.__all__)
     assert {"TieredChatMessageHistory", "TieredConversationMemory", "TieredMemoryRetriever",
             "TieredMemoryStore", "TieredMemoryMiddleware", "LangChainEmbedder",
-            "TieredMemoryEmbeddings", "history_factory"} <= set(lc.__all__)
+            "TieredMemoryEmbeddings", "history_factory",
+            "NamespaceLabelError", "ItemValueError"} <= set(lc.__all__)  # the store's errors the README names
     for name in lc.__all__:
         assert getattr(lc, name) is not None
     with pytest.raises(AttributeError):
