@@ -284,3 +284,19 @@ def test_a_store_item_whose_vector_fails_is_not_stored(open_pg: Callable[..., Ti
     assert store.get(("u1", "notes"), "bad") is None
     assert [h.key for h in store.search(("u1", "notes"), query="key")] == ["kept"]
     assert len([i for i in vector_ids(store.memory, "u1") if i.startswith("item:")]) == 1  # the kept item's
+
+
+def test_the_readme_index_with_its_own_exact_limit(database: str) -> None:
+    """docs/running_at_scale.md: to fix the exact-scan limit, build the index on the record store
+    and pass both. Rows and vectors then still commit together, and a search finds the turn."""
+    store = PostgresRecordStore(database, schema=fresh_schema())
+    index = PgVectorIndex(store, exact_below=5)
+    with TieredMemory(record_store=store, vector_store=index, embedder=StaticEmbedder()) as memory:
+        assert memory.parts.index is index and index.exact_below == 5
+        texts = ["The tomatoes need watering twice a week.", "We adopted a cat called Miso.",
+                 "I run on Tuesdays and Fridays.", "Our flat has a balcony facing south.",
+                 "The dentist is on the 14th at nine.", "I'm learning to play the cello.",
+                 "My sister moved to Porto last spring."]  # more than exact_below: through HNSW
+        memory.add_many([{"role": "user", "content": t} for t in texts], user_id="u", session_id="s")
+        assert index.count() == len(texts)  # committed with the rows, no writer behind
+        assert memory.search("where did my sister move?", user_id="u", k=1)[0].text.startswith("My sister")
