@@ -21,12 +21,12 @@ EMBEDDER_ENV = "TIERED_MEMORY_EMBEDDER"
 CHOICES = ("static", "minilm")
 
 
-
 def reopen_with(recorded: str) -> str:
     """How to open a store again with the embedder named ``recorded`` (its ``embedder`` meta),
     for a message: the variable for a built-in one, else ``embedder=`` (pure)."""
     builtin = {BUNDLED_NAME: "static", BUNDLED_MINILM: "minilm"}.get(recorded)
     return f"{EMBEDDER_ENV}={builtin}" if builtin else f"embedder=<the embedder {recorded[:200]!r}>"
+
 
 def default_embedder(batch_size: int = 8, recorded: str | None = None) -> Embedder:
     """The default embedder (cheap: neither one loads its model before the first text).
