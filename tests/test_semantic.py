@@ -9,7 +9,7 @@ import pytest
 
 from tiered_memory import InvalidInputError, MemoryConfig, NotFoundError, TieredMemory
 from tiered_memory.config import LLMConfig
-from tiered_memory.layers.extractive import extract_fact_candidates
+from tiered_memory.layers.extractive import extract_fact_candidates, stated_slot
 from tiered_memory.records import FactCandidate
 from tiered_memory.layers.semantic import Fact, Judgement, decide_resolution
 from tiered_memory.testing import ScriptedLLM, fenced, malformed, timeout
@@ -72,6 +72,9 @@ TEA = _fact("c", "User drinks green tea every morning", type="preference")
     (_cand("User has a cat"), [], None, ("add", None)),
     (_cand("User lives in Porto", key="residence"), [(LISBON, 0.8)], None, ("invalidate", "a")),
     (_cand("User lives in Lisbon", key="residence"), [(LISBON, 0.99)], None, ("noop", "a")),
+    # the same slot said more fully refines it
+    (_cand("User lives in Lisbon, Portugal", key="residence"), [(LISBON, 0.9)], None, ("update", "a")),
+    (_cand("User lives in Lisbonne", key="residence"), [(LISBON, 0.9)], None, ("invalidate", "a")),  # a new word
     (_cand("User dislikes sushi", key="pref:sushi", polarity=-1, type="preference"), [(SUSHI, 0.7)], None,
      ("invalidate", "b")),
     (_cand("user lives in lisbon."), [(LISBON, 0.9)], None, ("noop", "a")),
@@ -126,6 +129,50 @@ def test_rule_facts_resolve_and_keep_history(memory: TieredMemory) -> None:
     assert [h.action for h in history] == ["add", "invalidate"]
     assert history[1].details["superseded_by"] == porto.id
     assert memory.facts("u1", type="constraint")[0].text == "User is allergic to peanuts"
+
+
+@pytest.mark.parametrize("text, slot", [
+    ("User lives in Porto", ("residence", 1)),
+    ("The user has moved to Porto.", ("residence", 1)),
+    ("user's name is Ana", ("name", 1)),
+    ("User works for ACME", ("employer", 1)),
+    ("User likes sushi", ("pref:sushi", 1)),
+    ("User dislikes their commute", ("pref: commute", -1)),  # the rules' key for "I hate my commute"
+    ("User\u2019s favourite band is Muse", ("favourite:band", 1)),
+    ("User's dog is Rex", ("rel:dog", 1)),
+    ("User is vegan", ("diet:vegan", 1)),
+    ("User lives in", None),
+    ("User thinks Lisbon is nice", None),
+    ("Ana lives in Porto", None),  # someone else
+])
+def test_a_stated_fact_names_the_slot_the_rules_would(text: str, slot: tuple[str, int] | None) -> None:
+    assert stated_slot(text) == slot
+
+
+@pytest.mark.parametrize("said", ["I live in Lisbon.", "My name is Ana.", "I work at ACME.", "I hate my commute.",
+                                  "I'm allergic to peanuts.", "I don't eat pork.", "I'm vegan.", "I prefer tea.",
+                                  "My favourite band is Muse.", "My wife is Maria.", "I love sushi."])
+def test_a_rule_fact_states_its_own_slot(said: str) -> None:
+    [cand] = extract_fact_candidates([_m(said)])
+    assert stated_slot(cand.text) == (cand.key, cand.polarity)
+
+
+def test_add_fact_in_the_rules_words_replaces_the_fact_of_its_slot(memory: TieredMemory) -> None:
+    """Without an LLM, an application's add_fact("User lives in Porto") ends "User lives in
+    Lisbon" (said by the user or added), as the user's own "I moved to Porto" does."""
+    memory.add_many([{"role": "user", "content": "I live in Lisbon. I love sushi."}], session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    lisbon = next(f for f in memory.facts("u1") if f.text == "User lives in Lisbon")
+    porto = memory.add_fact("User lives in Porto", user_id="u1")
+    memory.add_fact("User dislikes sushi", user_id="u1", type="preference")
+    assert {f.text for f in memory.facts("u1")} == {"User lives in Porto", "User dislikes sushi"}
+    kept = {f.id: f for f in memory.facts("u1", include_invalid=True)}[lisbon.id]
+    assert kept.superseded_by == porto.id
+    assert [h.action for h in memory.fact_history("u1", lisbon.id)] == ["add", "invalidate"]
+    memory.add_fact("User moved to Braga", user_id="u1")  # added facts end each other too
+    assert {f.text for f in memory.facts("u1")} == {"User moved to Braga", "User dislikes sushi"}
+    memory.add_fact("User likes Porto", user_id="u1")  # another slot: kept beside
+    assert "User likes Porto" in {f.text for f in memory.facts("u1")}
 
 
 def test_an_older_statement_ended_later_does_not_overrule_a_newer_fact(memory: TieredMemory) -> None:

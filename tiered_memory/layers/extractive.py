@@ -184,6 +184,40 @@ _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
 ]
 
 
+_USER = r"^(?:the )?user"
+_RELATIONS = ("wife|husband|partner|girlfriend|boyfriend|son|daughter|brother|sister|mother|mom|mum|father|dad"
+              "|dog|cat|boss|friend|colleague|manager")
+#: a fact as the rules write it (and as applications often do: "User lives in Porto") -> its slot
+_STATED: list[tuple[re.Pattern[str], str, int]] = [(re.compile(p, re.I), key, polarity) for p, key, polarity in [
+    (_USER + r"'s name is (?P<x>.+)", "name", 1),
+    (_USER + r" (?:now )?(?:lives|is living|resides) in (?P<x>.+)", "residence", 1),
+    (_USER + r" (?:has )?(?:just |recently )?moved to (?P<x>.+)", "residence", 1),
+    (_USER + r" (?:now )?works (?:at|for) (?P<x>.+)", "employer", 1),
+    (_USER + r" is allergic to (?P<x>.+)", "allergy:{x}", 1),
+    (_USER + r" (?:does not|doesn't|cannot|can't|never) eats? (?P<x>.+)", "diet:{x}", 1),
+    (_USER + r" is (?P<x>vegetarian|vegan|pescatarian|lactose intolerant|gluten[- ]free)", "diet:{x}", 1),
+    (_USER + r" (?:dislikes|hates|does not like|doesn't like) (?P<x>.+)", "pref:{x}", -1),
+    (_USER + r" (?:likes|loves|enjoys|adores) (?P<x>.+)", "pref:{x}", 1),
+    (_USER + r" prefers (?P<x>.+)", "prefer:{x}", 1),
+    (_USER + r"'s favou?rite (?P<what>[a-z ]{2,30}?) is (?P<x>.+)", "favourite:{what}", 1),
+    (_USER + rf"'s (?P<rel>{_RELATIONS}) is (?P<x>.+)", "rel:{rel}", 1),
+]]
+_THEIR = re.compile(r"\btheir\b", re.I)
+
+
+def stated_slot(text: str) -> tuple[str, int] | None:
+    """The slot (key, polarity) of a fact said of "User" in the words the rules write ("User
+    lives in Porto" -> ``("residence", 1)``), so that it replaces the fact of that slot as the
+    user's own "I moved to Porto" does; ``None`` for any other fact (pure)."""
+    said = " ".join(text.replace("\u2019", "'").split()).rstrip(".!")
+    for pattern, key_t, polarity in _STATED:
+        found = pattern.fullmatch(said)
+        if found:
+            groups = {k: _THEIR.sub("my", v.strip()) for k, v in found.groupdict().items()}
+            return normalize_key(key_t.format(**groups)), polarity
+    return None
+
+
 def normalize_key(key: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"\b(?:the|a|an|my|some)\b", " ", key.lower())).strip()
 

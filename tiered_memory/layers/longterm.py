@@ -20,7 +20,7 @@ from ..aio import run_sync
 from .buffer import select_buffer
 from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript
 from ..errors import InvalidInputError, LLMError, NotFoundError
-from .extractive import extract_episode, extract_fact_candidates
+from .extractive import extract_episode, extract_fact_candidates, stated_slot
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
 from .semantic import ExtractedFacts, Judgement, SemanticMemory
@@ -231,11 +231,14 @@ class Layers:
 
     def add_fact(self, user_id: str, text: str, type: str, confidence: float,
                  metadata: Mapping[str, Any] | None) -> Fact:
-        """An application-supplied fact, resolved by rules; returns the resulting (or existing) fact."""
+        """An application-supplied fact, resolved by rules; returns the resulting (or existing) fact.
+        A fact in the rules' own words ("User lives in Porto") takes their slot, so it replaces
+        the fact of that slot ("User lives in Lisbon") as the user saying so would."""
         check_text(text, "fact text")
         if not isinstance(confidence, (int, float)) or not 0.0 <= confidence <= 1.0:
             raise InvalidInputError(f"confidence must be within [0, 1], got {confidence!r}")
-        cand = FactCandidate(type=type, text=text.strip(), confidence=float(confidence))
+        key, polarity = stated_slot(text) or (None, 1)
+        cand = FactCandidate(type=type, text=text.strip(), confidence=float(confidence), key=key, polarity=polarity)
         with self.facts.lock:  # the fact a no-op names is read before another thread may delete it
             res, fact = self.facts.resolve_and_apply(user_id, cand, metadata={**(metadata or {}), "method": "manual"})
             return fact if fact is not None else self.facts.get(user_id, res.target_id or "")

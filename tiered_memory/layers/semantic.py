@@ -92,7 +92,8 @@ def decide_resolution(
     """Resolve ``candidate`` against ``related`` (valid facts with cosine similarity), pure.
 
     A valid LLM ``judgement`` wins; one that names a missing fact is ignored. Rules:
-    same slot (``key``) with another value or polarity invalidates; same text or
+    same slot (``key``) with another value or polarity invalidates (the same value said more
+    fully, "Lisbon" -> "Lisbon, Portugal", updates); same text or
     similarity >= ``same`` is a no-op; similarity >= ``merge`` updates; else add.
     """
     ranked = sorted((r for r in related if r[0].valid), key=lambda r: -r[1])
@@ -109,10 +110,14 @@ def decide_resolution(
                               reason=f"llm judged {judgement.action}", method="llm")
     for f, _ in ranked:
         if candidate.key and f.key == candidate.key:
-            if f.polarity != candidate.polarity or _norm(f.text) != _norm(candidate.text):
-                return Resolution(action="invalidate", target_id=f.id,
-                                  reason=f"contradicts the fact in slot {candidate.key!r}")
-            return Resolution(action="noop", target_id=f.id, reason="same fact in the same slot")
+            old, new = _norm(f.text), _norm(candidate.text)
+            if f.polarity == candidate.polarity and old == new:
+                return Resolution(action="noop", target_id=f.id, reason="same fact in the same slot")
+            if f.polarity == candidate.polarity and new[len(old):len(old) + 1] in (",", " ") and new.startswith(old):  # "Lisbon" -> "Lisbon, Portugal"
+                return Resolution(action="update", target_id=f.id, text=candidate.text,
+                                  reason=f"says the fact in slot {candidate.key!r} more fully")
+            return Resolution(action="invalidate", target_id=f.id,
+                              reason=f"contradicts the fact in slot {candidate.key!r}")
     if not ranked:
         return Resolution(action="add", reason="no related fact")
     best, sim = ranked[0]
