@@ -118,3 +118,27 @@ async def test_the_async_twin_refuses_too(make_memory: Callable[..., TieredMemor
     memory.close()
     with pytest.raises(UsageError, match="closed"):
         await memory.asearch("x", user_id="u")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")  # Python 3.12+
+def test_the_library_thread_pools_work_in_a_forked_child() -> None:
+    """A worker forked after the parent used the library (gunicorn --preload) opens its own
+    memory, as the refusal above tells it to: the module-level pools that memory uses (the
+    keyword query beside the vector scan, the sync bridge) must not be the parent's, whose
+    threads the child does not have (a submit waited forever)."""
+    from tiered_memory import aio
+    from tiered_memory.recall import search
+    for pool in (search.beside_pool(), aio.sync_pool()):  # used by the parent
+        assert pool.submit(os.getpid).result(timeout=30) == os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            for pool in (search.beside_pool(), aio.sync_pool()):
+                if pool.submit(os.getpid).result(timeout=10) != os.getpid():
+                    code = 1
+        except BaseException:
+            code = 2
+        os._exit(code)
+    assert _exit_code_of(pid) == 0

@@ -19,15 +19,37 @@ import concurrent.futures
 import threading
 import contextlib
 import functools
+import os
 from typing import Any, Callable, Concatenate, Coroutine, Iterator, ParamSpec, TypeVar
 
 T = TypeVar("T")
 S = TypeVar("S")
 P = ParamSpec("P")
-_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="tiered-memory-sync")
 _GUARD = threading.Lock()
 _LOOP: asyncio.AbstractEventLoop | None = None
 _THREAD: threading.Thread | None = None
+
+
+def thread_pool(max_workers: int, name: str) -> Callable[[], concurrent.futures.ThreadPoolExecutor]:
+    """A module's thread pool, as a function that returns it: a forked child (a worker of a
+    server that preloaded the app) gets a new one, since its copy of the parent's has no
+    threads and counts idle ones it lacks, so a task given to it never ran."""
+    held = [concurrent.futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name)]
+
+    def renew() -> None:
+        held[0] = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=name)
+
+    os.register_at_fork(after_in_child=renew)
+    return lambda: held[0]
+
+
+def _after_fork() -> None:  # the child has none of the parent's threads: not its loop, nor a lock one held
+    global _GUARD, _LOOP, _THREAD
+    _GUARD, _LOOP, _THREAD = threading.Lock(), None, None
+
+
+os.register_at_fork(after_in_child=_after_fork)
+sync_pool = thread_pool(4, "tiered-memory-sync")
 
 
 def _loop() -> asyncio.AbstractEventLoop:
@@ -45,7 +67,7 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     loop = _loop()
     if threading.current_thread() is _THREAD:
         # called from code already running on our loop: blocking it would deadlock
-        return _POOL.submit(asyncio.run, coro).result()
+        return sync_pool().submit(asyncio.run, coro).result()
     return asyncio.run_coroutine_threadsafe(coro, loop).result()
 
 

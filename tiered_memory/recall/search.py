@@ -11,7 +11,7 @@ for the longer of the two.
 from __future__ import annotations
 
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from itertools import islice
 from operator import attrgetter
@@ -19,6 +19,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from ..aio import thread_pool
 from ..config import RetrievalConfig
 from ..embedding import Embedder, embed_query
 from ..errors import ConfigurationError
@@ -57,7 +58,7 @@ def turn_weights(config: RetrievalConfig) -> TurnWeights:
 FILTER_SCOPE_MAX = 50_000  # more matching ids than this: filter the best candidates instead
 # keyword queries that run while the caller scans the user's vectors held in memory
 # (RetrievalConfig.keyword_beside_from)
-_BESIDE = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tiered-memory-search")
+beside_pool = thread_pool(4, "tiered-memory-search")
 
 
 Matches = tuple[dict[str, StoredMessage], list[tuple[str, float]]]  # records, and (id, score) best first
@@ -183,7 +184,7 @@ def gather_pool(
     if exact and plan.terms and isinstance(index, ExactScope) \
             and index.held_rows(user_id) >= config.keyword_beside_from:
         # the scan is in this process and long: the keyword query runs beside it
-        keyword = _BESIDE.submit(keyword_matches, store, user_id, plan.terms, k=n, session_id=session_id)
+        keyword = beside_pool().submit(keyword_matches, store, user_id, plan.terms, k=n, session_id=session_id)
     vec, parts = vector_hits(index, qv, user_id=user_id, n=n, chunks=chunks, session_id=session_id, among=among,
                              exact=exact)
     chunk_hit: dict[str, tuple[int, float]] = {}
