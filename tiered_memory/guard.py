@@ -27,6 +27,8 @@ class Calls:
         self._cond = threading.Condition()
         self._running = 0
         self._closed = False
+        self._closer: int | None = None  # the thread running close()
+        self._done = False  # that close has finished
         self._pid = os.getpid()
         self._depth = threading.local()  # calls of this thread (a call may make others)
 
@@ -58,15 +60,33 @@ class Calls:
         return os.getpid() != self._pid
 
     def close(self) -> bool:
-        """Refuse new calls, then wait until every call has returned but the caller's own (a
-        close() from inside a call). False, at once, when close had begun already."""
-        own = getattr(self._depth, "n", 0)
+        """Refuse new calls, then wait until every call has returned. True: the caller closes
+        the engines and then calls :meth:`closed`. False when close had begun already: once
+        that close has finished (at once in the thread running it).
+
+        Raises:
+            UsageError: called from inside a call (a progress callback, an embedder): that
+                call would be cut short, and background work waiting for its locks would
+                keep close() waiting forever.
+        """
+        if self.inside():
+            raise UsageError("close() was called from inside a call of this TieredMemory (a progress "
+                             "callback, or an embedder or index it runs): close it after that call returns")
         with self._cond:
             if self._closed:
+                if self._closer != threading.get_ident():
+                    self._cond.wait_for(lambda: self._done)
                 return False
             self._closed = True
-            self._cond.wait_for(lambda: self._running <= own)
+            self._closer = threading.get_ident()
+            self._cond.wait_for(lambda: self._running == 0)
         return True
+
+    def closed(self) -> None:
+        """The close that :meth:`close` let begin has finished: the other closes waiting return."""
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
 
 
 class Guarded(Protocol):

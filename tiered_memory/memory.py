@@ -254,10 +254,12 @@ class TieredMemory:
         """Refuse new calls, let the calls already running finish (a write whose caller was
         cancelled is stored whole; the calls of a ``working_memory`` or ``item_store`` handle
         too), write pending access counts, wait for background compression, release the
-        store. In a forked child it only forgets the inherited object (the parent owns it)."""
+        store. A second close() returns once the first has finished; one made from inside a
+        call of this memory (a progress callback) raises ``UsageError``, since it would cut
+        that call short. In a forked child it only forgets the inherited object (the parent owns it)."""
         if self._calls.forked():  # inherited through fork: the parent owns it
             return
-        if not self._calls.close():  # closed already (or closing in another thread)
+        if not self._calls.close():  # closed already (a close in another thread has finished)
             return
         try:
             self.parts.access.close()
@@ -270,10 +272,13 @@ class TieredMemory:
             if not getattr(self.store, "shared", False):
                 self.store.set_meta("state", "closed")
         finally:
-            self.index.close()
-            self.store.close()
-            if self._lock:
-                self._lock.release()
+            try:
+                self.index.close()
+                self.store.close()
+                if self._lock:
+                    self._lock.release()
+            finally:
+                self._calls.closed()
 
     def __enter__(self) -> "TieredMemory":
         return self
