@@ -86,6 +86,10 @@ class TieredMemoryEmbedding(BaseEmbedding):
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._embedder.embed_query(text)
 
+    async def _aget_text_embedding(self, text: str) -> list[float]:
+        # LlamaIndex's default calls the sync hook on the event loop
+        return await asyncio.to_thread(self._get_text_embedding, text)
+
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return self._embedder.embed_documents(texts)
 

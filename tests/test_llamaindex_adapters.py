@@ -183,6 +183,30 @@ def test_bundled_model_as_a_llamaindex_embedding(embedder: SentenceTransformerEm
     assert np.allclose(query, embedder.embed_query("where do I live?"), atol=1e-5)
 
 
+class _WaitingEmbedding(TieredMemoryEmbedding):
+    """The bundled model whose per-text embedding (LlamaIndex's ``_get_text_embedding`` hook)
+    waits until the test lets it go: a call made on the event loop's thread holds the loop."""
+
+    entered: Any = None
+    go: Any = None
+
+    def _get_text_embedding(self, text: str) -> list[float]:
+        self.entered.set()
+        if not self.go.wait(10):
+            raise RuntimeError("never let go: the event loop was blocked")
+        return super()._get_text_embedding(text)
+
+
+async def test_async_embedding_leaves_the_event_loop_free() -> None:
+    """``aget_text_embedding`` ran the model on the event loop (LlamaIndex's default
+    ``_aget_text_embedding`` calls the sync hook), stopping every other coroutine meanwhile."""
+    li = _WaitingEmbedding(entered=threading.Event(), go=threading.Event())
+    call = asyncio.create_task(li.aget_text_embedding("I live in Lisbon"))
+    assert await asyncio.to_thread(li.entered.wait, 60)  # this coroutine ran while the model did
+    li.go.set()
+    assert np.allclose(await call, li._get_text_embedding("I live in Lisbon"), atol=1e-6)
+
+
 def test_a_llamaindex_embedding_replaces_the_bundled_model(
     make_memory: Callable[..., TieredMemory],
 ) -> None:
