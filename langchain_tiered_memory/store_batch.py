@@ -97,6 +97,12 @@ class Coalescer:
         return await fut
 
     async def _drain(self) -> None:
+        try:
+            await self._run_pending()
+        finally:  # a finished task holds its loop, which holds this queue only weakly
+            self._task = None
+
+    async def _run_pending(self) -> None:
         while self._pending:
             taken, self._pending = self._pending, []
             groups = [(f, ops) for f, ops in taken if not f.done()]  # a cancelled caller is skipped

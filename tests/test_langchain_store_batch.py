@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import Any, Callable
 
 import pytest
@@ -118,6 +120,24 @@ def test_one_store_serves_several_event_loops_and_sync_calls(memory: TieredMemor
     asyncio.run(write(2))  # a second loop gets its own queue
     store.put(("u1",), "sync", {"v": 0})
     assert len(store.search(("u1",), limit=20)) == 11
+
+
+def test_an_event_loop_that_used_the_store_is_not_kept_alive(memory: TieredMemory) -> None:
+    """Each loop's queue is held weakly by its loop, but the queue kept its finished draining
+    task, which holds the loop: every ``asyncio.run`` that made an async store call (a sync
+    web handler running an agent per request) was kept for the store's lifetime."""
+    store = TieredMemoryStore(memory)
+    loops: list[weakref.ref[asyncio.AbstractEventLoop]] = []
+
+    async def call(n: int) -> None:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
+        await store.aput(("u1",), f"k{n}", {"v": n})
+        assert (await store.aget(("u1",), f"k{n}")).value == {"v": n}  # type: ignore[union-attr]
+
+    for n in range(3):
+        asyncio.run(call(n))
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None, None]
 
 
 def test_an_unknown_operation_is_refused_before_anything_runs(memory: TieredMemory) -> None:
