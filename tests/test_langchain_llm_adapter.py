@@ -11,14 +11,17 @@ import threading
 import time
 from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel, ParrotFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.runnables import RunnableLambda
 from langchain_openai import ChatOpenAI
 
 from langchain_tiered_memory.llm import LangChainLLM, call_options, is_openai_chat_model, to_langchain_messages
+from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError, LLMError
 from tiered_memory.llm.adapters import resolve_llm
 from tiered_memory.llm.base import LLM
@@ -231,3 +234,36 @@ def test_an_abandoned_call_does_not_hold_up_interpreter_exit() -> None:
     assert out.returncode == 0 and out.stdout.strip(), out.stderr
     timed_out = float(out.stdout.strip())
     assert exited - timed_out < 10  # the server would answer only 20 s after the call
+
+
+class _ChatStarts(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.starts = 0
+
+    def on_chat_model_start(self, *args: Any, **kwargs: Any) -> None:
+        self.starts += 1
+
+
+def test_the_model_calls_of_end_session_inside_a_run_get_the_runs_callbacks(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A chat model called inside a LangChain run is a child of that run (its callbacks, its
+    trace), as LangChain carries the run in context variables; the summarising calls of an
+    ``end_session`` made inside a run lost them: the model ran on a thread started without
+    the caller's context, so a tracer saw nothing of them."""
+    model = fake(json.dumps({"facts": []}), json.dumps({"summary": "Lives in Lisbon", "key_points": ["Lisbon"],
+                                                        "topics": ["home"]}),
+                 json.dumps({"facts": []}), json.dumps({"summary": "Moved to Porto", "key_points": ["Porto"],
+                                                        "topics": ["home"]}))
+    memory = make_memory("traced", llm=model)
+    memory.add("user", "I live in Lisbon", session_id="s1", user_id="u")
+    memory.add("user", "I moved to Porto", session_id="s2", user_id="u")
+    sync, asynchronous = _ChatStarts(), _ChatStarts()
+    episode = RunnableLambda(lambda _: memory.end_session("s1", user_id="u")).invoke(
+        None, config={"callbacks": [sync]})
+    assert episode.metadata["method"] == "llm" and sync.starts == 2
+
+    async def end(_: Any) -> Any:
+        return await memory.aend_session("s2", user_id="u")
+
+    episode = asyncio.run(RunnableLambda(end).ainvoke(None, config={"callbacks": [asynchronous]}))
+    assert episode.metadata["method"] == "llm" and asynchronous.starts == 2

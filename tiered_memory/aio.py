@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import threading
 import contextlib
 import functools
@@ -67,8 +68,8 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     loop = _loop()
     if threading.current_thread() is _THREAD:
         # called from code already running on our loop: blocking it would deadlock
-        return sync_pool().submit(asyncio.run, coro).result()
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
+        return sync_pool().submit(contextvars.copy_context().run, asyncio.run, coro).result()
+    return asyncio.run_coroutine_threadsafe(coro, loop).result()  # its task runs in a copy of our context
 
 
 def _deliver(future: "asyncio.Future[Any]", result: Any, error: BaseException | None) -> None:
@@ -83,8 +84,11 @@ def _deliver(future: "asyncio.Future[Any]", result: Any, error: BaseException | 
 def in_daemon_thread(fn: Callable[[], T]) -> "asyncio.Future[T]":
     """A future of the running loop for ``fn()`` run on a new daemon thread: a blocking call
     (a model's sync client) awaited this way leaves the loop free, so a caller's timeout
-    returns at once, and an abandoned call never holds up interpreter exit."""
+    returns at once, and an abandoned call never holds up interpreter exit. ``fn`` runs in a
+    copy of the caller's context variables, as with ``asyncio.to_thread``: a LangChain or
+    LlamaIndex call inside it is a child of the caller's run (callbacks, traces)."""
     loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
     future: asyncio.Future[T] = loop.create_future()
 
     def run() -> None:
@@ -101,7 +105,7 @@ def in_daemon_thread(fn: Callable[[], T]) -> "asyncio.Future[T]":
         except RuntimeError:  # the loop is closed: nobody waits any more
             pass
 
-    threading.Thread(target=run, name="tiered-memory-call", daemon=True).start()
+    threading.Thread(target=context.run, args=(run,), name="tiered-memory-call", daemon=True).start()
     return future
 
 
