@@ -16,7 +16,9 @@ To recall for the new input itself, use :class:`~.middleware.TieredMemoryMiddlew
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable, Sequence
+import contextlib
+import threading
+from typing import Any, Callable, Iterator, Sequence
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -82,12 +84,32 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         self.hold_reads = hold_reads
         self._held: list[BaseMessage] | None = None
+        self._guard = threading.Lock()
+        self._writes = 0  # writes begun and ended: a read that spans one is not held
+        self._writing = 0  # writes running now (a cancelled async one's thread too)
 
     # ---- reads: one implementation, run in a worker thread by the async twin ----
     def _read(self) -> list[BaseMessage]:
-        if self._held is None or not self.hold_reads:
-            self._held = self._fresh()
-        return list(self._held)
+        with self._guard:
+            held, seen = self._held if self.hold_reads else None, self._writes
+        if held is None:
+            held = self._fresh()
+            with self._guard:
+                if self.hold_reads and self._writes == seen and not self._writing:
+                    self._held = held
+        return list(held)
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """A write: what reads hold is forgotten when it begins and when it ends, and a read
+        that overlaps it is not held, since it may have read the state before it."""
+        with self._guard:
+            self._held, self._writes, self._writing = None, self._writes + 1, self._writing + 1
+        try:
+            yield
+        finally:
+            with self._guard:
+                self._held, self._writes, self._writing = None, self._writes + 1, self._writing - 1
 
     def _fresh(self) -> list[BaseMessage]:
         buffer = self.memory.get_buffer(self.session_id, user_id=self.user_id)
@@ -112,37 +134,33 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         return await asyncio.to_thread(self._read)
 
     # ---- writes ----------------------------------------------------------
+    # ---- writes: one implementation each, run in a worker thread by the async twin ----
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store messages in one bulk write (one embedding batch, one transaction)."""
-        self._held = None
-        rows = to_core_many(messages, max_metadata_bytes=self.memory.config.max_metadata_bytes)
-        if rows:
-            self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
+        with self._write():
+            rows = to_core_many(messages, max_metadata_bytes=self.memory.config.max_metadata_bytes)
+            if rows:
+                self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        self._held = None
-        rows = to_core_many(messages, max_metadata_bytes=self.memory.config.max_metadata_bytes)
-        if rows:
-            await self.memory.aadd_many(rows, session_id=self.session_id, user_id=self.user_id)
+        await asyncio.to_thread(self.add_messages, messages)
 
     def clear(self) -> None:
         """Delete this session's messages (other sessions and users are untouched)."""
-        self._held = None
-        self.memory.clear_session(self.session_id, user_id=self.user_id)
+        with self._write():
+            self.memory.clear_session(self.session_id, user_id=self.user_id)
 
     async def aclear(self) -> None:
-        self._held = None
-        await self.memory.aclear_session(self.session_id, user_id=self.user_id)
+        await asyncio.to_thread(self.clear)
 
     def end_session(self) -> Any:
         """Close the session in long-term memory: extract facts and compress it into an
         episode (with the memory's LLM, else by rules). Returns the episode, if any."""
-        self._held = None
-        return self.memory.end_session(self.session_id, user_id=self.user_id)
+        with self._write():
+            return self.memory.end_session(self.session_id, user_id=self.user_id)
 
     async def aend_session(self) -> Any:
-        self._held = None
-        return await self.memory.aend_session(self.session_id, user_id=self.user_id)
+        return await asyncio.to_thread(self.end_session)
 
     def __repr__(self) -> str:
         return (f"TieredChatMessageHistory(user_id={self.user_id!r}, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import sys
 from typing import Any, Callable
@@ -25,6 +26,8 @@ from langchain_tiered_memory import (
     to_core,
 )
 from tiered_memory import BufferConfig, InvalidInputError, MemoryConfig, TieredMemory
+from tiered_memory.embedding import Embedder
+from tiered_memory.testing import HeldEmbedder
 
 
 def _varied_messages() -> list[BaseMessage]:
@@ -281,3 +284,24 @@ def test_a_bad_message_in_a_bulk_write_is_named_and_nothing_is_stored(memory: Ti
 def test_bad_arguments_are_refused_when_the_history_is_built(memory: TieredMemory, make: Any) -> None:
     with pytest.raises(InvalidInputError, match="max_tokens|memory must be a TieredMemory"):
         make(memory)
+
+
+async def test_a_read_made_while_a_write_runs_is_not_held_past_that_write(
+        make_memory: Callable[..., TieredMemory], embedder: Embedder) -> None:
+    """A history that holds its reads (``history_factory``'s) forgets what it holds when it
+    writes; a read made while its own write was still running (a concurrent task, or one
+    cancelled by a timeout and left running) was held after that write had returned, so every
+    later read missed the written messages."""
+    held = HeldEmbedder(embedder)
+    memory = make_memory("held-reads", embedder=held)
+    history = history_factory(memory)(user_id="u", session_id="s")
+    await history.aadd_messages([HumanMessage("I live in Lisbon")])
+    held.hold()
+    writing = asyncio.create_task(history.aadd_messages([HumanMessage("I moved to Porto")]))
+    assert await asyncio.to_thread(held.entered.wait, 60)  # the write waits in the embedder: nothing committed
+    during = await history.aget_messages()
+    held.release()
+    await writing
+    assert [m.content for m in during] == ["I live in Lisbon"]
+    assert [m.content for m in await history.aget_messages()] == ["I live in Lisbon", "I moved to Porto"]
+    assert [m.content for m in history.messages] == ["I live in Lisbon", "I moved to Porto"]
