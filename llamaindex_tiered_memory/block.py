@@ -339,14 +339,23 @@ async def aend_session(memory: Memory) -> None:
 
     Raises:
         InvalidInputError: ``memory`` is not a ``llama_index.core.memory.Memory``.
+        UsageError, StoreError: the first block could not store the queue (its memory is
+            closed, its disk full): the queue is kept, so ending again stores it.
     """
     if not isinstance(memory, Memory):
         raise InvalidInputError(f"aend_session takes a llama_index Memory, got {type(memory).__name__}")
     active = await memory.sql_store.get_messages(memory.session_id, status=MessageStatus.ACTIVE)
     if active:
-        await memory.sql_store.archive_oldest_messages(memory.session_id, n=len(active))
-        for block in memory.memory_blocks:
-            await block.aput(active, from_short_term_memory=True, session_id=memory.session_id)
+        # archived once a block has taken them: a failure before that (the tiered memory closed,
+        # its disk full) leaves them in the queue to end again, and none is put twice after it
+        taken = False
+        try:
+            for block in memory.memory_blocks:
+                await block.aput(active, from_short_term_memory=True, session_id=memory.session_id)
+                taken = True
+        finally:
+            if taken or not memory.memory_blocks:
+                await memory.sql_store.archive_oldest_messages(memory.session_id, n=len(active))
     seen: set[tuple[int, str]] = set()
     for block in _tiered_blocks(memory):
         key = (id(block.memory), block.user_id)

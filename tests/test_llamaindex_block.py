@@ -168,6 +168,25 @@ async def test_end_session_moves_the_queue_to_long_term(memory: TieredMemory) ->
     assert await mem.aget_all(status=MessageStatus.ACTIVE) == []
 
 
+async def test_an_end_session_that_cannot_store_leaves_the_queue_to_end_again(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """The queue was archived before the blocks stored it: with the tiered memory closed (or
+    its disk full), aend_session raised, and the turns had left the queue for good, so ending
+    again once the memory was back stored nothing."""
+    memory = make_memory("ending")
+    block = TieredMemoryBlock(memory=memory, user_id="u1")
+    mem = Memory.from_defaults(session_id="s1", tokenizer_fn=TOKENIZER, memory_blocks=[block])
+    await mem.aput_messages(turn("Remember: the wifi password is on the fridge.", "Got it."))
+    memory.close()
+    with pytest.raises(UsageError, match="closed"):
+        await aend_session(mem)
+    assert len(await mem.aget_all(status=MessageStatus.ACTIVE)) == 2  # still in the queue
+    block.memory = make_memory("ending")
+    await aend_session(mem)
+    assert [m.role for m in block.memory.get_messages("s1", user_id="u1")] == ["user", "assistant"]
+    assert await mem.aget_all(status=MessageStatus.ACTIVE) == []
+
+
 def test_block_validates_ids(memory: TieredMemory) -> None:
     with pytest.raises(ValueError, match="user_id must be a non-empty string"):
         TieredMemoryBlock(memory=memory, user_id=" ")
