@@ -101,3 +101,20 @@ async def test_a_cancelled_write_is_stored_whole_when_the_memory_closes_at_once(
         assert [m.id for m in again.get_messages("s", user_id="u")] == [f"m{i}" for i in range(6)]
         again.flush()
         assert again.stats().indexed == 6
+
+
+async def test_an_async_progress_callback_is_refused_before_anything_is_stored(memory):
+    """``progress`` is called in the worker thread that runs the call: an ``async def`` one
+    only made coroutines that never ran (no progress reported, a 'never awaited' warning
+    later), and the batch was stored as if it had been accepted."""
+    from tiered_memory import InvalidInputError
+
+    async def progress(n: int) -> None:  # pragma: no cover - never called
+        raise AssertionError("an async callback cannot be run from the worker thread")
+
+    batch = [{"role": "user", "content": "I keep bees on the roof"}]
+    with pytest.raises(InvalidInputError, match="progress"):
+        await memory.aadd_many(batch, session_id="s", user_id="u", progress=progress)
+    with pytest.raises(InvalidInputError, match="progress"):
+        await memory.aconsolidate("u", progress=progress)
+    assert await memory.aget_messages("s", user_id="u") == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -385,6 +386,9 @@ def check_callback(value: object, name: str) -> None:
     refused has stored nothing (a non-callable would fail only after the first commit)."""
     if value is not None and not callable(value):
         raise InvalidInputError(f"{name} must be a function (or None), got {type(value).__name__}")
+    if inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(getattr(value, "__call__", None)):
+        raise InvalidInputError(f"{name} must be a plain function, not an async one: it is called in the worker "
+                                "thread that runs the call (the a* twins too), where a coroutine never runs")
 
 
 def check_timeout(value: object, name: str = "timeout") -> float | None:
