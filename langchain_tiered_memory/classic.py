@@ -24,7 +24,6 @@ of the session) are there too.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Sequence
 
 from langchain_classic.base_memory import BaseMemory
@@ -32,6 +31,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import ConfigDict, field_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
+from tiered_memory.aio import to_thread
 from tiered_memory.quoting import quote
 from tiered_memory.validation import check_count, check_id
 
@@ -242,10 +242,10 @@ class TieredConversationMemory(BaseMemory):
 
     # async twins: the same implementation, off the event loop
     async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        return await asyncio.to_thread(self.load_memory_variables, inputs)
+        return await to_thread(self.load_memory_variables, inputs)
 
     async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        await asyncio.to_thread(self.save_context, inputs, outputs)
+        await to_thread(self.save_context, inputs, outputs)
 
     async def aclear(self) -> None:
-        await asyncio.to_thread(self.clear)
+        await to_thread(self.clear)

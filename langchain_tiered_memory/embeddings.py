@@ -12,12 +12,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Iterable
 
 from langchain_core.embeddings import Embeddings
 
 from tiered_memory import Embedder, SentenceTransformerEmbedder
+from tiered_memory.aio import to_thread
 from tiered_memory.embedding import embedder_name
 from tiered_memory.errors import EmbeddingError, InvalidInputError
 
@@ -99,7 +99,7 @@ class TieredMemoryEmbeddings(Embeddings):
         return list(map(float, self.embedder.embed_query(text)))
 
     async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.to_thread(self.embed_documents, texts)
+        return await to_thread(self.embed_documents, texts)
 
     async def aembed_query(self, text: str) -> list[float]:
-        return await asyncio.to_thread(self.embed_query, text)
+        return await to_thread(self.embed_query, text)

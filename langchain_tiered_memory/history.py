@@ -15,7 +15,6 @@ To recall for the new input itself, use :class:`~.middleware.TieredMemoryMiddlew
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
 from typing import Any, Callable, Iterator, Sequence
@@ -25,6 +24,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables.utils import ConfigurableFieldSpec
 
 from tiered_memory import TieredMemory
+from tiered_memory.aio import to_thread
 from tiered_memory.types import StoredMessage
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.validation import check_count, check_id
@@ -131,7 +131,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         return self._read()
 
     async def aget_messages(self) -> list[BaseMessage]:
-        return await asyncio.to_thread(self._read)
+        return await to_thread(self._read)
 
     # ---- writes ----------------------------------------------------------
     # ---- writes: one implementation each, run in a worker thread by the async twin ----
@@ -143,7 +143,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
                 self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        await asyncio.to_thread(self.add_messages, messages)
+        await to_thread(self.add_messages, messages)
 
     def clear(self) -> None:
         """Delete this session's messages (other sessions and users are untouched)."""
@@ -151,7 +151,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
             self.memory.clear_session(self.session_id, user_id=self.user_id)
 
     async def aclear(self) -> None:
-        await asyncio.to_thread(self.clear)
+        await to_thread(self.clear)
 
     def end_session(self) -> Any:
         """Close the session in long-term memory: extract facts and compress it into an
@@ -160,7 +160,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
             return self.memory.end_session(self.session_id, user_id=self.user_id)
 
     async def aend_session(self) -> Any:
-        return await asyncio.to_thread(self.end_session)
+        return await to_thread(self.end_session)
 
     def __repr__(self) -> str:
         return (f"TieredChatMessageHistory(user_id={self.user_id!r}, "

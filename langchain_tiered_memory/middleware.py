@@ -22,7 +22,6 @@ read as its string).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -31,6 +30,7 @@ from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemM
 from langgraph.runtime import Runtime
 
 from tiered_memory import TieredMemory
+from tiered_memory.aio import to_thread
 from tiered_memory.errors import ConfigurationError
 from tiered_memory.validation import check_count, check_id, check_optional_id
 
@@ -217,7 +217,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
     ) -> ModelResponse:
-        return await handler(await asyncio.to_thread(self.prepare, request))
+        return await handler(await to_thread(self.prepare, request))
 
     # ---- after the model -------------------------------------------------
     def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None, *, final: bool = False) -> int:
@@ -238,7 +238,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
         return None
 
     async def aafter_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await asyncio.to_thread(self.save, list(state["messages"]), runtime)
+        await to_thread(self.save, list(state["messages"]), runtime)
         return None
 
     # once more at the end of the run, for turns that end without a model call
@@ -248,5 +248,5 @@ class TieredMemoryMiddleware(AgentMiddleware):
         return None
 
     async def aafter_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await asyncio.to_thread(self.save, list(state["messages"]), runtime, final=True)
+        await to_thread(self.save, list(state["messages"]), runtime, final=True)
         return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -11,6 +10,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, field_validator
 
 from tiered_memory import MemoryHit, TieredMemory
+from tiered_memory.aio import to_thread
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.quoting import defuse_tokens
 from tiered_memory.validation import check_count, check_id, check_optional_id
@@ -147,4 +147,4 @@ class TieredMemoryRetriever(BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any,
     ) -> list[Document]:
-        return await asyncio.to_thread(self._search, query, **kwargs)
+        return await to_thread(self._search, query, **kwargs)

@@ -26,7 +26,6 @@ streaming yields the chain's chunks unchanged and records their sum at the end.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, message_chunk_to_message
@@ -34,6 +33,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.utils import ConfigurableFieldSpec
 
 from tiered_memory import TieredMemory
+from tiered_memory.aio import to_thread
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.validation import check_count, check_id
 
@@ -197,9 +197,9 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = ensure_config(config)
-        prepared, turn, scope = await asyncio.to_thread(self._prepare, input, config)
+        prepared, turn, scope = await to_thread(self._prepare, input, config)
         output = await self.runnable.ainvoke(prepared, config, **kwargs)
-        await asyncio.to_thread(self._record, turn, output, scope)
+        await to_thread(self._record, turn, output, scope)
         return output
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
@@ -213,12 +213,12 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         config = ensure_config(config)
-        prepared, turn, scope = await asyncio.to_thread(self._prepare, input, config)
+        prepared, turn, scope = await to_thread(self._prepare, input, config)
         total: Any = None
         async for chunk in self.runnable.astream(prepared, config, **kwargs):
             total = _add(total, chunk)
             yield chunk
-        await asyncio.to_thread(self._record, turn, total, scope)
+        await to_thread(self._record, turn, total, scope)
 
     def __repr__(self) -> str:
         return (f"TieredMemoryRunnable({self.runnable!r}, input_messages_key={self.input_messages_key!r}, "

@@ -27,6 +27,8 @@ from typing import Callable, Sequence
 
 from langgraph.store.base import Op, PutOp, Result
 
+from tiered_memory.aio import to_thread
+
 __all__ = ["BatchPlan", "Coalescer", "plan_batch", "spread_results"]
 
 
@@ -110,7 +112,7 @@ class Coalescer:
                 continue
             try:
                 try:
-                    results = await asyncio.to_thread(self._run, [op for _, ops in groups for op in ops])
+                    results = await to_thread(self._run, [op for _, ops in groups for op in ops])
                 except Exception as e:
                     if len(groups) == 1:
                         if not groups[0][0].done():
@@ -123,7 +125,7 @@ class Coalescer:
                         if f.done():
                             continue
                         try:
-                            f.set_result(await asyncio.to_thread(self._run, ops))
+                            f.set_result(await to_thread(self._run, ops))
                         except Exception as alone:
                             f.set_exception(alone)
                     continue

@@ -9,13 +9,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
 from tiered_memory.embedding import SentenceTransformerEmbedder
+from tiered_memory.aio import to_thread
 from tiered_memory.errors import ConfigurationError, EmbeddingError
 
 
@@ -81,17 +81,17 @@ class TieredMemoryEmbedding(BaseEmbedding):
         return self._embedder.embed_query(query)
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
-        return await asyncio.to_thread(self._get_query_embedding, query)
+        return await to_thread(self._get_query_embedding, query)
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._embedder.embed_query(text)
 
     async def _aget_text_embedding(self, text: str) -> list[float]:
         # LlamaIndex's default calls the sync hook on the event loop
-        return await asyncio.to_thread(self._get_text_embedding, text)
+        return await to_thread(self._get_text_embedding, text)
 
     def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
         return self._embedder.embed_documents(texts)
 
     async def _aget_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-        return await asyncio.to_thread(self._get_text_embeddings, texts)
+        return await to_thread(self._get_text_embeddings, texts)

@@ -118,3 +118,19 @@ async def test_an_async_progress_callback_is_refused_before_anything_is_stored(m
     with pytest.raises(InvalidInputError, match="progress"):
         await memory.aconsolidate("u", progress=progress)
     assert await memory.aget_messages("s", user_id="u") == []
+
+
+@pytest.mark.timeout(60)
+async def test_a_stop_iteration_from_inside_the_worker_thread_is_raised_not_a_hang(memory):
+    """An asyncio future cannot hold ``StopIteration``: one raised in the worker thread (a
+    callback's bare ``next()``) never reached the awaiting coroutine, which waited forever.
+    It comes back as ``RuntimeError`` with it as the cause (as LangChain's ``run_in_executor``
+    does), and the memory goes on working."""
+    def progress(n: int) -> None:
+        next(iter([]))
+
+    batch = [{"role": "user", "content": "I keep bees on the roof", "id": "m1"}]
+    with pytest.raises(RuntimeError) as raised:
+        await memory.aadd_many(batch, session_id="s", user_id="u", progress=progress)
+    assert isinstance(raised.value.__cause__, StopIteration)
+    assert await memory.aadd_many(batch, session_id="s", user_id="u") == ["m1"]

@@ -140,6 +140,21 @@ def test_an_event_loop_that_used_the_store_is_not_kept_alive(memory: TieredMemor
     assert [ref() for ref in loops] == [None, None, None]
 
 
+@pytest.mark.timeout(60)
+async def test_a_stop_iteration_in_a_batch_fails_its_caller_and_the_next_calls_run(memory: TieredMemory) -> None:
+    """A ``StopIteration`` raised while a batch ran (here by the user mapping) never reached
+    the batch's task, which waited forever, and every later async call on that loop queued
+    behind it for good."""
+    def owner(namespace: tuple[str, ...], key: str | None) -> str | None:
+        return next(iter([])) if namespace[0] == "broken" else namespace[0]
+
+    store = TieredMemoryStore(memory, user_namespace=owner)
+    with pytest.raises(RuntimeError):
+        await store.aput(("broken",), "k", {"v": 1})
+    await store.aput(("u1",), "k", {"v": 2})
+    assert (await store.aget(("u1",), "k")).value == {"v": 2}  # type: ignore[union-attr]
+
+
 def test_an_unknown_operation_is_refused_before_anything_runs(memory: TieredMemory) -> None:
     store = TieredMemoryStore(memory)
     with pytest.raises(InvalidInputError, match="unknown store operation"):

@@ -72,6 +72,20 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, loop).result()  # its task runs in a copy of our context
 
 
+def _no_stop_iteration(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    try:
+        return fn(*args, **kwargs)
+    except StopIteration as e:  # an asyncio future cannot hold it: its awaiter would wait forever
+        raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} raised StopIteration") from e
+
+
+async def to_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """``asyncio.to_thread`` (in a copy of the caller's context), with a ``StopIteration``
+    raised in the thread (a callback's bare ``next()``) raised as ``RuntimeError`` from it,
+    as LangChain's ``run_in_executor`` does, instead of leaving the caller waiting forever."""
+    return await asyncio.to_thread(_no_stop_iteration, fn, *args, **kwargs)
+
+
 def _deliver(future: "asyncio.Future[Any]", result: Any, error: BaseException | None) -> None:
     if future.done():  # the caller gave up (timeout, cancel)
         return
@@ -95,7 +109,7 @@ def in_daemon_thread(fn: Callable[[], T]) -> "asyncio.Future[T]":
         result: Any = None
         error: BaseException | None = None
         try:
-            result = fn()
+            result = _no_stop_iteration(fn)
         except Exception as e:  # handed to the awaiting coroutine
             error = e
         except BaseException as e:  # noqa: BLE001 - never leave the caller waiting forever
@@ -149,7 +163,7 @@ class ReadWriteGate:
 
 
 def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """The async twin of a sync method: same parameters, run by ``asyncio.to_thread``.
+    """The async twin of a sync method: same parameters, run by :func:`to_thread`.
 
     Example:
         >>> class Store:
@@ -162,7 +176,7 @@ def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], 
 
     @functools.wraps(method)
     async def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await asyncio.to_thread(method, self, *args, **kwargs)
+        return await to_thread(method, self, *args, **kwargs)
 
     run.__name__ = "a" + method.__name__
     owner = method.__qualname__.rpartition(".")[0]
