@@ -133,7 +133,6 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
     async def aget_messages(self) -> list[BaseMessage]:
         return await to_thread(self._read)
 
-    # ---- writes ----------------------------------------------------------
     # ---- writes: one implementation each, run in a worker thread by the async twin ----
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store messages in one bulk write (one embedding batch, one transaction)."""
