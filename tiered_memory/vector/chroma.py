@@ -136,6 +136,7 @@ class ChromaVectorIndex:
 
         Raises:
             ConfigurationError: a bad URL query or collection name (nothing was opened).
+            MissingDependencyError: chromadb is not installed.
             VectorIndexError: the server cannot be reached.
         """
         where = server_address(url, "chroma", collection)

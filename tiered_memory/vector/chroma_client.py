@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import VectorIndexError
+from ..errors import VectorIndexError, missing
 from .ownership import OWNER_KEY
 
 
@@ -62,10 +62,15 @@ def server_client(url: str, shown: str) -> Any:
     is the URL as an error may show it.
 
     Raises:
+        MissingDependencyError: chromadb is not installed (a server needs its client too).
         VectorIndexError: the server cannot be reached.
     """
-    import chromadb
     from urllib.parse import urlsplit
+
+    try:
+        import chromadb
+    except ImportError as e:
+        raise missing("chromadb", "embedded") from e
 
     try:
         u = urlsplit(url)

@@ -1,0 +1,41 @@
+"""Each optional backend of the core, asked for without its extra, raises
+``MissingDependencyError`` naming the ``pip install`` that fixes it, never a bare
+``ModuleNotFoundError`` from deep inside (the adapters' own are in their test files).
+
+Each case runs in a fresh interpreter where the extra's package cannot be imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("blocked, settings, extra", [
+    ("chromadb", {}, "embedded"),  # the default folder store
+    ("chromadb", {"vector_store": "http://127.0.0.1:9"}, "embedded"),  # a Chroma server
+    ("qdrant_client", {"vector_store": "qdrant"}, "qdrant"),
+    ("qdrant_client", {"vector_store": "qdrant+http://127.0.0.1:9"}, "qdrant"),
+    ("psycopg", {"record_store": "postgresql://u:p@127.0.0.1:9/db"}, "postgres"),
+    ("tokenizers", {"vector_store": "qdrant"}, "embedded"),  # the static embedder's tokenizer
+], ids=["chroma-folder", "chroma-server", "qdrant-folder", "qdrant-server", "postgres", "static-embedder"])
+def test_a_backend_without_its_extra_names_the_extra(tmp_path, blocked, settings, extra):
+    code = textwrap.dedent(f"""
+        import sys
+        sys.modules[{blocked!r}] = None
+        from tiered_memory import MissingDependencyError, TieredMemory
+        try:
+            with TieredMemory({str(tmp_path / "m")!r}, **{settings!r}) as memory:
+                memory.add_many([{{"role": "user", "content": "hello"}}], user_id="u", session_id="s")
+                memory.search("hello", user_id="u")
+        except MissingDependencyError as e:
+            print(type(e).__name__, e.extra)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["MissingDependencyError", extra]
