@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from .embedding import Embedder, embedder_name, reopen_with
-from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
+from .errors import ConfigurationError, CorruptStoreError, InvalidInputError, VectorIndexError
 from .folder_lock import FolderLock
 from .store.base import RecordStore, SessionSource
 from .store.repositories import LayerRepository
@@ -41,6 +41,27 @@ def foreign_entries(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir()
                   if p.name not in STORE_ENTRIES and not p.name.startswith("."))  # .DS_Store, .gitkeep
 
+
+
+def check_export_target(folder: Path, target: Path) -> None:
+    """Refuse an export ``target`` that is one of the memory folder's own files (the record store,
+    its WAL, the lock, the vector index; through a symlink or a hard link too): an export moves a
+    finished file over its target, which would replace the store with JSONL, or the lock with a
+    file no process holds.
+
+    Raises:
+        InvalidInputError: ``target`` is one of them.
+    """
+    home, where = folder.resolve(), target.resolve()
+    own = where.parent == home and where.name in STORE_ENTRIES
+    own = own or any(home / entry in where.parents for entry in ("chroma", "qdrant"))
+    if not own and where.exists():
+        own = any(os.path.samefile(where, home / entry) for entry in STORE_ENTRIES
+                  if (home / entry).is_file())
+    if own:
+        raise InvalidInputError(
+            f"cannot write {target}: it is one of the memory's own files, which the export would replace; "
+            f"name a file outside them, such as {folder / 'export.jsonl'}")
 
 
 def configured_record_store() -> str | None:

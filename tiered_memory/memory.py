@@ -27,6 +27,7 @@ from .aio import ReadWriteGate, twin
 from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
     attach_sessions,
+    check_export_target,
     configured_vector_store,
     foreign_entries as foreign_entries,
     is_embedded_index,
@@ -562,6 +563,7 @@ class TieredMemory:
         scratchpad) and the audit log. Not in it: pruned working items, expired items,
         vectors (recomputed on import). See :mod:`.portable`."""
         path = check_path(path)
+        check_export_target(self.path, path)
         self.parts.access.flush()  # the access counts written are current
         return export_jsonl(self.store, path, user_id, self._rows if self._layers_ok() else None, now=self.parts.now(),
                             max_chars=self.config.max_content_chars,

@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from .backends import check_export_target
 from .config import MemoryConfig, check_config
 from .embedding import Embedder, default_embedder
 from .guard import Calls
@@ -149,8 +150,10 @@ class ReadOnlyMemory:
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """:meth:`TieredMemory.export_jsonl` from one read transaction: a consistent snapshot
         while the holder writes."""
+        target = check_path(path)
+        check_export_target(self.path, target)
         with self.store.snapshot():
-            return export_jsonl(self.store, check_path(path), user_id, self.rows, now=time.time(),
+            return export_jsonl(self.store, target, user_id, self.rows, now=time.time(),
                                 max_chars=self.config.max_content_chars,
                                 max_metadata_bytes=self.config.max_metadata_bytes)
 
