@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 import uuid
 from pathlib import Path
@@ -136,8 +137,14 @@ def configured_vector_store(vector_store: VectorIndex | str | None) -> VectorInd
 
 
 def shown_setting(value: str) -> str:
-    """A setting as an error may show it: a URL without its password or query (pure)."""
-    return shown_url(value) if "://" in value else repr(value)
+    """A setting as an error may show it: a URL without its password or query, a plain name as
+    it is, and anything else by its length only (a libpq ``password=`` string, or a URL missing
+    its ``://``, ``user:password@host``) (pure)."""
+    if "://" in value:
+        return shown_url(value)
+    if re.fullmatch(r"[\w.+/~-]{0,64}", value):
+        return repr(value)
+    return f"a string of {len(value)} characters (not shown: it may hold a password)"
 
 
 def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store: RecordStore,
