@@ -35,3 +35,30 @@ def test_a_setting_that_is_no_url_is_refused_without_showing_its_password(
     assert SECRET not in str(info.value)
     assert not (tmp_path / "m").exists()
 
+
+
+WRONG_KINDS = [
+    ({"vector_store": Path("vectors")}, "vector_store must be"),  # a folder where an index goes
+    ({"vector_store": 5}, "vector_store must be"),
+    ({"record_store": Path("records.sqlite3")}, "record_store must be"),
+    ({"record_store": object()}, "record_store must be"),
+    ({"embedder": "minilm"}, "embedder must be"),  # a name where an embedder goes
+    ({"token_counter": "cl100k"}, "token_counter must be"),
+    ({"clock": 1_700_000_000.0}, "clock must be"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "problem"), WRONG_KINDS, ids=lambda v: str(v)[:40])
+def test_an_argument_of_the_wrong_kind_is_a_configuration_error_before_anything_is_made(
+        tmp_path: Path, kwargs: dict[str, Any], problem: str) -> None:
+    kwargs = {"embedder": StaticEmbedder(), **kwargs}
+    with pytest.raises(ConfigurationError, match=problem):
+        TieredMemory(tmp_path / "m", **kwargs)
+    assert not (tmp_path / "m").exists()
+
+
+def test_an_empty_path_is_refused_not_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # an empty folder: "" would have made the memory here
+    with pytest.raises(ConfigurationError, match="path is empty"):
+        TieredMemory("", embedder=StaticEmbedder())
+    assert list(tmp_path.iterdir()) == []

@@ -77,6 +77,7 @@ def open_record_store(path: Path, record_store: RecordStore | str | None, owner:
                       ) -> tuple[RecordStore, FolderLock | None]:
     """The record store to use, and the folder lock that an embedded one holds."""
     if record_store is not None and not isinstance(record_store, str):
+        check_engine(record_store, RecordStore, "record_store", "'sqlite' or a postgresql:// URL")
         return record_store, None
     record_store = record_store or configured_record_store()
     if is_postgres_url(record_store):
@@ -123,6 +124,7 @@ def configured_vector_store(vector_store: VectorIndex | str | None) -> VectorInd
         ConfigurationError: an unknown setting, or a server URL with a bad query or collection.
     """
     if vector_store is not None and not isinstance(vector_store, str):
+        check_engine(vector_store, VectorIndex, "vector_store", "'chroma', 'qdrant', 'pgvector' or a server URL")
         return vector_store
     kind = vector_store or os.environ.get("TIERED_MEMORY_VECTOR_STORE") or "chroma"
     if kind.startswith(QDRANT_SCHEMES):
@@ -134,6 +136,42 @@ def configured_vector_store(vector_store: VectorIndex | str | None) -> VectorInd
             "vector_store must be a VectorIndex, 'chroma', 'qdrant', 'pgvector', a Chroma http(s):// URL or a "
             f"qdrant+http(s):// URL (each may end in ?collection=NAME), got {shown_setting(kind)}")
     return kind
+
+
+def check_engine(engine: object, protocol: type, name: str, settings: str) -> None:
+    """``engine``, given as ``name``, has every method of ``protocol`` (checked before anything is
+    opened: a folder path or a number given where an engine goes failed later, an AttributeError
+    after the record store was made).
+
+    Raises:
+        ConfigurationError: a method is missing.
+    """
+    methods = sorted(n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_"))
+    lacks = [m for m in methods if not callable(getattr(engine, m, None))]
+    if lacks:
+        hint = " (the folder goes in path=)" if isinstance(engine, os.PathLike) else ""
+        raise ConfigurationError(
+            f"{name} must be a {protocol.__name__} (an object with the methods {', '.join(methods)}) or "
+            f"{settings}; got {type(engine).__name__}{hint}, which has no {', '.join(lacks[:3])}"
+            f"{', ...' if len(lacks) > 3 else ''}")
+
+
+def check_parts(embedder: object, token_counter: object, clock: object) -> None:
+    """What a memory is given beside its engines, each ``None`` (the default) or of its kind.
+
+    Raises:
+        ConfigurationError: an embedder without ``embed_documents`` and ``embed_query`` (a name
+            such as ``"minilm"`` goes in ``TIERED_MEMORY_EMBEDDER``), or a counter or clock that
+            is not a function.
+    """
+    if embedder is not None and not isinstance(embedder, Embedder):
+        raise ConfigurationError(
+            f"embedder must be an object with embed_documents and embed_query (StaticEmbedder(), a LangChain "
+            f"Embeddings, ...), got {type(embedder).__name__}; to choose the bundled one by name, set "
+            "TIERED_MEMORY_EMBEDDER=static or minilm")
+    for name, fn in (("token_counter", token_counter), ("clock", clock)):
+        if fn is not None and not callable(fn):
+            raise ConfigurationError(f"{name} must be a function (or None for the default), got {type(fn).__name__}")
 
 
 def shown_setting(value: str) -> str:

@@ -28,6 +28,7 @@ from .backends import (
     STORE_ENTRIES as STORE_ENTRIES,
     attach_sessions,
     check_export_target,
+    check_parts,
     configured_vector_store,
     foreign_entries as foreign_entries,
     is_embedded_index,
@@ -131,6 +132,7 @@ class TieredMemory:
         self._config = check_config(config or MemoryConfig())  # before any I/O
         turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
         vector_store = configured_vector_store(vector_store)  # so does a bad vector server URL or collection
+        check_parts(embedder, token_counter, clock)
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)  # a bad choice: no I/O
         self.count_tokens: TokenCounter = CachedCounter(token_counter or default_token_counter())
         self._llm = llm

@@ -371,6 +371,8 @@ def check_path(value: object, name: str = "path") -> Path:
         path = Path(value)
     except TypeError as e:  # an os.PathLike returning bytes
         raise InvalidInputError(f"{name} must be a file path of text (str), not bytes: {e}") from None
+    if not os.fspath(value):  # Path("") is the working directory, which nobody means by it
+        raise InvalidInputError(f"{name} is empty: name a file or folder")
     if "\x00" in str(path):
         raise InvalidInputError(f"{name} holds a NUL character, which no file name can; got {str(path)!r}")
     try:
