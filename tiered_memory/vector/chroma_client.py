@@ -65,21 +65,31 @@ def server_client(url: str, shown: str) -> Any:
         MissingDependencyError: chromadb is not installed (a server needs its client too).
         VectorIndexError: the server cannot be reached.
     """
-    from urllib.parse import urlsplit
-
     try:
         import chromadb
     except ImportError as e:
         raise missing("chromadb", "embedded") from e
 
     try:
-        u = urlsplit(url)
-        return chromadb.HttpClient(host=u.hostname or "127.0.0.1", port=u.port or 8000, ssl=u.scheme == "https",
-                                   settings=client_settings())
+        return chromadb.HttpClient(host=server_endpoint(url), ssl=url.startswith("https:"), settings=client_settings())
     except Exception as e:  # chromadb says ValueError("Could not connect to a Chroma server...")
         raise VectorIndexError(
             f"could not reach a Chroma server at {shown} ({e}); check the URL and that "
             "`chroma run` serves there") from e
+
+
+def server_endpoint(url: str) -> str:
+    """What Chroma's client is given for the server at ``url`` (pure): its scheme, host, port and
+    path (a server behind a proxy may sit under a prefix), without a user part. An ``http://``
+    URL without a port is on 8000, where ``chroma run`` serves; an ``https://`` one on 443, since
+    TLS is a proxy's in front of Chroma."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    u = urlsplit(url)
+    host = u.hostname or "127.0.0.1"
+    host = f"[{host}]" if ":" in host else host  # an IPv6 address
+    port = u.port or (443 if u.scheme == "https" else 8000)
+    return urlunsplit((u.scheme, f"{host}:{port}", u.path.rstrip("/"), "", ""))
 
 
 def segment_folders(path: Path | None) -> list[Path]:
