@@ -73,20 +73,13 @@ def configured_record_store() -> str | None:
 def is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
 
-def open_record_store(path: Path, record_store: RecordStore | str | None, owner: object = None,
-                      ) -> tuple[RecordStore, FolderLock | None]:
-    """The record store to use, and the folder lock that an embedded one holds."""
-    if record_store is not None and not isinstance(record_store, str):
-        check_engine(record_store, RecordStore, "record_store", "'sqlite' or a postgresql:// URL")
-        return record_store, None
-    record_store = record_store or configured_record_store()
-    if is_postgres_url(record_store):
-        from .store.postgres import PostgresRecordStore
+def prepare_folder(path: Path) -> None:
+    """Make ``path`` the memory's folder, for an embedded record store or an embedded index:
+    created if missing, never a file, readable and writable, and not someone else's folder.
 
-        return PostgresRecordStore(str(record_store)), None
-    if record_store not in (None, "sqlite"):
-        raise ConfigurationError(
-            f"record_store must be a RecordStore, 'sqlite' or a postgresql:// URL, got {shown_setting(record_store)}")
+    Raises:
+        ConfigurationError: one of these is not so (nothing was written into it).
+    """
     if path.exists() and not path.is_dir():
         raise ConfigurationError(f"path {path} is a file; tiered-memory needs a folder")
     try:
@@ -101,6 +94,23 @@ def open_record_store(path: Path, record_store: RecordStore | str | None, owner:
             f"{path} already holds files that are not a tiered-memory store "
             f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}). "
             "Point `path` at an empty or new folder, or at an existing memory folder.")
+
+
+def open_record_store(path: Path, record_store: RecordStore | str | None, owner: object = None,
+                      ) -> tuple[RecordStore, FolderLock | None]:
+    """The record store to use, and the folder lock that an embedded one holds."""
+    if record_store is not None and not isinstance(record_store, str):
+        check_engine(record_store, RecordStore, "record_store", "'sqlite' or a postgresql:// URL")
+        return record_store, None
+    record_store = record_store or configured_record_store()
+    if is_postgres_url(record_store):
+        from .store.postgres import PostgresRecordStore
+
+        return PostgresRecordStore(str(record_store)), None
+    if record_store not in (None, "sqlite"):
+        raise ConfigurationError(
+            f"record_store must be a RecordStore, 'sqlite' or a postgresql:// URL, got {shown_setting(record_store)}")
+    prepare_folder(path)
     lock = FolderLock(path, owner)
     from .store.sqlite import SQLiteRecordStore
 
@@ -194,7 +204,7 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
         claim_collection(kind, store)  # (the caller's index: left open when refused)
         return kind, lock
     if kind in ("chroma", "qdrant") and lock is None and getattr(store, "shared", False):
-        path.mkdir(parents=True, exist_ok=True)
+        prepare_folder(path)
         lock = FolderLock(path, owner)
     if kind in ("chroma", "qdrant"):  # in the memory's folder: one store's, no mark needed
         return (open_embedded_chroma(path / "chroma") if kind == "chroma" else open_local_qdrant(path)), lock
