@@ -47,6 +47,8 @@ def part_of(module: str) -> str:
     head = rest.split(".", 1)[0]
     if head in ("portable_layers", "portable_restore", "portable_values"):  # layer lines, restore, export values
         return "portable"
+    if head in ("arguments", "memory_folder"):  # what a memory is given, and its folder, checked as it opens
+        return "backends"
     if head in FOUNDATION:
         return "foundation"
     if head in ("embedding", "vector", "store", "llm", "recall", "layers", "context", "parts", "backends",

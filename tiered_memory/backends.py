@@ -12,57 +12,24 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from .arguments import check_engine, shown_setting
 from .embedding import Embedder, embedder_name, reopen_with
-from .errors import ConfigurationError, CorruptStoreError, InvalidInputError, VectorIndexError
+from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
 from .folder_lock import FolderLock
+from .memory_folder import prepare_folder
 from .store.base import RecordStore, SessionSource
 from .store.repositories import LayerRepository
-from .vector.base import CHUNK_SEPARATOR, SessionSink, VectorIndex, shown_url
+from .vector.base import CHUNK_SEPARATOR, SessionSink, VectorIndex
 from .vector.ownership import SAMPLE, OwnedCollection, judge_owner, refusal, turn_ids
 from .vector.server_url import server_address
 
 log = logging.getLogger("tiered_memory")
 T = TypeVar("T")
-
-STORE_ENTRIES = frozenset({"records.sqlite3", "records.sqlite3-wal", "records.sqlite3-shm",
-                           "records.sqlite3-journal", ".lock", "chroma", "qdrant"})
-
-
-def foreign_entries(folder: Path) -> list[str]:
-    """Names in ``folder`` that are not ours, when it holds no store yet (a user's
-    unrelated folder must not be filled with database files)."""
-    if (folder / "records.sqlite3").exists():
-        return []
-    return sorted(p.name for p in folder.iterdir()
-                  if p.name not in STORE_ENTRIES and not p.name.startswith("."))  # .DS_Store, .gitkeep
-
-
-
-def check_export_target(folder: Path, target: Path) -> None:
-    """Refuse an export ``target`` that is one of the memory folder's own files (the record store,
-    its WAL, the lock, the vector index; through a symlink or a hard link too): an export moves a
-    finished file over its target, which would replace the store with JSONL, or the lock with a
-    file no process holds.
-
-    Raises:
-        InvalidInputError: ``target`` is one of them.
-    """
-    home, where = folder.resolve(), target.resolve()
-    own = where.parent == home and where.name in STORE_ENTRIES
-    own = own or any(home / entry in where.parents for entry in ("chroma", "qdrant"))
-    if not own and where.exists():
-        own = any(os.path.samefile(where, home / entry) for entry in STORE_ENTRIES
-                  if (home / entry).is_file())
-    if own:
-        raise InvalidInputError(
-            f"cannot write {target}: it is one of the memory's own files, which the export would replace; "
-            f"name a file outside them, such as {folder / 'export.jsonl'}")
 
 
 def configured_record_store() -> str | None:
@@ -72,29 +39,6 @@ def configured_record_store() -> str | None:
 
 def is_postgres_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(("postgresql://", "postgres://"))
-
-def prepare_folder(path: Path) -> None:
-    """Make ``path`` the memory's folder, for an embedded record store or an embedded index:
-    created if missing, never a file, readable and writable, and not someone else's folder.
-
-    Raises:
-        ConfigurationError: one of these is not so (nothing was written into it).
-    """
-    if path.exists() and not path.is_dir():
-        raise ConfigurationError(f"path {path} is a file; tiered-memory needs a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ConfigurationError(f"cannot create memory folder {path}: {e}") from e
-    if not os.access(path, os.R_OK | os.W_OK | os.X_OK):
-        raise ConfigurationError(f"memory folder {path} is not readable and writable")
-    foreign = foreign_entries(path)
-    if foreign:
-        raise ConfigurationError(
-            f"{path} already holds files that are not a tiered-memory store "
-            f"({', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}). "
-            "Point `path` at an empty or new folder, or at an existing memory folder.")
-
 
 def open_record_store(path: Path, record_store: RecordStore | str | None, owner: object = None,
                       ) -> tuple[RecordStore, FolderLock | None]:
@@ -146,53 +90,6 @@ def configured_vector_store(vector_store: VectorIndex | str | None) -> VectorInd
             "vector_store must be a VectorIndex, 'chroma', 'qdrant', 'pgvector', a Chroma http(s):// URL or a "
             f"qdrant+http(s):// URL (each may end in ?collection=NAME), got {shown_setting(kind)}")
     return kind
-
-
-def check_engine(engine: object, protocol: type, name: str, settings: str) -> None:
-    """``engine``, given as ``name``, has every method of ``protocol`` (checked before anything is
-    opened: a folder path or a number given where an engine goes failed later, an AttributeError
-    after the record store was made).
-
-    Raises:
-        ConfigurationError: a method is missing.
-    """
-    methods = sorted(n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_"))
-    lacks = [m for m in methods if not callable(getattr(engine, m, None))]
-    if lacks:
-        hint = " (the folder goes in path=)" if isinstance(engine, os.PathLike) else ""
-        raise ConfigurationError(
-            f"{name} must be a {protocol.__name__} (an object with the methods {', '.join(methods)}) or "
-            f"{settings}; got {type(engine).__name__}{hint}, which has no {', '.join(lacks[:3])}"
-            f"{', ...' if len(lacks) > 3 else ''}")
-
-
-def check_parts(embedder: object, token_counter: object, clock: object) -> None:
-    """What a memory is given beside its engines, each ``None`` (the default) or of its kind.
-
-    Raises:
-        ConfigurationError: an embedder without ``embed_documents`` and ``embed_query`` (a name
-            such as ``"minilm"`` goes in ``TIERED_MEMORY_EMBEDDER``), or a counter or clock that
-            is not a function.
-    """
-    if embedder is not None and not isinstance(embedder, Embedder):
-        raise ConfigurationError(
-            f"embedder must be an object with embed_documents and embed_query (StaticEmbedder(), a LangChain "
-            f"Embeddings, ...), got {type(embedder).__name__}; to choose the bundled one by name, set "
-            "TIERED_MEMORY_EMBEDDER=static or minilm")
-    for name, fn in (("token_counter", token_counter), ("clock", clock)):
-        if fn is not None and not callable(fn):
-            raise ConfigurationError(f"{name} must be a function (or None for the default), got {type(fn).__name__}")
-
-
-def shown_setting(value: str) -> str:
-    """A setting as an error may show it: a URL without its password or query, a plain name as
-    it is, and anything else by its length only (a libpq ``password=`` string, or a URL missing
-    its ``://``, ``user:password@host``) (pure)."""
-    if "://" in value:
-        return shown_url(value)
-    if re.fullmatch(r"[\w.+/~-]{0,64}", value):
-        return repr(value)
-    return f"a string of {len(value)} characters (not shown: it may hold a password)"
 
 
 def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store: RecordStore,

@@ -24,13 +24,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .aio import ReadWriteGate, twin
+from .arguments import check_parts
 from .backends import (
-    STORE_ENTRIES as STORE_ENTRIES,
     attach_sessions,
-    check_export_target,
-    check_parts,
     configured_vector_store,
-    foreign_entries as foreign_entries,
     is_embedded_index,
     joint_writes,
     open_layer_store,
@@ -54,6 +51,7 @@ from .layers.longterm import Layers
 from .layers.semantic import FactHit
 from .records import AUDIT_LAYERS, AuditEntry, Episode, Fact, FactChange
 from .layers.working import WorkingMemory, touch_items
+from .memory_folder import STORE_ENTRIES as STORE_ENTRIES, check_export_target, foreign_entries as foreign_entries
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
 from .recall.indexing import index_orphans, repair, settle_background_writes

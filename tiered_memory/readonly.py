@@ -25,12 +25,12 @@ import time
 
 import numpy as np
 
-from .backends import check_export_target
 from .config import MemoryConfig, check_config
 from .embedding import Embedder, default_embedder
 from .guard import Calls
 from .layers.semantic import check_type
 from .layers.working import WorkingMemory
+from .memory_folder import check_export_target
 from .portable import export_jsonl
 from .recall.search import search_turns
 from .recall.sessions import search_sessions
