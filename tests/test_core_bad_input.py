@@ -219,6 +219,12 @@ def test_a_filter_key_with_nul_is_bad_input(memory):
     (lambda c: replace(c, access_flush_seconds=-1.0), "access_flush_seconds"),
     (lambda c: replace(c, episodes=EpisodeConfig(compress_after_turns=0)), "episodes.compress_after_turns"),
     (lambda c: "not a config", "config must be a MemoryConfig"),
+    # a share under a name no section has was ignored: the section meant got none
+    (lambda c: replace(c, budget=BudgetConfig(shares={"sesion": 0.5, "turns": 1.0})),
+     "budget.shares has no section 'sesion'"),
+    # a nested config of another kind, or None, failed with an AttributeError
+    (lambda c: replace(c, budget=RetrievalConfig()), "budget must be a BudgetConfig, got RetrievalConfig"),
+    (lambda c: replace(c, buffer=None), "buffer must be a BufferConfig, got NoneType"),
 ])
 def test_a_bad_config_fails_before_any_io(change, fragment, tmp_path):
     with pytest.raises(ConfigurationError, match=re.escape(fragment)):
@@ -231,6 +237,10 @@ def test_every_default_and_a_signed_weight_table_pass():
     signed = replace(MemoryConfig(), retrieval=RetrievalConfig(fusion_weights={"similarity": 1.0, "length": -0.2}))
     assert config_problems(signed) == []  # a learned table may weigh a signal below zero
     assert config_problems(replace(MemoryConfig(), episodes=EpisodeConfig(compress_after_turns=None))) == []
+    from tiered_memory.config import BUDGET_SECTIONS
+    from tiered_memory.context.assembly import TITLES
+
+    assert set(BUDGET_SECTIONS) == set(TITLES)  # every section a share may name, and only those
 
 
 @pytest.mark.parametrize("path", [123, None, b"/tmp/export.jsonl", "dump\x00.jsonl", "dump\ud800.jsonl"])

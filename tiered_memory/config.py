@@ -213,6 +213,8 @@ AT_LEAST_ONE = frozenset({"BufferConfig.max_messages", "BufferConfig.max_tokens"
                           "EpisodeConfig.compress_after_turns",
                           "RetrievalConfig.neighbor_wide_window"})
 SIGNED = frozenset({"RetrievalConfig.fusion_weights"})  # a learned table may weigh a signal below zero
+#: the sections of a context that ``BudgetConfig.shares`` may name (:mod:`.context.assembly`)
+BUDGET_SECTIONS = ("session", "facts", "episodes", "turns", "items")
 
 
 def _number(value: object) -> bool:
@@ -231,7 +233,9 @@ def config_problems(config: object, where: str = "") -> list[str]:
         shown = where + f.name
         kind = str(f.type).split(" |")[0]  # "int", "float", "bool", "dict[str, float]", "BufferConfig", ...
         floor = 1 if f"{type(config).__name__}.{f.name}" in AT_LEAST_ONE else 0
-        if is_dataclass(value):
+        if kind.endswith("Config") and type(value).__name__ != kind:
+            problems.append(f"{shown} must be a {kind}, got {type(value).__name__}")
+        elif is_dataclass(value):
             problems += config_problems(value, shown + ".")
         elif value is None and "None" in str(f.type):
             continue
@@ -249,6 +253,9 @@ def config_problems(config: object, where: str = "") -> list[str]:
                 if not _number(weight) or not math.isfinite(weight) or (weight < 0 and not signed):
                     problems.append(f"{shown}[{key!r}] must be a finite number{'' if signed else ' >= 0'}, "
                                     f"got {weight!r}")
+            if f"{type(config).__name__}.{f.name}" == "BudgetConfig.shares" and isinstance(value, dict):
+                problems += [f"{shown} has no section {key!r}; the sections are {', '.join(BUDGET_SECTIONS)}"
+                             for key in value if key not in BUDGET_SECTIONS]
     return problems
 
 
