@@ -33,3 +33,20 @@ def test_a_folder_of_other_files_does_not_get_the_index(
         TieredMemory(tmp_path, record_store=make_postgres_url(), vector_store=vector_store,
                      embedder=StaticEmbedder())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["thesis.tex"]
+
+
+@pytest.mark.parametrize("vector_store", ["chroma", "qdrant"])
+def test_a_folder_of_an_embedded_store_is_not_taken_for_the_index_of_a_postgresql_one(
+        tmp_path: Path, make_postgres_url: Callable[[], str], vector_store: str) -> None:
+    """Moving to PostgreSQL by configuration alone, on the same folder: the folder's records stay
+    where they are, and the error says how to move them (not that they were lost)."""
+    with TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), vector_store=vector_store) as memory:
+        memory.add("user", "I live in Lisbon", user_id="ana", session_id="s1")
+    before = sorted(p.name for p in (tmp_path / "m").iterdir())
+    with pytest.raises(ConfigurationError, match="holds an embedded memory") as info:
+        TieredMemory(tmp_path / "m", record_store=make_postgres_url(), vector_store=vector_store,
+                     embedder=StaticEmbedder())
+    assert "export" in str(info.value) and "import" in str(info.value)
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == before
+    with TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), vector_store=vector_store) as memory:
+        assert [h.text for h in memory.search("Lisbon", user_id="ana")] == ["I live in Lisbon"]

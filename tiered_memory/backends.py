@@ -101,7 +101,7 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
         claim_collection(kind, store)  # (the caller's index: left open when refused)
         return kind, lock
     if kind in ("chroma", "qdrant") and lock is None and getattr(store, "shared", False):
-        prepare_folder(path)
+        prepare_folder(path, index_only=True)
         lock = FolderLock(path, owner)
     if kind in ("chroma", "qdrant"):  # in the memory's folder: one store's, no mark needed
         return (open_embedded_chroma(path / "chroma") if kind == "chroma" else open_local_qdrant(path)), lock

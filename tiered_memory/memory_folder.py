@@ -47,15 +47,23 @@ def check_export_target(folder: Path, target: Path) -> None:
             f"name a file outside them, such as {folder / 'export.jsonl'}")
 
 
-def prepare_folder(path: Path) -> None:
-    """Make ``path`` the memory's folder, for an embedded record store or an embedded index:
-    created if missing, never a file, readable and writable, and not someone else's folder.
+def prepare_folder(path: Path, *, index_only: bool = False) -> None:
+    """Make ``path`` the memory's folder, for an embedded record store or (``index_only``) the
+    embedded index of a record store elsewhere: created if missing, never a file, readable and
+    writable, and not someone else's folder, nor, for an index only, an embedded memory's (its
+    index is its own records', which stay in its ``records.sqlite3``).
 
     Raises:
         ConfigurationError: one of these is not so (nothing was written into it).
     """
     if path.exists() and not path.is_dir():
         raise ConfigurationError(f"path {path} is a file; tiered-memory needs a folder")
+    if index_only and (path / "records.sqlite3").exists():
+        raise ConfigurationError(
+            f"{path} holds an embedded memory (records.sqlite3, and the vector index of its records), and this "
+            "memory's records are elsewhere (record_store or TIERED_MEMORY_RECORD_STORE). To move its records "
+            f"there: tiered-memory --path {path} export FILE, then import FILE with this configuration and a new "
+            "path; to keep using them here, open without record_store.")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
