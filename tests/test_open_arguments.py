@@ -45,6 +45,7 @@ WRONG_KINDS = [
     ({"embedder": "minilm"}, "embedder must be"),  # a name where an embedder goes
     ({"token_counter": "cl100k"}, "token_counter must be"),
     ({"clock": 1_700_000_000.0}, "clock must be"),
+    ({"llm": "gpt-4o"}, "llm must have"),  # a model's name where a model goes
 ]
 
 

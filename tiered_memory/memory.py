@@ -51,6 +51,7 @@ from .layers.longterm import Layers
 from .layers.semantic import FactHit
 from .records import AUDIT_LAYERS, AuditEntry, Episode, Fact, FactChange
 from .layers.working import WorkingMemory, touch_items
+from .llm.adapters import resolve_llm
 from .memory_folder import STORE_ENTRIES as STORE_ENTRIES, check_export_target, foreign_entries as foreign_entries
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
@@ -131,6 +132,7 @@ class TieredMemory:
         turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
         vector_store = configured_vector_store(vector_store)  # so does a bad vector server URL or collection
         check_parts(embedder, token_counter, clock)
+        resolve_llm(llm)  # a model no adapter wraps (or a model's name) fails here, not at the first end_session
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)  # a bad choice: no I/O
         self.count_tokens: TokenCounter = CachedCounter(token_counter or default_token_counter())
         self._llm = llm
@@ -216,6 +218,7 @@ class TieredMemory:
 
     @llm.setter
     def llm(self, value: Any) -> None:
+        resolve_llm(value)
         self._llm = value
         if "_layers" in self.__dict__:
             self._layers.llm_source = value
