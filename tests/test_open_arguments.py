@@ -63,3 +63,10 @@ def test_an_empty_path_is_refused_not_the_working_directory(tmp_path: Path, monk
     with pytest.raises(ConfigurationError, match="path is empty"):
         TieredMemory("", embedder=StaticEmbedder())
     assert list(tmp_path.iterdir()) == []
+
+
+def test_setting_an_llm_no_adapter_wraps_is_refused_and_keeps_the_one_before(tmp_path: Path) -> None:
+    with TieredMemory(tmp_path / "m", embedder=StaticEmbedder()) as memory:
+        with pytest.raises(ConfigurationError, match="llm must have"):
+            memory.llm = "gpt-4o"
+        assert memory.llm is None
