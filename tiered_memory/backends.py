@@ -94,14 +94,14 @@ def configured_vector_store(vector_store: VectorIndex | str | None) -> VectorInd
 
 def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store: RecordStore,
                       lock: FolderLock | None, owner: object = None) -> tuple[VectorIndex, FolderLock | None]:
-    """The vector index to use, and the folder lock (taken here for an embedded index
-    beside a shared record store: the index folder still serves one process)."""
+    """The vector index to use, and the folder lock (taken here for an embedded index beside a
+    record store elsewhere, shared or the caller's own: the index folder still serves one memory)."""
     kind = configured_vector_store(vector_store)
     if not isinstance(kind, str):
         claim_collection(kind, store)  # (the caller's index: left open when refused)
         return kind, lock
-    if kind in ("chroma", "qdrant") and lock is None and getattr(store, "shared", False):
-        prepare_folder(path, index_only=True)
+    if kind in ("chroma", "qdrant") and lock is None:  # the record store is not the folder's own
+        prepare_folder(path, index_only=getattr(store, "shared", False))
         lock = FolderLock(path, owner)
     if kind in ("chroma", "qdrant"):  # in the memory's folder: one store's, no mark needed
         return (open_embedded_chroma(path / "chroma") if kind == "chroma" else open_local_qdrant(path)), lock
