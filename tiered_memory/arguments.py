@@ -50,11 +50,11 @@ def check_parts(embedder: object, token_counter: object, clock: object) -> None:
 
 
 def shown_setting(value: str) -> str:
-    """A setting as an error may show it: a URL without its password or query, a plain name as
-    it is, and anything else by its length only (a libpq ``password=`` string, or a URL missing
-    its ``://``, ``user:password@host``) (pure)."""
+    """A setting as an error may show it: a URL without its password or query, a name as it is,
+    and anything with a ``:``, ``@`` or ``=`` by its length only (a libpq ``password=`` string, or
+    a URL missing its ``://``, ``user:password@host``) (pure)."""
     if "://" in value:
         return shown_url(value)
-    if re.fullmatch(r"[\w.+/~-]{0,64}", value):
+    if len(value) <= 64 and not re.search("[:@=]", value):  # (' chroma\n' from an env file is shown)
         return repr(value)
     return f"a string of {len(value)} characters (not shown: it may hold a password)"
