@@ -48,7 +48,20 @@ def test_importing_the_core_imports_no_framework_and_loads_no_model():
 def test_the_config_is_fixed_once_open(make_memory: Callable[..., tiered_memory.TieredMemory]) -> None:
     config = tiered_memory.MemoryConfig(dedup_threshold=0.9)
     memory = make_memory(config=config)
-    assert memory.config is config and memory.parts.config is config
+    assert memory.config == config and memory.parts.config is memory.config
     with pytest.raises(tiered_memory.UsageError, match="fixed when it opens"):
         memory.config = tiered_memory.MemoryConfig()
-    assert memory.config is config  # search and build_context keep reading the same one
+    assert memory.config == config  # search and build_context keep reading the same one
+
+
+def test_the_config_s_tables_changed_after_open_change_nothing(
+        make_memory: Callable[..., tiered_memory.TieredMemory]) -> None:
+    """The dataclasses are frozen, but their tables (``BudgetConfig.shares``,
+    ``RetrievalConfig.fusion_weights``) are dicts the caller still holds: a change made to them
+    after open skipped every check and reached the open memory (a NaN share broke build_context)."""
+    config = tiered_memory.MemoryConfig()
+    memory = make_memory(config=config)
+    memory.add("user", "I live in Lisbon", user_id="u", session_id="s1")
+    config.budget.shares["turns"] = float("nan")
+    assert memory.config.budget.shares["turns"] == 1.5
+    assert "Lisbon" in memory.build_context("where do I live?", user_id="u", session_id="s2").to_messages()[0]["content"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
 
@@ -260,12 +261,16 @@ def config_problems(config: object, where: str = "") -> list[str]:
 
 
 def check_config(config: object) -> MemoryConfig:
-    """``config`` if it is a :class:`MemoryConfig` without :func:`config_problems`; else
+    """A copy of ``config`` if it is a :class:`MemoryConfig` without :func:`config_problems`; else
     ConfigurationError listing every problem (a zero capacity or a NaN weight fails when the
-    memory opens, not at some later call)."""
+    memory opens, not at some later call). A copy: the frozen dataclasses hold tables (dicts) the
+    caller keeps, whose later changes would skip these checks."""
     if not isinstance(config, MemoryConfig):
         raise ConfigurationError(f"config must be a MemoryConfig, got {type(config).__name__}")
     problems = config_problems(config)
     if problems:
         raise ConfigurationError("; ".join(problems))
-    return config
+    try:
+        return copy.deepcopy(config)
+    except Exception as e:  # a str field (turn_fusion) holding an object that cannot be copied
+        raise ConfigurationError(f"config cannot be copied: {type(e).__name__}: {e}") from e
