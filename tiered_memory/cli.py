@@ -307,6 +307,10 @@ def _lenient(stream: TextIO) -> TextIO:
     return stream
 
 
+class _ReaderGone(Exception):
+    """What reads the CLI's output closed it (``| head -1``)."""
+
+
 def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
     """Run the CLI; returns the exit code (the console script exits with it)."""
@@ -319,7 +323,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     err_stream = stderr or _lenient(sys.stderr)
 
     def out(line: str) -> None:
-        print(terminal_safe(line), file=out_stream, flush=True)
+        try:
+            print(terminal_safe(line), file=out_stream, flush=True)
+        except BrokenPipeError as e:  # (only the output's: a socket's broken pipe stays an error)
+            raise _ReaderGone() from e
 
     def fail(line: str) -> None:
         print(terminal_safe(line), file=err_stream)
@@ -341,6 +348,10 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
     except TieredMemoryError as e:
         fail(f"tiered-memory {args.command}: {type(e).__name__}: {e}")
         return EXIT_FAILURE
+    except _ReaderGone:  # the reader stopped early (`| head -1`): what it read is what it wanted
+        if stdout is None:  # and the interpreter's last flush of stdout must not fail on the pipe again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except OSError as e:
         fail(f"tiered-memory {args.command}: error: {e}")
         return EXIT_FAILURE
