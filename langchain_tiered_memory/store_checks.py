@@ -84,7 +84,7 @@ def check_op(op: Op) -> None:
         if not isinstance(op.value, Mapping):
             raise ItemValueError(f"an item value must be a dict, got {type(op.value).__name__}")
         try:  # the core's check, before anything in the batch runs
-            encode_json(op.value, "an item value")
+            encode_json(op.value, "item value")
         except InvalidInputError as e:
             raise ItemValueError(f"{e} (no sets, datetimes, NaN, non-string keys)") from e
     if isinstance(op, SearchOp):

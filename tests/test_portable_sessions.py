@@ -105,14 +105,17 @@ def test_the_cli_moves_facts_episodes_archived_turns_and_working_memory(make_mem
                 stdout=out, stderr=err)
     assert code == 0, err.getvalue()
     assert kinds.count("fact_history") == 1
-    assert (f"imported {kinds.count('message')} messages, {kinds.count('fact')} facts (and the history of 1 deleted fact), "
-            f"{kinds.count('episode')} episodes and 0 items; {kinds.count('archived')} archived turns, "
-            f"4 working-memory items and 2 scratchpads") in out.getvalue()
+    def n(kind: str, one: str, many: str) -> str:
+        return f"{kinds.count(kind)} {one if kinds.count(kind) == 1 else many}"
+    assert kinds.count("message") == 1  # one is said so: "1 message"
+    assert (f"imported {n('message', 'message', 'messages')}, {n('fact', 'fact', 'facts')} (and the history of 1 "
+            f"deleted fact), {n('episode', 'episode', 'episodes')} and 0 items; {n('archived', 'archived turn', 'archived turns')}, "
+            f"4 working-memory items, 2 scratchpads and {n('audit', 'audit entry', 'audit entries')}") in out.getvalue()
     assert kinds.count("archived") == 5  # fill's three turns, old enough, were archived too
     out = io.StringIO()
     assert main(["--path", str(tmp_path / "dst"), "export", str(tmp_path / "again.jsonl")], stdout=out,
                 stderr=err) == 0
-    assert f"exported {len(lines)} lines" in out.getvalue()
+    assert f"exported {len(lines)} lines" in out.getvalue() and "the audit log" in out.getvalue()
     again = [json.loads(x) for x in (tmp_path / "again.jsonl").read_text(encoding="utf-8").splitlines()]
     for kind in ("fact", "fact_history", "archived", "working", "scratchpad"):
         assert [x for x in again if x["type"] == kind] == [x for x in lines if x["type"] == kind]

@@ -180,7 +180,8 @@ def _cmd_stats(args: argparse.Namespace, out: Callable[[str], None], err: TextIO
 def _cmd_export(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
     with _open(args, err) as memory:
         n = memory.export_jsonl(args.file, user_id=args.user)
-    out(f"exported {n} lines (messages, facts, episodes, items, archived turns, working memory) to {args.file}")
+    out(f"exported {_counted(n, 'line')} (messages, facts, episodes, items, archived turns, working memory, "
+        f"the audit log) to {args.file}")
     return EXIT_OK
 
 
@@ -204,11 +205,14 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
                + report.archived_skipped + report.working_skipped + report.scratchpads_skipped
                + report.histories_skipped + report.audit_skipped + report.cursors_skipped)
     n = report.histories_imported
-    gone = f" (and the history of {n} deleted fact{'s' if n != 1 else ''})" if n else ""
-    out(f"imported {report.imported} messages, {report.facts_imported} facts{gone}, {report.episodes_imported}"
-        f" episodes and {report.items_imported} items; {report.archived_imported} archived turns,"
-        f" {report.working_imported} working-memory items and {report.scratchpads_imported} scratchpads"
-        f" from {source} ({present} already present, {len(report.invalid)} invalid lines skipped)")
+    gone = f" (and the history of {_counted(n, 'deleted fact')})" if n else ""
+    out(f"imported {_counted(report.imported, 'message')}, {_counted(report.facts_imported, 'fact')}{gone}, "
+        f"{_counted(report.episodes_imported, 'episode')} and {_counted(report.items_imported, 'item')}; "
+        f"{_counted(report.archived_imported, 'archived turn')}, "
+        f"{_counted(report.working_imported, 'working-memory item')}, "
+        f"{_counted(report.scratchpads_imported, 'scratchpad')} and "
+        f"{_counted(report.audit_imported, 'audit entry', 'audit entries')} from {source} ({present} already "
+        f"present, {_counted(len(report.invalid), 'invalid line')} skipped)")
     for line, message in report.invalid[:20]:
         out(f"  line {line}: {message}")
     return EXIT_OK
@@ -305,6 +309,11 @@ def _lenient(stream: TextIO) -> TextIO:
     if reconfigure is not None:
         reconfigure(errors="backslashreplace")
     return stream
+
+
+def _counted(n: int, one: str, many: str | None = None) -> str:
+    """``n`` and its noun, singular for one: "1 fact", "2 facts" (pure)."""
+    return f"{n} {one if n == 1 else many or one + 's'}"
 
 
 class _ReaderGone(Exception):
