@@ -134,3 +134,26 @@ async def test_a_stop_iteration_from_inside_the_worker_thread_is_raised_not_a_ha
         await memory.aadd_many(batch, session_id="s", user_id="u", progress=progress)
     assert isinstance(raised.value.__cause__, StopIteration)
     assert await memory.aadd_many(batch, session_id="s", user_id="u") == ["m1"]
+
+
+async def test_aopen_opens_off_the_event_loop(tmp_path, embedder):
+    """Opening reads the store (and after an unclean close repairs it): ``aopen`` does it in a
+    worker thread, so the application's other coroutines go on meanwhile."""
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    try:
+        memory = await TieredMemory.aopen(tmp_path / "m", embedder=embedder)
+    finally:
+        ticker.cancel()
+    assert ticks > 0
+    async with memory:
+        await memory.aadd("user", "I keep bees on the roof", session_id="s", user_id="u")
+    async with await TieredMemory.aopen(tmp_path / "m", embedder=embedder) as again:
+        assert (await again.astats()).messages == 1

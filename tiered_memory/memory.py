@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from .aio import ReadWriteGate, twin
+from .aio import ReadWriteGate, to_thread, twin
 from .arguments import check_parts
 from .backends import (
     attach_sessions,
@@ -289,6 +289,13 @@ class TieredMemory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @classmethod
+    async def aopen(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> "TieredMemory":
+        """``TieredMemory(path, **options)`` made in a worker thread: opening reads the store and,
+        after an unclean close, repairs it (re-embedding what its index lacks), which would hold
+        up an event loop. ``async with await TieredMemory.aopen(path) as memory: ...``"""
+        return await to_thread(cls, path, **options)
 
     async def __aenter__(self) -> "TieredMemory":
         return self
