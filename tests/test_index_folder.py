@@ -50,3 +50,20 @@ def test_a_folder_of_an_embedded_store_is_not_taken_for_the_index_of_a_postgresq
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == before
     with TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), vector_store=vector_store) as memory:
         assert [h.text for h in memory.search("Lisbon", user_id="ana")] == ["I live in Lisbon"]
+
+
+def test_a_folder_of_an_embedded_store_is_not_silently_ignored_by_an_all_postgresql_one(
+        tmp_path: Path, make_pgvector_url: Callable[[], str]) -> None:
+    """Records and vectors both in PostgreSQL need no folder, so the folder's own records would go
+    unread: the user who moved by configuration alone would see an empty memory. The same error
+    says how to move them."""
+    with TieredMemory(tmp_path / "m", embedder=StaticEmbedder()) as memory:
+        memory.add("user", "I live in Lisbon", user_id="ana", session_id="s1")
+    before = sorted(p.name for p in (tmp_path / "m").iterdir())
+    url = make_pgvector_url()
+    with pytest.raises(ConfigurationError, match="holds an embedded memory") as info:
+        TieredMemory(tmp_path / "m", record_store=url, vector_store="pgvector", embedder=StaticEmbedder())
+    assert "export" in str(info.value) and "import" in str(info.value)
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == before
+    with TieredMemory(tmp_path / "other", record_store=url, vector_store="pgvector", embedder=StaticEmbedder()) as m:
+        assert m.stats().messages == 0  # a path of no embedded memory: opens as before

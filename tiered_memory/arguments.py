@@ -13,6 +13,7 @@ from .embedding import Embedder
 from .errors import ConfigurationError
 from .vector.base import shown_url
 
+
 def check_engine(engine: object, protocol: type, name: str, settings: str) -> None:
     """``engine``, given as ``name``, has every method of ``protocol`` (checked before anything is
     opened: a folder path or a number given where an engine goes failed later, an AttributeError

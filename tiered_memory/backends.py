@@ -21,7 +21,7 @@ from .arguments import check_engine, shown_setting
 from .embedding import Embedder, embedder_name, reopen_with
 from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
 from .folder_lock import FolderLock
-from .memory_folder import prepare_folder
+from .memory_folder import check_no_embedded_records, prepare_folder
 from .store.base import RecordStore, SessionSource
 from .store.repositories import LayerRepository
 from .vector.base import CHUNK_SEPARATOR, SessionSink, VectorIndex
@@ -105,6 +105,8 @@ def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store:
         lock = FolderLock(path, owner)
     if kind in ("chroma", "qdrant"):  # in the memory's folder: one store's, no mark needed
         return (open_embedded_chroma(path / "chroma") if kind == "chroma" else open_local_qdrant(path)), lock
+    if lock is None and getattr(store, "shared", False):  # no folder needed: the path's own records would go unread
+        check_no_embedded_records(path)
     index = open_pgvector(store) if kind == "pgvector" else open_server_index(kind)
     try:
         claim_collection(index, store)

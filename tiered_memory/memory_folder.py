@@ -1,6 +1,7 @@
 """The folder of an embedded memory: which entries are the memory's own (:data:`STORE_ENTRIES`),
-making a folder the memory's (:func:`prepare_folder`), and keeping an export off its files
-(:func:`check_export_target`).
+making a folder the memory's (:func:`prepare_folder`), keeping an export off its files
+(:func:`check_export_target`), and refusing it to a memory whose records are elsewhere
+(:func:`check_no_embedded_records`).
 
 Invariants: a folder that holds someone else's files, or is a file, never gets a database
 file; an export never replaces the store, its WAL, the lock or the vector index.
@@ -47,6 +48,23 @@ def check_export_target(folder: Path, target: Path) -> None:
             f"name a file outside them, such as {folder / 'export.jsonl'}")
 
 
+def check_no_embedded_records(path: Path) -> None:
+    """Refuse ``path`` as the folder of a memory whose records are elsewhere (PostgreSQL) when it
+    holds an embedded memory's: they would go unread, and the user who moved by configuration
+    alone would see an empty memory (or, with an index in the folder, its vectors taken for
+    another store's).
+
+    Raises:
+        ConfigurationError: ``path`` holds ``records.sqlite3``; the message says how to move them.
+    """
+    if (path / "records.sqlite3").exists():
+        raise ConfigurationError(
+            f"{path} holds an embedded memory (records.sqlite3, and the vector index of its records), and this "
+            "memory's records are elsewhere (record_store or TIERED_MEMORY_RECORD_STORE). To move its records "
+            f"there: tiered-memory --path {path} export FILE, then import FILE with this configuration and a new "
+            "path; to keep using them here, open without record_store.")
+
+
 def prepare_folder(path: Path, *, index_only: bool = False) -> None:
     """Make ``path`` the memory's folder, for an embedded record store or (``index_only``) the
     embedded index of a record store elsewhere: created if missing, never a file, readable and
@@ -58,12 +76,8 @@ def prepare_folder(path: Path, *, index_only: bool = False) -> None:
     """
     if path.exists() and not path.is_dir():
         raise ConfigurationError(f"path {path} is a file; tiered-memory needs a folder")
-    if index_only and (path / "records.sqlite3").exists():
-        raise ConfigurationError(
-            f"{path} holds an embedded memory (records.sqlite3, and the vector index of its records), and this "
-            "memory's records are elsewhere (record_store or TIERED_MEMORY_RECORD_STORE). To move its records "
-            f"there: tiered-memory --path {path} export FILE, then import FILE with this configuration and a new "
-            "path; to keep using them here, open without record_store.")
+    if index_only:
+        check_no_embedded_records(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
