@@ -15,6 +15,7 @@ from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
 from tiered_memory.embedding import SentenceTransformerEmbedder
+from tiered_memory.embedding.minilm import BUNDLED_MINILM
 from tiered_memory.aio import to_thread
 from tiered_memory.errors import ConfigurationError, EmbeddingError
 
@@ -64,12 +65,20 @@ class TieredMemoryEmbedding(BaseEmbedding):
 
     Args:
         model: a sentence-transformers model name or folder; ``None`` is the bundled model.
+            ``model_name=`` (LlamaIndex's spelling, and the field ``from_dict`` and unpickling
+            rebuild it from) names the model too; giving both, different, is refused.
     """
 
     _embedder: SentenceTransformerEmbedder = PrivateAttr()
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
-        kwargs.setdefault("model_name", model or "all-MiniLM-L6-v2 (bundled)")
+        named = kwargs.get("model_name")
+        if model is not None and named is not None and named != model:
+            raise ConfigurationError(
+                f"TieredMemoryEmbedding got model={model!r} and model_name={named!r}; pass one of them")
+        if model is None and named != BUNDLED_MINILM:
+            model = named  # the model is what the name says, never a label over the bundled one
+        kwargs["model_name"] = model or BUNDLED_MINILM
         super().__init__(**kwargs)
         self._embedder = SentenceTransformerEmbedder(model, batch_size=self.embed_batch_size)
 

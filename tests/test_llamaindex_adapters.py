@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import json
+import pickle
 import runpy
 import subprocess
 import sys
@@ -228,6 +229,26 @@ def test_embedding_failures_become_embedding_error(tmp_path: Path) -> None:
     missing_model = LlamaIndexEmbedder(TieredMemoryEmbedding(model=str(tmp_path / "no-such-model")))
     with pytest.raises(EmbeddingError, match="no-such-model"):
         missing_model.embed_documents(["x"])
+
+
+
+def test_the_model_named_by_model_name_is_the_model_that_embeds(tmp_path: Path) -> None:
+    """LlamaIndex's embeddings take ``model_name=`` (``HuggingFaceEmbedding(model_name=...)``), and
+    ``from_dict``/pickling rebuild one from its fields, ``model_name`` among them. That name was only
+    a label: the bundled MiniLM embedded whatever it said, so an index was silently built with
+    another model than the one named, and a round trip of a custom model came back as MiniLM."""
+    missing = str(tmp_path / "no-such-model")
+    for rebuilt in (TieredMemoryEmbedding(model_name=missing),
+                    TieredMemoryEmbedding.from_dict(TieredMemoryEmbedding(missing).to_dict()),
+                    pickle.loads(pickle.dumps(TieredMemoryEmbedding(missing)))):
+        assert rebuilt.model_name == missing
+        with pytest.raises(EmbeddingError, match="no-such-model"):
+            rebuilt.get_text_embedding("I live in Lisbon")
+    with pytest.raises(ConfigurationError, match="model_name"):
+        TieredMemoryEmbedding(missing, model_name="other-model")
+    bundled = TieredMemoryEmbedding.from_dict(TieredMemoryEmbedding().to_dict())
+    assert bundled.model_name == TieredMemoryEmbedding().model_name
+    assert np.asarray(bundled.get_text_embedding("hi")).shape == (384,)
 
 
 # ---- the README snippet ------------------------------------------------------------
