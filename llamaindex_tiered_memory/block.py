@@ -33,7 +33,7 @@ import logging
 from typing import Any, Callable, List, Optional, Sequence
 
 from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.bridge.pydantic import Field, PrivateAttr, field_validator, model_validator
+from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.storage.chat_store.base_db import MessageStatus
@@ -129,7 +129,8 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     ``max_content_chars``) is made storable and cut with a marker, with a logged warning,
     rather than failing the flush (see :func:`storable_text`). Messages that are not a
     list of ``ChatMessage`` raise :class:`~tiered_memory.errors.InvalidInputError` (a
-    ``ValueError``) before anything is stored; so does an invalid session id.
+    ``ValueError``) before anything is stored; so does an invalid session id. Unknown
+    constructor arguments (a misspelt option) are refused.
 
     With a ``ReActAgent``, pass ``insert_method="user"`` to ``Memory.from_defaults``:
     with the default ``"system"``, ``ReActAgent`` drops the message the block is in.
@@ -139,6 +140,10 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         >>> chat = Memory.from_defaults(session_id="s1", memory_blocks=[block],
         ...                             tokenizer_fn=offline_tokenizer())  # doctest: +SKIP
     """
+
+    # a misspelt option (``every_tunr=True``) is refused, not dropped as pydantic's default does
+    # for LlamaIndex's own blocks: the LangChain adapters refuse unknown arguments too
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     name: str = Field(default="tiered_memory", description="The name of the memory block.")
     description: Optional[str] = Field(

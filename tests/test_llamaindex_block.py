@@ -196,6 +196,17 @@ def test_block_validates_ids(memory: TieredMemory) -> None:
     assert block.record([chat("user", "hello")], session_id="s9")
 
 
+
+@pytest.mark.parametrize("misspelt", [{"every_tunr": True}, {"max_token": 300}, {"priorty": 0},
+                                      {"accept_short_term_memroy": False}, {"sesion_id": "s1"}])
+def test_a_misspelt_option_is_refused_not_silently_ignored(memory: TieredMemory, misspelt: dict[str, Any]) -> None:
+    """A misspelt option was dropped without a word (pydantic's default for LlamaIndex's blocks),
+    so ``every_tunr=True`` stored only flushed turns and ``max_token=300`` kept the 1,500-token
+    budget; the LangChain adapters refuse unknown arguments, and so does the block now."""
+    with pytest.raises(ValueError, match=next(iter(misspelt))):  # pydantic names it ("Extra inputs")
+        TieredMemoryBlock(memory=memory, user_id="u1", **misspelt)
+
+
 # ---- text the core refuses ------------------------------------------------------
 LIMIT = 2_000  # max_content_chars of the stores below: a long message stays cheap to build
 BAD_TEXT = {
