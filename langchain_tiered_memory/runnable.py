@@ -70,9 +70,10 @@ def query_of(messages: Sequence[BaseMessage]) -> str:
     return texts[-1].text if texts else ""
 
 
-def output_message(value: Any, key: str | None) -> BaseMessage:
-    """The chain's answer as a message: a message, a ``str``, or a dict holding one under
-    ``key`` (else its only value, else ``"output"``, as ``RunnableWithMessageHistory`` picks it)."""
+def output_messages(value: Any, key: str | None) -> list[BaseMessage]:
+    """The chain's answer as messages: a message, a ``str``, a non-empty list of messages, or a
+    dict holding one of those under ``key`` (else its only value, else ``"output"``), as
+    ``RunnableWithMessageHistory`` reads it."""
     if isinstance(value, Mapping):
         if key is None and len(value) != 1 and "output" in value:
             key = "output"
@@ -85,15 +86,16 @@ def output_message(value: Any, key: str | None) -> BaseMessage:
         if key not in value:
             raise InvalidInputError(f"the chain output has no {key!r}; fix output_messages_key")
         value = value[key]
-    if isinstance(value, BaseMessage):
+    if isinstance(value, str):
+        return [AIMessage(content=value)]
+    given = list(value) if isinstance(value, (list, tuple)) else [value]
+    if given and all(isinstance(m, BaseMessage) for m in given):
         # a streamed sum is a chunk: store the message it adds up to, with every field
         # (tool calls, name, response and usage metadata), which RunnableWithMessageHistory keeps too
-        return message_chunk_to_message(value)
-    if isinstance(value, str):
-        return AIMessage(content=value)
+        return [message_chunk_to_message(m) for m in given]
     raise InvalidInputError(
-        f"the chain's answer must be a message or a str, got {type(value).__name__}; end the chain "
-        "with the model, or a StrOutputParser")
+        f"the chain's answer must be a message, a str or a non-empty list of messages, got "
+        f"{type(value).__name__ if given else 'an empty list'}; end the chain with the model, or a StrOutputParser")
 
 
 def chain_input(value: Any, key: str, history_key: str, history: list[BaseMessage]) -> dict[str, Any]:
@@ -183,8 +185,8 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         return chain_input(value, self.input_messages_key, self.history_messages_key, history), turn, scope
 
     def _record(self, turn: list[BaseMessage], output: Any, scope: tuple[str, str]) -> None:
-        answer = output_message(output, self.output_messages_key)
-        rows = to_core_many([*turn, answer], max_metadata_bytes=self.memory.config.max_metadata_bytes)
+        answer = output_messages(output, self.output_messages_key)
+        rows = to_core_many([*turn, *answer], max_metadata_bytes=self.memory.config.max_metadata_bytes)
         self.memory.add_many(rows, user_id=scope[0], session_id=scope[1])
 
     # ---- entry points ---------------------------------------------------------------

@@ -177,12 +177,12 @@ def test_the_recorded_answer_keeps_its_tool_calls_name_and_metadata(memory: Tier
 def test_a_streamed_sum_is_stored_as_the_message_it_adds_up_to() -> None:
     from langchain_core.messages import AIMessageChunk
 
-    from langchain_tiered_memory.runnable import output_message
+    from langchain_tiered_memory.runnable import output_messages
 
     total = (AIMessageChunk(content="Let me ", id="r-2")
              + AIMessageChunk(content="check.", tool_call_chunks=[
                  {"name": "calendar", "args": '{"day": "friday"}', "id": "call-8", "index": 0}]))
-    got = output_message(total, None)
+    [got] = output_messages(total, None)
     assert type(got) is AIMessage and got.text == "Let me check." and got.id == "r-2"
     assert got.tool_calls == [{"name": "calendar", "args": {"day": "friday"}, "id": "call-8", "type": "tool_call"}]
 
@@ -193,3 +193,21 @@ def test_a_dict_answer_with_several_keys_is_read_from_output_as_upstream_does(me
         memory)
     assert chain.invoke({"input": "Capital of France?"}, _cfg("u", "s")) == {"output": "Paris.", "sources": []}
     assert [m.content for m in memory.get_messages("s", user_id="u")] == ["Capital of France?", "Paris."]
+
+
+def test_an_answer_of_several_messages_is_recorded_as_upstream_records_it(memory: TieredMemory) -> None:
+    """``RunnableWithMessageHistory`` records a chain whose answer is a list of messages (a step
+    that plans, then answers); this wrapper raised InvalidInputError after the model had run, so
+    the caller lost the answer and nothing of the turn was stored."""
+    planned = [AIMessage("Let me think."), AIMessage("Paris.")]
+    chain = with_tiered_memory(PROMPT | FakeListChatModel(responses=["x"]) | RunnableLambda(lambda _: planned),
+                               memory)
+    assert chain.invoke({"input": "Capital of France?"}, _cfg("u", "s")) == planned
+    assert [(m.role, m.content) for m in memory.get_messages("s", user_id="u")] == [
+        ("user", "Capital of France?"), ("assistant", "Let me think."), ("assistant", "Paris.")]
+    for bad in ([], ["Paris."]):  # nothing to record, or no messages: refused, as before
+        empty = with_tiered_memory(PROMPT | FakeListChatModel(responses=["x"]) | RunnableLambda(lambda _, b=bad: b),
+                                   memory)
+        with pytest.raises(InvalidInputError, match="message"):
+            empty.invoke({"input": "Again?"}, _cfg("u", "s2"))
+    assert memory.get_messages("s2", user_id="u") == []
