@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -22,6 +22,8 @@ __all__ = ["TieredMemoryRetriever", "hit_to_document"]
 # what a call may override, and the names LangChain's vector-store retrievers use for them
 _OVERRIDES = {"k", "user_id", "session_id", "filters"}
 _ALIASES = {"top_k": "k", "filter": "filters"}
+# a Document's metadata keys that are no field the search filters on (see document_filters)
+_DOCUMENT_ONLY = frozenset({"id", "score", "layer", "timestamp", "metadata"})
 DEFAULT_K = 4
 
 
@@ -40,6 +42,32 @@ def resolve_overrides(given: dict[str, Any], where: str) -> dict[str, Any]:
     if "k" in out:
         check_count(out["k"], "k", minimum=1)
     return out
+
+
+def document_filters(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` with a filter on a Document's own metadata resolved (pure): a LangChain filter
+    names the keys a ``Document`` shows, so ``filter={"session_id": ...}`` scopes the search to that
+    session, as ``session_id=`` does, and a key the search cannot filter on (``id``, ``layer``,
+    ``score``, ``timestamp``, ``metadata``) is refused; it would otherwise be read as a key of the
+    message's metadata and match nothing. Other keys are the search's (message metadata, ``role``,
+    ``since``/``until``)."""
+    filters = settings.get("filters")
+    if not isinstance(filters, Mapping):
+        return settings  # None, or not a mapping: the search refuses that itself
+    own = sorted(k for k in filters if k in _DOCUMENT_ONLY)
+    if own:
+        raise InvalidInputError(
+            f"filter keys {own} are a Document's own metadata, which the search cannot filter on: filter on "
+            "'session_id', 'role', 'since'/'until' (epoch seconds) or a key of the message's metadata")
+    if "session_id" not in filters:
+        return settings
+    rest = {k: v for k, v in filters.items() if k != "session_id"}
+    session = filters["session_id"]
+    if settings.get("session_id") is not None and settings["session_id"] != session:
+        raise InvalidInputError(
+            f"session_id {settings['session_id']!r} and filter session_id {session!r} ask for two "
+            "different sessions; give one")
+    return {**settings, "session_id": session, "filters": rest or None}
 
 
 def _search_kwargs(given: Any) -> dict[str, Any]:
@@ -78,7 +106,9 @@ class TieredMemoryRetriever(BaseRetriever):
     ``invoke(query, k=..., user_id=..., session_id=..., filters=...)`` overrides
     any of these for one call. As on LangChain's vector-store retrievers,
     ``search_kwargs={"k": 2, "filter": {...}}`` and ``top_k`` (for ``k``) / ``filter``
-    (for ``filters``) are accepted too. ``search_kwargs`` is read at each call, so changing
+    (for ``filters``) are accepted too; as there, a filter names a Document's metadata keys:
+    ``{"session_id": "s1"}`` searches that session, and ``id``, ``layer``, ``score``,
+    ``timestamp`` (use ``since``/``until``) are refused. ``search_kwargs`` is read at each call, so changing
     it later, or configuring it (``configurable_fields(search_kwargs=...)``), takes effect;
     a setting given by name (``k=3``) wins over the same one in ``search_kwargs``, and ``k``
     is 4 when neither gives it. A ``k`` that is not an int >= 1 raises
@@ -120,7 +150,7 @@ class TieredMemoryRetriever(BaseRetriever):
         out.update({n: getattr(self, n) for n in ("k", "session_id", "filters") if getattr(self, n) is not None})
         out["user_id"] = self.user_id
         out.update({n: v for n, v in resolve_overrides(overrides, "invoke").items() if v is not None})
-        return out
+        return document_filters(out)
 
     @field_validator("user_id")
     @classmethod

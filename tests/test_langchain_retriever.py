@@ -168,3 +168,29 @@ async def test_a_blank_query_finds_nothing_instead_of_failing_the_chain(shared_m
         retriever.invoke("", k=0)
     with pytest.raises(InvalidInputError, match="query"):
         retriever.invoke(42)  # type: ignore[arg-type]
+
+
+def test_a_filter_on_a_documents_own_metadata_is_honoured_or_refused_never_empty(memory: TieredMemory) -> None:
+    """A LangChain filter names a Document's metadata keys (``filter={"session_id": ...}`` on any
+    vector store). Here it was read as a key of the message's own metadata, so a filter on the
+    ``session_id`` every Document shows, or its ``layer`` or ``id``, found nothing, silently."""
+    memory.add_many([{"role": "user", "content": "My sister Lena lives in Oslo.", "metadata": {"topic": "family"}}],
+                    session_id="s1", user_id="u")
+    memory.add_many([{"role": "user", "content": "Lena visited Oslo again."}], session_id="s2", user_id="u")
+    retriever = TieredMemoryRetriever(memory=memory, user_id="u")
+    docs = retriever.invoke("Lena", filter={"session_id": "s1"})
+    assert [d.page_content for d in docs] == ["My sister Lena lives in Oslo."]
+    scoped = TieredMemoryRetriever(memory=memory, user_id="u", session_id="s1").invoke("Lena")
+    assert [d.id for d in docs] == [d.id for d in scoped]  # the scores hold recency, so differ a little
+    given = {"session_id": "s2", "role": "user"}
+    in_kwargs = TieredMemoryRetriever(memory=memory, user_id="u", search_kwargs={"filter": given})
+    assert [d.metadata["session_id"] for d in in_kwargs.invoke("Lena")] == ["s2"]
+    assert given == {"session_id": "s2", "role": "user"}  # the caller's filter is not changed
+    assert [d.page_content for d in retriever.invoke("Lena", filter={"topic": "family"})] == [
+        "My sister Lena lives in Oslo."]  # a message metadata key, as before
+    with pytest.raises(InvalidInputError, match="session_id"):  # two different sessions asked for
+        retriever.invoke("Lena", session_id="s1", filter={"session_id": "s2"})
+    for own in ({"layer": "turn"}, {"id": docs[0].id}, {"timestamp": docs[0].metadata["timestamp"]},
+                {"score": 1.0}):
+        with pytest.raises(InvalidInputError, match=next(iter(own))):
+            retriever.invoke("Lena", filter=own)
