@@ -19,9 +19,19 @@ from langchain_core.embeddings import Embeddings
 from tiered_memory import Embedder, SentenceTransformerEmbedder
 from tiered_memory.aio import to_thread
 from tiered_memory.embedding import embedder_name
-from tiered_memory.errors import EmbeddingError, InvalidInputError
+from tiered_memory.errors import ConfigurationError, EmbeddingError, InvalidInputError
 
 __all__ = ["LangChainEmbedder", "TieredMemoryEmbeddings"]
+
+
+def check_embedder(value: object, what: str, takes: str) -> None:
+    """Refuse, when an adapter is built, what has no ``embed_documents`` and ``embed_query``: a
+    model's name (``HuggingFaceEmbeddings(model_name=...)`` is the LangChain habit) would otherwise
+    fail at the first embedding, as an ``AttributeError`` or a model failure."""
+    if not isinstance(value, Embedder):
+        hint = (f"; a model's name goes in {takes}" if isinstance(value, str) else "")
+        raise ConfigurationError(f"{what} needs an object with embed_documents and embed_query, "
+                                 f"got {type(value).__name__}{hint}")
 
 
 def _texts(texts: Any) -> list[str]:
@@ -49,6 +59,8 @@ class LangChainEmbedder:
     """
 
     def __init__(self, embeddings: Embeddings, *, name: str | None = None) -> None:
+        check_embedder(embeddings, "LangChainEmbedder",
+                       "the LangChain model, e.g. HuggingFaceEmbeddings(model_name=...)")
         self.embeddings = embeddings
         model = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
         self.name = name or (f"langchain:{type(embeddings).__name__}"
@@ -84,6 +96,8 @@ class TieredMemoryEmbeddings(Embeddings):
     """
 
     def __init__(self, embedder: Embedder | None = None) -> None:
+        if embedder is not None:
+            check_embedder(embedder, "TieredMemoryEmbeddings", "SentenceTransformerEmbedder(model)")
         self.embedder: Embedder = embedder or SentenceTransformerEmbedder()
 
     @property

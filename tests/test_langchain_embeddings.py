@@ -12,7 +12,8 @@ from langchain_tests.unit_tests import EmbeddingsUnitTests
 from langgraph.store.memory import InMemoryStore
 
 from langchain_tiered_memory import LangChainEmbedder, TieredMemoryEmbeddings
-from tiered_memory import EmbeddingError, InvalidInputError, SentenceTransformerEmbedder, TieredMemory
+from tiered_memory import (ConfigurationError, EmbeddingError, InvalidInputError, SentenceTransformerEmbedder,
+                           TieredMemory)
 
 
 def test_bundled_model_as_langchain_embeddings(embedder: SentenceTransformerEmbedder) -> None:
@@ -102,3 +103,18 @@ class TestTieredMemoryEmbeddingsStandardUnit(_BundledModel, EmbeddingsUnitTests)
 
 class TestTieredMemoryEmbeddingsStandardIntegration(_BundledModel, EmbeddingsIntegrationTests):
     pass
+
+
+@pytest.mark.parametrize(("wrap", "bad"), [
+    (TieredMemoryEmbeddings, "sentence-transformers/all-MiniLM-L6-v2"), (TieredMemoryEmbeddings, 384),
+    (LangChainEmbedder, "sentence-transformers/all-MiniLM-L6-v2"), (LangChainEmbedder, 384),
+    (LangChainEmbedder, None),  # (None is the bundled model in TieredMemoryEmbeddings, by design)
+])
+def test_what_cannot_embed_is_refused_when_the_adapter_is_built(wrap: Any, bad: Any) -> None:
+    """``TieredMemoryEmbeddings("sentence-transformers/all-MiniLM-L6-v2")`` (a LangChain user's habit:
+    ``HuggingFaceEmbeddings(model_name=...)``) was taken, and the first embedding raised
+    ``AttributeError: 'str' object has no attribute 'embed_query'``; LangChainEmbedder turned the
+    same into an EmbeddingError, 'failed to embed', as if the model had failed. LlamaIndexEmbedder
+    refuses it when it is built, and so do both now."""
+    with pytest.raises(ConfigurationError, match="embed_documents and embed_query"):
+        wrap(bad)
