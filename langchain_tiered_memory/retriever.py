@@ -62,7 +62,7 @@ def document_filters(settings: dict[str, Any]) -> dict[str, Any]:
     if "session_id" not in filters:
         return settings
     rest = {k: v for k, v in filters.items() if k != "session_id"}
-    session = filters["session_id"]
+    session = check_id(filters["session_id"], "filter session_id")  # None would mean every session
     if settings.get("session_id") is not None and settings["session_id"] != session:
         raise InvalidInputError(
             f"session_id {settings['session_id']!r} and filter session_id {session!r} ask for two "

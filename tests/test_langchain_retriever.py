@@ -190,6 +190,8 @@ def test_a_filter_on_a_documents_own_metadata_is_honoured_or_refused_never_empty
         "My sister Lena lives in Oslo."]  # a message metadata key, as before
     with pytest.raises(InvalidInputError, match="session_id"):  # two different sessions asked for
         retriever.invoke("Lena", session_id="s1", filter={"session_id": "s2"})
+    with pytest.raises(InvalidInputError, match="filter session_id must be a str"):  # not every session
+        retriever.invoke("Lena", filter={"session_id": None})
     for own in ({"layer": "turn"}, {"id": docs[0].id}, {"timestamp": docs[0].metadata["timestamp"]},
                 {"score": 1.0}):
         with pytest.raises(InvalidInputError, match=next(iter(own))):
