@@ -83,7 +83,8 @@ class TieredConversationMemory(BaseMemory):
         input_key: the chain input to store and to recall for; default the only
             input that is not a memory variable (or ``stop``). With several, set it:
             the call fails when the memory is loaded, before the model runs (the classic
-            buffer memories fail only when saving, after it).
+            buffer memories fail only when saving, after it), as it does when the inputs
+            lack the ``input_key`` set.
         output_key: the chain output to store; default the only output, else ``"output"``.
         return_messages: a list of messages instead of one string.
         human_prefix, ai_prefix: speaker labels of the string form.
@@ -148,10 +149,8 @@ class TieredConversationMemory(BaseMemory):
         return turn_text(inputs[key], f"input {key!r}")
 
     def _query(self, inputs: dict[str, Any]) -> str | None:
-        """The text to recall for, or ``None`` when the call carries no input at all."""
-        if self.input_key is not None:
-            value = inputs.get(self.input_key)
-            return None if value is None else turn_text(value, f"input {self.input_key!r}")
+        """The text to recall for, or ``None`` when the call carries no input at all. A call with
+        inputs but not the one to store fails here, before the model runs, not at the save."""
         if not any(k not in self.memory_variables and k != "stop" for k in inputs):
             return None
         return self._input_text(inputs)

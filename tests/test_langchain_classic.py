@@ -190,3 +190,19 @@ def test_a_prompt_with_several_inputs_needs_input_key_before_the_model_runs(memo
 def test_a_bad_max_tokens_is_refused_when_the_memory_is_built(memory: TieredMemory, bad: object) -> None:
     with pytest.raises(ValueError, match="max_tokens must be an int >= 1"):  # inside pydantic's error
         TieredConversationMemory(memory=memory, user_id="u", session_id="s", max_tokens=bad)
+
+
+def test_an_input_key_the_chain_does_not_have_fails_before_the_model_runs(memory: TieredMemory) -> None:
+    """With ``input_key="input"`` on a chain whose input is ``question``, the load fell back to the
+    buffer (no recall) and the model ran; only the save then raised, so the answer was lost. A call
+    with inputs but without the key now fails at the load, as a prompt with several inputs does;
+    ``load_memory_variables({})`` still shows the buffer."""
+    rec = PromptRecorder()
+    prompt = PromptTemplate.from_template("{history}\nQ: {question}")
+    tiered = TieredConversationMemory(memory=memory, user_id="u", session_id="s", input_key="input")
+    chain = LLMChain(llm=_model(rec, "Fine."), prompt=prompt, memory=tiered)
+    with pytest.raises(InvalidInputError, match="no 'input'.*fix input_key"):
+        chain.invoke({"question": "How are you?"})
+    assert rec.prompts == [] and memory.get_messages("s", user_id="u") == []
+    assert tiered.load_memory_variables({}) == {"history": ""}
+    assert tiered.load_memory_variables({"stop": ["\n"]}) == {"history": ""}
