@@ -26,6 +26,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
+from ..config import ConsolidationConfig
 from ..parts import Parts
 from ..recall.chunking import CHUNK_OVER, vector_ids
 from ..recall.indexing import index_orphans
@@ -140,11 +141,13 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
     episodes = layers.episodes.select(user_id)
     promote = select_promotions(episodes, cfg.promote_access_count)
     for n, ep in enumerate(promote, 1):
+        # another run (a worker, a thread) may have promoted it since the read: its facts are then
+        # known (the ingest is a no-op) and the promotion is that run's to count and audit
         layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
         with layers.rows.unit() as u:
-            u.mark_promoted(ep.id, now)
-            u.audit(user_id, "episode", ep.id, "promote", {"access_count": ep.access_count}, now)
-        details["promote"].append(ep.id)
+            if u.mark_promoted(ep.id, now):
+                u.audit(user_id, "episode", ep.id, "promote", {"access_count": ep.access_count}, now)
+                details["promote"].append(ep.id)
         tick("promote", n, len(promote))
 
     archived = _compress(layers, user_id, episodes, now, tick, details)
@@ -187,6 +190,7 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
               details: dict[str, list[str]], batch: int = 25) -> int:
     cfg = layers.parts.config.consolidation
     todo = select_compressions(episodes, now, cfg.compress_after_days)
+    done = details["compress"]
     moved = 0
     for start in range(0, len(todo), batch):  # one transaction and one vector delete per batch
         part = todo[start:start + batch]
@@ -195,16 +199,17 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
             long = {i for i, m in held.items() if len(m.content) > CHUNK_OVER}  # those have chunk vectors
             with layers.rows.unit() as u:
                 for ep in part:
+                    if not u.mark_compressed(ep.id, now):  # another run compressed it since the read
+                        continue
                     count = u.archive_messages(user_id, ep.source_ids, ep.id, now, delete=cfg.delete_raw)
-                    u.mark_compressed(ep.id, now)
                     u.audit(user_id, "episode", ep.id, "delete_raw" if cfg.delete_raw else "archive",
                             {"messages": count}, now)
+                    done.append(ep.id)
                     moved += count
             # after the commit: a crash here leaves stray vectors; recall ignores ids the store
             # does not hold and the next start-up repair removes them
             layers.parts.index.delete(vector_ids([i for ep in part for i in ep.source_ids], long))
-        for n, ep in enumerate(part, start + 1):
-            details["compress"].append(ep.id)
+        for n, _ in enumerate(part, start + 1):
             tick("compress", n, len(todo))
     if todo:  # a live turn stored as a duplicate of an archived one gets its own vector (one scan)
         with layers.parts.lock:
@@ -215,26 +220,35 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
     return moved
 
 
+def _stale_fact(f: Fact, now: float, cfg: ConsolidationConfig) -> bool:
+    """Should the prune step remove ``f``? (pure; a time that could not be read has no age)"""
+    return f.updated_at != NO_TIME and should_prune(
+        fact_value(f.confidence, max(f.updated_at, f.last_access or 0.0), now, cfg.prune_fact_half_life_days),
+        f.access_count, (now - f.updated_at) / 86400, below=cfg.prune_below, min_age_days=cfg.prune_min_age_days)
+
+
 def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> list[str]:
     cfg = layers.parts.config.consolidation
     decay = layers.parts.config.working.decay_per_hour
     pruned: list[str] = []
-    facts = layers.facts.select(user_id)
-    # a record whose time is NO_TIME (unreadable) has no age to prune it by
-    doomed = [f for f in facts if f.updated_at != NO_TIME and should_prune(
-        fact_value(f.confidence, max(f.updated_at, f.last_access or 0.0), now, cfg.prune_fact_half_life_days), f.access_count,
-        (now - f.updated_at) / 86400, below=cfg.prune_below, min_age_days=cfg.prune_min_age_days)]
-    stale = [i.id for i in layers.rows.live_working_items(user_id)
-             if i.created_at != NO_TIME and should_prune(decayed(i.importance, i.created_at, now, decay), i.access_count,
-                             (now - i.created_at) / 86400, below=cfg.prune_below, min_age_days=0.0)]
-    total = len(doomed) + len(stale)
     with layers.parts.lock:
-        for f in doomed:
-            with layers.rows.unit() as u:
-                soft_delete(u, user_id, f.id, "prune", now, {"confidence": f.confidence})
-            layers.parts.index.delete([f"fact:{f.id}"])
-            pruned.append(f.id)
-            tick("prune", len(pruned), total)
+        # the accesses noted since the run began (a context built while it asked the LLM) count:
+        # what a read just handed to a model is in use, not stale; the lock keeps other writers out
+        # from here to the last prune, so a fact is judged as it is, not as it was at the run's start
+        layers.parts.access.flush()
+        doomed = [f for f in layers.facts.select(user_id) if _stale_fact(f, now, cfg)]
+        stale = [i.id for i in layers.rows.live_working_items(user_id)
+                 if i.created_at != NO_TIME and should_prune(decayed(i.importance, i.created_at, now, decay),
+                                                             i.access_count, (now - i.created_at) / 86400,
+                                                             below=cfg.prune_below, min_age_days=0.0)]
+        total = len(doomed) + len(stale)
+        for n, f in enumerate(doomed, 1):
+            with layers.rows.unit() as u:  # a progress callback (or another worker) may have removed it
+                gone = soft_delete(u, user_id, f.id, "prune", now, {"confidence": f.confidence})
+            if gone:
+                layers.parts.index.delete([f"fact:{f.id}"])
+                pruned.append(f.id)
+            tick("prune", n, total)
         for n, item_id in enumerate(stale, start=len(doomed) + 1):
             with layers.rows.unit() as u:  # another worker may have evicted or pruned it since the read
                 if u.retire_working_item(item_id, now):
@@ -242,4 +256,3 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
                     pruned.append(item_id)
             tick("prune", n, total)
     return pruned
-

@@ -353,8 +353,10 @@ def log_change(u: FactWrites, user_id: str, fact_id: str, action: str, old: str 
 
 
 def soft_delete(u: FactWrites, user_id: str, fact_id: str, action: str, now: float,
-                details: dict[str, Any]) -> None:
-    """Hide a fact (merge, prune) inside the caller's unit of work; kept for audit."""
+                details: dict[str, Any]) -> bool:
+    """Hide a fact (merge, prune) inside the caller's unit of work; kept for audit. False (and
+    nothing logged) if it was not live: deleted or hidden by another call since it was read."""
     old = u.soft_delete_fact(user_id, fact_id, now)
     if old is not None:
         log_change(u, user_id, fact_id, action, old, None, now, details)
+    return old is not None

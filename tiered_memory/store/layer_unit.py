@@ -105,9 +105,10 @@ class LayerUnit:
     def soft_delete_fact(self, user_id: str, fact_id: str, at: float) -> str | None:
         old = self._run("SELECT text FROM facts WHERE user_id=? AND id=? AND deleted_at IS NULL",
                         (user_id, fact_id)).fetchone()
-        if old is None:
+        # the UPDATE decides, not the SELECT: a worker that hid it meanwhile leaves nothing to hide (and log)
+        if old is None or not self._run("UPDATE facts SET deleted_at=? WHERE user_id=? AND id=? AND deleted_at IS NULL",
+                                        (at, user_id, fact_id)).rowcount:
             return None
-        self._run("UPDATE facts SET deleted_at=? WHERE user_id=? AND id=?", (at, user_id, fact_id))
         return str(old[0])
 
     def record_history(self, user_id: str, change: FactChange) -> None:
@@ -157,11 +158,13 @@ class LayerUnit:
                   f" SET last_seq={self._dialect.greatest}(session_cursor.last_seq, excluded.last_seq)",
                   (user_id, session_id, seq))
 
-    def mark_promoted(self, episode_id: str, at: float) -> None:
-        self._run("UPDATE episodes SET promoted_at=? WHERE id=? AND promoted_at IS NULL", (at, episode_id))
+    def mark_promoted(self, episode_id: str, at: float) -> bool:
+        return bool(self._run("UPDATE episodes SET promoted_at=? WHERE id=? AND promoted_at IS NULL",
+                              (at, episode_id)).rowcount > 0)
 
-    def mark_compressed(self, episode_id: str, at: float) -> None:
-        self._run("UPDATE episodes SET compressed_at=? WHERE id=?", (at, episode_id))
+    def mark_compressed(self, episode_id: str, at: float) -> bool:
+        return bool(self._run("UPDATE episodes SET compressed_at=? WHERE id=? AND compressed_at IS NULL",
+                              (at, episode_id)).rowcount > 0)
 
     def archive_messages(self, user_id: str, ids: Sequence[str], episode_id: str, at: float, *,
                          delete: bool) -> int:

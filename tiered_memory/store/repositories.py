@@ -119,9 +119,11 @@ class EpisodeWrites(AuditWrites, Protocol):
     def advance_cursor(self, user_id: str, session_id: str, seq: int) -> None:
         """Move the session's coverage cursor to ``seq`` (never back)."""
 
-    def mark_promoted(self, episode_id: str, at: float) -> None: ...
+    def mark_promoted(self, episode_id: str, at: float) -> bool:
+        """Mark the episode promoted at ``at``; False if it was already (another run got there first)."""
 
-    def mark_compressed(self, episode_id: str, at: float) -> None: ...
+    def mark_compressed(self, episode_id: str, at: float) -> bool:
+        """Mark the episode compressed at ``at``; False if it was already (another run got there first)."""
 
     def archive_messages(self, user_id: str, ids: Sequence[str], episode_id: str, at: float, *,
                          delete: bool) -> int:

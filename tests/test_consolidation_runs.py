@@ -1,0 +1,99 @@
+"""Consolidation against what happens while it runs: reads that show a memory, another run.
+
+A run takes long (the sessions step asks the LLM per idle session); a read or another
+worker's run that completes meanwhile must not be undone by it, nor counted or audited twice.
+A progress callback is where "meanwhile" happens here, deterministically.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tiered_memory import TieredMemory
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+DAY = 86400.0
+
+
+def _stale_facts(memory: TieredMemory, tmp_path: Path, texts: dict[str, str]) -> None:
+    """Facts 400 days old, of low confidence and never accessed: what the prune step removes."""
+    old = time.time() - 400 * DAY
+    lines = [{"format": "tiered-memory/1", "type": "fact", "fact": {
+        "id": fid, "user_id": "u", "type": "fact", "text": text, "confidence": 0.1, "source_ids": [],
+        "metadata": {}, "created_at": old, "updated_at": old, "valid_from": old, "access_count": 0}}
+        for fid, text in texts.items()]
+    path = tmp_path / "stale.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert memory.import_jsonl(path).facts_imported == len(texts)
+
+
+def test_a_fact_a_context_showed_during_the_run_is_not_pruned(make_memory: Callable[..., TieredMemory],
+                                                              tmp_path: Path) -> None:
+    memory = make_memory()
+    _stale_facts(memory, tmp_path, {"f1": "User once asked about origami cranes",
+                                    "f2": "User once asked about sailing boats"})
+    memory.add("user", "I went hiking in the Alps last week.", session_id="old", user_id="u",
+               timestamp=time.time() - 2 * DAY)  # an idle session: the run has a sessions step
+    shown: list[str] = []
+
+    def meanwhile(step: str, done: int, total: int) -> None:
+        if step == "sessions":  # an agent's turn while the run asks the LLM about an idle session
+            context = memory.build_context("origami cranes", user_id="u", session_id="now")
+            shown.extend(i.id.partition(":")[2] for s in context.sections if s.name == "facts" for i in s.items)
+
+    report = memory.consolidate("u", progress=meanwhile)
+    assert "f1" in shown  # the context handed it to a model: it is in use
+    assert "f1" in {f.id for f in memory.facts("u")}
+    assert "f1" not in report.details["prune"]
+    pruned = {c.fact_id for c in memory.fact_history("u") if c.action == "prune"}
+    assert pruned == set(report.details["prune"]) == {"f2"} - set(shown)
+
+
+def test_a_run_counts_and_audits_only_what_it_did(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory()
+    for s in range(3):  # old sessions, recalled often: each episode is promoted and archived
+        memory.add("user", f"I booked flight LX-{100 + s} to Zurich for conference {s}.", session_id=f"s{s}",
+                   user_id="u", timestamp=time.time() - 60 * DAY + s)
+        memory.end_session(f"s{s}", user_id="u")
+    for _ in range(3):
+        memory.search_episodes("flight to Zurich conference", user_id="u", k=5)
+    other: list = []  # type: ignore[type-arg]
+
+    def meanwhile(step: str, done: int, total: int) -> None:
+        if step == "promote" and done == 1 and not other:  # another worker's run, start to end
+            other.append(memory.consolidate("u"))
+
+    first = memory.consolidate("u", progress=meanwhile)
+    second = other[0]
+    audit = collections.Counter(e.action for e in memory.audit_log("u"))
+    assert audit == {"promote": 3, "archive": 3}  # each episode promoted and archived once
+    assert first.promoted + second.promoted == 3
+    assert first.compressed + second.compressed == 3
+    assert first.archived_messages + second.archived_messages == 3
+    assert set(first.details["compress"]).isdisjoint(second.details["compress"])
+    again = memory.consolidate("u")  # and a run after both finds nothing
+    assert (again.promoted, again.compressed, again.pruned) == (0, 0, 0)
+    assert collections.Counter(e.action for e in memory.audit_log("u")) == audit
+
+
+def test_a_fact_deleted_while_the_prune_step_runs_is_not_counted(make_memory: Callable[..., TieredMemory],
+                                                                  tmp_path: Path) -> None:
+    memory = make_memory()
+    _stale_facts(memory, tmp_path, {"f1": "User once asked about origami cranes",
+                                    "f2": "User once asked about sailing boats"})
+
+    def meanwhile(step: str, done: int, total: int) -> None:
+        if step == "prune" and done == 1:  # the user deletes the other fact meanwhile
+            gone = ({"f1", "f2"} - {c.fact_id for c in memory.fact_history("u") if c.action == "prune"}).pop()
+            memory.delete_fact(gone, user_id="u")
+
+    report = memory.consolidate("u", progress=meanwhile)
+    pruned = [c.fact_id for c in memory.fact_history("u") if c.action == "prune"]
+    assert len(pruned) == 1 and report.details["prune"] == pruned and report.pruned == 1
