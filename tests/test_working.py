@@ -172,3 +172,26 @@ def test_an_item_evicted_while_consolidation_prunes_is_audited_once(make_memory:
     audit = [(e.item_id, e.action) for e in memory.audit_log("u", layer="working")]
     assert audit == [(stale[0].id, "prune"), (stale[1].id, "evict")]
     assert sorted(i.text for i in wm.items()) == ["fresh c", "fresh d"]
+
+
+_DEEP: list = []  # type: ignore[type-arg]
+_cur = _DEEP
+for _ in range(200):
+    _cur.append([])
+    _cur = _cur[0]
+
+
+@pytest.mark.parametrize("value, said", [
+    ({1, 2}, "set"), (b"bytes", "bytes"), (float("nan"), "Out of range float"), ([float("inf")], "Out of range float"),
+    (__import__("datetime").datetime(2026, 1, 1), "datetime"), (_DEEP, "nests more than"), ("x" * 70_000, "bytes as JSON"),
+    ({"a": {1: "b"}}, "keys must be strings"), ("a\x00b", "NUL"), ("\udc80", "lone surrogates"),
+])
+def test_a_scratchpad_value_that_is_no_json_is_refused_by_its_name_and_loses_nothing(
+        memory: TieredMemory, value: object, said: str) -> None:
+    pad = memory.working_memory("s1", user_id="u1").scratchpad
+    pad["step"] = {"n": 1}
+    with pytest.raises(InvalidInputError, match=said) as refused:
+        pad["step"] = value
+    assert "scratchpad entry 'step'" in str(refused.value)  # not "metadata": the caller passed none
+    assert pad.to_dict() == {"step": {"n": 1}}
+    assert memory.working_memory("s1", user_id="u1").items() == []

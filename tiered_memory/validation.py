@@ -149,18 +149,19 @@ def check_role(role: object) -> str:
     return str(role)
 
 
-def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
-    """Return a deep copy of ``metadata`` as JSON-safe data (nested values kept)."""
+def check_metadata(metadata: object, max_bytes: int, name: str = "metadata") -> dict[str, Any]:
+    """Return a deep copy of ``metadata`` as JSON-safe data (nested values kept); errors call
+    it ``name`` (a scratchpad entry is checked as a one-key mapping, and says so)."""
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
-        raise InvalidInputError(f"metadata must be a mapping, got {type(metadata).__name__}")
-    encoded = encode_json(metadata, "metadata", ensure_ascii=False)
+        raise InvalidInputError(f"{name} must be a mapping, got {type(metadata).__name__}")
+    encoded = encode_json(metadata, name, ensure_ascii=False)
     if not encodable(encoded):
-        raise InvalidInputError("metadata contains lone surrogates")
+        raise InvalidInputError(f"{name} contains lone surrogates")
     if len(encoded.encode("utf-8")) > max_bytes:
         raise InvalidInputError(
-            f"metadata is {len(encoded.encode('utf-8')):,} bytes as JSON; the limit is {max_bytes:,}"
+            f"{name} is {len(encoded.encode('utf-8')):,} bytes as JSON; the limit is {max_bytes:,}"
         )
     return dict(json.loads(encoded))
 

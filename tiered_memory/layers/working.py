@@ -81,7 +81,7 @@ def check_pad_entry(key: object, value: Any) -> Any:
     layers' metadata bound, str keys inside); returns the value as stored (pure)."""
     if not isinstance(key, str) or not key:
         raise InvalidInputError(f"scratchpad keys must be non-empty strings, got {key!r}")
-    return check_metadata({key: value}, MAX_LAYER_METADATA_BYTES)[key]
+    return check_metadata({key: value}, MAX_LAYER_METADATA_BYTES, f"scratchpad entry {key[:40]!r}")[key]
 
 
 class Scratchpad(MutableMapping[str, Any]):
