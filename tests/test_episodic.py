@@ -386,3 +386,34 @@ def test_delete_episode_removes_it_from_every_read_and_its_turns_stay_covered(
         m.delete_episode(ep.id, user_id="u")
     m.add("user", "One more thing: the archive goes to cold storage.", session_id="s1", user_id="u")
     assert m.end_session("s1", user_id="u").source_ids == [m.get_messages("s1", user_id="u")[-1].id]
+
+
+ASKED_OR_UNDECIDED = [
+    "Do I like jazz?",  # the user asks: no fact said
+    "Would I enjoy hiking in winter?",
+    "Have we decided on the venue?",
+    "If I live in Canada, do I pay tax there?",
+    "We decided nothing yet.",
+    "No decision yet on the caterer.",
+    "I'm not sure whether we agreed on Friday.",
+]
+
+
+@pytest.mark.parametrize("said", ASKED_OR_UNDECIDED)
+def test_rules_take_no_fact_or_decision_from_a_question_or_an_undecided(said: str) -> None:
+    from tiered_memory.layers.extractive import extract_fact_candidates
+
+    msgs = [StoredMessage(id="m1", user_id="u", session_id="s", role="user", timestamp=0.0, content=said)]
+    assert [c.text for c in extract_fact_candidates(msgs)] == []
+    ep = extract_episode(msgs)
+    assert ep.decisions == [] and ep.key_facts == []
+
+
+def test_rules_still_take_a_fact_said_before_a_question_and_a_decision_made() -> None:
+    from tiered_memory.layers.extractive import extract_fact_candidates
+
+    msgs = [StoredMessage(id="m1", user_id="u", session_id="s", role="user", timestamp=0.0,
+                          content="I love jazz, do you? We decided to book the Lisbon venue. We decided not to fly.")]
+    assert [c.text for c in extract_fact_candidates(msgs)] == [
+        "User likes jazz", "Decided: book the Lisbon venue", "Decided: not to fly"]
+    assert extract_episode(msgs).decisions == ["We decided to book the Lisbon venue.", "We decided not to fly."]

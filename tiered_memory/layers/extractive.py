@@ -126,6 +126,26 @@ def salient_sentences(texts: Sequence[str], k: int = 3) -> list[str]:
 _DECISION = re.compile(
     r"\b(?:we|i)\s+(?:have\s+)?(?:decided|agreed|chose|settled on|will go with)\b|\blet'?s go with\b"
     r"|\bdecision\b|\bwe'll use\b", re.I)
+# a word just before the speaker that makes what follows asked or supposed, not said: "Do I like
+# jazz?", "Have we decided on the venue?", "If I live in Canada, ...", "not sure whether we agreed"
+_ASKED = re.compile(r"\b(?:do|does|did|would|should|could|can|will|shall|might|must|have|has|had|am|are|were"
+                    r"|if|unless|whether)\s+$", re.I)
+# a sentence that says there is no decision ("No decision yet", "we decided nothing")
+_UNDECIDED = re.compile(r"\bno decision\b|\b(?:not|never|un)\s*decided\b|\bdecided (?:nothing|anything)\b"
+                        r"|\b(?:haven't|hasn't|have not|has not)\s+(?:decided|agreed)\b", re.I)
+
+
+def said(sentence: str, found: re.Match[str]) -> bool:
+    """Is what a rule found in ``sentence`` stated, not asked or supposed (pure)?"""
+    return _ASKED.search(sentence[:found.start()]) is None
+
+
+def decided(sentence: str) -> bool:
+    """Does ``sentence`` state a decision (pure)? Not a question about one, nor "no decision yet"."""
+    found = _DECISION.search(sentence)
+    return found is not None and said(sentence, found) and _UNDECIDED.search(sentence) is None
+
+
 _TODO = re.compile(r"\b(?:todo|to do|need to (?:figure out|check|find out|decide)|open question|not sure)\b", re.I)
 
 
@@ -135,7 +155,7 @@ def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences:
     joined = "\n".join(texts)
     summary = " ".join(salient_sentences(texts, k=max_summary_sentences))
     entities = list(dict.fromkeys(find_entities(joined) + find_ids(joined)))[:20]
-    decisions = [s for t in texts for s in sentences(t) if _DECISION.search(s)][:10]
+    decisions = [s for t in texts for s in sentences(t) if decided(s)][:10]
     questions: list[str] = []
     for i, m in enumerate(messages):
         if m.role != "user":
@@ -157,7 +177,8 @@ _PLACE = r"(?P<x>[A-Z][\w'-]+(?:(?:\s+|,\s*)(?:de |da |do )?[A-Z][\w'-]+){0,3})"
 # where an object ends: a sentence mark, a clause joined by a conjunction, a new clause after a
 # comma ("all the yellow leaves, it looks...") or a dash ("assistant manager- it's like...")
 _END = (r"(?=\s+(?:now|anymore|these days|lately|a lot|very much|so much|too)\b|[.!?;\n]|,\s*(?:but|and|so)\b"
-        r"|\s+(?:and|but|so|because)\s|,\s*(?:it|it's|that|that's|this|which|they|they're|i|i'm|we|he|she)\b"
+        r"|\s+(?:and|but|so|because)\s|,\s*(?:it|it's|that|that's|this|which|they|they're|i|i'm|we|he|she"
+        r"|you|do|does|did|don't|isn't|aren't|right)\b"
         r"|\s*[-\u2013\u2014]\s|$)")
 _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
     # (type, pattern, text template, key template, polarity)
@@ -257,6 +278,8 @@ def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandi
         for sent in sentences(m.content):
             for ftype, pattern, template, key_t, polarity in _RULES:
                 for found in pattern.finditer(sent):
+                    if not said(sent, found) or (ftype == "decision" and _UNDECIDED.search(sent)):
+                        continue  # "Do I like jazz?", "If I live in Canada", "We decided nothing yet"
                     groups = {k: v.strip().rstrip(",") for k, v in found.groupdict().items() if v}
                     if "a" in groups:  # the article said ("I'm An engineer"), as it goes mid-sentence
                         groups["a"] = groups["a"].lower()
