@@ -417,3 +417,15 @@ def test_rules_still_take_a_fact_said_before_a_question_and_a_decision_made() ->
     assert [c.text for c in extract_fact_candidates(msgs)] == [
         "User likes jazz", "Decided: book the Lisbon venue", "Decided: not to fly"]
     assert extract_episode(msgs).decisions == ["We decided to book the Lisbon venue.", "We decided not to fly."]
+
+
+def test_an_extractive_episode_of_a_long_paste_is_short_enough_to_be_recalled(memory: TieredMemory) -> None:
+    log = " ".join(f"line{i} error in module payments handler timeout" for i in range(500))  # no full stop
+    memory.add("user", "here is the log " + log, session_id="s", user_id="u")
+    memory.add("assistant", "I see a timeout in the payments handler.", session_id="s", user_id="u")
+    episode = memory.end_session("s", user_id="u")
+    assert episode.metadata["method"] == "extractive"
+    assert 0 < len(episode.summary) <= 1_000  # a summary, not the paste again
+    assert all(len(p) <= 400 for p in episode.key_points())
+    context = memory.build_context("payments handler timeout", user_id="u", session_id="s2")
+    assert [i.id for s in context.sections if s.name == "episodes" for i in s.items] == [f"ep:{episode.id}"]

@@ -149,13 +149,26 @@ def decided(sentence: str) -> bool:
 _TODO = re.compile(r"\b(?:todo|to do|need to (?:figure out|check|find out|decide)|open question|not sure)\b", re.I)
 
 
+MAX_SENTENCE_CHARS = 300  # a "sentence" past this is a paste (a log, code): its start stands for it
+
+
+def clip(sentence: str, limit: int = MAX_SENTENCE_CHARS) -> str:
+    """``sentence``, or its first ``limit`` characters cut at a word, marked with an ellipsis (pure)."""
+    if len(sentence) <= limit:
+        return sentence
+    cut = sentence[:limit - 1]
+    return (cut.rsplit(None, 1)[0] if " " in cut.strip() else cut).rstrip() + "\u2026"
+
+
 def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences: int = 3) -> EpisodeDraft:
-    """An episode from rules: salient sentences, entities, decisions, open questions, key facts."""
+    """An episode from rules: salient sentences, entities, decisions, open questions, key facts.
+    Each sentence it quotes is clipped (:func:`clip`): a session of one long paste would otherwise
+    be summarised as the whole paste, which no context budget holds."""
     texts = [m.content for m in messages]
     joined = "\n".join(texts)
-    summary = " ".join(salient_sentences(texts, k=max_summary_sentences))
-    entities = list(dict.fromkeys(find_entities(joined) + find_ids(joined)))[:20]
-    decisions = [s for t in texts for s in sentences(t) if decided(s)][:10]
+    summary = " ".join(clip(s) for s in salient_sentences(texts, k=max_summary_sentences))
+    entities = list(dict.fromkeys(clip(e) for e in find_entities(joined) + find_ids(joined)))[:20]
+    decisions = [clip(s) for t in texts for s in sentences(t) if decided(s)][:10]
     questions: list[str] = []
     for i, m in enumerate(messages):
         if m.role != "user":
@@ -163,10 +176,10 @@ def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences:
         answered = any(n.role == "assistant" for n in messages[i + 1:])
         for s in sentences(m.content):
             if (s.endswith("?") and not answered) or _TODO.search(s):
-                questions.append(s)
+                questions.append(clip(s))
     key_facts = [c.text for c in extract_fact_candidates(messages)]
-    key_facts += [s for s in sentences(joined) if (find_dates(s) or find_ids(s)) and s not in key_facts]
-    return EpisodeDraft(summary=summary or joined[:300], entities=entities, decisions=decisions,
+    key_facts += [clip(s) for s in sentences(joined) if (find_dates(s) or find_ids(s)) and s not in key_facts]
+    return EpisodeDraft(summary=summary or clip(joined), entities=entities, decisions=decisions,
                         open_questions=list(dict.fromkeys(questions))[:10],
                         key_facts=list(dict.fromkeys(key_facts))[:10])
 
