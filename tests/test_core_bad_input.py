@@ -209,6 +209,8 @@ def test_a_filter_key_with_nul_is_bad_input(memory):
 
 @pytest.mark.parametrize("change, fragment", [
     (lambda c: replace(c, working=WorkingConfig(capacity=0)), "working.capacity must be finite and at least 1"),
+    # the share of importance lost per hour: 2.0 was taken as 1.0 (every item worthless after a second)
+    (lambda c: replace(c, working=WorkingConfig(decay_per_hour=2.0)), "working.decay_per_hour must be at most 1"),
     (lambda c: replace(c, budget=BudgetConfig(fact_relevance=math.nan)), "budget.fact_relevance"),
     (lambda c: replace(c, budget=BudgetConfig(shares={"turns": -1.0})), "budget.shares['turns']"),
     (lambda c: replace(c, budget=BudgetConfig(max_tokens=0)), "budget.max_tokens"),

@@ -213,6 +213,8 @@ AT_LEAST_ONE = frozenset({"BufferConfig.max_messages", "BufferConfig.max_tokens"
                           "MemoryConfig.embed_batch_size", "MemoryConfig.access_flush_size", "MemoryConfig.write_chunk",
                           "EpisodeConfig.compress_after_turns",
                           "RetrievalConfig.neighbor_wide_window"})
+# shares of a whole: above 1 means nothing (decay_per_hour is the part of an item's importance lost per hour)
+AT_MOST_ONE = frozenset({"WorkingConfig.decay_per_hour"})
 SIGNED = frozenset({"RetrievalConfig.fusion_weights"})  # a learned table may weigh a signal below zero
 #: the sections of a context that ``BudgetConfig.shares`` may name (:mod:`.context.assembly`)
 BUDGET_SECTIONS = ("session", "facts", "episodes", "turns", "items")
@@ -248,6 +250,8 @@ def config_problems(config: object, where: str = "") -> list[str]:
             elif not math.isfinite(value) or value < floor or (kind == "int" and value > MAX_COUNT):
                 problems.append(f"{shown} must be finite and at least {floor}"
                                 f"{f' (at most {MAX_COUNT:,})' if kind == 'int' else ''}, got {value!r}")
+            elif value > 1 and f"{type(config).__name__}.{f.name}" in AT_MOST_ONE:
+                problems.append(f"{shown} must be at most 1 (a share of the whole), got {value!r}")
         elif kind.startswith("dict"):
             signed = f"{type(config).__name__}.{f.name}" in SIGNED
             for key, weight in (value.items() if isinstance(value, dict) else [("", value)]):
