@@ -97,3 +97,20 @@ def test_a_fact_deleted_while_the_prune_step_runs_is_not_counted(make_memory: Ca
     report = memory.consolidate("u", progress=meanwhile)
     pruned = [c.fact_id for c in memory.fact_history("u") if c.action == "prune"]
     assert len(pruned) == 1 and report.details["prune"] == pruned and report.pruned == 1
+
+
+def test_a_session_another_run_ended_meanwhile_is_not_counted_again(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory()
+    for s in range(2):  # two idle sessions
+        memory.add("user", f"I planned trip {s} to Rome.", session_id=f"s{s}", user_id="u",
+                   timestamp=time.time() - 2 * DAY + s)
+    other: list = []  # type: ignore[type-arg]
+
+    def meanwhile(step: str, done: int, total: int) -> None:
+        if step == "sessions" and done == 1 and not other:  # another worker's run ends the second one
+            other.append(memory.consolidate("u"))
+
+    first = memory.consolidate("u", progress=meanwhile)
+    assert len(memory.episodes("u")) == 2
+    assert first.sessions + other[0].sessions == 2
+    assert set(first.details["sessions"]).isdisjoint(other[0].details["sessions"])

@@ -130,8 +130,9 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
 
     idle = layers.rows.idle_sessions(user_id, now - cfg.session_idle_hours * 3600)
     for n, sid in enumerate(idle, 1):
+        held = {e.id for e in layers.episodes.select(user_id, sid)}
         ep = layers.end_session(user_id, sid)
-        if ep is not None:
+        if ep is not None and ep.id not in held:  # not one another run made since `idle` was read
             details["sessions"].append(ep.id)
         tick("sessions", n, len(idle))
 
