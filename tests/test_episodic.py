@@ -429,3 +429,14 @@ def test_an_extractive_episode_of_a_long_paste_is_short_enough_to_be_recalled(me
     assert all(len(p) <= 400 for p in episode.key_points())
     context = memory.build_context("payments handler timeout", user_id="u", session_id="s2")
     assert [i.id for s in context.sections if s.name == "episodes" for i in s.items] == [f"ep:{episode.id}"]
+
+
+def test_a_turn_longer_than_the_transcript_reaches_the_llm_clipped(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": [GOOD_EPISODE]})
+    memory = make_memory(llm=llm, config=_fast_llm_config(strict=True, timeout_s=5))
+    memory.add("user", "Is this a known error? " + "frame at payments.py line 42 " * 3000, session_id="s", user_id="u")
+    memory.end_session("s", user_id="u")
+    assert llm.tasks() == ["facts", "episode"]
+    for call in llm.calls:  # the newest turns up to 12,000 characters: one turn alone too
+        prompt = call.messages[-1]["content"]
+        assert len(prompt) <= 12_100 and "Is this a known error?" in prompt

@@ -31,6 +31,7 @@ from ..store.repositories import EpisodeRepository
 from ..types import StoredMessage
 from ..quoting import label_text, quote
 from ..validation import MAX_FACT_CHARS, not_blank
+from .extractive import clip
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -80,15 +81,26 @@ about the user or the work). Use only information present in the conversation.""
 
 def transcript(messages: Sequence[StoredMessage], max_chars: int = 12000) -> str:
     """Numbered, quoted lines ``[n] role: "text"`` (stored text as :func:`quote` quotes it for
-    every model, the role as :func:`label_text` shows a label); the newest are kept when too long."""
-    lines = [f"[{n}] {label_text(m.role)}: {quote(m.content)}" for n, m in enumerate(messages, 1)]
+    every model, the role as :func:`label_text` shows a label); the newest are kept when too long.
+    A newest turn longer than ``max_chars`` alone is kept clipped (its start, :func:`clip`): a
+    pasted log sent whole overflows a model's context, and in strict mode the session then
+    could never be ended."""
+    def line(n: int, limit: int | None = None) -> str:
+        m = messages[n - 1]
+        return f"[{n}] {label_text(m.role)}: {quote(m.content if limit is None else clip(m.content, limit))}"
+
     out: list[str] = []
     size = 0
-    for line in reversed(lines):
-        if size + len(line) > max_chars and out:
+    for n in range(len(messages), 0, -1):
+        shown = line(n)
+        if size + len(shown) > max_chars and out:
             break
-        out.append(line)
-        size += len(line) + 1
+        limit = len(messages[n - 1].content)
+        while len(shown) > max_chars and limit > 1:  # quoting may lengthen it: cut by what is over
+            limit = max(1, limit - (len(shown) - max_chars))
+            shown = line(n, limit)
+        out.append(shown)
+        size += len(shown) + 1
     return "\n".join(reversed(out))
 
 
