@@ -193,6 +193,9 @@ _END = (r"(?=\s+(?:now|anymore|these days|lately|a lot|very much|so much|too)\b|
         r"|\s+(?:and|but|so|because)\s|,\s*(?:it|it's|that|that's|this|which|they|they're|i|i'm|we|he|she"
         r"|you|do|does|did|don't|isn't|aren't|right)\b"
         r"|\s*[-\u2013\u2014]\s|$)")
+_RELATIONS = ("wife|husband|partner|girlfriend|boyfriend|son|daughter|brother|sister|mother|mom|mum|father|dad"
+              "|dog|cat|boss|friend|colleague|manager")
+_DIETS = "vegetarian|vegan|pescatarian|lactose intolerant|gluten[- ]free"
 _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
     # (type, pattern, text template, key template, polarity)
     ("fact", re.compile(rf"\b[Mm]y name is {_NAME}"), "User's name is {x}", "name", 1),
@@ -203,15 +206,14 @@ _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
     ("fact", re.compile(rf"\bi(?: am|'m) (?P<a>an?) {_OBJ}{_END}", re.I), "User is {a} {x}", None, 1),  # type: ignore[list-item]
     ("constraint", re.compile(rf"\bi(?: am|'m) allergic to {_OBJ}{_END}", re.I), "User is allergic to {x}", "allergy:{x}", 1),
     ("constraint", re.compile(rf"\bi (?:can't|cannot|can not|don't|do not|never) eat {_OBJ}{_END}", re.I), "User does not eat {x}", "diet:{x}", 1),
-    ("constraint", re.compile(r"\bi(?: am|'m) (?P<x>vegetarian|vegan|pescatarian|lactose intolerant|gluten[- ]free)\b", re.I), "User is {x}", "diet:{x}", 1),
+    ("constraint", re.compile(rf"\bi(?: am|'m) (?P<x>{_DIETS})\b", re.I), "User is {x}", "diet:{x}", 1),
     ("preference", re.compile(rf"\bi (?:really )?(?:don't|do not) like {_OBJ}{_END}", re.I), "User dislikes {x}", "pref:{x}", -1),
     ("preference", re.compile(rf"\bi (?:really )?(?:hate|dislike|can't stand|cannot stand) {_OBJ}{_END}", re.I), "User dislikes {x}", "pref:{x}", -1),
     ("preference", re.compile(rf"\bi (?:really )?(?:like|love|enjoy|adore) {_OBJ}{_END}", re.I), "User likes {x}", "pref:{x}", 1),
     ("preference", re.compile(rf"\bi (?:usually |really |would )?prefer {_OBJ}{_END}", re.I), "User prefers {x}", "prefer:{x}", 1),
     ("preference", re.compile(rf"\bmy favou?rite (?P<what>[a-z ]{{2,30}}?) is {_OBJ}{_END}", re.I), "User's favourite {what} is {x}", "favourite:{what}", 1),
     ("relationship", re.compile(
-        r"\b[Mm]y (?P<rel>wife|husband|partner|girlfriend|boyfriend|son|daughter|brother|sister|mother|mom|mum|father|dad"
-        r"|dog|cat|boss|friend|colleague|manager)(?:'s name)?(?:\s+(?:is\s+)?(?:named|called)|\s+is|,)?\s+(?P<x>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
+        rf"\b[Mm]y (?P<rel>{_RELATIONS})(?:'s name)?(?:\s+(?:is\s+)?(?:named|called)|\s+is|,)?\s+(?P<x>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
         "User's {rel} is {x}", "rel:{rel}", 1),
     ("decision", re.compile(rf"\bwe (?:have )?(?:decided|agreed) (?:to |on |that )?{_OBJ}{_END}", re.I), "Decided: {x}", None, 1),  # type: ignore[list-item]
     ("decision", re.compile(rf"\blet'?s go with {_OBJ}{_END}", re.I), "Decided: go with {x}", None, 1),  # type: ignore[list-item]
@@ -219,8 +221,6 @@ _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
 
 
 _USER = r"^(?:the )?user"
-_RELATIONS = ("wife|husband|partner|girlfriend|boyfriend|son|daughter|brother|sister|mother|mom|mum|father|dad"
-              "|dog|cat|boss|friend|colleague|manager")
 #: a fact as the rules write it (and as applications often do: "User lives in Porto") -> its slot
 _STATED: list[tuple[re.Pattern[str], str, int]] = [(re.compile(p, re.I), key, polarity) for p, key, polarity in [
     (_USER + r"'s name is (?P<x>.+)", "name", 1),
@@ -229,7 +229,7 @@ _STATED: list[tuple[re.Pattern[str], str, int]] = [(re.compile(p, re.I), key, po
     (_USER + r" (?:now )?works (?:at|for) (?P<x>.+)", "employer", 1),
     (_USER + r" is allergic to (?P<x>.+)", "allergy:{x}", 1),
     (_USER + r" (?:does not|doesn't|cannot|can't|never) eats? (?P<x>.+)", "diet:{x}", 1),
-    (_USER + r" is (?P<x>vegetarian|vegan|pescatarian|lactose intolerant|gluten[- ]free)", "diet:{x}", 1),
+    (_USER + rf" is (?P<x>{_DIETS})", "diet:{x}", 1),
     (_USER + r" (?:dislikes|hates|does not like|doesn't like) (?P<x>.+)", "pref:{x}", -1),
     (_USER + r" (?:likes|loves|enjoys|adores) (?P<x>.+)", "pref:{x}", 1),
     (_USER + r" prefers (?P<x>.+)", "prefer:{x}", 1),
