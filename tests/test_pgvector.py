@@ -274,6 +274,25 @@ def test_an_episode_whose_vectors_fail_is_not_stored_and_the_session_can_end_aga
         f"ep:{episode.id}:{n}" for n in range(len(episode.key_points()))}
 
 
+def test_a_fact_end_session_draws_whose_vector_fails_is_not_stored_and_the_session_ends_again(
+        open_pg: Callable[..., TieredMemory]) -> None:
+    """The facts end_session draws from the turns commit with their vectors, as add_fact's do:
+    a fact row left without its vector was never given one (no start-up repair on pgvector,
+    and ending the session again finds the fact by its words and adds nothing)."""
+    good = open_pg()
+    good.add_many(batch("I like hiking in the hills.", "I like poison ivy in the garden."),
+                  user_id="u1", session_id="s1")
+    bad = open_pg(NaNFor("poison"))
+    with pytest.raises(VectorIndexError):
+        bad.end_session("s1", user_id="u1")
+    facts = {f"fact:{f.id}" for f in good.facts("u1")}
+    assert facts <= vector_ids(good, "u1"), "a fact was stored without its vector"
+    good.end_session("s1", user_id="u1")
+    texts = sorted(f.text for f in good.facts("u1"))
+    assert texts == ["User likes hiking in the hills", "User likes poison ivy in the garden"]
+    assert {f"fact:{f.id}" for f in good.facts("u1")} <= vector_ids(good, "u1")
+
+
 def test_a_store_item_whose_vector_fails_is_not_stored(open_pg: Callable[..., TieredMemory]) -> None:
     from langchain_tiered_memory import TieredMemoryStore
 

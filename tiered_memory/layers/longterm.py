@@ -147,8 +147,11 @@ class Layers:
             if self.llm is not None and related and metadata.get("method") == "llm" and not cand.key:
                 judgement = self._judge(cand, related)
             at = max((stamps[i] for i in cand.source_ids if i in stamps), default=None)
-            _, fact = self.facts.resolve_and_apply(user_id, cand, metadata=metadata,
-                                              judgement=judgement, related=related, at=at)
+            # the fact's row and its vector in one transaction where one engine holds both (as
+            # add_fact's): a row committed without its vector would never get one there, since
+            # such a store has no start-up repair and a second pass finds the fact by its words
+            _, fact = self.parts.jointly(lambda: self.facts.resolve_and_apply(
+                user_id, cand, metadata=metadata, judgement=judgement, related=related, at=at))  # noqa: B023 (run now)
             if fact is not None:
                 changed.append(fact)
         return changed
