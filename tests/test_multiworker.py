@@ -205,6 +205,28 @@ def test_tiered_memory_by_configuration_alone(
     assert not home.exists()
 
 
+def test_turns_a_failed_vector_write_left_pending_are_indexed_at_the_next_open(
+        postgres_url: str, chroma_url: str, chroma_collection: str, embedder: Any, tmp_path: Path) -> None:
+    """A shared store beside a vector server indexes, when a worker opens it, the turns a failed
+    vector write left pending, as VectorIndexError promises ("indexed on the next open"); they
+    were found by their words only until a rebuild_index() from one process."""
+    from tiered_memory.errors import VectorIndexError
+    from tiered_memory.testing import FailingVectorIndex
+    from tiered_memory.vector.chroma import ChromaVectorIndex
+
+    def server() -> Any:
+        return ChromaVectorIndex.from_url(chroma_url, collection=chroma_collection)
+
+    failing = FailingVectorIndex(server(), fail_on=["upsert"], times=None)
+    with TieredMemory(tmp_path / "a", record_store=postgres_url, vector_store=failing, embedder=embedder) as first:
+        with pytest.raises(VectorIndexError, match="next open"):
+            first.add("user", "I keep bees on the roof in Lisbon", user_id="u1", session_id="s1")
+    with TieredMemory(tmp_path / "b", record_store=postgres_url, vector_store=server(), embedder=embedder) as second:
+        assert second.store.pending_index(1) == []
+        [turn] = second.get_messages("s1", user_id="u1")
+        assert second.index.ids("u1") == {turn.id}
+
+
 def test_workers_starting_together_migrate_once(make_postgres_url: Any) -> None:
     from concurrent.futures import ThreadPoolExecutor
 

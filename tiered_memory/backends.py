@@ -279,8 +279,8 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
                 "(tiered-memory import FILE) into a new folder; to start empty here, delete the chroma/ "
                 "(or qdrant/) folder.")
     if getattr(store, "shared", False):
-        # Many workers share this store: a crash flag and a start-up repair would race with
-        # their writes, so repair is an explicit step (rebuild_index) from one process.
+        # Many workers share this store: a crash flag and a full start-up repair would race with
+        # their writes, so that is an explicit step (rebuild_index) from one process.
         if previous is None:
             store.set_meta("embedder", name)
         elif previous != name and not index_in_folder:
@@ -292,6 +292,10 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
                 rebuild()
             else:
                 repair(index_lost_vectors(store, index))
+        elif previous is None or previous == name:
+            # the turns a failed vector write left pending (a partial index finds them): two workers
+            # indexing the same turn write the same vector under the same id
+            repair(False)
         return
     unclean = store.get_meta("state") == "open"
     store.set_meta("state", "open")
