@@ -37,7 +37,7 @@ import json
 import re
 from typing import Any, Iterable, Mapping, Sequence
 
-from tiered_memory.quoting import defuse_tokens, label_text, map_strings, quote
+from tiered_memory.quoting import defuse_pieces, defuse_tokens, label_text, map_strings, quote
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.types import StoredMessage
 
@@ -276,18 +276,26 @@ def _rebuilt(m: StoredMessage) -> BaseMessage:
     return msg if _replayable(msg.content) else msg.model_copy(update={"content": str(msg.text)})
 
 
+def _block_text(block: str | Mapping[str, Any]) -> str:
+    return block if isinstance(block, str) else str(block["text"])
+
+
 def _defused(msg: BaseMessage) -> BaseMessage:
     """``msg`` with no chat-template turn marker spelt in what a provider shows a model: its
-    text, its text blocks, its tool calls (name, id, arguments) and ``tool_call_id``, each
-    through :func:`~tiered_memory.quoting.defuse_tokens` (a copy; ``msg`` itself when nothing
+    text, its text blocks (read as one text, :func:`~tiered_memory.quoting.defuse_pieces`), its
+    tool calls (name, id, arguments) and ``tool_call_id``, each through
+    :func:`~tiered_memory.quoting.defuse_tokens` (a copy; ``msg`` itself when nothing
     changes, which is nearly always)."""
     update: dict[str, Any] = {}
     if isinstance(msg.content, str):
         update["content"] = defuse_tokens(msg.content)
-    else:
-        update["content"] = [defuse_tokens(b) if isinstance(b, str)
-                             else {**b, "text": defuse_tokens(b["text"])} if isinstance(b, Mapping) and _is_text(b)
-                             else b for b in msg.content]
+    else:  # a chat template renders the text parts one after the other: a marker may span two
+        content = list(msg.content)
+        texts = [n for n, b in enumerate(content) if isinstance(b, str) or isinstance(b, Mapping) and _is_text(b)]
+        for n, text in zip(texts, defuse_pieces([_block_text(content[n]) for n in texts])):
+            block = content[n]
+            content[n] = text if isinstance(block, str) else {**block, "text": text}
+        update["content"] = content
     if isinstance(msg, AIMessage) and msg.tool_calls:
         update["tool_calls"] = [{**c, "name": defuse_tokens(c["name"]), "args": map_strings(c["args"], defuse_tokens),
                                  "id": None if c.get("id") is None else defuse_tokens(str(c["id"]))}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 # Characters that json.dumps(ensure_ascii=False) leaves raw but that str.splitlines(), many
 # tokenizers and editors treat as line breaks (NEL, C1 controls, LINE/PARAGRAPH SEPARATOR).
@@ -93,13 +93,33 @@ def defuse_tokens(text: str) -> str:
     marker spelt with compatibility look-alikes (``＜|im_start|＞``, ``［INST］``) counts too:
     a Hugging Face tokenizer matches its ``normalized`` added tokens in the text after its
     normalizer, and NFKC folds those into the marker."""
+    return defuse_pieces([text])[0]
+
+
+def defuse_pieces(pieces: Sequence[str]) -> list[str]:
+    """``pieces`` (the text parts of one message, in order) with each turn marker that their
+    concatenation spells defused as :func:`defuse_tokens` defuses it, in the piece where the
+    marker starts (pure). A chat template renders a message's text blocks one after the other
+    with nothing between them, so ``["<", "|im_start|>"]`` is a marker there though neither
+    piece alone is one."""
+    text = "".join(pieces)
     starts = {m.start() for m in _TURN_MARKER.finditer(text)}
     if not unicodedata.is_normalized("NFKC", text):
         view, origin = _nfkc_view(text)
         starts.update(origin[m.start()] for m in _TURN_MARKER.finditer(view))
+    out: list[str] = []
+    offset = 0
+    for piece in pieces:
+        out.append(_escaped_at(piece, sorted(i - offset for i in starts if offset <= i < offset + len(piece))))
+        offset += len(piece)
+    return out
+
+
+def _escaped_at(text: str, places: Sequence[int]) -> str:
+    """``text`` with the character at each of ``places`` (ascending) written as a JSON escape."""
     parts: list[str] = []
     end = 0
-    for i in sorted(starts):
+    for i in places:
         parts += [text[end:i], f"\\u{ord(text[i]):04x}"]
         end = i + 1
     return "".join(parts) + text[end:]
