@@ -56,17 +56,20 @@ def quote(text: str) -> str:
 # and MiniMax's ``<minimax:tool_call>``; Nemotron Nano 2's ``<SPECIAL_11>``, ``<TOOLCALL>``;
 # Baichuan's ``<reserved_102>``, Nemotron-Mini's ``<extra_id_1>``, MiniCPM's ``<用户>`` and
 # ``<AI>``, Ling's ``<role>HUMAN</role>``, SmolVLM's ``<end_of_utterance>``;
+# MiniMax-Text-01's and M1's ``<beginning_of_sentence>``, ``<end_of_sentence>`` and
+# ``<begin_of_document>``; TeleChat 2's ``<_system>``, ``<_user>``, ``<_bot>``, ``<_end>``;
 # Mistral's bracketed control tokens; EXAONE's ``[|system|]``; PanGu's ``[unused9]``;
-# MiniMax M2's ``]~b]``, ``[e~[``.
+# InternLM2's ``[UNUSED_TOKEN_146]`` (its ``<|im_start|>``); MiniMax M2's ``]~b]``, ``[e~[``.
 # Other tags and brackets (``<b>``, ``<T>``, ``<role>a writer</role>``, ``[1]``, ``[TODO]``,
 # ``[| 1; 2 |]``) are left as written: a replay shows the conversation as it was.
 _TURN_MARKER = re.compile(
     r"<(?=[|\uff5c]|\w+\|>|/?s>|<?/?SYS>>|(?:start|end)_(?:of_turn|function_[a-z]+)>"
     r"|(?:bos|eos|pad|unk|BOS_TOKEN|EOS_TOKEN|SPECIAL_\d+)>|/?(?:tool_call|tool_response|tools|think)>"
     r"|/?(?:TOOLCALL|TOOL_RESPONSE)>|/?(?:seed|minimax):|(?:reserved|extra_id)_\d+>|用户>|AI>"
-    r"|role>[A-Z]+</role>|end_of_utterance>)"
+    r"|role>[A-Z]+</role>|end_of_utterance>|(?:begin|beginning|end)_of_(?:sentence|document)>"
+    r"|_(?:system|user|bot|end)>)"
     r"|\[(?=/?(?:INST|SYSTEM_PROMPT|MODEL_SETTINGS|TOOL_[A-Z]+|AVAILABLE_TOOLS|THINK|ARGS|CALL_ID"
-    r"|IMG(?:_[A-Z]+)?)\]|\|[a-z]+\|\]|e~\[|unused\d+\])"
+    r"|IMG(?:_[A-Z]+)?)\]|\|[a-z]+\|\]|e~\[|unused\d+\]|UNUSED_TOKEN_\d+\])"
     r"|\](?=~!?b[\[\]])")
 
 
