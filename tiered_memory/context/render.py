@@ -78,10 +78,13 @@ def _stamp(ts: float | None) -> str:
 
 
 def render_item(item: ContextItem) -> str:
+    """One ``- `` line: the item's head (its time, role and label) in brackets, then its quoted
+    text. A label alone in the brackets may spell a bracketed turn marker (a working-memory type
+    ``INST`` would head its item ``[INST]``), so the head is defused as a replayed turn is."""
     stamp = _stamp(item.timestamp)
     head = " ".join(x for x in (stamp[:10] if item.by_day else stamp, label_text(item.role), label_text(item.label))
                     if x)
-    return f"- [{head}] {quote(item.text)}" if head else f"- {quote(item.text)}"
+    return f"- {defuse_tokens(f'[{head}]')} {quote(item.text)}" if head else f"- {quote(item.text)}"
 
 
 def item_cost(item: ContextItem, count: Callable[[str], int]) -> int:
