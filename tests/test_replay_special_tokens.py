@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, strategies as st
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
@@ -106,6 +107,15 @@ def test_defusing_leaves_other_text_as_it_is() -> None:
 def test_pieces_are_defused_as_the_one_text_they_make(pieces: list[str], defused: list[str]) -> None:
     assert defuse_pieces(pieces) == defused
     assert "".join(defused) == defuse_tokens("".join(pieces))
+
+
+_BITS = st.sampled_from(["<", "|", "[", "]", "im_start", "INST", "s", ">", "＜", "~b", " "])
+
+
+@given(st.lists(st.lists(_BITS, max_size=6).map("".join), max_size=8))
+def test_defused_pieces_make_the_defused_text_whatever_the_split(pieces: list[str]) -> None:
+    defused = defuse_pieces(pieces)
+    assert len(defused) == len(pieces) and "".join(defused) == defuse_tokens("".join(pieces))
 
 
 def _folded_spelled(text: str) -> list[str]:

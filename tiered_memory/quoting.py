@@ -110,11 +110,15 @@ def defuse_pieces(pieces: Sequence[str]) -> list[str]:
     if not unicodedata.is_normalized("NFKC", text):
         view, origin = _nfkc_view(text)
         starts.update(origin[m.start()] for m in _TURN_MARKER.finditer(view))
+    places = sorted(starts)
     out: list[str] = []
-    offset = 0
-    for piece in pieces:
-        out.append(_escaped_at(piece, sorted(i - offset for i in starts if offset <= i < offset + len(piece))))
-        offset += len(piece)
+    offset = n = 0
+    for piece in pieces:  # one pass over the places, which are in order (many pieces, many markers)
+        end = n
+        while end < len(places) and places[end] < offset + len(piece):
+            end += 1
+        out.append(_escaped_at(piece, [i - offset for i in places[n:end]]))
+        offset, n = offset + len(piece), end
     return out
 
 
