@@ -34,7 +34,7 @@ anything runs); a user id with a ``.`` works as a key, with a callable.
 TTL: ``ttl=TTLConfig(default_ttl=minutes, refresh_on_read=True, sweep_interval_minutes=...)``
 and ``put(..., ttl=minutes)`` as in LangGraph. Expired items are never returned, listed
 or searched (as with ``omit_expired=True``, always); reads that refresh restart the
-clock (a small write); :meth:`TieredMemoryStore.sweep_ttl` deletes them (rows and
+clock (a small write; a read's ``refresh_ttl=True`` overrides ``refresh_on_read=False``); :meth:`TieredMemoryStore.sweep_ttl` deletes them (rows and
 vectors), and :meth:`~TieredMemoryStore.start_ttl_sweeper` does it periodically.
 
 Scores are cosine similarities in [-1, 1] (higher is better), as LangGraph's stores
@@ -329,8 +329,10 @@ class TieredMemoryStore(BaseStore):
     supports_ttl = True
 
     def _refreshes(self, asked: bool) -> bool:
-        # a refresh is a write: only a store configured for TTL does it
-        return bool(asked and self.ttl_config is not None and self.ttl_config.get("refresh_on_read", True))
+        # a refresh is a write: only a store configured for TTL does it. The operation's own
+        # refresh_ttl decides (BaseStore.get/search resolve None to the config's refresh_on_read),
+        # so an explicit refresh_ttl=True overrides refresh_on_read=False, as LangGraph's TTLConfig says
+        return bool(asked and self.ttl_config is not None)
 
     def sweep_ttl(self) -> int:
         """Delete the expired items now; returns how many. (Expired items are never

@@ -135,3 +135,22 @@ def test_the_sweeper_defaults_to_langgraphs_interval_and_outlives_a_failed_sweep
     assert memory.item_store().count() == 0 and thread.is_alive()  # ...and the next ones still ran
     assert "TTL sweep" in caplog.text
     assert store.stop_ttl_sweeper(timeout=5)
+
+
+def test_an_explicit_refresh_ttl_overrides_a_config_that_does_not_refresh_on_read(make_memory: Any) -> None:
+    """LangGraph's TTLConfig: refresh_on_read is the default "which can be overridden per operation by
+    explicitly setting refresh_ttl" (as PostgresStore does); refresh_ttl=True on a get or a search of a
+    store configured with refresh_on_read=False restarts the clock of what it returns."""
+    clock = Clock()
+    store = TieredMemoryStore(make_memory(clock=clock), fields=["text"],
+                              ttl={"default_ttl": 10, "refresh_on_read": False})
+    for key in ("got", "found", "searched", "untouched"):
+        store.put(("u1", "m"), key, {"text": f"note {key}"})
+    clock.advance(6)
+    assert store.get(("u1", "m"), "got", refresh_ttl=True) is not None
+    assert [h.key for h in store.search(("u1",), filter={"text": "note found"}, refresh_ttl=True)] == ["found"]
+    assert [h.key for h in store.search(("u1",), query="note searched", limit=1, refresh_ttl=True)] == ["searched"]
+    assert store.get(("u1", "m"), "untouched") is not None  # the config's default: no refresh
+    clock.advance(6)  # 12 minutes after the puts, 6 after the refreshes
+    assert [k for k in ("got", "found", "searched", "untouched") if store.get(("u1", "m"), k)] == [
+        "got", "found", "searched"]
