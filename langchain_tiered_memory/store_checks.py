@@ -100,6 +100,9 @@ def check_op(op: Op) -> None:
             if getattr(condition, "match_type", None) not in ("prefix", "suffix"):
                 raise InvalidInputError(f"a namespace match must be 'prefix' or 'suffix', got {condition!r}")
             check_labels(condition.path, f"{condition.match_type} pattern")
+        depth = op.max_depth  # LangGraph's stores slice with it: -1 dropped a label, 0 listed ()
+        if depth is not None and (isinstance(depth, bool) or not isinstance(depth, int) or depth < 1):
+            raise InvalidInputError(f"max_depth must be an int >= 1 (or None for full depth), got {depth!r}")
         _count(op.limit, "limit")
         _count(op.offset, "offset")
 

@@ -239,3 +239,23 @@ def test_fields_that_are_no_list_of_paths_are_refused(memory: TieredMemory, fiel
     store = TieredMemoryStore(memory, fields=("text",))  # a tuple of paths is a list of paths
     store.put(("u1", "n"), "tea", {"text": "green tea", "other": "zzz"})
     assert [h.key for h in store.search(("u1",), query="green tea")] == ["tea"]
+
+
+@pytest.mark.parametrize("max_depth", [0, -1, "2", 2.5, True])
+async def test_a_max_depth_that_is_no_depth_is_refused_not_guessed(memory: TieredMemory, max_depth: object) -> None:
+    # max_depth=-1 listed every namespace less its last label and the root (), as ("u1",) and ();
+    # 0 listed (), which holds no item; "2" raised a bare TypeError; True was read as 1
+    from tiered_memory.errors import InvalidInputError
+
+    store = TieredMemoryStore(memory)
+    store.put(("u1", "prefs", "food"), "k", {"a": 1})
+    store.put(("u1", "work"), "k", {"a": 1})
+    for listing in (lambda: store.list_namespaces(max_depth=max_depth),  # type: ignore[arg-type]
+                    lambda: store.batch([PutOp(("u2",), "k", {"a": 1}), ListNamespacesOp(max_depth=max_depth)])):  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="max_depth"):
+            listing()
+    with pytest.raises(InvalidInputError, match="max_depth"):
+        await store.alist_namespaces(max_depth=max_depth)  # type: ignore[arg-type]
+    assert store.get(("u2",), "k") is None  # the batch it was in wrote nothing
+    assert store.list_namespaces(max_depth=1) == [("u1",)]
+    assert store.list_namespaces(max_depth=2) == [("u1", "prefs"), ("u1", "work")]
