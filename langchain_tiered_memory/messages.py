@@ -322,8 +322,15 @@ def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] =
     return msg
 
 
-def from_stored_many(messages: Sequence[StoredMessage]) -> list[BaseMessage]:
-    """Rebuild stored messages in order; tool results are paired with the calls before them."""
+def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool = False) -> list[BaseMessage]:
+    """Rebuild stored messages in order; tool results are paired with the calls before them.
+
+    ``before_new_turn``: the replay goes before a new turn of a prompt, so a tool call that no
+    replayed result answers never will be there, and providers refuse such a prompt (each call
+    must be followed by its result). Those calls are dropped from their assistant message; one
+    left with none comes back as its stored text, which names the calls. (A run a guardrail ended
+    after a call it refused stores the call so, as the agent's state holds it.)
+    """
     out: list[BaseMessage] = []
     calls: set[str] = set()
     for m in messages:
@@ -331,4 +338,15 @@ def from_stored_many(messages: Sequence[StoredMessage]) -> list[BaseMessage]:
         if isinstance(msg, AIMessage):
             calls.update(str(c.get("id")) for c in msg.tool_calls if c.get("id"))
         out.append(msg)
+    if before_new_turn:
+        answered = {msg.tool_call_id for msg in out if isinstance(msg, ToolMessage)}
+        out = [_answered_only(msg, m, answered) for msg, m in zip(out, messages)]
     return out
+
+
+def _answered_only(msg: BaseMessage, m: StoredMessage, answered: set[str]) -> BaseMessage:
+    """``msg`` (rebuilt from ``m``) with only the tool calls ``answered`` holds (pure)."""
+    if not isinstance(msg, AIMessage) or all(str(c.get("id")) in answered for c in msg.tool_calls):
+        return msg
+    kept = [c for c in msg.tool_calls if str(c.get("id")) in answered]
+    return msg.model_copy(update={"tool_calls": kept}) if kept else _defused(_by_role(m))

@@ -204,7 +204,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
         if self.include_recent and not any(is_summary(m) for m in request.messages):
             present = {m.id for m in request.messages if m.id}
             buffer = self.memory.get_buffer(session, user_id=user)
-            recent = [m for m in from_stored_many(buffer) if m.id not in present]
+            recent = [m for m in from_stored_many(buffer, before_new_turn=True) if m.id not in present]
             if recent:
                 changes["messages"] = [*recent, *request.messages]
         return request.override(**changes) if changes else request

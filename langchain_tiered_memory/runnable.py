@@ -179,9 +179,11 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
             ctx = self.memory.build_context(query, user_id=scope[0], session_id=scope[1],
                                             max_tokens=self.max_tokens, include_items=self.include_items)
             text = ctx.memory_text()
-            history = ([SystemMessage(content=text)] if text else []) + from_stored_many(ctx.recent_messages)
+            history = ([SystemMessage(content=text)] if text else []) + from_stored_many(
+                ctx.recent_messages, before_new_turn=True)
         else:  # nothing to recall for (an image, an empty message): the recent turns only
-            history = from_stored_many(self.memory.get_buffer(scope[1], user_id=scope[0]))
+            history = from_stored_many(self.memory.get_buffer(scope[1], user_id=scope[0]),
+                                       before_new_turn=True)
         return chain_input(value, self.input_messages_key, self.history_messages_key, history), turn, scope
 
     def _record(self, turn: list[BaseMessage], output: Any, scope: tuple[str, str]) -> None:

@@ -360,27 +360,3 @@ def test_middleware_records_the_tool_call_a_reviewer_edited_not_the_one_proposed
     assert isinstance(stored[1], AIMessage)
     assert [c["args"] for c in stored[1].tool_calls] == [{"to": "team@x"}]  # the call that ran
     assert not any("boss@x" in m.text for m in stored)
-
-
-def test_listed_after_a_dynamic_prompt_the_memory_joins_the_prompt_it_sets(memory: TieredMemory) -> None:
-    # wrap_model_call hooks nest, the first listed outermost: a @dynamic_prompt listed after the
-    # memory replaces the system message the memory added to (LangChain's order, the README says so);
-    # listed before it, the memory joins the prompt it sets
-    from langchain.agents.middleware import ModelRequest, dynamic_prompt
-
-    @dynamic_prompt
-    def persona(request: ModelRequest) -> str:
-        return "You are a terse assistant."
-
-    _seed(memory)
-    prompts = {}
-    for order in ("memory-first", "prompt-first"):
-        rec = PromptRecorder()
-        mws: list[Any] = [TieredMemoryMiddleware(memory, user_id="u1", session_id=order, record=False), persona]
-        agent = create_agent(ScriptedToolModel(responses=[AIMessage("Teal.")], callbacks=[rec]), [],
-                             middleware=mws if order == "memory-first" else mws[::-1])
-        agent.invoke({"messages": [HumanMessage("Which colour do I like?")]})
-        prompts[order] = _system_text(rec.last)
-    assert prompts["memory-first"] == "You are a terse assistant."
-    assert prompts["prompt-first"].startswith("You are a terse assistant.\n\n")
-    assert "favourite colour is teal" in prompts["prompt-first"]

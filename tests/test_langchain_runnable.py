@@ -211,3 +211,20 @@ def test_an_answer_of_several_messages_is_recorded_as_upstream_records_it(memory
         with pytest.raises(InvalidInputError, match="message"):
             empty.invoke({"input": "Again?"}, _cfg("u", "s2"))
     assert memory.get_messages("s2", user_id="u") == []
+
+
+def test_a_recorded_tool_call_without_its_result_is_not_replayed_as_a_call(memory: TieredMemory) -> None:
+    # a chain of a tool-calling model answers with a call (the caller runs the tool, or not): it is
+    # recorded as the answer, and the next turn's history replayed it before the new input with no
+    # result after it, a prompt OpenAI and Anthropic refuse; its text (naming the call) stays
+    rec = PromptRecorder()
+    call = AIMessage(content="", tool_calls=[{"name": "get_weather", "args": {"city": "Porto"}, "id": "w1",
+                                              "type": "tool_call"}])
+    model = FakeMessagesListChatModel(responses=[call, AIMessage("Sunny, probably.")], callbacks=[rec])
+    chain = with_tiered_memory(PROMPT | model, memory)
+    chain.invoke({"input": "Weather in Porto?"}, _cfg("ana", "s1"))
+    chain.invoke({"input": "Never mind, just guess."}, _cfg("ana", "s1"))
+    replayed = [m for m in rec.last if isinstance(m, AIMessage)]
+    assert len(replayed) == 1 and replayed[0].tool_calls == [] and "get_weather" in replayed[0].text
+    stored = memory.get_messages("s1", user_id="ana")
+    assert "get_weather" in stored[1].content  # the record itself keeps the call
