@@ -5,13 +5,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import weakref
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import pytest
+from langchain.agents import create_agent
+from langchain.tools import ToolRuntime
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.config import get_store
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, Op, PutOp, SearchOp
 
 from langchain_tiered_memory import TieredMemoryStore
 from langchain_tiered_memory.store_batch import plan_batch, spread_results
+from langchain_tiered_memory.testing import ScriptedToolModel
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 
@@ -23,6 +31,11 @@ S1 = SearchOp(("u1",), {"tag": {"$in": ["x"]}}, 10, 0, "tea")  # a dict filter: 
 LS = ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("u1",)),))
 P1 = PutOp(("u1",), "a", {"v": 1})
 D1 = PutOp(("u1",), "a", None)
+
+
+@dataclass
+class Who:
+    user_id: str
 
 
 @pytest.mark.parametrize("ops, reads, read_of, writes", [
@@ -160,3 +173,39 @@ def test_an_unknown_operation_is_refused_before_anything_runs(memory: TieredMemo
     with pytest.raises(InvalidInputError, match="unknown store operation"):
         store.batch([PutOp(("u1",), "k", {"v": 1}), "not an op"])  # type: ignore[list-item]
     assert store.get(("u1",), "k") is None
+
+
+async def test_an_async_agent_and_graph_use_the_store_from_their_running_loop(memory: TieredMemory) -> None:
+    # what LangGraph users do: an async tool awaits runtime.store.aput/asearch (coalesced), a graph
+    # node mixes awaited calls with a sync get on the loop's thread; each reads its own writes
+    @tool
+    async def note(text: str, runtime: ToolRuntime[Who]) -> str:
+        """Save a note, then read the notes back."""
+        ns = (runtime.context.user_id, "notes")
+        assert runtime.store is not None
+        await asyncio.gather(runtime.store.aput(ns, "n1", {"text": text}),
+                             runtime.store.aput(ns, "n2", {"text": "Likes long walks."}))
+        hits = await runtime.store.asearch(ns, query="food allergy", limit=1)
+        return hits[0].value["text"]
+
+    store = TieredMemoryStore(memory, fields=["text"])
+    call = AIMessage(content="", tool_calls=[{"name": "note", "args": {"text": "Allergic to peanuts."},
+                                              "id": "c1", "type": "tool_call"}])
+    agent = create_agent(ScriptedToolModel(responses=[call, AIMessage("Noted.")]), [note], store=store,
+                         context_schema=Who)
+    out = await agent.ainvoke({"messages": [HumanMessage("Remember my allergy.")]}, context=Who("u1"))
+    assert next(m for m in out["messages"] if isinstance(m, ToolMessage)).text == "Allergic to peanuts."
+
+    async def node(state: MessagesState) -> dict[str, Any]:
+        s = get_store()
+        await s.aput(("u2", "notes"), "k", {"text": "From a node."})
+        got = s.get(("u2", "notes"), "k")  # sync, on the loop's thread
+        listed = await s.alist_namespaces(prefix=("u1",))
+        return {"messages": [AIMessage(f"{got.value['text'] if got else None} {listed}")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("node", node)
+    graph.add_edge(START, "node")
+    result = await graph.compile(store=store).ainvoke({"messages": []})
+    assert result["messages"][-1].text == "From a node. [('u1', 'notes')]"
+    assert [h.key for h in store.search(("u2",), query="node")] == ["k"]
