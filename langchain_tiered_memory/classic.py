@@ -210,7 +210,7 @@ class TieredConversationMemory(BaseMemory):
             return {self.memory_key: self.buffer}
         ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
                                         max_tokens=self.max_tokens)
-        recent = from_stored_many(ctx.recent_messages)
+        recent = from_stored_many(ctx.recent_messages, before_new_turn=True)
         memory_text = ctx.memory_text()
         if self.return_messages:
             lead: list[BaseMessage] = [SystemMessage(content=memory_text)] if memory_text else []

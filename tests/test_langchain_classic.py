@@ -206,3 +206,21 @@ def test_an_input_key_the_chain_does_not_have_fails_before_the_model_runs(memory
     assert rec.prompts == [] and memory.get_messages("s", user_id="u") == []
     assert tiered.load_memory_variables({}) == {"history": ""}
     assert tiered.load_memory_variables({"stop": ["\n"]}) == {"history": ""}
+
+
+def test_a_tool_call_without_its_result_is_not_loaded_as_a_call(memory: TieredMemory) -> None:
+    # a session an agent shares (its run ended on a call a guardrail refused: the call has no result);
+    # loaded before the new input, the call made a prompt OpenAI and Anthropic refuse
+    from langchain_core.messages import ToolMessage
+
+    from langchain_tiered_memory.messages import to_core_many
+
+    call = AIMessage(content="", tool_calls=[{"name": "delete_files", "args": {"path": "/"}, "id": "d1",
+                                              "type": "tool_call"}])
+    memory.add_many(to_core_many([HumanMessage("Delete everything."), call, AIMessage("I can't delete files.")]),
+                    session_id="s", user_id="ana")
+    tiered = TieredConversationMemory(memory=memory, user_id="ana", session_id="s", return_messages=True)
+    loaded = tiered.load_memory_variables({"input": "What did I ask you to delete?"})["history"]
+    replayed = [m for m in loaded if isinstance(m, AIMessage)]
+    assert [m.tool_calls for m in replayed] == [[], []] and "delete_files" in replayed[0].text
+    assert not any(isinstance(m, ToolMessage) for m in loaded)
