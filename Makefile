@@ -77,9 +77,10 @@ servers:
 # the set-up steps side by side (the LLM server's source build is the longest, 6-8 min on 2 cores);
 # each step's output kept together where make can (GNU make 4; macOS ships 3.81)
 SYNC := $(if $(filter 3.%,$(MAKE_VERSION)),,--output-sync=target)
+# the log names the 30 slowest tests: what to trim when the suite outgrows its time
 test:
 	$(MAKE) -j4 $(SYNC) install-test llm servers $(NOTORCH_VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=30
 	$(MAKE) test-notorch
 
 # the core tests on the static default, in a virtualenv where torch cannot be imported
