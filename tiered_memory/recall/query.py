@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import lru_cache
 
-from ..store.text_search import composed
+from ..store.text_search import cjk_grams, composed, is_cjk
 from ..textcache import holds_texts
 
 _TOKEN = re.compile(r"[^\W_]+", re.UNICODE)
@@ -63,10 +63,16 @@ def _tokens(lower: str) -> list[str]:
 
 
 def keywords(text: str) -> list[str]:
-    """Lower-cased content words of ``text`` in order, without stopwords or repeats."""
+    """Lower-cased content words of ``text`` in order, without stopwords or repeats; a run of
+    Chinese, Japanese or Korean characters gives its bigrams, as the keyword index holds it
+    (:func:`~tiered_memory.store.text_search.cjk_grams`), and a lone such character is a word."""
     seen: dict[str, None] = {}
-    for tok in _tokens(text.lower()):
-        if tok not in STOPWORDS and (len(tok) > 1 or tok.isdigit()):
+    lower = text.lower()
+    tokens = _tokens(lower)
+    if not lower.isascii():
+        tokens = [g for tok in tokens for g in cjk_grams(tok)]
+    for tok in tokens:
+        if tok not in STOPWORDS and (len(tok) > 1 or tok.isdigit() or is_cjk(tok)):
             seen.setdefault(tok, None)
     return list(seen)
 

@@ -24,11 +24,12 @@ Invariants:
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import unicodedata
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from .text_search import (SELECTIVE_FROM_ROWS, TermCounts, keyword_text, selective_terms, tagged_phrases, text_hash,
+from .text_search import (CJK, SELECTIVE_FROM_ROWS, TermCounts, keyword_text, selective_terms, tagged_phrases, text_hash,
                           user_tag)
 
 FTS_TABLE = """
@@ -92,6 +93,19 @@ def recompose(c: sqlite3.Connection) -> None:
     c.create_function("tm_is_nfc", 1, lambda t: unicodedata.is_normalized("NFC", t), deterministic=True)
     c.execute("UPDATE messages SET keywords = NULL WHERE content GLOB ? AND NOT tm_is_nfc(content)",
               ("*[^\x01-\x7f]*",))
+
+
+def regram(c: sqlite3.Connection) -> None:
+    """The migration to CJK bigrams (:func:`~.text_search.cjk_grams`) and to ``i`` + a
+    combining dot read as ``i``: the rows whose keywords these change lose them, computed again
+    by :func:`fill_missing` when the store opens. Only rows holding a character beyond ASCII
+    are asked (SQLite's GLOB, in C), and those in Python; the text itself is not changed."""
+    c.create_function("tm_regrams", 1, lambda t: _CHANGED.search(t) is not None, deterministic=True)
+    c.execute("UPDATE messages SET keywords = NULL WHERE content GLOB ? AND tm_regrams(content)",
+              ("*[^\x01-\x7f]*",))
+
+
+_CHANGED = re.compile(f"[{CJK}]|i\u0307")
 
 
 def _add_column(c: sqlite3.Connection, column: str) -> None:

@@ -11,7 +11,7 @@ import sqlite3
 from typing import Callable, Union
 
 from .base import LONG_MESSAGE_CHARS
-from .sqlite_keywords import add_text_hash, recompose, upgrade
+from .sqlite_keywords import add_text_hash, recompose, regram, upgrade
 from .text_search import FTS5_SPLITTING_LETTERS
 
 # A migration step: SQL statements, or a function given the connection (for work in Python).
@@ -107,6 +107,10 @@ MIGRATIONS: list[Step] = [
     UPDATE messages SET indexed = 0
     WHERE length(content) > {LONG_MESSAGE_CHARS} AND indexed = 1 AND duplicate_of IS NULL;
     """,
+    # a run of Chinese, Japanese or Korean characters is read as its bigrams, so a word inside
+    # it is found (text_search.cjk_grams), and "i" + a combining dot as "i": the rows whose
+    # keywords that changes have them computed again likewise
+    regram,
 ]
 
 

@@ -60,16 +60,62 @@ def composed(text: str) -> str:
     """``text`` in Unicode NFC (pure): an accent typed as a letter and a combining mark (``e`` +
     U+0301, as macOS keyboards often send it) becomes the one letter (``é``). A mark is not a
     word character, so left apart it would split ``naïve`` into ``nai`` and ``ve``; composed, the
-    word is whole and each engine folds it as it folds the precomposed letter. Only the keyword
-    index and the keyword query see the composed form: stored text is never changed."""
-    return text if text.isascii() else unicodedata.normalize("NFC", text)
+    word is whole and each engine folds it as it folds the precomposed letter. An ``i`` with a
+    combining dot above, which no letter composes and which is what Python lower-cases Turkish
+    ``İ`` to (``"İstanbul".lower()``), is read as ``i``: FTS5 drops that dot too, as the
+    index folds ``İ`` itself. Only the keyword index and the keyword query see the composed
+    form: stored text is never changed."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text).replace("i\u0307", "i")
+
+
+#: Characters of the scripts written without spaces between words (Han, kana, and Hangul,
+#: whose particles are glued to the word): a run of them is one "word" to FTS5 and to
+#: PostgreSQL's parser, so ``北京`` would never match a turn saying ``我要去北京出差``. The
+#: keyword index and the query read such a run as its overlapping character bigrams instead
+#: (:func:`cjk_grams`), as Lucene's CJK analyzer does.
+CJK = ("\u1100-\u11ff\u3005-\u3007\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+       "\uac00-\ud7af\uf900-\ufaff\uff66-\uff9f\U00020000-\U0003ffff")
+_CJK_RUN = re.compile(f"([{CJK}]+)")
+
+
+def is_cjk(text: str) -> bool:
+    """Whether ``text`` is all :data:`CJK` characters (a lone one is a word of its own)."""
+    return _CJK_RUN.fullmatch(text) is not None
+
+
+def cjk_grams(word: str) -> list[str]:
+    """``word`` (a run of word characters) with each run of :data:`CJK` characters in it read
+    as its overlapping bigrams, a lone one as itself (pure): ``"去北京"`` -> ``["去北",
+    "北京"]``, ``"東京2024"`` -> ``["東京", "2024"]``; any other word stays whole. The
+    bigrams of a run follow each other, so a run asked as one phrase of its bigrams matches
+    where it is written, and each bigram alone where part of it is."""
+    if word.isascii() or _CJK_RUN.search(word) is None:
+        return [word]
+    out: list[str] = []
+    for n, part in enumerate(_CJK_RUN.split(word)):
+        if n % 2 == 0:  # between runs (re.split's even pieces)
+            if part:
+                out.append(part)
+        elif len(part) == 1:
+            out.append(part)
+        else:
+            out.extend(part[i:i + 2] for i in range(len(part) - 1))
+    return out
+
+
+def index_words(text: str) -> list[str]:
+    """The words of ``text`` as the keyword index and a keyword phrase read them (pure): the
+    runs of word characters of :func:`composed` ``text`` (:data:`_WORD`), CJK runs as their
+    bigrams (:func:`cjk_grams`)."""
+    words = _WORD.findall(composed(text))
+    return words if text.isascii() else [g for w in words for g in cjk_grams(w)]
 
 
 def keyword_text(tag: str, text: str) -> str:
     """What the keyword index holds of ``text``: :data:`LENGTH_PAD` bare tags, then each of
-    its words (:func:`composed`) with the user's ``tag`` in front (pure). Case and diacritics
+    its words (:func:`index_words`) with the user's ``tag`` in front (pure). Case and diacritics
     are left to FTS5, which folds document and query alike."""
-    words = _WORD.findall(composed(text))
+    words = index_words(text)
     pad = " ".join([tag] * LENGTH_PAD)
     return f"{pad} {tag}{(' ' + tag).join(words)}" if words else pad
 
@@ -81,7 +127,7 @@ def tagged_phrases(tag: str, terms: Sequence[str]) -> list[str]:
     terms = [terms] if isinstance(terms, str) else terms  # one term, not its characters
     out: dict[str, None] = {}
     for t in terms:
-        words = _WORD.findall(composed(t))
+        words = index_words(t)
         if words:
             out['"' + " ".join(tag + w for w in words) + '"'] = None
     return list(out)

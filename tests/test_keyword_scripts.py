@@ -1,0 +1,89 @@
+"""Keyword search on chat that is not English prose: Chinese, Japanese and Korean write words
+without spaces (or glue particles to them), so a word of a CJK turn is found by the character
+bigrams both the index and the query are read as; Turkish capital dotted I lower-cases to an
+``i`` and a combining dot, which must not cut a query's word in two."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory.recall.query import keywords
+from tiered_memory.store.sqlite import SQLiteRecordStore
+from tiered_memory.store.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
+from tiered_memory.store.text_search import keyword_text
+from tiered_memory.types import StoredMessage
+
+TEXTS = {
+    "zh": "我下个月要去北京出差，然后去上海见客户。",
+    "ja": "来週、京都でお寺を見に行きます。",
+    "ko": "다음 주에 부산에 가서 회를 먹을 거예요",
+    "en": "we are flying to Boston next week",
+    "tr": "İstanbul'da yaşıyorum",
+}
+QUERIES = [("北京", "zh"), ("上海的客户", "zh"), ("我要去北京", "zh"), ("京都", "ja"), ("お寺", "ja"),
+           ("部", None), ("부산", "ko"), ("Boston", "en"), ("İstanbul", "tr"), ("istanbul", "tr")]
+
+
+@pytest.fixture
+def memory(make_memory: Callable[..., TieredMemory]) -> TieredMemory:
+    m = make_memory()
+    for key, text in TEXTS.items():
+        m.add("user", text, user_id="u", session_id=key)
+    m.add("user", "北京烤鸭很好吃", user_id="other", session_id="s")  # another user's: never found
+    return m
+
+
+@pytest.mark.parametrize("query, expected", QUERIES)
+def test_a_word_of_a_turn_is_found_by_keywords_in_any_script(memory: TieredMemory, query: str,
+                                                             expected: str | None) -> None:
+    sessions = {x.id: x.session_id for x in memory.store.iter_messages("u")}
+    terms = keywords(query)
+    found = {sessions[i] for i, _ in memory.store.keyword_search("u", terms, k=10)} if terms else set()
+    assert found == ({expected} if expected else set()), (query, terms)
+    if expected:
+        keyword_hits = [h.session_id for h in memory.search(query, user_id="u", k=3)
+                        if "keyword" in h.explanation["signals"]]
+        assert keyword_hits == [expected], query  # through search's own query words too
+
+
+def test_a_cjk_term_passed_whole_to_the_store_matches_as_a_run_of_characters(memory: TieredMemory) -> None:
+    """The store's terms are phrases: a CJK term matches the turns holding it as written."""
+    sessions = {x.id: x.session_id for x in memory.store.iter_messages("u")}
+    assert {sessions[i] for i, _ in memory.store.keyword_search("u", ["去北京出差"], k=10)} == {"zh"}
+    assert memory.store.keyword_search("u", ["去上海出差"], k=10) == []  # its characters, not in that order
+
+
+def test_a_sqlite_store_indexed_before_finds_its_cjk_words_when_it_opens(tmp_path: Path) -> None:
+    """Keywords written before CJK text was read as bigrams (the run whole) are computed
+    again on open, for the rows holding such a character only."""
+    path = tmp_path / "s.sqlite3"
+    texts = {"m1": TEXTS["zh"], "m2": "plain text"}
+    store = SQLiteRecordStore(path)
+    store.insert_messages([StoredMessage(id=i, user_id="u", session_id="s", role="user", content=t, metadata={},
+                                         timestamp=float(n)) for n, (i, t) in enumerate(texts.items())])
+    store.close()
+    con = sqlite3.connect(path, isolation_level=None)  # the keywords as earlier versions wrote them
+    for rowid, content in con.execute("SELECT rowid, content FROM messages").fetchall():
+        old = " ".join(["1q"] * 3 + ["1q" + w for w in re.findall(r"[^\W_]+", content)])
+        con.execute("UPDATE messages SET keywords=? WHERE rowid=?", (old, rowid))
+    con.execute("DELETE FROM schema_migrations WHERE name='core' AND version>=?", (len(SQLITE_MIGRATIONS) - 1,))
+    plain = con.execute("SELECT keywords FROM messages WHERE id='m2'").fetchone()[0]
+    con.close()
+    store = SQLiteRecordStore(path)
+    try:
+        assert [i for i, _ in store.keyword_search("u", keywords("北京"), k=3)] == ["m1"]
+        assert store.query("SELECT keywords FROM messages WHERE id='m2'", ())[0][0] == plain
+    finally:
+        store.close()
+
+
+def test_cjk_runs_are_indexed_as_bigrams_and_other_words_whole() -> None:
+    assert keyword_text("1q", "去北京 ok") == "1q 1q 1q 1q去北 1q北京 1qok"
+    assert keyword_text("1q", "猫") == "1q 1q 1q 1q猫"  # a lone character is its own word
+    assert keywords("東京2024年") == ["東京", "2024", "年"]
