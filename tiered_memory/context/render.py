@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
+from ..graphemes import cut_point
 from ..recall.query import words
 from ..types import StoredMessage
 from ..quoting import defuse_tokens, label_text as label_text, quote as quote  # shared with the layers' LLM prompts
@@ -109,6 +110,7 @@ def cut_to_tokens(text: str, max_tokens: int, count: Callable[[str], int]) -> st
             lo = mid
         else:
             hi = mid - 1
+    lo = cut_point(text, lo)  # not inside an emoji sequence or a letter and its accent
     return (text[:lo] + CUT_MARKER).strip() if lo else CUT_MARKER.strip()
 
 

@@ -14,12 +14,41 @@ import re
 from collections import Counter
 from typing import Sequence
 
+from ..graphemes import cut_point
 from ..recall.query import STOPWORDS, keywords
 from ..types import StoredMessage
 from ..records import EpisodeDraft, FactCandidate
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[\"'(\[]?[A-Z0-9])|\n+")
-_ENTITY = re.compile(r"\b(?:[A-Z][a-zA-Z0-9'&-]+)(?:\s+(?:of|de|da|van|von|the)?\s*[A-Z][a-zA-Z0-9'&-]+)*")
+# where a sentence may end: a line break; a full-width mark (Chinese, Japanese: no space follows)
+# with its closing quotes or brackets; or, where the next sentence starts (:func:`sentences`), the
+# space after a mark (. ! ? and the Arabic, Urdu, Devanagari and Armenian ones)
+_BREAK = re.compile(r"(?P<line>\n+)|(?P<wide>[\u3002\uff01\uff1f\uff61][\u300d\u300f\u201d\u2019\uff09)\]]*\s*)"
+                    r"|(?<=[.!?\u061f\u06d4\u0964\u0965\u0589])(?P<mark>\s+)")
+_OPENING = "\"'([\u00bf\u00a1\u00ab\u201c\u2018\u300c\u300e"
+
+
+def _upper_class() -> str:
+    """A character class body of the capital letters of the Basic Multilingual Plane (``A-Z``,
+    ``ÄÖÜ``, ``А-Я``, ``Α-Ω``...), as ranges."""
+    ranges: list[tuple[int, int]] = []
+    for code in range(0x10000):
+        if chr(code).isupper() and not 0xD800 <= code < 0xE000:
+            if ranges and ranges[-1][1] == code - 1:
+                ranges[-1] = (ranges[-1][0], code)
+            else:
+                ranges.append((code, code))
+    return "".join(re.escape(chr(a)) if a == b else f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in ranges)
+
+
+_UPPER = _upper_class()
+_CAPITALISED = rf"[{_UPPER}](?:[^\W_]|['&-])+"  # in any alphabet: "Zürich", "Москве", "O'Brien"
+_ENTITY = re.compile(rf"\b{_CAPITALISED}(?:\s+(?:of|de|da|van|von|the)?\s*{_CAPITALISED})*")
+# where a sentence starts, past any opening quote or bracket (find_entities)
+_INITIAL = re.compile(r"^[\s\"'(\u00bf\u00a1\u00ab\u201c]*|(?:[.!?\u2026]\s+|\n+)[\"'(\u00bf\u00a1\u00ab\u201c]*")
+# words of English that other languages written in Latin letters seldom use as words
+_ENGLISH = frozenset("the and is are to of you it that with for this have was my we i i'm he she they on at but"
+                     " be not what".split())
+ENGLISH_SHARE = 0.15  # chat in English: a fifth to a half of its words are these; German, Spanish: under a twentieth
 _ID = re.compile(
     r"\b(?:[A-Z]{2,}[-_]\d+|[A-Za-z]+-\d{2,}|[0-9a-f]{8,}(?:-[0-9a-f]{4,})*)\b|(?<!\w)#\d+\b"
     r"|[\w.+-]+@[\w-]+\.[\w.]+|https?://\S+")
@@ -42,17 +71,42 @@ _COMMON_CAPS = frozenset(
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text) if s and len(s.strip()) > 1]
+    """The sentences of ``text``, in order (pure). After a space-followed mark, a sentence starts
+    with a letter or digit that is not lower case, after any opening quote or bracket: "e.g.
+    this" goes on, "Привет. Как", "Hola. ¿Cómo" and "سأسافر. هل" (a script without case) end;
+    no space follows "。", so none is asked for there."""
+    out: list[str] = []
+    start = 0
+    for found in _BREAK.finditer(text):
+        if found.lastgroup == "mark" and "\n" not in found.group(0):
+            first = text[found.end():found.end() + 2].lstrip(_OPENING)[:1]
+            if not first.isalnum() or first.islower():
+                continue
+        out.append(text[start:found.end()])
+        start = found.end()
+    out.append(text[start:])
+    return [s.strip() for s in out if len(s.strip()) > 1]
+
+
+def reads_english(text: str) -> bool:
+    """Whether ``text`` reads as English (pure): at least :data:`ENGLISH_SHARE` of its words are
+    common English ones (:data:`_ENGLISH`), or it has too few words (under four) to tell."""
+    said = re.findall(r"[^\W\d_]+(?:'[a-z]+)?", text.lower())
+    return len(said) < 4 or sum(w in _ENGLISH for w in said) >= ENGLISH_SHARE * len(said)
 
 
 def find_entities(text: str) -> list[str]:
-    """Capitalised names, in order, no repeats. A lone capitalised word that starts a sentence
-    counts unless it is a common sentence opener ("Nice", "Sure", "Understood", adverbs...)."""
+    """Capitalised names, in any alphabet, in order, no repeats. A lone capitalised word that
+    starts a sentence counts unless it is a common sentence opener ("Nice", "Sure",
+    "Understood", adverbs...), and never in a text that does not read as English
+    (:func:`reads_english`): "Wir", "Heute", "Hoy" open a sentence there, and no list of
+    English openers knows them."""
     out: dict[str, None] = {}
-    initial: set[int] = {0} | {m.end() for m in re.finditer(r"[.!?]\s+|\n+", text)}
+    initial: set[int] = {m.end() for m in _INITIAL.finditer(text)}
+    english = reads_english(text)
     for m in _ENTITY.finditer(text):
         word = m.group(0)
-        if m.start() in initial and " " not in word and (
+        if m.start() in initial and " " not in word and (not english or
                 word in _COMMON_CAPS or word.lower() in STOPWORDS or word.lower().endswith(("ly", "ed", "ing"))):
             continue
         words = [w for w in word.split() if w not in _COMMON_CAPS]
@@ -153,10 +207,11 @@ MAX_SENTENCE_CHARS = 300  # a "sentence" past this is a paste (a log, code): its
 
 
 def clip(sentence: str, limit: int = MAX_SENTENCE_CHARS) -> str:
-    """``sentence``, or its first ``limit`` characters cut at a word, marked with an ellipsis (pure)."""
+    """``sentence``, or its first ``limit`` characters cut at a word, marked with an ellipsis (pure);
+    never inside an emoji sequence or a letter and its accent (:func:`~..graphemes.cut_point`)."""
     if len(sentence) <= limit:
         return sentence
-    cut = sentence[:limit - 1]
+    cut = sentence[:cut_point(sentence, limit - 1)]
     return (cut.rsplit(None, 1)[0] if " " in cut.strip() else cut).rstrip() + "\u2026"
 
 
