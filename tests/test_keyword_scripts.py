@@ -8,16 +8,21 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory
 from tiered_memory.recall.query import keywords
+from tiered_memory.store.postgres import MIGRATIONS as PG_MIGRATIONS, PostgresRecordStore
+from tiered_memory.store.postgres_db import PostgresDatabase
+from tiered_memory.store.postgres_layers import ITEM_MIGRATIONS, LAYER_MIGRATIONS, PostgresLayerStore
 from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.store.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
 from tiered_memory.store.text_search import keyword_text
 from tiered_memory.types import StoredMessage
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
 TEXTS = {
     "zh": "我下个月要去北京出差，然后去上海见客户。",
@@ -87,3 +92,39 @@ def test_cjk_runs_are_indexed_as_bigrams_and_other_words_whole() -> None:
     assert keyword_text("1q", "去北京 ok") == "1q 1q 1q 1q去北 1q北京 1qok"
     assert keyword_text("1q", "猫") == "1q 1q 1q 1q猫"  # a lone character is its own word
     assert keywords("東京2024年") == ["東京", "2024", "年"]
+
+
+@pytest.mark.servers
+def test_a_postgres_store_indexed_before_finds_its_cjk_words_when_it_opens(make_postgres_url: Callable[[], str]) -> None:
+    """A store whose keyword columns read a CJK run as one word (the schema before
+    cjk_bigrams) is migrated: the columns are generated again, and no row changes."""
+    url = make_postgres_url()
+    db = PostgresDatabase(url)
+    try:
+        db.migrate("core", PG_MIGRATIONS[:-1])
+        db.migrate("layers", LAYER_MIGRATIONS[:-1])
+        db.migrate("items", ITEM_MIGRATIONS[:-1])
+
+        def as_before(c: Any) -> None:
+            for table, source in (("messages", "content"), ("facts", "text"), ("episode_points", "text"),
+                                  ("items", "COALESCE(text, '')")):
+                c.execute(f"ALTER TABLE {table} DROP COLUMN tsv; ALTER TABLE {table} ADD COLUMN tsv TSVECTOR"
+                          f" GENERATED ALWAYS AS (to_tsvector('english', fold_diacritics({source}))) STORED;"
+                          f" CREATE INDEX {table}_tsv ON {table} USING GIN (tsv)")
+            c.execute("DROP FUNCTION cjk_bigrams(TEXT)")
+            c.execute("INSERT INTO messages (id, user_id, session_id, role, content, timestamp, created_at, indexed)"
+                      " VALUES ('m1', 'u', 's', 'user', %s, 0, 0, TRUE)", (TEXTS["zh"],))
+            c.execute("INSERT INTO facts (id, user_id, type, text, confidence, created_at, updated_at, valid_from)"
+                      " VALUES ('f1', 'u', 'fact', '用户住在北京', 1, 0, 0, 0)")
+        db.write(as_before)
+        assert db.query("SELECT count(*) FROM messages WHERE tsv @@ to_tsquery('english', '北京')")[0][0] == 0
+    finally:
+        db.close()
+    store = PostgresRecordStore(url)
+    try:
+        rows = PostgresLayerStore(store)
+        assert [i for i, _ in store.keyword_search("u", keywords("北京"), k=3)] == ["m1"]
+        assert [i for i, _ in rows.keyword_facts("u", keywords("北京"), 3)] == ["f1"]
+        assert [m.content for m in store.get_messages("u", "s")] == [TEXTS["zh"]]
+    finally:
+        store.close()

@@ -21,7 +21,7 @@ from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
 from .filters import postgres_filter
-from .postgres_keywords import TEXT_SEARCH_CONFIG, fold_turn_keywords, tsquery
+from .postgres_keywords import TEXT_SEARCH_CONFIG, bigram_turn_keywords, fold_turn_keywords, tsquery
 from .stored_values import json_dict, message_values
 from .text_search import USER_SCAN_ROWS, scan_user_rows, text_key, tsquery_any
 
@@ -70,6 +70,8 @@ MIGRATIONS: list[Step] = [
     INSERT INTO meta VALUES ('store_id', md5(random()::text || clock_timestamp()::text))
         ON CONFLICT (key) DO NOTHING;
     """,
+    # a run of Chinese, Japanese or Korean characters is indexed as its bigrams, as on SQLite
+    bigram_turn_keywords,
 ]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"

@@ -8,21 +8,26 @@ store's schema holds ``fold_diacritics()``: an IMMUTABLE SQL function over the b
 ``translate()`` with a fixed map, the letters FTS5 folds
 (:func:`~.text_search.diacritic_fold`). The stored ``tsvector`` and the query both go
 through it, in the database, so they agree whatever map a later version of this code builds.
+
+A run of Chinese, Japanese or Korean characters is indexed as its bigrams, as on SQLite
+(:func:`~.text_search.cjk_grams`): ``cjk_bigrams()``, an IMMUTABLE SQL function of the schema,
+spaces them out before the parser reads the text (which reads such a run as one word); the
+query's words come as bigrams already (:func:`~.text_search.tsquery_any`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .text_search import diacritic_fold
+from .text_search import CJK, diacritic_fold
 
 TEXT_SEARCH_CONFIG = "english"
 
 
 def tsv_column(source: str) -> str:
     """The generated keyword column of a table over ``source`` (an SQL expression of the row)."""
-    return (f"tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', fold_diacritics({source})))"
-            " STORED")
+    return (f"tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}',"
+            f" cjk_bigrams(fold_diacritics({source})))) STORED")
 
 
 def tsquery(param: str) -> str:
@@ -38,10 +43,35 @@ def refold(table: str, source: str) -> str:
 
 
 def fold_turn_keywords(conn: Any) -> None:
-    """Create ``fold_diacritics()`` and fold the turns' keywords with it. A database not in
-    UTF8 gets a function that folds nothing: its encoding may lack letters of the map."""
+    """Create ``fold_diacritics()`` (and :func:`create_bigrams`) and fold the turns' keywords
+    with it. A database not in UTF8 gets a function that folds nothing: its encoding may lack
+    letters of the map."""
     utf8 = conn.execute("SELECT current_setting('server_encoding')").fetchone()[0] == "UTF8"
     letters, bases = diacritic_fold() if utf8 else ("", "")  # letters and marks only: no quote
     conn.execute("CREATE OR REPLACE FUNCTION fold_diacritics(t TEXT) RETURNS TEXT"
                  f" LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT translate(t, '{letters}', '{bases}') $$")
+    create_bigrams(conn, utf8)
+    conn.execute(refold("messages", "content"))
+
+
+def create_bigrams(conn: Any, utf8: bool) -> None:
+    """Create ``cjk_bigrams()``: ``t`` with each run of CJK characters written as its
+    bigrams, a space around each ("去北京 ok" -> "去北 北京 ok"; a lone one stays). A database
+    not in UTF8 gets one that changes nothing."""
+    body = "SELECT t"
+    if utf8:
+        run = f"[{CJK}]+"
+        body = (f"SELECT CASE WHEN t !~ '{run}' THEN t ELSE (SELECT string_agg(CASE WHEN p ~ '^{run}$'"
+                " AND length(p) > 1 THEN (SELECT string_agg(substr(p, i, 2), ' ' ORDER BY i)"
+                " FROM generate_series(1, length(p) - 1) AS i) ELSE p END, ' ' ORDER BY n)"
+                f" FROM regexp_matches(t, '{run}|[^{CJK}]+', 'g') WITH ORDINALITY AS r(m, n),"
+                " LATERAL (SELECT m[1] AS p) AS q) END")
+    conn.execute("CREATE OR REPLACE FUNCTION cjk_bigrams(t TEXT) RETURNS TEXT"
+                 f" LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$ {body} $$")
+
+
+def bigram_turn_keywords(conn: Any) -> None:
+    """The migration to CJK bigrams: :func:`create_bigrams`, and the turns' keyword column
+    generated again through it."""
+    create_bigrams(conn, conn.execute("SELECT current_setting('server_encoding')").fetchone()[0] == "UTF8")
     conn.execute(refold("messages", "content"))

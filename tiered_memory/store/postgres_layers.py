@@ -147,6 +147,8 @@ LAYER_MIGRATIONS: list[str] = [
     "CREATE INDEX IF NOT EXISTS episode_points_user ON episode_points (user_id)",
     # keywords with diacritics folded, as on SQLite (postgres_keywords)
     refold("facts", "text") + refold("episode_points", "text"),
+    # CJK runs as their bigrams, as the turns' (postgres_keywords.cjk_bigrams)
+    refold("facts", "text") + refold("episode_points", "text"),
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)
@@ -176,6 +178,7 @@ ITEM_MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_at) WHERE expires_at IS NOT NULL;
     """,
     refold("items", "COALESCE(text, '')"),
+    refold("items", "COALESCE(text, '')"),  # CJK runs as their bigrams, as the turns'
 ]
 
 

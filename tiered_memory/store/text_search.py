@@ -134,13 +134,16 @@ def tagged_phrases(tag: str, terms: Sequence[str]) -> list[str]:
 
 
 def tsquery_any(terms: Sequence[str]) -> str | None:
-    """A ``to_tsquery`` expression OR-ing the terms (``a | b``), each :func:`composed`; only
-    word characters survive, so the result is always valid tsquery syntax."""
+    """A ``to_tsquery`` expression OR-ing the terms' words (``a | b``), each :func:`composed`; a
+    word holding a CJK run as the phrase of its bigrams (``去北 <-> 北京``), as the keyword
+    column holds it. Only word characters survive, so the result is always valid tsquery syntax."""
     terms = [terms] if isinstance(terms, str) else terms
     words: list[str] = []
     for t in terms:
         for w in _NON_WORD.split(composed(t)):
-            if w and w not in words:
+            grams = cjk_grams(w) if w else []
+            w = grams[0] if len(grams) == 1 else "(" + " <-> ".join(grams) + ")"
+            if grams and w not in words:
                 words.append(w)
     return " | ".join(words) if words else None
 
