@@ -13,6 +13,7 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory.backends import open_layer_store
 from tiered_memory.recall.query import keywords
 from tiered_memory.store.postgres import MIGRATIONS as PG_MIGRATIONS, PostgresRecordStore
 from tiered_memory.store.postgres_db import PostgresDatabase
@@ -128,3 +129,15 @@ def test_a_postgres_store_indexed_before_finds_its_cjk_words_when_it_opens(make_
         assert [m.content for m in store.get_messages("u", "s")] == [TEXTS["zh"]]
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("query", ["부산", "부산에", "北京", "北京烤鸭"])
+def test_a_facts_cjk_word_is_found_by_the_start_of_its_run(memory: TieredMemory, query: str) -> None:
+    """Facts, key points and items: PostgreSQL reads their CJK runs as bigrams as it does the
+    turns'; SQLite's tables hold each run whole, so a query's bigram finds the runs it starts
+    (a Korean word and its particle, a Chinese run's first word)."""
+    rows = open_layer_store(memory.store)
+    fact = memory.add_fact("부산에 살아요", user_id="u")
+    food = memory.add_fact("北京烤鸭很好吃", user_id="u")
+    expected = fact.id if query.startswith("부산") else food.id
+    assert [i for i, _ in rows.keyword_facts("u", keywords(query), 10)] == [expected]

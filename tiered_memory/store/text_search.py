@@ -18,9 +18,12 @@ _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
 
 
 def fts5_any(terms: Sequence[str]) -> str | None:
-    """An FTS5 expression OR-ing the terms, each a quoted string (``"a" OR "b"``)."""
+    """An FTS5 expression OR-ing the terms, each a quoted string (``"a" OR "b"``). A term of
+    CJK characters only (a query's bigram, :func:`cjk_grams`) is a prefix query (``"北京"*``):
+    the tables this serves (facts, key points, items) hold a CJK run as one token, so a bigram
+    finds the runs it starts, and a Korean word with its particle glued on ("부산에")."""
     terms = [terms] if isinstance(terms, str) else terms  # one term, not its characters
-    quoted = ['"' + t.replace('"', '""') + '"' for t in dict.fromkeys(terms) if t.strip()]
+    quoted = ['"' + t.replace('"', '""') + '"' + ("*" if is_cjk(t) else "") for t in dict.fromkeys(terms) if t.strip()]
     return " OR ".join(quoted) if quoted else None
 
 
