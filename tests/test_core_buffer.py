@@ -36,6 +36,7 @@ def test_group_turns(spec, turns):
     ("u a u a u a", 5, 100, ["m2", "m3", "m4", "m5"]),  # never half a turn
     ("u a u a u a", 6, 100, ["m0", "m1", "m2", "m3", "m4", "m5"]),
     ("u a u a u a", 100, 3, ["m4", "m5"]),  # token limit
+    ("u a u a u a", 100, 4, ["m2", "m3", "m4", "m5"]),  # a limit is reached, not passed: both turns fit
     ("u a t a", 2, 100, ["m0", "m1", "m2", "m3"]),  # the newest turn is kept even when over
     ("u a u a t a", 3, 100, ["m2", "m3", "m4", "m5"]),
     ("", 4, 100, []),
