@@ -86,7 +86,7 @@ test:
 # the core tests on the static default, in a virtualenv where torch cannot be imported
 test-notorch: $(NOTORCH_VENV)/.installed
 	@! $(NOTORCH_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "torch is installed in $(NOTORCH_VENV)"; exit 1; }
-	$(NOTORCH_VENV)/bin/python -m pytest -m "not llm and not servers and not slow" $(NOTORCH_TESTS)
+	TM_NOTORCH=1 $(NOTORCH_VENV)/bin/python -m pytest -m "not llm and not servers and not slow" $(NOTORCH_TESTS)
 
 # both embedders in one run (the static default and MiniLM); the install size from test-notorch's venv
 bench: install-minilm $(NOTORCH_VENV)/.installed

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Callable, Iterator
@@ -13,6 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
+from extras import NOTORCH  # noqa: E402
 from tiered_memory import Embedder, SentenceTransformerEmbedder, StaticEmbedder, TieredMemory  # noqa: E402
 
 pytest_plugins = ["servers", "llm_server"]  # PostgreSQL + Chroma servers (`servers`); local LLM (`llm`)
@@ -21,10 +21,9 @@ pytest_plugins = ["servers", "llm_server"]  # PostgreSQL + Chroma servers (`serv
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     """The real bundled all-MiniLM-L6-v2, loaded once for the whole session; the static
-    default instead where the ``[minilm]`` extra is not installed (``make test-notorch``)."""
-    e: Embedder = SentenceTransformerEmbedder()
-    if importlib.util.find_spec("sentence_transformers") is None:
-        e = StaticEmbedder()
+    default instead in ``make test-notorch``'s virtualenv (``TM_NOTORCH=1``), which leaves the
+    ``[minilm]`` extra out. Anywhere else a missing extra fails here, not falls back silently."""
+    e: Embedder = StaticEmbedder() if NOTORCH else SentenceTransformerEmbedder()
     e.embed_query("warm up")
     return e
 

@@ -17,6 +17,7 @@ import re
 from typing import Any, Iterator
 
 import pytest
+from extras import import_extra
 
 from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
 from tiered_memory.context.render import PREAMBLE, RECENT_TITLE, quote
@@ -133,7 +134,7 @@ def test_core_text_and_messages_are_parseable_and_round_trip(poisoned: TieredMem
 
 
 def test_langchain_history_memory_message_is_quoted_data(poisoned: TieredMemory) -> None:
-    pytest.importorskip("langchain_core")
+    import_extra("langchain_core")
     from langchain_core.messages import HumanMessage, SystemMessage
 
     from langchain_tiered_memory.history import TieredChatMessageHistory
@@ -152,7 +153,7 @@ def test_langchain_history_memory_message_is_quoted_data(poisoned: TieredMemory)
 
 
 async def test_llamaindex_block_output_is_quoted_data(poisoned: TieredMemory) -> None:
-    pytest.importorskip("llama_index.core")
+    import_extra("llama_index.core")
     from llama_index.core.base.llms.types import ChatMessage
 
     from llamaindex_tiered_memory.block import TieredMemoryBlock

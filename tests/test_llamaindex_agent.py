@@ -12,26 +12,23 @@ from __future__ import annotations
 from typing import Callable
 
 import pytest
-
-pytest.importorskip("llama_index.core")
-
-from llama_index.core.agent.workflow import FunctionAgent, ReActAgent  # noqa: E402
-from llama_index.core.llms import ChatMessage  # noqa: E402
-from llama_index.core.llms.mock import (  # noqa: E402
+from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
+from llama_index.core.llms import ChatMessage
+from llama_index.core.llms.mock import (
     MockFunctionCallingLLM,
     MockFunctionCallingLLMWithChatMemoryOfLastCall,
 )
-from llama_index.core.memory import Memory  # noqa: E402
-from llama_index.core.tools import FunctionTool  # noqa: E402
+from llama_index.core.memory import Memory
+from llama_index.core.tools import FunctionTool
 
-from llamaindex_tiered_memory import (  # noqa: E402
+from llamaindex_tiered_memory import (
     TieredMemoryBlock,
     WriteThroughMemory,
     aend_session,
     offline_tokenizer,
 )
-from llamaindex_tiered_memory.testing import ScriptedChatLLM  # noqa: E402
-from tiered_memory import TieredMemory  # noqa: E402
+from llamaindex_tiered_memory.testing import ScriptedChatLLM
+from tiered_memory import TieredMemory
 
 
 def weather(city: str = "Porto") -> str:

@@ -14,16 +14,12 @@ import json
 from typing import Any, Callable
 
 import pytest
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.memory import Memory
+from llama_index.llms.openai_like import OpenAILike
 
-pytest.importorskip("llama_index.core")
-pytest.importorskip("llama_index.llms.openai_like")
-
-from llama_index.core.agent.workflow import FunctionAgent  # noqa: E402
-from llama_index.core.memory import Memory  # noqa: E402
-from llama_index.llms.openai_like import OpenAILike  # noqa: E402
-
-from llamaindex_tiered_memory import LlamaIndexLLM, TieredMemoryBlock, aend_session, offline_tokenizer  # noqa: E402
-from tiered_memory import TieredMemory  # noqa: E402
+from llamaindex_tiered_memory import LlamaIndexLLM, TieredMemoryBlock, aend_session, offline_tokenizer
+from tiered_memory import TieredMemory
 
 pytestmark = pytest.mark.llm
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from extras import import_extra
 
 from tiered_memory import (ConfigurationError, EmbeddingError, SentenceTransformerEmbedder, StaticEmbedder,
                            TieredMemory, default_embedder, embedder_name)
@@ -115,7 +116,7 @@ def test_a_memory_without_an_embedder_uses_the_static_one_and_records_it(tmp_pat
 
 
 def test_switching_embedders_on_a_store_re_embeds_it_and_says_so(tmp_path, caplog):
-    pytest.importorskip("sentence_transformers")  # the [minilm] extra (absent in make test-notorch)
+    import_extra("sentence_transformers")  # the [minilm] extra (absent in make test-notorch)
     embedder = SentenceTransformerEmbedder()
     path = tmp_path / "m"
     with TieredMemory(path, embedder=embedder) as memory:  # a store made by MiniLM (384 dims)
@@ -211,7 +212,7 @@ def test_a_store_made_by_the_bundled_minilm_keeps_it_when_opened_without_an_embe
     """Opened without embedder= (as the CLI always opens a memory), a MiniLM store was re-embedded
     whole with the static table, and the application that made it re-embedded it again on its
     next open. Now only an explicit embedder or TIERED_MEMORY_EMBEDDER changes a store's embedder."""
-    pytest.importorskip("sentence_transformers")
+    import_extra("sentence_transformers")
     from tiered_memory.cli import main
 
     monkeypatch.delenv(EMBEDDER_ENV, raising=False)
