@@ -3,7 +3,9 @@ finds what plain vector search misses (the benchmark's own parsing: ``test_bench
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -262,6 +264,20 @@ def test_recency_boost_and_deterministic_ties():
     assert [s.id for s in score_turns(cands, {}, EMPTY, w, now=100 * DAY)] == ["new", "old"]
     tie = [cand("b", sim=0.5), cand("a", sim=0.5)]
     assert [s.id for s in score_turns(tie, {}, EMPTY, PLAIN, now=0)] == ["a", "b"]
+
+
+def test_length_weight_prefers_the_shorter_of_equal_matches():
+    """``length_weight`` subtracts weight x log(length / the candidates' median length): among
+    equal similarities the shorter turn comes first, the median one keeps its score."""
+    w = replace(PLAIN, session_coverage_weight=0, exchange_weight=0, session_best_weight=0, length_weight=0.1)
+    cands = [cand("long", sim=0.5, text="x" * 80), cand("mid", sim=0.5, text="x" * 20),
+             cand("short", sim=0.5, text="x" * 5)]
+    scored = score_turns(cands, {}, EMPTY, w, now=0)
+    assert [s.id for s in scored] == ["short", "mid", "long"]
+    got = {s.id: s.score for s in scored}
+    assert got == pytest.approx({"short": 0.5 + 0.1 * math.log(4), "mid": 0.5, "long": 0.5 - 0.1 * math.log(4)})
+    assert [s.parts["length"]["contribution"] for s in scored] == pytest.approx(
+        [0.1 * math.log(4), 0.0, -0.1 * math.log(4)])
 
 
 def test_rrf_fuse_still_weights_ranks():
