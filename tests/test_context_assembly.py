@@ -11,8 +11,8 @@ import pytest
 from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
 from tiered_memory.context.assembly import (REPEAT_REASON, TITLES, TURN_CANDIDATES, recent_room, relevant_fact,
                                             turn_candidates)
-from tiered_memory.context.render import (PREAMBLE, RECENT_TITLE, ContextItem, render_item, render_memory,
-                                          repeated_turns)
+from tiered_memory.context.render import (PREAMBLE, RECENT_TITLE, ContextItem, SectionRequest, fit_sections,
+                                          render_item, render_memory, repeated_turns)
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -93,6 +93,36 @@ def test_budget_respected_whole_items_and_drops_reported(memory: TieredMemory, b
     dropped = {d.id for d in ctx.dropped if d.section != "recent"}
     assert kept | dropped == set(full_items) and not kept & dropped  # everything accounted for
     assert all(d.reason for d in ctx.dropped)
+
+
+def _request(name: str, share: float, priority: int, *tokens: int) -> SectionRequest:
+    return SectionRequest(name=name, title=name.upper(), share=share, priority=priority,
+                          items=[ContextItem(id=f"{name}{n}", text=f"{name}{n}", tokens=t) for n, t in enumerate(tokens)])
+
+
+@pytest.mark.parametrize("budget, requests, kept, dropped", [
+    # each section first fills its share of the budget, whole items only
+    (10, [_request("a", 0.5, 0, 5, 5), _request("b", 0.5, 1, 5, 5)], {"a": ["a0"], "b": ["b0"]}, ["a1", "b1"]),
+    # what is left over goes to the most important section first (b, priority 0), then a, then c
+    (12, [_request("a", 0.5, 1, 2), _request("b", 0.25, 0, 3, 3, 3), _request("c", 0.25, 2, 3, 3)],
+     {"a": ["a0"], "b": ["b0", "b1"], "c": ["c0"]}, ["b2", "c1"]),
+    # a section's best item over its share is not passed over for a smaller one behind it:
+    # it takes the leftover budget first (7 of 8), and the smaller one is dropped
+    (8, [_request("a", 0.5, 0, 2), _request("b", 0.5, 1, 5, 3)], {"a": ["a0"], "b": ["b0"]}, ["b1"]),
+    # shares are normalised over the sections that have candidates (c has none and is not shown)
+    (10, [_request("a", 0.25, 0, 5, 5), _request("b", 0.25, 1, 5), _request("c", 0.5, 2)],
+     {"a": ["a0"], "b": ["b0"]}, ["a1"]),
+    # the budget is reached, not passed: a leftover that fills it exactly is kept
+    (5, [_request("a", 0.5, 0, 3), _request("b", 0.5, 1, 2)], {"a": ["a0"], "b": ["b0"]}, []),
+    (0, [_request("a", 1.0, 0, 1)], {"a": []}, ["a0"]),
+])
+def test_fit_sections(budget: int, requests: list[SectionRequest], kept: dict[str, list[str]],
+                      dropped: list[str]) -> None:
+    sections, lost = fit_sections(requests, budget)
+    assert {s.name: [i.id for i in s.items] for s in sections} == kept
+    assert [s.name for s in sections] == list(kept)  # in the order requested
+    assert [d.id for d in lost] == dropped and all(d.reason == "over budget" for d in lost)
+    assert sum(s.tokens for s in sections) <= budget
 
 
 @pytest.mark.parametrize("budget, share, room", [
