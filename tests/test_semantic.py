@@ -333,21 +333,23 @@ def test_crud_and_search(memory: TieredMemory) -> None:
         memory.update_fact(job.id, user_id="someone-else", text="x")
 
 
-@pytest.mark.parametrize("call", [
-    lambda m: m.add_fact("", user_id="u1"),
-    lambda m: m.add_fact("User likes \x00 nulls", user_id="u1"),  # PostgreSQL text cannot hold NUL
-    lambda m: m.add_fact("User likes \ud800", user_id="u1"),  # a lone surrogate is not UTF-8
-    lambda m: m.add_fact("x", user_id="u1", type="opinion"),
-    lambda m: m.add_fact("x", user_id="u1", confidence=2),
-    lambda m: m.facts("u1", type="nonsense"),
-    lambda m: m.search_facts("  ", user_id="u1"),
-    lambda m: m.facts(""),
-    lambda m: m.facts("u1", include_invalid="no"),  # truthy: it would have meant yes
-    lambda m: m.facts("u1", include_invalid=1),
-    lambda m: m.import_jsonl("missing.jsonl", skip_invalid="false"),
+# each case names the argument its error must be about: another error of the same type
+# (the file below is missing, too) would pass a case whose own check was gone
+@pytest.mark.parametrize("call, about", [
+    (lambda m: m.add_fact("", user_id="u1"), "fact text"),
+    (lambda m: m.add_fact("User likes \x00 nulls", user_id="u1"), "NUL"),  # PostgreSQL text cannot hold NUL
+    (lambda m: m.add_fact("User likes \ud800", user_id="u1"), "surrogate"),  # a lone surrogate is not UTF-8
+    (lambda m: m.add_fact("x", user_id="u1", type="opinion"), "fact type"),
+    (lambda m: m.add_fact("x", user_id="u1", confidence=2), "confidence"),
+    (lambda m: m.facts("u1", type="nonsense"), "fact type"),
+    (lambda m: m.search_facts("  ", user_id="u1"), "query"),
+    (lambda m: m.facts(""), "user_id"),
+    (lambda m: m.facts("u1", include_invalid="no"), "include_invalid"),  # truthy: it would have meant yes
+    (lambda m: m.facts("u1", include_invalid=1), "include_invalid"),
+    (lambda m: m.import_jsonl("missing.jsonl", skip_invalid="false"), "skip_invalid"),
 ])
-def test_invalid_input(memory: TieredMemory, call: Callable[[TieredMemory], Any]) -> None:
-    with pytest.raises(InvalidInputError):
+def test_invalid_input(memory: TieredMemory, call: Callable[[TieredMemory], Any], about: str) -> None:
+    with pytest.raises(InvalidInputError, match=about):
         call(memory)
     assert memory.facts("u1", include_invalid=True) == []  # nothing half-written
 
