@@ -265,7 +265,10 @@ def test_an_llm_retry_does_not_hand_back_chat_template_tokens_raw(tmp_path: Any)
 
 
 @pytest.mark.parametrize("token", ["[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CALLS]",
-                                   "[AVAILABLE_TOOLS]", "[TOOL_RESULTS]"])
+                                   "[AVAILABLE_TOOLS]", "[TOOL_RESULTS]",
+                                   # Mistral's fill-in-the-middle tokens, in no list of known markers:
+                                   # only the rule for any bracketed upper-case token escapes them
+                                   "[PREFIX]", "[SUFFIX]", "[MIDDLE]"])
 def test_quoted_text_cannot_spell_a_bracketed_control_token(token: str) -> None:
     """Mistral's chat templates mark turns with bracketed tokens, which a local server
     (llama.cpp) parses out of the text it tokenizes, as it does ``<|im_start|>``: quoted
