@@ -30,6 +30,7 @@ pytestmark = pytest.mark.record_stores("sqlite", "postgres")
     ({"a": 5}, {"a": {"$gt": 5}}, False),
     ({"a": 5}, {"a": {"$gte": 5, "$lt": 6}}, True),
     ({"a": 5}, {"a": {"$lte": 4}}, False),
+    ({"a": 5}, {"a": {"$lte": 5}}, True),
     ({"a": "x"}, {"a": {"$ne": "y"}}, True),
     ({"a": "x"}, {"a": {"$eq": "x"}}, True),
     ({"a": "x"}, {"a": {"$gt": 1}}, False),  # not a number: no match, no crash
@@ -159,6 +160,8 @@ def test_item_store_needs_a_sql_record_store() -> None:
     ({"d": "2024-05-01"}, {"d": {"$gt": "2024-01-01"}}, True),
     ({"n": 2}, {"n": {"$gt": "1"}}, False),
     ({"n": True}, {"n": 1}, False),
+    ({"n": True}, {"n": {"$gt": 0}}, False),  # nor ordered as one, on either side
+    ({"n": 1}, {"n": {"$gte": False}}, False),
     ({"n": 1.0}, {"n": 1}, True),
     # absent is NULL, as in the SQL stores
     ({}, {"a": None}, True),
