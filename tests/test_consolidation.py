@@ -57,6 +57,7 @@ def _fact(fid: str, conf: float, access: int, created: float, type: str = "fact"
     ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2, type="preference")], []),  # types differ
     ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2, polarity=-1)], []),  # polarity differs
     ([[1, .91], [.91, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2)], []),  # below threshold
+    ([[1, .92], [.92, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2)], [("a", ["b"])]),  # at it: merged
     ([[1, .95, .95], [.95, 1, .95], [.95, .95, 1]], [_fact("a", .9, 0, 1), _fact("b", .5, 0, 2),
                                                      _fact("c", .5, 0, 3)], [("a", ["b", "c"])]),
 ])
@@ -92,6 +93,8 @@ def test_promotion_candidates(episode: Episode, expected: list[tuple[str, str]])
     (0.01, 0, 60, True),
     (0.01, 1, 60, False),   # accessed: kept
     (0.01, 0, 10, False),   # too young
+    (0.01, 0, 30, True),    # exactly min_age_days old: old enough
+    (0.05, 0, 60, False),   # worth exactly `below`: not below it
     (0.5, 0, 400, False),   # still valuable
 ])
 def test_should_prune(value: float, access: int, age: float, expected: bool) -> None:
