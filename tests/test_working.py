@@ -23,6 +23,7 @@ H = 3600.0
     (0.8, 10, 0.0, 0.8),    # no decay
     (0.8, -5, 0.1, 0.8),    # a future timestamp does not grow
     (0.8, 1, 1.0, 0.0),     # full decay in an hour
+    (0.8, 1, 1.5, 0.0),     # a rate over 1 is full decay, never a negative importance
 ])
 def test_decayed(importance: float, age_h: float, rate: float, expected: float) -> None:
     assert decayed(importance, 1000.0 - age_h * H, 1000.0, rate) == pytest.approx(expected)
@@ -36,13 +37,30 @@ def _item(i: str, importance: float, age_h: float, now: float = 100 * H) -> Work
     ([_item("a", 0.9, 0), _item("b", 0.1, 0), _item("c", 0.5, 0)], 2, ["a", "c"], ["b"]),
     # an important but old item decays below a fresh middling one
     ([_item("old", 0.9, 48), _item("new", 0.4, 0)], 1, ["new"], ["old"]),
-    ([_item("a", 0.5, 0), _item("b", 0.5, 1)], 1, ["a"], ["b"]),  # equal importance: newer kept
+    ([_item("a", 0.5, 0), _item("b", 0.5, 1)], 1, ["a"], ["b"]),  # equal importance: the older decayed more
     ([_item("a", 0.5, 0)], 0, [], ["a"]),
+    ([_item("a", 0.9, 0), _item("b", 0.1, 0)], -1, [], ["a", "b"]),  # a negative capacity holds nothing
     ([], 3, [], []),
 ])
 def test_evict(items: list[WorkingItem], capacity: int, kept: list[str], evicted: list[str]) -> None:
     k, e = evict(items, capacity, 100 * H, 0.05)
     assert [i.id for i in k] == kept and [i.id for i in e] == evicted
+
+
+def test_ties_in_decayed_importance_go_to_the_newer_item() -> None:
+    """Without decay, equal importance is a true tie: the newer item is kept and ranked first."""
+    items = [_item("older", 0.5, 2), _item("newer", 0.5, 1)]
+    kept, evicted = evict(items, 1, 100 * H, 0.0)
+    assert ([i.id for i in kept], [i.id for i in evicted]) == (["newer"], ["older"])
+    assert [i.id for i in rank(items, 100 * H, 0.0)] == ["newer", "older"]
+
+
+def test_a_negative_relevance_counts_as_none() -> None:
+    """A cosine below 0 adds nothing to the blend; it takes nothing away either."""
+    items = [_item("opposite", 0.5, 0), _item("unrelated", 0.5, 0)]
+    ranked = rank(items, 100 * H, 0.0, relevance=[-1.0, 0.0])
+    assert [i.score for i in ranked] == pytest.approx([0.4 * 0.5, 0.4 * 0.5])
+    assert [i.id for i in ranked] == ["opposite", "unrelated"]  # a tie, by id
 
 
 def test_rank_blends_relevance() -> None:
