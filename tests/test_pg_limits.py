@@ -43,3 +43,19 @@ def test_a_store_item_key_too_long_to_index_is_invalid_input_and_writes_nothing(
         assert m.item_store().count("u1") == 1
         if vector_store:
             assert len([i for i in m.index.ids("u1") if i.startswith("item:")]) == 1  # its vector went too
+
+
+def test_a_message_whose_words_pass_the_keyword_index_limit_is_invalid_input_and_writes_nothing(
+        make_pgvector_url: Callable[[], str], tmp_path: Path) -> None:
+    """A message's words fill a keyword index entry (a tsvector) of at most 1 MB there: a run of
+    199,000 rare Han characters (four bytes each in UTF-8), read as its bigrams, nearly all
+    distinct, is within the 200,000 characters a message may hold by default (SQLite takes it)
+    but cannot be indexed. The error names both limits it may be."""
+    rng = random.Random(11)
+    text = "".join(chr(0x20000 + rng.randrange(20_000)) for _ in range(199_000))
+    with TieredMemory(tmp_path / "m", record_store=make_pgvector_url(), embedder=StaticEmbedder()) as m:
+        m.add("user", "the garden is green", user_id="u1", session_id="s1")
+        with pytest.raises(InvalidInputError, match="keyword index of at most 1 MB"):
+            m.add("assistant", text, user_id="u1", session_id="s1")
+        assert [t.content for t in m.get_messages("s1", user_id="u1")] == ["the garden is green"]
+        assert [h.text for h in m.search("garden", user_id="u1")] == ["the garden is green"]

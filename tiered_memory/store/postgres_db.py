@@ -48,7 +48,8 @@ _RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detecte
 
 
 #: program_limit_exceeded: a value larger than PostgreSQL can index (a b-tree entry past 2,704
-#: bytes, such as a long store item key or namespace), which no retry can store
+#: bytes, such as a long store item key or namespace; a text whose words make a tsvector past
+#: 1 MB), which no retry can store
 _TOO_LARGE_SQLSTATE = "54000"
 
 
@@ -57,7 +58,8 @@ def write_failed(e: Exception) -> TieredMemoryError:
     value too large for PostgreSQL is the caller's to shorten, anything else the store's."""
     if getattr(e, "sqlstate", None) == _TOO_LARGE_SQLSTATE:
         return InvalidInputError(f"a value is too large for PostgreSQL and nothing was written; shorten it "
-                                 f"(a store item's key and namespace are indexed: {' '.join(str(e).split())})")
+                                 f"(a store item's key and namespace are indexed whole, and a text's words "
+                                 f"in a keyword index of at most 1 MB: {' '.join(str(e).split())})")
     return StoreError(f"record store write failed, nothing of it was stored: {e}")
 
 
