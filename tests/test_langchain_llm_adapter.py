@@ -215,24 +215,22 @@ from http.server import ThreadingHTTPServer
 sys.path.insert(0, sys.argv[1])
 from test_langchain_llm_adapter import _Recorder, openai_model
 from langchain_tiered_memory.llm import LangChainLLM
-server = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Recorder,), {"bodies": [], "delay": 20.0}))
+server = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Recorder,), {"bodies": [], "delay": 3600.0}))
 threading.Thread(target=server.serve_forever, daemon=True).start()
-llm = LangChainLLM(openai_model(f"http://127.0.0.1:{server.server_address[1]}/v1", timeout=60))
+llm = LangChainLLM(openai_model(f"http://127.0.0.1:{server.server_address[1]}/v1", timeout=3600))
 try:
     asyncio.run(asyncio.wait_for(llm.complete([{"role": "user", "content": "slow"}]), 0.5))
 except asyncio.TimeoutError:
-    import time
-    print(time.time(), flush=True)
+    print("timed out", flush=True)
 """
 
 
 def test_an_abandoned_call_does_not_hold_up_interpreter_exit() -> None:
+    # the server answers after an hour and the client waits as long: an exit that waited for the
+    # abandoned call would outlive subprocess.run's timeout, which fails the test
     out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(Path(__file__).parent)],
                          capture_output=True, text=True, timeout=120)
-    exited = time.time()
-    assert out.returncode == 0 and out.stdout.strip(), out.stderr
-    timed_out = float(out.stdout.strip())
-    assert exited - timed_out < 10  # the server would answer only 20 s after the call
+    assert out.returncode == 0 and out.stdout.strip() == "timed out", out.stderr
 
 
 class _ChatStarts(BaseCallbackHandler):

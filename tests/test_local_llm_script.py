@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -42,11 +41,10 @@ def test_free_port_is_bindable() -> None:
         s.bind(("127.0.0.1", port))
 
 
+@pytest.mark.timeout(60)  # a wait that ignored its 0.5 s would hang here, not pass
 def test_wait_ready_times_out_when_nothing_listens() -> None:
-    started = time.monotonic()
     with pytest.raises(TimeoutError, match="not ready"):
         llm.wait_ready(f"http://127.0.0.1:{llm.free_port()}", 0.5)
-    assert time.monotonic() - started < 5
 
 
 def test_wait_ready_fails_fast_when_the_server_died() -> None:
@@ -56,14 +54,13 @@ def test_wait_ready_fails_fast_when_the_server_died() -> None:
         llm.wait_ready(f"http://127.0.0.1:{llm.free_port()}", 30, proc=proc)
 
 
+@pytest.mark.timeout(60)
 def test_stop_server_kills_a_process_that_ignores_sigterm() -> None:
     # like llama.cpp's server while it generates
     code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
     assert proc.stdout is not None and proc.stdout.readline() == b"up\n"
-    started = time.monotonic()
-    assert llm.stop_server(proc, grace=0.5) == -9
-    assert time.monotonic() - started < 10
+    assert llm.stop_server(proc, grace=0.5) == -9  # killed after its grace, not waited for (60 s)
     proc.stdout.close()
 
 
