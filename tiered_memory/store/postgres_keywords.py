@@ -46,7 +46,7 @@ def fold_turn_keywords(conn: Any) -> None:
     """Create ``fold_diacritics()`` (and :func:`create_bigrams`) and fold the turns' keywords
     with it. A database not in UTF8 gets a function that folds nothing: its encoding may lack
     letters of the map."""
-    utf8 = conn.execute("SELECT current_setting('server_encoding')").fetchone()[0] == "UTF8"
+    utf8 = _utf8(conn)
     letters, bases = diacritic_fold() if utf8 else ("", "")  # letters and marks only: no quote
     conn.execute("CREATE OR REPLACE FUNCTION fold_diacritics(t TEXT) RETURNS TEXT"
                  f" LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT translate(t, '{letters}', '{bases}') $$")
@@ -76,5 +76,10 @@ def create_bigrams(conn: Any, utf8: bool) -> None:
 def bigram_turn_keywords(conn: Any) -> None:
     """The migration to CJK bigrams: :func:`create_bigrams`, and the turns' keyword column
     generated again through it."""
-    create_bigrams(conn, conn.execute("SELECT current_setting('server_encoding')").fetchone()[0] == "UTF8")
+    create_bigrams(conn, _utf8(conn))
     conn.execute(refold("messages", "content"))
+
+
+def _utf8(conn: Any) -> bool:
+    """Whether the database is in UTF8 (else its encoding may lack the letters the functions name)."""
+    return bool(conn.execute("SELECT current_setting('server_encoding')").fetchone()[0] == "UTF8")

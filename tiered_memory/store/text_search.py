@@ -144,9 +144,11 @@ def tsquery_any(terms: Sequence[str]) -> str | None:
     words: list[str] = []
     for t in terms:
         for w in _NON_WORD.split(composed(t)):
-            grams = cjk_grams(w) if w else []
+            if not w:
+                continue
+            grams = cjk_grams(w)  # one or more
             w = grams[0] if len(grams) == 1 else "(" + " <-> ".join(grams) + ")"
-            if grams and w not in words:
+            if w not in words:
                 words.append(w)
     return " | ".join(words) if words else None
 
