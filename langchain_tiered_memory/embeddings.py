@@ -5,7 +5,7 @@
   ``embed_documents``/``embed_query``, so a LangChain model already works as is;
   this wrapper adds a stable ``name`` (the core rebuilds its vector index when the
   embedder's name changes) and wraps failures in :class:`~tiered_memory.EmbeddingError`.
-- :class:`TieredMemoryEmbeddings`: the bundled all-MiniLM-L6-v2 (or any core
+- :class:`TieredMemoryEmbeddings`: the core's default embedder (or any core
   embedder) as a LangChain ``Embeddings``, e.g. for a LangGraph store's ``index``
   config or a LangChain vector store.
 """
@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 from langchain_core.embeddings import Embeddings
 
-from tiered_memory import Embedder, SentenceTransformerEmbedder
+from tiered_memory import Embedder, default_embedder
 from tiered_memory.aio import to_thread
 from tiered_memory.embedding import embedder_name
 from tiered_memory.errors import ConfigurationError, EmbeddingError, InvalidInputError
@@ -83,22 +83,26 @@ class LangChainEmbedder:
 
 
 class TieredMemoryEmbeddings(Embeddings):
-    """The core's embedder (default: the bundled all-MiniLM-L6-v2) as LangChain ``Embeddings``.
+    """The core's embedder as LangChain ``Embeddings``.
 
     Args:
-        embedder: a core embedder; default the bundled model, loaded on first use.
+        embedder: a core embedder; default the one a ``TieredMemory()`` opened without
+            ``embedder=`` uses (:func:`~tiered_memory.default_embedder`: the static table shipped
+            in the wheel, or all-MiniLM-L6-v2 when ``$TIERED_MEMORY_EMBEDDER`` is ``minilm``),
+            loaded on first use.
 
     A text that is not a ``str`` raises :class:`~tiered_memory.errors.InvalidInputError`.
 
     Example:
-        >>> from langgraph.store.memory import InMemoryStore  # doctest: +SKIP
-        >>> store = InMemoryStore(index={"dims": 384, "embed": TieredMemoryEmbeddings()})  # doctest: +SKIP
+        >>> from langgraph.store.memory import InMemoryStore
+        >>> embed = TieredMemoryEmbeddings()  # the static table: 256 dimensions (MiniLM: 384)
+        >>> store = InMemoryStore(index={"dims": len(embed.embed_query("x")), "embed": embed})
     """
 
     def __init__(self, embedder: Embedder | None = None) -> None:
         if embedder is not None:
             check_embedder(embedder, "TieredMemoryEmbeddings", "SentenceTransformerEmbedder(model)")
-        self.embedder: Embedder = embedder or SentenceTransformerEmbedder()
+        self.embedder: Embedder = embedder or default_embedder()
 
     @property
     def name(self) -> str:

@@ -60,8 +60,11 @@ class LlamaIndexEmbedder:
 
 
 class TieredMemoryEmbedding(BaseEmbedding):
-    """The bundled all-MiniLM-L6-v2 (or another sentence-transformers model) as a
-    LlamaIndex embedding. Loads lazily, once per process, and never needs the network.
+    """All-MiniLM-L6-v2 as the ``[minilm]`` extra ships it (or another sentence-transformers
+    model) as a LlamaIndex embedding. Loads lazily, once per process, and never needs the
+    network. It is not the static table a ``TieredMemory()`` embeds with by default; for a
+    memory that embeds as this does, set ``TIERED_MEMORY_EMBEDDER=minilm`` (or pass
+    ``embedder=SentenceTransformerEmbedder()``).
 
     Args:
         model: a sentence-transformers model name or folder; ``None`` is the bundled model.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -118,3 +119,19 @@ def test_what_cannot_embed_is_refused_when_the_adapter_is_built(wrap: Any, bad: 
     refuses it when it is built, and so do both now."""
     with pytest.raises(ConfigurationError, match="embed_documents and embed_query"):
         wrap(bad)
+
+
+def test_without_an_embedder_it_is_the_core_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``TieredMemoryEmbeddings()`` is "the core's embedder" (its docstring) and "the bundled model"
+    (README), which since the static table became the default is what a ``TieredMemory()`` embeds
+    with. It built the MiniLM of the ``[minilm]`` extra instead: with ``[embedded,langchain]``
+    (no torch) its first embedding raised MissingDependencyError, and with torch a LangGraph index
+    it fed held vectors of another model than the memory's. Unset, it is the default embedder,
+    and ``TIERED_MEMORY_EMBEDDER`` chooses it as it chooses the memory's."""
+    monkeypatch.delenv("TIERED_MEMORY_EMBEDDER", raising=False)
+    lc = TieredMemoryEmbeddings()
+    with TieredMemory(tmp_path) as memory:  # opened as an application opens it: no embedder=
+        assert lc.name == memory.store.get_meta("embedder")
+        assert np.allclose(lc.embed_query("green tea"), memory.embedder.embed_query("green tea"), atol=1e-6)
+    monkeypatch.setenv("TIERED_MEMORY_EMBEDDER", "minilm")
+    assert isinstance(TieredMemoryEmbeddings().embedder, SentenceTransformerEmbedder)
