@@ -88,15 +88,19 @@ class TieredMemory:
     """Long-term memory for LLM agents, scoped by ``user_id`` and ``session_id``.
 
     Args:
-        path: folder of the embedded store (SQLite + Chroma); default ``~/.tiered-memory``.
+        path: folder of the embedded store (SQLite + Chroma); default ``$TIERED_MEMORY_HOME``,
+            else ``~/.tiered-memory``.
         config: tuning (buffer, retrieval, budgets, limits).
         embedder: any object with ``embed_documents``/``embed_query``; default
             :func:`~tiered_memory.embedding.default_embedder` (the static table distilled
-            from the bundled all-MiniLM-L6-v2; no torch).
+            from all-MiniLM-L6-v2; no torch; ``$TIERED_MEMORY_EMBEDDER=minilm`` for MiniLM).
         vector_store: a :class:`~tiered_memory.vector.base.VectorIndex`, or ``"chroma"``
-            (default), ``"qdrant"`` (local mode in ``path``), an ``http(s)://`` Chroma URL, or
-            ``"pgvector"`` (in a PostgreSQL record store, rows and vectors in one transaction).
-        record_store: a :class:`~tiered_memory.store.base.RecordStore`; default SQLite in ``path``.
+            (default), ``"qdrant"`` (local mode in ``path``), an ``http(s)://`` Chroma URL, a
+            ``qdrant+http(s)://`` Qdrant URL (its key from ``$QDRANT_API_KEY``), or ``"pgvector"``
+            (in a PostgreSQL record store, rows and vectors in one transaction); unset,
+            ``$TIERED_MEMORY_VECTOR_STORE``, else ``"chroma"``.
+        record_store: a :class:`~tiered_memory.store.base.RecordStore`, ``"sqlite"`` (SQLite in
+            ``path``) or a ``postgresql://`` URL; unset, ``$TIERED_MEMORY_RECORD_STORE``, else SQLite.
         token_counter: ``str -> int``, a pure function of the text (its counts are remembered);
             default cl100k offline, else a heuristic.
         llm: makes episodes and facts smarter: any object with ``async def complete(...)``,
@@ -598,6 +602,11 @@ class TieredMemory:
 
     @usable
     def stats(self) -> Stats:
+        """Counts over every user (:class:`~tiered_memory.types.Stats`): users, sessions and
+        messages of the live turns (archived turns are not counted), the messages the vector
+        index has taken in (``indexed``), those of them that repeat an earlier message's text and
+        got no vector of their own (``duplicates``), and the vectors in the index (turns and
+        their chunks, facts, episodes, store items)."""
         c = self.store.counts()
         return Stats(users=c["users"], sessions=c["sessions"], messages=c["messages"],
                      indexed=c["indexed"], duplicates=c["duplicates"], vectors=self.index.count())

@@ -15,6 +15,10 @@ from ..errors import EmbeddingError
 
 @runtime_checkable
 class Embedder(Protocol):
+    """What ``TieredMemory(embedder=...)`` takes: any object with these two methods (a LangChain
+    ``Embeddings`` as it is). Give it a stable ``name`` (or ``model_name``): a memory records the
+    name its vectors were made by, and a change of name re-embeds them (:func:`embedder_name`)."""
+
     def embed_documents(self, texts: list[str]) -> list[list[float]]: ...
 
     def embed_query(self, text: str) -> list[float]: ...
@@ -89,4 +93,8 @@ def embed_query(embedder: Embedder, text: str) -> np.ndarray:
 
 
 def embedder_name(embedder: Embedder) -> str:
+    """The name a memory records for the embedder that made its vectors (pure): its ``name``,
+    else its ``model_name``, else its class name. Opening a store with an embedder of another
+    name re-embeds it; a shared PostgreSQL store logs a warning and waits for ``rebuild_index()``
+    (the README's Troubleshooting)."""
     return str(getattr(embedder, "name", None) or getattr(embedder, "model_name", None) or type(embedder).__name__)
