@@ -2,7 +2,8 @@
 # # tiered-memory quickstart
 #
 # Long-term memory for an LLM agent on the **embedded default**: SQLite + ChromaDB on
-# disk + the bundled all-MiniLM-L6-v2 model. No API key, no network.
+# disk + the static embedder shipped in the wheel (distilled from all-MiniLM-L6-v2; no
+# PyTorch). No API key, no network.
 #
 # We store two sessions for two users, search, build a prompt context within a token
 # budget, restart, and finally forget a user.
