@@ -471,7 +471,8 @@ class TieredMemory:
     @usable
     def sessions(self, user_id: str) -> list[SessionInfo]:
         """The user's sessions that hold messages (id, message count, first and last timestamp),
-        in the order they started."""
+        in the order their first message was stored, not by timestamp: sessions imported or
+        added with older timestamps come after those stored before them."""
         check_id(user_id, "user_id")
         return self.store.sessions(user_id)
 
