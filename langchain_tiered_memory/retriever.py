@@ -120,8 +120,8 @@ class TieredMemoryRetriever(BaseRetriever):
 
     Example:
         >>> retriever = TieredMemoryRetriever(memory=memory, user_id="u1", k=3)  # doctest: +SKIP
-        >>> retriever.invoke("where do I live?")[0].metadata["score"]  # doctest: +SKIP
-        0.032
+        >>> retriever.invoke("where do I live?")[0].page_content  # doctest: +SKIP
+        'I live in Lisbon'
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
