@@ -67,6 +67,14 @@ def test_every_environment_variable_the_packages_read_is_on_the_page() -> None:
     assert all(v in PAGE for v in set_only)
 
 
+def test_every_extra_is_on_the_page() -> None:
+    # read without tomllib (Python 3.11+; the package supports 3.10): each `name = [` of the table
+    table = (ROOT / "pyproject.toml").read_text(encoding="utf-8").split("[project.optional-dependencies]")[1]
+    extras = re.findall(r"^([a-z][a-z0-9-]*) = \[", table.split("\n[")[0], re.MULTILINE)
+    assert {"embedded", "minilm", "all", "test"} <= set(extras)  # the scan finds them
+    assert sorted(e for e in extras if f"| `{e}` |" not in PAGE) == []
+
+
 def test_the_readme_links_the_page() -> None:
     assert "(docs/reference.md)" in (ROOT / "README.md").read_text(encoding="utf-8")
 
