@@ -109,7 +109,7 @@ class TestTieredMemoryEmbeddingsStandardIntegration(_BundledModel, EmbeddingsInt
 @pytest.mark.parametrize(("wrap", "bad"), [
     (TieredMemoryEmbeddings, "sentence-transformers/all-MiniLM-L6-v2"), (TieredMemoryEmbeddings, 384),
     (LangChainEmbedder, "sentence-transformers/all-MiniLM-L6-v2"), (LangChainEmbedder, 384),
-    (LangChainEmbedder, None),  # (None is the bundled model in TieredMemoryEmbeddings, by design)
+    (LangChainEmbedder, None),  # (None is the default embedder in TieredMemoryEmbeddings, by design)
 ])
 def test_what_cannot_embed_is_refused_when_the_adapter_is_built(wrap: Any, bad: Any) -> None:
     """``TieredMemoryEmbeddings("sentence-transformers/all-MiniLM-L6-v2")`` (a LangChain user's habit:
