@@ -1,7 +1,7 @@
 """docs/reference.md against the code: every public name, every config option with its true
 default, every environment variable the packages read. Options and variables had been added
-with no word in any doc (31 of the 70 options, ``TIERED_MEMORY_DEBUG``), and a default written
-in a doc could drift from the dataclass unnoticed."""
+with no word in the README or docs/ (35 of the 69 options, some named only in a docstring;
+``TIERED_MEMORY_DEBUG``), and a default written in a doc could drift from the dataclass unnoticed."""
 
 from __future__ import annotations
 
