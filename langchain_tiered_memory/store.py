@@ -86,6 +86,7 @@ from tiered_memory.records import Item as CoreItem
 from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite
 from tiered_memory.validation import check_id, check_optional_id, nearest_time
 
+from .history import check_memory
 from .store_batch import Coalescer, plan_batch, spread_results
 from .store_checks import NamespaceLabelError, check_labels, check_op, check_paths, check_ttl_config
 from .store_users import USER_LABEL, UserMapping, check_template, user_from_template
@@ -150,7 +151,7 @@ class TieredMemoryStore(BaseStore):
         if user_position is not None and (isinstance(user_position, bool) or not isinstance(user_position, int)
                                           or user_position < 0):
             raise InvalidInputError("user_position must be an int >= 0")
-        self.memory = memory
+        self.memory = check_memory(memory)
         self.user_position = 0 if user_position is None and user_namespace is None else user_position
         self._template: tuple[str, ...] | None = None
         self._user_fn: Callable[[tuple[str, ...], str | None], str | None] | None = None

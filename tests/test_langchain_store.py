@@ -230,6 +230,18 @@ async def test_an_index_that_is_no_list_of_paths_is_refused_and_nothing_is_writt
     assert memory.item_store().count() == 0
 
 
+@pytest.mark.parametrize("given", ["./memory", None, object()])
+def test_a_store_over_what_is_no_memory_is_refused_when_built(given: object) -> None:
+    """Every other LangChain adapter refuses what is no TieredMemory when it is built; the store
+    took it, and its first call raised ``AttributeError: 'str' object has no attribute
+    'item_store'`` (``TieredMemoryStore("./memory")``, a path where the memory goes), an untyped
+    error the Guarantees' Bad input section rules out."""
+    from tiered_memory.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="memory must be a TieredMemory"):
+        TieredMemoryStore(given)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("fields", ["text", [5], [""]])
 def test_fields_that_are_no_list_of_paths_are_refused(memory: TieredMemory, fields: object) -> None:
     from tiered_memory.errors import InvalidInputError
