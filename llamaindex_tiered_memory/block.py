@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import pickle
 from typing import Any, Callable, List, Optional, Sequence
 
 from llama_index.core.base.llms.types import ChatMessage
@@ -46,6 +47,7 @@ from tiered_memory.errors import ConfigurationError, InvalidInputError, UsageErr
 from tiered_memory.tokens import heuristic_count, offline_encoding
 from tiered_memory.validation import check_id, check_optional_id
 
+from .reopen import MemoryAddress, address_of, memory_at
 from .messages import (REPAIRED_KEY, build_query, check_messages, message_text, shown_already, storable_text,
                        to_core_messages)
 
@@ -57,6 +59,7 @@ EARLIER_TITLE = "Earlier in this conversation"
 # every block before it truncates any: while another block awaits I/O, concurrent reads of
 # other sessions sharing this block render too, and an evicted render is dropped whole.
 RENDERED_KEPT = 256
+ADDRESS_KEY = "tiered_memory_address"  # in a pickled block's state, where its memory was
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,15 @@ def offline_tokenizer() -> Callable[[str], List[Any]]:
 
 def _heuristic_tokens(text: str) -> List[Any]:
     return [None] * heuristic_count(text)
+
+
+def _picklable(fn: Optional[Callable[[str], List[Any]]]) -> Optional[Callable[[str], List[Any]]]:
+    """``fn`` if it pickles, else ``None`` (LlamaIndex's default, as ``Memory`` does with its own)."""
+    try:
+        pickle.dumps(fn)
+    except Exception:
+        return None
+    return fn
 
 
 def _rank(name: str) -> int:
@@ -135,6 +147,10 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     With a ``ReActAgent``, pass ``insert_method="user"`` to ``Memory.from_defaults``:
     with the default ``"system"``, ``ReActAgent`` drops the message the block is in.
 
+    Pickled (an agent's ``Context`` with ``PickleSerializer``), the block keeps its fields and
+    where its memory is, never the memory; unpickled, it uses that memory if it is open in
+    this process, else opens its folder again (see :mod:`llamaindex_tiered_memory.reopen`).
+
     Example:
         >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1")  # doctest: +SKIP
         >>> chat = Memory.from_defaults(session_id="s1", memory_blocks=[block],
@@ -172,6 +188,30 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     @classmethod
     def _valid_session(cls, value: Optional[str]) -> Optional[str]:
         return check_optional_id(value, "session_id")
+
+    @model_validator(mode="after")
+    def _known_memory(self) -> "TieredMemoryBlock":
+        address_of(self.memory)  # a block unpickled in this process finds it (see .reopen)
+        return self
+
+    # ---- pickling: the block's fields and where its memory is, never the memory -------
+    def __getstate__(self) -> dict[Any, Any]:
+        """LlamaIndex removes a block whose state does not pickle, from the live ``Memory`` as
+        well as from the copy: so the memory is left out, and named by its address."""
+        state = super().__getstate__()
+        fields = {k: v for k, v in state["__dict__"].items() if k != "memory"}
+        fields["tokenizer_fn"] = _picklable(self.tokenizer_fn)
+        return {**state, "__dict__": fields, "__pydantic_private__": {"_rendered": {}, "_recorded": set(self._recorded)},
+                ADDRESS_KEY: address_of(self.memory)}
+
+    def __setstate__(self, state: dict[Any, Any]) -> None:
+        """The memory open in this process at the pickled address, else its folder opened again
+        (see :mod:`.reopen`)."""
+        address = state.get(ADDRESS_KEY)
+        if not isinstance(address, MemoryAddress):
+            raise ConfigurationError("this pickled TieredMemoryBlock does not say where its memory is")
+        fields = {**state["__dict__"], "memory": memory_at(address)}
+        super().__setstate__({k: v for k, v in state.items() if k != ADDRESS_KEY} | {"__dict__": fields})
 
     def _session(self, session_id: Optional[str], messages: Sequence[ChatMessage] = ()) -> str:
         sid = session_id if session_id is not None else self.session_id

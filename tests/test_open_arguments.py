@@ -70,3 +70,15 @@ def test_setting_an_llm_no_adapter_wraps_is_refused_and_keeps_the_one_before(tmp
         with pytest.raises(ConfigurationError, match="llm must have"):
             memory.llm = "gpt-4o"
         assert memory.llm is None
+
+
+def test_folder_settings_name_only_a_folder_that_holds_the_whole_memory(tmp_path: Path) -> None:
+    from tiered_memory import FolderSettings, MemoryConfig
+    from tiered_memory.vector.chroma import ChromaVectorIndex
+
+    config = MemoryConfig(max_content_chars=5000)
+    with TieredMemory(tmp_path / "m", config=config, embedder=StaticEmbedder()) as memory:
+        assert memory.folder_settings == FolderSettings(path=tmp_path / "m", config=config, vector_store="chroma")
+    index = ChromaVectorIndex(str(tmp_path / "elsewhere"))  # an engine passed as an object cannot travel
+    with TieredMemory(tmp_path / "n", embedder=StaticEmbedder(), vector_store=index) as memory:
+        assert memory.folder_settings is None

@@ -24,7 +24,7 @@ from .errors import (
     VectorIndexError,
 )
 from .llm.base import LLM
-from .memory import TieredMemory
+from .memory import FolderSettings, TieredMemory
 from .portable import ImportReport
 from .layers.semantic import FactHit
 from .records import AuditEntry, Episode, Fact, FactChange, WorkingItem
@@ -53,6 +53,7 @@ __all__ = [
     "FactChange",
     "FactConfig",
     "FactHit",
+    "FolderSettings",
     "ImportReport",
     "InvalidInputError",
     "LLM",

@@ -20,6 +20,7 @@ import os
 import sqlite3
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
@@ -27,6 +28,7 @@ from .aio import ReadWriteGate, to_thread, twin
 from .arguments import check_parts
 from .backends import (
     attach_sessions,
+    configured_record_store,
     configured_vector_store,
     is_embedded_index,
     joint_writes,
@@ -76,6 +78,15 @@ T = TypeVar("T")
 def default_path() -> Path:
     """``$TIERED_MEMORY_HOME`` or ``~/.tiered-memory``."""
     return Path(os.environ.get("TIERED_MEMORY_HOME") or Path.home() / ".tiered-memory")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FolderSettings:
+    """What opens a memory whose folder holds all of it (see :attr:`TieredMemory.folder_settings`)."""
+
+    path: Path
+    config: MemoryConfig
+    vector_store: str  # "chroma" or "qdrant", in the folder
 
 
 def _query(query: object) -> str:
@@ -135,6 +146,11 @@ class TieredMemory:
         self._config = check_config(config or MemoryConfig())  # before any I/O
         turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
         vector_store = configured_vector_store(vector_store)  # so does a bad vector server URL or collection
+        records = record_store if record_store is not None else configured_record_store()
+        records_in_folder = records is None or isinstance(records, str) and records == "sqlite"
+        self._folder_index: str | None = (
+            vector_store if records_in_folder and isinstance(vector_store, str) and is_embedded_index(vector_store)
+            else None)
         check_parts(embedder, token_counter, clock)
         resolve_llm(llm)  # a model no adapter wraps (or a model's name) fails here, not at the first end_session
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)  # a bad choice: no I/O
@@ -214,6 +230,19 @@ class TieredMemory:
     def config(self, value: MemoryConfig) -> None:
         raise UsageError("a memory's config is fixed when it opens, since every part holds it: "
                          "close this one and open TieredMemory(path, config=...) instead")
+
+    @property
+    def folder_settings(self) -> FolderSettings | None:
+        """What opens this memory again, in another process too
+        (``TieredMemory(s.path, config=s.config, vector_store=s.vector_store)``), when its folder
+        holds all of it: SQLite records and an embedded index. ``None`` for a PostgreSQL store,
+        a vector server or engines passed as objects, whose settings carry credentials or cannot
+        travel. The embedder, LLM, token counter and clock are not part of it: a folder opened
+        again keeps the built-in embedder that made its vectors (and refuses to open without
+        the custom one that made them), and has no LLM unless given one."""
+        if self._folder_index is None:
+            return None
+        return FolderSettings(path=self.path, config=self._config, vector_store=self._folder_index)
 
     @property
     def llm(self) -> Any:
