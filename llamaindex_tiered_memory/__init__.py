@@ -16,15 +16,10 @@ try:
 except ImportError as e:  # pragma: no cover - exercised in a subprocess test
     raise MissingDependencyError("llama-index-core", "llamaindex") from e
 
-from .block import (
-    TieredMemoryBlock,
-    WriteThroughMemory,
-    aend_session,
-    end_session,
-    offline_tokenizer,
-)
+from .block import TieredMemoryBlock, offline_tokenizer
 from .embeddings import LlamaIndexEmbedder, TieredMemoryEmbedding
 from .llm import LlamaIndexLLM
+from .sessions import WriteThroughMemory, aend_session, end_session
 
 __all__ = [
     "LlamaIndexEmbedder",

@@ -9,9 +9,9 @@ the current conversation (known facts, past sessions, relevant past turns, earli
 turns of this session), rendered as quoted data.
 
 By default only flushed messages reach long-term memory. To store every turn as it
-is put, build the memory with :class:`WriteThroughMemory` and ``every_turn=True``
+is put, build the memory with :class:`~.sessions.WriteThroughMemory` and ``every_turn=True``
 on the block; or call :meth:`TieredMemoryBlock.arecord` yourself. At the end of a
-conversation, :func:`aend_session` moves what is still in the short-term queue into
+conversation, :func:`~.sessions.aend_session` moves what is still in the short-term queue into
 long-term memory and lets the core summarise the session (when it can).
 
 With a ``ReActAgent``, build the ``Memory`` with ``insert_method="user"``: the default
@@ -19,8 +19,7 @@ With a ``ReActAgent``, build the ``Memory`` with ``insert_method="user"``: the d
 when it builds its ReAct prompt (a ``FunctionAgent`` works with either).
 
 Example:
-    >>> from llama_index.core.memory import Memory
-    >>> from tiered_memory import TieredMemory
+    >>>     >>> from tiered_memory import TieredMemory
     >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1")  # doctest: +SKIP
     >>> chat = Memory.from_defaults(session_id="s1", memory_blocks=[block],
     ...                             tokenizer_fn=offline_tokenizer())  # doctest: +SKIP
@@ -37,13 +36,12 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import ConfigDict, Field, PrivateAttr, field_validator, model_validator
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
-from llama_index.core.storage.chat_store.base_db import MessageStatus
 from llama_index.core.utils import get_tokenizer
 
 from tiered_memory import MemoryContext, Section, TieredMemory
 from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
-from tiered_memory.errors import ConfigurationError, InvalidInputError, UsageError
+from tiered_memory.errors import ConfigurationError, UsageError
 from tiered_memory.tokens import heuristic_count, offline_encoding
 from tiered_memory.validation import check_id, check_optional_id
 
@@ -125,7 +123,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         session_id: used only when no session id is given (``Memory`` always passes its own).
         max_tokens: budget of the long-term context this block returns.
         every_turn: store every message when it is put, not only flushed ones; needs
-            :class:`WriteThroughMemory` (or your own calls to :meth:`arecord`). Flushes
+            :class:`~.sessions.WriteThroughMemory` (or your own calls to :meth:`arecord`). Flushes
             are then ignored, since their messages are already stored.
         priority: LlamaIndex's meaning: 0 never truncates, 1 is the most important, higher
             numbers less. llama-index-core 0.14.25 nonetheless truncates lower numbers first
@@ -230,7 +228,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     ) -> None:
         """Store messages (unlike the base class, without writing into them). A flush is
         skipped when its messages were stored as they were put: ``every_turn`` in a
-        :class:`WriteThroughMemory`, or a session :meth:`arecord` stored turns of. In a plain
+        :class:`~.sessions.WriteThroughMemory`, or a session :meth:`arecord` stored turns of. In a plain
         ``Memory`` nothing else stores them, so there even ``every_turn`` stores the flush.
         Messages with no text to store (``[]``, images, tool calls) are a no-op, as with
         LlamaIndex's own blocks, and need no session."""
@@ -254,7 +252,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     async def arecord(self, messages: Sequence[ChatMessage], *, session_id: Optional[str] = None) -> list[str]:
         """Store chat messages in long-term memory now; returns the stored ids. With
         ``every_turn``, the session's later flushes are then skipped: its turns are stored as
-        they are put (by :class:`WriteThroughMemory`, or by these calls). Messages with no
+        they are put (by :class:`~.sessions.WriteThroughMemory`, or by these calls). Messages with no
         text to store return ``[]``, with or without a session."""
         messages = check_messages(messages)
         check_optional_id(session_id, "session_id")
@@ -309,106 +307,3 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         tokenize = self.tokenizer_fn or get_tokenizer()
         kept = drop_lowest(sections, tokens_to_truncate, lambda text: len(tokenize(text)))
         return render_memory(kept) if kept else None
-
-
-# ---- every turn, and the end of a session ------------------------------------
-def _tiered_blocks(memory: Memory) -> list[TieredMemoryBlock]:
-    return [b for b in memory.memory_blocks if isinstance(b, TieredMemoryBlock)]
-
-
-class WriteThroughMemory(Memory):
-    """A ``Memory`` that also stores every message in its :class:`TieredMemoryBlock` s
-    as soon as it is put (not only when the short-term queue flushes).
-
-    Those blocks must have ``every_turn=True`` so flushed messages are not stored twice.
-    Build it like ``Memory``: ``WriteThroughMemory.from_defaults(memory_blocks=[...])``.
-    Messages that replace the history (``aset``, an agent's ``chat_history=``) are not
-    stored: they usually come from somewhere that already keeps them.
-
-    Example:
-        >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1",
-        ...                           every_turn=True)  # doctest: +SKIP
-        >>> chat = WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block],
-        ...                                         tokenizer_fn=offline_tokenizer())  # doctest: +SKIP
-    """
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "WriteThroughMemory"
-
-    @model_validator(mode="after")
-    def _blocks_take_every_turn(self) -> "WriteThroughMemory":
-        blocks = _tiered_blocks(self)
-        if not blocks:
-            raise ConfigurationError("WriteThroughMemory needs at least one TieredMemoryBlock")
-        lazy = [b.name for b in blocks if not b.every_turn]
-        if lazy:
-            raise ConfigurationError(
-                f"set every_turn=True on memory block(s) {lazy}: with WriteThroughMemory every "
-                "message is stored when put, and flushed messages would be stored twice")
-        for b in blocks:
-            b._recorded.add(self.session_id)  # its turns are stored as put, even those of a restored queue
-            if b.tokenizer_fn is None:  # cut in the unit this Memory measures the saving in
-                b.tokenizer_fn = self.tokenizer_fn
-        return self
-
-    async def _write_through(self, messages: Sequence[ChatMessage]) -> None:
-        for block in _tiered_blocks(self):
-            await block.arecord(messages, session_id=self.session_id)
-
-    async def aput(self, message: ChatMessage) -> None:
-        await self._write_through([message])
-        await super().aput(message)
-
-    async def aput_messages(self, messages: List[ChatMessage]) -> None:
-        await self._write_through(messages)
-        await super().aput_messages(messages)
-
-
-async def aend_session(memory: Memory) -> None:
-    """End the conversation held by ``memory``.
-
-    Everything still in the short-term queue is flushed to the memory blocks (as
-    ``Memory`` does when the queue is full), so it reaches long-term memory; then each
-    tiered store summarises the session when its core supports ``end_session``. The
-    ``Memory`` starts the next turn with an empty short-term queue.
-
-    A store that holds no text of this session for the block's user (a fresh ``Memory``,
-    or only images and tool calls) has nothing to summarise: it is skipped, without an
-    error and without an episode. Ending a session twice is harmless.
-
-    Raises:
-        InvalidInputError: ``memory`` is not a ``llama_index.core.memory.Memory``.
-        UsageError, StoreError: the first block could not store the queue (its memory is
-            closed, its disk full): the queue is kept, so ending again stores it.
-    """
-    if not isinstance(memory, Memory):
-        raise InvalidInputError(f"aend_session takes a llama_index Memory, got {type(memory).__name__}")
-    active = await memory.sql_store.get_messages(memory.session_id, status=MessageStatus.ACTIVE)
-    if active:
-        # archived once a block has taken them: a failure before that (the tiered memory closed,
-        # its disk full) leaves them in the queue to end again, and none is put twice after it
-        taken = False
-        try:
-            for block in memory.memory_blocks:
-                await block.aput(active, from_short_term_memory=True, session_id=memory.session_id)
-                taken = True
-        finally:
-            if taken or not memory.memory_blocks:
-                await memory.sql_store.archive_oldest_messages(memory.session_id, n=len(active))
-    seen: set[tuple[int, str]] = set()
-    for block in _tiered_blocks(memory):
-        key = (id(block.memory), block.user_id)
-        end = getattr(block.memory, "aend_session", None)
-        if key in seen or end is None:
-            continue
-        seen.add(key)
-        if not await block.memory.aget_messages(memory.session_id, user_id=block.user_id, limit=1):
-            continue  # nothing stored: the core would raise NotFoundError for an empty session
-        await end(memory.session_id, user_id=block.user_id)
-
-
-def end_session(memory: Memory) -> None:
-    """Sync twin of :func:`aend_session`."""
-    run_sync(aend_session(memory))
-

@@ -1,0 +1,120 @@
+"""Every turn into long-term memory, and the end of a session, for a ``Memory`` holding
+:class:`~.block.TieredMemoryBlock` s: :class:`WriteThroughMemory` stores each message as it
+is put; :func:`aend_session` flushes the short-term queue and lets the core summarise.
+"""
+
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.bridge.pydantic import model_validator
+from llama_index.core.memory import Memory
+from llama_index.core.storage.chat_store.base_db import MessageStatus
+
+from tiered_memory.aio import run_sync
+from tiered_memory.errors import ConfigurationError, InvalidInputError
+
+from .block import TieredMemoryBlock
+
+
+def _tiered_blocks(memory: Memory) -> list[TieredMemoryBlock]:
+    return [b for b in memory.memory_blocks if isinstance(b, TieredMemoryBlock)]
+
+
+class WriteThroughMemory(Memory):
+    """A ``Memory`` that also stores every message in its :class:`TieredMemoryBlock` s
+    as soon as it is put (not only when the short-term queue flushes).
+
+    Those blocks must have ``every_turn=True`` so flushed messages are not stored twice.
+    Build it like ``Memory``: ``WriteThroughMemory.from_defaults(memory_blocks=[...])``.
+    Messages that replace the history (``aset``, an agent's ``chat_history=``) are not
+    stored: they usually come from somewhere that already keeps them.
+
+    Example:
+        >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1",
+        ...                           every_turn=True)  # doctest: +SKIP
+        >>> chat = WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block],
+        ...                                         tokenizer_fn=offline_tokenizer())  # doctest: +SKIP
+    """
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "WriteThroughMemory"
+
+    @model_validator(mode="after")
+    def _blocks_take_every_turn(self) -> "WriteThroughMemory":
+        blocks = _tiered_blocks(self)
+        if not blocks:
+            raise ConfigurationError("WriteThroughMemory needs at least one TieredMemoryBlock")
+        lazy = [b.name for b in blocks if not b.every_turn]
+        if lazy:
+            raise ConfigurationError(
+                f"set every_turn=True on memory block(s) {lazy}: with WriteThroughMemory every "
+                "message is stored when put, and flushed messages would be stored twice")
+        for b in blocks:
+            b._recorded.add(self.session_id)  # its turns are stored as put, even those of a restored queue
+            if b.tokenizer_fn is None:  # cut in the unit this Memory measures the saving in
+                b.tokenizer_fn = self.tokenizer_fn
+        return self
+
+    async def _write_through(self, messages: Sequence[ChatMessage]) -> None:
+        for block in _tiered_blocks(self):
+            await block.arecord(messages, session_id=self.session_id)
+
+    async def aput(self, message: ChatMessage) -> None:
+        await self._write_through([message])
+        await super().aput(message)
+
+    async def aput_messages(self, messages: List[ChatMessage]) -> None:
+        await self._write_through(messages)
+        await super().aput_messages(messages)
+
+
+async def aend_session(memory: Memory) -> None:
+    """End the conversation held by ``memory``.
+
+    Everything still in the short-term queue is flushed to the memory blocks (as
+    ``Memory`` does when the queue is full), so it reaches long-term memory; then each
+    tiered store summarises the session when its core supports ``end_session``. The
+    ``Memory`` starts the next turn with an empty short-term queue.
+
+    A store that holds no text of this session for the block's user (a fresh ``Memory``,
+    or only images and tool calls) has nothing to summarise: it is skipped, without an
+    error and without an episode. Ending a session twice is harmless.
+
+    Raises:
+        InvalidInputError: ``memory`` is not a ``llama_index.core.memory.Memory``.
+        UsageError, StoreError: the first block could not store the queue (its memory is
+            closed, its disk full): the queue is kept, so ending again stores it.
+    """
+    if not isinstance(memory, Memory):
+        raise InvalidInputError(f"aend_session takes a llama_index Memory, got {type(memory).__name__}")
+    active = await memory.sql_store.get_messages(memory.session_id, status=MessageStatus.ACTIVE)
+    if active:
+        # archived once a block has taken them: a failure before that (the tiered memory closed,
+        # its disk full) leaves them in the queue to end again, and none is put twice after it
+        taken = False
+        try:
+            for block in memory.memory_blocks:
+                await block.aput(active, from_short_term_memory=True, session_id=memory.session_id)
+                taken = True
+        finally:
+            if taken or not memory.memory_blocks:
+                await memory.sql_store.archive_oldest_messages(memory.session_id, n=len(active))
+    seen: set[tuple[int, str]] = set()
+    for block in _tiered_blocks(memory):
+        key = (id(block.memory), block.user_id)
+        end = getattr(block.memory, "aend_session", None)
+        if key in seen or end is None:
+            continue
+        seen.add(key)
+        if not await block.memory.aget_messages(memory.session_id, user_id=block.user_id, limit=1):
+            continue  # nothing stored: the core would raise NotFoundError for an empty session
+        await end(memory.session_id, user_id=block.user_id)
+
+
+def end_session(memory: Memory) -> None:
+    """Sync twin of :func:`aend_session`."""
+    run_sync(aend_session(memory))
+
