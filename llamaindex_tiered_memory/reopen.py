@@ -45,7 +45,7 @@ def address_of(memory: TieredMemory) -> MemoryAddress:
     settings = memory.folder_settings
     with _lock:
         if settings is not None:
-            key = "folder:" + str(settings.path.resolve())
+            key = f"folder:{settings.path}"  # resolved when the memory opened
         else:
             key = _tokens.setdefault(memory, f"process:{os.getpid()}:{uuid.uuid4().hex}")
         _open[key] = memory

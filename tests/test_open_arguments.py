@@ -82,3 +82,12 @@ def test_folder_settings_name_only_a_folder_that_holds_the_whole_memory(tmp_path
     index = ChromaVectorIndex(str(tmp_path / "elsewhere"))  # an engine passed as an object cannot travel
     with TieredMemory(tmp_path / "n", embedder=StaticEmbedder(), vector_store=index) as memory:
         assert memory.folder_settings is None
+
+
+def test_folder_settings_name_the_folder_a_relative_path_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "app").mkdir()
+    monkeypatch.chdir(tmp_path / "app")
+    with TieredMemory("mem", embedder=StaticEmbedder()) as memory:
+        monkeypatch.chdir(tmp_path)  # a later working directory names another folder "mem"
+        settings = memory.folder_settings
+        assert settings is not None and settings.path == (tmp_path / "app" / "mem").resolve()

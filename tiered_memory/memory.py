@@ -162,6 +162,7 @@ class TieredMemory:
             self.path = check_path(path) if path is not None else default_path()
         except InvalidInputError as e:
             raise ConfigurationError(str(e)) from None
+        self._folder = self.path.resolve()  # the folder opened: a relative path names another after a chdir
         self._calls = Calls()  # close() waits for the calls running when it starts, the handles' too
         self._write_lock = threading.RLock()
         self._gate = ReadWriteGate()  # reads wait while rebuild_index replaces the vector index
@@ -242,7 +243,7 @@ class TieredMemory:
         the custom one that made them), and has no LLM unless given one."""
         if self._folder_index is None:
             return None
-        return FolderSettings(path=self.path, config=self._config, vector_store=self._folder_index)
+        return FolderSettings(path=self._folder, config=self._config, vector_store=self._folder_index)
 
     @property
     def llm(self) -> Any:
