@@ -70,6 +70,7 @@ def memory_at(address: MemoryAddress) -> TieredMemory:
                 "whose folder does not hold it all (a PostgreSQL store, a vector server or engines passed as "
                 "objects), so the block cannot open it: build the block again, "
                 "TieredMemoryBlock(memory=TieredMemory(...), user_id=...)")
-        memory = TieredMemory(settings.path, config=settings.config, vector_store=settings.vector_store)
+        memory = TieredMemory(settings.path, config=settings.config, record_store="sqlite",  # not this process's setting
+                              vector_store=settings.vector_store)
         address_of(memory)
         return memory

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import io
+import os
 import pickle
 import subprocess
 import sys
@@ -114,8 +115,11 @@ def test_a_pickled_memory_reopens_the_folder_in_a_new_process(tmp_path: Path) ->
         print(messages[0].role.value, "Miso" in (messages[0].content or ""))
         block.memory.close()
     """)
+    # that process's settings name other engines: the folder is opened as it was made all the same
+    env = {**os.environ, "TIERED_MEMORY_RECORD_STORE": "postgresql://nobody@127.0.0.1:1/none",
+           "TIERED_MEMORY_VECTOR_STORE": "qdrant"}
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "memory.pickle")],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == ["config kept: 5000 user: u2", "system True"]
 

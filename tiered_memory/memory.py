@@ -234,8 +234,9 @@ class TieredMemory:
 
     @property
     def folder_settings(self) -> FolderSettings | None:
-        """What opens this memory again, in another process too
-        (``TieredMemory(s.path, config=s.config, vector_store=s.vector_store)``), when its folder
+        """What opens this memory again, in another process too (``TieredMemory(s.path,
+        config=s.config, record_store="sqlite", vector_store=s.vector_store)``, whatever that
+        process's ``TIERED_MEMORY_*`` settings say), when its folder
         holds all of it: SQLite records and an embedded index. ``None`` for a PostgreSQL store,
         a vector server or engines passed as objects, whose settings carry credentials or cannot
         travel. The embedder, LLM, token counter and clock are not part of it: a folder opened
