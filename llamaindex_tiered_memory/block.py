@@ -202,6 +202,14 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         return {**state, "__dict__": fields, "__pydantic_private__": {"_rendered": {}, "_recorded": set(self._recorded)},
                 ADDRESS_KEY: address_of(self.memory)}
 
+    def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "TieredMemoryBlock":
+        """A copy sharing the memory and the tokenizer: handles, shared as LlamaIndex's state
+        edits share the fields a model excludes (a memory's locks and connections cannot copy)."""
+        memo = {} if memo is None else memo
+        for handle in (self.memory, self.tokenizer_fn):
+            memo.setdefault(id(handle), handle)
+        return super().__deepcopy__(memo)
+
     def __setstate__(self, state: dict[Any, Any]) -> None:
         """The memory open in this process at the pickled address, else its folder opened again
         (see :mod:`.reopen`)."""

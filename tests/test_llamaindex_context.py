@@ -9,6 +9,7 @@ the context by design: LlamaIndex asks for it again at ``run(memory=...)``.)
 
 from __future__ import annotations
 
+import copy
 import gc
 import io
 import os
@@ -135,3 +136,19 @@ def test_a_block_whose_memory_cannot_be_opened_again_says_so_when_unpickled(tmp_
     gc.collect()
     with pytest.raises(ConfigurationError, match="cannot open it"):
         pickle.loads(data)
+
+
+async def test_a_deep_copied_memory_shares_the_blocks_tiered_memory(make_memory: Callable[..., TieredMemory]) -> None:
+    """A ``Memory`` deep-copies (a conversation branched); its block's memory is a handle, shared
+    as LlamaIndex's state edits share the fields a model excludes, never copied."""
+    tm = make_memory("agent")
+    remembered(tm)
+    block = TieredMemoryBlock(memory=tm, user_id="u1", every_turn=True)
+    chat_memory = Memory.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER)
+    await block.arecord([chat("user", "hello")], session_id="s1")
+    branch = copy.deepcopy(chat_memory)
+    [copied] = branch.memory_blocks
+    assert copied is not block and copied.memory is tm and copied.tokenizer_fn is block.tokenizer_fn
+    assert copied.user_id == "u1" and copied._recorded == {"s1"} and copied._recorded is not block._recorded
+    await branch.aput(chat("user", "What is my cat called?"))
+    assert "Miso" in (await branch.aget())[0].content
