@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
@@ -13,18 +13,20 @@ from tiered_memory import MemoryHit, TieredMemory
 from tiered_memory.aio import to_thread
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.quoting import defuse_tokens
-from tiered_memory.validation import check_count, check_id, check_optional_id
+from tiered_memory.validation import check_count, check_id, check_optional_id, check_unit
 
 from .messages import LC_KEY
 
 __all__ = ["TieredMemoryRetriever", "hit_to_document"]
 
 # what a call may override, and the names LangChain's vector-store retrievers use for them
-_OVERRIDES = {"k", "user_id", "session_id", "filters"}
+_OVERRIDES = {"k", "user_id", "session_id", "filters", "score_threshold"}
 _ALIASES = {"top_k": "k", "filter": "filters"}
 # a Document's metadata keys that are no field the search filters on (see document_filters)
 _DOCUMENT_ONLY = frozenset({"id", "score", "layer", "timestamp", "metadata"})
 DEFAULT_K = 4
+# VectorStoreRetriever's search types that mean something here ("mmr" is refused, see check_search_type)
+SEARCH_TYPES = ("similarity", "similarity_score_threshold")
 
 
 def resolve_overrides(given: dict[str, Any], where: str) -> dict[str, Any]:
@@ -41,7 +43,47 @@ def resolve_overrides(given: dict[str, Any], where: str) -> dict[str, Any]:
         out[key] = value
     if "k" in out:
         check_count(out["k"], "k", minimum=1)
+    if out.get("score_threshold") is not None:
+        check_unit(out["score_threshold"], "score_threshold")
     return out
+
+
+def check_search_type(search_type: object) -> str:
+    """``search_type`` if it is one of :data:`SEARCH_TYPES` (pure). ``"mmr"`` is refused with why:
+    MMR re-ranks by cosine alone, which would throw away what recall's fused score weighs
+    (keywords, neighbouring turns, names, dates, recency)."""
+    if search_type == "mmr":
+        raise InvalidInputError(
+            "search_type='mmr' is not supported here: maximal marginal relevance re-ranks by the cosine "
+            "to the query alone, which would discard what recall's fused score weighs (keywords, "
+            "neighbouring turns, names, dates, recency); recall already gives its last hits to sessions "
+            "not yet among them. Use search_type='similarity' or 'similarity_score_threshold'")
+    if not isinstance(search_type, str) or search_type not in SEARCH_TYPES:
+        raise InvalidInputError(f"search_type of {search_type!r} not allowed. Valid values are: {SEARCH_TYPES}")
+    return search_type
+
+
+def require_threshold(search_type: str, settings: Mapping[str, Any]) -> None:
+    """As on ``VectorStoreRetriever``: ``similarity_score_threshold`` needs a ``score_threshold`` (pure)."""
+    if search_type == "similarity_score_threshold" and settings.get("score_threshold") is None:
+        raise InvalidInputError("search_type='similarity_score_threshold' needs a score_threshold (a number "
+                                "within [0, 1]) in search_kwargs, e.g. search_kwargs={'score_threshold': 0.5}")
+
+
+def similarity(hit: MemoryHit) -> float | None:
+    """The cosine of ``hit`` to the query (its relevance in LangChain's sense), or None when the
+    search found it by keywords alone (pure)."""
+    vector = hit.explanation.get("signals", {}).get("vector")
+    return float(vector["value"]) if isinstance(vector, Mapping) and "value" in vector else None
+
+
+def above_threshold(hits: Sequence[MemoryHit], threshold: float | None) -> list[MemoryHit]:
+    """The ``hits`` whose cosine to the query is at least ``threshold``, in their order (pure): as
+    ``similarity_search_with_relevance_scores`` keeps of its k best. The fused score is no 0-1
+    relevance, so the threshold is on the cosine; a hit found by keywords alone has none and goes."""
+    if threshold is None:
+        return list(hits)
+    return [h for h in hits if (s := similarity(h)) is not None and s >= threshold]
 
 
 def document_filters(settings: dict[str, Any]) -> dict[str, Any]:
@@ -118,6 +160,14 @@ class TieredMemoryRetriever(BaseRetriever):
     (there is nothing to recall for) instead of failing the chain; a query that is not a
     string raises :class:`~tiered_memory.errors.InvalidInputError`.
 
+    ``search_type`` takes ``VectorStoreRetriever``'s values where they mean something here:
+    ``"similarity"`` (the default: recall's hybrid ranking) and ``"similarity_score_threshold"``,
+    which needs ``score_threshold`` (within [0, 1]) in ``search_kwargs`` and keeps, of the k best,
+    the documents whose cosine to the query reaches it (the fused ``score`` is no 0-1 relevance;
+    a turn found by keywords alone has no cosine and is left out). A ``score_threshold`` given with
+    ``"similarity"``, or per call, is honoured the same way. ``"mmr"`` raises
+    :class:`~tiered_memory.errors.InvalidInputError` saying why (:func:`check_search_type`).
+
     Example:
         >>> retriever = TieredMemoryRetriever(memory=memory, user_id="u1", k=3)  # doctest: +SKIP
         >>> retriever.invoke("where do I live?")[0].page_content  # doctest: +SKIP
@@ -131,15 +181,17 @@ class TieredMemoryRetriever(BaseRetriever):
     k: int | None = None  # None: search_kwargs' k, else DEFAULT_K
     session_id: str | None = None
     filters: dict[str, Any] | None = None
+    search_type: str = "similarity"
     search_kwargs: dict[str, Any] = {}
 
     def __init__(self, **data: Any) -> None:
         # checked before pydantic, so a bad k is the same typed error as at invoke
         # (None is "not given": LangChain rebuilds a configured retriever from every field)
-        named = {n: v for n in list(data) if n in (_OVERRIDES | set(_ALIASES)) - {"user_id"}
+        named = {n: v for n in list(data) if n in (_OVERRIDES | set(_ALIASES)) - {"user_id", "score_threshold"}
                  if (v := data.pop(n)) is not None}
         named = resolve_overrides(named, "TieredMemoryRetriever")
-        _search_kwargs(data.get("search_kwargs"))
+        search_type = check_search_type(data.get("search_type", "similarity"))  # before mmr's fetch_k is refused
+        require_threshold(search_type, _search_kwargs(data.get("search_kwargs")))
         super().__init__(**data, **named)
 
     def settings(self, **overrides: Any) -> dict[str, Any]:
@@ -150,6 +202,7 @@ class TieredMemoryRetriever(BaseRetriever):
         out.update({n: getattr(self, n) for n in ("k", "session_id", "filters") if getattr(self, n) is not None})
         out["user_id"] = self.user_id
         out.update({n: v for n, v in resolve_overrides(overrides, "invoke").items() if v is not None})
+        require_threshold(check_search_type(self.search_type), out)
         return document_filters(out)
 
     @field_validator("user_id")
@@ -164,10 +217,11 @@ class TieredMemoryRetriever(BaseRetriever):
 
     def _search(self, query: str, **overrides: Any) -> list[Document]:
         settings = self.settings(**overrides)  # checked even when there is nothing to search for
+        threshold = settings.pop("score_threshold", None)
         if isinstance(query, str) and not query.strip():
             return []  # nothing to recall for, as in the other adapters (a chain's empty input)
         hits = self.memory.search(query, **settings)
-        return [hit_to_document(h) for h in hits]
+        return [hit_to_document(h) for h in above_threshold(hits, threshold)]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any,

@@ -116,7 +116,7 @@ def test_search_kwargs_are_read_at_each_call_and_can_be_configured(shared_memory
     assert len(configurable.invoke("dog")) == 4
 
 
-@pytest.mark.parametrize("typo", [{"fliters": {"role": "user"}}, {"session": "s1"}, {"search_type": "mmr"}])
+@pytest.mark.parametrize("typo", [{"fliters": {"role": "user"}}, {"session": "s1"}])
 def test_an_argument_the_retriever_does_not_know_is_refused(shared_memory: TieredMemory,
                                                             typo: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=next(iter(typo))):  # pydantic's ValidationError names it
@@ -196,3 +196,76 @@ def test_a_filter_on_a_documents_own_metadata_is_honoured_or_refused_never_empty
                 {"score": 1.0}):
         with pytest.raises(InvalidInputError, match=next(iter(own))):
             retriever.invoke("Lena", filter=own)
+
+
+# ---- search_type, as on VectorStoreRetriever -------------------------------------------------
+def _cosine(memory: TieredMemory, query: str, text: str) -> float:
+    q, d = memory.embedder.embed_query(query), memory.embedder.embed_documents([text])[0]
+    return sum(a * b for a, b in zip(q, d)) / (sum(a * a for a in q) * sum(b * b for b in d)) ** 0.5
+
+
+def test_search_type_similarity_is_accepted_as_from_as_retriever(shared_memory: TieredMemory) -> None:
+    """``vectorstore.as_retriever(search_type="similarity", search_kwargs={"k": 4})`` is how most
+    LangChain code builds a retriever; moving it here failed with pydantic's 'extra inputs'."""
+    plain = TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_kwargs={"k": 2}).invoke("dog")
+    moved = TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_type="similarity",
+                                  search_kwargs={"k": 2})
+    assert moved.search_type == "similarity"
+    assert [d.id for d in moved.invoke("dog")] == [d.id for d in plain] and len(plain) == 2
+
+
+def test_similarity_score_threshold_keeps_the_hits_whose_cosine_reaches_it(shared_memory: TieredMemory) -> None:
+    """As ``similarity_search_with_relevance_scores``: of the k best, those whose relevance (here
+    the cosine of the turn to the query, not the fused score, which is no 0-1 value) is at least
+    ``score_threshold``; the order stays the search's."""
+    query = "what is my dog afraid of?"
+    plain = TieredMemoryRetriever(memory=shared_memory, user_id="u1", k=5).invoke(query)
+    kept = [d.id for d in plain if _cosine(shared_memory, query, d.page_content) >= 0.5]
+    assert 0 < len(kept) < len(plain)  # the threshold keeps some and drops some
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_type="similarity_score_threshold",
+                                      search_kwargs={"k": 5, "score_threshold": 0.5})
+    assert [d.id for d in retriever.invoke(query)] == kept
+    assert [d.id for d in retriever.invoke(query, score_threshold=0.0)] == [
+        d.id for d in plain if _cosine(shared_memory, query, d.page_content) >= 0.0]  # per call, as upstream
+    assert retriever.invoke(query, score_threshold=1.0) == []
+
+
+async def test_similarity_score_threshold_applies_on_the_async_path(shared_memory: TieredMemory) -> None:
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_type="similarity_score_threshold",
+                                      search_kwargs={"k": 5, "score_threshold": 0.5})
+    assert [d.id for d in await retriever.ainvoke("what is my dog afraid of?")] == [
+        d.id for d in retriever.invoke("what is my dog afraid of?")]
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    ({"search_type": "similarity_score_threshold"}, "score_threshold"),  # upstream refuses it too
+    ({"search_type": "similarity_score_threshold", "search_kwargs": {"score_threshold": 1.5}}, "score_threshold"),
+    ({"search_type": "similarity_score_threshold", "search_kwargs": {"score_threshold": "0.5"}}, "score_threshold"),
+    ({"search_type": "similarity_score_threshold", "search_kwargs": {"score_threshold": float("nan")}},
+     "score_threshold"),
+    ({"search_type": "similarity", "search_kwargs": {"score_threshold": True}}, "score_threshold"),
+    ({"search_type": "cosine"}, "search_type"),
+    ({"search_type": "mmr"}, "mmr"),
+])
+def test_a_search_type_or_threshold_that_cannot_be_honoured_is_refused_at_construction(
+        shared_memory: TieredMemory, kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        TieredMemoryRetriever(memory=shared_memory, user_id="u1", **kwargs)
+
+
+def test_mmr_is_refused_with_why(shared_memory: TieredMemory) -> None:
+    with pytest.raises(InvalidInputError, match="mmr.*not supported") as info:
+        TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_type="mmr",
+                              search_kwargs={"k": 2, "fetch_k": 10, "lambda_mult": 0.5})
+    assert isinstance(info.value, ValueError)  # what VectorStoreRetriever raises for a search_type
+
+
+def test_a_search_type_changed_after_construction_is_checked_at_the_call(shared_memory: TieredMemory) -> None:
+    retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_type="similarity_score_threshold",
+                                      search_kwargs={"score_threshold": 0.5})
+    retriever.search_kwargs.pop("score_threshold")
+    with pytest.raises(InvalidInputError, match="score_threshold"):
+        retriever.invoke("dog")
+    retriever.search_type = "mmr"
+    with pytest.raises(InvalidInputError, match="mmr"):
+        retriever.invoke("dog")
