@@ -100,9 +100,63 @@ async def test_conversation_reaches_the_model_in_order_and_inputs_are_not_mutate
     assert json.dumps(messages) == snapshot
 
 
-def test_only_chat_models_are_accepted() -> None:
+def test_only_chat_models_and_runnables_are_accepted() -> None:
     with pytest.raises(InvalidInputError, match="BaseChatModel"):
         LangChainLLM("gpt-4")  # type: ignore[arg-type]
+
+
+# ---- a chat model wrapped by with_retry() / bind() -----------------------------------------
+async def test_a_model_wrapped_by_with_retry_or_bind_powers_the_layers() -> None:
+    """``model.with_retry()`` and ``model.bind(...)`` are a ``RunnableRetry`` / ``RunnableBinding``,
+    no ``BaseChatModel``; LangChainLLM refused them, and ``TieredMemory(llm=model.with_retry())``
+    said the llm was neither a chat model nor an LLM."""
+    assert await LangChainLLM(fake("retried").with_retry()).complete([{"role": "user", "content": "hi"}]) == "retried"
+    assert await LangChainLLM(fake("bound").bind(stop=["\n"])).complete([{"role": "user", "content": "hi"}]) == "bound"
+    wrapped = fake("x").bind(stop=["\n"]).with_retry(stop_after_attempt=2)
+    llm = resolve_llm(wrapped)
+    assert isinstance(llm, LangChainLLM) and llm.model is wrapped
+
+
+async def test_with_retry_retries_a_failing_call() -> None:
+    calls: list[int] = []
+
+    def flaky(messages: list[Any]) -> AIMessage:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("reset by peer")
+        return AIMessage(content=f"answered {messages[-1].content}")
+
+    model = RunnableLambda(flaky).with_retry(stop_after_attempt=2, wait_exponential_jitter=False)
+    assert await LangChainLLM(model).complete([{"role": "user", "content": "ping"}]) == "answered ping"
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("reply", [{"answer": 1}, 42, None])
+async def test_a_runnable_that_answers_with_no_message_is_an_llm_error(reply: Any) -> None:
+    # e.g. model.with_structured_output(...), which answers with a dict: a typed error, not str(dict)
+    with pytest.raises(LLMError, match="message"):
+        await LangChainLLM(RunnableLambda(lambda _: reply)).complete([{"role": "user", "content": "hi"}])
+
+
+async def test_a_wrapped_chat_openai_still_gets_json_mode_max_tokens_and_its_bound_extra_body(
+        recording_server: tuple[str, list[dict[str, Any]]]) -> None:
+    url, bodies = recording_server
+    model = openai_model(url, extra_body={"top_k": 5}).bind(extra_body={"min_p": 0.1}, stop=["END"])
+    llm = LangChainLLM(model.with_retry(stop_after_attempt=2))
+    text = await llm.complete([{"role": "user", "content": "ok?"}], json_mode=True, max_tokens=77)
+    assert json.loads(text) == {"ok": True}
+    [body] = bodies
+    assert body["response_format"] == {"type": "json_object"} and body["max_tokens"] == 77
+    assert body["min_p"] == 0.1 and "top_k" not in body  # a bound extra_body replaces the model's, as in LangChain
+    assert body["stop"] == ["END"]  # the user's own binding is kept
+    assert repr(llm) == "LangChainLLM(ChatOpenAI)"
+
+
+async def test_a_wrapped_models_failure_is_an_llm_error_naming_the_model() -> None:
+    llm = LangChainLLM(openai_model("http://127.0.0.1:9/v1").with_retry(stop_after_attempt=1))
+    with pytest.raises(LLMError, match="ChatOpenAI failed") as info:
+        await llm.complete([{"role": "user", "content": "hi"}])
+    assert info.value.__cause__ is not None
 
 
 def test_core_resolves_a_langchain_chat_model_to_the_adapter() -> None:
@@ -264,3 +318,29 @@ def test_the_model_calls_of_end_session_inside_a_run_get_the_runs_callbacks(
 
     episode = asyncio.run(RunnableLambda(end).ainvoke(None, config={"callbacks": [asynchronous]}))
     assert episode.metadata["method"] == "llm" and asynchronous.starts == 2
+
+
+def test_a_memory_given_a_model_with_retry_summarises_with_it(make_memory: Callable[..., TieredMemory]) -> None:
+    model = fake(json.dumps({"facts": []}), json.dumps({"summary": "Lives in Lisbon", "key_points": ["Lisbon"],
+                                                        "topics": ["home"]})).with_retry(stop_after_attempt=2)
+    memory = make_memory("retrying", llm=model)
+    memory.add("user", "I live in Lisbon", session_id="s1", user_id="u")
+    episode = memory.end_session("s1", user_id="u")
+    assert episode.metadata["method"] == "llm" and episode.summary == "Lives in Lisbon"
+
+
+@pytest.mark.parametrize(("wrap", "expected"), [
+    (lambda m: m, {"top_k": 5}),
+    (lambda m: m.with_retry(), {"top_k": 5}),
+    (lambda m: m.bind(extra_body={"min_p": 0.1}), {"min_p": 0.1}),
+    (lambda m: m.bind(extra_body={"min_p": 0.1}).bind(extra_body={"seed": 1}).with_retry(), {"seed": 1}),
+    (lambda m: m.bind(stop=["x"]).with_config(tags=["t"]), {"top_k": 5}),
+])
+def test_unwrap_finds_the_model_and_the_extra_body_that_reaches_it(wrap: Callable[[Any], Any],
+                                                                    expected: dict[str, Any]) -> None:
+    from langchain_tiered_memory.llm import unwrap
+
+    model = openai_model(extra_body={"top_k": 5})
+    inner, extra_body = unwrap(wrap(model))
+    assert inner is model and extra_body == expected
+    assert call_options(wrap(model), json_mode=False, max_tokens=9) == {"extra_body": {**expected, "max_tokens": 9}}
