@@ -26,6 +26,10 @@ from tiered_memory.errors import InvalidInputError, LLMError, missing
 
 try:
     from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+    from langchain_core.output_parsers import BaseOutputParser
+    from langchain_core.prompts import BasePromptTemplate
+    from langchain_core.retrievers import BaseRetriever
+    from langchain_core.tools import BaseTool
     from langchain_core.runnables import Runnable
     from langchain_core.runnables.base import RunnableBindingBase
 except ImportError as e:  # pragma: no cover - exercised only without the extra
@@ -125,6 +129,10 @@ def message_text(message: object, model: str = "the model") -> str:
                    "or a Runnable that takes messages and returns an AIMessage")
 
 
+# Runnables that take no messages or answer with no message: never a model, whatever wraps them
+_NOT_MODELS = (BaseRetriever, BaseTool, BasePromptTemplate, BaseOutputParser)
+
+
 class LangChainLLM:
     """Adapter from a LangChain chat model to the core's async LLM protocol.
 
@@ -143,8 +151,13 @@ class LangChainLLM:
         if not isinstance(model, Runnable):
             raise InvalidInputError(f"LangChainLLM needs a LangChain BaseChatModel (or a Runnable wrapping one), "
                                     f"got {type(model).__name__}")
+        inner = unwrap(model)[0]
+        if isinstance(inner, _NOT_MODELS):
+            # a mistake that would fail every call, which the layers answer by rules with a log line only
+            raise InvalidInputError(f"LangChainLLM got a {type(inner).__name__}, not a chat model: pass the chat "
+                                    "model (ChatOpenAI(...), init_chat_model(...)), bare or wrapped")
         self.model = model
-        self.name = type(unwrap(model)[0]).__name__  # the model's, not RunnableRetry's
+        self.name = type(inner).__name__  # the model's, not RunnableRetry's
 
     def __repr__(self) -> str:
         return f"LangChainLLM({self.name})"

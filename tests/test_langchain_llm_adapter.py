@@ -344,3 +344,28 @@ def test_unwrap_finds_the_model_and_the_extra_body_that_reaches_it(wrap: Callabl
     inner, extra_body = unwrap(wrap(model))
     assert inner is model and extra_body == expected
     assert call_options(wrap(model), json_mode=False, max_tokens=9) == {"extra_body": {**expected, "max_tokens": 9}}
+
+
+def test_a_runnable_that_is_no_model_is_refused_when_the_memory_is_built(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """Any Runnable is taken as a model, but a retriever, tool, prompt or parser given as ``llm=``
+    by mistake would fail every call, and the layers fall back to rules on a failing model with a
+    log line only: refused up front instead."""
+    from langchain_core.output_parsers import StrOutputParser
+    from langchain_core.prompts import ChatPromptTemplate
+    from langchain_core.tools import tool
+
+    from langchain_tiered_memory import TieredMemoryRetriever
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return q
+
+    memory = make_memory("plain")
+    for wrong in (TieredMemoryRetriever(memory=memory, user_id="u"), lookup,
+                  ChatPromptTemplate.from_messages([("human", "{q}")]), StrOutputParser().with_retry()):
+        with pytest.raises(InvalidInputError, match="not a chat model"):
+            LangChainLLM(wrong)
+        with pytest.raises(InvalidInputError, match="not a chat model"):
+            make_memory(f"wrong-{type(wrong).__name__}", llm=wrong)
