@@ -330,6 +330,10 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
     must be followed by its result). Those calls are dropped from their assistant message; one
     left with none comes back as its stored text, which names the calls. (A run a guardrail ended
     after a call it refused stores the call so, as the agent's state holds it.)
+    Nor does the replay continue a provider's stored response: an AI message comes back without
+    its ``response_metadata["id"]``, by which ``ChatOpenAI(use_previous_response_id=True)`` would
+    send only what follows it (dropping the memory and the system prompt before it) and resume a
+    server-side response that may be gone (:func:`_unchained`).
     """
     out: list[BaseMessage] = []
     calls: set[str] = set()
@@ -340,8 +344,17 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
         out.append(msg)
     if before_new_turn:
         answered = {msg.tool_call_id for msg in out if isinstance(msg, ToolMessage)}
-        out = [_answered_only(msg, m, answered) for msg, m in zip(out, messages)]
+        out = [_unchained(_answered_only(msg, m, answered)) for msg, m in zip(out, messages)]
     return out
+
+
+def _unchained(msg: BaseMessage) -> BaseMessage:
+    """``msg`` without the provider's response id (pure): a prompt rebuilt from the store is
+    complete in itself, no continuation of the response the id names."""
+    if not isinstance(msg, AIMessage) or "id" not in msg.response_metadata:
+        return msg
+    kept = {k: v for k, v in msg.response_metadata.items() if k != "id"}
+    return msg.model_copy(update={"response_metadata": kept})
 
 
 def _answered_only(msg: BaseMessage, m: StoredMessage, answered: set[str]) -> BaseMessage:

@@ -113,6 +113,30 @@ def test_middleware_include_recent_restores_the_session_without_checkpointer(mem
     assert len(memory.get_messages("s1", user_id="u1")) == 4
 
 
+def test_include_recent_replays_no_response_id_that_would_drop_the_memory(memory: TieredMemory) -> None:
+    """Without a checkpointer, include_recent replays the session; a replayed AI message kept its
+    ``resp_`` id, so ChatOpenAI(use_previous_response_id=True) sent only the new message, without
+    the agent's system prompt and the memory in it, continuing a stored response instead."""
+    import json
+
+    from langchain_openai import ChatOpenAI
+
+    from lc_support import responses_api_server
+
+    _seed(memory)
+    with responses_api_server() as (url, bodies):
+        model = ChatOpenAI(model="gpt-4.1", base_url=url, api_key="not-needed", use_responses_api=True,
+                           use_previous_response_id=True, max_retries=0)
+        agent = create_agent(model, [], system_prompt="Be brief.", middleware=[
+            TieredMemoryMiddleware(memory, user_id="u1", session_id="s1", include_recent=True)])
+        agent.invoke({"messages": [HumanMessage("Hello!")]})
+        agent.invoke({"messages": [HumanMessage("What is my favourite colour?")]})
+    second = bodies[-1]
+    assert "previous_response_id" not in second
+    sent = json.dumps(second["input"])
+    assert "Be brief." in sent and "teal" in sent and "Hello!" in sent
+
+
 def test_middleware_needs_ids(memory: TieredMemory) -> None:
     agent = create_agent(ScriptedToolModel(responses=[AIMessage("x")]), [],
                          middleware=[TieredMemoryMiddleware(memory)])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -228,3 +229,27 @@ def test_a_recorded_tool_call_without_its_result_is_not_replayed_as_a_call(memor
     assert len(replayed) == 1 and replayed[0].tool_calls == [] and "get_weather" in replayed[0].text
     stored = memory.get_messages("s1", user_id="ana")
     assert "get_weather" in stored[1].content  # the record itself keeps the call
+
+
+def test_a_replayed_turn_does_not_make_chat_openai_drop_the_memory_before_it(memory: TieredMemory) -> None:
+    """ChatOpenAI(use_responses_api=True, use_previous_response_id=True) sends only what follows
+    the last AI message with a ``resp_`` id, and continues that response on the server. A replayed
+    turn kept its stored id, so the next call dropped the system prompt and the memory recalled for
+    it, and pointed at a stored response that may be gone (30 days, or never kept with store=False)."""
+    from langchain_openai import ChatOpenAI
+
+    from lc_support import responses_api_server
+
+    _seed(memory)
+    with responses_api_server() as (url, bodies):
+        model = ChatOpenAI(model="gpt-4.1", base_url=url, api_key="not-needed", use_responses_api=True,
+                           use_previous_response_id=True, max_retries=0)
+        chain = with_tiered_memory(PROMPT | model, memory)
+        chain.invoke({"input": "Hello!"}, _cfg("ana", "new"))
+        replayed = memory.get_messages("new", user_id="ana")[-1]
+        assert replayed.metadata["langchain"]["data"]["response_metadata"]["id"] == "resp_1"  # stored as it came
+        chain.invoke({"input": "Where did I move to?"}, _cfg("ana", "new"))
+    second = bodies[-1]
+    assert "previous_response_id" not in second
+    sent = json.dumps(second["input"])
+    assert "You are a helpful assistant." in sent and "Porto" in sent and "Hello!" in sent
