@@ -9,7 +9,10 @@ skipping messages already stored, so a turn with several model calls is stored o
 call is stored once its result is in, as the state then holds it (a reviewer may edit it first).
 It works beside LangChain's ``SummarizationMiddleware``: the summary that replaces older
 messages (a ``HumanMessage`` marked ``lc_source="summarization"``) is not a user turn, so it
-is never recorded, and ``include_recent`` replays no turns it stands for.
+is never recorded, and ``include_recent`` replays no turns it stands for. It works beside a
+``@before_model`` trim too: the question is read once a run, before any such hook
+(:meth:`TieredMemoryMiddleware.before_agent`, kept in a private state key), and a turn whose
+user message was trimmed away is recorded from the first message left (:func:`turn_start`).
 
 Who and which conversation: ``user_id`` and ``session_id`` come from the run's
 context (``agent.invoke(..., context={"user_id": ..., "session_id": ...})`` or an
@@ -23,11 +26,13 @@ read as its string).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 from langgraph.runtime import Runtime
+from typing_extensions import NotRequired
 
 from tiered_memory import TieredMemory
 from tiered_memory.aio import to_thread
@@ -37,7 +42,16 @@ from tiered_memory.validation import check_count, check_id, check_optional_id
 from .history import check_memory
 from .messages import from_stored_many, lc_id, to_core_many
 
-__all__ = ["TieredMemoryMiddleware", "is_summary", "query_of", "turn_start", "turn_to_record"]
+__all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "is_summary", "query_of", "turn_start", "turn_to_record"]
+
+QUERY_KEY = "tiered_memory_query"
+
+
+class TieredMemoryState(AgentState[Any]):
+    """The agent's state with the run's question, read before any ``before_model`` hook (private:
+    neither an input nor an output of the agent)."""
+
+    tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
 
 
 def _source(message: AnyMessage) -> str | None:
@@ -55,13 +69,16 @@ def is_summary(message: AnyMessage) -> bool:
 def turn_start(messages: list[AnyMessage]) -> int | None:
     """Where the current turn starts (pure): the last message the user wrote, else the last one the
     harness added in its name other than a summary, else (the user's message was summarized away)
-    the message after the summary; ``None`` when there is no turn."""
+    the message after the summary; with no human message at all (a trim dropped the turn's), the
+    first message; ``None`` when there are no messages."""
     humans = [n for n, m in enumerate(messages) if isinstance(m, HumanMessage)]
     typed = [n for n in humans if _source(messages[n]) is None]
     others = [n for n in humans if not is_summary(messages[n])]
     if typed or others:
         return (typed or others)[-1]
-    return humans[-1] + 1 if humans else None
+    if humans:
+        return humans[-1] + 1
+    return 0 if messages else None  # stored messages among them are skipped by id (turn_to_record)
 
 
 def _settled(turn: list[AnyMessage]) -> list[AnyMessage]:
@@ -155,6 +172,8 @@ class TieredMemoryMiddleware(AgentMiddleware):
         ...     context={"user_id": "u1", "session_id": "s1"})
     """
 
+    state_schema = TieredMemoryState
+
     def __init__(
         self, memory: TieredMemory, *, user_id: str | None = None, session_id: str | None = None,
         max_tokens: int | None = None, include_recent: bool = False, record: bool = True,
@@ -192,7 +211,8 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def prepare(self, request: ModelRequest) -> ModelRequest:
         """The request with memory added to its system message (and recent turns if asked)."""
         user, session = self.ids(request.runtime)
-        query = query_of(request.messages)
+        kept = request.state.get(QUERY_KEY)  # the run's question, which a trim may have dropped since
+        query = kept if isinstance(kept, str) else query_of(request.messages)
         changes: dict[str, Any] = {}
         if query.strip():
             ctx = self.memory.build_context(query, user_id=user, session_id=session,
@@ -218,6 +238,13 @@ class TieredMemoryMiddleware(AgentMiddleware):
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
     ) -> ModelResponse:
         return await handler(await to_thread(self.prepare, request))
+
+    # ---- before the run: the question, before a before_model hook can trim it away ----
+    def before_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return {QUERY_KEY: query_of(list(state["messages"]))}
+
+    async def abefore_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        return self.before_agent(state, runtime)  # pure and quick: nothing to run off the loop
 
     # ---- after the model -------------------------------------------------
     def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None, *, final: bool = False) -> int:
