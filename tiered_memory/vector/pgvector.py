@@ -26,7 +26,7 @@ with the user's other rows, because the table carries ``user_id``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 import numpy as np
 
@@ -38,6 +38,7 @@ TABLE = "vectors"
 _EXTENSION_SCHEMA = ("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
                      " WHERE e.extname = 'vector'")
 LOCK_KEY = 0x7467_7663  # advisory lock around creating the table (any constant shared by all workers)
+T = TypeVar("T")
 
 
 class Database(Protocol):
@@ -181,12 +182,16 @@ class PgVectorIndex:
         if self._dim is not None and self._dim != dim:
             raise VectorIndexError(
                 f"the pgvector table holds {self._dim}-dimensional vectors, but this embedder makes {dim}: "
-                "the embedder changed. Call rebuild_index() from one process to re-embed everything.")
+                "the embedder changed. Workers sharing a store must use the same embedder: if another "
+                "worker rebuilt the index with a new one, open this one with that embedder too; else call "
+                "rebuild_index() from one process (the other workers stopped) to re-embed everything.")
 
     # ---- the protocol ------------------------------------------------------------
     def upsert(self, items: list[VectorItem]) -> None:
-        if not items:
-            return
+        if items:
+            self._fresh(lambda: self._upsert(items))
+
+    def _upsert(self, items: list[VectorItem]) -> None:
         self._ensure(len(items[0].vector))
         rows = sorted(((i.id, i.user_id, i.layer, i.session_id, float(i.timestamp),
                         np.asarray(i.vector, dtype=np.float64).tolist()) for i in items),
@@ -210,6 +215,13 @@ class PgVectorIndex:
     ) -> list[list[tuple[str, float]]]:
         if among is not None and not among:
             return [[] for _ in range(len(vectors))]
+        return self._fresh(lambda: self._query(vectors, user_id=user_id, k=k, layers=layers,
+                                               session_id=session_id, among=among))
+
+    def _query(
+        self, vectors: np.ndarray, *, user_id: str, k: int, layers: Sequence[str] | None,
+        session_id: str | None, among: Sequence[str] | None,
+    ) -> list[list[tuple[str, float]]]:
         where, params = "user_id = %s", list[Any]([user_id])
         if layers:
             where, params = where + " AND layer = ANY(%s)", [*params, list(layers)]
@@ -251,8 +263,8 @@ class PgVectorIndex:
         """The user size from which queries walk HNSW, for the table as it is now."""
         if self.exact_below is not None:
             return self.exact_below
-        total = float(conn.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)",
-                                   (TABLE,)).fetchone()[0])
+        found = conn.execute("SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)", (TABLE,)).fetchone()
+        total = float(found[0]) if found else -1.0  # none: dropped since it was noted (the count fails)
         if total < 0:  # never analysed yet (a new table): count it
             total = float(conn.execute(f"SELECT count(*) FROM {TABLE}").fetchone()[0])
         return exact_limit(total, self.ef_search)
@@ -289,7 +301,32 @@ class PgVectorIndex:
     # ---- plumbing ------------------------------------------------------------------
     def _when_ready(self, via: Callable[[Callable[[Any], Any]], Any], fn: Callable[[Any], Any], what: str) -> Any:
         """``fn(conn)`` if the table exists (before the first vector there is nothing to read or delete)."""
-        return self._run(via, lambda conn: fn(conn) if self._ready(conn) else None, what)
+        return self._fresh(lambda: self._run(via, lambda conn: fn(conn) if self._ready(conn) else None, what))
+
+    def _fresh(self, call: Callable[[], T]) -> T:
+        """``call()``, run once more when it failed because the table changed under this index's
+        note of it: another worker's ``rebuild_index()`` dropped it, or wrote it again at another
+        embedder's dimension. The second run looks again, so it reads an empty index, creates the
+        table, or is refused by :meth:`_check_dim`'s typed error; without it, the first call after
+        such a rebuild failed with the engine's own error. Nothing is written at a wrong dimension:
+        PostgreSQL refuses it, and the first run failed whole (inside a joint unit, its savepoint
+        rolled back; a failed read there leaves the unit failed, and the unit's caller retries)."""
+        noted = self._dim
+        try:
+            return call()
+        except VectorIndexError:
+            if noted is None or self._look_again(noted) == noted:
+                raise
+            return call()
+
+    def _look_again(self, noted: int) -> int | None:
+        """The table's dimension now (``None``: no table), noted; ``noted`` if the database
+        cannot say (then the call's own error stands)."""
+        try:
+            self._dim = self.db.read(self._table_dim)
+        except TieredMemoryError:
+            return noted
+        return self._dim
 
     def _run(self, via: Callable[[Callable[[Any], Any]], Any], fn: Callable[[Any], Any], what: str) -> Any:
         try:
