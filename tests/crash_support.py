@@ -82,9 +82,10 @@ def open_memory(folder: Path, **kwargs: Any) -> TieredMemory:
     return TieredMemory(folder, embedder=StaticEmbedder(), **kwargs)
 
 
-def run_child(scenario: str, folder: Path, **extra_env: str) -> None:
+def run_child(scenario: str, folder: Path, *, script: Path = SCENARIOS, **extra_env: str) -> None:
+    """Run ``script`` (a test file whose steps registered themselves) as the child of ``scenario``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), **extra_env}
-    proc = subprocess.run([sys.executable, str(SCENARIOS), scenario, str(folder)], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, str(script), scenario, str(folder)], env=env, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == -signal.SIGKILL, (
         f"the child was to be killed in {scenario}, but it exited {proc.returncode}:\n{proc.stdout}{proc.stderr}")

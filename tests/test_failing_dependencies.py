@@ -77,6 +77,22 @@ def test_upsert_failing_mid_write_keeps_records_and_heals_on_reopen(
         assert set(first) | set(third) <= {r.id for r in again.store.iter_messages("u")}
 
 
+def test_a_fact_whose_vector_failed_is_indexed_by_the_next_clean_open(tmp_path: Path, embedder: Any) -> None:
+    """A fact is stored before its vector is written; the vector failing leaves it marked
+    pending, and the next open (a clean one: nothing crashed) writes it, as it does a turn's."""
+    folder = tmp_path / "store"
+    index = failing(folder, fail_on={"upsert"}, times=None, error=VectorIndexError("engine said no"))
+    with TieredMemory(folder, embedder=embedder, vector_store=index) as m:
+        with pytest.raises(VectorIndexError):
+            m.add_fact("User plays the cello", user_id="u")
+        assert [f.text for f in m.facts("u")] == ["User plays the cello"]  # stored, found by its words
+    with TieredMemory(folder, embedder=embedder) as again:
+        fact = again.facts("u")[0]
+        assert again.index.ids("u") == {f"fact:{fact.id}"}
+        hit = again.search_facts("which instrument does the user play?", user_id="u", k=1)[0]
+        assert hit.fact.id == fact.id and "vector" in hit.explanation["signals"]
+
+
 def test_query_failing_is_a_typed_error_and_changes_nothing(tmp_path: Path, embedder: Any) -> None:
     folder = tmp_path / "store"
     # VectorIndex implementations wrap engine errors in VectorIndexError (Chroma and Qdrant do)

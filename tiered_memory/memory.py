@@ -275,14 +275,25 @@ class TieredMemory:
             if full and self._layers_ok():  # episode / fact / item vectors are derived from their rows too
                 report.update(self._layers.repair())
                 report["items"] = self._items.repair()
+            if self._has_layer_rows():  # facts and episodes a crash or failure left pending, as turns
+                report.update(self._layers.index_pending())
             return report
+
+    def _has_layer_rows(self) -> bool:
+        """Whether the layers may hold rows: a store that never used them has no layer tables,
+        and an open must not create them."""
+        version = getattr(self.store, "schema_version", None)
+        return self._layers_ok() and (version is None or version("layers") > 0)
 
     def _rebuild(self) -> dict[str, int]:
         with self._write_lock:
+            if self._has_layer_rows():
+                self._layers.pend_all()
             self.index.reset()
             self.store.reset_indexed()
             self.store.set_meta("embedder", embedder_name(self.embedder))
-            report = self._repair(full=False)
+            report = repair(store=self.store, index=self.index, embedder=self.embedder,
+                            threshold=self.config.dedup_threshold, full=False)
             if self._layers_ok():
                 report.update(self._layers.reindex())
                 report["items"] = self._items.repair()  # the LangGraph store's: an open adapter finds them too

@@ -27,7 +27,7 @@ from ..parts import run_now
 from ..recall import hybrid
 from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
-from ..store.repositories import EpisodeRepository
+from ..store.repositories import EpisodeRepository, PendingVectorSource
 from ..types import StoredMessage
 from ..quoting import label_text, quote
 from ..validation import MAX_FACT_CHARS, not_blank
@@ -176,6 +176,7 @@ class EpisodicMemory:
                     u.insert_episode(ep, [(f"ep:{ep.id}:{n}", p) for n, p in enumerate(points)])
                     u.advance_cursor(user_id, session_id, last_seq)
                 self._upsert(ep, points, vectors)
+                self._settle([ep.id])
             return ep
 
         written: Episode = self.jointly(write)
@@ -198,6 +199,7 @@ class EpisodicMemory:
                             u.advance_cursor(ep.user_id, ep.session_id, seq)
                     if points:
                         self._upsert(ep, list(points), vectors)
+                    self._settle([ep.id])
 
             self.jointly(write)
         return len(episodes)
@@ -220,6 +222,12 @@ class EpisodicMemory:
                 self.index.delete(points)
 
         self.jointly(write)
+
+    def _settle(self, ids: Sequence[str]) -> None:
+        """The key point vectors of these episodes are written: their rows, stored pending, are
+        marked indexed. Until then, a crash leaves them for :meth:`index_pending`."""
+        if ids and isinstance(self.rows, PendingVectorSource):
+            self.rows.settle_episodes(ids)
 
     def _upsert(self, ep: Episode, points: list[str], vectors: Any) -> None:
         self.index.upsert([VectorItem(id=f"ep:{ep.id}:{n}", vector=vectors[n], user_id=ep.user_id,
@@ -257,7 +265,24 @@ class EpisodicMemory:
         """Re-embed and upsert the key points of every episode (after ``rebuild_index``)."""
         eps = self.rows.episodes_of(user_id)
         for ep in eps:
-            points = self.rows.episode_points(ep.id)
-            if points:
-                self._upsert(ep, points, embed(self.embedder, points))
+            self._index(ep)
         return len(eps)
+
+    def index_pending(self, batch: int = 64) -> int:
+        """Write the key point vectors of the episodes left pending (stored, their vectors not
+        yet written: a crash, or a vector engine that failed) and settle them; returns how many."""
+        if not isinstance(self.rows, PendingVectorSource):
+            return 0
+        after, done = 0, 0
+        while found := self.rows.pending_episodes(after, batch):
+            for _, ep in found:
+                self._index(ep)
+            after, done = found[-1][0], done + len(found)
+        return done
+
+    def _index(self, ep: Episode) -> None:
+        """Embed and write the episode's key points, then settle it."""
+        points = self.rows.episode_points(ep.id)
+        if points:
+            self._upsert(ep, points, embed(self.embedder, points))
+        self._settle([ep.id])

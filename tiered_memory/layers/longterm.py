@@ -26,7 +26,7 @@ from ..llm.base import LLM, complete_json
 from .semantic import ExtractedFacts, Judgement, SemanticMemory
 from ..parts import Parts
 from ..records import Episode, EpisodeDraft, Fact, FactCandidate
-from ..store.repositories import LayerRepository
+from ..store.repositories import LayerRepository, PendingVectorSource
 from .consolidation import ConsolidationReport, consolidate
 from ..types import StoredMessage
 from ..quoting import quote
@@ -262,6 +262,18 @@ class Layers:
 
     def reindex(self, user_id: str | None = None) -> dict[str, int]:
         return {"facts": self.facts.reindex(user_id), "episodes": self.episodes.reindex(user_id)}
+
+    def pend_all(self) -> None:
+        """Mark every fact and episode pending, before ``rebuild_index`` drops their vectors: a
+        rebuild cut short is finished by the next open (:meth:`reindex` settles each)."""
+        if isinstance(self.rows, PendingVectorSource):
+            self.rows.pend_all()
+
+    def index_pending(self) -> dict[str, int]:
+        """Write the vectors of the facts and episodes whose rows are marked pending (cheap: the
+        pending rows are found through a partial index). Every open runs it, a shared store's too."""
+        report = {"facts_pending": self.facts.index_pending(), "episodes_pending": self.episodes.index_pending()}
+        return {k: v for k, v in report.items() if v}
 
     def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None
                           ) -> ConsolidationReport:

@@ -24,7 +24,7 @@ from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
 from ..records import Fact, FactCandidate, FactChange
-from ..store.repositories import FactRepository, FactWrites
+from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import MAX_FACT_CHARS, check_text, not_blank
 from ..vector.base import VectorIndex, VectorItem
 
@@ -200,6 +200,12 @@ class SemanticMemory:
         self.index.upsert([VectorItem(id=f"fact:{f.id}", vector=v, user_id=f.user_id, layer="fact",
                                       timestamp=f.updated_at) for f, v in facts])
 
+    def _settle(self, facts: Sequence[Fact]) -> None:
+        """The vectors of ``facts`` (as their rows hold them) are written: their rows, stored
+        pending, are marked indexed. Until then, a crash leaves them for :meth:`index_pending`."""
+        if facts and isinstance(self.rows, PendingVectorSource):
+            self.rows.settle_facts([(f.id, f.text, f.updated_at) for f in facts])
+
     def apply(self, user_id: str, candidate: FactCandidate, resolution: Resolution, *,
               metadata: dict[str, Any] | None = None, at: float | None = None) -> Fact | None:
         """Write a resolution; returns the fact added or changed (``None`` for a no-op)."""
@@ -223,6 +229,7 @@ class SemanticMemory:
                     self.index.delete([f"fact:{old.id}"])  # see edit: never a vector of the old text
                 new = self.get(user_id, old.id)
                 self._upsert_vectors([(new, vector)])
+                self._settle([new])
                 return new
             fact = Fact(id=uuid.uuid4().hex, user_id=user_id, type=candidate.type, text=candidate.text,
                         confidence=candidate.confidence, source_ids=list(candidate.source_ids),
@@ -243,6 +250,7 @@ class SemanticMemory:
             if resolution.action == "invalidate":
                 self.index.delete([f"fact:{resolution.target_id}"])
             self._upsert_vectors([(fact, vector)])
+            self._settle([fact])
             return fact
 
     def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:
@@ -300,8 +308,10 @@ class SemanticMemory:
                 if vector is not None:  # before the commit, the new vector after it: a crash or failure
                     self.index.delete([f"fact:{fact_id}"])  # between leaves it missing (repaired), not stale
             new = self.get(user_id, fact_id)
-            if vector is not None and new.valid:
-                self._upsert_vectors([(new, vector)])
+            if vector is not None:  # the row was marked pending: an invalid fact's has no vector to write
+                if new.valid:
+                    self._upsert_vectors([(new, vector)])
+                self._settle([new])
             return new
 
     def delete(self, user_id: str, fact_id: str) -> None:
@@ -331,6 +341,7 @@ class SemanticMemory:
                 for user_id, change in changes:
                     u.record_history(user_id, change)
             self._upsert_vectors([(f, v) for (f, _), v in zip(facts, vecs) if f.valid])
+            self._settle([f for f, _ in facts if f.valid])
         return len(facts)
 
     def reindex(self, user_id: str | None = None) -> int:
@@ -342,7 +353,25 @@ class SemanticMemory:
             with self.rows.unit() as u:  # keep the stored vectors in step with the embedder
                 u.set_fact_vectors([(f.id, v) for f, v in zip(part, vecs)])
             self._upsert_vectors(list(zip(part, vecs)))
+            self._settle(part)
         return len(facts)
+
+    def index_pending(self, batch: int = 256) -> int:
+        """Write the vectors of the facts left pending (stored or revised, their vector not yet
+        written: a crash, or a vector engine that failed) and settle them; returns how many.
+        One pass in row order, so it ends though other workers write meanwhile; a fact another
+        call revised while this one embedded it stays pending for the next pass."""
+        if not isinstance(self.rows, PendingVectorSource):
+            return 0
+        after, done = 0, 0
+        while found := self.rows.pending_facts(after, batch):
+            live = [f for _, f, alive in found if alive]
+            self.index.delete([f"fact:{f.id}" for _, f, alive in found if not alive])  # none wanted
+            if live:
+                self._upsert_vectors(list(zip(live, embed(self.embedder, [f.text for f in live]))))
+            self.rows.settle_facts([(f.id, f.text, f.updated_at) for _, f, _ in found])
+            after, done = found[-1][0], done + len(found)
+        return done
 
 
 def log_change(u: FactWrites, user_id: str, fact_id: str, action: str, old: str | None, new: str | None,

@@ -45,6 +45,17 @@ from .layer_unit import SESSION_WORKING, LayerUnit
 from .repositories import Scored
 from .stored_values import count, json_dict, number
 
+#: The layer migration that marks a fact or an episode whose vectors are not yet written, as a
+#: turn's ``indexed`` does: set false in the transaction that stores the row (or changes a
+#: fact's text), true once the vectors are in the index. Rows stored before it count as indexed.
+#: The partial indexes keep the start-up look for pending rows cheap on a store of any size.
+PENDING_VECTORS = """
+    ALTER TABLE facts ADD COLUMN indexed BOOLEAN NOT NULL DEFAULT TRUE;
+    ALTER TABLE episodes ADD COLUMN indexed BOOLEAN NOT NULL DEFAULT TRUE;
+    CREATE INDEX IF NOT EXISTS facts_pending ON facts (rowid) WHERE NOT indexed;
+    CREATE INDEX IF NOT EXISTS episodes_pending ON episodes (rowid) WHERE NOT indexed;
+"""
+
 #: most ids one ``IN (...)`` list holds: under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters
 IN_LIST_MAX = 30_000
 
@@ -142,6 +153,40 @@ class LayerStore:
             found.update({r[0]: r[1] for r in self.query(
                 f"SELECT DISTINCT {key}, user_id FROM {table} WHERE {key} IN ({marks(len(part))})", part)})
         return found
+
+    # ---- vectors not yet written (the start-up repair of a shared store) -----------
+    def pending_facts(self, after: int, limit: int) -> list[tuple[int, Fact, bool]]:
+        """Up to ``limit`` facts marked pending past ``after`` (a rowid), in rowid order: each
+        with its rowid and whether it is live (valid, not deleted: it should have a vector)."""
+        return [(int(r[-2]), fact, fact.valid and r[-1] is None) for r in self.query(
+            f"SELECT {FACT_COLS}, rowid, deleted_at FROM facts WHERE NOT indexed AND rowid > ?"
+            " ORDER BY rowid LIMIT ?", (after, limit)) for fact in [fact_from_row(r)]]
+
+    def pending_episodes(self, after: int, limit: int) -> list[tuple[int, Episode]]:
+        """Up to ``limit`` episodes marked pending past ``after`` (a rowid), in rowid order."""
+        return [(int(r[-1]), episode_from_row(r)) for r in self.query(
+            f"SELECT {EPISODE_COLS}, rowid FROM episodes WHERE NOT indexed AND rowid > ?"
+            " ORDER BY rowid LIMIT ?", (after, limit))]
+
+    def settle_facts(self, written: Sequence[tuple[str, str, float]]) -> None:
+        """Mark facts indexed whose vector was written for ``(id, text, updated_at)``; one that
+        changed since (another call revised it meanwhile) is left pending, so the vector of
+        its old text is not taken for its own."""
+        with self.transaction() as c:
+            c.executemany("UPDATE facts SET indexed = (text = ? AND updated_at = ?) WHERE id = ?",
+                          [(text, at, i) for i, text, at in sorted(written)])
+
+    def settle_episodes(self, ids: Sequence[str]) -> None:
+        """Mark episodes indexed (their key points never change)."""
+        with self.transaction() as c:
+            c.executemany("UPDATE episodes SET indexed = TRUE WHERE id = ?", [(i,) for i in sorted(ids)])
+
+    def pend_all(self) -> None:
+        """Mark every fact and episode pending: their vectors are to be written again
+        (``rebuild_index``), by that call or, if it is cut short, the next open."""
+        with self.transaction() as c:
+            c.execute("UPDATE facts SET indexed = FALSE WHERE deleted_at IS NULL AND invalid_at IS NULL")
+            c.execute("UPDATE episodes SET indexed = FALSE")
 
     def valid_fact_ids(self) -> set[str]:
         return {r[0] for r in self.query("SELECT id FROM facts WHERE deleted_at IS NULL AND invalid_at IS NULL")}

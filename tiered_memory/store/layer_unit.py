@@ -72,12 +72,13 @@ class LayerUnit:
 
     # ---- facts ---------------------------------------------------------------------
     def insert_fact(self, fact: Fact, vector: np.ndarray | None) -> None:
-        self._run(f"INSERT INTO facts ({FACT_COLS}, vector) VALUES ({marks(17)})",
-                  (*fact_to_row(fact), to_blob(vector)))
+        # pending (its vector to write) unless invalid: an invalid fact has none
+        self._run(f"INSERT INTO facts ({FACT_COLS}, vector, indexed) VALUES ({marks(18)})",
+                  (*fact_to_row(fact), to_blob(vector), fact.invalid_at is not None))
 
     def revise_fact(self, user_id: str, fact_id: str, *, text: str, confidence: float, source_ids: Sequence[str],
                     updated_at: float, vector: np.ndarray) -> None:
-        self._run("UPDATE facts SET text=?, confidence=?, source_ids=?, updated_at=?, vector=?"
+        self._run("UPDATE facts SET text=?, confidence=?, source_ids=?, updated_at=?, vector=?, indexed=FALSE"
                   " WHERE user_id=? AND id=?",
                   (text, confidence, dumps(list(source_ids)), updated_at, to_blob(vector), user_id, fact_id))
 
@@ -85,7 +86,7 @@ class LayerUnit:
                   metadata: Mapping[str, Any], updated_at: float, vector: np.ndarray | None) -> None:
         keep_vector = vector is None
         self._run("UPDATE facts SET text=?, type=?, confidence=?, metadata=?, updated_at=?"
-                  + ("" if keep_vector else ", vector=?") + " WHERE user_id=? AND id=?",
+                  + ("" if keep_vector else ", vector=?, indexed=FALSE") + " WHERE user_id=? AND id=?",
                   (text, type, confidence, dumps(dict(metadata)), updated_at,
                    *([] if keep_vector else [to_blob(vector)]), user_id, fact_id))
 
@@ -138,7 +139,8 @@ class LayerUnit:
         return episode_from_row(found) if found else None
 
     def insert_episode(self, episode: Episode, points: Sequence[tuple[str, str]]) -> None:
-        self._run(f"INSERT INTO episodes ({EPISODE_COLS}) VALUES ({marks(15)})", episode_to_row(episode))
+        self._run(f"INSERT INTO episodes ({EPISODE_COLS}, indexed) VALUES ({marks(15)}, FALSE)",
+                  episode_to_row(episode))
         self._many("INSERT INTO episode_points (id, episode_id, user_id, text) VALUES (?,?,?,?)",
                    [(pid, episode.id, episode.user_id, text) for pid, text in points])
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
-from .layer_store import LayerStore
+from .layer_store import PENDING_VECTORS, LayerStore
 from .repositories import Scored
 from .postgres import PostgresRecordStore
 from .postgres_keywords import TEXT_SEARCH_CONFIG, refold, tsquery
@@ -149,6 +149,7 @@ LAYER_MIGRATIONS: list[str] = [
     refold("facts", "text") + refold("episode_points", "text"),
     # CJK runs as their bigrams, as the turns' (postgres_keywords.cjk_bigrams)
     refold("facts", "text") + refold("episode_points", "text"),
+    PENDING_VECTORS,
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)

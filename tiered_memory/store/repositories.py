@@ -288,6 +288,28 @@ class ItemRepository(Protocol):
     def unit(self) -> AbstractContextManager[ItemWrites]: ...
 
 
+# ---- vectors not yet written -------------------------------------------------------------
+@runtime_checkable
+class PendingVectorSource(Protocol):
+    """Optional: a layer repository that marks the facts and episodes whose vectors are not yet
+    written (stored pending by the unit that writes the row, settled once the index has them), so
+    that any worker's open writes what a crash cut off without comparing the whole index. Ours
+    (SQLite, PostgreSQL) offer it; without it, only a full repair or ``rebuild_index`` does."""
+
+    def pending_facts(self, after: int, limit: int) -> list[tuple[int, Fact, bool]]:
+        """``(position, fact, live)`` of pending facts past ``after``, in position order."""
+
+    def pending_episodes(self, after: int, limit: int) -> list[tuple[int, Episode]]: ...
+
+    def settle_facts(self, written: Sequence[tuple[str, str, float]]) -> None:
+        """Settle each ``(id, text, updated_at)`` whose vector was written, unless the fact changed since."""
+
+    def settle_episodes(self, ids: Sequence[str]) -> None: ...
+
+    def pend_all(self) -> None:
+        """Mark every fact and episode pending."""
+
+
 # ---- all of them -----------------------------------------------------------------------
 class LayerWrites(FactWrites, EpisodeWrites, WorkingWrites, ItemWrites, Protocol):
     """One transaction over every layer's tables."""

@@ -17,7 +17,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
 
-from .layer_store import LayerStore
+from .layer_store import PENDING_VECTORS, LayerStore
 from .repositories import Scored
 from .sqlite import SQLiteRecordStore
 from .text_search import fts5_any
@@ -157,6 +157,7 @@ LAYER_MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS audit_user ON audit_log(user_id, layer, seq);
     """,
+    PENDING_VECTORS,
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)
