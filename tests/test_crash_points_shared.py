@@ -99,5 +99,25 @@ def test_an_episode_on_a_shared_store_killed_before_its_vectors_is_indexed_by_th
         assert memory.search_episodes("where did I move?", user_id="u", k=1)
 
 
+# rebuild_index cut short: the index dropped, the turns written again, the layers not yet -------
+@step
+def shared_rebuild_killed_before_the_layers(memory: TieredMemory) -> None:
+    kill_at(memory._layers, "reindex")
+    memory.rebuild_index()
+
+
+def test_a_rebuild_on_a_shared_store_killed_before_the_facts_and_episodes_is_finished_by_the_next_open(
+        tmp_path: Path, shared: None) -> None:
+    with open_memory(tmp_path / "w1") as memory:
+        memory.add_many([{"role": "user", "content": "I moved to Porto in March and I adopted a cat called Miso."}],
+                        session_id="s", user_id="u")
+        memory.end_session("s", user_id="u")
+        memory.add_fact("User plays the cello", user_id="u")
+    run_child("shared_rebuild_killed_before_the_layers", tmp_path / "w1", script=SCRIPT)
+    with open_memory(tmp_path / "w2") as memory:
+        assert len(memory.episodes("u")) == 1 and "User plays the cello" in [f.text for f in memory.facts("u")]
+        assert_found_by_meaning(memory, "u")
+
+
 if __name__ == "__main__":
     child(sys.argv[1], sys.argv[2])
