@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from tests.crash_support import child, kill_at, open_memory, run_child, step
+from tests.crash_support import TURNS, add_old_session, child, found_by_meaning, kill_at, open_memory, run_child, step
 from tiered_memory import TieredMemory
 
 pytestmark = pytest.mark.servers
@@ -97,6 +97,33 @@ def test_an_episode_on_a_shared_store_killed_before_its_vectors_is_indexed_by_th
         assert len(memory.episodes("u")) == 1
         assert_found_by_meaning(memory, "u")
         assert memory.search_episodes("where did I move?", user_id="u", k=1)
+
+
+# a turn stored as a duplicate of one consolidate or forget removes ------------------------
+@step
+def shared_consolidate_killed_after_archiving(memory: TieredMemory) -> None:  # turns archived, vectors not
+    kill_at(memory.index, "delete")
+    memory.consolidate("u")
+
+
+@step
+def shared_forget_killed_after_the_delete(memory: TieredMemory) -> None:
+    kill_at(memory.index, "delete")
+    memory.forget(memory.get_messages("old", user_id="u")[1].id, user_id="u")
+
+
+@pytest.mark.parametrize("scenario", ["shared_consolidate_killed_after_archiving",
+                                      "shared_forget_killed_after_the_delete"])
+def test_a_duplicate_of_a_turn_removed_on_a_shared_store_just_before_a_kill_is_found_by_meaning_after_it(
+        tmp_path: Path, shared: None, scenario: str) -> None:
+    with open_memory(tmp_path / "w1") as memory:
+        add_old_session(memory, "u")
+        # a later session repeats a turn: stored as a duplicate of the old one, found by its vector
+        again = memory.add_many([{"role": "user", "content": TURNS[1]}], session_id="new", user_id="u")[0]
+        assert again not in memory.index.ids("u")  # a duplicate: no vector of its own
+    run_child(scenario, tmp_path / "w1", script=SCRIPT)
+    with open_memory(tmp_path / "w2") as memory:
+        assert found_by_meaning(memory.search(TURNS[1], user_id="u", k=5), again)
 
 
 # rebuild_index cut short: the index dropped, the turns written again, the layers not yet -------

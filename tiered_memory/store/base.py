@@ -129,9 +129,13 @@ class RecordStore(Protocol):
 
     def reset_indexed_ids(self, ids: list[str]) -> None: ...
 
-    def delete_message(self, user_id: str, message_id: str) -> bool: ...
+    def delete_message(self, user_id: str, message_id: str) -> bool:
+        """Delete the user's message; ours mark the user's duplicates of it pending in the same
+        transaction (indexed again after it, or by the next open if a crash comes first)."""
 
-    def clear_session(self, user_id: str, session_id: str) -> list[str]: ...
+    def clear_session(self, user_id: str, session_id: str) -> list[str]:
+        """Delete the session's messages, returning their ids (duplicates of them: as
+        :meth:`delete_message`)."""
 
     def forget_user(self, user_id: str) -> list[str]: ...
 

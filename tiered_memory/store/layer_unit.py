@@ -178,6 +178,10 @@ class LayerUnit:
                     " timestamp, episode_id, archived_at) SELECT id, user_id, session_id, role, content, metadata,"
                     f" timestamp, ?, ? FROM messages WHERE user_id=? AND id IN ({marks(len(part))})"
                     " ON CONFLICT DO NOTHING", [episode_id, at, user_id, *part])
+            # their duplicates pending in this transaction: a crash before they are released and
+            # indexed again leaves them to the next open of any worker (a shared store's indexes pending turns)
+            self._run(f"UPDATE messages SET indexed=FALSE WHERE user_id=? AND duplicate_of IN ({marks(len(part))})",
+                      [user_id, *part])
             moved += self._run(f"DELETE FROM messages WHERE user_id=? AND id IN ({marks(len(part))})",
                                [user_id, *part]).rowcount
         return moved

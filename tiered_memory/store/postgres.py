@@ -85,6 +85,12 @@ def _row(r: Sequence[Any]) -> StoredMessage:
     )
 
 
+#: in the transaction that deletes messages: the user's duplicates of them go back to pending, so
+#: a crash before they are released and indexed again leaves them to the next open of any worker
+#: (a shared store's open indexes pending turns only); followed by the test on ``duplicate_of``
+_PEND_DUPLICATES = "UPDATE messages SET indexed=FALSE WHERE user_id=%s AND duplicate_of"
+
+
 class PostgresRecordStore(PostgresDatabase):
     """Thread- and process-safe record store on PostgreSQL (shared by many workers).
 
@@ -160,13 +166,20 @@ class PostgresRecordStore(PostgresDatabase):
             (now, ordered, [counts[i] for i in ordered], user_id)))
 
     def delete_message(self, user_id: str, message_id: str) -> bool:
-        return bool(self.write(lambda c: c.execute(
-            "DELETE FROM messages WHERE user_id=%s AND id=%s", (user_id, message_id)).rowcount > 0))
+        def run(c: Any) -> bool:
+            c.execute(_PEND_DUPLICATES + " = %s", (user_id, message_id))
+            return bool(c.execute("DELETE FROM messages WHERE user_id=%s AND id=%s", (user_id, message_id)).rowcount)
+
+        return bool(self.write(run))
 
     def clear_session(self, user_id: str, session_id: str) -> list[str]:
-        return list(self.write(lambda c: [r[0] for r in c.execute(
-            "DELETE FROM messages WHERE user_id=%s AND session_id=%s RETURNING id",
-            (user_id, session_id)).fetchall()]))
+        def run(c: Any) -> list[str]:
+            c.execute(_PEND_DUPLICATES + " IN (SELECT id FROM messages WHERE user_id=%s AND session_id=%s)",
+                      (user_id, user_id, session_id))
+            return [r[0] for r in c.execute("DELETE FROM messages WHERE user_id=%s AND session_id=%s RETURNING id",
+                                            (user_id, session_id)).fetchall()]
+
+        return list(self.write(run))
 
     def forget_user(self, user_id: str) -> list[str]:
         from psycopg import sql

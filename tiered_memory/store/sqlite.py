@@ -119,7 +119,8 @@ class SQLiteRecordStore(SQLiteDatabase):
                 )
 
     def delete_message(self, user_id: str, message_id: str) -> bool:
-        with self.transaction() as c:
+        with self.transaction() as c:  # its duplicates pending, as on PostgreSQL (released and indexed next)
+            c.execute("UPDATE messages SET indexed=0 WHERE user_id=? AND duplicate_of=?", (user_id, message_id))
             cur = c.execute("DELETE FROM messages WHERE user_id=? AND id=?", (user_id, message_id))
             return cur.rowcount > 0
 
@@ -127,6 +128,8 @@ class SQLiteRecordStore(SQLiteDatabase):
         with self.transaction() as c:
             ids = [r[0] for r in c.execute(
                 "SELECT id FROM messages WHERE user_id=? AND session_id=?", (user_id, session_id))]
+            c.execute("UPDATE messages SET indexed=0 WHERE user_id=? AND duplicate_of IN"
+                      " (SELECT id FROM messages WHERE user_id=? AND session_id=?)", (user_id, user_id, session_id))
             c.execute("DELETE FROM messages WHERE user_id=? AND session_id=?", (user_id, session_id))
             return ids
 
