@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from typing import Callable
 
 import pytest
@@ -213,3 +214,19 @@ def test_a_scratchpad_value_that_is_no_json_is_refused_by_its_name_and_loses_not
     assert "scratchpad entry 'step'" in str(refused.value)  # not "metadata": the caller passed none
     assert pad.to_dict() == {"step": {"n": 1}}
     assert memory.working_memory("s1", user_id="u1").items() == []
+
+
+def test_a_fresh_item_of_no_importance_outlives_consolidation_until_its_session_could_be_idle(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """An item remembered with importance 0 (or under ``prune_below``) was pruned by the next
+    ``consolidate``, a moment after ``remember`` returned: no ``items()`` could have seen it.
+    It is pruned once it is as old as ``session_idle_hours``, when its session counts as idle."""
+    memory = make_memory()
+    wm = memory.working_memory("s", user_id="u")
+    now = time.time()
+    fresh = [wm.remember("just noted, of no weight", importance=0.0),
+             wm.remember("just noted, of little weight", importance=0.01)]
+    faded = wm.remember("noted two days ago", importance=0.01, now=now - 48 * H)
+    report = memory.consolidate("u")
+    assert report.details["prune"] == [faded.id]
+    assert sorted(i.id for i in wm.items()) == sorted(i.id for i in fresh)

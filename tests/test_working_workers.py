@@ -20,7 +20,7 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import MemoryConfig, TieredMemory
-from tiered_memory.config import WorkingConfig
+from tiered_memory.config import ConsolidationConfig, WorkingConfig
 
 pytestmark = pytest.mark.servers
 
@@ -33,8 +33,10 @@ PRELOAD = ["numpy", "psycopg", "psycopg_pool", "tiered_memory"]
 
 
 def open_memory(folder: Path, url: str, capacity: int) -> TieredMemory:
+    # an item is pruned once as old as session_idle_hours: at 0, the pruners race the writers
     return TieredMemory(folder, record_store=url, vector_store="pgvector",
-                        config=MemoryConfig(working=WorkingConfig(capacity=capacity)))
+                        config=MemoryConfig(working=WorkingConfig(capacity=capacity),
+                                            consolidation=ConsolidationConfig(session_idle_hours=0.0)))
 
 
 def worker_main(worker: int, folder: Path, url: str, capacity: int, importance: list[float], pruner: bool,

@@ -12,7 +12,8 @@ whole run is idempotent and safe to interrupt and rerun (finished work is marked
    with ``delete_raw``, and their texts from the process's caches,
    :func:`~tiered_memory.textcache.forget_texts`).
 5. ``prune``: facts and working items whose decayed value fell below ``prune_below``
-   and that were never accessed are soft-deleted with an audit record.
+   and that were never accessed are soft-deleted with an audit record (a fact once
+   ``prune_min_age_days`` old, a working item once ``session_idle_hours`` old).
 
 Steps 4 and 5 judge age; a record whose time is :data:`~tiered_memory.records.NO_TIME` (one a
 read could not take, from another writer) has none, and is neither compressed nor pruned.
@@ -31,7 +32,7 @@ from ..parts import Parts
 from ..recall.chunking import CHUNK_OVER, vector_ids
 from ..recall.indexing import index_orphans
 from ..recall.scoring import recency_score
-from ..records import NO_TIME, Episode, Fact, FactCandidate
+from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
 from .episodic import EpisodicMemory
@@ -234,6 +235,15 @@ def _stale_fact(f: Fact, now: float, cfg: ConsolidationConfig) -> bool:
         f.access_count, (now - f.updated_at) / 86400, below=cfg.prune_below, min_age_days=cfg.prune_min_age_days)
 
 
+def _stale_item(i: WorkingItem, now: float, decay_per_hour: float, cfg: ConsolidationConfig) -> bool:
+    """Should the prune step remove working item ``i``? (pure) Not before it is as old as
+    ``session_idle_hours``: till then its session may still be running, and an item noted
+    with importance 0 would go before anything could read it."""
+    return i.created_at != NO_TIME and should_prune(
+        decayed(i.importance, i.created_at, now, decay_per_hour), i.access_count, (now - i.created_at) / 86400,
+        below=cfg.prune_below, min_age_days=cfg.session_idle_hours / 24)
+
+
 def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> list[str]:
     cfg = layers.parts.config.consolidation
     decay = layers.parts.config.working.decay_per_hour
@@ -244,10 +254,7 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
         # from here to the last prune, so a fact is judged as it is, not as it was at the run's start
         layers.parts.access.flush()
         doomed = [f for f in layers.facts.select(user_id) if _stale_fact(f, now, cfg)]
-        stale = [i.id for i in layers.rows.live_working_items(user_id)
-                 if i.created_at != NO_TIME and should_prune(decayed(i.importance, i.created_at, now, decay),
-                                                             i.access_count, (now - i.created_at) / 86400,
-                                                             below=cfg.prune_below, min_age_days=0.0)]
+        stale = [i.id for i in layers.rows.live_working_items(user_id) if _stale_item(i, now, decay, cfg)]
         total = len(doomed) + len(stale)
         for n, f in enumerate(doomed, 1):
             with layers.rows.unit() as u:  # a progress callback (or another worker) may have removed it
