@@ -91,14 +91,27 @@ def test_import_search_stats_export_forget_rebuild(tmp_path, dump, embedder):
 
 
 def test_import_of_a_malformed_file_reports_lines_and_imports_nothing(tmp_path, dump, embedder):
+    """A refused import into a new folder left that folder behind, an empty memory (a store, an
+    index and a lock), so the next `stats` there read an empty memory instead of saying there
+    is none: what the import made is removed, and the message says so. A folder that was there
+    before is the user's and stays, with what it held."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text(dump.read_text() + "{oops\n", encoding="utf-8")
-    mem = str(tmp_path / "mem")
-    code, out, err = run("--path", mem, "import", str(bad), "--no-progress")
+    mem = tmp_path / "new" / "mem"  # its parent is made too
+    code, out, err = run("--path", str(mem), "import", str(bad), "--no-progress")
     assert code == 2 and "line 5" in err and "nothing imported" in err
-    code, out, _ = run("--path", mem, "stats", "--json")
-    assert json.loads(out)["messages"] == 0
-    code, out, _ = run("--path", mem, "import", str(bad), "--skip-invalid", "--no-progress")
+    assert f"{tmp_path / 'new'}, made for this import, was removed" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.jsonl", "chats.jsonl"]
+    code, out, err = run("--path", str(mem), "stats", "--json")
+    assert code == 2 and "no memory at" in err
+
+    code, out, _ = run("--path", str(mem), "import", str(dump), "--no-progress")
+    assert code == 0 and "imported 4 messages" in out
+    code, out, err = run("--path", str(mem), "import", str(bad), "--no-progress")
+    assert code == 2 and "nothing imported" in err and "removed" not in err
+    code, out, _ = run("--path", str(mem), "stats", "--json")
+    assert json.loads(out)["messages"] == 4
+    code, out, _ = run("--path", str(tmp_path / "m2"), "import", str(bad), "--skip-invalid", "--no-progress")
     assert code == 0 and "imported 4 messages" in out and "line 5" in out
 
 
@@ -132,7 +145,10 @@ def test_usage_errors_exit_2_with_a_clear_message(tmp_path, embedder, monkeypatc
     assert code == 2 and "is a file" in err
 
     code, _, err = run("--path", str(tmp_path / "m"), "import", str(a_file), "--no-progress")
-    assert code == 2 and "line 1" in err
+    assert code == 2 and "line 1" in err and "was removed" in err
+    from tiered_memory import TieredMemory
+
+    TieredMemory(tmp_path / "m", embedder=embedder).close()
 
     code, _, err = run("--path", str(tmp_path / "m"), "search", "q", "--user", "u", "-k", "0")
     assert code == 2 and "-k must be at least 1" in err

@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence, TextIO
@@ -192,15 +193,29 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
     with open(source, encoding="utf-8", errors="replace") as f:
         total = sum(1 for line in f if line.strip())
     from tqdm import tqdm
+    from .backends import configured_vector_store, is_embedded_index
+    from .memory import default_path
+    from .portable import ImportFormatError
 
-    with _open(args, err, create=True) as memory:
-        bar = tqdm(total=total, unit="line", desc="importing", file=err,
-                   disable=True if args.no_progress else None)
-        try:
-            report = memory.import_jsonl(source, skip_invalid=args.skip_invalid, progress=bar.update,
-                                         user_id=args.user)
-        finally:
-            bar.close()
+    made = _first_missing(Path(args.path) if args.path else default_path())
+    try:
+        with _open(args, err, create=True) as memory:
+            bar = tqdm(total=total, unit="line", desc="importing", file=err,
+                       disable=True if args.no_progress else None)
+            try:
+                report = memory.import_jsonl(source, skip_invalid=args.skip_invalid, progress=bar.update,
+                                             user_id=args.user)
+            finally:
+                bar.close()
+    except ImportFormatError as e:
+        # nothing was imported: the folder made for it would be an empty memory that the read
+        # commands then find. Only where all of it is in that folder (an index on a server
+        # may hold a collection marked as this folder's)
+        if made is None or not is_embedded_index(configured_vector_store(None)):
+            raise
+        shutil.rmtree(made, ignore_errors=True)
+        left = "could not be removed: delete it by hand" if made.exists() else "was removed"
+        raise CliUsageError(f"{e}; {made}, made for this import, {left}") from e
     present = (report.skipped_existing + report.facts_skipped + report.episodes_skipped + report.items_skipped
                + report.archived_skipped + report.working_skipped + report.scratchpads_skipped
                + report.histories_skipped + report.audit_skipped + report.cursors_skipped)
@@ -309,6 +324,17 @@ def _lenient(stream: TextIO) -> TextIO:
     if reconfigure is not None:
         reconfigure(errors="backslashreplace")
     return stream
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost of ``folder`` and its parents that does not exist yet: what making
+    ``folder`` creates (``None``: it exists)."""
+    missing = None
+    for p in (folder.absolute(), *folder.absolute().parents):
+        if p.exists():
+            return missing
+        missing = p
+    return missing
 
 
 def _counted(n: int, one: str, many: str | None = None) -> str:
