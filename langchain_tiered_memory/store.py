@@ -345,9 +345,11 @@ class TieredMemoryStore(BaseStore):
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
         """Sweep every ``sweep_interval_minutes`` (default the TTLConfig's, else 5 minutes, as
-        LangGraph's stores) in a daemon thread, until :meth:`stop_ttl_sweeper` or the memory
-        closes; a failed sweep is logged and the next one runs. Starting twice returns the
-        running thread. A store without ``ttl=`` needs the interval passed."""
+        LangGraph's stores) in a daemon thread, until :meth:`stop_ttl_sweeper` or until the
+        memory's ``close()`` begins (the thread ends then, not at its next interval); a failed
+        sweep is logged and the next one runs. Starting twice returns the running thread. A
+        store without ``ttl=`` needs the interval passed; a closed memory's is refused
+        (``UsageError``)."""
         interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or (
             DEFAULT_SWEEP_MINUTES if self.ttl_config is not None else None)
         if not interval or interval <= 0:
@@ -355,10 +357,13 @@ class TieredMemoryStore(BaseStore):
                 "no sweep interval: pass sweep_interval_minutes, or set ttl=TTLConfig(...) on the store")
         if self._sweeper is not None and self._sweeper.is_alive():
             return self._sweeper
-        self._stop_sweeping.clear()
+        self._stop_sweeping = threading.Event()  # a stopped sweeper's stays set for it
+        self.items.wake_on_close(self._stop_sweeping)  # the memory's close ends it at once
+
+        stop = self._stop_sweeping
 
         def run() -> None:
-            while not self._stop_sweeping.wait(float(interval) * 60.0):
+            while not stop.wait(float(interval) * 60.0):
                 try:
                     self.sweep_ttl()
                 except UsageError:  # the memory was closed: nothing left to sweep

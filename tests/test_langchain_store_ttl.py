@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from langchain_tiered_memory import TieredMemoryStore
-from tiered_memory import InvalidInputError, TieredMemory
+from tiered_memory import InvalidInputError, TieredMemory, UsageError
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -154,3 +154,19 @@ def test_an_explicit_refresh_ttl_overrides_a_config_that_does_not_refresh_on_rea
     clock.advance(6)  # 12 minutes after the puts, 6 after the refreshes
     assert [k for k in ("got", "found", "searched", "untouched") if store.get(("u1", "m"), k)] == [
         "got", "found", "searched"]
+
+
+@pytest.mark.timeout(120)  # the guard against a thread that waits out its hour
+def test_the_sweeper_ends_when_the_memory_closes_not_at_its_next_interval(make_memory: Any) -> None:
+    """The sweeper woke only at its next interval (LangGraph's default: 5 minutes) to find the
+    memory closed, so a process that closed the memory kept the thread, the store and the
+    closed memory until then; it now ends as close() begins. A sweeper started on a closed
+    memory is refused as its other calls are."""
+    memory = make_memory()
+    store = TieredMemoryStore(memory, ttl={"default_ttl": 60, "sweep_interval_minutes": 60})
+    thread = store.start_ttl_sweeper()
+    memory.close()
+    thread.join()
+    assert not thread.is_alive()
+    with pytest.raises(UsageError, match="closed"):
+        TieredMemoryStore(memory, ttl={"default_ttl": 60}).start_ttl_sweeper()

@@ -13,6 +13,7 @@ import functools
 import os
 import sqlite3
 import threading
+import weakref
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from .errors import StoreError, TieredMemoryError, UsageError, VectorIndexError
@@ -31,6 +32,7 @@ class Calls:
         self._done = False  # that close has finished
         self._pid = os.getpid()
         self._depth = threading.local()  # calls of this thread (a call may make others)
+        self._wake: "weakref.WeakSet[threading.Event]" = weakref.WeakSet()  # set when close begins
 
     def inside(self) -> bool:
         """True in a thread that is running a call."""
@@ -79,8 +81,20 @@ class Calls:
                 return False
             self._closed = True
             self._closer = threading.get_ident()
+            for event in list(self._wake):
+                event.set()
             self._cond.wait_for(lambda: self._running == 0)
         return True
+
+    def wake_on_close(self, event: threading.Event) -> None:
+        """Set ``event`` when :meth:`close` begins (at once if it has): a background thread
+        that waits on it between its calls (the LangGraph store's TTL sweeper) ends with the
+        memory instead of at its next wake-up. Held weakly: a thread's end forgets it."""
+        with self._cond:
+            if self._closed:
+                event.set()
+            else:
+                self._wake.add(event)
 
     def closed(self) -> None:
         """The close that :meth:`close` let begin has finished: the other closes waiting return."""

@@ -31,6 +31,7 @@ pure functions with table tests. This module is the shell that reads and writes.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from typing import Any, Callable, Mapping, Sequence
 
@@ -80,6 +81,12 @@ class ItemStore:
     @property
     def index(self) -> VectorIndex:
         return self.parts.index
+
+    @usable
+    def wake_on_close(self, event: threading.Event) -> None:
+        """Set ``event`` when the memory's ``close()`` begins (see
+        :meth:`~tiered_memory.guard.Calls.wake_on_close`); refused on a closed memory."""
+        self._calls.wake_on_close(event)
 
     # ---- writes ------------------------------------------------------------
     @usable
