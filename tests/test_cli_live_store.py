@@ -201,3 +201,23 @@ def test_a_held_store_of_an_older_schema_is_refused_not_migrated(tmp_path, monke
     finally:
         tell(proc, "")
         proc.wait(timeout=60)
+
+
+def test_a_read_only_reader_of_a_closed_folder_leaves_it_as_it_found_it(tmp_path):
+    """A ``ReadOnlyMemory`` of a folder no process held (the CLI's too, when the application
+    closes between its lock check and its open) left ``records.sqlite3-wal`` and ``-shm``
+    beside the database: SQLite makes them for a WAL reader and a read-only connection cannot
+    remove them. The reader that made them now lets SQLite remove them as it closes; the
+    database's bytes are untouched."""
+    from tiered_memory.readonly import ReadOnlyMemory
+
+    folder = tmp_path / "quiet"
+    with TieredMemory(folder, embedder=StaticEmbedder()) as memory:
+        memory.add("user", "I live in Lisbon", session_id="s1", user_id="ana")
+    before = sorted(p.name for p in folder.iterdir())
+    stored = hashlib.sha256((folder / "records.sqlite3").read_bytes()).hexdigest()
+    with ReadOnlyMemory(folder) as reader:
+        assert [h.text for h in reader.search("Lisbon", user_id="ana")] == ["I live in Lisbon"]
+        assert reader.stats().messages == 1
+    assert sorted(p.name for p in folder.iterdir()) == before
+    assert hashlib.sha256((folder / "records.sqlite3").read_bytes()).hexdigest() == stored

@@ -58,6 +58,9 @@ class SQLiteDatabase:
     def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         self.path = Path(path)
         self.read_only = read_only
+        # a read-only reader of a file no connection has open makes its -wal and -shm (SQLite
+        # does, for any WAL reader) and cannot remove them: close() lets SQLite do it
+        self._made_wal = read_only and not _wal(self.path).exists()
         self.lock = threading.RLock()
         self._pid, self._closed = os.getpid(), False
         conn: sqlite3.Connection | None = None
@@ -218,6 +221,8 @@ class SQLiteDatabase:
         with self.lock:
             self._closed = True
             self.conn.close()
+            if self._made_wal:
+                _remove_reader_files(self.path)
 
     @contextmanager
     def _synced(self, sync: bool) -> Iterator[None]:
@@ -253,3 +258,25 @@ class SQLiteDatabase:
                 raise StoreError(f"record store sync failed: {e}") from e
             finally:
                 os.close(fd)
+
+
+def _wal(path: Path) -> Path:
+    return path.with_name(path.name + "-wal")
+
+
+def _remove_reader_files(path: Path) -> None:
+    """Remove the empty -wal and the -shm a read-only reader of ``path`` made, the way SQLite
+    does: the last connection to close a WAL database deletes both, and only when it is the
+    last (it takes the database's exclusive lock for that), so a writer or reader that opened
+    it meanwhile keeps them. A -wal that holds frames (a writer came and went) is left for
+    the writer's next open; nothing is written to the database file."""
+    try:
+        if _wal(path).stat().st_size:
+            return
+        conn = sqlite3.connect(str(path), timeout=0)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # joins the WAL, reads only
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):  # gone already, a folder we may not write, busy: they stay
+        pass
