@@ -330,8 +330,30 @@ def test_an_unreachable_postgres_is_one_line_on_stderr_without_the_password(tmp_
     pytest.importorskip("psycopg")  # the [postgres] extra (absent in make test-notorch)
     env = {**os.environ, "TIERED_MEMORY_RECORD_STORE": "postgresql://bob:s3cret-pw@127.0.0.1:1/db",
            "TIERED_MEMORY_EMBEDDER": "static"}
+    (tmp_path / "m").mkdir()  # the index's folder, so the CLI goes on to the server
     proc = subprocess.run([sys.executable, "-m", "tiered_memory", "--path", str(tmp_path / "m"), "stats"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1 and "StoreError" in proc.stderr and "bob:***@127.0.0.1" in proc.stderr
     assert "s3cret" not in proc.stderr + proc.stdout
     assert len(proc.stderr.splitlines()) == 1, proc.stderr  # not the connection pool's retries too
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("command", [["stats"], ["search", "Lisbon", "--user", "ana"],
+                                     ["export", "dump.jsonl"], ["facts", "--user", "ana"]])
+def test_a_read_on_postgres_with_no_index_folder_makes_none(tmp_path, postgres_url, monkeypatch, embedder, command):
+    """With the records in PostgreSQL and the vectors in the folder (Chroma, the default), a read
+    command naming a folder that is not there made it: a new, empty index, which the start-up
+    repair then filled by embedding every stored message, so `stats` wrote a whole index. It
+    is now refused as a read of a folder that holds no memory is, naming what to pass."""
+    from tiered_memory import TieredMemory
+
+    monkeypatch.setenv("TIERED_MEMORY_RECORD_STORE", postgres_url)
+    with TieredMemory(tmp_path / "app", embedder=embedder) as memory:
+        memory.add("user", "I live in Lisbon", session_id="s1", user_id="ana")
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run("--path", str(tmp_path / "elsewhere"), *command)
+    assert code == 2 and "no vector index at" in err and "TIERED_MEMORY_VECTOR_STORE" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app"]
+    code, out, err = run("--path", str(tmp_path / "app"), "stats", "--json")
+    assert code == 0 and json.loads(out)["messages"] == 1, err

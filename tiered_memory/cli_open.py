@@ -29,11 +29,17 @@ def open_memory(args: argparse.Namespace, err: TextIO, *, create: bool = False) 
     """The memory at ``--path``; for a read command, its record store read-only when another
     process holds the folder (a note on ``err`` says so)."""
     from .memory import TieredMemory, default_path
-    from .backends import configured_record_store, is_postgres_url
+    from .backends import configured_record_store, configured_vector_store, is_embedded_index, is_postgres_url
     from .folder_lock import FolderLock
 
     folder = Path(args.path) if args.path else default_path()
     on_server = is_postgres_url(configured_record_store())  # records in PostgreSQL, not the folder
+    if not create and on_server and is_embedded_index(configured_vector_store(None)) and not folder.is_dir():
+        # opening would make an empty index there and embed every stored message into it
+        raise CliUsageError(
+            f"no vector index at {folder}: the records are in PostgreSQL and their vectors in the folder "
+            "the application opens. Pass --path to that folder, or set TIERED_MEMORY_VECTOR_STORE to "
+            "where the vectors are (pgvector, a server URL).")
     if not create and not on_server and not (folder / "records.sqlite3").exists():
         if folder.exists() and not folder.is_dir():
             raise CliUsageError(f"{folder} is a file, not a memory folder")
