@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import sqlite3
 import threading
@@ -17,6 +18,8 @@ import weakref
 from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from .errors import StoreError, TieredMemoryError, UsageError, VectorIndexError
+
+log = logging.getLogger("tiered_memory")
 
 
 class Calls:
@@ -33,6 +36,7 @@ class Calls:
         self._pid = os.getpid()
         self._depth = threading.local()  # calls of this thread (a call may make others)
         self._wake: "weakref.WeakSet[threading.Event]" = weakref.WeakSet()  # set when close begins
+        self._deferred: Callable[[], None] | None = None  # a close made inside a call: run as it returns
 
     def inside(self) -> bool:
         """True in a thread that is running a call."""
@@ -47,44 +51,63 @@ class Calls:
         with self._cond:  # checked and counted at once: close() cannot slip in between
             if self._closed and not self.inside():
                 raise closed_error()
+            # this thread's depth first and last: a signal handler's close() that runs in
+            # between (the lock is re-entrant) finds the call it interrupted counted as its own
+            self._depth.n = getattr(self._depth, "n", 0) + 1
             self._running += 1
-        self._depth.n = getattr(self._depth, "n", 0) + 1
         try:
             yield
         finally:
-            self._depth.n -= 1
             with self._cond:
                 self._running -= 1
+                self._depth.n -= 1
                 self._cond.notify_all()
+                shut = None
+                if self._deferred is not None and not self.inside() and self._closer == threading.get_ident():
+                    shut, self._deferred = self._deferred, None
+            if shut is not None:  # a close() made inside this thread's call: now that it returned
+                self._shut(shut, deferred=True)
 
     def forked(self) -> bool:
         """True in a process forked from the one these calls belong to."""
         return os.getpid() != self._pid
 
-    def close(self) -> bool:
-        """Refuse new calls, then wait until every call has returned. True: the caller closes
-        the engines and then calls :meth:`closed`. False when close had begun already: once
-        that close has finished (at once in the thread running it).
+    def close(self, shut: Callable[[], None]) -> None:
+        """Refuse new calls, wait until every call has returned, then ``shut()`` (close the
+        engines). A close made while one has begun returns once that one has finished (at
+        once in the thread running it).
 
-        Raises:
-            UsageError: called from inside a call (a progress callback, an embedder): that
-                call would be cut short, and background work waiting for its locks would
-                keep close() waiting forever.
+        Made inside a call of this thread (a progress callback; a SIGTERM handler that runs
+        while the main thread is in a write), it cannot wait for that call, which lies below
+        it on the stack: it refuses new calls and returns, and the memory shuts as the
+        thread's outermost call returns (that call goes on, whole). Its ``shut()`` failing
+        then is logged, not raised into the call that succeeded.
         """
-        if self.inside():
-            raise UsageError("close() was called from inside a call of this TieredMemory (a progress "
-                             "callback, or an embedder or index it runs): close it after that call returns")
         with self._cond:
             if self._closed:
                 if self._closer != threading.get_ident():
                     self._cond.wait_for(lambda: self._done)
-                return False
+                return
             self._closed = True
             self._closer = threading.get_ident()
             for event in list(self._wake):
                 event.set()
-            self._cond.wait_for(lambda: self._running == 0)
-        return True
+            if self.inside():
+                self._deferred = shut
+                return
+        self._shut(shut, deferred=False)
+
+    def _shut(self, shut: Callable[[], None], *, deferred: bool) -> None:
+        try:
+            with self._cond:
+                self._cond.wait_for(lambda: self._running == 0)
+            shut()
+        except Exception:
+            if not deferred:
+                raise
+            log.exception("close() made inside a call of this TieredMemory failed as the call returned")
+        finally:
+            self.closed()
 
     def wake_on_close(self, event: threading.Event) -> None:
         """Set ``event`` when :meth:`close` begins (at once if it has): a background thread
@@ -97,7 +120,7 @@ class Calls:
                 self._wake.add(event)
 
     def closed(self) -> None:
-        """The close that :meth:`close` let begin has finished: the other closes waiting return."""
+        """The close that :meth:`close` began has finished: the other closes waiting return."""
         with self._cond:
             self._done = True
             self._cond.notify_all()

@@ -304,13 +304,17 @@ class TieredMemory:
         """Refuse new calls, let the calls already running finish (a write whose caller was
         cancelled is stored whole; the calls of a ``working_memory`` or ``item_store`` handle
         too), write pending access counts, wait for background compression, release the
-        store. A second close() returns once the first has finished; one made from inside a
-        call of this memory (a progress callback) raises ``UsageError``, since it would cut
-        that call short. In a forked child it only forgets the inherited object (the parent owns it)."""
+        store. A second close() returns once the first has finished. One made inside a call
+        of this memory in the same thread (a progress callback, or a SIGTERM handler that runs
+        while the main thread writes) refuses new calls and returns; the call goes on, whole,
+        and the memory closes as it returns. In a forked child it only forgets the inherited
+        object (the parent owns it)."""
         if self._calls.forked():  # inherited through fork: the parent owns it
             return
-        if not self._calls.close():  # closed already (a close in another thread has finished)
-            return
+        self._calls.close(self._shut)
+
+    def _shut(self) -> None:
+        """Close the engines, once no call runs (:meth:`Calls.close` calls it)."""
         try:
             self.parts.access.close()
             if "_layers" in self.__dict__:
@@ -322,13 +326,10 @@ class TieredMemory:
             if not getattr(self.store, "shared", False):
                 self.store.set_meta("state", "closed")
         finally:
-            try:
-                self.index.close()
-                self.store.close()
-                if self._lock:
-                    self._lock.release()
-            finally:
-                self._calls.closed()
+            self.index.close()
+            self.store.close()
+            if self._lock:
+                self._lock.release()
 
     def __enter__(self) -> "TieredMemory":
         return self
