@@ -394,3 +394,43 @@ def test_forget_user_counts_the_archived_turns_it_removes(make_memory: Callable[
     memory.add("user", "And now I live in Porto.", session_id="new", user_id="u1")
     assert memory.consolidate("u1").archived_messages == 2
     assert memory.forget_user("u1") == 3
+
+
+def test_a_strict_llm_failure_leaves_its_session_and_consolidate_does_the_rest_then_says_what_it_left(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """Under ``LLMConfig(strict=True)`` one session the model failed on (a timeout, or output
+    it cannot give for that session, every night) stopped the whole of consolidate at that
+    session: the idle sessions after it, the merges, promotions, archiving and pruning were
+    never done, and the LLMError did not say so. The steps now go on; the session is left as
+    it was (no episode, its turns live) and the error, raised at the end, names it and what
+    was done. Rerun with a model that answers, the session is compressed."""
+    from tiered_memory.config import LLMConfig
+    from tiered_memory.errors import LLMError
+    from tiered_memory.testing import ScriptedLLM, task_of, timeout
+
+    def answer(messages: list[dict[str, str]]) -> Any:
+        if task_of(messages) != "episode":
+            return {"facts": []}
+        if "sailing" in messages[-1]["content"]:
+            return timeout()
+        return {"summary": "Talked about the week.", "entities": [], "decisions": [], "open_questions": []}
+
+    memory = make_memory(llm=ScriptedLLM(default=answer),
+                         config=MemoryConfig(llm=LLMConfig(timeout_s=0.2, strict=True)))
+    old = time.time() - 3 * 86400
+    for sid, text in [("a", "I went sailing off Cascais"), ("b", "I baked bread all week"),
+                      ("c", "I repaired my bike")]:
+        memory.add_many([{"role": "user", "content": text, "timestamp": old + len(sid)}], session_id=sid, user_id="u")
+    faded = memory.working_memory("w", user_id="u").remember("an old passing thought", importance=0.01,
+                                                              now=old)
+    with pytest.raises(LLMError) as failed:
+        memory.consolidate("u")
+    message = str(failed.value)
+    assert "1 of 3 idle sessions was not compressed: 'a'" in message and "pruned 1" in message
+    assert sorted(e.session_id for e in memory.episodes("u")) == ["b", "c"]  # the others were done
+    assert [m.content for m in memory.get_messages("a", user_id="u")] == ["I went sailing off Cascais"]
+    assert faded.id not in {i.id for i in memory.working_memory("w", user_id="u").items()}
+    memory.llm = ScriptedLLM(default={"summary": "Sailing.", "entities": [], "decisions": [], "open_questions": [],
+                                      "facts": []})
+    assert memory.consolidate("u").sessions == 1
+    assert sorted(e.session_id for e in memory.episodes("u")) == ["a", "b", "c"]

@@ -15,6 +15,10 @@ whole run is idempotent and safe to interrupt and rerun (finished work is marked
    and that were never accessed are soft-deleted with an audit record (a fact once
    ``prune_min_age_days`` old, a working item once ``session_idle_hours`` old).
 
+Under ``LLMConfig.strict`` a session or episode the LLM failed on is left as it was and
+the other steps go on; the LLM's error is raised at the end, naming what was left and what
+was done (:func:`unfinished`).
+
 Steps 4 and 5 judge age; a record whose time is :data:`~tiered_memory.records.NO_TIME` (one a
 read could not take, from another writer) has none, and is neither compressed nor pruned.
 """
@@ -28,6 +32,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..config import ConsolidationConfig
+from ..errors import LLMError, LLMOutputError
 from ..parts import Parts
 from ..recall.chunking import CHUNK_OVER, vector_ids
 from ..recall.indexing import index_orphans
@@ -129,10 +134,18 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
     tick: Progress = progress or (lambda step, done, total: None)
     details: dict[str, list[str]] = {s: [] for s in STEPS}
 
+    # what a strict-mode LLM failure left (step, session or episode id, error): the other steps
+    # go on, and the error is raised at the end, naming these (one poisoned session must not
+    # keep every later run from merging, archiving and pruning)
+    left: list[tuple[str, str, LLMError]] = []
     idle = layers.rows.idle_sessions(user_id, now - cfg.session_idle_hours * 3600)
     for n, sid in enumerate(idle, 1):
         held = {e.id for e in layers.episodes.select(user_id, sid)}
-        ep = layers.end_session(user_id, sid)
+        try:
+            ep = layers.end_session(user_id, sid)
+        except LLMError as e:  # nothing of the session was written (end_session asks before it writes)
+            left.append(("sessions", sid, e))
+            ep = None
         if ep is not None and ep.id not in held:  # not one another run made since `idle` was read
             details["sessions"].append(ep.id)
         tick("sessions", n, len(idle))
@@ -145,7 +158,12 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
     for n, ep in enumerate(promote, 1):
         # another run (a worker, a thread) may have promoted it since the read: its facts are then
         # known (the ingest is a no-op) and the promotion is that run's to count and audit
-        layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
+        try:
+            layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
+        except LLMError as e:  # not marked promoted: the next run ingests it again (a no-op for what is known)
+            left.append(("promote", ep.id, e))
+            tick("promote", n, len(promote))
+            continue
         with layers.rows.unit() as u:
             if u.mark_promoted(ep.id, now):
                 u.audit(user_id, "episode", ep.id, "promote", {"access_count": ep.access_count}, now)
@@ -154,10 +172,34 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
 
     archived = _compress(layers, user_id, episodes, now, tick, details)
     details["prune"] = _prune(layers, user_id, now, tick)
-    return ConsolidationReport(
+    report = ConsolidationReport(
         sessions=len(details["sessions"]), merged=sum(1 for _ in details["merge"]),
         promoted=len(details["promote"]), compressed=len(details["compress"]), archived_messages=archived,
         pruned=len(details["prune"]), details=details)
+    if left:
+        first = left[0][2]
+        raise (LLMOutputError if isinstance(first, LLMOutputError) else LLMError)(unfinished(user_id, report, [(step, i) for step, i, _ in left],
+                                     {"sessions": len(idle), "promote": len(promote)}, first)) from first
+    return report
+
+
+def unfinished(user_id: str, report: ConsolidationReport, left: Sequence[tuple[str, str]],
+               tried: dict[str, int], error: Exception) -> str:
+    """The message of a run that the LLM kept from finishing (pure): what it left, what it did."""
+    what = {"sessions": ("idle session", "compressed"), "promote": ("episode", "promoted")}
+    parts = []
+    for step, (noun, verb) in what.items():
+        ids = [i for s, i in left if s == step]
+        if ids:
+            shown = ", ".join(repr(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+            plural = "s" if tried[step] != 1 else ""
+            parts.append(f"{len(ids)} of {tried[step]} {noun}{plural} {'was' if len(ids) == 1 else 'were'} "
+                         f"not {verb}: {shown}")
+    done = ", ".join(f"{k} {getattr(report, k)}" for k in
+                     ("sessions", "merged", "promoted", "compressed", "archived_messages", "pruned"))
+    return (f"consolidate of user {user_id!r} did not finish: {'; '.join(parts)} (the LLM failed: {error}). "
+            f"Everything else was done and kept ({done}); run consolidate again once the model answers: "
+            "it does only what is left")
 
 
 def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, tick: Progress) -> list[str]:
