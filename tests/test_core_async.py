@@ -157,3 +157,60 @@ async def test_aopen_opens_off_the_event_loop(tmp_path, embedder):
         await memory.aadd("user", "I keep bees on the roof", session_id="s", user_id="u")
     async with await TieredMemory.aopen(tmp_path / "m", embedder=embedder) as again:
         assert (await again.astats()).messages == 1
+
+
+async def test_a_write_cancelled_before_its_worker_thread_starts_is_still_stored_whole(memory):
+    """The documented promise holds when the call is cancelled while it waits for a worker
+    thread (the loop's executor busy with other calls, as under load): ``asyncio.to_thread``
+    then dropped it, so an ``aadd`` whose ``wait_for`` ran out before a thread was free was
+    never stored, though the docs say a cancelled write is stored whole."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(1))  # one worker: the write waits behind a busy one
+    busy = threading.Event()
+    blocker = loop.run_in_executor(None, busy.wait)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(memory.aadd("user", "I keep bees on the roof", session_id="s", user_id="u"), 0.01)
+    busy.set()
+    await blocker
+    await loop.run_in_executor(None, memory.flush)  # queued after the write: it has run when this returns
+    assert [m.content for m in memory.get_messages("s", user_id="u")] == ["I keep bees on the roof"]
+
+
+async def test_close_waits_for_an_async_write_still_waiting_for_a_worker_thread(tmp_path, embedder):
+    """A twin's call counts for ``close()`` from the moment it is made, not from when a
+    worker thread takes it: a ``close()`` that began while the write still waited for a
+    thread finished at once, and the write, run after it, was refused, with nobody left to
+    see the error (its caller had been cancelled): the batch was lost."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tiered_memory import UsageError
+
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(1))
+    busy = threading.Event()
+    blocker = loop.run_in_executor(None, busy.wait)
+    task = asyncio.create_task(memory.aadd("user", "I keep bees on the roof", session_id="s", user_id="u"))
+    await asyncio.sleep(0)  # the write is queued behind the busy worker
+    task.cancel()
+    closing = threading.Thread(target=memory.close)
+    closing.start()
+    while True:  # until close() has begun: new calls are refused (polled, not timed)
+        try:
+            memory.stats()
+        except UsageError:
+            break
+        await asyncio.sleep(0.005)
+    busy.set()
+    await blocker
+    await asyncio.to_thread(closing.join)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    with TieredMemory(tmp_path / "m", embedder=embedder) as again:
+        assert [m.content for m in again.get_messages("s", user_id="u")] == ["I keep bees on the roof"]
+

@@ -23,6 +23,8 @@ import functools
 import os
 from typing import Any, Callable, Concatenate, Coroutine, Iterator, ParamSpec, TypeVar
 
+from .guard import COUNTED
+
 T = TypeVar("T")
 S = TypeVar("S")
 P = ParamSpec("P")
@@ -79,11 +81,29 @@ def _no_stop_iteration(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs)
         raise RuntimeError(f"{getattr(fn, '__qualname__', fn)} raised StopIteration") from e
 
 
+def _retrieve(future: "asyncio.Future[Any]") -> None:
+    if not future.cancelled():
+        future.exception()  # its caller gave up: no 'exception was never retrieved' later
+
+
 async def to_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
-    """``asyncio.to_thread`` (in a copy of the caller's context), with a ``StopIteration``
-    raised in the thread (a callback's bare ``next()``) raised as ``RuntimeError`` from it,
-    as LangChain's ``run_in_executor`` does, instead of leaving the caller waiting forever."""
-    return await asyncio.to_thread(_no_stop_iteration, fn, *args, **kwargs)
+    """``asyncio.to_thread`` (in a copy of the caller's context), with two differences:
+
+    - a call whose caller is cancelled (a timeout around it) still runs whole: with
+      ``asyncio.to_thread`` it is dropped if it still waits for a free worker thread,
+      and runs whole if one had taken it, so the caller could not tell which;
+    - a ``StopIteration`` raised in the thread (a callback's bare ``next()``) is raised as
+      ``RuntimeError`` from it, as LangChain's ``run_in_executor`` does, instead of leaving
+      the caller waiting forever.
+    """
+    return await asyncio.shield(_submit(fn, *args, **kwargs))  # a cancel reaches the caller, not the queue
+
+
+def _submit(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> "asyncio.Future[T]":
+    call = functools.partial(contextvars.copy_context().run, _no_stop_iteration, fn, *args, **kwargs)
+    running = asyncio.get_running_loop().run_in_executor(None, call)
+    running.add_done_callback(_retrieve)
+    return running
 
 
 def _deliver(future: "asyncio.Future[Any]", result: Any, error: BaseException | None) -> None:
@@ -163,7 +183,10 @@ class ReadWriteGate:
 
 
 def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """The async twin of a sync method: same parameters, run by :func:`to_thread`.
+    """The async twin of a sync method: same parameters, run by :func:`to_thread`. A method
+    guarded by :func:`~.guard.usable` is counted as one of its memory's calls when the twin
+    is called, not when a worker thread takes it: a ``close()`` that begins while it waits
+    for a thread waits for it too, and one that began before refuses it at once.
 
     Example:
         >>> class Store:
@@ -174,9 +197,20 @@ def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], 
         'K'
     """
 
+    counted = getattr(method, COUNTED, False)
+
     @functools.wraps(method)
     async def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await to_thread(method, self, *args, **kwargs)
+        if not counted:
+            return await to_thread(method, self, *args, **kwargs)
+        admitted = self._calls.admit()  # type: ignore[attr-defined]  # usable() guards only a Guarded
+        try:
+            running = _submit(admitted.run, method, self, *args, **kwargs)
+        except BaseException:
+            admitted.drop()
+            raise
+        running.add_done_callback(lambda f: admitted.drop() if f.cancelled() else None)  # never run
+        return await asyncio.shield(running)
 
     run.__name__ = "a" + method.__name__
     owner = method.__qualname__.rpartition(".")[0]

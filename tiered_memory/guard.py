@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Protocol, TypeVar
 from .errors import StoreError, TieredMemoryError, UsageError, VectorIndexError
 
 log = logging.getLogger("tiered_memory")
+T = TypeVar("T")
 
 
 class Calls:
@@ -42,31 +43,63 @@ class Calls:
         """True in a thread that is running a call."""
         return bool(getattr(self._depth, "n", 0))
 
-    @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """One call: refused once :meth:`close` has begun (unless made by a running call),
-        or in a forked child (checked before the lock, which the fork may have left held)."""
+    def _enter(self, *, here: bool) -> None:
+        """Count a call (``here``: run by this thread, now): refused once :meth:`close` has begun
+        (unless made by a running call), or in a forked child (checked before the lock, which
+        the fork may have left held)."""
         if self.forked():
             raise forked_error(self._pid)
         with self._cond:  # checked and counted at once: close() cannot slip in between
             if self._closed and not self.inside():
                 raise closed_error()
-            # this thread's depth first and last: a signal handler's close() that runs in
-            # between (the lock is re-entrant) finds the call it interrupted counted as its own
-            self._depth.n = getattr(self._depth, "n", 0) + 1
+            if here:
+                self._hold()
             self._running += 1
+
+    def _hold(self) -> None:
+        # this thread's depth first and last, under the lock: a signal handler's close() that
+        # runs in between (the lock is re-entrant) finds the call it interrupted counted as its own
+        self._depth.n = getattr(self._depth, "n", 0) + 1
+
+    def _leave(self, *, here: bool) -> None:
+        """Uncount a call (``here``: the one this thread ran); the outermost call of the thread
+        that closed inside it shuts the memory as it returns."""
+        with self._cond:
+            self._running -= 1
+            if here:
+                self._depth.n -= 1
+            self._cond.notify_all()
+            shut = None
+            if here and self._deferred is not None and not self.inside() and self._closer == threading.get_ident():
+                shut, self._deferred = self._deferred, None
+        if shut is not None:  # a close() made inside this thread's call: now that it returned
+            self._shut(shut, deferred=True)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """One call, counted while it runs (see :meth:`_enter`)."""
+        self._enter(here=True)
         try:
             yield
         finally:
-            with self._cond:
-                self._running -= 1
-                self._depth.n -= 1
-                self._cond.notify_all()
-                shut = None
-                if self._deferred is not None and not self.inside() and self._closer == threading.get_ident():
-                    shut, self._deferred = self._deferred, None
-            if shut is not None:  # a close() made inside this thread's call: now that it returned
-                self._shut(shut, deferred=True)
+            self._leave(here=True)
+
+    @contextlib.contextmanager
+    def _as_call(self) -> Iterator[None]:
+        """This thread runs a call :meth:`admit` counted, until the block ends, which uncounts it."""
+        with self._cond:
+            self._hold()
+        try:
+            yield
+        finally:
+            self._leave(here=True)
+
+    def admit(self) -> "Admitted":
+        """Count a call now that a worker thread will run later (an ``a*`` twin's): refused at
+        once if :meth:`close` has begun, else close() waits for it from this moment, even if
+        it still waits for a free thread when close() begins."""
+        self._enter(here=False)
+        return Admitted(self)
 
     def forked(self) -> bool:
         """True in a process forked from the one these calls belong to."""
@@ -126,6 +159,31 @@ class Calls:
             self._cond.notify_all()
 
 
+class Admitted:
+    """A call :meth:`Calls.admit` counted: :meth:`run` runs it as a call of the memory (in any
+    thread) and uncounts it; :meth:`drop` uncounts one that will never run."""
+
+    def __init__(self, calls: Calls) -> None:
+        self._calls = calls
+        self._guard = threading.Lock()
+        self._pending = True
+
+    def _take(self) -> bool:
+        with self._guard:
+            pending, self._pending = self._pending, False
+            return pending
+
+    def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        if not self._take():
+            raise closed_error()  # dropped: its caller's loop dropped the call
+        with self._calls._as_call():
+            return fn(*args, **kwargs)
+
+    def drop(self) -> None:
+        if self._take():
+            self._calls._leave(here=False)
+
+
 class Guarded(Protocol):
     """What :func:`usable` reads on the object whose methods it guards: the memory's calls
     (a handle holds its memory's)."""
@@ -134,6 +192,7 @@ class Guarded(Protocol):
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+COUNTED = "__tiered_memory_counted__"  # set on the methods usable() guards
 
 
 def forked_error(opened_in: int) -> UsageError:
@@ -177,6 +236,7 @@ def usable(method: F) -> F:
             raise StoreError(f"{method.__name__} failed in the record store: {e}. Check free disk space; "
                              "what was acknowledged before is kept") from e
 
+    setattr(checked, COUNTED, True)  # its async twin counts the call before a thread takes it
     return checked  # type: ignore[return-value]
 
 
