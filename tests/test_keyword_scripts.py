@@ -14,13 +14,16 @@ import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory
 from tiered_memory.backends import open_layer_store
+from tiered_memory.layers.items import ItemWrite
+from tiered_memory.records import Episode
 from tiered_memory.recall.query import keywords
 from tiered_memory.store.postgres import MIGRATIONS as PG_MIGRATIONS, PostgresRecordStore
 from tiered_memory.store.postgres_db import PostgresDatabase
 from tiered_memory.store.postgres_layers import ITEM_MIGRATIONS, LAYER_MIGRATIONS, PostgresLayerStore
+from tiered_memory.store.sqlite_layers import ITEM_MIGRATIONS as ITEM_SQLITE, LAYER_MIGRATIONS as LAYER_SQLITE
 from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.store.sqlite_schema import MIGRATIONS as SQLITE_MIGRATIONS
-from tiered_memory.store.text_search import keyword_text
+from tiered_memory.store.text_search import fts5_any, keyword_text
 from tiered_memory.types import StoredMessage
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
@@ -133,11 +136,117 @@ def test_a_postgres_store_indexed_before_finds_its_cjk_words_when_it_opens(make_
 
 @pytest.mark.parametrize("query", ["부산", "부산에", "北京", "北京烤鸭"])
 def test_a_facts_cjk_word_is_found_by_the_start_of_its_run(memory: TieredMemory, query: str) -> None:
-    """Facts, key points and items: PostgreSQL reads their CJK runs as bigrams as it does the
-    turns'; SQLite's tables hold each run whole, so a query's bigram finds the runs it starts
-    (a Korean word and its particle, a Chinese run's first word)."""
+    """Facts read their CJK runs as bigrams, as turns do: a Korean word with its particle and a
+    Chinese run's first word are found by a query's bigrams."""
     rows = open_layer_store(memory.store)
     fact = memory.add_fact("부산에 살아요", user_id="u")
     food = memory.add_fact("北京烤鸭很好吃", user_id="u")
     expected = fact.id if query.startswith("부산") else food.id
     assert [i for i, _ in rows.keyword_facts("u", keywords(query), 10)] == [expected]
+
+
+MIDDLE = [("烤鸭", "北京烤鸭很好吃"), ("好吃", "北京烤鸭很好吃"), ("烤鸭很好吃", "北京烤鸭很好吃"),
+          ("お寺", "来週京都でお寺を見に行きます"), ("회를", "부산에서회를먹었어요")]
+
+
+@pytest.mark.parametrize("query, text", MIDDLE)
+def test_a_word_inside_a_cjk_run_is_found_in_facts_key_points_and_items(memory: TieredMemory, query: str,
+                                                                      text: str) -> None:
+    """Facts, key points and items read a CJK run as its bigrams, as the turns do: a word in
+    the middle or at the end of a run is found by keywords, not only one that starts it."""
+    rows = open_layer_store(memory.store)
+    fact = memory.add_fact(text, user_id="u")
+    memory.add_fact("用户住在上海", user_id="u")
+    with rows.unit() as unit:
+        unit.insert_episode(Episode(id="e1", user_id="u", session_id="s", summary=text),
+                            [("ep:e1:0", "用户住在上海"), ("ep:e1:1", text)])
+    memory.item_store().write_many([
+        ItemWrite(namespace=("u", "notes"), key="k1", user_id="u", value={}, text=text),
+        ItemWrite(namespace=("u", "notes"), key="k2", user_id="u", value={}, text="用户住在上海")])
+    item = {h.item.text: h.item.id for h in memory.item_store().search(("u",))}[text]
+    terms = keywords(query)
+    assert [i for i, _ in rows.keyword_facts("u", terms, 10)] == [fact.id], terms
+    assert [i for i, _ in rows.keyword_points("u", terms, 10)] == ["ep:e1:1"], terms
+    assert [i for i, _ in rows.keyword_items("u", terms, 10)] == [item], terms
+    hits = memory.search_facts(query, user_id="u", k=3)
+    assert [h.fact.id for h in hits if "keyword" in h.explanation["signals"]] == [fact.id]  # through search too
+
+
+def fts_terms(store: SQLiteRecordStore, table: str) -> set[str]:
+    """The terms a layer table's FTS5 index holds (its ``fts5vocab``), each checked against
+    the index's content, the view of what the triggers index."""
+    store.conn.execute(f"INSERT INTO {table}_fts({table}_fts, rank) VALUES ('integrity-check', 1)")
+    with store.transaction() as c:
+        c.execute(f"CREATE VIRTUAL TABLE temp.{table}_vocab USING fts5vocab(main, {table}_fts, 'row')")
+    try:
+        return {r[0] for r in store.query(f"SELECT term FROM temp.{table}_vocab")}
+    finally:
+        with store.transaction() as c:
+            c.execute(f"DROP TABLE temp.{table}_vocab")
+
+
+def test_a_sqlite_store_of_the_previous_schema_indexes_its_facts_points_and_items_cjk_runs_as_bigrams(
+        tmp_path: Path) -> None:
+    """The layer tables' FTS5 indexes held a CJK run whole; on open they are built again with
+    bigrams (English words as before), and a row deleted or changed afterwards leaves none
+    of its words behind."""
+    store = SQLiteRecordStore(tmp_path / "s.sqlite3")
+    store.migrate("layers", LAYER_SQLITE[:-2])
+    store.migrate("items", ITEM_SQLITE[:-1])
+    english = "User runs the Boston marathon every spring"
+    with store.transaction() as c:
+        for n, text in enumerate([TEXTS["zh"], english]):
+            c.execute("INSERT INTO facts (id, user_id, type, text, confidence, created_at, updated_at, valid_from)"
+                      " VALUES (?, 'u', 'fact', ?, 1, 0, 0, 0)", (f"f{n}", text))
+            c.execute("INSERT INTO episode_points (id, episode_id, user_id, text) VALUES (?, 'e1', 'u', ?)",
+                      (f"ep:e1:{n}", text))
+            c.execute("INSERT INTO items (id, user_id, ns_path, namespace, key, value, text, created_at, updated_at)"
+                      " VALUES (?, 'u', 'u', '[\"u\"]', ?, '{}', ?, 0, 0)", (f"i{n}", f"k{n}", text))
+
+    def facts_matching(match: str | None) -> list[tuple[str, float]]:  # LayerStore.keyword's query
+        return [(r[0], float(r[1])) for r in store.query(
+            "SELECT t.id, -bm25(facts_fts) FROM facts_fts JOIN facts t ON t.rowid = facts_fts.rowid"
+            " WHERE facts_fts MATCH ? AND t.user_id = 'u' ORDER BY bm25(facts_fts) LIMIT 3", [match])]
+    before = facts_matching(fts5_any(keywords("marathons in Boston")))
+    assert facts_matching('"出差"') == []  # the run held whole
+    store.close()
+
+    store = SQLiteRecordStore(tmp_path / "s.sqlite3")
+    try:
+        rows = open_layer_store(store)
+        assert [i for i, _ in rows.keyword_facts("u", keywords("出差"), 3)] == ["f0"]
+        assert [i for i, _ in rows.keyword_points("u", keywords("上海的客户"), 3)] == ["ep:e1:0"]
+        assert [i for i, _ in rows.keyword_items("u", keywords("北京"), 3)] == ["i0"]
+        # the same rows (the CJK row now holds more words, so BM25's average length moved)
+        assert [i for i, _ in rows.keyword_facts("u", keywords("marathons in Boston"), 3)] == [i for i, _ in before]
+        terms = fts_terms(store, "facts")
+        assert {"北京", "出差", "boston", "marathon"} <= terms
+        plain = {t for t in terms if t.isascii()}  # the English row's, stemmed
+        with store.transaction() as c:
+            c.execute("DELETE FROM facts WHERE id='f0'")
+            c.execute("DELETE FROM episode_points WHERE id='ep:e1:0'")
+            c.execute("UPDATE items SET text='东京见' WHERE id='i0'")
+        assert fts_terms(store, "facts") == fts_terms(store, "episode_points") == plain
+        assert fts_terms(store, "items") == plain | {"东京", "京见"}
+    finally:
+        store.close()
+
+
+def test_a_layer_row_another_writer_left_undecodable_is_indexed_and_forgotten(tmp_path: Path) -> None:
+    """The triggers read a CJK text's bytes: a fact whose text is not valid UTF-8 (written by
+    other means) is indexed, found, and forgotten without a word left in the index."""
+    store = SQLiteRecordStore(tmp_path / "s.sqlite3")
+    try:
+        rows = open_layer_store(store)
+        with store.transaction() as c:
+            c.execute("INSERT INTO facts (id, user_id, type, text, confidence, created_at, updated_at, valid_from)"
+                      " VALUES ('f1', 'u', 'fact', CAST(? AS TEXT), 1, 0, 0, 0)",
+                      ("北京烤鸭".encode() + b"\xff" + "很好吃".encode(),))
+            c.execute("INSERT INTO items (id, user_id, ns_path, namespace, key, value, text, created_at, updated_at)"
+                      " VALUES ('i1', 'u', 'u', '[\"u\"]', 'k', '{}', NULL, 0, 0)")
+        assert [i for i, _ in rows.keyword_facts("u", keywords("烤鸭"), 3)] == ["f1"]
+        assert [i for i, _ in rows.keyword_facts("u", keywords("好吃"), 3)] == ["f1"]
+        store.forget_user("u")
+        assert fts_terms(store, "facts") == fts_terms(store, "items") == set()
+    finally:
+        store.close()

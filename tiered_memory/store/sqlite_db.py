@@ -28,6 +28,7 @@ from ..errors import CorruptStoreError, StoreError, UsageError
 from ..guard import check_process
 from .sqlite_schema import Step, split_sql
 from .stored_values import lenient_text
+from .text_search import fts5_text
 
 APP_ID = "tiered-memory"
 
@@ -45,6 +46,20 @@ WAL_LIMIT_BYTES = 64 << 20  # a WAL grown by a long bulk write is cut back to th
 # it only when the default decoding failed; transactions and snapshots (writes, repair,
 # export) take it throughout.
 UNDECODABLE = "Could not decode to UTF-8"  # sqlite3's error for such a value
+
+
+#: The SQL function, registered on every connection, that writes a text's CJK runs as their
+#: bigrams (:func:`~.text_search.fts5_text`): the layer tables' keyword triggers and views call it
+#: (``sqlite_layers.cjk_words``).
+CJK_GRAMS = "tm_cjk_grams"
+
+
+def _cjk_grams(value: str | bytes | int | float | None) -> str | bytes | int | float | None:
+    """:func:`~.text_search.fts5_text` as SQL: given a text's bytes (an undecodable byte
+    read as U+FFFD), or a text; any other value as it is."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return fts5_text(value) if isinstance(value, str) else value
 
 
 class SQLiteDatabase:
@@ -71,6 +86,9 @@ class SQLiteDatabase:
             self.conn = conn = sqlite3.connect(
                 where, uri=read_only, check_same_thread=False, isolation_level=None, timeout=30
             )
+            # the layer tables' keyword triggers call it (sqlite_layers.cjk_words): every connection
+            # has it, so any write through tiered-memory can run them
+            conn.create_function(CJK_GRAMS, 1, _cjk_grams, deterministic=True)
             # identify the file before changing anything in it (WAL mode is persistent)
             self._check_identity()
             if not read_only:

@@ -5,7 +5,9 @@ table is :mod:`.sqlite`'s). The tables join the core schema through
 ``SQLiteRecordStore.migrate("layers", ...)`` and ``migrate("items", ...)`` and, like
 every table with a ``user_id`` column, are emptied for a user inside ``forget_user``'s
 transaction. Facts, episode key points and items have their own FTS5 tables (keyword
-recall); their vectors live in the shared vector
+recall), external content over views of the rows' text with each CJK run written as its
+bigrams (:func:`cjk_words`), fed by triggers that write the same text at insert and at
+delete; their vectors live in the shared vector
 index under ids with a ``:`` (``fact:<id>``, ``ep:<id>:<n>``, ``item:<id>``), derived from
 these rows. The queries themselves are :class:`~.layer_store.LayerStore`'s; this dialect
 adds only FTS5 keyword search.
@@ -20,9 +22,51 @@ from typing import Any, Iterable, Sequence
 from .layer_store import PENDING_VECTORS, LayerStore
 from .repositories import Scored
 from .sqlite import SQLiteRecordStore
-from .text_search import fts5_any
+from .sqlite_db import CJK_GRAMS
+from .sqlite_schema import Step
+from .text_search import CJK, fts5_any
 
-LAYER_MIGRATIONS: list[str] = [
+
+def cjk_words(source: str) -> str:
+    """SQL of ``source`` as the FTS5 tables of facts, key points and items index it: a text
+    holding a CJK character through :data:`CJK_GRAMS`, any other as it is, without a call
+    into Python (so English is indexed exactly as before). The function is given the
+    text's bytes, so a value another writer left undecodable is read the same way at insert
+    and at delete."""
+    return f"CASE WHEN {source} GLOB '*[{CJK}]*' THEN {CJK_GRAMS}(CAST({source} AS BLOB)) ELSE {source} END"
+
+
+def bigrams(table: str, source: str, update: str) -> Step:
+    """The migration of ``table``'s FTS5 index to CJK bigrams. ``source`` is the indexed text,
+    its columns after ``{row}``; ``update`` the event of the update trigger (empty for none).
+    The index's content becomes the view ``<table>_words``, ``source`` through
+    :func:`cjk_words`, so FTS5's own ``rebuild`` and ``integrity-check`` read what the triggers
+    index; the index is built again from it (every row: a store's facts, key points and items
+    are few next to its turns)."""
+    fts, view = f"{table}_fts", f"{table}_words"
+    new, old = cjk_words(source.format(row="new.")), cjk_words(source.format(row="old."))
+    insert = f"INSERT INTO {fts}(rowid, text) VALUES (new.rowid, {new});"
+    delete = f"INSERT INTO {fts}({fts}, rowid, text) VALUES ('delete', old.rowid, {old});"
+    triggers = {"ai": f"AFTER INSERT ON {table} BEGIN {insert} END",
+                "ad": f"AFTER DELETE ON {table} BEGIN {delete} END"}
+    if update:
+        triggers["au"] = f"AFTER {update} ON {table} BEGIN {delete} {insert} END"
+
+    def step(c: sqlite3.Connection) -> None:
+        for event in ("ai", "ad", "au"):
+            c.execute(f"DROP TRIGGER IF EXISTS {table}_{event}")
+        c.execute(f"DROP TABLE IF EXISTS {fts}")
+        c.execute(f"DROP VIEW IF EXISTS {view}")
+        c.execute(f"CREATE VIEW {view} AS SELECT rowid, {cjk_words(source.format(row=''))} AS text FROM {table}")
+        c.execute(f"CREATE VIRTUAL TABLE {fts} USING fts5(text, content='{view}', content_rowid='rowid',"
+                  " tokenize='porter unicode61')")
+        c.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
+        for event, body in triggers.items():
+            c.execute(f"CREATE TRIGGER {table}_{event} {body}")
+    return step
+
+
+LAYER_MIGRATIONS: list[Step] = [
     """
     CREATE TABLE IF NOT EXISTS facts (
         rowid INTEGER PRIMARY KEY,
@@ -158,10 +202,14 @@ LAYER_MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS audit_user ON audit_log(user_id, layer, seq);
     """,
     PENDING_VECTORS,
+    # a CJK run is indexed as its bigrams, as the turns' are (text_search.fts5_text), so a word in
+    # the middle of a run is found
+    bigrams("facts", "{row}text", "UPDATE OF text"),
+    bigrams("episode_points", "{row}text", ""),
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)
-ITEM_MIGRATIONS: list[str] = [
+ITEM_MIGRATIONS: list[Step] = [
     """
     CREATE TABLE IF NOT EXISTS items (
         rowid INTEGER PRIMARY KEY,
@@ -197,6 +245,7 @@ ITEM_MIGRATIONS: list[str] = [
     ALTER TABLE items ADD COLUMN expires_at REAL;
     CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_at) WHERE expires_at IS NOT NULL;
     """,
+    bigrams("items", "COALESCE({row}text, '')", "UPDATE"),  # CJK runs as their bigrams, as the facts'
 ]
 
 

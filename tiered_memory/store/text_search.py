@@ -18,12 +18,14 @@ _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
 
 
 def fts5_any(terms: Sequence[str]) -> str | None:
-    """An FTS5 expression OR-ing the terms, each a quoted string (``"a" OR "b"``). A term of
-    CJK characters only (a query's bigram, :func:`cjk_grams`) is a prefix query (``"北京"*``):
-    the tables this serves (facts, key points, items) hold a CJK run as one token, so a bigram
-    finds the runs it starts, and a Korean word with its particle glued on ("부산에")."""
+    """An FTS5 expression OR-ing the terms, each a quoted phrase of its words as the tables
+    this serves (facts, key points, items) index them (:func:`fts5_text`): a CJK run is the
+    phrase of its bigrams (``"去北 北京"``), so it matches where it is written, also in the
+    middle of a longer run. A term of CJK characters only is a prefix query (``"猫"*``): a
+    lone character finds the bigrams it starts."""
     terms = [terms] if isinstance(terms, str) else terms  # one term, not its characters
-    quoted = ['"' + t.replace('"', '""') + '"' + ("*" if is_cjk(t) else "") for t in dict.fromkeys(terms) if t.strip()]
+    quoted = ['"' + fts5_text(t).strip().replace('"', '""') + '"' + ("*" if is_cjk(t) else "")
+              for t in dict.fromkeys(terms) if t.strip()]
     return " OR ".join(quoted) if quoted else None
 
 
@@ -104,6 +106,20 @@ def cjk_grams(word: str) -> list[str]:
         else:
             out.extend(part[i:i + 2] for i in range(len(part) - 1))
     return out
+
+
+def fts5_text(text: str) -> str:
+    """``text`` as the FTS5 tables of facts, key points and items index it (pure): each run of
+    :data:`CJK` characters written as its overlapping bigrams between spaces (a lone one as
+    itself), as :func:`cjk_grams` reads a turn's; everything else as it is, so FTS5 tokenizes
+    (and stems) other words as before. ``"去北京 ok"`` -> ``" 去北 北京  ok"``.
+
+    The index is fed through this function at insert and at delete, so its output for a
+    stored text must never change: a change needs a migration that indexes every such row
+    again (``sqlite_layers.BIGRAMS``)."""
+    if text.isascii() or _CJK_RUN.search(text) is None:
+        return text
+    return _CJK_RUN.sub(lambda m: " " + " ".join(cjk_grams(m.group(0))) + " ", text)
 
 
 def index_words(text: str) -> list[str]:
