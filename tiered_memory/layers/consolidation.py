@@ -220,6 +220,8 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
                 with layers.rows.unit() as u:
                     # updated_at stays the newest of the group: a merge is not new evidence
                     u.absorb_facts(keep, source_ids=sources, access_count=sum(by_id[d].access_count for d in dups),
+                                   last_access=max((a for d in dups if (a := by_id[d].last_access) is not None),
+                                                   default=None),
                                    updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
                     for d in dups:
                         soft_delete(u, user_id, d, "merge", now, {"merged_into": keep})

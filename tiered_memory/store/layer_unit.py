@@ -96,9 +96,12 @@ class LayerUnit:
                   (at, superseded_by, updated_at, user_id, fact_id))
 
     def absorb_facts(self, fact_id: str, *, source_ids: Sequence[str], access_count: int,
-                     updated_at: float) -> None:
-        self._run("UPDATE facts SET source_ids=?, access_count=access_count+?, updated_at=? WHERE id=?",
-                  (dumps(list(source_ids)), access_count, updated_at, fact_id))
+                     last_access: float | None, updated_at: float) -> None:
+        # the later of the two last accesses, in the UPDATE: an access flushed since the read counts
+        self._run("UPDATE facts SET source_ids=?, access_count=access_count+?, updated_at=?,"
+                  " last_access=CASE WHEN last_access IS NULL OR last_access < ? THEN COALESCE(?, last_access)"
+                  " ELSE last_access END WHERE id=?",
+                  (dumps(list(source_ids)), access_count, updated_at, last_access, last_access, fact_id))
 
     def delete_fact(self, user_id: str, fact_id: str) -> None:
         self._run("DELETE FROM facts WHERE user_id=? AND id=?", (user_id, fact_id))

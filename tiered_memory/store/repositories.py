@@ -52,8 +52,9 @@ class FactWrites(AuditWrites, Protocol):
                         updated_at: float) -> None: ...
 
     def absorb_facts(self, fact_id: str, *, source_ids: Sequence[str], access_count: int,
-                     updated_at: float) -> None:
-        """A merge keeper takes the sources and ``access_count`` more accesses of its duplicates."""
+                     last_access: float | None, updated_at: float) -> None:
+        """A merge keeper takes the sources and ``access_count`` more accesses of its duplicates,
+        and their ``last_access`` where it is later than its own (``None``: none of them was read)."""
 
     def delete_fact(self, user_id: str, fact_id: str) -> None: ...
 

@@ -1,0 +1,67 @@
+"""The merge step of consolidation, read through the facts a user sees afterwards.
+
+Near-duplicates are imported (an import runs no resolution, so both stay), with the access
+counts, last accesses and sources a months-old memory would hold; the merge must leave one
+fact that carries what the group had.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import TieredMemory
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+DAY = 86400.0
+
+
+def _import_facts(memory: TieredMemory, tmp_path: Path, facts: list[dict[str, Any]]) -> None:
+    old = time.time() - 10 * DAY
+    lines = [{"format": "tiered-memory/1", "type": "fact", "fact": {
+        "user_id": "u", "type": "preference", "metadata": {}, "created_at": old, "updated_at": old,
+        "valid_from": old, **f}} for f in facts]
+    path = tmp_path / "facts.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert memory.import_jsonl(path).facts_imported == len(facts)
+
+
+def test_a_merged_fact_keeps_the_groups_accesses_and_its_latest_access(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    memory = make_memory()
+    recent = time.time() - DAY
+    _import_facts(memory, tmp_path, [
+        # the keeper (most confident), never read since it was stored
+        {"id": "keep", "text": "User enjoys hiking in the mountains", "confidence": 0.9,
+         "source_ids": ["m1"], "access_count": 0},
+        # its near-duplicate, recalled four times, last yesterday
+        {"id": "dup", "text": "User enjoys hiking in the mountains.", "confidence": 0.5,
+         "source_ids": ["m2"], "access_count": 4, "last_access": recent},
+    ])
+    report = memory.consolidate("u")
+    assert report.details["merge"] == ["dup"]
+    [fact] = memory.facts("u")
+    assert fact.id == "keep" and fact.confidence == 0.9
+    assert fact.source_ids == ["m1", "m2"]
+    assert fact.access_count == 4
+    assert fact.last_access == pytest.approx(recent)  # was None: four accesses, and never a last one
+
+
+def test_a_merge_keeps_the_keepers_own_later_access(make_memory: Callable[..., TieredMemory],
+                                                    tmp_path: Path) -> None:
+    memory = make_memory()
+    earlier, later = time.time() - 5 * DAY, time.time() - DAY
+    _import_facts(memory, tmp_path, [
+        {"id": "keep", "text": "User enjoys hiking in the mountains", "confidence": 0.9,
+         "source_ids": [], "access_count": 2, "last_access": later},
+        {"id": "dup", "text": "User enjoys hiking in the mountains.", "confidence": 0.5,
+         "source_ids": [], "access_count": 1, "last_access": earlier},
+    ])
+    memory.consolidate("u")
+    [fact] = memory.facts("u")
+    assert (fact.access_count, fact.last_access) == (3, pytest.approx(later))
