@@ -44,9 +44,10 @@ TEMPLATES = ["User enjoys {o}", "User owns a book about {o}", "User's sister dis
              "User gave a talk about {o}", "User avoids {o} on weekdays", "User met a friend through {o}"]
 
 
-def _fact(fid: str, conf: float, access: int, created: float, type: str = "fact", polarity: int = 1) -> Fact:
+def _fact(fid: str, conf: float, access: int, created: float, type: str = "fact", polarity: int = 1,
+          key: str | None = None) -> Fact:
     return Fact(id=fid, user_id="u", type=type, text=fid, confidence=conf, access_count=access,
-                created_at=created, polarity=polarity)
+                created_at=created, polarity=polarity, key=key)
 
 
 @pytest.mark.parametrize("sims, facts, expected", [
@@ -57,6 +58,10 @@ def _fact(fid: str, conf: float, access: int, created: float, type: str = "fact"
     ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2, type="preference")], []),  # types differ
     ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2, polarity=-1)], []),  # polarity differs
     ([[1, .91], [.91, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2)], []),  # below threshold
+    ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1, key="rel:sister"), _fact("b", .5, 0, 2, key="rel:brother")],
+     []),  # other slots: two facts
+    ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1, key="rel:sister"), _fact("b", .5, 0, 2)],
+     [("a", ["b"])]),  # one of no slot may be the same fact
     ([[1, .92], [.92, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2)], [("a", ["b"])]),  # at it: merged
     ([[1, .95, .95], [.95, 1, .95], [.95, .95, 1]], [_fact("a", .9, 0, 1), _fact("b", .5, 0, 2),
                                                      _fact("c", .5, 0, 3)], [("a", ["b", "c"])]),

@@ -66,6 +66,8 @@ def _cand(text: str, *, key: str | None = None, polarity: int = 1, type: str = "
 LISBON = _fact("a", "User lives in Lisbon", key="residence")
 SUSHI = _fact("b", "User likes sushi", key="pref:sushi", type="preference")
 TEA = _fact("c", "User drinks green tea every morning", type="preference")
+SISTER = _fact("d", "User's sister is called Ana", key="rel:sister", type="relationship")
+LIKES_TEA = _fact("e", "User likes tea", key="pref:tea", type="preference")
 
 
 @pytest.mark.parametrize("cand, related, judgement, expected", [
@@ -92,6 +94,13 @@ TEA = _fact("c", "User drinks green tea every morning", type="preference")
      ("update", "c")),
     (_cand("User lives in Porto", key="residence"), [(_fact("x", "User lives in Lisbon", key="residence",
                                                              invalid=True), 0.8)], None, ("add", None)),
+    # a fact of another slot is another fact, however alike the words: neither refined nor repeated
+    (_cand("User's brother is called Ana", key="rel:brother", type="relationship"), [(SISTER, 0.88)], None,
+     ("add", None)),
+    (_cand("User likes green tea", key="pref:green tea", type="preference"), [(LIKES_TEA, 0.96)], None,
+     ("add", None)),
+    (_cand("User likes green tea", key="pref:green tea", type="preference"), [(LIKES_TEA, 0.96), (TEA, 0.9)],
+     None, ("update", "c")),  # a fact of no slot is still compared
     # a valid LLM judgement wins over rules
     (_cand("User moved to Porto"), [(LISBON, 0.6)], Judgement(action="invalidate", target=1), ("invalidate", "a")),
     (_cand("User likes salmon sushi"), [(SUSHI, 0.8)], Judgement(action="update", target=1, text="User likes sushi, "
@@ -164,6 +173,17 @@ def test_a_stated_fact_names_the_slot_the_rules_would(text: str, slot: tuple[str
 def test_a_rule_fact_states_its_own_slot(said: str) -> None:
     [cand] = extract_fact_candidates([_m(said)])
     assert stated_slot(cand.text) == (cand.key, cand.polarity)
+
+
+def test_a_fact_of_another_slot_does_not_replace_a_similar_one(memory: TieredMemory) -> None:
+    """"User's brother is called Ana" is as close as 0.88 to "User's sister is called Ana" (MiniLM),
+    over merge_similarity: it used to overwrite the sister's fact; the rules name two slots."""
+    for said in ("User's sister is called Ana", "User's brother is called Ana", "User likes tea",
+                 "User likes green tea"):
+        memory.add_fact(said, user_id="u", type="relationship" if "called" in said else "preference")
+    assert sorted(f.text for f in memory.facts("u")) == [
+        "User likes green tea", "User likes tea", "User's brother is called Ana", "User's sister is called Ana"]
+    assert {c.action for c in memory.fact_history("u")} == {"add"}
 
 
 def test_add_fact_in_the_rules_words_replaces_the_fact_of_its_slot(memory: TieredMemory) -> None:

@@ -41,7 +41,7 @@ from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
 from .episodic import EpisodicMemory
-from .semantic import SemanticMemory, soft_delete
+from .semantic import SemanticMemory, other_slots, soft_delete
 from .working import decayed
 
 Progress = Callable[[str, int, int], None]
@@ -65,7 +65,8 @@ def plan_merges(facts: Sequence[Fact], sims: np.ndarray, threshold: float) -> li
     """Groups of near-duplicates as (keeper id, duplicate ids), pure.
 
     The keeper is the most confident, then most accessed, then oldest fact; a
-    duplicate has the same type and polarity and similarity >= ``threshold`` to it.
+    duplicate has the same type and polarity, no other slot (``key``) and similarity >= ``threshold``
+    to it.
     """
     order = sorted(range(len(facts)), key=lambda i: (-facts[i].confidence, -facts[i].access_count,
                                                       facts[i].created_at, facts[i].id))
@@ -76,7 +77,8 @@ def plan_merges(facts: Sequence[Fact], sims: np.ndarray, threshold: float) -> li
             continue
         taken.add(i)
         dups = [j for j in order if j not in taken and sims[i, j] >= threshold
-                and facts[j].type == facts[i].type and facts[j].polarity == facts[i].polarity]
+                and facts[j].type == facts[i].type and facts[j].polarity == facts[i].polarity
+                and not other_slots(facts[j].key, facts[i].key)]
         taken.update(dups)
         if dups:
             plan.append((facts[i].id, [facts[j].id for j in dups]))

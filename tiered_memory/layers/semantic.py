@@ -85,6 +85,11 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().replace(".", " ").split())
 
 
+def other_slots(a: str | None, b: str | None) -> bool:
+    """Keys of two slots ("rel:sister", "rel:brother"): facts about two things, however alike (pure)."""
+    return a is not None and b is not None and a != b
+
+
 def decide_resolution(
     candidate: FactCandidate, related: Sequence[tuple[Fact, float]], *, same: float, merge: float,
     judgement: Judgement | None = None,
@@ -93,8 +98,8 @@ def decide_resolution(
 
     A valid LLM ``judgement`` wins; one that names a missing fact is ignored. Rules:
     same slot (``key``) with another value or polarity invalidates (the same value said more
-    fully, "Lisbon" -> "Lisbon, Portugal", updates); same text or
-    similarity >= ``same`` is a no-op; similarity >= ``merge`` updates; else add.
+    fully, "Lisbon" -> "Lisbon, Portugal", updates); against the facts of no other slot, same
+    text or similarity >= ``same`` is a no-op, similarity >= ``merge`` updates; else add.
     """
     ranked = sorted((r for r in related if r[0].valid), key=lambda r: -r[1])
     if judgement is not None:
@@ -118,6 +123,7 @@ def decide_resolution(
                                   reason=f"says the fact in slot {candidate.key!r} more fully")
             return Resolution(action="invalidate", target_id=f.id,
                               reason=f"contradicts the fact in slot {candidate.key!r}")
+    ranked = [r for r in ranked if not other_slots(candidate.key, r[0].key)]
     if not ranked:
         return Resolution(action="add", reason="no related fact")
     best, sim = ranked[0]
