@@ -114,3 +114,22 @@ def test_a_session_another_run_ended_meanwhile_is_not_counted_again(make_memory:
     assert len(memory.episodes("u")) == 2
     assert first.sessions + other[0].sessions == 2
     assert set(first.details["sessions"]).isdisjoint(other[0].details["sessions"])
+
+
+def test_a_session_cleared_meanwhile_is_skipped_and_the_run_goes_on(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory()
+    for s in range(2):  # two idle sessions, and an old episode for the later steps
+        memory.add("user", f"I planned trip {s} to Rome.", session_id=f"s{s}", user_id="u",
+                   timestamp=time.time() - 2 * DAY + s)
+    memory.add("user", "I booked flight LX-100 to Zurich.", session_id="old", user_id="u",
+               timestamp=time.time() - 60 * DAY)
+    memory.end_session("old", user_id="u")
+
+    def meanwhile(step: str, done: int, total: int) -> None:
+        if step == "sessions" and done == 1:  # the user clears the other idle session meanwhile
+            memory.clear_session("s1", user_id="u")
+
+    report = memory.consolidate("u", progress=meanwhile)  # was NotFoundError: 's1' has no messages
+    assert report.sessions == 1 and [e.session_id for e in memory.episodes("u")] == ["old", "s0"]
+    assert report.compressed == 1  # the steps after the sessions ran
+    assert memory.consolidate("u").sessions == 0

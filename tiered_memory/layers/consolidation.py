@@ -32,7 +32,7 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..config import ConsolidationConfig
-from ..errors import LLMError, LLMOutputError
+from ..errors import LLMError, LLMOutputError, NotFoundError
 from ..parts import Parts
 from ..recall.chunking import CHUNK_OVER, vector_ids
 from ..recall.indexing import index_orphans
@@ -147,6 +147,8 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
             ep = layers.end_session(user_id, sid)
         except LLMError as e:  # nothing of the session was written (end_session asks before it writes)
             left.append(("sessions", sid, e))
+            ep = None
+        except NotFoundError:  # its turns were cleared or forgotten since `idle` was read: nothing to do
             ep = None
         if ep is not None and ep.id not in held:  # not one another run made since `idle` was read
             details["sessions"].append(ep.id)
