@@ -186,6 +186,22 @@ def test_a_fact_of_another_slot_does_not_replace_a_similar_one(memory: TieredMem
     assert {c.action for c in memory.fact_history("u")} == {"add"}
 
 
+def test_an_edited_fact_takes_the_slot_of_its_new_text(memory: TieredMemory) -> None:
+    """update_fact kept the slot of the old text: "User likes tea", once "User lives in Lisbon",
+    was then invalidated by "User lives in Porto", and a fact edited into the residence slot was
+    left beside the next residence, both valid."""
+    lisbon = memory.add_fact("User lives in Lisbon", user_id="u")
+    memory.update_fact(lisbon.id, user_id="u", text="User likes tea")
+    memory.add_fact("User lives in Porto", user_id="u")
+    assert sorted(f.text for f in memory.facts("u")) == ["User likes tea", "User lives in Porto"]
+
+    bike = memory.add_fact("User has a red bicycle", user_id="v")
+    memory.update_fact(bike.id, user_id="v", text="User lives in Lisbon")
+    memory.add_fact("User lives in Porto", user_id="v")
+    assert [f.text for f in memory.facts("v")] == ["User lives in Porto"]
+    assert memory.facts("v", include_invalid=True)[0].superseded_by is not None
+
+
 def test_add_fact_in_the_rules_words_replaces_the_fact_of_its_slot(memory: TieredMemory) -> None:
     """Without an LLM, an application's add_fact("User lives in Porto") ends "User lives in
     Lisbon" (said by the user or added), as the user's own "I moved to Porto" does."""

@@ -23,6 +23,7 @@ from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
+from .extractive import stated_slot
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import MAX_FACT_CHARS, check_text, not_blank
@@ -305,10 +306,13 @@ class SemanticMemory:
                     old.text, old.type, old.confidence, old.metadata):
                 return old  # nothing changes: no write, no history entry, the update time stays
             vector = embed(self.embedder, [new_text])[0] if new_text != old.text else None
+            # a new text is in the slot it names, if any: the old one's would let the next fact of
+            # that slot invalidate it, and leave it beside the next fact of its own
+            key, polarity = (old.key, old.polarity) if vector is None else stated_slot(new_text) or (None, 1)
             with self.rows.unit() as u:
                 u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
                             confidence=old.confidence if confidence is None else confidence,
-                            metadata=new_meta, updated_at=now, vector=vector)
+                            metadata=new_meta, key=key, polarity=polarity, updated_at=now, vector=vector)
                 log_change(u, user_id, fact_id, "edit", old.text, new_text, now,
                            {"type": type, "confidence": confidence})
                 if vector is not None:  # before the commit, the new vector after it: a crash or failure

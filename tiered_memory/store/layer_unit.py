@@ -83,11 +83,12 @@ class LayerUnit:
                   (text, confidence, dumps(list(source_ids)), updated_at, to_blob(vector), user_id, fact_id))
 
     def edit_fact(self, user_id: str, fact_id: str, *, text: str, type: str, confidence: float,
-                  metadata: Mapping[str, Any], updated_at: float, vector: np.ndarray | None) -> None:
+                  metadata: Mapping[str, Any], key: str | None, polarity: int, updated_at: float,
+                  vector: np.ndarray | None) -> None:
         keep_vector = vector is None
-        self._run("UPDATE facts SET text=?, type=?, confidence=?, metadata=?, updated_at=?"
+        self._run("UPDATE facts SET text=?, type=?, confidence=?, metadata=?, key=?, polarity=?, updated_at=?"
                   + ("" if keep_vector else ", vector=?, indexed=FALSE") + " WHERE user_id=? AND id=?",
-                  (text, type, confidence, dumps(dict(metadata)), updated_at,
+                  (text, type, confidence, dumps(dict(metadata)), key, polarity, updated_at,
                    *([] if keep_vector else [to_blob(vector)]), user_id, fact_id))
 
     def invalidate_fact(self, user_id: str, fact_id: str, *, at: float, superseded_by: str,

@@ -45,8 +45,10 @@ class FactWrites(AuditWrites, Protocol):
         """New evidence refines a fact: text, confidence, sources and vector change."""
 
     def edit_fact(self, user_id: str, fact_id: str, *, text: str, type: str, confidence: float,
-                  metadata: Mapping[str, Any], updated_at: float, vector: np.ndarray | None) -> None:
-        """An application edit; the vector is kept when ``vector`` is ``None``."""
+                  metadata: Mapping[str, Any], key: str | None, polarity: int, updated_at: float,
+                  vector: np.ndarray | None) -> None:
+        """An application edit (the slot ``key`` and ``polarity`` are the text's); the vector is
+        kept when ``vector`` is ``None``."""
 
     def invalidate_fact(self, user_id: str, fact_id: str, *, at: float, superseded_by: str,
                         updated_at: float) -> None: ...
