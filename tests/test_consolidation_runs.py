@@ -133,3 +133,25 @@ def test_a_session_cleared_meanwhile_is_skipped_and_the_run_goes_on(make_memory:
     assert report.sessions == 1 and [e.session_id for e in memory.episodes("u")] == ["old", "s0"]
     assert report.compressed == 1  # the steps after the sessions ran
     assert memory.consolidate("u").sessions == 0
+
+
+def test_an_episode_deleted_meanwhile_is_not_promoted_into_facts(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory()
+    for s, text in enumerate(["I booked flight LX-100 to Zurich for the conference.",
+                              "My neighbour's parrot Kiwi sings opera every evening."]):
+        memory.add("user", text, session_id=f"s{s}", user_id="u", timestamp=time.time() - 2 * DAY + s)
+        memory.end_session(f"s{s}", user_id="u")
+    for _ in range(3):  # both recalled often enough to be promoted
+        memory.search_episodes("flight to Zurich", user_id="u", k=5)
+    before = {f.id for f in memory.facts("u")}
+    deleted: list[str] = []
+
+    def meanwhile(step: str, done: int, total: int) -> None:
+        if step == "promote" and done == 1:  # the user deletes the other episode meanwhile
+            deleted.extend(e.id for e in memory.episodes("u") if e.promoted_at is None)
+            memory.delete_episode(deleted[0], user_id="u")
+
+    report = memory.consolidate("u", progress=meanwhile)
+    assert report.promoted == 1 and deleted and deleted[0] not in report.details["promote"]
+    new = [f for f in memory.facts("u") if f.id not in before]
+    assert new and all(f.metadata.get("episode_id") != deleted[0] for f in new)

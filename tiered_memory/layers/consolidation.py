@@ -160,8 +160,12 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
     episodes = layers.episodes.select(user_id)
     promote = select_promotions(episodes, cfg.promote_access_count)
     for n, ep in enumerate(promote, 1):
-        # another run (a worker, a thread) may have promoted it since the read: its facts are then
-        # known (the ingest is a no-op) and the promotion is that run's to count and audit
+        # read again: the user may have deleted it since (its facts must not appear then), and
+        # another run (a worker, a thread) may have promoted it: that run's to count and audit;
+        # one that does so during the ingest finds the facts known (its ingest is a no-op)
+        if ep.id not in layers.episodes.load(user_id, [ep.id]):
+            tick("promote", n, len(promote))
+            continue
         try:
             layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
         except LLMError as e:  # not marked promoted: the next run ingests it again (a no-op for what is known)
