@@ -7,6 +7,7 @@ import sqlite3
 import pytest
 
 from tiered_memory import NotFoundError
+from tiered_memory.store.sqlite_db import register_functions
 
 ALICE = [
     {"role": "user", "content": "My cat Pixel is allergic to fish, so I feed her turkey."},
@@ -78,6 +79,7 @@ def test_clear_session_removes_its_messages_and_vectors(two_users):
 def _tables_mentioning(db_path, needle: str) -> list[str]:
     """Every table (FTS shadow tables included) with a text cell containing ``needle``."""
     con = sqlite3.connect(db_path)
+    register_functions(con)  # the layers' FTS5 tables read their content through a view calling it
     found = []
     try:
         for (table,) in con.execute("SELECT name FROM sqlite_master WHERE type='table'"):

@@ -62,6 +62,15 @@ def _cjk_grams(value: str | bytes | int | float | None) -> str | bytes | int | f
     return fts5_text(value) if isinstance(value, str) else value
 
 
+def register_functions(conn: sqlite3.Connection) -> None:
+    """Give ``conn`` the SQL function the layer tables' keyword triggers and views call
+    (:data:`CJK_GRAMS`, ``sqlite_layers.cjk_words``). Every connection of the library has it;
+    another program that reads the facts', key points' or items' FTS5 tables (their content is
+    a view calling it) or writes those tables registers it the same way, or gets "no such
+    function"."""
+    conn.create_function(CJK_GRAMS, 1, _cjk_grams, deterministic=True)
+
+
 class SQLiteDatabase:
     """One SQLite file opened for tiered-memory (created with its ``meta`` table when empty).
 
@@ -86,9 +95,7 @@ class SQLiteDatabase:
             self.conn = conn = sqlite3.connect(
                 where, uri=read_only, check_same_thread=False, isolation_level=None, timeout=30
             )
-            # the layer tables' keyword triggers call it (sqlite_layers.cjk_words): every connection
-            # has it, so any write through tiered-memory can run them
-            conn.create_function(CJK_GRAMS, 1, _cjk_grams, deterministic=True)
+            register_functions(conn)
             # identify the file before changing anything in it (WAL mode is persistent)
             self._check_identity()
             if not read_only:
