@@ -20,6 +20,7 @@ import pytest
 from langchain_tiered_memory import TieredChatMessageHistory, TieredMemoryRetriever, TieredMemoryStore
 from llamaindex_tiered_memory import TieredMemoryBlock
 from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory.store.sqlite_db import register_functions
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -80,9 +81,11 @@ CASES: list[tuple[str, tuple[str, tuple[Any, ...]], tuple[str, ...]]] = [
 
 
 def _raw_write(where: Path | str, sql: str, params: tuple[Any, ...]) -> None:
-    """Write as another process would: a connection of its own, no tiered-memory code."""
+    """Write as another process would: a connection of its own, no tiered-memory code but the
+    SQL function the layer tables' keyword triggers call, which such a writer must register."""
     if isinstance(where, Path):
         con = sqlite3.connect(where)
+        register_functions(con)
         try:
             with con:
                 con.execute(sql, params)

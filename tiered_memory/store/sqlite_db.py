@@ -64,10 +64,11 @@ def _cjk_grams(value: str | bytes | int | float | None) -> str | bytes | int | f
 
 def register_functions(conn: sqlite3.Connection) -> None:
     """Give ``conn`` the SQL function the layer tables' keyword triggers and views call
-    (:data:`CJK_GRAMS`, ``sqlite_layers.cjk_words``). Every connection of the library has it;
-    another program that reads the facts', key points' or items' FTS5 tables (their content is
-    a view calling it) or writes those tables registers it the same way, or gets "no such
-    function"."""
+    (:data:`CJK_GRAMS`, ``sqlite_layers.cjk_words``). Every connection of the library has it.
+    Another program that writes to the facts, episode points or items tables (their triggers
+    call it, whatever the text), or reads their FTS5 tables (whose content is a view calling
+    it), registers it the same way, or gets "no such function"; reading the tables themselves
+    needs nothing."""
     conn.create_function(CJK_GRAMS, 1, _cjk_grams, deterministic=True)
 
 
