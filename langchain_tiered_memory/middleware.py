@@ -14,6 +14,13 @@ is never recorded, and ``include_recent`` replays no turns it stands for. It wor
 (:meth:`TieredMemoryMiddleware.before_agent`, kept in a private state key), and a turn whose
 user message was trimmed away is recorded from the first message left (:func:`turn_start`).
 
+A model that continues its stored responses (``ChatOpenAI(use_previous_response_id=True)``, the
+Responses API) is sent only the messages after the last AI message carrying a ``resp_`` id; in a
+checkpointed thread that is the previous turn's answer, so from the second turn the system message
+never reaches it. Then the memory goes as its own message of the same quoted data, just before the
+turn's first message (:func:`memory_position`), once a turn: the response a later call of the turn
+continues already holds it. Any other model gets it in the system message, as a prompt sent whole.
+
 Who and which conversation: ``user_id`` and ``session_id`` come from the run's
 context (``agent.invoke(..., context={"user_id": ..., "session_id": ...})`` or an
 object with those attributes), else ``config["configurable"]`` (``session_id``
@@ -25,8 +32,8 @@ read as its string).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Annotated, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Annotated, Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import PrivateStateAttr
@@ -42,7 +49,8 @@ from tiered_memory.validation import check_count, check_id, check_optional_id
 from .history import check_memory
 from .messages import from_stored_many, lc_id, to_core_many
 
-__all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "is_summary", "query_of", "turn_start", "turn_to_record"]
+__all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "is_summary", "memory_position",
+           "query_of", "turn_start", "turn_to_record"]
 
 QUERY_KEY = "tiered_memory_query"
 
@@ -150,6 +158,38 @@ def with_memory(system: SystemMessage | None, memory: str) -> SystemMessage:
     return system.model_copy(update={"content": content})
 
 
+def chains_responses(model: object) -> bool:
+    """Whether ``model`` sends only what follows the last response it can continue on the server
+    (``use_previous_response_id``, which ``ChatOpenAI`` and the models built on it take)."""
+    return getattr(model, "use_previous_response_id", False) is True
+
+
+def continued_from(messages: Sequence[AnyMessage]) -> int | None:
+    """The index of the last AI message whose ``response_metadata["id"]`` names a stored response
+    (``resp_...``), which a model that chains responses continues and sends only what follows
+    (langchain-openai's rule), else ``None`` (pure)."""
+    for n in range(len(messages) - 1, -1, -1):
+        m = messages[n]
+        rid = m.response_metadata.get("id") if isinstance(m, AIMessage) else None
+        if isinstance(rid, str) and rid.startswith("resp_"):
+            return n
+    return None
+
+
+def memory_position(messages: Sequence[AnyMessage], *, chains: bool) -> int | Literal["system"] | None:
+    """Where a model call's memory goes (pure): ``"system"``, in the system message, when the
+    model is sent the whole prompt (a model that does not chain responses, or no response to
+    continue yet); else the index in ``messages`` to insert it at as a message of its own: the
+    turn's first message, when the continued response is an earlier turn's, so the memory
+    recalled for this turn is sent with it; ``None`` when the continued response is this turn's
+    own (a call after a tool call): it went with the turn's first call and that response holds it."""
+    last = continued_from(messages) if chains else None
+    if last is None:
+        return "system"
+    start = turn_start(list(messages))
+    return start if start is not None and start > last else None
+
+
 class TieredMemoryMiddleware(AgentMiddleware):
     """Inject assembled memory before each model call; record the turn after it.
 
@@ -209,24 +249,28 @@ class TieredMemoryMiddleware(AgentMiddleware):
 
     # ---- before the model: one implementation for both twins --------------
     def prepare(self, request: ModelRequest) -> ModelRequest:
-        """The request with memory added to its system message (and recent turns if asked)."""
+        """The request with memory added (:func:`memory_position`) and recent turns if asked."""
         user, session = self.ids(request.runtime)
         kept = request.state.get(QUERY_KEY)  # the run's question, which a trim may have dropped since
         query = kept if isinstance(kept, str) else query_of(request.messages)
         changes: dict[str, Any] = {}
+        messages = list(request.messages)
+        # a summary in the request already stands for the earlier turns: replay none of them
+        if self.include_recent and not any(is_summary(m) for m in messages):
+            present = {m.id for m in messages if m.id}
+            buffer = self.memory.get_buffer(session, user_id=user)
+            recent = [m for m in from_stored_many(buffer, before_new_turn=True) if m.id not in present]
+            if recent:
+                messages = changes["messages"] = [*recent, *messages]
         if query.strip():
             ctx = self.memory.build_context(query, user_id=user, session_id=session,
                                             max_tokens=self.max_tokens, include_items=self.include_items)
             text = ctx.memory_text()
-            if text:
+            at = memory_position(messages, chains=chains_responses(request.model)) if text else None
+            if at == "system":
                 changes["system_message"] = with_memory(request.system_message, text)
-        # a summary in the request already stands for the earlier turns: replay none of them
-        if self.include_recent and not any(is_summary(m) for m in request.messages):
-            present = {m.id for m in request.messages if m.id}
-            buffer = self.memory.get_buffer(session, user_id=user)
-            recent = [m for m in from_stored_many(buffer, before_new_turn=True) if m.id not in present]
-            if recent:
-                changes["messages"] = [*recent, *request.messages]
+            elif at is not None:  # the message every adapter builds of it: quoted data
+                changes["messages"] = [*messages[:at], SystemMessage(content=text), *messages[at:]]
         return request.override(**changes) if changes else request
 
     def wrap_model_call(
