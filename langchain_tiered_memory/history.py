@@ -5,7 +5,9 @@ call and appends to after it. Reads return the session's token-bounded buffer
 (the newest whole turns within ``MemoryConfig.buffer``), not the full session:
 everything older stays in the store and is reachable through recall. With
 ``include_memory=True`` the assembled long-term memory comes first, as one
-``SystemMessage`` of quoted data (:meth:`MemoryContext.memory_text`).
+``SystemMessage`` of quoted data (:meth:`MemoryContext.memory_text`), and the AI messages
+after it come without the provider's response id: ``ChatOpenAI(use_previous_response_id=True)``
+would send only what follows the last one and leave the memory out.
 
 Note that ``RunnableWithMessageHistory`` reads the history before it sees the new
 input, so the long-term memory is recalled for the latest *stored* user message.
@@ -29,7 +31,7 @@ from tiered_memory.types import StoredMessage
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.validation import check_count, check_id
 
-from .messages import from_stored_many, to_core_many
+from .messages import from_stored_many, to_core_many, unchained
 
 __all__ = ["TieredChatMessageHistory", "check_memory", "history_factory", "history_factory_config"]
 
@@ -122,8 +124,9 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
                                         max_tokens=self.max_tokens)
         text = ctx.memory_text()
         lead: list[BaseMessage] = [SystemMessage(content=text)] if text else []
-        # the assembly may have trimmed the oldest buffered turns to fit its budget
-        return lead + from_stored_many(ctx.recent_messages)
+        # the assembly may have trimmed the oldest buffered turns to fit its budget; a prompt
+        # rebuilt so continues no stored response, which would send only what follows it
+        return lead + [unchained(m) for m in from_stored_many(ctx.recent_messages)]
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

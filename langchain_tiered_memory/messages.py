@@ -50,7 +50,7 @@ from langchain_core.messages import (
 )
 
 __all__ = ["LC_KEY", "fit_metadata", "from_stored", "from_stored_many", "lc_id", "role_of", "text_of", "to_core",
-           "to_core_many"]
+           "to_core_many", "unchained"]
 
 LC_KEY = "langchain"
 """The metadata key that carries what LangChain needs to rebuild the message."""
@@ -333,7 +333,7 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
     Nor does the replay continue a provider's stored response: an AI message comes back without
     its ``response_metadata["id"]``, by which ``ChatOpenAI(use_previous_response_id=True)`` would
     send only what follows it (dropping the memory and the system prompt before it) and resume a
-    server-side response that may be gone (:func:`_unchained`).
+    server-side response that may be gone (:func:`unchained`).
     """
     out: list[BaseMessage] = []
     calls: set[str] = set()
@@ -344,11 +344,11 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
         out.append(msg)
     if before_new_turn:
         answered = {msg.tool_call_id for msg in out if isinstance(msg, ToolMessage)}
-        out = [_unchained(_answered_only(msg, m, answered)) for msg, m in zip(out, messages)]
+        out = [unchained(_answered_only(msg, m, answered)) for msg, m in zip(out, messages)]
     return out
 
 
-def _unchained(msg: BaseMessage) -> BaseMessage:
+def unchained(msg: BaseMessage) -> BaseMessage:
     """``msg`` without the provider's response id (pure): a prompt rebuilt from the store is
     complete in itself, no continuation of the response the id names."""
     if not isinstance(msg, AIMessage) or "id" not in msg.response_metadata:

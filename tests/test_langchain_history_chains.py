@@ -141,3 +141,35 @@ async def test_a_write_elsewhere_during_the_call_loses_no_input_message(memory: 
         await chain.ainvoke([new], _cfg("u", "s"))
     assert [m.content for m in memory.get_messages("s", user_id="u")] == [
         "hello there", "hi", "hello there again", "ok"]
+
+
+def test_include_memory_reaches_a_model_that_chains_responses(memory: TieredMemory) -> None:
+    """ChatOpenAI(use_previous_response_id=True) sends only what follows the last AI message with a
+    ``resp_`` id. The history's read kept the stored answer's id, so the memory message before it
+    (and the chain's own system prompt) were never sent from a session's second call on; a read
+    with the memory is a prompt rebuilt from the store, complete in itself, as with_tiered_memory's."""
+    import json
+
+    from langchain_openai import ChatOpenAI
+
+    from lc_support import responses_api_server
+
+    prompt = ChatPromptTemplate.from_messages([
+        ("system", "You are a helpful assistant."), MessagesPlaceholder("history"), ("human", "{input}")])
+    with responses_api_server() as (url, bodies):
+        model = ChatOpenAI(model="gpt-4.1", base_url=url, api_key="not-needed",
+                           use_previous_response_id=True, max_retries=0)
+        chain = RunnableWithMessageHistory(
+            prompt | model, history_factory(memory, include_memory=True), input_messages_key="input",
+            history_messages_key="history", history_factory_config=history_factory_config())
+        chain.invoke({"input": "I go bouldering every Sunday."}, _cfg("u1", "monday"))
+        chain.invoke({"input": "Let's plan my weekend hobbies."}, _cfg("u1", "friday"))
+        chain.invoke({"input": "Which sport do I do on weekends?"}, _cfg("u1", "friday"))
+    last = bodies[-1]
+    assert "previous_response_id" not in last
+    sent = json.dumps(last["input"])
+    assert "bouldering every Sunday" in sent and "You are a helpful assistant." in sent
+    assert "Let's plan my weekend hobbies." in sent
+    # the store keeps the id as it came: only the prompt's copy leaves it out
+    assert memory.get_messages("friday", user_id="u1")[1].metadata["langchain"]["data"]["response_metadata"]["id"] \
+        == "resp_2"
