@@ -7,10 +7,7 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -19,6 +16,8 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import RunnableLambda
 from langchain_openai import ChatOpenAI
+
+from http_support import chat_completion, json_server
 
 from langchain_tiered_memory.llm import LangChainLLM, call_options, is_openai_chat_model, to_langchain_messages
 from tiered_memory import TieredMemory
@@ -166,45 +165,10 @@ def test_core_resolves_a_langchain_chat_model_to_the_adapter() -> None:
 
 
 # ---- a real ChatOpenAI on the wire ----------------------------------------------------------
-class _Recorder(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"  # keep-alive, like uvicorn under llama.cpp's server
-    bodies: list[dict[str, Any]] = []
-    reply = '{"ok": true}'
-    delay = 0.0
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        time.sleep(type(self).delay)
-        type(self).bodies.append({"path": self.path, **body})
-        out = json.dumps({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "qwen",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": type(self).reply}}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def recording_server(request: pytest.FixtureRequest) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    bodies: list[dict[str, Any]] = []
-    handler = type("Handler", (_Recorder,), {"bodies": bodies, "delay": getattr(request, "param", 0.0)})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", bodies
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with json_server(chat_completion(), delay=getattr(request, "param", 0.0)) as served:
+        yield served
 
 
 async def test_chat_openai_request_carries_json_mode_and_a_max_tokens_the_server_reads(
@@ -264,18 +228,17 @@ def test_a_caller_timeout_returns_without_waiting_for_the_model(
 
 
 _EXIT_SCRIPT = """
-import asyncio, sys, threading
-from http.server import ThreadingHTTPServer
+import asyncio, sys
 sys.path.insert(0, sys.argv[1])
-from test_langchain_llm_adapter import _Recorder, openai_model
+from http_support import chat_completion, json_server
+from test_langchain_llm_adapter import openai_model
 from langchain_tiered_memory.llm import LangChainLLM
-server = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Recorder,), {"bodies": [], "delay": 3600.0}))
-threading.Thread(target=server.serve_forever, daemon=True).start()
-llm = LangChainLLM(openai_model(f"http://127.0.0.1:{server.server_address[1]}/v1", timeout=3600))
-try:
-    asyncio.run(asyncio.wait_for(llm.complete([{"role": "user", "content": "slow"}]), 0.5))
-except asyncio.TimeoutError:
-    print("timed out", flush=True)
+with json_server(chat_completion(), delay=3600.0) as (url, _):
+    llm = LangChainLLM(openai_model(url, timeout=3600))
+    try:
+        asyncio.run(asyncio.wait_for(llm.complete([{"role": "user", "content": "slow"}]), 0.5))
+    except asyncio.TimeoutError:
+        print("timed out", flush=True)
 """
 
 

@@ -10,7 +10,6 @@ import runpy
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -27,6 +26,8 @@ from llamaindex_tiered_memory import LlamaIndexEmbedder, LlamaIndexLLM, TieredMe
 from tiered_memory import SentenceTransformerEmbedder, TieredMemory  # noqa: E402
 from tiered_memory.errors import ConfigurationError, EmbeddingError, LLMError  # noqa: E402
 from tiered_memory.llm.adapters import resolve_llm  # noqa: E402
+
+from http_support import chat_completion, json_server  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPET = ROOT / "docs" / "snippets" / "llamaindex_block.py"
@@ -64,40 +65,11 @@ async def test_any_llamaindex_llm_becomes_a_core_llm() -> None:
         LlamaIndexLLM("gpt-4o")  # type: ignore[arg-type]
 
 
-class _Recorder(BaseHTTPRequestHandler):
-    """An OpenAI-compatible endpoint that records request bodies and answers '{"ok": true}'."""
-
-    bodies: list[dict[str, Any]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server API
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append(body)
-        payload = json.dumps({
-            "id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": '{"ok": true}'}}],
-            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def openai_endpoint() -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    _Recorder.bodies = []
-    server = HTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1", _Recorder.bodies
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    """An OpenAI-compatible endpoint that records requests and answers '{"ok": true}'."""
+    with json_server(chat_completion()) as served:
+        yield served
 
 
 async def test_openai_like_json_mode_and_max_tokens_reach_the_request(
