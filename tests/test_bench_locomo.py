@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -25,11 +24,7 @@ from bench.locomo import (  # noqa: E402
     turn_text,
 )
 
-
-
-def utc(y: int, m: int, d: int) -> float:
-    return datetime(y, m, d, tzinfo=timezone.utc).timestamp()
-
+from time_support import utc  # noqa: E402
 
 KNOWN = frozenset({"D1:3", "D8:6", "D9:17", "D11:26", "D2:1"})
 
