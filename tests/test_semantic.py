@@ -1,4 +1,5 @@
-"""Semantic memory: fact candidates, resolution (pure), LLM extraction and judgement, CRUD, history."""
+"""Semantic memory: fact candidates, resolution (pure), CRUD, history (the model's extraction and
+judgement: ``test_semantic_llm_extraction.py``)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,13 @@ from typing import Any, Callable
 
 import pytest
 
-from tiered_memory import InvalidInputError, MemoryConfig, NotFoundError, TieredMemory
-from tiered_memory.config import LLMConfig
+from tiered_memory import InvalidInputError, NotFoundError, TieredMemory
 from tiered_memory.layers.extractive import extract_fact_candidates, stated_slot
 from tiered_memory.records import FactCandidate
 from tiered_memory.layers.semantic import Fact, Judgement, decide_resolution
-from tiered_memory.testing import ScriptedLLM, fenced, malformed, timeout
 from tiered_memory.types import StoredMessage
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
-
-EPISODE = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
-           "key_facts": []}
 
 
 def _m(text: str, role: str = "user", n: int = 0) -> StoredMessage:
@@ -246,97 +242,6 @@ def test_same_fact_twice_is_a_noop(memory: TieredMemory) -> None:
         memory.end_session(sid, user_id="u1")
     assert len(memory.facts("u1")) == 1
     assert [h.action for h in memory.fact_history("u1")] == ["add"]
-
-
-def _llm_facts(*facts: dict[str, Any]) -> dict[str, Any]:
-    return {"facts": list(facts)}
-
-
-def test_llm_extraction_and_judgement(make_memory: Callable[..., TieredMemory]) -> None:
-    llm = ScriptedLLM(by_task={
-        "facts": [
-            fenced(_llm_facts({"type": "preference", "text": "User drinks green tea every morning",
-                               "confidence": 0.9, "sources": [1]})),
-            _llm_facts({"type": "preference", "text": "User drinks green tea with honey in the morning",
-                        "confidence": 0.8, "sources": [1, 99]}),
-        ],
-        "resolve": [{"action": "update", "target": 1, "text": "User drinks green tea with honey every morning"}],
-        "episode": [EPISODE, EPISODE],
-    })
-    memory = make_memory(llm=llm)
-    first = memory.add("user", "Every morning I have green tea.", session_id="s1", user_id="u1")
-    memory.end_session("s1", user_id="u1")
-    [fact] = memory.facts("u1")
-    assert fact.metadata["method"] == "llm" and fact.confidence == 0.9 and fact.source_ids == [first]
-    second = memory.add("user", "I add honey to my tea.", session_id="s2", user_id="u1")
-    memory.end_session("s2", user_id="u1")
-    [merged] = memory.facts("u1")
-    assert merged.id == fact.id and merged.text == "User drinks green tea with honey every morning"
-    assert merged.source_ids == [first, second]  # source 99 does not exist and is ignored
-    assert [h.action for h in memory.fact_history("u1", fact.id)] == ["add", "update"]
-    resolve_prompt = [c for c in llm.calls if c.task == "resolve"][0].messages[1]["content"]
-    assert "[1]" in resolve_prompt and "green tea every morning" in resolve_prompt
-
-
-@pytest.mark.parametrize("facts_script", [
-    [malformed(), malformed()],
-    [{"facts": [{"type": "opinion", "text": "x"}]}, {"facts": "none"}],  # wrong types
-    [timeout()],
-    [ValueError("boom")],
-    [_llm_facts({"type": "fact", "text": "\x1c"})] * 2,  # blank to str.strip: no blank fact is stored
-])
-def test_llm_extraction_failure_falls_back_to_rules(make_memory: Callable[..., TieredMemory],
-                                                    facts_script: list[Any]) -> None:
-    llm = ScriptedLLM(by_task={"facts": facts_script, "episode": [EPISODE]})
-    memory = make_memory(llm=llm, config=MemoryConfig(llm=LLMConfig(timeout_s=0.2)))
-    memory.add("user", "I live in Berlin.", session_id="s1", user_id="u1")
-    memory.end_session("s1", user_id="u1")
-    [fact] = memory.facts("u1")
-    assert fact.text == "User lives in Berlin"
-    assert fact.metadata["method"] == "extractive" and "llm_error" in fact.metadata
-
-
-def test_failed_judgement_falls_back_to_rules(make_memory: Callable[..., TieredMemory]) -> None:
-    llm = ScriptedLLM(by_task={
-        "facts": [_llm_facts({"type": "fact", "text": "User owns a red bicycle"}),
-                  _llm_facts({"type": "fact", "text": "User owns a red bicycle"})],
-        "resolve": [malformed(), malformed()],
-        "episode": [EPISODE, EPISODE],
-    })
-    memory = make_memory(llm=llm)
-    for sid in ("a", "b"):
-        memory.add("user", "My bike is red.", session_id=sid, user_id="u1")
-        memory.end_session(sid, user_id="u1")
-    assert [f.text for f in memory.facts("u1")] == ["User owns a red bicycle"]  # rules: same text, no-op
-
-
-def test_a_blank_merged_text_from_the_judge_falls_back_to_rules(make_memory: Callable[..., TieredMemory]) -> None:
-    llm = ScriptedLLM(by_task={
-        "facts": [_llm_facts({"type": "fact", "text": "User owns a red bicycle"}),
-                  _llm_facts({"type": "fact", "text": "User owns a red bicycle"})],
-        "resolve": [{"action": "update", "target": 1, "text": "\x1e"}] * 2,
-        "episode": [EPISODE, EPISODE],
-    })
-    memory = make_memory(llm=llm)
-    for sid in ("a", "b"):
-        memory.add("user", "My bike is red.", session_id=sid, user_id="u1")
-        memory.end_session(sid, user_id="u1")
-    assert [f.text for f in memory.facts("u1")] == ["User owns a red bicycle"]  # not "\x1e"
-    assert [h.action for h in memory.fact_history("u1")] == ["add"]
-
-
-def test_a_message_the_model_cites_twice_is_one_source(make_memory: Callable[..., TieredMemory]) -> None:
-    llm = ScriptedLLM(by_task={
-        "facts": [_llm_facts({"type": "fact", "text": "User lives in Berlin", "sources": [2, 1, 2, 0, 1, 2]})],
-        "episode": [EPISODE],
-    })
-    memory = make_memory(llm=llm)
-    first, second = memory.add_many([{"role": "user", "content": "I live in Berlin."},
-                                     {"role": "user", "content": "Yes, Berlin, for years."}], session_id="s", user_id="u1")
-    memory.end_session("s", user_id="u1")
-    [fact] = memory.facts("u1")
-    assert fact.source_ids == [second, first]
-    assert memory.fact_history("u1", fact.id)[0].details["source_ids"] == [second, first]
 
 
 def test_crud_and_search(memory: TieredMemory) -> None:

@@ -1,0 +1,108 @@
+"""Semantic memory with a model: the facts a (scripted) LLM extracts and the judge that resolves
+them against the stored ones, and the extractive rules each failure falls back to."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import MemoryConfig, TieredMemory
+from tiered_memory.config import LLMConfig
+from tiered_memory.testing import ScriptedLLM, fenced, malformed, timeout
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+EPISODE = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
+           "key_facts": []}
+
+
+def _llm_facts(*facts: dict[str, Any]) -> dict[str, Any]:
+    return {"facts": list(facts)}
+
+
+def test_llm_extraction_and_judgement(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={
+        "facts": [
+            fenced(_llm_facts({"type": "preference", "text": "User drinks green tea every morning",
+                               "confidence": 0.9, "sources": [1]})),
+            _llm_facts({"type": "preference", "text": "User drinks green tea with honey in the morning",
+                        "confidence": 0.8, "sources": [1, 99]}),
+        ],
+        "resolve": [{"action": "update", "target": 1, "text": "User drinks green tea with honey every morning"}],
+        "episode": [EPISODE, EPISODE],
+    })
+    memory = make_memory(llm=llm)
+    first = memory.add("user", "Every morning I have green tea.", session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    [fact] = memory.facts("u1")
+    assert fact.metadata["method"] == "llm" and fact.confidence == 0.9 and fact.source_ids == [first]
+    second = memory.add("user", "I add honey to my tea.", session_id="s2", user_id="u1")
+    memory.end_session("s2", user_id="u1")
+    [merged] = memory.facts("u1")
+    assert merged.id == fact.id and merged.text == "User drinks green tea with honey every morning"
+    assert merged.source_ids == [first, second]  # source 99 does not exist and is ignored
+    assert [h.action for h in memory.fact_history("u1", fact.id)] == ["add", "update"]
+    resolve_prompt = [c for c in llm.calls if c.task == "resolve"][0].messages[1]["content"]
+    assert "[1]" in resolve_prompt and "green tea every morning" in resolve_prompt
+
+
+@pytest.mark.parametrize("facts_script", [
+    [malformed(), malformed()],
+    [{"facts": [{"type": "opinion", "text": "x"}]}, {"facts": "none"}],  # wrong types
+    [timeout()],
+    [ValueError("boom")],
+    [_llm_facts({"type": "fact", "text": "\x1c"})] * 2,  # blank to str.strip: no blank fact is stored
+])
+def test_llm_extraction_failure_falls_back_to_rules(make_memory: Callable[..., TieredMemory],
+                                                    facts_script: list[Any]) -> None:
+    llm = ScriptedLLM(by_task={"facts": facts_script, "episode": [EPISODE]})
+    memory = make_memory(llm=llm, config=MemoryConfig(llm=LLMConfig(timeout_s=0.2)))
+    memory.add("user", "I live in Berlin.", session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    [fact] = memory.facts("u1")
+    assert fact.text == "User lives in Berlin"
+    assert fact.metadata["method"] == "extractive" and "llm_error" in fact.metadata
+
+
+def test_failed_judgement_falls_back_to_rules(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User owns a red bicycle"}),
+                  _llm_facts({"type": "fact", "text": "User owns a red bicycle"})],
+        "resolve": [malformed(), malformed()],
+        "episode": [EPISODE, EPISODE],
+    })
+    memory = make_memory(llm=llm)
+    for sid in ("a", "b"):
+        memory.add("user", "My bike is red.", session_id=sid, user_id="u1")
+        memory.end_session(sid, user_id="u1")
+    assert [f.text for f in memory.facts("u1")] == ["User owns a red bicycle"]  # rules: same text, no-op
+
+
+def test_a_blank_merged_text_from_the_judge_falls_back_to_rules(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User owns a red bicycle"}),
+                  _llm_facts({"type": "fact", "text": "User owns a red bicycle"})],
+        "resolve": [{"action": "update", "target": 1, "text": "\x1e"}] * 2,
+        "episode": [EPISODE, EPISODE],
+    })
+    memory = make_memory(llm=llm)
+    for sid in ("a", "b"):
+        memory.add("user", "My bike is red.", session_id=sid, user_id="u1")
+        memory.end_session(sid, user_id="u1")
+    assert [f.text for f in memory.facts("u1")] == ["User owns a red bicycle"]  # not "\x1e"
+    assert [h.action for h in memory.fact_history("u1")] == ["add"]
+
+
+def test_a_message_the_model_cites_twice_is_one_source(make_memory: Callable[..., TieredMemory]) -> None:
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User lives in Berlin", "sources": [2, 1, 2, 0, 1, 2]})],
+        "episode": [EPISODE],
+    })
+    memory = make_memory(llm=llm)
+    first, second = memory.add_many([{"role": "user", "content": "I live in Berlin."},
+                                     {"role": "user", "content": "Yes, Berlin, for years."}], session_id="s", user_id="u1")
+    memory.end_session("s", user_id="u1")
+    [fact] = memory.facts("u1")
+    assert fact.source_ids == [second, first]
+    assert memory.fact_history("u1", fact.id)[0].details["source_ids"] == [second, first]
