@@ -21,7 +21,8 @@ NOTORCH_TESTS ?= $(filter-out tests/test_core_embedding.py tests/test_core_qdran
 	tests/test_isolation.py tests/test_crash_safety.py tests/test_episodic.py tests/test_extractive_rules.py \
 	tests/test_extractive_scripts.py tests/test_semantic.py tests/test_semantic_llm_extraction.py \
 	tests/test_items.py tests/test_working.py tests/test_sync.py tests/test_context_assembly.py \
-	tests/test_consolidation.py tests/test_concurrency.py tests/test_injection.py \
+	tests/test_consolidation.py tests/test_consolidation_decisions.py tests/test_consolidation_forget.py \
+	tests/test_concurrency.py tests/test_injection.py \
 	tests/test_failing_dependencies.py tests/test_missing_extras.py \
 	tests/test_retrieval.py $(wildcard tests/test_recall_*.py) tests/test_long_messages.py \
 	tests/test_search_filters.py tests/test_keyword_index.py tests/test_keyword_terms.py

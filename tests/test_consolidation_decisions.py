@@ -1,0 +1,101 @@
+"""Consolidation's decisions, pure and table-tested: which facts merge into which, which episodes
+are promoted or compressed, what is pruned, and which vector ids archiving a message drops."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from consolidation_support import NOW
+from time_support import DAY
+from tiered_memory.layers.consolidation import (
+    plan_merges,
+    promotion_candidates,
+    select_compressions,
+    select_promotions,
+    should_prune,
+)
+from tiered_memory.layers.episodic import Episode
+from tiered_memory.layers.semantic import Fact
+from tiered_memory.recall.chunking import CHUNK_OVER, vector_ids
+from tiered_memory.records import NO_TIME
+
+
+def _fact(fid: str, conf: float, access: int, created: float, type: str = "fact", polarity: int = 1,
+          key: str | None = None) -> Fact:
+    return Fact(id=fid, user_id="u", type=type, text=fid, confidence=conf, access_count=access,
+                created_at=created, polarity=polarity, key=key)
+
+
+@pytest.mark.parametrize("sims, facts, expected", [
+    ([[1, .95, .2], [.95, 1, .1], [.2, .1, 1]], [_fact("a", .5, 0, 1), _fact("b", .9, 0, 2), _fact("c", .5, 0, 3)],
+     [("b", ["a"])]),  # the more confident one is kept
+    ([[1, .95], [.95, 1]], [_fact("a", .5, 3, 1), _fact("b", .5, 0, 0)], [("a", ["b"])]),  # then most accessed
+    ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 5), _fact("b", .5, 0, 1)], [("b", ["a"])]),  # then oldest
+    ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2, type="preference")], []),  # types differ
+    ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2, polarity=-1)], []),  # polarity differs
+    ([[1, .91], [.91, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2)], []),  # below threshold
+    ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1, key="rel:sister"), _fact("b", .5, 0, 2, key="rel:brother")],
+     []),  # other slots: two facts
+    ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1, key="rel:sister"), _fact("b", .5, 0, 2)],
+     [("a", ["b"])]),  # one of no slot may be the same fact
+    ([[1, .92], [.92, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2)], [("a", ["b"])]),  # at it: merged
+    ([[1, .95, .95], [.95, 1, .95], [.95, .95, 1]], [_fact("a", .9, 0, 1), _fact("b", .5, 0, 2),
+                                                     _fact("c", .5, 0, 3)], [("a", ["b", "c"])]),
+])
+def test_plan_merges(sims: list[list[float]], facts: list[Fact], expected: list[tuple[str, list[str]]]) -> None:
+    assert plan_merges(facts, np.array(sims), 0.92) == expected
+
+
+def _ep(eid: str, access: int = 0, age_days: float = 0, promoted: bool = False, compressed: bool = False,
+        **kw: Any) -> Episode:
+    return Episode(id=eid, user_id="u", session_id="s", summary=f"summary {eid}", access_count=access,
+                   end=NOW - age_days * DAY, promoted_at=1.0 if promoted else None,
+                   compressed_at=1.0 if compressed else None, **kw)
+
+
+def test_select_promotions_and_compressions() -> None:
+    eps = [_ep("a", access=5), _ep("b", access=2), _ep("c", access=9, promoted=True), _ep("d", access=3)]
+    assert [e.id for e in select_promotions(eps, 3)] == ["a", "d"]
+    eps = [_ep("old", age_days=40), _ep("new", age_days=5), _ep("done", age_days=90, compressed=True),
+           replace(_ep("undated"), end=NO_TIME)]  # a time that could not be read: no age
+    assert [e.id for e in select_compressions(eps, NOW, 30)] == ["old"]
+
+
+@pytest.mark.parametrize("episode, expected", [
+    (_ep("a", key_facts=["User runs a bakery"], decisions=["Open on Sundays"]), [("fact", "User runs a bakery")]),
+    (_ep("b", decisions=["Open on Sundays"]), [("decision", "Open on Sundays")]),
+    (_ep("c"), [("fact", "summary c")]),
+])
+def test_promotion_candidates(episode: Episode, expected: list[tuple[str, str]]) -> None:
+    assert [(c.type, c.text) for c in promotion_candidates(episode)] == expected
+
+
+@pytest.mark.parametrize("value, access, age, expected", [
+    (0.01, 0, 60, True),
+    (0.01, 1, 60, False),   # accessed: kept
+    (0.01, 0, 10, False),   # too young
+    (0.01, 0, 30, True),    # exactly min_age_days old: old enough
+    (0.05, 0, 60, False),   # worth exactly `below`: not below it
+    (0.5, 0, 400, False),   # still valuable
+])
+def test_should_prune(value: float, access: int, age: float, expected: bool) -> None:
+    assert should_prune(value, access, age, below=0.05, min_age_days=30) is expected
+
+
+@pytest.mark.parametrize("lengths, chunked", [
+    ({}, []),  # none held any more (a rerun): their own ids only
+    ({"a": 20, "b": 1200}, []),  # short ones have no chunks
+    ({"a": 1201, "b": 5}, ["a"]),
+    ({"a": 5000, "b": 90_000}, ["a", "b"]),
+])
+def test_archived_vector_ids(lengths: dict[str, int], chunked: list[str]) -> None:
+    """What consolidation deletes: each message's own vector, and the chunk ids of those its
+    lengths say were chunked (over CHUNK_OVER characters)."""
+    ids = vector_ids(["a", "b"], {m for m, n in lengths.items() if n > CHUNK_OVER})
+    assert [i for i in ids if "\x1f" not in i] == ["a", "b"]
+    assert [i for i in ids if "\x1f" in i] == [f"{m}\x1f{n}" for m in chunked for n in range(64)]
+    assert vector_ids(["a"]) == ["a", *(f"a\x1f{n}" for n in range(64))]  # lengths unknown: every chunk id
