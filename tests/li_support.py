@@ -13,6 +13,15 @@ from llamaindex_tiered_memory.block import EARLIER_TITLE
 from tiered_memory.context.assembly import TITLES
 
 TOKENIZER = offline_tokenizer()
+# question and answer turns on other topics, to fill a short-term queue until it flushes
+FILLER = [
+    ("Can you explain how tides work?", "Tides come from the Moon's gravity pulling on the oceans."),
+    ("What is a light year?", "A light year is the distance light travels in one year."),
+    ("Why is the sky blue?", "Air scatters blue light more than red light."),
+    ("How do volcanoes form?", "Magma rises through weak spots in the Earth's crust."),
+    ("What makes a rainbow?", "Sunlight is refracted and reflected inside raindrops."),
+    ("Why do cats purr?", "Purring is a vibration of the larynx muscles."),
+]
 
 
 def chat(role: str, text: str) -> ChatMessage:

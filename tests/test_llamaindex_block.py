@@ -1,35 +1,24 @@
-"""TieredMemoryBlock inside a real ``llama_index.core.memory.Memory``."""
+"""TieredMemoryBlock inside a real ``llama_index.core.memory.Memory``: what it stores and recalls,
+a long turn in the queue, stored text as data, reset (the input it refuses or repairs:
+``test_llamaindex_block_input.py``)."""
 
 from __future__ import annotations
 
-import logging
 from typing import Any, Callable
 
 import pytest
 
 pytest.importorskip("llama_index.core")
 
-from llama_index.core.base.llms.types import ImageBlock, ToolCallBlock  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
 from llama_index.core.storage.chat_store.sql import MessageStatus  # noqa: E402
 
-from li_support import TOKENIZER, chat, memory_message, small_memory, turn  # noqa: E402
+from li_support import FILLER, TOKENIZER, chat, memory_message, small_memory, turn  # noqa: E402
 from test_injection import decoded_items, parse_memory  # noqa: E402
 
-from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, aend_session, end_session  # noqa: E402
-from llamaindex_tiered_memory.messages import REPAIRED_KEY  # noqa: E402
-from tiered_memory import InvalidInputError, MemoryConfig, TieredMemory, UsageError  # noqa: E402
-from tiered_memory.context.render import CUT_MARKER  # noqa: E402
-
-FILLER = [
-    ("Can you explain how tides work?", "Tides come from the Moon's gravity pulling on the oceans."),
-    ("What is a light year?", "A light year is the distance light travels in one year."),
-    ("Why is the sky blue?", "Air scatters blue light more than red light."),
-    ("How do volcanoes form?", "Magma rises through weak spots in the Earth's crust."),
-    ("What makes a rainbow?", "Sunlight is refracted and reflected inside raindrops."),
-    ("Why do cats purr?", "Purring is a vibration of the larynx muscles."),
-]
+from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, aend_session  # noqa: E402
+from tiered_memory import TieredMemory, UsageError  # noqa: E402
 
 
 def snapshot(messages: list[ChatMessage]) -> list[dict[str, Any]]:
@@ -207,70 +196,6 @@ def test_a_misspelt_option_is_refused_not_silently_ignored(memory: TieredMemory,
         TieredMemoryBlock(memory=memory, user_id="u1", **misspelt)
 
 
-# ---- text the core refuses ------------------------------------------------------
-LIMIT = 2_000  # max_content_chars of the stores below: a long message stays cheap to build
-BAD_TEXT = {
-    "nul": ("tool output: binary\x00junk", "tool output: binaryjunk"),
-    "surrogate": ("decoded badly \udcff here", "decoded badly ? here"),
-}
-
-
-@pytest.mark.parametrize("kind", ["nul", "surrogate", "too long"])
-async def test_a_message_the_core_refuses_is_stored_repaired_and_the_flush_goes_on(
-    make_memory: Callable[..., TieredMemory], caplog: pytest.LogCaptureFixture, kind: str,
-) -> None:
-    tm = make_memory(config=MemoryConfig(max_content_chars=LIMIT))
-    bad = "pasted log " + "line of log output\n" * 200 if kind == "too long" else BAD_TEXT[kind][0]
-    mem = small_memory(TieredMemoryBlock(memory=tm, user_id="u1"), "s1")
-    await mem.aput_messages(turn("My dog is called Biscuit.", "Nice name."))
-    with caplog.at_level(logging.WARNING, logger="llamaindex_tiered_memory.block"):
-        await mem.aput(ChatMessage(role="tool", content=bad, additional_kwargs={"tool_call_id": "c1"}))
-        await mem.aput_messages(turn("What's up?", "Not much."))
-        for q, a in FILLER:
-            await mem.aput_messages(turn(q, a))
-
-    stored = tm.get_messages("s1", user_id="u1")
-    contents = [m.content for m in stored]
-    assert "My dog is called Biscuit." in contents  # the rest of the batch reached long-term memory
-    assert "What's up?" in contents
-    tool = [m for m in stored if m.role == "tool"]
-    assert len(tool) == 1 and tool[0].metadata[REPAIRED_KEY]
-    if kind == "too long":
-        assert len(tool[0].content) == LIMIT and tool[0].content.endswith(CUT_MARKER)
-        assert bad.startswith(tool[0].content[: -len(CUT_MARKER)])
-    else:
-        assert tool[0].content == BAD_TEXT[kind][1]
-    assert any("changed to be storable" in r.getMessage() for r in caplog.records)
-
-
-async def test_write_through_stores_a_refused_message_repaired_and_keeps_it_in_the_queue(
-    make_memory: Callable[..., TieredMemory],
-) -> None:
-    tm = make_memory(config=MemoryConfig(max_content_chars=LIMIT))
-    block = TieredMemoryBlock(memory=tm, user_id="u1", every_turn=True)
-    mem = WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER)
-    huge = "x" * (LIMIT + 1)
-    await mem.aput(chat("user", "binary\x00junk"))
-    await mem.aput_messages([chat("assistant", huge), chat("user", "\x00")])  # the last has no text left
-    queue = [m.content for m in await mem.aget_all()]
-    assert queue == ["binary\x00junk", huge, "\x00"]  # the chat store keeps what the caller gave
-    stored = [m.content for m in tm.get_messages("s1", user_id="u1")]
-    assert stored[0] == "binaryjunk" and len(stored) == 2
-    assert len(stored[1]) == LIMIT and stored[1].endswith(CUT_MARKER)
-
-
-async def test_a_lone_surrogate_in_the_latest_user_message_does_not_break_recall(memory: TieredMemory) -> None:
-    # badly decoded input the chat store accepts; the core refuses it as a query
-    memory.add_many([{"role": "user", "content": "My dog is called Biscuit."}], session_id="old", user_id="u1")
-    mem = Memory.from_defaults(session_id="s1", tokenizer_fn=TOKENIZER,
-                               memory_blocks=[TieredMemoryBlock(memory=memory, user_id="u1")])
-    await mem.aput(chat("user", "What is my dog called? \udcff"))
-    got = await mem.aget()
-    assert "Biscuit" in memory_message(got)
-    assert got[-1].content == "What is my dog called? \udcff"  # the queue keeps what the caller gave
-    assert "Biscuit" in memory_message(await mem.aget(input="my dog \udcff?"))
-
-
 # ---- a long turn still in the queue ------------------------------------------------
 async def test_a_long_turn_in_the_queue_is_not_repeated_cut_in_the_block(memory: TieredMemory) -> None:
     block = TieredMemoryBlock(memory=memory, user_id="u1", every_turn=True)
@@ -282,93 +207,6 @@ async def test_a_long_turn_in_the_queue_is_not_repeated_cut_in_the_block(memory:
     got = await mem.aget()
     assert any(m.content == essay for m in got)  # the queue holds it whole
     assert "Paddling on calm lakes" not in memory_message(got)
-
-
-# ---- ending a session that stored no text --------------------------------------------
-@pytest.mark.parametrize(
-    "messages",
-    [
-        [],
-        [ChatMessage(role="user", blocks=[ImageBlock(url="https://example.com/x.png")])],
-        [ChatMessage(role="assistant", content="", additional_kwargs={"tool_calls": [{"id": "1"}]})],
-    ],
-    ids=["fresh", "image only", "tool call only"],
-)
-async def test_end_session_with_no_stored_text_is_a_no_op(memory: TieredMemory, messages: list[ChatMessage]) -> None:
-    mem = Memory.from_defaults(session_id="s1", tokenizer_fn=TOKENIZER,
-                               memory_blocks=[TieredMemoryBlock(memory=memory, user_id="u1")])
-    if messages:
-        await mem.aput_messages(messages)
-    assert await aend_session(mem) is None
-    assert memory.get_messages("s1", user_id="u1") == [] and memory.episodes("u1") == []
-    assert len(await mem.aget_all(status=MessageStatus.ARCHIVED)) == len(messages)  # the queue moved, as documented
-    await mem.aput_messages(turn("The spare key is under the mat.", "Noted."))
-    await aend_session(mem)  # a session with text still ends with an episode
-    assert len(memory.episodes("u1")) == 1
-
-
-# ---- bad input: a typed error, nothing stored ------------------------------------------
-NOT_MESSAGES = {
-    "a string": "hello",
-    "one message, not a list": ChatMessage(role="user", content="hello"),
-    "dicts": [{"role": "user", "content": "hello"}],
-    "a None inside": [ChatMessage(role="user", content="hello"), None],
-    "a number": 5,
-}
-
-
-@pytest.mark.parametrize("bad", list(NOT_MESSAGES.values()), ids=list(NOT_MESSAGES))
-async def test_what_is_not_a_list_of_chat_messages_is_refused_with_a_typed_error(
-    memory: TieredMemory, bad: Any,
-) -> None:
-    block = TieredMemoryBlock(memory=memory, user_id="u1", session_id="s1")
-    calls = {
-        "aget": lambda: block.aget(bad),
-        "aput (flush)": lambda: block.aput(bad, from_short_term_memory=True, session_id="s1"),
-        "aput": lambda: block.aput(bad),
-        "arecord": lambda: block.arecord(bad),
-    }
-    for name, call in calls.items():
-        with pytest.raises(InvalidInputError, match="ChatMessage"):
-            await call()
-    assert memory.get_messages("s1", user_id="u1") == []  # not even the good first message
-
-
-async def test_an_empty_or_invalid_session_id_is_refused_not_replaced(memory: TieredMemory) -> None:
-    block = TieredMemoryBlock(memory=memory, user_id="u1", session_id="fallback")
-    for sid in ["", "  ", "a\x00b", 5]:
-        with pytest.raises(InvalidInputError, match="session_id"):
-            await block.arecord([chat("user", "hello")], session_id=sid)
-        with pytest.raises(InvalidInputError, match="session_id"):
-            await block.aget([chat("user", "hello")], session_id=sid)
-    assert memory.get_messages("fallback", user_id="u1") == []
-
-
-async def test_outside_a_memory_puts_with_nothing_to_store_are_no_ops_without_a_session(
-    memory: TieredMemory,
-) -> None:
-    # LlamaIndex's own blocks take aput([]) and messages without text on their own; ours needs a
-    # session only to store something, and says so rather than inventing one
-    block = TieredMemoryBlock(memory=memory, user_id="u1")
-    nothing = [
-        [],
-        [ChatMessage(role="user", blocks=[ImageBlock(url="http://example.com/cat.png")])],
-        [ChatMessage(role="assistant", blocks=[ToolCallBlock(tool_call_id="c1", tool_name="weather")])],
-    ]
-    for messages in nothing:
-        await block.aput(messages)
-        await block.aput(messages, from_short_term_memory=True)
-        assert await block.arecord(messages) == []
-    with pytest.raises(UsageError, match="session"):
-        await block.aput([chat("user", "my cat is Miso")])
-    with pytest.raises(InvalidInputError, match="session_id"):  # a bad session id is still refused
-        await block.aput([], session_id="")
-    assert memory.sessions("u1") == []  # nothing stored anywhere
-
-
-def test_end_session_refuses_what_is_not_a_memory(memory: TieredMemory) -> None:
-    with pytest.raises(InvalidInputError, match="Memory"):
-        end_session(TieredMemoryBlock(memory=memory, user_id="u1"))  # type: ignore[arg-type]
 
 
 # ---- memory is data, wherever Memory inserts it -----------------------------------------
