@@ -22,6 +22,7 @@ from langchain_tiered_memory.store_batch import plan_batch, spread_results
 from langchain_tiered_memory.testing import ScriptedToolModel
 from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
+from tiered_memory.testing import CountingEmbedder
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -57,28 +58,12 @@ def test_spread_results_gives_each_caller_its_own_list() -> None:
     assert out[0] is not out[2]
 
 
-class CountingEmbedder:
-    """Wraps the test embedder and counts the embedding calls it gets (a real embedder)."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = f"counting:{getattr(inner, 'name', type(inner).__name__)}"
-        self.document_calls: list[int] = []
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        self.document_calls.append(len(texts))
-        return [list(map(float, v)) for v in self.inner.embed_documents(texts)]
-
-    def embed_query(self, text: str) -> list[float]:
-        return list(map(float, self.inner.embed_query(text)))
-
-
 async def test_concurrent_calls_run_as_one_batch(make_memory: Callable[..., TieredMemory], embedder: Any) -> None:
     counting = CountingEmbedder(embedder)
     store = TieredMemoryStore(make_memory(embedder=counting), fields=["text"])
     await asyncio.gather(*[store.aput(("u1", "notes"), f"k{i}", {"text": f"note {i} about tea"})
                            for i in range(40)])
-    assert counting.document_calls == [40]  # forty awaits, one batch: one embedding call
+    assert counting.batches == [40]  # forty awaits, one batch: one embedding call
     got = await asyncio.gather(*[store.aget(("u1", "notes"), f"k{i}") for i in range(40)],
                                store.asearch(("u1",), query="tea", limit=3),
                                store.alist_namespaces(prefix=("u1",)))

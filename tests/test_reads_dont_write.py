@@ -10,24 +10,7 @@ import pytest
 
 from tiered_memory import MemoryConfig, TieredMemory
 from tiered_memory.parts import AccessLog
-
-
-class CountingEmbedder:
-    """The real bundled model, counting what it is asked to embed."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self.queries: list[str] = []
-        self.documents = 0
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        self.documents += len(texts)
-        return self.inner.embed_documents(texts)  # type: ignore[no-any-return]
-
-    def embed_query(self, text: str) -> list[float]:
-        self.queries.append(text)
-        return self.inner.embed_query(text)  # type: ignore[no-any-return]
+from tiered_memory.testing import CountingEmbedder
 
 
 @pytest.fixture

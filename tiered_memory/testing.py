@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Union
 
 __all__ = [
-    "Delay", "FailingVectorIndex", "HeldEmbedder", "LLMCall", "ScriptedLLM", "chatty", "empty", "fenced", "malformed",
-    "task_of", "timeout",
+    "CountingEmbedder", "Delay", "FailingVectorIndex", "HeldEmbedder", "LLMCall", "ScriptedLLM", "chatty", "empty",
+    "fenced", "malformed", "task_of", "timeout",
 ]
 
 
@@ -236,5 +236,38 @@ class HeldEmbedder:
 
     def embed_query(self, text: str) -> list[float]:
         self._wait()
+        vector: list[float] = self.inner.embed_query(text)
+        return vector
+
+
+class CountingEmbedder:
+    """Wraps a real embedder and records what the library asks it to embed: the size of each
+    ``embed_documents`` batch and each query text. The vectors and the name are the inner
+    embedder's, so a store opened with it is the store the inner one would make.
+
+    Args:
+        inner: the real embedder; every call is forwarded.
+
+    Example:
+        >>> from tiered_memory import StaticEmbedder
+        >>> counting = CountingEmbedder(StaticEmbedder())
+        >>> _ = counting.embed_documents(["a", "b"]), counting.embed_query("c")
+        >>> counting.batches, counting.queries
+        ([2], ['c'])
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.name: str = getattr(inner, "name", type(inner).__name__)
+        self.batches: list[int] = []
+        self.queries: list[str] = []
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        self.batches.append(len(texts))
+        vectors: list[list[float]] = self.inner.embed_documents(texts)
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        self.queries.append(text)
         vector: list[float] = self.inner.embed_query(text)
         return vector
