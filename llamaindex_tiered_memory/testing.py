@@ -1,9 +1,10 @@
-"""A fake LlamaIndex chat LLM for offline tests and examples.
+"""Fake LlamaIndex LLMs for offline tests and examples.
 
 LlamaIndex's ``MockLLM`` echoes its prompt, which a ``ReActAgent`` cannot parse.
 :class:`ScriptedChatLLM` replays a script of replies (``"Thought: ...\\nAnswer: ..."``
 for a ReAct agent) and records the messages of every call: exactly the prompt the
-agent built from its ``Memory``.
+agent built from its ``Memory``. :class:`StuckLLM` is a local model that stopped
+answering, until the test releases it.
 
 Example:
     >>> from llama_index.core.llms import ChatMessage
@@ -17,14 +18,16 @@ Example:
 from __future__ import annotations
 
 import copy
+import threading
 from typing import Any, AsyncGenerator, Generator, List, Sequence
 
 from llama_index.core.base.llms.types import (ChatMessage, ChatResponse, CompletionResponse, LLMMetadata,
                                               MessageRole)
-from llama_index.core.bridge.pydantic import Field
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.custom import CustomLLM
+from llama_index.core.llms.mock import MockLLM
 
-__all__ = ["ScriptedChatLLM"]
+__all__ = ["ScriptedChatLLM", "StuckLLM"]
 
 
 class ScriptedChatLLM(CustomLLM):
@@ -73,3 +76,34 @@ class ScriptedChatLLM(CustomLLM):
                         ) -> Generator[CompletionResponse, None, None]:
         text = self.complete(prompt).text
         yield CompletionResponse(text=text, delta=text)
+
+
+class StuckLLM(MockLLM):
+    """A ``MockLLM`` whose sync ``complete`` (which ``CustomLLM.achat`` runs on the event loop)
+    hangs until :meth:`release`, or ``wait_s`` seconds: a local model that stopped answering.
+    ``answered`` is set once it did answer (``MockLLM``'s echo of the prompt); each instance
+    has events of its own, so a model released late cannot answer into another test.
+    """
+
+    wait_s: float = Field(default=30.0, description="The longest a call hangs unreleased.")
+    _released: threading.Event = PrivateAttr(default_factory=threading.Event)
+    _answered: threading.Event = PrivateAttr(default_factory=threading.Event)
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "StuckLLM"
+
+    @property
+    def answered(self) -> threading.Event:
+        return self._answered
+
+    def release(self) -> None:
+        self._released.set()
+
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        self._released.wait(self.wait_s)
+        try:
+            answer: CompletionResponse = super().complete(prompt, formatted=formatted, **kwargs)
+            return answer
+        finally:
+            self._answered.set()

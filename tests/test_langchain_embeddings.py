@@ -7,12 +7,12 @@ from typing import Any, Callable
 
 import numpy as np
 import pytest
-from langchain_core.embeddings import Embeddings
 from langchain_tests.integration_tests import EmbeddingsIntegrationTests
 from langchain_tests.unit_tests import EmbeddingsUnitTests
 from langgraph.store.memory import InMemoryStore
 
 from langchain_tiered_memory import LangChainEmbedder, TieredMemoryEmbeddings
+from langchain_tiered_memory.testing import FailingEmbeddings
 from tiered_memory import (ConfigurationError, EmbeddingError, InvalidInputError, SentenceTransformerEmbedder,
                            TieredMemory)
 
@@ -46,17 +46,9 @@ def test_langchain_embeddings_drive_the_core(make_memory: Callable[..., TieredMe
     assert memory.store.get_meta("embedder") == "minilm-via-langchain"
 
 
-class _Broken(Embeddings):
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        raise RuntimeError("provider down")
-
-    def embed_query(self, text: str) -> list[float]:
-        raise RuntimeError("provider down")
-
-
 def test_failures_become_embedding_errors() -> None:
-    e = LangChainEmbedder(_Broken())
-    assert e.name == "langchain:_Broken"
+    e = LangChainEmbedder(FailingEmbeddings(RuntimeError("provider down")))
+    assert e.name == "langchain:FailingEmbeddings"
     with pytest.raises(EmbeddingError, match="provider down"):
         e.embed_documents(["x"])
     with pytest.raises(EmbeddingError, match="provider down"):

@@ -23,6 +23,7 @@ from llama_index.core.llms import MockLLM  # noqa: E402
 
 import llamaindex_tiered_memory  # noqa: E402
 from llamaindex_tiered_memory import LlamaIndexEmbedder, LlamaIndexLLM, TieredMemoryEmbedding  # noqa: E402
+from llamaindex_tiered_memory.testing import StuckLLM  # noqa: E402
 from tiered_memory import SentenceTransformerEmbedder, TieredMemory  # noqa: E402
 from tiered_memory.errors import ConfigurationError, EmbeddingError, LLMError  # noqa: E402
 from tiered_memory.llm.adapters import resolve_llm  # noqa: E402
@@ -100,32 +101,14 @@ async def test_llm_failures_become_llm_error() -> None:
         await LlamaIndexLLM(dead).complete([{"role": "user", "content": "hi"}])
 
 
-def stuck_llm() -> tuple[MockLLM, threading.Event, threading.Event]:
-    """A MockLLM whose sync ``complete`` (which ``CustomLLM.achat`` runs on the event loop)
-    hangs until the test sets ``release``: a local model that stopped answering. ``answered``
-    is set once it did answer; events of its own, so a model released by an earlier test
-    cannot answer into this one."""
-    release, answered = threading.Event(), threading.Event()
-
-    class _StuckMockLLM(MockLLM):
-        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
-            release.wait(30)
-            try:
-                return super().complete(prompt, formatted=formatted, **kwargs)
-            finally:
-                answered.set()
-
-    return _StuckMockLLM(), release, answered
-
-
 async def test_a_sync_backed_llm_cannot_outlast_the_callers_timeout() -> None:
-    model, release, answered = stuck_llm()
+    model = StuckLLM()
     try:
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(LlamaIndexLLM(model).complete([{"role": "user", "content": "hi"}]), 0.2)
-        assert not answered.is_set()  # the wait ended at the timeout, not when the model answered
+        assert not model.answered.is_set()  # the wait ended at the timeout, not when the model answered
     finally:
-        release.set()
+        model.release()
 
 
 def test_a_stuck_sync_backed_llm_times_out_into_the_extractive_fallback(
@@ -134,17 +117,17 @@ def test_a_stuck_sync_backed_llm_times_out_into_the_extractive_fallback(
     from tiered_memory import MemoryConfig
     from tiered_memory.config import LLMConfig
 
-    model, release, answered = stuck_llm()
+    model = StuckLLM()
     try:
         memory = make_memory("li-stuck", llm=model, config=MemoryConfig(llm=LLMConfig(timeout_s=0.3, retries=0)))
         ids = memory.add_many([{"role": "user", "content": "I live in Lisbon."}], session_id="s", user_id="u")
         episode = memory.end_session("s", user_id="u")
-        assert not answered.is_set()  # both calls (facts, episode) ended at 0.3 s, the model still stuck
+        assert not model.answered.is_set()  # both calls (facts, episode) ended at 0.3 s, the model still stuck
         assert episode.metadata["method"] == "extractive"
         assert episode.metadata["llm_error"].startswith("LLMError:") and "within 0.3 s" in episode.metadata["llm_error"]
         assert episode.source_ids == ids
     finally:
-        release.set()
+        model.release()
 
 
 # ---- embeddings ------------------------------------------------------------------
