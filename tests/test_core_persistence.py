@@ -107,15 +107,10 @@ def test_second_process_on_the_same_folder_gets_store_locked(make_memory, tmp_pa
     m.add("user", "held open by the test process", session_id="s", user_id="u")
     child = textwrap.dedent(f"""
         import sys
-        from tiered_memory import StoreLockedError, TieredMemory
-
-        class Tiny:  # no model load needed to open a folder
-            name = "tiny"
-            def embed_documents(self, texts): return [[1.0, 0.0] for _ in texts]
-            def embed_query(self, text): return [1.0, 0.0]
+        from tiered_memory import StaticEmbedder, StoreLockedError, TieredMemory
 
         try:
-            TieredMemory({str(tmp_path / "locked")!r}, embedder=Tiny())
+            TieredMemory({str(tmp_path / "locked")!r}, embedder=StaticEmbedder())
         except StoreLockedError as e:
             print("LOCKED:", e)
             sys.exit(0)

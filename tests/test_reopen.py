@@ -57,12 +57,8 @@ def test_in_a_notebook_the_message_names_the_cell_that_opened_the_folder(tmp_pat
         from IPython.core.interactiveshell import InteractiveShell
 
         shell = InteractiveShell.instance()
-        shell.run_cell("from tiered_memory import TieredMemory")
-        shell.run_cell('''class Tiny:
-            name = "tiny"
-            def embed_documents(self, texts): return [[1.0, 0.0] for _ in texts]
-            def embed_query(self, text): return [1.0, 0.0]''')
-        cell = "memory = TieredMemory({str(tmp_path / 'm')!r}, embedder=Tiny())"
+        shell.run_cell("from tiered_memory import StaticEmbedder, TieredMemory")
+        cell = "memory = TieredMemory({str(tmp_path / 'm')!r}, embedder=StaticEmbedder())"
         assert shell.run_cell(cell, store_history=True).success
         again = shell.run_cell(cell, store_history=True)
         print("ERROR:", again.error_in_exec)
