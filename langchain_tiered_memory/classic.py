@@ -31,7 +31,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from pydantic import ConfigDict, field_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
-from tiered_memory.aio import to_thread
+from tiered_memory.aio import call_in_thread
 from tiered_memory.quoting import quote
 from tiered_memory.validation import check_count, check_id
 
@@ -241,10 +241,10 @@ class TieredConversationMemory(BaseMemory):
 
     # async twins: the same implementation, off the event loop
     async def aload_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
-        return await to_thread(self.load_memory_variables, inputs)
+        return await call_in_thread(self.memory, self.load_memory_variables, inputs)
 
     async def asave_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        await to_thread(self.save_context, inputs, outputs)
+        await call_in_thread(self.memory, self.save_context, inputs, outputs)
 
     async def aclear(self) -> None:
-        await to_thread(self.clear)
+        await call_in_thread(self.memory, self.clear)

@@ -26,7 +26,7 @@ from langchain_core.messages import BaseMessage, SystemMessage
 from langchain_core.runnables.utils import ConfigurableFieldSpec
 
 from tiered_memory import TieredMemory
-from tiered_memory.aio import to_thread
+from tiered_memory.aio import call_in_thread
 from tiered_memory.types import StoredMessage
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.validation import check_count, check_id
@@ -134,7 +134,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         return self._read()
 
     async def aget_messages(self) -> list[BaseMessage]:
-        return await to_thread(self._read)
+        return await call_in_thread(self.memory, self._read)
 
     # ---- writes: one implementation each, run in a worker thread by the async twin ----
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -145,7 +145,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
                 self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        await to_thread(self.add_messages, messages)
+        await call_in_thread(self.memory, self.add_messages, messages)
 
     def clear(self) -> None:
         """Delete this session's messages (other sessions and users are untouched)."""
@@ -153,7 +153,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
             self.memory.clear_session(self.session_id, user_id=self.user_id)
 
     async def aclear(self) -> None:
-        await to_thread(self.clear)
+        await call_in_thread(self.memory, self.clear)
 
     def end_session(self) -> Any:
         """Close the session in long-term memory: extract facts and compress it into an
@@ -162,7 +162,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
             return self.memory.end_session(self.session_id, user_id=self.user_id)
 
     async def aend_session(self) -> Any:
-        return await to_thread(self.end_session)
+        return await call_in_thread(self.memory, self.end_session)
 
     def __repr__(self) -> str:
         return (f"TieredChatMessageHistory(user_id={self.user_id!r}, "

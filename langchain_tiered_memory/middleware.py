@@ -42,7 +42,7 @@ from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
 from tiered_memory import TieredMemory
-from tiered_memory.aio import to_thread
+from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import ConfigurationError
 from tiered_memory.validation import check_count, check_id, check_optional_id
 
@@ -281,7 +281,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]],
     ) -> ModelResponse:
-        return await handler(await to_thread(self.prepare, request))
+        return await handler(await call_in_thread(self.memory, self.prepare, request))
 
     # ---- before the run: the question, before a before_model hook can trim it away ----
     def before_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -309,7 +309,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
         return None
 
     async def aafter_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await to_thread(self.save, list(state["messages"]), runtime)
+        await call_in_thread(self.memory, self.save, list(state["messages"]), runtime)
         return None
 
     # once more at the end of the run, for turns that end without a model call
@@ -319,5 +319,5 @@ class TieredMemoryMiddleware(AgentMiddleware):
         return None
 
     async def aafter_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await to_thread(self.save, list(state["messages"]), runtime, final=True)
+        await call_in_thread(self.memory, self.save, list(state["messages"]), runtime, final=True)
         return None

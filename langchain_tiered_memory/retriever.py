@@ -10,7 +10,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, field_validator
 
 from tiered_memory import MemoryHit, TieredMemory
-from tiered_memory.aio import to_thread
+from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.quoting import defuse_tokens
 from tiered_memory.validation import check_count, check_id, check_optional_id, check_unit
@@ -231,4 +231,4 @@ class TieredMemoryRetriever(BaseRetriever):
     async def _aget_relevant_documents(
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any,
     ) -> list[Document]:
-        return await to_thread(self._search, query, **kwargs)
+        return await call_in_thread(self.memory, self._search, query, **kwargs)

@@ -33,7 +33,7 @@ from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.utils import ConfigurableFieldSpec
 
 from tiered_memory import TieredMemory
-from tiered_memory.aio import to_thread
+from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.validation import check_count, check_id
 
@@ -201,9 +201,9 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
         config = ensure_config(config)
-        prepared, turn, scope = await to_thread(self._prepare, input, config)
+        prepared, turn, scope = await call_in_thread(self.memory, self._prepare, input, config)
         output = await self.runnable.ainvoke(prepared, config, **kwargs)
-        await to_thread(self._record, turn, output, scope)
+        await call_in_thread(self.memory, self._record, turn, output, scope)
         return output
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
@@ -217,12 +217,12 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
 
     async def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
         config = ensure_config(config)
-        prepared, turn, scope = await to_thread(self._prepare, input, config)
+        prepared, turn, scope = await call_in_thread(self.memory, self._prepare, input, config)
         total: Any = None
         async for chunk in self.runnable.astream(prepared, config, **kwargs):
             total = _add(total, chunk)
             yield chunk
-        await to_thread(self._record, turn, total, scope)
+        await call_in_thread(self.memory, self._record, turn, total, scope)
 
     def __repr__(self) -> str:
         return (f"TieredMemoryRunnable({self.runnable!r}, input_messages_key={self.input_messages_key!r}, "

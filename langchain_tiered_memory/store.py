@@ -80,7 +80,7 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from tiered_memory import TieredMemory
-from tiered_memory.aio import to_thread
+from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import InvalidInputError, UsageError
 from tiered_memory.records import Item as CoreItem
 from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite
@@ -299,6 +299,10 @@ class TieredMemoryStore(BaseStore):
             self.items.write_many(self._writes(plan.writes))
         return spread_results(plan, read_results)
 
+    async def _arun_checked(self, ops: list[Op]) -> list[Result]:
+        # one call of the memory from now: a close() meanwhile waits for it (a cancelled aput too)
+        return await call_in_thread(self.memory, self._run_checked, ops)
+
     def _read(self, op: Op, refresh: list[str]) -> Result:
         if isinstance(op, GetOp):
             found = self.items.get(op.namespace, op.key)
@@ -323,7 +327,7 @@ class TieredMemoryStore(BaseStore):
         with self._coalescers_lock:
             coalescer = self._coalescers.get(loop)
             if coalescer is None:
-                coalescer = self._coalescers[loop] = Coalescer(self._run_checked)  # checked above
+                coalescer = self._coalescers[loop] = Coalescer(self._arun_checked)  # checked above
         return await coalescer.submit(ops)
 
     # ---- TTL -------------------------------------------------------------------------
@@ -341,7 +345,7 @@ class TieredMemoryStore(BaseStore):
         return self.items.sweep()
 
     async def asweep_ttl(self) -> int:
-        return await to_thread(self.sweep_ttl)
+        return await call_in_thread(self.memory, self.sweep_ttl)
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
         """Sweep every ``sweep_interval_minutes`` (default the TTLConfig's, else 5 minutes, as

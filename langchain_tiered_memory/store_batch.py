@@ -23,11 +23,9 @@ from __future__ import annotations
 import asyncio
 import copy
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Awaitable, Callable, Sequence
 
 from langgraph.store.base import Op, PutOp, Result
-
-from tiered_memory.aio import to_thread
 
 __all__ = ["BatchPlan", "Coalescer", "plan_batch", "spread_results"]
 
@@ -82,10 +80,10 @@ def spread_results(plan: BatchPlan, read_results: Sequence[Result]) -> list[Resu
 
 class Coalescer:
     """Queue the batches submitted from one event loop and run those queued in the same
-    tick as one, with ``run`` in a worker thread. No task lingers: the draining task ends
+    tick as one, with ``run`` (which runs them in a worker thread). No task lingers: the draining task ends
     when the queue is empty, and the next submit starts another."""
 
-    def __init__(self, run: Callable[[list[Op]], list[Result]]) -> None:
+    def __init__(self, run: Callable[[list[Op]], Awaitable[list[Result]]]) -> None:
         self._run = run
         self._pending: list[tuple[asyncio.Future[list[Result]], list[Op]]] = []
         self._task: asyncio.Task[None] | None = None
@@ -112,7 +110,7 @@ class Coalescer:
                 continue
             try:
                 try:
-                    results = await to_thread(self._run, [op for _, ops in groups for op in ops])
+                    results = await self._run([op for _, ops in groups for op in ops])
                 except Exception as e:
                     if len(groups) == 1:
                         if not groups[0][0].done():
@@ -125,7 +123,7 @@ class Coalescer:
                         if f.done():
                             continue
                         try:
-                            f.set_result(await to_thread(self._run, ops))
+                            f.set_result(await self._run(ops))
                         except Exception as alone:
                             f.set_exception(alone)
                     continue

@@ -6,6 +6,10 @@ I/O happens on the caller's event loop. :func:`run_sync` is the one bridge the o
 way, for the async LLM protocol: it runs a coroutine from sync code, even where an
 event loop is already running (Jupyter).
 
+A cancel never cuts a write short: :func:`to_thread` runs its call whole (the caller gets
+``CancelledError`` at once); :func:`call_in_thread` is that for an adapter's call made of
+memory calls, counted for ``close()`` from the moment it is made, as a twin's is.
+
 Every sync call runs on one long-lived event loop in a daemon thread, not on a
 fresh ``asyncio.run`` loop per call: async HTTP clients that providers cache per
 process (langchain-openai, llama-index's OpenAI classes) keep connections bound
@@ -23,7 +27,7 @@ import functools
 import os
 from typing import Any, Callable, Concatenate, Coroutine, Iterator, ParamSpec, TypeVar
 
-from .guard import COUNTED
+from .guard import COUNTED, Guarded
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -97,6 +101,22 @@ async def to_thread(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) ->
       the caller waiting forever.
     """
     return await asyncio.shield(_submit(fn, *args, **kwargs))  # a cancel reaches the caller, not the queue
+
+
+async def call_in_thread(owner: Guarded, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """:func:`to_thread` for a call made of ``owner``'s memory calls (an adapter's write: a read,
+    then an ``add_many``), counted as one call of that memory from now, as a twin's is: a
+    ``close()`` that begins while it still waits for a thread waits for it (and lets the memory
+    calls it makes through), so a cancelled write is stored whole; one made after ``close()``
+    began is refused at once with ``UsageError``, before anything runs."""
+    admitted = owner._calls.admit()
+    try:
+        running = _submit(admitted.run, fn, *args, **kwargs)
+    except BaseException:
+        admitted.drop()
+        raise
+    running.add_done_callback(lambda f: admitted.drop() if f.cancelled() else None)  # never run
+    return await asyncio.shield(running)
 
 
 def _submit(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> "asyncio.Future[T]":
@@ -203,14 +223,7 @@ def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], 
     async def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         if not counted:
             return await to_thread(method, self, *args, **kwargs)
-        admitted = self._calls.admit()  # type: ignore[attr-defined]  # usable() guards only a Guarded
-        try:
-            running = _submit(admitted.run, method, self, *args, **kwargs)
-        except BaseException:
-            admitted.drop()
-            raise
-        running.add_done_callback(lambda f: admitted.drop() if f.cancelled() else None)  # never run
-        return await asyncio.shield(running)
+        return await call_in_thread(self, method, self, *args, **kwargs)  # type: ignore[arg-type]  # usable() guards only a Guarded
 
     run.__name__ = "a" + method.__name__
     owner = method.__qualname__.rpartition(".")[0]

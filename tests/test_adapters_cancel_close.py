@@ -1,0 +1,169 @@
+"""The adapters' async writes, cancelled and raced with ``close()``: a write whose caller was
+cancelled (a timeout around it) is stored whole and ``close()`` waits for it, as the core's
+own twins promise (``tests/test_core_async.py``). Each race is held deterministically: the loop's executor has one worker, held busy,
+so the write waits in its queue while the test cancels it and closes the memory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda
+
+from langchain_tiered_memory import (
+    TieredChatMessageHistory,
+    TieredConversationMemory,
+    TieredMemoryMiddleware,
+    TieredMemoryStore,
+    with_tiered_memory,
+)
+from tiered_memory import TieredMemory, UsageError
+from tiered_memory.embedding import Embedder
+
+USER_TURN, AI_TURN = "I keep bees on the roof", "How lovely! Do they sting?"
+
+
+class HeldExecutor(ThreadPoolExecutor):
+    """A one-worker executor that counts what is submitted to it; :meth:`hold` keeps its worker
+    busy until :meth:`release`, so a job submitted meanwhile waits in its queue."""
+
+    def __init__(self) -> None:
+        super().__init__(1)
+        self.submitted = 0
+        self._changed = asyncio.Event()  # submit() is called from the loop's thread
+        self._gate = threading.Event()
+        self._blocker: Future[Any] | None = None
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.submitted += 1
+        self._changed.set()
+        return super().submit(fn, *args, **kwargs)
+
+    def hold(self) -> None:
+        self._gate.clear()
+        self._blocker = super().submit(self._gate.wait)  # not counted: not the loop's job
+
+    async def queued(self, n: int) -> None:
+        """Return once ``n`` jobs were submitted by the loop."""
+        while self.submitted < n:
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def release(self) -> None:
+        self._gate.set()
+        if self._blocker is not None:
+            await asyncio.wrap_future(self._blocker)
+
+    async def drained(self) -> None:
+        """Return once every job submitted before has run (a job queued after them ran)."""
+        await asyncio.wrap_future(super().submit(lambda: None))
+
+
+@contextlib.asynccontextmanager
+async def held_executor() -> AsyncIterator[HeldExecutor]:
+    pool = HeldExecutor()
+    asyncio.get_running_loop().set_default_executor(pool)
+    try:
+        yield pool
+    finally:
+        await pool.release()
+
+
+async def until_closing(memory: TieredMemory) -> None:
+    """Return once ``close()`` has begun: the memory refuses new calls (polled, not timed)."""
+    while True:
+        try:
+            memory.stats()
+        except UsageError:
+            return
+        await asyncio.sleep(0.005)
+
+
+async def cancel_then_close(memory: TieredMemory, pool: HeldExecutor, write: Awaitable[Any], jobs: int) -> None:
+    """Start ``write`` while the executor is held, wait until it has queued ``jobs`` jobs, cancel
+    it, begin ``close()`` in another thread, then let the queue run and the close finish."""
+    task = asyncio.ensure_future(write)
+    await pool.queued(pool.submitted + jobs)
+    task.cancel()
+    closing = threading.Thread(target=memory.close)
+    closing.start()
+    await until_closing(memory)
+    await pool.release()
+    await asyncio.get_running_loop().run_in_executor(None, closing.join)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def stored_turns(path: Path, embedder: Embedder) -> list[str]:
+    with TieredMemory(path, embedder=embedder) as again:
+        return [m.content for m in again.get_messages("s", user_id="u")]
+
+
+WRITES: dict[str, Callable[[TieredMemory], Awaitable[Any]]] = {
+    "history.aadd_messages": lambda m: TieredChatMessageHistory(m, "s", user_id="u").aadd_messages(
+        [HumanMessage(USER_TURN), AIMessage(AI_TURN)]),
+    "classic.asave_context": lambda m: TieredConversationMemory(memory=m, user_id="u", session_id="s").asave_context(
+        {"input": USER_TURN}, {"output": AI_TURN}),
+    "middleware.aafter_model": lambda m: TieredMemoryMiddleware(m, user_id="u", session_id="s").aafter_model(
+        {"messages": [HumanMessage(USER_TURN, id="h1"), AIMessage(AI_TURN, id="a1")]}, None),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("name", list(WRITES))
+async def test_an_adapter_write_cancelled_while_it_waits_for_a_thread_is_stored_whole_before_close(
+        tmp_path: Path, embedder: Embedder, name: str) -> None:
+    """The adapters ran their write (one ``add_many``, or a read then ``add_many``) with
+    ``to_thread``, which counts nothing for ``close()`` until the memory's own call starts in
+    the worker: a ``close()`` that began while the write waited for a thread finished at once,
+    and the write, run after it, was refused with a ``UsageError`` nobody saw (its caller had
+    been cancelled): both turns lost, though the caller saw the write begin."""
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    async with held_executor() as pool:
+        pool.hold()
+        await cancel_then_close(memory, pool, WRITES[name](memory), jobs=1)
+    assert stored_turns(tmp_path / "m", embedder) == [USER_TURN, AI_TURN]
+
+
+async def test_a_store_put_cancelled_while_its_batch_waits_for_a_thread_is_stored_before_close(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """The LangGraph store's batch, once its coalescer has taken it, is the same: a cancelled
+    ``aput`` whose batch waited for a thread was lost to a ``close()`` meanwhile."""
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    async with held_executor() as pool:
+        pool.hold()
+        await cancel_then_close(memory, pool, TieredMemoryStore(memory).aput(("u", "memories"), "bees", {"text": USER_TURN}),
+                                jobs=1)
+    with TieredMemory(tmp_path / "m", embedder=embedder) as again:
+        item = TieredMemoryStore(again).get(("u", "memories"), "bees")
+        assert item is not None and item.value == {"text": USER_TURN}
+
+
+async def test_a_runnable_turn_cancelled_while_its_record_waits_for_a_thread_is_stored_before_close(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """``with_tiered_memory(...).ainvoke``: the model answered, the call was cancelled while its
+    record of the turn waited for a thread, and the memory closed meanwhile."""
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    answered, go = asyncio.Event(), asyncio.Event()
+
+    async def model(_: Any) -> AIMessage:
+        answered.set()
+        await go.wait()
+        return AIMessage(AI_TURN)
+
+    chain = with_tiered_memory(RunnableLambda(model), memory)
+    config: Any = {"configurable": {"user_id": "u", "session_id": "s"}}
+    async with held_executor() as pool:
+        call = asyncio.ensure_future(chain.ainvoke({"input": USER_TURN}, config))
+        await answered.wait()  # the recall ran; the model is answering
+        pool.hold()
+        go.set()
+        await cancel_then_close(memory, pool, call, jobs=1)
+    assert stored_turns(tmp_path / "m", embedder) == [USER_TURN, AI_TURN]
+
+
