@@ -5,14 +5,15 @@ is put; :func:`aend_session` flushes the short-term queue and lets the core summ
 
 from __future__ import annotations
 
-from typing import List, Sequence
+import functools
+from typing import Awaitable, Callable, List, Sequence
 
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import model_validator
 from llama_index.core.memory import Memory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from tiered_memory.aio import run_sync
+from tiered_memory.aio import run_sync, whole
 from tiered_memory.errors import ConfigurationError, InvalidInputError
 
 from .block import TieredMemoryBlock
@@ -63,12 +64,16 @@ class WriteThroughMemory(Memory):
             await block.arecord(messages, session_id=self.session_id)
 
     async def aput(self, message: ChatMessage) -> None:
-        await self._write_through([message])
-        await super().aput(message)
+        await whole(self._put_through([message], functools.partial(super().aput, message)))
 
     async def aput_messages(self, messages: List[ChatMessage]) -> None:
+        await whole(self._put_through(messages, functools.partial(super().aput_messages, messages)))
+
+    async def _put_through(self, messages: Sequence[ChatMessage], buffer: Callable[[], Awaitable[None]]) -> None:
+        # both steps, even if the caller is cancelled between them, so the chat buffer and the
+        # store agree; a store write that fails leaves the buffer untouched
         await self._write_through(messages)
-        await super().aput_messages(messages)
+        await buffer()
 
 
 async def aend_session(memory: Memory) -> None:

@@ -1,6 +1,7 @@
 """The adapters' async writes, cancelled and raced with ``close()``: a write whose caller was
 cancelled (a timeout around it) is stored whole and ``close()`` waits for it, as the core's
-own twins promise (``tests/test_core_async.py``). Each race is held deterministically: the loop's executor has one worker, held busy,
+own twins promise (``tests/test_core_async.py``); a cancelled LlamaIndex
+``WriteThroughMemory.aput`` leaves its chat buffer and the store agreeing. Each race is held deterministically: the loop's executor has one worker, held busy,
 so the write waits in its queue while the test cancels it and closes the memory."""
 
 from __future__ import annotations
@@ -167,3 +168,32 @@ async def test_a_runnable_turn_cancelled_while_its_record_waits_for_a_thread_is_
     assert stored_turns(tmp_path / "m", embedder) == [USER_TURN, AI_TURN]
 
 
+
+async def test_a_write_through_put_cancelled_mid_way_leaves_the_chat_buffer_and_the_store_agreeing(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """LlamaIndex ``WriteThroughMemory.aput`` stores the message in the tiered store, then in
+    the ``Memory``'s chat buffer. Cancelled between the two (while the store's write waited for
+    a thread), the store's write went on (shielded) and the buffer's never ran: the agent's
+    next turn lacked a message the store holds."""
+    from llama_index.core.llms import ChatMessage
+
+    from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, offline_tokenizer
+
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    block = TieredMemoryBlock(memory=memory, user_id="u", every_turn=True)
+    chat = WriteThroughMemory.from_defaults(session_id="s", memory_blocks=[block], tokenizer_fn=offline_tokenizer())
+    put: Callable[[], Awaitable[None]]
+    for put in (lambda: chat.aput(ChatMessage(role="user", content=USER_TURN)),
+                lambda: chat.aput_messages([ChatMessage(role="assistant", content=AI_TURN)])):
+        async with held_executor() as pool:
+            pool.hold()
+            task = asyncio.ensure_future(put())
+            await pool.queued(pool.submitted + 1)  # the store's write waits for a thread
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not asyncio.current_task()))
+        stored = [m.content for m in await memory.aget_messages("s", user_id="u")]
+        assert [m.content for m in await chat.aget_all()] == stored
+    assert stored == [USER_TURN, AI_TURN]
+    memory.close()

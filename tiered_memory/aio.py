@@ -8,7 +8,8 @@ event loop is already running (Jupyter).
 
 A cancel never cuts a write short: :func:`to_thread` runs its call whole (the caller gets
 ``CancelledError`` at once); :func:`call_in_thread` is that for an adapter's call made of
-memory calls, counted for ``close()`` from the moment it is made, as a twin's is.
+memory calls, counted for ``close()`` from the moment it is made, as a twin's is;
+:func:`whole` runs an async write of several steps to its end.
 
 Every sync call runs on one long-lived event loop in a daemon thread, not on a
 fresh ``asyncio.run`` loop per call: async HTTP clients that providers cache per
@@ -117,6 +118,22 @@ async def call_in_thread(owner: Guarded, fn: Callable[P, T], /, *args: P.args, *
         raise
     running.add_done_callback(lambda f: admitted.drop() if f.cancelled() else None)  # never run
     return await asyncio.shield(running)
+
+
+_WHOLE: "set[asyncio.Task[Any]]" = set()  # the loop holds tasks weakly: these run to their end
+
+
+async def whole(coro: Coroutine[Any, Any, T]) -> T:
+    """Await ``coro`` run to its end even if the caller is cancelled (the caller gets
+    ``CancelledError`` at once): for a write made of several steps that must all happen, an
+    adapter's (a message stored in the tiered store, then in a framework's own chat buffer),
+    which a cancel between them would leave disagreeing. ``coro`` runs in a task of its own,
+    started now, even if the caller is cancelled before its first step."""
+    task = asyncio.ensure_future(coro)
+    _WHOLE.add(task)
+    task.add_done_callback(_WHOLE.discard)
+    task.add_done_callback(_retrieve)
+    return await asyncio.shield(task)
 
 
 def _submit(fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> "asyncio.Future[T]":
