@@ -9,7 +9,8 @@ event loop is already running (Jupyter).
 A cancel never cuts a write short: :func:`to_thread` runs its call whole (the caller gets
 ``CancelledError`` at once); :func:`call_in_thread` is that for an adapter's call made of
 memory calls, counted for ``close()`` from the moment it is made, as a twin's is;
-:func:`whole` runs an async write of several steps to its end.
+:func:`whole` runs an async write of several steps to its end; :func:`open_in_thread`
+closes what an open made once its caller is gone.
 
 Every sync call runs on one long-lived event loop in a daemon thread, not on a
 fresh ``asyncio.run`` loop per call: async HTTP clients that providers cache per
@@ -25,10 +26,20 @@ import contextvars
 import threading
 import contextlib
 import functools
+import logging
 import os
-from typing import Any, Callable, Concatenate, Coroutine, Iterator, ParamSpec, TypeVar
+from typing import Any, Callable, Concatenate, Coroutine, Generic, Iterator, ParamSpec, Protocol, TypeVar
 
 from .guard import COUNTED, Guarded
+
+log = logging.getLogger("tiered_memory")
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -118,6 +129,55 @@ async def call_in_thread(owner: Guarded, fn: Callable[P, T], /, *args: P.args, *
         raise
     running.add_done_callback(lambda f: admitted.drop() if f.cancelled() else None)  # never run
     return await asyncio.shield(running)
+
+
+async def open_in_thread(make: Callable[P, C], /, *args: P.args, **kwargs: P.kwargs) -> C:
+    """:func:`to_thread` for a call that opens something (``TieredMemory(path)``: a folder lock,
+    engine threads): if the caller is cancelled, what the call opens is closed, not left open
+    with nobody to close it. The worker closes it as soon as it is made; made already (the
+    cancel came before the caller took it), the caller hands it to a worker thread to close."""
+    opening = _Opening(make)
+    try:
+        return await to_thread(opening.run, *args, **kwargs)
+    except asyncio.CancelledError:
+        made = opening.abandon()
+        if made is not None:
+            _submit(_close_unowned, made)
+        raise
+
+
+class _Opening(Generic[C]):
+    """One open, handed to its caller, or closed when the caller gave up first."""
+
+    def __init__(self, make: Callable[..., C]) -> None:
+        self._make = make
+        self._guard = threading.Lock()
+        self._abandoned = False
+        self._made: C | None = None
+
+    def run(self, *args: Any, **kwargs: Any) -> C:
+        made = self._make(*args, **kwargs)
+        with self._guard:
+            if not self._abandoned:
+                self._made = made
+                return made
+        _close_unowned(made)
+        return made  # to nobody: the caller is gone
+
+    def abandon(self) -> C | None:
+        """The caller gave up: what was made already, now the caller's to close, else ``None``
+        (the worker closes it when made)."""
+        with self._guard:
+            self._abandoned = True
+            made, self._made = self._made, None
+            return made
+
+
+def _close_unowned(made: Closable) -> None:
+    try:
+        made.close()
+    except Exception:  # noqa: BLE001 - nobody waits for it: logged, not lost
+        log.exception("closing %r, which a cancelled open made, failed", made)
 
 
 _WHOLE: "set[asyncio.Task[Any]]" = set()  # the loop holds tasks weakly: these run to their end
