@@ -95,18 +95,7 @@ async def aend_session(memory: Memory) -> None:
     """
     if not isinstance(memory, Memory):
         raise InvalidInputError(f"aend_session takes a llama_index Memory, got {type(memory).__name__}")
-    active = await memory.sql_store.get_messages(memory.session_id, status=MessageStatus.ACTIVE)
-    if active:
-        # archived once a block has taken them: a failure before that (the tiered memory closed,
-        # its disk full) leaves them in the queue to end again, and none is put twice after it
-        taken = False
-        try:
-            for block in memory.memory_blocks:
-                await block.aput(active, from_short_term_memory=True, session_id=memory.session_id)
-                taken = True
-        finally:
-            if taken or not memory.memory_blocks:
-                await memory.sql_store.archive_oldest_messages(memory.session_id, n=len(active))
+    await whole(_flush_queue(memory))  # a cancel between the blocks' writes and the archive skips neither
     seen: set[tuple[int, str]] = set()
     for block in _tiered_blocks(memory):
         key = (id(block.memory), block.user_id)
@@ -117,6 +106,23 @@ async def aend_session(memory: Memory) -> None:
         if not await block.memory.aget_messages(memory.session_id, user_id=block.user_id, limit=1):
             continue  # nothing stored: the core would raise NotFoundError for an empty session
         await end(memory.session_id, user_id=block.user_id)
+
+
+async def _flush_queue(memory: Memory) -> None:
+    """The short-term queue, given to the memory blocks, then archived."""
+    active = await memory.sql_store.get_messages(memory.session_id, status=MessageStatus.ACTIVE)
+    if not active:
+        return
+    # archived once a block has taken them: a failure before that (the tiered memory closed,
+    # its disk full) leaves them in the queue to end again, and none is put twice after it
+    taken = False
+    try:
+        for block in memory.memory_blocks:
+            await block.aput(active, from_short_term_memory=True, session_id=memory.session_id)
+            taken = True
+    finally:
+        if taken or not memory.memory_blocks:
+            await memory.sql_store.archive_oldest_messages(memory.session_id, n=len(active))
 
 
 def end_session(memory: Memory) -> None:

@@ -283,3 +283,31 @@ async def test_a_write_through_put_cancelled_mid_way_leaves_the_chat_buffer_and_
         assert [m.content for m in await chat.aget_all()] == stored
     assert stored == [USER_TURN, AI_TURN]
     memory.close()
+
+
+async def test_an_end_session_cancelled_mid_flush_archives_what_it_stored(tmp_path: Path, embedder: Embedder) -> None:
+    """LlamaIndex ``aend_session`` stores the short-term queue in the tiered store, then archives
+    it from the queue. Cancelled between the two, the store's write went on and the archive
+    never ran: the queue still held the stored messages, which the next end (or flush) stored
+    a second time (messages carry no id to tell)."""
+    from llama_index.core.llms import ChatMessage
+    from llama_index.core.memory import Memory
+    from llama_index.core.storage.chat_store.base_db import MessageStatus
+
+    from llamaindex_tiered_memory import TieredMemoryBlock, aend_session, offline_tokenizer
+
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    chat = Memory.from_defaults(session_id="s", memory_blocks=[TieredMemoryBlock(memory=memory, user_id="u")],
+                                tokenizer_fn=offline_tokenizer())
+    await chat.aput_messages([ChatMessage(role="user", content=USER_TURN), ChatMessage(role="assistant", content=AI_TURN)])
+    async with held_executor() as pool:
+        pool.hold()
+        task = asyncio.ensure_future(aend_session(chat))
+        await pool.queued(pool.submitted + 1)  # the store's write waits for a thread
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    await asyncio.gather(*(t for t in asyncio.all_tasks() if t is not asyncio.current_task()))
+    assert [m.content for m in await memory.aget_messages("s", user_id="u")] == [USER_TURN, AI_TURN]
+    assert await chat.sql_store.get_messages("s", status=MessageStatus.ACTIVE) == []
+    memory.close()
