@@ -81,7 +81,8 @@ def test_model_text_blank_by_pythons_rules_is_invalid_output(blank: str) -> None
     """The separators U+001C-U+001F pass pydantic's (Rust) ``\\S`` but are whitespace to
     ``str.strip``: a summary or fact made of them is blank, as check_text says of input."""
     from tiered_memory.layers.episodic import EpisodeSchema
-    from tiered_memory.layers.semantic import ExtractedFacts, Judgement
+    from tiered_memory.layers.resolution import Judgement
+    from tiered_memory.layers.semantic import ExtractedFacts
 
     cases: list[tuple[dict[str, object], type[BaseModel]]] = [
         ({"facts": [{"type": "fact", "text": blank}]}, ExtractedFacts),

@@ -11,7 +11,8 @@ import pytest
 from tiered_memory import InvalidInputError, NotFoundError, TieredMemory
 from tiered_memory.layers.extractive import extract_fact_candidates, stated_slot
 from tiered_memory.records import FactCandidate
-from tiered_memory.layers.semantic import Fact, Judgement, decide_resolution
+from tiered_memory.layers.resolution import Judgement, decide_resolution
+from tiered_memory.records import Fact
 from tiered_memory.types import StoredMessage
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")

@@ -41,7 +41,8 @@ from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
 from .episodic import EpisodicMemory
-from .semantic import SemanticMemory, other_slots, soft_delete
+from .resolution import other_slots
+from .semantic import SemanticMemory, soft_delete
 from .working import decayed
 
 Progress = Callable[[str, int, int], None]

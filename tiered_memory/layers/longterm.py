@@ -23,7 +23,8 @@ from ..errors import InvalidInputError, LLMError, NotFoundError
 from .extractive import extract_episode, extract_fact_candidates, stated_slot
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
-from .semantic import ExtractedFacts, Judgement, SemanticMemory
+from .resolution import Judgement
+from .semantic import ExtractedFacts, SemanticMemory
 from ..parts import Parts
 from ..records import Episode, EpisodeDraft, Fact, FactCandidate
 from ..store.repositories import LayerRepository, PendingVectorSource

@@ -1,9 +1,9 @@
 """Semantic memory: typed facts about a user, resolved against what is already known.
 
 Each new fact candidate is compared with the user's related facts and resolved
-by :func:`decide_resolution` (pure) as ``add``, ``update`` (merge into an existing
-fact), ``invalidate`` (a contradiction: the old fact is marked invalid from a time,
-never destroyed, and the new one is added) or ``noop``. An LLM judgement is used
+by :func:`~tiered_memory.layers.resolution.decide_resolution` (pure) as ``add``,
+``update`` (merge into an existing fact), ``invalidate`` (a contradiction: the old fact
+is marked invalid from a time, never destroyed, and the new one is added) or ``noop``. An LLM judgement is used
 when one is available and valid; otherwise rules decide. Every change is written to
 the fact history.
 """
@@ -24,6 +24,7 @@ from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
 from .extractive import stated_slot
+from .resolution import Judgement, Resolution, decide_resolution
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import MAX_FACT_CHARS, check_text, not_blank
@@ -31,7 +32,6 @@ from ..vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
 FactType = Literal["preference", "fact", "constraint", "relationship", "decision"]
-Action = Literal["add", "update", "invalidate", "noop"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,31 +39,6 @@ class FactHit:
     fact: Fact
     score: float
     explanation: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Resolution:
-    """What to do with a candidate: ``target_id`` is the existing fact acted on."""
-
-    action: Action
-    target_id: str | None = None
-    text: str | None = None
-    reason: str = ""
-    method: str = "rules"
-
-
-class Judgement(BaseModel):
-    """The LLM's resolution of a candidate against numbered existing facts."""
-
-    action: Literal["add", "update", "invalidate", "noop"]
-    target: int | None = Field(default=None, description="number of the existing fact, if any")
-    text: str | None = Field(default=None, max_length=MAX_FACT_CHARS, pattern=r"\S",
-                             description="merged text, for update")
-
-    @field_validator("text")
-    @classmethod
-    def _text_not_blank(cls, text: str | None) -> str | None:
-        return None if text is None else not_blank(text)
 
 
 class ExtractedFact(BaseModel):
@@ -80,60 +55,6 @@ class ExtractedFact(BaseModel):
 
 class ExtractedFacts(BaseModel):
     facts: list[ExtractedFact]
-
-
-def _norm(text: str) -> str:
-    return " ".join(text.lower().replace(".", " ").split())
-
-
-def other_slots(a: str | None, b: str | None) -> bool:
-    """Keys of two slots ("rel:sister", "rel:brother"): facts about two things, however alike (pure)."""
-    return a is not None and b is not None and a != b
-
-
-def decide_resolution(
-    candidate: FactCandidate, related: Sequence[tuple[Fact, float]], *, same: float, merge: float,
-    judgement: Judgement | None = None,
-) -> Resolution:
-    """Resolve ``candidate`` against ``related`` (valid facts with cosine similarity), pure.
-
-    A valid LLM ``judgement`` wins; one that names a missing fact is ignored. Rules:
-    same slot (``key``) with another value or polarity invalidates (the same value said more
-    fully, "Lisbon" -> "Lisbon, Portugal", updates); against the facts of no other slot, same
-    text or similarity >= ``same`` is a no-op, similarity >= ``merge`` updates; else add.
-    """
-    ranked = sorted((r for r in related if r[0].valid), key=lambda r: -r[1])
-    if judgement is not None:
-        target = None
-        if judgement.target is not None and 1 <= judgement.target <= len(ranked):
-            target = ranked[judgement.target - 1][0]
-        if judgement.action == "add":
-            return Resolution(action="add", reason="llm judged it new", method="llm")
-        if target is not None:
-            text = judgement.text if judgement.action == "update" and judgement.text else None
-            return Resolution(action=judgement.action, target_id=target.id,
-                              text=text or (candidate.text if judgement.action == "update" else None),
-                              reason=f"llm judged {judgement.action}", method="llm")
-    for f, _ in ranked:
-        if candidate.key and f.key == candidate.key:
-            old, new = _norm(f.text), _norm(candidate.text)
-            if f.polarity == candidate.polarity and old == new:
-                return Resolution(action="noop", target_id=f.id, reason="same fact in the same slot")
-            if f.polarity == candidate.polarity and new[len(old):len(old) + 1] in (",", " ") and new.startswith(old):  # "Lisbon" -> "Lisbon, Portugal"
-                return Resolution(action="update", target_id=f.id, text=candidate.text,
-                                  reason=f"says the fact in slot {candidate.key!r} more fully")
-            return Resolution(action="invalidate", target_id=f.id,
-                              reason=f"contradicts the fact in slot {candidate.key!r}")
-    ranked = [r for r in ranked if not other_slots(candidate.key, r[0].key)]
-    if not ranked:
-        return Resolution(action="add", reason="no related fact")
-    best, sim = ranked[0]
-    if _norm(best.text) == _norm(candidate.text) or sim >= same:
-        return Resolution(action="noop", target_id=best.id, reason=f"already known (similarity {sim:.2f})")
-    if sim >= merge and best.type == candidate.type and best.polarity == candidate.polarity:
-        return Resolution(action="update", target_id=best.id, text=candidate.text,
-                          reason=f"refines a similar fact (similarity {sim:.2f})")
-    return Resolution(action="add", reason=f"nearest fact is different (similarity {sim:.2f})")
 
 
 def check_type(type_: str | None, *, optional: bool = True) -> None:

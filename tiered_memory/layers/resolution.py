@@ -1,0 +1,96 @@
+"""Fact resolution rules: what a new fact candidate does to the facts already known (pure).
+
+:func:`decide_resolution` answers ``add``, ``update`` (merge into an existing fact),
+``invalidate`` (a contradiction) or ``noop``, from an LLM :class:`Judgement` when one is
+valid, else from the rules: the slot a fact names (``key``, from the extractive rules or
+:func:`~tiered_memory.layers.extractive.stated_slot`) decides first, cosine similarity
+only between facts of no other slot. :class:`~tiered_memory.layers.semantic.SemanticMemory`
+writes what it decides; ``consolidate``'s merge plan uses :func:`other_slots` too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+from pydantic import BaseModel, Field, field_validator
+
+from ..records import Fact, FactCandidate
+from ..validation import MAX_FACT_CHARS, not_blank
+
+Action = Literal["add", "update", "invalidate", "noop"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resolution:
+    """What to do with a candidate: ``target_id`` is the existing fact acted on."""
+
+    action: Action
+    target_id: str | None = None
+    text: str | None = None
+    reason: str = ""
+    method: str = "rules"
+
+class Judgement(BaseModel):
+    """The LLM's resolution of a candidate against numbered existing facts."""
+
+    action: Literal["add", "update", "invalidate", "noop"]
+    target: int | None = Field(default=None, description="number of the existing fact, if any")
+    text: str | None = Field(default=None, max_length=MAX_FACT_CHARS, pattern=r"\S",
+                             description="merged text, for update")
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, text: str | None) -> str | None:
+        return None if text is None else not_blank(text)
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().replace(".", " ").split())
+
+def other_slots(a: str | None, b: str | None) -> bool:
+    """Keys of two slots ("rel:sister", "rel:brother"): facts about two things, however alike (pure)."""
+    return a is not None and b is not None and a != b
+
+def decide_resolution(
+    candidate: FactCandidate, related: Sequence[tuple[Fact, float]], *, same: float, merge: float,
+    judgement: Judgement | None = None,
+) -> Resolution:
+    """Resolve ``candidate`` against ``related`` (valid facts with cosine similarity), pure.
+
+    A valid LLM ``judgement`` wins; one that names a missing fact is ignored. Rules:
+    same slot (``key``) with another value or polarity invalidates (the same value said more
+    fully, "Lisbon" -> "Lisbon, Portugal", updates); against the facts of no other slot, same
+    text or similarity >= ``same`` is a no-op, similarity >= ``merge`` updates; else add.
+    """
+    ranked = sorted((r for r in related if r[0].valid), key=lambda r: -r[1])
+    if judgement is not None:
+        target = None
+        if judgement.target is not None and 1 <= judgement.target <= len(ranked):
+            target = ranked[judgement.target - 1][0]
+        if judgement.action == "add":
+            return Resolution(action="add", reason="llm judged it new", method="llm")
+        if target is not None:
+            text = judgement.text if judgement.action == "update" and judgement.text else None
+            return Resolution(action=judgement.action, target_id=target.id,
+                              text=text or (candidate.text if judgement.action == "update" else None),
+                              reason=f"llm judged {judgement.action}", method="llm")
+    for f, _ in ranked:
+        if candidate.key and f.key == candidate.key:
+            old, new = _norm(f.text), _norm(candidate.text)
+            if f.polarity == candidate.polarity and old == new:
+                return Resolution(action="noop", target_id=f.id, reason="same fact in the same slot")
+            if f.polarity == candidate.polarity and new[len(old):len(old) + 1] in (",", " ") and new.startswith(old):  # "Lisbon" -> "Lisbon, Portugal"
+                return Resolution(action="update", target_id=f.id, text=candidate.text,
+                                  reason=f"says the fact in slot {candidate.key!r} more fully")
+            return Resolution(action="invalidate", target_id=f.id,
+                              reason=f"contradicts the fact in slot {candidate.key!r}")
+    ranked = [r for r in ranked if not other_slots(candidate.key, r[0].key)]
+    if not ranked:
+        return Resolution(action="add", reason="no related fact")
+    best, sim = ranked[0]
+    if _norm(best.text) == _norm(candidate.text) or sim >= same:
+        return Resolution(action="noop", target_id=best.id, reason=f"already known (similarity {sim:.2f})")
+    if sim >= merge and best.type == candidate.type and best.polarity == candidate.polarity:
+        return Resolution(action="update", target_id=best.id, text=candidate.text,
+                          reason=f"refines a similar fact (similarity {sim:.2f})")
+    return Resolution(action="add", reason=f"nearest fact is different (similarity {sim:.2f})")
