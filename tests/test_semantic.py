@@ -65,6 +65,8 @@ SUSHI = _fact("b", "User likes sushi", key="pref:sushi", type="preference")
 TEA = _fact("c", "User drinks green tea every morning", type="preference")
 SISTER = _fact("d", "User's sister is called Ana", key="rel:sister", type="relationship")
 LIKES_TEA = _fact("e", "User likes tea", key="pref:tea", type="preference")
+PARIS = _fact("p", "User lives in Paris", key="residence")
+SISTER_ANA = _fact("g", "User's sister is Ana", key="rel:sister", type="relationship")
 
 
 @pytest.mark.parametrize("cand, related, judgement, expected", [
@@ -96,8 +98,16 @@ LIKES_TEA = _fact("e", "User likes tea", key="pref:tea", type="preference")
      ("add", None)),
     (_cand("User likes green tea", key="pref:green tea", type="preference"), [(LIKES_TEA, 0.96)], None,
      ("add", None)),
-    (_cand("User likes green tea", key="pref:green tea", type="preference"), [(LIKES_TEA, 0.96), (TEA, 0.9)],
-     None, ("update", "c")),  # a fact of no slot is still compared
+    (_cand("User likes green tea", key="pref:green tea", type="preference"), [(LIKES_TEA, 0.96), (TEA, 0.95)],
+     None, ("noop", "c")),  # a fact of no slot is still compared
+    # a fact of a slot is changed only by its slot's rules: a similar fact of no slot ("User works in
+    # Paris", 0.90 from "User lives in Paris" with MiniLM) is another fact, not a refinement of it,
+    # and a fact of no slot is not rewritten into a slot's words it would not hold
+    (_cand("User works in Paris"), [(PARIS, 0.90)], None, ("add", None)),
+    (_cand("User has a sister called Ana", type="relationship"), [(SISTER_ANA, 0.93)], None, ("add", None)),
+    (_cand("User's sister is Ana", key="rel:sister", type="relationship"),
+     [(_fact("f", "User has a sister called Ana", type="relationship"), 0.93)], None, ("add", None)),
+    (_cand("Ana is User's sister", type="relationship"), [(SISTER_ANA, 0.96)], None, ("noop", "g")),  # the same
     # a valid LLM judgement wins over rules
     (_cand("User moved to Porto"), [(LISBON, 0.6)], Judgement(action="invalidate", target=1), ("invalidate", "a")),
     (_cand("User likes salmon sushi"), [(SUSHI, 0.8)], Judgement(action="update", target=1, text="User likes sushi, "
@@ -181,6 +191,18 @@ def test_a_fact_of_another_slot_does_not_replace_a_similar_one(memory: TieredMem
     assert sorted(f.text for f in memory.facts("u")) == [
         "User likes green tea", "User likes tea", "User's brother is called Ana", "User's sister is called Ana"]
     assert {c.action for c in memory.fact_history("u")} == {"add"}
+
+
+def test_a_similar_fact_of_no_slot_does_not_rewrite_the_fact_of_a_slot(memory: TieredMemory) -> None:
+    """"User works in Paris" is 0.90 from "User lives in Paris" with MiniLM: it rewrote the
+    residence fact into itself, which kept the residence slot, so the user's home was gone and
+    the next residence ("User lives in Berlin") then invalidated where they work."""
+    memory.add_fact("User lives in Paris", user_id="u")
+    memory.add_fact("User works in Paris", user_id="u")
+    assert sorted(f.text for f in memory.facts("u")) == ["User lives in Paris", "User works in Paris"]
+    memory.add_fact("User lives in Berlin", user_id="u")
+    assert sorted(f.text for f in memory.facts("u")) == ["User lives in Berlin", "User works in Paris"]
+    assert {c.action for c in memory.fact_history("u")} == {"add", "invalidate"}
 
 
 def test_an_edited_fact_takes_the_slot_of_its_new_text(memory: TieredMemory) -> None:

@@ -60,7 +60,11 @@ def decide_resolution(
     A valid LLM ``judgement`` wins; one that names a missing fact is ignored. Rules:
     same slot (``key``) with another value or polarity invalidates (the same value said more
     fully, "Lisbon" -> "Lisbon, Portugal", updates); against the facts of no other slot, same
-    text or similarity >= ``same`` is a no-op, similarity >= ``merge`` updates; else add.
+    text or similarity >= ``same`` is a no-op, similarity >= ``merge`` updates two facts of no
+    slot; else add. A fact of a slot is changed only by its slot's rules: an update keeps the
+    fact's slot, so a fact of no slot rewriting it ("User works in Paris" over "User lives in
+    Paris", 0.90 with MiniLM) would lose it and leave the next residence to end the new text,
+    and a slot's words rewriting a fact of no slot would stand outside the slot they name.
     """
     ranked = sorted((r for r in related if r[0].valid), key=lambda r: -r[1])
     if judgement is not None:
@@ -90,7 +94,8 @@ def decide_resolution(
     best, sim = ranked[0]
     if _norm(best.text) == _norm(candidate.text) or sim >= same:
         return Resolution(action="noop", target_id=best.id, reason=f"already known (similarity {sim:.2f})")
-    if sim >= merge and best.type == candidate.type and best.polarity == candidate.polarity:
+    if sim >= merge and best.type == candidate.type and best.polarity == candidate.polarity \
+            and best.key is None and candidate.key is None:
         return Resolution(action="update", target_id=best.id, text=candidate.text,
                           reason=f"refines a similar fact (similarity {sim:.2f})")
     return Resolution(action="add", reason=f"nearest fact is different (similarity {sim:.2f})")
