@@ -76,6 +76,16 @@ SISTER_ANA = _fact("g", "User's sister is Ana", key="rel:sister", type="relation
     # the same slot said more fully refines it
     (_cand("User lives in Lisbon, Portugal", key="residence"), [(LISBON, 0.9)], None, ("update", "a")),
     (_cand("User lives in Lisbonne", key="residence"), [(LISBON, 0.9)], None, ("invalidate", "a")),  # a new word
+    # the same value of the same slot in other words confirms it (a no-op), and said more fully refines it
+    (_cand("User moved to Lisbon", key="residence"), [(LISBON, 0.8)], None, ("noop", "a")),
+    (_cand("The user now lives in Lisbon.", key="residence"), [(LISBON, 0.9)], None, ("noop", "a")),
+    (_cand("User has moved to Lisbon, Portugal", key="residence"), [(LISBON, 0.7)], None, ("update", "a")),
+    (_cand("User's sister is called Ana", key="rel:sister", type="relationship"), [(SISTER_ANA, 0.9)], None,
+     ("noop", "g")),
+    (_cand("User’s sister is Ana", key="rel:sister", type="relationship"), [(SISTER_ANA, 0.99)], None,
+     ("noop", "g")),
+    (_cand("User's sister is called Maria", key="rel:sister", type="relationship"), [(SISTER_ANA, 0.8)], None,
+     ("invalidate", "g")),
     (_cand("User dislikes sushi", key="pref:sushi", polarity=-1, type="preference"), [(SUSHI, 0.7)], None,
      ("invalidate", "b")),
     (_cand("user lives in lisbon."), [(LISBON, 0.9)], None, ("noop", "a")),
@@ -203,6 +213,22 @@ def test_a_similar_fact_of_no_slot_does_not_rewrite_the_fact_of_a_slot(memory: T
     memory.add_fact("User lives in Berlin", user_id="u")
     assert sorted(f.text for f in memory.facts("u")) == ["User lives in Berlin", "User works in Paris"]
     assert {c.action for c in memory.fact_history("u")} == {"add", "invalidate"}
+
+
+def test_the_same_value_of_a_slot_in_other_words_confirms_the_fact(memory: TieredMemory) -> None:
+    """"User's sister is called Ana" after "My sister is Ana." (or "User moved to Lisbon" after "I
+    live in Lisbon.") invalidated the first fact, as if the user had a new sister: the slot's
+    value is the same. It is a no-op now; another value still replaces the fact."""
+    memory.add("user", "My sister is Ana. I live in Lisbon.", session_id="s", user_id="u")
+    memory.end_session("s", user_id="u")
+    sister = next(f for f in memory.facts("u") if f.key == "rel:sister")
+    assert memory.add_fact("User's sister is called Ana", user_id="u", type="relationship").id == sister.id
+    memory.add_fact("User moved to Lisbon", user_id="u")
+    memory.add_fact("The user's sister is Ana.", user_id="u", type="relationship")
+    assert sorted(f.text for f in memory.facts("u")) == ["User lives in Lisbon", "User's sister is Ana"]
+    assert {c.action for c in memory.fact_history("u")} == {"add"}
+    memory.add_fact("User's sister is called Maria", user_id="u", type="relationship")
+    assert sorted(f.text for f in memory.facts("u")) == ["User lives in Lisbon", "User's sister is called Maria"]
 
 
 def test_an_edited_fact_takes_the_slot_of_its_new_text(memory: TieredMemory) -> None:

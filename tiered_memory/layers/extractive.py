@@ -289,22 +289,35 @@ _STATED: list[tuple[re.Pattern[str], str, int]] = [(re.compile(p, re.I), key, po
     (_USER + r" (?:likes|loves|enjoys|adores) (?P<x>.+)", "pref:{x}", 1),
     (_USER + r" prefers (?P<x>.+)", "prefer:{x}", 1),
     (_USER + r"'s favou?rite (?P<what>[a-z ]{2,30}?) is (?P<x>.+)", "favourite:{what}", 1),
-    (_USER + rf"'s (?P<rel>{_RELATIONS}) is (?P<x>.+)", "rel:{rel}", 1),
+    (_USER + rf"'s (?P<rel>{_RELATIONS}) is (?:called |named )?(?P<x>.+)", "rel:{rel}", 1),
 ]]
 _THEIR = re.compile(r"\btheir\b", re.I)
+
+
+def _stated(text: str) -> tuple[str, int, str] | None:
+    said = " ".join(text.replace("\u2019", "'").split()).rstrip(".!")
+    for pattern, key_t, polarity in _STATED:
+        found = pattern.fullmatch(said)
+        if found:
+            groups = {k: _THEIR.sub("my", v.strip()) for k, v in found.groupdict().items()}
+            return normalize_key(key_t.format(**groups)), polarity, groups["x"]
+    return None
 
 
 def stated_slot(text: str) -> tuple[str, int] | None:
     """The slot (key, polarity) of a fact said of "User" in the words the rules write ("User
     lives in Porto" -> ``("residence", 1)``), so that it replaces the fact of that slot as the
     user's own "I moved to Porto" does; ``None`` for any other fact (pure)."""
-    said = " ".join(text.replace("\u2019", "'").split()).rstrip(".!")
-    for pattern, key_t, polarity in _STATED:
-        found = pattern.fullmatch(said)
-        if found:
-            groups = {k: _THEIR.sub("my", v.strip()) for k, v in found.groupdict().items()}
-            return normalize_key(key_t.format(**groups)), polarity
-    return None
+    found = _stated(text)
+    return None if found is None else found[:2]
+
+
+def stated_value(text: str) -> str | None:
+    """What a fact in the rules' words says its slot holds, lower-cased ("User moved to Lisbon,
+    Portugal" -> ``"lisbon, portugal"``; "User's sister is called Ana" -> ``"ana"``), so that
+    the same value in other words is the same fact; ``None`` where :func:`stated_slot` is (pure)."""
+    found = _stated(text)
+    return None if found is None else " ".join(found[2].lower().split())
 
 
 def normalize_key(key: str) -> str:

@@ -16,6 +16,7 @@ from typing import Literal, Sequence
 from pydantic import BaseModel, Field, field_validator
 
 from ..records import Fact, FactCandidate
+from .extractive import stated_value
 from ..validation import MAX_FACT_CHARS, not_blank
 
 Action = Literal["add", "update", "invalidate", "noop"]
@@ -58,8 +59,10 @@ def decide_resolution(
     """Resolve ``candidate`` against ``related`` (valid facts with cosine similarity), pure.
 
     A valid LLM ``judgement`` wins; one that names a missing fact is ignored. Rules:
-    same slot (``key``) with another value or polarity invalidates (the same value said more
-    fully, "Lisbon" -> "Lisbon, Portugal", updates); against the facts of no other slot, same
+    same slot (``key``) with another value or polarity invalidates; the same value, in whatever
+    words the rules read (:func:`~tiered_memory.layers.extractive.stated_value`: "User moved to
+    Lisbon" after "User lives in Lisbon"), is a no-op, and said more fully ("Lisbon" -> "Lisbon,
+    Portugal") updates; against the facts of no other slot, same
     text or similarity >= ``same`` is a no-op, similarity >= ``merge`` updates two facts of no
     slot; else add. A fact of a slot is changed only by its slot's rules: an update keeps the
     fact's slot, so a fact of no slot rewriting it ("User works in Paris" over "User lives in
@@ -81,6 +84,9 @@ def decide_resolution(
     for f, _ in ranked:
         if candidate.key and f.key == candidate.key:
             old, new = _norm(f.text), _norm(candidate.text)
+            said = stated_value(f.text), stated_value(candidate.text)
+            if said[0] is not None and said[1] is not None:  # "User moved to Lisbon": the value, in any words
+                old, new = said[0], said[1]
             if f.polarity == candidate.polarity and old == new:
                 return Resolution(action="noop", target_id=f.id, reason="same fact in the same slot")
             if f.polarity == candidate.polarity and new[len(old):len(old) + 1] in (",", " ") and new.startswith(old):  # "Lisbon" -> "Lisbon, Portugal"
