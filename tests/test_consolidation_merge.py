@@ -65,3 +65,20 @@ def test_a_merge_keeps_the_keepers_own_later_access(make_memory: Callable[..., T
     memory.consolidate("u")
     [fact] = memory.facts("u")
     assert (fact.access_count, fact.last_access) == (3, pytest.approx(later))
+
+
+def test_the_keeper_of_a_merge_has_the_merge_in_its_history(make_memory: Callable[..., TieredMemory],
+                                                             tmp_path: Path) -> None:
+    """Only the duplicates had a history entry ("merge", merged_into): the keeper's own read as if
+    nothing had happened to it, though it took their sources and accesses."""
+    memory = make_memory()
+    _import_facts(memory, tmp_path, [
+        {"id": "keep", "text": "User enjoys hiking in the mountains", "confidence": 0.9, "source_ids": ["m1"]},
+        {"id": "dup", "text": "User enjoys hiking in the mountains.", "confidence": 0.5, "source_ids": ["m2"]},
+    ])
+    memory.consolidate("u")
+    [absorbed] = memory.fact_history("u", "keep")
+    assert (absorbed.action, absorbed.details) == ("absorb", {"absorbed": ["dup"]})
+    assert absorbed.old_text == absorbed.new_text == "User enjoys hiking in the mountains"
+    [merged] = memory.fact_history("u", "dup")
+    assert (merged.action, merged.details, merged.at) == ("merge", {"merged_into": "keep"}, absorbed.at)

@@ -5,7 +5,8 @@ whole run is idempotent and safe to interrupt and rerun (finished work is marked
 ``deleted_at``, ``promoted_at``, ``compressed_at``, the session cursor):
 
 1. ``sessions``: idle sessions with turns no episode covers are compressed.
-2. ``merge``: near-duplicate facts are merged into the best one (soft delete + history).
+2. ``merge``: near-duplicate facts are merged into the best one (soft delete + history:
+   ``merge`` for each duplicate, ``absorb`` for the fact that took them in).
 3. ``promote``: episodes accessed at least ``promote_access_count`` times become facts.
 4. ``compress``: episodes older than ``compress_after_days`` move their raw messages to
    ``messages_archive``, out of the hot keyword and vector indexes (or delete them
@@ -42,7 +43,7 @@ from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
 from .episodic import EpisodicMemory
 from .resolution import other_slots
-from .semantic import SemanticMemory, soft_delete
+from .semantic import SemanticMemory, log_change, soft_delete
 from .working import decayed
 
 Progress = Callable[[str, int, int], None]
@@ -232,8 +233,10 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
                                    last_access=max((a for d in dups if (a := by_id[d].last_access) is not None),
                                                    default=None),
                                    updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
-                    for d in dups:
-                        soft_delete(u, user_id, d, "merge", now, {"merged_into": keep})
+                    gone = [d for d in dups if soft_delete(u, user_id, d, "merge", now, {"merged_into": keep})]
+                    if gone:  # the keeper changed too (sources, accesses): its history says from what
+                        log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
+                                   {"absorbed": gone})
         if dups:
             layers.parts.index.delete([f"fact:{d}" for d in dups])
             merged.extend(dups)
