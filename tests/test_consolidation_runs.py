@@ -114,6 +114,10 @@ def test_a_session_another_run_ended_meanwhile_is_not_counted_again(make_memory:
     assert len(memory.episodes("u")) == 2
     assert first.sessions + other[0].sessions == 2
     assert set(first.details["sessions"]).isdisjoint(other[0].details["sessions"])
+    # each episode the step made is in the audit log, once: by the run that made it (was none)
+    made = {e.item_id: e.details for e in memory.audit_log("u", layer="episode") if e.action == "summarise"}
+    assert len(memory.audit_log("u")) == 2
+    assert made == {e.id: {"session_id": e.session_id, "messages": 1} for e in memory.episodes("u")}
 
 
 def test_a_session_cleared_meanwhile_is_skipped_and_the_run_goes_on(make_memory: Callable[..., TieredMemory]) -> None:

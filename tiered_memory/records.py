@@ -84,7 +84,8 @@ class FactChange:
 @dataclass(frozen=True, kw_only=True)
 class AuditEntry:
     """One row of the audit log: what consolidation or eviction did to an episode or a
-    working-memory item (``promote``, ``archive``, ``delete_raw``, ``prune``, ``evict``)."""
+    working-memory item (``summarise``, ``promote``, ``archive``, ``delete_raw``, ``prune``,
+    ``evict``), or a ``delete`` of an episode."""
 
     user_id: str
     layer: str  # one of AUDIT_LAYERS

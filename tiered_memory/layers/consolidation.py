@@ -4,7 +4,8 @@ Steps, each a pure decision (table-tested) followed by small transactions, so th
 whole run is idempotent and safe to interrupt and rerun (finished work is marked:
 ``deleted_at``, ``promoted_at``, ``compressed_at``, the session cursor):
 
-1. ``sessions``: idle sessions with turns no episode covers are compressed.
+1. ``sessions``: idle sessions with turns no episode covers are compressed (a ``summarise``
+   audit entry for each episode, in its transaction).
 2. ``merge``: near-duplicate facts are merged into the best one (soft delete + history:
    ``merge`` for each duplicate, ``absorb`` for the fact that took them in).
 3. ``promote``: episodes accessed at least ``promote_access_count`` times become facts.
@@ -124,7 +125,8 @@ class Consolidating(Protocol):
     facts: SemanticMemory
     episodes: EpisodicMemory
 
-    def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False) -> Episode | None: ...
+    def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False,
+                    audit: tuple[str, float] | None = None) -> Episode | None: ...
 
     def ingest(self, user_id: str, candidates: Sequence[FactCandidate], metadata: dict[str, Any],
                      messages: Sequence[Any] = ()) -> list[Fact]: ...
@@ -146,7 +148,8 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
     for n, sid in enumerate(idle, 1):
         held = {e.id for e in layers.episodes.select(user_id, sid)}
         try:
-            ep = layers.end_session(user_id, sid)
+            # audited at the run's time, as its other steps are: the log reads in time order
+            ep = layers.end_session(user_id, sid, audit=("summarise", now))
         except LLMError as e:  # nothing of the session was written (end_session asks before it writes)
             left.append(("sessions", sid, e))
             ep = None

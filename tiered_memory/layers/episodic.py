@@ -153,8 +153,9 @@ class EpisodicMemory:
         return self.rows.episodes_by_ids(user_id, ids)
 
     def save(self, user_id: str, session_id: str, draft: EpisodeDraft, messages: Sequence[StoredMessage],
-             metadata: dict[str, Any]) -> Episode:
-        """Store the episode and advance the session's coverage cursor in one transaction."""
+             metadata: dict[str, Any], audit: tuple[str, float] | None = None) -> Episode:
+        """Store the episode and advance the session's coverage cursor in one transaction, with
+        an audit log entry when ``audit`` (action, time) is given, only if this call made the episode."""
         now = time.time()
         ep = Episode(id=uuid.uuid4().hex, user_id=user_id, session_id=session_id, summary=draft.summary,
                      entities=list(draft.entities), decisions=list(draft.decisions),
@@ -175,6 +176,9 @@ class EpisodicMemory:
                         return done
                     u.insert_episode(ep, [(f"ep:{ep.id}:{n}", p) for n, p in enumerate(points)])
                     u.advance_cursor(user_id, session_id, last_seq)
+                    if audit is not None:
+                        u.audit(user_id, "episode", ep.id, audit[0], {"session_id": session_id,
+                                                                      "messages": len(messages)}, audit[1])
                 self._upsert(ep, points, vectors)
                 self._settle([ep.id])
             return ep

@@ -162,8 +162,10 @@ class Layers:
         with self._guard:
             return self._session_locks.setdefault((user_id, session_id), threading.Lock())
 
-    def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False) -> Episode | None:
-        """Compress the session's messages no episode covers yet (facts stored first, then the episode).
+    def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False,
+                    audit: tuple[str, float] | None = None) -> Episode | None:
+        """Compress the session's messages no episode covers yet (facts stored first, then the episode;
+        ``audit``: the action and time of the audit entry written with it, in its transaction).
 
         The ids are checked by the caller that takes them from a user (``TieredMemory.end_session``);
         consolidation passes the stored ones, which another writer may have left unlike any
@@ -186,7 +188,7 @@ class Layers:
             found, meta = self.candidates(msgs)
             draft, ep_meta = self.compress(msgs)
             self.ingest(user_id, found, meta, msgs)
-            return self.episodes.save(user_id, session_id, draft, msgs, ep_meta)
+            return self.episodes.save(user_id, session_id, draft, msgs, ep_meta, audit=audit)
         finally:
             lock.release()
 
