@@ -231,6 +231,24 @@ def test_the_same_value_of_a_slot_in_other_words_confirms_the_fact(memory: Tiere
     assert sorted(f.text for f in memory.facts("u")) == ["User lives in Lisbon", "User's sister is called Maria"]
 
 
+@pytest.mark.parametrize("before, after, now", [
+    ("I work at ACME.", "I work for Globex now.", "User works at Globex"),  # 0.57 (MiniLM), 0.59 (static)
+    ("My boss is Carla.", "My boss is Dmitri.", "User's boss is Dmitri"),
+    ("My name is Ana.", "Call me Bartholomew.", "User's name is Bartholomew"),
+])
+def test_a_session_naming_another_value_of_a_slot_replaces_a_fact_however_unlike(
+        memory: TieredMemory, before: str, after: str, now: str) -> None:
+    """end_session passed the rules only the related facts at related_similarity (0.6) or more:
+    "User works at Globex" is 0.57 from "User works at ACME", so the employer's fact was never
+    seen, and both stayed valid (add_fact, which does not filter, replaced it)."""
+    for sid, said in (("s1", before), ("s2", after)):
+        memory.add("user", said, session_id=sid, user_id="u")
+        memory.end_session(sid, user_id="u")
+    assert [f.text for f in memory.facts("u")] == [now]
+    assert [f.superseded_by for f in memory.facts("u", include_invalid=True) if not f.valid] == \
+        [memory.facts("u")[0].id]
+
+
 def test_an_edited_fact_takes_the_slot_of_its_new_text(memory: TieredMemory) -> None:
     """update_fact kept the slot of the old text: "User likes tea", once "User lives in Lisbon",
     was then invalidated by "User lives in Porto", and a fact edited into the residence slot was

@@ -143,7 +143,10 @@ class Layers:
         for cand in candidates:
             related = self.facts.related(user_id, cand.text,
                                               self.parts.config.facts.related_k)
-            related = [r for r in related if r[1] >= self.parts.config.facts.related_similarity]
+            # a fact of the candidate's slot is related however unlike its words: the rules replace
+            # it ("User works at Globex" is 0.57 from "User works at ACME" with MiniLM)
+            related = [r for r in related if r[1] >= self.parts.config.facts.related_similarity
+                       or (cand.key is not None and r[0].key == cand.key)]
             judgement = None
             if self.llm is not None and related and metadata.get("method") == "llm" and not cand.key:
                 judgement = self._judge(cand, related)
