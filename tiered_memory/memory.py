@@ -10,11 +10,15 @@ IDEs). The only bridge the other way is the LLM call inside ``end_session`` and
 Reads (``search``, ``build_context``, ``search_facts``, ``search_episodes``) commit
 nothing: what they hand to the caller is noted in the :class:`~.parts.AccessLog`, which
 writes access counts in batches.
+
+The public calls come in groups, one module each, over :class:`~.memory_engines.MemoryEngines`
+(what an open memory holds, and the pending-vector pass): :mod:`.memory_writes`,
+:mod:`.memory_reads` and :mod:`.memory_layers`; this module opens and closes a memory and
+holds the calls on the whole of it (``stats``, ``export_jsonl``, ``import_jsonl``).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sqlite3
@@ -22,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, Callable
 
 from .aio import ReadWriteGate, to_thread, twin
 from .arguments import check_parts
@@ -32,47 +36,32 @@ from .backends import (
     configured_vector_store,
     is_embedded_index,
     joint_writes,
-    open_layer_store,
     open_record_store,
     open_vector_index,
     startup_repair,
-    supports_layers,
 )
 from .config import MemoryConfig, check_config
-from .context.assembly import accessed, assemble, session_buffer
-from .context.render import MemoryContext
-from .embedding import Embedder, default_embedder, embed_query, embedder_name
-from .errors import (ConfigurationError, InvalidInputError, NotFoundError, StoreError, TieredMemoryError,
-                     UsageError, VectorIndexError)
+from .embedding import Embedder, default_embedder
+from .errors import ConfigurationError, InvalidInputError, StoreError, VectorIndexError
 from .guard import Calls, usable
-from .layers.consolidation import ConsolidationReport
-from .layers.episodic import EpisodeHit
-from .layers.item_recall import ITEM_LAYER, as_memory_hit, merge_by_score
-from .layers.items import ItemStore
-from .layers.longterm import Layers
-from .layers.semantic import FactHit
-from .records import AUDIT_LAYERS, AuditEntry, Episode, Fact, FactChange
-from .layers.working import WorkingMemory, touch_items
+from .layers.working import touch_items
 from .llm.adapters import resolve_llm
 from .memory_folder import STORE_ENTRIES as STORE_ENTRIES, check_export_target, foreign_entries as foreign_entries
+from .memory_layers import MemoryLayers
+from .memory_reads import MemoryReads
+from .memory_writes import MemoryWrites
 from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
-from .recall.indexing import index_orphans, repair, settle_background_writes
-from .recall.search import search_turns, turn_weights
-from .recall.sessions import search_sessions as find_sessions
+from .recall.indexing import settle_background_writes
+from .recall.search import turn_weights
 from .store.base import RecordStore
-from .store.repositories import LayerRepository
-from .textcache import forget_texts
 from .tokens import CachedCounter, TokenCounter, default_token_counter
-from .types import MemoryHit, Message, SessionHit, SessionInfo, Stats, StoredMessage
-from .validation import (MAX_COUNT, check_callback, check_count, check_fact_text, check_filters, check_flag, check_id,
-                         check_metadata, check_path, check_query, check_timeout, check_unit)
+from .types import Stats
+from .validation import check_callback, check_flag, check_path
 from .vector.base import VectorIndex
-from .writes import (chosen_among, drop_message, drop_session, drop_user, not_yet_archived, not_yet_stored,
-                     pending_forgets, rows_of, set_pending_forgets, write_messages)
+from .writes import pending_forgets
 
 log = logging.getLogger("tiered_memory")
-T = TypeVar("T")
 
 
 def default_path() -> Path:
@@ -89,13 +78,7 @@ class FolderSettings:
     vector_store: str  # "chroma" or "qdrant", in the folder
 
 
-def _query(query: object) -> str:
-    if not isinstance(query, str) or not query.strip():
-        raise InvalidInputError("query must be a non-empty string")
-    return check_query(query)
-
-
-class TieredMemory:
+class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
     """Long-term memory for LLM agents, scoped by ``user_id`` and ``session_id``.
 
     Args:
@@ -199,39 +182,6 @@ class TieredMemory:
                 raise StoreError(f"cannot open the memory at {self.path}: {e}") from e
             raise
 
-    # ---- the parts below the facade --------------------------------------
-    @functools.cached_property
-    def _rows(self) -> LayerRepository:
-        """The layer repositories of the record store, opened (and migrated) once."""
-        return open_layer_store(self.store)
-
-    @functools.cached_property
-    def _layers(self) -> Layers:
-        """Episodic, semantic and working memory, created on first use."""
-        return Layers(self.parts, self._rows, self._llm)
-
-    def _layers_ok(self) -> bool:
-        return supports_layers(self.store)
-
-    @functools.cached_property
-    def _items(self) -> ItemStore:
-        return ItemStore(self.parts, self._rows)
-
-    @usable
-    def item_store(self) -> ItemStore:
-        """The namespaced key-value items behind the LangGraph store adapter."""
-        return self._items
-
-    @property
-    def config(self) -> MemoryConfig:
-        """The configuration this memory was opened with (fixed: every part holds it)."""
-        return self._config
-
-    @config.setter
-    def config(self, value: MemoryConfig) -> None:
-        raise UsageError("a memory's config is fixed when it opens, since every part holds it: "
-                         "close this one and open TieredMemory(path, config=...) instead")
-
     @property
     def folder_settings(self) -> FolderSettings | None:
         """What opens this memory again, in another process too (``TieredMemory(s.path,
@@ -257,47 +207,6 @@ class TieredMemory:
         self._llm = value
         if "_layers" in self.__dict__:
             self._layers.llm_source = value
-
-    def _jointly(self, fn: Callable[[], T]) -> T:
-        """``fn()`` as one transaction of rows and vectors where both live in one engine. The
-        write lock is taken first and held to the commit: a unit never waits for the lock
-        while it holds row locks that a lock holder (the access-count flush) may wait for."""
-        if self._joint is None:
-            return fn()
-        with self._write_lock:
-            return self._joint(fn)
-
-    # ---- repair -----------------------------------------------------------
-    def _repair(self, *, full: bool) -> dict[str, int]:
-        with self._write_lock:
-            report = repair(store=self.store, index=self.index, embedder=self.embedder,
-                            threshold=self.config.dedup_threshold, full=full)
-            if full and self._layers_ok():  # episode / fact / item vectors are derived from their rows too
-                report.update(self._layers.repair())
-                report["items"] = self._items.repair()
-            if self._has_layer_rows():  # facts and episodes a crash or failure left pending, as turns
-                report.update(self._layers.index_pending())
-            return report
-
-    def _has_layer_rows(self) -> bool:
-        """Whether the layers may hold rows: a store that never used them has no layer tables,
-        and an open must not create them."""
-        version = getattr(self.store, "schema_version", None)
-        return self._layers_ok() and (version is None or version("layers") > 0)
-
-    def _rebuild(self) -> dict[str, int]:
-        with self._write_lock:
-            if self._has_layer_rows():
-                self._layers.pend_all()
-            self.index.reset()
-            self.store.reset_indexed()
-            self.store.set_meta("embedder", embedder_name(self.embedder))
-            report = repair(store=self.store, index=self.index, embedder=self.embedder,
-                            threshold=self.config.dedup_threshold, full=False)
-            if self._layers_ok():
-                report.update(self._layers.reindex())
-                report["items"] = self._items.repair()  # the LangGraph store's: an open adapter finds them too
-            return report
 
     # ---- lifecycle -------------------------------------------------------
     def close(self) -> None:
@@ -350,267 +259,7 @@ class TieredMemory:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()  # close waits for background work: not on the caller's loop
 
-    # ---- writes ----------------------------------------------------------
-    @usable
-    def add(
-        self, role: str, content: str, *, session_id: str, user_id: str,
-        metadata: Mapping[str, Any] | None = None, timestamp: Any = None,
-    ) -> str:
-        """Store one message; returns its id. See :meth:`add_many`."""
-        msg = {"role": role, "content": content, "metadata": metadata, "timestamp": timestamp}
-        return self.add_many([msg], session_id=session_id, user_id=user_id)[0]
-
-    @usable
-    def add_many(
-        self, messages: Iterable[Message | Mapping[str, Any]], *, session_id: str, user_id: str,
-        progress: Callable[[int], None] | None = None,
-    ) -> list[str]:
-        """Store messages in order (the bulk path; embeds in batches); returns their ids.
-
-        Every message is validated first; if one is bad, nothing is written and
-        :class:`~tiered_memory.errors.InvalidInputError` says which. When this returns,
-        the messages are committed. If the vector engine then fails,
-        :class:`~tiered_memory.errors.VectorIndexError` is raised, the messages stay
-        stored, and they are indexed on the next open or :meth:`rebuild_index`. Where
-        rows and vectors share one engine (``vector_store="pgvector"``), they commit in
-        one transaction: on any failure nothing of the batch is stored, and the error says so.
-
-        A message may carry its own ``id``: retrying a batch whose call did not return (a
-        timeout, a killed worker) then stores it once; the ids are returned either way.
-
-        Any number of messages may go in one call: they are written and indexed in chunks
-        of ``MemoryConfig.write_chunk`` (one transaction each), and ``progress(n)`` is
-        called after each chunk with its size. A call interrupted half-way has committed
-        whole chunks; run it again with the same message ids and it stores the rest.
-        """
-        check_id(user_id, "user_id")
-        check_id(session_id, "session_id")
-        check_callback(progress, "progress")
-        rows, chosen = rows_of(messages, session_id=session_id, user_id=user_id, config=self.config, now=time.time())
-        if not rows:
-            return []
-        with self._write_lock:
-            if user_id in self._unfinished:  # an interrupted forget of this user is finished first
-                self._finish_forgets(only=user_id)
-            new = not_yet_stored(self.store, rows, chosen, user_id)
-            if new and chosen and self._layers_ok():  # a turn consolidate archived since is stored too
-                new = not_yet_archived(new, chosen, user_id, self._layers.rows)
-            if not new:
-                return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
-            write = functools.partial(write_messages, batch=len(rows), store=self.store, index=self.index,
-                                      embedder=self.embedder, config=self.config, progress=progress,
-                                      jointly=self._jointly if self._joint is not None else None)
-            try:
-                write(new)
-            except StoreError:
-                # another worker storing the same chosen ids at the same moment (a retry racing the
-                # call it retries) took their unique keys: what it stored is skipped, the rest written
-                left = not_yet_stored(self.store, new, chosen_among(new, chosen), user_id)
-                if not chosen or len(left) == len(new):
-                    raise
-                if left:
-                    write(left)
-        if self.config.episodes.compress_after_turns is not None and self._layers_ok():  # queued, no LLM here
-            self._layers.after_add(user_id, session_id)
-        return [r.id for r in rows]
-
-    @usable
-    def forget(self, memory_id: str, *, user_id: str) -> None:
-        """Delete one message of ``user_id`` from every store and index (and from the archive
-        ``consolidate`` moves old turns to). An episode or fact drawn from it stays (it may
-        quote it): remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
-        check_id(user_id, "user_id")
-        check_id(memory_id, "memory_id")
-
-        def drop() -> None:
-            archived = self._forget_archived(user_id, ids=[memory_id])
-            try:
-                drop_message(self.store, self.index, user_id, memory_id)
-            except NotFoundError:
-                if not archived:
-                    raise
-            index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
-
-        with self._write_lock:
-            self._jointly(drop)
-        forget_texts()
-
-    @usable
-    def clear_session(self, session_id: str, *, user_id: str) -> int:
-        """Delete a session's messages (archived ones too) and its working memory (items and
-        scratchpad); returns how many messages. Episodes and facts already drawn from the
-        session stay: remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
-        check_id(user_id, "user_id")
-        check_id(session_id, "session_id")
-        with self._write_lock:
-            def drop() -> list[str]:
-                dropped = drop_session(self.store, self.index, user_id, session_id)
-                index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
-                return dropped
-
-            ids = self._jointly(drop)
-            archived = self._forget_archived(user_id, session_id=session_id)
-            if self._layers_ok():
-                self.working_memory(session_id, user_id=user_id).clear()
-        forget_texts()
-        return len(ids) + archived
-
-    def _forget_archived(self, user_id: str, *, ids: list[str] | None = None, session_id: str | None = None) -> int:
-        if not self._layers_ok():
-            return 0
-        with self._rows.unit() as u:
-            return u.forget_archived(user_id, ids=ids or (), session_id=session_id)
-
-    @usable
-    def forget_user(self, user_id: str) -> int:
-        """Remove every trace of ``user_id`` from every store and index; returns how many messages
-        (the turns ``consolidate`` archived too, as :meth:`clear_session` counts them).
-
-        The deletion is recorded in the record store before it starts. If it fails half-way
-        (a full disk, a vector engine error, a kill), it is finished on the next open, or
-        before the next write for that user, so no row or vector of a forgotten user survives.
-        """
-        check_id(user_id, "user_id")
-        with self._write_lock:
-            self.parts.access.flush()  # no pending count may outlive the user's rows
-            archived = self._rows.archived_count(user_id) if self._layers_ok() else 0
-            self._set_pending_forgets(pending_forgets(self.store) | {user_id})
-            ids = self._jointly(lambda: drop_user(self.store, self.index, user_id, joint=self._joint is not None))
-            self._set_pending_forgets(pending_forgets(self.store) - {user_id})
-        forget_texts()  # no text of theirs stays in the process either (textcache.py)
-        return len(ids) + archived
-
-    def _set_pending_forgets(self, users: set[str]) -> None:
-        set_pending_forgets(self.store, users)
-        self._unfinished = users
-
-    def _finish_forgets(self, only: str | None = None) -> None:
-        """Complete deletions a failure interrupted (all at open; one user before a write)."""
-        pending = pending_forgets(self.store)
-        for user in sorted(pending if only is None else pending & {only}):
-            try:
-                self.forget_user(user)
-            except TieredMemoryError as e:  # still failing: the next open or write tries again
-                log.warning("finishing forget_user(%r) failed again: %s", user, e)
-                if only is not None:
-                    raise
-
-    @usable
-    def rebuild_index(self) -> dict[str, int]:
-        """Drop the vector index and rebuild it from the record store. Searches that start
-        meanwhile wait for it (they never see a missing or half-built index)."""
-        with self._gate.writing():
-            return self._rebuild()
-
-    # ---- reads -----------------------------------------------------------
-    @usable
-    def get_messages(self, session_id: str, *, user_id: str, limit: int | None = None) -> list[StoredMessage]:
-        """A session's messages, oldest first (the last ``limit`` if given)."""
-        check_id(user_id, "user_id")
-        check_id(session_id, "session_id")
-        check_count(limit, "limit", minimum=0, optional=True)
-        return self.store.get_messages(user_id, session_id, limit=limit)
-
-    @usable
-    def sessions(self, user_id: str) -> list[SessionInfo]:
-        """The user's sessions that hold messages (id, message count, first and last timestamp),
-        in the order their first message was stored, not by timestamp: sessions imported or
-        added with older timestamps come after those stored before them."""
-        check_id(user_id, "user_id")
-        return self.store.sessions(user_id)
-
-    @usable
-    def get_buffer(self, session_id: str, *, user_id: str) -> list[StoredMessage]:
-        """The session's recent whole turns within the buffer's message and token limits."""
-        check_id(user_id, "user_id")
-        check_id(session_id, "session_id")
-        return session_buffer(self.parts, user_id, session_id)
-
-    @usable
-    def search(
-        self, query: str, *, user_id: str, k: int = 10, session_id: str | None = None,
-        filters: Mapping[str, Any] | None = None, include_items: bool = False,
-    ) -> list[MemoryHit]:
-        """Hybrid recall (vector + keyword + recency) over ``user_id``'s memories.
-
-        ``include_items=True`` also searches the user's items written through the LangGraph
-        store (hits with ``layer="item"``, see :mod:`.layers.item_recall`); items belong to no
-        session and carry no message metadata, so a search with ``session_id`` or ``filters``
-        leaves them out."""
-        check_id(user_id, "user_id")
-        if session_id is not None:
-            check_id(session_id, "session_id")
-        _query(query)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_COUNT:
-            raise InvalidInputError(f"k must be a positive int (at most {MAX_COUNT:,}), got {k!r}")
-        check_filters(filters)
-        check_flag(include_items, "include_items")
-        with_items = include_items and session_id is None and not filters and self._layers_ok()
-        now = time.time()
-        with self._gate.reading():
-            vector = embed_query(self.embedder, query) if with_items else None  # one embedding for both
-            hits = search_turns(store=self.store, index=self.index, embedder=self.embedder,
-                                config=self.config.retrieval, query=query, user_id=user_id, k=k,
-                                session_id=session_id, filters=filters, now=now, vector=vector)
-            if with_items:
-                items = [as_memory_hit(h) for h in self._items.recall(query, user_id=user_id, k=k, vector=vector)]
-                hits = merge_by_score(hits, items, k)
-        self.parts.access.note("turn", user_id, [h.id for h in hits if h.layer != ITEM_LAYER], now)
-        return hits
-
-    @usable
-    def search_sessions(
-        self, query: str, *, user_id: str, k: int = 10, turns: int = 3,
-        filters: Mapping[str, Any] | None = None,
-    ) -> list[SessionHit]:
-        """The past sessions of ``user_id`` that hold what ``query`` asks about, best first.
-
-        A session scores as its best turn under :meth:`search`'s ranking; each
-        :class:`~tiered_memory.types.SessionHit` carries its best ``turns`` turns (the
-        ``filters`` of :meth:`search` apply to them). To find *where* something was talked
-        about (the sessions to reread, or whose episodes to load), ten sessions ranked so hold
-        more of the right ones than the sessions of the ten best turns.
-
-        Example:
-            >>> for found in memory.search_sessions("the trip to Rome", user_id="u1", k=3):
-            ...     print(found.session_id, found.hits[0].text)  # doctest: +SKIP
-        """
-        check_id(user_id, "user_id")
-        _query(query)
-        check_count(k, "k", minimum=1)
-        check_count(turns, "turns", minimum=1)
-        check_filters(filters)
-        now = time.time()
-        with self._gate.reading():
-            found = find_sessions(store=self.store, index=self.index, embedder=self.embedder,
-                                  config=self.config.retrieval, query=query, user_id=user_id, k=k,
-                                  per_session=turns, filters=filters, now=now)
-        self.parts.access.note("turn", user_id, [h.id for f in found for h in f.hits], now)
-        return found
-
-    @usable
-    def build_context(
-        self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
-        include_items: bool = False,
-    ) -> MemoryContext:
-        """Recent turns plus working memory, known facts, past sessions and relevant past turns,
-        within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.context.assembly`.
-        ``include_items=True`` adds an ``items`` section: the user's LangGraph store items
-        that match the query, as quoted data like the rest."""
-        check_query(query)
-        check_id(user_id, "user_id")
-        check_id(session_id, "session_id")
-        check_count(max_tokens, "max_tokens", minimum=1, optional=True)
-        check_flag(include_items, "include_items")
-        now = time.time()
-        with self._gate.reading():
-            context = assemble(self.parts, self._layers if self._layers_ok() else None, query,
-                               user_id=user_id, session_id=session_id, max_tokens=max_tokens,
-                               items=self._items if include_items and self._layers_ok() else None)
-        for layer, ids in accessed(context).items():
-            self.parts.access.note(layer, user_id, ids, now)
-        return context
-
+    # ---- the whole memory: moved as JSONL, counted ---------------------------
     @usable
     def export_jsonl(self, path: str | os.PathLike[str], user_id: str | None = None) -> int:
         """Write one user's memory, or everyone's, as JSONL; returns the number of lines: the
@@ -655,178 +304,7 @@ class TieredMemory:
         return Stats(users=c["users"], sessions=c["sessions"], messages=c["messages"],
                      indexed=c["indexed"], duplicates=c["duplicates"], vectors=self.index.count())
 
-    # ---- episodic, semantic and working memory -----------------------------
-    @usable
-    def end_session(self, session_id: str, *, user_id: str) -> Episode:
-        """Extract facts from the session's turns not yet in an episode, then compress them into an
-        :class:`~tiered_memory.layers.episodic.Episode` (returned). Without an LLM, or if it fails,
-        rules do it (``metadata["method"] == "extractive"``); turns are never lost. Idempotent."""
-        episode = self._layers.end_session(check_id(user_id, "user_id"), check_id(session_id, "session_id"))
-        assert episode is not None  # only the background path (evicted_only) may find nothing
-        return episode
-
-    @usable
-    def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None,
-                    ) -> ConsolidationReport:
-        """Compress idle sessions, merge near-duplicate facts, promote often-recalled episodes, archive
-        old raw turns and prune stale memories; idempotent. See :mod:`.layers.consolidation`."""
-        check_id(user_id, "user_id")
-        check_callback(progress, "progress")
-        self.parts.access.flush()  # promotion and pruning read the access counts
-        return self._layers.consolidate(user_id, progress)
-
-    @usable
-    def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
-        """The user's facts (``Fact``), optionally of one type; invalidated ones on request."""
-        check_id(user_id, "user_id")
-        check_flag(include_invalid, "include_invalid")
-        self.parts.access.flush()  # the counts shown are current
-        return self._layers.facts.select(user_id, type, include_invalid)
-
-    @usable
-    def add_fact(self, text: str, *, user_id: str, type: str = "fact", confidence: float = 1.0,
-                 metadata: Mapping[str, Any] | None = None) -> Fact:
-        """Add a fact through resolution (may update or invalidate a related one); returns the fact."""
-        check_id(user_id, "user_id")
-        check_fact_text(text)
-        check_unit(confidence, "confidence")
-        meta = check_metadata(metadata, self.config.max_metadata_bytes)
-        return self._jointly(lambda: self._layers.add_fact(user_id, text, type, confidence, meta))
-
-    @usable
-    def update_fact(self, /, fact_id: str, *, user_id: str, **changes: Any) -> Fact:
-        """Edit ``text``, ``type``, ``confidence`` or ``metadata`` of a fact (recorded in its history)."""
-        check_id(user_id, "user_id")
-        check_id(fact_id, "fact_id")
-        unknown = set(changes) - {"text", "type", "confidence", "metadata"}
-        if unknown:
-            raise InvalidInputError(f"update_fact can change text, type, confidence and metadata; got {sorted(unknown)}")
-        if changes.get("text") is not None:
-            check_fact_text(changes["text"])
-        if changes.get("confidence") is not None:
-            check_unit(changes["confidence"], "confidence")
-        if changes.get("metadata") is not None:
-            changes["metadata"] = check_metadata(changes["metadata"], self.config.max_metadata_bytes)
-        return self._jointly(lambda: self._layers.facts.edit(user_id, fact_id, **changes))
-
-    @usable
-    def delete_fact(self, fact_id: str, *, user_id: str) -> None:
-        """Delete a fact; its history keeps a ``delete`` entry, with the text (``forget_user``
-        erases everything)."""
-        check_id(user_id, "user_id")
-        check_id(fact_id, "fact_id")
-        self._jointly(lambda: self._layers.facts.delete(user_id, fact_id))
-        forget_texts()
-
-    @usable
-    def delete_episode(self, episode_id: str, *, user_id: str) -> None:
-        """Delete an episode (its summary, key points and vectors); the audit log keeps a
-        ``delete`` entry. Its turns stay covered: ``end_session`` does not summarise them again.
-        With :meth:`clear_session` and :meth:`delete_fact`, what a session left is removable."""
-        check_id(user_id, "user_id")
-        check_id(episode_id, "episode_id")
-        self._layers.episodes.delete(user_id, episode_id)
-        forget_texts()
-
-    @usable
-    def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:
-        """The audit trail of the user's facts (``FactChange``), oldest first."""
-        if fact_id is not None:
-            check_id(fact_id, "fact_id")
-        return self._layers.facts.history(check_id(user_id, "user_id"), fact_id)
-
-    @usable
-    def audit_log(self, user_id: str, *, layer: str | None = None) -> list[AuditEntry]:
-        """What consolidation and eviction did to the user's episodes and working-memory items
-        (``AuditEntry``: promote, archive, delete_raw, prune, evict), oldest first; ``layer``:
-        ``"episode"`` or ``"working"`` only. Fact changes are in :meth:`fact_history`."""
-        check_id(user_id, "user_id")
-        if layer is not None and layer not in AUDIT_LAYERS:
-            raise InvalidInputError(f"layer must be one of {', '.join(map(repr, AUDIT_LAYERS))} or None, got {layer!r}")
-        return self._layers.rows.audit_log(user_id, layer)
-
-    @usable
-    def search_facts(self, query: str, *, user_id: str, k: int = 10, type: str | None = None) -> list[FactHit]:
-        """Facts by relevance (``FactHit``), optionally of one type; counts as an access."""
-        check_id(user_id, "user_id")
-        check_count(k, "k", minimum=1)
-        now = time.time()
-        with self._gate.reading():
-            hits = self._layers.facts.search(_query(query), user_id=user_id, k=k, type=type,
-                                             retrieval=self.config.retrieval, now=now)
-        self.parts.access.note("fact", user_id, [h.fact.id for h in hits], now)
-        return hits
-
-    @usable
-    def episodes(self, user_id: str, session_id: str | None = None) -> list[Episode]:
-        """The user's episodes, oldest first."""
-        check_id(user_id, "user_id")
-        if session_id is not None:
-            check_id(session_id, "session_id")
-        self.parts.access.flush()  # the counts shown are current
-        return self._layers.episodes.select(user_id, session_id)
-
-    @usable
-    def search_episodes(self, query: str, *, user_id: str, k: int = 5) -> list[EpisodeHit]:
-        """Whole episodes (``EpisodeHit``) ranked by their best-matching key point and recency."""
-        check_id(user_id, "user_id")
-        check_count(k, "k", minimum=1)
-        now = time.time()
-        with self._gate.reading():
-            hits = self._layers.episodes.search(_query(query), user_id=user_id, k=k,
-                                                retrieval=self.config.retrieval, now=now)
-        self.parts.access.note("episode", user_id, [h.episode.id for h in hits], now)
-        return hits
-
-    @usable
-    def working_memory(self, session_id: str, *, user_id: str) -> WorkingMemory:
-        """The session's :class:`~tiered_memory.layers.working.WorkingMemory` (``remember``, ``items``,
-        ``scratchpad``)."""
-        return self._layers.working(session_id, user_id)
-
-    @usable
-    def flush(self, timeout: float | None = None) -> None:
-        """Wait for vectors still being written and for background compression queued by
-        ``EpisodeConfig.compress_after_turns``, and write the access counts reads have noted.
-
-        Raises:
-            VectorIndexError: a background vector write failed; its messages stay stored
-                and are indexed on the next open or by :meth:`rebuild_index`.
-        """
-        timeout = check_timeout(timeout)
-        with self._write_lock:
-            settle_background_writes(self.store, self.index, wait=True)
-        self.parts.access.flush()
-        if "_layers" in self.__dict__:
-            self._layers.wait(timeout)
-
-    # ---- async twins: the sync method, run in a worker thread --------------
-    aadd = twin(add)
-    aadd_many = twin(add_many)
-    aforget = twin(forget)
-    aclear_session = twin(clear_session)
-    aforget_user = twin(forget_user)
-    arebuild_index = twin(rebuild_index)
-    aget_messages = twin(get_messages)
-    aget_buffer = twin(get_buffer)
-    asessions = twin(sessions)
-    asearch = twin(search)
-    asearch_sessions = twin(search_sessions)
-    abuild_context = twin(build_context)
-    aend_session = twin(end_session)
-    aconsolidate = twin(consolidate)
-    afacts = twin(facts)
-    aadd_fact = twin(add_fact)
-    aupdate_fact = twin(update_fact)
-    adelete_fact = twin(delete_fact)
-    adelete_episode = twin(delete_episode)
-    afact_history = twin(fact_history)
-    aaudit_log = twin(audit_log)
-    asearch_facts = twin(search_facts)
-    aepisodes = twin(episodes)
-    asearch_episodes = twin(search_episodes)
     astats = twin(stats)
     aexport_jsonl = twin(export_jsonl)
     aimport_jsonl = twin(import_jsonl)
-    aflush = twin(flush)
     aclose = twin(close)

@@ -1,0 +1,174 @@
+"""What a :class:`~.memory.TieredMemory` holds open, under its public calls: the engines
+(record store, vector index, embedder), the :class:`~.parts.Parts` its layers share and the
+layers themselves (created on first use), the handles it hands out (a session's working
+memory, the LangGraph store's items), the one transaction of rows and vectors where both
+live in one engine, and the pending-vector pass: the repair an open runs, ``rebuild_index``
+and ``flush``.
+
+:class:`MemoryEngines` declares the attributes ``TieredMemory.__init__`` sets; the call
+groups above it (:mod:`.memory_writes`, :mod:`.memory_reads`, :mod:`.memory_layers`) use
+only these.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from typing import Any, Callable, Protocol, TypeVar
+
+from .aio import ReadWriteGate, twin
+from .backends import open_layer_store, supports_layers
+from .config import MemoryConfig
+from .embedding import Embedder, embedder_name
+from .errors import InvalidInputError, UsageError
+from .guard import Calls, usable
+from .layers.items import ItemStore
+from .layers.longterm import Layers
+from .layers.working import WorkingMemory
+from .parts import Parts
+from .recall.indexing import repair, settle_background_writes
+from .store.base import RecordStore
+from .store.repositories import LayerRepository
+from .tokens import TokenCounter
+from .validation import check_query, check_timeout
+from .vector.base import VectorIndex
+
+T = TypeVar("T")
+
+
+def nonempty_query(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise InvalidInputError("query must be a non-empty string")
+    return check_query(query)
+
+
+class Joint(Protocol):
+    """Runs ``fn`` as one transaction of rows and vectors (:func:`~.backends.joint_writes`)."""
+
+    def __call__(self, fn: Callable[[], T], /) -> T: ...
+
+
+class MemoryEngines:
+    """The engines and parts of an open memory; :class:`~.memory.TieredMemory` sets them as it
+    opens (see its docstring for ``store``, ``index`` and ``parts``)."""
+
+    store: RecordStore
+    index: VectorIndex
+    embedder: Embedder
+    count_tokens: TokenCounter
+    parts: Parts
+    path: Path
+    _config: MemoryConfig
+    _llm: Any
+    _calls: Calls
+    _write_lock: threading.RLock
+    _gate: ReadWriteGate
+    _joint: Joint | None  # None: rows and vectors in two engines
+    _unfinished: set[str]
+
+    # ---- the parts below the facade --------------------------------------
+    @functools.cached_property
+    def _rows(self) -> LayerRepository:
+        """The layer repositories of the record store, opened (and migrated) once."""
+        return open_layer_store(self.store)
+
+    @functools.cached_property
+    def _layers(self) -> Layers:
+        """Episodic, semantic and working memory, created on first use."""
+        return Layers(self.parts, self._rows, self._llm)
+
+    def _layers_ok(self) -> bool:
+        return supports_layers(self.store)
+
+    @functools.cached_property
+    def _items(self) -> ItemStore:
+        return ItemStore(self.parts, self._rows)
+
+    @usable
+    def item_store(self) -> ItemStore:
+        """The namespaced key-value items behind the LangGraph store adapter."""
+        return self._items
+
+    @usable
+    def working_memory(self, session_id: str, *, user_id: str) -> WorkingMemory:
+        """The session's :class:`~tiered_memory.layers.working.WorkingMemory` (``remember``, ``items``,
+        ``scratchpad``)."""
+        return self._layers.working(session_id, user_id)
+
+    @property
+    def config(self) -> MemoryConfig:
+        """The configuration this memory was opened with (fixed: every part holds it)."""
+        return self._config
+
+    @config.setter
+    def config(self, value: MemoryConfig) -> None:
+        raise UsageError("a memory's config is fixed when it opens, since every part holds it: "
+                         "close this one and open TieredMemory(path, config=...) instead")
+
+    def _jointly(self, fn: Callable[[], T]) -> T:
+        """``fn()`` as one transaction of rows and vectors where both live in one engine. The
+        write lock is taken first and held to the commit: a unit never waits for the lock
+        while it holds row locks that a lock holder (the access-count flush) may wait for."""
+        if self._joint is None:
+            return fn()
+        with self._write_lock:
+            return self._joint(fn)
+
+    # ---- the pending-vector pass: repair at open, rebuild, flush -----------
+    def _repair(self, *, full: bool) -> dict[str, int]:
+        with self._write_lock:
+            report = repair(store=self.store, index=self.index, embedder=self.embedder,
+                            threshold=self.config.dedup_threshold, full=full)
+            if full and self._layers_ok():  # episode / fact / item vectors are derived from their rows too
+                report.update(self._layers.repair())
+                report["items"] = self._items.repair()
+            if self._has_layer_rows():  # facts and episodes a crash or failure left pending, as turns
+                report.update(self._layers.index_pending())
+            return report
+
+    def _has_layer_rows(self) -> bool:
+        """Whether the layers may hold rows: a store that never used them has no layer tables,
+        and an open must not create them."""
+        version = getattr(self.store, "schema_version", None)
+        return self._layers_ok() and (version is None or version("layers") > 0)
+
+    def _rebuild(self) -> dict[str, int]:
+        with self._write_lock:
+            if self._has_layer_rows():
+                self._layers.pend_all()
+            self.index.reset()
+            self.store.reset_indexed()
+            self.store.set_meta("embedder", embedder_name(self.embedder))
+            report = repair(store=self.store, index=self.index, embedder=self.embedder,
+                            threshold=self.config.dedup_threshold, full=False)
+            if self._layers_ok():
+                report.update(self._layers.reindex())
+                report["items"] = self._items.repair()  # the LangGraph store's: an open adapter finds them too
+            return report
+
+    @usable
+    def rebuild_index(self) -> dict[str, int]:
+        """Drop the vector index and rebuild it from the record store. Searches that start
+        meanwhile wait for it (they never see a missing or half-built index)."""
+        with self._gate.writing():
+            return self._rebuild()
+
+    @usable
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait for vectors still being written and for background compression queued by
+        ``EpisodeConfig.compress_after_turns``, and write the access counts reads have noted.
+
+        Raises:
+            VectorIndexError: a background vector write failed; its messages stay stored
+                and are indexed on the next open or by :meth:`rebuild_index`.
+        """
+        timeout = check_timeout(timeout)
+        with self._write_lock:
+            settle_background_writes(self.store, self.index, wait=True)
+        self.parts.access.flush()
+        if "_layers" in self.__dict__:
+            self._layers.wait(timeout)
+
+    arebuild_index = twin(rebuild_index)
+    aflush = twin(flush)

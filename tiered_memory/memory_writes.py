@@ -1,0 +1,179 @@
+"""The facade's writes and deletions of turns: ``add``, ``add_many``, ``forget``,
+``clear_session`` and ``forget_user`` (with the interrupted deletions an open or a write
+finishes first). They validate at the edge and run the procedures of :mod:`.writes` under
+the memory's write lock.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from .aio import twin
+from .errors import NotFoundError, StoreError, TieredMemoryError
+from .guard import usable
+from .memory_engines import MemoryEngines
+from .recall.indexing import index_orphans
+from .textcache import forget_texts
+from .types import Message
+from .validation import check_callback, check_id
+from .writes import (chosen_among, drop_message, drop_session, drop_user, not_yet_archived, not_yet_stored,
+                     pending_forgets, rows_of, set_pending_forgets, write_messages)
+
+log = logging.getLogger("tiered_memory")
+
+
+class MemoryWrites(MemoryEngines):
+    """Storing and deleting turns (part of :class:`~.memory.TieredMemory`)."""
+
+    @usable
+    def add(
+        self, role: str, content: str, *, session_id: str, user_id: str,
+        metadata: Mapping[str, Any] | None = None, timestamp: Any = None,
+    ) -> str:
+        """Store one message; returns its id. See :meth:`add_many`."""
+        msg = {"role": role, "content": content, "metadata": metadata, "timestamp": timestamp}
+        return self.add_many([msg], session_id=session_id, user_id=user_id)[0]
+
+    @usable
+    def add_many(
+        self, messages: Iterable[Message | Mapping[str, Any]], *, session_id: str, user_id: str,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[str]:
+        """Store messages in order (the bulk path; embeds in batches); returns their ids.
+
+        Every message is validated first; if one is bad, nothing is written and
+        :class:`~tiered_memory.errors.InvalidInputError` says which. When this returns,
+        the messages are committed. If the vector engine then fails,
+        :class:`~tiered_memory.errors.VectorIndexError` is raised, the messages stay
+        stored, and they are indexed on the next open or :meth:`rebuild_index`. Where
+        rows and vectors share one engine (``vector_store="pgvector"``), they commit in
+        one transaction: on any failure nothing of the batch is stored, and the error says so.
+
+        A message may carry its own ``id``: retrying a batch whose call did not return (a
+        timeout, a killed worker) then stores it once; the ids are returned either way.
+
+        Any number of messages may go in one call: they are written and indexed in chunks
+        of ``MemoryConfig.write_chunk`` (one transaction each), and ``progress(n)`` is
+        called after each chunk with its size. A call interrupted half-way has committed
+        whole chunks; run it again with the same message ids and it stores the rest.
+        """
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        check_callback(progress, "progress")
+        rows, chosen = rows_of(messages, session_id=session_id, user_id=user_id, config=self.config, now=time.time())
+        if not rows:
+            return []
+        with self._write_lock:
+            if user_id in self._unfinished:  # an interrupted forget of this user is finished first
+                self._finish_forgets(only=user_id)
+            new = not_yet_stored(self.store, rows, chosen, user_id)
+            if new and chosen and self._layers_ok():  # a turn consolidate archived since is stored too
+                new = not_yet_archived(new, chosen, user_id, self._layers.rows)
+            if not new:
+                return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
+            write = functools.partial(write_messages, batch=len(rows), store=self.store, index=self.index,
+                                      embedder=self.embedder, config=self.config, progress=progress,
+                                      jointly=self._jointly if self._joint is not None else None)
+            try:
+                write(new)
+            except StoreError:
+                # another worker storing the same chosen ids at the same moment (a retry racing the
+                # call it retries) took their unique keys: what it stored is skipped, the rest written
+                left = not_yet_stored(self.store, new, chosen_among(new, chosen), user_id)
+                if not chosen or len(left) == len(new):
+                    raise
+                if left:
+                    write(left)
+        if self.config.episodes.compress_after_turns is not None and self._layers_ok():  # queued, no LLM here
+            self._layers.after_add(user_id, session_id)
+        return [r.id for r in rows]
+
+    @usable
+    def forget(self, memory_id: str, *, user_id: str) -> None:
+        """Delete one message of ``user_id`` from every store and index (and from the archive
+        ``consolidate`` moves old turns to). An episode or fact drawn from it stays (it may
+        quote it): remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
+        check_id(user_id, "user_id")
+        check_id(memory_id, "memory_id")
+
+        def drop() -> None:
+            archived = self._forget_archived(user_id, ids=[memory_id])
+            try:
+                drop_message(self.store, self.index, user_id, memory_id)
+            except NotFoundError:
+                if not archived:
+                    raise
+            index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
+
+        with self._write_lock:
+            self._jointly(drop)
+        forget_texts()
+
+    @usable
+    def clear_session(self, session_id: str, *, user_id: str) -> int:
+        """Delete a session's messages (archived ones too) and its working memory (items and
+        scratchpad); returns how many messages. Episodes and facts already drawn from the
+        session stay: remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        with self._write_lock:
+            def drop() -> list[str]:
+                dropped = drop_session(self.store, self.index, user_id, session_id)
+                index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
+                return dropped
+
+            ids = self._jointly(drop)
+            archived = self._forget_archived(user_id, session_id=session_id)
+            if self._layers_ok():
+                self.working_memory(session_id, user_id=user_id).clear()
+        forget_texts()
+        return len(ids) + archived
+
+    def _forget_archived(self, user_id: str, *, ids: list[str] | None = None, session_id: str | None = None) -> int:
+        if not self._layers_ok():
+            return 0
+        with self._rows.unit() as u:
+            return u.forget_archived(user_id, ids=ids or (), session_id=session_id)
+
+    @usable
+    def forget_user(self, user_id: str) -> int:
+        """Remove every trace of ``user_id`` from every store and index; returns how many messages
+        (the turns ``consolidate`` archived too, as :meth:`clear_session` counts them).
+
+        The deletion is recorded in the record store before it starts. If it fails half-way
+        (a full disk, a vector engine error, a kill), it is finished on the next open, or
+        before the next write for that user, so no row or vector of a forgotten user survives.
+        """
+        check_id(user_id, "user_id")
+        with self._write_lock:
+            self.parts.access.flush()  # no pending count may outlive the user's rows
+            archived = self._rows.archived_count(user_id) if self._layers_ok() else 0
+            self._set_pending_forgets(pending_forgets(self.store) | {user_id})
+            ids = self._jointly(lambda: drop_user(self.store, self.index, user_id, joint=self._joint is not None))
+            self._set_pending_forgets(pending_forgets(self.store) - {user_id})
+        forget_texts()  # no text of theirs stays in the process either (textcache.py)
+        return len(ids) + archived
+
+    def _set_pending_forgets(self, users: set[str]) -> None:
+        set_pending_forgets(self.store, users)
+        self._unfinished = users
+
+    def _finish_forgets(self, only: str | None = None) -> None:
+        """Complete deletions a failure interrupted (all at open; one user before a write)."""
+        pending = pending_forgets(self.store)
+        for user in sorted(pending if only is None else pending & {only}):
+            try:
+                self.forget_user(user)
+            except TieredMemoryError as e:  # still failing: the next open or write tries again
+                log.warning("finishing forget_user(%r) failed again: %s", user, e)
+                if only is not None:
+                    raise
+
+    aadd = twin(add)
+    aadd_many = twin(add_many)
+    aforget = twin(forget)
+    aclear_session = twin(clear_session)
+    aforget_user = twin(forget_user)
