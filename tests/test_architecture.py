@@ -46,7 +46,8 @@ def part_of(module: str) -> str:
     if top != "tiered_memory":
         return "adapters"
     head = rest.split(".", 1)[0]
-    if head in ("portable_layers", "portable_restore", "portable_values"):  # layer lines, restore, export values
+    if head in ("portable_layers", "portable_parse", "portable_restore", "portable_values"):
+        # layer lines, reading a line back, restore, export values
         return "portable"
     if head in ("arguments", "memory_folder"):  # what a memory is given, and its folder, checked as it opens
         return "backends"

@@ -8,7 +8,8 @@ TTL), the archived turns (those ``consolidate`` moved out of the hot table), wor
 Vectors are not exported: they are recomputed on import, so a dump moves between
 embedding models, vector engines and record stores (SQLite to PostgreSQL). Not in a dump:
 working-memory items that were pruned, and expired items. The layer lines are written
-and checked by :mod:`.portable_layers` and written back by :mod:`.portable_restore`; a
+and checked by :mod:`.portable_layers` and written back by :mod:`.portable_restore`; every
+line is read back as its record by :mod:`.portable_parse`; a
 file of message lines only (every export before them), or without the later kinds of
 line, reads as before. Every line written is one the import takes (:mod:`.portable_values`).
 
@@ -41,8 +42,8 @@ from .layers.longterm import Layers
 from .parts import Parts
 from .portable_layers import (CursorRecord, EpisodeRecord, FactRecord, HistoryRecord, ItemRecord, archived_line,
                               audit_line, cursor_line, episode_line, fact_line, history_line, item_line,
-                              parse_archived, parse_audit, parse_cursor, parse_episode, parse_fact, parse_history,
-                              parse_item, parse_scratchpad, parse_working, scratchpad_line, working_line)
+                              scratchpad_line, working_line)
+from .portable_parse import Record, parse_line as parse_line, parse_object, parse_record
 from .portable_values import Ids, importable, row_name
 from .portable_restore import (audit_key, restore_archived, restore_audit, restore_cursors, restore_episodes,
                                restore_facts, restore_items, restore_scratchpads, restore_working)
@@ -51,7 +52,7 @@ from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
 from .types import StoredMessage
-from .validation import check_callback, check_id, check_message_id, check_path, normalize_message
+from .validation import check_callback, check_id, check_path
 
 
 FORMAT = "tiered-memory/1"
@@ -200,78 +201,6 @@ def export_jsonl(store: RecordStore, path: str | Path, user_id: str | None = Non
         log.warning("export to %s left out %d row(s) whose stored values import_jsonl would refuse (each named "
                     "above): %s", path, len(left_out), ", ".join(left_out[:5]) + (" ..." if len(left_out) > 5 else ""))
     return n
-
-
-def _load(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise InvalidInputError(f"not JSON ({e.msg})") from e
-    except (ValueError, RecursionError) as e:  # an int of 4,300+ digits; arrays nested past the stack
-        raise InvalidInputError(f"not JSON this library can read ({type(e).__name__}: {str(e)[:200]})") from e
-
-
-def _message(obj: dict[str, Any], *, max_chars: int, max_metadata_bytes: int) -> dict[str, Any]:
-    for key in ("user_id", "session_id"):
-        check_id(obj.get(key), key)
-    check_message_id(obj.get("id"))
-    msg = normalize_message(
-        {k: obj.get(k) for k in ("role", "content", "metadata", "timestamp")},
-        max_chars=max_chars, max_metadata_bytes=max_metadata_bytes, now=0.0,
-    )
-    if obj.get("timestamp") is None:
-        raise InvalidInputError("timestamp is required")
-    return {"id": obj["id"], "user_id": obj["user_id"], "session_id": obj["session_id"],
-            "role": msg.role, "content": msg.content, "metadata": dict(msg.metadata or {}),
-            "timestamp": msg.timestamp}
-
-
-def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str, Any]:
-    """Validate one message line (pure); raises InvalidInputError."""
-    obj = _load(raw)
-    if not isinstance(obj, dict) or obj.get("type") != "message":
-        raise InvalidInputError("expected an object with type 'message'")
-    return _message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
-
-
-Record = (StoredMessage | FactRecord | HistoryRecord | EpisodeRecord | CursorRecord | ItemRecord | ArchivedTurn
-          | WorkingItem | SessionPad | AuditEntry)
-KINDS = ("message", "fact", "fact_history", "episode", "cursor", "item", "archived", "working", "scratchpad", "audit")
-
-
-def parse_record(raw: str, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
-    """Validate one line of any type (pure); raises InvalidInputError. ``layers=False``: the
-    record store keeps no memory layers, so every line but a message's is invalid."""
-    return parse_object(_load(raw), max_chars=max_chars, max_metadata_bytes=max_metadata_bytes, layers=layers)
-
-
-def parse_object(obj: object, *, max_chars: int, max_metadata_bytes: int, layers: bool = True) -> Record:
-    """:func:`parse_record` of a line already decoded from JSON."""
-    kind = obj.get("type") if isinstance(obj, dict) else None
-    if not isinstance(obj, dict) or kind not in KINDS:
-        raise InvalidInputError("expected an object with type " + ", ".join(map(repr, KINDS[:-1]))
-                                + f" or {KINDS[-1]!r}")
-    if kind == "message":
-        return StoredMessage(**_message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes))
-    if not layers:
-        raise InvalidInputError(f"this memory's record store keeps no facts, episodes, items, archived turns or "
-                                f"working memory; cannot import a {kind}")
-    if kind == "item":
-        return parse_item(obj)
-    if kind == "working":
-        return parse_working(obj)
-    if kind == "scratchpad":
-        return parse_scratchpad(obj)
-    if kind == "archived":
-        return parse_archived(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
-    if kind == "fact_history":
-        return parse_history(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
-    if kind == "audit":
-        return parse_audit(obj, max_metadata_bytes=max_metadata_bytes)
-    if kind == "cursor":
-        return parse_cursor(obj)
-    parse = parse_fact if kind == "fact" else parse_episode
-    return parse(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
 
 def _identity(record: Record) -> tuple[str, str, str]:
