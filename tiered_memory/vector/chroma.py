@@ -12,9 +12,9 @@ import numpy as np
 
 from ..errors import VectorIndexError, missing
 from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, shown_url
-from .chroma_client import (chroma_owner, client_settings, cosine_collection, forget_cached_client,
+from .chroma_client import (chroma_owner, client_settings, compacted, cosine_collection, forget_cached_client,
                             mark_chroma_owner, segment_folders, server_client)
-from .chroma_scope import SCOPED as SCOPED, layer_of, scope_collection, scope_of, user_filter
+from .chroma_scope import SCOPED as SCOPED, scope_collection, scope_of, user_filter, user_vectors
 from .exact import ExactScan, Held, best_among
 from .server_url import DEFAULT_COLLECTION as COLLECTION
 from .server_url import check_collection, server_address
@@ -90,29 +90,9 @@ class ChromaVectorIndex:
 
     def _user_vectors(self, user_id: str, limit: int) -> Held | None:
         """Every vector of the user with its layer and session, read in pages; ``None`` beyond ``limit``."""
-        ids: list[str] = []
-        parts: list[np.ndarray] = []
-        layers: list[str] = []
-        sessions: list[str] = []
-        page = 5000
         self._settle()
         known = self._sessions(user_id, None) if self._sessions is not None else None
-        while True:
-            res = self.collection.get(where=user_filter(user_id), include=["embeddings", "metadatas"],
-                                      limit=page, offset=len(ids))
-            ids.extend(res["ids"])
-            if len(res["ids"]):
-                parts.append(np.asarray(res["embeddings"], dtype=np.float32))
-                for vid, meta in zip(res["ids"], res["metadatas"] or []):
-                    meta = meta or {}
-                    layers.append(layer_of(str(meta.get("user_id", ""))))
-                    # (a vector written before the one key still holds its session)
-                    sessions.append(str(meta.get("session_id", "")) if known is None
-                                    else known.get(vid.split(CHUNK_SEPARATOR)[0], ""))
-            if len(ids) > limit:
-                return None
-            if len(res["ids"]) < page:
-                return ids, (np.concatenate(parts) if parts else np.zeros((0, 1), dtype=np.float32)), layers, sessions
+        return user_vectors(self.collection, user_id, limit, known)
 
     def scans_exactly(self, user_id: str, *, wait: bool = False) -> bool:
         """Whether a query of ``user_id`` is an exact scan of the user's vectors held in memory;
@@ -362,22 +342,7 @@ class ChromaVectorIndex:
         self._settle()
         old_segments = segment_folders(self._path)
         try:
-            name = self.collection.name
-            scratch = f"{name[:500]}__compacting"  # within Chroma's 512 characters
-            if scratch in {c.name for c in self.client.list_collections()}:
-                self.client.delete_collection(scratch)
-            fresh = cosine_collection(self.client, scratch, self._owner)  # new: any earlier scratch was deleted above
-            kept, offset = 0, 0
-            while True:
-                part = self.collection.get(include=["embeddings", "metadatas"], limit=batch, offset=offset)
-                if not part["ids"]:
-                    break
-                fresh.add(ids=part["ids"], embeddings=part["embeddings"], metadatas=part["metadatas"])
-                kept += len(part["ids"])
-                offset += batch
-            self.client.delete_collection(name)
-            fresh.modify(name=name)
-            self.collection = self.client.get_collection(name, embedding_function=None)
+            self.collection, kept = compacted(self.client, self.collection, self._owner, batch)
             scope_collection(self.collection)  # (the copies are scoped already: this only marks the collection)
         except Exception as e:
             raise VectorIndexError(f"Chroma compaction failed: {e}; the next open repairs the index") from e

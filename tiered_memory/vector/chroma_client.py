@@ -1,7 +1,8 @@
 """Chroma clients and collections as the index opens them: settings with telemetry off, a
 server's ``HttpClient`` (errors name the URL without its password), the process-wide client
 cache a damaged folder has to leave, the cosine collection every index uses and its owner
-mark (:mod:`.ownership`), and the HNSW segment folders an embedded index leaves on disk."""
+mark (:mod:`.ownership`), the copy that compacts a collection, and the HNSW segment folders
+an embedded index leaves on disk."""
 
 from __future__ import annotations
 
@@ -55,6 +56,27 @@ def mark_chroma_owner(collection: Any, store_id: str) -> None:
         collection.modify(metadata={**dict(collection.metadata or {}), OWNER_KEY: store_id})
     except Exception as e:
         raise VectorIndexError(f"Chroma could not mark the collection {collection.name!r}: {e}") from e
+
+
+def compacted(client: Any, collection: Any, owner: str | None, batch: int) -> tuple[Any, int]:
+    """``collection``'s live vectors copied, ``batch`` at a time, into a new collection that then
+    takes its name (the old one is deleted); returns the new collection and the vectors kept."""
+    name = collection.name
+    scratch = f"{name[:500]}__compacting"  # within Chroma's 512 characters
+    if scratch in {c.name for c in client.list_collections()}:
+        client.delete_collection(scratch)
+    fresh = cosine_collection(client, scratch, owner)  # new: any earlier scratch was deleted above
+    kept, offset = 0, 0
+    while True:
+        part = collection.get(include=["embeddings", "metadatas"], limit=batch, offset=offset)
+        if not part["ids"]:
+            break
+        fresh.add(ids=part["ids"], embeddings=part["embeddings"], metadatas=part["metadatas"])
+        kept += len(part["ids"])
+        offset += batch
+    client.delete_collection(name)
+    fresh.modify(name=name)
+    return client.get_collection(name, embedding_function=None), kept
 
 
 def server_client(url: str, shown: str) -> Any:

@@ -3,14 +3,18 @@
 Each metadata key is a row Chroma writes, so the three keys of earlier versions (user,
 layer, session) made a write about a fifth slower than one (bench/README.md). The session
 comes from the record store (``ChromaVectorIndex.use_sessions``). A collection says it holds
-one key in its own metadata (``SCOPED``); one of three keys is migrated on open.
+one key in its own metadata (``SCOPED``); one of three keys is migrated on open. A user's
+vectors are read back by that key, with the layer it names (:func:`user_vectors`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-from .base import LAYERS
+import numpy as np
+
+from .base import CHUNK_SEPARATOR, LAYERS
+from .exact import Held
 
 #: the collection's metadata key saying its vectors carry one metadata key (see scope_of)
 SCOPED = "tiered_memory_scoped"
@@ -55,3 +59,30 @@ def scope_collection(collection: Any) -> None:
                 {"user_id": scope_of(str(m["user_id"]), str(m.get("layer", "turn")))} for _, m in todo])
         offset += len(page["ids"])
     collection.modify(metadata={**meta, SCOPED: True})
+
+
+def user_vectors(collection: Any, user_id: str, limit: int, known: Mapping[str, str] | None) -> Held | None:
+    """Every vector of the user in ``collection`` with its layer and session, read in pages;
+    ``None`` beyond ``limit``. ``known``: each message's session, from the record store (else
+    the vector's own session key)."""
+    ids: list[str] = []
+    parts: list[np.ndarray] = []
+    layers: list[str] = []
+    sessions: list[str] = []
+    page = 5000
+    while True:
+        res = collection.get(where=user_filter(user_id), include=["embeddings", "metadatas"],
+                             limit=page, offset=len(ids))
+        ids.extend(res["ids"])
+        if len(res["ids"]):
+            parts.append(np.asarray(res["embeddings"], dtype=np.float32))
+            for vid, meta in zip(res["ids"], res["metadatas"] or []):
+                meta = meta or {}
+                layers.append(layer_of(str(meta.get("user_id", ""))))
+                # (a vector written before the one key still holds its session)
+                sessions.append(str(meta.get("session_id", "")) if known is None
+                                else known.get(vid.split(CHUNK_SEPARATOR)[0], ""))
+        if len(ids) > limit:
+            return None
+        if len(res["ids"]) < page:
+            return ids, (np.concatenate(parts) if parts else np.zeros((0, 1), dtype=np.float32)), layers, sessions
