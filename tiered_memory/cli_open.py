@@ -16,6 +16,8 @@ from typing import Any, Callable, TextIO
 
 from .errors import StoreLockedError
 
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130  # the CLI's exit codes (see cli.py)
+
 
 class CliUsageError(Exception):
     """A usage problem found by the CLI itself (exit code 2)."""
