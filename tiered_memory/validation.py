@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ContentTooLargeError, InvalidInputError
+from .json_values import MAX_JSON_DEPTH as MAX_JSON_DEPTH, encode_json as encode_json
 from .types import ROLES, Message
 from .ids import LAYER_ID_PREFIXES
 
 MAX_ID_LENGTH = 256
 MAX_COUNT = 2**31 - 1  # limits, k and budgets: what every store and index can take as a number
 MAX_LAYER_METADATA_BYTES = 64_000  # the default MemoryConfig.max_metadata_bytes
-MAX_JSON_DEPTH = 100  # dicts and lists within one another in metadata and item values
 
 # Timestamps a read can always render and score: 1900-01-01 to 2200-01-01 UTC. Wider
 # values are almost always a unit mistake (JavaScript's ``Date.now()`` is milliseconds).
@@ -164,52 +164,6 @@ def check_metadata(metadata: object, max_bytes: int, name: str = "metadata") -> 
             f"{name} is {len(encoded.encode('utf-8')):,} bytes as JSON; the limit is {max_bytes:,}"
         )
     return dict(json.loads(encoded))
-
-
-def encode_json(value: object, name: str, *, ensure_ascii: bool = True) -> str:
-    """``value`` (metadata, an item's value) as the JSON a store keeps, checked: serialisable
-    (no NaN, no set, no value that holds itself; ``json.dumps`` runs first, as it refuses a
-    value that holds itself, which :func:`check_json_value`'s walk would follow forever), then
-    :func:`check_json_value`."""
-    try:
-        encoded = json.dumps(value, ensure_ascii=ensure_ascii, allow_nan=False)
-    except (TypeError, ValueError) as e:
-        raise InvalidInputError(f"{name} must be JSON-serialisable: {e}") from e
-    except RecursionError as e:
-        check_json_value(value, name)  # deeper than the stack allows: it says so
-        raise InvalidInputError(f"{name} could not be encoded from a call stack this deep") from e
-    check_json_value(value, name)
-    return encoded
-
-
-def check_json_value(value: object, name: str) -> None:
-    """Refuse ``value`` (metadata, an item's value, JSON-serialisable already) if it nests
-    more than :data:`MAX_JSON_DEPTH` containers, if a key in it is not a string (JSON would
-    rewrite it), or if a key or string in it holds NUL.
-    Walked without recursion: how deep Python's own JSON code may go depends on the caller's
-    stack, so a value stored from a shallow stack could fail every read made from a deeper
-    one (a web framework, a callback, a notebook). PostgreSQL's ``jsonb``, which its filters
-    read the value as, cannot hold NUL: such a value would break that user's filtered
-    searches there."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, Mapping):
-            if not all(isinstance(k, str) for k in item):
-                raise InvalidInputError(f"{name} keys must be strings at every level (JSON would turn them into "
-                                        f"strings, and {{1: 'a', '1': 'b'}} into one key)")
-            if any("\x00" in k for k in item):
-                raise InvalidInputError(f"{name} has a key holding NUL, which no store can filter on")
-            children: Any = item.values()
-        elif isinstance(item, (list, tuple)):
-            children = item
-        else:
-            if isinstance(item, str) and "\x00" in item:
-                raise InvalidInputError(f"{name} holds a string with NUL, which no store can filter on")
-            continue
-        if depth > MAX_JSON_DEPTH:
-            raise InvalidInputError(f"{name} nests more than {MAX_JSON_DEPTH} levels of dicts and lists")
-        stack.extend((child, depth + 1) for child in children)
 
 
 def to_epoch(timestamp: object, default: float) -> float:
