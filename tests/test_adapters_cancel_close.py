@@ -204,9 +204,6 @@ def no_collection() -> Iterator[None]:
         gc.enable()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "needs tiered_memory/memory.py's aopen to call aio.open_in_thread (report of helper/asyncrace); "
-    "remove this mark with that change"))
 async def test_a_cancelled_aopen_leaves_nothing_open(tmp_path: Path, embedder: Embedder) -> None:
     """``aopen`` opens in a worker thread, which a cancel does not stop (``to_thread`` is
     shielded): the memory it made was left open with nobody to close it, its folder locked

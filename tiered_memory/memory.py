@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .aio import ReadWriteGate, to_thread, twin
+from .aio import ReadWriteGate, open_in_thread, twin
 from .arguments import check_parts
 from .backends import (
     attach_sessions,
@@ -251,7 +251,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         """``TieredMemory(path, **options)`` made in a worker thread: opening reads the store and,
         after an unclean close, repairs it (re-embedding what its index lacks), which would hold
         up an event loop. ``async with await TieredMemory.aopen(path) as memory: ...``"""
-        return await to_thread(cls, path, **options)
+        return await open_in_thread(cls, path, **options)
 
     async def __aenter__(self) -> "TieredMemory":
         return self
