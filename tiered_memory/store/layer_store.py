@@ -45,17 +45,6 @@ from .layer_unit import SESSION_WORKING, LayerUnit
 from .repositories import Scored
 from .stored_values import count, json_dict, number
 
-#: The layer migration that marks a fact or an episode whose vectors are not yet written, as a
-#: turn's ``indexed`` does: set false in the transaction that stores the row (or changes a
-#: fact's text), true once the vectors are in the index. Rows stored before it count as indexed.
-#: The partial indexes keep the start-up look for pending rows cheap on a store of any size.
-PENDING_VECTORS = """
-    ALTER TABLE facts ADD COLUMN indexed BOOLEAN NOT NULL DEFAULT TRUE;
-    ALTER TABLE episodes ADD COLUMN indexed BOOLEAN NOT NULL DEFAULT TRUE;
-    CREATE INDEX IF NOT EXISTS facts_pending ON facts (rowid) WHERE NOT indexed;
-    CREATE INDEX IF NOT EXISTS episodes_pending ON episodes (rowid) WHERE NOT indexed;
-"""
-
 #: most ids one ``IN (...)`` list holds: under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters
 IN_LIST_MAX = 30_000
 
@@ -80,6 +69,12 @@ class LayerStore:
     def transaction(self) -> AbstractContextManager[Any]:
         """A connection in one transaction whose ``execute``/``executemany`` take ``?``."""
         raise NotImplementedError
+
+    def mark_transaction(self) -> AbstractContextManager[Any]:
+        """:meth:`transaction` for the marks that a row's vectors are written: one lost leaves the
+        row pending and the next open writes them again, so a dialect may commit it without
+        waiting for the disk (SQLite does, as for the turns' marks)."""
+        return self.transaction()
 
     def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int, extra: str = "") -> Scored:
         """Full-text search over ``facts``, ``episode_points`` or ``items`` OR-ing ``terms``
@@ -172,13 +167,13 @@ class LayerStore:
         """Mark facts indexed whose vector was written for ``(id, text, updated_at)``; one that
         changed since (another call revised it meanwhile) is left pending, so the vector of
         its old text is not taken for its own."""
-        with self.transaction() as c:
+        with self.mark_transaction() as c:
             c.executemany("UPDATE facts SET indexed = (text = ? AND updated_at = ?) WHERE id = ?",
                           [(text, at, i) for i, text, at in sorted(written)])
 
     def settle_episodes(self, ids: Sequence[str]) -> None:
         """Mark episodes indexed (their key points never change)."""
-        with self.transaction() as c:
+        with self.mark_transaction() as c:
             c.executemany("UPDATE episodes SET indexed = TRUE WHERE id = ?", [(i,) for i in sorted(ids)])
 
     def pend_all(self) -> None:

@@ -38,6 +38,18 @@ from .layer_codec import (
 )
 from .stored_values import count, json_dict
 
+#: The layer migration that marks a fact or an episode whose vectors are not yet written, as a
+#: turn's ``indexed`` does: set false by the unit that stores the row (or changes a fact's text),
+#: true once the vectors are in the index (``LayerStore.settle_facts``, ``settle_episodes``).
+#: Rows stored before it count as indexed.
+#: The partial indexes keep the start-up look for pending rows cheap on a store of any size.
+PENDING_VECTORS = """
+    ALTER TABLE facts ADD COLUMN indexed BOOLEAN NOT NULL DEFAULT TRUE;
+    ALTER TABLE episodes ADD COLUMN indexed BOOLEAN NOT NULL DEFAULT TRUE;
+    CREATE INDEX IF NOT EXISTS facts_pending ON facts (rowid) WHERE NOT indexed;
+    CREATE INDEX IF NOT EXISTS episodes_pending ON episodes (rowid) WHERE NOT indexed;
+"""
+
 SESSION_WORKING = (f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
                    " ORDER BY created_at")  # a session's live working items, oldest first
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
-from .layer_store import PENDING_VECTORS, LayerStore
+from .layer_store import LayerStore
+from .layer_unit import PENDING_VECTORS
 from .repositories import Scored
 from .postgres import PostgresRecordStore
 from .postgres_keywords import TEXT_SEARCH_CONFIG, refold, tsquery

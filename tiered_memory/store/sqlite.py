@@ -101,10 +101,7 @@ class SQLiteRecordStore(SQLiteDatabase):
                 fill_missing(c)
 
     def mark_indexed(self, ids: list[str], duplicates: dict[str, str]) -> None:
-        # Without its own fsync: a mark lost to a power cut leaves the rows pending, and the
-        # next open indexes them again (upserts are idempotent), so it need not be durable
-        # on its own; the next durable commit syncs it with everything before it.
-        with self._synced(False), self.transaction() as c:
+        with self.unsynced_transaction() as c:  # a mark lost leaves the rows pending: indexed again
             c.executemany(
                 "UPDATE messages SET indexed=1, duplicate_of=? WHERE id=?",
                 [(duplicates.get(i), i) for i in ids],

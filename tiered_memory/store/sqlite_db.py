@@ -270,6 +270,15 @@ class SQLiteDatabase:
                 self.conn.execute("PRAGMA synchronous=FULL")
                 self.conn.execute(f"PRAGMA wal_autocheckpoint={AUTOCHECKPOINT_PAGES}")
 
+    @contextmanager
+    def unsynced_transaction(self) -> Iterator[sqlite3.Connection]:
+        """A transaction whose commit does not wait for the disk (:meth:`_synced`), for a mark
+        whose loss to a power cut only leaves work the next open does again (a row's vectors
+        written: the rows stay pending and are indexed again, idempotently); the next durable
+        commit syncs it with everything before it."""
+        with self._synced(False), self.transaction() as c:
+            yield c
+
     def sync(self) -> None:
         # every commit is in the WAL, in order: syncing the file is what a FULL commit does
         wal = self.path.with_name(self.path.name + "-wal")

@@ -19,7 +19,8 @@ import sqlite3
 from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
 
-from .layer_store import PENDING_VECTORS, LayerStore
+from .layer_store import LayerStore
+from .layer_unit import PENDING_VECTORS
 from .repositories import Scored
 from .sqlite import SQLiteRecordStore
 from .sqlite_db import CJK_GRAMS
@@ -265,6 +266,9 @@ class SQLiteLayerStore(LayerStore):
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         return self.db.transaction()
+
+    def mark_transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self.db.unsynced_transaction()  # the turns' marks' (mark_indexed)
 
     def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int, extra: str = "") -> Scored:
         match = fts5_any(terms)
