@@ -176,6 +176,31 @@ class RecordStoreConformance:
         assert sorted(store.forget_user("u1")) == ["c", "e"]
         assert [m.id for m in store.iter_messages()] == ["d"]
 
+    def test_a_removal_marks_the_users_duplicates_of_the_removed_turns_pending(self, store: Any) -> None:
+        """delete_message, clear_session and consolidate's archive mark the user's duplicates of
+        what they remove pending, in their own transaction: a crash before the release indexes
+        them again leaves them to the next open, which indexes pending turns."""
+        store.insert_messages([msg("a", "x"), msg("b", "y"), msg("keep", "w"), msg("c", "z", session="s2"),
+                               msg("da", "x", session="s3"), msg("db", "y", session="s3"),
+                               msg("dk", "w", session="s3"), msg("dc", "z", session="s3"),
+                               msg("theirs", "x", user="u2")])
+        store.mark_indexed(["a", "b", "keep", "c", "da", "db", "dk", "dc", "theirs"],
+                           {"da": "a", "db": "b", "dk": "keep", "dc": "c", "theirs": "a"})
+
+        def pending() -> list[str]:
+            return [m.id for m in store.pending_index(20)]
+
+        assert pending() == []
+        assert store.delete_message("u1", "a")
+        assert pending() == ["da"]  # not u2's row, though it names the same id
+        assert store.clear_session("u1", "s1") == ["b", "keep"]
+        assert pending() == ["da", "db", "dk"]
+        from tiered_memory.backends import open_layer_store
+
+        with open_layer_store(store).unit() as u:
+            assert u.archive_messages("u1", ["c"], "ep1", 1.0, delete=False) == 1
+        assert pending() == ["da", "db", "dk", "dc"]
+
     def test_iter_messages_pages_through_everything_in_order(self, store: RecordStore) -> None:
         rows = [msg(f"m{i:04d}", f"t{i}", user="u1" if i % 3 else "u2") for i in range(1205)]
         store.insert_messages(rows)

@@ -88,6 +88,16 @@ class DuplicateSource(Protocol):
         ...
 
 
+def pend_duplicates(removed: str, user: str = "?") -> str:
+    """The statement that marks the user's duplicates of removed turns pending, run in the
+    transaction that removes them (``delete_message``, ``clear_session``, consolidate's
+    archive; SQLite and PostgreSQL alike): a crash before :meth:`DuplicateSource.release_duplicates`
+    indexes them again leaves them to the next open, which indexes pending turns (a shared
+    store's open indexes only those). ``removed`` is SQL for the removed turns' ids (placeholders
+    or a subquery); the first parameter is the user, ``user`` the dialect's placeholder."""
+    return f"UPDATE messages SET indexed=FALSE WHERE user_id={user} AND duplicate_of IN ({removed})"
+
+
 class RecordStore(Protocol):
     """Raw messages and their keyword index. All methods are scoped by ``user_id``."""
 

@@ -36,6 +36,7 @@ from .layer_codec import (
     working_from_row,
     working_to_row,
 )
+from .base import pend_duplicates
 from .stored_values import count, json_dict
 
 #: The layer migration that marks a fact or an episode whose vectors are not yet written, as a
@@ -194,10 +195,7 @@ class LayerUnit:
                     " timestamp, episode_id, archived_at) SELECT id, user_id, session_id, role, content, metadata,"
                     f" timestamp, ?, ? FROM messages WHERE user_id=? AND id IN ({marks(len(part))})"
                     " ON CONFLICT DO NOTHING", [episode_id, at, user_id, *part])
-            # their duplicates pending in this transaction: a crash before they are released and
-            # indexed again leaves them to the next open of any worker (a shared store's indexes pending turns)
-            self._run(f"UPDATE messages SET indexed=FALSE WHERE user_id=? AND duplicate_of IN ({marks(len(part))})",
-                      [user_id, *part])
+            self._run(pend_duplicates(marks(len(part))), [user_id, *part])  # their duplicates pending
             moved += self._run(f"DELETE FROM messages WHERE user_id=? AND id IN ({marks(len(part))})",
                                [user_id, *part]).rowcount
         return moved

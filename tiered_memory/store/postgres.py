@@ -18,7 +18,7 @@ import json
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
-from .base import LONG_MESSAGE_CHARS
+from .base import LONG_MESSAGE_CHARS, pend_duplicates
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, Step
 from .filters import postgres_filter
 from .postgres_keywords import TEXT_SEARCH_CONFIG, bigram_turn_keywords, fold_turn_keywords, tsquery
@@ -83,12 +83,6 @@ def _row(r: Sequence[Any]) -> StoredMessage:
         id=r[0], user_id=r[1], session_id=r[2], role=role, content=content,
         metadata=json_dict(r[5], "messages", r[0], "metadata"), timestamp=ts, seq=r[7],
     )
-
-
-#: in the transaction that deletes messages: the user's duplicates of them go back to pending, so
-#: a crash before they are released and indexed again leaves them to the next open of any worker
-#: (a shared store's open indexes pending turns only); followed by the test on ``duplicate_of``
-_PEND_DUPLICATES = "UPDATE messages SET indexed=FALSE WHERE user_id=%s AND duplicate_of"
 
 
 class PostgresRecordStore(PostgresDatabase):
@@ -167,14 +161,14 @@ class PostgresRecordStore(PostgresDatabase):
 
     def delete_message(self, user_id: str, message_id: str) -> bool:
         def run(c: Any) -> bool:
-            c.execute(_PEND_DUPLICATES + " = %s", (user_id, message_id))
+            c.execute(pend_duplicates("%s", user="%s"), (user_id, message_id))
             return bool(c.execute("DELETE FROM messages WHERE user_id=%s AND id=%s", (user_id, message_id)).rowcount)
 
         return bool(self.write(run))
 
     def clear_session(self, user_id: str, session_id: str) -> list[str]:
         def run(c: Any) -> list[str]:
-            c.execute(_PEND_DUPLICATES + " IN (SELECT id FROM messages WHERE user_id=%s AND session_id=%s)",
+            c.execute(pend_duplicates("SELECT id FROM messages WHERE user_id=%s AND session_id=%s", user="%s"),
                       (user_id, user_id, session_id))
             return [r[0] for r in c.execute("DELETE FROM messages WHERE user_id=%s AND session_id=%s RETURNING id",
                                             (user_id, session_id)).fetchall()]

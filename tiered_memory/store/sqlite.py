@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
-from .base import LONG_MESSAGE_CHARS
+from .base import LONG_MESSAGE_CHARS, pend_duplicates
 from .filters import sqlite_filter
 from .sqlite_db import APP_ID, SQLiteDatabase
 from .sqlite_keywords import KeywordSearch, fill_missing, insert_deferred, tag_of, tags_for
@@ -116,8 +116,8 @@ class SQLiteRecordStore(SQLiteDatabase):
                 )
 
     def delete_message(self, user_id: str, message_id: str) -> bool:
-        with self.transaction() as c:  # its duplicates pending, as on PostgreSQL (released and indexed next)
-            c.execute("UPDATE messages SET indexed=0 WHERE user_id=? AND duplicate_of=?", (user_id, message_id))
+        with self.transaction() as c:
+            c.execute(pend_duplicates("?"), (user_id, message_id))
             cur = c.execute("DELETE FROM messages WHERE user_id=? AND id=?", (user_id, message_id))
             return cur.rowcount > 0
 
@@ -125,8 +125,8 @@ class SQLiteRecordStore(SQLiteDatabase):
         with self.transaction() as c:
             ids = [r[0] for r in c.execute(
                 "SELECT id FROM messages WHERE user_id=? AND session_id=?", (user_id, session_id))]
-            c.execute("UPDATE messages SET indexed=0 WHERE user_id=? AND duplicate_of IN"
-                      " (SELECT id FROM messages WHERE user_id=? AND session_id=?)", (user_id, user_id, session_id))
+            c.execute(pend_duplicates("SELECT id FROM messages WHERE user_id=? AND session_id=?"),
+                      (user_id, user_id, session_id))
             c.execute("DELETE FROM messages WHERE user_id=? AND session_id=?", (user_id, session_id))
             return ids
 
