@@ -8,8 +8,9 @@ and never blocks the writer) and nothing else. Its invariants:
 
 - It writes nothing: no migration, repair, access count or meta value (SQLite refuses any
   write on the connection). The ``-wal`` and ``-shm`` that SQLite makes beside a database no
-  connection had open are removed as it closes, by SQLite, when it is the last reader. A store whose schema is older than this code is refused, since
-  only an open with the folder to itself may migrate it.
+  connection had open are removed as it closes, by SQLite, when it is the last reader. A
+  store whose schema is older than this code is refused, since only an open with the folder
+  to itself may migrate it.
 - The vector index is the holder's and is not opened (:class:`~.vector.absent.NoVectors`):
   searches rank keyword matches by the same scoring as :meth:`TieredMemory.search`, without
   similarity, and say so in each hit's ``explanation["vectors"]``; the vector count is unknown.

@@ -191,8 +191,9 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
         pruned=len(details["prune"]), details=details)
     if left:
         first = left[0][2]
-        raise (LLMOutputError if isinstance(first, LLMOutputError) else LLMError)(unfinished(user_id, report, [(step, i) for step, i, _ in left],
-                                     {"sessions": len(idle), "promote": len(promote)}, first)) from first
+        error = LLMOutputError if isinstance(first, LLMOutputError) else LLMError
+        raise error(unfinished(user_id, report, [(step, i) for step, i, _ in left],
+                               {"sessions": len(idle), "promote": len(promote)}, first)) from first
     return report
 
 

@@ -116,7 +116,7 @@ def fts5_text(text: str) -> str:
 
     The index is fed through this function at insert and at delete, so its output for a
     stored text must never change: a change needs a migration that indexes every such row
-    again (``sqlite_layers.BIGRAMS``)."""
+    again (``sqlite_layers.bigrams``)."""
     if text.isascii() or _CJK_RUN.search(text) is None:
         return text
     return _CJK_RUN.sub(lambda m: " " + " ".join(cjk_grams(m.group(0))) + " ", text)
