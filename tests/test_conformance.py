@@ -229,6 +229,19 @@ class RecordStoreConformance:
         finally:
             again.close()
 
+    def test_meta_changes_made_at_once_are_all_kept(self, store: RecordStore) -> None:
+        def add_one(raw: str | None) -> str:
+            return str(int(raw or 0) + 1)
+
+        threads = [threading.Thread(target=lambda: [store.change_meta("n", add_one) for _ in range(25)])
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert store.get_meta("n") == "100"
+        assert store.change_meta("n", lambda raw: f"{raw}!") == "100!" == store.get_meta("n")
+
     def test_data_survives_reopening(self, store: RecordStore, open_store: OpenStore) -> None:
         store.insert_messages([msg("a", "persistent cats")])
         store.close()

@@ -19,8 +19,8 @@ from .recall.indexing import index_orphans
 from .textcache import forget_texts
 from .types import Message
 from .validation import check_callback, check_id
-from .writes import (chosen_among, drop_message, drop_session, drop_user, not_yet_archived, not_yet_stored,
-                     pending_forgets, rows_of, set_pending_forgets, write_messages)
+from .writes import (chosen_among, drop_message, drop_session, drop_user, mark_forget, not_yet_archived,
+                     not_yet_stored, pending_forgets, rows_of, write_messages)
 
 log = logging.getLogger("tiered_memory")
 
@@ -151,15 +151,11 @@ class MemoryWrites(MemoryEngines):
         with self._write_lock:
             self.parts.access.flush()  # no pending count may outlive the user's rows
             archived = self._rows.archived_count(user_id) if self._layers_ok() else 0
-            self._set_pending_forgets(pending_forgets(self.store) | {user_id})
+            self._unfinished = mark_forget(self.store, user_id, pending=True)
             ids = self._jointly(lambda: drop_user(self.store, self.index, user_id, joint=self._joint is not None))
-            self._set_pending_forgets(pending_forgets(self.store) - {user_id})
+            self._unfinished = mark_forget(self.store, user_id, pending=False)
         forget_texts()  # no text of theirs stays in the process either (textcache.py)
         return len(ids) + archived
-
-    def _set_pending_forgets(self, users: set[str]) -> None:
-        set_pending_forgets(self.store, users)
-        self._unfinished = users
 
     def _finish_forgets(self, only: str | None = None) -> None:
         """Complete deletions a failure interrupted (all at open; one user before a write)."""

@@ -198,13 +198,24 @@ def drop_user(store: RecordStore, index: VectorIndex, user_id: str, *, joint: bo
 
 def pending_forgets(store: RecordStore) -> set[str]:
     """Users whose ``forget_user`` started and has not completed (an unreadable record: none)."""
-    raw = store.get_meta(PENDING_FORGETS)
+    return _users(store.get_meta(PENDING_FORGETS))
+
+
+def mark_forget(store: RecordStore, user_id: str, *, pending: bool) -> set[str]:
+    """Record that ``user_id``'s ``forget_user`` started (``pending``) or completed; returns the
+    users pending now. One change of the record (``change_meta``), so another worker's mark
+    made meanwhile is kept: one lost would leave a deletion half done, one undone would
+    forget that user again, later writes and all, at the next open."""
+    def change(raw: str | None) -> str:
+        users = _users(raw)
+        return json.dumps(sorted(users | {user_id} if pending else users - {user_id}))
+
+    return _users(store.change_meta(PENDING_FORGETS, change))
+
+
+def _users(raw: str | None) -> set[str]:
     try:
         users = json.loads(raw) if raw else []
     except ValueError:
         users = []
     return {u for u in users if isinstance(u, str)} if isinstance(users, list) else set()
-
-
-def set_pending_forgets(store: RecordStore, users: set[str]) -> None:
-    store.set_meta(PENDING_FORGETS, json.dumps(sorted(users)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..types import SessionInfo, StoredMessage
 
@@ -163,5 +163,10 @@ class RecordStore(Protocol):
     def get_meta(self, key: str) -> str | None: ...
 
     def set_meta(self, key: str, value: str) -> None: ...
+
+    def change_meta(self, key: str, change: Callable[[str | None], str]) -> str:
+        """Set ``key`` to ``change(its value)`` (``None``: unset) in one step, and return it:
+        workers changing the key at once wait for each other, so neither change is lost, as
+        one may be between a :meth:`get_meta` and a :meth:`set_meta`."""
 
     def close(self) -> None: ...

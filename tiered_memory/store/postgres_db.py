@@ -380,9 +380,18 @@ class PostgresDatabase:
         return found[0][0] if found else None
 
     def set_meta(self, key: str, value: str) -> None:
-        self.write(lambda c: c.execute(
-            "INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value=EXCLUDED.value",
-            (key, value)))
+        self.change_meta(key, lambda _: value)
+
+    def change_meta(self, key: str, change: Callable[[str | None], str]) -> str:
+        def run(c: Any) -> str:  # the key's lock first: a worker reads it once the last change committed
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(f"tiered-memory:meta:{key}"),))
+            found = c.execute("SELECT value FROM meta WHERE key=%s", (key,)).fetchone()
+            value = change(found[0] if found else None)
+            c.execute("INSERT INTO meta VALUES (%s, %s) ON CONFLICT (key) DO UPDATE SET value=EXCLUDED.value",
+                      (key, value))
+            return value
+
+        return str(self.write(run))
 
     def close(self) -> None:
         self._closed = True

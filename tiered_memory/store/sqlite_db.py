@@ -22,7 +22,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import CorruptStoreError, StoreError, UsageError
 from ..guard import check_process
@@ -242,6 +242,13 @@ class SQLiteDatabase:
     def set_meta(self, key: str, value: str) -> None:
         with self.transaction() as c:
             c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    def change_meta(self, key: str, change: Callable[[str | None], str]) -> str:
+        with self.transaction() as c:  # BEGIN IMMEDIATE: no other writer, of any process, meanwhile
+            found = c.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+            value = change(found[0] if found else None)
+            c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+            return value
 
     def close(self) -> None:
         with self.lock:
