@@ -5,7 +5,9 @@ migrations, the meta table and durability.
 :class:`~.postgres_db.PostgresDatabase` is under the PostgreSQL store: one connection
 behind a re-entrant lock (thread-safe; one process per file), in WAL mode with
 ``synchronous=FULL``, so a commit is on the disk when it returns, unless a bulk write
-asks for ``_synced(False)`` and calls :meth:`SQLiteDatabase.sync` at its end. A file that
+asks for ``_synced(False)`` and calls :meth:`SQLiteDatabase.sync` at its end, or a mark
+that the next open redoes if it is lost commits through
+:meth:`SQLiteDatabase.unsynced_transaction` (a row's vectors written). A file that
 tiered-memory did not create is refused before anything in it changes.
 
 Opened ``read_only``, the file is read beside the process that writes it (the CLI's read
