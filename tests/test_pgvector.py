@@ -22,7 +22,8 @@ from tiered_memory.store.postgres import PostgresRecordStore
 from tiered_memory.store.postgres_db import PostgresDatabase
 from tiered_memory.vector.pgvector import PgVectorIndex, cosine_ids
 
-from test_conformance import OpenStore, RecordStoreConformance, VectorIndexConformance
+from test_conformance import OpenStore, RecordStoreConformance
+from test_vector_conformance import VectorIndexConformance
 from test_layer_conformance import LayerConformance, OpenMemory, RecordStoreArg
 
 pytestmark = pytest.mark.servers
