@@ -166,7 +166,9 @@ def test_renderer_never_lets_a_label_or_role_leave_the_item_head(label: Any) -> 
 # ---- timestamps: refuse what a read cannot render; render whatever is stored ----------
 
 @pytest.mark.parametrize("ts", [time.time() * 1000, 1e20, -1e13, 7258118400.0, -2208988801.0,
-                                "9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00"])
+                                "9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00"],
+                         ids=["now-in-ms", "1e20", "-1e13", "year-2200", "year-1899", "year-9999-local",
+                              "year-1-local"])  # ids fixed: every pytest-xdist worker collects the same
 def test_timestamps_outside_the_renderable_range_are_refused(memory: TieredMemory, ts: Any) -> None:
     with pytest.raises(InvalidInputError):
         memory.add("user", "hi", session_id="s", user_id="u", timestamp=ts)

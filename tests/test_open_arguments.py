@@ -49,7 +49,9 @@ WRONG_KINDS = [
 ]
 
 
-@pytest.mark.parametrize(("kwargs", "problem"), WRONG_KINDS, ids=lambda v: str(v)[:40])
+# ids without object addresses: every pytest-xdist worker must collect the same names
+@pytest.mark.parametrize(("kwargs", "problem"), WRONG_KINDS,
+                         ids=[f"{next(iter(kw))}={type(v).__name__}" for kw, _ in WRONG_KINDS for v in kw.values()])
 def test_an_argument_of_the_wrong_kind_is_a_configuration_error_before_anything_is_made(
         tmp_path: Path, kwargs: dict[str, Any], problem: str) -> None:
     kwargs = {"embedder": StaticEmbedder(), **kwargs}
