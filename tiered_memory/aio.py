@@ -300,7 +300,8 @@ def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], 
     async def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         if not counted:
             return await to_thread(method, self, *args, **kwargs)
-        return await call_in_thread(self, method, self, *args, **kwargs)  # type: ignore[arg-type]  # usable() guards only a Guarded
+        # usable() guards only a Guarded
+        return await call_in_thread(self, method, self, *args, **kwargs)  # type: ignore[arg-type]
 
     run.__name__ = "a" + method.__name__
     owner = method.__qualname__.rpartition(".")[0]

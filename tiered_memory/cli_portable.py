@@ -17,7 +17,8 @@ from .cli_open import EXIT_OK, CliUsageError, open_memory as _open
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     """Register ``export`` and ``import`` on the CLI's subparsers."""
-    e = sub.add_parser("export", parents=[common], help="write messages, facts (with their history), episodes, store items, archived turns, working memory and the audit log as JSONL")
+    e = sub.add_parser("export", parents=[common], help="write messages, facts (with their history), episodes, store"
+                       " items, archived turns, working memory and the audit log as JSONL")
     e.add_argument("file", help="output .jsonl file")
     e.add_argument("--user", default=None, help="only this user (default: everyone)")
 

@@ -107,8 +107,8 @@ class MemoryLayers(MemoryEngines):
     @usable
     def audit_log(self, user_id: str, *, layer: str | None = None) -> list[AuditEntry]:
         """What consolidation and eviction did to the user's episodes and working-memory items
-        (``AuditEntry``: promote, archive, delete_raw, prune, evict), oldest first; ``layer``:
-        ``"episode"`` or ``"working"`` only. Fact changes are in :meth:`fact_history`."""
+        (``AuditEntry``: summarise, promote, archive, delete_raw, prune, evict, delete), oldest
+        first; ``layer``: ``"episode"`` or ``"working"`` only. Fact changes are in :meth:`fact_history`."""
         check_id(user_id, "user_id")
         if layer is not None and layer not in AUDIT_LAYERS:
             raise InvalidInputError(f"layer must be one of {', '.join(map(repr, AUDIT_LAYERS))} or None, got {layer!r}")

@@ -89,7 +89,8 @@ def decide_resolution(
                 old, new = said[0], said[1]
             if f.polarity == candidate.polarity and old == new:
                 return Resolution(action="noop", target_id=f.id, reason="same fact in the same slot")
-            if f.polarity == candidate.polarity and new[len(old):len(old) + 1] in (",", " ") and new.startswith(old):  # "Lisbon" -> "Lisbon, Portugal"
+            # "Lisbon" -> "Lisbon, Portugal"
+            if f.polarity == candidate.polarity and new[len(old):len(old) + 1] in (",", " ") and new.startswith(old):
                 return Resolution(action="update", target_id=f.id, text=candidate.text,
                                   reason=f"says the fact in slot {candidate.key!r} more fully")
             return Resolution(action="invalidate", target_id=f.id,

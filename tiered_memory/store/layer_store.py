@@ -355,7 +355,8 @@ class LayerStore:
             sql += " AND layer=?"
             params.append(layer)
         return [AuditEntry(user_id=user_id, layer=r[0], item_id=r[1], action=r[2],
-                           at=number(r[3], "audit_log", r[1], "at"), details=json_dict(r[4], "audit_log", r[1], "details"))
+                           at=number(r[3], "audit_log", r[1], "at"),
+                           details=json_dict(r[4], "audit_log", r[1], "details"))
                 for r in self.query(sql + " ORDER BY seq", params)]
 
     def audit_users(self) -> set[str]:
