@@ -79,10 +79,16 @@ servers:
 # the set-up steps side by side (the LLM server's source build is the longest, 6-8 min on 2 cores);
 # each step's output kept together where make can (GNU make 4; macOS ships 3.81)
 SYNC := $(if $(filter 3.%,$(MAKE_VERSION)),,--output-sync=target)
-# the log names the 30 slowest tests: what to trim when the suite outgrows its time
+# The suite on two pytest-xdist workers: many tests wait (fsync, subprocesses, servers,
+# timeouts), so two overlap on 2 cores (14 min instead of 18, 2026-12-06); each worker starts
+# its own PostgreSQL and Chroma servers on free ports. The end-to-end LLM tests run after it in
+# one process: one model server, nothing beside it. TEST_WORKERS=0 runs it in one process.
+# The logs name the slowest tests: what to trim when the suite outgrows its time.
+TEST_WORKERS ?= 2
 test:
 	$(MAKE) -j4 $(SYNC) install-test llm servers $(NOTORCH_VENV)/.installed
-	$(PY) -m pytest --durations=30
+	$(PY) -m pytest -n $(TEST_WORKERS) -m "not llm" --durations=30
+	$(PY) -m pytest -m llm --durations=10
 	$(MAKE) test-notorch
 
 # the core tests on the static default, in a virtualenv where torch cannot be imported
