@@ -14,6 +14,10 @@ The semantics are LangGraph's (its in-memory and SQL stores, and
   run together, in a worker thread, while the next calls queue up behind them. A
   caller that awaits its ``aput`` and then calls ``aget`` is in a later batch, so it
   reads its own write, as with LangGraph's stores.
+- **A cancel never cuts a write short**, as with the core's ``aadd_many``: a caller cancelled
+  while its operations wait in the queue (or run) still has its puts run, whole, in the batch
+  they join; only its reads are skipped, and the caller gets its ``CancelledError``. ``close()``
+  counts a batch from when it is taken to run, not while it waits in the queue.
 
 :func:`plan_batch` is the pure decision; :class:`Coalescer` is the thin async shell.
 """
@@ -78,6 +82,18 @@ def spread_results(plan: BatchPlan, read_results: Sequence[Result]) -> list[Resu
     return out
 
 
+#: a queued caller: the future it awaits, and its operations
+Caller = tuple[asyncio.Future[list[Result]], list[Op]]
+
+
+def _to_run(caller: Caller) -> Caller:
+    """What to run for a queued caller: all its operations, or only the writes of one already
+    cancelled (before the coalescer sets its future, only a cancel makes it done), since a
+    cancel never cuts a write short; nobody waits for its reads."""
+    fut, ops = caller
+    return (fut, [op for op in ops if isinstance(op, PutOp)]) if fut.done() else caller
+
+
 class Coalescer:
     """Queue the batches submitted from one event loop and run those queued in the same
     tick as one, with ``run`` (which runs them in a worker thread). No task lingers: the draining task ends
@@ -85,7 +101,7 @@ class Coalescer:
 
     def __init__(self, run: Callable[[list[Op]], Awaitable[list[Result]]]) -> None:
         self._run = run
-        self._pending: list[tuple[asyncio.Future[list[Result]], list[Op]]] = []
+        self._pending: list[Caller] = []
         self._task: asyncio.Task[None] | None = None
 
     async def submit(self, ops: list[Op]) -> list[Result]:
@@ -105,7 +121,7 @@ class Coalescer:
     async def _run_pending(self) -> None:
         while self._pending:
             taken, self._pending = self._pending, []
-            groups = [(f, ops) for f, ops in taken if not f.done()]  # a cancelled caller is skipped
+            groups = [g for g in map(_to_run, taken) if g[1]]
             if not groups:
                 continue
             try:
@@ -119,13 +135,17 @@ class Coalescer:
                     # its writes commit all-or-nothing, so none did (a read's TTL refresh may have:
                     # doing it again is harmless): each caller's operations run again on their
                     # own, and one caller's bad operation fails only that caller
-                    for f, ops in groups:
-                        if f.done():
+                    for f, ops in map(_to_run, groups):  # one cancelled meanwhile: its writes only
+                        if not ops:
                             continue
                         try:
-                            f.set_result(await self._run(ops))
-                        except Exception as alone:
-                            f.set_exception(alone)
+                            alone = await self._run(ops)
+                        except Exception as error:
+                            if not f.done():  # a cancelled caller's error has no one to see it
+                                f.set_exception(error)
+                            continue
+                        if not f.done():
+                            f.set_result(alone)
                     continue
             except BaseException:  # this task was cancelled: don't leave callers waiting forever
                 for f, _ in groups + self._pending:

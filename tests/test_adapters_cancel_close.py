@@ -21,6 +21,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
+from langgraph.store.base import GetOp, PutOp
 
 from langchain_tiered_memory import (
     TieredChatMessageHistory,
@@ -29,7 +30,7 @@ from langchain_tiered_memory import (
     TieredMemoryStore,
     with_tiered_memory,
 )
-from tiered_memory import TieredMemory, UsageError
+from tiered_memory import InvalidInputError, TieredMemory, UsageError
 from tiered_memory.aio import open_in_thread
 from tiered_memory.embedding import Embedder
 
@@ -150,6 +151,72 @@ async def test_a_store_put_cancelled_while_its_batch_waits_for_a_thread_is_store
         item = TieredMemoryStore(again).get(("u", "memories"), "bees")
         assert item is not None and item.value == {"text": USER_TURN}
 
+
+QUEUED_WRITES: dict[str, Callable[[TieredMemoryStore], Awaitable[Any]]] = {
+    "aput": lambda store: store.aput(("u", "memories"), "bees", {"text": USER_TURN}),
+    "abatch": lambda store: store.abatch([GetOp(("u", "memories"), "bees"),
+                                          PutOp(("u", "memories"), "bees", {"text": USER_TURN})]),
+}
+
+
+@pytest.mark.parametrize("name", list(QUEUED_WRITES))
+async def test_a_store_write_cancelled_while_queued_behind_another_batch_is_stored(
+        tmp_path: Path, embedder: Embedder, name: str) -> None:
+    """A store write cancelled before its coalescer took it (it waited behind a batch that
+    waited for a thread) was skipped, so never stored, while a cancelled ``aadd_many`` is
+    stored whole: its writes run now (its reads may not); its caller still gets the cancel."""
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    store = TieredMemoryStore(memory)
+    await store.aput(("u", "memories"), "warm", {"text": AI_TURN})  # the store's one-time repair is done
+    async with held_executor() as pool:
+        pool.hold()
+        first = asyncio.ensure_future(store.aput(("u", "memories"), "first", {"text": AI_TURN}))
+        await pool.queued(pool.submitted + 1)  # the first batch was taken and waits for the thread
+        queued = asyncio.ensure_future(QUEUED_WRITES[name](store))
+        await asyncio.sleep(0)  # the write is queued behind it
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        await pool.release()
+        await first
+        item = await store.aget(("u", "memories"), "bees")  # a batch after the queued one
+    assert item is not None and item.value == {"text": USER_TURN}
+    memory.close()
+
+
+
+async def test_a_caller_cancelled_while_its_batch_runs_again_alone_fails_no_other_caller(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A batch that fails on one caller's operation runs each caller's again alone. A caller
+    cancelled while its own run waited for a thread got a result set on its cancelled future:
+    the ``InvalidStateError`` ended the coalescer, which cancelled the callers after it (their
+    writes never ran), and the bad caller got a cancel instead of its error."""
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    store = TieredMemoryStore(memory)
+    await store.aput(("u", "memories"), "warm", {"text": AI_TURN})  # the store's one-time repair is done
+    gate = threading.Event()
+    async with held_executor() as pool:
+        pool.hold()
+        first = asyncio.ensure_future(store.aput(("u", "memories"), "first", {"text": AI_TURN}))
+        bad = asyncio.ensure_future(store.aput((" ",), "k", {"v": 1}))  # a blank user: refused when it runs
+        last = asyncio.ensure_future(store.aput(("u", "memories"), "bees", {"text": USER_TURN}))
+        await pool.queued(pool.submitted + 1)  # the three, one batch, wait for the thread
+        behind = ThreadPoolExecutor.submit(pool, gate.wait)  # the worker's next job, after that batch
+        alone = pool.submitted + 1
+        await pool.release()
+        await pool.queued(alone)  # the batch failed; the first caller's own run waits behind the gate
+        first.cancel()
+        gate.set()
+        await asyncio.wrap_future(behind)
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        with pytest.raises(InvalidInputError):
+            await bad
+        await last
+        stored = {key: await store.aget(("u", "memories"), key) for key in ("first", "bees")}
+    assert {key: item.value if item else None for key, item in stored.items()} == {
+        "first": {"text": AI_TURN}, "bees": {"text": USER_TURN}}
+    memory.close()
 
 async def test_a_runnable_turn_cancelled_while_its_record_waits_for_a_thread_is_stored_before_close(
         tmp_path: Path, embedder: Embedder) -> None:

@@ -71,7 +71,7 @@ async def test_concurrent_calls_run_as_one_batch(make_memory: Callable[..., Tier
     assert len(got[40]) == 3 and got[41] == [("u1", "notes")]  # type: ignore[arg-type]
 
 
-async def test_a_bad_call_fails_alone_and_a_cancelled_one_is_skipped(memory: TieredMemory) -> None:
+async def test_a_bad_call_fails_alone_and_a_cancelled_one_still_writes(memory: TieredMemory) -> None:
     store = TieredMemoryStore(memory)
     good = asyncio.ensure_future(store.aput(("u1",), "ok", {"v": 1}))
     bad = asyncio.ensure_future(store.aput(("u1",), "bad", {"v": {1, 2}}))  # a set is not JSON
@@ -85,6 +85,22 @@ async def test_a_bad_call_fails_alone_and_a_cancelled_one_is_skipped(memory: Tie
         await cancelled
     assert (await store.aget(("u1",), "ok")).value == {"v": 1}  # type: ignore[union-attr]
     assert await store.aget(("u1",), "bad") is None
+    assert (await store.aget(("u1",), "gone")).value == {"v": 3}  # type: ignore[union-attr]
+
+
+async def test_a_cancelled_call_in_a_batch_that_fails_still_writes_alone(memory: TieredMemory) -> None:
+    """The batch fails on another caller's operation and each caller's run again alone: the
+    cancelled one's writes too (its reads are not run for nobody)."""
+    store = TieredMemoryStore(memory)
+    bad = asyncio.ensure_future(store.aput((" ",), "k", {"v": 1}))  # a blank user: refused when the batch runs
+    cancelled = asyncio.ensure_future(store.abatch([GetOp(("u1",), "gone"), PutOp(("u1",), "gone", {"v": 3})]))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    with pytest.raises(InvalidInputError):
+        await bad
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert (await store.aget(("u1",), "gone")).value == {"v": 3}  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("bad", [
