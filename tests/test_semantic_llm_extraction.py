@@ -106,3 +106,46 @@ def test_a_message_the_model_cites_twice_is_one_source(make_memory: Callable[...
     [fact] = memory.facts("u1")
     assert fact.source_ids == [second, first]
     assert memory.fact_history("u1", fact.id)[0].details["source_ids"] == [second, first]
+
+
+@pytest.mark.parametrize("old, new", [
+    ("User lives in Paris", "User lives in Berlin"),
+    ("User likes coriander", "User dislikes coriander"),  # the same slot, the other polarity
+])
+@pytest.mark.parametrize("judge", [[ValueError("judge down")] * 2, [malformed(), malformed()]])
+def test_a_fact_the_llm_says_in_a_slots_words_replaces_that_slots_fact_when_rules_decide(
+        make_memory: Callable[..., TieredMemory], old: str, new: str, judge: list[Any]) -> None:
+    """The model's "User lives in Berlin" is in the slot the rules read from those words
+    (:func:`~tiered_memory.layers.extractive.stated_slot`): with the judge failing, the rules
+    replace the slot's fact, as they do the user's own "I moved to Berlin" and ``add_fact``'s."""
+    llm = ScriptedLLM(by_task={"facts": [_llm_facts({"type": "fact", "text": old, "sources": [1]}),
+                                         _llm_facts({"type": "fact", "text": new, "sources": [1]})],
+                               "resolve": judge, "episode": [EPISODE, EPISODE]})
+    memory = make_memory(llm=llm)
+    memory.add("user", "Some news about me.", session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    [first] = memory.facts("u1")
+    memory.add("user", "More news about me.", session_id="s2", user_id="u1")
+    memory.end_session("s2", user_id="u1")
+    assert "resolve" in llm.tasks()  # the judge was asked, and failed
+    [now] = memory.facts("u1")
+    assert now.text == new and now.metadata["resolution"] == "rules"
+    [gone] = [f for f in memory.facts("u1", include_invalid=True) if not f.valid]
+    assert gone.id == first.id and gone.text == old
+    assert [h.action for h in memory.fact_history("u1", first.id)] == ["add", "invalidate"]
+
+
+def test_the_judge_still_resolves_a_fact_the_llm_says_in_a_slots_words(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A slot read from the model's words changes what the rules do, not who decides: a
+    working judge is asked (and shown the slot's fact), and its answer stands."""
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User lives in Berlin"}),
+                  _llm_facts({"type": "fact", "text": "User lives in Berlin, near the Spree"})],
+        "resolve": [{"action": "noop", "target": 1}], "episode": [EPISODE, EPISODE]})
+    memory = make_memory(llm=llm)
+    for sid in ("s1", "s2"):
+        memory.add("user", "Some news about me.", session_id=sid, user_id="u1")
+        memory.end_session(sid, user_id="u1")
+    assert [f.text for f in memory.facts("u1", include_invalid=True)] == ["User lives in Berlin"]
+    assert "User lives in Berlin" in [c for c in llm.calls if c.task == "resolve"][0].messages[1]["content"]

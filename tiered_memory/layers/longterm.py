@@ -121,7 +121,11 @@ class Layers:
         for f in out.facts:
             # each cited message once, in the order first cited; numbers outside the session are ignored
             src = tuple(dict.fromkeys(messages[n - 1].id for n in f.sources if 1 <= n <= len(messages))) or users
-            found.append(FactCandidate(type=f.type, text=f.text.strip(), confidence=f.confidence, source_ids=src))
+            # in the rules' words ("User lives in Berlin"), it is in their slot: where the rules
+            # decide (no judge, or it fails), it replaces the slot's fact as the user's own words would
+            key, polarity = stated_slot(f.text) or (None, 1)
+            found.append(FactCandidate(type=f.type, text=f.text.strip(), confidence=f.confidence, source_ids=src,
+                                       key=key, polarity=polarity))
         return found, {"method": "llm"}
 
     def _judge(self, candidate: FactCandidate, related: Sequence[tuple[Fact, float]]) -> Judgement | None:
@@ -147,8 +151,8 @@ class Layers:
             # it ("User works at Globex" is 0.57 from "User works at ACME" with MiniLM)
             related = [r for r in related if r[1] >= self.parts.config.facts.related_similarity
                        or (cand.key is not None and r[0].key == cand.key)]
-            judgement = None
-            if self.llm is not None and related and metadata.get("method") == "llm" and not cand.key:
+            judgement = None  # the model's facts are judged, in a slot or not; the rules' own are not
+            if self.llm is not None and related and metadata.get("method") == "llm":
                 judgement = self._judge(cand, related)
             at = max((stamps[i] for i in cand.source_ids if i in stamps), default=None)
             # the fact's row and its vector in one transaction where one engine holds both (as
