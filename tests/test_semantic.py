@@ -118,6 +118,13 @@ SISTER_ANA = _fact("g", "User's sister is Ana", key="rel:sister", type="relation
     (_cand("User's sister is Ana", key="rel:sister", type="relationship"),
      [(_fact("f", "User has a sister called Ana", type="relationship"), 0.93)], None, ("add", None)),
     (_cand("Ana is User's sister", type="relationship"), [(SISTER_ANA, 0.96)], None, ("noop", "g")),  # the same
+    # a fact stored without a key in a slot's words (a judge's rewrite, the model's older facts) is in that slot
+    (_cand("User lives in Porto", key="residence"), [(_fact("k", "User lives in Lisbon"), 0.8)], None,
+     ("invalidate", "k")),
+    (_cand("User likes sushi", key="pref:sushi", type="preference"),
+     [(_fact("k", "User dislikes sushi", type="preference"), 0.8)], None, ("invalidate", "k")),
+    (_cand("User moved to Lisbon", key="residence"), [(_fact("k", "User lives in Lisbon"), 0.8)], None, ("noop", "k")),
+    (_cand("User works in Paris"), [(_fact("k", "User lives in Paris"), 0.90)], None, ("add", None)),
     # a valid LLM judgement wins over rules
     (_cand("User moved to Porto"), [(LISBON, 0.6)], Judgement(action="invalidate", target=1), ("invalidate", "a")),
     (_cand("User likes salmon sushi"), [(SUSHI, 0.8)], Judgement(action="update", target=1, text="User likes sushi, "

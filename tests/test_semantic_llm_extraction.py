@@ -149,3 +149,24 @@ def test_the_judge_still_resolves_a_fact_the_llm_says_in_a_slots_words(
         memory.end_session(sid, user_id="u1")
     assert [f.text for f in memory.facts("u1", include_invalid=True)] == ["User lives in Berlin"]
     assert "User lives in Berlin" in [c for c in llm.calls if c.task == "resolve"][0].messages[1]["content"]
+
+
+def test_a_stored_fact_without_a_slot_is_in_the_slot_its_words_name(make_memory: Callable[..., TieredMemory]) -> None:
+    """A fact stored without a key in a slot's words (here the judge's rewrite of a fact of no
+    slot, which keeps its key; the model's facts stored before they had slots) is in that
+    slot for the rules: the next residence replaces it rather than standing beside it."""
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User is based in Paris"}),
+                  _llm_facts({"type": "fact", "text": "User lives in Paris"}),
+                  _llm_facts({"type": "fact", "text": "User lives in Berlin"})],
+        "resolve": [{"action": "update", "target": 1, "text": "User lives in Paris"},
+                    ValueError("judge down"), ValueError("judge down")],
+        "episode": [EPISODE] * 3})
+    memory = make_memory(llm=llm)
+    for sid in ("s1", "s2", "s3"):
+        memory.add("user", "Some news about me.", session_id=sid, user_id="u1")
+        memory.end_session(sid, user_id="u1")
+        if sid == "s2":
+            assert [f.text for f in memory.facts("u1")] == ["User lives in Paris"]
+    assert [f.text for f in memory.facts("u1")] == ["User lives in Berlin"]
+    assert [f.text for f in memory.facts("u1", include_invalid=True) if not f.valid] == ["User lives in Paris"]

@@ -16,7 +16,7 @@ from typing import Literal, Sequence
 from pydantic import BaseModel, Field, field_validator
 
 from ..records import Fact, FactCandidate
-from .extractive import stated_value
+from .extractive import stated_slot, stated_value
 from ..validation import MAX_FACT_CHARS, not_blank
 
 Action = Literal["add", "update", "invalidate", "noop"]
@@ -48,6 +48,14 @@ class Judgement(BaseModel):
 def _norm(text: str) -> str:
     return " ".join(text.lower().replace(".", " ").split())
 
+def slot_of(fact: Fact) -> tuple[str | None, int]:
+    """A fact's slot and polarity: its stored ``key``, else the slot its words name (pure). A fact
+    can be stored without one in a slot's words: a judge's rewrite of a fact of no slot (an update
+    keeps the key), the model's facts from before they were given slots, a promoted key fact."""
+    if fact.key is not None:
+        return fact.key, fact.polarity
+    return stated_slot(fact.text) or (None, fact.polarity)
+
 def other_slots(a: str | None, b: str | None) -> bool:
     """Keys of two slots ("rel:sister", "rel:brother"): facts about two things, however alike (pure)."""
     return a is not None and b is not None and a != b
@@ -59,7 +67,8 @@ def decide_resolution(
     """Resolve ``candidate`` against ``related`` (valid facts with cosine similarity), pure.
 
     A valid LLM ``judgement`` wins; one that names a missing fact is ignored. Rules:
-    same slot (``key``) with another value or polarity invalidates; the same value, in whatever
+    same slot (:func:`slot_of`: the ``key``, else the slot a fact's words name) with another
+    value or polarity invalidates; the same value, in whatever
     words the rules read (:func:`~tiered_memory.layers.extractive.stated_value`: "User moved to
     Lisbon" after "User lives in Lisbon"), is a no-op, and said more fully ("Lisbon" -> "Lisbon,
     Portugal") updates; against the facts of no other slot, same
@@ -82,27 +91,28 @@ def decide_resolution(
                               text=text or (candidate.text if judgement.action == "update" else None),
                               reason=f"llm judged {judgement.action}", method="llm")
     for f, _ in ranked:
-        if candidate.key and f.key == candidate.key:
+        key, polarity = slot_of(f)
+        if candidate.key and key == candidate.key:
             old, new = _norm(f.text), _norm(candidate.text)
             said = stated_value(f.text), stated_value(candidate.text)
             if said[0] is not None and said[1] is not None:  # "User moved to Lisbon": the value, in any words
                 old, new = said[0], said[1]
-            if f.polarity == candidate.polarity and old == new:
+            if polarity == candidate.polarity and old == new:
                 return Resolution(action="noop", target_id=f.id, reason="same fact in the same slot")
             # "Lisbon" -> "Lisbon, Portugal"
-            if f.polarity == candidate.polarity and new[len(old):len(old) + 1] in (",", " ") and new.startswith(old):
+            if polarity == candidate.polarity and new[len(old):len(old) + 1] in (",", " ") and new.startswith(old):
                 return Resolution(action="update", target_id=f.id, text=candidate.text,
                                   reason=f"says the fact in slot {candidate.key!r} more fully")
             return Resolution(action="invalidate", target_id=f.id,
                               reason=f"contradicts the fact in slot {candidate.key!r}")
-    ranked = [r for r in ranked if not other_slots(candidate.key, r[0].key)]
+    ranked = [r for r in ranked if not other_slots(candidate.key, slot_of(r[0])[0])]
     if not ranked:
         return Resolution(action="add", reason="no related fact")
     best, sim = ranked[0]
     if _norm(best.text) == _norm(candidate.text) or sim >= same:
         return Resolution(action="noop", target_id=best.id, reason=f"already known (similarity {sim:.2f})")
     if sim >= merge and best.type == candidate.type and best.polarity == candidate.polarity \
-            and best.key is None and candidate.key is None:
+            and slot_of(best)[0] is None and candidate.key is None:
         return Resolution(action="update", target_id=best.id, text=candidate.text,
                           reason=f"refines a similar fact (similarity {sim:.2f})")
     return Resolution(action="add", reason=f"nearest fact is different (similarity {sim:.2f})")
