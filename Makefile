@@ -80,7 +80,8 @@ servers:
 # each step's output kept together where make can (GNU make 4; macOS ships 3.81)
 SYNC := $(if $(filter 3.%,$(MAKE_VERSION)),,--output-sync=target)
 # The suite on two pytest-xdist workers: many tests wait (fsync, subprocesses, servers,
-# timeouts), so two overlap on 2 cores (14 min instead of 18, 2026-12-06); each worker starts
+# timeouts), so two may overlap (14 min instead of ~18 with warm caches; on a fresh clone the
+# whole make test took 30.0 min, as in one process, 2026-12-06: see the README); each worker starts
 # its own PostgreSQL and Chroma servers on free ports. The end-to-end LLM tests run after it in
 # one process: one model server, nothing beside it. TEST_WORKERS=0 runs it in one process.
 # The logs name the slowest tests: what to trim when the suite outgrows its time.
