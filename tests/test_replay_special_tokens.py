@@ -325,13 +325,13 @@ def test_a_retriever_tools_result_spells_no_token(stored: TieredMemory) -> None:
 
 @pytest.mark.llm
 def test_the_local_models_tokenizer_finds_no_turn_marker_in_a_replay(stored: TieredMemory, local_llm_url: str) -> None:
-    """The real tokenizer of the local server (llama-cpp-python, Qwen's ChatML), which parses
+    """The real tokenizer of the local server (llama.cpp's, Qwen's ChatML), which parses
     special tokens out of the prompt it renders: a stored turn raw holds two turn starts of its
     own; replayed, each turn holds none, so the prompt has one ``<|im_start|>`` per message."""
     import httpx
 
     def tokens(text: str) -> list[int]:
-        r = httpx.post(f"{local_llm_url}/extras/tokenize", json={"input": text}, timeout=60)
+        r = httpx.post(f"{local_llm_url}/tokenize", json={"content": text}, timeout=60)
         r.raise_for_status()
         ids: list[int] = r.json()["tokens"]
         return ids
