@@ -74,6 +74,14 @@ def test_promotion_candidates(episode: Episode, expected: list[tuple[str, str]])
     assert [(c.type, c.text) for c in promotion_candidates(episode)] == expected
 
 
+def test_a_promoted_fact_in_a_slots_words_is_in_that_slot() -> None:
+    """A key fact "User lives in Paris" is the residence slot's, as the session's own fact was:
+    without the slot, the rules cannot see that a later "User lives in Berlin" replaced it."""
+    cands = promotion_candidates(_ep("a", key_facts=["User lives in Paris", "User runs a bakery",
+                                                     "User doesn't like coriander"]))
+    assert [(c.key, c.polarity) for c in cands] == [("residence", 1), (None, 1), ("pref:coriander", -1)]
+
+
 @pytest.mark.parametrize("value, access, age, expected", [
     (0.01, 0, 60, True),
     (0.01, 1, 60, False),   # accessed: kept

@@ -159,3 +159,25 @@ def test_an_episode_deleted_meanwhile_is_not_promoted_into_facts(make_memory: Ca
     assert report.promoted == 1 and deleted and deleted[0] not in report.details["promote"]
     new = [f for f in memory.facts("u") if f.id not in before]
     assert new and all(f.metadata.get("episode_id") != deleted[0] for f in new)
+
+
+def test_promoting_an_old_episode_does_not_bring_back_a_residence_the_user_left(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """An episode of two months ago says "User lives in Paris"; ten days ago the user moved to
+    Berlin, which replaced the Paris fact. Promoting the old episode (recalled often) must not
+    make Paris valid again beside Berlin: its key fact is dated by the episode and in its slot."""
+    memory = make_memory()
+    now = time.time()
+    memory.add("user", "I live in Paris with my partner.", session_id="a", user_id="u", timestamp=now - 60 * DAY)
+    memory.add("assistant", "Paris is lovely.", session_id="a", user_id="u", timestamp=now - 60 * DAY + 5)
+    episode = memory.end_session("a", user_id="u")
+    assert episode is not None and episode.key_facts == ["User lives in Paris"]
+    memory.add("user", "I moved to Berlin last week.", session_id="b", user_id="u", timestamp=now - 10 * DAY)
+    memory.end_session("b", user_id="u")
+    for _ in range(memory.config.consolidation.promote_access_count):  # recalled often
+        assert episode.id in [h.episode.id for h in memory.search_episodes("Paris", user_id="u", k=2)]
+    assert memory.consolidate(user_id="u").promoted >= 1
+    valid = [f.text for f in memory.facts(user_id="u") if f.key == "residence" or "Paris" in f.text]
+    assert valid == ["User lives in Berlin"]
+    paris = [f for f in memory.facts(user_id="u", include_invalid=True) if "Paris" in f.text]
+    assert paris and all(f.invalid_at is not None and f.invalid_at <= now - 10 * DAY + 1 for f in paris)

@@ -43,6 +43,7 @@ from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
 from .episodic import EpisodicMemory
+from .extractive import stated_slot
 from .resolution import other_slots
 from .semantic import SemanticMemory, log_change, soft_delete
 from .working import decayed
@@ -98,13 +99,21 @@ def select_compressions(episodes: Sequence[Episode], now: float, older_than_days
 
 
 def promotion_candidates(episode: Episode) -> list[FactCandidate]:
-    """Facts from a frequently recalled episode: its key facts, else its decisions, else its summary."""
+    """Facts from a frequently recalled episode: its key facts, else its decisions, else its summary.
+
+    Each in the slot its words name (:func:`~tiered_memory.layers.extractive.stated_slot`), as
+    the session's own facts are: the rules then see that a later fact of the slot replaced it
+    ("User lives in Paris" promoted after "User lives in Berlin"); :func:`consolidate` dates them
+    by the episode, so a slot's newer fact stays valid and the promoted one joins its history."""
     sources = tuple(episode.source_ids[-20:])
     if episode.key_facts:
-        return [FactCandidate(type="fact", text=t, confidence=0.7, source_ids=sources) for t in episode.key_facts]
-    if episode.decisions:
-        return [FactCandidate(type="decision", text=t, confidence=0.7, source_ids=sources) for t in episode.decisions]
-    return [FactCandidate(type="fact", text=episode.summary, confidence=0.6, source_ids=sources)]
+        texts, type_, confidence = episode.key_facts, "fact", 0.7
+    elif episode.decisions:
+        texts, type_, confidence = episode.decisions, "decision", 0.7
+    else:
+        texts, type_, confidence = [episode.summary], "fact", 0.6
+    return [FactCandidate(type=type_, text=t, confidence=confidence, source_ids=sources, key=key, polarity=polarity)
+            for t in texts for key, polarity in [stated_slot(t) or (None, 1)]]
 
 
 def fact_value(confidence: float, last_touch: float, now: float, half_life_days: float) -> float:
@@ -129,7 +138,7 @@ class Consolidating(Protocol):
                     audit: tuple[str, float] | None = None) -> Episode | None: ...
 
     def ingest(self, user_id: str, candidates: Sequence[FactCandidate], metadata: dict[str, Any],
-                     messages: Sequence[Any] = ()) -> list[Fact]: ...
+                     messages: Sequence[Any] = (), at: float | None = None) -> list[Fact]: ...
 
 
 def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | None = None,
@@ -172,7 +181,8 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
             tick("promote", n, len(promote))
             continue
         try:
-            layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id})
+            layers.ingest(user_id, promotion_candidates(ep), {"method": "promotion", "episode_id": ep.id},
+                          at=None if ep.end == NO_TIME else ep.end)  # said then, not now
         except LLMError as e:  # not marked promoted: the next run ingests it again (a no-op for what is known)
             left.append(("promote", ep.id, e))
             tick("promote", n, len(promote))

@@ -140,8 +140,10 @@ class Layers:
             return None
 
     def ingest(self, user_id: str, candidates: Sequence[FactCandidate], metadata: dict[str, Any],
-                     messages: Sequence[StoredMessage] = ()) -> list[Fact]:
-        """Resolve and store candidates; an LLM judges against related facts when available."""
+                     messages: Sequence[StoredMessage] = (), at: float | None = None) -> list[Fact]:
+        """Resolve and store candidates; an LLM judges against related facts when available.
+
+        A candidate is dated by the newest of ``messages`` it cites, else by ``at`` (else now)."""
         stamps = {m.id: m.timestamp for m in messages}
         changed = []
         for cand in candidates:
@@ -154,12 +156,12 @@ class Layers:
             judgement = None  # the model's facts are judged, in a slot or not; the rules' own are not
             if self.llm is not None and related and metadata.get("method") == "llm":
                 judgement = self._judge(cand, related)
-            at = max((stamps[i] for i in cand.source_ids if i in stamps), default=None)
+            said = max((stamps[i] for i in cand.source_ids if i in stamps), default=at)
             # the fact's row and its vector in one transaction where one engine holds both (as
             # add_fact's): a row committed without its vector would never get one there, since
             # such a store has no start-up repair and a second pass finds the fact by its words
             _, fact = self.parts.jointly(lambda: self.facts.resolve_and_apply(
-                user_id, cand, metadata=metadata, judgement=judgement, related=related, at=at))  # noqa: B023 (run now)
+                user_id, cand, metadata=metadata, judgement=judgement, related=related, at=said))  # noqa: B023 (run now)
             if fact is not None:
                 changed.append(fact)
         return changed
