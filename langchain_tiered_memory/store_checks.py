@@ -18,7 +18,7 @@ __all__ = ["ItemValueError", "NamespaceLabelError", "check_labels", "check_op", 
 class NamespaceLabelError(InvalidInputError, InvalidNamespaceError):
     """A namespace LangGraph refuses or no store can hold (a label that is not text, is
     empty, holds ``.``, NUL or lone surrogates, or at the user's position is no usable user
-    id). Both the library's
+    id; an item's namespace ``()``). Both the library's
     ``InvalidInputError`` and LangGraph's ``InvalidNamespaceError`` catch it, as code
     written against LangGraph's stores expects."""
 
@@ -75,7 +75,8 @@ def check_op(op: Op) -> None:
         raise InvalidInputError(f"unknown store operation {type(op).__name__}; use LangGraph's "
                                 "GetOp, PutOp, SearchOp or ListNamespacesOp")
     if isinstance(op, (PutOp, GetOp)):
-        check_labels(op.namespace, "namespace")
+        if not check_labels(op.namespace, "namespace"):  # LangGraph's put() refuses it; so no item is there
+            raise NamespaceLabelError("Namespace cannot be empty: an item's namespace has at least one label")
         if not isinstance(op.key, str) or not op.key or "\x00" in op.key or not encodable(op.key):
             raise InvalidInputError(f"an item key must be a non-empty string without NUL, got {op.key!r}")
     if isinstance(op, PutOp) and op.index is not None and op.index is not False:

@@ -271,3 +271,36 @@ async def test_a_max_depth_that_is_no_depth_is_refused_not_guessed(memory: Tiere
     assert store.get(("u2",), "k") is None  # the batch it was in wrote nothing
     assert store.list_namespaces(max_depth=1) == [("u1",)]
     assert store.list_namespaces(max_depth=2) == [("u1", "prefs"), ("u1", "work")]
+
+
+async def test_an_empty_namespace_for_an_item_fails_as_langgraph_refuses_it_and_nothing_runs(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    # get((), k), delete((), k) and a GetOp/PutOp of () raised the core's plain InvalidInputError
+    # (no InvalidNamespaceError, which code written against LangGraph's stores catches) and only
+    # when the batch ran: a get's TTL refresh earlier in the same batch had been written by then
+    from langgraph.store.base import InvalidNamespaceError
+
+    class Clock:
+        t = 1_800_000_000.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    clock = Clock()
+    store = TieredMemoryStore(make_memory(clock=clock), ttl={"default_ttl": 10, "refresh_on_read": True})
+    store.put(("u1",), "k", {"a": 1})
+    clock.t += 6 * 60
+    for call in (lambda: store.get((), "k"), lambda: store.delete((), "k"), lambda: store.put((), "k", {"a": 2}),
+                 lambda: store.batch([GetOp(("u1",), "k"), PutOp((), "k", {"a": 2})]),
+                 lambda: store.batch([GetOp(("u1",), "k"), GetOp((), "k")])):
+        with pytest.raises(InvalidNamespaceError, match="empty"):
+            call()
+    with pytest.raises(InvalidNamespaceError, match="empty"):
+        await store.abatch([GetOp(("u1",), "k"), PutOp((), "k", None)])
+    with pytest.raises(InvalidNamespaceError, match="empty"):
+        await store.aget((), "k")
+    with pytest.raises(InvalidNamespaceError, match="empty"):
+        await store.adelete((), "k")
+    clock.t += 6 * 60  # 12 minutes after the put: no get in a refused batch restarted its clock
+    assert store.get(("u1",), "k", refresh_ttl=False) is None
+    assert store.memory.item_store().count() == 1  # that item, expired, not swept
