@@ -210,3 +210,49 @@ async def test_an_async_agent_and_graph_use_the_store_from_their_running_loop(me
     result = await graph.compile(store=store).ainvoke({"messages": []})
     assert result["messages"][-1].text == "From a node. [('u1', 'notes')]"
     assert [h.key for h in store.search(("u2",), query="node")] == ["k"]
+
+
+@tool
+def remember(text: str) -> str:
+    """Save a note, then find it again by meaning."""
+    store = get_store()  # the graph's store, from LangGraph's config: no runtime argument
+    store.put(("u1", "notes"), "sync", {"text": text})
+    return str(store.search(("u1", "notes"), query=text, limit=1)[0].value["text"])
+
+
+@tool
+async def aremember(text: str) -> str:
+    """Save a note, then find it again by meaning (async)."""
+    store = get_store()
+    await store.aput(("u2", "notes"), "async", {"text": text})
+    return str((await store.asearch(("u2", "notes"), query=text, limit=1))[0].value["text"])
+
+
+@pytest.mark.parametrize("make_agent", ["create_agent", "create_react_agent"])
+async def test_a_tool_reads_the_store_with_get_store_in_create_agent_and_create_react_agent(
+        memory: TieredMemory, make_agent: str) -> None:
+    # the other agent tests reach the store through ToolRuntime; tools written for LangGraph's
+    # prebuilt agent (still used, though deprecated since LangGraph 1.0) call get_store() instead
+    from langgraph.prebuilt import create_react_agent
+    from langgraph.warnings import LangGraphDeprecatedSinceV10
+
+    store = TieredMemoryStore(memory, fields=["text"])
+
+    def agent(name: str) -> Any:
+        call = AIMessage(content="", tool_calls=[{"name": name, "args": {"text": "Allergic to peanuts."},
+                                                  "id": "c1", "type": "tool_call"}])
+        model = ScriptedToolModel(responses=[call, AIMessage("Noted.")])
+        if make_agent == "create_agent":
+            return create_agent(model, [remember, aremember], store=store)
+        with pytest.warns(LangGraphDeprecatedSinceV10):
+            return create_react_agent(model, [remember, aremember], store=store)
+
+    def answer(out: dict[str, Any]) -> str:
+        return str(next(m for m in out["messages"] if isinstance(m, ToolMessage)).text)
+
+    ask = {"messages": [HumanMessage("Remember my allergy.")]}
+    assert answer(await asyncio.to_thread(agent("remember").invoke, ask)) == "Allergic to peanuts."
+    assert answer(await agent("remember").ainvoke(ask)) == "Allergic to peanuts."  # a sync tool, async graph
+    assert answer(await agent("aremember").ainvoke(ask)) == "Allergic to peanuts."
+    saved = [store.get(("u1", "notes"), "sync"), store.get(("u2", "notes"), "async")]
+    assert [item.value if item else None for item in saved] == [{"text": "Allergic to peanuts."}] * 2
