@@ -32,6 +32,7 @@ from pydantic import ConfigDict, field_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
 from tiered_memory.aio import call_in_thread
+from tiered_memory.errors import typed_arguments
 from tiered_memory.quoting import quote
 from tiered_memory.validation import check_count, check_id
 
@@ -92,7 +93,8 @@ class TieredConversationMemory(BaseMemory):
 
     A key that is missing or ambiguous, or a turn that is ``None``, raises
     :class:`~tiered_memory.errors.InvalidInputError` (a ``ValueError``, as in the classic
-    memories) and nothing is stored. Unknown constructor arguments are refused.
+    memories) and nothing is stored. A bad or unknown constructor argument is refused with
+    :class:`~tiered_memory.errors.InvalidArgumentsError`, which is pydantic's ``ValidationError`` too.
 
     Example:
         >>> chain = ConversationChain(llm=model, memory=TieredConversationMemory(  # doctest: +SKIP
@@ -114,6 +116,10 @@ class TieredConversationMemory(BaseMemory):
     human_prefix: str = "Human"
     ai_prefix: str = "AI"
     max_tokens: int | None = None
+
+    def __init__(self, **data: Any) -> None:
+        with typed_arguments(type(self).__name__):
+            super().__init__(**data)
 
     @field_validator("user_id", "session_id")
     @classmethod

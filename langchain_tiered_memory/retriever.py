@@ -11,7 +11,7 @@ from pydantic import ConfigDict, field_validator
 
 from tiered_memory import MemoryHit, TieredMemory
 from tiered_memory.aio import call_in_thread
-from tiered_memory.errors import InvalidInputError
+from tiered_memory.errors import InvalidInputError, typed_arguments
 from tiered_memory.quoting import defuse_tokens
 from tiered_memory.validation import check_count, check_id, check_optional_id, check_unit
 
@@ -113,7 +113,10 @@ def document_filters(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def _search_kwargs(given: Any) -> dict[str, Any]:
-    """``search_kwargs`` with our names, checked (pure); it may not name the user."""
+    """``search_kwargs`` with our names, checked (pure): a mapping (or ``None``), which may not name
+    the user."""
+    if given is not None and not isinstance(given, Mapping):
+        raise InvalidInputError(f"search_kwargs must be a dict such as {{'k': 4}}, got {type(given).__name__}")
     out = resolve_overrides(dict(given or {}), "search_kwargs")
     if "user_id" in out:
         raise InvalidInputError("search_kwargs cannot set user_id; pass user_id= itself")
@@ -156,7 +159,8 @@ class TieredMemoryRetriever(BaseRetriever):
     is 4 when neither gives it. A ``k`` that is not an int >= 1 raises
     :class:`~tiered_memory.errors.InvalidInputError` wherever it is given; an argument the
     retriever does not know (a misspelt ``fliters=``) is refused at construction, and so is an
-    empty or non-string ``user_id`` / ``session_id``. A blank query returns no documents
+    empty or non-string ``user_id`` / ``session_id``: every refusal at construction is an
+    :class:`~tiered_memory.errors.InvalidArgumentsError`, which is pydantic's ``ValidationError`` too. A blank query returns no documents
     (there is nothing to recall for) instead of failing the chain; a query that is not a
     string raises :class:`~tiered_memory.errors.InvalidInputError`.
 
@@ -187,12 +191,13 @@ class TieredMemoryRetriever(BaseRetriever):
     def __init__(self, **data: Any) -> None:
         # checked before pydantic, so a bad k is the same typed error as at invoke
         # (None is "not given": LangChain rebuilds a configured retriever from every field)
-        named = {n: v for n in list(data) if n in (_OVERRIDES | set(_ALIASES)) - {"user_id", "score_threshold"}
-                 if (v := data.pop(n)) is not None}
-        named = resolve_overrides(named, "TieredMemoryRetriever")
-        search_type = check_search_type(data.get("search_type", "similarity"))  # before mmr's fetch_k is refused
-        require_threshold(search_type, _search_kwargs(data.get("search_kwargs")))
-        super().__init__(**data, **named)
+        with typed_arguments(type(self).__name__):
+            named = {n: v for n in list(data) if n in (_OVERRIDES | set(_ALIASES)) - {"user_id", "score_threshold"}
+                     if (v := data.pop(n)) is not None}
+            named = resolve_overrides(named, "TieredMemoryRetriever")
+            search_type = check_search_type(data.get("search_type", "similarity"))  # before mmr's fetch_k is refused
+            require_threshold(search_type, _search_kwargs(data.get("search_kwargs")))
+            super().__init__(**data, **named)
 
     def settings(self, **overrides: Any) -> dict[str, Any]:
         """What one call searches with: the call's ``overrides``, else the settings given by

@@ -41,7 +41,7 @@ from llama_index.core.utils import get_tokenizer
 from tiered_memory import MemoryContext, Section, TieredMemory
 from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
-from tiered_memory.errors import ConfigurationError, UsageError
+from tiered_memory.errors import ConfigurationError, UsageError, typed_arguments
 from tiered_memory.tokens import heuristic_count, offline_encoding
 from tiered_memory.validation import check_id, check_optional_id
 
@@ -139,8 +139,9 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
     ``max_content_chars``) is made storable and cut with a marker, with a logged warning,
     rather than failing the flush (see :func:`storable_text`). Messages that are not a
     list of ``ChatMessage`` raise :class:`~tiered_memory.errors.InvalidInputError` (a
-    ``ValueError``) before anything is stored; so does an invalid session id. Unknown
-    constructor arguments (a misspelt option) are refused.
+    ``ValueError``) before anything is stored; so does an invalid session id. A bad or unknown
+    constructor argument (a misspelt option) is refused with
+    :class:`~tiered_memory.errors.InvalidArgumentsError`, which is pydantic's ``ValidationError`` too.
 
     With a ``ReActAgent``, pass ``insert_method="user"`` to ``Memory.from_defaults``:
     with the default ``"system"``, ``ReActAgent`` drops the message the block is in.
@@ -176,6 +177,10 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         description="The tokenizer_fn of the Memory the block is in (None: LlamaIndex's default).")
     _rendered: dict[str, list[Section]] = PrivateAttr(default_factory=dict)
     _recorded: set[str] = PrivateAttr(default_factory=set)  # sessions arecord stored turns of as put
+
+    def __init__(self, **data: Any) -> None:
+        with typed_arguments(type(self).__name__):
+            super().__init__(**data)
 
     @field_validator("user_id")
     @classmethod

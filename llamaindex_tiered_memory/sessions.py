@@ -6,7 +6,7 @@ is put; :func:`aend_session` flushes the short-term queue and lets the core summ
 from __future__ import annotations
 
 import functools
-from typing import Awaitable, Callable, List, Sequence
+from typing import Any, Awaitable, Callable, List, Sequence
 
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import model_validator
@@ -14,7 +14,7 @@ from llama_index.core.memory import Memory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from tiered_memory.aio import run_sync, whole
-from tiered_memory.errors import ConfigurationError, InvalidInputError
+from tiered_memory.errors import ConfigurationError, InvalidInputError, typed_arguments
 
 from .block import TieredMemoryBlock
 
@@ -30,7 +30,9 @@ class WriteThroughMemory(Memory):
     Those blocks must have ``every_turn=True`` so flushed messages are not stored twice.
     Build it like ``Memory``: ``WriteThroughMemory.from_defaults(memory_blocks=[...])``.
     Messages that replace the history (``aset``, an agent's ``chat_history=``) are not
-    stored: they usually come from somewhere that already keeps them.
+    stored: they usually come from somewhere that already keeps them. A bad argument (a block
+    without ``every_turn=True``) is refused with :class:`~tiered_memory.errors.InvalidArgumentsError`,
+    which is pydantic's ``ValidationError`` too.
 
     Example:
         >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1",
@@ -38,6 +40,10 @@ class WriteThroughMemory(Memory):
         >>> chat = WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block],
         ...                                         tokenizer_fn=offline_tokenizer())  # doctest: +SKIP
     """
+
+    def __init__(self, **data: Any) -> None:
+        with typed_arguments(type(self).__name__):
+            super().__init__(**data)
 
     @classmethod
     def class_name(cls) -> str:

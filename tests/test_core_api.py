@@ -14,7 +14,7 @@ EXPECTED_CORE = {
     "TieredMemory", "MemoryConfig", "BufferConfig", "RetrievalConfig", "BudgetConfig",
     "MemoryHit", "Message", "StoredMessage", "Stats", "MemoryContext", "Section", "ContextItem",
     "Dropped", "Embedder", "SentenceTransformerEmbedder", "TieredMemoryError", "UsageError",
-    "InvalidInputError", "ContentTooLargeError", "ConfigurationError", "MissingDependencyError",
+    "InvalidInputError", "ContentTooLargeError", "InvalidArgumentsError", "ConfigurationError", "MissingDependencyError",
     "NotFoundError", "RuntimeFailure", "StoreError", "StoreLockedError", "CorruptStoreError",
     "VectorIndexError", "EmbeddingError", "LLMError", "LLMOutputError", "__version__",
     "ImportReport", "ConsolidationReport",  # what import_jsonl and consolidate return

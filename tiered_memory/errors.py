@@ -5,7 +5,9 @@
     TieredMemoryError
     ├── UsageError                    (the caller can fix it)
     │   ├── InvalidInputError         (bad role, content, ids, metadata, timestamp)
-    │   │   └── ContentTooLargeError
+    │   │   ├── ContentTooLargeError
+    │   │   └── InvalidArgumentsError (an adapter that is a pydantic model refused its arguments;
+    │   │                              pydantic's ValidationError too)
     │   ├── ConfigurationError        (bad path, options, missing extra)
     │   │   └── MissingDependencyError
     │   └── NotFoundError             (unknown memory, fact or episode id)
@@ -23,6 +25,11 @@ Every backend error is wrapped with ``raise ... from e`` so the cause is kept.
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any, Iterator, Mapping, Sequence
+
+from pydantic_core import PydanticCustomError, ValidationError
+
 
 class TieredMemoryError(Exception):
     """Base class of every error raised by tiered-memory."""
@@ -38,6 +45,41 @@ class InvalidInputError(UsageError):
 
 class ContentTooLargeError(InvalidInputError):
     """Content exceeds ``MemoryConfig.max_content_chars``."""
+
+
+class InvalidArgumentsError(InvalidInputError, ValidationError):
+    """An adapter that is a pydantic model, as its framework's classes are (the LangChain
+    retriever and classic memory, the LlamaIndex memory block), refused its constructor
+    arguments. It is pydantic's ``ValidationError`` as well, with the same ``errors()`` and
+    message, so both ``except ValidationError`` (what LangChain and LlamaIndex code writes around
+    such a constructor) and ``except InvalidInputError`` catch it. Made by :func:`typed_arguments`."""
+
+
+@contextlib.contextmanager
+def typed_arguments(model: str) -> Iterator[None]:
+    """Around a pydantic model's construction: its ``ValidationError``, or an
+    ``InvalidInputError`` a check before pydantic raised, comes out as :class:`InvalidArgumentsError`
+    (``model`` is the class name pydantic's message starts with)."""
+    try:
+        yield
+    except InvalidArgumentsError:
+        raise
+    except ValidationError as e:  # the same error, retyped: nothing to chain
+        raise _retyped(e.title, e.errors()) from None
+    except InvalidInputError as e:  # its message names the value; pydantic's would show None
+        raise _retyped(model, [{"type": "value_error", "loc": (), "input": None, "ctx": {"error": e}}],
+                       hide_input=True) from e
+
+
+def _retyped(title: str, details: Sequence[Mapping[str, Any]], *, hide_input: bool = False) -> InvalidArgumentsError:
+    """pydantic's error ``details`` (``ValidationError.errors()``) as an :class:`InvalidArgumentsError`."""
+    lines: Any = [{k: v for k, v in d.items() if k in ("type", "loc", "input", "ctx")} for d in details]
+    try:
+        return InvalidArgumentsError.from_exception_data(title, lines, hide_input=hide_input)
+    except KeyError:  # a custom error type, which pydantic knows only with its message
+        lines = [{**line, "type": PydanticCustomError(str(d["type"]), str(d.get("msg", d["type"])))}
+                 for line, d in zip(lines, details)]
+        return InvalidArgumentsError.from_exception_data(title, lines, hide_input=hide_input)
 
 
 class ConfigurationError(UsageError):

@@ -1,0 +1,114 @@
+"""Bad input to the adapters is one of the library's typed errors, with nothing stored.
+
+The adapters that are pydantic models, as their frameworks' classes are, refuse a bad
+constructor argument with an ``InvalidArgumentsError``: the library's ``InvalidInputError``
+and pydantic's ``ValidationError`` at once, so ``except ValidationError`` (LangChain's and
+LlamaIndex's habit around such a constructor) and ``except TieredMemoryError`` both catch it.
+A LangChain message whose own fields no JSON can hold, a chain's inputs that are no mapping,
+a retriever's ``search_kwargs`` that is no mapping, and a store's bad options are
+``InvalidInputError`` too, where a bare ``TypeError``, ``ValueError``, ``RecursionError`` or
+``UnicodeEncodeError`` escaped before. Real LangChain, LangGraph and LlamaIndex objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.runnables import RunnableLambda
+from llama_index.core.llms import ChatMessage
+from pydantic import ValidationError
+
+from langchain_tiered_memory import (TieredChatMessageHistory, TieredConversationMemory, TieredMemoryMiddleware,
+                                     TieredMemoryRetriever, TieredMemoryStore, from_stored, with_tiered_memory)
+from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, offline_tokenizer
+from tiered_memory import InvalidArgumentsError, InvalidInputError, TieredMemory, TieredMemoryError
+
+
+def _cyclic() -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    value["self"] = value
+    return value
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    inner = value
+    for _ in range(levels):
+        inner["a"] = {}
+        inner = inner["a"]
+    return value
+
+
+# (what, build the adapter from the memory and the bad arguments, the bad arguments, the field named)
+CONSTRUCTORS: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
+    ("classic empty user", TieredConversationMemory, {"user_id": "", "session_id": "s"}, "user_id"),
+    ("classic user not a str", TieredConversationMemory, {"user_id": 5, "session_id": "s"}, "user_id"),
+    ("classic no session", TieredConversationMemory, {"user_id": "u"}, "session_id"),
+    ("classic max_tokens 0", TieredConversationMemory, {"user_id": "u", "session_id": "s", "max_tokens": 0},
+     "max_tokens"),
+    ("classic misspelt option", TieredConversationMemory, {"user_id": "u", "session_id": "s", "retrun_messages": 1},
+     "retrun_messages"),
+    ("retriever empty user", TieredMemoryRetriever, {"user_id": ""}, "user_id"),
+    ("retriever blank session", TieredMemoryRetriever, {"user_id": "u", "session_id": " "}, "session_id"),
+    ("retriever k 0", TieredMemoryRetriever, {"user_id": "u", "k": 0}, "k"),
+    ("retriever k -1", TieredMemoryRetriever, {"user_id": "u", "k": -1}, "k"),
+    ("retriever mmr", TieredMemoryRetriever, {"user_id": "u", "search_type": "mmr"}, "mmr"),
+    ("retriever misspelt option", TieredMemoryRetriever, {"user_id": "u", "fliters": {}}, "fliters"),
+    ("block empty user", TieredMemoryBlock, {"user_id": ""}, "user_id"),
+    ("block max_tokens 0", TieredMemoryBlock, {"user_id": "u", "max_tokens": 0}, "max_tokens"),
+    ("block max_tokens -1", TieredMemoryBlock, {"user_id": "u", "max_tokens": -1}, "max_tokens"),
+    ("block misspelt option", TieredMemoryBlock, {"user_id": "u", "every_tunr": True}, "every_tunr"),
+]
+
+
+@pytest.mark.parametrize("make, arguments, field", [c[1:] for c in CONSTRUCTORS], ids=[c[0] for c in CONSTRUCTORS])
+def test_a_pydantic_adapter_refuses_a_bad_argument_with_both_typed_errors(
+        memory: TieredMemory, make: Callable[..., Any], arguments: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidInputError, match=field) as caught:
+        make(memory=memory, **arguments)
+    assert isinstance(caught.value, InvalidArgumentsError)
+    assert isinstance(caught.value, ValidationError)  # what LangChain and LlamaIndex code catches
+    assert caught.value.errors(), "pydantic's details are there too"
+
+
+@pytest.mark.parametrize("make", [TieredConversationMemory, TieredMemoryRetriever, TieredMemoryBlock])
+def test_a_pydantic_adapter_given_no_memory_is_a_typed_error(make: Callable[..., Any]) -> None:
+    with pytest.raises(InvalidArgumentsError, match="memory") as caught:
+        make(memory="/tmp/a-folder", user_id="u", session_id="s")
+    assert isinstance(caught.value, ValidationError)
+
+
+def test_write_through_memory_with_a_block_not_every_turn_is_a_typed_error(memory: TieredMemory) -> None:
+    block = TieredMemoryBlock(memory=memory, user_id="u")
+    with pytest.raises(InvalidArgumentsError, match="every_turn=True") as caught:
+        WriteThroughMemory.from_defaults(session_id="s", memory_blocks=[block], tokenizer_fn=offline_tokenizer())
+    assert isinstance(caught.value, ValidationError)
+
+
+def test_the_typed_constructor_error_pickles(memory: TieredMemory) -> None:
+    import pickle
+
+    with pytest.raises(InvalidArgumentsError) as caught:
+        TieredMemoryRetriever(memory=memory, user_id="")
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert isinstance(again, InvalidArgumentsError) and str(again) == str(caught.value)
+
+
+@pytest.mark.parametrize("search_kwargs", ["k=2", 5, ["k"]])
+def test_retriever_search_kwargs_that_is_no_mapping_is_a_typed_error(memory: TieredMemory,
+                                                                     search_kwargs: Any) -> None:
+    with pytest.raises(InvalidInputError, match="search_kwargs"):
+        TieredMemoryRetriever(memory=memory, user_id="u", search_kwargs=search_kwargs)
+    retriever = TieredMemoryRetriever(memory=memory, user_id="u")
+    retriever.search_kwargs = search_kwargs  # as on VectorStoreRetriever, read at each call
+    with pytest.raises(InvalidInputError, match="search_kwargs"):
+        retriever.invoke("tea")
+
+
+def test_the_middleware_refuses_an_unknown_option_as_python_does(memory: TieredMemory) -> None:
+    # a plain class: a misspelt keyword is Python's TypeError, as for every function (kept)
+    with pytest.raises(TypeError):
+        TieredMemoryMiddleware(memory, include_recnet=True)  # type: ignore[call-arg]
