@@ -24,7 +24,7 @@ of the session) are there too.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from langchain_classic.base_memory import BaseMemory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
@@ -73,6 +73,16 @@ def turn_text(value: Any, what: str) -> str:
     return str(value)
 
 
+def chain_values(values: Any, what: str, example: str) -> dict[str, Any]:
+    """``values`` if it is a chain's ``what`` (``inputs``, ``outputs``): a mapping of names to
+    values, as a chain passes them; else an ``InvalidInputError`` (pure). A str would otherwise
+    be read as its characters, each a key."""
+    if not isinstance(values, Mapping):
+        raise InvalidInputError(f"the chain {what} must be a dict such as {{{example!r}: ...}}, "
+                                f"got {type(values).__name__}")
+    return dict(values)
+
+
 class TieredConversationMemory(BaseMemory):
     """Classic chain memory backed by :class:`~tiered_memory.TieredMemory`.
 
@@ -91,9 +101,9 @@ class TieredConversationMemory(BaseMemory):
         human_prefix, ai_prefix: speaker labels of the string form.
         max_tokens: token budget of the assembled context.
 
-    A key that is missing or ambiguous, or a turn that is ``None``, raises
-    :class:`~tiered_memory.errors.InvalidInputError` (a ``ValueError``, as in the classic
-    memories) and nothing is stored. A bad or unknown constructor argument is refused with
+    A key that is missing or ambiguous, inputs or outputs that are no mapping, or a turn that is
+    ``None``, raise :class:`~tiered_memory.errors.InvalidInputError` (a ``ValueError``, as in the
+    classic memories) and nothing is stored. A bad or unknown constructor argument is refused with
     :class:`~tiered_memory.errors.InvalidArgumentsError`, which is pydantic's ``ValidationError`` too.
 
     Example:
@@ -211,7 +221,7 @@ class TieredConversationMemory(BaseMemory):
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """The assembled context for this input: long-term memory, then recent turns.
         Without an input (``{}``), the session's buffer (:attr:`buffer`)."""
-        query = self._query(inputs)
+        query = self._query(chain_values(inputs, "inputs", "input"))
         if query is None or not query.strip():
             return {self.memory_key: self.buffer}
         ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
@@ -228,6 +238,7 @@ class TieredConversationMemory(BaseMemory):
 
     def save_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         """Store the turn (the input as a user message, the output as an AI message)."""
+        inputs, outputs = chain_values(inputs, "inputs", "input"), chain_values(outputs, "outputs", "output")
         turn = [HumanMessage(content=self._input_text(inputs)),
                 AIMessage(content=self._output_text(outputs))]
         rows = to_core_many(turn, max_metadata_bytes=self.memory.config.max_metadata_bytes)

@@ -99,9 +99,17 @@ def text_of(message: BaseMessage) -> str:
     return f"[{message.type} message without text]"
 
 
-def _jsonable(value: Any) -> Any:
-    """A JSON-safe deep copy (objects JSON cannot hold become their ``repr``)."""
-    return json.loads(json.dumps(value, ensure_ascii=False, default=repr))
+def _fields(message: BaseMessage) -> Any:
+    """The message's fields as a JSON-safe deep copy (pure): an object JSON cannot hold becomes its
+    ``repr`` and a number key its string, as LangChain's own serialisation would; fields JSON cannot
+    write at all (a key that is a tuple, a dict that holds itself, nesting deeper than the stack)
+    are an ``InvalidInputError``, before anything is stored. The core checks the result further
+    as metadata (its depth, size, NUL and lone surrogates)."""
+    try:
+        return json.loads(json.dumps(message.model_dump(), ensure_ascii=False, default=repr))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise InvalidInputError(f"the {message.type} message's fields (additional_kwargs, response_metadata, ...) "
+                                f"cannot be stored as JSON: {type(e).__name__}: {e}") from e
 
 
 # optional fields dropped, in this order, when the metadata would exceed the core's limit; last the
@@ -117,8 +125,8 @@ def fit_metadata(lc: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     ``tool_call_id`` are never dropped (if they alone are too big, the core rejects the
     message with a clear error).
     """
-    def size(obj: Any) -> int:
-        return len(json.dumps({LC_KEY: obj}, ensure_ascii=False).encode("utf-8"))
+    def size(obj: Any) -> int:  # a lone surrogate is counted, and refused by the core's check of metadata
+        return len(json.dumps({LC_KEY: obj}, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
     if size(lc) <= max_bytes:
         return lc
@@ -139,7 +147,7 @@ def to_core(message: BaseMessage, *, timestamp: Any = None, max_metadata_bytes: 
         raise InvalidInputError(f"expected a LangChain BaseMessage, got {type(message).__name__}")
     role = role_of(message)
     content = text_of(message)
-    data = _jsonable(message.model_dump())
+    data = _fields(message)
     if data.get("content") == content:
         del data["content"]  # the stored content is the same; don't keep it twice
     # drop empty defaults to keep metadata small; from_stored restores them
@@ -314,6 +322,9 @@ def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] =
     ``answered_calls`` (the tool calls of the assistant messages replayed before it);
     :func:`from_stored_many` passes those.
     """
+    if not isinstance(m, StoredMessage):
+        raise InvalidInputError(f"from_stored takes a StoredMessage (as the memory's reads return), "
+                                f"got {type(m).__name__}")
     if m.role == "system":
         return _demoted(m, "system message")
     msg = _defused(_rebuilt(m))

@@ -108,6 +108,50 @@ def test_retriever_search_kwargs_that_is_no_mapping_is_a_typed_error(memory: Tie
         retriever.invoke("tea")
 
 
+# additional_kwargs LangChain keeps as given, which no JSON can hold
+UNSTORABLE_FIELDS = {
+    "a key that is a tuple": {("a", 1): "x"},
+    "a value that holds itself": _cyclic(),
+    "nesting deeper than the stack": _deep(5000),
+    "a lone surrogate": {"note": "a\ud800b"},
+}
+
+
+@pytest.mark.parametrize("fields", list(UNSTORABLE_FIELDS.values()), ids=list(UNSTORABLE_FIELDS))
+def test_a_message_whose_fields_no_json_can_hold_is_refused_and_nothing_is_stored(
+        memory: TieredMemory, fields: dict[Any, Any]) -> None:
+    history = TieredChatMessageHistory(memory, "s", user_id="u")
+    history.add_messages([HumanMessage("kept"), AIMessage("kept too")])
+    with pytest.raises(InvalidInputError, match="message 1"):
+        history.add_messages([HumanMessage("fine"), HumanMessage("hello", additional_kwargs=fields)])
+    assert [m.content for m in history.messages] == ["kept", "kept too"]
+    chain = with_tiered_memory(RunnableLambda(lambda _: "answer"), memory)
+    with pytest.raises(InvalidInputError):
+        chain.invoke({"input": HumanMessage("hello", additional_kwargs=fields)},
+                     {"configurable": {"user_id": "u", "session_id": "s"}})
+    assert [m.content for m in history.messages] == ["kept", "kept too"]
+
+
+@pytest.mark.parametrize("inputs, outputs", [
+    (None, {"output": "hi"}), ("hello", {"output": "hi"}), ({"input": "hello"}, None),
+    ({"input": "hello"}, "hi"), ({"input": "hello"}, ["hi"]),
+], ids=["inputs None", "inputs a str", "outputs None", "outputs a str", "outputs a list"])
+def test_classic_memory_given_inputs_or_outputs_that_are_no_mapping_is_a_typed_error(
+        memory: TieredMemory, inputs: Any, outputs: Any) -> None:
+    classic = TieredConversationMemory(memory=memory, user_id="u", session_id="s")
+    with pytest.raises(InvalidInputError, match="inputs" if not isinstance(inputs, dict) else "outputs"):
+        classic.save_context(inputs, outputs)
+    if not isinstance(inputs, dict):
+        with pytest.raises(InvalidInputError, match="inputs"):
+            classic.load_memory_variables(inputs)
+    assert memory.get_messages("s", user_id="u") == []
+
+
+def test_from_stored_given_no_stored_message_is_a_typed_error() -> None:
+    with pytest.raises(InvalidInputError, match="StoredMessage"):
+        from_stored(HumanMessage("hi"))  # type: ignore[arg-type]
+
+
 def test_the_middleware_refuses_an_unknown_option_as_python_does(memory: TieredMemory) -> None:
     # a plain class: a misspelt keyword is Python's TypeError, as for every function (kept)
     with pytest.raises(TypeError):
