@@ -83,12 +83,12 @@ from tiered_memory import TieredMemory
 from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import InvalidInputError, UsageError
 from tiered_memory.records import Item as CoreItem
-from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite
+from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_ttl
 from tiered_memory.validation import check_id, check_optional_id, nearest_time
 
 from .history import check_memory
 from .store_batch import Coalescer, plan_batch, spread_results
-from .store_checks import NamespaceLabelError, check_labels, check_op, check_paths, check_ttl_config
+from .store_checks import NamespaceLabelError, check_op, check_paths, check_put_namespace, check_ttl_config
 from .store_users import USER_LABEL, UserMapping, check_template, user_from_template
 
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
@@ -268,13 +268,13 @@ class TieredMemoryStore(BaseStore):
 
     def put(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any],
             index: Literal[False] | list[str] | None = None, *, ttl: float | None | NotProvided = NOT_PROVIDED) -> None:
-        check_labels(namespace, "namespace")  # before LangGraph's own check, which may raise TypeError
+        check_put_namespace(namespace)  # before LangGraph's own check, which may raise TypeError
         super().put(namespace, key, value, index, ttl=ttl)
 
     async def aput(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any],
                    index: Literal[False] | list[str] | None = None, *,
                    ttl: float | None | NotProvided = NOT_PROVIDED) -> None:
-        check_labels(namespace, "namespace")
+        check_put_namespace(namespace)
         await super().aput(namespace, key, value, index, ttl=ttl)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -354,9 +354,10 @@ class TieredMemoryStore(BaseStore):
         sweep is logged and the next one runs. Starting twice returns the running thread. A
         store without ``ttl=`` needs the interval passed; a closed memory's is refused
         (``UsageError``)."""
+        check_ttl(sweep_interval_minutes, "sweep_interval_minutes")  # the TTLConfig's was checked with it
         interval = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or (
             DEFAULT_SWEEP_MINUTES if self.ttl_config is not None else None)
-        if not interval or interval <= 0:
+        if not interval:
             raise InvalidInputError(
                 "no sweep interval: pass sweep_interval_minutes, or set ttl=TTLConfig(...) on the store")
         if self._sweeper is not None and self._sweeper.is_alive():

@@ -12,7 +12,8 @@ from tiered_memory.errors import InvalidInputError
 from tiered_memory.layers.items import check_ttl
 from tiered_memory.validation import encodable, encode_json
 
-__all__ = ["ItemValueError", "NamespaceLabelError", "check_labels", "check_op", "check_paths", "check_ttl_config"]
+__all__ = ["ItemValueError", "NamespaceLabelError", "check_labels", "check_op", "check_paths", "check_put_namespace",
+           "check_ttl_config"]
 
 
 class NamespaceLabelError(InvalidInputError, InvalidNamespaceError):
@@ -50,6 +51,18 @@ def check_labels(labels: object, what: str) -> tuple[str, ...]:
             raise NamespaceLabelError(f"Invalid namespace label {label!r} found in {what} {labels!r}. "
                                       "Namespace labels cannot contain NUL bytes ('\\x00') or lone surrogates.")
     return tuple(labels)
+
+
+def check_put_namespace(namespace: object) -> tuple[str, ...]:
+    """A namespace ``put`` may write to: :func:`check_labels`' rules and LangGraph's own for a put
+    (not empty, not under its reserved root ``"langgraph"``), refused with its messages as a
+    :class:`NamespaceLabelError` (LangGraph's ``put`` raises its plain ``InvalidNamespaceError``)."""
+    labels = check_labels(namespace, "namespace")
+    if not labels:
+        raise NamespaceLabelError("Namespace cannot be empty.")
+    if labels[0] == "langgraph":
+        raise NamespaceLabelError(f'Root label for namespace cannot be "langgraph". Got: {labels}')
+    return labels
 
 
 def check_paths(paths: object, what: str) -> list[str]:
@@ -117,6 +130,6 @@ def check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
     unknown = set(ttl) - {"refresh_on_read", "omit_expired", "default_ttl", "sweep_interval_minutes"}
     if unknown:
         raise InvalidInputError(f"unknown TTLConfig keys {sorted(unknown)}")
-    check_ttl(ttl.get("default_ttl"))
-    check_ttl(ttl.get("sweep_interval_minutes"))
+    check_ttl(ttl.get("default_ttl"), "TTLConfig default_ttl")
+    check_ttl(ttl.get("sweep_interval_minutes"), "TTLConfig sweep_interval_minutes")
     return ttl

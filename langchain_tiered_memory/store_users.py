@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Callable, Sequence, Union
 
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.layers.items import check_namespace
+from .store_checks import check_labels
 
 __all__ = ["USER_LABEL", "UserMapping", "check_template", "user_from_template"]
 
@@ -17,9 +17,10 @@ USER_LABEL = "{user_id}"
 UserMapping = Union[Sequence[str], Callable[[tuple[str, ...], "str | None"], "str | None"]]
 
 
-def check_template(template: Sequence[str]) -> tuple[str, ...]:
-    """A user template: labels, exactly one of them ``"{user_id}"``."""
-    labels = check_namespace(tuple(template))
+def check_template(template: object) -> tuple[str, ...]:
+    """A user template: labels as LangGraph takes them in a namespace (a template no namespace
+    can match, a label with ``.`` say, is refused), exactly one of them ``"{user_id}"``."""
+    labels = check_labels(template, "user_namespace")
     if labels.count(USER_LABEL) != 1:
         raise InvalidInputError(
             f"user_namespace {labels} must have exactly one {USER_LABEL!r} label, "

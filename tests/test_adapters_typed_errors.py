@@ -147,6 +147,21 @@ def test_classic_memory_given_inputs_or_outputs_that_are_no_mapping_is_a_typed_e
     assert memory.get_messages("s", user_id="u") == []
 
 
+@pytest.mark.parametrize("user_namespace", [5, ("memories.v2", "{user_id}"), ("", "{user_id}")],
+                         ids=["not labels", "a label with a period", "an empty label"])
+def test_a_store_user_namespace_no_namespace_can_match_is_refused(memory: TieredMemory, user_namespace: Any) -> None:
+    with pytest.raises(InvalidInputError, match="user_namespace"):
+        TieredMemoryStore(memory, user_namespace=user_namespace)
+
+
+@pytest.mark.parametrize("interval", ["5", -1, 0.0, float("nan")])
+def test_a_bad_sweep_interval_is_a_typed_error_that_names_it(memory: TieredMemory, interval: Any) -> None:
+    store = TieredMemoryStore(memory, ttl={"default_ttl": 5})
+    with pytest.raises(InvalidInputError, match="sweep_interval_minutes"):
+        store.start_ttl_sweeper(interval)
+    assert store.stop_ttl_sweeper()
+
+
 def test_from_stored_given_no_stored_message_is_a_typed_error() -> None:
     with pytest.raises(InvalidInputError, match="StoredMessage"):
         from_stored(HumanMessage("hi"))  # type: ignore[arg-type]
@@ -156,3 +171,35 @@ def test_the_middleware_refuses_an_unknown_option_as_python_does(memory: TieredM
     # a plain class: a misspelt keyword is Python's TypeError, as for every function (kept)
     with pytest.raises(TypeError):
         TieredMemoryMiddleware(memory, include_recnet=True)  # type: ignore[call-arg]
+
+
+def test_every_error_above_is_one_of_the_librarys(memory: TieredMemory) -> None:
+    """The sweep of this module's inputs in one place: no bare exception escapes."""
+    calls: list[Callable[[], Any]] = [
+        lambda: TieredMemoryBlock(memory=memory, user_id=""),
+        lambda: TieredMemoryRetriever(memory=memory, user_id="u", search_kwargs="k"),
+        lambda: TieredChatMessageHistory(memory, "s", user_id="u").add_messages(
+            [HumanMessage("x", additional_kwargs={(1,): 2})]),
+        lambda: TieredConversationMemory(memory=memory, user_id="u", session_id="s").save_context(None, None),
+        lambda: TieredMemoryStore(memory, user_namespace=5),
+        lambda: asyncio.run(TieredMemoryBlock(memory=memory, user_id="u").aput([ChatMessage(role="user", content="x")],
+                                                                              session_id="")),
+    ]
+    for call in calls:
+        with pytest.raises(TieredMemoryError):
+            call()
+
+
+@pytest.mark.parametrize("namespace", [(), ("langgraph", "u")], ids=["empty", "langgraph's root"])
+def test_a_namespace_langgraph_refuses_to_put_is_its_error_and_ours(memory: TieredMemory,
+                                                                    namespace: tuple[str, ...]) -> None:
+    from langgraph.store.base import InvalidNamespaceError
+
+    store = TieredMemoryStore(memory)
+    puts: list[Callable[[], Any]] = [lambda: store.put(namespace, "k", {"a": 1}),
+                                     lambda: asyncio.run(store.aput(namespace, "k", {"a": 1}))]
+    for put in puts:
+        with pytest.raises(InvalidNamespaceError) as caught:  # LangGraph's contract for put, kept
+            put()
+        assert isinstance(caught.value, InvalidInputError)
+    assert store.list_namespaces() == []

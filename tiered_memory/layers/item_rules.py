@@ -108,13 +108,14 @@ def item_of_vector(vid: str) -> str:
     return vid.removeprefix("item:").split("#", 1)[0]
 
 
-def check_ttl(ttl_minutes: object) -> float | None:
-    """A TTL in minutes: a finite number > 0, or ``None`` (never expires)."""
+def check_ttl(ttl_minutes: object, name: str = "ttl") -> float | None:
+    """A TTL in minutes (or an interval, which the error calls ``name``): a finite number > 0,
+    or ``None`` (never expires)."""
     if ttl_minutes is None:
         return None
     if (isinstance(ttl_minutes, bool) or not isinstance(ttl_minutes, (int, float))
             or not math.isfinite(ttl_minutes) or ttl_minutes <= 0):
-        raise InvalidInputError(f"ttl must be a number of minutes > 0, or None, got {ttl_minutes!r}")
+        raise InvalidInputError(f"{name} must be a number of minutes > 0, or None, got {ttl_minutes!r}")
     return float(ttl_minutes)
 
 
