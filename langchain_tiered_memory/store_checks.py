@@ -12,8 +12,8 @@ from tiered_memory.errors import InvalidInputError
 from tiered_memory.layers.items import check_ttl
 from tiered_memory.validation import encodable, encode_json
 
-__all__ = ["ItemValueError", "NamespaceLabelError", "check_labels", "check_op", "check_paths", "check_put_namespace",
-           "check_ttl_config"]
+__all__ = ["ItemValueError", "NamespaceLabelError", "check_item_namespace", "check_labels", "check_op", "check_paths",
+           "check_put_namespace", "check_ttl_config"]
 
 
 class NamespaceLabelError(InvalidInputError, InvalidNamespaceError):
@@ -53,13 +53,20 @@ def check_labels(labels: object, what: str) -> tuple[str, ...]:
     return tuple(labels)
 
 
-def check_put_namespace(namespace: object) -> tuple[str, ...]:
-    """A namespace ``put`` may write to: :func:`check_labels`' rules and LangGraph's own for a put
-    (not empty, not under its reserved root ``"langgraph"``), refused with its messages as a
-    :class:`NamespaceLabelError` (LangGraph's ``put`` raises its plain ``InvalidNamespaceError``)."""
+def check_item_namespace(namespace: object) -> tuple[str, ...]:
+    """An item's namespace (a get, put or delete): :func:`check_labels`' rules, and not empty
+    (LangGraph's ``put()`` refuses it, so no item is there)."""
     labels = check_labels(namespace, "namespace")
     if not labels:
-        raise NamespaceLabelError("Namespace cannot be empty.")
+        raise NamespaceLabelError("Namespace cannot be empty: an item's namespace has at least one label")
+    return labels
+
+
+def check_put_namespace(namespace: object) -> tuple[str, ...]:
+    """A namespace ``put`` may write to: :func:`check_item_namespace`, and LangGraph's own rule
+    for a put (not under its reserved root ``"langgraph"``), refused with its message as a
+    :class:`NamespaceLabelError` (LangGraph's ``put`` raises its plain ``InvalidNamespaceError``)."""
+    labels = check_item_namespace(namespace)
     if labels[0] == "langgraph":
         raise NamespaceLabelError(f'Root label for namespace cannot be "langgraph". Got: {labels}')
     return labels
@@ -88,8 +95,7 @@ def check_op(op: Op) -> None:
         raise InvalidInputError(f"unknown store operation {type(op).__name__}; use LangGraph's "
                                 "GetOp, PutOp, SearchOp or ListNamespacesOp")
     if isinstance(op, (PutOp, GetOp)):
-        if not check_labels(op.namespace, "namespace"):  # LangGraph's put() refuses it; so no item is there
-            raise NamespaceLabelError("Namespace cannot be empty: an item's namespace has at least one label")
+        check_item_namespace(op.namespace)
         if not isinstance(op.key, str) or not op.key or "\x00" in op.key or not encodable(op.key):
             raise InvalidInputError(f"an item key must be a non-empty string without NUL, got {op.key!r}")
     if isinstance(op, PutOp) and op.index is not None and op.index is not False:
