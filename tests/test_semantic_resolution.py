@@ -1,0 +1,76 @@
+"""Fact resolution by the rules where similarity alone misleads: a similar fact of no slot that
+is another fact, and the fact of a slot that is not among the candidate's nearest facts
+(the pure rules' table: ``test_semantic.py::test_decide_resolution``)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import pytest
+
+from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory.layers.extractive import stated_slot
+from tiered_memory.layers.resolution import decide_resolution
+from tiered_memory.records import Fact, FactCandidate
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+# pairs of facts of no slot, the second said after the first, 0.82-0.92 alike with MiniLM or the
+# static embedder (over merge_similarity for some): two facts that can both be true...
+OTHER_FACTS = [
+    ("User has a dog named Rex", "User has a cat named Rex"),  # 0.89 MiniLM, 0.82 static
+    ("User drinks tea every morning", "User drinks coffee every morning"),  # 0.82, 0.88
+    ("User has a meeting on Monday", "User has a meeting on Friday"),  # 0.91, 0.92
+    ("User visited Japan last year", "User visited China last year"),  # 0.77, 0.86
+    ("User plays the piano", "User plays the guitar"),
+    ("User is learning Spanish", "User is learning French"),
+    ("User has two children", "User has two cats"),
+    ("User runs on weekends", "User swims on weekends"),
+    ("User is training for a marathon", "User is training for a triathlon"),
+    # ...or a word the new one does not repeat ("every"): an update would lose it
+    ("User drinks green tea every morning", "User drinks green tea each morning"),
+    ("User has a dog named Rex", "User has a beagle named Rex"),
+]
+# ...and the first said more fully: every content word of it is in the second (0.86-0.93)
+REFINEMENTS = [
+    ("User drinks green tea every morning", "User drinks green tea with honey every morning"),
+    ("User is training for a marathon", "User is training for the Berlin marathon"),
+    ("User plays the piano", "User plays the piano every evening"),
+    ("User is learning Spanish", "User is learning Spanish on Duolingo"),
+    ("User collects old stamps", "The user collects very old stamps from Japan"),  # "the", "very": no content
+    ("User's car is a red Fiat", "The user's car is an old red Fiat Panda"),  # "'s", "a" / "an" neither
+    ("User drinks alcohol", "User no longer drinks alcohol"),  # the newer statement, which says it all
+]
+
+
+def _fact(text: str) -> Fact:
+    return Fact(id="old", user_id="u", type="fact", text=text, confidence=0.8)
+
+
+@pytest.mark.parametrize("old, new, expected", [*((o, n, "add") for o, n in OTHER_FACTS),
+                                                *((o, n, "update") for o, n in REFINEMENTS)])
+def test_a_similar_fact_of_no_slot_updates_only_one_it_says_more_fully(old: str, new: str, expected: str) -> None:
+    """With no judge, a fact of no slot at merge_similarity or more rewrote the nearest fact of no
+    slot into itself: "User has a cat named Rex" left no dog. It is added now (both valid),
+    unless it says all the old fact says (its content words, stop words and "user" aside)."""
+    assert stated_slot(old) is None and stated_slot(new) is None  # the rules' cosine branch
+    res = decide_resolution(FactCandidate(type="fact", text=new, confidence=0.8), [(_fact(old), 0.9)],
+                            same=0.95, merge=0.85)
+    assert (res.action, res.target_id) == ((expected, None) if expected == "add" else (expected, "old"))
+    assert res.reason
+
+
+def test_add_fact_keeps_a_similar_fact_it_does_not_say(make_memory: Callable[..., TieredMemory]) -> None:
+    """Through add_fact with the bundled static embedder (the default): "User has a meeting on
+    Friday" (0.92) rewrote the Monday meeting into itself, and "User drinks coffee every morning"
+    (0.88) the tea, losing them; a refinement (0.86) still updates the fact it refines."""
+    memory = make_memory(embedder=StaticEmbedder())
+    for user, (old, new) in enumerate([*OTHER_FACTS[:4], REFINEMENTS[2]]):
+        first = memory.add_fact(old, user_id=f"u{user}")
+        memory.add_fact(new, user_id=f"u{user}")
+        texts = sorted(f.text for f in memory.facts(f"u{user}"))
+        if (old, new) in REFINEMENTS:
+            assert texts == [new] and memory.facts(f"u{user}")[0].id == first.id
+        else:
+            assert texts == sorted([old, new]), (old, new)
+            assert {c.action for c in memory.fact_history(f"u{user}")} == {"add"}
