@@ -25,8 +25,8 @@ from tiered_memory.records import NO_TIME
 
 
 def _fact(fid: str, conf: float, access: int, created: float, type: str = "fact", polarity: int = 1,
-          key: str | None = None) -> Fact:
-    return Fact(id=fid, user_id="u", type=type, text=fid, confidence=conf, access_count=access,
+          key: str | None = None, text: str | None = None) -> Fact:
+    return Fact(id=fid, user_id="u", type=type, text=text or fid, confidence=conf, access_count=access,
                 created_at=created, polarity=polarity, key=key)
 
 
@@ -45,6 +45,16 @@ def _fact(fid: str, conf: float, access: int, created: float, type: str = "fact"
     ([[1, .92], [.92, 1]], [_fact("a", .5, 0, 1), _fact("b", .5, 0, 2)], [("a", ["b"])]),  # at it: merged
     ([[1, .95, .95], [.95, 1, .95], [.95, .95, 1]], [_fact("a", .9, 0, 1), _fact("b", .5, 0, 2),
                                                      _fact("c", .5, 0, 3)], [("a", ["b", "c"])]),
+    # the keeper's text stays: a duplicate it does not say all of is another fact (the rules' update,
+    # resolution.says_all_of); "Tuesday" is 0.95 from "Monday" with MiniLM and the static embedder
+    ([[1, .95], [.95, 1]], [_fact("a", .5, 0, 1, text="User has a meeting on Monday"),
+                            _fact("b", .5, 0, 2, text="User has a meeting on Tuesday")], []),
+    ([[1, .97], [.97, 1]], [_fact("a", .9, 0, 2, text="User's flight is on May 3"),
+                            _fact("b", .5, 0, 1, text="User's flight is on May 4")], []),
+    ([[1, .95], [.95, 1]], [_fact("a", .9, 0, 1, text="User enjoys hiking in the mountains with friends"),
+                            _fact("b", .5, 0, 2, text="user enjoys hiking in the mountains.")], [("a", ["b"])]),
+    ([[1, .95], [.95, 1]], [_fact("a", .9, 0, 1, text="User enjoys hiking in the mountains"),
+                            _fact("b", .5, 0, 2, text="User enjoys hiking in the mountains with friends")], []),
 ])
 def test_plan_merges(sims: list[list[float]], facts: list[Fact], expected: list[tuple[str, list[str]]]) -> None:
     assert plan_merges(facts, np.array(sims), 0.92) == expected

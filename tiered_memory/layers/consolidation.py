@@ -44,7 +44,7 @@ from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
 from .episodic import EpisodicMemory
 from .extractive import stated_slot
-from .resolution import other_slots
+from .resolution import other_slots, says_all_of
 from .semantic import SemanticMemory, log_change, soft_delete
 from .working import decayed
 
@@ -70,7 +70,9 @@ def plan_merges(facts: Sequence[Fact], sims: np.ndarray, threshold: float) -> li
 
     The keeper is the most confident, then most accessed, then oldest fact; a
     duplicate has the same type and polarity, no other slot (``key``) and similarity >= ``threshold``
-    to it.
+    to it, and the keeper says all it says (:func:`~.resolution.says_all_of`, the rules' test for
+    an update): only the keeper's text stays, and "User has a meeting on Tuesday" is 0.95 from
+    "... on Monday" (MiniLM and the static embedder).
     """
     order = sorted(range(len(facts)), key=lambda i: (-facts[i].confidence, -facts[i].access_count,
                                                       facts[i].created_at, facts[i].id))
@@ -82,7 +84,7 @@ def plan_merges(facts: Sequence[Fact], sims: np.ndarray, threshold: float) -> li
         taken.add(i)
         dups = [j for j in order if j not in taken and sims[i, j] >= threshold
                 and facts[j].type == facts[i].type and facts[j].polarity == facts[i].polarity
-                and not other_slots(facts[j].key, facts[i].key)]
+                and not other_slots(facts[j].key, facts[i].key) and says_all_of(facts[i].text, facts[j].text)]
         taken.update(dups)
         if dups:
             plan.append((facts[i].id, [facts[j].id for j in dups]))
