@@ -194,14 +194,20 @@ def fts_terms(store: SQLiteRecordStore, table: str) -> set[str]:
             c.execute(f"DROP TABLE temp.{table}_vocab")
 
 
+def first_step(steps: list[Any]) -> int:
+    """Where SQLite's migrations to CJK bigrams start: the first step that is a function (a
+    later migration, such as the slot index, must not be taken for one)."""
+    return next(n for n, step in enumerate(steps) if callable(step))
+
+
 def test_a_sqlite_store_of_the_previous_schema_indexes_its_facts_points_and_items_cjk_runs_as_bigrams(
         tmp_path: Path) -> None:
     """The layer tables' FTS5 indexes held a CJK run whole; on open they are built again with
     bigrams (English words as before), and a row deleted or changed afterwards leaves none
     of its words behind."""
     store = SQLiteRecordStore(tmp_path / "s.sqlite3")
-    store.migrate("layers", LAYER_SQLITE[:-2])
-    store.migrate("items", ITEM_SQLITE[:-1])
+    store.migrate("layers", LAYER_SQLITE[:first_step(LAYER_SQLITE)])  # up to the bigrams (a function)
+    store.migrate("items", ITEM_SQLITE[:first_step(ITEM_SQLITE)])
     english = "User runs the Boston marathon every spring"
     with store.transaction() as c:
         for n, text in enumerate([TEXTS["zh"], english]):

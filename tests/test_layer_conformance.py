@@ -91,6 +91,24 @@ class LayerConformance:
         assert [h.action for h in memory.fact_history("u1", lisbon.id)] == ["add", "invalidate"]
         assert [h.fact.id for h in memory.search_facts("where does the user live", user_id="u1")] == [porto.id]
 
+    def test_the_valid_facts_of_a_slot_are_read_by_key(self, memory: TieredMemory) -> None:
+        """FactRepository.facts_in_slot: what fact resolution compares a fact of a slot with,
+        however many facts are nearer to its words."""
+        rows = open_layer_store(memory.store)
+        paris = memory.add_fact("User lives in Paris", user_id="u1")
+        memory.add_fact("User lives in Rome", user_id="u2")  # another user's
+        memory.add_fact("User likes Paris", user_id="u1")  # another slot
+        at = time.time()
+        with rows.unit() as u:  # a second valid fact of the slot (stored before slots were resolved)
+            u.insert_fact(Fact(id="old", user_id="u1", type="fact", text="User lives in Oslo", confidence=0.5,
+                               created_at=at, updated_at=at, valid_from=at, key="residence"), None)
+        assert [f.id for f in rows.facts_in_slot("u1", "residence")] == [paris.id, "old"]  # oldest first
+        berlin = memory.add_fact("User lives in Berlin", user_id="u1")  # invalidates one of them
+        memory.delete_fact("old", user_id="u1")
+        assert [f.id for f in rows.facts_in_slot("u1", "residence")] == [berlin.id]
+        assert [f.text for f in rows.facts_in_slot("u2", "residence")] == ["User lives in Rome"]
+        assert rows.facts_in_slot("u1", "employer") == []
+
     def test_reads_count_accesses_once_flushed(self, memory: TieredMemory) -> None:
         fact = memory.add_fact("User collects vinyl records", user_id="u1")
         memory.search_facts("music collection", user_id="u1")

@@ -170,3 +170,24 @@ def test_a_stored_fact_without_a_slot_is_in_the_slot_its_words_name(make_memory:
             assert [f.text for f in memory.facts("u1")] == ["User lives in Paris"]
     assert [f.text for f in memory.facts("u1")] == ["User lives in Berlin"]
     assert [f.text for f in memory.facts("u1", include_invalid=True) if not f.valid] == ["User lives in Paris"]
+
+
+def test_a_stored_fact_without_a_slot_is_compared_however_unlike_the_new_fact_of_its_slot(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """end_session's related facts keep those of the candidate's slot below related_similarity
+    (0.6): it read the slot from the stored key only, so the judge's keyless "User lives in
+    Paris" was dropped for "User moved to Berlin" (0.52 with MiniLM, 0.42 static) and both stayed valid."""
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User is based in Paris"}),
+                  _llm_facts({"type": "fact", "text": "User lives in Paris"}),
+                  _llm_facts({"type": "fact", "text": "User moved to Berlin"})],
+        "resolve": [{"action": "update", "target": 1, "text": "User lives in Paris"},
+                    ValueError("judge down"), ValueError("judge down")],
+        "episode": [EPISODE] * 3})
+    memory = make_memory(llm=llm)
+    for sid in ("s1", "s2", "s3"):
+        memory.add("user", "Some news about me.", session_id=sid, user_id="u1")
+        memory.end_session(sid, user_id="u1")
+    [paris] = memory.facts("u1", include_invalid=True)[:1]
+    assert (paris.text, paris.key) == ("User lives in Paris", None)  # the judge's rewrite, of no slot
+    assert [f.text for f in memory.facts("u1")] == ["User moved to Berlin"]

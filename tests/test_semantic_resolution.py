@@ -8,7 +8,9 @@ from typing import Callable
 
 import pytest
 
-from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory import Embedder, StaticEmbedder, TieredMemory
+from tiered_memory.config import FactConfig
+from tiered_memory.embedding import embed, embed_query
 from tiered_memory.layers.extractive import stated_slot
 from tiered_memory.layers.resolution import decide_resolution
 from tiered_memory.records import Fact, FactCandidate
@@ -74,3 +76,28 @@ def test_add_fact_keeps_a_similar_fact_it_does_not_say(make_memory: Callable[...
         else:
             assert texts == sorted([old, new]), (old, new)
             assert {c.action for c in memory.fact_history(f"u{user}")} == {"add"}
+
+
+# facts of no slot, each nearer to "User lives in Berlin" than "User lives in Paris" is (8th-11th of 11
+# with MiniLM and the static embedder)
+NEARER_THAN_PARIS = [
+    "User's sister lives in Berlin", "User's brother lives in Berlin", "User's parents live in Berlin",
+    "User's best friend lives in Berlin", "User studied in Berlin", "User's grandmother lives in Berlin",
+    "User's cousin lives in Berlin", "User was born in Berlin"]
+
+
+def test_a_new_fact_of_a_slot_replaces_the_slots_fact_however_many_facts_are_nearer(
+        memory: TieredMemory, embedder: Embedder) -> None:
+    """The rules looked for the slot's fact only among the related_k (5) facts nearest the
+    candidate: with more facts nearer to "User lives in Berlin" than "User lives in Paris", both
+    stayed valid, the user living in two cities."""
+    paris = memory.add_fact("User lives in Paris", user_id="u")
+    for text in NEARER_THAN_PARIS:
+        memory.add_fact(text, user_id="u")
+    assert len(memory.facts("u")) == 1 + len(NEARER_THAN_PARIS)  # all added: none resolved against another
+    sims = embed(embedder, ["User lives in Paris", *NEARER_THAN_PARIS]) @ embed_query(embedder, "User lives in Berlin")
+    assert sorted(sims, reverse=True).index(sims[0]) >= FactConfig().related_k  # Paris is not among the nearest
+    berlin = memory.add_fact("User lives in Berlin", user_id="u")
+    assert sorted(f.text for f in memory.facts("u")) == sorted(["User lives in Berlin", *NEARER_THAN_PARIS])
+    old = {f.id: f for f in memory.facts("u", include_invalid=True)}[paris.id]
+    assert (old.valid, old.superseded_by) == (False, berlin.id)

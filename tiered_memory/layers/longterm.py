@@ -23,7 +23,7 @@ from ..errors import InvalidInputError, LLMError, NotFoundError
 from .extractive import extract_episode, extract_fact_candidates, stated_slot
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
-from .resolution import Judgement
+from .resolution import Judgement, slot_of
 from .semantic import ExtractedFacts, SemanticMemory
 from ..parts import Parts
 from ..records import Episode, EpisodeDraft, Fact, FactCandidate
@@ -147,12 +147,12 @@ class Layers:
         stamps = {m.id: m.timestamp for m in messages}
         changed = []
         for cand in candidates:
-            related = self.facts.related(user_id, cand.text,
-                                              self.parts.config.facts.related_k)
-            # a fact of the candidate's slot is related however unlike its words: the rules replace
-            # it ("User works at Globex" is 0.57 from "User works at ACME" with MiniLM)
+            related = self.facts.related(user_id, cand.text, self.parts.config.facts.related_k, cand.key)
+            # a fact of the candidate's slot (slot_of: its key, else its words') is related however
+            # unlike its words: the rules replace it ("User works at Globex" is 0.57 from "User works
+            # at ACME" with MiniLM)
             related = [r for r in related if r[1] >= self.parts.config.facts.related_similarity
-                       or (cand.key is not None and r[0].key == cand.key)]
+                       or (cand.key is not None and slot_of(r[0])[0] == cand.key)]
             judgement = None  # the model's facts are judged, in a slot or not; the rules' own are not
             if self.llm is not None and related and metadata.get("method") == "llm":
                 judgement = self._judge(cand, related)

@@ -93,12 +93,19 @@ class SemanticMemory:
             return facts, embed(self.embedder, [f.text for f in facts])
         return facts, np.stack(vecs) if vecs else np.zeros((0, 0), dtype=np.float32)
 
-    def related(self, user_id: str, text: str, k: int) -> list[tuple[Fact, float]]:
+    def related(self, user_id: str, text: str, k: int, key: str | None = None) -> list[tuple[Fact, float]]:
+        """The ``k`` valid facts nearest ``text`` with their similarity, and with ``key`` every valid
+        fact stored in that slot, however many facts are nearer: resolution compares a fact of a
+        slot with its slot's. A fact stored without a key in a slot's words (see
+        :func:`~.resolution.slot_of`) is found only among the nearest."""
         qv = embed_query(self.embedder, text)
         hits = self.index.query(qv[None, :], user_id=user_id, k=k, layers=["fact"])[0]
         by_id = {h[0].split(":", 1)[1]: h[1] for h in hits}
-        facts = self.rows.facts_by_ids(user_id, list(by_id))
-        return [(f, by_id[f.id]) for f in facts if f.valid]
+        found = [(f, by_id[f.id]) for f in self.rows.facts_by_ids(user_id, list(by_id)) if f.valid]
+        far = [f for f in self.rows.facts_in_slot(user_id, key) if f.id not in by_id] if key is not None else []
+        if far:  # rare: embedded here rather than read with every query
+            found += [(f, float(v @ qv)) for f, v in zip(far, embed(self.embedder, [f.text for f in far]))]
+        return found
 
     def search(self, query: str, *, user_id: str, k: int, type: str | None, retrieval: RetrievalConfig,
                include_invalid: bool = False, now: float | None = None,
@@ -199,7 +206,7 @@ class SemanticMemory:
                           at: float | None = None) -> tuple[Resolution, Fact | None]:
         check_type(candidate.type, optional=False)
         if related is None:
-            related = self.related(user_id, candidate.text, self.config.related_k)
+            related = self.related(user_id, candidate.text, self.config.related_k, candidate.key)
         res = decide_resolution(candidate, related, same=self.config.same_similarity,
                                 merge=self.config.merge_similarity, judgement=judgement)
         with self.lock:
@@ -207,7 +214,8 @@ class SemanticMemory:
             if res.target_id and (target is None or not target.valid):
                 # another thread deleted or replaced the fact it names since `related` was read (an LLM
                 # judged meanwhile): decide again, by the rules, against the user's facts as they are now
-                res = decide_resolution(candidate, self.related(user_id, candidate.text, self.config.related_k),
+                res = decide_resolution(candidate, self.related(user_id, candidate.text, self.config.related_k,
+                                                                candidate.key),
                                         same=self.config.same_similarity, merge=self.config.merge_similarity)
             return res, self.apply(user_id, candidate, res, metadata=metadata, at=at)
 

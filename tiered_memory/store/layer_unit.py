@@ -51,6 +51,13 @@ PENDING_VECTORS = """
     CREATE INDEX IF NOT EXISTS episodes_pending ON episodes (rowid) WHERE NOT indexed;
 """
 
+#: The layer migration for ``LayerStore.facts_in_slot``, which resolution asks for each fact of a
+#: slot it writes: the valid facts of a user's slot, whatever the user's other facts (partial:
+#: invalidated facts, most of a slot's rows over time, are left out). Beside PENDING_VECTORS, the
+#: other migration both dialects share.
+SLOT_INDEX = ("CREATE INDEX IF NOT EXISTS facts_slot ON facts (user_id, key)"
+              " WHERE deleted_at IS NULL AND invalid_at IS NULL")
+
 SESSION_WORKING = (f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
                    " ORDER BY created_at")  # a session's live working items, oldest first
 

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
 from .layer_store import LayerStore
-from .layer_unit import PENDING_VECTORS
+from .layer_unit import PENDING_VECTORS, SLOT_INDEX
 from .repositories import Scored
 from .postgres import PostgresRecordStore
 from .postgres_keywords import TEXT_SEARCH_CONFIG, refold, tsquery
@@ -151,6 +151,7 @@ LAYER_MIGRATIONS: list[str] = [
     # CJK runs as their bigrams, as the turns' (postgres_keywords.cjk_bigrams)
     refold("facts", "text") + refold("episode_points", "text"),
     PENDING_VECTORS,
+    SLOT_INDEX,
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)

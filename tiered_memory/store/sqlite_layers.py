@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
 
 from .layer_store import LayerStore
-from .layer_unit import PENDING_VECTORS
+from .layer_unit import PENDING_VECTORS, SLOT_INDEX
 from .repositories import Scored
 from .sqlite import SQLiteRecordStore
 from .sqlite_db import CJK_GRAMS
@@ -207,6 +207,7 @@ LAYER_MIGRATIONS: list[Step] = [
     # the middle of a run is found
     bigrams("facts", "{row}text", "UPDATE OF text"),
     bigrams("episode_points", "{row}text", ""),
+    SLOT_INDEX,
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)
