@@ -12,7 +12,7 @@ from typing import Any, Iterable, Optional, Sequence
 
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
 
-from tiered_memory.context.render import CUT_MARKER
+from tiered_memory.context.render import CUT_MARKER, holds_rendered_memory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.llm.base import clean_strings
 
@@ -37,8 +37,11 @@ def check_messages(messages: object, name: str = "messages") -> list[ChatMessage
 
 
 def message_text(message: ChatMessage) -> str:
-    """The text of a chat message (its text blocks, joined by newlines)."""
-    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock))
+    """The text of a chat message: its text blocks, joined by newlines, but for a block holding
+    a rendered memory. ``Memory.get()`` adds the memory as a text block of its own to a system
+    or user message; given back (an app resuming from what it sent, a chat store returning the
+    objects ``Memory`` wrote into), it is a prompt's memory, neither stored nor recalled for."""
+    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and not holds_rendered_memory(b.text))
 
 
 def storable_text(text: str, max_chars: Optional[int] = None) -> tuple[str, list[str]]:

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
-from llama_index.core.base.llms.types import ImageBlock, ToolCallBlock  # noqa: E402
+from llama_index.core.base.llms.types import ImageBlock, TextBlock, ToolCallBlock  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
 from llama_index.core.storage.chat_store.sql import MessageStatus  # noqa: E402
@@ -21,7 +21,7 @@ from li_support import FILLER, TOKENIZER, chat, memory_message, small_memory, tu
 from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, aend_session, end_session  # noqa: E402
 from llamaindex_tiered_memory.messages import REPAIRED_KEY  # noqa: E402
 from tiered_memory import InvalidInputError, MemoryConfig, TieredMemory, UsageError  # noqa: E402
-from tiered_memory.context.render import CUT_MARKER  # noqa: E402
+from tiered_memory.context.render import CUT_MARKER, PREAMBLE  # noqa: E402
 
 
 # ---- text the core refuses ------------------------------------------------------
@@ -173,3 +173,35 @@ async def test_outside_a_memory_puts_with_nothing_to_store_are_no_ops_without_a_
 def test_end_session_refuses_what_is_not_a_memory(memory: TieredMemory) -> None:
     with pytest.raises(InvalidInputError, match="Memory"):
         end_session(TieredMemoryBlock(memory=memory, user_id="u1"))  # type: ignore[arg-type]
+
+
+# ---- the memory Memory inserted, handed back as conversation ----------------------------
+@pytest.mark.parametrize("insert_method", ["system", "user"])
+async def test_the_memory_a_memory_inserted_into_a_message_is_never_stored_as_conversation(
+    memory: TieredMemory, insert_method: str,
+) -> None:
+    # Memory.get() puts the block's quoted memory into a system message or into the latest user
+    # message (as a text block of its own). An app that keeps what it sent the model and resumes
+    # from it (chat_history=, put_messages), or a chat store that hands back the objects it holds
+    # (Memory writes into them), gives those messages back: the memory must not be stored as the
+    # user's words, where each round would quote the last one again
+    block = TieredMemoryBlock(memory=memory, user_id="u1", tokenizer_fn=TOKENIZER)
+    monday = small_memory(block, "monday")
+    await monday.aput_messages(turn("I live in Lisbon and I am vegetarian.", "Noted!"))
+    await aend_session(monday)
+    tuesday = small_memory(block, "tuesday", insert_method=insert_method)
+    await tuesday.aput(chat("user", "Where should I eat tonight?"))
+    sent = await tuesday.aget()
+    assert any(PREAMBLE in b.text for m in sent for b in m.blocks if isinstance(b, TextBlock))
+
+    resumed = small_memory(block, "resumed", chat_history=sent)
+    await resumed.aput_messages(turn("Somewhere near the river?", "Try the vegetarian place by the river."))
+    for q, a in FILLER:
+        await resumed.aput_messages(turn(q, a))
+    await aend_session(resumed)
+
+    stored = memory.get_messages("resumed", user_id="u1")
+    assert [m.content for m in stored if PREAMBLE in m.content or "<memory>" in m.content] == []
+    assert [(m.role, m.content) for m in stored][:3] == [
+        ("user", "Where should I eat tonight?"), ("user", "Somewhere near the river?"),
+        ("assistant", "Try the vegetarian place by the river.")]

@@ -7,10 +7,13 @@ import pytest
 
 pytest.importorskip("llama_index.core")
 
+from llama_index.core.base.llms.types import TextBlock  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 
-from llamaindex_tiered_memory.messages import build_query, shown_already, storable_text, to_core_messages  # noqa: E402
-from tiered_memory.context.render import CUT_MARKER  # noqa: E402
+from llamaindex_tiered_memory.messages import (build_query, message_text, shown_already, storable_text,  # noqa: E402
+                                               to_core_messages)
+from tiered_memory.context.render import (CUT_MARKER, PREAMBLE, ContextItem, Section,  # noqa: E402
+                                          holds_rendered_memory, render_memory)
 
 
 def chat(role: str, text: str) -> ChatMessage:
@@ -30,6 +33,20 @@ def test_query_and_conversion_rules() -> None:
         ("user", "first"), ("assistant", "reply"), ("tool", "42"),
         ("system", "be brief"), ("assistant", "hi")]
     assert rows[3]["metadata"]["llamaindex_role"] == "developer"
+
+
+def test_a_text_block_holding_a_rendered_memory_is_not_the_messages_text() -> None:
+    rendered = render_memory([Section(name="facts", title="Facts", items=[
+        ContextItem(id="f1", text="User lives in Lisbon", tokens=4)])])
+    inserted = f"<memory>\n<tiered_memory>\n{rendered}\n</tiered_memory>\n</memory>"  # Memory's template
+    assert holds_rendered_memory(rendered) and holds_rendered_memory(inserted)
+    for own_words in ["What does <memory> mean?", PREAMBLE, "User lives in Lisbon", ""]:
+        assert not holds_rendered_memory(own_words)
+    asked = ChatMessage(role="user", blocks=[TextBlock(text=inserted), TextBlock(text="Where do I live?")])
+    assert message_text(asked) == "Where do I live?"
+    assert build_query([asked]) == "Where do I live?"
+    assert to_core_messages([ChatMessage(role="system", blocks=[TextBlock(text=inserted)]), asked]) == [
+        {"role": "user", "content": "Where do I live?", "metadata": {"source": "llamaindex"}}]
 
 
 @pytest.mark.parametrize(
