@@ -113,7 +113,7 @@ SISTER_ANA = _fact("g", "User's sister is Ana", key="rel:sister", type="relation
     (_cand("User likes green tea", key="pref:green tea", type="preference"), [(LIKES_TEA, 0.96)], None,
      ("add", None)),
     (_cand("User likes green tea", key="pref:green tea", type="preference"), [(LIKES_TEA, 0.96), (TEA, 0.95)],
-     None, ("noop", "c")),  # a fact of no slot is still compared
+     None, ("add", None)),  # a fact of no slot is still compared: it does not say "likes", so no no-op
     # a fact of a slot is changed only by its slot's rules: a similar fact of no slot ("User works in
     # Paris", 0.90 from "User lives in Paris" with MiniLM) is another fact, not a refinement of it,
     # and a fact of no slot is not rewritten into a slot's words it would not hold
@@ -315,11 +315,12 @@ def test_an_older_statement_ended_later_does_not_overrule_a_newer_fact(memory: T
 
 
 def test_same_fact_twice_is_a_noop(memory: TieredMemory) -> None:
+    said = []
     for sid in ("a", "b"):
-        memory.add("user", "I'm allergic to peanuts.", session_id=sid, user_id="u1")
+        said.append(memory.add("user", "I'm allergic to peanuts.", session_id=sid, user_id="u1"))
         memory.end_session(sid, user_id="u1")
-    assert len(memory.facts("u1")) == 1
-    assert [h.action for h in memory.fact_history("u1")] == ["add"]
+    assert [f.source_ids for f in memory.facts("u1")] == [said]  # one fact, citing both turns
+    assert [h.action for h in memory.fact_history("u1")] == ["add", "confirm"]
 
 
 def test_crud_and_search(memory: TieredMemory) -> None:

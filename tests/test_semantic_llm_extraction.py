@@ -91,7 +91,7 @@ def test_a_blank_merged_text_from_the_judge_falls_back_to_rules(make_memory: Cal
         memory.add("user", "My bike is red.", session_id=sid, user_id="u1")
         memory.end_session(sid, user_id="u1")
     assert [f.text for f in memory.facts("u1")] == ["User owns a red bicycle"]  # not "\x1e"
-    assert [h.action for h in memory.fact_history("u1")] == ["add"]
+    assert [h.action for h in memory.fact_history("u1")] == ["add", "confirm"]  # the rules: said again
 
 
 def test_a_message_the_model_cites_twice_is_one_source(make_memory: Callable[..., TieredMemory]) -> None:

@@ -101,3 +101,38 @@ def test_a_new_fact_of_a_slot_replaces_the_slots_fact_however_many_facts_are_nea
     assert sorted(f.text for f in memory.facts("u")) == sorted(["User lives in Berlin", *NEARER_THAN_PARIS])
     old = {f.id: f for f in memory.facts("u", include_invalid=True)}[paris.id]
     assert (old.valid, old.superseded_by) == (False, berlin.id)
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("User's flight is on May 3", "User's flight is on May 4", "add"),  # 0.96-0.97: another date
+    ("User drinks tea every morning", "User drinks tea every evening", "add"),  # 0.96
+    ("User drinks green tea every morning", "User drinks tea every morning", "noop"),  # said already, and more
+    ("User drinks green tea every morning", "user drinks green tea every morning!", "noop"),
+    ("User plays the piano", "User plays the piano every evening", "update"),  # says more: refines it
+])
+def test_a_fact_as_alike_as_a_known_one_is_a_no_op_only_when_the_known_one_says_it(old: str, new: str,
+                                                                                   expected: str) -> None:
+    """At same_similarity (0.95) or more the rules called a new fact of no slot known and dropped
+    it: "User's flight is on May 4" after May 3 was lost. It is a no-op now only where the known
+    fact says all the new one does; else it refines the known one or is added beside it."""
+    res = decide_resolution(FactCandidate(type="fact", text=new, confidence=0.8), [(_fact(old), 0.96)],
+                            same=0.95, merge=0.85)
+    assert res.action == expected
+
+
+def test_a_fact_said_again_cites_the_turns_that_said_it_again(make_memory: Callable[..., TieredMemory]) -> None:
+    """A fact a later session states again was a no-op that kept only the first session's turns
+    as its sources: a context citing facts by their sources never reached the later turns, and
+    the fact's age ignored them. The turns join its sources, its history says so."""
+    memory = make_memory(embedder=StaticEmbedder())
+    first = memory.add("user", "I live in Lisbon and I love it.", session_id="a", user_id="u")
+    memory.end_session("a", user_id="u")
+    fact = memory.facts("u")[0]
+    assert (fact.key, fact.source_ids) == ("residence", [first])
+    again = memory.add("user", "As I said, I live in Lisbon.", session_id="b", user_id="u")
+    memory.end_session("b", user_id="u")
+    [now] = memory.facts("u")
+    assert (now.id, now.text, now.source_ids) == (fact.id, fact.text, [first, again])
+    assert now.updated_at >= fact.updated_at
+    confirm = [c for c in memory.fact_history("u", fact.id) if c.action == "confirm"]
+    assert len(confirm) == 1 and confirm[0].details["source_ids"] == [again]

@@ -81,7 +81,8 @@ def decide_resolution(
     words the rules read (:func:`~tiered_memory.layers.extractive.stated_value`: "User moved to
     Lisbon" after "User lives in Lisbon"), is a no-op, and said more fully ("Lisbon" -> "Lisbon,
     Portugal") updates; against the facts of no other slot, same
-    text or similarity >= ``same`` is a no-op, similarity >= ``merge`` updates two facts of no
+    text, or similarity >= ``same`` where the known fact says all the candidate does, is a no-op
+    (the candidate's turns then join its sources), similarity >= ``merge`` updates two facts of no
     slot if the candidate says all the old one does (:func:`says_all_of`); else add. No threshold
     tells a refinement ("User plays the piano every evening") from another fact ("User has a cat
     named Rex" after a dog named Rex: 0.89 with MiniLM, 0.82 with the static embedder; both
@@ -121,7 +122,9 @@ def decide_resolution(
     if not ranked:
         return Resolution(action="add", reason="no related fact")
     best, sim = ranked[0]
-    if _norm(best.text) == _norm(candidate.text) or sim >= same:
+    # as alike as that, and nothing the known fact does not say ("User's flight is on May 4" is
+    # 0.96-0.97 from "... on May 3"): the new fact is not lost as known
+    if _norm(best.text) == _norm(candidate.text) or (sim >= same and says_all_of(best.text, candidate.text)):
         return Resolution(action="noop", target_id=best.id, reason=f"already known (similarity {sim:.2f})")
     if sim >= merge and best.type == candidate.type and best.polarity == candidate.polarity \
             and slot_of(best)[0] is None and candidate.key is None and says_all_of(candidate.text, best.text):

@@ -151,6 +151,8 @@ class SemanticMemory:
                    "source_ids": list(candidate.source_ids)}
         with self.lock:
             if resolution.action == "noop":
+                if resolution.target_id is not None:
+                    self._said_again(user_id, resolution.target_id, candidate.source_ids, details, now)
                 return None
             if resolution.action == "update":
                 old = self.get(user_id, resolution.target_id or "")
@@ -187,6 +189,20 @@ class SemanticMemory:
             self._upsert_vectors([(fact, vector)])
             self._settle([fact])
             return fact
+
+    def _said_again(self, user_id: str, fact_id: str, source_ids: Sequence[str], details: dict[str, Any],
+                    now: float) -> None:
+        """A known fact stated again: the turns that said it join its sources (a context citing
+        facts by their sources reaches them) and it counts as updated now (a fact the user keeps
+        saying is not stale); a ``confirm`` entry in its history names the turns."""
+        old = self.rows.fact(user_id, fact_id)
+        new = [s for s in dict.fromkeys(source_ids) if old is not None and s not in old.source_ids]
+        if old is None or not old.valid or not new:
+            return
+        with self.rows.unit() as u:
+            u.absorb_facts(old.id, source_ids=[*old.source_ids, *new], access_count=0, last_access=None,
+                           updated_at=now)
+            log_change(u, user_id, old.id, "confirm", old.text, old.text, now, {**details, "source_ids": new})
 
     def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:
         """Store ``fact`` as already invalid, superseded by the ``newer`` fact it contradicts
