@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import sqlite3
 
+import numpy as np
 import pytest
 
-from tiered_memory import TieredMemory
+from tiered_memory import StaticEmbedder, TieredMemory
 from tiered_memory.recall.chunking import (
     CHUNK_LAYER, CHUNK_OVER, MAX_CHUNKS, best_chunks, best_span_by_terms, chunk_id, chunk_spans, message_of,
-    vector_ids,
+    pooled_vector, vector_ids,
 )
 from tiered_memory.recall.search import matching_part, merge_parts
+from tiered_memory.testing import CountingEmbedder
 from tiered_memory.vector.base import VectorItem
 
 TOPICS = [
@@ -100,6 +102,20 @@ def test_merge_parts(vec, parts, expected):
     assert merge_parts(vec, parts) == expected
 
 
+S = 0.5 ** 0.5
+
+
+@pytest.mark.parametrize("vectors, spans, expected", [
+    ([[1, 0]], [(0, 700)], [1, 0]),
+    ([[1, 0], [0, 1]], [(0, 700), (550, 1250)], [S, S]),  # equal lengths: the plain mean
+    ([[1, 0], [0, 1]], [(0, 700), (550, 2650)], [0.3162278, 0.9486833]),  # 700 : 2100
+    ([[1, 0], [-1, 0]], [(0, 700), (550, 1250)], [0, 0]),  # a zero sum stays zero, never NaN
+])
+def test_pooled_vector_is_the_unit_length_weighted_mean(vectors, spans, expected):
+    got = pooled_vector(np.asarray(vectors, dtype=np.float32), spans)
+    assert got.dtype == np.float32 and got.tolist() == pytest.approx(expected, abs=1e-6)
+
+
 def test_matching_part_by_vector_then_by_terms():
     text = long_answer()
     spans = chunk_spans(text)
@@ -173,6 +189,39 @@ def test_rebuild_index_re_chunks(memory):
     before = chunk_vectors(memory, ids[1])
     memory.rebuild_index()
     assert chunk_vectors(memory, ids[1]) == before
+    assert memory.search(QUERY, user_id="u", k=1)[0].id == ids[1]
+
+
+def stored_vectors(memory: TieredMemory, ids: list[str]) -> dict[str, np.ndarray]:
+    memory.flush()  # the vectors written behind
+    got = memory.index.collection.get(ids=ids, include=["embeddings"])  # straight from Chroma
+    return {i: np.asarray(v, dtype=np.float32) for i, v in zip(got["ids"], got["embeddings"])}
+
+
+def test_a_long_message_goes_through_the_embedder_once(make_memory):
+    text = long_answer(paragraphs=14)
+    spans = chunk_spans(text)
+    counting = CountingEmbedder(StaticEmbedder())
+    memory = make_memory(embedder=counting)
+    memory.add("user", "a short one first", session_id="s", user_id="u")
+    counting.characters.clear()
+    memory.add("assistant", text, session_id="s", user_id="u")
+    # its chunks, overlaps included, and not the whole text a second time
+    assert sum(counting.characters) == sum(e - s for s, e in spans) < 1.3 * len(text)
+
+
+def test_a_long_messages_vector_is_pooled_from_its_chunks_the_same_on_every_path(memory):
+    ids = memory.add_many(CHAT, user_id="u", session_id="s1")
+    spans = chunk_spans(CHAT[1]["content"])
+    chunks = [chunk_id(ids[1], n) for n in range(len(spans))]
+    written = stored_vectors(memory, [ids[1], *chunks])
+    pooled = pooled_vector(np.stack([written[c] for c in chunks]), spans)
+    assert written[ids[1]].tolist() == pytest.approx(pooled.tolist(), abs=1e-6)
+    memory.rebuild_index()  # and repair, import_jsonl: all index through the same function
+    rebuilt = stored_vectors(memory, [ids[1], *chunks])
+    assert rebuilt.keys() == written.keys()
+    for vid, vector in written.items():
+        assert rebuilt[vid].tolist() == pytest.approx(vector.tolist(), abs=1e-6)
     assert memory.search(QUERY, user_id="u", k=1)[0].id == ids[1]
 
 

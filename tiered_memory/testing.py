@@ -242,8 +242,8 @@ class HeldEmbedder:
 
 class CountingEmbedder:
     """Wraps a real embedder and records what the library asks it to embed: the size of each
-    ``embed_documents`` batch and each query text. The vectors and the name are the inner
-    embedder's, so a store opened with it is the store the inner one would make.
+    ``embed_documents`` batch, its characters, and each query text. The vectors and the name
+    are the inner embedder's, so a store opened with it is the store the inner one would make.
 
     Args:
         inner: the real embedder; every call is forwarded.
@@ -251,19 +251,21 @@ class CountingEmbedder:
     Example:
         >>> from tiered_memory import StaticEmbedder
         >>> counting = CountingEmbedder(StaticEmbedder())
-        >>> _ = counting.embed_documents(["a", "b"]), counting.embed_query("c")
-        >>> counting.batches, counting.queries
-        ([2], ['c'])
+        >>> _ = counting.embed_documents(["a", "bc"]), counting.embed_query("c")
+        >>> counting.batches, counting.characters, counting.queries
+        ([2], [3], ['c'])
     """
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.name: str = getattr(inner, "name", type(inner).__name__)
         self.batches: list[int] = []
+        self.characters: list[int] = []
         self.queries: list[str] = []
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         self.batches.append(len(texts))
+        self.characters.append(sum(map(len, texts)))
         vectors: list[list[float]] = self.inner.embed_documents(texts)
         return vectors
 

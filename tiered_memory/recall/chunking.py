@@ -10,6 +10,13 @@ end, overlapping the one before by about :data:`CHUNK_OVERLAP`. A message never 
 than :data:`MAX_CHUNKS` chunks (longer ones get longer chunks), so deleting a message's
 vectors needs no lookup: :func:`vector_ids` names every id it may have.
 
+A long message's own vector is not embedded from its whole text: it is the unit
+length-weighted mean of its chunks' vectors (:func:`pooled_vector`), so each character goes
+through the embedder once (the bundled embedders' vector of a long text is a mean of its
+parts' vectors anyway). Every path that indexes a message (``add_many``, repair,
+``rebuild_index``, ``import_jsonl``) computes it this one way, so a rebuild gives the same
+vectors.
+
 Invariants: the record store keeps the whole message and is the only source; chunks are
 derived (``rebuild_index`` and repair re-chunk from the stored text); a chunk hit stands
 for its message, which must still be in the record store for the user.
@@ -18,6 +25,8 @@ for its message, which must still be in the record store for the user.
 from __future__ import annotations
 
 from typing import Collection, Sequence
+
+import numpy as np
 
 from ..store.base import LONG_MESSAGE_CHARS
 from ..vector.base import CHUNK_SEPARATOR
@@ -29,7 +38,6 @@ CHUNK_OVERLAP = 150
 MAX_CHUNKS = 64
 CHUNK_LAYER = "chunk"
 SEPARATOR = CHUNK_SEPARATOR  # ids never hold control characters (check_id): a chunk id names one message
-
 
 
 def chunk_spans(text: str, *, over: int = CHUNK_OVER, size: int = CHUNK_SIZE, overlap: int = CHUNK_OVERLAP,
@@ -67,6 +75,16 @@ def chunk_spans(text: str, *, over: int = CHUNK_OVER, size: int = CHUNK_SIZE, ov
             nxt += 1  # start at a word
         start = nxt if nxt < end else end
     return spans
+
+
+def pooled_vector(chunk_vectors: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """A long message's own vector from its chunks' unit vectors (pure): their mean weighted
+    by each chunk's length in characters, of unit length (a zero sum stays zero)."""
+    weights = np.asarray([end - start for start, end in spans], dtype=np.float32)
+    total = weights @ np.asarray(chunk_vectors, dtype=np.float32)
+    norm = float(np.linalg.norm(total))
+    pooled: np.ndarray = (total / norm if norm else total).astype(np.float32)
+    return pooled
 
 
 def chunk_id(message_id: str, n: int) -> str:

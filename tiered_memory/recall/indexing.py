@@ -16,7 +16,7 @@ from ..guard import vector_errors_typed
 from ..store.base import DuplicateSource, RecordStore, TextMatchSource
 from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem, WritesBehind
-from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of
+from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of, pooled_vector
 
 log = logging.getLogger("tiered_memory")
 
@@ -216,20 +216,49 @@ def turn_items(rows: list[StoredMessage], *, store: RecordStore, index: VectorIn
     """The vectors to write for ``rows`` (each kept turn and each chunk of a long one) and
     the duplicates (see :func:`index_messages`). Reports a failed background write first."""
     settle_background_writes(store, index, wait=False)
-    vectors = embed(embedder, [r.content for r in rows])
+    vectors, chunks = embed_messages(rows, embedder)
     dup: dict[str, str] = {}
     if threshold <= 1.0:
         nearest = nearest_stored(rows, vectors, store=store, index=index)
         dup = find_duplicates(vectors, [r.user_id for r in rows], nearest, [r.id for r in rows], threshold)
-    kept = [r for r in rows if r.id not in dup]
+    kept = [i for i, r in enumerate(rows) if r.id not in dup]
     # the chunks first: the engine writes in this order (in calls of a few thousand), so a write
     # cut between two calls never leaves a message's vector without its chunks, which the
     # repair would not restore (it finds a message by its own vector)
-    return chunk_items(kept, embedder) + [
-        VectorItem(id=r.id, vector=vectors[i], user_id=r.user_id, layer="turn",
-                   session_id=r.session_id, timestamp=r.timestamp)
-        for i, r in enumerate(rows) if r.id not in dup
+    return [
+        VectorItem(id=chunk_id(rows[i].id, n), vector=v, user_id=rows[i].user_id, layer=CHUNK_LAYER,
+                   session_id=rows[i].session_id, timestamp=rows[i].timestamp)
+        for i in kept for n, v in enumerate(chunks[i])
+    ] + [
+        VectorItem(id=rows[i].id, vector=vectors[i], user_id=rows[i].user_id, layer="turn",
+                   session_id=rows[i].session_id, timestamp=rows[i].timestamp)
+        for i in kept
     ], dup
+
+
+def embed_messages(rows: Sequence[StoredMessage], embedder: Embedder) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Each message's vector and its chunks' vectors (none for a short one), in one batch.
+
+    A short message is embedded whole; a long one (:mod:`.chunking`) only by its chunks, its
+    own vector pooled from theirs (:func:`~.chunking.pooled_vector`): each character goes
+    through the embedder once (embedding the whole text as well made ``add`` of a
+    90,000-character message about twice as slow with MiniLM: ``bench/long_messages.py``)."""
+    spans = [chunk_spans(r.content) for r in rows]
+    texts = [t for r, own in zip(rows, spans)
+             for t in ([r.content[s:e] for s, e in own] if own else [r.content])]
+    embedded = embed(embedder, texts)
+    vectors = np.empty((len(rows), embedded.shape[1]), dtype=np.float32)
+    chunks: list[np.ndarray] = []
+    at = 0
+    for i, own in enumerate(spans):
+        if own:
+            chunks.append(embedded[at:at + len(own)])
+            vectors[i] = pooled_vector(chunks[-1], own)
+        else:
+            chunks.append(embedded[at:at])
+            vectors[i] = embedded[at]
+        at += max(1, len(own))
+    return vectors, chunks
 
 
 def settle_background_writes(store: RecordStore, index: VectorIndex, *, wait: bool) -> None:
@@ -249,17 +278,6 @@ def settle_background_writes(store: RecordStore, index: VectorIndex, *, wait: bo
     raise VectorIndexError(f"the vectors of {len(messages)} stored messages could not be written in the "
                            f"background ({error}); the messages stay stored and are indexed on the next open "
                            "or by rebuild_index()")
-
-
-def chunk_items(rows: Sequence[StoredMessage], embedder: Embedder) -> list[VectorItem]:
-    """One vector per chunk of each long message (:mod:`.chunking`), embedded in one batch."""
-    parts = [(r, n, r.content[s:e]) for r in rows for n, (s, e) in enumerate(chunk_spans(r.content))]
-    if not parts:
-        return []
-    vectors = embed(embedder, [text for _, _, text in parts])
-    return [VectorItem(id=chunk_id(r.id, n), vector=vectors[i], user_id=r.user_id, layer=CHUNK_LAYER,
-                       session_id=r.session_id, timestamp=r.timestamp)
-            for i, (r, n, _) in enumerate(parts)]
 
 
 def repair(
