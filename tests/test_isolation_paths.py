@@ -4,12 +4,15 @@ of access counts, the keyword index's per-user tags, and the adapters' choice of
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
+from time_support import DAY
 from tiered_memory import TieredMemory
 from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.store.sqlite_schema import MIGRATIONS
@@ -89,3 +92,22 @@ def test_fts5_splits_no_word_the_keyword_index_writes() -> None:
         con.executemany("INSERT INTO f(rowid, t) VALUES (?, ?)", [(n, f"x{c}2qz") for n, c in enumerate(part)])
         split += [part[n] for (n,) in con.execute("SELECT rowid FROM f WHERE f MATCH '\"2qz\"'")]
     assert len(letters) > 100_000 and split == []
+
+
+def test_an_imported_episode_citing_another_users_turn_never_drops_that_turns_vector(
+        memory: TieredMemory, tmp_path: Path) -> None:
+    # an episode's source ids are data a scoped import takes as written: consolidate, archiving
+    # the turns of an old episode, must remove the vectors of its own user's turns only
+    memory.add_many([{"role": "user", "content": "My locker code is 4417", "id": "slack:C1:100"}],
+                    session_id="s", user_id="ana")
+    old = time.time() - 60 * DAY
+    episode = {"id": "ep-1", "user_id": "mallory", "session_id": "m", "summary": "a chat", "turn_count": 1,
+               "start": old, "end": old, "source_ids": ["slack:C1:100"], "created_at": old}
+    src = tmp_path / "crafted.jsonl"
+    src.write_text(json.dumps({"format": "tiered-memory/1", "type": "episode", "episode": episode,
+                               "points": ["a chat"]}) + "\n")
+    assert memory.import_jsonl(src, user_id="mallory").episodes_imported == 1
+    assert memory.consolidate("mallory").compressed == 1
+    assert "slack:C1:100" in memory.index.ids()
+    hit = memory.search("locker code", user_id="ana")[0]
+    assert hit.id == "slack:C1:100" and hit.explanation["signals"]["vector"]["rank"] == 1

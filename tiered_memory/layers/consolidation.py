@@ -283,8 +283,10 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
                     done.append(ep.id)
                     archived += count
             # after the commit (in it where one engine holds rows and vectors): a crash here leaves
-            # stray vectors, which recall ignores and the next start-up repair removes
-            layers.parts.index.delete(vector_ids([i for ep in part for i in ep.source_ids], long))
+            # stray vectors, which recall ignores and the next start-up repair removes. Only the
+            # vectors of the user's turns: an episode's source ids are data (an import takes them as
+            # written), and the vector index deletes by id, whoever's vector it is
+            layers.parts.index.delete(vector_ids([i for ep in part for i in ep.source_ids if i in held], long))
             # a live turn stored as a duplicate of an archived one gets its own vector: in the same
             # transaction there, since such a store has no start-up repair to index it later
             index_orphans(layers.parts.store, layers.parts.index, layers.parts.embedder, user_id,
