@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from typing import Any, Callable
@@ -279,6 +280,19 @@ def test_episodes_are_per_user(memory: TieredMemory) -> None:
     memory.end_session("s", user_id="bob")
     assert all(h.episode.user_id == "bob" for h in memory.search_episodes("Falcon project", user_id="bob"))
 
+
+
+def test_an_episode_whose_id_holds_a_colon_is_found(memory: TieredMemory, tmp_path: Any) -> None:
+    # an import keeps an episode's id as written, and an id may hold ":" ("slack:C1:ep-1", as a
+    # message id may): its key points' vector ids are "ep:slack:C1:ep-1:0"
+    old = time.time() - DAY
+    episode = {"id": "slack:C1:ep-1", "user_id": "u1", "session_id": "s", "summary": "Planned the tomato garden",
+               "turn_count": 1, "start": old, "end": old, "source_ids": [], "created_at": old}
+    src = tmp_path / "episodes.jsonl"
+    src.write_text(json.dumps({"format": "tiered-memory/1", "type": "episode", "episode": episode,
+                               "points": ["Planned the tomato garden"]}) + "\n")
+    assert memory.import_jsonl(src, user_id="u1").episodes_imported == 1
+    assert [h.episode.id for h in memory.search_episodes("tomato garden", user_id="u1")] == ["slack:C1:ep-1"]
 
 # ---- compress after N turns: never on the add path ------------------------------------
 def test_compress_after_turns_runs_in_background(make_memory: Callable[..., TieredMemory]) -> None:

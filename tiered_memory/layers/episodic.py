@@ -248,7 +248,8 @@ class EpisodicMemory:
         vec, kw = hybrid.candidates(self.index, qv, lambda terms, m: self.rows.keyword_points(user_id, terms, m),
                                     query, user_id=user_id, layer="episode", n=n)
         fused = hybrid.fuse(vec, kw, retrieval)
-        point_episode = {f.id: f.id.split(":")[1] for f in fused}
+        # a key point is "ep:<episode id>:<n>", and an episode id may hold ":" (an import keeps ids)
+        point_episode = {f.id: f.id.removeprefix("ep:").rpartition(":")[0] for f in fused}
         episodes = self.load(user_id, sorted(set(point_episode.values())))
         ranked = rank_episodes({f.id: f.score for f in fused}, point_episode,
                                {e.id: e.end for e in episodes.values()}, now=now,
