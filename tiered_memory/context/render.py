@@ -211,8 +211,9 @@ class MemoryContext:
     def to_messages(self) -> list[dict[str, Any]]:
         """Chat messages: one system message of quoted memory, then the recent turns.
 
-        Recent turns keep their roles, except stored ``system`` turns, which are
-        quoted inside the memory message instead of becoming system prompts. A recent turn
+        Recent ``user`` and ``assistant`` turns keep their roles; any other stored role
+        (``system``, ``tool``, a role written by other code) comes as a user message
+        ``[stored <role> message] "<quoted text>"``, never as a system prompt. A recent turn
         spells no chat-template turn marker (:func:`~tiered_memory.quoting.defuse_tokens`).
         """
         out: list[dict[str, Any]] = []
