@@ -5,8 +5,11 @@ Before each model call it assembles memory for the latest user message
 data; the agent's own state and the conversation are left as they are. After each
 model call, and at the end of the run, it records the turn so far (the user
 message, the model's replies, tool calls and tool results) in the session,
-skipping messages already stored, so a turn with several model calls is stored once. A tool
-call is stored once its result is in, as the state then holds it (a reviewer may edit it first).
+skipping messages already stored, so a turn with several model calls is stored once. A message
+is stored as the state holds it once no hook will change it: a tool call once its result is in (a
+reviewer may edit it first), the model's reply at the next model call or at the end of the run (the
+``after_model`` hooks of middleware listed before this one run after its own, and may redact or
+refuse it: ``PIIMiddleware(apply_to_output=True)``, a guardrail).
 It works beside LangChain's ``SummarizationMiddleware``: the summary that replaces older
 messages (a ``HumanMessage`` marked ``lc_source="summarization"``) is not a user turn, so it
 is never recorded, and ``include_recent`` replays no turns it stands for. It works beside a
@@ -98,19 +101,28 @@ def _settled(turn: list[AnyMessage]) -> list[AnyMessage]:
     return turn
 
 
+def _before_reply(turn: list[AnyMessage]) -> list[AnyMessage]:
+    """``turn`` up to its last AI message, the reply of the model call just made (pure)."""
+    last = max((n for n, m in enumerate(turn) if isinstance(m, AIMessage)), default=len(turn))
+    return turn[:last]
+
+
 def turn_to_record(messages: list[AnyMessage], stored_ids: set[str], *, final: bool = False) -> list[AnyMessage]:
     """The messages of the current turn (:func:`turn_start` on) not yet stored (pure).
 
     System messages are instructions and a summary restates stored turns: neither is recorded.
-    A tool call is recorded once its result is there, with what follows it: until it runs, a
-    reviewer (``HumanInTheLoopMiddleware``) may still replace it in the state under the same
-    message id, and a stored id is never recorded again. ``final`` (the run has ended) records
-    the calls that got no result too, as the state keeps them.
+    A stored id is never recorded again, so a message is recorded only once no hook will change it:
+    before the run ends (``final``), the model's latest reply waits, with what follows it, since the
+    ``after_model`` hooks of middleware listed before this one run after its own and may still
+    rewrite or refuse it (``PIIMiddleware(apply_to_output=True)``, a guardrail); and a tool call
+    waits for its result, as until it runs a reviewer (``HumanInTheLoopMiddleware``) may still
+    replace it under the same message id. ``final`` (the run has ended) records the rest, the
+    calls that got no result too, as the state keeps them.
     """
     start = turn_start(messages)
     if start is None:
         return []
-    turn = messages[start:] if final else _settled(messages[start:])
+    turn = messages[start:] if final else _settled(_before_reply(messages[start:]))
     return [m for m in turn
             if not isinstance(m, SystemMessage) and not is_summary(m) and not (m.id and m.id in stored_ids)]
 

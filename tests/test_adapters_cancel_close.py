@@ -118,7 +118,8 @@ WRITES: dict[str, Callable[[TieredMemory], Awaitable[Any]]] = {
         [HumanMessage(USER_TURN), AIMessage(AI_TURN)]),
     "classic.asave_context": lambda m: TieredConversationMemory(memory=m, user_id="u", session_id="s").asave_context(
         {"input": USER_TURN}, {"output": AI_TURN}),
-    "middleware.aafter_model": lambda m: TieredMemoryMiddleware(m, user_id="u", session_id="s").aafter_model(
+    # at the end of the run, the save that stores the model's reply (after_model leaves it to a later save)
+    "middleware.aafter_agent": lambda m: TieredMemoryMiddleware(m, user_id="u", session_id="s").aafter_agent(
         {"messages": [HumanMessage(USER_TURN, id="h1"), AIMessage(AI_TURN, id="a1")]}, None),  # type: ignore[arg-type]
 }
 

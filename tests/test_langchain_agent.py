@@ -183,33 +183,36 @@ _NOTICE = HumanMessage("Background task t_42 finished.", id="n", additional_kwar
 _CALL_X = _call("get_time", {}, "x").model_copy(update={"id": "x"})
 
 
-@pytest.mark.parametrize(("messages", "stored", "expected"), [
-    ([], set(), []),
-    ([SystemMessage("s", id="0")], set(), []),
-    ([HumanMessage("a", id="1"), AIMessage("b", id="2")], set(), ["1", "2"]),
+_RESULT_X = ToolMessage("t", tool_call_id="x", id="5")
+
+
+# mid: after a model call (the reply waits: the hooks of middleware listed before may still change it);
+# final: at the end of the run
+@pytest.mark.parametrize(("messages", "stored", "mid", "final"), [
+    ([], set(), [], []),
+    ([SystemMessage("s", id="0")], set(), [], []),
+    ([HumanMessage("a", id="1"), AIMessage("b", id="2")], set(), ["1"], ["1", "2"]),
     ([HumanMessage("a", id="1"), AIMessage("b", id="2"), HumanMessage("c", id="3"),
-      AIMessage("d", id="4")], {"1", "2"}, ["3", "4"]),
-    ([HumanMessage("c", id="3"), AIMessage("d", id="4"), ToolMessage("t", tool_call_id="x", id="5")],
-     {"3", "4"}, ["5"]),
-    ([HumanMessage("c", id="3"), SystemMessage("s", id="9"), AIMessage("d", id="4")], set(), ["3", "4"]),
+      AIMessage("d", id="4")], {"1", "2"}, ["3"], ["3", "4"]),
+    ([HumanMessage("c", id="3"), AIMessage("d", id="4"), _RESULT_X], {"3", "4"}, [], ["5"]),
+    ([HumanMessage("c", id="3"), SystemMessage("s", id="9"), AIMessage("d", id="4")], set(), ["3"], ["3", "4"]),
+    # an earlier reply, its call answered, is recorded at the next model call
+    ([HumanMessage("c", id="3"), _CALL_X, _RESULT_X, AIMessage("d", id="4")], {"3"}, ["x", "5"], ["x", "5", "4"]),
     # a summary written by SummarizationMiddleware is not a user turn and is never recorded: the
     # turn is still the user's message on, or, once that was summarized away, what follows the summary
-    ([HumanMessage("c", id="3"), _SUMMARY, AIMessage("d", id="4")], {"3"}, ["4"]),
-    ([_SUMMARY, AIMessage("d", id="4"), ToolMessage("t", tool_call_id="x", id="5")], {"4"}, ["5"]),
+    ([HumanMessage("c", id="3"), _SUMMARY, AIMessage("d", id="4")], {"3"}, [], ["4"]),
+    ([_SUMMARY, AIMessage("d", id="4"), _RESULT_X], {"4"}, [], ["5"]),
     # another message the harness added (lc_source) is recorded, but the user's message starts the turn
-    ([HumanMessage("c", id="3"), _NOTICE, AIMessage("d", id="4")], set(), ["3", "n", "4"]),
-    ([_NOTICE, AIMessage("d", id="4")], set(), ["n", "4"]),
-    # a tool call waits for its result (a reviewer may still replace it): the turn is recorded up to it
-    ([HumanMessage("c", id="3"), _CALL_X], set(), ["3"]),
-    ([HumanMessage("c", id="3"), _CALL_X, _NOTICE], {"3"}, []),
+    ([HumanMessage("c", id="3"), _NOTICE, AIMessage("d", id="4")], set(), ["3", "n"], ["3", "n", "4"]),
+    ([_NOTICE, AIMessage("d", id="4")], set(), ["n"], ["n", "4"]),
+    # a tool call waits for its result (a reviewer may still replace it): the turn is recorded up to
+    # it; at the end of the run, a call that got no result is recorded as the state keeps it
+    ([HumanMessage("c", id="3"), _CALL_X], set(), ["3"], ["3", "x"]),
+    ([HumanMessage("c", id="3"), _CALL_X, _NOTICE], {"3"}, [], ["x", "n"]),
 ])
-def test_turn_to_record_table(messages: list[Any], stored: set[str], expected: list[str]) -> None:
-    assert [m.id for m in turn_to_record(messages, stored)] == expected
-
-
-def test_turn_to_record_at_the_end_of_a_run_keeps_a_call_that_got_no_result() -> None:
-    messages = [HumanMessage("c", id="3"), _CALL_X, _NOTICE]
-    assert [m.id for m in turn_to_record(messages, set(), final=True)] == ["3", "x", "n"]
+def test_turn_to_record_table(messages: list[Any], stored: set[str], mid: list[str], final: list[str]) -> None:
+    assert [m.id for m in turn_to_record(messages, stored)] == mid
+    assert [m.id for m in turn_to_record(messages, stored, final=True)] == final
 
 
 @tool

@@ -1,0 +1,44 @@
+"""TieredMemoryMiddleware among other middleware: what the session holds is what the agent's hooks left.
+
+LangChain runs ``after_model`` hooks in the reverse of the listed order, so a middleware listed
+before the memory (``PIIMiddleware(apply_to_output=True)``, a guardrail) edits or refuses the
+model's reply *after* the memory's own ``after_model`` has seen it.
+"""
+
+from __future__ import annotations
+
+import pytest
+from langchain.agents import create_agent
+from langchain.agents.middleware import PIIMiddleware
+from langchain.agents.middleware.pii import PIIDetectionError
+from langchain_core.messages import AIMessage, HumanMessage
+
+from langchain_tiered_memory import TieredMemoryMiddleware
+from langchain_tiered_memory.testing import ScriptedToolModel
+from tiered_memory import TieredMemory
+
+_CTX = {"user_id": "u", "session_id": "s"}
+
+
+def _stored(memory: TieredMemory) -> list[tuple[str, str]]:
+    return [(m.role, m.content) for m in memory.get_messages("s", user_id="u")]
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+async def test_a_reply_a_middleware_listed_before_redacts_is_stored_redacted(memory: TieredMemory, run: str) -> None:
+    model = ScriptedToolModel(responses=[AIMessage("Write to bob@example.com.")])
+    agent = create_agent(model, [], middleware=[
+        PIIMiddleware("email", strategy="redact", apply_to_output=True), TieredMemoryMiddleware(memory)])
+    given = {"messages": [HumanMessage("Whom do I write to?")]}
+    out = agent.invoke(given, context=_CTX) if run == "invoke" else await agent.ainvoke(given, context=_CTX)
+    assert out["messages"][-1].text == "Write to [REDACTED_EMAIL]."
+    assert _stored(memory) == [("user", "Whom do I write to?"), ("assistant", "Write to [REDACTED_EMAIL].")]
+
+
+def test_a_reply_a_middleware_listed_before_refuses_is_not_stored(memory: TieredMemory) -> None:
+    model = ScriptedToolModel(responses=[AIMessage("Write to bob@example.com.")])
+    agent = create_agent(model, [], middleware=[
+        PIIMiddleware("email", strategy="block", apply_to_output=True), TieredMemoryMiddleware(memory)])
+    with pytest.raises(PIIDetectionError):
+        agent.invoke({"messages": [HumanMessage("Whom do I write to?")]}, context=_CTX)
+    assert _stored(memory) == [("user", "Whom do I write to?")]  # the user's words, not the refused reply
