@@ -24,14 +24,20 @@ def _stored(memory: TieredMemory) -> list[tuple[str, str]]:
     return [(m.role, m.content) for m in memory.get_messages("s", user_id="u")]
 
 
-@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("run", ["invoke", "ainvoke", "stream", "astream"])
 async def test_a_reply_a_middleware_listed_before_redacts_is_stored_redacted(memory: TieredMemory, run: str) -> None:
     model = ScriptedToolModel(responses=[AIMessage("Write to bob@example.com.")])
     agent = create_agent(model, [], middleware=[
         PIIMiddleware("email", strategy="redact", apply_to_output=True), TieredMemoryMiddleware(memory)])
     given = {"messages": [HumanMessage("Whom do I write to?")]}
-    out = agent.invoke(given, context=_CTX) if run == "invoke" else await agent.ainvoke(given, context=_CTX)
-    assert out["messages"][-1].text == "Write to [REDACTED_EMAIL]."
+    if run == "invoke":
+        agent.invoke(given, context=_CTX)
+    elif run == "ainvoke":
+        await agent.ainvoke(given, context=_CTX)
+    elif run == "stream":
+        list(agent.stream(given, context=_CTX, stream_mode="messages"))
+    else:
+        [chunk async for chunk in agent.astream(given, context=_CTX, stream_mode="messages")]
     assert _stored(memory) == [("user", "Whom do I write to?"), ("assistant", "Write to [REDACTED_EMAIL].")]
 
 
