@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 from langchain_classic.base_memory import BaseMemory
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from pydantic import ConfigDict, field_validator
+from pydantic import ConfigDict, field_validator, model_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
 from tiered_memory.aio import call_in_thread
@@ -83,6 +83,20 @@ def chain_values(values: Any, what: str, example: str) -> dict[str, Any]:
     return dict(values)
 
 
+# options of LangChain's other classic memories (window, token buffer, summary), and what stands in
+# for each here: refused with that, so an app swapping one of them in learns what bounds the context
+_CLASSIC_OPTIONS = {
+    "k": "the recent turns are the session's token-bounded buffer (MemoryConfig.buffer), older turns are "
+         "recalled rather than dropped, and max_tokens bounds the whole context",
+    "max_token_limit": "max_tokens bounds the whole context (recalled memory and recent turns; "
+                       "MemoryConfig.buffer the recent turns)",
+    "llm": "older turns are recalled, not summarised into the prompt; pass TieredMemory(llm=...) to have "
+           "episodes and facts written at end_session",
+    "chat_memory": "this memory is always its own session of `memory` (user_id, session_id), whose "
+                   "TieredChatMessageHistory is its chat_memory",
+}
+
+
 class TieredConversationMemory(BaseMemory):
     """Classic chain memory backed by :class:`~tiered_memory.TieredMemory`.
 
@@ -104,7 +118,9 @@ class TieredConversationMemory(BaseMemory):
     A key that is missing or ambiguous, inputs or outputs that are no mapping, or a turn that is
     ``None``, raise :class:`~tiered_memory.errors.InvalidInputError` (a ``ValueError``, as in the
     classic memories) and nothing is stored. A bad or unknown constructor argument is refused with
-    :class:`~tiered_memory.errors.InvalidArgumentsError`, which is pydantic's ``ValidationError`` too.
+    :class:`~tiered_memory.errors.InvalidArgumentsError`, which is pydantic's ``ValidationError`` too;
+    one of the window, token-buffer or summary memories (``k``, ``max_token_limit``, ``llm``,
+    ``chat_memory``) with what stands in for it here.
 
     Example:
         >>> chain = ConversationChain(llm=model, memory=TieredConversationMemory(  # doctest: +SKIP
@@ -112,8 +128,8 @@ class TieredConversationMemory(BaseMemory):
         >>> chain.invoke({"input": "Where do I live?"})  # doctest: +SKIP
     """
 
-    # a misspelt option (``retrun_messages=``) or ``chat_memory=`` (which the classic memories
-    # take, but this one is always its own session) is refused, not silently ignored
+    # a misspelt option (``retrun_messages=``) is refused, not silently ignored; the other classic
+    # memories' options (``k=``, ``chat_memory=``, ...) with what stands in for them (_CLASSIC_OPTIONS)
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
 
     memory: TieredMemory
@@ -130,6 +146,15 @@ class TieredConversationMemory(BaseMemory):
     def __init__(self, **data: Any) -> None:
         with typed_arguments(type(self).__name__):
             super().__init__(**data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_classic_options(cls, data: Any) -> Any:
+        given = [name for name in _CLASSIC_OPTIONS if isinstance(data, Mapping) and name in data]
+        if given:
+            raise InvalidInputError("; ".join(f"{name}= (of LangChain's classic memories) has no use here: "
+                                              f"{_CLASSIC_OPTIONS[name]}" for name in given))
+        return data
 
     @field_validator("user_id", "session_id")
     @classmethod

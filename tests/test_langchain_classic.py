@@ -13,6 +13,7 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, Prom
 from langchain_tiered_memory import TieredChatMessageHistory, TieredConversationMemory
 from lc_support import PromptRecorder
 from tiered_memory import InvalidInputError, TieredMemory
+from tiered_memory.errors import InvalidArgumentsError
 
 # ConversationChain and LLMChain are deprecated by LangChain; this module is the bridge for
 # apps that still use them, so constructing them must not fail the suite.
@@ -151,6 +152,21 @@ def test_unknown_arguments_are_refused_not_silently_ignored(memory: TieredMemory
     with pytest.raises(ValueError, match="chat_memory"):
         TieredConversationMemory(memory=memory, user_id="u", session_id="s",
                                  chat_memory=InMemoryChatMessageHistory())
+
+
+@pytest.mark.parametrize(("option", "instead"), [
+    ("k", "max_tokens"),  # ConversationBufferWindowMemory
+    ("max_token_limit", "max_tokens"),  # ConversationTokenBufferMemory, ConversationSummaryBufferMemory
+    ("llm", r"TieredMemory\(llm="),  # the summary memories
+    ("chat_memory", "its own session"),
+])
+def test_an_option_of_the_window_or_summary_memories_is_refused_saying_what_stands_in_for_it(
+    memory: TieredMemory, option: str, instead: str,
+) -> None:
+    # an app swapping ConversationBufferWindowMemory(k=5, ...) for this one is told what bounds the
+    # context here, not only that k is unknown
+    with pytest.raises(InvalidArgumentsError, match=f"{option}=.*{instead}"):
+        TieredConversationMemory(memory=memory, user_id="u", session_id="s", **{option: 5})
 
 
 @pytest.mark.parametrize(("kwargs", "inputs", "outputs", "match"), [
