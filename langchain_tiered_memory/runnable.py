@@ -15,7 +15,10 @@ records the turn (input and output, one bulk write) when the chain has answered:
 The variable (``history_messages_key``, default ``"history"``, for a
 ``MessagesPlaceholder``) holds the renderer's quoted memory text as one
 ``SystemMessage`` (the only system text memory ever produces), then the session's
-recent turns as messages. ``user_id`` and ``session_id`` come from
+recent turns as messages. A chat model wrapped directly (``with_tiered_memory(model, memory)``, as
+``RunnableWithMessageHistory(model, get_session_history)`` wraps one) takes messages, not variables:
+then, as with ``history_messages_key=None``, that context goes before the turn's messages, one list.
+``user_id`` and ``session_id`` come from
 ``config["configurable"]``, as with :func:`~.history.history_factory_config`.
 The turn is recorded only when the chain succeeds; a failed call stores nothing.
 
@@ -26,10 +29,12 @@ streaming yields the chain's chunks unchanged and records their sum at the end.
 
 from __future__ import annotations
 
+import enum
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
+from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, message_chunk_to_message
-from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, ensure_config
 from langchain_core.runnables.utils import ConfigurableFieldSpec
 
 from tiered_memory import TieredMemory
@@ -98,14 +103,34 @@ def output_messages(value: Any, key: str | None) -> list[BaseMessage]:
         f"{type(value).__name__ if given else 'an empty list'}; end the chain with the model, or a StrOutputParser")
 
 
-def chain_input(value: Any, key: str, history_key: str, history: list[BaseMessage]) -> dict[str, Any]:
-    """The chain's input: the caller's values (never mutated) plus the context under ``history_key``."""
+def chain_input(value: Any, key: str, history_key: str | None, history: list[BaseMessage],
+                turn: list[BaseMessage]) -> Any:
+    """The chain's input (pure; the caller's values are never mutated): the caller's values plus the
+    context under ``history_key``; with no ``history_key``, the context followed by the turn's messages
+    (``turn``), as one list under ``key`` of a dict input, else as the input itself, as
+    ``RunnableWithMessageHistory`` builds it without a ``history_messages_key``."""
+    if history_key is None:
+        messages = [*history, *turn]
+        return {**value, key: messages} if isinstance(value, Mapping) else messages
     given = dict(value) if isinstance(value, Mapping) else {key: value}
     if history_key in given:
         raise InvalidInputError(
             f"the chain input already has {history_key!r}, which the memory fills; "
             "rename it, or pick another history_messages_key")
     return {**given, history_key: history}
+
+
+def is_chat_model(runnable: Runnable[Any, Any]) -> bool:
+    """Whether ``runnable`` is a chat model (bound, configured or retried, as ``bind_tools`` and
+    ``with_retry`` wrap one), which takes messages, never a dict of prompt variables. (A completion
+    model is not one: it would render the replayed turns as raw ``Human:`` lines of one string.)"""
+    while isinstance(runnable, RunnableBinding):
+        runnable = runnable.bound
+    return isinstance(runnable, BaseChatModel)
+
+
+class _Default(enum.Enum):
+    HISTORY_KEY = "history"  # or None for a chat model wrapped directly
 
 
 def _add(total: Any, chunk: Any) -> Any:
@@ -127,7 +152,10 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
             ``input_messages_key``.
         memory: the shared :class:`~tiered_memory.TieredMemory`.
         input_messages_key: the input key of the user's message (for dict inputs).
-        history_messages_key: the prompt variable to fill with the context.
+        history_messages_key: the prompt variable to fill with the context (default ``"history"``).
+            ``None``, the default for a chat model wrapped directly, as in
+            ``RunnableWithMessageHistory``: the context goes before the turn's messages, one list
+            handed to the runnable (or under ``input_messages_key`` of a dict input).
         output_messages_key: the output key of the answer, for chains returning dicts (default:
             the only key, else ``"output"``, as in ``RunnableWithMessageHistory``).
         max_tokens: token budget of the assembled context; default ``MemoryConfig.budget``.
@@ -141,11 +169,19 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
 
     def __init__(
         self, runnable: Runnable[Any, Any], memory: TieredMemory, *, input_messages_key: str = "input",
-        history_messages_key: str = "history", output_messages_key: str | None = None,
+        history_messages_key: str | None | _Default = _Default.HISTORY_KEY, output_messages_key: str | None = None,
         max_tokens: int | None = None, include_items: bool = False,
     ) -> None:
         if not isinstance(runnable, Runnable):
             raise InvalidInputError(f"runnable must be a LangChain Runnable, got {type(runnable).__name__}")
+        model = is_chat_model(runnable)
+        if isinstance(history_messages_key, _Default):
+            history_messages_key = None if model else history_messages_key.value
+        elif model and history_messages_key is not None:
+            raise InvalidInputError(
+                f"a chat model takes messages, not a dict with {history_messages_key!r}: pass "
+                "history_messages_key=None (the memory and the recent turns then go before the input's "
+                "messages), or put a prompt with that variable before the model")
         if input_messages_key == history_messages_key:
             raise InvalidInputError("input_messages_key and history_messages_key must differ")
         self.runnable = runnable
@@ -184,7 +220,7 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         else:  # nothing to recall for (an image, an empty message): the recent turns only
             history = from_stored_many(self.memory.get_buffer(scope[1], user_id=scope[0]),
                                        before_new_turn=True)
-        return chain_input(value, self.input_messages_key, self.history_messages_key, history), turn, scope
+        return chain_input(value, self.input_messages_key, self.history_messages_key, history, turn), turn, scope
 
     def _record(self, turn: list[BaseMessage], output: Any, scope: tuple[str, str]) -> None:
         answer = output_messages(output, self.output_messages_key)
@@ -231,7 +267,7 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
 
 def with_tiered_memory(
     runnable: Runnable[Any, Any], memory: TieredMemory, *, input_messages_key: str = "input",
-    history_messages_key: str = "history", output_messages_key: str | None = None,
+    history_messages_key: str | None | _Default = _Default.HISTORY_KEY, output_messages_key: str | None = None,
     max_tokens: int | None = None, include_items: bool = False,
 ) -> TieredMemoryRunnable:
     """Wrap ``runnable`` so each call recalls for its own input and records its turn.

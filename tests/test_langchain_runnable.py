@@ -253,3 +253,50 @@ def test_a_replayed_turn_does_not_make_chat_openai_drop_the_memory_before_it(mem
     assert "previous_response_id" not in second
     sent = json.dumps(second["input"])
     assert "You are a helpful assistant." in sent and "Porto" in sent and "Hello!" in sent
+
+
+# ---- a runnable that takes messages, as RunnableWithMessageHistory without a history_messages_key ----
+@pytest.mark.parametrize("entry", ["invoke", "stream", "ainvoke"])
+async def test_a_chat_model_wrapped_directly_gets_the_memory_before_the_input_messages(memory: TieredMemory,
+                                                                                       entry: str) -> None:
+    # RunnableWithMessageHistory(model, get_session_history) hands the model its history and the input
+    # messages as one list (LangChain's chatbot tutorial); with_tiered_memory(model, memory) handed it
+    # a dict, which a chat model refuses
+    _seed(memory)
+    rec = PromptRecorder()
+    chain = with_tiered_memory(_model(rec, "Hi Ana.", "In Porto."), memory)
+    cfg = _cfg("ana", "s")
+    for given in ([HumanMessage("Hi! I'm Ana.")], "Where do I live?"):
+        if entry == "invoke":
+            out = chain.invoke(given, cfg)
+        elif entry == "stream":
+            chunks = list(chain.stream(given, cfg))
+            out = chunks[0]
+            for c in chunks[1:]:
+                out = out + c
+        else:
+            out = await chain.ainvoke(given, cfg)
+        assert isinstance(out, AIMessage)
+    prompt = rec.last
+    assert isinstance(prompt[0], SystemMessage) and "I moved to Porto" in prompt[0].text  # the quoted memory
+    assert [(m.type, m.text) for m in prompt[1:]] == [
+        ("human", "Hi! I'm Ana."), ("ai", "Hi Ana."), ("human", "Where do I live?")]
+    assert [(m.role, m.content) for m in memory.get_messages("s", user_id="ana")] == [
+        ("user", "Hi! I'm Ana."), ("assistant", "Hi Ana."), ("user", "Where do I live?"), ("assistant", "In Porto.")]
+
+
+def test_without_a_history_key_the_messages_go_under_the_input_key_of_a_dict(memory: TieredMemory) -> None:
+    # RunnableWithMessageHistory(runnable, ..., input_messages_key="messages"), no history_messages_key
+    chain = with_tiered_memory(RunnableLambda(lambda d: "you said: " + " | ".join(
+        m.text for m in d["messages"] if isinstance(m, HumanMessage)) + f" ({d['lang']})"), memory,
+        input_messages_key="messages", history_messages_key=None)
+    cfg = _cfg("u", "s")
+    given = {"messages": [HumanMessage("hello")], "lang": "en"}
+    assert chain.invoke(given, cfg) == "you said: hello (en)"
+    assert chain.invoke({"messages": [HumanMessage("good bye")], "lang": "en"}, cfg) == "you said: hello | good bye (en)"
+    assert given == {"messages": [HumanMessage("hello")], "lang": "en"}  # the caller's input is not mutated
+
+
+def test_a_history_key_a_chat_model_cannot_take_is_refused_when_the_chain_is_built(memory: TieredMemory) -> None:
+    with pytest.raises(InvalidInputError, match="history_messages_key=None"):
+        with_tiered_memory(FakeListChatModel(responses=["x"]), memory, history_messages_key="history")
