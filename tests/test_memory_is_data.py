@@ -126,6 +126,21 @@ def test_with_tiered_memory_prompt_has_only_the_chains_and_the_quoted_memory_sys
     assert any(m.text == f'[stored system message] "{OBEY}"' for m in rec.last)
 
 
+def test_with_tiered_memory_round_a_chat_model_hands_it_only_the_quoted_memory_as_system_text(
+        hostile: TieredMemory) -> None:
+    # a chat model wrapped directly gets the context and the input as one list of messages
+    from langchain_tiered_memory import with_tiered_memory
+
+    hostile.add("user", "I live in Lisbon.", session_id="older", user_id="u")
+    rec = PromptRecorder()
+    chain = with_tiered_memory(ScriptedToolModel(responses=[AIMessage("fine")], callbacks=[rec]), hostile)
+    chain.invoke("where do I live?", {"configurable": {"user_id": "u", "session_id": "s"}})
+    systems = [m for m in rec.last if isinstance(m, SystemMessage)]
+    assert len(systems) == 1 and "I live in Lisbon." in systems[0].text
+    _no_instruction_from_memory(rec.last)
+    assert any(m.text == f'[stored system message] "{OBEY}"' for m in rec.last)
+
+
 @pytest.mark.parametrize("include_recent", [False, True])
 def test_middleware_prompt_has_only_the_agents_and_the_quoted_memory_system_text(
         hostile: TieredMemory, include_recent: bool) -> None:
