@@ -29,7 +29,7 @@ from tiered_memory import TieredMemory
 from tiered_memory.aio import call_in_thread
 from tiered_memory.types import StoredMessage
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.validation import check_count, check_id
+from tiered_memory.validation import check_count, check_flag, check_id
 
 from .messages import from_stored_many, to_core_many, unchained
 
@@ -82,9 +82,9 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         self.memory = check_memory(memory)
         self.session_id = check_id(session_id, "session_id")
         self.user_id = check_id(user_id, "user_id")
-        self.include_memory = include_memory
+        self.include_memory = check_flag(include_memory, "include_memory")
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
-        self.hold_reads = hold_reads
+        self.hold_reads = check_flag(hold_reads, "hold_reads")
         self._held: list[BaseMessage] | None = None
         self._guard = threading.Lock()
         self._writes = 0  # writes begun and ended: a read that spans one is not held
@@ -197,6 +197,7 @@ def history_factory(
 
     check_memory(memory)
     check_count(max_tokens, "max_tokens", minimum=1, optional=True)
+    include_memory = check_flag(include_memory, "include_memory")
 
     def get_session_history(user_id: str, session_id: str) -> TieredChatMessageHistory:
         return TieredChatMessageHistory(memory, user_id=user_id, session_id=session_id,

@@ -47,7 +47,7 @@ from typing_extensions import NotRequired
 from tiered_memory import TieredMemory
 from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import ConfigurationError
-from tiered_memory.validation import check_count, check_id, check_optional_id
+from tiered_memory.validation import check_count, check_flag, check_id, check_optional_id
 
 from .history import check_memory
 from .messages import from_stored_many, lc_id, to_core_many
@@ -236,9 +236,9 @@ class TieredMemoryMiddleware(AgentMiddleware):
         self.user_id = check_optional_id(user_id, "user_id")
         self.session_id = check_optional_id(session_id, "session_id")
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
-        self.include_recent = include_recent
-        self.record = record
-        self.include_items = include_items
+        self.include_recent = check_flag(include_recent, "include_recent")
+        self.record = check_flag(record, "record")
+        self.include_items = check_flag(include_items, "include_items")
 
     # ---- whose memory -----------------------------------------------------
     def ids(self, runtime: Runtime[Any] | None) -> tuple[str, str]:

@@ -40,7 +40,7 @@ from langchain_core.runnables.utils import ConfigurableFieldSpec
 from tiered_memory import TieredMemory
 from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.validation import check_count, check_id
+from tiered_memory.validation import check_count, check_flag, check_id
 
 from .history import check_memory, history_factory_config
 from .messages import from_stored_many, to_core_many
@@ -190,7 +190,7 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         self.history_messages_key = history_messages_key
         self.output_messages_key = output_messages_key
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
-        self.include_items = include_items
+        self.include_items = check_flag(include_items, "include_items")
 
     @property
     def config_specs(self) -> list[ConfigurableFieldSpec]:

@@ -10,7 +10,7 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp,
 
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.layers.items import check_ttl
-from tiered_memory.validation import encodable, encode_json
+from tiered_memory.validation import check_flag, encodable, encode_json
 
 __all__ = ["ItemValueError", "NamespaceLabelError", "check_item_namespace", "check_labels", "check_op", "check_paths",
            "check_put_namespace", "check_ttl_config"]
@@ -125,10 +125,12 @@ def check_op(op: Op) -> None:
             raise InvalidInputError(f"max_depth must be an int >= 1 (or None for full depth), got {depth!r}")
         _count(op.limit, "limit")
         _count(op.offset, "offset")
+    if isinstance(op, (GetOp, SearchOp)):  # BaseStore's get and search resolve None to the TTLConfig's
+        check_flag(op.refresh_ttl, "refresh_ttl")
 
 
 def check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
-    """LangGraph's ``TTLConfig``, with its numbers checked."""
+    """LangGraph's ``TTLConfig``, with its numbers and its flags (``refresh_on_read``, ``omit_expired``) checked."""
     if ttl is None:
         return None
     if not isinstance(ttl, dict):
@@ -138,4 +140,7 @@ def check_ttl_config(ttl: TTLConfig | None) -> TTLConfig | None:
         raise InvalidInputError(f"unknown TTLConfig keys {sorted(unknown)}")
     check_ttl(ttl.get("default_ttl"), "TTLConfig default_ttl")
     check_ttl(ttl.get("sweep_interval_minutes"), "TTLConfig sweep_interval_minutes")
+    for flag in ("refresh_on_read", "omit_expired"):
+        if flag in ttl:
+            check_flag(ttl[flag], f"TTLConfig {flag}")
     return ttl

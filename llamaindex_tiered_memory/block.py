@@ -43,7 +43,7 @@ from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, UsageError, typed_arguments
 from tiered_memory.tokens import heuristic_count, offline_encoding
-from tiered_memory.validation import check_id, check_optional_id
+from tiered_memory.validation import check_flag, check_id, check_optional_id
 
 from .reopen import MemoryAddress, address_of, memory_at
 from .messages import (REPAIRED_KEY, build_query, check_messages, message_text, shown_already, storable_text,
@@ -246,7 +246,7 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         Messages with no text to store (``[]``, images, tool calls) are a no-op, as with
         LlamaIndex's own blocks, and need no session."""
         messages = check_messages(messages)
-        if not from_short_term_memory:
+        if not check_flag(from_short_term_memory, "from_short_term_memory"):
             await self.arecord(messages, session_id=session_id)
             return
         check_optional_id(session_id, "session_id")

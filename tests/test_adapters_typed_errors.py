@@ -15,14 +15,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.runnables import RunnableLambda
+from langgraph.store.base import GetOp
 from llama_index.core.llms import ChatMessage
 from pydantic import ValidationError
 
 from langchain_tiered_memory import (TieredChatMessageHistory, TieredConversationMemory, TieredMemoryMiddleware,
-                                     TieredMemoryRetriever, TieredMemoryStore, from_stored, with_tiered_memory)
+                                     TieredMemoryRetriever, TieredMemoryStore, from_stored, history_factory,
+                                     with_tiered_memory)
 from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, offline_tokenizer
 from tiered_memory import InvalidArgumentsError, InvalidInputError, TieredMemory, TieredMemoryError
 
@@ -203,3 +206,77 @@ def test_a_namespace_langgraph_refuses_to_put_is_its_error_and_ours(memory: Tier
             put()
         assert isinstance(caught.value, InvalidInputError)
     assert store.list_namespaces() == []
+
+
+# ---- flags: True or False (numpy's too), never any truthy value ------------------------------
+# (what, the call given the flag, the option named, whether None is the option's "not given")
+FLAG_OPTIONS: list[tuple[str, Callable[[TieredMemory, Any], Any], str, bool]] = [
+    ("history include_memory", lambda m, v: TieredChatMessageHistory(m, "s", user_id="u", include_memory=v),
+     "include_memory", False),
+    ("history hold_reads", lambda m, v: TieredChatMessageHistory(m, "s", user_id="u", hold_reads=v), "hold_reads", False),
+    ("history_factory include_memory", lambda m, v: history_factory(m, include_memory=v), "include_memory", False),
+    ("middleware include_recent", lambda m, v: TieredMemoryMiddleware(m, include_recent=v), "include_recent", False),
+    ("middleware record", lambda m, v: TieredMemoryMiddleware(m, record=v), "record", False),
+    ("middleware include_items", lambda m, v: TieredMemoryMiddleware(m, include_items=v), "include_items", False),
+    ("runnable include_items", lambda m, v: with_tiered_memory(RunnableLambda(lambda _: "answer"), m, include_items=v),
+     "include_items", False),
+    ("store TTLConfig refresh_on_read", lambda m, v: TieredMemoryStore(m, ttl={"default_ttl": 5, "refresh_on_read": v}),
+     "refresh_on_read", False),
+    ("store TTLConfig omit_expired", lambda m, v: TieredMemoryStore(m, ttl={"default_ttl": 5, "omit_expired": v}),
+     "omit_expired", False),
+    ("store get refresh_ttl", lambda m, v: TieredMemoryStore(m).get(("u",), "k", refresh_ttl=v), "refresh_ttl", True),
+    ("store search refresh_ttl", lambda m, v: TieredMemoryStore(m).search(("u",), refresh_ttl=v), "refresh_ttl", True),
+    ("store aget refresh_ttl", lambda m, v: asyncio.run(TieredMemoryStore(m).aget(("u",), "k", refresh_ttl=v)),
+     "refresh_ttl", True),
+    ("store asearch refresh_ttl", lambda m, v: asyncio.run(TieredMemoryStore(m).asearch(("u",), refresh_ttl=v)),
+     "refresh_ttl", True),
+    ("store batch GetOp refresh_ttl", lambda m, v: TieredMemoryStore(m).batch([GetOp(("u",), "k", refresh_ttl=v)]),
+     "refresh_ttl", False),
+    ("block aput from_short_term_memory", lambda m, v: asyncio.run(TieredMemoryBlock(memory=m, user_id="u").aput(
+        [ChatMessage(role="user", content="I live in Lisbon")], from_short_term_memory=v, session_id="s")),
+     "from_short_term_memory", False),
+]
+# "no" and "False" are truthy: they meant yes. 0 and 1 are refused as the core refuses them
+# (MemoryConfig, include_items): an int where a flag goes is likelier a count given to the wrong keyword
+NOT_FLAGS = ["no", "False", "", 0.5, [True], 1, 0]
+
+
+@pytest.mark.parametrize("call, option, optional", [f[1:] for f in FLAG_OPTIONS], ids=[f[0] for f in FLAG_OPTIONS])
+def test_a_flag_that_is_no_bool_is_a_typed_error_naming_it_and_nothing_is_stored(
+        memory: TieredMemory, call: Callable[[TieredMemory, Any], Any], option: str, optional: bool) -> None:
+    for value in NOT_FLAGS + ([] if optional else [None]):
+        with pytest.raises(InvalidInputError, match=option):
+            call(memory, value)
+    assert memory.get_messages("s", user_id="u") == []  # the block's refused put stored nothing
+    for value in (True, False, np.True_, np.False_) + ((None,) if optional else ()):
+        call(memory, value)
+
+
+def test_a_flag_is_kept_as_a_python_bool(memory: TieredMemory) -> None:
+    history = TieredChatMessageHistory(memory, "s", user_id="u", include_memory=np.True_, hold_reads=np.False_)
+    middleware = TieredMemoryMiddleware(memory, include_recent=np.True_, record=np.False_, include_items=np.True_)
+    runnable = with_tiered_memory(RunnableLambda(lambda _: "answer"), memory, include_items=np.True_)
+    kept = [history.include_memory, history.hold_reads, middleware.include_recent, middleware.record,
+            middleware.include_items, runnable.include_items]
+    assert kept == [True, False, True, False, True, True] and all(type(k) is bool for k in kept)
+
+
+def test_a_refused_refresh_ttl_restarts_no_clock(make_memory: Callable[..., TieredMemory]) -> None:
+    # refresh_ttl="no" was truthy: a store configured not to refresh on read restarted the item's TTL
+    class Clock:
+        t = 1_800_000_000.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    clock = Clock()
+    store = TieredMemoryStore(make_memory(clock=clock), ttl={"default_ttl": 10, "refresh_on_read": False})
+    store.put(("u1",), "k", {"a": 1})
+    clock.t += 6 * 60
+    for read in (lambda: store.get(("u1",), "k", refresh_ttl="no"),
+                 lambda: store.search(("u1",), refresh_ttl="no"),
+                 lambda: asyncio.run(store.aget(("u1",), "k", refresh_ttl="no"))):
+        with pytest.raises(InvalidInputError, match="refresh_ttl"):
+            read()
+    clock.t += 6 * 60  # 12 minutes after the put: no refused read restarted its clock
+    assert store.get(("u1",), "k") is None

@@ -12,6 +12,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .errors import ContentTooLargeError, InvalidInputError
 from .json_values import MAX_JSON_DEPTH as MAX_JSON_DEPTH, encode_json as encode_json
 from .types import ROLES, Message
@@ -246,11 +248,13 @@ def check_message_id(value: object) -> str:
 
 
 def check_flag(value: object, name: str) -> bool:
-    """``value`` if it is ``True`` or ``False``: a string such as ``"no"`` is truthy, and
-    would silently mean yes."""
-    if not isinstance(value, bool):
+    """``value`` as a ``bool`` if it is ``True`` or ``False`` (numpy's too): a string such as
+    ``"no"`` is truthy, and would silently mean yes. ``0`` and ``1`` are refused, as
+    ``MemoryConfig`` refuses them: an int where a flag goes is likelier a count given to the
+    wrong keyword (``include_recent=5``) than a yes or no."""
+    if not isinstance(value, (bool, np.bool_)):
         raise InvalidInputError(f"{name} must be True or False, got {value!r}")
-    return value
+    return bool(value)
 
 
 def check_count(value: object, name: str, *, minimum: int, optional: bool = False) -> int | None:
