@@ -32,7 +32,7 @@ from pydantic import ConfigDict, field_validator, model_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
 from tiered_memory.aio import call_in_thread
-from tiered_memory.errors import typed_arguments
+from tiered_memory.errors import TypedArgumentsModel
 from tiered_memory.quoting import quote
 from tiered_memory.validation import check_count, check_id
 
@@ -97,7 +97,7 @@ _CLASSIC_OPTIONS = {
 }
 
 
-class TieredConversationMemory(BaseMemory):
+class TieredConversationMemory(TypedArgumentsModel, BaseMemory):
     """Classic chain memory backed by :class:`~tiered_memory.TieredMemory`.
 
     Args:
@@ -142,10 +142,6 @@ class TieredConversationMemory(BaseMemory):
     human_prefix: str = "Human"
     ai_prefix: str = "AI"
     max_tokens: int | None = None
-
-    def __init__(self, **data: Any) -> None:
-        with typed_arguments(type(self).__name__):
-            super().__init__(**data)
 
     @model_validator(mode="before")
     @classmethod

@@ -11,7 +11,7 @@ from pydantic import ConfigDict, field_validator
 
 from tiered_memory import MemoryHit, TieredMemory
 from tiered_memory.aio import call_in_thread
-from tiered_memory.errors import InvalidInputError, typed_arguments
+from tiered_memory.errors import InvalidInputError, TypedArgumentsModel, typed_arguments
 from tiered_memory.quoting import defuse_tokens
 from tiered_memory.validation import check_count, check_id, check_optional_id, check_unit
 
@@ -137,7 +137,7 @@ def hit_to_document(hit: MemoryHit) -> Document:
     )
 
 
-class TieredMemoryRetriever(BaseRetriever):
+class TieredMemoryRetriever(TypedArgumentsModel, BaseRetriever):
     """Recall a user's memories as ``Document``\\ s, best first.
 
     Args:

@@ -41,7 +41,7 @@ from llama_index.core.utils import get_tokenizer
 from tiered_memory import MemoryContext, Section, TieredMemory
 from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
-from tiered_memory.errors import ConfigurationError, UsageError, typed_arguments
+from tiered_memory.errors import ConfigurationError, TypedArgumentsModel, UsageError
 from tiered_memory.tokens import heuristic_count, offline_encoding
 from tiered_memory.validation import check_flag, check_id, check_optional_id
 
@@ -114,7 +114,7 @@ def long_term_sections(context: MemoryContext, current_texts: set[str]) -> list[
 
 
 # ---- the block -------------------------------------------------------------
-class TieredMemoryBlock(BaseMemoryBlock[str]):
+class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
     """Long-term tiered memory for ``llama_index.core.memory.Memory``.
 
     Args:
@@ -177,10 +177,6 @@ class TieredMemoryBlock(BaseMemoryBlock[str]):
         description="The tokenizer_fn of the Memory the block is in (None: LlamaIndex's default).")
     _rendered: dict[str, list[Section]] = PrivateAttr(default_factory=dict)
     _recorded: set[str] = PrivateAttr(default_factory=set)  # sessions arecord stored turns of as put
-
-    def __init__(self, **data: Any) -> None:
-        with typed_arguments(type(self).__name__):
-            super().__init__(**data)
 
     @field_validator("user_id")
     @classmethod

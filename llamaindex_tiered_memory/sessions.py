@@ -14,7 +14,7 @@ from llama_index.core.memory import Memory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from tiered_memory.aio import run_sync, whole
-from tiered_memory.errors import ConfigurationError, InvalidInputError, typed_arguments
+from tiered_memory.errors import ConfigurationError, InvalidInputError, TypedArgumentsModel
 
 from .block import TieredMemoryBlock
 
@@ -23,7 +23,7 @@ def _tiered_blocks(memory: Memory) -> list[TieredMemoryBlock]:
     return [b for b in memory.memory_blocks if isinstance(b, TieredMemoryBlock)]
 
 
-class WriteThroughMemory(Memory):
+class WriteThroughMemory(TypedArgumentsModel, Memory):
     """A ``Memory`` that also stores every message in its :class:`TieredMemoryBlock` s
     as soon as it is put (not only when the short-term queue flushes).
 
@@ -40,10 +40,6 @@ class WriteThroughMemory(Memory):
         >>> chat = WriteThroughMemory.from_defaults(session_id="s1", memory_blocks=[block],
         ...                                         tokenizer_fn=offline_tokenizer())  # doctest: +SKIP
     """
-
-    def __init__(self, **data: Any) -> None:
-        with typed_arguments(type(self).__name__):
-            super().__init__(**data)
 
     @classmethod
     def class_name(cls) -> str:

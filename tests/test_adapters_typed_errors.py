@@ -13,6 +13,7 @@ a retriever's ``search_kwargs`` that is no mapping, and a store's bad options ar
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, Callable
 
 import numpy as np
@@ -75,6 +76,35 @@ def test_a_pydantic_adapter_refuses_a_bad_argument_with_both_typed_errors(
     assert isinstance(caught.value, InvalidArgumentsError)
     assert isinstance(caught.value, ValidationError)  # what LangChain and LlamaIndex code catches
     assert caught.value.errors(), "pydantic's details are there too"
+
+
+@pytest.mark.parametrize("make, arguments, field", [c[1:] for c in CONSTRUCTORS], ids=[c[0] for c in CONSTRUCTORS])
+def test_model_validate_refuses_a_bad_argument_with_the_constructors_typed_error(
+        memory: TieredMemory, make: Any, arguments: dict[str, Any], field: str) -> None:
+    # pydantic's own entry points raised its plain ValidationError, which except InvalidInputError missed
+    with pytest.raises(InvalidArgumentsError, match=field) as caught:
+        make.model_validate({"memory": memory, **arguments})
+    assert isinstance(caught.value, ValidationError) and caught.value.errors()
+    for validate in (make.model_validate_json, make.model_validate_strings):  # no memory in JSON or strings
+        text = json.dumps(arguments)
+        with pytest.raises(InvalidArgumentsError) as caught:
+            validate(text if validate == make.model_validate_json else json.loads(text))
+        assert isinstance(caught.value, ValidationError) and caught.value.errors()
+
+
+def test_model_validate_of_write_through_memory_is_the_typed_error_and_good_arguments_still_validate(
+        memory: TieredMemory) -> None:
+    block = TieredMemoryBlock(memory=memory, user_id="u")
+    with pytest.raises(InvalidArgumentsError, match="every_turn=True"):
+        WriteThroughMemory.model_validate({"session_id": "s", "memory_blocks": [block],
+                                           "tokenizer_fn": offline_tokenizer(), "token_limit": 3000})
+    assert TieredMemoryBlock.model_validate({"memory": memory, "user_id": "u", "max_tokens": 9}).max_tokens == 9
+    assert TieredMemoryRetriever.model_validate({"memory": memory, "user_id": "u", "k": 2}).k == 2
+    assert TieredConversationMemory.model_validate({"memory": memory, "user_id": "u", "session_id": "s"}).user_id == "u"
+    eager = TieredMemoryBlock(memory=memory, user_id="u", every_turn=True)
+    chat = WriteThroughMemory.model_validate({"session_id": "s", "memory_blocks": [eager],
+                                              "tokenizer_fn": offline_tokenizer(), "token_limit": 3000})
+    assert chat.memory_blocks == [eager]
 
 
 @pytest.mark.parametrize("make", [TieredConversationMemory, TieredMemoryRetriever, TieredMemoryBlock])

@@ -26,8 +26,9 @@ Every backend error is wrapped with ``raise ... from e`` so the cause is kept.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence, TypeVar
 
+from pydantic import BaseModel
 from pydantic_core import PydanticCustomError, ValidationError
 
 
@@ -49,10 +50,11 @@ class ContentTooLargeError(InvalidInputError):
 
 class InvalidArgumentsError(InvalidInputError, ValidationError):
     """An adapter that is a pydantic model, as its framework's classes are (the LangChain
-    retriever and classic memory, the LlamaIndex memory block), refused its constructor
-    arguments. It is pydantic's ``ValidationError`` as well, with the same ``errors()`` and
+    retriever and classic memory, the LlamaIndex memory block), refused its arguments (given to
+    its constructor or to pydantic's ``model_validate*``). It is pydantic's ``ValidationError`` as well, with the same ``errors()`` and
     message, so both ``except ValidationError`` (what LangChain and LlamaIndex code writes around
-    such a constructor) and ``except InvalidInputError`` catch it. Made by :func:`typed_arguments`."""
+    such a constructor) and ``except InvalidInputError`` catch it. Made by :func:`typed_arguments`,
+    on every path :class:`TypedArgumentsModel` validates by."""
 
 
 @contextlib.contextmanager
@@ -69,6 +71,38 @@ def typed_arguments(model: str) -> Iterator[None]:
     except InvalidInputError as e:  # its message names the value; pydantic's would show None
         raise _retyped(model, [{"type": "value_error", "loc": (), "input": None, "ctx": {"error": e}}],
                        hide_input=True) from e
+
+
+_Model = TypeVar("_Model", bound="TypedArgumentsModel")
+
+
+class TypedArgumentsModel(BaseModel):
+    """The first base of the adapters that are pydantic models (``class
+    TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str])``): each way pydantic validates
+    arguments into one refuses them with :class:`InvalidArgumentsError` (:func:`typed_arguments`),
+    the constructor and pydantic's own entry points alike, which raise pydantic's plain
+    ``ValidationError`` even when the model's ``__init__`` raised the typed one (pydantic calls
+    that ``__init__`` and wraps what it raises). ``model_copy(update=...)`` validates nothing, as
+    in pydantic."""
+
+    def __init__(self, /, **data: Any) -> None:
+        with typed_arguments(type(self).__name__):
+            super().__init__(**data)
+
+    @classmethod
+    def model_validate(cls: type[_Model], *args: Any, **kwargs: Any) -> _Model:
+        with typed_arguments(cls.__name__):
+            return super().model_validate(*args, **kwargs)
+
+    @classmethod
+    def model_validate_json(cls: type[_Model], *args: Any, **kwargs: Any) -> _Model:
+        with typed_arguments(cls.__name__):
+            return super().model_validate_json(*args, **kwargs)
+
+    @classmethod
+    def model_validate_strings(cls: type[_Model], *args: Any, **kwargs: Any) -> _Model:
+        with typed_arguments(cls.__name__):
+            return super().model_validate_strings(*args, **kwargs)
 
 
 def _retyped(title: str, details: Sequence[Mapping[str, Any]], *, hide_input: bool = False) -> InvalidArgumentsError:
