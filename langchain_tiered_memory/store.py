@@ -28,8 +28,10 @@ ids are matched exactly on every path: ``*`` is a plain character in a label, an
 position (``user_position`` or the template's ``{user_id}``), where it is matched
 literally, so a user called ``*`` never lists other users' namespaces. As in LangGraph, a
 label is a non-empty ``str`` without ``.`` or NUL, in every operation (those handed to
-``batch`` too: one bad label fails the whole batch with ``InvalidNamespaceError``, before
-anything runs); a user id with a ``.`` works as a key, with a callable.
+``batch`` too: one bad label fails the whole batch, before anything runs); a bad namespace is a
+:class:`~.store_checks.NamespaceLabelError` on every method (:mod:`.store_namespaces`), both
+LangGraph's ``InvalidNamespaceError`` and the library's ``InvalidInputError``; a user id with a
+``.`` works as a key, with a callable.
 
 TTL: ``ttl=TTLConfig(default_ttl=minutes, refresh_on_read=True, sweep_interval_minutes=...)``
 and ``put(..., ttl=minutes)`` as in LangGraph. Expired items are never returned, listed
@@ -61,15 +63,12 @@ import logging
 import threading
 import weakref
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from langgraph.store.base import (
-    NOT_PROVIDED,
-    BaseStore,
     GetOp,
     Item,
     ListNamespacesOp,
-    NotProvided,
     Op,
     PutOp,
     Result,
@@ -88,7 +87,8 @@ from tiered_memory.validation import check_id, check_optional_id, nearest_time
 
 from .history import check_memory
 from .store_batch import Coalescer, plan_batch, spread_results
-from .store_checks import NamespaceLabelError, check_op, check_paths, check_put_namespace, check_ttl_config
+from .store_checks import NamespaceLabelError, check_op, check_paths, check_ttl_config
+from .store_namespaces import NamespaceCheckedStore
 from .store_users import USER_LABEL, UserMapping, check_template, user_from_template
 
 __all__ = ["TieredMemoryStore", "UserMapping", "user_from_template"]
@@ -123,7 +123,7 @@ def field_texts(value: dict[str, Any], fields: Sequence[str]) -> list[str]:
     return [t for t in texts if t and t.strip()]
 
 
-class TieredMemoryStore(BaseStore):
+class TieredMemoryStore(NamespaceCheckedStore):
     """LangGraph store over a :class:`~tiered_memory.TieredMemory`.
 
     Args:
@@ -265,17 +265,6 @@ class TieredMemoryStore(BaseStore):
         return self.items.namespaces(conditions=conditions, max_depth=op.max_depth, limit=op.limit,
                                      offset=op.offset, exact_at=exact_at, owned=self._owned,
                                      by_key=self._user_fn is not None)
-
-    def put(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any],
-            index: Literal[False] | list[str] | None = None, *, ttl: float | None | NotProvided = NOT_PROVIDED) -> None:
-        check_put_namespace(namespace)  # before LangGraph's own check, which may raise TypeError
-        super().put(namespace, key, value, index, ttl=ttl)
-
-    async def aput(self, namespace: tuple[str, ...], key: str, value: Mapping[str, Any],
-                   index: Literal[False] | list[str] | None = None, *,
-                   ttl: float | None | NotProvided = NOT_PROVIDED) -> None:
-        check_put_namespace(namespace)
-        await super().aput(namespace, key, value, index, ttl=ttl)
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` as LangGraph's stores do (see :mod:`.store_batch`): the reads first,

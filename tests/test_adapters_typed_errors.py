@@ -24,9 +24,9 @@ from langgraph.store.base import GetOp
 from llama_index.core.llms import ChatMessage
 from pydantic import ValidationError
 
-from langchain_tiered_memory import (TieredChatMessageHistory, TieredConversationMemory, TieredMemoryMiddleware,
-                                     TieredMemoryRetriever, TieredMemoryStore, from_stored, history_factory,
-                                     with_tiered_memory)
+from langchain_tiered_memory import (NamespaceLabelError, TieredChatMessageHistory, TieredConversationMemory,
+                                     TieredMemoryMiddleware, TieredMemoryRetriever, TieredMemoryStore, from_stored,
+                                     history_factory, with_tiered_memory)
 from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, offline_tokenizer
 from tiered_memory import InvalidArgumentsError, InvalidInputError, TieredMemory, TieredMemoryError
 
@@ -310,3 +310,41 @@ def test_a_refused_refresh_ttl_restarts_no_clock(make_memory: Callable[..., Tier
             read()
     clock.t += 6 * 60  # 12 minutes after the put: no refused read restarted its clock
     assert store.get(("u1",), "k") is None
+
+
+# LangGraph's own store tests (libs/checkpoint/tests/test_store_namespace_validation.py) refuse
+# these on get, delete, search and list_namespaces' prefix and suffix, sync and async
+BAD_NAMESPACES = {
+    "a label with a period": (("foo.bar",), "periods"),
+    "an empty label": (("foo", ""), "empty"),
+    "a label that is no str": (("foo", 123), "must be strings"),
+    "a NUL": (("a\x00b",), "NUL"),
+    "no tuple at all": (5, "tuple of strings"),
+}
+
+
+@pytest.mark.parametrize("namespace, says", list(BAD_NAMESPACES.values()), ids=list(BAD_NAMESPACES))
+async def test_a_bad_namespace_is_our_error_and_langgraphs_on_every_method_and_nothing_runs(
+        memory: TieredMemory, namespace: Any, says: str) -> None:
+    # BaseStore's get, search, delete and list_namespaces check labels before batch() with
+    # LangGraph's plain InvalidNamespaceError (a namespace of 5: iterating it, a TypeError)
+    from langgraph.store.base import InvalidNamespaceError
+
+    store = TieredMemoryStore(memory, ttl={"default_ttl": 5})
+    store.put(("foo",), "k", {"a": 1})
+    calls: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {
+        "get": (lambda: store.get(namespace, "k"), lambda: store.aget(namespace, "k")),
+        "delete": (lambda: store.delete(namespace, "k"), lambda: store.adelete(namespace, "k")),
+        "put": (lambda: store.put(namespace, "k", {"a": 2}), lambda: store.aput(namespace, "k", {"a": 2})),
+        "search": (lambda: store.search(namespace, query="a"), lambda: store.asearch(namespace, query="a")),
+        "prefix": (lambda: store.list_namespaces(prefix=namespace), lambda: store.alist_namespaces(prefix=namespace)),
+        "suffix": (lambda: store.list_namespaces(suffix=namespace), lambda: store.alist_namespaces(suffix=namespace)),
+    }
+    for name, (call, acall) in calls.items():
+        with pytest.raises(NamespaceLabelError, match=says) as caught:
+            call()
+        assert isinstance(caught.value, InvalidNamespaceError), name
+        with pytest.raises(NamespaceLabelError, match=says):
+            await acall()
+    got = store.get(("foo",), "k")
+    assert got is not None and got.value == {"a": 1} and store.list_namespaces() == [("foo",)]
