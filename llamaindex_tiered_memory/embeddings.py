@@ -17,7 +17,7 @@ from llama_index.core.bridge.pydantic import PrivateAttr
 from tiered_memory.embedding import SentenceTransformerEmbedder
 from tiered_memory.embedding.minilm import BUNDLED_MINILM
 from tiered_memory.aio import to_thread
-from tiered_memory.errors import ConfigurationError, EmbeddingError
+from tiered_memory.errors import ConfigurationError, EmbeddingError, TypedArgumentsModel
 
 
 class LlamaIndexEmbedder:
@@ -59,7 +59,7 @@ class LlamaIndexEmbedder:
             raise EmbeddingError(f"{self.name} failed: {type(e).__name__}: {e}") from e
 
 
-class TieredMemoryEmbedding(BaseEmbedding):
+class TieredMemoryEmbedding(TypedArgumentsModel, BaseEmbedding):
     """All-MiniLM-L6-v2 as the ``[minilm]`` extra ships it (or another sentence-transformers
     model) as a LlamaIndex embedding. Loads lazily, once per process, and never needs the
     network. It is not the static table a ``TieredMemory()`` embeds with by default; for a
@@ -70,6 +70,9 @@ class TieredMemoryEmbedding(BaseEmbedding):
         model: a sentence-transformers model name or folder; ``None`` is the bundled model.
             ``model_name=`` (LlamaIndex's spelling, and the field ``from_dict`` and unpickling
             rebuild it from) names the model too; giving both, different, is refused.
+
+    A bad argument (``embed_batch_size=0``) is refused with
+    :class:`~tiered_memory.errors.InvalidArgumentsError`, which is pydantic's ``ValidationError`` too.
     """
 
     _embedder: SentenceTransformerEmbedder = PrivateAttr()

@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from langchain_tiered_memory import (NamespaceLabelError, TieredChatMessageHistory, TieredConversationMemory,
                                      TieredMemoryMiddleware, TieredMemoryRetriever, TieredMemoryStore, from_stored,
                                      history_factory, with_tiered_memory)
-from llamaindex_tiered_memory import TieredMemoryBlock, WriteThroughMemory, offline_tokenizer
+from llamaindex_tiered_memory import TieredMemoryBlock, TieredMemoryEmbedding, WriteThroughMemory, offline_tokenizer
 from tiered_memory import InvalidArgumentsError, InvalidInputError, TieredMemory, TieredMemoryError
 
 
@@ -105,6 +105,17 @@ def test_model_validate_of_write_through_memory_is_the_typed_error_and_good_argu
     chat = WriteThroughMemory.model_validate({"session_id": "s", "memory_blocks": [eager],
                                               "tokenizer_fn": offline_tokenizer(), "token_limit": 3000})
     assert chat.memory_blocks == [eager]
+
+
+@pytest.mark.parametrize("arguments, field", [({"embed_batch_size": 0}, "embed_batch_size"),
+                                              ({"model_name": 5}, "model_name")], ids=["batch size 0", "name 5"])
+def test_the_llamaindex_embedding_refuses_a_bad_argument_with_the_typed_error(arguments: dict[str, Any],
+                                                                            field: str) -> None:
+    # a LlamaIndex BaseEmbedding, a pydantic model too: its refusals were pydantic's plain ValidationError
+    for make in (TieredMemoryEmbedding, TieredMemoryEmbedding.model_validate):
+        with pytest.raises(InvalidArgumentsError, match=field) as caught:
+            make(**arguments) if make is TieredMemoryEmbedding else make(arguments)
+        assert isinstance(caught.value, ValidationError)
 
 
 @pytest.mark.parametrize("make", [TieredConversationMemory, TieredMemoryRetriever, TieredMemoryBlock])
