@@ -103,6 +103,13 @@ def output_messages(value: Any, key: str | None) -> list[BaseMessage]:
         f"{type(value).__name__ if given else 'an empty list'}; end the chain with the model, or a StrOutputParser")
 
 
+def check_key(value: object, name: str) -> str:
+    """A key of the chain's input or output: a non-empty ``str``."""
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(f"{name} must be a non-empty str, a key of the chain's values, got {value!r}")
+    return value
+
+
 def chain_input(value: Any, key: str, history_key: str | None, history: list[BaseMessage],
                 turn: list[BaseMessage]) -> Any:
     """The chain's input (pure; the caller's values are never mutated): the caller's values plus the
@@ -174,21 +181,24 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
     ) -> None:
         if not isinstance(runnable, Runnable):
             raise InvalidInputError(f"runnable must be a LangChain Runnable, got {type(runnable).__name__}")
+        self.input_messages_key = check_key(input_messages_key, "input_messages_key")
         model = is_chat_model(runnable)
         if isinstance(history_messages_key, _Default):
             history_messages_key = None if model else history_messages_key.value
-        elif model and history_messages_key is not None:
-            raise InvalidInputError(
-                f"a chat model takes messages, not a dict with {history_messages_key!r}: pass "
-                "history_messages_key=None (the memory and the recent turns then go before the input's "
-                "messages), or put a prompt with that variable before the model")
+        elif history_messages_key is not None:
+            history_messages_key = check_key(history_messages_key, "history_messages_key")
+            if model:
+                raise InvalidInputError(
+                    f"a chat model takes messages, not a dict with {history_messages_key!r}: pass "
+                    "history_messages_key=None (the memory and the recent turns then go before the input's "
+                    "messages), or put a prompt with that variable before the model")
+        self.history_messages_key = history_messages_key
         if input_messages_key == history_messages_key:
             raise InvalidInputError("input_messages_key and history_messages_key must differ")
+        self.output_messages_key = (None if output_messages_key is None
+                                    else check_key(output_messages_key, "output_messages_key"))
         self.runnable = runnable
         self.memory = check_memory(memory)
-        self.input_messages_key = input_messages_key
-        self.history_messages_key = history_messages_key
-        self.output_messages_key = output_messages_key
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         self.include_items = check_flag(include_items, "include_items")
 

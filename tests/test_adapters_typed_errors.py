@@ -359,3 +359,17 @@ async def test_a_bad_namespace_is_our_error_and_langgraphs_on_every_method_and_n
             await acall()
     got = store.get(("foo",), "k")
     assert got is not None and got.value == {"a": 1} and store.list_namespaces() == [("foo",)]
+
+
+@pytest.mark.parametrize("option, value", [("input_messages_key", ["input"]), ("input_messages_key", None),
+                                           ("history_messages_key", ""), ("history_messages_key", 5),
+                                           ("output_messages_key", ("output",)), ("output_messages_key", 5)])
+def test_a_chain_key_that_is_no_str_is_refused_when_the_chain_is_wrapped(memory: TieredMemory, option: str,
+                                                                          value: Any) -> None:
+    # were taken, and failed at the first call, if at all: a list key as a bare TypeError
+    # (unhashable), an empty history key as the prompt's missing variable, an output key 5 never
+    answer = RunnableLambda(lambda _: {"output": "answer"})
+    with pytest.raises(InvalidInputError, match=option):
+        with_tiered_memory(answer, memory, **{option: value})
+    assert with_tiered_memory(answer, memory, output_messages_key=None).invoke(
+        {"input": "hi"}, {"configurable": {"user_id": "u", "session_id": "s"}}) == {"output": "answer"}
