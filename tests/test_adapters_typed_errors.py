@@ -7,7 +7,10 @@ LlamaIndex's habit around such a constructor) and ``except TieredMemoryError`` b
 A LangChain message whose own fields no JSON can hold, a chain's inputs that are no mapping,
 a retriever's ``search_kwargs`` that is no mapping, and a store's bad options are
 ``InvalidInputError`` too, where a bare ``TypeError``, ``ValueError``, ``RecursionError`` or
-``UnicodeEncodeError`` escaped before. Real LangChain, LangGraph and LlamaIndex objects.
+``UnicodeEncodeError`` escaped before. So are pydantic's own entry points (``model_validate``...),
+a flag that is no bool (a truthy ``"no"`` meant yes), a chain key that is no str, and a bad
+namespace on every method of the LangGraph store (``NamespaceLabelError``, LangGraph's error
+too). Real LangChain, LangGraph and LlamaIndex objects.
 """
 
 from __future__ import annotations
