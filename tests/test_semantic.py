@@ -9,7 +9,8 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import InvalidInputError, NotFoundError, TieredMemory
-from tiered_memory.layers.extractive import extract_fact_candidates, stated_slot
+from tiered_memory.layers.extractive import extract_fact_candidates
+from tiered_memory.slots import stated_slot
 from tiered_memory.records import FactCandidate
 from tiered_memory.layers.resolution import Judgement, decide_resolution
 from tiered_memory.records import Fact

@@ -116,7 +116,7 @@ def test_a_message_the_model_cites_twice_is_one_source(make_memory: Callable[...
 def test_a_fact_the_llm_says_in_a_slots_words_replaces_that_slots_fact_when_rules_decide(
         make_memory: Callable[..., TieredMemory], old: str, new: str, judge: list[Any]) -> None:
     """The model's "User lives in Berlin" is in the slot the rules read from those words
-    (:func:`~tiered_memory.layers.extractive.stated_slot`): with the judge failing, the rules
+    (:func:`~tiered_memory.slots.stated_slot`): with the judge failing, the rules
     replace the slot's fact, as they do the user's own "I moved to Berlin" and ``add_fact``'s."""
     llm = ScriptedLLM(by_task={"facts": [_llm_facts({"type": "fact", "text": old, "sources": [1]}),
                                          _llm_facts({"type": "fact", "text": new, "sources": [1]})],

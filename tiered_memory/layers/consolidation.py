@@ -43,7 +43,7 @@ from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
 from .episodic import EpisodicMemory
-from .extractive import stated_slot
+from ..slots import stated_slot
 from .resolution import other_slots, says_all_of
 from .semantic import SemanticMemory, log_change, soft_delete
 from .working import decayed
@@ -103,7 +103,7 @@ def select_compressions(episodes: Sequence[Episode], now: float, older_than_days
 def promotion_candidates(episode: Episode) -> list[FactCandidate]:
     """Facts from a frequently recalled episode: its key facts, else its decisions, else its summary.
 
-    Each in the slot its words name (:func:`~tiered_memory.layers.extractive.stated_slot`), as
+    Each in the slot its words name (:func:`~tiered_memory.slots.stated_slot`), as
     the session's own facts are: the rules then see that a later fact of the slot replaced it
     ("User lives in Paris" promoted after "User lives in Berlin"); :func:`consolidate` dates them
     by the episode, so a slot's newer fact stays valid and the promoted one joins its history."""

@@ -18,6 +18,7 @@ from ..graphemes import cut_point
 from ..recall.query import STOPWORDS, keywords
 from ..types import StoredMessage
 from ..records import EpisodeDraft, FactCandidate
+from ..slots import DIETS, RELATIONS, normalize_key
 
 # where a sentence may end: a line break; a full-width mark (Chinese, Japanese: no space follows)
 # with its closing quotes or brackets; or, where the next sentence starts (:func:`sentences`), the
@@ -248,9 +249,6 @@ _END = (r"(?=\s+(?:now|anymore|these days|lately|a lot|very much|so much|too)\b|
         r"|\s+(?:and|but|so|because)\s|,\s*(?:it|it's|that|that's|this|which|they|they're|i|i'm|we|he|she"
         r"|you|do|does|did|don't|isn't|aren't|right)\b"
         r"|\s*[-\u2013\u2014]\s|$)")
-_RELATIONS = ("wife|husband|partner|girlfriend|boyfriend|son|daughter|brother|sister|mother|mom|mum|father|dad"
-              "|dog|cat|boss|friend|colleague|manager")
-_DIETS = "vegetarian|vegan|pescatarian|lactose intolerant|gluten[- ]free"
 _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
     # (type, pattern, text template, key template, polarity)
     ("fact", re.compile(rf"\b[Mm]y name is {_NAME}"), "User's name is {x}", "name", 1),
@@ -261,67 +259,18 @@ _RULES: list[tuple[str, re.Pattern[str], str, str, int]] = [
     ("fact", re.compile(rf"\bi(?: am|'m) (?P<a>an?) {_OBJ}{_END}", re.I), "User is {a} {x}", None, 1),  # type: ignore[list-item]
     ("constraint", re.compile(rf"\bi(?: am|'m) allergic to {_OBJ}{_END}", re.I), "User is allergic to {x}", "allergy:{x}", 1),
     ("constraint", re.compile(rf"\bi (?:can't|cannot|can not|don't|do not|never) eat {_OBJ}{_END}", re.I), "User does not eat {x}", "diet:{x}", 1),
-    ("constraint", re.compile(rf"\bi(?: am|'m) (?P<x>{_DIETS})\b", re.I), "User is {x}", "diet:{x}", 1),
+    ("constraint", re.compile(rf"\bi(?: am|'m) (?P<x>{DIETS})\b", re.I), "User is {x}", "diet:{x}", 1),
     ("preference", re.compile(rf"\bi (?:really )?(?:don't|do not) like {_OBJ}{_END}", re.I), "User dislikes {x}", "pref:{x}", -1),
     ("preference", re.compile(rf"\bi (?:really )?(?:hate|dislike|can't stand|cannot stand) {_OBJ}{_END}", re.I), "User dislikes {x}", "pref:{x}", -1),
     ("preference", re.compile(rf"\bi (?:really )?(?:like|love|enjoy|adore) {_OBJ}{_END}", re.I), "User likes {x}", "pref:{x}", 1),
     ("preference", re.compile(rf"\bi (?:usually |really |would )?prefer {_OBJ}{_END}", re.I), "User prefers {x}", "prefer:{x}", 1),
     ("preference", re.compile(rf"\bmy favou?rite (?P<what>[a-z ]{{2,30}}?) is {_OBJ}{_END}", re.I), "User's favourite {what} is {x}", "favourite:{what}", 1),
     ("relationship", re.compile(
-        rf"\b[Mm]y (?P<rel>{_RELATIONS})(?:'s name)?(?:\s+(?:is\s+)?(?:named|called)|\s+is|,)?\s+(?P<x>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
+        rf"\b[Mm]y (?P<rel>{RELATIONS})(?:'s name)?(?:\s+(?:is\s+)?(?:named|called)|\s+is|,)?\s+(?P<x>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"),
         "User's {rel} is {x}", "rel:{rel}", 1),
     ("decision", re.compile(rf"\bwe (?:have )?(?:decided|agreed) (?:to |on |that )?{_OBJ}{_END}", re.I), "Decided: {x}", None, 1),  # type: ignore[list-item]
     ("decision", re.compile(rf"\blet'?s go with {_OBJ}{_END}", re.I), "Decided: go with {x}", None, 1),  # type: ignore[list-item]
 ]
-
-
-_USER = r"^(?:the )?user"
-#: a fact as the rules write it (and as applications often do: "User lives in Porto") -> its slot
-_STATED: list[tuple[re.Pattern[str], str, int]] = [(re.compile(p, re.I), key, polarity) for p, key, polarity in [
-    (_USER + r"'s name is (?P<x>.+)", "name", 1),
-    (_USER + r" (?:now )?(?:lives|is living|resides) in (?P<x>.+)", "residence", 1),
-    (_USER + r" (?:has )?(?:just |recently )?moved to (?P<x>.+)", "residence", 1),
-    (_USER + r" (?:now )?works (?:at|for) (?P<x>.+)", "employer", 1),
-    (_USER + r" is allergic to (?P<x>.+)", "allergy:{x}", 1),
-    (_USER + r" (?:does not|doesn't|cannot|can't|never) eats? (?P<x>.+)", "diet:{x}", 1),
-    (_USER + rf" is (?P<x>{_DIETS})", "diet:{x}", 1),
-    (_USER + r" (?:dislikes|hates|does not like|doesn't like) (?P<x>.+)", "pref:{x}", -1),
-    (_USER + r" (?:likes|loves|enjoys|adores) (?P<x>.+)", "pref:{x}", 1),
-    (_USER + r" prefers (?P<x>.+)", "prefer:{x}", 1),
-    (_USER + r"'s favou?rite (?P<what>[a-z ]{2,30}?) is (?P<x>.+)", "favourite:{what}", 1),
-    (_USER + rf"'s (?P<rel>{_RELATIONS}) is (?:called |named )?(?P<x>.+)", "rel:{rel}", 1),
-]]
-_THEIR = re.compile(r"\btheir\b", re.I)
-
-
-def _stated(text: str) -> tuple[str, int, str] | None:
-    said = " ".join(text.replace("\u2019", "'").split()).rstrip(".!")
-    for pattern, key_t, polarity in _STATED:
-        found = pattern.fullmatch(said)
-        if found:
-            groups = {k: _THEIR.sub("my", v.strip()) for k, v in found.groupdict().items()}
-            return normalize_key(key_t.format(**groups)), polarity, groups["x"]
-    return None
-
-
-def stated_slot(text: str) -> tuple[str, int] | None:
-    """The slot (key, polarity) of a fact said of "User" in the words the rules write ("User
-    lives in Porto" -> ``("residence", 1)``), so that it replaces the fact of that slot as the
-    user's own "I moved to Porto" does; ``None`` for any other fact (pure)."""
-    found = _stated(text)
-    return None if found is None else found[:2]
-
-
-def stated_value(text: str) -> str | None:
-    """What a fact in the rules' words says its slot holds, lower-cased ("User moved to Lisbon,
-    Portugal" -> ``"lisbon, portugal"``; "User's sister is called Ana" -> ``"ana"``), so that
-    the same value in other words is the same fact; ``None`` where :func:`stated_slot` is (pure)."""
-    found = _stated(text)
-    return None if found is None else " ".join(found[2].lower().split())
-
-
-def normalize_key(key: str) -> str:
-    return re.sub(r"\s+", " ", re.sub(r"\b(?:the|a|an|my|some)\b", " ", key.lower())).strip()
 
 
 _FIRST_PERSON = {"my": "their", "me": "them", "mine": "theirs", "myself": "themselves", "i": "they",

@@ -20,7 +20,8 @@ from ..aio import run_sync
 from .buffer import select_buffer
 from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript
 from ..errors import InvalidInputError, LLMError, NotFoundError
-from .extractive import extract_episode, extract_fact_candidates, stated_slot
+from .extractive import extract_episode, extract_fact_candidates
+from ..slots import stated_slot
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
 from .resolution import Judgement, slot_of

@@ -3,7 +3,7 @@
 :func:`decide_resolution` answers ``add``, ``update`` (merge into an existing fact),
 ``invalidate`` (a contradiction) or ``noop``, from an LLM :class:`Judgement` when one is
 valid, else from the rules: the slot a fact names (``key``, from the extractive rules or
-:func:`~tiered_memory.layers.extractive.stated_slot`) decides first, cosine similarity
+:func:`~tiered_memory.slots.stated_slot`) decides first, cosine similarity
 only between facts of no other slot. :class:`~tiered_memory.layers.semantic.SemanticMemory`
 writes what it decides; ``consolidate``'s merge plan uses :func:`other_slots` too.
 """
@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ..records import Fact, FactCandidate
 from ..recall.coverage import stems
-from .extractive import stated_slot, stated_value
+from ..slots import stated_slot, stated_value
 from ..validation import MAX_FACT_CHARS, not_blank
 
 Action = Literal["add", "update", "invalidate", "noop"]
@@ -78,7 +78,7 @@ def decide_resolution(
     A valid LLM ``judgement`` wins; one that names a missing fact is ignored. Rules:
     same slot (:func:`slot_of`: the ``key``, else the slot a fact's words name) with another
     value or polarity invalidates; the same value, in whatever
-    words the rules read (:func:`~tiered_memory.layers.extractive.stated_value`: "User moved to
+    words the rules read (:func:`~tiered_memory.slots.stated_value`: "User moved to
     Lisbon" after "User lives in Lisbon"), is a no-op, and said more fully ("Lisbon" -> "Lisbon,
     Portugal") updates; against the facts of no other slot, same
     text, or similarity >= ``same`` where the known fact says all the candidate does, is a no-op

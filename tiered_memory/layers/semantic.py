@@ -23,7 +23,7 @@ from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
-from .extractive import stated_slot
+from ..slots import stated_slot
 from .resolution import Judgement, Resolution, decide_resolution
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
