@@ -54,6 +54,12 @@ def stated_slot(text: str) -> tuple[str, int] | None:
     return None if found is None else found[:2]
 
 
+def text_slot(text: str) -> tuple[str | None, int]:
+    """The slot (key, polarity) a fact with ``text`` is in: the one its words name
+    (:func:`stated_slot`), else none, ``(None, 1)`` (pure)."""
+    return stated_slot(text) or (None, 1)
+
+
 def stated_value(text: str) -> str | None:
     """What a fact in the rules' words says its slot holds, lower-cased ("User moved to Lisbon,
     Portugal" -> ``"lisbon, portugal"``; "User's sister is called Ana" -> ``"ana"``), so that

@@ -43,7 +43,7 @@ from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
 from .episodic import EpisodicMemory
-from ..slots import stated_slot
+from ..slots import text_slot
 from .resolution import other_slots, says_all_of
 from .semantic import SemanticMemory, log_change, soft_delete
 from .working import decayed
@@ -115,7 +115,7 @@ def promotion_candidates(episode: Episode) -> list[FactCandidate]:
     else:
         texts, type_, confidence = [episode.summary], "fact", 0.6
     return [FactCandidate(type=type_, text=t, confidence=confidence, source_ids=sources, key=key, polarity=polarity)
-            for t in texts for key, polarity in [stated_slot(t) or (None, 1)]]
+            for t in texts for key, polarity in [text_slot(t)]]
 
 
 def fact_value(confidence: float, last_touch: float, now: float, half_life_days: float) -> float:

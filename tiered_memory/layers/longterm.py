@@ -21,7 +21,7 @@ from .buffer import select_buffer
 from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript
 from ..errors import InvalidInputError, LLMError, NotFoundError
 from .extractive import extract_episode, extract_fact_candidates
-from ..slots import stated_slot
+from ..slots import text_slot
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
 from .resolution import Judgement, slot_of
@@ -124,7 +124,7 @@ class Layers:
             src = tuple(dict.fromkeys(messages[n - 1].id for n in f.sources if 1 <= n <= len(messages))) or users
             # in the rules' words ("User lives in Berlin"), it is in their slot: where the rules
             # decide (no judge, or it fails), it replaces the slot's fact as the user's own words would
-            key, polarity = stated_slot(f.text) or (None, 1)
+            key, polarity = text_slot(f.text)
             found.append(FactCandidate(type=f.type, text=f.text.strip(), confidence=f.confidence, source_ids=src,
                                        key=key, polarity=polarity))
         return found, {"method": "llm"}
@@ -253,7 +253,7 @@ class Layers:
         check_text(text, "fact text")
         if not isinstance(confidence, (int, float)) or not 0.0 <= confidence <= 1.0:
             raise InvalidInputError(f"confidence must be within [0, 1], got {confidence!r}")
-        key, polarity = stated_slot(text) or (None, 1)
+        key, polarity = text_slot(text)
         cand = FactCandidate(type=type, text=text.strip(), confidence=float(confidence), key=key, polarity=polarity)
         with self.facts.lock:  # the fact a no-op names is read before another thread may delete it
             res, fact = self.facts.resolve_and_apply(user_id, cand, metadata={**(metadata or {}), "method": "manual"})

@@ -23,7 +23,7 @@ from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
-from ..slots import stated_slot
+from ..slots import text_slot
 from .resolution import Judgement, Resolution, decide_resolution
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
@@ -253,7 +253,7 @@ class SemanticMemory:
             vector = embed(self.embedder, [new_text])[0] if new_text != old.text else None
             # a new text is in the slot it names, if any: the old one's would let the next fact of
             # that slot invalidate it, and leave it beside the next fact of its own
-            key, polarity = (old.key, old.polarity) if vector is None else stated_slot(new_text) or (None, 1)
+            key, polarity = (old.key, old.polarity) if vector is None else text_slot(new_text)
             with self.rows.unit() as u:
                 u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
                             confidence=old.confidence if confidence is None else confidence,
