@@ -96,6 +96,25 @@ def test_reimport_skips_every_fact_and_episode(make_memory: MakeMemory, tmp_path
     assert len(dst.episodes("ana")) == 2
 
 
+def test_a_fact_exported_without_its_slot_is_imported_in_the_slot_its_words_name(make_memory: MakeMemory,
+                                                                                 tmp_path: Path) -> None:
+    """A file whose "User lives in Porto" has no key (written from a store of facts stored
+    without one) was restored as it was: outside its slot, which is read by key, so the next
+    residence could leave it valid beside it. It is imported in the slot its words name."""
+    src = make_memory("src")
+    src.add_fact("User lives in Porto", user_id="ana")
+    src.add_fact("User has a cat", user_id="ana")
+    lines = export(src, tmp_path / "all.jsonl")
+    for x in lines:
+        if x["type"] == "fact":
+            x["fact"]["key"] = None
+    (tmp_path / "all.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    dst = make_memory("dst")
+    assert dst.import_jsonl(tmp_path / "all.jsonl").facts_imported == 2
+    assert {f.text: (f.key, f.polarity) for f in dst.facts("ana")} == {
+        "User lives in Porto": ("residence", 1), "User has a cat": (None, 1)}
+
+
 def test_a_scoped_import_refuses_another_users_fact(make_memory: MakeMemory, tmp_path: Path) -> None:
     src = make_memory("src")
     fill(src)

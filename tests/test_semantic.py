@@ -123,7 +123,7 @@ SISTER_ANA = _fact("g", "User's sister is Ana", key="rel:sister", type="relation
     (_cand("User's sister is Ana", key="rel:sister", type="relationship"),
      [(_fact("f", "User has a sister called Ana", type="relationship"), 0.93)], None, ("add", None)),
     (_cand("Ana is User's sister", type="relationship"), [(SISTER_ANA, 0.96)], None, ("noop", "g")),  # the same
-    # a fact stored without a key in a slot's words (a judge's rewrite, the model's older facts) is in that slot
+    # a fact without a key in a slot's words (no write stores one now: another writer's, a caller's) is in that slot
     (_cand("User lives in Porto", key="residence"), [(_fact("k", "User lives in Lisbon"), 0.8)], None,
      ("invalidate", "k")),
     (_cand("User likes sushi", key="pref:sushi", type="preference"),

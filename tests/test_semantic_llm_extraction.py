@@ -152,9 +152,10 @@ def test_the_judge_still_resolves_a_fact_the_llm_says_in_a_slots_words(
 
 
 def test_a_stored_fact_without_a_slot_is_in_the_slot_its_words_name(make_memory: Callable[..., TieredMemory]) -> None:
-    """A fact stored without a key in a slot's words (here the judge's rewrite of a fact of no
-    slot, which keeps its key; the model's facts stored before they had slots) is in that
-    slot for the rules: the next residence replaces it rather than standing beside it."""
+    """A fact in a slot's words stored without a key (here the judge's rewrite of a fact of no
+    slot, which kept its key, none, until the rewrite stored the slot its words name; the
+    model's facts stored before they had slots) is in that slot for the rules: the next
+    residence replaces it rather than standing beside it."""
     llm = ScriptedLLM(by_task={
         "facts": [_llm_facts({"type": "fact", "text": "User is based in Paris"}),
                   _llm_facts({"type": "fact", "text": "User lives in Paris"}),
@@ -176,7 +177,8 @@ def test_a_stored_fact_without_a_slot_is_compared_however_unlike_the_new_fact_of
         make_memory: Callable[..., TieredMemory]) -> None:
     """end_session's related facts keep those of the candidate's slot below related_similarity
     (0.6): it read the slot from the stored key only, so the judge's keyless "User lives in
-    Paris" was dropped for "User moved to Berlin" (0.52 with MiniLM, 0.42 static) and both stayed valid."""
+    Paris" was dropped for "User moved to Berlin" (0.52 with MiniLM, 0.42 static) and both stayed valid.
+    (The rewrite is stored in the slot its words name now; the filter reads it through slot_of.)"""
     llm = ScriptedLLM(by_task={
         "facts": [_llm_facts({"type": "fact", "text": "User is based in Paris"}),
                   _llm_facts({"type": "fact", "text": "User lives in Paris"}),
@@ -189,5 +191,5 @@ def test_a_stored_fact_without_a_slot_is_compared_however_unlike_the_new_fact_of
         memory.add("user", "Some news about me.", session_id=sid, user_id="u1")
         memory.end_session(sid, user_id="u1")
     [paris] = memory.facts("u1", include_invalid=True)[:1]
-    assert (paris.text, paris.key) == ("User lives in Paris", None)  # the judge's rewrite, of no slot
+    assert (paris.text, paris.key) == ("User lives in Paris", "residence")  # the judge's rewrite, in its words' slot
     assert [f.text for f in memory.facts("u1")] == ["User moved to Berlin"]

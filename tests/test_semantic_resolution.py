@@ -10,10 +10,12 @@ import pytest
 
 from tiered_memory import Embedder, StaticEmbedder, TieredMemory
 from tiered_memory.config import FactConfig
+from tiered_memory.backends import open_layer_store
 from tiered_memory.embedding import embed, embed_query
-from tiered_memory.layers.extractive import stated_slot
+from tiered_memory.slots import stated_slot
 from tiered_memory.layers.resolution import decide_resolution
 from tiered_memory.records import Fact, FactCandidate
+from tiered_memory.testing import ScriptedLLM
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -99,6 +101,64 @@ def test_a_new_fact_of_a_slot_replaces_the_slots_fact_however_many_facts_are_nea
     assert sorted(sims, reverse=True).index(sims[0]) >= FactConfig().related_k  # Paris is not among the nearest
     berlin = memory.add_fact("User lives in Berlin", user_id="u")
     assert sorted(f.text for f in memory.facts("u")) == sorted(["User lives in Berlin", *NEARER_THAN_PARIS])
+    old = {f.id: f for f in memory.facts("u", include_invalid=True)}[paris.id]
+    assert (old.valid, old.superseded_by) == (False, berlin.id)
+
+
+def test_a_fact_in_a_slots_words_stored_without_its_key_is_replaced_however_many_facts_are_nearer(
+        make_memory: Callable[..., TieredMemory], embedder: Embedder) -> None:
+    """A fact stored without a key in a slot's words (here the judge's rewrite of a fact of no slot
+    into "User lives in Paris": an update kept the key, None) was compared with the next fact of
+    its slot only among the related_k nearest: the slot's facts are read by key. Past them,
+    "User lives in Berlin" left Paris valid, the user living in two cities."""
+    episode = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
+               "key_facts": []}
+    llm = ScriptedLLM(by_task={
+        "facts": [{"facts": [{"type": "fact", "text": "User is based in Paris"}]},
+                  {"facts": [{"type": "fact", "text": "User lives in Paris"}]}],
+        "resolve": [{"action": "update", "target": 1, "text": "User lives in Paris"}],
+        "episode": [episode] * 2})
+    memory = make_memory(llm=llm)
+    for sid in ("s1", "s2"):
+        memory.add("user", "Some news about me.", session_id=sid, user_id="u")
+        memory.end_session(sid, user_id="u")
+    [paris] = memory.facts("u")
+    assert paris.text == "User lives in Paris" and [h.action for h in memory.fact_history("u")] == ["add", "update"]
+    for text in NEARER_THAN_PARIS:
+        memory.add_fact(text, user_id="u")
+    assert len(memory.facts("u")) == 1 + len(NEARER_THAN_PARIS)
+    sims = embed(embedder, ["User lives in Paris", *NEARER_THAN_PARIS]) @ embed_query(embedder, "User lives in Berlin")
+    assert sorted(sims, reverse=True).index(sims[0]) >= FactConfig().related_k  # Paris is not among the nearest
+    berlin = memory.add_fact("User lives in Berlin", user_id="u")
+    assert sorted(f.text for f in memory.facts("u")) == sorted(["User lives in Berlin", *NEARER_THAN_PARIS])
+    old = {f.id: f for f in memory.facts("u", include_invalid=True)}[paris.id]
+    assert (old.valid, old.superseded_by) == (False, berlin.id)
+
+
+def test_a_store_of_facts_in_a_slots_words_without_their_keys_puts_them_in_their_slots_when_it_opens(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """Facts stored without a key in a slot's words before every write stored their slot (a judge's
+    rewrite, facts from before facts had slots): the layer migration puts each valid one in the
+    slot its words name, so the next fact of the slot replaces it however many facts are nearer."""
+    memory = make_memory()
+    paris = memory.add_fact("User lives in Paris", user_id="u")
+    for text in NEARER_THAN_PARIS:
+        memory.add_fact(text, user_id="u")
+    olives = memory.add_fact("User dislikes olives", user_id="u")
+    cat = memory.add_fact("User has a cat", user_id="u")
+    oslo = memory.add_fact("User lives in Oslo", user_id="v")
+    memory.add_fact("User lives in Rome", user_id="v")  # Oslo is history
+    rows = open_layer_store(memory.store)
+    with rows.transaction() as c:  # the rows as earlier versions left them, the migration not applied
+        c.execute("UPDATE facts SET key=NULL, polarity=1")
+        c.execute("DELETE FROM schema_migrations WHERE name='layers' AND version=?",
+                  (rows.db.schema_version("layers"),))
+    memory.close()
+    memory = make_memory()
+    facts = {f.id: f for f in memory.facts("u", include_invalid=True) + memory.facts("v", include_invalid=True)}
+    assert (facts[paris.id].key, facts[olives.id].key, facts[olives.id].polarity) == ("residence", "pref:olives", -1)
+    assert facts[cat.id].key is None and facts[oslo.id].key is None  # no slot named; history left as it was
+    berlin = memory.add_fact("User lives in Berlin", user_id="u")
     old = {f.id: f for f in memory.facts("u", include_invalid=True)}[paris.id]
     assert (old.valid, old.superseded_by) == (False, berlin.id)
 

@@ -80,6 +80,9 @@ def test_facts_episodes_working_memory_and_items_read_back(old: tuple[str, Path]
     with TieredMemory(old[1]) as m:
         facts = [f.text for f in m.facts("ana")]
         assert "User prefers green tea and pastéis de nata 🍵" in facts  # as updated
+        # stored without a key (an edit did not give one then): in the slot its words name now
+        assert {f.text: f.key for f in m.facts("ana")}["User prefers green tea and pastéis de nata 🍵"] == (
+            "prefer:green tea and pastéis de nata 🍵")
         assert not any("Miau" in f for f in facts)  # deleted
         assert {c.action for c in m.fact_history("ana")} >= {"add", "edit", "delete"}
         assert [e.session_id for e in m.episodes("ana")] == ["trip"]

@@ -10,7 +10,7 @@ writes what it decides; ``consolidate``'s merge plan uses :func:`other_slots` to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Sequence
 
 from pydantic import BaseModel, Field, field_validator
@@ -50,12 +50,22 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().replace(".", " ").split())
 
 def slot_of(fact: Fact) -> tuple[str | None, int]:
-    """A fact's slot and polarity: its stored ``key``, else the slot its words name (pure). A fact
-    can be stored without one in a slot's words: a judge's rewrite of a fact of no slot (an update
-    keeps the key), the model's facts from before they were given slots, a promoted key fact."""
+    """A fact's slot and polarity: its stored ``key``, else the slot its words name (pure). Every
+    write of a fact's text stores it so (:func:`slotted`), and the layer migration did for the
+    facts stored before; the words are read again here for a fact no such write made: one a
+    store's other writer stored (an older version sharing a PostgreSQL database), one handed to
+    the rules by a caller, one in words a later version's rules read as a slot."""
     if fact.key is not None:
         return fact.key, fact.polarity
     return stated_slot(fact.text) or (None, fact.polarity)
+
+
+def slotted(fact: Fact) -> Fact:
+    """``fact`` as it is stored: without a key, in the slot its words name (:func:`slot_of`), so
+    that the slot's facts, read by key, include it (pure). A judge's rewrite of a fact of no
+    slot into "User lives in Paris" is then the fact of ``residence`` the next residence replaces."""
+    slot = stated_slot(fact.text) if fact.key is None else None
+    return fact if slot is None else replace(fact, key=slot[0], polarity=slot[1])
 
 def says_all_of(new: str, old: str) -> bool:
     """Whether ``new`` says everything ``old`` does: each content word of ``old`` is in ``new``

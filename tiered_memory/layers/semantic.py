@@ -24,7 +24,7 @@ from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
 from ..slots import text_slot
-from .resolution import Judgement, Resolution, decide_resolution
+from .resolution import Judgement, Resolution, decide_resolution, slotted
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import MAX_FACT_CHARS, check_text, not_blank
@@ -96,8 +96,10 @@ class SemanticMemory:
     def related(self, user_id: str, text: str, k: int, key: str | None = None) -> list[tuple[Fact, float]]:
         """The ``k`` valid facts nearest ``text`` with their similarity, and with ``key`` every valid
         fact stored in that slot, however many facts are nearer: resolution compares a fact of a
-        slot with its slot's. A fact stored without a key in a slot's words (see
-        :func:`~.resolution.slot_of`) is found only among the nearest."""
+        slot with its slot's. Every write stores a fact without a key in the slot its words name
+        (:func:`~.resolution.slotted`), and the layer migration did for the facts stored before;
+        one another writer stored so (an older version sharing the database) is found only
+        among the nearest, where :func:`~.resolution.slot_of` reads its words."""
         qv = embed_query(self.embedder, text)
         hits = self.index.query(qv[None, :], user_id=user_id, k=k, layers=["fact"])[0]
         by_id = {h[0].split(":", 1)[1]: h[1] for h in hits}
@@ -159,19 +161,20 @@ class SemanticMemory:
                 text = resolution.text or old.text
                 sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
                 vector = embed(self.embedder, [text])[0]
+                slot = slotted(replace(old, text=text))  # a fact of no slot rewritten in a slot's words
                 with self.rows.unit() as u:
                     u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
-                                  source_ids=sources, updated_at=now, vector=vector)
+                                  source_ids=sources, updated_at=now, vector=vector, key=slot.key, polarity=slot.polarity)
                     log_change(u, user_id, old.id, "update", old.text, text, now, details)
                     self.index.delete([f"fact:{old.id}"])  # see edit: never a vector of the old text
                 new = self.get(user_id, old.id)
                 self._upsert_vectors([(new, vector)])
                 self._settle([new])
                 return new
-            fact = Fact(id=uuid.uuid4().hex, user_id=user_id, type=candidate.type, text=candidate.text,
-                        confidence=candidate.confidence, source_ids=list(candidate.source_ids),
-                        metadata=meta, created_at=now, updated_at=now, valid_from=at,
-                        key=candidate.key, polarity=candidate.polarity)
+            fact = slotted(Fact(id=uuid.uuid4().hex, user_id=user_id, type=candidate.type, text=candidate.text,
+                                confidence=candidate.confidence, source_ids=list(candidate.source_ids),
+                                metadata=meta, created_at=now, updated_at=now, valid_from=at,
+                                key=candidate.key, polarity=candidate.polarity))
             vector = embed(self.embedder, [fact.text])[0]
             if resolution.action == "invalidate":
                 old = self.get(user_id, resolution.target_id or "")
@@ -281,11 +284,13 @@ class SemanticMemory:
     def restore(self, facts: Sequence[tuple[Fact, Sequence[FactChange]]],
                 histories: Sequence[tuple[str, Sequence[FactChange]]] = ()) -> int:
         """Write facts as they were exported, with their history, in one transaction: no
-        resolution; ids, times, validity and access counts kept. ``histories``: (user, history)
+        resolution; ids, times, validity and access counts kept, and a fact exported without a
+        key in the slot its words name (:func:`~.resolution.slotted`). ``histories``: (user, history)
         of facts no longer stored (deleted, merged, pruned). All history goes in by time
         (stable), so a user's whole audit trail reads in its first order. Vectors are
         recomputed; only valid facts go into the vector index (as :meth:`apply` leaves it).
         The caller skips ids already stored."""
+        facts = [(slotted(f), history) for f, history in facts]
         vecs = embed_batched(self.embedder, [f.text for f, _ in facts])
         changes = sorted([*((f.user_id, c) for f, history in facts for c in history),
                           *((user, c) for user, history in histories for c in history)], key=lambda uc: uc[1].at)

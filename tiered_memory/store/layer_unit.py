@@ -36,6 +36,7 @@ from .layer_codec import (
     working_from_row,
     working_to_row,
 )
+from ..slots import stated_slot
 from .base import pend_duplicates
 from .stored_values import count, json_dict
 
@@ -53,10 +54,33 @@ PENDING_VECTORS = """
 
 #: The layer migration for ``LayerStore.facts_in_slot``, which resolution asks for each fact of a
 #: slot it writes: the valid facts of a user's slot, whatever the user's other facts (partial:
-#: invalidated facts, most of a slot's rows over time, are left out). Beside PENDING_VECTORS, the
-#: other migration both dialects share.
+#: invalidated facts, most of a slot's rows over time, are left out). Beside PENDING_VECTORS and
+#: :func:`fill_slots`, the other migrations both dialects share.
 SLOT_INDEX = ("CREATE INDEX IF NOT EXISTS facts_slot ON facts (user_id, key)"
               " WHERE deleted_at IS NULL AND invalid_at IS NULL")
+
+
+
+def fill_slots(c: Any, text: str = "text") -> None:
+    """The layer migration that puts each valid fact stored without a key in the slot its words
+    name (:func:`~tiered_memory.slots.stated_slot`), as every write of a fact's text has stored
+    it since: a judge's rewrite of a fact of no slot into "User lives in Paris" (an update kept
+    the key, none), the model's and an application's facts from before they were given slots.
+    ``LayerStore.facts_in_slot`` reads a slot by key, so the next fact of the slot now replaces
+    them however many facts are nearer to its words. ``c`` takes ``?`` placeholders; ``text``
+    is the SQL of the text read (SQLite's bytes of it: a text another writer left undecodable
+    is read, not raised on). Invalid facts, history, are left as they were written."""
+    found = c.execute(f"SELECT rowid, {text} FROM facts WHERE key IS NULL AND deleted_at IS NULL"
+                      " AND invalid_at IS NULL").fetchall()
+    slots = []
+    for rowid, said in found:
+        said = bytes(said).decode("utf-8", "replace") if isinstance(said, (bytes, memoryview)) else str(said)
+        slot = stated_slot(said)
+        if slot is not None:
+            slots.append((*slot, rowid))
+    if slots:
+        c.executemany("UPDATE facts SET key=?, polarity=? WHERE rowid=?", slots)
+
 
 SESSION_WORKING = (f"SELECT {WORKING_COLS} FROM working_items WHERE user_id=? AND session_id=? AND deleted_at IS NULL"
                    " ORDER BY created_at")  # a session's live working items, oldest first
@@ -97,10 +121,11 @@ class LayerUnit:
                   (*fact_to_row(fact), to_blob(vector), fact.invalid_at is not None))
 
     def revise_fact(self, user_id: str, fact_id: str, *, text: str, confidence: float, source_ids: Sequence[str],
-                    updated_at: float, vector: np.ndarray) -> None:
-        self._run("UPDATE facts SET text=?, confidence=?, source_ids=?, updated_at=?, vector=?, indexed=FALSE"
-                  " WHERE user_id=? AND id=?",
-                  (text, confidence, dumps(list(source_ids)), updated_at, to_blob(vector), user_id, fact_id))
+                    updated_at: float, vector: np.ndarray, key: str | None, polarity: int) -> None:
+        self._run("UPDATE facts SET text=?, confidence=?, source_ids=?, updated_at=?, vector=?, indexed=FALSE,"
+                  " key=?, polarity=? WHERE user_id=? AND id=?",
+                  (text, confidence, dumps(list(source_ids)), updated_at, to_blob(vector), key, polarity, user_id,
+                   fact_id))
 
     def edit_fact(self, user_id: str, fact_id: str, *, text: str, type: str, confidence: float,
                   metadata: Mapping[str, Any], key: str | None, polarity: int, updated_at: float,

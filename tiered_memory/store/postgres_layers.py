@@ -16,17 +16,17 @@ from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Sequence
 
 from .layer_store import LayerStore
-from .layer_unit import PENDING_VECTORS, SLOT_INDEX
+from .layer_unit import PENDING_VECTORS, SLOT_INDEX, fill_slots
 from .repositories import Scored
 from .postgres import PostgresRecordStore
 from .postgres_keywords import TEXT_SEARCH_CONFIG, refold, tsquery
 from .text_search import scan_user_rows, tsquery_any
-from .postgres_db import lock_key
+from .postgres_db import Step, lock_key
 
 # the keyword column as the first step made it (the third one folds its diacritics)
 _TSV = f"tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) STORED"
 
-LAYER_MIGRATIONS: list[str] = [
+LAYER_MIGRATIONS: list[Step] = [
     f"""
     CREATE TABLE IF NOT EXISTS facts (
         rowid BIGSERIAL PRIMARY KEY,
@@ -152,6 +152,7 @@ LAYER_MIGRATIONS: list[str] = [
     refold("facts", "text") + refold("episode_points", "text"),
     PENDING_VECTORS,
     SLOT_INDEX,
+    lambda conn: fill_slots(_Connection(conn)),
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)

@@ -41,8 +41,9 @@ class FactWrites(AuditWrites, Protocol):
     def insert_fact(self, fact: Fact, vector: np.ndarray | None) -> None: ...
 
     def revise_fact(self, user_id: str, fact_id: str, *, text: str, confidence: float, source_ids: Sequence[str],
-                    updated_at: float, vector: np.ndarray) -> None:
-        """New evidence refines a fact: text, confidence, sources and vector change."""
+                    updated_at: float, vector: np.ndarray, key: str | None, polarity: int) -> None:
+        """New evidence refines a fact: text, confidence, sources and vector change, and its slot
+        (``key``, ``polarity``: a fact of no slot rewritten in a slot's words is in that slot)."""
 
     def edit_fact(self, user_id: str, fact_id: str, *, text: str, type: str, confidence: float,
                   metadata: Mapping[str, Any], key: str | None, polarity: int, updated_at: float,

@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Iterable, Sequence
 
 from .layer_store import LayerStore
-from .layer_unit import PENDING_VECTORS, SLOT_INDEX
+from .layer_unit import PENDING_VECTORS, SLOT_INDEX, fill_slots
 from .repositories import Scored
 from .sqlite import SQLiteRecordStore
 from .sqlite_db import CJK_GRAMS
@@ -208,6 +208,7 @@ LAYER_MIGRATIONS: list[Step] = [
     bigrams("facts", "{row}text", "UPDATE OF text"),
     bigrams("episode_points", "{row}text", ""),
     SLOT_INDEX,
+    lambda c: fill_slots(c, "CAST(text AS BLOB)"),
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)
