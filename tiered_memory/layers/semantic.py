@@ -143,9 +143,10 @@ class SemanticMemory:
         if facts and isinstance(self.rows, PendingVectorSource):
             self.rows.settle_facts([(f.id, f.text, f.updated_at) for f in facts])
 
-    def apply(self, user_id: str, candidate: FactCandidate, resolution: Resolution, *,
+    def apply(self, user_id: str, candidate: FactCandidate, resolution: Resolution, *, target: Fact | None,
               metadata: dict[str, Any] | None = None, at: float | None = None) -> Fact | None:
-        """Write a resolution; returns the fact added or changed (``None`` for a no-op)."""
+        """Write a resolution; returns the fact added or changed (``None`` for a no-op). ``target``
+        is the fact it names as the caller read it under the lock (``None``: none named, or gone)."""
         now = time.time()
         at = now if at is None else at
         meta = {**(metadata or {}), "resolution": resolution.method}
@@ -153,11 +154,11 @@ class SemanticMemory:
                    "source_ids": list(candidate.source_ids)}
         with self.lock:
             if resolution.action == "noop":
-                if resolution.target_id is not None:
-                    self._said_again(user_id, resolution.target_id, candidate.source_ids, details, now)
+                if target is not None:
+                    self._said_again(target, candidate.source_ids, details, now)
                 return None
             if resolution.action == "update":
-                old = self.get(user_id, resolution.target_id or "")
+                old = _named(target, resolution)
                 text = resolution.text or old.text
                 sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
                 vector = embed(self.embedder, [text])[0]
@@ -177,7 +178,7 @@ class SemanticMemory:
                                 key=candidate.key, polarity=candidate.polarity))
             vector = embed(self.embedder, [fact.text])[0]
             if resolution.action == "invalidate":
-                old = self.get(user_id, resolution.target_id or "")
+                old = _named(target, resolution)
                 if at < old.valid_from:  # said before the fact it contradicts: history, not news
                     return self._add_superseded(fact, old, vector, details, now)
             with self.rows.unit() as u:
@@ -193,19 +194,18 @@ class SemanticMemory:
             self._settle([fact])
             return fact
 
-    def _said_again(self, user_id: str, fact_id: str, source_ids: Sequence[str], details: dict[str, Any],
-                    now: float) -> None:
-        """A known fact stated again: the turns that said it join its sources (a context citing
-        facts by their sources reaches them) and it counts as updated now (a fact the user keeps
-        saying is not stale); a ``confirm`` entry in its history names the turns."""
-        old = self.rows.fact(user_id, fact_id)
-        new = [s for s in dict.fromkeys(source_ids) if old is not None and s not in old.source_ids]
-        if old is None or not old.valid or not new:
+    def _said_again(self, old: Fact, source_ids: Sequence[str], details: dict[str, Any], now: float) -> None:
+        """A known fact stated again (``old``, as read under the lock): the turns that said it join
+        its sources (a context citing facts by their sources reaches them) and it counts as
+        updated now (a fact the user keeps saying is not stale); a ``confirm`` entry in its
+        history names the turns."""
+        new = [s for s in dict.fromkeys(source_ids) if s not in old.source_ids]
+        if not old.valid or not new:
             return
         with self.rows.unit() as u:
             u.absorb_facts(old.id, source_ids=[*old.source_ids, *new], access_count=0, last_access=None,
                            updated_at=now)
-            log_change(u, user_id, old.id, "confirm", old.text, old.text, now, {**details, "source_ids": new})
+            log_change(u, old.user_id, old.id, "confirm", old.text, old.text, now, {**details, "source_ids": new})
 
     def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:
         """Store ``fact`` as already invalid, superseded by the ``newer`` fact it contradicts
@@ -233,10 +233,11 @@ class SemanticMemory:
             if res.target_id and (target is None or not target.valid):
                 # another thread deleted or replaced the fact it names since `related` was read (an LLM
                 # judged meanwhile): decide again, by the rules, against the user's facts as they are now
-                res = decide_resolution(candidate, self.related(user_id, candidate.text, self.config.related_k,
-                                                                candidate.key),
-                                        same=self.config.same_similarity, merge=self.config.merge_similarity)
-            return res, self.apply(user_id, candidate, res, metadata=metadata, at=at)
+                current = self.related(user_id, candidate.text, self.config.related_k, candidate.key)
+                res = decide_resolution(candidate, current, same=self.config.same_similarity,
+                                        merge=self.config.merge_similarity)
+                target = next((f for f, _ in current if f.id == res.target_id), None)  # as just read
+            return res, self.apply(user_id, candidate, res, target=target, metadata=metadata, at=at)
 
     def edit(self, user_id: str, fact_id: str, *, text: str | None = None, type: str | None = None,
              confidence: float | None = None, metadata: dict[str, Any] | None = None) -> Fact:
@@ -332,6 +333,13 @@ class SemanticMemory:
             self.rows.settle_facts([(f.id, f.text, f.updated_at) for _, f, _ in found])
             after, done = found[-1][0], done + len(found)
         return done
+
+
+def _named(target: Fact | None, resolution: Resolution) -> Fact:
+    """The fact an update or invalidation acts on, as read; one it names that is gone is not found."""
+    if target is None:
+        raise NotFoundError(f"no fact {resolution.target_id!r} for this user")
+    return target
 
 
 def log_change(u: FactWrites, user_id: str, fact_id: str, action: str, old: str | None, new: str | None,
