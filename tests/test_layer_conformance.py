@@ -102,11 +102,15 @@ class LayerConformance:
         with rows.unit() as u:  # a second valid fact of the slot (stored before slots were resolved)
             u.insert_fact(Fact(id="old", user_id="u1", type="fact", text="User lives in Oslo", confidence=0.5,
                                created_at=at, updated_at=at, valid_from=at, key="residence"), None)
-        assert [f.id for f in rows.facts_in_slot("u1", "residence")] == [paris.id, "old"]  # oldest first
+        slot = rows.facts_in_slot("u1", "residence")
+        assert [f.id for f, _ in slot] == [paris.id, "old"]  # oldest first
+        stored = {f.id: v for f, v in rows.fact_vectors("u1")}
+        assert [(v is None, v is not None and v.tolist() == stored[f.id].tolist()) for f, v in slot] == [
+            (False, True), (True, False)]  # with the vector its row holds, or none
         berlin = memory.add_fact("User lives in Berlin", user_id="u1")  # invalidates one of them
         memory.delete_fact("old", user_id="u1")
-        assert [f.id for f in rows.facts_in_slot("u1", "residence")] == [berlin.id]
-        assert [f.text for f in rows.facts_in_slot("u2", "residence")] == ["User lives in Rome"]
+        assert [f.id for f, _ in rows.facts_in_slot("u1", "residence")] == [berlin.id]
+        assert [f.text for f, _ in rows.facts_in_slot("u2", "residence")] == ["User lives in Rome"]
         assert rows.facts_in_slot("u1", "employer") == []
 
     def test_reads_count_accesses_once_flushed(self, memory: TieredMemory) -> None:

@@ -15,7 +15,7 @@ from tiered_memory.embedding import embed, embed_query
 from tiered_memory.slots import stated_slot
 from tiered_memory.layers.resolution import decide_resolution
 from tiered_memory.records import Fact, FactCandidate
-from tiered_memory.testing import ScriptedLLM
+from tiered_memory.testing import CountingEmbedder, ScriptedLLM
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -133,6 +133,21 @@ def test_a_fact_in_a_slots_words_stored_without_its_key_is_replaced_however_many
     assert sorted(f.text for f in memory.facts("u")) == sorted(["User lives in Berlin", *NEARER_THAN_PARIS])
     old = {f.id: f for f in memory.facts("u", include_invalid=True)}[paris.id]
     assert (old.valid, old.superseded_by) == (False, berlin.id)
+
+
+def test_the_facts_of_a_slot_past_the_nearest_are_compared_by_their_stored_vectors(
+        make_memory: Callable[..., TieredMemory], embedder: Embedder) -> None:
+    """related() embedded the text of each fact of the slot the nearest facts missed, though its
+    row holds its vector: only the new fact's own text goes through the embedder now."""
+    counting = CountingEmbedder(embedder)
+    memory = make_memory(embedder=counting)
+    memory.add_fact("User lives in Paris", user_id="u")
+    for text in NEARER_THAN_PARIS:
+        memory.add_fact(text, user_id="u")
+    counting.characters.clear()
+    memory.add_fact("User lives in Berlin", user_id="u")
+    assert counting.characters == [len("User lives in Berlin")]  # its own vector; Paris's read as stored
+    assert "User lives in Paris" not in [f.text for f in memory.facts("u")]
 
 
 def test_a_store_of_facts_in_a_slots_words_without_their_keys_puts_them_in_their_slots_when_it_opens(

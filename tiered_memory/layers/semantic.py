@@ -95,8 +95,8 @@ class SemanticMemory:
 
     def related(self, user_id: str, text: str, k: int, key: str | None = None) -> list[tuple[Fact, float]]:
         """The ``k`` valid facts nearest ``text`` with their similarity, and with ``key`` every valid
-        fact stored in that slot, however many facts are nearer: resolution compares a fact of a
-        slot with its slot's. Every write stores a fact without a key in the slot its words name
+        fact stored in that slot, however many facts are nearer (its similarity from the vector
+        its row holds): resolution compares a fact of a slot with its slot's. Every write stores a fact without a key in the slot its words name
         (:func:`~.resolution.slotted`), and the layer migration did for the facts stored before;
         one another writer stored so (an older version sharing the database) is found only
         among the nearest, where :func:`~.resolution.slot_of` reads its words."""
@@ -104,10 +104,12 @@ class SemanticMemory:
         hits = self.index.query(qv[None, :], user_id=user_id, k=k, layers=["fact"])[0]
         by_id = {h[0].split(":", 1)[1]: h[1] for h in hits}
         found = [(f, by_id[f.id]) for f in self.rows.facts_by_ids(user_id, list(by_id)) if f.valid]
-        far = [f for f in self.rows.facts_in_slot(user_id, key) if f.id not in by_id] if key is not None else []
-        if far:  # rare: embedded here rather than read with every query
-            found += [(f, float(v @ qv)) for f, v in zip(far, embed(self.embedder, [f.text for f in far]))]
-        return found
+        far = [(f, v) for f, v in self.rows.facts_in_slot(user_id, key) if f.id not in by_id] if key is not None else []
+        vectors = {f.id: v for f, v in far if v is not None and v.shape == qv.shape}  # as stored with the text
+        unstored = [f for f, _ in far if f.id not in vectors]
+        if unstored:  # rare: a row another writer stored without a vector, or another embedder's: embedded
+            vectors.update(zip([f.id for f in unstored], embed(self.embedder, [f.text for f in unstored])))
+        return found + [(f, float(vectors[f.id] @ qv)) for f, _ in far]
 
     def search(self, query: str, *, user_id: str, k: int, type: str | None, retrieval: RetrievalConfig,
                include_invalid: bool = False, now: float | None = None,

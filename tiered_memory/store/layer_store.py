@@ -115,10 +115,10 @@ class LayerStore:
             f"SELECT {FACT_COLS} FROM facts WHERE user_id=? AND deleted_at IS NULL AND id IN ({marks(len(ids))})",
             [user_id, *ids])]
 
-    def facts_in_slot(self, user_id: str, key: str) -> list[Fact]:
-        return [fact_from_row(r) for r in self.query(
-            f"SELECT {FACT_COLS} FROM facts WHERE user_id=? AND key=? AND deleted_at IS NULL AND invalid_at IS NULL"
-            " ORDER BY rowid", (user_id, key))]
+    def facts_in_slot(self, user_id: str, key: str) -> list[tuple[Fact, np.ndarray | None]]:
+        return [(fact_from_row(r), from_blob(r[-1])) for r in self.query(
+            f"SELECT {FACT_COLS}, vector FROM facts WHERE user_id=? AND key=? AND deleted_at IS NULL"
+            " AND invalid_at IS NULL ORDER BY rowid", (user_id, key))]
 
     def valid_facts(self, user_id: str | None = None) -> list[Fact]:
         sql = f"SELECT {FACT_COLS} FROM facts WHERE deleted_at IS NULL AND invalid_at IS NULL"

@@ -82,9 +82,10 @@ class FactRepository(Protocol):
     def facts_by_ids(self, user_id: str, ids: Sequence[str]) -> list[Fact]:
         """Those of ``ids`` that are not deleted."""
 
-    def facts_in_slot(self, user_id: str, key: str) -> list[Fact]:
-        """Valid, not deleted facts stored with slot ``key``, oldest first (one indexed query:
-        each fact of a slot resolution writes asks it)."""
+    def facts_in_slot(self, user_id: str, key: str) -> list[tuple[Fact, np.ndarray | None]]:
+        """Valid, not deleted facts stored with slot ``key``, with their stored vectors (as
+        :meth:`fact_vectors`), oldest first (one indexed query: each fact of a slot resolution
+        writes asks it)."""
 
     def valid_facts(self, user_id: str | None = None) -> list[Fact]:
         """Valid, not deleted facts (of every user when ``user_id`` is ``None``)."""
