@@ -4,6 +4,7 @@ is another fact, and the fact of a slot that is not among the candidate's neares
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -15,6 +16,8 @@ from tiered_memory.embedding import embed, embed_query
 from tiered_memory.slots import stated_slot
 from tiered_memory.layers.resolution import decide_resolution
 from tiered_memory.records import Fact, FactCandidate
+from tiered_memory.store.sqlite import SQLiteRecordStore
+from tiered_memory.store.sqlite_layers import LAYER_MIGRATIONS as LAYER_SQLITE
 from tiered_memory.testing import CountingEmbedder, ScriptedLLM
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
@@ -176,6 +179,27 @@ def test_a_store_of_facts_in_a_slots_words_without_their_keys_puts_them_in_their
     berlin = memory.add_fact("User lives in Berlin", user_id="u")
     old = {f.id: f for f in memory.facts("u", include_invalid=True)}[paris.id]
     assert (old.valid, old.superseded_by) == (False, berlin.id)
+
+
+def test_the_slot_migration_reads_a_text_another_writer_left_undecodable(tmp_path: Path) -> None:
+    """SQLite: a keyless fact whose text is not valid UTF-8 (written by other means) neither stops
+    the migration that fills the slots nor loses its bytes; the facts beside it get theirs."""
+    store = SQLiteRecordStore(tmp_path / "s.sqlite3")
+    store.migrate("layers", LAYER_SQLITE[:-1])  # all but the slots' migration
+    with store.transaction() as c:
+        for fact_id, text in (("f1", "User lives in Par".encode() + b"\xff" + b"s"),
+                              ("f2", "User lives in Paris".encode())):
+            c.execute("INSERT INTO facts (id, user_id, type, text, confidence, created_at, updated_at, valid_from)"
+                      " VALUES (?, 'u', 'fact', CAST(? AS TEXT), 1, 0, 0, 0)", (fact_id, text))
+    store.close()
+    store = SQLiteRecordStore(tmp_path / "s.sqlite3")
+    try:
+        open_layer_store(store)
+        assert store.query("SELECT id, key, CAST(text AS BLOB) FROM facts ORDER BY id", ()) == [
+            ("f1", "residence", "User lives in Par".encode() + b"\xff" + b"s"),
+            ("f2", "residence", b"User lives in Paris")]
+    finally:
+        store.close()
 
 
 @pytest.mark.parametrize("old, new, expected", [

@@ -61,23 +61,18 @@ SLOT_INDEX = ("CREATE INDEX IF NOT EXISTS facts_slot ON facts (user_id, key)"
 
 
 
-def fill_slots(c: Any, text: str = "text") -> None:
+def fill_slots(c: Any) -> None:
     """The layer migration that puts each valid fact stored without a key in the slot its words
     name (:func:`~tiered_memory.slots.stated_slot`), as every write of a fact's text has stored
     it since: a judge's rewrite of a fact of no slot into "User lives in Paris" (an update kept
     the key, none), the model's and an application's facts from before they were given slots.
     ``LayerStore.facts_in_slot`` reads a slot by key, so the next fact of the slot now replaces
-    them however many facts are nearer to its words. ``c`` takes ``?`` placeholders; ``text``
-    is the SQL of the text read (SQLite's bytes of it: a text another writer left undecodable
-    is read, not raised on). Invalid facts, history, are left as they were written."""
-    found = c.execute(f"SELECT rowid, {text} FROM facts WHERE key IS NULL AND deleted_at IS NULL"
+    them however many facts are nearer to its words. ``c`` takes ``?`` placeholders (a text
+    another writer left undecodable is read leniently there, as SQLite's transactions read).
+    Invalid facts, history, are left as they were written."""
+    found = c.execute("SELECT rowid, text FROM facts WHERE key IS NULL AND deleted_at IS NULL"
                       " AND invalid_at IS NULL").fetchall()
-    slots = []
-    for rowid, said in found:
-        said = bytes(said).decode("utf-8", "replace") if isinstance(said, (bytes, memoryview)) else str(said)
-        slot = stated_slot(said)
-        if slot is not None:
-            slots.append((*slot, rowid))
+    slots = [(*slot, rowid) for rowid, said in found if (slot := stated_slot(str(said))) is not None]
     if slots:
         c.executemany("UPDATE facts SET key=?, polarity=? WHERE rowid=?", slots)
 

@@ -208,7 +208,7 @@ LAYER_MIGRATIONS: list[Step] = [
     bigrams("facts", "{row}text", "UPDATE OF text"),
     bigrams("episode_points", "{row}text", ""),
     SLOT_INDEX,
-    lambda c: fill_slots(c, "CAST(text AS BLOB)"),
+    fill_slots,
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)
