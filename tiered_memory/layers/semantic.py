@@ -96,10 +96,11 @@ class SemanticMemory:
     def related(self, user_id: str, text: str, k: int, key: str | None = None) -> list[tuple[Fact, float]]:
         """The ``k`` valid facts nearest ``text`` with their similarity, and with ``key`` every valid
         fact stored in that slot, however many facts are nearer (its similarity from the vector
-        its row holds): resolution compares a fact of a slot with its slot's. Every write stores a fact without a key in the slot its words name
-        (:func:`~.resolution.slotted`), and the layer migration did for the facts stored before;
-        one another writer stored so (an older version sharing the database) is found only
-        among the nearest, where :func:`~.resolution.slot_of` reads its words."""
+        its row holds): resolution compares a fact of a slot with its slot's. Every write stores
+        a fact without a key in the slot its words name (:func:`~.resolution.slotted`), and the
+        layer migration did for the facts stored before; one another writer stored so (an older
+        version sharing the database) is found only among the nearest, where
+        :func:`~.resolution.slot_of` reads its words."""
         qv = embed_query(self.embedder, text)
         hits = self.index.query(qv[None, :], user_id=user_id, k=k, layers=["fact"])[0]
         by_id = {h[0].split(":", 1)[1]: h[1] for h in hits}
@@ -167,7 +168,8 @@ class SemanticMemory:
                 slot = slotted(replace(old, text=text))  # a fact of no slot rewritten in a slot's words
                 with self.rows.unit() as u:
                     u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
-                                  source_ids=sources, updated_at=now, vector=vector, key=slot.key, polarity=slot.polarity)
+                                  source_ids=sources, updated_at=now, vector=vector, key=slot.key,
+                                  polarity=slot.polarity)
                     log_change(u, user_id, old.id, "update", old.text, text, now, details)
                     self.index.delete([f"fact:{old.id}"])  # see edit: never a vector of the old text
                 new = self.get(user_id, old.id)
