@@ -60,7 +60,6 @@ SLOT_INDEX = ("CREATE INDEX IF NOT EXISTS facts_slot ON facts (user_id, key)"
               " WHERE deleted_at IS NULL AND invalid_at IS NULL")
 
 
-
 def fill_slots(c: Any) -> None:
     """The layer migration that puts each valid fact stored without a key in the slot its words
     name (:func:`~tiered_memory.slots.stated_slot`), as every write of a fact's text has stored
