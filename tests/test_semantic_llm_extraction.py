@@ -151,15 +151,14 @@ def test_the_judge_still_resolves_a_fact_the_llm_says_in_a_slots_words(
     assert "User lives in Berlin" in [c for c in llm.calls if c.task == "resolve"][0].messages[1]["content"]
 
 
-def test_a_stored_fact_without_a_slot_is_in_the_slot_its_words_name(make_memory: Callable[..., TieredMemory]) -> None:
-    """A fact in a slot's words stored without a key (here the judge's rewrite of a fact of no
-    slot, which kept its key, none, until the rewrite stored the slot its words name; the
-    model's facts stored before they had slots) is in that slot for the rules: the next
-    residence replaces it rather than standing beside it."""
+def _rewritten_into_a_slot_then(make_memory: Callable[..., TieredMemory], third: str) -> TieredMemory:
+    """Three sessions of u1: "User is based in Paris" (of no slot), which a judge rewrites into
+    "User lives in Paris" (an update, which kept the old fact's key, none); then ``third``
+    while the judge is down, so the rules decide. Asserts the rewrite is u1's one fact after s2."""
     llm = ScriptedLLM(by_task={
         "facts": [_llm_facts({"type": "fact", "text": "User is based in Paris"}),
                   _llm_facts({"type": "fact", "text": "User lives in Paris"}),
-                  _llm_facts({"type": "fact", "text": "User lives in Berlin"})],
+                  _llm_facts({"type": "fact", "text": third})],
         "resolve": [{"action": "update", "target": 1, "text": "User lives in Paris"},
                     ValueError("judge down"), ValueError("judge down")],
         "episode": [EPISODE] * 3})
@@ -169,6 +168,15 @@ def test_a_stored_fact_without_a_slot_is_in_the_slot_its_words_name(make_memory:
         memory.end_session(sid, user_id="u1")
         if sid == "s2":
             assert [f.text for f in memory.facts("u1")] == ["User lives in Paris"]
+    return memory
+
+
+def test_a_stored_fact_without_a_slot_is_in_the_slot_its_words_name(make_memory: Callable[..., TieredMemory]) -> None:
+    """A fact in a slot's words stored without a key (here the judge's rewrite of a fact of no
+    slot, which kept its key, none, until the rewrite stored the slot its words name; the
+    model's facts stored before they had slots) is in that slot for the rules: the next
+    residence replaces it rather than standing beside it."""
+    memory = _rewritten_into_a_slot_then(make_memory, "User lives in Berlin")
     assert [f.text for f in memory.facts("u1")] == ["User lives in Berlin"]
     assert [f.text for f in memory.facts("u1", include_invalid=True) if not f.valid] == ["User lives in Paris"]
 
@@ -179,17 +187,7 @@ def test_a_stored_fact_without_a_slot_is_compared_however_unlike_the_new_fact_of
     (0.6): it read the slot from the stored key only, so the judge's keyless "User lives in
     Paris" was dropped for "User moved to Berlin" (0.52 with MiniLM, 0.42 static) and both stayed valid.
     (The rewrite is stored in the slot its words name now; the filter reads it through slot_of.)"""
-    llm = ScriptedLLM(by_task={
-        "facts": [_llm_facts({"type": "fact", "text": "User is based in Paris"}),
-                  _llm_facts({"type": "fact", "text": "User lives in Paris"}),
-                  _llm_facts({"type": "fact", "text": "User moved to Berlin"})],
-        "resolve": [{"action": "update", "target": 1, "text": "User lives in Paris"},
-                    ValueError("judge down"), ValueError("judge down")],
-        "episode": [EPISODE] * 3})
-    memory = make_memory(llm=llm)
-    for sid in ("s1", "s2", "s3"):
-        memory.add("user", "Some news about me.", session_id=sid, user_id="u1")
-        memory.end_session(sid, user_id="u1")
+    memory = _rewritten_into_a_slot_then(make_memory, "User moved to Berlin")
     [paris] = memory.facts("u1", include_invalid=True)[:1]
     assert (paris.text, paris.key) == ("User lives in Paris", "residence")  # the judge's rewrite, in its words' slot
     assert [f.text for f in memory.facts("u1")] == ["User moved to Berlin"]
