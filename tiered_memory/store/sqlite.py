@@ -62,7 +62,7 @@ class SQLiteRecordStore(SQLiteDatabase):
 
     def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)
-        self._keywords = KeywordSearch(self.query, self._tag)
+        self._keywords = KeywordSearch(self.query, self.tag)
         try:
             self.migrate("core", MIGRATIONS)
             if not read_only:
@@ -181,7 +181,9 @@ class SQLiteRecordStore(SQLiteDatabase):
         (:class:`~.sqlite_keywords.KeywordSearch`)."""
         return self._keywords.search(user_id, terms, k=k, session_id=session_id)
 
-    def _tag(self, user_id: str) -> str | None:
+    def tag(self, user_id: str) -> str | None:
+        """The user's tag in the keyword indexes (:func:`~.text_search.user_tag`); ``None`` for
+        a user who never wrote."""
         with self.lock:
             return tag_of(self.conn, user_id)
 

@@ -30,7 +30,7 @@ from ..errors import CorruptStoreError, StoreError, UsageError
 from ..guard import check_process
 from .sqlite_schema import Step, split_sql
 from .stored_values import lenient_text
-from .text_search import fts5_text
+from .text_search import fts5_text, keyword_text, user_tag
 
 APP_ID = "tiered-memory"
 
@@ -51,9 +51,15 @@ UNDECODABLE = "Could not decode to UTF-8"  # sqlite3's error for such a value
 
 
 #: The SQL function, registered on every connection, that writes a text's CJK runs as their
-#: bigrams (:func:`~.text_search.fts5_text`): the layer tables' keyword triggers and views call it
-#: (``sqlite_layers.cjk_words``).
+#: bigrams (:func:`~.text_search.fts5_text`): the layer tables' keyword triggers and views called
+#: it (``sqlite_layers.cjk_words``) until their migration to per-user keywords, which runs them.
 CJK_GRAMS = "tm_cjk_grams"
+
+#: The SQL function, registered on every connection, that gives the keywords of a layer row
+#: (facts, episode key points, items): ``tm_keyword_text(tag number, text)`` is
+#: :func:`~.text_search.keyword_text` of the user's tag; their triggers call it
+#: (``sqlite_keywords.tagged_index``).
+KEYWORD_TEXT = "tm_keyword_text"
 
 
 def _cjk_grams(value: str | bytes | int | float | None) -> str | bytes | int | float | None:
@@ -64,14 +70,24 @@ def _cjk_grams(value: str | bytes | int | float | None) -> str | bytes | int | f
     return fts5_text(value) if isinstance(value, str) else value
 
 
+def _keyword_text(number: int | None, value: str | bytes | int | float | None) -> str | None:
+    """:func:`~.text_search.keyword_text` as SQL: the user's tag number and a text's bytes (an
+    undecodable byte read as U+FFFD), or a text; no keywords (an empty entry) for no text or
+    no tag."""
+    if value is None or number is None:
+        return None
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+    return keyword_text(user_tag(int(number)), text)
+
+
 def register_functions(conn: sqlite3.Connection) -> None:
-    """Give ``conn`` the SQL function the layer tables' keyword triggers and views call
-    (:data:`CJK_GRAMS`, ``sqlite_layers.cjk_words``). Every connection of the library has it.
-    Another program that writes to the facts, episode points or items tables (their triggers
-    call it, whatever the text), or reads their FTS5 tables (whose content is a view calling
-    it), registers it the same way, or gets "no such function"; reading the tables themselves
-    needs nothing."""
+    """Give ``conn`` the SQL functions the layer tables' keyword triggers call
+    (:data:`KEYWORD_TEXT`) and their earlier migrations call (:data:`CJK_GRAMS`). Every
+    connection of the library has them. Another program that inserts into the facts, episode
+    points or items tables, or changes a row's text, registers them the same way, or gets "no
+    such function"; reading the tables, and their FTS5 indexes, needs nothing."""
     conn.create_function(CJK_GRAMS, 1, _cjk_grams, deterministic=True)
+    conn.create_function(KEYWORD_TEXT, 2, _keyword_text, deterministic=True)
 
 
 class SQLiteDatabase:

@@ -60,7 +60,7 @@ def upgrade(c: sqlite3.Connection) -> None:
     for trigger in ("messages_ai", "messages_ad", "messages_au"):
         c.execute(f"DROP TRIGGER IF EXISTS {trigger}")
     c.execute("DROP TABLE IF EXISTS messages_fts")
-    _add_column(c, "keywords TEXT")
+    add_column(c, "messages", "keywords TEXT")
     c.execute("CREATE TABLE IF NOT EXISTS user_tags ("
               " tag INTEGER PRIMARY KEY AUTOINCREMENT, user_id TEXT NOT NULL UNIQUE)")
     c.execute("CREATE TABLE IF NOT EXISTS fts_deferred (one INTEGER PRIMARY KEY CHECK (one = 1))")
@@ -78,7 +78,7 @@ def upgrade(c: sqlite3.Connection) -> None:
 def add_text_hash(c: sqlite3.Connection) -> None:
     """The migration to a hashed text check: each row's ``text_hash`` (in batches), then its
     index in place of the one on the whole text. Safe to run on a store that has the column."""
-    _add_column(c, "text_hash INTEGER")
+    add_column(c, "messages", "text_hash INTEGER")
     for rows in _every_row(c, "content"):
         c.executemany("UPDATE messages SET text_hash=? WHERE rowid=?", [(text_hash(t), r) for r, t in rows])
     c.execute("DROP INDEX IF EXISTS messages_user_text")
@@ -108,10 +108,10 @@ def regram(c: sqlite3.Connection) -> None:
 _CHANGED = re.compile(f"[{CJK}]|i\u0307")
 
 
-def _add_column(c: sqlite3.Connection, column: str) -> None:
-    """``ALTER TABLE messages ADD COLUMN column`` unless it is there (a migration run again)."""
-    if column.split()[0] not in {r[1] for r in c.execute("PRAGMA table_info(messages)")}:
-        c.execute(f"ALTER TABLE messages ADD COLUMN {column}")
+def add_column(c: sqlite3.Connection, table: str, column: str) -> None:
+    """``ALTER TABLE table ADD COLUMN column`` unless it is there (a migration run again)."""
+    if column.split()[0] not in {r[1] for r in c.execute(f"PRAGMA table_info({table})")}:
+        c.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
 
 
 def _every_row(c: sqlite3.Connection, columns: str) -> Iterator[list[tuple[Any, ...]]]:

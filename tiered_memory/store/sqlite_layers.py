@@ -5,12 +5,13 @@ table is :mod:`.sqlite`'s). The tables join the core schema through
 ``SQLiteRecordStore.migrate("layers", ...)`` and ``migrate("items", ...)`` and, like
 every table with a ``user_id`` column, are emptied for a user inside ``forget_user``'s
 transaction. Facts, episode key points and items have their own FTS5 tables (keyword
-recall), external content over views of the rows' text with each CJK run written as its
-bigrams (:func:`cjk_words`), fed by triggers that write the same text at insert and at
-delete; their vectors live in the shared vector
-index under ids with a ``:`` (``fact:<id>``, ``ep:<id>:<n>``, ``item:<id>``), derived from
-these rows. The queries themselves are :class:`~.layer_store.LayerStore`'s; this dialect
-adds only FTS5 keyword search.
+recall), indexed as the turns are (:mod:`.sqlite_keywords`): each row's ``keywords`` column
+holds its words with its user's tag in front, and the FTS5 table, external content over
+that column, is fed by triggers from it (:func:`tagged_index`), so BM25 counts a term's rows
+within the user and another user's rows never move a user's ranking. Their vectors live in
+the shared vector index under ids with a ``:`` (``fact:<id>``, ``ep:<id>:<n>``,
+``item:<id>``), derived from these rows. The queries themselves are
+:class:`~.layer_store.LayerStore`'s; this dialect adds only FTS5 keyword search.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from .layer_store import LayerStore
 from .layer_unit import PENDING_VECTORS, SLOT_INDEX, fill_slots
 from .repositories import Scored
 from .sqlite import SQLiteRecordStore
-from .sqlite_db import CJK_GRAMS
+from .sqlite_db import CJK_GRAMS, KEYWORD_TEXT
+from .sqlite_keywords import add_column
 from .sqlite_schema import Step
-from .text_search import CJK, fts5_any
+from .text_search import CJK, tagged_any
 
 
 def cjk_words(source: str) -> str:
@@ -60,6 +62,47 @@ def bigrams(table: str, source: str, update: str) -> Step:
         c.execute(f"DROP VIEW IF EXISTS {view}")
         c.execute(f"CREATE VIEW {view} AS SELECT rowid, {cjk_words(source.format(row=''))} AS text FROM {table}")
         c.execute(f"CREATE VIRTUAL TABLE {fts} USING fts5(text, content='{view}', content_rowid='rowid',"
+                  " tokenize='porter unicode61')")
+        c.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
+        for event, body in triggers.items():
+            c.execute(f"CREATE TRIGGER {table}_{event} {body}")
+    return step
+
+
+def tagged_index(table: str) -> Step:
+    """The migration of ``table``'s FTS5 index to per-user keywords, as the turns' (the rows'
+    ``text``, each word with its user's tag in front: :func:`~.text_search.keyword_text`).
+    Before it, BM25 counted a word's rows over every user, so a user's ranking, and the
+    scores, told whether other users' rows held the query's words.
+
+    Invariants, as :mod:`.sqlite_keywords` keeps them for the turns: every row is in the index
+    with what its stored ``keywords`` column holds (none: an empty entry), and only triggers
+    feed it, deleting what the column held. A row inserted, or whose ``text`` or ``user_id``
+    changes, has its keywords computed in the trigger (:data:`~.sqlite_db.KEYWORD_TEXT`, its
+    user given a tag if it had none); the change of the column re-indexes the row. The
+    keywords of the existing rows are computed here, the index built again from them."""
+    fts = f"{table}_fts"
+    fill = ("INSERT OR IGNORE INTO user_tags(user_id) VALUES (new.user_id);"
+            f" UPDATE {table} SET keywords = {KEYWORD_TEXT}("
+            "(SELECT tag FROM user_tags WHERE user_id = new.user_id), CAST(new.text AS BLOB))"
+            " WHERE rowid = new.rowid;")
+    insert = f"INSERT INTO {fts}(rowid, keywords) VALUES (new.rowid, new.keywords);"
+    delete = f"INSERT INTO {fts}({fts}, rowid, keywords) VALUES ('delete', old.rowid, old.keywords);"
+    triggers = {"ai": f"AFTER INSERT ON {table} BEGIN {insert} {fill} END",
+                "ad": f"AFTER DELETE ON {table} BEGIN {delete} END",
+                "au": f"AFTER UPDATE OF text, user_id ON {table} BEGIN {fill} END",
+                "ak": f"AFTER UPDATE OF keywords ON {table} BEGIN {delete} {insert} END"}
+
+    def step(c: sqlite3.Connection) -> None:
+        for event in triggers:
+            c.execute(f"DROP TRIGGER IF EXISTS {table}_{event}")
+        c.execute(f"DROP TABLE IF EXISTS {fts}")
+        c.execute(f"DROP VIEW IF EXISTS {table}_words")  # the content of bigrams' index
+        add_column(c, table, "keywords TEXT")
+        c.execute(f"INSERT OR IGNORE INTO user_tags(user_id) SELECT DISTINCT user_id FROM {table}")
+        c.execute(f"UPDATE {table} SET keywords = {KEYWORD_TEXT}("
+                  f"(SELECT tag FROM user_tags u WHERE u.user_id = {table}.user_id), CAST(text AS BLOB))")
+        c.execute(f"CREATE VIRTUAL TABLE {fts} USING fts5(keywords, content='{table}', content_rowid='rowid',"
                   " tokenize='porter unicode61')")
         c.execute(f"INSERT INTO {fts}({fts}) VALUES ('rebuild')")
         for event, body in triggers.items():
@@ -208,7 +251,11 @@ LAYER_MIGRATIONS: list[Step] = [
     bigrams("facts", "{row}text", "UPDATE OF text"),
     bigrams("episode_points", "{row}text", ""),
     SLOT_INDEX,
-    fill_slots,
+    # each word with its user's tag, as the turns' (tagged_index): BM25 counts a word's rows within
+    # the user, so another user's facts and key points no longer move a user's ranking
+    tagged_index("facts"),
+    tagged_index("episode_points"),
+    fill_slots,  # (last: tests re-run it by deleting the last migration's record)
 ]
 
 # the namespaced items of the LangGraph store (tiered_memory.layers.items)
@@ -249,6 +296,7 @@ ITEM_MIGRATIONS: list[Step] = [
     CREATE INDEX IF NOT EXISTS items_expiry ON items (expires_at) WHERE expires_at IS NOT NULL;
     """,
     bigrams("items", "COALESCE({row}text, '')", "UPDATE"),  # CJK runs as their bigrams, as the facts'
+    tagged_index("items"),  # each word with its user's tag, as the facts'
 ]
 
 
@@ -273,7 +321,10 @@ class SQLiteLayerStore(LayerStore):
         return self.db.unsynced_transaction()  # the turns' marks' (mark_indexed)
 
     def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int, extra: str = "") -> Scored:
-        match = fts5_any(terms)
+        """BM25 within the user's posting lists (:func:`tagged_index`); the ``user_id`` check
+        still decides."""
+        tag = self.db.tag(user_id)
+        match = None if tag is None else tagged_any(tag, terms)
         if match is None:
             return []
         fts = f"{table}_fts"

@@ -17,18 +17,6 @@ from ..textcache import holds_texts
 _NON_WORD = re.compile(r"[^\w]+", re.UNICODE)
 
 
-def fts5_any(terms: Sequence[str]) -> str | None:
-    """An FTS5 expression OR-ing the terms, each a quoted phrase of its words as the tables
-    this serves (facts, key points, items) index them (:func:`fts5_text`): a CJK run is the
-    phrase of its bigrams (``"去北 北京"``), so it matches where it is written, also in the
-    middle of a longer run. A term of CJK characters only is a prefix query (``"猫"*``): a
-    lone character finds the bigrams it starts."""
-    terms = [terms] if isinstance(terms, str) else terms  # one term, not its characters
-    quoted = ['"' + fts5_text(t).strip().replace('"', '""') + '"' + ("*" if is_cjk(t) else "")
-              for t in dict.fromkeys(terms) if t.strip()]
-    return " OR ".join(quoted) if quoted else None
-
-
 #: Letters to Python that SQLite's ``unicode61`` tables (Unicode 6.1) still hold to be marks,
 #: so FTS5 splits a word at them: New Tai Lue vowel signs and tone marks, two Vedic signs (a
 #: character class body). Found by trying every character Python reads as part of a word
@@ -109,14 +97,14 @@ def cjk_grams(word: str) -> list[str]:
 
 
 def fts5_text(text: str) -> str:
-    """``text`` as the FTS5 tables of facts, key points and items index it (pure): each run of
-    :data:`CJK` characters written as its overlapping bigrams between spaces (a lone one as
-    itself), as :func:`cjk_grams` reads a turn's; everything else as it is, so FTS5 tokenizes
-    (and stems) other words as before. ``"去北京 ok"`` -> ``" 去北 北京  ok"``.
+    """``text`` as the FTS5 tables of facts, key points and items indexed it between their
+    migration to CJK bigrams (``sqlite_layers.bigrams``) and the next, to per-user keywords
+    (``sqlite_keywords.tagged_index``) (pure): each run of :data:`CJK` characters written as
+    its overlapping bigrams between spaces (a lone one as itself), as :func:`cjk_grams` reads a
+    turn's; everything else as it is. ``"去北京 ok"`` -> ``" 去北 北京  ok"``.
 
-    The index is fed through this function at insert and at delete, so its output for a
-    stored text must never change: a change needs a migration that indexes every such row
-    again (``sqlite_layers.bigrams``)."""
+    Only those migrations call it now, on a store that has not run them yet: its output for a
+    stored text must never change."""
     if text.isascii() or _CJK_RUN.search(text) is None:
         return text
     return _CJK_RUN.sub(lambda m: " " + " ".join(cjk_grams(m.group(0))) + " ", text)
@@ -150,6 +138,19 @@ def tagged_phrases(tag: str, terms: Sequence[str]) -> list[str]:
         if words:
             out['"' + " ".join(tag + w for w in words) + '"'] = None
     return list(out)
+
+
+def tagged_any(tag: str, terms: Sequence[str]) -> str | None:
+    """An FTS5 expression OR-ing the terms' :func:`tagged_phrases`, as the tables of facts, key
+    points and items are asked (pure); ``None`` when no term holds a word. A term of CJK
+    characters only is a prefix query (``"7q猫"*``): a lone character finds the user's bigrams
+    it starts, and only the user's (a tag is prefix-free)."""
+    terms = [terms] if isinstance(terms, str) else terms
+    out: dict[str, None] = {}
+    for t in terms:
+        for phrase in tagged_phrases(tag, [t]):
+            out[phrase + ("*" if is_cjk(t) else "")] = None
+    return " OR ".join(out) if out else None
 
 
 def tsquery_any(terms: Sequence[str]) -> str | None:
