@@ -5,7 +5,9 @@ Each row of ``messages`` holds ``keywords``: its words, each with its user's tag
 Python when the row is written. ``messages_fts`` is an FTS5 table of that one column,
 external content over ``messages``. A user's tagged word is a token no other user's row
 holds, so a keyword query walks the posting lists of that user's rows only, and BM25
-counts a term's rows within the user (its N and average length stay the store's).
+counts a term's rows within the user (its N and average length stay the store's). The
+layer tables (facts, episode key points, items) are indexed the same way, their keywords
+computed by their triggers (``sqlite_layers.tagged_index``).
 
 Invariants:
 
