@@ -51,14 +51,15 @@ UNDECODABLE = "Could not decode to UTF-8"  # sqlite3's error for such a value
 
 
 #: The SQL function, registered on every connection, that writes a text's CJK runs as their
-#: bigrams (:func:`~.text_search.fts5_text`): the layer tables' keyword triggers and views called
-#: it (``sqlite_layers.cjk_words``) until their migration to per-user keywords, which runs them.
+#: bigrams (:func:`~.text_search.fts5_text`): the migration of the layer tables' keyword indexes to
+#: bigrams calls it (``sqlite_layers.cjk_words``), and the triggers and views it leaves do until the
+#: migration to per-user keywords replaces them (on a store that had not run either yet).
 CJK_GRAMS = "tm_cjk_grams"
 
 #: The SQL function, registered on every connection, that gives the keywords of a layer row
 #: (facts, episode key points, items): ``tm_keyword_text(tag number, text)`` is
 #: :func:`~.text_search.keyword_text` of the user's tag; their triggers call it
-#: (``sqlite_keywords.tagged_index``).
+#: (``sqlite_layers.tagged_index``).
 KEYWORD_TEXT = "tm_keyword_text"
 
 

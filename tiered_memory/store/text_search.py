@@ -99,7 +99,7 @@ def cjk_grams(word: str) -> list[str]:
 def fts5_text(text: str) -> str:
     """``text`` as the FTS5 tables of facts, key points and items indexed it between their
     migration to CJK bigrams (``sqlite_layers.bigrams``) and the next, to per-user keywords
-    (``sqlite_keywords.tagged_index``) (pure): each run of :data:`CJK` characters written as
+    (``sqlite_layers.tagged_index``) (pure): each run of :data:`CJK` characters written as
     its overlapping bigrams between spaces (a lone one as itself), as :func:`cjk_grams` reads a
     turn's; everything else as it is. ``"去北京 ok"`` -> ``" 去北 北京  ok"``.
 
