@@ -76,3 +76,18 @@ def test_facade_buffer_respects_the_token_limit(make_memory):
     memory.add_many(long_turn, session_id="s", user_id="u")
     ids = memory.add_many(short_turn, session_id="s", user_id="u")
     assert [m.id for m in memory.get_buffer("s", user_id="u")] == ids
+
+
+def test_the_newest_turn_is_whole_however_many_messages_it_holds(make_memory):
+    """An agent's turn (a question, many tool results, the answer) can hold more messages than
+    the buffer fetches at first: the buffer still starts at the turn's user message."""
+    memory = make_memory(config=MemoryConfig(buffer=BufferConfig(max_messages=3, max_tokens=10_000)))
+    memory.add_many([{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}],
+                    session_id="s", user_id="u")
+    turn = [{"role": "user", "content": "Find my flights to Oslo."},
+            *({"role": "tool", "content": f"flight search result {n}"} for n in range(7)),
+            {"role": "assistant", "content": "You fly on Monday at 9."}]
+    ids = memory.add_many(turn, session_id="s", user_id="u")
+    assert [m.id for m in memory.get_buffer("s", user_id="u")] == ids
+    ctx = memory.build_context("flights", user_id="u", session_id="s", max_tokens=10_000)
+    assert [i.id for i in ctx.recent] == ids

@@ -123,10 +123,16 @@ def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, use
 def session_buffer(parts: Parts, user_id: str, session_id: str) -> list[StoredMessage]:
     """The session's recent whole turns within the buffer's message and token limits."""
     buf = parts.config.buffer
-    msgs = parts.store.get_messages(user_id, session_id, limit=buf.max_messages * 2)
-    kept, _ = select_buffer(msgs, max_messages=buf.max_messages, max_tokens=buf.max_tokens,
-                            count=parts.count_tokens)
-    return kept
+    limit = buf.max_messages * 2
+    while True:
+        msgs = parts.store.get_messages(user_id, session_id, limit=limit)
+        kept, _ = select_buffer(msgs, max_messages=buf.max_messages, max_tokens=buf.max_tokens,
+                                count=parts.count_tokens)
+        # every message fetched kept, the oldest no question: the newest turn (an agent's, with
+        # its tool calls) began before them and is kept whole, so fetch back to its start
+        if len(msgs) < limit or len(kept) < len(msgs) or msgs[0].role == "user":
+            return kept
+        limit *= 2
 
 
 def fit_newest(item: ContextItem, buffer: list[StoredMessage], budget: int, count: Callable[[str], int],
