@@ -8,11 +8,11 @@ from typing import Callable
 
 import pytest
 
-from tiered_memory import BudgetConfig, MemoryConfig, TieredMemory
+from tiered_memory import BudgetConfig, MemoryConfig, StaticEmbedder, TieredMemory
 from tiered_memory.context.assembly import (REPEAT_REASON, TITLES, TURN_CANDIDATES, recent_room, relevant_fact,
                                             turn_candidates)
 from tiered_memory.context.render import (PREAMBLE, RECENT_TITLE, ContextItem, SectionRequest, fit_sections,
-                                          render_item, render_memory, repeated_turns)
+                                          item_cost, render_item, render_memory, repeated_turns)
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -324,3 +324,42 @@ def test_accessed_reads_each_items_layer_from_its_section() -> None:
                                   Section(name="turns", title="t", items=items("m1", "wm:1"))],
                         recent=items("m9"))
     assert accessed(ctx) == {"working": ["w1"], "fact": ["f1"], "episode": ["e1"], "turn": ["m1", "wm:1"]}
+
+
+def _turns(memory: TieredMemory, n: int, words: int) -> list[list[str]]:
+    ids = []
+    for t in range(n):
+        ids.append(memory.add_many([{"role": "user", "content": f"Question {t}: " + "tell me more " * words},
+                                    {"role": "assistant", "content": f"Answer {t}: " + "here is more " * words}],
+                                   session_id="now", user_id="u1"))
+    return ids
+
+
+@pytest.mark.parametrize("words", [10, 40])
+def test_the_recent_turns_are_whole_turns(make_memory: Callable[..., TieredMemory], words: int) -> None:
+    """The recent turns drop the oldest whole turns: an answer is never shown without its question
+    (a chat model would get a conversation opening with its own reply)."""
+    memory = make_memory(embedder=StaticEmbedder())
+    ids = _turns(memory, 3, words)
+    count = memory.count_tokens
+    one_turn = sum(item_cost(ContextItem(id=m.id, text=m.content, tokens=0, role=m.role, timestamp=m.timestamp),
+                             count) for m in memory.get_messages("now", user_id="u1")[-2:])
+    for budget in (one_turn, one_turn + 5, int(one_turn * 2.6), int(one_turn * 4)):
+        ctx = memory.build_context("more", user_id="u1", session_id="now", max_tokens=budget)
+        recent = [i.id for i in ctx.recent]
+        assert recent and ctx.recent[0].role == "user", (budget, [i.role for i in ctx.recent])
+        assert recent in ([m for t in ids[k:] for m in t] for k in range(3))
+        assert sorted(d.id for d in ctx.dropped if d.section == "recent") == sorted(
+            m for t in ids for m in t if m not in recent)
+        assert count(ctx.memory_text()) + sum(i.tokens for i in ctx.recent) <= budget
+
+
+def test_a_newest_turn_over_the_whole_budget_keeps_its_newest_messages(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory(embedder=StaticEmbedder())
+    ids = _turns(memory, 2, 10)
+    ctx = memory.build_context("more", user_id="u1", session_id="now", max_tokens=40)
+    assert [i.id for i in ctx.recent] == ids[1][1:]  # the answer, alone within the budget
+    assert sorted(d.id for d in ctx.dropped if d.section == "recent") == sorted([*ids[0], ids[1][0]])
+    assert ctx.tokens <= 40
+

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tiered_memory import BufferConfig, MemoryConfig
-from tiered_memory.layers.buffer import group_turns, select_buffer
+from tiered_memory.layers.buffer import group_turns, newest_within, select_buffer
 from tiered_memory.types import StoredMessage
 
 
@@ -46,6 +46,22 @@ def test_select_buffer_evicts_whole_turns_from_the_front(spec, max_messages, max
     got, evicted = select_buffer(messages, max_messages=max_messages, max_tokens=max_tokens, count=one_token)
     assert [m.id for m in got] == kept
     assert [m.id for m in evicted] + [m.id for m in got] == [m.id for m in messages]
+
+
+@pytest.mark.parametrize("spec, room, whole, kept", [
+    ("u a u a u a", 4, 10, ["m2", "m3", "m4", "m5"]),
+    ("u a u a u a", 3, 10, ["m4", "m5"]),  # whole turns, oldest first out: never an answer alone
+    ("u a t a", 2, 10, ["m0", "m1", "m2", "m3"]),  # the newest turn over room, within the whole budget
+    ("u a u a t a", 3, 3, ["m3", "m4", "m5"]),  # over the whole budget too: its newest messages that fit
+    ("u a", 0, 0, ["m1"]),  # at least its last one, for the caller to cut
+    ("a u a", 2, 10, ["m1", "m2"]),
+    ("", 4, 10, []),
+])
+def test_newest_within_keeps_whole_turns(spec, room, whole, kept):
+    messages = msgs(spec)
+    got, left = newest_within(messages, lambda m: 1, room=room, whole=whole)
+    assert [m.id for m in got] == kept
+    assert [m.id for m in left] + [m.id for m in got] == [m.id for m in messages]
 
 
 def test_facade_buffer_and_eviction(make_memory):

@@ -6,7 +6,8 @@ Sections, most important first (truncated last): ``session`` (working memory),
 day), ``items`` (the user's LangGraph store items, only with ``include_items=True``; share
 ``"items"``, default 0.2) and ``turns`` (relevant past turns, as many asked of the search as
 the room holds in short chat messages, :func:`turn_candidates`), plus the ``recent`` buffer,
-which takes ``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped).
+which takes ``BudgetConfig.buffer_share`` of the budget first (oldest whole turns dropped; the newest
+turn is kept whole within the whole budget, :func:`~tiered_memory.layers.buffer.newest_within`).
 The memory budget left (after the preamble, the block's tags and the headings of the
 sections that have candidates, so that :meth:`MemoryContext.memory_text` plus the recent
 turns fit the budget) is split by ``BudgetConfig.shares``. Items are never split;
@@ -27,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..embedding import embed_query
-from ..layers.buffer import select_buffer
+from ..layers.buffer import newest_within, select_buffer
 from ..layers.item_recall import item_text
 from ..layers.items import ItemStore
 from ..layers.longterm import Layers
@@ -208,12 +209,9 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     budget = max_tokens if max_tokens is not None else parts.config.budget.max_tokens
     count = parts.count_tokens
     buffer = session_buffer(parts, user_id, session_id)
-    recent = [message_item(m, count) for m in buffer]
-    recent_budget = recent_room(budget, parts.config.budget.buffer_share)
-    dropped = []
-    while len(recent) > 1 and sum(i.tokens for i in recent) > recent_budget:
-        old = recent.pop(0)
-        dropped.append(Dropped(section="recent", id=old.id, tokens=old.tokens, reason="buffer over its share"))
+    recent, over = newest_within([message_item(m, count) for m in buffer], lambda i: i.tokens,
+                                 room=recent_room(budget, parts.config.budget.buffer_share), whole=budget)
+    dropped = [Dropped(section="recent", id=old.id, tokens=old.tokens, reason="buffer over its share") for old in over]
     if recent and recent[0].tokens > budget:  # the newest turn alone is longer than the whole budget
         recent, buffer, lost = fit_newest(recent[0], buffer, budget, count)
         dropped += lost

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar
+from typing import Callable, Protocol, Sequence, TypeVar
 
 from ..types import StoredMessage
 
+
+class Said(Protocol):
+    """A message, or an item shown for one: a ``"user"`` role starts a turn."""
+
+    @property
+    def role(self) -> str | None: ...
+
+
+S = TypeVar("S", bound=Said)
 M = TypeVar("M", bound=StoredMessage)
 
 
-def group_turns(messages: Sequence[M]) -> list[list[M]]:
+def group_turns(messages: Sequence[S]) -> list[list[S]]:
     """Split into turns: a turn starts at each user message and holds what follows it."""
-    turns: list[list[M]] = []
+    turns: list[list[S]] = []
     for m in messages:
         if m.role == "user" or not turns:
             turns.append([m])
@@ -41,3 +50,23 @@ def select_buffer(
     kept_flat = [m for turn in reversed(kept) for m in turn]
     evicted = list(messages[: len(messages) - len(kept_flat)])
     return kept_flat, evicted
+
+
+def newest_within(items: Sequence[S], cost: Callable[[S], int], *, room: int, whole: int) -> tuple[list[S], list[S]]:
+    """(kept, left out) of ``items`` (oldest first) for a context (pure): the newest whole turns
+    whose costs add up to at most ``room``, and the newest turn even over ``room`` when it costs
+    at most ``whole`` (the whole budget, ``room`` being the recent turns' share of it). A newest
+    turn over ``whole`` too keeps its newest messages that fit it, at least its last one, which
+    the caller cuts when it alone is over. Only then is an answer kept without its question:
+    a chat model would otherwise get a conversation that opens with its own reply."""
+    kept: list[S] = []
+    spent = 0
+    for turn in reversed(group_turns(items)):
+        tokens = sum(cost(i) for i in turn)
+        if kept and spent + tokens > room:
+            break
+        kept[:0] = turn
+        spent += tokens
+    while len(kept) > 1 and spent > whole:  # the newest turn alone: more turns would be within room
+        spent -= cost(kept.pop(0))
+    return kept, list(items[: len(items) - len(kept)])
