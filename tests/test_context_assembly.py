@@ -11,7 +11,7 @@ import pytest
 from tiered_memory import BudgetConfig, MemoryConfig, StaticEmbedder, TieredMemory
 from tiered_memory.context.assembly import (REPEAT_REASON, TITLES, TURN_CANDIDATES, recent_room, relevant_fact,
                                             turn_candidates)
-from tiered_memory.context.render import (PREAMBLE, RECENT_TITLE, ContextItem, SectionRequest, fit_sections,
+from tiered_memory.context.render import (CUT_MARKER, PREAMBLE, RECENT_TITLE, ContextItem, SectionRequest, fit_sections,
                                           item_cost, render_item, render_memory, repeated_turns)
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
@@ -363,3 +363,18 @@ def test_a_newest_turn_over_the_whole_budget_keeps_its_newest_messages(
     assert sorted(d.id for d in ctx.dropped if d.section == "recent") == sorted([*ids[0], ids[1][0]])
     assert ctx.tokens <= 40
 
+
+@pytest.mark.parametrize("text", ["<a> " * 3000, '"\\' * 4000, "line\n" * 3000, "日本語の文章です。" * 800])
+@pytest.mark.parametrize("budget", [100, 400])
+def test_a_newest_turn_longer_than_the_budget_is_cut_to_fill_it(make_memory: Callable[..., TieredMemory],
+                                                                text: str, budget: int) -> None:
+    """The cut is measured as the turn is shown, quoted: text that quoting lengthens (``<`` is
+    written ``\\u003c``, a quote ``\\"``) is cut to what fits, not left out nor cut to a few words."""
+    memory = make_memory(embedder=StaticEmbedder())
+    memory.add("user", text, session_id="now", user_id="u1")
+    ctx = memory.build_context("anything", user_id="u1", session_id="now", max_tokens=budget)
+    assert len(ctx.recent) == 1, [d.reason for d in ctx.dropped]
+    cut = ctx.recent[0]
+    assert cut.text.endswith(CUT_MARKER.strip()) and text.startswith(cut.text[:-len(CUT_MARKER)])
+    assert budget * 0.8 <= cut.tokens <= budget
+    assert ctx.recent_messages[0].content == cut.text

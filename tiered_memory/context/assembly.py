@@ -138,17 +138,22 @@ def session_buffer(parts: Parts, user_id: str, session_id: str) -> list[StoredMe
 
 def fit_newest(item: ContextItem, buffer: list[StoredMessage], budget: int, count: Callable[[str], int],
                ) -> tuple[list[ContextItem], list[StoredMessage], list[Dropped]]:
-    """The newest turn cut (with a marker) to fit the budget, or left out and reported."""
-    room = budget - item_cost(replace(item, text=""), count)  # the rendered head costs a few tokens
-    for _ in range(8):  # quoting can make the cut text cost more than counted: shrink until it fits
-        cut = cut_to_tokens(item.text, room, count) if room > 0 else None
+    """The newest turn cut (with a marker) to fit the budget, or left out and reported. The cut
+    is measured as the turn is shown, its head and quoting included: quoting lengthens some text
+    (``<`` is written ``\\u003c``) far more than other, so no margin taken off the raw text fits both."""
+    def shown(text: str) -> int:
+        return item_cost(replace(item, text=text), count)
+
+    limit = budget
+    for _ in range(8):  # a cut may cost a token or two more than its search measured: shrink until it fits
+        cut = cut_to_tokens(item.text, limit, shown) if limit > 0 else None
         if cut is None:
             break
-        costed = _costed(replace(item, text=cut), count)
+        costed = replace(item, text=cut, tokens=shown(cut))
         if costed.tokens <= budget:
             message = next(m for m in buffer if m.id == item.id)
             return [costed], [replace(message, content=cut)], []
-        room -= costed.tokens - budget
+        limit -= costed.tokens - budget
     return [], [], [Dropped(section="recent", id=item.id, tokens=item.tokens,
                             reason="the newest turn is longer than the whole budget")]
 

@@ -99,7 +99,8 @@ CUT_MARKER = " [... cut: the rest did not fit the token budget]"
 
 def cut_to_tokens(text: str, max_tokens: int, count: Callable[[str], int]) -> str | None:
     """The longest head of ``text`` that, with :data:`CUT_MARKER`, costs at most
-    ``max_tokens`` (pure); ``None`` when not even the marker fits."""
+    ``max_tokens`` (pure); ``None`` when not even the marker fits. ``count`` may measure a
+    head as it will be shown (quoted, with its item's head), not as written."""
     if count(text) <= max_tokens:
         return text
     if count(CUT_MARKER.strip()) > max_tokens:
