@@ -60,9 +60,10 @@ def test_entities_in_other_languages_and_alphabets(text: str, names: list[str]) 
 FAMILY = "\U0001F468\u200d\U0001F469\u200d\U0001F467"  # one emoji of five code points
 FLAG = "\U0001F1EF\U0001F1F5"
 ACCENTED = "e\u0301"
+CONJUNCT = "\u0915\u094d\u0937"  # Devanagari ksha: a consonant, the virama and a consonant, one letter to a reader
 
 
-@pytest.mark.parametrize("unit", [FAMILY, FLAG, ACCENTED, "\U0001F44D\U0001F3FD", "\u2764\ufe0f"])
+@pytest.mark.parametrize("unit", [FAMILY, FLAG, ACCENTED, CONJUNCT, "\U0001F44D\U0001F3FD", "\u2764\ufe0f"])
 def test_clip_never_splits_what_a_reader_sees_as_one_character(unit: str) -> None:
     for limit in range(2, 40):
         head = clip(unit * 50, limit)
@@ -71,7 +72,7 @@ def test_clip_never_splits_what_a_reader_sees_as_one_character(unit: str) -> Non
         assert body == unit * (len(body) // len(unit)), (limit, ascii(head))
 
 
-@pytest.mark.parametrize("unit", [FAMILY, FLAG, ACCENTED])
+@pytest.mark.parametrize("unit", [FAMILY, FLAG, ACCENTED, CONJUNCT])
 def test_a_context_item_cut_to_its_budget_keeps_whole_characters(unit: str) -> None:
     for budget in range(17, 60):
         cut = cut_to_tokens(unit * 60, budget, heuristic_count)
