@@ -176,6 +176,24 @@ def test_shares_are_configurable(make_memory: Callable[..., TieredMemory]) -> No
     assert facts_tokens > others
 
 
+def test_a_section_the_shares_do_not_name_has_no_share_but_items(make_memory: Callable[..., TieredMemory]) -> None:
+    """A ``shares`` dict names the sections it weighs: one it leaves out has none (the items
+    0.2, as documented), so ``{"facts": 1.0}`` is ``{"facts": 1.0}`` with every other section
+    at 0. Relevant turns used to take 0.3 when not named, a default of an earlier release."""
+    def sections(shares: dict[str, float]) -> list[tuple[str, int]]:
+        memory = make_memory(config=MemoryConfig(budget=BudgetConfig(shares=shares)))
+        _fill(memory)
+        for text in DIVERSE:
+            memory.add_fact(text, user_id="u1")
+        ctx = memory.build_context("what does the user like?", user_id="u1", session_id="now", max_tokens=200)
+        memory.forget_user("u1")
+        memory.close()  # the fixture opens one folder
+        return [(s.name, len(s.items)) for s in ctx.sections]
+
+    named = sections({"session": 0.0, "facts": 1.0, "episodes": 0.0, "turns": 0.0})
+    assert sections({"facts": 1.0}) == named and ("facts", 0) not in named
+
+
 def test_default_shares_documented() -> None:
     shares = BudgetConfig().shares
     assert (shares["session"], shares["facts"], shares["episodes"], shares["turns"]) == (0.3, 0.2, 0.4, 1.5)

@@ -94,8 +94,8 @@ class BudgetConfig:
     ``shares`` splits the memory budget (what is left after the recent buffer)
     between sections: ``session`` (working memory), ``facts``, ``episodes`` (past
     sessions), ``turns`` (relevant past turns) and ``items`` (store items, with
-    ``include_items=True``; 0.2 when not named here). Shares are relative weights,
-    normalised over the sections that have something to show, so by default
+    ``include_items=True``; 0.2 when not named here; any other section not named has none).
+    Shares are relative weights, normalised over the sections that have something to show, so by default
     session, facts and episodes weigh 0.3, 0.2 and 0.4, and relevant turns 1.5 beside
     them (turns 0.3, then 1.0, episodes 0.3 and facts 0.4, until December: each time the
     turn ranking improved, at 500 tokens the extractive facts and episodes reached less

@@ -237,7 +237,7 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
         requests.append(item_request(items, query, vector, user_id=user_id, count=count,
                                      share=parts.config.budget.shares.get("items", ITEM_SHARE)))
     requests.append(SectionRequest(name="turns", title=TITLES["turns"], items=turns,
-                                   share=parts.config.budget.shares.get("turns", 0.3), priority=PRIORITY["turns"]))
+                                   share=parts.config.budget.shares.get("turns", 0.0), priority=PRIORITY["turns"]))
     pruned, said = without_repeats(requests, room, count)
     sections, lost = fit(pruned, room, count)
     if said and not set(said.values()) <= {i.id for s in sections for i in s.items}:
