@@ -65,3 +65,22 @@ def test_the_config_s_tables_changed_after_open_change_nothing(
     config.budget.shares["turns"] = float("nan")
     assert memory.config.budget.shares["turns"] == 1.5
     assert "Lisbon" in memory.build_context("where do I live?", user_id="u", session_id="s2").to_messages()[0]["content"]
+
+
+@pytest.mark.parametrize(("text", "key", "polarity"), [
+    ("User lives in Lisbon", "residence", 1),
+    ("User's sister is called Ana", "rel:sister", 1),
+    ("User dislikes coffee", "pref:coffee", -1),
+    ("User has two kids", None, 1),  # no slot's words
+])
+def test_a_fact_carries_the_slot_its_words_name(make_memory: Callable[..., tiered_memory.TieredMemory],
+                                                text: str, key: str | None, polarity: int) -> None:
+    """``Fact.key`` and ``Fact.polarity``, as the README (The layers: Facts) and the ``Fact``
+    docstring describe them, on what ``add_fact`` returns and ``facts`` reads back; an edit
+    that moves the text to another slot moves the key with it."""
+    memory = make_memory()
+    fact = memory.add_fact(text, user_id="u", type="preference" if "coffee" in text else "fact")
+    assert (fact.key, fact.polarity) == (key, polarity)
+    assert [(f.key, f.polarity) for f in memory.facts("u")] == [(key, polarity)]
+    edited = memory.update_fact(fact.id, user_id="u", text="User works at Acme")
+    assert (edited.key, edited.polarity) == ("employer", 1)

@@ -45,7 +45,13 @@ class EpisodeDraft:
 
 @dataclass(frozen=True, kw_only=True)
 class Fact:
-    """One fact about a user. ``invalid_at`` is set when a later fact contradicted it."""
+    """One fact about a user. ``invalid_at`` is set when a later fact contradicted it.
+
+    ``key`` is the slot the fact fills, found in its words when it is stored (``"residence"``,
+    ``"name"``, ``"employer"``, ``"rel:sister"``, ``"diet:vegetarian"``, ``"pref:coffee"``, ...;
+    ``None`` for a fact of no slot), and ``polarity`` which way it goes (-1 for a dislike, "User
+    dislikes coffee", 1 otherwise). A new fact is resolved against the valid fact of its slot
+    (a new value invalidates it); facts of two slots are never merged into one."""
 
     id: str
     user_id: str
