@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import warnings
 
 import numpy as np
 
@@ -112,3 +113,18 @@ def test_two_collections_on_one_local_client_share_its_lock(monkeypatch):
     one, two = (QdrantVectorIndex(client=client, collection=c, exact_rows=0) for c in ("one", "two"))
     assert not _query_while_upserting(one, two, monkeypatch)
     client.close()
+
+
+def test_a_new_local_memory_warns_of_nothing(make_memory):
+    """``vector_store="qdrant"`` printed qdrant-client's UserWarning "Payload indexes have no
+    effect in the local Qdrant ... Please use server Qdrant if you need payload indexes" on the
+    first write of every new folder: the collection was given the server's payload indexes, which
+    the local engine ignores. (The suite turns warnings into errors, and the index swallowed that
+    error, so only a warning recorder sees it.)"""
+    m = make_memory("q", vector_store="qdrant")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        m.add_many(NOTES, session_id="s", user_id="u1")
+        m.rebuild_index()  # makes the collection anew
+    assert [str(w.message) for w in caught] == []
+    assert len(m.search("chillies", user_id="u1", k=3)) == 3

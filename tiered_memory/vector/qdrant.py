@@ -82,7 +82,8 @@ class QdrantVectorIndex:
         fix = "; check the URL, the API key and that the server runs" if url else ""
         try:
             self.client = client or (QdrantClient(url=url, api_key=api_key) if url else QdrantClient(path=str(path)))
-            if _is_local(self.client):
+            self._local = _is_local(self.client)
+            if self._local:
                 self.client = _OneAtATime(self.client)
             self._ready = self.client.collection_exists(collection)  # (a server is first reached here)
         except Exception as e:
@@ -190,13 +191,14 @@ class QdrantVectorIndex:
                 if self.owner() not in (None, self._owner):
                     raise VectorIndexError(refusal("foreign", self.name)) from None
                 return
-            for field in ("user_id", "layer", "session_id"):
+            # the local engine ignores payload indexes (and qdrant-client warns the user who asks)
+            for field in () if self._local else ("user_id", "layer", "session_id"):
                 schema = (m.KeywordIndexParams(type=m.KeywordIndexType.KEYWORD, is_tenant=True)
                           if field == "user_id" else m.PayloadSchemaType.KEYWORD)
                 try:
                     self.client.create_payload_index(self.name, field, field_schema=schema)
                 except Exception:
-                    pass  # local mode ignores payload indexes
+                    pass  # best effort: an index only speeds up the filters
             self._ready = True
 
     def _filter(self, user_id: str | None, layers: Sequence[str] | None = None, session_id: str | None = None,
