@@ -269,3 +269,37 @@ def test_a_store_made_by_another_embedder_is_refused_without_one_not_re_embedded
     monkeypatch.setenv(EMBEDDER_ENV, "static")
     with TieredMemory(path) as memory:  # asked for: re-embedded with the default
         assert memory.store.get_meta("embedder") == BUNDLED_NAME
+
+
+@pytest.mark.servers
+def test_on_postgresql_a_changed_embedder_rebuilds_an_index_of_ones_own_and_warns_of_a_shared_one(
+        tmp_path, make_postgres_url, make_pgvector_url, caplog):
+    """README, Troubleshooting (a different embedder): a PostgreSQL store with the embedded
+    Chroma (one process's index) is re-embedded at open, as a folder is; one whose vectors are
+    shared (pgvector here, a vector server alike) is not: the open logs a warning naming
+    ``rebuild_index()``, and that call re-embeds."""
+    def opened(embedder, **where):
+        with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+            caplog.clear()
+            memory = TieredMemory(embedder=embedder, **where)
+        return memory, [r.getMessage() for r in caplog.records]
+
+    own = {"path": tmp_path / "own", "record_store": make_postgres_url()}
+    shared = {"record_store": make_pgvector_url(), "vector_store": "pgvector"}
+    for where in (own, shared):
+        with TieredMemory(embedder=_OwnEmbedder(), **where) as memory:
+            memory.add("user", "My sister moved to Porto last spring.", user_id="u", session_id="s")
+
+    memory, logged = opened(StaticEmbedder(), **own)
+    with memory:
+        assert [m for m in logged if "rebuilding this process's vector index" in m]
+        assert memory.store.get_meta("embedder") == BUNDLED_NAME
+        assert memory.search("where did my sister move?", user_id="u", k=1)[0].text.startswith("My sister")
+
+    memory, logged = opened(StaticEmbedder(), **shared)
+    with memory:
+        assert [m for m in logged if "differs from the shared store's acme-embed-v2" in m and "rebuild_index()" in m]
+        assert memory.store.get_meta("embedder") == "acme-embed-v2"  # nothing re-embedded yet
+        memory.rebuild_index()
+        assert memory.store.get_meta("embedder") == BUNDLED_NAME
+        assert memory.search("where did my sister move?", user_id="u", k=1)[0].text.startswith("My sister")
