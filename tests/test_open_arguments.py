@@ -93,3 +93,19 @@ def test_folder_settings_name_the_folder_a_relative_path_opened(tmp_path: Path, 
         monkeypatch.chdir(tmp_path)  # a later working directory names another folder "mem"
         settings = memory.folder_settings
         assert settings is not None and settings.path == (tmp_path / "app" / "mem").resolve()
+
+
+def test_a_folder_name_chroma_cannot_take_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    """A folder whose name is not UTF-8 (Python reads such a byte, as from a Latin-1 file name,
+    as a lone surrogate: ``caf\\udce9``) is a name Linux has and SQLite and Qdrant open, but
+    the embedded Chroma cannot: the open failed with a ``VectorIndexError`` ("could not open
+    Chroma collection ... surrogates not allowed") after it had made the folder and its
+    records.sqlite3, and every later open failed the same. Now it is a ``ConfigurationError``
+    naming the fix, and nothing is made; Qdrant's local mode still takes the name."""
+    folder = tmp_path / "caf\udce9"
+    with pytest.raises(ConfigurationError, match="UTF-8.*vector_store='qdrant'"):
+        TieredMemory(folder, embedder=StaticEmbedder())
+    assert not folder.exists()
+    with TieredMemory(folder, embedder=StaticEmbedder(), vector_store="qdrant") as memory:
+        memory.add("user", "I live in Lisbon", user_id="u", session_id="s")
+        assert memory.search("Lisbon", user_id="u")[0].text == "I live in Lisbon"

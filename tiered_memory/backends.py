@@ -203,6 +203,21 @@ def is_embedded_index(vector_store: VectorIndex | str | None) -> bool:
     return isinstance(kind, str) and kind in ("chroma", "qdrant")
 
 
+def check_index_folder(folder: Path, vector_store: VectorIndex | str | None) -> None:
+    """The embedded Chroma takes its folder's path as UTF-8 (its engine is Rust), so a folder
+    whose name is not (a byte Python reads as a lone surrogate, ``caf\\udce9`` from a Latin-1
+    name) is refused before anything is made; SQLite and Qdrant's local mode take it (pure)."""
+    if configured_vector_store(vector_store) != "chroma":
+        return
+    try:
+        os.path.abspath(folder).encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(
+            f"the embedded Chroma index cannot open a folder whose path is not UTF-8 "
+            f"({os.path.abspath(folder)!r}): use another path, or pass vector_store='qdrant' "
+            "(Qdrant's local mode takes it)") from None
+
+
 def open_embedded_chroma(folder: Path) -> VectorIndex:
     """The Chroma index in ``folder``. The index is derived data: when it cannot be opened
     (a damaged file), it is moved aside to ``chroma.damaged-<time>`` and a new one is

@@ -32,6 +32,7 @@ from .aio import ReadWriteGate, open_in_thread, twin
 from .arguments import check_parts
 from .backends import (
     attach_sessions,
+    check_index_folder,
     configured_record_store,
     configured_vector_store,
     is_embedded_index,
@@ -145,6 +146,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
             self.path = check_path(path) if path is not None else default_path()
         except InvalidInputError as e:
             raise ConfigurationError(str(e)) from None
+        check_index_folder(self.path, vector_store)
         self._folder = self.path.resolve()  # the folder opened: a relative path names another after a chdir
         self._calls = Calls()  # close() waits for the calls running when it starts, the handles' too
         self._write_lock = threading.RLock()
