@@ -19,7 +19,9 @@ With a ``ReActAgent``, build the ``Memory`` with ``insert_method="user"``: the d
 when it builds its ReAct prompt (a ``FunctionAgent`` works with either).
 
 Example:
-    >>>     >>> from tiered_memory import TieredMemory
+    >>> from llama_index.core.memory import Memory
+    >>> from tiered_memory import TieredMemory
+    >>> from llamaindex_tiered_memory import TieredMemoryBlock, offline_tokenizer
     >>> block = TieredMemoryBlock(memory=TieredMemory("/tmp/tm"), user_id="u1")  # doctest: +SKIP
     >>> chat = Memory.from_defaults(session_id="s1", memory_blocks=[block],
     ...                             tokenizer_fn=offline_tokenizer())  # doctest: +SKIP

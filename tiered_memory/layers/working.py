@@ -169,8 +169,9 @@ class WorkingMemory:
 
     Example:
         >>> wm = memory.working_memory("s1", user_id="u1")  # doctest: +SKIP
-        >>> wm.remember("user is debugging the payment webhook", importance=0.9, type="goal")
-        >>> wm.scratchpad["step"] = 2
+        >>> item = wm.remember("user is debugging the payment webhook", importance=0.9,  # doctest: +SKIP
+        ...                    type="goal")
+        >>> wm.scratchpad["step"] = 2  # doctest: +SKIP
     """
 
     def __init__(self, rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,
