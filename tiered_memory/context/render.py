@@ -193,6 +193,10 @@ class MemoryContext:
 
     @property
     def tokens(self) -> int:
+        """The items' tokens (the sections' and the recent turns'), each counted as the ``- [head]
+        "text"`` line it renders to: the cost the budget was filled by. Not the tokens of a
+        rendering, which adds the preamble, tags and headings; a recent turn as :meth:`to_messages`
+        sends it (its text alone) costs a few tokens less."""
         return sum(s.tokens for s in self.sections) + sum(i.tokens for i in self.recent)
 
     def section(self, name: str) -> Section | None:
