@@ -14,6 +14,7 @@ from llama_index.core.base.llms.types import ChatMessage, TextBlock
 
 from tiered_memory.context.render import CUT_MARKER, holds_rendered_memory
 from tiered_memory.errors import InvalidInputError
+from tiered_memory.graphemes import cut_point
 from tiered_memory.llm.base import clean_strings
 
 MAX_QUERY_CHARS = 2000
@@ -48,8 +49,9 @@ def storable_text(text: str, max_chars: Optional[int] = None) -> tuple[str, list
     """``text`` as the core can store it, and what had to change (pure).
 
     NUL characters are removed and lone surrogates replaced (no store holds them); a text
-    longer than ``max_chars`` (the core's ``MemoryConfig.max_content_chars``) keeps its head
-    and ends with the core's :data:`~tiered_memory.context.render.CUT_MARKER`, so the result
+    longer than ``max_chars`` (the core's ``MemoryConfig.max_content_chars``) keeps its head,
+    cut between two characters as a reader sees them (never inside an emoji or an accented
+    letter: :func:`~tiered_memory.graphemes.cut_point`), and ends with the core's :data:`~tiered_memory.context.render.CUT_MARKER`, so the result
     is never longer than ``max_chars``. A text the core accepts comes back unchanged, with
     no changes listed. The result may be blank (a text of NULs): the caller skips it.
     """
@@ -61,8 +63,8 @@ def storable_text(text: str, max_chars: Optional[int] = None) -> tuple[str, list
         changes.append("replaced lone surrogates")
     if max_chars is not None and len(clean) > max_chars:
         changes.append(f"cut from {len(clean):,} to {max_chars:,} characters")
-        keep = max_chars - len(CUT_MARKER)
-        clean = clean[:keep] + CUT_MARKER if keep > 0 else clean[:max_chars]
+        keep = max_chars - len(CUT_MARKER)  # cut between two characters as a reader sees them
+        clean = clean[:cut_point(clean, keep)] + CUT_MARKER if keep > 0 else clean[:cut_point(clean, max_chars)]
     return clean, changes
 
 

@@ -16,6 +16,9 @@ from tiered_memory.context.render import (CUT_MARKER, PREAMBLE, ContextItem, Sec
                                           holds_rendered_memory, render_memory)
 
 
+FAMILY = "\U0001F468\u200d\U0001F469\u200d\U0001F467"  # one character to a reader, five code points
+
+
 def chat(role: str, text: str) -> ChatMessage:
     return ChatMessage(role=role, content=text)
 
@@ -59,6 +62,11 @@ def test_a_text_block_holding_a_rendered_memory_is_not_the_messages_text() -> No
         ("\x00\udcff", None, "?", ["removed NUL characters", "replaced lone surrogates"]),
         ("x" * 100, 99, "x" * (99 - len(CUT_MARKER)) + CUT_MARKER, ["cut from 100 to 99 characters"]),
         ("x" * 20, 10, "x" * 10, ["cut from 20 to 10 characters"]),  # no room for the marker
+        # a cut never splits what a reader sees as one character (a family emoji is five code
+        # points): the cluster it falls in goes whole
+        ("x" * (97 - len(CUT_MARKER)) + FAMILY + "y" * 200, 99, "x" * (97 - len(CUT_MARKER)) + CUT_MARKER,
+         [f"cut from {302 - len(CUT_MARKER)} to 99 characters"]),
+        ("x" * 8 + FAMILY + "y" * 5, 10, "x" * 8, ["cut from 18 to 10 characters"]),  # no room for the marker
     ],
 )
 def test_storable_text_rules(text: str, limit: int | None, stored: str, changes: list[str]) -> None:
