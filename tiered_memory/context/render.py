@@ -209,8 +209,9 @@ class MemoryContext:
     def to_text(self) -> str:
         """The long-term sections and then the recent turns, as one block of quoted data: for
         reading and for prompts that take one text. The budget holds :meth:`memory_text` and
-        the recent turns' own text; quoting the recent turns here (a heading, and each turn's
-        quotes and labels) adds a few tokens a turn beyond it. :meth:`to_messages` stays within it."""
+        the recent turns' own text; this adds the recent turns' heading and, when no long-term
+        section is shown, the preamble and tags :meth:`memory_text` then leaves out, so it can
+        run tens of tokens over a small budget. :meth:`to_messages` stays within it."""
         return render_memory([*self.sections, Section(name="recent", title=RECENT_TITLE, items=self.recent)])
 
     def to_messages(self) -> list[dict[str, Any]]:
