@@ -23,7 +23,7 @@ __all__ = ["TieredMemoryRetriever", "hit_to_document"]
 _OVERRIDES = {"k", "user_id", "session_id", "filters", "score_threshold"}
 _ALIASES = {"top_k": "k", "filter": "filters"}
 # a Document's metadata keys that are no field the search filters on (see document_filters)
-_DOCUMENT_ONLY = frozenset({"id", "score", "layer", "timestamp", "metadata"})
+_DOCUMENT_ONLY = frozenset({"id", "score", "similarity", "layer", "timestamp", "metadata"})
 DEFAULT_K = 4
 # VectorStoreRetriever's search types that mean something here ("mmr" is refused, see check_search_type)
 SEARCH_TYPES = ("similarity", "similarity_score_threshold")
@@ -125,15 +125,17 @@ def _search_kwargs(given: Any) -> dict[str, Any]:
 
 def hit_to_document(hit: MemoryHit) -> Document:
     """A ``Document`` of one hit: the text, and its score, layer, role, session and time
-    as metadata (the message's own metadata under ``"metadata"``). A document's text goes
+    as metadata (the message's own metadata under ``"metadata"``); ``"similarity"`` is its
+    cosine to the query (:func:`similarity`, ``None`` for a hit found by keywords alone), what
+    ``similarity_score_threshold`` compares, where ``"score"`` is recall's fused score. A document's text goes
     into a prompt (a chain's context, a retriever tool's result), so it spells no chat-template
     turn marker (:func:`~tiered_memory.quoting.defuse_tokens`; ``get_messages`` gives the text as stored)."""
     own = {k: v for k, v in hit.metadata.items() if k != LC_KEY}
     return Document(
         id=hit.id,
         page_content=defuse_tokens(hit.text),
-        metadata={"id": hit.id, "score": hit.score, "layer": hit.layer, "role": hit.role,
-                  "session_id": hit.session_id, "timestamp": hit.timestamp, "metadata": own},
+        metadata={"id": hit.id, "score": hit.score, "similarity": similarity(hit), "layer": hit.layer,
+                  "role": hit.role, "session_id": hit.session_id, "timestamp": hit.timestamp, "metadata": own},
     )
 
 

@@ -230,6 +230,22 @@ def test_similarity_score_threshold_keeps_the_hits_whose_cosine_reaches_it(share
     assert retriever.invoke(query, score_threshold=1.0) == []
 
 
+def test_a_document_shows_the_cosine_the_threshold_compares(shared_memory: TieredMemory) -> None:
+    """``metadata["score"]`` is the fused score (no 0-1 value); ``metadata["similarity"]`` is the
+    cosine ``similarity_score_threshold`` compares, so a user can see why a document was kept or
+    not; a filter naming it is refused as the Document's own."""
+    query = "what is my dog afraid of?"
+    docs = TieredMemoryRetriever(memory=shared_memory, user_id="u1", k=5).invoke(query)
+    assert docs and all(d.metadata["similarity"] == pytest.approx(_cosine(shared_memory, query, d.page_content),
+                                                                   abs=1e-3) for d in docs)
+    kept = TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_type="similarity_score_threshold",
+                                 search_kwargs={"k": 5, "score_threshold": 0.5}).invoke(query)
+    assert kept and all(d.metadata["similarity"] >= 0.5 for d in kept)
+    with pytest.raises(InvalidInputError, match="similarity"):
+        TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_kwargs={"filter": {"similarity": 1}}).invoke(
+            query)
+
+
 async def test_similarity_score_threshold_applies_on_the_async_path(shared_memory: TieredMemory) -> None:
     retriever = TieredMemoryRetriever(memory=shared_memory, user_id="u1", search_type="similarity_score_threshold",
                                       search_kwargs={"k": 5, "score_threshold": 0.5})
