@@ -91,12 +91,10 @@ NEARER_THAN_PARIS = [
     "User's cousin lives in Berlin", "User was born in Berlin"]
 
 
-def test_a_new_fact_of_a_slot_replaces_the_slots_fact_however_many_facts_are_nearer(
-        memory: TieredMemory, embedder: Embedder) -> None:
-    """The rules looked for the slot's fact only among the related_k (5) facts nearest the
-    candidate: with more facts nearer to "User lives in Berlin" than "User lives in Paris", both
-    stayed valid, the user living in two cities."""
-    paris = memory.add_fact("User lives in Paris", user_id="u")
+def _berlin_replaces_paris_past_the_nearest(memory: TieredMemory, embedder: Embedder, paris: Fact) -> None:
+    """u's facts NEARER_THAN_PARIS are added (none resolved against another, and "User lives in
+    Paris" then outside the related_k nearest to "User lives in Berlin"); then "User lives in
+    Berlin" must replace ``paris``."""
     for text in NEARER_THAN_PARIS:
         memory.add_fact(text, user_id="u")
     assert len(memory.facts("u")) == 1 + len(NEARER_THAN_PARIS)  # all added: none resolved against another
@@ -106,6 +104,15 @@ def test_a_new_fact_of_a_slot_replaces_the_slots_fact_however_many_facts_are_nea
     assert sorted(f.text for f in memory.facts("u")) == sorted(["User lives in Berlin", *NEARER_THAN_PARIS])
     old = {f.id: f for f in memory.facts("u", include_invalid=True)}[paris.id]
     assert (old.valid, old.superseded_by) == (False, berlin.id)
+
+
+def test_a_new_fact_of_a_slot_replaces_the_slots_fact_however_many_facts_are_nearer(
+        memory: TieredMemory, embedder: Embedder) -> None:
+    """The rules looked for the slot's fact only among the related_k (5) facts nearest the
+    candidate: with more facts nearer to "User lives in Berlin" than "User lives in Paris", both
+    stayed valid, the user living in two cities."""
+    paris = memory.add_fact("User lives in Paris", user_id="u")
+    _berlin_replaces_paris_past_the_nearest(memory, embedder, paris)
 
 
 def test_a_fact_in_a_slots_words_stored_without_its_key_is_replaced_however_many_facts_are_nearer(
@@ -127,15 +134,7 @@ def test_a_fact_in_a_slots_words_stored_without_its_key_is_replaced_however_many
         memory.end_session(sid, user_id="u")
     [paris] = memory.facts("u")
     assert paris.text == "User lives in Paris" and [h.action for h in memory.fact_history("u")] == ["add", "update"]
-    for text in NEARER_THAN_PARIS:
-        memory.add_fact(text, user_id="u")
-    assert len(memory.facts("u")) == 1 + len(NEARER_THAN_PARIS)
-    sims = embed(embedder, ["User lives in Paris", *NEARER_THAN_PARIS]) @ embed_query(embedder, "User lives in Berlin")
-    assert sorted(sims, reverse=True).index(sims[0]) >= FactConfig().related_k  # Paris is not among the nearest
-    berlin = memory.add_fact("User lives in Berlin", user_id="u")
-    assert sorted(f.text for f in memory.facts("u")) == sorted(["User lives in Berlin", *NEARER_THAN_PARIS])
-    old = {f.id: f for f in memory.facts("u", include_invalid=True)}[paris.id]
-    assert (old.valid, old.superseded_by) == (False, berlin.id)
+    _berlin_replaces_paris_past_the_nearest(memory, embedder, paris)
 
 
 def test_the_facts_of_a_slot_past_the_nearest_are_compared_by_their_stored_vectors(
