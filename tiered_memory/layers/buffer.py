@@ -29,6 +29,23 @@ def group_turns(messages: Sequence[S]) -> list[list[S]]:
     return turns
 
 
+def newest_turns(items: Sequence[S], cost: Callable[[S], int], *, max_cost: int,
+                 max_items: int | None = None) -> list[S]:
+    """The newest whole turns of ``items`` (oldest first, and so returned) whose costs add up to at
+    most ``max_cost`` and that hold at most ``max_items`` items; the newest turn even when it alone
+    is over either (pure)."""
+    kept: list[list[S]] = []
+    n_items = spent = 0
+    for turn in reversed(group_turns(items)):
+        tokens = sum(cost(i) for i in turn)
+        if kept and (spent + tokens > max_cost or (max_items is not None and n_items + len(turn) > max_items)):
+            break
+        kept.append(turn)
+        n_items += len(turn)
+        spent += tokens
+    return [i for turn in reversed(kept) for i in turn]
+
+
 def select_buffer(
     messages: Sequence[M], *, max_messages: int, max_tokens: int, count: Callable[[str], int]
 ) -> tuple[list[M], list[M]]:
@@ -37,19 +54,8 @@ def select_buffer(
     The newest turn is kept even when it alone exceeds a limit, so the buffer is
     never empty while the session has messages.
     """
-    turns = group_turns(messages)
-    kept: list[list[M]] = []
-    n_msgs = n_tokens = 0
-    for turn in reversed(turns):
-        t_tokens = sum(count(m.content) for m in turn)
-        if kept and (n_msgs + len(turn) > max_messages or n_tokens + t_tokens > max_tokens):
-            break
-        kept.append(turn)
-        n_msgs += len(turn)
-        n_tokens += t_tokens
-    kept_flat = [m for turn in reversed(kept) for m in turn]
-    evicted = list(messages[: len(messages) - len(kept_flat)])
-    return kept_flat, evicted
+    kept = newest_turns(messages, lambda m: count(m.content), max_cost=max_tokens, max_items=max_messages)
+    return kept, list(messages[: len(messages) - len(kept)])
 
 
 def newest_within(items: Sequence[S], cost: Callable[[S], int], *, room: int, whole: int) -> tuple[list[S], list[S]]:
@@ -59,14 +65,8 @@ def newest_within(items: Sequence[S], cost: Callable[[S], int], *, room: int, wh
     turn over ``whole`` too keeps its newest messages that fit it, at least its last one, which
     the caller cuts when it alone is over. Only then is an answer kept without its question:
     a chat model would otherwise get a conversation that opens with its own reply."""
-    kept: list[S] = []
-    spent = 0
-    for turn in reversed(group_turns(items)):
-        tokens = sum(cost(i) for i in turn)
-        if kept and spent + tokens > room:
-            break
-        kept[:0] = turn
-        spent += tokens
+    kept = newest_turns(items, cost, max_cost=room)
+    spent = sum(cost(i) for i in kept)
     while len(kept) > 1 and spent > whole:  # the newest turn alone: more turns would be within room
         spent -= cost(kept.pop(0))
     return kept, list(items[: len(items) - len(kept)])
