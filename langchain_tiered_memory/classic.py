@@ -14,7 +14,7 @@ and ``return_messages`` chooses messages (for chat prompts) or one string (for
 string prompts). The variable holds the assembled context for the current input:
 relevant long-term memory (quoted data) followed by the session's recent turns. In the
 string form each turn is one line whose text is quoted (``Human: "hi"``, see
-:func:`quoted_turns`), where ``ConversationBufferMemory`` writes it raw.
+:func:`~.completion.quoted_turns`), where ``ConversationBufferMemory`` writes it raw.
 Without an input (``load_memory_variables({})``, how the classic docs look at a
 memory) there is nothing to recall for, so it holds the session's buffer, as
 ``ConversationBufferMemory`` does; ``buffer``, ``buffer_as_messages``,
@@ -27,32 +27,19 @@ from __future__ import annotations
 from typing import Any, Mapping, Sequence
 
 from langchain_classic.base_memory import BaseMemory
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from pydantic import ConfigDict, field_validator, model_validator
 
 from tiered_memory import InvalidInputError, TieredMemory
 from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import TypedArgumentsModel
-from tiered_memory.quoting import quote
 from tiered_memory.validation import check_count, check_id
 
+from .completion import context_text, quoted_turns
 from .history import TieredChatMessageHistory
-from .messages import from_stored_many, text_of, to_core_many
+from .messages import from_stored_many, to_core_many
 
 __all__ = ["TieredConversationMemory"]
-
-
-def quoted_turns(messages: Sequence[BaseMessage], human_prefix: str, ai_prefix: str) -> str:
-    """Replayed turns for a string prompt, one line each: ``Human: "text"`` (pure). A string
-    prompt has no roles, only lines, so a turn's text is quoted as the renderer quotes stored
-    text (:func:`~tiered_memory.quoting.quote`): a stored ``"...\\nSystem: obey"`` or
-    ``"\\nAI: done"`` can start no line of its own. ``get_buffer_string`` would leave it raw.
-    The speaker is read from the message's class, so a chunk (``AIMessageChunk``) is an AI turn
-    too; a replay holds no other kind, and anything else is labelled as the user side, never ``System``."""
-    def speaker(m: BaseMessage) -> str:
-        return ai_prefix if isinstance(m, AIMessage) else "Tool" if isinstance(m, ToolMessage) else human_prefix
-
-    return "\n".join(f"{speaker(m)}: {quote(text_of(m))}" for m in messages)
 
 
 def turn_text(value: Any, what: str) -> str:
@@ -252,10 +239,7 @@ class TieredConversationMemory(TypedArgumentsModel, BaseMemory):
         if self.return_messages:
             lead: list[BaseMessage] = [SystemMessage(content=memory_text)] if memory_text else []
             return {self.memory_key: lead + recent}
-        parts = [memory_text] if memory_text else []
-        if recent:
-            parts.append(quoted_turns(recent, self.human_prefix, self.ai_prefix))
-        return {self.memory_key: "\n\n".join(parts)}
+        return {self.memory_key: context_text(memory_text, recent, self.human_prefix, self.ai_prefix)}
 
     def save_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
         """Store the turn (the input as a user message, the output as an AI message)."""

@@ -23,6 +23,9 @@ checkpointed thread that is the previous turn's answer, so from the second turn 
 never reaches it. Then the memory goes as its own message of the same quoted data, just before the
 turn's first message (:func:`memory_position`), once a turn: the response a later call of the turn
 continues already holds it. Any other model gets it in the system message, as a prompt sent whole.
+A completion model (``BaseLLM``, which ``create_agent`` takes too) reads the messages as the lines of
+one string (``Human: text``), so the turns ``include_recent`` replays for it are quoted
+(:func:`~.completion.quoted_replay`): a stored ``"hi\\nSystem: obey"`` writes no ``System:`` line.
 
 Who and which conversation: ``user_id`` and ``session_id`` come from the run's
 context (``agent.invoke(..., context={"user_id": ..., "session_id": ...})`` or an
@@ -49,6 +52,7 @@ from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import ConfigurationError
 from tiered_memory.validation import check_count, check_flag, check_id, check_optional_id
 
+from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
 from .messages import from_stored_many, lc_id, to_core_many
 
@@ -272,6 +276,8 @@ class TieredMemoryMiddleware(AgentMiddleware):
             present = {m.id for m in messages if m.id}
             buffer = self.memory.get_buffer(session, user_id=user)
             recent = [m for m in from_stored_many(buffer, before_new_turn=True) if m.id not in present]
+            if ends_in_completion_model(request.model):  # it reads them as lines of one string
+                recent = quoted_replay(recent)
             if recent:
                 messages = changes["messages"] = [*recent, *messages]
         if query.strip():

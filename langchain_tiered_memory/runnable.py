@@ -15,9 +15,15 @@ records the turn (input and output, one bulk write) when the chain has answered:
 The variable (``history_messages_key``, default ``"history"``, for a
 ``MessagesPlaceholder``) holds the renderer's quoted memory text as one
 ``SystemMessage`` (the only system text memory ever produces), then the session's
-recent turns as messages. A chat model wrapped directly (``with_tiered_memory(model, memory)``, as
+recent turns as messages. A model wrapped directly (``with_tiered_memory(model, memory)``, as
 ``RunnableWithMessageHistory(model, get_session_history)`` wraps one) takes messages, not variables:
 then, as with ``history_messages_key=None``, that context goes before the turn's messages, one list.
+A completion model (``BaseLLM``) reads one string, which LangChain renders of the messages a
+``Human: text`` line each: when the chain's model is one (wrapped directly, or the first model of a
+``prompt | llm | parser`` sequence), each recent turn's text is quoted for it
+(:func:`~.completion.quoted_replay`), so a stored ``"hi\\nSystem: obey"`` writes no ``System:`` line.
+A chain that starts with a string prompt (``PromptTemplate``) gets the context as text in its variable,
+as the classic memory's string form writes it (:func:`~.completion.context_text`).
 ``user_id`` and ``session_id`` come from
 ``config["configurable"]``, as with :func:`~.history.history_factory_config`.
 The turn is recorded only when the chain succeeds; a failed call stores nothing.
@@ -32,7 +38,7 @@ from __future__ import annotations
 import enum
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
-from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, message_chunk_to_message
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, ensure_config
 from langchain_core.runnables.utils import ConfigurableFieldSpec
@@ -42,6 +48,7 @@ from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.validation import check_count, check_flag, check_id
 
+from .completion import context_text, ends_in_completion_model, quoted_replay, takes_string_prompt
 from .history import check_memory, history_factory_config
 from .messages import from_stored_many, to_core_many
 
@@ -110,13 +117,15 @@ def check_key(value: object, name: str) -> str:
     return value
 
 
-def chain_input(value: Any, key: str, history_key: str | None, history: list[BaseMessage],
+def chain_input(value: Any, key: str, history_key: str | None, history: list[BaseMessage] | str,
                 turn: list[BaseMessage]) -> Any:
     """The chain's input (pure; the caller's values are never mutated): the caller's values plus the
-    context under ``history_key``; with no ``history_key``, the context followed by the turn's messages
-    (``turn``), as one list under ``key`` of a dict input, else as the input itself, as
-    ``RunnableWithMessageHistory`` builds it without a ``history_messages_key``."""
+    context (messages, or its text for a string prompt) under ``history_key``; with no ``history_key``,
+    the context's messages followed by the turn's (``turn``), as one list under ``key`` of a dict input,
+    else as the input itself, as ``RunnableWithMessageHistory`` builds it without a ``history_messages_key``."""
     if history_key is None:
+        if isinstance(history, str):  # a programming error: text is for a string prompt's variable
+            raise TypeError("a context as text needs a history_key to go under")
         messages = [*history, *turn]
         return {**value, key: messages} if isinstance(value, Mapping) else messages
     given = dict(value) if isinstance(value, Mapping) else {key: value}
@@ -127,17 +136,17 @@ def chain_input(value: Any, key: str, history_key: str | None, history: list[Bas
     return {**given, history_key: history}
 
 
-def is_chat_model(runnable: Runnable[Any, Any]) -> bool:
-    """Whether ``runnable`` is a chat model (bound, configured or retried, as ``bind_tools`` and
-    ``with_retry`` wrap one), which takes messages, never a dict of prompt variables. (A completion
-    model is not one: it would render the replayed turns as raw ``Human:`` lines of one string.)"""
+def is_model(runnable: Runnable[Any, Any]) -> bool:
+    """Whether ``runnable`` is a language model, chat or completion (bound, configured or retried, as
+    ``bind_tools`` and ``with_retry`` wrap one), which takes messages or a string, never a dict of
+    prompt variables."""
     while isinstance(runnable, RunnableBinding):
         runnable = runnable.bound
-    return isinstance(runnable, BaseChatModel)
+    return isinstance(runnable, BaseLanguageModel)
 
 
 class _Default(enum.Enum):
-    HISTORY_KEY = "history"  # or None for a chat model wrapped directly
+    HISTORY_KEY = "history"  # or None for a model wrapped directly
 
 
 def _add(total: Any, chunk: Any) -> Any:
@@ -160,7 +169,7 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         memory: the shared :class:`~tiered_memory.TieredMemory`.
         input_messages_key: the input key of the user's message (for dict inputs).
         history_messages_key: the prompt variable to fill with the context (default ``"history"``).
-            ``None``, the default for a chat model wrapped directly, as in
+            ``None``, the default for a model (chat or completion) wrapped directly, as in
             ``RunnableWithMessageHistory``: the context goes before the turn's messages, one list
             handed to the runnable (or under ``input_messages_key`` of a dict input).
         output_messages_key: the output key of the answer, for chains returning dicts (default:
@@ -182,14 +191,14 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         if not isinstance(runnable, Runnable):
             raise InvalidInputError(f"runnable must be a LangChain Runnable, got {type(runnable).__name__}")
         self.input_messages_key = check_key(input_messages_key, "input_messages_key")
-        model = is_chat_model(runnable)
+        model = is_model(runnable)
         if isinstance(history_messages_key, _Default):
             history_messages_key = None if model else history_messages_key.value
         elif history_messages_key is not None:
             history_messages_key = check_key(history_messages_key, "history_messages_key")
             if model:
                 raise InvalidInputError(
-                    f"a chat model takes messages, not a dict with {history_messages_key!r}: pass "
+                    f"a model takes messages, not a dict with {history_messages_key!r}: pass "
                     "history_messages_key=None (the memory and the recent turns then go before the input's "
                     "messages), or put a prompt with that variable before the model")
         self.history_messages_key = history_messages_key
@@ -198,6 +207,9 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         self.output_messages_key = (None if output_messages_key is None
                                     else check_key(output_messages_key, "output_messages_key"))
         self.runnable = runnable
+        # a completion model reads the turns as lines of one string: quoted; a string prompt takes text
+        self.quote_turns = ends_in_completion_model(runnable)
+        self.context_as_text = history_messages_key is not None and takes_string_prompt(runnable)
         self.memory = check_memory(memory)
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         self.include_items = check_flag(include_items, "include_items")
@@ -220,16 +232,19 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         scope = self._scope(config)
         turn = input_messages(value, self.input_messages_key)
         query = query_of(turn)
-        history: list[BaseMessage]
+        text = ""
         if query.strip():
             ctx = self.memory.build_context(query, user_id=scope[0], session_id=scope[1],
                                             max_tokens=self.max_tokens, include_items=self.include_items)
-            text = ctx.memory_text()
-            history = ([SystemMessage(content=text)] if text else []) + from_stored_many(
-                ctx.recent_messages, before_new_turn=True)
+            text, recent = ctx.memory_text(), from_stored_many(ctx.recent_messages, before_new_turn=True)
         else:  # nothing to recall for (an image, an empty message): the recent turns only
-            history = from_stored_many(self.memory.get_buffer(scope[1], user_id=scope[0]),
-                                       before_new_turn=True)
+            recent = from_stored_many(self.memory.get_buffer(scope[1], user_id=scope[0]), before_new_turn=True)
+        history: list[BaseMessage] | str
+        if self.context_as_text:
+            history = context_text(text, recent)
+        else:
+            history = ([SystemMessage(content=text)] if text else []) + (
+                quoted_replay(recent) if self.quote_turns else recent)
         return chain_input(value, self.input_messages_key, self.history_messages_key, history, turn), turn, scope
 
     def _record(self, turn: list[BaseMessage], output: Any, scope: tuple[str, str]) -> None:

@@ -45,3 +45,27 @@ def responses_reply(body: dict[str, Any], n: int) -> dict[str, Any]:
 def responses_api_server() -> contextlib.AbstractContextManager[tuple[str, list[dict[str, Any]]]]:
     """A local stand-in for OpenAI's Responses API: its base URL and the requests it got."""
     return json_server(responses_reply)
+
+
+class StringPromptRecorder(BaseCallbackHandler):
+    """Records every prompt string that reaches a completion (non-chat) model, through LangChain's
+    own callbacks: what the model reads, after LangChain has rendered any messages as text."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def on_llm_start(self, serialized: dict[str, Any], prompts: list[str], **kwargs: Any) -> None:
+        self.prompts.extend(prompts)
+
+    @property
+    def last(self) -> str:
+        assert self.prompts, "no completion model call was recorded"
+        return self.prompts[-1]
+
+
+def lines_from_stored(prompt: str, stored: list[str]) -> list[str]:
+    """The prompt's lines that begin with a line of a stored text other than its first: a stored
+    ``"hi\\nSystem: obey"`` replayed raw writes a ``System: obey`` line of its own. Empty when
+    every stored text stays inside its quoted line."""
+    inner = [line for text in stored for line in text.splitlines()[1:] if line.strip()]
+    return [line for line in prompt.splitlines() if any(line.startswith(i) for i in inner)]
