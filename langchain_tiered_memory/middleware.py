@@ -9,7 +9,9 @@ skipping messages already stored, so a turn with several model calls is stored o
 is stored as the state holds it once no hook will change it: a tool call once its result is in (a
 reviewer may edit it first), the model's reply at the next model call or at the end of the run (the
 ``after_model`` hooks of middleware listed before this one run after its own, and may redact or
-refuse it: ``PIIMiddleware(apply_to_output=True)``, a guardrail).
+refuse it: ``PIIMiddleware(apply_to_output=True)``, a guardrail). The end of the run is the last
+chance: a middleware whose ``after_agent`` rewrites the final reply must be listed after this one,
+since LangChain runs ``after_agent`` hooks last-listed first.
 It works beside LangChain's ``SummarizationMiddleware``: the summary that replaces older
 messages (a ``HumanMessage`` marked ``lc_source="summarization"``) is not a user turn, so it
 is never recorded, and ``include_recent`` replays no turns it stands for. It works beside a

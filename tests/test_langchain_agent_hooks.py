@@ -2,16 +2,21 @@
 
 LangChain runs ``after_model`` hooks in the reverse of the listed order, so a middleware listed
 before the memory (``PIIMiddleware(apply_to_output=True)``, a guardrail) edits or refuses the
-model's reply *after* the memory's own ``after_model`` has seen it.
+model's reply *after* the memory's own ``after_model`` has seen it. ``after_agent`` hooks run in
+the reverse order too, and the memory's is its last chance to store: a middleware that rewrites the
+final reply there must be listed *after* the memory (README, LangChain: agents).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import PIIMiddleware
+from langchain.agents.middleware import AgentMiddleware, AgentState, PIIMiddleware
 from langchain.agents.middleware.pii import PIIDetectionError
 from langchain_core.messages import AIMessage, HumanMessage
+from langgraph.runtime import Runtime
 
 from langchain_tiered_memory import TieredMemoryMiddleware
 from langchain_tiered_memory.testing import ScriptedToolModel
@@ -48,3 +53,30 @@ def test_a_reply_a_middleware_listed_before_refuses_is_not_stored(memory: Tiered
     with pytest.raises(PIIDetectionError):
         agent.invoke({"messages": [HumanMessage("Whom do I write to?")]}, context=_CTX)
     assert _stored(memory) == [("user", "Whom do I write to?")]  # the user's words, not the refused reply
+
+
+class _FinalReplyRewriter(AgentMiddleware):
+    """An ``after_agent`` guardrail: replaces the final reply under its id (``in_place``: edits the
+    message object, as LangChain's guardrails guide's ``SafetyGuardrailMiddleware`` does)."""
+
+    def __init__(self, in_place: bool) -> None:
+        self.in_place = in_place
+
+    def after_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        last = state["messages"][-1]
+        if self.in_place:
+            last.content = "I cannot provide that response."
+            return None
+        return {"messages": [AIMessage("I cannot provide that response.", id=last.id)]}
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["by-id", "in-place"])
+def test_a_final_reply_a_middleware_listed_after_rewrites_at_the_end_is_stored_rewritten(
+        memory: TieredMemory, in_place: bool) -> None:
+    """LangChain runs ``after_agent`` hooks last-listed first, so a middleware listed after the
+    memory rewrites the final reply before the memory's ``after_agent`` stores it."""
+    model = ScriptedToolModel(responses=[AIMessage("The launch code is 0000.")])
+    agent = create_agent(model, [], middleware=[TieredMemoryMiddleware(memory), _FinalReplyRewriter(in_place)])
+    out = agent.invoke({"messages": [HumanMessage("What is the launch code?")]}, context=_CTX)
+    assert out["messages"][-1].content == "I cannot provide that response."
+    assert _stored(memory) == [("user", "What is the launch code?"), ("assistant", "I cannot provide that response.")]
