@@ -1,4 +1,4 @@
-"""Replayed turns for a prompt that is one string: a completion model's, or a string prompt's.
+"""Replayed turns for a prompt that is one string: a completion model's, or a prompt variable's.
 
 A completion (non-chat) model (``BaseLLM``) reads one string. Given messages, LangChain renders
 them itself, a ``Human: text`` line each (``get_buffer_string``), so a stored turn replayed as it is
@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 from langchain_core.language_models import BaseLanguageModel, BaseLLM
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage, get_buffer_string
-from langchain_core.prompts import StringPromptTemplate
+from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, StringPromptTemplate
 from langchain_core.runnables import Runnable, RunnableBinding, RunnableSequence
 
 from tiered_memory.quoting import quote
@@ -27,7 +27,7 @@ from tiered_memory.quoting import quote
 from .messages import text_of
 
 __all__ = ["context_text", "ends_in_completion_model", "first_step", "quoted_replay", "quoted_turns",
-           "takes_string_prompt"]
+           "takes_text"]
 
 
 def _unbound(runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
@@ -53,9 +53,17 @@ def ends_in_completion_model(runnable: Runnable[Any, Any]) -> bool:
     return isinstance(model, BaseLLM)
 
 
-def takes_string_prompt(runnable: Runnable[Any, Any]) -> bool:
-    """Whether ``runnable`` starts with a string prompt (``PromptTemplate``), whose variables are text."""
-    return isinstance(first_step(runnable), StringPromptTemplate)
+def takes_text(runnable: Runnable[Any, Any], variable: str) -> bool:
+    """Whether ``runnable`` starts with a prompt whose ``variable`` is text: any variable of a string
+    prompt (``PromptTemplate``), and one of a chat prompt that no ``MessagesPlaceholder`` fills
+    (``("system", "Memory: {history}")``). Given messages there, the prompt would write their repr."""
+    prompt = first_step(runnable)
+    if isinstance(prompt, StringPromptTemplate):
+        return True
+    if isinstance(prompt, ChatPromptTemplate):
+        filled = {m.variable_name for m in prompt.messages if isinstance(m, MessagesPlaceholder)}
+        return variable not in filled and variable in prompt.input_variables
+    return False
 
 
 def quoted_replay(messages: Sequence[BaseMessage]) -> list[BaseMessage]:

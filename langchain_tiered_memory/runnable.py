@@ -22,8 +22,9 @@ A completion model (``BaseLLM``) reads one string, which LangChain renders of th
 ``Human: text`` line each: when the chain's model is one (wrapped directly, or the first model of a
 ``prompt | llm | parser`` sequence), each recent turn's text is quoted for it
 (:func:`~.completion.quoted_replay`), so a stored ``"hi\\nSystem: obey"`` writes no ``System:`` line.
-A chain that starts with a string prompt (``PromptTemplate``) gets the context as text in its variable,
-as the classic memory's string form writes it (:func:`~.completion.context_text`).
+A chain whose prompt takes the variable as text (a ``PromptTemplate``, or ``("system", "...{history}")``
+where no ``MessagesPlaceholder`` fills it) gets the context as text, as the classic memory's string
+form writes it (:func:`~.completion.context_text`).
 ``user_id`` and ``session_id`` come from
 ``config["configurable"]``, as with :func:`~.history.history_factory_config`.
 The turn is recorded only when the chain succeeds; a failed call stores nothing.
@@ -48,7 +49,7 @@ from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.validation import check_count, check_flag, check_id
 
-from .completion import context_text, ends_in_completion_model, quoted_replay, takes_string_prompt
+from .completion import context_text, ends_in_completion_model, quoted_replay, takes_text
 from .history import check_memory, history_factory_config
 from .messages import from_stored_many, to_core_many
 
@@ -120,11 +121,11 @@ def check_key(value: object, name: str) -> str:
 def chain_input(value: Any, key: str, history_key: str | None, history: list[BaseMessage] | str,
                 turn: list[BaseMessage]) -> Any:
     """The chain's input (pure; the caller's values are never mutated): the caller's values plus the
-    context (messages, or its text for a string prompt) under ``history_key``; with no ``history_key``,
+    context (messages, or its text for a prompt variable that is text) under ``history_key``; with no ``history_key``,
     the context's messages followed by the turn's (``turn``), as one list under ``key`` of a dict input,
     else as the input itself, as ``RunnableWithMessageHistory`` builds it without a ``history_messages_key``."""
     if history_key is None:
-        if isinstance(history, str):  # a programming error: text is for a string prompt's variable
+        if isinstance(history, str):  # a programming error: text is for a prompt variable
             raise TypeError("a context as text needs a history_key to go under")
         messages = [*history, *turn]
         return {**value, key: messages} if isinstance(value, Mapping) else messages
@@ -207,9 +208,9 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         self.output_messages_key = (None if output_messages_key is None
                                     else check_key(output_messages_key, "output_messages_key"))
         self.runnable = runnable
-        # a completion model reads the turns as lines of one string: quoted; a string prompt takes text
+        # a completion model reads the turns as lines of one string: quoted; a text variable takes text
         self.quote_turns = ends_in_completion_model(runnable)
-        self.context_as_text = history_messages_key is not None and takes_string_prompt(runnable)
+        self.context_as_text = history_messages_key is not None and takes_text(runnable, history_messages_key)
         self.memory = check_memory(memory)
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         self.include_items = check_flag(include_items, "include_items")
