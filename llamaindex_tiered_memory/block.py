@@ -45,7 +45,7 @@ from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, TypedArgumentsModel, UsageError
 from tiered_memory.tokens import heuristic_count, offline_encoding
-from tiered_memory.validation import check_flag, check_id, check_optional_id
+from tiered_memory.validation import check_flag, check_id, check_optional_id, check_tag_name
 
 from .reopen import MemoryAddress, address_of, memory_at
 from .messages import (REPAIRED_KEY, build_query, check_messages, message_text, shown_already, storable_text,
@@ -120,6 +120,10 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
     """Long-term tiered memory for ``llama_index.core.memory.Memory``.
 
     Args:
+        name: the block's name, which ``Memory`` writes raw as the tag around its content
+            (``<tiered_memory>...</tiered_memory>``): a letter or ``_``, then letters, digits,
+            ``_``, ``.`` or ``-``, spelling no chat template's special token (``s``, ``think``);
+            anything else is refused, since it could close that tag in the prompt.
         memory: the :class:`~tiered_memory.TieredMemory` to store into and recall from.
         user_id: whose memory this is; recall never crosses users.
         session_id: used only when no session id is given (``Memory`` always passes its own).
@@ -179,6 +183,11 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         description="The tokenizer_fn of the Memory the block is in (None: LlamaIndex's default).")
     _rendered: dict[str, list[Section]] = PrivateAttr(default_factory=dict)
     _recorded: set[str] = PrivateAttr(default_factory=set)  # sessions arecord stored turns of as put
+
+    @field_validator("name")
+    @classmethod
+    def _valid_name(cls, value: str) -> str:
+        return check_tag_name(value, "name")  # Memory writes it raw as the tag around the block
 
     @field_validator("user_id")
     @classmethod

@@ -16,6 +16,7 @@ import numpy as np
 
 from .errors import ContentTooLargeError, InvalidInputError
 from .json_values import MAX_JSON_DEPTH as MAX_JSON_DEPTH, encode_json as encode_json
+from .quoting import defuse_tokens
 from .types import ROLES, Message
 from .ids import LAYER_ID_PREFIXES
 
@@ -29,6 +30,9 @@ MIN_TIMESTAMP = -2208988800.0
 MAX_TIMESTAMP = 7258118400.0
 #: the control characters an id may not hold (C0 and DEL)
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: a name an adapter's framework writes raw as a tag around memory: a letter or ``_``, then
+#: letters, digits, ``_``, ``.`` and ``-`` (so no space, ``/``, ``<``, ``>`` or line break)
+TAG_NAME = re.compile(r"[^\W\d][\w.-]*")
 
 
 def check_id(value: object, name: str) -> str:
@@ -47,6 +51,24 @@ def check_id(value: object, name: str) -> str:
         raise InvalidInputError(f"{name} must not contain control characters")
     if not encodable(value):
         raise InvalidInputError(f"{name} contains lone surrogates and cannot be stored as UTF-8")
+    return value
+
+
+def check_tag_name(value: object, name: str) -> str:
+    """Return ``value`` if it can name a tag around memory, as ``<value>`` and ``</value>``
+    (LlamaIndex's ``Memory`` writes a block's name so, raw, into the prompt): a :data:`TAG_NAME`
+    of at most :data:`MAX_ID_LENGTH` characters whose tags spell no chat template's turn marker
+    (``s``, ``think``, ``tool_call``: :func:`~tiered_memory.quoting.defuse_tokens`). Anything
+    else could close the tag or add lines of its own outside the quoting."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{name} must be a str, got {type(value).__name__}")
+    if len(value) > MAX_ID_LENGTH or not TAG_NAME.fullmatch(value):
+        raise InvalidInputError(
+            f"{name} {value[:80]!r} cannot name a tag: use a letter or _ then letters, digits, _, . or - "
+            f"(at most {MAX_ID_LENGTH} characters)")
+    tags = f"<{value}></{value}>"
+    if defuse_tokens(tags) != tags:
+        raise InvalidInputError(f"{name} {value!r} would spell a chat template's special token as a tag; pick another")
     return value
 
 
