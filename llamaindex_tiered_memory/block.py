@@ -316,6 +316,8 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
     async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:
         """Drop the lowest-priority items (whole sections first from the end) until the
         text is at least ``tokens_to_truncate`` tokens shorter; ``None`` when nothing is left.
+        This conversation's earlier turns lose their oldest whole turns first, so what is left
+        of them leads into the short-term queue.
 
         Tokens are counted with :attr:`tokenizer_fn`, the unit ``Memory`` asks in and
         measures the saving with (a saving short of the request makes ``Memory`` drop the
@@ -325,5 +327,6 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         if sections is None:  # not a text this block rendered (e.g. content blocks): cut it whole
             return None
         tokenize = self.tokenizer_fn or get_tokenizer()
-        kept = drop_lowest(sections, tokens_to_truncate, lambda text: len(tokenize(text)))
+        kept = drop_lowest(sections, tokens_to_truncate, lambda text: len(tokenize(text)),
+                           oldest_first={"earlier"})  # this conversation's turns, in time order
         return render_memory(kept) if kept else None

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 from ..graphemes import cut_point
+from ..layers.buffer import group_turns
 from ..recall.query import words
 from ..types import StoredMessage
 from ..quoting import defuse_tokens, label_text as label_text, quote as quote  # shared with the layers' LLM prompts
@@ -156,20 +157,25 @@ def within_budget(sections: Sequence[Section], budget: int, count: Callable[[str
                  for s in sections for i in s.items if i.id not in left]
 
 
-def drop_lowest(sections: Sequence[Section], tokens_to_cut: int, count: Callable[[str], int]) -> list[Section] | None:
+def drop_lowest(sections: Sequence[Section], tokens_to_cut: int, count: Callable[[str], int], *,
+                oldest_first: Collection[str] = ()) -> list[Section] | None:
     """``sections`` (most important first) without their lowest-ranked items, dropped whole
     from the end, until :func:`render_memory` of them is ``tokens_to_cut`` tokens shorter
-    (pure). ``None`` when nothing would be left."""
+    (pure). ``None`` when nothing would be left. A section named in ``oldest_first`` holds turns
+    in time order (an adapter's earlier turns of this conversation): it loses its oldest whole
+    turn first, as the recent buffer keeps the newest (:func:`~tiered_memory.layers.buffer.newest_turns`)."""
     kept = [s for s in sections if s.items]
     if tokens_to_cut <= 0:
         return kept
     target = count(render_memory(kept)) - tokens_to_cut
     while kept:
         last = kept[-1]
-        if len(last.items) <= 1:
+        rest = ([i for turn in group_turns(last.items)[1:] for i in turn] if last.name in oldest_first
+                else last.items[:-1])
+        if not rest:
             kept.pop()
         else:
-            kept[-1] = Section(name=last.name, title=last.title, items=last.items[:-1])
+            kept[-1] = Section(name=last.name, title=last.title, items=rest)
         if kept and count(render_memory(kept)) <= target:
             return kept
     return None
