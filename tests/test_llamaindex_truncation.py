@@ -80,7 +80,8 @@ EARLIER = [("user", "q one"), ("assistant", "a one"), ("user", "q two"), ("assis
     [
         (0, True, [t for _, t in EARLIER]),  # nothing to cut: unchanged
         (1, True, ["q two", "a two extra", "t two", "q three", "a three"]),  # the oldest whole turn
-        (9, True, ["q three", "a three"]),  # then the next: a question always opens what is left
+        (9, True, ["q three", "a three"]),  # then the next: a question opens what is left
+        (23, True, ["a three"]),  # the one turn left loses its oldest items, as the core's buffer cuts it
         (1, False, [t for _, t in EARLIER][:-1]),  # a best-first section loses its last item
     ],
 )
@@ -160,7 +161,7 @@ async def test_the_earlier_turns_lose_their_oldest_whole_turns_first(memory: Tie
     kept = sections[0][1:]
     assert 2 <= len(kept) < 12  # cut, not dropped
     assert kept == full_sections[0][-len(kept):]  # the newest turns, Answer 5 last
-    assert '"Question ' in kept[0]  # whole turns: a question opens what is left
+    assert '"Question ' in kept[0]  # whole turns while more than one is left: a question opens them
 
 
 # ---- truncation in Memory's own tokens -------------------------------------------------

@@ -163,15 +163,15 @@ def drop_lowest(sections: Sequence[Section], tokens_to_cut: int, count: Callable
     from the end, until :func:`render_memory` of them is ``tokens_to_cut`` tokens shorter
     (pure). ``None`` when nothing would be left. A section named in ``oldest_first`` holds turns
     in time order (an adapter's earlier turns of this conversation): it loses its oldest whole
-    turn first, as the recent buffer keeps the newest (:func:`~tiered_memory.layers.buffer.newest_turns`)."""
+    turn first, and of its one turn left, its oldest items, as the recent buffer keeps the newest
+    (:func:`~tiered_memory.layers.buffer.newest_within`)."""
     kept = [s for s in sections if s.items]
     if tokens_to_cut <= 0:
         return kept
     target = count(render_memory(kept)) - tokens_to_cut
     while kept:
         last = kept[-1]
-        rest = ([i for turn in group_turns(last.items)[1:] for i in turn] if last.name in oldest_first
-                else last.items[:-1])
+        rest = _without_oldest(last.items) if last.name in oldest_first else last.items[:-1]
         if not rest:
             kept.pop()
         else:
@@ -179,6 +179,12 @@ def drop_lowest(sections: Sequence[Section], tokens_to_cut: int, count: Callable
         if kept and count(render_memory(kept)) <= target:
             return kept
     return None
+
+
+def _without_oldest(items: Sequence[ContextItem]) -> list[ContextItem]:
+    """Items in time order without their oldest whole turn; one turn alone loses its oldest item."""
+    turns = group_turns(items)
+    return [i for turn in turns[1:] for i in turn] if len(turns) > 1 else list(items[1:])
 
 
 @dataclass(frozen=True, kw_only=True)
