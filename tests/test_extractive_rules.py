@@ -51,6 +51,11 @@ ASKED_OR_UNDECIDED = [
     "We decided nothing yet.",
     "No decision yet on the caterer.",
     "I'm not sure whether we agreed on Friday.",
+    "Let's go with the Lisbon venue?",  # a proposal asked, not a decision made
+    "So we agreed on Friday?",
+    "What decision should we make about the venue?",  # the word alone decides nothing
+    "That is a tough decision.",
+    "We haven't made a decision yet.",
 ]
 
 
@@ -68,3 +73,11 @@ def test_rules_still_take_a_fact_said_before_a_question_and_a_decision_made() ->
     assert [c.text for c in extract_fact_candidates(msgs)] == [
         "User likes jazz", "Decided: book the Lisbon venue", "Decided: not to fly"]
     assert extract_episode(msgs).decisions == ["We decided to book the Lisbon venue.", "We decided not to fly."]
+
+
+def test_a_decision_stated_in_other_words_is_still_one() -> None:
+    msgs = [StoredMessage(id="m1", user_id="u", session_id="s", role="user", timestamp=0.0,
+                          content="Decision: we book the Lisbon venue. The decision was to fly on Friday. "
+                                  "We made the decision to hire Ana.")]
+    assert extract_episode(msgs).decisions == [
+        "Decision: we book the Lisbon venue.", "The decision was to fly on Friday.", "We made the decision to hire Ana."]

@@ -180,7 +180,9 @@ def salient_sentences(texts: Sequence[str], k: int = 3) -> list[str]:
 
 _DECISION = re.compile(
     r"\b(?:we|i)\s+(?:have\s+)?(?:decided|agreed|chose|settled on|will go with)\b|\blet'?s go with\b"
-    r"|\bdecision\b|\bwe'll use\b", re.I)
+    # the noun where it states one ("Decision: ...", "the decision was to ...", "made the decision
+    # to ..."), not wherever it stands ("a tough decision", "we haven't made a decision")
+    r"|\bdecision\s*:|\bdecision (?:is|was) to\b|\bmade (?:a|the|our) decision to\b|\bwe'll use\b", re.I)
 # a word just before the speaker that makes what follows asked or supposed, not said: "Do I like
 # jazz?", "Have we decided on the venue?", "If I live in Canada, ...", "not sure whether we agreed"
 _ASKED = re.compile(r"\b(?:do|does|did|would|should|could|can|will|shall|might|must|have|has|had|am|are|were"
@@ -195,10 +197,17 @@ def said(sentence: str, found: re.Match[str]) -> bool:
     return _ASKED.search(sentence[:found.start()]) is None
 
 
+def asked(sentence: str) -> bool:
+    """Does ``sentence`` end as a question ("Let's go with Lisbon?", "So we agreed on Friday?")
+    (pure)? A decision put as one is proposed or checked, not made."""
+    return sentence.rstrip(" \"')]\u00bb\u201d\u2019").endswith(("?", "\uff1f"))
+
+
 def decided(sentence: str) -> bool:
     """Does ``sentence`` state a decision (pure)? Not a question about one, nor "no decision yet"."""
     found = _DECISION.search(sentence)
-    return found is not None and said(sentence, found) and _UNDECIDED.search(sentence) is None
+    return (found is not None and said(sentence, found) and _UNDECIDED.search(sentence) is None
+            and not asked(sentence))
 
 
 _TODO = re.compile(r"\b(?:todo|to do|need to (?:figure out|check|find out|decide)|open question|not sure)\b", re.I)
@@ -308,8 +317,8 @@ def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandi
         for sent in sentences(m.content):
             for ftype, pattern, template, key_t, polarity in _RULES:
                 for found in pattern.finditer(sent):
-                    if not said(sent, found) or (ftype == "decision" and _UNDECIDED.search(sent)):
-                        continue  # "Do I like jazz?", "If I live in Canada", "We decided nothing yet"
+                    if not said(sent, found) or (ftype == "decision" and (_UNDECIDED.search(sent) or asked(sent))):
+                        continue  # "Do I like jazz?", "If I live in Canada", "We decided nothing yet", "Let's go with X?"
                     groups = {k: v.strip().rstrip(",") for k, v in found.groupdict().items() if v}
                     if "a" in groups:  # the article said ("I'm An engineer"), as it goes mid-sentence
                         groups["a"] = groups["a"].lower()
