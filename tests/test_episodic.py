@@ -380,3 +380,24 @@ def test_a_turn_longer_than_the_transcript_reaches_the_llm_clipped(make_memory: 
     for call in llm.calls:  # the newest turns up to 12,000 characters: one turn alone too
         prompt = call.messages[-1]["content"]
         assert len(prompt) <= 12_100 and "Is this a known error?" in prompt
+
+
+def test_an_llm_episode_of_endless_lists_keeps_as_many_points_as_the_rules_and_is_recalled(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A model that lists 2,000 decisions (a loop, or every line of a pasted log) made an episode
+    of 4,000 indexed key points that no context budget held: it is kept to the rules' own
+    counts (20 entities, 10 of each other list), its first ones, as the model ranked them."""
+    endless = {**GOOD_EPISODE, "entities": [f"Service{n}" for n in range(500)],
+               "decisions": [f"Move billing shard {n} to PostgreSQL 16" for n in range(2_000)],
+               "open_questions": [f"What about shard {n}?" for n in range(300)],
+               "key_facts": [f"Shard {n} holds invoices" for n in range(300)]}
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": [endless]})
+    memory = make_memory(llm=llm)
+    memory.add_many(CONVO, session_id="s1", user_id="u1")
+    episode = memory.end_session("s1", user_id="u1")
+    assert episode.metadata == {"method": "llm"}
+    assert episode.entities == endless["entities"][:20] and episode.decisions == endless["decisions"][:10]
+    assert episode.open_questions == endless["open_questions"][:10] and episode.key_facts == endless["key_facts"][:10]
+    assert memory.episodes("u1") == [episode]
+    context = memory.build_context("billing migration to PostgreSQL", user_id="u1", session_id="s2")
+    assert [i.id for s in context.sections if s.name == "episodes" for i in s.items] == [f"ep:{episode.id}"]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Sequence
 
 import numpy as np
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
 from ..config import EpisodeConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
@@ -31,7 +31,7 @@ from ..store.repositories import EpisodeRepository, PendingVectorSource
 from ..types import StoredMessage
 from ..quoting import label_text, quote
 from ..validation import MAX_FACT_CHARS, not_blank
-from .extractive import clip
+from .extractive import MAX_ENTITIES, MAX_POINTS, clip
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -65,9 +65,11 @@ class EpisodeSchema(BaseModel):
 
     @field_validator("entities", "decisions", "open_questions", "key_facts")
     @classmethod
-    def _no_blank_points(cls, points: list[str]) -> list[str]:
-        """A blank entry says nothing (and a blank key fact would be promoted to a blank fact)."""
-        return [p for p in points if p.strip()]
+    def _no_blank_points(cls, points: list[str], info: ValidationInfo) -> list[str]:
+        """A blank entry says nothing (and a blank key fact would be promoted to a blank fact).
+        A list is kept to its first :data:`MAX_ENTITIES` or :data:`MAX_POINTS` entries, as the
+        rules keep theirs: each point is indexed, and an episode of thousands fits no context."""
+        return [p for p in points if p.strip()][:MAX_ENTITIES if info.field_name == "entities" else MAX_POINTS]
 
 
 EPISODE_PROMPT = """Task: episode

@@ -225,6 +225,10 @@ def clip(sentence: str, limit: int = MAX_SENTENCE_CHARS) -> str:
     return (cut.rsplit(None, 1)[0] if " " in cut.strip() else cut).rstrip() + "\u2026"
 
 
+MAX_ENTITIES = 20  # an episode's entities, and of each of its other lists at most MAX_POINTS (an LLM's too)
+MAX_POINTS = 10
+
+
 def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences: int = 3) -> EpisodeDraft:
     """An episode from rules: salient sentences, entities, decisions, open questions, key facts.
     Each sentence it quotes is clipped (:func:`clip`): a session of one long paste would otherwise
@@ -232,8 +236,8 @@ def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences:
     texts = [m.content for m in messages]
     joined = "\n".join(texts)
     summary = " ".join(clip(s) for s in salient_sentences(texts, k=max_summary_sentences))
-    entities = list(dict.fromkeys(clip(e) for e in find_entities(joined) + find_ids(joined)))[:20]
-    decisions = [clip(s) for t in texts for s in sentences(t) if decided(s)][:10]
+    entities = list(dict.fromkeys(clip(e) for e in find_entities(joined) + find_ids(joined)))[:MAX_ENTITIES]
+    decisions = [clip(s) for t in texts for s in sentences(t) if decided(s)][:MAX_POINTS]
     questions: list[str] = []
     for i, m in enumerate(messages):
         if m.role != "user":
@@ -245,8 +249,8 @@ def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences:
     key_facts = [c.text for c in extract_fact_candidates(messages)]
     key_facts += [clip(s) for s in sentences(joined) if (find_dates(s) or find_ids(s)) and s not in key_facts]
     return EpisodeDraft(summary=summary or clip(joined), entities=entities, decisions=decisions,
-                        open_questions=list(dict.fromkeys(questions))[:10],
-                        key_facts=list(dict.fromkeys(key_facts))[:10])
+                        open_questions=list(dict.fromkeys(questions))[:MAX_POINTS],
+                        key_facts=list(dict.fromkeys(key_facts))[:MAX_POINTS])
 
 
 _OBJ = r"(?P<x>[^.!?\n;]{2,80}?)"
