@@ -12,11 +12,12 @@ import pytest
 
 from tiered_memory import MemoryConfig, TieredMemory
 from tiered_memory.config import BufferConfig, EpisodeConfig, LLMConfig
-from tiered_memory.layers.episodic import Episode, rank_episodes
+from tiered_memory.layers.episodic import Episode, rank_episodes, transcript, transcript_spans
+from tiered_memory.quoting import quote
 from tiered_memory.errors import LLMError, LLMOutputError, NotFoundError
 from tiered_memory.layers.extractive import (extract_episode, find_dates, find_entities, find_ids, find_numbers,
                                              salient_sentences)
-from tiered_memory.testing import ScriptedLLM, chatty, empty, fenced, malformed, timeout
+from tiered_memory.testing import ScriptedLLM, chatty, empty, fenced, malformed, task_of, timeout
 from tiered_memory.types import StoredMessage
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
@@ -401,3 +402,34 @@ def test_an_llm_episode_of_endless_lists_keeps_as_many_points_as_the_rules_and_i
     assert memory.episodes("u1") == [episode]
     context = memory.build_context("billing migration to PostgreSQL", user_id="u1", session_id="s2")
     assert [i.id for s in context.sections if s.name == "episodes" for i in s.items] == [f"ep:{episode.id}"]
+
+
+def test_with_an_llm_every_turn_of_a_long_session_reaches_the_model(make_memory: Callable[..., TieredMemory]) -> None:
+    """The transcript holds the newest 12,000 characters, so of a long session the model read
+    only its end, while the one episode made cited (and covered) every turn: the facts and
+    events of the rest never reached it and never would. Each span of turns that one transcript
+    holds now gets its episode, oldest first; end_session returns the newest."""
+    llm = ScriptedLLM(by_task={"facts": [], "episode": []},
+                      default=lambda msgs: NO_FACTS if task_of(msgs) == "facts" else GOOD_EPISODE)
+    memory = make_memory(llm=llm)
+    said = [f"Turn {n}: the billing shard {n} moves to PostgreSQL next week, " + "detail " * 60 for n in range(60)]
+    ids = memory.add_many([{"role": "user", "content": t} for t in said], session_id="s1", user_id="u1")
+    last = memory.end_session("s1", user_id="u1")
+    episodes = memory.episodes("u1", session_id="s1")
+    assert last == episodes[-1] and [i for e in episodes for i in e.source_ids] == ids
+    prompts = [c.messages[-1]["content"] for c in llm.calls if c.task == "episode"]
+    assert len(prompts) == len(episodes) > 1
+    for episode, prompt in zip(episodes, prompts):  # each episode cites the turns its model read
+        assert all(said[ids.index(i)][:40] in prompt for i in episode.source_ids)
+
+
+def test_transcript_spans_show_every_turn_whole() -> None:
+    rows = [{"role": "user", "content": f"turn {n} " + "word " * (n * 40)} for n in range(30)]
+    rows.insert(10, {"role": "assistant", "content": "a pasted log " * 2_000})  # alone longer than a prompt
+    msgs = _msgs(rows)
+    spans = transcript_spans(msgs, max_chars=3_000)
+    assert [m for span in spans for m in span] == msgs and len(spans) > 2
+    for span in spans:
+        shown = transcript(span, max_chars=3_000)
+        assert shown.count("\n") == len(span) - 1 and len(shown) <= 3_000
+        assert len(span) == 1 or all(quote(m.content) in shown for m in span)

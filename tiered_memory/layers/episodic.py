@@ -81,15 +81,23 @@ strings), "open_questions" (list of strings), "key_facts" (list of strings: dura
 about the user or the work). Use only information present in the conversation."""
 
 
-def transcript(messages: Sequence[StoredMessage], max_chars: int = 12000) -> str:
+TRANSCRIPT_CHARS = 12_000  # what one LLM prompt shows of a session's turns
+
+
+def transcript_line(n: int, m: StoredMessage, limit: int | None = None) -> str:
+    """Turn ``m`` as the ``n``-th line of a transcript, its text clipped to ``limit`` when given."""
+    return f"[{n}] {label_text(m.role)}: {quote(m.content if limit is None else clip(m.content, limit))}"
+
+
+def transcript(messages: Sequence[StoredMessage], max_chars: int = TRANSCRIPT_CHARS) -> str:
     """Numbered, quoted lines ``[n] role: "text"`` (stored text as :func:`quote` quotes it for
-    every model, the role as :func:`label_text` shows a label); the newest are kept when too long.
+    every model, the role as :func:`label_text` shows a label); the newest are kept when too long
+    (:func:`transcript_spans` splits a session so that none is left out).
     A newest turn longer than ``max_chars`` alone is kept clipped (its start, :func:`clip`): a
     pasted log sent whole overflows a model's context, and in strict mode the session then
     could never be ended."""
     def line(n: int, limit: int | None = None) -> str:
-        m = messages[n - 1]
-        return f"[{n}] {label_text(m.role)}: {quote(m.content if limit is None else clip(m.content, limit))}"
+        return transcript_line(n, messages[n - 1], limit)
 
     out: list[str] = []
     size = 0
@@ -104,6 +112,24 @@ def transcript(messages: Sequence[StoredMessage], max_chars: int = 12000) -> str
         out.append(shown)
         size += len(shown) + 1
     return "\n".join(reversed(out))
+
+
+def transcript_spans(messages: Sequence[StoredMessage], max_chars: int = TRANSCRIPT_CHARS,
+                     ) -> list[list[StoredMessage]]:
+    """``messages`` as consecutive spans, oldest first, each of which :func:`transcript` shows
+    whole within ``max_chars`` (a turn longer than that alone, clipped) (pure): a model asked about
+    a span reads every turn the episode made of it cites."""
+    spans: list[list[StoredMessage]] = []
+    size = 0
+    for m in messages:
+        cost = len(transcript_line(len(spans[-1]) + 1 if spans else 1, m)) + 1
+        if not spans or size + cost - 1 > max_chars:  # the line counted as transcript() counts it
+            spans.append([])
+            size = 0
+            cost = len(transcript_line(1, m)) + 1
+        spans[-1].append(m)
+        size += cost
+    return spans
 
 
 def episode_messages(messages: Sequence[StoredMessage]) -> list[dict[str, str]]:

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..aio import run_sync
 from .buffer import select_buffer
-from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript
+from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript, transcript_spans
 from ..errors import InvalidInputError, LLMError, NotFoundError
 from .extractive import extract_episode, extract_fact_candidates
 from ..slots import text_slot
@@ -175,7 +175,9 @@ class Layers:
     def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False,
                     audit: tuple[str, float] | None = None) -> Episode | None:
         """Compress the session's messages no episode covers yet (facts stored first, then the episode;
-        ``audit``: the action and time of the audit entry written with it, in its transaction).
+        ``audit``: the action and time of the audit entry written with it, in its transaction). With
+        an LLM, turns more than one prompt's transcript holds make an episode a span
+        (:func:`~.episodic.transcript_spans`); the newest is returned.
 
         The ids are checked by the caller that takes them from a user (``TieredMemory.end_session``);
         consolidation passes the stored ones, which another writer may have left unlike any
@@ -192,13 +194,19 @@ class Layers:
                     raise NotFoundError(f"session {session_id!r} has no turns left to summarise: the episode "
                                         "that covered them was deleted (delete_episode), and they stay covered")
                 raise NotFoundError(f"session {session_id!r} has no messages for this user")
-            # both LLM calls before any write: a strict-mode failure of the episode leaves no fact
-            # behind; facts are stored before the episode, so a crash between the two leaves the turns
-            # uncovered and end_session redoes both (facts merge on the second pass)
-            found, meta = self.candidates(msgs)
-            draft, ep_meta = self.compress(msgs)
-            self.ingest(user_id, found, meta, msgs)
-            return self.episodes.save(user_id, session_id, draft, msgs, ep_meta, audit=audit)
+            # a model reads one transcript: of more turns than it holds, an episode a span, oldest
+            # first, each span's coverage committed with its episode (a failure leaves the rest for
+            # the next call); the rules read every turn at once
+            episode: Episode | None = None
+            for span in transcript_spans(msgs) if self.llm is not None else [msgs]:
+                # both LLM calls before any write: a strict-mode failure of the episode leaves no fact
+                # behind; facts are stored before the episode, so a crash between the two leaves the turns
+                # uncovered and end_session redoes both (facts merge on the second pass)
+                found, meta = self.candidates(span)
+                draft, ep_meta = self.compress(span)
+                self.ingest(user_id, found, meta, span)
+                episode = self.episodes.save(user_id, session_id, draft, span, ep_meta, audit=audit)
+            return episode
         finally:
             lock.release()
 
