@@ -81,3 +81,12 @@ def test_a_decision_stated_in_other_words_is_still_one() -> None:
                                   "We made the decision to hire Ana.")]
     assert extract_episode(msgs).decisions == [
         "Decision: we book the Lisbon venue.", "The decision was to fly on Friday.", "We made the decision to hire Ana."]
+
+
+def test_a_decision_said_again_is_listed_once() -> None:
+    """The assistant confirming a decision in the user's words (or the user repeating it) listed
+    it as often as it was said, each copy rendered into the context again."""
+    said = "We decided to book the Lisbon venue."
+    msgs = [StoredMessage(id=f"m{n}", user_id="u", session_id="s", role=role, timestamp=float(n), content=text)
+            for n, (role, text) in enumerate([("user", said), ("assistant", "Great. " + said), ("user", said)])]
+    assert extract_episode(msgs).decisions == [said]

@@ -237,7 +237,7 @@ def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences:
     joined = "\n".join(texts)
     summary = " ".join(clip(s) for s in salient_sentences(texts, k=max_summary_sentences))
     entities = list(dict.fromkeys(clip(e) for e in find_entities(joined) + find_ids(joined)))[:MAX_ENTITIES]
-    decisions = [clip(s) for t in texts for s in sentences(t) if decided(s)][:MAX_POINTS]
+    decisions = list(dict.fromkeys(clip(s) for t in texts for s in sentences(t) if decided(s)))[:MAX_POINTS]
     questions: list[str] = []
     for i, m in enumerate(messages):
         if m.role != "user":
