@@ -14,7 +14,7 @@ from tiered_memory.config import FactConfig
 from tiered_memory.backends import open_layer_store
 from tiered_memory.embedding import embed, embed_query
 from tiered_memory.slots import stated_slot
-from tiered_memory.layers.resolution import decide_resolution
+from tiered_memory.layers.resolution import decide_resolution, rewritten_slot
 from tiered_memory.records import Fact, FactCandidate
 from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.store.sqlite_layers import LAYER_MIGRATIONS as LAYER_SQLITE
@@ -234,3 +234,47 @@ def test_a_fact_said_again_cites_the_turns_that_said_it_again(make_memory: Calla
     assert now.updated_at >= fact.updated_at
     confirm = [c for c in memory.fact_history("u", fact.id) if c.action == "confirm"]
     assert len(confirm) == 1 and confirm[0].details["source_ids"] == [again]
+
+
+def test_a_judges_rewrite_of_a_slots_fact_into_another_slots_words_moves_it_to_that_slot(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A judge's update rewrote the fact of slot residence into "User works at Acme" and the
+    fact kept its key, residence: the next residence ("User lives in Rome") invalidated the
+    work fact, and the next employer left it valid beside its own. The rewrite is stored in
+    the slot its words name, as an edit's is."""
+    episode = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
+               "key_facts": []}
+    llm = ScriptedLLM(by_task={
+        "facts": [{"facts": [{"type": "fact", "text": "User lives in Lisbon"}]},
+                  {"facts": [{"type": "fact", "text": "User lives in Lisbon's old town"}]}],
+        "resolve": [{"action": "update", "target": 1, "text": "User works at Acme"}],
+        "episode": [episode] * 2})
+    memory = make_memory(llm=llm)
+    for sid in ("s1", "s2"):
+        memory.add("user", "Some news about me.", session_id=sid, user_id="u")
+        memory.end_session(sid, user_id="u")
+    [work] = memory.facts("u")
+    assert (work.text, work.key) == ("User works at Acme", "employer")
+    assert [h.action for h in memory.fact_history("u", work.id)] == ["add", "update"]
+    rome = memory.add_fact("User lives in Rome", user_id="u")
+    assert sorted(f.text for f in memory.facts("u")) == ["User lives in Rome", "User works at Acme"]
+    globex = memory.add_fact("User works at Globex", user_id="u")
+    assert sorted(f.id for f in memory.facts("u")) == sorted([rome.id, globex.id])
+    old = {f.id: f for f in memory.facts("u", include_invalid=True)}[work.id]
+    assert (old.valid, old.superseded_by) == (False, globex.id)
+
+
+@pytest.mark.parametrize("text, candidate, expected", [
+    ("User lives in Lisbon", None, ("residence", 1)),  # the text stays: its slot too
+    ("User works at Acme", None, ("employer", 1)),  # another slot's words: that slot
+    ("User dislikes olives", None, ("pref:olives", -1)),
+    ("User is based in Lisbon", None, (None, 1)),  # words of no slot: none
+    ("User likes talking to themselves",  # the candidate's words: the slot its rules read in them
+     FactCandidate(type="preference", text="User likes talking to themselves", confidence=0.6,
+                   key="pref:talking to myself"), ("pref:talking to myself", 1)),
+    ("User works at Acme", FactCandidate(type="fact", text="User lives in Rome", confidence=0.6, key="residence"),
+     ("employer", 1)),  # a judge's own words, not the candidate's
+])
+def test_rewritten_slot(text: str, candidate: FactCandidate | None, expected: tuple[str | None, int]) -> None:
+    old = Fact(id="f", user_id="u", type="fact", text="User lives in Lisbon", confidence=0.8, key="residence")
+    assert rewritten_slot(old, text, candidate) == expected

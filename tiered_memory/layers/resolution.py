@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ..records import Fact, FactCandidate
 from ..recall.coverage import stems
-from ..slots import stated_slot, stated_value
+from ..slots import stated_slot, stated_value, text_slot
 from ..validation import MAX_FACT_CHARS, not_blank
 
 Action = Literal["add", "update", "invalidate", "noop"]
@@ -66,6 +66,18 @@ def slotted(fact: Fact) -> Fact:
     slot into "User lives in Paris" is then the fact of ``residence`` the next residence replaces."""
     slot = stated_slot(fact.text) if fact.key is None else None
     return fact if slot is None else replace(fact, key=slot[0], polarity=slot[1])
+
+def rewritten_slot(old: Fact, text: str, candidate: FactCandidate | None = None) -> tuple[str | None, int]:
+    """The slot (key, polarity) of ``old`` once its text is ``text`` (pure): its own while its
+    text stays; the ``candidate``'s when it takes the candidate's words (the slot the rules or
+    the caller that made them read in them, else the one they name); else the slot the new
+    words name, or none. Never the old slot for new words: a judge's rewrite of the fact of
+    ``residence`` into "User works at Acme" kept ``residence``, and the next residence ended it."""
+    if text == old.text:
+        return old.key, old.polarity
+    if candidate is not None and text == candidate.text and candidate.key is not None:
+        return candidate.key, candidate.polarity
+    return text_slot(text)
 
 def says_all_of(new: str, old: str) -> bool:
     """Whether ``new`` says everything ``old`` does: each content word of ``old`` is in ``new``

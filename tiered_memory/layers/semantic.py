@@ -23,8 +23,7 @@ from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
-from ..slots import text_slot
-from .resolution import Judgement, Resolution, decide_resolution, slotted
+from .resolution import Judgement, Resolution, decide_resolution, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import MAX_FACT_CHARS, check_text, not_blank
@@ -165,11 +164,10 @@ class SemanticMemory:
                 text = resolution.text or old.text
                 sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
                 vector = embed(self.embedder, [text])[0]
-                slot = slotted(replace(old, text=text))  # a fact of no slot rewritten in a slot's words
+                key, polarity = rewritten_slot(old, text, candidate)  # the slot its new words name
                 with self.rows.unit() as u:
                     u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
-                                  source_ids=sources, updated_at=now, vector=vector, key=slot.key,
-                                  polarity=slot.polarity)
+                                  source_ids=sources, updated_at=now, vector=vector, key=key, polarity=polarity)
                     log_change(u, user_id, old.id, "update", old.text, text, now, details)
                     self.index.delete([f"fact:{old.id}"])  # see edit: never a vector of the old text
                 new = self.get(user_id, old.id)
@@ -261,7 +259,7 @@ class SemanticMemory:
             vector = embed(self.embedder, [new_text])[0] if new_text != old.text else None
             # a new text is in the slot it names, if any: the old one's would let the next fact of
             # that slot invalidate it, and leave it beside the next fact of its own
-            key, polarity = (old.key, old.polarity) if vector is None else text_slot(new_text)
+            key, polarity = rewritten_slot(old, new_text)
             with self.rows.unit() as u:
                 u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
                             confidence=old.confidence if confidence is None else confidence,
