@@ -8,9 +8,9 @@ from typing import Callable
 
 import pytest
 
-from tiered_memory import InvalidInputError, MemoryConfig, TieredMemory
+from tiered_memory import ContentTooLargeError, InvalidInputError, MemoryConfig, TieredMemory
 from tiered_memory.config import WorkingConfig
-from tiered_memory.layers.working import WorkingItem, decayed, evict, rank
+from tiered_memory.layers.working import WorkingItem, check_pad_growth, decayed, evict, rank
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -116,6 +116,56 @@ def test_scratchpad_persists(make_memory: Callable[..., TieredMemory], tmp_path:
     again = make_memory("pad")
     assert again.working_memory("s1", user_id="u1").scratchpad.to_dict() == {"step": 2}
     assert again.working_memory("s2", user_id="u1").scratchpad.to_dict() == {}
+
+
+def test_a_scratchpad_write_past_its_total_is_refused_and_loses_nothing(memory: TieredMemory) -> None:
+    """Each entry was held to 64,000 bytes, the pad to nothing: a session grew it without bound,
+    each read and write of one key loading and rewriting all of it. A write that would take it
+    past 1,000,000 bytes as JSON (WorkingConfig.scratchpad_max_bytes) is a ContentTooLargeError
+    now, and what the pad held stays as it was; a smaller value and a deletion still go in."""
+    pad = memory.working_memory("s1", user_id="u1").scratchpad
+    chunk = "x" * 60_000
+    for n in range(16):  # 960,000 bytes and the keys
+        pad[f"k{n}"] = chunk
+    with pytest.raises(ContentTooLargeError, match="scratchpad_max_bytes") as refused:
+        pad["k16"] = chunk
+    assert "1,000,000" in str(refused.value) and "del " in str(refused.value)
+    held = memory.working_memory("s1", user_id="u1").scratchpad.to_dict()
+    assert held == {f"k{n}": chunk for n in range(16)}
+    pad["k0"] = "small"  # a write that shrinks it
+    pad["k16"] = chunk
+    del pad["k1"]
+    assert sorted(pad) == sorted(["k0", *(f"k{n}" for n in range(2, 17))])
+
+
+@pytest.mark.parametrize("before, after, refused", [
+    (0, 100, False), (90, 100, False),  # within the limit
+    (90, 101, True), (0, 10_000, True),  # past it
+    (150, 120, False), (150, 150, False),  # over it already (a lowered limit): shrinking, or no change, passes
+    (150, 151, True),  # growing it further does not
+])
+def test_check_pad_growth(before: int, after: int, refused: bool) -> None:
+    if refused:
+        with pytest.raises(ContentTooLargeError, match="100 \\(WorkingConfig.scratchpad_max_bytes\\)"):
+            check_pad_growth(before, after, 100)
+    else:
+        check_pad_growth(before, after, 100)
+
+
+def test_a_scratchpad_over_a_lowered_limit_is_read_and_can_shrink(make_memory: Callable[..., TieredMemory]) -> None:
+    """A pad stored under a larger scratchpad_max_bytes reads whole under a smaller one; a write
+    that grows it is refused, one that shrinks it (or a deletion) goes in."""
+    memory = make_memory("pad")
+    memory.working_memory("s", user_id="u").scratchpad.update({"a": "x" * 200, "b": 1})
+    memory.close()
+    memory = make_memory("pad", config=MemoryConfig(working=WorkingConfig(scratchpad_max_bytes=100)))
+    pad = memory.working_memory("s", user_id="u").scratchpad
+    assert pad.to_dict() == {"a": "x" * 200, "b": 1}
+    with pytest.raises(ContentTooLargeError):
+        pad["c"] = 2
+    pad["a"] = "x" * 150
+    del pad["b"]
+    assert pad.to_dict() == {"a": "x" * 150}
 
 
 def test_forget_and_clear(memory: TieredMemory) -> None:

@@ -163,6 +163,9 @@ class WorkingConfig:
 
     capacity: int = 50
     decay_per_hour: float = 0.05
+    # the whole scratchpad, as stored (JSON, UTF-8): each read and write of one key loads and
+    # rewrites all of it; a write past it is refused (ContentTooLargeError), never an entry dropped
+    scratchpad_max_bytes: int = 1_000_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -209,7 +212,8 @@ class MemoryConfig:
 AT_LEAST_ONE = frozenset({"BufferConfig.max_messages", "BufferConfig.max_tokens", "RetrievalConfig.rrf_k",
                           "RetrievalConfig.candidates", "BudgetConfig.max_tokens", "LLMConfig.max_tokens",
                           "EpisodeConfig.candidates", "FactConfig.related_k", "FactConfig.candidates",
-                          "WorkingConfig.capacity", "MemoryConfig.max_content_chars", "MemoryConfig.max_metadata_bytes",
+                          "WorkingConfig.capacity", "WorkingConfig.scratchpad_max_bytes",
+                          "MemoryConfig.max_content_chars", "MemoryConfig.max_metadata_bytes",
                           "MemoryConfig.embed_batch_size", "MemoryConfig.access_flush_size", "MemoryConfig.write_chunk",
                           "EpisodeConfig.compress_after_turns",
                           "RetrievalConfig.neighbor_wide_window"})

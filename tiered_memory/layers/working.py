@@ -3,8 +3,9 @@
 Items have an importance that decays with age (``(1 - decay_per_hour) ** hours``);
 the session holds at most ``capacity`` items and evicts the lowest decayed
 importance; a query ranks items by relevance blended with importance. A
-scratchpad dict keeps agent state (JSON values) for the session. Decisions are the
-pure functions :func:`decayed`, :func:`evict` and :func:`rank`; rows are reached only
+scratchpad dict keeps agent state (JSON values) for the session, within
+``scratchpad_max_bytes`` (a write past it is refused, nothing evicted). Decisions are the
+pure functions :func:`decayed`, :func:`evict`, :func:`rank` and :func:`check_pad_growth`; rows are reached only
 through :class:`~tiered_memory.store.repositories.WorkingRepository`. An add reads the
 session's items, decides and writes in one transaction under the session's lock (across
 worker processes on PostgreSQL), so a session never holds more than ``capacity`` items.
@@ -14,10 +15,11 @@ A :class:`WorkingMemory` and its :class:`Scratchpad` run their calls under their
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -84,11 +86,33 @@ def check_pad_entry(key: object, value: Any) -> Any:
     return check_metadata({key: value}, MAX_LAYER_METADATA_BYTES, f"scratchpad entry {key[:40]!r}")[key]
 
 
-class Scratchpad(MutableMapping[str, Any]):
-    """A dict of JSON values persisted per session; every write is committed."""
+def pad_bytes(data: Mapping[str, Any]) -> int:
+    """A scratchpad's size as a store keeps it: its JSON's UTF-8 bytes (pure)."""
+    return len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
 
-    def __init__(self, rows: WorkingRepository, user_id: str, session_id: str, calls: Calls) -> None:
+
+def check_pad_growth(before: int, after: int, max_bytes: int) -> None:
+    """Refuse a scratchpad write that takes the pad from ``before`` to ``after`` bytes past
+    ``max_bytes`` (pure). A write that does not grow it passes, so a pad over the limit (stored
+    under a larger one, or imported) can always be brought back under it."""
+    if after > max_bytes and after > before:
+        raise ContentTooLargeError(
+            f"this write would make the session's scratchpad {after:,} bytes as JSON; the limit is "
+            f"{max_bytes:,} (WorkingConfig.scratchpad_max_bytes). Nothing was written: remove entries the "
+            "agent no longer needs (del wm.scratchpad[key]), keep large data elsewhere (messages, "
+            "item_store), or raise the limit")
+
+
+class Scratchpad(MutableMapping[str, Any]):
+    """A dict of JSON values persisted per session; every write is committed. Each entry is
+    held to 64,000 bytes as JSON and the whole pad to ``max_bytes``
+    (``WorkingConfig.scratchpad_max_bytes``): a write past it is a ContentTooLargeError and
+    changes nothing; no entry is ever dropped to make room."""
+
+    def __init__(self, rows: WorkingRepository, user_id: str, session_id: str, calls: Calls, *,
+                 max_bytes: int) -> None:
         self.rows, self.user_id, self.session_id, self._calls = rows, user_id, session_id, calls
+        self.max_bytes = max_bytes
 
     @usable
     def _load(self) -> dict[str, Any]:
@@ -100,7 +124,9 @@ class Scratchpad(MutableMapping[str, Any]):
         with self.rows.unit() as u:
             u.lock_session(self.user_id, self.session_id)
             data = u.scratchpad(self.user_id, self.session_id)
+            before = pad_bytes(data)
             change(data)
+            check_pad_growth(before, pad_bytes(data), self.max_bytes)
             u.save_scratchpad(self.user_id, self.session_id, data, time.time())
 
     def __getitem__(self, key: str) -> Any:
@@ -181,7 +207,7 @@ class WorkingMemory:
         self.rows, self.embedder, self.config, self.lock = rows, embedder, config, lock
         self.user_id, self.session_id = user_id, session_id
         self._calls = calls  # the memory's: its close() waits for these calls, then refuses them
-        self.scratchpad = Scratchpad(rows, user_id, session_id, calls)
+        self.scratchpad = Scratchpad(rows, user_id, session_id, calls, max_bytes=config.scratchpad_max_bytes)
 
     @usable
     def remember(self, text: str, *, importance: float = 0.5, type: str = "note",
