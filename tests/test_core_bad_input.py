@@ -132,6 +132,35 @@ def test_oversize_metadata_is_rejected(make_memory):
     assert memory.stats().messages == 0
 
 
+def test_a_facts_metadata_is_held_to_the_limit_as_stored(make_memory, tmp_path):
+    """update_fact checked only the metadata it was given, then merged it into the fact's: two
+    updates of 600 bytes each stored 1,200 under a limit of 1,000, and export_jsonl then left the
+    fact out (import_jsonl would refuse it). The merged metadata is checked now; nothing is
+    written when it is over, and what is stored exports and imports whole."""
+    memory = make_memory(config=MemoryConfig(max_metadata_bytes=1000))
+    fact = memory.add_fact("User likes tea", user_id="u", metadata={"a": "x" * 600})
+    with pytest.raises(InvalidInputError, match="limit is 1,000"):
+        memory.update_fact(fact.id, user_id="u", metadata={"b": "y" * 600})
+    assert memory.facts("u") == [fact] and [c.action for c in memory.fact_history("u")] == ["add"]
+    fact = memory.update_fact(fact.id, user_id="u", metadata={"a": "z" * 600})  # replaces a key: within
+    assert memory.export_jsonl(tmp_path / "e.jsonl", user_id="u") == 1
+    again = make_memory("again", config=MemoryConfig(max_metadata_bytes=1000))
+    assert again.import_jsonl(tmp_path / "e.jsonl").facts_imported == 1
+    assert [f.metadata for f in again.facts("u")] == [fact.metadata]
+
+
+def test_add_fact_holds_its_metadata_to_the_limit_with_the_keys_it_adds(make_memory, tmp_path):
+    """add_fact checked the caller's metadata, then stored it with its own "method" and
+    "resolution": metadata a few bytes under the limit was stored over it, and export_jsonl
+    left the fact out. The metadata as stored is checked now, and the error names those keys."""
+    memory = make_memory(config=MemoryConfig(max_metadata_bytes=1000))
+    with pytest.raises(InvalidInputError, match="'method'.*limit is 1,000"):
+        memory.add_fact("User likes tea", user_id="u", metadata={"a": "x" * 985})
+    assert memory.facts("u") == []
+    memory.add_fact("User likes tea", user_id="u", metadata={"a": "x" * 940})
+    assert memory.export_jsonl(tmp_path / "e.jsonl", user_id="u") == 1
+
+
 @pytest.mark.parametrize("query, k, fragment", [
     ("", 5, "non-empty"), ("   ", 5, "non-empty"), (None, 5, "non-empty"),
     ("ok", 0, "positive"), ("ok", -1, "positive"), ("ok", "3", "positive"),

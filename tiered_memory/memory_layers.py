@@ -76,7 +76,8 @@ class MemoryLayers(MemoryEngines):
             check_unit(changes["confidence"], "confidence")
         if changes.get("metadata") is not None:
             changes["metadata"] = check_metadata(changes["metadata"], self.config.max_metadata_bytes)
-        return self._jointly(lambda: self._layers.facts.edit(user_id, fact_id, **changes))
+        return self._jointly(lambda: self._layers.facts.edit(user_id, fact_id, max_metadata_bytes=self.config.max_metadata_bytes,
+                                                              **changes))
 
     @usable
     def delete_fact(self, fact_id: str, *, user_id: str) -> None:

@@ -25,14 +25,14 @@ from ..slots import text_slot
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
 from .resolution import Judgement, slot_of
-from .semantic import ExtractedFacts, SemanticMemory
+from .semantic import ExtractedFacts, SemanticMemory, stored_metadata
 from ..parts import Parts
 from ..records import Episode, EpisodeDraft, Fact, FactCandidate
 from ..store.repositories import LayerRepository, PendingVectorSource
 from .consolidation import ConsolidationReport, consolidate
 from ..types import StoredMessage
 from ..quoting import quote
-from ..validation import check_text
+from ..validation import check_metadata, check_text
 from .working import WorkingMemory
 
 
@@ -263,8 +263,12 @@ class Layers:
             raise InvalidInputError(f"confidence must be within [0, 1], got {confidence!r}")
         key, polarity = text_slot(text)
         cand = FactCandidate(type=type, text=text.strip(), confidence=float(confidence), key=key, polarity=polarity)
+        meta = {**(metadata or {}), "method": "manual"}
+        # as stored, within the limit: a fact stored over it would be left out of an export
+        check_metadata(stored_metadata(meta, "rules"), self.parts.config.max_metadata_bytes,
+                       "metadata with the keys add_fact adds ('method', 'resolution')")
         with self.facts.lock:  # the fact a no-op names is read before another thread may delete it
-            res, fact = self.facts.resolve_and_apply(user_id, cand, metadata={**(metadata or {}), "method": "manual"})
+            res, fact = self.facts.resolve_and_apply(user_id, cand, metadata=meta)
             return fact if fact is not None else self.facts.get(user_id, res.target_id or "")
 
     # ---- maintenance --------------------------------------------------------------

@@ -26,7 +26,7 @@ from ..recall import hybrid
 from .resolution import Judgement, Resolution, decide_resolution, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
-from ..validation import MAX_FACT_CHARS, check_text, not_blank
+from ..validation import MAX_FACT_CHARS, check_metadata, check_text, not_blank
 from ..vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
@@ -151,7 +151,7 @@ class SemanticMemory:
         is the fact it names as the caller read it under the lock (``None``: none named, or gone)."""
         now = time.time()
         at = now if at is None else at
-        meta = {**(metadata or {}), "resolution": resolution.method}
+        meta = stored_metadata(metadata, resolution.method)
         details = {"reason": resolution.reason, "method": resolution.method,
                    "source_ids": list(candidate.source_ids)}
         with self.lock:
@@ -241,8 +241,11 @@ class SemanticMemory:
                 target = next((f for f, _ in current if f.id == res.target_id), None)  # as just read
             return res, self.apply(user_id, candidate, res, target=target, metadata=metadata, at=at)
 
-    def edit(self, user_id: str, fact_id: str, *, text: str | None = None, type: str | None = None,
-             confidence: float | None = None, metadata: dict[str, Any] | None = None) -> Fact:
+    def edit(self, user_id: str, fact_id: str, *, max_metadata_bytes: int, text: str | None = None,
+             type: str | None = None, confidence: float | None = None,
+             metadata: dict[str, Any] | None = None) -> Fact:
+        """Change a fact's text, type, confidence or metadata (``metadata`` merged into its own,
+        the whole held to ``max_metadata_bytes``: what is stored exports and imports whole)."""
         check_type(type)
         if text is not None:
             check_text(text, "fact text")
@@ -253,6 +256,8 @@ class SemanticMemory:
             old = self.get(user_id, fact_id)
             new_text = old.text if text is None else text.strip()
             new_meta = {**old.metadata, **(metadata or {})}
+            if metadata:
+                check_metadata(new_meta, max_metadata_bytes, "the fact's metadata with this change")
             if (new_text, type or old.type, old.confidence if confidence is None else confidence, new_meta) == (
                     old.text, old.type, old.confidence, old.metadata):
                 return old  # nothing changes: no write, no history entry, the update time stays
@@ -335,6 +340,12 @@ class SemanticMemory:
             self.rows.settle_facts([(f.id, f.text, f.updated_at) for _, f, _ in found])
             after, done = found[-1][0], done + len(found)
         return done
+
+
+def stored_metadata(metadata: dict[str, Any] | None, method: str) -> dict[str, Any]:
+    """A new fact's metadata as stored: the caller's, and the ``resolution`` method that
+    decided it ("rules" or "llm") (pure)."""
+    return {**(metadata or {}), "resolution": method}
 
 
 def _named(target: Fact | None, resolution: Resolution) -> Fact:
