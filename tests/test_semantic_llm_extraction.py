@@ -191,3 +191,20 @@ def test_a_stored_fact_without_a_slot_is_compared_however_unlike_the_new_fact_of
     [paris] = memory.facts("u1", include_invalid=True)[:1]
     assert (paris.text, paris.key) == ("User lives in Paris", "residence")  # the judge's rewrite, in its words' slot
     assert [f.text for f in memory.facts("u1")] == ["User moved to Berlin"]
+
+
+def test_a_long_llm_error_kept_in_the_metadata_leaves_the_session_exportable(
+        make_memory: Callable[..., TieredMemory], tmp_path: Any) -> None:
+    """A failed LLM call's error was kept whole in the metadata of every fact and episode the
+    rules then made ("llm_error"): a provider's error with a long body (an HTML page, 70,000
+    characters here) stored them over max_metadata_bytes, and export_jsonl left them all out.
+    The error is kept cut to a few hundred characters."""
+    llm = ScriptedLLM(default=RuntimeError("<html>" + "x" * 70_000))
+    memory = make_memory(llm=llm)
+    memory.add("user", "I live in Lisbon.", session_id="s", user_id="u")
+    episode = memory.end_session("s", user_id="u")
+    [fact] = memory.facts("u")
+    assert fact.metadata["llm_error"].startswith("LLMError: the LLM failed: RuntimeError: <html>xxx")
+    assert len(fact.metadata["llm_error"]) <= 1_000 and len(episode.metadata["llm_error"]) <= 1_000
+    lines = memory.export_jsonl(tmp_path / "e.jsonl", user_id="u")
+    assert lines == 4  # the turn, the fact, the episode, the session's cursor

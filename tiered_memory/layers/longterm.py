@@ -21,6 +21,7 @@ from .buffer import select_buffer
 from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript, transcript_spans
 from ..errors import InvalidInputError, LLMError, NotFoundError
 from .extractive import extract_episode, extract_fact_candidates
+from ..graphemes import cut_point
 from ..slots import text_slot
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
@@ -37,6 +38,8 @@ from .working import WorkingMemory
 
 
 log = logging.getLogger("tiered_memory")
+
+MAX_ERROR_CHARS = 500  # of a failed LLM call's error, kept in the metadata of what the rules made instead
 
 FACTS_PROMPT = """Task: facts
 You extract durable facts about the USER from a conversation, for long-term memory.
@@ -95,7 +98,12 @@ class Layers:
         if self.parts.config.llm.strict:
             raise e
         log.warning("LLM %s failed, using the extractive fallback: %s", what, e)
-        return {"method": "extractive", "reason": "llm failed", "llm_error": f"{type(e).__name__}: {e}"}
+        # its head: a provider's error may carry a whole response body, and this is the metadata
+        # of every record the rules then make (held, as stored, to what an import takes)
+        error = f"{type(e).__name__}: {e}"
+        if len(error) > MAX_ERROR_CHARS:
+            error = error[:cut_point(error, MAX_ERROR_CHARS - 1)] + "\u2026"
+        return {"method": "extractive", "reason": "llm failed", "llm_error": error}
 
     def compress(self, messages: Sequence[StoredMessage]) -> tuple[EpisodeDraft, dict[str, Any]]:
         """An episode draft from the LLM, or from rules when there is none or it fails."""
