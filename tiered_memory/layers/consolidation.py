@@ -243,19 +243,23 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
             dups = [d for d in planned if d in by_id] if keep in by_id else []
             if dups:
                 sources = list(dict.fromkeys(s for i in [keep, *dups] for s in by_id[i].source_ids))
-                with layers.rows.unit() as u:
-                    # updated_at stays the newest of the group: a merge is not new evidence
-                    u.absorb_facts(keep, source_ids=sources, access_count=sum(by_id[d].access_count for d in dups),
-                                   last_access=max((a for d in dups if (a := by_id[d].last_access) is not None),
-                                                   default=None),
-                                   updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
-                    gone = [d for d in dups if soft_delete(u, user_id, d, "merge", now, {"merged_into": keep})]
-                    if gone:  # the keeper changed too (sources, accesses): its history says from what
-                        log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
-                                   {"absorbed": gone})
-        if dups:
-            layers.parts.index.delete([f"fact:{d}" for d in dups])
-            merged.extend(dups)
+
+                def merge() -> None:
+                    with layers.rows.unit() as u:
+                        # updated_at stays the newest of the group: a merge is not new evidence
+                        u.absorb_facts(keep, source_ids=sources,
+                                       access_count=sum(by_id[d].access_count for d in dups),
+                                       last_access=max((a for d in dups if (a := by_id[d].last_access) is not None),
+                                                       default=None),
+                                       updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
+                        gone = [d for d in dups if soft_delete(u, user_id, d, "merge", now, {"merged_into": keep})]
+                        if gone:  # the keeper changed too (sources, accesses): its history says from what
+                            log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
+                                       {"absorbed": gone})
+                    layers.parts.index.delete([f"fact:{d}" for d in dups])
+
+                layers.parts.jointly(merge)  # one transaction where one engine holds rows and vectors
+                merged.extend(dups)
         tick("merge", n, len(plan))
     return merged
 
@@ -331,10 +335,14 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
         stale = [i.id for i in layers.rows.live_working_items(user_id) if _stale_item(i, now, decay, cfg)]
         total = len(doomed) + len(stale)
         for n, f in enumerate(doomed, 1):
-            with layers.rows.unit() as u:  # a progress callback (or another worker) may have removed it
-                gone = soft_delete(u, user_id, f.id, "prune", now, {"confidence": f.confidence})
-            if gone:
-                layers.parts.index.delete([f"fact:{f.id}"])
+            def prune() -> bool:
+                with layers.rows.unit() as u:  # a progress callback (or another worker) may have removed it
+                    gone = soft_delete(u, user_id, f.id, "prune", now, {"confidence": f.confidence})
+                if gone:
+                    layers.parts.index.delete([f"fact:{f.id}"])
+                return gone
+
+            if layers.parts.jointly(prune):  # one transaction where one engine holds rows and vectors
                 pruned.append(f.id)
             tick("prune", n, total)
         for n, item_id in enumerate(stale, start=len(doomed) + 1):

@@ -230,10 +230,14 @@ class ItemStore:
         process's caches); returns how many."""
         ids = self.db.expired_items(self.parts.now() if now is None else now)
         if ids:
-            with self.parts.lock, self.db.unit() as u:
-                for i in ids:
-                    u.delete_item(i)
-            self.index.delete([vector_id(i, n) for i in ids for n in range(MAX_PARTS)])  # every field's vector
+            def drop() -> None:
+                with self.parts.lock:
+                    with self.db.unit() as u:
+                        for i in ids:
+                            u.delete_item(i)
+                    self.index.delete([vector_id(i, n) for i in ids for n in range(MAX_PARTS)])  # every field's
+
+            self.parts.jointly(drop)  # rows and vectors in one transaction where one engine holds both
             forget_texts()
         return len(ids)
 
