@@ -208,3 +208,21 @@ def test_a_long_llm_error_kept_in_the_metadata_leaves_the_session_exportable(
     assert len(fact.metadata["llm_error"]) <= 1_000 and len(episode.metadata["llm_error"]) <= 1_000
     lines = memory.export_jsonl(tmp_path / "e.jsonl", user_id="u")
     assert lines == 4  # the turn, the fact, the episode, the session's cursor
+
+
+def test_a_facts_answer_of_endless_facts_keeps_the_first_and_judges_no_more(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A model that lists 200 facts for one short session (a loop, or each line of a pasted log)
+    made end_session ask the judge 200 times, a minute each with a real model's timeout: the
+    answer is kept to its first MAX_FACTS facts, in the model's order, as an episode's lists are."""
+    from tiered_memory.layers.semantic import MAX_FACTS
+    endless = _llm_facts(*({"type": "fact", "text": f"User owns billing shard number {n}", "sources": [1]}
+                           for n in range(200)))
+    llm = ScriptedLLM(by_task={"facts": [endless], "episode": [EPISODE]},
+                      default=lambda msgs: {"action": "add"})
+    memory = make_memory(llm=llm)
+    memory.add("user", "I own all the billing shards.", session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    stored = sorted(int(f.text.rsplit(" ", 1)[1]) for f in memory.facts("u1"))
+    assert stored == list(range(MAX_FACTS))
+    assert sum(c.task == "resolve" for c in llm.calls) < MAX_FACTS

@@ -52,8 +52,18 @@ class ExtractedFact(BaseModel):
         return not_blank(text)
 
 
+MAX_FACTS = 25  # of one facts answer: each is embedded, compared and may cost a judge's call
+
+
 class ExtractedFacts(BaseModel):
     facts: list[ExtractedFact]
+
+    @field_validator("facts")
+    @classmethod
+    def _first_facts(cls, facts: list[ExtractedFact]) -> list[ExtractedFact]:
+        """The first :data:`MAX_FACTS`, in the model's order: a model that lists hundreds (a loop,
+        each line of a pasted log) would have ``end_session`` judge each against the stored facts."""
+        return facts[:MAX_FACTS]
 
 
 def check_type(type_: str | None, *, optional: bool = True) -> None:
