@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .errors import InvalidInputError, StoreError
+from .json_values import json_text
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
@@ -118,7 +119,7 @@ def export_lines(store: RecordStore, user_id: str | None, rows: LayerRepository 
             if left_out is not None:
                 left_out.append(row)
             continue
-        yield json.dumps(line, ensure_ascii=False)
+        yield json_text(line)
 
 
 def _line_objects(store: RecordStore, user_id: str | None, rows: LayerRepository | None, now: float

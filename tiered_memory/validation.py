@@ -180,6 +180,8 @@ def check_metadata(metadata: object, max_bytes: int, name: str = "metadata") -> 
         return {}
     if not isinstance(metadata, Mapping):
         raise InvalidInputError(f"{name} must be a mapping, got {type(metadata).__name__}")
+    if not metadata:  # most turns': nothing to encode or check
+        return {}
     encoded = encode_json(metadata, name, ensure_ascii=False)
     if not encodable(encoded):
         raise InvalidInputError(f"{name} contains lone surrogates")
