@@ -12,6 +12,7 @@ import pytest
 from consolidation_support import NOW
 from time_support import DAY
 from tiered_memory.layers.consolidation import (
+    near_pairs,
     plan_merges,
     promotion_candidates,
     select_compressions,
@@ -57,7 +58,18 @@ def _fact(fid: str, conf: float, access: int, created: float, type: str = "fact"
                             _fact("b", .5, 0, 2, text="User enjoys hiking in the mountains with friends")], []),
 ])
 def test_plan_merges(sims: list[list[float]], facts: list[Fact], expected: list[tuple[str, list[str]]]) -> None:
-    assert plan_merges(facts, np.array(sims), 0.92) == expected
+    assert plan_merges(facts, [np.flatnonzero(row >= 0.92) for row in np.array(sims)]) == expected
+
+
+def test_near_pairs_are_the_rows_of_the_similarity_matrix_at_the_threshold() -> None:
+    vecs = np.random.default_rng(3).standard_normal((700, 8)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    sims = vecs @ vecs.T
+    for block in (1, 256, 1000):  # a block of one row, blocks with a partial last one, one block for all
+        near = near_pairs(vecs, 0.6, block=block)
+        assert len(near) == 700
+        assert all(list(near[i]) == list(np.flatnonzero(sims[i] >= 0.6)) for i in range(700))
+    assert sum(len(n) for n in near_pairs(vecs, 0.6)) > 700  # pairs besides each vector and itself
 
 
 def _ep(eid: str, access: int = 0, age_days: float = 0, promoted: bool = False, compressed: bool = False,

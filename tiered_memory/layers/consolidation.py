@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
@@ -65,24 +65,36 @@ class ConsolidationReport:
     details: dict[str, list[str]] = field(default_factory=dict)
 
 
-def plan_merges(facts: Sequence[Fact], sims: np.ndarray, threshold: float) -> list[tuple[str, list[str]]]:
-    """Groups of near-duplicates as (keeper id, duplicate ids), pure.
+def near_pairs(vecs: np.ndarray, threshold: float, block: int = 256) -> list[np.ndarray]:
+    """For each of the unit vectors ``vecs``, the indexes of those (itself included) at
+    similarity >= ``threshold`` (pure). A block of rows at a time: never every pair at once,
+    which for a user's 50,000 facts is 10 GB."""
+    near: list[np.ndarray] = []
+    for start in range(0, len(vecs), block):
+        near.extend(np.flatnonzero(row >= threshold) for row in vecs[start:start + block] @ vecs.T)
+    return near
+
+
+def plan_merges(facts: Sequence[Fact], near: Sequence[Iterable[int]]) -> list[tuple[str, list[str]]]:
+    """Groups of near-duplicates as (keeper id, duplicate ids), pure; ``near[i]``: the facts whose
+    similarity to fact ``i`` is at the merge threshold or above (:func:`near_pairs`).
 
     The keeper is the most confident, then most accessed, then oldest fact; a
-    duplicate has the same type and polarity, no other slot (``key``) and similarity >= ``threshold``
-    to it, and the keeper says all it says (:func:`~.resolution.says_all_of`, the rules' test for
+    duplicate has the same type and polarity, no other slot (``key``) and is near it,
+    and the keeper says all it says (:func:`~.resolution.says_all_of`, the rules' test for
     an update): only the keeper's text stays, and "User has a meeting on Tuesday" is 0.95 from
     "... on Monday" (MiniLM and the static embedder).
     """
     order = sorted(range(len(facts)), key=lambda i: (-facts[i].confidence, -facts[i].access_count,
                                                       facts[i].created_at, facts[i].id))
+    rank = {i: r for r, i in enumerate(order)}
     taken: set[int] = set()
     plan = []
     for i in order:
         if i in taken:
             continue
         taken.add(i)
-        dups = [j for j in order if j not in taken and sims[i, j] >= threshold
+        dups = [j for j in sorted((int(j) for j in near[i]), key=rank.__getitem__) if j not in taken
                 and facts[j].type == facts[i].type and facts[j].polarity == facts[i].polarity
                 and not other_slots(facts[j].key, facts[i].key) and says_all_of(facts[i].text, facts[j].text)]
         taken.update(dups)
@@ -232,7 +244,7 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
     facts, vecs = layers.facts.vectors(user_id)
     if len(facts) < 2:
         return []
-    plan = plan_merges(facts, vecs @ vecs.T, threshold)
+    plan = plan_merges(facts, near_pairs(vecs, threshold))
     merged: list[str] = []
     for n, (keep, planned) in enumerate(plan, 1):
         with layers.parts.lock:
