@@ -135,3 +135,25 @@ def test_duplicate_ids_and_bad_utf8_are_invalid_lines_not_a_half_import(make_mem
     assert info.value.errors[0] == (601, "id 'm3' is also on line 4")
     assert info.value.errors[1][0] == 602 and "not UTF-8" in info.value.errors[1][1]
     assert memory.stats().messages == 0
+
+
+def test_a_line_of_another_format_version_is_refused_naming_it(make_memory, tmp_path):
+    """A dump written by a later version (whose fields may mean something else) is not read as
+    this one: its lines are invalid, named by line, and nothing is imported. A line with no
+    ``format`` (a file written by hand) is read as this version's."""
+    dump = tmp_path / "future.jsonl"
+    dump.write_text("\n".join([
+        _line(id="ok1"),
+        _line(id="later", format="tiered-memory/2"),
+        json.dumps({k: v for k, v in json.loads(_line(id="by-hand")).items() if k != "format"}),
+        json.dumps({"format": ["tiered-memory/1"], "type": "fact", "fact": {}}),
+    ]) + "\n", encoding="utf-8")
+    memory = make_memory()
+    with pytest.raises(ImportFormatError) as info:
+        memory.import_jsonl(dump)
+    assert [n for n, _ in info.value.errors] == [2, 4]
+    assert "'tiered-memory/2'" in info.value.errors[0][1] and "tiered-memory/1" in info.value.errors[0][1]
+    assert "format" in info.value.errors[1][1]
+    assert memory.stats().messages == 0
+    with pytest.raises(InvalidInputError, match="format"):
+        parse_line(_line(format="tiered-memory/2"), max_chars=1000, max_metadata_bytes=1000)

@@ -9,7 +9,8 @@ Vectors are not exported: they are recomputed on import, so a dump moves between
 embedding models, vector engines and record stores (SQLite to PostgreSQL). Not in a dump:
 working-memory items that were pruned, and expired items. The layer lines are written
 and checked by :mod:`.portable_layers` and written back by :mod:`.portable_restore`; every
-line is read back as its record by :mod:`.portable_parse`; a
+line is read back as its record by :mod:`.portable_parse` (a line of another ``format``
+than :data:`FORMAT`, a later version's, is refused; one without it is read as this one's); a
 file of message lines only (every export before them), or without the later kinds of
 line, reads as before. Every line written is one the import takes (:mod:`.portable_values`).
 
@@ -44,7 +45,7 @@ from .parts import Parts
 from .portable_layers import (CursorRecord, EpisodeRecord, FactRecord, HistoryRecord, ItemRecord, archived_line,
                               audit_line, cursor_line, episode_line, fact_line, history_line, item_line,
                               scratchpad_line, working_line)
-from .portable_parse import Record, parse_line as parse_line, parse_object, parse_record
+from .portable_parse import FORMAT as FORMAT, Record, parse_line as parse_line, parse_object, parse_record
 from .portable_values import Ids, importable, row_name
 from .portable_restore import (audit_key, restore_archived, restore_audit, restore_cursors, restore_episodes,
                                restore_facts, restore_items, restore_scratchpads, restore_working)
@@ -56,7 +57,6 @@ from .types import StoredMessage
 from .validation import check_callback, check_id, check_path
 
 
-FORMAT = "tiered-memory/1"
 log = logging.getLogger("tiered_memory")
 
 

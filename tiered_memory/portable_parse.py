@@ -18,6 +18,19 @@ from .types import StoredMessage
 from .validation import check_id, check_message_id, normalize_message
 
 
+FORMAT = "tiered-memory/1"  # every line's "format"
+
+
+def check_format(obj: dict[str, Any]) -> None:
+    """Refuse a line another version of the format wrote (its fields may mean something else);
+    a line with no ``format`` (written by hand) is read as this version's."""
+    version = obj.get("format", FORMAT)
+    if version != FORMAT:
+        shown = repr(version) if len(repr(version)) <= 60 else repr(version)[:60] + "..."
+        raise InvalidInputError(f"format {shown} is not {FORMAT!r}, the one this version of tiered-memory "
+                                "reads: import the file with the version that wrote it, or a later one")
+
+
 def _load(raw: str) -> Any:
     try:
         return json.loads(raw)
@@ -47,6 +60,7 @@ def parse_line(raw: str, *, max_chars: int, max_metadata_bytes: int) -> dict[str
     obj = _load(raw)
     if not isinstance(obj, dict) or obj.get("type") != "message":
         raise InvalidInputError("expected an object with type 'message'")
+    check_format(obj)
     return _message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes)
 
 
@@ -67,6 +81,7 @@ def parse_object(obj: object, *, max_chars: int, max_metadata_bytes: int, layers
     if not isinstance(obj, dict) or kind not in KINDS:
         raise InvalidInputError("expected an object with type " + ", ".join(map(repr, KINDS[:-1]))
                                 + f" or {KINDS[-1]!r}")
+    check_format(obj)
     if kind == "message":
         return StoredMessage(**_message(obj, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes))
     if not layers:
