@@ -121,17 +121,8 @@ def test_a_fact_in_a_slots_words_stored_without_its_key_is_replaced_however_many
     into "User lives in Paris": an update kept the key, None) was compared with the next fact of
     its slot only among the related_k nearest: the slot's facts are read by key. Past them,
     "User lives in Berlin" left Paris valid, the user living in two cities."""
-    episode = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
-               "key_facts": []}
-    llm = ScriptedLLM(by_task={
-        "facts": [{"facts": [{"type": "fact", "text": "User is based in Paris"}]},
-                  {"facts": [{"type": "fact", "text": "User lives in Paris"}]}],
-        "resolve": [{"action": "update", "target": 1, "text": "User lives in Paris"}],
-        "episode": [episode] * 2})
-    memory = make_memory(llm=llm)
-    for sid in ("s1", "s2"):
-        memory.add("user", "Some news about me.", session_id=sid, user_id="u")
-        memory.end_session(sid, user_id="u")
+    memory = _judged_in_two_sessions(make_memory, "User is based in Paris", "User lives in Paris",
+                                     rewrite="User lives in Paris")
     [paris] = memory.facts("u")
     assert paris.text == "User lives in Paris" and [h.action for h in memory.fact_history("u")] == ["add", "update"]
     _berlin_replaces_paris_past_the_nearest(memory, embedder, paris)
@@ -242,17 +233,8 @@ def test_a_judges_rewrite_of_a_slots_fact_into_another_slots_words_moves_it_to_t
     fact kept its key, residence: the next residence ("User lives in Rome") invalidated the
     work fact, and the next employer left it valid beside its own. The rewrite is stored in
     the slot its words name, as an edit's is."""
-    episode = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
-               "key_facts": []}
-    llm = ScriptedLLM(by_task={
-        "facts": [{"facts": [{"type": "fact", "text": "User lives in Lisbon"}]},
-                  {"facts": [{"type": "fact", "text": "User lives in Lisbon's old town"}]}],
-        "resolve": [{"action": "update", "target": 1, "text": "User works at Acme"}],
-        "episode": [episode] * 2})
-    memory = make_memory(llm=llm)
-    for sid in ("s1", "s2"):
-        memory.add("user", "Some news about me.", session_id=sid, user_id="u")
-        memory.end_session(sid, user_id="u")
+    memory = _judged_in_two_sessions(make_memory, "User lives in Lisbon", "User lives in Lisbon's old town",
+                                     rewrite="User works at Acme")
     [work] = memory.facts("u")
     assert (work.text, work.key) == ("User works at Acme", "employer")
     assert [h.action for h in memory.fact_history("u", work.id)] == ["add", "update"]
@@ -278,3 +260,20 @@ def test_a_judges_rewrite_of_a_slots_fact_into_another_slots_words_moves_it_to_t
 def test_rewritten_slot(text: str, candidate: FactCandidate | None, expected: tuple[str | None, int]) -> None:
     old = Fact(id="f", user_id="u", type="fact", text="User lives in Lisbon", confidence=0.8, key="residence")
     assert rewritten_slot(old, text, candidate) == expected
+
+
+def _judged_in_two_sessions(make_memory: Callable[..., TieredMemory], first: str, second: str, *,
+                            rewrite: str) -> TieredMemory:
+    """A memory whose model extracted ``first`` in one session and ``second`` in the next, and
+    whose judge then updated the first fact to ``rewrite``."""
+    episode = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
+               "key_facts": []}
+    llm = ScriptedLLM(by_task={
+        "facts": [{"facts": [{"type": "fact", "text": first}]}, {"facts": [{"type": "fact", "text": second}]}],
+        "resolve": [{"action": "update", "target": 1, "text": rewrite}],
+        "episode": [episode] * 2})
+    memory = make_memory(llm=llm)
+    for sid in ("s1", "s2"):
+        memory.add("user", "Some news about me.", session_id=sid, user_id="u")
+        memory.end_session(sid, user_id="u")
+    return memory
