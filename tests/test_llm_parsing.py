@@ -226,3 +226,13 @@ def test_core_modules_import_no_framework() -> None:
             "bad = [m for m in sys.modules if m.startswith(('langchain', 'llama_index'))]\n"
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_find_json_object_tries_the_first_openings_only() -> None:
+    """Each failed try at a ``{`` may read to the end of the reply, so a long reply of stray
+    braces (a model that ignores max_tokens) took time quadratic in its length, with the
+    session's lock held: an object is looked for at the first MAX_OPENINGS openings."""
+    from tiered_memory.llm.base import MAX_OPENINGS
+    assert find_json_object("{a " * (MAX_OPENINGS - 1) + '{"x": 1}') == {"x": 1}
+    with pytest.raises(ValueError, match="no JSON object"):
+        find_json_object("{a " * MAX_OPENINGS + '{"x": 1}')

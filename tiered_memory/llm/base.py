@@ -43,8 +43,12 @@ def strip_fences(text: str) -> str:
     return found.group(1).strip() if found else text.strip()
 
 
+MAX_OPENINGS = 64  # the ``{`` find_json_object tries an object at, of the fenced body and of the whole
+
+
 def find_json_object(text: str) -> dict[str, Any]:
-    """The first JSON object in ``text`` (fenced or surrounded by chatter).
+    """The first JSON object in ``text`` (fenced or surrounded by chatter) that starts at one of its
+    first :data:`MAX_OPENINGS` ``{``.
 
     Raises:
         ValueError: no JSON object could be decoded (the message says why).
@@ -55,7 +59,9 @@ def find_json_object(text: str) -> dict[str, Any]:
     decoder = json.JSONDecoder()
     last_error = "no '{' found"
     for candidate in (body, text):
-        for start in [m.start() for m in re.finditer(r"\{", candidate)]:
+        # the first MAX_OPENINGS: each failed try may read to the end, so all of a long reply's
+        # stray braces took time quadratic in its length (a model that ignores max_tokens)
+        for start in [m.start() for m, _ in zip(re.finditer(r"\{", candidate), range(MAX_OPENINGS))]:
             try:
                 obj, _ = decoder.raw_decode(candidate[start:])
             except json.JSONDecodeError as e:
