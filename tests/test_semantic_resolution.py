@@ -14,7 +14,7 @@ from tiered_memory.config import FactConfig
 from tiered_memory.backends import open_layer_store
 from tiered_memory.embedding import embed, embed_query
 from tiered_memory.slots import stated_slot
-from tiered_memory.layers.resolution import decide_resolution, rewritten_slot
+from tiered_memory.layers.resolution import decide_resolution, one_in_slot, rewritten_slot
 from tiered_memory.records import Fact, FactCandidate
 from tiered_memory.store.sqlite import SQLiteRecordStore
 from tiered_memory.store.sqlite_layers import LAYER_MIGRATIONS as LAYER_SQLITE
@@ -246,6 +246,90 @@ def test_a_judges_rewrite_of_a_slots_fact_into_another_slots_words_moves_it_to_t
     assert (old.valid, old.superseded_by) == (False, globex.id)
 
 
+@pytest.mark.parametrize("edit, reason", [
+    ("User lives in Paris", "contradicts"),  # another value: the slot's fact is replaced
+    ("User moved to Lisbon", "same fact"),  # the same value in other words: one of them stays, the edited
+    ("User lives in Lisbon, Portugal", "more fully"),
+])
+def test_an_edit_into_a_slots_words_leaves_one_valid_fact_in_the_slot(
+        make_memory: Callable[..., TieredMemory], edit: str, reason: str) -> None:
+    """An edit of "User likes tea" into "User lives in Paris" moved it into slot residence beside
+    "User lives in Lisbon": two valid residences, and "User lives in Oslo" then replaced only one
+    of them. The slot's other fact is resolved as add_fact of the edit's words would resolve it,
+    and invalidated (superseded by the edited fact, its history naming the edit), whatever the value."""
+    memory = make_memory()
+    lisbon = memory.add_fact("User lives in Lisbon", user_id="u")
+    tea = memory.add_fact("User likes tea", user_id="u")
+    memory.update_fact(tea.id, text=edit, user_id="u")
+    assert [(f.id, f.key) for f in memory.facts("u")] == [(tea.id, "residence")]
+    old = {f.id: f for f in memory.facts("u", include_invalid=True)}[lisbon.id]
+    assert (old.valid, old.superseded_by) == (False, tea.id)
+    [change] = [c for c in memory.fact_history("u", lisbon.id) if c.action == "invalidate"]
+    assert f"replaced by an edit of fact {tea.id}" in change.details["reason"]
+    assert reason in change.details["reason"] and change.details["superseded_by"] == tea.id
+    assert f"fact:{lisbon.id}" not in memory.index.ids()  # an invalid fact's vector is not searched
+    oslo = memory.add_fact("User lives in Oslo", user_id="u")
+    assert [f.id for f in memory.facts("u")] == [oslo.id]
+
+
+@pytest.mark.parametrize("moved, at, expected", [
+    ("User lives in Paris", 20.0, ("rival", "moved", 20.0, "contradicts")),  # another value: replaced
+    ("User moved to Lisbon", 20.0, ("rival", "moved", 20.0, "same fact")),  # its duplicate
+    ("User lives in Lisbon, Portugal", 20.0, ("rival", "moved", 20.0, "more fully")),
+    ("User lives in Paris", 5.0, ("moved", "rival", 10.0, "said before fact rival")),  # older: history
+    ("User moved to Lisbon", 5.0, ("rival", "moved", 5.0, "same fact")),  # the same value, whenever said
+])
+def test_one_in_slot(moved: str, at: float, expected: tuple[str, str, float, str]) -> None:
+    rival = Fact(id="rival", user_id="u", type="fact", text="User lives in Lisbon", confidence=0.8,
+                 key="residence", valid_from=10.0)
+    fact = Fact(id="moved", user_id="u", type="fact", text=moved, confidence=0.8, key="residence")
+    [(old, new, since, reason)] = one_in_slot(fact, [rival], at, same=0.95, merge=0.85, by="an edit")
+    assert (old.id, new.id, since) == expected[:3] and expected[3] in reason and "an edit of fact moved" in reason
+
+
+def test_an_edit_of_an_invalid_fact_into_a_slots_words_leaves_the_slots_fact(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A fact already history, edited into the slot's words, replaces nothing."""
+    memory = make_memory()
+    paris = memory.add_fact("User lives in Paris", user_id="u")
+    lisbon = memory.add_fact("User lives in Lisbon", user_id="u")
+    memory.update_fact(paris.id, text="User lives in Paris, France", user_id="u")
+    assert [f.id for f in memory.facts("u")] == [lisbon.id]
+
+
+def test_a_judges_rewrite_into_a_slots_words_leaves_one_valid_fact_in_the_slot(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A judge's rewrite of a fact of no slot ("User is based in Paris") into "User lives in Paris"
+    moved it into slot residence beside "User lives in Lisbon", both valid. The slot's other
+    fact is resolved as a new fact of the rewrite's words would resolve it: replaced."""
+    lisbon: list[Fact] = []
+    memory = _judged_in_two_sessions(
+        make_memory, "User is based in Paris", "User is based in central Paris", rewrite="User lives in Paris",
+        between=lambda memory: lisbon.append(memory.add_fact("User lives in Lisbon", user_id="u")))
+    [paris] = memory.facts("u")
+    assert (paris.text, paris.key) == ("User lives in Paris", "residence")
+    old = {f.id: f for f in memory.facts("u", include_invalid=True)}[lisbon[0].id]
+    assert (old.valid, old.superseded_by) == (False, paris.id)
+    [change] = [c for c in memory.fact_history("u", old.id) if c.action == "invalidate"]
+    assert f"replaced by a judge's rewrite of fact {paris.id}" in change.details["reason"]
+    oslo = memory.add_fact("User lives in Oslo", user_id="u")
+    assert [f.id for f in memory.facts("u")] == [oslo.id]
+
+
+def test_a_judges_rewrite_said_before_the_slots_fact_is_history(make_memory: Callable[..., TieredMemory]) -> None:
+    """The rewrite's words were said (a session ended late) before the slot's fact they
+    contradict: as a new fact said then, the rewritten fact is history, superseded by the newer."""
+    lisbon: list[Fact] = []
+    memory = _judged_in_two_sessions(
+        make_memory, "User is based in Paris", "User is based in central Paris", rewrite="User lives in Paris",
+        between=lambda memory: lisbon.append(memory.add_fact("User lives in Lisbon", user_id="u")),
+        said=1_000_000_000.0)
+    assert [f.id for f in memory.facts("u")] == [lisbon[0].id]
+    [paris] = [f for f in memory.facts("u", include_invalid=True) if f.id != lisbon[0].id]
+    assert (paris.text, paris.valid, paris.superseded_by) == ("User lives in Paris", False, lisbon[0].id)
+    assert f"fact:{paris.id}" not in memory.index.ids()
+
+
 @pytest.mark.parametrize("text, candidate, expected", [
     ("User lives in Lisbon", None, ("residence", 1)),  # the text stays: its slot too
     ("User works at Acme", None, ("employer", 1)),  # another slot's words: that slot
@@ -263,9 +347,11 @@ def test_rewritten_slot(text: str, candidate: FactCandidate | None, expected: tu
 
 
 def _judged_in_two_sessions(make_memory: Callable[..., TieredMemory], first: str, second: str, *,
-                            rewrite: str) -> TieredMemory:
-    """A memory whose model extracted ``first`` in one session and ``second`` in the next, and
-    whose judge then updated the first fact to ``rewrite``."""
+                            rewrite: str, between: Callable[[TieredMemory], object] = lambda memory: None,
+                            said: float | None = None) -> TieredMemory:
+    """A memory whose model extracted ``first`` in one session and ``second`` in the next (its
+    turn's timestamp ``said``, default now), and whose judge then updated the first fact to
+    ``rewrite``; ``between`` runs between the two sessions."""
     episode = {"summary": "Talked about the user.", "entities": [], "decisions": [], "open_questions": [],
                "key_facts": []}
     llm = ScriptedLLM(by_task={
@@ -273,7 +359,9 @@ def _judged_in_two_sessions(make_memory: Callable[..., TieredMemory], first: str
         "resolve": [{"action": "update", "target": 1, "text": rewrite}],
         "episode": [episode] * 2})
     memory = make_memory(llm=llm)
-    for sid in ("s1", "s2"):
-        memory.add("user", "Some news about me.", session_id=sid, user_id="u")
-        memory.end_session(sid, user_id="u")
+    memory.add("user", "Some news about me.", session_id="s1", user_id="u")
+    memory.end_session("s1", user_id="u")
+    between(memory)
+    memory.add("user", "Some news about me.", session_id="s2", user_id="u", timestamp=said)
+    memory.end_session("s2", user_id="u")
     return memory

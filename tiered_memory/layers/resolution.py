@@ -5,7 +5,8 @@
 valid, else from the rules: the slot a fact names (``key``, from the extractive rules or
 :func:`~tiered_memory.slots.stated_slot`) decides first, cosine similarity
 only between facts of no other slot. :class:`~tiered_memory.layers.semantic.SemanticMemory`
-writes what it decides; ``consolidate``'s merge plan uses :func:`other_slots` too.
+writes what it decides, and :func:`one_in_slot` for a fact an edit or a judge's rewrite moves
+into a slot; ``consolidate``'s merge plan uses :func:`other_slots` too.
 """
 
 from __future__ import annotations
@@ -153,3 +154,27 @@ def decide_resolution(
         return Resolution(action="update", target_id=best.id, text=candidate.text,
                           reason=f"refines a similar fact (similarity {sim:.2f})")
     return Resolution(action="add", reason=f"nearest fact is different (similarity {sim:.2f})")
+
+
+def one_in_slot(moved: Fact, rivals: Sequence[Fact], at: float, *, same: float, merge: float,
+                by: str) -> list[tuple[Fact, Fact, float, str]]:
+    """What becomes of the other valid facts of a slot (``rivals``) once ``moved`` is in it with
+    its words (an edit or a judge's rewrite, ``by``, gave it new text in the slot), as
+    (invalidated fact, the fact superseding it, invalid from, reason) (pure). Each rival is
+    resolved as a new fact of ``moved``'s words said at ``at`` would resolve it
+    (:func:`decide_resolution`'s slot rules) and, since ``moved`` is not dropped, invalidated
+    from ``at``, superseded by it: another value, the same value in other words (a no-op for
+    a new fact: here the rival is the duplicate) or said less fully (an update). A rival said
+    after ``at`` that ``moved`` contradicts stays, and ``moved`` is history, superseded by it,
+    as a statement older than the fact it contradicts is. Either way the slot keeps one valid fact.
+    """
+    said = FactCandidate(type=moved.type, text=moved.text, confidence=moved.confidence, key=moved.key,
+                         polarity=moved.polarity)
+    plan: list[tuple[Fact, Fact, float, str]] = []
+    for rival in rivals:
+        res = decide_resolution(said, [(rival, 1.0)], same=same, merge=merge)
+        if res.action == "invalidate" and at < rival.valid_from:
+            return [*plan, (moved, rival, rival.valid_from,
+                            f"{by} of fact {moved.id} said before fact {rival.id}, which stays ({res.reason})")]
+        plan.append((rival, moved, at, f"replaced by {by} of fact {moved.id} ({res.reason})"))
+    return plan

@@ -23,7 +23,7 @@ from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
-from .resolution import Judgement, Resolution, decide_resolution, rewritten_slot, slotted
+from .resolution import Judgement, Resolution, decide_resolution, one_in_slot, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import MAX_FACT_CHARS, check_metadata, check_text, not_blank
@@ -175,13 +175,17 @@ class SemanticMemory:
                 sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
                 vector = embed(self.embedder, [text])[0]
                 key, polarity = rewritten_slot(old, text, candidate)  # the slot its new words name
+                rivals = self._rivals(old, text, key)
                 with self.rows.unit() as u:
                     u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
                                   source_ids=sources, updated_at=now, vector=vector, key=key, polarity=polarity)
                     log_change(u, user_id, old.id, "update", old.text, text, now, details)
-                    self.index.delete([f"fact:{old.id}"])  # see edit: never a vector of the old text
+                    gone = self._one_in_slot(u, replace(old, text=text, key=key, polarity=polarity), rivals,
+                                             at, now, "a judge's rewrite")  # the slot's other facts
+                    self.index.delete([f"fact:{old.id}", *gone])  # see edit: never a vector of the old text
                 new = self.get(user_id, old.id)
-                self._upsert_vectors([(new, vector)])
+                if new.valid:
+                    self._upsert_vectors([(new, vector)])
                 self._settle([new])
                 return new
             fact = slotted(Fact(id=uuid.uuid4().hex, user_id=user_id, type=candidate.type, text=candidate.text,
@@ -255,7 +259,8 @@ class SemanticMemory:
              type: str | None = None, confidence: float | None = None,
              metadata: dict[str, Any] | None = None) -> Fact:
         """Change a fact's text, type, confidence or metadata (``metadata`` merged into its own,
-        the whole held to ``max_metadata_bytes``: what is stored exports and imports whole)."""
+        the whole held to ``max_metadata_bytes``: what is stored exports and imports whole). A
+        valid fact given a slot's words is that slot's one valid fact (:func:`~.resolution.one_in_slot`)."""
         check_type(type)
         if text is not None:
             check_text(text, "fact text")
@@ -275,20 +280,41 @@ class SemanticMemory:
             # a new text is in the slot it names, if any: the old one's would let the next fact of
             # that slot invalidate it, and leave it beside the next fact of its own
             key, polarity = rewritten_slot(old, new_text)
+            rivals = self._rivals(old, new_text, key)
             with self.rows.unit() as u:
                 u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
                             confidence=old.confidence if confidence is None else confidence,
                             metadata=new_meta, key=key, polarity=polarity, updated_at=now, vector=vector)
                 log_change(u, user_id, fact_id, "edit", old.text, new_text, now,
                            {"type": type, "confidence": confidence})
+                moved = replace(old, text=new_text, type=type or old.type, key=key, polarity=polarity)
+                gone = self._one_in_slot(u, moved, rivals, now, now, "an edit")  # the slot's other facts
                 if vector is not None:  # before the commit, the new vector after it: a crash or failure
-                    self.index.delete([f"fact:{fact_id}"])  # between leaves it missing (repaired), not stale
+                    self.index.delete([f"fact:{fact_id}", *gone])  # between leaves it missing (repaired), not stale
             new = self.get(user_id, fact_id)
             if vector is not None:  # the row was marked pending: an invalid fact's has no vector to write
                 if new.valid:
                     self._upsert_vectors([(new, vector)])
                 self._settle([new])
             return new
+
+    def _rivals(self, old: Fact, text: str, key: str | None) -> list[Fact]:
+        """The other valid facts of slot ``key`` that ``old``, valid, moves into with new ``text``."""
+        if key is None or text == old.text or not old.valid:
+            return []
+        return [f for f, _ in self.rows.facts_in_slot(old.user_id, key) if f.id != old.id]
+
+    def _one_in_slot(self, u: FactWrites, moved: Fact, rivals: Sequence[Fact], at: float, now: float,
+                     by: str) -> list[str]:
+        """Write :func:`~.resolution.one_in_slot`'s plan for ``moved`` and its slot's ``rivals``
+        inside the caller's unit; returns the vector ids of the rivals it invalidates."""
+        plan = one_in_slot(moved, rivals, at, same=self.config.same_similarity,
+                           merge=self.config.merge_similarity, by=by)
+        for old, new, since, reason in plan:
+            u.invalidate_fact(old.user_id, old.id, at=since, superseded_by=new.id, updated_at=now)
+            log_change(u, old.user_id, old.id, "invalidate", old.text, None, now,
+                       {"reason": reason, "method": "rules", "superseded_by": new.id, "invalid_from": since})
+        return [f"fact:{old.id}" for old, *_ in plan if old.id != moved.id]  # whose vector its caller drops
 
     def delete(self, user_id: str, fact_id: str) -> None:
         """Remove a fact (row and vector); the history keeps a ``delete`` entry."""
