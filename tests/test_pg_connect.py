@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import socket
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
+from servers import PostgresServer
 from tiered_memory.errors import ConfigurationError, StoreError
 from tiered_memory.store.postgres import PostgresRecordStore
+from tiered_memory.store.postgres_connect import refusal
 
 SECRET = "s3cretpw"
 
@@ -44,16 +46,111 @@ def test_a_malformed_url_is_a_configuration_error_at_once_without_the_password(
     assert SECRET not in caplog.text  # the pool never saw it: its warnings quote a bad URL whole
 
 
+def pool_retries(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The connection attempts the pool made and failed (it logs each and tries again)."""
+    return [r.getMessage() for r in caplog.records if r.name == "psycopg.pool" and "error connecting" in r.getMessage()]
+
+
+@pytest.fixture(scope="module")
+def password_server() -> Iterator[PostgresServer]:
+    """A server of its own that asks the role ``pw_user`` for its password (the session's trusts everyone)."""
+    import psycopg
+
+    server = PostgresServer.start()
+    try:
+        with psycopg.connect(server.admin_url, autocommit=True) as conn:
+            conn.execute("CREATE ROLE pw_user LOGIN PASSWORD 'right_pw'")
+            conn.execute("CREATE DATABASE pw_db OWNER pw_user")
+        hba = server.folder / "data" / "pg_hba.conf"
+        hba.write_text("host all pw_user 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
+        assert server._pg_ctl("reload").returncode == 0
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.mark.servers
-def test_a_database_that_does_not_exist_is_named_in_the_error(make_postgres_url: Callable[[], str]) -> None:
+def test_a_database_that_does_not_exist_is_a_configuration_error_at_once(
+        make_postgres_url: Callable[[], str], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     url = make_postgres_url().rsplit("/", 1)[0] + "/no_such_database"
-    with pytest.raises(StoreError, match='database "no_such_database" does not exist'):
+    with pytest.raises(ConfigurationError, match='database "no_such_database" does not exist'):
         PostgresRecordStore(url, connect_timeout=2)
+    assert pool_retries(caplog) == []  # refused before any pool waited on it (and printed its retries)
 
 
 @pytest.mark.servers
-def test_an_unknown_role_is_named_in_the_error(make_postgres_url: Callable[[], str]) -> None:
+def test_an_unknown_role_is_a_configuration_error_at_once(
+        make_postgres_url: Callable[[], str], caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
     url = make_postgres_url().replace("postgres@", f"nobody_here:{SECRET}@", 1)
-    with pytest.raises(StoreError, match='"nobody_here" does not exist') as info:
+    with pytest.raises(ConfigurationError, match='"nobody_here" does not exist') as info:
         PostgresRecordStore(url, connect_timeout=2)
-    assert SECRET not in str(info.value)
+    assert SECRET not in str(info.value) and SECRET not in caplog.text
+    assert pool_retries(caplog) == []
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("secret, said", [
+    (SECRET, 'password authentication failed for user "pw_user"'),  # a wrong one
+    (None, "no password supplied"),
+])
+def test_a_refused_password_is_a_configuration_error_at_once_without_it(
+        password_server: PostgresServer, secret: str | None, said: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    user = "pw_user" if secret is None else f"pw_user:{secret}"
+    url = password_server.url("pw_db").replace("postgres@", f"{user}@", 1)
+    with pytest.raises(ConfigurationError, match=said) as info:
+        PostgresRecordStore(url, connect_timeout=2)
+    assert SECRET not in str(info.value) and SECRET not in caplog.text
+    assert pool_retries(caplog) == []
+
+
+@pytest.mark.servers
+def test_the_right_password_opens_the_store(password_server: PostgresServer) -> None:
+    store = PostgresRecordStore(password_server.url("pw_db").replace("postgres@", "pw_user:right_pw@", 1),
+                                connect_timeout=2)
+    store.close()
+
+
+def test_a_server_that_does_not_answer_is_still_a_store_error_after_the_wait(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(StoreError, match="within 2s") as info:  # a server starting may answer meanwhile
+        PostgresRecordStore(f"postgresql://app:{SECRET}@127.0.0.1:{closed_port()}/app", connect_timeout=2)
+    assert not isinstance(info.value, ConfigurationError)
+    assert pool_retries(caplog)  # the pool kept trying for the whole wait
+
+
+@pytest.mark.parametrize("message, fixed_by", [
+    ('connection failed: connection to server at "db", port 5432 failed: FATAL: database "app" does not exist',
+     "create the database"),
+    ('connection failed: connection to server at "db", port 5432 failed: FATAL: role "app" does not exist',
+     "create the role"),
+    ('connection to server at "db", port 5432 failed: FATAL: password authentication failed for user "app"',
+     "password"),
+    ('connection to server at "db", port 5432 failed: fe_sendauth: no password supplied', "password"),
+    ('connection to server at "db", port 5432 failed: FATAL: no pg_hba.conf entry for host "10.0.0.2", user "app", '
+     'database "app", no encryption', "pg_hba.conf"),
+    ('connection to server at "db", port 5432 failed: FATAL: role "app" is not permitted to log in', "LOGIN"),
+    ('connection to server at "db", port 5432 failed: FATAL: permission denied for database "app" DETAIL: User '
+     'does not have CONNECT privilege.', "CONNECT"),
+    # a retry may help: nothing listens, the server is starting or full, no answer
+    ('connection to server at "db", port 5432 failed: Connection refused Is the server running on that host '
+     'and accepting TCP/IP connections?', None),
+    ('connection to server at "db", port 5432 failed: FATAL: the database system is starting up', None),
+    ('connection to server at "db", port 5432 failed: FATAL: sorry, too many clients already', None),
+    ('connection to server at "db", port 5432 failed: timeout expired', None),
+    ("connection is bad: Name or service not known", None),
+    # several hosts: refused for good only when every one refused
+    ('connection to server at "a", port 5432 failed: FATAL: database "app" does not exist '
+     'connection to server at "b", port 5432 failed: Connection refused', None),
+    ('connection to server at "a", port 5432 failed: FATAL: database "app" does not exist '
+     'connection to server on socket "/run/.s.PGSQL.5432" failed: FATAL: role "app" does not exist',
+     "create the database"),
+    # a server whose messages are translated is waited on, as any other failure
+    ('connection to server at "db", port 5432 failed: FATAL: Datenbank »app« existiert nicht', None),
+])
+def test_refusal_tells_the_failures_no_retry_fixes(message: str, fixed_by: str | None) -> None:
+    advice = refusal(message)
+    assert advice is None if fixed_by is None else fixed_by in str(advice)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 from ..errors import ConfigurationError, CorruptStoreError, InvalidInputError, StoreError, TieredMemoryError, missing
 from ..guard import check_process
+from .postgres_connect import attempt, check_refused
 from .postgres_url import network_settings, redact
 
 APP_ID = "tiered-memory"
@@ -113,6 +114,10 @@ class PostgresDatabase:
         def configure(conn: Any) -> None:
             conn.execute(search_path)
 
+        # one attempt before the pool: a server that refuses for good (no such database or role, a
+        # wrong password) fails the open at once, before the pool retries it, logging each try
+        deadline = time.monotonic() + connect_timeout
+        check_refused(url, attempt(psycopg, url, self._network, connect_timeout))
         # reconnect_timeout: the pool's own reconnection attempts back off exponentially (after a
         # 90 s outage the next one came a minute after the server was back); bounded here, the
         # next call asks for a connection again instead
@@ -123,12 +128,14 @@ class PostgresDatabase:
             name="tiered-memory", timeout=connect_timeout, reconnect_timeout=connect_timeout,
         )
         try:
-            self.pool.open(wait=True, timeout=connect_timeout)
+            self.pool.open(wait=True, timeout=max(0.0, deadline - time.monotonic()))
         except Exception as e:
             self.pool.close()
+            why = self._why(connect_timeout)
+            check_refused(url, why)  # the server answered meanwhile, and refuses
             raise StoreError(
                 f"could not connect to PostgreSQL at {redact(url, url)} within {connect_timeout}s "
-                f"({redact(self._why(connect_timeout) or str(e), url)}). Check the URL, that the server "
+                f"({redact(why or str(e), url)}). Check the URL, that the server "
                 "runs, and that the user may connect.") from e
         try:
             self._bootstrap()
@@ -138,14 +145,9 @@ class PostgresDatabase:
 
     # ---- plumbing -------------------------------------------------------
     def _why(self, timeout: float) -> str | None:
-        """Why a connection fails (the server's or libpq's own words: no such database, a
-        refused password, nothing listening), from one direct attempt: the pool only says
-        it timed out."""
-        try:
-            self._psycopg.connect(self.url, connect_timeout=max(2, min(int(timeout), 5)), **self._network).close()
-        except Exception as e:
-            return " ".join(str(e).split()) or type(e).__name__
-        return None
+        """Why a connection fails, from one direct attempt (:func:`~.postgres_connect.attempt`):
+        the pool only says it timed out."""
+        return attempt(self._psycopg, self.url, self._network, timeout)
 
     def _checkout(self) -> Any:
         """A pooled connection that answers (the pool replaces dead ones first); a ``StoreError``
