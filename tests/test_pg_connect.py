@@ -113,13 +113,45 @@ def test_the_right_password_opens_the_store(password_server: PostgresServer) -> 
     store.close()
 
 
-def test_a_server_that_does_not_answer_is_still_a_store_error_after_the_wait(
+def test_a_server_that_does_not_answer_is_a_store_error_after_the_wait_and_no_pool_warns_meanwhile(
         caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
-    with pytest.raises(StoreError, match="within 2s") as info:  # a server starting may answer meanwhile
+    with pytest.raises(StoreError, match="within 2s .*Connection refused") as info:  # a server starting may answer
         PostgresRecordStore(f"postgresql://app:{SECRET}@127.0.0.1:{closed_port()}/app", connect_timeout=2)
     assert not isinstance(info.value, ConfigurationError)
-    assert pool_retries(caplog)  # the pool kept trying for the whole wait
+    assert pool_retries(caplog) == []  # the error says it once: no warning a try on stderr before it
+    waits = [r for r in caplog.records if r.name == "tiered_memory.store.postgres_connect"]
+    assert waits and all(r.levelno == logging.INFO for r in waits)  # the open's own tries, below the warnings
+
+
+class _ResumeOnFirstWait(logging.Handler):
+    """Starts ``server`` again when an open first logs that it waits for it."""
+
+    def __init__(self, server: PostgresServer) -> None:
+        super().__init__()
+        self.server, self.resumed = server, False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if not self.resumed and record.getMessage().startswith("waiting for PostgreSQL"):
+            self.resumed = True
+            self.server.resume()
+
+
+@pytest.mark.servers
+def test_an_open_waiting_for_a_server_that_comes_up_opens_it(caplog: pytest.LogCaptureFixture) -> None:
+    server = PostgresServer.start()
+    waits = logging.getLogger("tiered_memory.store.postgres_connect")
+    handler = _ResumeOnFirstWait(server)
+    try:
+        server.halt()
+        caplog.set_level(logging.DEBUG)
+        waits.addHandler(handler)
+        store = PostgresRecordStore(server.admin_url, connect_timeout=60)  # a hang fails, it does not time
+        store.close()
+        assert handler.resumed and pool_retries(caplog) == []
+    finally:
+        waits.removeHandler(handler)
+        server.stop()
 
 
 @pytest.mark.parametrize("message, fixed_by", [

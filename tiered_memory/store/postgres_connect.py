@@ -7,15 +7,25 @@ that no retry fixes: :func:`refusal` recognises it in the server's or libpq's wo
 store fails at once with a ``ConfigurationError`` (:func:`check_refused`). The words matched are
 PostgreSQL's English ones: a server whose messages are translated (``lc_messages``) is waited on
 as before, its reason still quoted in the ``StoreError``.
+
+An open waits with direct attempts of its own (:func:`wait_for_server`) and starts the pool only once
+the server answered: the pool logs each failed attempt as a warning on the ``psycopg.pool`` logger,
+which a program without a logging set-up prints to stderr, a line a second or so while the open waits
+and then the same reason again in the error. The library leaves that logger as the user set it
+(what it logs once a store is open, an outage's reconnections, is theirs to see).
 """
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from typing import Any
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StoreError
 from .postgres_url import redact
+
+logger = logging.getLogger(__name__)
 
 #: what a server (or libpq) says when it refuses a connection for good, and how to fix it
 REFUSALS = (
@@ -66,3 +76,25 @@ def check_refused(url: str, why: str | None) -> None:
         return
     raise ConfigurationError(f"PostgreSQL at {redact(url, url)} refused the connection ({redact(why, url)}): "
                              f"{advice}. Trying again cannot change this.")
+
+
+def wait_for_server(psycopg: Any, url: str, network: dict[str, Any], timeout: float) -> str | None:
+    """Wait up to ``timeout`` seconds (and at most one short attempt more) for the server of
+    ``url`` to accept a connection, one direct :func:`attempt` after another, 0.25 s apart and
+    doubling to 2 s: ``None`` once one does, the failure at once when no retry fixes it
+    (:func:`refusal`), the last failure when the time ran out."""
+    deadline, pause = time.monotonic() + timeout, 0.25
+    while True:
+        why = attempt(psycopg, url, network, deadline - time.monotonic())
+        left = deadline - time.monotonic()
+        if why is None or refusal(why) is not None or left <= 0:
+            return why
+        logger.info("waiting for PostgreSQL at %s: %s", redact(url, url), redact(why, url))
+        time.sleep(min(pause, left))
+        pause = min(2 * pause, 2.0)
+
+
+def unreachable(url: str, timeout: float, why: str) -> StoreError:
+    """The error of a store whose server did not answer within ``timeout`` seconds."""
+    return StoreError(f"could not connect to PostgreSQL at {redact(url, url)} within {timeout}s ({redact(why, url)}). "
+                      "Check the URL, that the server runs, and that the user may connect.")

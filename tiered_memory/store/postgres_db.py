@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 from ..errors import ConfigurationError, CorruptStoreError, InvalidInputError, StoreError, TieredMemoryError, missing
 from ..guard import check_process
-from .postgres_connect import attempt, check_refused
+from .postgres_connect import attempt, check_refused, unreachable, wait_for_server
 from .postgres_url import network_settings, redact
 
 APP_ID = "tiered-memory"
@@ -114,10 +114,13 @@ class PostgresDatabase:
         def configure(conn: Any) -> None:
             conn.execute(search_path)
 
-        # one attempt before the pool: a server that refuses for good (no such database or role, a
-        # wrong password) fails the open at once, before the pool retries it, logging each try
-        deadline = time.monotonic() + connect_timeout
-        check_refused(url, attempt(psycopg, url, self._network, connect_timeout))
+        # the pool starts once the server answers (wait_for_server): a server that refuses for good
+        # (no such database or role, a wrong password) fails the open at once, and no pool logs
+        # its tries while the open waits
+        why = wait_for_server(psycopg, url, self._network, connect_timeout)
+        check_refused(url, why)
+        if why is not None:
+            raise unreachable(url, connect_timeout, why)
         # reconnect_timeout: the pool's own reconnection attempts back off exponentially (after a
         # 90 s outage the next one came a minute after the server was back); bounded here, the
         # next call asks for a connection again instead
@@ -128,15 +131,12 @@ class PostgresDatabase:
             name="tiered-memory", timeout=connect_timeout, reconnect_timeout=connect_timeout,
         )
         try:
-            self.pool.open(wait=True, timeout=max(0.0, deadline - time.monotonic()))
-        except Exception as e:
+            self.pool.open(wait=True, timeout=connect_timeout)
+        except Exception as e:  # the server answered just now, and then not (or refuses now)
             self.pool.close()
             why = self._why(connect_timeout)
-            check_refused(url, why)  # the server answered meanwhile, and refuses
-            raise StoreError(
-                f"could not connect to PostgreSQL at {redact(url, url)} within {connect_timeout}s "
-                f"({redact(why or str(e), url)}). Check the URL, that the server "
-                "runs, and that the user may connect.") from e
+            check_refused(url, why)
+            raise unreachable(url, connect_timeout, why or str(e)) from e
         try:
             self._bootstrap()
         except BaseException:
