@@ -25,6 +25,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
 from .resolution import Judgement, Resolution, decide_resolution, one_in_slot, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
+from .changes import edit_details
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import MAX_FACT_CHARS, check_metadata, check_text, not_blank
 from ..vector.base import VectorIndex, VectorItem
@@ -285,8 +286,9 @@ class SemanticMemory:
                 u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
                             confidence=old.confidence if confidence is None else confidence,
                             metadata=new_meta, key=key, polarity=polarity, updated_at=now, vector=vector)
-                log_change(u, user_id, fact_id, "edit", old.text, new_text, now,
-                           {"type": type, "confidence": confidence})
+                log_change(u, user_id, fact_id, "edit", old.text, new_text, now, edit_details(
+                    old, type=type or old.type, confidence=old.confidence if confidence is None else confidence,
+                    metadata=metadata or {}, max_bytes=max_metadata_bytes))
                 moved = replace(old, text=new_text, type=type or old.type, key=key, polarity=polarity)
                 gone = self._one_in_slot(u, moved, rivals, now, now, "an edit")  # the slot's other facts
                 if vector is not None:  # before the commit, the new vector after it: a crash or failure

@@ -1,0 +1,57 @@
+"""What a fact's history says of an edit: the old and new value of each thing that changed,
+read back from ``fact_history`` and through an export and import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tiered_memory import MemoryConfig, TieredMemory
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+
+def _round_trip(memory: TieredMemory, again: TieredMemory, tmp_path: Path) -> None:
+    path = tmp_path / "dump.jsonl"
+    memory.export_jsonl(path, user_id="u1")
+    report = again.import_jsonl(path)
+    assert (report.invalid, report.facts_imported) == ([], 1)
+    assert again.fact_history("u1") == memory.fact_history("u1")
+
+
+def test_an_edit_entry_says_what_changed_from_what(make_memory: Callable[..., TieredMemory],
+                                                   tmp_path: Path) -> None:
+    """It held only the new type and confidence (None and None for a metadata edit): the old
+    confidence, the old type and what the metadata was could not be read back."""
+    memory = make_memory()
+    fact = memory.add_fact("User drinks green tea", user_id="u1", confidence=0.6,
+                           metadata={"origin": "settings page", "kept": 1})
+    memory.update_fact(fact.id, user_id="u1", type="preference", confidence=0.9)
+    memory.update_fact(fact.id, user_id="u1", metadata={"origin": "import", "kept": 1, "tag": ["tea"]})
+    memory.update_fact(fact.id, user_id="u1", text="User drinks black tea")
+    retyped, remeta, retext = memory.fact_history("u1", fact.id)[1:]
+    assert (retyped.action, retyped.details) == ("edit", {
+        "type": "preference", "confidence": 0.9, "old_type": "fact", "old_confidence": 0.6})
+    # "kept" was given as it was: not a change; "tag" is new (in metadata_keys, not old_metadata)
+    assert (remeta.action, remeta.details) == ("edit", {
+        "type": None, "confidence": None, "metadata_keys": ["origin", "tag"],
+        "old_metadata": {"origin": "settings page"}})
+    assert (retext.old_text, retext.new_text, retext.details) == (
+        "User drinks green tea", "User drinks black tea", {"type": None, "confidence": None})
+    _round_trip(memory, make_memory("again"), tmp_path)
+
+
+def test_an_edit_entry_stays_within_what_an_import_takes(make_memory: Callable[..., TieredMemory],
+                                                         tmp_path: Path) -> None:
+    """The old values of a fact's metadata near the limit, beside the rest of the entry, would be
+    past it: the entry names the keys and says the old values were left out, and exports whole."""
+    config = MemoryConfig(max_metadata_bytes=2000)
+    memory = make_memory(config=config)
+    fact = memory.add_fact("User drinks green tea", user_id="u1", metadata={"note": "a" * 1900})
+    memory.update_fact(fact.id, user_id="u1", confidence=0.5, metadata={"note": "b" * 1900})
+    edit = memory.fact_history("u1", fact.id)[-1]
+    assert edit.details == {"type": None, "confidence": 0.5, "old_confidence": 1.0,
+                            "metadata_keys": ["note"], "old_metadata_left_out": True}
+    _round_trip(memory, make_memory("again", config=config), tmp_path)

@@ -1,0 +1,46 @@
+"""What a fact's history entry says of a change (pure).
+
+An ``edit`` entry holds the old and new text in its own fields; its ``details`` say what
+else changed, from what: ``type`` and ``confidence`` (the new value, or None where it did
+not change: entries written before 2026-12 hold only these two), ``old_type`` and
+``old_confidence`` (only where they changed), ``metadata_keys`` (the keys the edit added or
+changed, sorted) and ``old_metadata`` (the old values of those that were there before: a key in
+``metadata_keys`` but not in ``old_metadata`` was added). Details are held to the metadata limit
+an import takes (``MemoryConfig.max_metadata_bytes``), so every entry exports and imports:
+old values too big to fit beside the rest are left out (``old_metadata_left_out``), and keys too
+many to name are counted (``metadata_keys_changed``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from ..json_values import encode_json
+from ..records import Fact
+
+
+def edit_details(old: Fact, *, type: str, confidence: float, metadata: Mapping[str, Any],
+                 max_bytes: int) -> dict[str, Any]:
+    """The details of the ``edit`` entry that takes ``old`` to ``type``, ``confidence`` and
+    ``metadata`` (what was given, merged into its own), within ``max_bytes`` as JSON."""
+    details: dict[str, Any] = {"type": None if type == old.type else type,
+                               "confidence": None if confidence == old.confidence else confidence}
+    if type != old.type:
+        details["old_type"] = old.type
+    if confidence != old.confidence:
+        details["old_confidence"] = old.confidence
+    keys = sorted(k for k, v in metadata.items() if k not in old.metadata or old.metadata[k] != v)
+    if not keys:
+        return details
+    before = {k: old.metadata[k] for k in keys if k in old.metadata}
+    for shown in ({"metadata_keys": keys, "old_metadata": before} if before else {"metadata_keys": keys},
+                  {"metadata_keys": keys, "old_metadata_left_out": True} if before else None,
+                  {"metadata_keys_changed": len(keys)}):
+        if shown is not None and _size({**details, **shown}) <= max_bytes:
+            return {**details, **shown}
+    return details  # a limit under a hundred bytes: the type and confidence alone
+
+
+def _size(details: Mapping[str, Any]) -> int:
+    # as check_metadata measures it on import: JSON with non-ASCII kept, in UTF-8 bytes
+    return len(encode_json(details, "history details", ensure_ascii=False).encode("utf-8"))
