@@ -58,7 +58,11 @@ def _fact(fid: str, conf: float, access: int, created: float, type: str = "fact"
                             _fact("b", .5, 0, 2, text="User enjoys hiking in the mountains with friends")], []),
 ])
 def test_plan_merges(sims: list[list[float]], facts: list[Fact], expected: list[tuple[str, list[str]]]) -> None:
-    assert plan_merges(facts, [np.flatnonzero(row >= 0.92) for row in np.array(sims)]) == expected
+    near = [{int(j): float(row[j]) for j in np.flatnonzero(row >= 0.92)} for row in np.array(sims)]
+    plan = plan_merges(facts, near)
+    assert [(keep, list(dups)) for keep, dups in plan] == expected
+    at = {f.id: i for i, f in enumerate(facts)}  # each duplicate with its similarity to the keeper
+    assert all(sim == sims[at[keep]][at[d]] for keep, dups in plan for d, sim in dups.items())
 
 
 def test_near_pairs_are_the_rows_of_the_similarity_matrix_at_the_threshold() -> None:
@@ -69,6 +73,8 @@ def test_near_pairs_are_the_rows_of_the_similarity_matrix_at_the_threshold() -> 
         near = near_pairs(vecs, 0.6, block=block)
         assert len(near) == 700
         assert all(list(near[i]) == list(np.flatnonzero(sims[i] >= 0.6)) for i in range(700))
+        # with each one's similarity: what put a duplicate in a merge's group (its history says it)
+        assert all(near[i][j] == pytest.approx(float(sims[i, j]), abs=1e-6) for i in range(700) for j in near[i])
     assert sum(len(n) for n in near_pairs(vecs, 0.6)) > 700  # pairs besides each vector and itself
 
 

@@ -13,9 +13,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pytest
 
 from tiered_memory import TieredMemory
+from tiered_memory.embedding import Embedder, embed
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -69,9 +71,10 @@ def test_a_merge_keeps_the_keepers_own_later_access(make_memory: Callable[..., T
 
 
 def test_the_keeper_of_a_merge_has_the_merge_in_its_history(make_memory: Callable[..., TieredMemory],
-                                                             tmp_path: Path) -> None:
+                                                             tmp_path: Path, embedder: Embedder) -> None:
     """Only the duplicates had a history entry ("merge", merged_into): the keeper's own read as if
-    nothing had happened to it, though it took their sources and accesses."""
+    nothing had happened to it, though it took their sources and accesses. The duplicate's says
+    why it was merged too: its similarity to the keeper (it said only merged_into)."""
     memory = make_memory()
     _import_facts(memory, tmp_path, [
         {"id": "keep", "text": "User enjoys hiking in the mountains", "confidence": 0.9, "source_ids": ["m1"]},
@@ -82,7 +85,11 @@ def test_the_keeper_of_a_merge_has_the_merge_in_its_history(make_memory: Callabl
     assert (absorbed.action, absorbed.details) == ("absorb", {"absorbed": ["dup"]})
     assert absorbed.old_text == absorbed.new_text == "User enjoys hiking in the mountains"
     [merged] = memory.fact_history("u", "dup")
-    assert (merged.action, merged.details, merged.at) == ("merge", {"merged_into": "keep"}, absorbed.at)
+    keep, dup = embed(embedder, ["User enjoys hiking in the mountains", "User enjoys hiking in the mountains."])
+    similarity = float(keep @ dup / np.linalg.norm(keep) / np.linalg.norm(dup))
+    assert (merged.action, merged.at) == ("merge", absorbed.at)
+    assert merged.details == {"merged_into": "keep", "similarity": pytest.approx(similarity, abs=1e-3)}
+    assert merged.details["similarity"] == round(merged.details["similarity"], 3)
 
 
 def test_the_merge_step_never_holds_every_pair_of_a_big_users_facts(make_memory: Callable[..., TieredMemory],

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Protocol, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -65,19 +65,22 @@ class ConsolidationReport:
     details: dict[str, list[str]] = field(default_factory=dict)
 
 
-def near_pairs(vecs: np.ndarray, threshold: float, block: int = 256) -> list[np.ndarray]:
+def near_pairs(vecs: np.ndarray, threshold: float, block: int = 256) -> list[dict[int, float]]:
     """For each of the unit vectors ``vecs``, the indexes of those (itself included) at
-    similarity >= ``threshold`` (pure). A block of rows at a time: never every pair at once,
-    which for a user's 50,000 facts is 10 GB."""
-    near: list[np.ndarray] = []
+    similarity >= ``threshold``, in order, each with its similarity (pure). A block of rows at
+    a time: never every pair at once, which for a user's 50,000 facts is 10 GB."""
+    near: list[dict[int, float]] = []
     for start in range(0, len(vecs), block):
-        near.extend(np.flatnonzero(row >= threshold) for row in vecs[start:start + block] @ vecs.T)
+        for row in vecs[start:start + block] @ vecs.T:
+            at = np.flatnonzero(row >= threshold)
+            near.append(dict(zip(at.tolist(), row[at].tolist())))
     return near
 
 
-def plan_merges(facts: Sequence[Fact], near: Sequence[Iterable[int]]) -> list[tuple[str, list[str]]]:
-    """Groups of near-duplicates as (keeper id, duplicate ids), pure; ``near[i]``: the facts whose
-    similarity to fact ``i`` is at the merge threshold or above (:func:`near_pairs`).
+def plan_merges(facts: Sequence[Fact], near: Sequence[Mapping[int, float]]) -> list[tuple[str, dict[str, float]]]:
+    """Groups of near-duplicates as (keeper id, {duplicate id: its similarity to the keeper}), pure;
+    ``near[i]``: the facts whose similarity to fact ``i`` is at the merge threshold or above, with
+    it (:func:`near_pairs`).
 
     The keeper is the most confident, then most accessed, then oldest fact; a
     duplicate has the same type and polarity, no other slot (``key``) and is near it,
@@ -99,7 +102,7 @@ def plan_merges(facts: Sequence[Fact], near: Sequence[Iterable[int]]) -> list[tu
                 and not other_slots(facts[j].key, facts[i].key) and says_all_of(facts[i].text, facts[j].text)]
         taken.update(dups)
         if dups:
-            plan.append((facts[i].id, [facts[j].id for j in dups]))
+            plan.append((facts[i].id, {facts[j].id: near[i][j] for j in dups}))
     return plan
 
 
@@ -264,7 +267,9 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
                                        last_access=max((a for d in dups if (a := by_id[d].last_access) is not None),
                                                        default=None),
                                        updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
-                        gone = [d for d in dups if soft_delete(u, user_id, d, "merge", now, {"merged_into": keep})]
+                        # why each went: its similarity to the keeper (rounded: a reading, not a key)
+                        gone = [d for d in dups if soft_delete(u, user_id, d, "merge", now, {
+                            "merged_into": keep, "similarity": round(planned[d], 3)})]
                         if gone:  # the keeper changed too (sources, accesses): its history says from what
                             log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
                                        {"absorbed": gone})
