@@ -9,6 +9,8 @@ from typing import Callable
 import pytest
 
 from tiered_memory import MemoryConfig, TieredMemory
+from tiered_memory.layers.changes import edit_details
+from tiered_memory.records import Fact
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -55,3 +57,18 @@ def test_an_edit_entry_stays_within_what_an_import_takes(make_memory: Callable[.
     assert edit.details == {"type": None, "confidence": 0.5, "old_confidence": 1.0,
                             "metadata_keys": ["note"], "old_metadata_left_out": True}
     _round_trip(memory, make_memory("again", config=config), tmp_path)
+
+
+def test_edit_details_give_up_old_values_then_key_names_to_stay_within_the_limit() -> None:
+    old = Fact(id="f", user_id="u", type="fact", text="t", confidence=1.0, metadata={"k1": "x" * 50})
+    meta = {"k1": "y", **{f"k{i}": i for i in range(2, 30)}}
+
+    def at(limit: int) -> dict[str, object]:
+        return edit_details(old, type="fact", confidence=1.0, metadata=meta, max_bytes=limit)
+
+    keys = sorted(meta)
+    assert at(10_000) == {"type": None, "confidence": None, "metadata_keys": keys, "old_metadata": {"k1": "x" * 50}}
+    assert at(300) == {"type": None, "confidence": None, "metadata_keys": keys, "old_metadata_left_out": True}
+    assert at(100) == {"type": None, "confidence": None, "metadata_keys_changed": 29}
+    assert at(50) == {"type": None, "confidence": None}  # under what any entry takes: nothing more
+    assert old.metadata == {"k1": "x" * 50}  # the fact as it was
