@@ -16,8 +16,9 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tiered_memory import TieredMemory
+from tiered_memory import MemoryConfig, TieredMemory
 from tiered_memory.embedding import Embedder, embed
+from tiered_memory.records import FactChange
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -119,3 +120,28 @@ def test_the_merge_step_never_holds_every_pair_of_a_big_users_facts(make_memory:
         tracemalloc.stop()
     assert "dup" in report.details["merge"] and "keep" not in report.details["merge"]
     assert peak < n * n * 4 / 2, f"peak {peak / 1e6:.0f} MB"
+
+
+def test_a_big_merges_absorb_entry_stays_within_what_an_import_takes(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """The keeper's absorb entry named every duplicate: past max_metadata_bytes, the export left the
+    keeper itself out ("whose stored values import_jsonl would refuse"), so the fact was lost on a move.
+    It names those that fit and counts the rest; each duplicate's own merge entry names the keeper."""
+    config = MemoryConfig(max_metadata_bytes=200)
+    memory = make_memory(config=config)
+    _import_facts(memory, tmp_path, [
+        {"id": "keep", "text": "User enjoys hiking in the mountains", "confidence": 0.9}] + [
+        {"id": f"duplicate-{i:020d}", "text": "User enjoys hiking in the mountains" + "." * (i + 1),
+         "confidence": 0.5} for i in range(8)])
+    assert memory.consolidate("u").merged == 8
+    [absorbed] = memory.fact_history("u", "keep")
+    shown = absorbed.details["absorbed"]
+    assert 0 < len(shown) < 8 and absorbed.details["absorbed_left_out"] == 8 - len(shown)
+    memory.export_jsonl(tmp_path / "dump.jsonl")
+    again = make_memory("again", config=config)
+    assert again.import_jsonl(tmp_path / "dump.jsonl").invalid == []
+    assert [f.id for f in again.facts("u")] == ["keep"]
+    def by_fact(history: list[FactChange]) -> list[FactChange]:  # a merge's entries share one time
+        return sorted(history, key=lambda h: (h.fact_id, h.at, h.action))
+
+    assert by_fact(again.fact_history("u")) == by_fact(memory.fact_history("u"))

@@ -8,12 +8,14 @@ changed, sorted) and ``old_metadata`` (the old values of those that were there b
 ``metadata_keys`` but not in ``old_metadata`` was added). Details are held to the metadata limit
 an import takes (``MemoryConfig.max_metadata_bytes``), so every entry exports and imports:
 old values too big to fit beside the rest are left out (``old_metadata_left_out``), and keys too
-many to name are counted (``metadata_keys_changed``).
+many to name are counted (``metadata_keys_changed``). An ``absorb`` entry (a merge's keeper)
+names the duplicates it took in (``absorbed``) as far as the limit allows and counts the rest
+(``absorbed_left_out``): each duplicate's own ``merge`` entry names the keeper.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..json_values import encode_json
 from ..records import Fact
@@ -44,3 +46,18 @@ def edit_details(old: Fact, *, type: str, confidence: float, metadata: Mapping[s
 def _size(details: Mapping[str, Any]) -> int:
     # as check_metadata measures it on import: JSON with non-ASCII kept, in UTF-8 bytes
     return len(encode_json(details, "history details", ensure_ascii=False).encode("utf-8"))
+
+
+def absorb_details(absorbed: Sequence[str], *, max_bytes: int) -> dict[str, Any]:
+    """The details of a merge keeper's ``absorb`` entry: the ids it took in, those that fit
+    within ``max_bytes`` as JSON, and how many were left out."""
+    if _size({"absorbed": list(absorbed)}) <= max_bytes:
+        return {"absorbed": list(absorbed)}
+    room = max_bytes - _size({"absorbed": [], "absorbed_left_out": len(absorbed)})
+    shown: list[str] = []
+    for fid in absorbed:
+        room -= _size({"": fid}) - 4  # the id as JSON, and the ", " before it (no larger than {"": })
+        if room < 0:
+            break
+        shown.append(fid)
+    return {"absorbed": shown, "absorbed_left_out": len(absorbed) - len(shown)}

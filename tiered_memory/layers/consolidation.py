@@ -42,6 +42,7 @@ from ..recall.scoring import recency_score
 from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
+from .changes import absorb_details
 from .episodic import EpisodicMemory
 from ..slots import text_slot
 from .resolution import other_slots, says_all_of
@@ -272,7 +273,7 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
                             "merged_into": keep, "similarity": round(planned[d], 3)})]
                         if gone:  # the keeper changed too (sources, accesses): its history says from what
                             log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
-                                       {"absorbed": gone})
+                                       absorb_details(gone, max_bytes=layers.parts.config.max_metadata_bytes))
                     layers.parts.index.delete([f"fact:{d}" for d in dups])
 
                 layers.parts.jointly(merge)  # one transaction where one engine holds rows and vectors
