@@ -57,7 +57,7 @@ def test_output_nested_past_the_recursion_limit_is_invalid_output(text: str) -> 
 
 def test_model_output_is_made_storable_text_before_it_is_validated() -> None:
     from tiered_memory.layers.episodic import EpisodeSchema
-    from tiered_memory.layers.semantic import ExtractedFacts
+    from tiered_memory.layers.longterm import ExtractedFacts
     from tiered_memory.llm.base import clean_strings
 
     assert clean_strings({"a\x00": ["x\x00y", "\ud800z", 3]}) == {"a": ["xy", "?z", 3]}
@@ -82,7 +82,7 @@ def test_model_text_blank_by_pythons_rules_is_invalid_output(blank: str) -> None
     ``str.strip``: a summary or fact made of them is blank, as check_text says of input."""
     from tiered_memory.layers.episodic import EpisodeSchema
     from tiered_memory.layers.resolution import Judgement
-    from tiered_memory.layers.semantic import ExtractedFacts
+    from tiered_memory.layers.longterm import ExtractedFacts
 
     cases: list[tuple[dict[str, object], type[BaseModel]]] = [
         ({"facts": [{"type": "fact", "text": blank}]}, ExtractedFacts),

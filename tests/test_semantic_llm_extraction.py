@@ -215,7 +215,7 @@ def test_a_facts_answer_of_endless_facts_keeps_the_first_and_judges_no_more(
     """A model that lists 200 facts for one short session (a loop, or each line of a pasted log)
     made end_session ask the judge 200 times, a minute each with a real model's timeout: the
     answer is kept to its first MAX_FACTS facts, in the model's order, as an episode's lists are."""
-    from tiered_memory.layers.semantic import MAX_FACTS
+    from tiered_memory.layers.longterm import MAX_FACTS
     endless = _llm_facts(*({"type": "fact", "text": f"User owns billing shard number {n}", "sources": [1]}
                            for n in range(200)))
     llm = ScriptedLLM(by_task={"facts": [endless], "episode": [EPISODE]},

@@ -16,6 +16,8 @@ import logging
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
+from pydantic import BaseModel, Field, field_validator
+
 from ..aio import run_sync
 from .buffer import select_buffer
 from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript, transcript_spans
@@ -26,14 +28,14 @@ from ..slots import text_slot
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
 from .resolution import Judgement, slot_of
-from .semantic import ExtractedFacts, SemanticMemory, stored_metadata
+from .semantic import FactType, SemanticMemory, stored_metadata
 from ..parts import Parts
 from ..records import Episode, EpisodeDraft, Fact, FactCandidate
 from ..store.repositories import LayerRepository, PendingVectorSource
 from .consolidation import ConsolidationReport, consolidate
 from ..types import StoredMessage
 from ..quoting import quote
-from ..validation import check_metadata, check_text
+from ..validation import MAX_FACT_CHARS, check_metadata, check_text, not_blank
 from .working import WorkingMemory
 
 
@@ -48,6 +50,33 @@ Reply with one JSON object only: {"facts": [{"type": "preference" | "fact" | "co
 "relationship" | "decision", "text": "a short third-person statement such as 'User lives in
 Lisbon'", "confidence": number between 0 and 1, "sources": [numbers of the messages it comes
 from]}]}. Only facts stated in the conversation; {"facts": []} when there are none."""
+
+
+class ExtractedFact(BaseModel):
+    type: FactType
+    text: str = Field(min_length=1, max_length=MAX_FACT_CHARS, pattern=r"\S")  # a fact a user could add
+    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
+    sources: list[int] = Field(default_factory=list, description="numbers of the messages it comes from")
+
+    @field_validator("text")
+    @classmethod
+    def _text_not_blank(cls, text: str) -> str:
+        return not_blank(text)
+
+
+MAX_FACTS = 25  # of one facts answer: each is embedded, compared and may cost a judge's call
+
+
+class ExtractedFacts(BaseModel):
+    facts: list[ExtractedFact]
+
+    @field_validator("facts")
+    @classmethod
+    def _first_facts(cls, facts: list[ExtractedFact]) -> list[ExtractedFact]:
+        """The first :data:`MAX_FACTS`, in the model's order: a model that lists hundreds (a loop,
+        each line of a pasted log) would have ``end_session`` judge each against the stored facts."""
+        return facts[:MAX_FACTS]
+
 
 RESOLVE_PROMPT = """Task: resolve
 You keep a user's fact list consistent. Given a NEW fact and numbered EXISTING facts, reply

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Sequence
 
 import numpy as np
-from pydantic import BaseModel, Field, field_validator
 
 from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
@@ -27,7 +26,7 @@ from .resolution import Judgement, Resolution, decide_resolution, one_in_slot, r
 from ..records import Fact, FactCandidate, FactChange
 from .changes import edit_details
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
-from ..validation import MAX_FACT_CHARS, check_metadata, check_text, not_blank
+from ..validation import check_metadata, check_text
 from ..vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
@@ -39,32 +38,6 @@ class FactHit:
     fact: Fact
     score: float
     explanation: dict[str, Any] = field(default_factory=dict)
-
-
-class ExtractedFact(BaseModel):
-    type: Literal["preference", "fact", "constraint", "relationship", "decision"]
-    text: str = Field(min_length=1, max_length=MAX_FACT_CHARS, pattern=r"\S")  # a fact a user could add
-    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
-    sources: list[int] = Field(default_factory=list, description="numbers of the messages it comes from")
-
-    @field_validator("text")
-    @classmethod
-    def _text_not_blank(cls, text: str) -> str:
-        return not_blank(text)
-
-
-MAX_FACTS = 25  # of one facts answer: each is embedded, compared and may cost a judge's call
-
-
-class ExtractedFacts(BaseModel):
-    facts: list[ExtractedFact]
-
-    @field_validator("facts")
-    @classmethod
-    def _first_facts(cls, facts: list[ExtractedFact]) -> list[ExtractedFact]:
-        """The first :data:`MAX_FACTS`, in the model's order: a model that lists hundreds (a loop,
-        each line of a pasted log) would have ``end_session`` judge each against the stored facts."""
-        return facts[:MAX_FACTS]
 
 
 def check_type(type_: str | None, *, optional: bool = True) -> None:
