@@ -38,6 +38,12 @@ def encode_json(value: object, name: str, *, ensure_ascii: bool = True) -> str:
     return encoded
 
 
+def json_bytes(value: object, name: str) -> int:
+    """The UTF-8 bytes of ``value`` as :func:`encode_json` writes it with non-ASCII kept: what a
+    limit on stored JSON (metadata, a history entry's details, a scratchpad) measures."""
+    return len(encode_json(value, name, ensure_ascii=False).encode("utf-8"))
+
+
 def check_json_value(value: object, name: str) -> None:
     """Refuse ``value`` (metadata, an item's value, JSON-serialisable already) if it nests
     more than :data:`MAX_JSON_DEPTH` containers, if a key in it is not a string (JSON would

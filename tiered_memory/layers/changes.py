@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from ..json_values import encode_json
+from ..json_values import json_bytes
 from ..records import Fact
 
 
@@ -44,8 +44,7 @@ def edit_details(old: Fact, *, type: str, confidence: float, metadata: Mapping[s
 
 
 def _size(details: Mapping[str, Any]) -> int:
-    # as check_metadata measures it on import: JSON with non-ASCII kept, in UTF-8 bytes
-    return len(encode_json(details, "history details", ensure_ascii=False).encode("utf-8"))
+    return json_bytes(details, "history details")  # as check_metadata measures it on import
 
 
 def absorb_details(absorbed: Sequence[str], *, max_bytes: int) -> dict[str, Any]:

@@ -15,7 +15,6 @@ A :class:`WorkingMemory` and its :class:`Scratchpad` run their calls under their
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 import uuid
@@ -32,6 +31,7 @@ from ..guard import Calls, usable
 from ..records import WorkingItem
 from ..store.repositories import WorkingRepository, WorkingWrites
 from ..textcache import forget_texts
+from ..json_values import json_bytes
 from ..validation import (MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_query,
                           check_text, to_epoch)
 
@@ -88,7 +88,7 @@ def check_pad_entry(key: object, value: Any) -> Any:
 
 def pad_bytes(data: Mapping[str, Any]) -> int:
     """A scratchpad's size as a store keeps it: its JSON's UTF-8 bytes (pure)."""
-    return len(json.dumps(data, ensure_ascii=False).encode("utf-8"))
+    return json_bytes(data, "scratchpad")
 
 
 def check_pad_growth(before: int, after: int, max_bytes: int) -> None:
