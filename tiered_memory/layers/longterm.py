@@ -25,6 +25,7 @@ from ..errors import InvalidInputError, LLMError, NotFoundError
 from .extractive import extract_episode, extract_fact_candidates
 from ..graphemes import cut_point
 from ..slots import text_slot
+from ..store.base import SettledSource
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
 from .resolution import Judgement, slot_of
@@ -249,7 +250,9 @@ class Layers:
 
     def _uncovered(self, user_id: str, session_id: str, evicted_only: bool) -> list[StoredMessage]:
         cursor = self.rows.cursor(user_id, session_id)
-        msgs = [m for m in self.parts.store.get_messages(user_id, session_id) if m.seq > cursor]
+        store = self.parts.store  # where turns may commit out of seq order, none in flight is passed over
+        read = store.settled_messages if isinstance(store, SettledSource) else store.get_messages
+        msgs = [m for m in read(user_id, session_id) if m.seq > cursor]
         if evicted_only:
             buf = self.parts.config.buffer
             _, msgs = select_buffer(msgs, max_messages=buf.max_messages, max_tokens=buf.max_tokens,

@@ -68,6 +68,21 @@ class PositionSource(Protocol):
 
 
 @runtime_checkable
+class SettledSource(Protocol):
+    """A record store whose writers may commit a session's messages out of ``seq`` order
+    (optional). On PostgreSQL a row's ``seq`` is drawn when it is inserted and the row is seen
+    when its transaction commits, so one worker's turn can appear after another's with a
+    higher ``seq``; ``end_session`` moves the session's coverage cursor to the highest
+    ``seq`` it read, and a turn committed under it later would never be summarised. A store
+    whose writes commit in ``seq`` order (SQLite: one writer at a time) needs none."""
+
+    def settled_messages(self, user_id: str, session_id: str) -> list[StoredMessage]:
+        """The session's messages in ``seq`` order, read while no write of the session is in
+        flight: every message of the session committed after them has a higher ``seq``."""
+        ...
+
+
+@runtime_checkable
 class SessionSource(Protocol):
     """A record store that tells each message's session (optional): an embedded Chroma index
     then keeps no session in its metadata (each key is a row Chroma writes) and asks here."""

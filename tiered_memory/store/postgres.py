@@ -20,7 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS, pend_duplicates
 from .filters import postgres_filter
-from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase
+from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, lock_key
 from .postgres_keywords import tsquery
 from .postgres_schema import MIGRATIONS
 from .stored_values import json_dict, message_values
@@ -29,6 +29,19 @@ from .text_search import USER_SCAN_ROWS, scan_user_rows, text_key, tsquery_any
 __all__ = ["MIGRATIONS", "PostgresRecordStore"]
 
 _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"
+
+#: The advisory locks that order a session's writes before the reads that settle it
+#: (:meth:`PostgresRecordStore.settled_messages`): the two-key form, whose key space no one-key
+#: lock shares, under this first key; sessions fold into TURN_LOCKS second keys, so a
+#: transaction storing many sessions (an import) takes at most that many locks from the
+#: server's lock table, and two sessions sharing one only wait for each other's commit.
+TURN_LOCK_SPACE = 0x7475726E  # "turn"
+TURN_LOCKS = 1024
+
+
+def turn_lock(user_id: str, session_id: str) -> int:
+    """The second key of the session's turn lock (stable across processes)."""
+    return lock_key(f"{user_id}\x1f{session_id}") % TURN_LOCKS
 
 
 def _row(r: Sequence[Any]) -> StoredMessage:
@@ -73,10 +86,15 @@ class PostgresRecordStore(PostgresDatabase):
             return
         dup = duplicates or {}
 
+        locks = sorted({turn_lock(m.user_id, m.session_id) for m in rows})  # one order: no deadlock
+
         def run(conn: Any) -> None:
             with conn.cursor() as cur:
                 if not sync:  # the server flushes it within a few hundred ms, or with the next synced commit
                     cur.execute("SET LOCAL synchronous_commit TO OFF")
+                # held to the commit, before any seq is drawn: settled_messages waits for this write
+                cur.execute("SELECT pg_advisory_xact_lock(%s::int, k) FROM unnest(%s::int[]) AS k",
+                            (TURN_LOCK_SPACE, locks))
                 cur.executemany(
                     "INSERT INTO messages (id, user_id, session_id, role, content, metadata, timestamp,"
                     " created_at, indexed, duplicate_of)"
@@ -180,6 +198,21 @@ class PostgresRecordStore(PostgresDatabase):
                 " ORDER BY seq DESC LIMIT %s) AS last ORDER BY seq",
                 (user_id, session_id, limit))
         return [_row(r) for r in rows]
+
+    def settled_messages(self, user_id: str, session_id: str) -> list[StoredMessage]:
+        # a write of the session holds its turn lock from before it draws a seq to its commit: once
+        # the shared lock is ours, each one either committed (seen by the next statement) or
+        # draws its seq after this read, above every seq it returns
+        def run(conn: Any) -> list[Any]:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock_shared(%s::int, %s::int)",
+                             (TURN_LOCK_SPACE, turn_lock(user_id, session_id)))
+                found: list[Any] = conn.execute(
+                    f"SELECT {_COLUMNS} FROM messages WHERE user_id=%s AND session_id=%s ORDER BY seq",
+                    (user_id, session_id)).fetchall()
+                return found
+
+        return [_row(r) for r in self.read(run)]
 
     def get_by_ids(self, user_id: str, ids: Iterable[str]) -> dict[str, StoredMessage]:
         wanted = list(dict.fromkeys(ids))
