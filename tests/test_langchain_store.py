@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Callable
 
 import pytest
@@ -152,6 +153,23 @@ def test_a_narrow_search_ranks_its_own_items_when_the_user_has_better_matches_el
         scores = [h.score for h in hits[:7]]
         assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
         assert {h.namespace for h in hits} == {("u1", "small")}
+
+
+@pytest.mark.parametrize("limit, offset", [(sys.maxsize, 0), (2**40, 2**40), (3, sys.maxsize)])
+def test_a_search_takes_any_limit_and_offset_a_listing_takes(memory: TieredMemory, limit: int, offset: int) -> None:
+    # limit=sys.maxsize is the "every match" idiom LangGraph's InMemoryStore takes, with a query
+    # or without; a query's candidate count was derived from it unbounded and overflowed the
+    # record store's integers (OverflowError from SQLite, out of range in PostgreSQL)
+    store = TieredMemoryStore(memory, fields=["text"])
+    store.put(("u1", "notes"), "tea", {"text": "Drinks green tea"})
+    store.put(("u1", "notes"), "bike", {"text": "Rides a red bicycle"})
+    store.put(("u1", "notes"), "blank", {"note": "no text"}, index=False)
+    listed = store.search(("u1",), limit=limit, offset=offset)
+    ranked = store.search(("u1",), query="green tea", limit=limit, offset=offset)
+    assert len(ranked) == len(listed) == (3 if offset == 0 else 0)
+    if ranked:
+        assert [h.key for h in ranked] == ["tea", "bike", "blank"]
+        assert ranked[0].score is not None and ranked[-1].score is None
 
 
 def test_a_store_over_a_closed_memory_says_so(make_memory: Callable[..., TieredMemory]) -> None:

@@ -46,7 +46,7 @@ from ..recall.query import keywords
 from ..records import Item
 from ..store.repositories import ItemRepository
 from ..textcache import forget_texts
-from ..validation import check_id, check_text, encode_json
+from ..validation import MAX_COUNT, check_id, check_text, encode_json
 from ..vector.base import VectorIndex, VectorItem
 from .item_filters import check_filter, check_filter_key, match_filter, match_value, value_at
 from .item_rules import (FIELD_SEP, LAYER, MAX_PARTS, SHARED_OWNER, ItemHit, ItemWrite, best_parts, check_key,
@@ -294,7 +294,9 @@ class ItemStore:
         """The owner's items under ``ns`` matching ``filter``, ranked by cosine similarity to
         ``query`` (``vector`` is its embedding when the caller has it)."""
         cfg = self.parts.config.retrieval
-        n = max(cfg.candidates, n * 4)
+        # a page as deep as LangGraph's "every match" (limit=sys.maxsize) asks for every candidate:
+        # held to the count every store and index takes, which no user's items reach
+        n = min(max(cfg.candidates, n * 4), MAX_COUNT)
         qvec = (embed_query(self.parts.embedder, query) if vector is None else vector)[None, :]
         vec = self.index.query(qvec, user_id=user_id, k=n, layers=[LAYER])[0]
         kw = self.db.keyword_items(user_id, keywords(query), n)
