@@ -13,9 +13,12 @@ from langchain.agents import create_agent
 from langchain.tools import ToolRuntime
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.config import get_store
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.store.base import GetOp, ListNamespacesOp, MatchCondition, Op, PutOp, SearchOp
+from langgraph.runtime import Runtime
+from langgraph.store.base import BaseStore, GetOp, ListNamespacesOp, MatchCondition, Op, PutOp, SearchOp
+from langgraph.types import Send
 
 from langchain_tiered_memory import TieredMemoryStore
 from langchain_tiered_memory.store_batch import plan_batch, spread_results
@@ -37,6 +40,11 @@ D1 = PutOp(("u1",), "a", None)
 @dataclass
 class Who:
     user_id: str
+
+
+class Notes(MessagesState):
+    note: str
+    found: list[str]
 
 
 @pytest.mark.parametrize("ops, reads, read_of, writes", [
@@ -256,3 +264,36 @@ async def test_a_tool_reads_the_store_with_get_store_in_create_agent_and_create_
     assert answer(await agent("aremember").ainvoke(ask)) == "Allergic to peanuts."
     saved = [store.get(("u1", "notes"), "sync"), store.get(("u2", "notes"), "async")]
     assert [item.value if item else None for item in saved] == [{"text": "Allergic to peanuts."}] * 2
+
+
+def test_parallel_sync_branches_of_a_graph_write_through_runtime_and_a_node_reads_through_store(
+        memory: TieredMemory) -> None:
+    # a sync graph whose Send fan-out runs one node per note in LangGraph's thread pool, each
+    # putting through runtime.store at once; the next node gets the store as its `store`
+    # argument, as LangGraph injects it, and a checkpointer keeps the thread
+    notes = ["espresso coffee every morning", "jazz while coding", "tea at night", "cycling on sundays",
+             "coffee beans from Kenya", "reads novels"]
+
+    def fan_out(state: Notes) -> list[Send]:
+        return [Send("save", {"note": n}) for n in notes]
+
+    def save(state: Notes, runtime: Runtime[Who]) -> dict[str, Any]:
+        assert runtime.store is not None
+        runtime.store.put((runtime.context.user_id, "notes"), state["note"].split()[0], {"text": state["note"]})
+        return {}
+
+    def recall(state: Notes, *, store: BaseStore) -> dict[str, Any]:
+        return {"found": [h.key for h in store.search(("u1", "notes"), query="coffee", limit=2)]}
+
+    graph = StateGraph(Notes, context_schema=Who)
+    graph.add_node("save", save)
+    graph.add_node("recall", recall)
+    graph.add_conditional_edges(START, fan_out, ["save"])
+    graph.add_edge("save", "recall")
+    store = TieredMemoryStore(memory, fields=["text"])
+    app = graph.compile(store=store, checkpointer=InMemorySaver())
+    out = app.invoke({"messages": []}, {"configurable": {"thread_id": "t1"}}, context=Who("u1"))
+    assert sorted(out["found"]) == ["coffee", "espresso"]
+    saved = store.search(("u1", "notes"), limit=100)
+    assert sorted(h.value["text"] for h in saved) == sorted(notes)
+    assert store.list_namespaces() == [("u1", "notes")]
