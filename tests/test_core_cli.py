@@ -115,6 +115,23 @@ def test_import_of_a_malformed_file_reports_lines_and_imports_nothing(tmp_path, 
     assert code == 0 and "imported 4 messages" in out and "line 5" in out
 
 
+def test_a_refused_import_into_an_empty_folder_leaves_it_empty(tmp_path, dump):
+    """A folder made beforehand (`mkdir mem`, a deployment's volume) held an empty memory after a
+    refused import (records.sqlite3, chroma, .lock), which `stats` then read as a memory with
+    nothing in it: what the import made in it is removed, and the folder stays as it was."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(dump.read_text() + "{oops\n", encoding="utf-8")
+    mem = tmp_path / "mem"
+    mem.mkdir()
+    (mem / ".gitkeep").write_text("")
+    code, _, err = run("--path", str(mem), "import", str(bad), "--no-progress")
+    assert code == 2 and "line 5" in err and "nothing imported" in err
+    assert f"the memory made in {mem} for this import was removed" in err
+    assert sorted(p.name for p in mem.iterdir()) == [".gitkeep"]
+    code, _, err = run("--path", str(mem), "stats")
+    assert code == 2 and "no memory at" in err
+
+
 @pytest.mark.parametrize("argv, fragment", [
     ([], "required"),
     (["fly"], "invalid choice"),
@@ -138,6 +155,8 @@ def test_usage_errors_exit_2_with_a_clear_message(tmp_path, embedder, monkeypatc
 
     code, _, err = run("--path", nowhere, "import", str(tmp_path / "missing.jsonl"))
     assert code == 2 and "no such file" in err
+    code, _, err = run("--path", nowhere, "import", str(tmp_path))  # said "no such file" of a folder
+    assert code == 2 and f"cannot read {tmp_path}: it is a folder; name the .jsonl file" in err
 
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")

@@ -1,8 +1,8 @@
 """The CLI commands that move a memory as JSONL (:mod:`.portable`): ``export`` and ``import``.
 
-An import that made the memory folder and then imported nothing (an invalid line, without
-``--skip-invalid``) removes the folder it made, so the read commands find no empty memory
-there.
+An import that made the memory (its folder, or the store in a folder that held none) and then
+imported nothing (an invalid line, without ``--skip-invalid``) removes what it made, so the read
+commands find no empty memory there; a folder that was there before stays, as it was.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ def _cmd_export(args: argparse.Namespace, out: Callable[[str], None], err: TextI
 
 def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
     source = Path(args.file)
+    if source.is_dir():
+        raise CliUsageError(f"cannot read {source}: it is a folder; name the .jsonl file an export wrote")
     if not source.is_file():
         raise CliUsageError(f"cannot read {source}: no such file")
     with open(source, encoding="utf-8", errors="replace") as f:
@@ -51,7 +53,9 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
     from .memory import default_path
     from .portable import ImportFormatError
 
-    made = _first_missing(Path(args.path) if args.path else default_path())
+    folder = Path(args.path) if args.path else default_path()
+    made = _first_missing(folder)
+    before = _store_entries(folder)
     try:
         with _open(args, err, create=True) as memory:
             bar = tqdm(total=total, unit="line", desc="importing", file=err,
@@ -65,11 +69,24 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
         # nothing was imported: the folder made for it would be an empty memory that the read
         # commands then find. Only where all of it is in that folder (an index on a server
         # may hold a collection marked as this folder's)
-        if made is None or not is_embedded_index(configured_vector_store(None)):
+        if not is_embedded_index(configured_vector_store(None)):
             raise
-        shutil.rmtree(made, ignore_errors=True)
-        left = "could not be removed: delete it by hand" if made.exists() else "was removed"
-        raise CliUsageError(f"{e}; {made}, made for this import, {left}") from e
+        if made is not None:
+            shutil.rmtree(made, ignore_errors=True)
+            left = "could not be removed: delete it by hand" if made.exists() else "was removed"
+            raise CliUsageError(f"{e}; {made}, made for this import, {left}") from e
+        if before & _MEMORY:
+            raise  # the folder held a memory: the refused import left it as it was
+        new = sorted(_store_entries(folder) - before)
+        for name in new:
+            if (folder / name).is_dir():
+                shutil.rmtree(folder / name, ignore_errors=True)
+            else:
+                (folder / name).unlink(missing_ok=True)
+        stuck = [name for name in new if (folder / name).exists()]
+        raise CliUsageError(f"{e}; the memory made in {folder} for this import "
+                            + (f"could not all be removed: delete {', '.join(stuck)} by hand" if stuck
+                               else "was removed")) from e
     present = (report.skipped_existing + report.facts_skipped + report.episodes_skipped + report.items_skipped
                + report.archived_skipped + report.working_skipped + report.scratchpads_skipped
                + report.histories_skipped + report.audit_skipped + report.cursors_skipped)
@@ -96,6 +113,18 @@ def _first_missing(folder: Path) -> Path | None:
             return missing
         missing = p
     return missing
+
+
+# the entries that make a folder a memory (beside the lock and SQLite's side files)
+_MEMORY = frozenset({"records.sqlite3", "chroma", "qdrant"})
+
+
+def _store_entries(folder: Path) -> set[str]:
+    """The names of the memory's own entries in ``folder`` (:data:`.memory_folder.STORE_ENTRIES`;
+    none if it is not a folder)."""
+    from .memory_folder import STORE_ENTRIES
+
+    return {p.name for p in folder.iterdir() if p.name in STORE_ENTRIES} if folder.is_dir() else set()
 
 
 def _counted(n: int, one: str, many: str | None = None) -> str:
