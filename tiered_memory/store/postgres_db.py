@@ -93,8 +93,8 @@ class PostgresDatabase:
             from psycopg import sql
             from psycopg.conninfo import conninfo_to_dict
             from psycopg_pool import ConnectionPool
-        except ImportError as e:
-            raise missing("psycopg", "postgres") from e
+        except ImportError as e:  # the one not installed: psycopg alone may be (an app's own dependency)
+            raise missing("psycopg-pool" if e.name == "psycopg_pool" else "psycopg", "postgres") from e
         self._psycopg = psycopg
         self._joined = threading.local()  # .conn: the connection of this thread's `together` unit
         self._pid, self._closed = os.getpid(), False
