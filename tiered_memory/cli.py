@@ -63,7 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--plain", action="store_true", help="plain text, even on a terminal where rich is installed")
 
     s = sub.add_parser("search", parents=[common], help="hybrid search of one user's memories")
-    s.add_argument("query")
+    s.add_argument("query", help="what to look for, in words (\"where does Ana live?\")")
     s.add_argument("--user", required=True, help="user id")
     s.add_argument("--session", default=None, help="only this session")
     s.add_argument("-k", type=int, default=5, help="number of results (default 5)")

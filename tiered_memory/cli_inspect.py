@@ -50,7 +50,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     c = sub.add_parser("context", parents=[common],
                        help="what build_context would hand a model for a query: sections, recent turns, "
                             "what was dropped and why")
-    c.add_argument("query")
+    c.add_argument("query", help="the message the model is about to answer, which the memory is recalled for")
     c.add_argument("--user", required=True, help="user id")
     c.add_argument("--session", required=True, help="the current session id")
     c.add_argument("--max-tokens", type=int, default=None, help="token budget (default: BudgetConfig.max_tokens)")
