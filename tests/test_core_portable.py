@@ -157,3 +157,19 @@ def test_a_line_of_another_format_version_is_refused_naming_it(make_memory, tmp_
     assert memory.stats().messages == 0
     with pytest.raises(InvalidInputError, match="format"):
         parse_line(_line(format="tiered-memory/2"), max_chars=1000, max_metadata_bytes=1000)
+
+
+def test_a_file_that_starts_with_a_byte_order_mark_imports(make_memory, tmp_path):
+    """A JSONL file saved by a Windows tool (Notepad, PowerShell 5's Out-File -Encoding utf8)
+    starts with a UTF-8 byte order mark: its first line was invalid, 'not JSON (Unexpected UTF-8
+    BOM (decode using utf-8-sig))', and the import refused the whole file. The mark is not
+    text; a line after the first that starts with one is still invalid."""
+    dump = tmp_path / "notepad.jsonl"
+    dump.write_bytes(b"\xef\xbb\xbf" + f"{_line(id='m1')}\r\n{_line(id='m2')}\r\n".encode())
+    memory = make_memory()
+    report = memory.import_jsonl(dump)
+    assert (report.imported, report.invalid) == (2, [])
+    dump.write_bytes(f"{_line(id='m3')}\n".encode() + b"\xef\xbb\xbf" + _line(id="m4").encode())
+    with pytest.raises(ImportFormatError) as info:
+        memory.import_jsonl(dump)
+    assert [n for n, _ in info.value.errors] == [2]

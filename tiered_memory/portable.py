@@ -310,7 +310,8 @@ def _read(parts: Parts, path: str | Path, report: ImportReport, *, user_id: str 
     with opened as f:
         for n, raw_bytes in enumerate(f, start=1):
             try:
-                raw = raw_bytes.decode("utf-8")
+                # a file saved by a Windows tool starts with a byte order mark, which is not text
+                raw = raw_bytes.decode("utf-8-sig" if n == 1 else "utf-8")
             except UnicodeDecodeError as e:
                 report.invalid.append((n, f"not UTF-8 ({e.reason} at byte {e.start})"))
                 continue
