@@ -49,7 +49,7 @@ def part_of(module: str) -> str:
     if head in ("portable_layers", "portable_parse", "portable_restore", "portable_values"):
         # layer lines, reading a line back, restore, export values
         return "portable"
-    if head in ("arguments", "memory_folder"):  # what a memory is given, and its folder, checked as it opens
+    if head in ("arguments", "memory_folder", "startup"):  # what a memory is given, its folder, the check at open
         return "backends"
     if head in FOUNDATION:
         return "foundation"

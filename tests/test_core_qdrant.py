@@ -128,3 +128,15 @@ def test_a_new_local_memory_warns_of_nothing(make_memory):
         m.rebuild_index()  # makes the collection anew
     assert [str(w.message) for w in caught] == []
     assert len(m.search("chillies", user_id="u1", k=3)) == 3
+
+
+def test_switching_back_to_an_index_left_behind_rebuilds_it(make_memory):
+    m = make_memory("both")  # Chroma
+    kept, forgotten = m.add_many(NOTES[:2], session_id="s", user_id="u1")
+    m.close()
+    q = make_memory("both", vector_store="qdrant")
+    q.forget(forgotten, user_id="u1")
+    new = q.add("user", "My sister plays the cello in an orchestra.", session_id="s", user_id="u1")
+    q.close()
+    back = make_memory("both")  # the Chroma index left behind: as many vectors as turns, not the same ones
+    assert back.index.ids() == {kept, new}

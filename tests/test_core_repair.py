@@ -147,7 +147,7 @@ def test_search_survives_an_index_missing_a_vector_the_store_lists(make_memory, 
 def test_a_large_index_is_checked_by_its_count_at_a_clean_open(make_memory):
     """Past LIST_IDS_MAX vectors the clean-open check compares counts and lists no ids
     (listing pages by offset: minutes at a million); fewer vectors than turns is still a loss."""
-    from tiered_memory.backends import index_lost_vectors
+    from tiered_memory.startup import index_lost_vectors
 
     m, ids = _store_with_notes(make_memory)
     listed: list[int] = []

@@ -191,3 +191,38 @@ def test_an_index_with_the_longest_collection_name_compacts(tmp_path: Path) -> N
         assert index.collection.name == name and index.ids("u1") == {"m1", "m2"}
     finally:
         index.close()
+
+
+@pytest.mark.servers
+def test_a_shared_store_opened_on_another_collection_says_to_rebuild_it(
+        make_postgres_url: Any, chroma_url: str, chroma_collection: str, caplog: Any) -> None:
+    """README, Several apps on one vector server: a PostgreSQL app that moves to another
+    collection calls rebuild_index() once; an open on a collection its records were not indexed
+    into says so, and one on the collection it left behind (which still holds a forgotten turn
+    and lacks a later one) says so again, as the index it is not in line with."""
+    pg = make_postgres_url()
+    first, second = f"{chroma_url}?collection={chroma_collection}", f"{chroma_url}?collection={chroma_collection}-b"
+
+    def opened(url: str) -> tuple[TieredMemory, list[str]]:
+        with caplog.at_level("WARNING", logger="tiered_memory"):
+            caplog.clear()
+            memory = TieredMemory(record_store=pg, vector_store=url, embedder=StaticEmbedder())
+        return memory, [r.getMessage() for r in caplog.records if "rebuild_index()" in r.getMessage()]
+
+    with TieredMemory(record_store=pg, vector_store=first, embedder=StaticEmbedder()) as memory:
+        gone = memory.add("user", "I keep bees on the roof in Lisbon", user_id="u1", session_id="s")
+    memory, told = opened(second)
+    with memory:
+        assert told and memory.index.ids() == set()
+        memory.forget(gone, user_id="u1")
+        kept = memory.add("user", "My sister plays the cello", user_id="u1", session_id="s")
+        memory.rebuild_index()
+        assert memory.index.ids() == {kept}
+    memory, told = opened(second)
+    with memory:
+        assert not told
+    memory, told = opened(first)  # left behind: the forgotten turn's vector, not the new one's
+    with memory:
+        assert told and memory.index.ids() == {gone}
+        memory.rebuild_index()
+        assert memory.index.ids() == {kept}

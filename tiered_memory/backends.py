@@ -1,7 +1,7 @@
 """Choosing and opening the backends a :class:`~tiered_memory.TieredMemory` runs on, from
 configuration: the record store (:func:`open_record_store`), its layer repositories
-(:func:`open_layer_store`), the vector index (:func:`open_vector_index`), and the
-start-up check that brings the index back in line with the store (:func:`startup_repair`).
+(:func:`open_layer_store`) and the vector index (:func:`open_vector_index`); the start-up
+check that then brings the index back in line with the store is :mod:`.startup`.
 
 This is the one module that knows the concrete backends; everything else speaks the
 protocols of :mod:`.store.base`, :mod:`.store.repositories` and :mod:`.vector.base`. An
@@ -18,13 +18,12 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from .arguments import check_engine, shown_setting
-from .embedding import Embedder, embedder_name, reopen_with
-from .errors import ConfigurationError, CorruptStoreError, VectorIndexError
+from .errors import ConfigurationError, VectorIndexError
 from .folder_lock import FolderLock
 from .memory_folder import check_no_embedded_records, prepare_folder
 from .store.base import RecordStore, SessionSource
 from .store.repositories import LayerRepository
-from .vector.base import CHUNK_SEPARATOR, SessionSink, VectorIndex
+from .vector.base import SessionSink, VectorIndex
 from .vector.ownership import SAMPLE, OwnedCollection, judge_owner, refusal, turn_ids
 from .vector.server_url import server_address
 
@@ -267,126 +266,3 @@ def open_layer_store(store: Any) -> LayerRepository:
     raise ConfigurationError(
         "episodic, semantic and working memory need a SQLite or PostgreSQL record store, or one that "
         f"implements tiered_memory.store.repositories.LayerRepository; got {type(store).__name__}")
-
-
-def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *,
-                   repair: Callable[[bool], object], rebuild: Callable[[], object],
-                   index_in_folder: bool = False) -> None:
-    """Bring the index in line with the store at open: a full repair after an unclean
-    close or a lost index, a rebuild after an embedder change (``repair(full)`` and
-    ``rebuild()`` are the memory's, which hold its write lock). ``index_in_folder``: the
-    index is embedded in the memory's locked folder, so this process alone writes it.
-
-    Raises:
-        CorruptStoreError: the record store is new or empty while the embedded index
-            holds vectors (the records were lost or replaced).
-    """
-    repair = _kept_open(repair)  # a failed rebuild still fails the open: the embedder's name is not recorded
-    name = embedder_name(embedder)
-    previous = store.get_meta("embedder")
-    if index_in_folder and previous is None and store.counts()["messages"] == 0:
-        vectors = index.count()
-        if vectors:
-            raise CorruptStoreError(
-                f"the record store is empty or new, but the vector index beside it holds {vectors} vectors: "
-                "the records were lost or replaced (records.sqlite3 is the source of truth; the index "
-                "cannot restore them). Restore records.sqlite3 from a backup, or import an export "
-                "(tiered-memory import FILE) into a new folder; to start empty here, delete the chroma/ "
-                "(or qdrant/) folder.")
-    if getattr(store, "shared", False):
-        # Many workers share this store: a crash flag and a full start-up repair would race with
-        # their writes, so that is an explicit step (rebuild_index) from one process.
-        if previous is None:
-            store.set_meta("embedder", name)
-        elif previous != name and not index_in_folder:
-            log.warning("embedder %s differs from the shared store's %s: call rebuild_index() "
-                        "from one process to re-embed", name, previous)
-        if index_in_folder:  # ... unless this process owns the index: then it repairs it
-            if previous is not None and previous != name:
-                log.warning("embedder changed (%s -> %s): rebuilding this process's vector index", previous, name)
-                rebuild()
-            else:
-                repair(index_lost_vectors(store, index))
-        elif previous is None or previous == name:
-            # the turns a failed vector write left pending (a partial index finds them): two workers
-            # indexing the same turn write the same vector under the same id
-            repair(False)
-        return
-    unclean = store.get_meta("state") == "open"
-    store.set_meta("state", "open")
-    if index_in_folder:  # with the store marked open: a compaction cut short is repaired in full next time
-        compact_if_worth_it(store, index)
-    if previous is not None and previous != name:
-        log.warning("embedder changed (%s -> %s): re-embedding the stored turns, facts and episodes "
-                    "into a new vector index; to keep the old vectors, open the store with the old "
-                    "embedder (%s)", previous, name, reopen_with(previous))
-        rebuild()
-    else:
-        repair(unclean or index_lost_vectors(store, index))
-    store.set_meta("embedder", name)
-
-
-def _kept_open(step: Callable[..., object]) -> Callable[..., object]:
-    """``step``, the start-up repair, whose vector-engine failure leaves the memory openable:
-    the records stay (found by keyword search), what is unindexed stays pending, and the next
-    open or ``rebuild_index()`` writes the vectors (an engine that refuses them, such as a
-    collection of another dimension, would otherwise lock the memory out of that fix). Not the
-    rebuild after an embedder change: opened after a failed one, the memory would record the
-    new embedder over vectors of the old."""
-    def run(*args: Any) -> object:
-        try:
-            return step(*args)
-        except VectorIndexError as e:
-            log.warning("the vector index could not be repaired at open (%s); the records are kept and "
-                        "searched by keyword, and their vectors are written on the next open or by "
-                        "rebuild_index()", e)
-            return None
-    return run
-
-
-FORGOTTEN_VECTORS = "forgotten_vectors"  # meta: vectors deleted since the index was last compacted
-
-
-def compact_if_worth_it(store: RecordStore, index: VectorIndex, *, minimum: int = 5_000) -> None:
-    """Reclaim the space of deleted vectors once there are more of them than live ones
-    (and at least ``minimum``): an index that can compact copies the live vectors anew."""
-    compact = getattr(index, "compact", None)
-    forgotten = int(store.get_meta(FORGOTTEN_VECTORS) or 0)
-    if compact is None or forgotten < minimum or forgotten < index.count():
-        return
-    kept = compact()
-    store.set_meta(FORGOTTEN_VECTORS, "0")
-    log.info("vector index compacted: %s live vectors kept, the space of %s deleted ones reclaimed", kept, forgotten)
-
-
-def note_forgotten(store: RecordStore, n: int) -> None:
-    """Count vectors deleted from the index (for :func:`compact_if_worth_it`)."""
-    if n:
-        store.set_meta(FORGOTTEN_VECTORS, str(int(store.get_meta(FORGOTTEN_VECTORS) or 0) + n))
-
-
-#: Above this many vectors a clean open compares counts only: listing an embedded Chroma's
-#: ids pages by offset, which costs time quadratic in the vectors (1,000,000: an 8-minute open)
-LIST_IDS_MAX = 100_000
-
-
-def index_lost_vectors(store: RecordStore, index: VectorIndex, *, list_ids_max: int = LIST_IDS_MAX) -> bool:
-    """Cheap check on a clean open: fewer vectors than indexed turns means the index
-    lost entries (a restored backup, a deleted folder); a full repair finds which.
-
-    Fewer vectors of any kind than indexed turns is a loss; an index of at most
-    ``list_ids_max`` vectors has its turn vectors counted exactly (facts, episodes and
-    chunks of long messages also hold vectors). A larger one that lost only some turn
-    vectors while holding as many others is repaired by ``rebuild_index()``."""
-    c = store.counts()
-    expected = c["indexed"] - c["duplicates"]
-    try:
-        total = index.count()
-        if total < expected or total > list_ids_max:
-            return total < expected
-        # only turn vectors count: fact / episode / item vectors carry a ':' in their id, the
-        # chunks of long messages a chunk separator
-        turns = sum(1 for i in index.ids() if ":" not in i and CHUNK_SEPARATOR not in i)
-        return turns < expected
-    except Exception:  # an index that cannot count is repaired in full
-        return True

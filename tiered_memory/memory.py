@@ -39,7 +39,6 @@ from .backends import (
     joint_writes,
     open_record_store,
     open_vector_index,
-    startup_repair,
 )
 from .config import MemoryConfig, check_config
 from .embedding import Embedder, default_embedder
@@ -55,11 +54,13 @@ from .parts import AccessLog, Parts
 from .portable import ImportReport, export_jsonl, import_jsonl
 from .recall.indexing import settle_background_writes
 from .recall.search import turn_weights
+from .startup import startup_repair
 from .store.base import RecordStore
 from .tokens import CachedCounter, TokenCounter, default_token_counter
 from .types import Stats
 from .validation import check_callback, check_flag, check_path
 from .vector.base import VectorIndex
+from .vector.identity import index_name
 from .writes import pending_forgets
 
 log = logging.getLogger("tiered_memory")
@@ -171,9 +172,11 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
                                  self._write_lock, flush_size=self.config.access_flush_size,
                                  flush_seconds=self.config.access_flush_seconds),
                 calls=self._calls, clock=clock or time.time, jointly=self._jointly)
+            self._index_name = index_name(vector_store, folder=self._folder, records_in_folder=records_in_folder)
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild,
-                           index_in_folder=self._lock is not None and is_embedded_index(vector_store))
+                           index_in_folder=self._lock is not None and is_embedded_index(vector_store),
+                           name=self._index_name)
             self._unfinished = pending_forgets(self.store)
             self._finish_forgets()
         except BaseException as e:

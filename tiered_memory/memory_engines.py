@@ -33,6 +33,7 @@ from .store.repositories import LayerRepository
 from .tokens import TokenCounter
 from .validation import check_query, check_timeout
 from .vector.base import VectorIndex
+from .vector.identity import INDEX_META
 
 T = TypeVar("T")
 
@@ -66,6 +67,7 @@ class MemoryEngines:
     _gate: ReadWriteGate
     _joint: Joint | None  # None: rows and vectors in two engines
     _unfinished: set[str]
+    _index_name: str  # the index's name, recorded by a rebuild (see .vector.identity)
 
     # ---- the parts below the facade --------------------------------------
     @functools.cached_property
@@ -145,6 +147,7 @@ class MemoryEngines:
             if self._layers_ok():
                 report.update(self._layers.reindex())
                 report["items"] = self._items.repair()  # the LangGraph store's: an open adapter finds them too
+            self.store.set_meta(INDEX_META, self._index_name)  # the records are in line with this index now
             return report
 
     @usable

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from .backends import note_forgotten
+from .startup import note_forgotten
 from .config import MemoryConfig
 from .embedding import Embedder
 from .errors import InvalidInputError, NotFoundError
