@@ -115,6 +115,27 @@ def test_two_collections_on_one_local_client_share_its_lock(monkeypatch):
     client.close()
 
 
+def test_an_index_opened_before_its_collection_was_made_sees_it_once_made():
+    """Workers of one app on a Qdrant server each open the collection; the first write of any
+    of them makes it. A worker that opened it before then (a fresh deployment) took it for
+    absent until it wrote itself: its queries found nothing and its deletes (forget,
+    forget_user) deleted nothing. Two indexes on one engine play the two workers."""
+    from qdrant_client import QdrantClient
+
+    from tiered_memory.vector.base import VectorItem
+
+    client = QdrantClient(location=":memory:")
+    writer, reader = (QdrantVectorIndex(client=client, collection="app", exact_rows=0) for _ in range(2))
+    writer.upsert([VectorItem(id=i, vector=v, user_id="u") for i, v in (("a", [1.0, 0.0]), ("b", [0.0, 1.0]))])
+    assert reader.count() == 2 and reader.ids("u") == {"a", "b"}
+    assert [i for i, _ in reader.query(np.array([[1.0, 0.0]]), user_id="u", k=1)[0]] == ["a"]
+    reader.delete(["a"])
+    assert writer.ids() == {"b"}
+    reader.delete_user("u")
+    assert writer.ids() == set()
+    client.close()
+
+
 def test_a_new_local_memory_warns_of_nothing(make_memory):
     """``vector_store="qdrant"`` printed qdrant-client's UserWarning "Payload indexes have no
     effect in the local Qdrant ... Please use server Qdrant if you need payload indexes" on the

@@ -113,7 +113,7 @@ class QdrantVectorIndex:
         vectors: list[Any] = []
         layers: list[str] = []
         sessions: list[str] = []
-        if self._ready:
+        if self._exists():
             offset = None
             while True:
                 points, offset = self.client.scroll(
@@ -169,13 +169,23 @@ class QdrantVectorIndex:
                 log.warning("Qdrant could not mark the collection %r as this record store's (%s)", self.name, e)
 
     def first_ids(self, n: int) -> list[str]:
-        if not self._ready:
+        if not self._exists():
             return []
         try:
             points, _ = self.client.scroll(self.name, limit=n, with_payload=["memory_id"], with_vectors=False)
         except Exception as e:
             raise VectorIndexError(f"Qdrant read failed: {e}") from e
         return [str((p.payload or {}).get("memory_id", "")) for p in points]
+
+    def _exists(self) -> bool:
+        """Whether the collection exists. Until it does, the engine is asked on each call:
+        the first write of any worker of the app makes it, and an index opened before then
+        (a fresh deployment's other workers) would otherwise search and delete nothing. One
+        made meanwhile by another app is refused, as :meth:`_ensure` refuses it."""
+        if not self._ready and self.owner() not in (None, self._owner):  # (owner() asks whether it exists)
+            self._ready = False
+            raise VectorIndexError(refusal("foreign", self.name))
+        return self._ready
 
     def _ensure(self, dim: int) -> None:
         if not self._ready:
@@ -247,7 +257,7 @@ class QdrantVectorIndex:
         layers: Sequence[str] | None = None, session_id: str | None = None,
         among: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
-        if not self._ready or (among is not None and not among):
+        if (among is not None and not among) or not self._exists():
             return [[] for _ in range(len(vectors))]
         if self._exact is not None and self._exact.ready(user_id):
             found = self._exact.query(user_id, np.asarray(vectors, dtype=np.float32), k, among, layers, session_id)
@@ -268,7 +278,7 @@ class QdrantVectorIndex:
     def delete(self, ids: list[str]) -> None:
         if self._exact is not None:
             self._exact.delete(ids)
-        if ids and self._ready:
+        if ids and self._exists():
             try:
                 self.client.delete(self.name, points_selector=self.models.PointIdsList(
                     points=[point_id(i) for i in ids]))
@@ -280,7 +290,7 @@ class QdrantVectorIndex:
     def delete_user(self, user_id: str) -> None:
         if self._exact is not None:
             self._exact.drop(user_id)
-        if self._ready:
+        if self._exists():
             try:
                 self.client.delete(self.name, points_selector=self.models.FilterSelector(
                     filter=self._filter(user_id)))
@@ -290,7 +300,7 @@ class QdrantVectorIndex:
                 self._exact.drop(user_id)
 
     def ids(self, user_id: str | None = None) -> set[str]:
-        if not self._ready:
+        if not self._exists():
             return set()
         out: set[str] = set()
         offset = None
@@ -307,7 +317,7 @@ class QdrantVectorIndex:
             raise VectorIndexError(f"Qdrant read failed: {e}") from e
 
     def count(self, user_id: str | None = None) -> int:
-        if not self._ready:
+        if not self._exists():
             return 0
         try:
             return int(self.client.count(self.name, count_filter=self._filter(user_id), exact=True).count)
