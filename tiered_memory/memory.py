@@ -172,7 +172,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
                                  self._write_lock, flush_size=self.config.access_flush_size,
                                  flush_seconds=self.config.access_flush_seconds),
                 calls=self._calls, clock=clock or time.time, jointly=self._jointly)
-            self._index_name = index_name(vector_store, folder=self._folder, records_in_folder=records_in_folder)
+            self._index_name = index_name(self.index, folder=self._folder, records_in_folder=records_in_folder)
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild,
                            index_in_folder=self._lock is not None and is_embedded_index(vector_store),

@@ -277,6 +277,15 @@ class ChromaVectorIndex:
         if self._exact is not None:  # again: a query meanwhile loaded the user from the engine
             self._exact.drop(user_id)
 
+    def location(self) -> tuple[str, str, str]:
+        """Where the vectors are (:mod:`.identity`): the folder, or the server's host and port."""
+        if self._path is not None:
+            return "chroma", str(self._path.resolve()), self._name
+        settings = self.client.get_settings()
+        if getattr(settings, "is_persistent", False) and getattr(settings, "persist_directory", None):
+            return "chroma", str(Path(settings.persist_directory).resolve()), self._name
+        return "chroma", f"{settings.chroma_server_host}:{settings.chroma_server_http_port}", self._name
+
     # ---- the owner mark (.ownership) ----
     def collection_name(self) -> str:
         return self._name

@@ -120,6 +120,10 @@ class PgVectorIndex:
         self._dim: int | None = None
         self._ext = self._extension_schema()
 
+    def location(self) -> tuple[str, str, str]:
+        """Where the vectors are (:mod:`.identity`): a table of the record store's own schema."""
+        return "pgvector", "the record store's schema", TABLE
+
     # ---- set-up --------------------------------------------------------------
     def _extension_schema(self) -> str:
         def run(conn: Any) -> str:

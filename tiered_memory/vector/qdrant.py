@@ -6,6 +6,7 @@ import logging
 import threading
 import uuid
 import weakref
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -145,6 +146,14 @@ class QdrantVectorIndex:
         """The best ``ks[layer]`` of each layer from one scan of the user's held vectors, or
         ``None`` when they are not held (:meth:`.exact.ExactScan.query_layers`)."""
         return None if self._exact is None else self._exact.query_layers(user_id, vector, ks, session_id)
+
+    def location(self) -> tuple[str, str, str]:
+        """Where the vectors are (:mod:`.identity`): the local folder, or the server."""
+        options = getattr(self.client, "init_options", None) or {}
+        if options.get("path") is not None:
+            return "qdrant", str(Path(str(options["path"])).resolve()), self.name
+        where = options.get("url") or options.get("location") or f"{options.get('host')}:{options.get('port')}"
+        return "qdrant", shown_url(str(where)) if "://" in str(where) else str(where), self.name
 
     # ---- the owner mark (.ownership): the collection's metadata ----
     def collection_name(self) -> str:
