@@ -107,3 +107,24 @@ def test_an_engine_refusing_the_start_up_repair_leaves_the_memory_openable(
         assert again.rebuild_index()["indexed"] == 1  # the fix the error names
         assert again.index.ids() == again.index.ids("u") != set()
         assert again.search("honey from the hives", user_id="u", k=1)
+
+
+@pytest.mark.servers
+def test_rebuild_index_restores_a_collection_the_server_lost(
+        tmp_path: Path, chroma_url: str, chroma_collection: str) -> None:
+    """A Chroma server that lost the collection (restarted without its data, or the collection
+    deleted by hand) answers each call with "Collection ... does not exist"; rebuild_index(),
+    the README's fix for a lost index, failed the same way when it dropped the collection, and
+    its message said to run it again, which failed again."""
+    import chromadb
+
+    url = f"{chroma_url}?collection={chroma_collection}"
+    with TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), vector_store=url) as memory:
+        mid = memory.add("user", "I keep bees on the roof in Lisbon", user_id="u", session_id="s")
+        host, port = chroma_url.removeprefix("http://").rsplit(":", 1)
+        chromadb.HttpClient(host=host, port=int(port)).delete_collection(chroma_collection)
+        with pytest.raises(VectorIndexError, match=r"does not exist.*call rebuild_index\(\)"):
+            memory.search("where are the bees?", user_id="u")
+        memory.rebuild_index()
+        assert memory.index.ids() == {mid}
+        assert [h.id for h in memory.search("where are the bees?", user_id="u")] == [mid]

@@ -12,8 +12,8 @@ import numpy as np
 
 from ..errors import VectorIndexError, missing
 from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, shown_url
-from .chroma_client import (chroma_owner, client_settings, compacted, cosine_collection, forget_cached_client,
-                            mark_chroma_owner, segment_folders, server_client)
+from .chroma_client import (chroma_owner, client_settings, compacted, cosine_collection, drop_collection,
+                            forget_cached_client, gone_hint, mark_chroma_owner, segment_folders, server_client)
 from .chroma_scope import SCOPED as SCOPED, scope_collection, scope_of, user_filter, user_vectors
 from .exact import ExactScan, Held, best_among
 from .server_url import DEFAULT_COLLECTION as COLLECTION
@@ -160,7 +160,7 @@ class ChromaVectorIndex:
                     metadatas=self._metadatas(part),
                 )
         except Exception as e:
-            hint = dimension_hint(e, self._name, len(items[0].vector), self._width) if items else ""
+            hint = (dimension_hint(e, self._name, len(items[0].vector), self._width) if items else "") or gone_hint(e)
             self._renew_client()
             raise VectorIndexError(f"Chroma upsert failed: {e}{hint}") from e
 
@@ -241,7 +241,7 @@ class ChromaVectorIndex:
                     where=where, include=["distances"],
                 )
             except Exception as e:
-                raise VectorIndexError(f"Chroma query failed: {e}") from e
+                raise VectorIndexError(f"Chroma query failed: {e}{gone_hint(e)}") from e
             hits = _hits(res)
             if sessions is None:
                 return hits
@@ -262,7 +262,7 @@ class ChromaVectorIndex:
                 for start in range(0, len(ids), 2000):
                     self.collection.delete(ids=ids[start : start + 2000])
             except Exception as e:
-                raise VectorIndexError(f"Chroma delete failed: {e}") from e
+                raise VectorIndexError(f"Chroma delete failed: {e}{gone_hint(e)}") from e
             if self._exact is not None:  # and after: a load that read the engine meanwhile holds them
                 self._exact.delete(ids)
 
@@ -273,7 +273,7 @@ class ChromaVectorIndex:
         try:
             self.collection.delete(where=user_filter(user_id))
         except Exception as e:
-            raise VectorIndexError(f"Chroma delete failed: {e}") from e
+            raise VectorIndexError(f"Chroma delete failed: {e}{gone_hint(e)}") from e
         if self._exact is not None:  # again: a query meanwhile loaded the user from the engine
             self._exact.drop(user_id)
 
@@ -318,7 +318,7 @@ class ChromaVectorIndex:
             return list(self.collection.get(where=user_filter(user_id) if user_id is not None else None,
                                             include=[], limit=limit, offset=offset)["ids"])
         except Exception as e:
-            raise VectorIndexError(f"Chroma read failed: {e}") from e
+            raise VectorIndexError(f"Chroma read failed: {e}{gone_hint(e)}") from e
 
     def count(self, user_id: str | None = None) -> int:
         if user_id is None:
@@ -326,7 +326,7 @@ class ChromaVectorIndex:
             try:
                 return int(self.collection.count())
             except Exception as e:
-                raise VectorIndexError(f"Chroma count failed: {e}") from e
+                raise VectorIndexError(f"Chroma count failed: {e}{gone_hint(e)}") from e
         return len(self.ids(user_id))
 
     def reset(self) -> None:
@@ -336,8 +336,8 @@ class ChromaVectorIndex:
         if self._exact is not None:
             self._exact.drop()
         try:
-            name = self.collection.name
-            self.client.delete_collection(name)
+            name = self._name
+            drop_collection(self.client, name)
             self.collection = cosine_collection(self.client, name, self._owner)
             scope_collection(self.collection)
         except Exception as e:

@@ -41,6 +41,27 @@ def cosine_collection(client: Any, name: str, owner: str | None = None) -> Any:
                                            metadata={OWNER_KEY: owner} if owner else None)
 
 
+def drop_collection(client: Any, name: str) -> None:
+    """Delete collection ``name``; one already gone (a server restarted without its data, a
+    collection deleted by hand) is what a drop wants, so it is no error."""
+    from chromadb.errors import NotFoundError
+
+    try:
+        client.delete_collection(name)
+    except NotFoundError:
+        pass
+
+
+def gone_hint(error: Exception) -> str:
+    """What to do when ``error`` says the collection is gone from the engine; '' for any other."""
+    from chromadb.errors import NotFoundError
+
+    if not isinstance(error, NotFoundError):
+        return ""
+    return ("; the collection is gone from the Chroma engine (a server restarted without its data, or the "
+            "collection deleted): call rebuild_index() to make it anew from the records")
+
+
 def chroma_owner(client: Any, name: str) -> str | None:
     """The store id collection ``name`` is marked with (:mod:`.ownership`), read from the engine."""
     try:
