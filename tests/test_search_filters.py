@@ -67,3 +67,12 @@ def test_a_metadata_key_json_escapes_is_matched(make_memory: Callable[..., Tiere
     memory.add("user", "Snow in the mountains.", session_id="s3", user_id="u", metadata={key: 1})
     hits = memory.search("green tea in the morning", user_id="u", k=3, filters={key: 1})
     assert [h.text for h in hits] == ["Snow in the mountains."]
+
+
+def test_the_largest_k_and_turns_with_a_filter_find_the_sessions(make_memory: Callable[..., TieredMemory]) -> None:
+    # each is at most MAX_COUNT, as checked; the pool a filtered session search asks the store
+    # for must not grow past what a store takes as a number (k x turns x 4 passed 2**63)
+    memory = make_memory("filters-largest")
+    _fill(memory)
+    found = memory.search_sessions("green tea", user_id="u", k=2**31 - 1, turns=2**31 - 1, filters={"topic": "rare"})
+    assert [(s.session_id, [h.text for h in s.hits]) for s in found] == [("s2", ["It will rain tomorrow in Lisbon."])]

@@ -31,6 +31,7 @@ from .scoring import (Candidate, Scored, TurnWeights, base_scores, best_first, m
 from .spread import DEPTH, check_spread, spread_sessions, spread_slots
 from ..store.base import CandidateSource, FilterSource, LongMessageSource, PositionSource, RecordStore
 from ..types import MemoryHit, StoredMessage
+from ..validation import MAX_COUNT
 from ..vector.base import ExactScope, VectorIndex
 
 
@@ -159,7 +160,8 @@ def gather_pool(
     """The candidate pool of a turn search (the I/O of :func:`search_turns`); None when a
     filter matches nothing. ``weights``: :func:`turn_weights` of ``config``, when the caller
     has it. Reads only: one scope query, one candidate fetch, two neighbour fetches."""
-    n = max(config.candidates, k * (4 if filters else 2))
+    # at most MAX_COUNT: a session search asks for k x turns, each up to it, and a store's LIMIT is 64 bits
+    n = min(MAX_COUNT, max(config.candidates, k * (4 if filters else 2)))
     plan = plan_query(query)
     weights = turn_weights(config) if weights is None else weights
     qv = embed_query(embedder, query) if vector is None else vector
