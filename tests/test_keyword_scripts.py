@@ -265,3 +265,17 @@ def test_a_layer_row_another_writer_left_undecodable_is_indexed_and_forgotten(tm
         assert fts_terms(store, "facts") == fts_terms(store, "items") == set()
     finally:
         store.close()
+
+
+def test_a_query_of_a_whole_cjk_document_is_answered_by_every_keyword_search(memory: TieredMemory) -> None:
+    """Every two characters of a CJK run are a term: a document pasted as the query (here 30,000
+    characters, some 30,000 terms) made PostgreSQL's tsquery too deep to run ('stack depth limit
+    exceeded', a StoreError) and took seconds in both stores. A query's first terms are searched."""
+    memory.add("user", "我喜欢喝绿茶", session_id="s", user_id="u")
+    memory.add_fact("我喜欢喝绿茶", user_id="u")
+    memory.item_store().write_many([ItemWrite(namespace=("u", "notes"), key="k", user_id="u", value={},
+                                              text="我喜欢喝绿茶")])
+    query = "绿茶" + "".join(chr(0x4E00 + (i * 7919) % 20_000) for i in range(30_000))
+    assert "我喜欢喝绿茶" in [h.text for h in memory.search(query, user_id="u", include_items=True)]
+    assert [h.fact.text for h in memory.search_facts(query, user_id="u")] == ["我喜欢喝绿茶"]
+    assert memory.search_episodes(query, user_id="u") == []

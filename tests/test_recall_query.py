@@ -11,6 +11,7 @@ import pytest
 from time_support import utc
 from tiered_memory.recall.coverage import stem, stems
 from tiered_memory.recall.query import (
+    MAX_QUERY_TERMS,
     STOPWORDS,
     date_ranges,
     has_time_expression,
@@ -18,6 +19,7 @@ from tiered_memory.recall.query import (
     keywords,
     plan_query,
     proper_names,
+    query_terms,
     question_share,
 )
 from tiered_memory.recall.scoring import in_date_ranges, names_speaker, speaker_of
@@ -150,3 +152,12 @@ def test_plan_query_bundles_the_analysis():
     assert plan.dates == ((utc(2022, 6, 1), utc(2022, 7, 1)),)
     assert "caroline" in plan.terms and "when" not in plan.terms
     assert plan_query("what is it?").terms == ()
+
+
+def test_a_query_is_searched_by_its_first_terms_only():
+    # each of these is a keyword: every store ORs the terms, and a query of tens of thousands
+    # of them was too deep for PostgreSQL and slow for both (test_keyword_scripts.py)
+    words = [f"w{i}" for i in range(MAX_QUERY_TERMS + 50)]
+    assert plan_query(" ".join(words)).terms == tuple(words[:MAX_QUERY_TERMS])
+    assert query_terms(" ".join(words)) == words[:MAX_QUERY_TERMS]
+    assert query_terms("the tea, the tea") == ["tea"]

@@ -42,7 +42,7 @@ from ..embedding import embed, embed_query
 from ..errors import InvalidInputError
 from ..guard import usable
 from ..parts import Parts
-from ..recall.query import keywords
+from ..recall.query import query_terms
 from ..records import Item
 from ..store.repositories import ItemRepository
 from ..textcache import forget_texts
@@ -299,7 +299,7 @@ class ItemStore:
         n = min(max(cfg.candidates, n * 4), MAX_COUNT)
         qvec = (embed_query(self.parts.embedder, query) if vector is None else vector)[None, :]
         vec = self.index.query(qvec, user_id=user_id, k=n, layers=[LAYER])[0]
-        kw = self.db.keyword_items(user_id, keywords(query), n)
+        kw = self.db.keyword_items(user_id, query_terms(query), n)
         vec = best_parts(vec)
         candidates = {i.id: i for i in self._under(ns, [i for i, _ in vec] + [i for i, _ in kw])
                       if i.user_id == user_id and match_filter(i.value, filter)}

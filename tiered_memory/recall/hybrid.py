@@ -12,7 +12,7 @@ import numpy as np
 
 from ..config import RetrievalConfig
 from ..vector.base import VectorIndex
-from .query import keywords
+from .query import query_terms
 from .scoring import Fused, recency_score, rrf_fuse
 
 KeywordSearch = Callable[[list[str], int], list[tuple[str, float]]]
@@ -25,7 +25,7 @@ def candidates(index: VectorIndex, vector: np.ndarray, keyword_search: KeywordSe
     ``prefix`` (``"fact:"``) so both lists speak the record store's ids."""
     vec = [(i.removeprefix(prefix), s) for i, s in
            index.query(vector[None, :], user_id=user_id, k=n, layers=[layer])[0]]
-    terms = keywords(query)
+    terms = query_terms(query)
     return vec, keyword_search(terms, n) if terms else []
 
 

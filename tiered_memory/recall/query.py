@@ -77,6 +77,17 @@ def keywords(text: str) -> list[str]:
     return list(seen)
 
 
+#: the most keywords a query is searched by, its first: every store ORs them in one expression,
+#: and a document pasted as a query (each two characters of a CJK run a term: 30,000 of them)
+#: nests too deep for PostgreSQL's tsquery and costs seconds in either store. A question has tens.
+MAX_QUERY_TERMS = 1000
+
+
+def query_terms(text: str) -> list[str]:
+    """The keywords a query is searched by: its first :data:`MAX_QUERY_TERMS` :func:`keywords`."""
+    return keywords(text)[:MAX_QUERY_TERMS]
+
+
 # ---- query analysis ----------------------------------------------------------
 _MONTHS: dict[str, int] = {m.lower(): i for i, m in enumerate(calendar.month_name) if m}
 _MONTHS.update({m.lower(): i for i, m in enumerate(calendar.month_abbr) if m})
@@ -129,8 +140,8 @@ _ASKS_NAME = re.compile(
 class QueryPlan:
     """What recall reads from a query, without an LLM.
 
-    ``terms`` are the keywords (content words, stopwords dropped) each backend ORs in
-    its own syntax, ``names``
+    ``terms`` are the keywords (content words, stopwords dropped; the first
+    :data:`MAX_QUERY_TERMS`) each backend ORs in its own syntax, ``names``
     the proper names it mentions, ``dates`` the ``(start, end)`` epoch ranges of the
     dates it names, ``temporal`` whether it asks *when*, ``listing`` whether it asks for
     several things (:func:`is_listing_question`), ``answer`` the kind of answer it asks for
@@ -298,6 +309,6 @@ def _short_reaction(text: str) -> bool:
 def plan_query(text: str) -> QueryPlan:
     """Analyse a query: keyword expression, names, dates, whether it asks *when*, whether it
     asks for several things, and the kind of answer it asks for."""
-    return QueryPlan(text=text, terms=tuple(keywords(text)), names=proper_names(text),
+    return QueryPlan(text=text, terms=tuple(query_terms(text)), names=proper_names(text),
                      dates=date_ranges(text), temporal=is_temporal_question(text),
                      listing=is_listing_question(text), answer=answer_kind(text))
