@@ -148,6 +148,41 @@ def test_decide_resolution(cand: FactCandidate, related: list[tuple[Fact, float]
         assert res.method == "llm"
 
 
+@pytest.mark.parametrize("cand, related, judgement, expected", [
+    # another value: the slot's fact is replaced, as with no judge
+    (_cand("User lives in Porto", key="residence"), [(LISBON, 0.8)], Judgement(action="add"), ("invalidate", "a")),
+    # the same value in other words: known; said more fully: an update
+    (_cand("User moved to Lisbon", key="residence"), [(LISBON, 0.8)], Judgement(action="add"), ("noop", "a")),
+    (_cand("User lives in Lisbon, Portugal", key="residence"), [(LISBON, 0.9)], Judgement(action="add"),
+     ("update", "a")),
+    # a contradiction the judge finds in a fact of another slot would add it beside the slot's own
+    (_cand("User lives in Porto", key="residence"), [(SUSHI, 0.8), (LISBON, 0.6)],
+     Judgement(action="invalidate", target=1), ("invalidate", "a")),
+])
+def test_a_judges_new_fact_in_an_occupied_slot_is_resolved_by_the_slots_rule(
+        cand: FactCandidate, related: list[tuple[Fact, float]], judgement: Judgement,
+        expected: tuple[str, str | None]) -> None:
+    """A valid judgement won over the slot rule: the judge's "add" of "User lives in Porto"
+    beside "User lives in Lisbon" stored a second valid residence. A judgement that would add
+    the candidate as a new fact beside its slot's valid fact is the slot's rule's, and its
+    reason says the judge was overruled."""
+    res = decide_resolution(cand, related, same=0.95, merge=0.85, judgement=judgement)
+    assert (res.action, res.target_id) == expected
+    assert res.method == "rules" and f"the judge said {judgement.action}" in res.reason
+
+
+@pytest.mark.parametrize("cand, related, judgement", [
+    (_cand("User likes tea", key="pref:tea", type="preference"), [(LISBON, 0.6)], Judgement(action="add")),
+    (_cand("User lives in Porto", key="residence"), [(_fact("x", "User lives in Lisbon", key="residence",
+                                                             invalid=True), 0.8)], Judgement(action="add")),
+    (_cand("User lives in Porto", key="residence"), [(LISBON, 0.8)], Judgement(action="invalidate", target=1)),
+])
+def test_a_judgement_that_leaves_one_fact_in_the_slot_stands(cand: FactCandidate, related: list[tuple[Fact, float]],
+                                                             judgement: Judgement) -> None:
+    res = decide_resolution(cand, related, same=0.95, merge=0.85, judgement=judgement)
+    assert (res.action, res.method) == (judgement.action, "llm")
+
+
 def test_judged_update_uses_merged_text() -> None:
     res = decide_resolution(_cand("User likes salmon sushi"), [(SUSHI, 0.8)], same=0.95, merge=0.85,
                             judgement=Judgement(action="update", target=1, text="User likes sushi, salmon best"))

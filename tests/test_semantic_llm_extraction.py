@@ -151,6 +151,36 @@ def test_the_judge_still_resolves_a_fact_the_llm_says_in_a_slots_words(
     assert "User lives in Berlin" in [c for c in llm.calls if c.task == "resolve"][0].messages[1]["content"]
 
 
+@pytest.mark.parametrize("second, valid", [
+    ("User lives in Porto", ["User lives in Porto"]),  # another value: the slot's fact is replaced
+    ("User moved to Lisbon", ["User lives in Lisbon"]),  # the same value: known, nothing added
+])
+def test_a_judges_add_into_an_occupied_slot_leaves_one_fact_in_the_slot(
+        make_memory: Callable[..., TieredMemory], second: str, valid: list[str]) -> None:
+    """The judge's "add" of the model's "User lives in Porto", the slot's fact "User lives in
+    Lisbon" shown to it, stored a second valid residence (a valid judgement won over the slot
+    rule). The slot's rule decides such a judgement, and the history says the judge was overruled."""
+    llm = ScriptedLLM(by_task={"facts": [_llm_facts({"type": "fact", "text": "User lives in Lisbon"}),
+                                         _llm_facts({"type": "fact", "text": second})],
+                               "resolve": [{"action": "add"}], "episode": [EPISODE, EPISODE]})
+    memory = make_memory(llm=llm)
+    for sid in ("s1", "s2"):
+        memory.add("user", "Some news about me.", session_id=sid, user_id="u1")
+        memory.end_session(sid, user_id="u1")
+    assert "resolve" in llm.tasks()  # the judge was asked, and said add
+    assert [f.text for f in memory.facts("u1")] == valid
+    [lisbon] = [f for f in memory.facts("u1", include_invalid=True) if f.text == "User lives in Lisbon"]
+    if valid == ["User lives in Porto"]:
+        [porto] = memory.facts("u1")
+        assert (lisbon.valid, lisbon.superseded_by) == (False, porto.id)
+        [change] = [c for c in memory.fact_history("u1", lisbon.id) if c.action == "invalidate"]
+        assert "contradicts the fact in slot 'residence'" in change.details["reason"]
+        assert "the judge said add" in change.details["reason"] and change.details["method"] == "rules"
+        assert porto.metadata["resolution"] == "rules"
+    else:
+        assert len(memory.facts("u1", include_invalid=True)) == 1
+
+
 def _rewritten_into_a_slot_then(make_memory: Callable[..., TieredMemory], third: str) -> TieredMemory:
     """Three sessions of u1: "User is based in Paris" (of no slot), which a judge rewrites into
     "User lives in Paris" (an update, which kept the old fact's key, none); then ``third``

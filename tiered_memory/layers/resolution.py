@@ -2,9 +2,9 @@
 
 :func:`decide_resolution` answers ``add``, ``update`` (merge into an existing fact),
 ``invalidate`` (a contradiction) or ``noop``, from an LLM :class:`Judgement` when one is
-valid, else from the rules: the slot a fact names (``key``, from the extractive rules or
-:func:`~tiered_memory.slots.stated_slot`) decides first, cosine similarity
-only between facts of no other slot. :class:`~tiered_memory.layers.semantic.SemanticMemory`
+valid and leaves the candidate's slot one valid fact, else from the rules: the slot a fact
+names (``key``, from the extractive rules or :func:`~tiered_memory.slots.stated_slot`)
+decides first, cosine similarity only between facts of no other slot. :class:`~tiered_memory.layers.semantic.SemanticMemory`
 writes what it decides, and :func:`one_in_slot` for a fact an edit or a judge's rewrite moves
 into a slot; ``consolidate``'s merge plan uses :func:`other_slots` too.
 """
@@ -98,7 +98,10 @@ def decide_resolution(
 ) -> Resolution:
     """Resolve ``candidate`` against ``related`` (valid facts with cosine similarity), pure.
 
-    A valid LLM ``judgement`` wins; one that names a missing fact is ignored. Rules:
+    A valid LLM ``judgement`` wins, but for one that would store the candidate as a new fact
+    (``add``, or ``invalidate`` of another fact) beside a valid fact of its slot: a slot holds one
+    valid fact, so the slot's rule decides that one (its reason says the judge was overruled).
+    A judgement that names a missing fact is ignored. Rules:
     same slot (:func:`slot_of`: the ``key``, else the slot a fact's words name) with another
     value or polarity invalidates; the same value, in whatever
     words the rules read (:func:`~tiered_memory.slots.stated_value`: "User moved to
@@ -119,6 +122,11 @@ def decide_resolution(
         target = None
         if judgement.target is not None and 1 <= judgement.target <= len(ranked):
             target = ranked[judgement.target - 1][0]
+        adds = judgement.action == "add" or (judgement.action == "invalidate" and target is not None)
+        if adds and _occupied(candidate, ranked, but=target):  # a second valid fact in the slot: its rule's
+            ruled = decide_resolution(candidate, ranked, same=same, merge=merge)
+            return replace(ruled, reason=f"{ruled.reason}; the judge said {judgement.action}, but a slot "
+                                         "holds one valid fact")
         if judgement.action == "add":
             return Resolution(action="add", reason="llm judged it new", method="llm")
         if target is not None:
@@ -154,6 +162,12 @@ def decide_resolution(
         return Resolution(action="update", target_id=best.id, text=candidate.text,
                           reason=f"refines a similar fact (similarity {sim:.2f})")
     return Resolution(action="add", reason=f"nearest fact is different (similarity {sim:.2f})")
+
+
+def _occupied(candidate: FactCandidate, ranked: Sequence[tuple[Fact, float]], *, but: Fact | None) -> bool:
+    """Whether a valid fact of ``ranked`` other than ``but`` is in ``candidate``'s slot (pure)."""
+    return candidate.key is not None and any(
+        slot_of(f)[0] == candidate.key for f, _ in ranked if but is None or f.id != but.id)
 
 
 def one_in_slot(moved: Fact, rivals: Sequence[Fact], at: float, *, same: float, merge: float,
