@@ -55,7 +55,9 @@ class MemoryLayers(MemoryEngines):
     @usable
     def add_fact(self, text: str, *, user_id: str, type: str = "fact", confidence: float = 1.0,
                  metadata: Mapping[str, Any] | None = None) -> Fact:
-        """Add a fact through resolution (may update or invalidate a related one); returns the fact."""
+        """Add a fact through resolution (may update or invalidate a related one); returns the fact.
+        A known fact it states again (a no-op) or more fully (an update) is returned with
+        ``metadata``'s keys merged into its own, as :meth:`update_fact` merges them."""
         check_id(user_id, "user_id")
         check_fact_text(text)
         check_unit(confidence, "confidence")

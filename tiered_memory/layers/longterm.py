@@ -42,6 +42,7 @@ from .working import WorkingMemory
 
 log = logging.getLogger("tiered_memory")
 
+ADDED_KEYS = ("method", "resolution")  # the metadata keys add_fact writes of a fact it adds
 MAX_ERROR_CHARS = 500  # of a failed LLM call's error, kept in the metadata of what the rules made instead
 
 FACTS_PROMPT = """Task: facts
@@ -305,10 +306,14 @@ class Layers:
         cand = FactCandidate(type=type, text=text.strip(), confidence=float(confidence), key=key, polarity=polarity)
         meta = {**(metadata or {}), "method": "manual"}
         # as stored, within the limit: a fact stored over it would be left out of an export
-        check_metadata(stored_metadata(meta, "rules"), self.parts.config.max_metadata_bytes,
+        limit = self.parts.config.max_metadata_bytes
+        check_metadata(stored_metadata(meta, "rules"), limit,
                        "metadata with the keys add_fact adds ('method', 'resolution')")
+        # a fact already known keeps its own 'method' and 'resolution' (it was not added here)
+        given = {k: v for k, v in (metadata or {}).items() if k not in ADDED_KEYS}
         with self.facts.lock:  # the fact a no-op names is read before another thread may delete it
-            res, fact = self.facts.resolve_and_apply(user_id, cand, metadata=meta)
+            res, fact = self.facts.resolve_and_apply(user_id, cand, metadata=meta, given=given,
+                                                     max_metadata_bytes=limit)
             return fact if fact is not None else self.facts.get(user_id, res.target_id or "")
 
     # ---- maintenance --------------------------------------------------------------

@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -24,9 +24,9 @@ from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
 from .resolution import Judgement, Resolution, decide_resolution, one_in_slot, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
-from .changes import edit_details
+from .changes import edit_details, merge_metadata, metadata_details
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
-from ..validation import check_metadata, check_text
+from ..validation import check_text
 from ..vector.base import VectorIndex, VectorItem
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
@@ -130,21 +130,26 @@ class SemanticMemory:
             self.rows.settle_facts([(f.id, f.text, f.updated_at) for f in facts])
 
     def apply(self, user_id: str, candidate: FactCandidate, resolution: Resolution, *, target: Fact | None,
-              metadata: dict[str, Any] | None = None, at: float | None = None) -> Fact | None:
+              metadata: dict[str, Any] | None = None, at: float | None = None,
+              given: Mapping[str, Any] | None = None, max_metadata_bytes: int = 0) -> Fact | None:
         """Write a resolution; returns the fact added or changed (``None`` for a no-op). ``target``
-        is the fact it names as the caller read it under the lock (``None``: none named, or gone)."""
+        is the fact it names as the caller read it under the lock (``None``: none named, or gone).
+        ``metadata`` is a new fact's; ``given`` (``add_fact``'s caller's keys) is merged into the
+        fact an update or a no-op keeps, held to ``max_metadata_bytes`` as ``update_fact`` holds it."""
         now = time.time()
         at = now if at is None else at
         meta = stored_metadata(metadata, resolution.method)
         details = {"reason": resolution.reason, "method": resolution.method,
                    "source_ids": list(candidate.source_ids)}
+        given = given or {}
         with self.lock:
             if resolution.action == "noop":
                 if target is not None:
-                    self._said_again(target, candidate.source_ids, details, now)
+                    self._said_again(target, candidate.source_ids, details, now, given, max_metadata_bytes)
                 return None
             if resolution.action == "update":
                 old = _named(target, resolution)
+                kept = merge_metadata(old.metadata, given, max_metadata_bytes)  # past the limit: nothing written
                 text = resolution.text or old.text
                 sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
                 vector = embed(self.embedder, [text])[0]
@@ -152,8 +157,10 @@ class SemanticMemory:
                 rivals = self._rivals(old, text, key)
                 with self.rows.unit() as u:
                     u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
-                                  source_ids=sources, updated_at=now, vector=vector, key=key, polarity=polarity)
-                    log_change(u, user_id, old.id, "update", old.text, text, now, details)
+                                  source_ids=sources, metadata=kept, updated_at=now, vector=vector, key=key,
+                                  polarity=polarity)
+                    log_change(u, user_id, old.id, "update", old.text, text, now, {**details, **metadata_details(
+                        old.metadata, given, beside=details, max_bytes=max_metadata_bytes)})
                     gone = self._one_in_slot(u, replace(old, text=text, key=key, polarity=polarity), rivals,
                                              at, now, "a judge's rewrite")  # the slot's other facts
                     self.index.delete([f"fact:{old.id}", *gone])  # see edit: never a vector of the old text
@@ -184,18 +191,23 @@ class SemanticMemory:
             self._settle([fact])
             return fact
 
-    def _said_again(self, old: Fact, source_ids: Sequence[str], details: dict[str, Any], now: float) -> None:
+    def _said_again(self, old: Fact, source_ids: Sequence[str], details: dict[str, Any], now: float,
+                    given: Mapping[str, Any], max_metadata_bytes: int) -> None:
         """A known fact stated again (``old``, as read under the lock): the turns that said it join
-        its sources (a context citing facts by their sources reaches them) and it counts as
-        updated now (a fact the user keeps saying is not stale); a ``confirm`` entry in its
-        history names the turns."""
+        its sources (a context citing facts by their sources reaches them), the metadata ``given``
+        with it is merged into its own, and it counts as updated now (a fact the user keeps saying
+        is not stale); a ``confirm`` entry in its history names the turns and the keys. Neither
+        new: nothing is written."""
         new = [s for s in dict.fromkeys(source_ids) if s not in old.source_ids]
-        if not old.valid or not new:
+        kept = merge_metadata(old.metadata, given, max_metadata_bytes)
+        if not old.valid or (not new and kept == old.metadata):
             return
+        details = {**details, "source_ids": new}
         with self.rows.unit() as u:
             u.absorb_facts(old.id, source_ids=[*old.source_ids, *new], access_count=0, last_access=None,
-                           updated_at=now)
-            log_change(u, old.user_id, old.id, "confirm", old.text, old.text, now, {**details, "source_ids": new})
+                           updated_at=now, metadata=None if kept == old.metadata else kept)
+            log_change(u, old.user_id, old.id, "confirm", old.text, old.text, now, {**details, **metadata_details(
+                old.metadata, given, beside=details, max_bytes=max_metadata_bytes)})
 
     def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:
         """Store ``fact`` as already invalid, superseded by the ``newer`` fact it contradicts
@@ -212,7 +224,9 @@ class SemanticMemory:
 
     def resolve_and_apply(self, user_id: str, candidate: FactCandidate, *, metadata: dict[str, Any] | None = None,
                           judgement: Judgement | None = None, related: Sequence[tuple[Fact, float]] | None = None,
-                          at: float | None = None) -> tuple[Resolution, Fact | None]:
+                          at: float | None = None, given: Mapping[str, Any] | None = None,
+                          max_metadata_bytes: int = 0) -> tuple[Resolution, Fact | None]:
+        """Resolve ``candidate`` and write it (:meth:`apply`, which takes the other arguments)."""
         check_type(candidate.type, optional=False)
         if related is None:
             related = self.related(user_id, candidate.text, self.config.related_k, candidate.key)
@@ -227,7 +241,8 @@ class SemanticMemory:
                 res = decide_resolution(candidate, current, same=self.config.same_similarity,
                                         merge=self.config.merge_similarity)
                 target = next((f for f, _ in current if f.id == res.target_id), None)  # as just read
-            return res, self.apply(user_id, candidate, res, target=target, metadata=metadata, at=at)
+            return res, self.apply(user_id, candidate, res, target=target, metadata=metadata, at=at, given=given,
+                                   max_metadata_bytes=max_metadata_bytes)
 
     def edit(self, user_id: str, fact_id: str, *, max_metadata_bytes: int, text: str | None = None,
              type: str | None = None, confidence: float | None = None,
@@ -244,9 +259,7 @@ class SemanticMemory:
         with self.lock:
             old = self.get(user_id, fact_id)
             new_text = old.text if text is None else text.strip()
-            new_meta = {**old.metadata, **(metadata or {})}
-            if metadata:
-                check_metadata(new_meta, max_metadata_bytes, "the fact's metadata with this change")
+            new_meta = merge_metadata(old.metadata, metadata, max_metadata_bytes)
             if (new_text, type or old.type, old.confidence if confidence is None else confidence, new_meta) == (
                     old.text, old.type, old.confidence, old.metadata):
                 return old  # nothing changes: no write, no history entry, the update time stays

@@ -115,11 +115,12 @@ class LayerUnit:
                   (*fact_to_row(fact), to_blob(vector), fact.invalid_at is not None))
 
     def revise_fact(self, user_id: str, fact_id: str, *, text: str, confidence: float, source_ids: Sequence[str],
-                    updated_at: float, vector: np.ndarray, key: str | None, polarity: int) -> None:
-        self._run("UPDATE facts SET text=?, confidence=?, source_ids=?, updated_at=?, vector=?, indexed=FALSE,"
-                  " key=?, polarity=? WHERE user_id=? AND id=?",
-                  (text, confidence, dumps(list(source_ids)), updated_at, to_blob(vector), key, polarity, user_id,
-                   fact_id))
+                    metadata: Mapping[str, Any], updated_at: float, vector: np.ndarray, key: str | None,
+                    polarity: int) -> None:
+        self._run("UPDATE facts SET text=?, confidence=?, source_ids=?, metadata=?, updated_at=?, vector=?,"
+                  " indexed=FALSE, key=?, polarity=? WHERE user_id=? AND id=?",
+                  (text, confidence, dumps(list(source_ids)), dumps(dict(metadata)), updated_at, to_blob(vector),
+                   key, polarity, user_id, fact_id))
 
     def edit_fact(self, user_id: str, fact_id: str, *, text: str, type: str, confidence: float,
                   metadata: Mapping[str, Any], key: str | None, polarity: int, updated_at: float,
@@ -136,12 +137,13 @@ class LayerUnit:
                   (at, superseded_by, updated_at, user_id, fact_id))
 
     def absorb_facts(self, fact_id: str, *, source_ids: Sequence[str], access_count: int,
-                     last_access: float | None, updated_at: float) -> None:
+                     last_access: float | None, updated_at: float, metadata: Mapping[str, Any] | None = None) -> None:
         # the later of the two last accesses, in the UPDATE: an access flushed since the read counts
         self._run("UPDATE facts SET source_ids=?, access_count=access_count+?, updated_at=?,"
                   " last_access=CASE WHEN last_access IS NULL OR last_access < ? THEN COALESCE(?, last_access)"
-                  " ELSE last_access END WHERE id=?",
-                  (dumps(list(source_ids)), access_count, updated_at, last_access, last_access, fact_id))
+                  " ELSE last_access END" + ("" if metadata is None else ", metadata=?") + " WHERE id=?",
+                  (dumps(list(source_ids)), access_count, updated_at, last_access, last_access,
+                   *([] if metadata is None else [dumps(dict(metadata))]), fact_id))
 
     def delete_fact(self, user_id: str, fact_id: str) -> None:
         self._run("DELETE FROM facts WHERE user_id=? AND id=?", (user_id, fact_id))

@@ -41,9 +41,11 @@ class FactWrites(AuditWrites, Protocol):
     def insert_fact(self, fact: Fact, vector: np.ndarray | None) -> None: ...
 
     def revise_fact(self, user_id: str, fact_id: str, *, text: str, confidence: float, source_ids: Sequence[str],
-                    updated_at: float, vector: np.ndarray, key: str | None, polarity: int) -> None:
-        """New evidence refines a fact: text, confidence, sources and vector change, and its slot
-        (``key``, ``polarity``: a fact of no slot rewritten in a slot's words is in that slot)."""
+                    metadata: Mapping[str, Any], updated_at: float, vector: np.ndarray, key: str | None,
+                    polarity: int) -> None:
+        """New evidence refines a fact: text, confidence, sources, metadata (``add_fact``'s caller's
+        keys merged in) and vector change, and its slot (``key``, ``polarity``: a fact of no slot
+        rewritten in a slot's words is in that slot)."""
 
     def edit_fact(self, user_id: str, fact_id: str, *, text: str, type: str, confidence: float,
                   metadata: Mapping[str, Any], key: str | None, polarity: int, updated_at: float,
@@ -55,9 +57,10 @@ class FactWrites(AuditWrites, Protocol):
                         updated_at: float) -> None: ...
 
     def absorb_facts(self, fact_id: str, *, source_ids: Sequence[str], access_count: int,
-                     last_access: float | None, updated_at: float) -> None:
-        """A merge keeper takes the sources and ``access_count`` more accesses of its duplicates,
-        and their ``last_access`` where it is later than its own (``None``: none of them was read)."""
+                     last_access: float | None, updated_at: float, metadata: Mapping[str, Any] | None = None) -> None:
+        """A merge keeper (or a fact said again) takes the sources and ``access_count`` more
+        accesses of its duplicates, and their ``last_access`` where it is later than its own
+        (``None``: none of them was read); ``metadata``, where given, replaces its own."""
 
     def delete_fact(self, user_id: str, fact_id: str) -> None: ...
 
