@@ -139,9 +139,9 @@ def _line_objects(store: RecordStore, user_id: str | None, rows: LayerRepository
         return
     users = [user_id] if user_id is not None else sorted(rows.layer_users())
     for user in users:
-        history: dict[str, list[Any]] = {}
-        for change in rows.fact_history(user):
-            history.setdefault(change.fact_id, []).append(change)
+        history: dict[str, list[Any]] = {}  # each entry with its place in the user's history
+        for n, change in enumerate(rows.fact_history(user)):
+            history.setdefault(change.fact_id, []).append((n, change))
         for fact in rows.facts_of(user, include_invalid=True):
             yield fact_line(fact, history.pop(fact.id, []), FORMAT)
         for fact_id, changes in history.items():  # facts deleted, merged or pruned

@@ -4,7 +4,9 @@ memory (items and scratchpads), as :mod:`.portable` writes and reads them. Pure:
 to line objects and back, every field checked.
 
 A fact line is ``{"format", "type": "fact", "fact": {every field of Fact}, "history":
-[{every field of FactChange}, ...]}``; an episode line is ``{"format", "type":
+[{every field of FactChange, "seq"}, ...]}``: ``seq`` is the entry's place in its user's
+history (0 first; the dump groups it by fact), which the import writes it back in (an export
+before 2026-12 has none: its entries are written by time); an episode line is ``{"format", "type":
 "episode", "episode": {every field of Episode}, "points": [key point texts]}``; an item
 line (the LangGraph store) is ``{"format", "type": "item", "item": {every field of Item,
 the namespace as a list}, "ttl_minutes": number or null, "expires_at": number or null}``; an
@@ -13,7 +15,7 @@ a working-memory item ``{"format", "type": "working", "working": {every field of
 WorkingItem but the ranking ``score``}}`` and a scratchpad ``{"format", "type":
 "scratchpad", "scratchpad": {every field of SessionPad}}``. The history of a fact the dump
 holds no line for (deleted, or hidden by a merge or a prune) is ``{"format", "type":
-"fact_history", "user_id", "fact_id", "history": [{every field of FactChange}, ...]}``, and
+"fact_history", "user_id", "fact_id", "history": [{every field of FactChange, "seq"}, ...]}``, and
 an entry of the audit log ``{"format", "type": "audit", "audit": {every field of AuditEntry}}``.
 How far ``end_session`` has summarised a session is ``{"format", "type": "cursor", "cursor":
 {"user_id", "session_id", "through"}}``: ``through`` is the id of the last turn it covers (a
@@ -38,6 +40,7 @@ from .records import AUDIT_LAYERS, ArchivedTurn, AuditEntry, Episode, Fact, Fact
 from .validation import (MAX_COUNT, MAX_ID_LENGTH, check_content, check_id, check_message_id, check_metadata,
                          check_optional_id, check_role, check_text, check_unit, encodable, encode_json, to_epoch)
 
+Numbered = tuple[int | None, FactChange]  # a history entry and its place in its user's history, if the line says
 MAX_POINTS = 10_000  # key points, entities, source ids... of one record
 # a stored fact's or episode's text: at most this many turns' worth. The extractive rules join
 # up to three sentences of turns into a summary, consolidation promotes a summary to a fact, and
@@ -48,7 +51,7 @@ LAYER_TEXT_TURNS = 4
 @dataclass(frozen=True, kw_only=True)
 class FactRecord:
     fact: Fact
-    history: list[FactChange]
+    history: list[Numbered]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,7 +60,7 @@ class HistoryRecord:
 
     user_id: str
     fact_id: str
-    history: list[FactChange]
+    history: list[Numbered]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,13 +85,18 @@ class ItemRecord:
     expires_at: float | None
 
 
-def fact_line(fact: Fact, history: Sequence[FactChange], fmt: str) -> dict[str, Any]:
-    return {"format": fmt, "type": "fact", "fact": asdict(fact), "history": [asdict(c) for c in history]}
+def fact_line(fact: Fact, history: Sequence[tuple[int, FactChange]], fmt: str) -> dict[str, Any]:
+    """``history``: the fact's entries, each with its place in its user's history."""
+    return {"format": fmt, "type": "fact", "fact": asdict(fact), "history": _entries(history)}
 
 
-def history_line(user_id: str, fact_id: str, history: Sequence[FactChange], fmt: str) -> dict[str, Any]:
+def history_line(user_id: str, fact_id: str, history: Sequence[tuple[int, FactChange]], fmt: str) -> dict[str, Any]:
     return {"format": fmt, "type": "fact_history", "user_id": user_id, "fact_id": fact_id,
-            "history": [asdict(c) for c in history]}
+            "history": _entries(history)}
+
+
+def _entries(history: Sequence[tuple[int, FactChange]]) -> list[dict[str, Any]]:
+    return [{**asdict(c), "seq": n} for n, c in history]
 
 
 def audit_line(entry: AuditEntry, fmt: str) -> dict[str, Any]:
@@ -185,11 +193,16 @@ def _line_keys(obj: Mapping[str, Any], record: str, extra: str = "") -> None:
 
 
 # ---- lines to records ------------------------------------------------------------------
-def parse_change(obj: object, fact_id: str, *, max_chars: int, max_metadata_bytes: int) -> FactChange:
+def parse_change(obj: object, fact_id: str, *, max_chars: int, max_metadata_bytes: int) -> Numbered:
+    """A history entry and its place in its user's history (``None``: an export before they said)."""
+    seq = None
+    if isinstance(obj, dict) and "seq" in obj:
+        seq = _int(obj["seq"], "history seq", minimum=0)
+        obj = {k: v for k, v in obj.items() if k != "seq"}
     d = _fields(obj, FactChange, "history entry", ("fact_id", "action", "at"))
     if d["fact_id"] != fact_id:
         raise InvalidInputError(f"a history entry of fact {fact_id!r} names fact {d['fact_id']!r}")
-    return FactChange(fact_id=fact_id, action=str(_text(d["action"], "history action", MAX_ID_LENGTH)),
+    return seq, FactChange(fact_id=fact_id, action=str(_text(d["action"], "history action", MAX_ID_LENGTH)),
                       old_text=_text(d.get("old_text"), "history old_text", max_chars, optional=True),
                       new_text=_text(d.get("new_text"), "history new_text", max_chars, optional=True),
                       at=_required_time(d["at"], "history at"),
@@ -223,7 +236,7 @@ def parse_fact(obj: Mapping[str, Any], *, max_chars: int, max_metadata_bytes: in
                                                   max_metadata_bytes=max_metadata_bytes))
 
 
-def _history(history: object, fact_id: str, *, max_chars: int, max_metadata_bytes: int) -> list[FactChange]:
+def _history(history: object, fact_id: str, *, max_chars: int, max_metadata_bytes: int) -> list[Numbered]:
     if not isinstance(history, list) or len(history) > MAX_POINTS:
         raise InvalidInputError(f"history must be a list of at most {MAX_POINTS:,} entries")
     return [parse_change(c, fact_id, max_chars=max_chars, max_metadata_bytes=max_metadata_bytes) for c in history]

@@ -14,8 +14,8 @@ from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
 from .layers.working import restore as restore_working_items
-from .portable_layers import CursorRecord, EpisodeRecord, FactRecord, HistoryRecord, ItemRecord
-from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
+from .portable_layers import CursorRecord, EpisodeRecord, FactRecord, HistoryRecord, ItemRecord, Numbered
+from .records import ArchivedTurn, AuditEntry, FactChange, SessionPad, WorkingItem
 
 Counts = tuple[int, int]  # (written, skipped as already stored)
 
@@ -23,15 +23,27 @@ Counts = tuple[int, int]  # (written, skipped as already stored)
 def restore_facts(layers: Layers, facts: list[FactRecord], histories: list[HistoryRecord]) -> tuple[Counts, Counts]:
     """The facts (with their history) and the histories of facts no longer stored whose ids
     neither a fact row nor the history holds yet (a fact deleted since the export is not
-    brought back, nor its trail written twice); in one write, so the history keeps its order
-    by time."""
+    brought back, nor its trail written twice); in one write, after the history the store
+    holds, in the order of the exported one (:func:`history_order`)."""
     ids = [*(r.fact.id for r in facts), *(r.fact_id for r in histories)]  # one lookup of each kind
     held = {**layers.rows.fact_owners(ids), **layers.rows.history_owners(ids)}
-    new = [(r.fact, r.history) for r in facts if r.fact.id not in held]
-    gone = [(r.user_id, r.history) for r in histories if r.fact_id not in held]
+    new = [r for r in facts if r.fact.id not in held]
+    gone = [r for r in histories if r.fact_id not in held]
     if new or gone:
-        layers.facts.restore(new, gone)
+        layers.facts.restore([r.fact for r in new], history_order(
+            [*((r.fact.user_id, entry) for r in new for entry in r.history),
+             *((r.user_id, entry) for r in gone for entry in r.history)]))
     return (len(new), len(facts) - len(new)), (len(gone), len(histories) - len(gone))
+
+
+def history_order(entries: list[tuple[str, Numbered]]) -> list[tuple[str, FactChange]]:
+    """(user, entry) in the order a user's history read when exported: by each entry's place
+    in it (``seq``: a dump groups the history by fact, and entries of one time, such as an edit
+    and the invalidation it causes, or entries written out of time order, keep theirs); a dump
+    whose entries do not all say it (an export before they did), by time, stable (pure)."""
+    numbered = all(seq is not None for _, (seq, _) in entries)
+    ordered = sorted(entries, key=lambda e: e[1][0] or 0) if numbered else sorted(entries, key=lambda e: e[1][1].at)
+    return [(user, change) for user, (_, change) in ordered]
 
 
 def restore_episodes(parts: Parts, layers: Layers, episodes: list[EpisodeRecord]) -> Counts:

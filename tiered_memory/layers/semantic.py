@@ -313,27 +313,23 @@ class SemanticMemory:
                 log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {})
             self.index.delete([f"fact:{fact_id}"])
 
-    def restore(self, facts: Sequence[tuple[Fact, Sequence[FactChange]]],
-                histories: Sequence[tuple[str, Sequence[FactChange]]] = ()) -> int:
-        """Write facts as they were exported, with their history, in one transaction: no
+    def restore(self, facts: Sequence[Fact], history: Sequence[tuple[str, FactChange]] = ()) -> int:
+        """Write facts as they were exported, and (user, entry) of their history and of facts no
+        longer stored (deleted, merged, pruned) in the order given, in one transaction: no
         resolution; ids, times, validity and access counts kept, and a fact exported without a
-        key in the slot its words name (:func:`~.resolution.slotted`). ``histories``: (user, history)
-        of facts no longer stored (deleted, merged, pruned). All history goes in by time
-        (stable), so a user's whole audit trail reads in its first order. Vectors are
+        key in the slot its words name (:func:`~.resolution.slotted`). Vectors are
         recomputed; only valid facts go into the vector index (as :meth:`apply` leaves it).
         The caller skips ids already stored."""
-        facts = [(slotted(f), history) for f, history in facts]
-        vecs = embed_batched(self.embedder, [f.text for f, _ in facts])
-        changes = sorted([*((f.user_id, c) for f, history in facts for c in history),
-                          *((user, c) for user, history in histories for c in history)], key=lambda uc: uc[1].at)
+        facts = [slotted(f) for f in facts]
+        vecs = embed_batched(self.embedder, [f.text for f in facts])
         with self.lock:
             with self.rows.unit() as u:
-                for (fact, _), vector in zip(facts, vecs):
+                for fact, vector in zip(facts, vecs):
                     u.insert_fact(fact, vector)
-                for user_id, change in changes:
+                for user_id, change in history:
                     u.record_history(user_id, change)
-            self._upsert_vectors([(f, v) for (f, _), v in zip(facts, vecs) if f.valid])
-            self._settle([f for f, _ in facts if f.valid])
+            self._upsert_vectors([(f, v) for f, v in zip(facts, vecs) if f.valid])
+            self._settle([f for f in facts if f.valid])
         return len(facts)
 
     def reindex(self, user_id: str | None = None) -> int:
