@@ -12,13 +12,15 @@ committed while the other worker stores a turn of the session and ends it.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
 import psycopg
 import pytest
 
-from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory import Episode, StaticEmbedder, TieredMemory
+from tiered_memory.testing import HeldEmbedder
 
 pytestmark = [pytest.mark.servers, pytest.mark.timeout(300)]  # a hang fails instead of blocking the suite
 
@@ -69,6 +71,50 @@ def test_a_turn_committed_after_another_workers_later_turn_is_summarised(
         covered = {i for ep in one.episodes("ana", "s") for i in ep.source_ids}
         assert len(stored) == 4
         assert stored - covered == set(), "turns no episode covers"
+    finally:
+        one.close()
+        two.close()
+
+
+def test_two_workers_ending_a_session_cover_each_turn_once(make_postgres_url: Callable[[], str],
+                                                           tmp_path: Path) -> None:
+    """One worker reads the session's turns and is held before it writes its episode; a turn
+    commits; the other worker reads every turn and is held too; the first writes, then the
+    second. The second's episode covered the first's turns again (it checked only that its own
+    last turn was not covered yet): it writes one of the new turn alone."""
+    url = make_postgres_url()
+    held = {name: HeldEmbedder(StaticEmbedder()) for name in ("one", "two")}
+    one = TieredMemory(tmp_path / "one", record_store=url, embedder=held["one"])
+    two = TieredMemory(tmp_path / "two", record_store=url, embedder=held["two"])
+    try:
+        one.add_many([{"role": "user", "content": "I moved to Lisbon last spring"},
+                      {"role": "assistant", "content": "How do you like it?"}], user_id="ana", session_id="s")
+        ended: dict[str, Any] = {}
+
+        def end(name: str, memory: TieredMemory) -> threading.Thread:
+            def run() -> None:
+                try:
+                    ended[name] = memory.end_session("s", user_id="ana")
+                except BaseException as e:  # surfaced by the test
+                    ended[name] = e
+            held[name].hold()  # its first embedding (of what it read) waits for release()
+            thread = threading.Thread(target=run)
+            thread.start()
+            assert held[name].entered.wait(60), f"{name} never embedded what it read"
+            return thread
+
+        first = end("one", one)  # read the two turns
+        two.add("user", "I sail on weekends", user_id="ana", session_id="s")
+        second = end("two", two)  # read the three
+        held["one"].release()
+        first.join()
+        held["two"].release()
+        second.join()
+        assert all(isinstance(e, Episode) for e in ended.values()), ended
+        stored = [m.id for m in one.get_messages("s", user_id="ana")]
+        covered = Counter(i for ep in one.episodes("ana", "s") for i in ep.source_ids)
+        assert covered == Counter(stored), "each turn in exactly one episode"
+        assert ended["two"].source_ids == stored[2:]  # what was left once one's episode was written
     finally:
         one.close()
         two.close()

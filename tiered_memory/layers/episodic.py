@@ -181,9 +181,15 @@ class EpisodicMemory:
         return self.rows.episodes_by_ids(user_id, ids)
 
     def save(self, user_id: str, session_id: str, draft: EpisodeDraft, messages: Sequence[StoredMessage],
-             metadata: dict[str, Any], audit: tuple[str, float] | None = None) -> Episode:
+             metadata: dict[str, Any], audit: tuple[str, float] | None = None) -> Episode | None:
         """Store the episode and advance the session's coverage cursor in one transaction, with
-        an audit log entry when ``audit`` (action, time) is given, only if this call made the episode."""
+        an audit log entry when ``audit`` (action, time) is given, only if this call made the episode.
+
+        ``messages`` are the session's turns above the cursor when the caller read it; another
+        worker may have written an episode since (the cursor is checked again under the session's
+        lock). One that covers them all is returned instead; one that covers some of them only
+        (it read fewer: a turn committed between the two reads) leaves this episode unwritten, as
+        it would cover those turns twice: ``None``, and the caller summarises what is left."""
         now = time.time()
         ep = Episode(id=uuid.uuid4().hex, user_id=user_id, session_id=session_id, summary=draft.summary,
                      entities=list(draft.entities), decisions=list(draft.decisions),
@@ -193,15 +199,17 @@ class EpisodicMemory:
                      metadata=dict(metadata), created_at=now)
         points = ep.key_points()
         vectors = embed(self.embedder, points)
-        last_seq = max(m.seq for m in messages)
-        def write() -> Episode:
+        first_seq, last_seq = min(m.seq for m in messages), max(m.seq for m in messages)
+
+        def write() -> Episode | None:
             with self.lock:
                 with self.rows.unit() as u:
                     u.lock_session(user_id, session_id)
-                    # another worker got there first: its episode covers these messages
-                    done = u.latest_episode(user_id, session_id) if u.cursor(user_id, session_id) >= last_seq else None
-                    if done is not None:
-                        return done
+                    cursor = u.cursor(user_id, session_id)
+                    if cursor >= last_seq:  # another worker got there first: its episode covers these messages
+                        return u.latest_episode(user_id, session_id)
+                    if cursor >= first_seq:  # ... some of them: the rest are summarised again, alone
+                        return None
                     u.insert_episode(ep, [(f"ep:{ep.id}:{n}", p) for n, p in enumerate(points)])
                     u.advance_cursor(user_id, session_id, last_seq)
                     if audit is not None:
@@ -211,7 +219,7 @@ class EpisodicMemory:
                 self._settle([ep.id])
             return ep
 
-        written: Episode = self.jointly(write)
+        written: Episode | None = self.jointly(write)
         return written
 
     def restore(self, episodes: Sequence[tuple[Episode, Sequence[str]]], covered: dict[tuple[str, str], int]) -> int:

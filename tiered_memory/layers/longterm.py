@@ -224,30 +224,44 @@ class Layers:
         lock = self._session_lock(user_id, session_id)
         lock.acquire()
         try:
-            msgs = self._uncovered(user_id, session_id, evicted_only)
-            if not msgs:
-                done = self.episodes.select(user_id, session_id)
-                if done or evicted_only:
-                    return done[-1] if done else None
-                if self.rows.cursor(user_id, session_id):  # covered by an episode since deleted
-                    raise NotFoundError(f"session {session_id!r} has no turns left to summarise: the episode "
-                                        "that covered them was deleted (delete_episode), and they stay covered")
-                raise NotFoundError(f"session {session_id!r} has no messages for this user")
-            # a model reads one transcript: of more turns than it holds, an episode a span, oldest
-            # first, each span's coverage committed with its episode (a failure leaves the rest for
-            # the next call); the rules read every turn at once
-            episode: Episode | None = None
-            for span in transcript_spans(msgs) if self.llm is not None else [msgs]:
-                # both LLM calls before any write: a strict-mode failure of the episode leaves no fact
-                # behind; facts are stored before the episode, so a crash between the two leaves the turns
-                # uncovered and end_session redoes both (facts merge on the second pass)
-                found, meta = self.candidates(span)
-                draft, ep_meta = self.compress(span)
-                self.ingest(user_id, found, meta, span)
-                episode = self.episodes.save(user_id, session_id, draft, span, ep_meta, audit=audit)
-            return episode
+            # another worker (process) may end the session meanwhile: an episode of ours that would
+            # cover some of its turns again is not written, and what it left is read again (each
+            # pass reads above a cursor that moved, so this ends)
+            while True:
+                msgs = self._uncovered(user_id, session_id, evicted_only)
+                if not msgs:
+                    done = self.episodes.select(user_id, session_id)
+                    if done or evicted_only:
+                        return done[-1] if done else None
+                    if self.rows.cursor(user_id, session_id):  # covered by an episode since deleted
+                        raise NotFoundError(f"session {session_id!r} has no turns left to summarise: the episode "
+                                            "that covered them was deleted (delete_episode), and they stay covered")
+                    raise NotFoundError(f"session {session_id!r} has no messages for this user")
+                episode = self._summarise(user_id, session_id, msgs, audit)
+                if episode is not None:
+                    return episode
         finally:
             lock.release()
+
+    def _summarise(self, user_id: str, session_id: str, msgs: Sequence[StoredMessage],
+                   audit: tuple[str, float] | None) -> Episode | None:
+        """Facts and episodes of ``msgs``; the newest episode, or ``None`` when another worker's
+        episode covers some of them first (what is left is for the caller to read again)."""
+        # a model reads one transcript: of more turns than it holds, an episode a span, oldest
+        # first, each span's coverage committed with its episode (a failure leaves the rest for
+        # the next call); the rules read every turn at once
+        episode: Episode | None = None
+        for span in transcript_spans(msgs) if self.llm is not None else [msgs]:
+            # both LLM calls before any write: a strict-mode failure of the episode leaves no fact
+            # behind; facts are stored before the episode, so a crash between the two leaves the turns
+            # uncovered and end_session redoes both (facts merge on the second pass)
+            found, meta = self.candidates(span)
+            draft, ep_meta = self.compress(span)
+            self.ingest(user_id, found, meta, span)
+            episode = self.episodes.save(user_id, session_id, draft, span, ep_meta, audit=audit)
+            if episode is None:
+                return None
+        return episode
 
     def _uncovered(self, user_id: str, session_id: str, evicted_only: bool) -> list[StoredMessage]:
         cursor = self.rows.cursor(user_id, session_id)
