@@ -21,7 +21,8 @@ def test_a_forked_child_gets_a_usage_error_not_a_hang(make_memory: Callable[...,
         code = 0
         for call in (lambda: memory.add("user", "x", session_id="s", user_id="u"),
                      lambda: memory.search("where?", user_id="u"),
-                     lambda: memory.build_context("where?", user_id="u", session_id="s")):
+                     lambda: memory.build_context("where?", user_id="u", session_id="s"),
+                     lambda: _with_block(memory)):
             try:
                 call()
                 code = 1
@@ -44,6 +45,11 @@ def test_a_forked_child_gets_a_usage_error_not_a_hang(make_memory: Callable[...,
     # the parent's memory is untouched by the child's close
     assert [m.content for m in memory.get_messages("s", user_id="u")] == ["I live in Lisbon"]
     memory.add("user", "still works", session_id="s", user_id="u")
+
+
+def _with_block(memory: TieredMemory) -> None:
+    with memory:
+        pass
 
 
 def _exit_code_of(pid: int) -> int:
@@ -118,6 +124,28 @@ async def test_the_async_twin_refuses_too(make_memory: Callable[..., TieredMemor
     memory.close()
     with pytest.raises(UsageError, match="closed"):
         await memory.asearch("x", user_id="u")
+
+
+def test_a_with_block_on_a_closed_memory_is_refused_before_it_runs(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("closed-with")
+    memory.close()
+    ran = []
+    with pytest.raises(UsageError, match="closed"):
+        with memory:
+            ran.append("the block")
+    assert ran == []
+
+
+async def test_an_async_with_block_on_a_closed_memory_is_refused_before_it_runs(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("closed-async-with")
+    await memory.aclose()
+    ran = []
+    with pytest.raises(UsageError, match="closed"):
+        async with memory:
+            ran.append("the block")
+    assert ran == []
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX only")

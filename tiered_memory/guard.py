@@ -43,15 +43,27 @@ class Calls:
         """True in a thread that is running a call."""
         return bool(getattr(self._depth, "n", 0))
 
-    def _enter(self, *, here: bool) -> None:
-        """Count a call (``here``: run by this thread, now): refused once :meth:`close` has begun
-        (unless made by a running call), or in a forked child (checked before the lock, which
-        the fork may have left held)."""
+    @contextlib.contextmanager
+    def _open(self) -> Iterator[None]:
+        """The block runs under the lock if a call may start now: refused once :meth:`close`
+        has begun (unless made by a running call), or in a forked child (checked before the
+        lock, which the fork may have left held)."""
         if self.forked():
             raise forked_error(self._pid)
-        with self._cond:  # checked and counted at once: close() cannot slip in between
+        with self._cond:
             if self._closed and not self.inside():
                 raise closed_error()
+            yield
+
+    def check(self) -> None:
+        """Refuse as a call would be refused, counting nothing: ``with memory:`` on a closed
+        memory, or one inherited through ``fork``, fails at its start, not at its first call."""
+        with self._open():
+            pass
+
+    def _enter(self, *, here: bool) -> None:
+        """Count a call (``here``: run by this thread, now), if one may start (:meth:`_open`)."""
+        with self._open():  # checked and counted at once: close() cannot slip in between
             if here:
                 self._hold()
             self._running += 1

@@ -246,6 +246,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
                 self._lock.release()
 
     def __enter__(self) -> "TieredMemory":
+        self._calls.check()  # a closed memory's block would fail at its first call
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -259,6 +260,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         return await open_in_thread(cls, path, **options)
 
     async def __aenter__(self) -> "TieredMemory":
+        self._calls.check()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
