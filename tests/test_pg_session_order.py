@@ -76,12 +76,14 @@ def test_a_turn_committed_after_another_workers_later_turn_is_summarised(
         two.close()
 
 
+@pytest.mark.parametrize("saves_first", ["one", "two"])
 def test_two_workers_ending_a_session_cover_each_turn_once(make_postgres_url: Callable[[], str],
-                                                           tmp_path: Path) -> None:
+                                                           tmp_path: Path, saves_first: str) -> None:
     """One worker reads the session's turns and is held before it writes its episode; a turn
-    commits; the other worker reads every turn and is held too; the first writes, then the
-    second. The second's episode covered the first's turns again (it checked only that its own
-    last turn was not covered yet): it writes one of the new turn alone."""
+    commits; the other worker reads every turn and is held too. When the first writes first,
+    the second's episode covered the first's turns again (it checked only that its own last
+    turn was not covered yet): it writes one of the new turn alone. When the second writes
+    first, the first returns its episode."""
     url = make_postgres_url()
     held = {name: HeldEmbedder(StaticEmbedder()) for name in ("one", "two")}
     one = TieredMemory(tmp_path / "one", record_store=url, embedder=held["one"])
@@ -106,15 +108,19 @@ def test_two_workers_ending_a_session_cover_each_turn_once(make_postgres_url: Ca
         first = end("one", one)  # read the two turns
         two.add("user", "I sail on weekends", user_id="ana", session_id="s")
         second = end("two", two)  # read the three
-        held["one"].release()
-        first.join()
-        held["two"].release()
-        second.join()
+        threads = {"one": first, "two": second}
+        for name in ("one", "two") if saves_first == "one" else ("two", "one"):
+            held[name].release()
+            threads[name].join()
         assert all(isinstance(e, Episode) for e in ended.values()), ended
         stored = [m.id for m in one.get_messages("s", user_id="ana")]
-        covered = Counter(i for ep in one.episodes("ana", "s") for i in ep.source_ids)
+        episodes = one.episodes("ana", "s")
+        covered = Counter(i for ep in episodes for i in ep.source_ids)
         assert covered == Counter(stored), "each turn in exactly one episode"
-        assert ended["two"].source_ids == stored[2:]  # what was left once one's episode was written
+        if saves_first == "one":
+            assert ended["two"].source_ids == stored[2:]  # what was left once one's episode was written
+        else:
+            assert [ep.id for ep in episodes] == [ended["one"].id] == [ended["two"].id]
     finally:
         one.close()
         two.close()
