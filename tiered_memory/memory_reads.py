@@ -56,6 +56,13 @@ class MemoryReads(MemoryEngines):
     ) -> list[MemoryHit]:
         """Hybrid recall (vector + keyword + recency) over ``user_id``'s memories.
 
+        ``session_id`` keeps the turns of that session. ``filters`` keeps the turns that match
+        every key: ``role`` (one of the roles), ``since`` / ``until`` (epoch seconds, bounds
+        of the turn's timestamp), and any other key names a key of the turn's ``metadata``,
+        whose value must equal the one given (one JSON scalar; ``None`` also matches a turn
+        without the key). A turn's own fields are not filter keys: ``{"session_id": "s"}``
+        looks for a metadata key of that name, so pass ``session_id=`` for the session.
+
         ``include_items=True`` also searches the user's items written through the LangGraph
         store (hits with ``layer="item"``, see :mod:`.layers.item_recall`); items belong to no
         session and carry no message metadata, so a search with ``session_id`` or ``filters``
