@@ -91,6 +91,7 @@ class MemoryModel(RuleBasedStateMachine):
         self.covered: set[str] = set()  # live turn ids an episode covers
         self.facts: dict[str, set[str]] = {u: set() for u in USERS}
         self.episodes: dict[str, dict[str, str]] = {u: {} for u in USERS}  # id -> session
+        self.cites: dict[str, list[str]] = {}  # episode id -> the turn ids it was made of
         self.working: dict[tuple[str, str], set[str]] = {}
         self.pads: dict[tuple[str, str], dict[str, Any]] = {}
         self.archived: dict[str, dict[str, tuple[str, Turn]]] = {u: {} for u in USERS}  # by consolidate

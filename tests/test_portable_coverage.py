@@ -12,7 +12,6 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import MemoryConfig, TieredMemory
-from tiered_memory.errors import NotFoundError
 
 from portable_support import MakeMemory, export, layer_rows, moved, refused_line
 
@@ -39,26 +38,28 @@ def summarised(m: TieredMemory) -> dict[str, Any]:
     return {"first": first.id, "later": later}
 
 
-def test_a_deleted_episodes_turns_stay_covered_after_a_move(make_memory: MakeMemory, tmp_path: Path) -> None:
+def test_a_deleted_episodes_turns_are_released_after_a_move(make_memory: MakeMemory, tmp_path: Path) -> None:
     src = make_memory("src")
     made = summarised(src)
     lines = export(src, tmp_path / "all.jsonl")
     cursors = [x["cursor"] for x in lines if x["type"] == "cursor"]
-    assert sorted((c["user_id"], c["session_id"]) for c in cursors) == [("ana", "gone"), ("ana", "open"),
-                                                                        ("bob", "gone")]
+    # the deleted episode released its turns (tests/test_episode_deletion.py): no cursor covers them
+    assert sorted((c["user_id"], c["session_id"]) for c in cursors) == [("ana", "open"), ("bob", "gone")]
     assert {x["format"] for x in lines} == {"tiered-memory/1"}
 
     dst = make_memory("dst")
     report = dst.import_jsonl(tmp_path / "all.jsonl")
-    assert (report.cursors_imported, report.cursors_skipped, report.invalid) == (3, 0, [])
-    with pytest.raises(NotFoundError, match="deleted"):  # not summarised again: the user erased it
-        dst.end_session("gone", user_id="ana")
+    assert (report.cursors_imported, report.cursors_skipped, report.invalid) == (2, 0, [])
     assert dst.episodes("ana", "gone") == []
     # only the turn added after the episode is left to summarise
     assert layer_rows(dst).uncovered_count("ana", "open") == 1
     latest = dst.end_session("open", user_id="ana")
     assert latest.id != made["first"] and latest.source_ids == made["later"]
     assert dst.end_session("gone", user_id="bob").session_id == "gone"  # bob's own episode, as it was
+    # ana's released turns are summarised again, as on the source
+    again = dst.end_session("gone", user_id="ana")
+    assert again.source_ids == [m.id for m in dst.get_messages("gone", user_id="ana")]
+    assert again.source_ids == [m.id for m in src.get_messages("gone", user_id="ana")]
 
 
 def test_an_import_never_moves_a_cursor_back(make_memory: MakeMemory, tmp_path: Path) -> None:
@@ -87,9 +88,8 @@ def test_cursors_move_from_sqlite_to_postgres(make_memory: MakeMemory, make_post
     src = make_memory("src")
     summarised(src)
     with moved(src, make_postgres_url, tmp_path) as (dst, report):
-        assert report.invalid == [] and report.cursors_imported == 3
-        with pytest.raises(NotFoundError, match="deleted"):
-            dst.end_session("gone", user_id="ana")
+        assert report.invalid == [] and report.cursors_imported == 2  # ana's "gone" was released
+        assert layer_rows(dst).uncovered_count("ana", "gone") == 2
         assert layer_rows(dst).uncovered_count("ana", "open") == 1
 
 

@@ -148,6 +148,7 @@ class MemoryMachine(MemoryModel):
         assert episode.source_ids == uncovered and episode.metadata["method"] == "extractive"
         self.covered.update(uncovered)
         self.episodes[user][episode.id] = session
+        self.cites[episode.id] = episode.source_ids
         self.facts[user] |= {f.id for f in self.memory.facts(user, include_invalid=True)}  # extracted ones
 
     @rule(user=st.sampled_from(USERS), text=st.sampled_from(FACTS), kind=st.sampled_from(["fact", "preference"]),
@@ -182,8 +183,13 @@ class MemoryMachine(MemoryModel):
         if self.episodes[user]:
             episode_id = data.draw(st.sampled_from(sorted(self.episodes[user])))
             self.memory.delete_episode(episode_id, user_id=user)
-            del self.episodes[user][episode_id]
+            session = self.episodes[user].pop(episode_id)
             self.gone.add(episode_id)
+            # the session's turns stay covered up to the last live one a remaining episode cites
+            cited = {i for e, s in self.episodes[user].items() if s == session for i in self.cites[e]}
+            live = [t.id for t in self.turns.get((user, session), [])]
+            last = max((n for n, i in enumerate(live) if i in cited), default=-1)
+            self.covered.difference_update(live[last + 1:])
 
     @rule(user=st.sampled_from(USERS))
     def consolidate(self, user: str) -> None:
@@ -197,6 +203,7 @@ class MemoryMachine(MemoryModel):
                 assert e.source_ids == [t.id for t in self.turns[(user, e.session_id)] if t.id not in self.covered]
                 self.covered.update(e.source_ids)
                 self.episodes[user][e.id] = e.session_id
+                self.cites[e.id] = e.source_ids
         moved = 0
         for (u, s), ts in list(self.turns.items()):
             if u == user:

@@ -272,7 +272,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         """Write one user's memory, or everyone's, as JSONL; returns the number of lines: the
         live turns, then every fact (invalidated ones too, each with its history) and the
         history of deleted ones, every episode (with its key points), how far episodes cover
-        each session (so a deleted episode's turns stay covered), every live store item
+        each session (so their turns are not summarised again), every live store item
         (with its TTL), the archived turns, each session's working memory (live items and
         scratchpad) and the audit log. Not in it: pruned working items, expired items,
         vectors (recomputed on import). See :mod:`.portable`."""

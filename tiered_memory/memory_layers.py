@@ -93,7 +93,8 @@ class MemoryLayers(MemoryEngines):
     @usable
     def delete_episode(self, episode_id: str, *, user_id: str) -> None:
         """Delete an episode (its summary, key points and vectors); the audit log keeps a
-        ``delete`` entry. Its turns stay covered: ``end_session`` does not summarise them again.
+        ``delete`` entry. Its turns are released: ``end_session`` summarises them again, with the
+        LLM configured then (an earlier episode's, once the session's later episodes are deleted too).
         With :meth:`clear_session` and :meth:`delete_fact`, what a session left is removable."""
         check_id(user_id, "user_id")
         check_id(episode_id, "episode_id")

@@ -1,7 +1,7 @@
 """JSONL export and import: the live turns, then the facts (with their history, invalid
 ones included, and the history of facts deleted, merged or pruned), the episodes (with
-their key points), each session's coverage cursor (the last turn its episodes cover: the
-turns of a deleted episode stay covered), the LangGraph store items (live ones, with their
+their key points), each session's coverage cursor (the last turn its episodes cover: so
+an imported session is not summarised again), the LangGraph store items (live ones, with their
 TTL), the archived turns (those ``consolidate`` moved out of the hot table), working memory
 (each session's live items and its scratchpad) and the audit log, one JSON object a line.
 

@@ -246,8 +246,13 @@ class EpisodicMemory:
 
     def delete(self, user_id: str, episode_id: str) -> None:
         """Remove the user's episode: its row, key points and their vectors, in one transaction
-        (one commit where one engine holds both); the audit log keeps a ``delete`` entry. The
-        session's coverage cursor stays, so its turns are not summarised again.
+        (one commit where one engine holds both); the audit log keeps a ``delete`` entry. Its
+        turns are released: the session's coverage cursor moves back to the last live turn the
+        session's other episodes cite, so ``end_session`` summarises the turns after it again
+        (with the LLM configured then). An earlier episode's turns, while a later one stands,
+        stay covered until that one goes too: an episode covers a span of the session's turns
+        after those of the episodes before it, and one made of a middle span would cover them
+        twice.
 
         Raises:
             NotFoundError: the user holds no such episode.
@@ -262,6 +267,15 @@ class EpisodicMemory:
                 self.index.delete(points)
 
         self.jointly(write)
+
+    def release(self, user_id: str, session_id: str) -> None:
+        """Uncover the session's turns after the last live one its episodes cite (all of them
+        when it has none): a store written before deletes released turns holds a cursor past
+        turns whose episode is gone."""
+        with self.lock:
+            with self.rows.unit() as u:
+                u.lock_session(user_id, session_id)
+                u.release_cursor(user_id, session_id)
 
     def _settle(self, ids: Sequence[str]) -> None:
         """The key point vectors of these episodes are written: their rows, stored pending, are

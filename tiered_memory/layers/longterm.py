@@ -233,10 +233,11 @@ class Layers:
                     done = self.episodes.select(user_id, session_id)
                     if done or evicted_only:
                         return done[-1] if done else None
-                    if self.rows.cursor(user_id, session_id):  # covered by an episode since deleted
-                        raise NotFoundError(f"session {session_id!r} has no turns left to summarise: the episode "
-                                            "that covered them was deleted (delete_episode), and they stay covered")
-                    raise NotFoundError(f"session {session_id!r} has no messages for this user")
+                    if self.rows.cursor(user_id, session_id):  # covered by no episode: a store of before
+                        self.episodes.release(user_id, session_id)  # deletes released turns, or its export
+                        msgs = self._uncovered(user_id, session_id, evicted_only)
+                    if not msgs:
+                        raise NotFoundError(f"session {session_id!r} has no messages for this user")
                 episode = self._summarise(user_id, session_id, msgs, audit)
                 if episode is not None:
                     return episode

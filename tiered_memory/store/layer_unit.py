@@ -38,7 +38,7 @@ from .layer_codec import (
 )
 from ..slots import stated_slot
 from .base import pend_duplicates
-from .stored_values import count, json_dict
+from .stored_values import count, json_dict, json_list, strings
 
 #: The layer migration that marks a fact or an episode whose vectors are not yet written, as a
 #: turn's ``indexed`` does: set false by the unit that stores the row (or changes a fact's text),
@@ -84,6 +84,7 @@ class Dialect(Protocol):
     """What a unit needs of its repository's dialect."""
 
     greatest: str
+    message_order: str
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None: ...
 
@@ -190,14 +191,36 @@ class LayerUnit:
                    [(pid, episode.id, episode.user_id, text) for pid, text in points])
 
     def delete_episode(self, user_id: str, episode_id: str) -> list[str] | None:
-        found = self._run("SELECT id FROM episodes WHERE user_id=? AND id=?", (user_id, episode_id)).fetchone()
+        found = self._run("SELECT session_id FROM episodes WHERE user_id=? AND id=?", (user_id, episode_id)).fetchone()
         if found is None:
             return None
+        session_id = found[0]
+        self.lock_session(user_id, session_id)  # an end_session of another worker saves after the release
         points = [str(r[0]) for r in self._run("SELECT id FROM episode_points WHERE user_id=? AND episode_id=?",
                                                (user_id, episode_id)).fetchall()]
         self._run("DELETE FROM episode_points WHERE user_id=? AND episode_id=?", (user_id, episode_id))
         self._run("DELETE FROM episodes WHERE user_id=? AND id=?", (user_id, episode_id))
+        self.release_cursor(user_id, session_id)
         return points
+
+    def release_cursor(self, user_id: str, session_id: str) -> None:
+        """Move the session's coverage cursor back to the last live turn one of its episodes
+        cites (0: none), never forward: the turns after it are uncovered again. Turns an episode
+        cites are a prefix of those the cursor covers, so a deleted episode's turns are released
+        when no later episode of the session stands (one that does keeps them covered)."""
+        cited = sorted({i for r in self._run("SELECT id, source_ids FROM episodes WHERE user_id=? AND session_id=?",
+                                             (user_id, session_id)).fetchall()
+                        for i in strings(json_list(r[1], "episodes", r[0], "source_ids"), "episodes", r[0],
+                                         "source_ids")})
+        last = 0
+        order = self._dialect.message_order
+        for part in id_batches(cited):
+            found = self._run(f"SELECT MAX({order}) FROM messages WHERE user_id=? AND session_id=?"
+                              f" AND id IN ({marks(len(part))})", [user_id, session_id, *part]).fetchone()
+            if found is not None and found[0] is not None:  # NULL: none of them is live
+                last = max(last, count(found[0], "messages", session_id, order))
+        self._run("UPDATE session_cursor SET last_seq=? WHERE user_id=? AND session_id=? AND last_seq > ?",
+                  (last, user_id, session_id, last))
 
     def advance_cursor(self, user_id: str, session_id: str, seq: int) -> None:
         self._run("INSERT INTO session_cursor (user_id, session_id, last_seq) VALUES (?,?,?)"

@@ -125,11 +125,16 @@ class EpisodeWrites(AuditWrites, Protocol):
         """The episode and its key points ``(point id, text)``."""
 
     def delete_episode(self, user_id: str, episode_id: str) -> list[str] | None:
-        """Remove the user's episode and its key points; returns the key points' ids (their
-        vectors' ids), or ``None`` when the user holds no such episode."""
+        """Remove the user's episode and its key points, and release its turns
+        (:meth:`release_cursor`); returns the key points' ids (their vectors' ids), or ``None``
+        when the user holds no such episode."""
 
     def advance_cursor(self, user_id: str, session_id: str, seq: int) -> None:
         """Move the session's coverage cursor to ``seq`` (never back)."""
+
+    def release_cursor(self, user_id: str, session_id: str) -> None:
+        """Move the session's coverage cursor back to the last live turn one of its episodes
+        cites (0: none), never forward: the turns after it are uncovered again."""
 
     def mark_promoted(self, episode_id: str, at: float) -> bool:
         """Mark the episode promoted at ``at``; False if it was already (another run got there first)."""
