@@ -12,6 +12,7 @@ from episode_support import CONVO, GOOD_EPISODE, NO_FACTS, fast_llm_config, stor
 from tiered_memory import TieredMemory
 from tiered_memory.errors import LLMError, LLMOutputError
 from tiered_memory.layers.episodic import transcript, transcript_spans
+from tiered_memory.layers.extractive import MAX_SENTENCE_CHARS, clip
 from tiered_memory.quoting import quote
 from tiered_memory.testing import ScriptedLLM, chatty, empty, fenced, malformed, task_of, timeout
 
@@ -151,3 +152,24 @@ def test_transcript_spans_show_every_turn_whole() -> None:
         shown = transcript(span, max_chars=3_000)
         assert shown.count("\n") == len(span) - 1 and len(shown) <= 3_000
         assert len(span) == 1 or all(quote(m.content) in shown for m in span)
+
+
+def test_an_llm_episodes_long_points_are_cut_as_the_rules_cut_a_sentence(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """Each entity, decision, open question and key fact is a bullet of a summary: a model
+    that pastes a log into one (up to a fact's 5,000 characters, or past it) has it cut at a
+    word, with an ellipsis, as the rules cut a sentence (300 characters), not refused."""
+    long = " ".join(f"shard{n} moves to PostgreSQL 16 in eu-west-1" for n in range(200))  # 8,000 characters
+    wordy = {**GOOD_EPISODE, "entities": ["BILL-42", "Billing" * 60], "decisions": [long[:5_000], "Keep BILL-42"],
+             "open_questions": [long], "key_facts": [long[:4_000] + ".", "Budget approved: $4,000"]}
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": [wordy]})
+    memory = make_memory(llm=llm)
+    memory.add_many(CONVO, session_id="s1", user_id="u1")
+    episode = memory.end_session("s1", user_id="u1")
+    assert episode.metadata == {"method": "llm"} and llm.tasks() == ["facts", "episode"]  # taken, not asked again
+    for kind in ("entities", "decisions", "open_questions", "key_facts"):
+        for said, kept in zip(wordy[kind], getattr(episode, kind), strict=True):
+            assert kept == clip(said) and len(kept) <= MAX_SENTENCE_CHARS
+    assert episode.decisions[1] == "Keep BILL-42" and episode.key_facts[1] == "Budget approved: $4,000"
+    assert episode.decisions[0].endswith("\u2026") and long.startswith(episode.decisions[0][:-1])
+    assert memory.episodes("u1") == [episode]
