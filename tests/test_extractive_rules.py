@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tiered_memory.layers.extractive import extract_episode, extract_fact_candidates
+from tiered_memory import MemoryConfig
+from tiered_memory.layers.extractive import extract_episode, extract_fact_candidates, find_entities, find_ids
 from tiered_memory.types import StoredMessage
 
 
@@ -90,3 +91,28 @@ def test_a_decision_said_again_is_listed_once() -> None:
     msgs = [StoredMessage(id=f"m{n}", user_id="u", session_id="s", role=role, timestamp=float(n), content=text)
             for n, (role, text) in enumerate([("user", said), ("assistant", "Great. " + said), ("user", said)])]
     assert extract_episode(msgs).decisions == [said]
+
+
+LONGEST = MemoryConfig().max_content_chars  # what one message may hold
+
+
+@pytest.mark.timeout(300)  # a hang guard: the quadratic ones took some half an hour each
+@pytest.mark.parametrize("text, entities, ids", [
+    # a run of spaces after a name: split every way between a name's two runs of space
+    ("Abc" + " " * LONGEST + "x", ["Abc"], []),
+    ("Abc" + " \n" * (LONGEST // 2) + "x", ["Abc"], []),
+    # a run an address may be made of, with no "@": an address tried at each of its characters
+    ("A" * LONGEST, [], []),
+    ("a-" * (LONGEST // 2) + " ops@example.com", [], ["ops@example.com"]),
+    ("x." * (LONGEST // 2) + "y+z@example.com is it", [], ["x." * (LONGEST // 2) + "y+z@example.com"]),
+])
+def test_the_rules_read_a_long_run_in_a_message_in_time_linear_in_it(text: str, entities: list[str],
+                                                                      ids: list[str]) -> None:
+    """end_session reads every turn of a session through these, with the session's lock held:
+    two patterns took time quadratic in a run of spaces or of an address's characters, so a
+    message of the size add takes kept end_session (and consolidate) busy for half an hour."""
+    assert find_entities(text) == entities and find_ids(text) == ids
+    episode = extract_episode([StoredMessage(id="m1", user_id="u", session_id="s", role="user", content=text,
+                                             timestamp=1.0, seq=1)])
+    points = [*episode.entities, *episode.decisions, *episode.open_questions, *episode.key_facts]
+    assert 0 < len(episode.summary) <= 300 and all(len(p) <= 300 for p in points)

@@ -43,7 +43,9 @@ def _upper_class() -> str:
 
 _UPPER = _upper_class()
 _CAPITALISED = rf"[{_UPPER}](?:[^\W_]|['&-])+"  # in any alphabet: "Zürich", "Москве", "O'Brien"
-_ENTITY = re.compile(rf"\b{_CAPITALISED}(?:\s+(?:of|de|da|van|von|the)?\s*{_CAPITALISED})*")
+# the space before a name's next word is one run (a connecting word, then its own run): "\s+(?:of)?\s*"
+# split a long run of spaces every way before failing, time quadratic in its length
+_ENTITY = re.compile(rf"\b{_CAPITALISED}(?:\s+(?:(?:of|de|da|van|von|the)\s+)?{_CAPITALISED})*")
 # where a sentence starts, past any opening quote or bracket (find_entities)
 _INITIAL = re.compile(r"^[\s\"'(\u00bf\u00a1\u00ab\u201c]*|(?:[.!?\u2026]\s+|\n+)[\"'(\u00bf\u00a1\u00ab\u201c]*")
 # words of English that other languages written in Latin letters seldom use as words
@@ -52,7 +54,9 @@ _ENGLISH = frozenset("the and is are to of you it that with for this have was my
 ENGLISH_SHARE = 0.15  # chat in English: a fifth to a half of its words are these; German, Spanish: under a twentieth
 _ID = re.compile(
     r"\b(?:[A-Z]{2,}[-_]\d+|[A-Za-z]+-\d{2,}|[0-9a-f]{8,}(?:-[0-9a-f]{4,})*)\b|(?<!\w)#\d+\b"
-    r"|[\w.+-]+@[\w-]+\.[\w.]+|https?://\S+")
+    # an address starts where its run of name characters does: tried at each character of a long
+    # run without "@" ("AAAA...", "a-a-a-..."), each try read to the run's end, time quadratic in it
+    r"|(?<![\w.+-])[\w.+-]+@[\w-]+\.[\w.]+|https?://\S+")
 _NUMBER = re.compile(r"(?<![\w.])[$€£]?\d+(?:[.,]\d+)*(?:\s?(?:%|k|kg|km|mb|gb|ms|s|h|usd|eur))?(?![\w])", re.I)
 _MONTHS = ("january|february|march|april|may|june|july|august|september|october|november|december|"
            "jan|feb|mar|apr|jun|jul|aug|sep|sept|oct|nov|dec")
