@@ -62,6 +62,7 @@ CASES: list[tuple[str, tuple[str, tuple[Any, ...]], tuple[str, ...]]] = [
      _set("episodes", "body", '{"entities": 5, "decisions": "abc", "key_facts": [1, null]}'), BOTH),
     ("episode source_ids a number", _set("episodes", "source_ids", "5"), BOTH),
     ("episode end_ts text", _set("episodes", "end_ts", "x"), SQLITE),
+    ("episode key point bytes", _set("episode_points", "text", sqlite3.Binary(b"bees \xff\xfe")), SQLITE),
     ("working importance text", _set("working_items", "importance", "x"), SQLITE),
     ("working created_at text", _set("working_items", "created_at", "x"), SQLITE),
     ("working metadata not JSON", _set("working_items", "metadata", "x"), BOTH),

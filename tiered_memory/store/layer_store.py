@@ -43,7 +43,7 @@ from .layer_codec import (
 )
 from .layer_unit import SESSION_WORKING, LayerUnit
 from .repositories import Scored
-from .stored_values import count, json_dict, number
+from .stored_values import count, json_dict, number, text
 
 #: most ids one ``IN (...)`` list holds: under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters
 IN_LIST_MAX = 30_000
@@ -213,13 +213,13 @@ class LayerStore:
             f"SELECT {EPISODE_COLS} FROM episodes WHERE user_id=? AND id IN ({marks(len(ids))})", [user_id, *ids])}
 
     def episode_points(self, episode_id: str) -> list[str]:
-        return [r[0] for r in self.query("SELECT text FROM episode_points WHERE episode_id=? ORDER BY rowid",
-                                         (episode_id,))]
+        return [text(r[1], "episode_points", r[0], "text") for r in self.query(
+            "SELECT id, text FROM episode_points WHERE episode_id=? ORDER BY rowid", (episode_id,))]
 
     def point_texts(self, point_ids: Sequence[str]) -> dict[str, str]:
         if not point_ids:
             return {}
-        return {r[0]: r[1] for r in self.query(
+        return {r[0]: text(r[1], "episode_points", r[0], "text") for r in self.query(
             f"SELECT id, text FROM episode_points WHERE id IN ({marks(len(point_ids))})", list(point_ids))}
 
     def episode_owners(self, ids: Sequence[str]) -> dict[str, str]:
