@@ -3,14 +3,16 @@ read back from ``fact_history`` and through an export and import."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from tiered_memory import MemoryConfig, TieredMemory
-from tiered_memory.layers.changes import edit_details
+from tiered_memory.layers.changes import bounded_details, edit_details
 from tiered_memory.records import Fact
+from tiered_memory.testing import ScriptedLLM
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -72,3 +74,44 @@ def test_edit_details_give_up_old_values_then_key_names_to_stay_within_the_limit
     assert at(100) == {"type": None, "confidence": None, "metadata_keys_changed": 29}
     assert at(50) == {"type": None, "confidence": None}  # under what any entry takes: nothing more
     assert old.metadata == {"k1": "x" * 50}  # the fact as it was
+
+
+def test_a_models_fact_of_a_long_session_keeps_its_add_entry_within_the_limit(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """A model's fact that cites no turn names every user turn of the session as its sources: its
+    add entry named them all, 2,224 bytes past a limit of 1,000, and the export left the live fact
+    out. The entry names those that fit and counts the rest; the fact itself keeps them all."""
+    config = MemoryConfig(max_metadata_bytes=1000)
+    episode = {"summary": "Walks.", "entities": [], "decisions": [], "open_questions": [], "key_facts": []}
+    llm = ScriptedLLM(by_task={"facts": [{"facts": [{"type": "fact", "text": "User likes long walks"}]}],
+                               "episode": [episode]})
+    memory = make_memory(config=config, llm=llm)
+    memory.add_many([{"role": "user", "content": f"walk {i}"} for i in range(60)], session_id="s", user_id="u1")
+    memory.end_session("s", user_id="u1")
+    [fact] = memory.facts("u1")
+    [added] = memory.fact_history("u1", fact.id)
+    shown = added.details["source_ids"]
+    assert 0 < len(shown) < 60 and added.details["source_ids_left_out"] == 60 - len(shown)
+    assert shown == fact.source_ids[:len(shown)] and len(fact.source_ids) == 60
+    _round_trip(memory, make_memory("again", config=config), tmp_path)
+
+
+def test_bounded_details_keep_the_first_items_of_each_list_that_fit_and_count_the_rest() -> None:
+    ids = [f"id{i:02d}" for i in range(20)]
+    details = {"reason": "r", "source_ids": ids, "more": [1, 2, 3]}
+
+    def at(limit: int, given: dict[str, object] = details) -> dict[str, object]:
+        out = bounded_details(given, limit)
+        assert len(json.dumps(out)) <= limit or all(out[k] == [] for k in given if isinstance(given[k], list))
+        return out
+
+    assert at(10_000) == details  # within the limit: as given
+    # one more id would be past 150; the room left takes one of the next list's items
+    assert at(150) == {"reason": "r", "source_ids": ids[:7], "more": [1], "source_ids_left_out": 13,
+                       "more_left_out": 2}
+    assert at(150, {"absorbed": ["x"], "source_ids": ids}) == {  # a list that fits is whole
+        "absorbed": ["x"], "source_ids": ids[:10], "source_ids_left_out": 10}
+    assert at(20) == {"reason": "r", "source_ids": [], "more": [], "source_ids_left_out": 20,
+                      "more_left_out": 3}  # under what any entry takes: the rest alone
+    assert bounded_details({"reason": "x" * 50}, 20) == {"reason": "x" * 50}  # no list to shorten
+    assert details["source_ids"] == ids and len(ids) == 20  # the caller's details as they were

@@ -87,7 +87,8 @@ class MemoryLayers(MemoryEngines):
         erases everything)."""
         check_id(user_id, "user_id")
         check_id(fact_id, "fact_id")
-        self._jointly(lambda: self._layers.facts.delete(user_id, fact_id))
+        self._jointly(lambda: self._layers.facts.delete(user_id, fact_id,
+                                                      max_metadata_bytes=self.config.max_metadata_bytes))
         forget_texts()
 
     @usable

@@ -8,16 +8,19 @@ changed, sorted) and ``old_metadata`` (the old values of those that were there b
 ``metadata_keys`` but not in ``old_metadata`` was added). Details are held to the metadata limit
 an import takes (``MemoryConfig.max_metadata_bytes``), so every entry exports and imports:
 old values too big to fit beside the rest are left out (``old_metadata_left_out``), and keys too
-many to name are counted (``metadata_keys_changed``). An ``absorb`` entry (a merge's keeper)
-names the duplicates it took in (``absorbed``) as far as the limit allows and counts the rest
-(``absorbed_left_out``): each duplicate's own ``merge`` entry names the keeper. The ``update``
+many to name are counted (``metadata_keys_changed``). Every entry's details are held to that
+limit when written (:func:`bounded_details`): a list too long to fit (the ``source_ids`` of a
+model's fact that names every turn of a long session, the duplicates an ``absorb`` entry of a
+merge's keeper took in) names its first items as far as the limit allows and counts the rest
+(``source_ids_left_out``, ``absorbed_left_out``); the fact keeps all its sources, and each
+duplicate's own ``merge`` entry names the keeper. The ``update``
 and ``confirm`` entries of an ``add_fact`` that keeps a known fact say the same of the
 caller's metadata merged into it (:func:`merge_metadata`, :func:`metadata_details`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from ..json_values import json_bytes
 from ..records import Fact
@@ -68,16 +71,26 @@ def _size(details: Mapping[str, Any]) -> int:
     return json_bytes(details, "history details")  # as check_metadata measures it on import
 
 
-def absorb_details(absorbed: Sequence[str], *, max_bytes: int) -> dict[str, Any]:
-    """The details of a merge keeper's ``absorb`` entry: the ids it took in, those that fit
-    within ``max_bytes`` as JSON, and how many were left out."""
-    if _size({"absorbed": list(absorbed)}) <= max_bytes:
-        return {"absorbed": list(absorbed)}
-    room = max_bytes - _size({"absorbed": [], "absorbed_left_out": len(absorbed)})
-    shown: list[str] = []
-    for fid in absorbed:
-        room -= _size({"": fid}) - 4  # the id as JSON, and the ", " before it (no larger than {"": })
-        if room < 0:
-            break
-        shown.append(fid)
-    return {"absorbed": shown, "absorbed_left_out": len(absorbed) - len(shown)}
+def bounded_details(details: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
+    """A history entry's ``details`` as written: as given where they fit within ``max_bytes`` as
+    JSON; past it, each list (``source_ids``, ``absorbed``...) keeps as many of its first items
+    as fit beside the rest, in turn, and ``<key>_left_out`` counts those it left out. A limit
+    under what the rest takes leaves the rest alone (nothing else is shortened)."""
+    lists = {k: v for k, v in details.items() if isinstance(v, list)}
+    if not lists or _size(details) <= max_bytes:
+        return dict(details)
+    out = {**details, **{k: [] for k in lists}, **{f"{k}_left_out": len(v) for k, v in lists.items()}}
+    for key, items in lists.items():
+        room = max_bytes - _size(out)  # beside the lists before (as shown) and after (empty)
+        shown: list[Any] = []
+        for item in items:
+            room -= _size({"": item}) - 4  # the item as JSON, and the ", " before it (no larger than {"": })
+            if room < 0:
+                break
+            shown.append(item)
+        out[key] = shown
+        if len(shown) < len(items):
+            out[f"{key}_left_out"] = len(items) - len(shown)
+        else:
+            del out[f"{key}_left_out"]
+    return out

@@ -42,7 +42,6 @@ from ..recall.scoring import recency_score
 from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
-from .changes import absorb_details
 from .episodic import EpisodicMemory
 from ..slots import text_slot
 from .resolution import other_slots, says_all_of
@@ -250,6 +249,7 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
         return []
     plan = plan_merges(facts, near_pairs(vecs, threshold))
     merged: list[str] = []
+    limit = layers.parts.config.max_metadata_bytes  # each history entry's details (log_change)
     for n, (keep, planned) in enumerate(plan, 1):
         with layers.parts.lock:
             # read again under the lock: another call may have deleted or replaced some of the
@@ -270,10 +270,10 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
                                        updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
                         # why each went: its similarity to the keeper (rounded: a reading, not a key)
                         gone = [d for d in dups if soft_delete(u, user_id, d, "merge", now, {
-                            "merged_into": keep, "similarity": round(planned[d], 3)})]
+                            "merged_into": keep, "similarity": round(planned[d], 3)}, max_bytes=limit)]
                         if gone:  # the keeper changed too (sources, accesses): its history says from what
                             log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
-                                       absorb_details(gone, max_bytes=layers.parts.config.max_metadata_bytes))
+                                       {"absorbed": gone}, max_bytes=limit)
                     layers.parts.index.delete([f"fact:{d}" for d in dups])
 
                 layers.parts.jointly(merge)  # one transaction where one engine holds rows and vectors
@@ -343,6 +343,7 @@ def _stale_item(i: WorkingItem, now: float, decay_per_hour: float, cfg: Consolid
 def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> list[str]:
     cfg = layers.parts.config.consolidation
     decay = layers.parts.config.working.decay_per_hour
+    limit = layers.parts.config.max_metadata_bytes
     pruned: list[str] = []
     with layers.parts.lock:
         # the accesses noted since the run began (a context built while it asked the LLM) count:
@@ -355,7 +356,8 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
         for n, f in enumerate(doomed, 1):
             def prune() -> bool:
                 with layers.rows.unit() as u:  # a progress callback (or another worker) may have removed it
-                    gone = soft_delete(u, user_id, f.id, "prune", now, {"confidence": f.confidence})
+                    gone = soft_delete(u, user_id, f.id, "prune", now, {"confidence": f.confidence},
+                                       max_bytes=limit)
                 if gone:
                     layers.parts.index.delete([f"fact:{f.id}"])
                 return gone

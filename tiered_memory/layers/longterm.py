@@ -201,7 +201,8 @@ class Layers:
             # add_fact's): a row committed without its vector would never get one there, since
             # such a store has no start-up repair and a second pass finds the fact by its words
             _, fact = self.parts.jointly(lambda: self.facts.resolve_and_apply(
-                user_id, cand, metadata=metadata, judgement=judgement, related=related, at=said))  # noqa: B023 (run now)
+                user_id, cand, metadata=metadata, judgement=judgement, related=related, at=said,  # noqa: B023 (run now)
+                max_metadata_bytes=self.parts.config.max_metadata_bytes))
             if fact is not None:
                 changed.append(fact)
         return changed

@@ -24,7 +24,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..recall import hybrid
 from .resolution import Judgement, Resolution, decide_resolution, one_in_slot, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
-from .changes import edit_details, merge_metadata, metadata_details
+from .changes import bounded_details, edit_details, merge_metadata, metadata_details
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import check_text
 from ..vector.base import VectorIndex, VectorItem
@@ -131,11 +131,12 @@ class SemanticMemory:
 
     def apply(self, user_id: str, candidate: FactCandidate, resolution: Resolution, *, target: Fact | None,
               metadata: dict[str, Any] | None = None, at: float | None = None,
-              given: Mapping[str, Any] | None = None, max_metadata_bytes: int = 0) -> Fact | None:
+              given: Mapping[str, Any] | None = None, max_metadata_bytes: int) -> Fact | None:
         """Write a resolution; returns the fact added or changed (``None`` for a no-op). ``target``
         is the fact it names as the caller read it under the lock (``None``: none named, or gone).
         ``metadata`` is a new fact's; ``given`` (``add_fact``'s caller's keys) is merged into the
-        fact an update or a no-op keeps, held to ``max_metadata_bytes`` as ``update_fact`` holds it."""
+        fact an update or a no-op keeps, held to ``max_metadata_bytes`` as ``update_fact`` holds it
+        (and so is each history entry's details: :func:`log_change`)."""
         now = time.time()
         at = now if at is None else at
         meta = stored_metadata(metadata, resolution.method)
@@ -160,9 +161,10 @@ class SemanticMemory:
                                   source_ids=sources, metadata=kept, updated_at=now, vector=vector, key=key,
                                   polarity=polarity)
                     log_change(u, user_id, old.id, "update", old.text, text, now, {**details, **metadata_details(
-                        old.metadata, given, beside=details, max_bytes=max_metadata_bytes)})
+                        old.metadata, given, beside=details, max_bytes=max_metadata_bytes)},
+                               max_bytes=max_metadata_bytes)
                     gone = self._one_in_slot(u, replace(old, text=text, key=key, polarity=polarity), rivals,
-                                             at, now, "a judge's rewrite")  # the slot's other facts
+                                             at, now, "a judge's rewrite", max_metadata_bytes)  # the slot's other facts
                     self.index.delete([f"fact:{old.id}", *gone])  # see edit: never a vector of the old text
                 new = self.get(user_id, old.id)
                 if new.valid:
@@ -177,14 +179,14 @@ class SemanticMemory:
             if resolution.action == "invalidate":
                 old = _named(target, resolution)
                 if at < old.valid_from:  # said before the fact it contradicts: history, not news
-                    return self._add_superseded(fact, old, vector, details, now)
+                    return self._add_superseded(fact, old, vector, details, now, max_metadata_bytes)
             with self.rows.unit() as u:
                 if resolution.action == "invalidate":
                     u.invalidate_fact(user_id, old.id, at=at, superseded_by=fact.id, updated_at=now)
                     log_change(u, user_id, old.id, "invalidate", old.text, None, now,
-                               {**details, "superseded_by": fact.id, "invalid_from": at})
+                               {**details, "superseded_by": fact.id, "invalid_from": at}, max_bytes=max_metadata_bytes)
                 u.insert_fact(fact, vector)
-                log_change(u, user_id, fact.id, "add", None, fact.text, now, details)
+                log_change(u, user_id, fact.id, "add", None, fact.text, now, details, max_bytes=max_metadata_bytes)
             if resolution.action == "invalidate":
                 self.index.delete([f"fact:{resolution.target_id}"])
             self._upsert_vectors([(fact, vector)])
@@ -207,9 +209,10 @@ class SemanticMemory:
             u.absorb_facts(old.id, source_ids=[*old.source_ids, *new], access_count=0, last_access=None,
                            updated_at=now, metadata=None if kept == old.metadata else kept)
             log_change(u, old.user_id, old.id, "confirm", old.text, old.text, now, {**details, **metadata_details(
-                old.metadata, given, beside=details, max_bytes=max_metadata_bytes)})
+                old.metadata, given, beside=details, max_bytes=max_metadata_bytes)}, max_bytes=max_metadata_bytes)
 
-    def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:
+    def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float,
+                        max_metadata_bytes: int) -> Fact:
         """Store ``fact`` as already invalid, superseded by the ``newer`` fact it contradicts
         (a session ended late, an import of old turns): the newer fact stays valid, and the
         history says the older statement held until the newer one."""
@@ -219,13 +222,13 @@ class SemanticMemory:
             log_change(u, fact.user_id, fact.id, "add", None, fact.text, now,
                        {**details, "superseded_by": newer.id, "invalid_from": newer.valid_from,
                         "reason": f"{details['reason']}; but it was said before the fact it contradicts, "
-                                  "which stays valid"})
+                                  "which stays valid"}, max_bytes=max_metadata_bytes)
         return fact
 
     def resolve_and_apply(self, user_id: str, candidate: FactCandidate, *, metadata: dict[str, Any] | None = None,
                           judgement: Judgement | None = None, related: Sequence[tuple[Fact, float]] | None = None,
                           at: float | None = None, given: Mapping[str, Any] | None = None,
-                          max_metadata_bytes: int = 0) -> tuple[Resolution, Fact | None]:
+                          max_metadata_bytes: int) -> tuple[Resolution, Fact | None]:
         """Resolve ``candidate`` and write it (:meth:`apply`, which takes the other arguments)."""
         check_type(candidate.type, optional=False)
         if related is None:
@@ -274,9 +277,10 @@ class SemanticMemory:
                             metadata=new_meta, key=key, polarity=polarity, updated_at=now, vector=vector)
                 log_change(u, user_id, fact_id, "edit", old.text, new_text, now, edit_details(
                     old, type=type or old.type, confidence=old.confidence if confidence is None else confidence,
-                    metadata=metadata or {}, max_bytes=max_metadata_bytes))
+                    metadata=metadata or {}, max_bytes=max_metadata_bytes), max_bytes=max_metadata_bytes)
                 moved = replace(old, text=new_text, type=type or old.type, key=key, polarity=polarity)
-                gone = self._one_in_slot(u, moved, rivals, now, now, "an edit")  # the slot's other facts
+                gone = self._one_in_slot(u, moved, rivals, now, now, "an edit",
+                                         max_metadata_bytes)  # the slot's other facts
                 if vector is not None:  # before the commit, the new vector after it: a crash or failure
                     self.index.delete([f"fact:{fact_id}", *gone])  # between leaves it missing (repaired), not stale
             new = self.get(user_id, fact_id)
@@ -293,7 +297,7 @@ class SemanticMemory:
         return [f for f, _ in self.rows.facts_in_slot(old.user_id, key) if f.id != old.id]
 
     def _one_in_slot(self, u: FactWrites, moved: Fact, rivals: Sequence[Fact], at: float, now: float,
-                     by: str) -> list[str]:
+                     by: str, max_metadata_bytes: int) -> list[str]:
         """Write :func:`~.resolution.one_in_slot`'s plan for ``moved`` and its slot's ``rivals``
         inside the caller's unit; returns the vector ids of the rivals it invalidates."""
         plan = one_in_slot(moved, rivals, at, same=self.config.same_similarity,
@@ -301,16 +305,18 @@ class SemanticMemory:
         for old, new, since, reason in plan:
             u.invalidate_fact(old.user_id, old.id, at=since, superseded_by=new.id, updated_at=now)
             log_change(u, old.user_id, old.id, "invalidate", old.text, None, now,
-                       {"reason": reason, "method": "rules", "superseded_by": new.id, "invalid_from": since})
+                       {"reason": reason, "method": "rules", "superseded_by": new.id, "invalid_from": since},
+                       max_bytes=max_metadata_bytes)
         return [f"fact:{old.id}" for old, *_ in plan if old.id != moved.id]  # whose vector its caller drops
 
-    def delete(self, user_id: str, fact_id: str) -> None:
+    def delete(self, user_id: str, fact_id: str, *, max_metadata_bytes: int) -> None:
         """Remove a fact (row and vector); the history keeps a ``delete`` entry."""
         with self.lock:
             old = self.get(user_id, fact_id)
             with self.rows.unit() as u:
                 u.delete_fact(user_id, fact_id)
-                log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {})
+                log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {},
+                           max_bytes=max_metadata_bytes)
             self.index.delete([f"fact:{fact_id}"])
 
     def restore(self, facts: Sequence[Fact], history: Sequence[tuple[str, FactChange]] = ()) -> int:
@@ -376,17 +382,19 @@ def _named(target: Fact | None, resolution: Resolution) -> Fact:
 
 
 def log_change(u: FactWrites, user_id: str, fact_id: str, action: str, old: str | None, new: str | None,
-               at: float, details: dict[str, Any]) -> None:
-    """Record one change in the fact history, inside the caller's unit of work."""
+               at: float, details: dict[str, Any], *, max_bytes: int) -> None:
+    """Record one change in the fact history, inside the caller's unit of work, its ``details``
+    held to ``max_bytes`` (``MemoryConfig.max_metadata_bytes``: what an import takes, so every
+    entry exports) by :func:`~.changes.bounded_details`. Every history write goes through here."""
     u.record_history(user_id, FactChange(fact_id=fact_id, action=action, old_text=old, new_text=new, at=at,
-                                         details=details))
+                                         details=bounded_details(details, max_bytes)))
 
 
 def soft_delete(u: FactWrites, user_id: str, fact_id: str, action: str, now: float,
-                details: dict[str, Any]) -> bool:
+                details: dict[str, Any], *, max_bytes: int) -> bool:
     """Hide a fact (merge, prune) inside the caller's unit of work; kept for audit. False (and
     nothing logged) if it was not live: deleted or hidden by another call since it was read."""
     old = u.soft_delete_fact(user_id, fact_id, now)
     if old is not None:
-        log_change(u, user_id, fact_id, action, old, None, now, details)
+        log_change(u, user_id, fact_id, action, old, None, now, details, max_bytes=max_bytes)
     return old is not None
