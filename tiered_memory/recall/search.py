@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, fields
 from itertools import islice
 from operator import attrgetter
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Collection, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from .query import QueryPlan, is_reaction, plan_query
 from .scoring import (Candidate, Scored, TurnWeights, base_scores, best_first, matches_filters, previous_turns,
                       score_turns, speaker_of)
 from .spread import DEPTH, check_spread, spread_sessions, spread_slots
-from ..store.base import CandidateSource, FilterSource, LongMessageSource, PositionSource, RecordStore
+from ..store.base import CandidateSource, DuplicateScope, FilterSource, LongMessageSource, PositionSource, RecordStore
 from ..types import MemoryHit, StoredMessage
 from ..validation import MAX_COUNT
 from ..vector.base import ExactScope, VectorIndex
@@ -129,6 +129,40 @@ def matching_part(text: str, chunk: tuple[int, float] | None, terms: Sequence[st
     return {"index": n, "count": len(spans), "start": start, "end": end, "text": text[start:end]}
 
 
+def stand_ins(duplicates: Mapping[str, tuple[str, bool]], *, matching: Collection[str] | None,
+              apart_out: bool) -> dict[str, str]:
+    """The duplicates a search finds by their original's vector (pure): id -> original id, of
+    ``duplicates`` (id -> (original, whether it lies in another session)). A duplicate has no
+    vector of its own, so its original's stands for it; where the original is out of scope (not
+    among the ``matching`` ids of a filter; in another session, when ``apart_out``: a search of
+    one session, or of sessions) the duplicate in scope stands for the original instead.
+
+    Example:
+        >>> stand_ins({"d1": ("o1", True), "d2": ("o2", False)}, matching=None, apart_out=True)
+        {'d1': 'o1'}
+        >>> stand_ins({"d1": ("o1", True), "d2": ("o2", False)}, matching={"d2"}, apart_out=False)
+        {'d2': 'o2'}
+    """
+    return {d: o for d, (o, apart) in duplicates.items()
+            if (matching is None or d in matching) and ((apart and apart_out) or (matching is not None
+                                                                                   and o not in matching))}
+
+
+def with_stand_ins(index: VectorIndex, qv: np.ndarray, user_id: str, vec: list[tuple[str, float]],
+                   stand: Mapping[str, str], n: int) -> list[tuple[str, float]]:
+    """``vec`` (the scoped vector hits, ``n`` asked for) with the duplicates of ``stand``
+    (:func:`stand_ins`) of the best ``n`` originals, each at its original's cosine, best first
+    (at most ``n``, or as many as ``vec``, as if each had its own vector); the originals
+    themselves are not added."""
+    originals = sorted(set(stand.values()))
+    if not originals:
+        return vec
+    sims = dict(index.query(qv[None, :], user_id=user_id, k=min(len(originals), n), layers=["turn"],
+                            among=originals)[0])
+    extra = [(d, sims[o]) for d, o in stand.items() if o in sims]
+    return sorted([*vec, *extra], key=lambda p: (-p[1], p[0]))[: max(n, len(vec))] if extra else vec
+
+
 @dataclass(frozen=True, kw_only=True)
 class Pool:
     """What a turn search fetched for one query: the candidates to score, their records,
@@ -156,23 +190,28 @@ def gather_pool(
     filters: Mapping[str, Any] | None = None,
     vector: np.ndarray | None = None,
     weights: TurnWeights | None = None,
+    by_session: bool = False,
 ) -> Pool | None:
     """The candidate pool of a turn search (the I/O of :func:`search_turns`); None when a
     filter matches nothing. ``weights``: :func:`turn_weights` of ``config``, when the caller
-    has it. Reads only: one scope query, one candidate fetch, two neighbour fetches."""
+    has it. ``by_session``: for a search of sessions, where a duplicate in another session than
+    its original stands for its own session (:func:`stand_ins`). Reads only: one scope query, one
+    candidate fetch, two neighbour fetches (and, in a scoped search of a store with duplicates,
+    one query of the duplicates and one of their originals' vectors)."""
     # at most MAX_COUNT: a session search asks for k x turns, each up to it, and a store's LIMIT is 64 bits
     n = min(MAX_COUNT, max(config.candidates, k * (4 if filters else 2)))
     plan = plan_query(query)
     weights = turn_weights(config) if weights is None else weights
     qv = embed_query(embedder, query) if vector is None else vector
-    among = None
+    among = matched = None
     if filters and isinstance(store, FilterSource):
         # the store finds every match, so the vector query ranks matches only: a match far down
         # the user's whole ranking is still found
         matching = store.filtered_ids(user_id, filters, session_id=session_id, limit=FILTER_SCOPE_MAX + 1)
         if not matching:
             return None
-        among = sorted(matching) if len(matching) <= FILTER_SCOPE_MAX else None
+        matched = set(matching) if len(matching) <= FILTER_SCOPE_MAX else None
+        among = None if matched is None else sorted(matched)
     exact = isinstance(index, ExactScope) and index.scans_exactly(user_id)
     if among is None and config.id_scope_max and not exact and not getattr(index, "cheap_user_filter", False):
         # a list of the user's ids is much cheaper for the index than its filter (not for pgvector's
@@ -193,6 +232,10 @@ def gather_pool(
     if chunks:
         chunk_hit = best_chunks(parts)
         vec = merge_parts(vec, chunk_hit)
+    apart_out = session_id is not None or by_session
+    if (apart_out or matched is not None) and isinstance(store, DuplicateScope):
+        stand = stand_ins(store.duplicates(user_id, session_id), matching=matched, apart_out=apart_out)
+        vec = with_stand_ins(index, qv, user_id, vec, stand, n)
     records, kw = fetch_candidates(store, user_id, [i for i, _ in vec], plan.terms, k=n, session_id=session_id,
                                    keyword=keyword)
     # the record store is the authority: anything it does not hold for this user is ignored

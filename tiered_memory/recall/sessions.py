@@ -68,7 +68,7 @@ def search_sessions(
     weights = turn_weights(config)
     pool = gather_pool(store=store, index=index, embedder=embedder, config=config, query=query,
                        user_id=user_id, k=k * per_session, filters=filters, weights=weights,
-                       vector=vector)
+                       vector=vector, by_session=True)
     if pool is None:
         return []
     hits: list[MemoryHit] = []

@@ -103,6 +103,25 @@ class DuplicateSource(Protocol):
         ...
 
 
+@runtime_checkable
+class DuplicateScope(Protocol):
+    """A record store that lists a user's duplicates with their originals (optional): a scoped
+    search finds a duplicate in scope by its original's vector, which may lie outside it."""
+
+    def duplicates(self, user_id: str, session_id: str | None = None) -> dict[str, tuple[str, bool]]:
+        """The user's messages (of ``session_id``, if given) stored as duplicates: id ->
+        (the original's id, whether the original lies in another session)."""
+        ...
+
+
+def duplicates_sql(session: bool, p: str = "?") -> str:
+    """The query of :meth:`DuplicateScope.duplicates` (SQLite and PostgreSQL alike): the
+    parameters are the user, then the session when ``session``; ``p`` the dialect's placeholder."""
+    return ("SELECT d.id, o.id, o.session_id <> d.session_id FROM messages d"
+            " JOIN messages o ON o.id = d.duplicate_of AND o.user_id = d.user_id"
+            f" WHERE d.user_id = {p}{f' AND d.session_id = {p}' if session else ''} AND d.duplicate_of IS NOT NULL")
+
+
 def pend_duplicates(removed: str, user: str = "?") -> str:
     """The statement that marks the user's duplicates of removed turns pending, run in the
     transaction that removes them (``delete_message``, ``clear_session``, consolidate's

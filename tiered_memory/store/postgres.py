@@ -18,7 +18,7 @@ import json
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
-from .base import LONG_MESSAGE_CHARS, pend_duplicates
+from .base import LONG_MESSAGE_CHARS, duplicates_sql, pend_duplicates
 from .filters import postgres_filter
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, lock_key
 from .postgres_keywords import tsquery
@@ -175,6 +175,10 @@ class PostgresRecordStore(PostgresDatabase):
             self.write(lambda c: c.execute(
                 "UPDATE messages SET indexed=FALSE, duplicate_of=NULL WHERE id = ANY(%s)",
                 (sorted(set(ids)),)))
+
+    def duplicates(self, user_id: str, session_id: str | None = None) -> dict[str, tuple[str, bool]]:
+        params = [user_id] if session_id is None else [user_id, session_id]
+        return {r[0]: (r[1], bool(r[2])) for r in self.query(duplicates_sql(session_id is not None, "%s"), params)}
 
     def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
         whose, params = ("user_id=%s AND ", (user_id,)) if user_id is not None else ("", ())  # (the index's)

@@ -1,0 +1,111 @@
+"""A turn stored as a duplicate (no vector of its own) is found by its original's vector in a
+scoped search too: a session, filters, and the sessions of search_sessions. The hit is the
+duplicate itself; an original outside the scope is never returned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from tiered_memory import MemoryHit, TieredMemory
+from tiered_memory.embedding import Embedder
+from tiered_memory.recall.search import stand_ins
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+TEXT = "My favourite drink is jasmine tea."
+QUERY = "what beverage do I enjoy?"  # no word in common with TEXT: found by its vector only
+
+
+def _similarity(hit: MemoryHit) -> float:
+    return float(hit.explanation["signals"]["similarity"]["value"])
+
+
+def _fill(memory: TieredMemory) -> tuple[str, str]:
+    first = memory.add("user", TEXT, session_id="s1", user_id="u", timestamp=1_700_000_000)
+    memory.add_many([{"role": "user", "content": f"Weather note {n}: sunny and warm at the beach."} for n in range(20)],
+                    session_id="w", user_id="u")
+    again = memory.add("user", TEXT, session_id="s2", user_id="u", metadata={"src": "b"}, timestamp=1_700_000_100)
+    memory.add("user", TEXT, session_id="s2", user_id="v", metadata={"src": "b"})  # another user's: never a hit of u
+    assert memory.index.ids("u") & {first, again} == {first}  # the second is a duplicate: no vector
+    return first, again
+
+
+def _check_session(memory: TieredMemory, first: str, again: str) -> None:
+    hits = memory.search(QUERY, user_id="u", session_id="s2")
+    assert [(h.id, h.session_id, h.metadata, h.timestamp) for h in hits] == [(again, "s2", {"src": "b"}, 1_700_000_100)]
+    original = memory.search(QUERY, user_id="u", session_id="s1")[0]
+    assert original.id == first and _similarity(hits[0]) == pytest.approx(_similarity(original), abs=1e-6)
+
+
+def _check_filters(memory: TieredMemory, again: str) -> None:
+    hits = memory.search(QUERY, user_id="u", filters={"src": "b"})
+    assert [(h.id, h.session_id, h.metadata) for h in hits] == [(again, "s2", {"src": "b"})]
+    assert [h.id for h in memory.search(QUERY, user_id="u", session_id="s2", filters={"src": "b"})] == [again]
+    assert memory.search(QUERY, user_id="u", session_id="s1", filters={"src": "b"}) == []
+
+
+def _check_sessions(memory: TieredMemory, first: str, again: str) -> None:
+    found = memory.search_sessions(QUERY, user_id="u", k=3)
+    best = {s.session_id: [h.id for h in s.hits][:1] for s in found}
+    assert best.get("s1") == [first] and best.get("s2") == [again]
+    found = memory.search_sessions(QUERY, user_id="u", k=3, filters={"src": "b"})
+    assert [(s.session_id, [h.id for h in s.hits]) for s in found] == [("s2", [again])]
+
+
+@pytest.mark.parametrize("matching, apart_out, expected", [
+    (None, False, {}),  # no scope: each original stands for its duplicates
+    (None, True, {"d1": "o1"}),  # one session (or sessions): a duplicate whose original lies in another
+    ({"d1", "d2", "o2"}, False, {"d1": "o1"}),  # a filter: a matching duplicate whose original does not match
+    ({"d1", "d2", "o2"}, True, {"d1": "o1"}),
+    ({"d2"}, False, {"d2": "o2"}),
+    (set(), True, {}),  # a duplicate the filter rejects is never one
+])
+def test_a_duplicate_stands_for_its_original_out_of_scope(matching: set[str] | None, apart_out: bool,
+                                                         expected: dict[str, str]) -> None:
+    duplicates = {"d1": ("o1", True), "d2": ("o2", False)}  # d1's original in another session, d2's in its own
+    assert stand_ins(duplicates, matching=matching, apart_out=apart_out) == expected
+
+
+def test_a_duplicate_is_found_by_a_search_of_its_session(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("dup-session")
+    _check_session(memory, *_fill(memory))
+
+
+def test_a_duplicate_is_found_by_a_filtered_search(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("dup-filter")
+    _, again = _fill(memory)
+    _check_filters(memory, again)
+
+
+def test_a_session_search_finds_the_session_of_a_duplicate(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("dup-sessions")
+    _check_sessions(memory, *_fill(memory))
+
+
+def test_an_unscoped_search_still_returns_the_original_alone(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("dup-unscoped")
+    first, again = _fill(memory)
+    assert [h.id for h in memory.search(QUERY, user_id="u", k=1)] == [first]
+    assert again not in [h.id for h in memory.search(QUERY, user_id="u", k=30)]
+
+
+def test_qdrant_finds_a_duplicate_in_scope(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory("dup-qdrant", vector_store="qdrant")
+    first, again = _fill(memory)
+    _check_session(memory, first, again)
+    _check_filters(memory, again)
+    _check_sessions(memory, first, again)
+
+
+@pytest.mark.servers
+def test_pgvector_finds_a_duplicate_in_scope(make_pgvector_url: Callable[[], str], tmp_path: Path,
+                                             embedder: Embedder) -> None:
+    with TieredMemory(tmp_path / "m", record_store=make_pgvector_url(), vector_store="pgvector",
+                      embedder=embedder) as memory:
+        first, again = _fill(memory)
+        _check_session(memory, first, again)
+        _check_filters(memory, again)
+        _check_sessions(memory, first, again)
