@@ -163,7 +163,7 @@ def test_add_fact_holds_its_metadata_to_the_limit_with_the_keys_it_adds(make_mem
 
 @pytest.mark.parametrize("query, k, fragment", [
     ("", 5, "non-empty"), ("   ", 5, "non-empty"), (None, 5, "non-empty"),
-    ("ok", 0, "positive"), ("ok", -1, "positive"), ("ok", "3", "positive"),
+    ("ok", 0, "k must be an int >= 1"), ("ok", -1, "k must be an int >= 1"), ("ok", "3", "k must be an int >= 1"),
 ])
 def test_bad_search_arguments(memory, query, k, fragment):
     with pytest.raises(InvalidInputError, match=fragment):

@@ -13,14 +13,13 @@ from .aio import twin
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import embed_query
-from .errors import InvalidInputError
 from .guard import usable
 from .layers.item_recall import ITEM_LAYER, as_memory_hit, merge_by_score
 from .memory_engines import MemoryEngines, nonempty_query
 from .recall.search import search_turns
 from .recall.sessions import search_sessions as find_sessions
 from .types import MemoryHit, SessionHit, SessionInfo, StoredMessage
-from .validation import MAX_COUNT, check_count, check_filters, check_flag, check_id, check_query
+from .validation import check_count, check_filters, check_flag, check_id, check_query
 
 
 class MemoryReads(MemoryEngines):
@@ -71,8 +70,7 @@ class MemoryReads(MemoryEngines):
         if session_id is not None:
             check_id(session_id, "session_id")
         nonempty_query(query)
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_COUNT:
-            raise InvalidInputError(f"k must be a positive int (at most {MAX_COUNT:,}), got {k!r}")
+        check_count(k, "k", minimum=1)
         check_filters(filters)
         check_flag(include_items, "include_items")
         with_items = include_items and session_id is None and not filters and self._layers_ok()
