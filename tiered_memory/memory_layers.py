@@ -78,8 +78,7 @@ class MemoryLayers(MemoryEngines):
             check_unit(changes["confidence"], "confidence")
         if changes.get("metadata") is not None:
             changes["metadata"] = check_metadata(changes["metadata"], self.config.max_metadata_bytes)
-        return self._jointly(lambda: self._layers.facts.edit(user_id, fact_id, max_metadata_bytes=self.config.max_metadata_bytes,
-                                                              **changes))
+        return self._jointly(lambda: self._layers.facts.edit(user_id, fact_id, **changes))
 
     @usable
     def delete_fact(self, fact_id: str, *, user_id: str) -> None:
@@ -87,8 +86,7 @@ class MemoryLayers(MemoryEngines):
         erases everything)."""
         check_id(user_id, "user_id")
         check_id(fact_id, "fact_id")
-        self._jointly(lambda: self._layers.facts.delete(user_id, fact_id,
-                                                      max_metadata_bytes=self.config.max_metadata_bytes))
+        self._jointly(lambda: self._layers.facts.delete(user_id, fact_id))
         forget_texts()
 
     @usable

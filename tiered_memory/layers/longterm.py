@@ -95,7 +95,8 @@ class Layers:
         self.parts = parts
         cfg = parts.config
         self.rows = rows
-        self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.lock)
+        self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.lock,
+                                    max_metadata_bytes=cfg.max_metadata_bytes)
         self.episodes = EpisodicMemory(rows, parts.index, parts.embedder, cfg.episodes, parts.lock,
                                        jointly=parts.jointly)
         self.llm_source: Any = llm  # what the user passed; resolved (and wrapped) on first use
@@ -201,8 +202,7 @@ class Layers:
             # add_fact's): a row committed without its vector would never get one there, since
             # such a store has no start-up repair and a second pass finds the fact by its words
             _, fact = self.parts.jointly(lambda: self.facts.resolve_and_apply(
-                user_id, cand, metadata=metadata, judgement=judgement, related=related, at=said,  # noqa: B023 (run now)
-                max_metadata_bytes=self.parts.config.max_metadata_bytes))
+                user_id, cand, metadata=metadata, judgement=judgement, related=related, at=said))  # noqa: B023 (run now)
             if fact is not None:
                 changed.append(fact)
         return changed
@@ -322,14 +322,12 @@ class Layers:
         cand = FactCandidate(type=type, text=text.strip(), confidence=float(confidence), key=key, polarity=polarity)
         meta = {**(metadata or {}), "method": "manual"}
         # as stored, within the limit: a fact stored over it would be left out of an export
-        limit = self.parts.config.max_metadata_bytes
-        check_metadata(stored_metadata(meta, "rules"), limit,
+        check_metadata(stored_metadata(meta, "rules"), self.facts.max_metadata_bytes,
                        "metadata with the keys add_fact adds ('method', 'resolution')")
         # a fact already known keeps its own 'method' and 'resolution' (it was not added here)
         given = {k: v for k, v in (metadata or {}).items() if k not in ADDED_KEYS}
         with self.facts.lock:  # the fact a no-op names is read before another thread may delete it
-            res, fact = self.facts.resolve_and_apply(user_id, cand, metadata=meta, given=given,
-                                                     max_metadata_bytes=limit)
+            res, fact = self.facts.resolve_and_apply(user_id, cand, metadata=meta, given=given)
             return fact if fact is not None else self.facts.get(user_id, res.target_id or "")
 
     # ---- maintenance --------------------------------------------------------------

@@ -50,8 +50,10 @@ class SemanticMemory:
     """Facts of every user: storage, resolution, search. Thread-safe through ``lock``."""
 
     def __init__(self, rows: FactRepository, index: VectorIndex, embedder: Embedder, config: FactConfig,
-                 lock: threading.RLock) -> None:
+                 lock: threading.RLock, *, max_metadata_bytes: int) -> None:
         self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
+        # MemoryConfig.max_metadata_bytes: what an import takes, so what a write stores exports whole
+        self.max_metadata_bytes = max_metadata_bytes
 
     # ---- reads ---------------------------------------------------------------
     def get(self, user_id: str, fact_id: str) -> Fact:
@@ -131,12 +133,13 @@ class SemanticMemory:
 
     def apply(self, user_id: str, candidate: FactCandidate, resolution: Resolution, *, target: Fact | None,
               metadata: dict[str, Any] | None = None, at: float | None = None,
-              given: Mapping[str, Any] | None = None, max_metadata_bytes: int) -> Fact | None:
+              given: Mapping[str, Any] | None = None) -> Fact | None:
         """Write a resolution; returns the fact added or changed (``None`` for a no-op). ``target``
         is the fact it names as the caller read it under the lock (``None``: none named, or gone).
         ``metadata`` is a new fact's; ``given`` (``add_fact``'s caller's keys) is merged into the
-        fact an update or a no-op keeps, held to ``max_metadata_bytes`` as ``update_fact`` holds it
+        fact an update or a no-op keeps, held to the metadata limit as ``update_fact`` holds it
         (and so is each history entry's details: :func:`log_change`)."""
+        limit = self.max_metadata_bytes
         now = time.time()
         at = now if at is None else at
         meta = stored_metadata(metadata, resolution.method)
@@ -146,11 +149,11 @@ class SemanticMemory:
         with self.lock:
             if resolution.action == "noop":
                 if target is not None:
-                    self._said_again(target, candidate.source_ids, details, now, given, max_metadata_bytes)
+                    self._said_again(target, candidate.source_ids, details, now, given)
                 return None
             if resolution.action == "update":
                 old = _named(target, resolution)
-                kept = merge_metadata(old.metadata, given, max_metadata_bytes)  # past the limit: nothing written
+                kept = merge_metadata(old.metadata, given, limit)  # past the limit: nothing written
                 text = resolution.text or old.text
                 sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
                 vector = embed(self.embedder, [text])[0]
@@ -161,10 +164,9 @@ class SemanticMemory:
                                   source_ids=sources, metadata=kept, updated_at=now, vector=vector, key=key,
                                   polarity=polarity)
                     log_change(u, user_id, old.id, "update", old.text, text, now, {**details, **metadata_details(
-                        old.metadata, given, beside=details, max_bytes=max_metadata_bytes)},
-                               max_bytes=max_metadata_bytes)
+                        old.metadata, given, beside=details, max_bytes=limit)}, max_bytes=limit)
                     gone = self._one_in_slot(u, replace(old, text=text, key=key, polarity=polarity), rivals,
-                                             at, now, "a judge's rewrite", max_metadata_bytes)  # the slot's other facts
+                                             at, now, "a judge's rewrite")  # the slot's other facts
                     self.index.delete([f"fact:{old.id}", *gone])  # see edit: never a vector of the old text
                 new = self.get(user_id, old.id)
                 if new.valid:
@@ -179,14 +181,14 @@ class SemanticMemory:
             if resolution.action == "invalidate":
                 old = _named(target, resolution)
                 if at < old.valid_from:  # said before the fact it contradicts: history, not news
-                    return self._add_superseded(fact, old, vector, details, now, max_metadata_bytes)
+                    return self._add_superseded(fact, old, vector, details, now)
             with self.rows.unit() as u:
                 if resolution.action == "invalidate":
                     u.invalidate_fact(user_id, old.id, at=at, superseded_by=fact.id, updated_at=now)
                     log_change(u, user_id, old.id, "invalidate", old.text, None, now,
-                               {**details, "superseded_by": fact.id, "invalid_from": at}, max_bytes=max_metadata_bytes)
+                               {**details, "superseded_by": fact.id, "invalid_from": at}, max_bytes=limit)
                 u.insert_fact(fact, vector)
-                log_change(u, user_id, fact.id, "add", None, fact.text, now, details, max_bytes=max_metadata_bytes)
+                log_change(u, user_id, fact.id, "add", None, fact.text, now, details, max_bytes=limit)
             if resolution.action == "invalidate":
                 self.index.delete([f"fact:{resolution.target_id}"])
             self._upsert_vectors([(fact, vector)])
@@ -194,14 +196,15 @@ class SemanticMemory:
             return fact
 
     def _said_again(self, old: Fact, source_ids: Sequence[str], details: dict[str, Any], now: float,
-                    given: Mapping[str, Any], max_metadata_bytes: int) -> None:
+                    given: Mapping[str, Any]) -> None:
         """A known fact stated again (``old``, as read under the lock): the turns that said it join
         its sources (a context citing facts by their sources reaches them), the metadata ``given``
         with it is merged into its own, and it counts as updated now (a fact the user keeps saying
         is not stale); a ``confirm`` entry in its history names the turns and the keys. Neither
         new: nothing is written."""
         new = [s for s in dict.fromkeys(source_ids) if s not in old.source_ids]
-        kept = merge_metadata(old.metadata, given, max_metadata_bytes)
+        limit = self.max_metadata_bytes
+        kept = merge_metadata(old.metadata, given, limit)
         if not old.valid or (not new and kept == old.metadata):
             return
         details = {**details, "source_ids": new}
@@ -209,10 +212,9 @@ class SemanticMemory:
             u.absorb_facts(old.id, source_ids=[*old.source_ids, *new], access_count=0, last_access=None,
                            updated_at=now, metadata=None if kept == old.metadata else kept)
             log_change(u, old.user_id, old.id, "confirm", old.text, old.text, now, {**details, **metadata_details(
-                old.metadata, given, beside=details, max_bytes=max_metadata_bytes)}, max_bytes=max_metadata_bytes)
+                old.metadata, given, beside=details, max_bytes=limit)}, max_bytes=limit)
 
-    def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float,
-                        max_metadata_bytes: int) -> Fact:
+    def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:
         """Store ``fact`` as already invalid, superseded by the ``newer`` fact it contradicts
         (a session ended late, an import of old turns): the newer fact stays valid, and the
         history says the older statement held until the newer one."""
@@ -222,13 +224,13 @@ class SemanticMemory:
             log_change(u, fact.user_id, fact.id, "add", None, fact.text, now,
                        {**details, "superseded_by": newer.id, "invalid_from": newer.valid_from,
                         "reason": f"{details['reason']}; but it was said before the fact it contradicts, "
-                                  "which stays valid"}, max_bytes=max_metadata_bytes)
+                                  "which stays valid"}, max_bytes=self.max_metadata_bytes)
         return fact
 
     def resolve_and_apply(self, user_id: str, candidate: FactCandidate, *, metadata: dict[str, Any] | None = None,
                           judgement: Judgement | None = None, related: Sequence[tuple[Fact, float]] | None = None,
-                          at: float | None = None, given: Mapping[str, Any] | None = None,
-                          max_metadata_bytes: int) -> tuple[Resolution, Fact | None]:
+                          at: float | None = None,
+                          given: Mapping[str, Any] | None = None) -> tuple[Resolution, Fact | None]:
         """Resolve ``candidate`` and write it (:meth:`apply`, which takes the other arguments)."""
         check_type(candidate.type, optional=False)
         if related is None:
@@ -244,25 +246,24 @@ class SemanticMemory:
                 res = decide_resolution(candidate, current, same=self.config.same_similarity,
                                         merge=self.config.merge_similarity)
                 target = next((f for f, _ in current if f.id == res.target_id), None)  # as just read
-            return res, self.apply(user_id, candidate, res, target=target, metadata=metadata, at=at, given=given,
-                                   max_metadata_bytes=max_metadata_bytes)
+            return res, self.apply(user_id, candidate, res, target=target, metadata=metadata, at=at, given=given)
 
-    def edit(self, user_id: str, fact_id: str, *, max_metadata_bytes: int, text: str | None = None,
+    def edit(self, user_id: str, fact_id: str, *, text: str | None = None,
              type: str | None = None, confidence: float | None = None,
              metadata: dict[str, Any] | None = None) -> Fact:
         """Change a fact's text, type, confidence or metadata (``metadata`` merged into its own,
-        the whole held to ``max_metadata_bytes``: what is stored exports and imports whole). A
+        the whole held to the metadata limit: what is stored exports and imports whole). A
         valid fact given a slot's words is that slot's one valid fact (:func:`~.resolution.one_in_slot`)."""
         check_type(type)
         if text is not None:
             check_text(text, "fact text")
         if confidence is not None and not 0.0 <= confidence <= 1.0:
             raise InvalidInputError(f"confidence must be within [0, 1], got {confidence!r}")
-        now = time.time()
+        now, limit = time.time(), self.max_metadata_bytes
         with self.lock:
             old = self.get(user_id, fact_id)
             new_text = old.text if text is None else text.strip()
-            new_meta = merge_metadata(old.metadata, metadata, max_metadata_bytes)
+            new_meta = merge_metadata(old.metadata, metadata, limit)
             if (new_text, type or old.type, old.confidence if confidence is None else confidence, new_meta) == (
                     old.text, old.type, old.confidence, old.metadata):
                 return old  # nothing changes: no write, no history entry, the update time stays
@@ -277,10 +278,9 @@ class SemanticMemory:
                             metadata=new_meta, key=key, polarity=polarity, updated_at=now, vector=vector)
                 log_change(u, user_id, fact_id, "edit", old.text, new_text, now, edit_details(
                     old, type=type or old.type, confidence=old.confidence if confidence is None else confidence,
-                    metadata=metadata or {}, max_bytes=max_metadata_bytes), max_bytes=max_metadata_bytes)
+                    metadata=metadata or {}, max_bytes=limit), max_bytes=limit)
                 moved = replace(old, text=new_text, type=type or old.type, key=key, polarity=polarity)
-                gone = self._one_in_slot(u, moved, rivals, now, now, "an edit",
-                                         max_metadata_bytes)  # the slot's other facts
+                gone = self._one_in_slot(u, moved, rivals, now, now, "an edit")  # the slot's other facts
                 if vector is not None:  # before the commit, the new vector after it: a crash or failure
                     self.index.delete([f"fact:{fact_id}", *gone])  # between leaves it missing (repaired), not stale
             new = self.get(user_id, fact_id)
@@ -297,7 +297,7 @@ class SemanticMemory:
         return [f for f, _ in self.rows.facts_in_slot(old.user_id, key) if f.id != old.id]
 
     def _one_in_slot(self, u: FactWrites, moved: Fact, rivals: Sequence[Fact], at: float, now: float,
-                     by: str, max_metadata_bytes: int) -> list[str]:
+                     by: str) -> list[str]:
         """Write :func:`~.resolution.one_in_slot`'s plan for ``moved`` and its slot's ``rivals``
         inside the caller's unit; returns the vector ids of the rivals it invalidates."""
         plan = one_in_slot(moved, rivals, at, same=self.config.same_similarity,
@@ -306,17 +306,17 @@ class SemanticMemory:
             u.invalidate_fact(old.user_id, old.id, at=since, superseded_by=new.id, updated_at=now)
             log_change(u, old.user_id, old.id, "invalidate", old.text, None, now,
                        {"reason": reason, "method": "rules", "superseded_by": new.id, "invalid_from": since},
-                       max_bytes=max_metadata_bytes)
+                       max_bytes=self.max_metadata_bytes)
         return [f"fact:{old.id}" for old, *_ in plan if old.id != moved.id]  # whose vector its caller drops
 
-    def delete(self, user_id: str, fact_id: str, *, max_metadata_bytes: int) -> None:
+    def delete(self, user_id: str, fact_id: str) -> None:
         """Remove a fact (row and vector); the history keeps a ``delete`` entry."""
         with self.lock:
             old = self.get(user_id, fact_id)
             with self.rows.unit() as u:
                 u.delete_fact(user_id, fact_id)
                 log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {},
-                           max_bytes=max_metadata_bytes)
+                           max_bytes=self.max_metadata_bytes)
             self.index.delete([f"fact:{fact_id}"])
 
     def restore(self, facts: Sequence[Fact], history: Sequence[tuple[str, FactChange]] = ()) -> int:
