@@ -1,6 +1,6 @@
 """Fact resolution by the rules where similarity alone misleads: a similar fact of no slot that
 is another fact, and the fact of a slot that is not among the candidate's nearest facts
-(the pure rules' table: ``test_semantic.py::test_decide_resolution``)."""
+(the pure rules' table: ``test_resolution_table.py::test_decide_resolution``)."""
 
 from __future__ import annotations
 
