@@ -41,7 +41,9 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.utils import get_tokenizer
 
 from tiered_memory import MemoryContext, Section, TieredMemory
-from tiered_memory.context.render import drop_lowest, render_memory
+from tiered_memory.context.assembly import message_item
+from tiered_memory.context.render import ContextItem, drop_lowest, render_memory
+from tiered_memory.layers.buffer import newest_turns
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, TypedArgumentsModel, UsageError
 from tiered_memory.tokens import heuristic_count, offline_encoding
@@ -96,23 +98,37 @@ def _rank(name: str) -> int:
     return SECTION_ORDER.index(name) if name in SECTION_ORDER else len(SECTION_ORDER)
 
 
-def long_term_sections(context: MemoryContext, current_texts: set[str]) -> list[Section]:
-    """The sections the block shows, most important first.
+def long_term_sections(context: MemoryContext, current_texts: set[str],
+                       earlier: Optional[Sequence[ContextItem]] = None) -> list[Section]:
+    """The sections the block shows, most important first (pure).
 
-    The core's recent buffer becomes the "earlier" section (with flushing, those turns
-    are no longer in the Memory's queue); turns already in the current messages
+    ``earlier`` (by default the core's recent buffer, whose turns a flush took out of the
+    Memory's queue) becomes the "earlier" section; turns already in the current messages
     (``current_texts``, as stored: see :func:`shown_already`) are left out, whole or cut,
-    since the model sees them anyway.
+    since the model sees them anyway, and so are past turns that "earlier" shows.
     """
     sections = []
-    earlier = [i for i in context.recent if not shown_already(i.text, current_texts)]
-    if earlier:
-        sections.append(Section(name="earlier", title=EARLIER_TITLE, items=earlier))
+    shown = [i for i in (context.recent if earlier is None else earlier) if not shown_already(i.text, current_texts)]
+    if shown:
+        sections.append(Section(name="earlier", title=EARLIER_TITLE, items=shown))
+    ids = {i.id for i in shown}
     for s in context.sections:
-        items = [i for i in s.items if i.role is None or not shown_already(i.text, current_texts)]
+        items = [i for i in s.items if i.role is None or not (i.id in ids or shown_already(i.text, current_texts))]
         if items:
             sections.append(Section(name=s.name, title=s.title, items=items))
     return sorted(sections, key=lambda s: _rank(s.name))
+
+
+def before_the_queue(stored: Sequence[ContextItem], current_texts: set[str], room: int,
+                     max_items: int) -> list[ContextItem]:
+    """The session's newest stored turns not in the current messages, oldest first, within
+    ``room`` tokens and ``max_items`` items (pure): whole turns, and of a newest turn over the
+    room its newest items. ``stored`` are the session's latest stored messages, oldest first."""
+    older = [i for i in stored if not shown_already(i.text, current_texts)]
+    kept = newest_turns(older, lambda i: i.tokens, max_cost=room, max_items=max_items)
+    while kept and sum(i.tokens for i in kept) > room:
+        kept.pop(0)
+    return kept
 
 
 # ---- the block -------------------------------------------------------------
@@ -305,13 +321,31 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         context = await self.memory.abuild_context(
             build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens)
         max_chars = self.memory.config.max_content_chars
-        sections = long_term_sections(context, {storable_text(message_text(m), max_chars)[0] for m in current})
+        current_texts = {storable_text(message_text(m), max_chars)[0] for m in current}
+        earlier = await self._earlier(context, current_texts, sid, len(current))
+        sections = long_term_sections(context, current_texts, earlier)
         text = render_memory(sections)
         if text:
             self._rendered[text] = sections
             while len(self._rendered) > RENDERED_KEPT:  # the oldest; another thread may have taken it
                 self._rendered.pop(next(iter(self._rendered), ""), None)
         return text
+
+    async def _earlier(self, context: MemoryContext, current_texts: set[str], sid: str,
+                       in_queue: int) -> Optional[list[ContextItem]]:
+        """The turns to show as earlier in this conversation; ``None``: the core's recent buffer.
+
+        When the buffer holds turns of the Memory's queue (stored as they were put:
+        ``every_turn``, :meth:`arecord`), those are left out, and the stored turns before them
+        take the room the core kept for recent turns; else the turns just before the queue
+        would be missing, shown only if a search found them, and that room left empty."""
+        if all(not shown_already(i.text, current_texts) for i in context.recent):
+            return None
+        buffer = self.memory.config.buffer
+        stored = await self.memory.aget_messages(sid, user_id=self.user_id, limit=in_queue + 2 * buffer.max_messages)
+        count = self.memory.count_tokens
+        return before_the_queue([message_item(m, count) for m in stored], current_texts,
+                                room=sum(i.tokens for i in context.recent), max_items=buffer.max_messages)
 
     async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:
         """Drop the lowest-priority items (whole sections first from the end) until the

@@ -266,3 +266,32 @@ async def test_reset_clears_the_queue_only_and_clear_session_forgets_the_session
     assert "blue flowerpot" in memory_message(await mem.aget(input="Where is the spare key?"))
     assert memory.clear_session("s1", user_id="u1") == 3
     assert "blue flowerpot" not in memory_message(await mem.aget(input="Where is the spare key?"))
+
+
+TOPICS = ["tides", "volcanoes", "rainbows", "light years", "bread baking", "chess openings", "jazz", "glaciers",
+          "bees", "sourdough", "tennis", "the Roman empire", "owls", "coffee roasting", "knitting", "comets"] * 3
+
+
+async def test_write_through_shows_the_turns_just_before_the_queue_as_earlier(memory: TieredMemory) -> None:
+    """Every turn stored as put: the session's newest stored turns are the Memory's own queue, which
+    the block leaves out. The turns just before the queue are shown in their place, as after
+    flushes, in the room the core kept for recent turns (not lost, nor that room left empty)."""
+    shown_earlier: dict[str, int] = {}
+    for user, mode in (("u-flush", Memory), ("u-write", WriteThroughMemory)):
+        block = TieredMemoryBlock(memory=memory, user_id=user, every_turn=mode is WriteThroughMemory)
+        mem = mode.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER,
+                                 token_limit=4000, chat_history_token_ratio=0.2, token_flush_size=100)
+        for n, topic in enumerate(TOPICS):
+            await mem.aput_messages(turn(f"Q{n}: what do you know about {topic}? Tell me at length, please.",
+                                         f"A{n}: {topic} is a subject with a long history and many details."))
+        queue = [m.content or "" for m in await mem.aget_all(status=MessageStatus.ACTIVE)]
+        before = int(queue[0].split(":")[0][1:]) - 1  # the newest turn no longer in the queue
+        text = memory_message(await mem.aget(input="So what do you think?"))
+        sections = parse_memory(text.split("<tiered_memory>\n", 1)[1].split("\n</tiered_memory>")[0])
+        earlier = dict(sections).get("Earlier in this conversation", [])
+        assert [e.split(":")[0] for e in earlier[-2:]] == [f"Q{before}", f"A{before}"], user  # leads into the queue
+        assert not set(earlier) & set(queue)
+        shown_earlier[user] = len(earlier)
+        shown = decoded_items(sections)
+        assert len(shown) == len(set(shown)), user  # no turn twice (earlier and relevant past turns)
+    assert shown_earlier["u-write"] >= shown_earlier["u-flush"] - 2 >= 6  # about as many as after flushes
