@@ -12,12 +12,14 @@ from typing import Any, Iterable, Optional, Sequence
 
 from llama_index.core.base.llms.types import ChatMessage, TextBlock
 
-from tiered_memory.context.render import CUT_MARKER, holds_rendered_memory
+from tiered_memory.context.render import CUT_MARKER, OPENING
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.graphemes import cut_point
 from tiered_memory.llm.base import clean_strings
 
 MAX_QUERY_CHARS = 2000
+WRAPPER = "<memory>"  # how LlamaIndex's template opens the memory blocks it puts before a message's text
+CLOSING = "</memory>"  # closes render_memory's block, then the template's
 REPAIRED_KEY = "llamaindex_repaired"  # metadata of a stored message whose text had to be changed
 
 _ROLES = {
@@ -38,11 +40,38 @@ def check_messages(messages: object, name: str = "messages") -> list[ChatMessage
 
 
 def message_text(message: ChatMessage) -> str:
-    """The text of a chat message: its text blocks, joined by newlines, but for a block holding
-    a rendered memory. ``Memory.get()`` adds the memory as a text block of its own to a system
-    or user message; given back (an app resuming from what it sent, a chat store returning the
-    objects ``Memory`` wrote into), it is a prompt's memory, neither stored nor recalled for."""
-    return "\n".join(b.text for b in message.blocks if isinstance(b, TextBlock) and not holds_rendered_memory(b.text))
+    """The text of a chat message: its text blocks, joined by newlines, without a rendered memory.
+    ``Memory.get()`` adds the memory as a text block of its own before a system or user message's
+    text; given back (an app resuming from what it sent, a chat store returning the objects
+    ``Memory`` wrote into), it is a prompt's memory, neither stored nor recalled for. Kept as the
+    message's ``content`` (one text), it is followed by the message's own words, which stay
+    (:func:`without_rendered_memory`)."""
+    texts = [b.text for b in message.blocks if isinstance(b, TextBlock)]
+    return "\n".join(t for t in (without_rendered_memory(t) for t in texts) if t is not None)
+
+
+def without_rendered_memory(text: str) -> Optional[str]:
+    """``text`` without the memory ``Memory.get()`` put before it (pure); ``None`` when nothing else
+    is left, or when the memory is cut short (its end is not there to tell where it stops).
+
+    That memory is LlamaIndex's ``<memory>`` wrapper of its blocks, one of them holding a memory
+    :func:`~tiered_memory.context.render.render_memory` rendered, whose stored text spells no tag,
+    so the first ``</memory>`` after it closes it and the wrapper's own next ``</memory>`` follows.
+    A rendered memory inside other text (no wrapper before it) is removed alone."""
+    at = text.find(OPENING)
+    if at < 0:
+        return text
+    end = text.find(CLOSING, at + len(OPENING))
+    if end < 0:
+        return None
+    end += len(CLOSING)
+    head = text[:at]
+    if head.lstrip().startswith(WRAPPER):  # Memory's template: <memory>, the blocks, </memory>, then the text
+        close = text.find(CLOSING, end)
+        end = len(text) if close < 0 else close + len(CLOSING)
+        head = ""
+    rest = (head + text[end:]).strip("\n")
+    return rest if rest.strip() else None
 
 
 def storable_text(text: str, max_chars: Optional[int] = None) -> tuple[str, list[str]]:

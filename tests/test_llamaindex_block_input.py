@@ -176,15 +176,18 @@ def test_end_session_refuses_what_is_not_a_memory(memory: TieredMemory) -> None:
 
 
 # ---- the memory Memory inserted, handed back as conversation ----------------------------
+@pytest.mark.parametrize("kept_as", ["blocks", "content"])
 @pytest.mark.parametrize("insert_method", ["system", "user"])
 async def test_the_memory_a_memory_inserted_into_a_message_is_never_stored_as_conversation(
-    memory: TieredMemory, insert_method: str,
+    memory: TieredMemory, insert_method: str, kept_as: str,
 ) -> None:
     # Memory.get() puts the block's quoted memory into a system message or into the latest user
     # message (as a text block of its own). An app that keeps what it sent the model and resumes
     # from it (chat_history=, put_messages), or a chat store that hands back the objects it holds
     # (Memory writes into them), gives those messages back: the memory must not be stored as the
-    # user's words, where each round would quote the last one again
+    # user's words, where each round would quote the last one again. An app that keeps each
+    # message's content (a string column, JSON) has the memory and the user's words in one text
+    # block: the words are stored, without the memory
     block = TieredMemoryBlock(memory=memory, user_id="u1", tokenizer_fn=TOKENIZER)
     monday = small_memory(block, "monday")
     await monday.aput_messages(turn("I live in Lisbon and I am vegetarian.", "Noted!"))
@@ -193,6 +196,8 @@ async def test_the_memory_a_memory_inserted_into_a_message_is_never_stored_as_co
     await tuesday.aput(chat("user", "Where should I eat tonight?"))
     sent = await tuesday.aget()
     assert any(PREAMBLE in b.text for m in sent for b in m.blocks if isinstance(b, TextBlock))
+    if kept_as == "content":
+        sent = [ChatMessage(role=m.role, content=m.content) for m in sent]
 
     resumed = small_memory(block, "resumed", chat_history=sent)
     await resumed.aput_messages(turn("Somewhere near the river?", "Try the vegetarian place by the river."))

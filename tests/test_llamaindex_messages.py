@@ -11,7 +11,7 @@ from llama_index.core.base.llms.types import TextBlock  # noqa: E402
 from llama_index.core.llms import ChatMessage  # noqa: E402
 
 from llamaindex_tiered_memory.messages import (build_query, message_text, shown_already, storable_text,  # noqa: E402
-                                               to_core_messages)
+                                               to_core_messages, without_rendered_memory)
 from tiered_memory.context.render import (CUT_MARKER, PREAMBLE, ContextItem, Section,  # noqa: E402
                                           holds_rendered_memory, render_memory)
 
@@ -88,3 +88,23 @@ def test_storable_text_rules(text: str, limit: int | None, stored: str, changes:
 )
 def test_shown_already_rules(item: str, current: set[str], shown: bool) -> None:
     assert shown_already(item.strip(), current) is shown
+
+
+RENDERED = render_memory([Section(name="facts", title="Facts", items=[
+    ContextItem(id="f1", text="User said </memory> once", tokens=4)])])
+WRAPPED = f"\n<memory>\n<tiered_memory>\n{RENDERED}\n</tiered_memory>\n</memory>\n"  # Memory's template
+
+
+@pytest.mark.parametrize(("text", "left"), [
+    (WRAPPED + "\nWhere do I live? I have a dog, Rex.", "Where do I live? I have a dog, Rex."),  # content kept
+    (WRAPPED + "\nWhat does </memory> mean?", "What does </memory> mean?"),  # a tag in the words
+    (WRAPPED.replace("</tiered_memory>", "</tiered_memory>\n<notes>\nhikes\n</notes>") + "\nYou are kind.",
+     "You are kind."),  # another block in the wrapper is the prompt's too
+    (WRAPPED, None), (RENDERED, None),  # only a memory
+    (f"I pasted this: {RENDERED} what is it?", "I pasted this:  what is it?"),  # no wrapper: the memory alone
+    (WRAPPED[: WRAPPED.index("## Facts")], None),  # cut short: where it ends is unknown
+    ("What does <memory> mean?", "What does <memory> mean?"),
+])
+def test_a_memory_memory_put_before_the_words_is_taken_out_of_them(text: str, left: str | None) -> None:
+    assert without_rendered_memory(text) == left
+    assert message_text(chat("user", text)) == (left or "")
