@@ -11,7 +11,7 @@ uses that memory; elsewhere it opens the folder again from its
 all (a PostgreSQL store, a vector server) is found only in the process that opened it.
 
 Invariants: an embedded folder is open once per process (the core's folder lock), so a
-folder's path names one memory here; any other memory is named by a token of this process.
+folder's path names one open memory here (a closed one is passed over); any other memory is named by a token of this process.
 The registry holds memories weakly: it never keeps one open.
 """
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tiered_memory import FolderSettings, TieredMemory
-from tiered_memory.errors import ConfigurationError
+from tiered_memory.errors import ConfigurationError, UsageError
 
 _open: "weakref.WeakValueDictionary[str, TieredMemory]" = weakref.WeakValueDictionary()
 _tokens: "weakref.WeakKeyDictionary[TieredMemory, str]" = weakref.WeakKeyDictionary()
@@ -52,8 +52,19 @@ def address_of(memory: TieredMemory) -> MemoryAddress:
     return MemoryAddress(key=key, settings=settings)
 
 
+def _usable(memory: TieredMemory) -> bool:
+    """Whether ``memory`` takes calls: not closed (an app that closed it may still hold it), nor
+    inherited through ``fork``."""
+    try:
+        memory._calls.check()
+    except UsageError:
+        return False
+    return True
+
+
 def memory_at(address: MemoryAddress) -> TieredMemory:
-    """The memory ``address`` names: the one this process holds, else its folder opened again.
+    """The memory ``address`` names: the one this process holds open, else its folder opened again
+    (a memory closed since the block was pickled is not used: every call of it is refused).
 
     Raises:
         ConfigurationError: the memory is not open here and is not a folder that can be opened.
@@ -61,7 +72,7 @@ def memory_at(address: MemoryAddress) -> TieredMemory:
     """
     with _lock:
         found = _open.get(address.key)
-        if found is not None:
+        if found is not None and _usable(found):
             return found
         settings = address.settings
         if settings is None:

@@ -152,3 +152,28 @@ async def test_a_deep_copied_memory_shares_the_blocks_tiered_memory(make_memory:
     assert copied.user_id == "u1" and copied._recorded == {"s1"} and copied._recorded is not block._recorded
     await branch.aput(chat("user", "What is my cat called?"))
     assert "Miso" in (await branch.aget())[0].content
+
+
+def test_a_block_unpickled_after_its_memory_closed_uses_the_folder_open_now(tmp_path: Path) -> None:
+    # a long-running app closes its memory (a reload, a shutdown hook) while the old object is
+    # still referenced, then restores a saved agent: the block must not come back on the closed
+    # object, whose every call is refused, but on the folder open now, or open it itself
+    first = TieredMemory(tmp_path / "mem")
+    remembered(first)
+    data = pickle.dumps(Memory.from_defaults(session_id="s1", tokenizer_fn=TOKENIZER,
+                                             memory_blocks=[TieredMemoryBlock(memory=first, user_id="u1")]))
+    first.close()
+    reopened = pickle.loads(data).memory_blocks[0]
+    assert reopened.memory is not first
+    try:
+        assert "Miso" in reopened.memory.get_messages("old", user_id="u1")[0].content  # it opened the folder
+    finally:
+        reopened.memory.close()
+
+    second = TieredMemory(tmp_path / "mem")  # the app opens the folder again and builds its blocks on it
+    TieredMemoryBlock(memory=second, user_id="u2")
+    try:
+        assert pickle.loads(data).memory_blocks[0].memory is second
+    finally:
+        second.close()
+    assert first is not None  # still referenced all along
