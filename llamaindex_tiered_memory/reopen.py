@@ -53,8 +53,11 @@ def address_of(memory: TieredMemory) -> MemoryAddress:
 
 
 def _usable(memory: TieredMemory) -> bool:
-    """Whether ``memory`` takes calls: not closed (an app that closed it may still hold it), nor
-    inherited through ``fork``."""
+    """Whether ``memory`` is not closed (an app that closed it may still hold it). One inherited
+    through ``fork`` counts as open: its folder cannot be opened here while the parent holds it,
+    and its first call says what to do (open a new one in the child)."""
+    if memory._calls.forked():
+        return True
     try:
         memory._calls.check()
     except UsageError:
