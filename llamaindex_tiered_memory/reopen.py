@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from tiered_memory import FolderSettings, TieredMemory
-from tiered_memory.errors import ConfigurationError, UsageError
+from tiered_memory.errors import ConfigurationError
 
 _open: "weakref.WeakValueDictionary[str, TieredMemory]" = weakref.WeakValueDictionary()
 _tokens: "weakref.WeakKeyDictionary[TieredMemory, str]" = weakref.WeakKeyDictionary()
@@ -52,19 +52,6 @@ def address_of(memory: TieredMemory) -> MemoryAddress:
     return MemoryAddress(key=key, settings=settings)
 
 
-def _usable(memory: TieredMemory) -> bool:
-    """Whether ``memory`` is not closed (an app that closed it may still hold it). One inherited
-    through ``fork`` counts as open: its folder cannot be opened here while the parent holds it,
-    and its first call says what to do (open a new one in the child)."""
-    if memory._calls.forked():
-        return True
-    try:
-        memory._calls.check()
-    except UsageError:
-        return False
-    return True
-
-
 def memory_at(address: MemoryAddress) -> TieredMemory:
     """The memory ``address`` names: the one this process holds open, else its folder opened again
     (a memory closed since the block was pickled is not used: every call of it is refused).
@@ -75,7 +62,7 @@ def memory_at(address: MemoryAddress) -> TieredMemory:
     """
     with _lock:
         found = _open.get(address.key)
-        if found is not None and _usable(found):
+        if found is not None and not found.closed:  # an app may still hold one it closed
             return found
         settings = address.settings
         if settings is None:

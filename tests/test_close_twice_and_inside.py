@@ -157,3 +157,23 @@ def test_sigterm_whose_handler_closes_the_memory_exits_cleanly_and_keeps_every_a
         assert db.execute("SELECT value FROM meta WHERE key = 'state'").fetchone() == ("closed",)
         stored = {row[0] for row in db.execute("SELECT id FROM messages")}
     assert {i for ids in acknowledged for i in ids} <= stored
+
+
+def test_closed_says_whether_close_has_begun(make_memory: Callable[..., TieredMemory], embedder: Embedder) -> None:
+    """``closed`` is False while calls are taken, True from the moment close() begins (a call
+    still running then finishes), and stays True (an adapter holding the object asks it)."""
+    held = HeldEmbedder(embedder)
+    memory = make_memory("closed-flag", embedder=held)
+    assert memory.closed is False
+    held.hold()
+    with ThreadPoolExecutor(2) as pool:
+        running = pool.submit(memory.add, "user", "the gate code is 4471", session_id="s", user_id="u")
+        assert held.entered.wait(60), "the call never reached the embedder"
+        closing = pool.submit(memory.close)
+        while not _closing(memory):
+            threading.Event().wait(0.005)
+        assert memory.closed is True  # begun, the running call not yet finished
+        held.release()
+        running.result()
+        closing.result()
+    assert memory.closed is True

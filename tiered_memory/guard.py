@@ -113,6 +113,11 @@ class Calls:
         self._enter(here=False)
         return Admitted(self)
 
+    def refusing(self) -> bool:
+        """True once :meth:`close` has begun: new calls are refused (``TieredMemory.closed``)."""
+        with self._cond:
+            return self._closed
+
     def forked(self) -> bool:
         """True in a process forked from the one these calls belong to."""
         return os.getpid() != self._pid

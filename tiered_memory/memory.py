@@ -227,6 +227,12 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
             return
         self._calls.close(self._shut)
 
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` has begun (every new call is refused). A memory inherited
+        through ``fork`` is not closed by the child: its calls are refused there for that reason."""
+        return self._calls.refusing()
+
     def _shut(self) -> None:
         """Close the engines, once no call runs (:meth:`Calls.close` calls it)."""
         try:
