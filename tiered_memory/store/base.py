@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..types import SessionInfo, StoredMessage
@@ -204,3 +205,16 @@ class RecordStore(Protocol):
         one may be between a :meth:`get_meta` and a :meth:`set_meta`."""
 
     def close(self) -> None: ...
+
+
+def warn_if_later(where: object, name: str, version: int, known: int) -> None:
+    """Log a warning when the store's ``name`` schema is at a later ``version`` than the
+    ``known`` steps of this code: a later tiered-memory migrated it. It still opens (refusing
+    would stop the older workers of a rolling upgrade), but this code does not know what the
+    later steps changed, so the warning names both versions and says to upgrade."""
+    if version > known:
+        logging.getLogger("tiered_memory").warning(
+            "%s was migrated by a later version of tiered-memory (schema %r at version %s; this version "
+            "knows version %s): it opens, so the workers of a rolling upgrade keep running, but what the "
+            "later version changed is unknown here: upgrade this process to that version",
+            where, name, version, known)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Sequence, Union
 
 from ..errors import ConfigurationError, CorruptStoreError, InvalidInputError, StoreError, TieredMemoryError, missing
 from ..guard import check_process
+from .base import warn_if_later
 from .postgres_connect import attempt, check_refused, unreachable, wait_for_server
 from .postgres_url import network_settings, redact
 
@@ -336,16 +337,12 @@ class PostgresDatabase:
         return rows
 
     def migrate(self, name: str, steps: Sequence[Step]) -> None:
-        """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``.
-
-        Each step runs in its own transaction under an advisory lock, so workers
-        starting together apply it exactly once.
-        """
-        def current() -> int:
-            return int(self.query(
-                "SELECT COALESCE(MAX(version), 0) FROM schema_migrations WHERE name=%s", (name,))[0][0])
-
-        if current() >= len(steps):
+        """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``. Each step runs
+        in its own transaction under an advisory lock, so workers starting together apply it exactly
+        once; a store a later version migrated further opens with a warning (``warn_if_later``)."""
+        now = self.schema_version(name)
+        warn_if_later(f"the PostgreSQL schema {self.schema!r}", name, now, len(steps))
+        if now >= len(steps):
             return
         for version, step in enumerate(steps, start=1):
             def run(conn: Any, version: int = version, step: Step = step) -> None:

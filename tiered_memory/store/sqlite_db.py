@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import CorruptStoreError, StoreError, UsageError
 from ..guard import check_process
+from .base import warn_if_later
 from .sqlite_schema import Step, split_sql
 from .stored_values import lenient_text
 from .text_search import fts5_text, keyword_text, user_tag
@@ -221,10 +222,13 @@ class SQLiteDatabase:
         own transaction with its version row. Opened read-only, pending steps are refused instead:
         the code's queries may need them.
 
+        A store a later version migrated further opens, with a warning (``warn_if_later``).
+
         Raises:
             StoreError: read-only, and the store's schema is older than this code."""
         if self.read_only:
             current = self.schema_version(name)
+            warn_if_later(self.path, name, current, len(steps))
             if current < len(steps):
                 raise StoreError(
                     f"{self.path} has an older schema than this version of tiered-memory ({name!r} at "
@@ -237,6 +241,7 @@ class SQLiteDatabase:
                 c.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
                           " version INTEGER NOT NULL, applied_at REAL NOT NULL, PRIMARY KEY (name, version))")
         current = self.schema_version(name)
+        warn_if_later(self.path, name, current, len(steps))
         for version, step in enumerate(steps[current:], start=current + 1):
             with self.transaction() as c:
                 if callable(step):
