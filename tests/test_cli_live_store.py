@@ -221,3 +221,18 @@ def test_a_read_only_reader_of_a_closed_folder_leaves_it_as_it_found_it(tmp_path
         assert reader.stats().messages == 1
     assert sorted(p.name for p in folder.iterdir()) == before
     assert hashlib.sha256((folder / "records.sqlite3").read_bytes()).hexdigest() == stored
+
+
+def test_a_closed_read_only_memory_refuses_a_with_block(tmp_path):
+    """``with reader:`` on a closed ``ReadOnlyMemory`` entered, and failed only at its first
+    read; it now fails at its start, as ``TieredMemory``'s does."""
+    from tiered_memory import UsageError
+    from tiered_memory.readonly import ReadOnlyMemory
+
+    folder = tmp_path / "m"
+    TieredMemory(folder, embedder=StaticEmbedder()).close()
+    reader = ReadOnlyMemory(folder)
+    reader.close()
+    with pytest.raises(UsageError, match="closed"):
+        with reader:
+            pass

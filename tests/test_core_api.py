@@ -15,6 +15,7 @@ EXPECTED_CORE = {
     "MemoryHit", "Message", "StoredMessage", "Stats", "MemoryContext", "Section", "ContextItem",
     "Dropped", "Embedder", "SentenceTransformerEmbedder", "TieredMemoryError", "UsageError",
     "InvalidInputError", "ContentTooLargeError", "InvalidArgumentsError", "ConfigurationError", "MissingDependencyError",
+    "EmbedderRequiredError",
     "NotFoundError", "RuntimeFailure", "StoreError", "StoreLockedError", "CorruptStoreError",
     "VectorIndexError", "EmbeddingError", "LLMError", "LLMOutputError", "__version__",
     "ImportReport", "ConsolidationReport",  # what import_jsonl and consolidate return

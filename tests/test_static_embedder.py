@@ -258,9 +258,10 @@ def test_a_store_made_by_another_embedder_is_refused_without_one_not_re_embedded
         vectors = memory.index.count()
     with pytest.raises(ConfigurationError, match="acme-embed-v2.*embedder="):
         TieredMemory(path)
-    err = io.StringIO()
-    assert main(["--path", str(path), "facts", "--user", "u"], stdout=io.StringIO(), stderr=err) == 2  # a usage error
-    assert "acme-embed-v2" in err.getvalue()
+    err = io.StringIO()  # the CLI: a search needs the embedder (a usage error); a read of rows does not
+    assert main(["--path", str(path), "search", "Porto", "--user", "u"], stdout=io.StringIO(), stderr=err) == 2
+    assert "acme-embed-v2" in err.getvalue() and "--embedder" in err.getvalue()
+    assert main(["--path", str(path), "sessions", "--user", "u"], stdout=io.StringIO(), stderr=io.StringIO()) == 0
     with caplog.at_level(logging.WARNING, logger="tiered_memory"):
         with TieredMemory(path, embedder=_OwnEmbedder()) as memory:  # the vectors were kept
             assert memory.index.count() == vectors and memory.store.get_meta("embedder") == "acme-embed-v2"

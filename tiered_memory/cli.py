@@ -36,10 +36,14 @@ import re
 import sys
 from typing import Any, Callable, Sequence, TextIO
 
-from .cli_open import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliUsageError, keyword_only_label,
-                       open_memory as _open)
+from .cli_open import (EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, CliUsageError, embedder_hint,
+                       keyword_only_label, open_memory as _open)
 from .cli_portable import COMMANDS as PORTABLE, add_parsers as add_portable_parsers
-from .errors import TieredMemoryError, UsageError
+from .errors import EmbedderRequiredError, TieredMemoryError, UsageError
+
+
+EMBEDDER_HELP = ("the application's own embedder, for a memory whose vectors it made: FACTORY() of MODULE "
+                 "(imported from the current folder or PYTHONPATH); reads of rows need none")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,12 +53,14 @@ def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--path", default=argparse.SUPPRESS,
                         help="memory folder (default: $TIERED_MEMORY_HOME or ~/.tiered-memory)")
+    common.add_argument("--embedder", default=argparse.SUPPRESS, metavar="MODULE:FACTORY", help=EMBEDDER_HELP)
     p = argparse.ArgumentParser(
         prog="tiered-memory",
         description="Long-term memory for LLM agents: inspect and manage a memory folder.",
     )
     p.add_argument("--path", default=None,
                    help=f"memory folder (default: $TIERED_MEMORY_HOME or {default_path()})")
+    p.add_argument("--embedder", default=None, metavar="MODULE:FACTORY", help=EMBEDDER_HELP)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -162,7 +168,7 @@ def _cmd_stats(args: argparse.Namespace, out: Callable[[str], None], err: TextIO
         out(json.dumps(fields))
         return EXIT_OK
     if s.vectors is None:
-        fields["vectors"] = "not available (the index belongs to the process that holds the folder)"
+        fields["vectors"] = f"not available ({memory.why})"
     for key, value in fields.items():
         out(f"{key:>11}: {value}")
     return EXIT_OK
@@ -295,6 +301,9 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
             raise CliUsageError("--path is empty; name the memory folder, or leave out --path for "
                                 "the default ($TIERED_MEMORY_HOME or ~/.tiered-memory)")
         return COMMANDS[args.command](args, out, err_stream)
+    except EmbedderRequiredError as e:  # the CLI's way to give it, not embedder=
+        fail(f"tiered-memory {args.command}: error: {embedder_hint(e, args.command)}")
+        return EXIT_USAGE
     except (CliUsageError, UsageError) as e:
         fail(f"tiered-memory {args.command}: error: {e}")
         return EXIT_USAGE

@@ -9,7 +9,8 @@
     │   │   └── InvalidArgumentsError (an adapter that is a pydantic model refused its arguments;
     │   │                              pydantic's ValidationError too)
     │   ├── ConfigurationError        (bad path, options, missing extra)
-    │   │   └── MissingDependencyError
+    │   │   ├── MissingDependencyError
+    │   │   └── EmbedderRequiredError (the store's vectors are a custom embedder's; none given)
     │   └── NotFoundError             (unknown memory, fact or episode id)
     └── RuntimeFailure                (the environment failed; retry or repair)
         ├── StoreError                (record store: SQLite / PostgreSQL)
@@ -118,6 +119,16 @@ def _retyped(title: str, details: Sequence[Mapping[str, Any]], *, hide_input: bo
 
 class ConfigurationError(UsageError):
     """The memory was configured with something unusable."""
+
+
+class EmbedderRequiredError(ConfigurationError):
+    """A store whose vectors an application's own embedder made was opened without an embedder
+    (and without ``$TIERED_MEMORY_EMBEDDER``): only that embedder keeps them, and re-embedding
+    every memory with the default must be asked for. ``recorded`` is the embedder's name."""
+
+    def __init__(self, message: str, *, recorded: str) -> None:
+        super().__init__(message)
+        self.recorded = recorded
 
 
 class MissingDependencyError(ConfigurationError, ImportError):

@@ -11,6 +11,10 @@ and never blocks the writer) and nothing else. Its invariants:
   connection had open are removed as it closes, by SQLite, when it is the last reader. A
   store whose schema is older than this code is refused, since only an open with the folder
   to itself may migrate it.
+- It needs no embedder to read rows: a store whose vectors an application's own embedder made
+  opens without it (the CLI's reads of such a folder, :mod:`.cli_open`), and only what would
+  embed (a working memory ranked by a query) raises
+  :class:`~tiered_memory.errors.EmbedderRequiredError`.
 - The vector index is the holder's and is not opened (:class:`~.vector.absent.NoVectors`):
   searches rank keyword matches by the same scoring as :meth:`TieredMemory.search`, without
   similarity, and say so in each hit's ``explanation["vectors"]``; the vector count is unknown.
@@ -28,7 +32,8 @@ import time
 import numpy as np
 
 from .config import MemoryConfig, check_config
-from .embedding import Embedder, default_embedder
+from .embedding import ArrayEmbedder, Embedder, default_embedder
+from .errors import EmbedderRequiredError
 from .guard import Calls
 from .layers.semantic import check_type
 from .layers.working import WorkingMemory
@@ -47,6 +52,22 @@ from .vector.absent import NoVectors
 KEYWORD_ONLY = ("keyword-only: the vector index belongs to the process that holds the folder, so hits "
                 "are keyword matches ranked by words, names, dates, neighbours and recency")
 _NO_QUERY_VECTOR = np.zeros(1, dtype=np.float32)  # handed to an index that holds no vectors: never embedded
+#: why the vector index is not read (``ReadOnlyMemory.why``), when another process holds the folder
+HELD = "the index belongs to the process that holds the folder"
+
+
+class _Unmade(ArrayEmbedder):
+    """The application's own embedder a store recorded, which this process cannot make: a read
+    needs none, and whatever would embed gets the refusal (:class:`EmbedderRequiredError`)."""
+
+    def __init__(self, refusal: EmbedderRequiredError) -> None:
+        self.name, self._refusal = refusal.recorded, str(refusal)
+
+    def embed_array(self, texts: list[str]) -> np.ndarray:
+        raise EmbedderRequiredError(self._refusal, recorded=self.name)
+
+    def query_array(self, text: str) -> np.ndarray:
+        raise EmbedderRequiredError(self._refusal, recorded=self.name)
 
 
 class ReadOnlyMemory:
@@ -55,6 +76,9 @@ class ReadOnlyMemory:
     Args:
         path: an embedded memory folder (its ``records.sqlite3`` must exist).
         config: tuning of the searches and of working memory's ranking.
+        embedder: what ranks a working memory by a query; default: the store's built-in one
+            (a store of an application's own embedder reads without it).
+        why: why the vector index is not read, for messages (``why``; default :data:`HELD`).
 
     Raises:
         StoreError: the store's schema is older than this code.
@@ -63,9 +87,11 @@ class ReadOnlyMemory:
 
     read_only = True
 
-    def __init__(self, path: str | os.PathLike[str], config: MemoryConfig | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], config: MemoryConfig | None = None, *,
+                 embedder: Embedder | None = None, why: str = HELD) -> None:
         self.path = check_path(path)
         self.config = check_config(config or MemoryConfig())
+        self.why, self._embedder = why, embedder
         self.store = SQLiteRecordStore(self.path / "records.sqlite3", read_only=True)
         try:
             # the layer tables are made when an application first uses a layer: without them
@@ -78,14 +104,21 @@ class ReadOnlyMemory:
 
     @functools.cached_property
     def embedder(self) -> Embedder:
-        """The store's embedder, as the CLI would open it (made, not loaded: only a working
-        memory ranked by a query embeds, and never into the store)."""
-        return default_embedder(self.config.embed_batch_size, recorded=self.store.get_meta("embedder"))
+        """The embedder given, else the store's, as the CLI would open it (made, not loaded: only
+        a working memory ranked by a query embeds, and never into the store); for a store of an
+        application's own embedder, a stand-in that refuses to embed."""
+        if self._embedder is not None:
+            return self._embedder
+        try:
+            return default_embedder(self.config.embed_batch_size, recorded=self.store.get_meta("embedder"))
+        except EmbedderRequiredError as e:
+            return _Unmade(e)
 
     def close(self) -> None:
         self.store.close()
 
     def __enter__(self) -> "ReadOnlyMemory":
+        self.store.check_usable()  # a closed reader's block would fail at its first read
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, EmbedderRequiredError
 from .base import Embedder
 from .minilm import BUNDLED_MINILM, SentenceTransformerEmbedder
 from .static import BUNDLED_NAME, StaticEmbedder
@@ -38,16 +38,17 @@ def default_embedder(batch_size: int = 8, recorded: str | None = None) -> Embedd
             it without ``embedder=`` (the CLI always does) does not re-embed the whole store.
 
     Raises:
-        ConfigurationError: an unknown ``$TIERED_MEMORY_EMBEDDER``; or, without it, a store whose
-            vectors another embedder made (only the application that made them can pass it:
-            re-embedding every memory with the default, perhaps at a provider's cost, must be asked for).
+        ConfigurationError: an unknown ``$TIERED_MEMORY_EMBEDDER``.
+        EmbedderRequiredError: without the variable, a store whose vectors another embedder made
+            (only the application that made them can pass it: re-embedding every memory with
+            the default, perhaps at a provider's cost, must be asked for).
     """
     choice = os.environ.get(EMBEDDER_ENV, "").strip().lower()
     if not choice and recorded not in (None, BUNDLED_NAME, BUNDLED_MINILM):
-        raise ConfigurationError(
+        raise EmbedderRequiredError(
             f"this memory's vectors were made by the embedder {recorded[:200]!r}: open it with "
             "embedder=<that embedder> to keep them, or with embedder=StaticEmbedder() (or "
-            f"{EMBEDDER_ENV}=static) to re-embed every memory with the default")
+            f"{EMBEDDER_ENV}=static) to re-embed every memory with the default", recorded=recorded)
     choice = choice or ("minilm" if recorded == BUNDLED_MINILM else "static")
     if choice == "static":
         return StaticEmbedder()
