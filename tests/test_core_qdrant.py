@@ -159,5 +159,37 @@ def test_switching_back_to_an_index_left_behind_rebuilds_it(make_memory):
     q.forget(forgotten, user_id="u1")
     new = q.add("user", "My sister plays the cello in an orchestra.", session_id="s", user_id="u1")
     q.close()
-    back = make_memory("both")  # the Chroma index left behind: as many vectors as turns, not the same ones
+    back = make_memory("both", vector_store="chroma")  # the index left behind: as many vectors as turns, not the same
     assert back.index.ids() == {kept, new}
+
+
+def test_a_folder_indexed_into_qdrant_reopens_on_qdrant_when_no_index_is_named(make_memory, tmp_path, caplog,
+                                                                                monkeypatch):
+    """Opened without vector_store= (and without TIERED_MEMORY_VECTOR_STORE), a folder whose
+    records were last indexed into its Qdrant got a second index, a Chroma one rebuilt beside
+    it, at every such open (the CLI's always). The records remember their index: it opens again."""
+    import io
+    import json
+    import logging
+
+    from tiered_memory.cli import main
+
+    monkeypatch.delenv("TIERED_MEMORY_VECTOR_STORE", raising=False)
+    m = make_memory("q", vector_store="qdrant")
+    ids = m.add_many(NOTES, session_id="s", user_id="u1")
+    m.close()
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        again = make_memory("q")
+        assert isinstance(again.index, QdrantVectorIndex)
+        assert again.search("what does my partner do?", user_id="u1", k=1)[0].id == ids[2]
+        again.close()
+        out, err = io.StringIO(), io.StringIO()
+        assert main(["--path", str(tmp_path / "q"), "stats", "--json"], stdout=out, stderr=err) == 0, err.getvalue()
+    assert json.loads(out.getvalue())["vectors"] == 3
+    assert not (tmp_path / "q" / "chroma").exists()
+    assert not [r for r in caplog.records if "vector index changed" in r.getMessage()]
+    monkeypatch.setenv("TIERED_MEMORY_VECTOR_STORE", "chroma")  # named: the move is asked for, and rebuilt
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        moved = make_memory("q")
+    assert not isinstance(moved.index, QdrantVectorIndex) and moved.index.count() == 3
+    assert [r for r in caplog.records if "vector index changed" in r.getMessage()]

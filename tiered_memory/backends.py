@@ -25,6 +25,7 @@ from .store.base import RecordStore, SessionSource
 from .store.repositories import LayerRepository
 from .vector.base import SessionSink, VectorIndex
 from .vector.ownership import SAMPLE, OwnedCollection, judge_owner, refusal, turn_ids
+from .vector.identity import INDEX_META, remembered_index
 from .vector.server_url import server_address
 
 log = logging.getLogger("tiered_memory")
@@ -79,7 +80,7 @@ def configured_vector_store(vector_store: VectorIndex | str | None) -> VectorInd
     if vector_store is not None and not isinstance(vector_store, str):
         check_engine(vector_store, VectorIndex, "vector_store", "'chroma', 'qdrant', 'pgvector' or a server URL")
         return vector_store
-    kind = vector_store or os.environ.get("TIERED_MEMORY_VECTOR_STORE") or "chroma"
+    kind = vector_store or os.environ.get(VECTOR_STORE_ENV) or "chroma"
     if kind.startswith(QDRANT_SCHEMES):
         server_address(kind[len("qdrant+"):], "qdrant")
     elif kind.startswith(("http://", "https://")):
@@ -89,6 +90,22 @@ def configured_vector_store(vector_store: VectorIndex | str | None) -> VectorInd
             "vector_store must be a VectorIndex, 'chroma', 'qdrant', 'pgvector', a Chroma http(s):// URL or a "
             f"qdrant+http(s):// URL (each may end in ?collection=NAME), got {shown_setting(kind)}")
     return kind
+
+
+VECTOR_STORE_ENV = "TIERED_MEMORY_VECTOR_STORE"
+
+
+def unnamed_index(store: RecordStore, *, records_in_folder: bool) -> str:
+    """The index an open that names none (no ``vector_store=``, no ``TIERED_MEMORY_VECTOR_STORE``)
+    opens: the one the records were last indexed into (:func:`~.vector.identity.remembered_index`).
+
+    Raises:
+        ConfigurationError: no setting makes it (a server, another folder's, an object).
+    """
+    from .store.postgres import PostgresRecordStore
+
+    return remembered_index(store.get_meta(INDEX_META), records_in_folder=records_in_folder,
+                            postgres=isinstance(store, PostgresRecordStore))
 
 
 def open_vector_index(path: Path, vector_store: VectorIndex | str | None, store: RecordStore,

@@ -39,6 +39,8 @@ from .backends import (
     joint_writes,
     open_record_store,
     open_vector_index,
+    unnamed_index,
+    VECTOR_STORE_ENV,
 )
 from .config import MemoryConfig, check_config
 from .embedding import Embedder, default_embedder
@@ -94,7 +96,9 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
             (default), ``"qdrant"`` (local mode in ``path``), an ``http(s)://`` Chroma URL, a
             ``qdrant+http(s)://`` Qdrant URL (its key from ``$QDRANT_API_KEY``), or ``"pgvector"``
             (in a PostgreSQL record store, rows and vectors in one transaction); unset,
-            ``$TIERED_MEMORY_VECTOR_STORE``, else ``"chroma"``.
+            ``$TIERED_MEMORY_VECTOR_STORE``, else the index the records were last indexed into
+            (the folder's Qdrant, pgvector; one a setting cannot make, a server's or an object,
+            is a ``ConfigurationError`` naming it), else ``"chroma"``.
         record_store: a :class:`~tiered_memory.store.base.RecordStore`, ``"sqlite"`` (SQLite in
             ``path``) or a ``postgresql://`` URL; unset, ``$TIERED_MEMORY_RECORD_STORE``, else SQLite.
         token_counter: ``str -> int``, a pure function of the text (its counts are remembered);
@@ -130,12 +134,10 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
     ) -> None:
         self._config = check_config(config or MemoryConfig())  # before any I/O
         turn_weights(self._config.retrieval)  # a bad fusion choice or weight table fails here, before any I/O
+        named = vector_store is not None or bool(os.environ.get(VECTOR_STORE_ENV))  # else: the records' last index
         vector_store = configured_vector_store(vector_store)  # so does a bad vector server URL or collection
         records = record_store if record_store is not None else configured_record_store()
         records_in_folder = records is None or isinstance(records, str) and records == "sqlite"
-        self._folder_index: str | None = (
-            vector_store if records_in_folder and isinstance(vector_store, str) and is_embedded_index(vector_store)
-            else None)
         check_parts(embedder, token_counter, clock)
         resolve_llm(llm)  # a model no adapter wraps (or a model's name) fails here, not at the first end_session
         self.embedder: Embedder = embedder or default_embedder(self.config.embed_batch_size)  # a bad choice: no I/O
@@ -147,7 +149,8 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
             self.path = check_path(path) if path is not None else default_path()
         except InvalidInputError as e:
             raise ConfigurationError(str(e)) from None
-        check_index_folder(self.path, vector_store)
+        if named or records_in_folder and not (self.path / "records.sqlite3").exists():  # before anything is made
+            check_index_folder(self.path, vector_store)
         self._folder = self.path.resolve()  # the folder opened: a relative path names another after a chdir
         self._calls = Calls()  # close() waits for the calls running when it starts, the handles' too
         self._write_lock = threading.RLock()
@@ -159,6 +162,12 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         try:
             if embedder is None:  # the store's own, if one of ours made its vectors: no silent re-embed
                 self.embedder = default_embedder(self.config.embed_batch_size, recorded=self.store.get_meta("embedder"))
+            if not named:  # the index the records were last indexed into, not a second one beside it
+                vector_store = unnamed_index(self.store, records_in_folder=records_in_folder)
+                check_index_folder(self.path, vector_store)
+            self._folder_index: str | None = (
+                vector_store if records_in_folder and isinstance(vector_store, str) and is_embedded_index(vector_store)
+                else None)
             self.index, self._lock = open_vector_index(self.path, vector_store, self.store, self._lock, owner=self)
             attach_sessions(self.index, self.store)
             self._joint = joint_writes(self.store, self.index)  # None: rows and vectors in two engines
