@@ -217,10 +217,12 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     recent, over = newest_within([message_item(m, count) for m in buffer], lambda i: i.tokens,
                                  room=recent_room(budget, parts.config.budget.buffer_share), whole=budget)
     dropped = [Dropped(section="recent", id=old.id, tokens=old.tokens, reason="buffer over its share") for old in over]
+    # the session's buffer is the conversation itself, reported under "recent" when left out: never
+    # a past turn to recall, not even once the newest turn is cut or left out below
+    in_buffer = {m.id for m in buffer}
     if recent and recent[0].tokens > budget:  # the newest turn alone is longer than the whole budget
         recent, buffer, lost = fit_newest(recent[0], buffer, budget, count)
         dropped += lost
-    in_buffer = {m.id for m in buffer}
     vector = embed_query(parts.embedder, query) if query.strip() else None
     used = sum(i.tokens for i in recent)
     # the budget holds the rendered memory (its preamble, block tags and headings too) and the recent turns

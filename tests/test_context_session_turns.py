@@ -1,0 +1,47 @@
+"""build_context and the session's own turns: they are the conversation (the ``recent`` turns),
+never past turns to recall. Left out, they are reported once, under ``recent``."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import pytest
+
+from tiered_memory import StaticEmbedder, TieredMemory
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+
+def _report(memory: TieredMemory, query: str, budget: int) -> tuple[Counter[str], set[str]]:
+    ctx = memory.build_context(query, user_id="u1", session_id="now", max_tokens=budget)
+    shown = {i.id for s in ctx.sections for i in s.items} | {i.id for i in ctx.recent}
+    return Counter(d.id for d in ctx.dropped), shown
+
+
+@pytest.mark.parametrize("budget", [1, 5])
+def test_a_newest_turn_over_the_budget_is_reported_once(make_memory: Callable[..., TieredMemory],
+                                                        budget: int) -> None:
+    """A newest turn too long for even the cut marker is left out of the recent turns, and was
+    then searched again as a past turn and reported a second time, under ``turns``."""
+    memory = make_memory(embedder=StaticEmbedder())
+    memory.add("user", "hello there, where is the billing database hosted?", session_id="now", user_id="u1")
+    dropped, shown = _report(memory, "billing database", budget)
+    assert set(dropped) == {m.id for m in memory.get_messages("now", user_id="u1")} and not shown
+    assert max(dropped.values()) == 1, dropped
+
+
+def test_the_turns_before_a_cut_newest_turn_are_reported_once(make_memory: Callable[..., TieredMemory]) -> None:
+    """The newest turn cut to the budget: the session's earlier turns, left out of the recent
+    turns ("buffer over its share"), were searched again as past turns and reported twice."""
+    memory = make_memory(embedder=StaticEmbedder())
+    memory.add_many([{"role": "user", "content": "Where is the billing database hosted?"},
+                     {"role": "assistant", "content": "The billing database is hosted in Frankfurt."}],
+                    session_id="now", user_id="u1")
+    memory.add("user", "billing database " + "a long paste about the billing database " * 100,
+               session_id="now", user_id="u1")
+    dropped, shown = _report(memory, "billing database", 400)  # the paste is some 700 tokens, within the buffer's
+    earlier = {m.id for m in memory.get_messages("now", user_id="u1")[:2]}
+    assert earlier <= set(dropped) and not earlier & shown
+    assert max(dropped.values()) == 1, dropped
+
