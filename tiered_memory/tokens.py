@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import bisect
 import math
+import numbers
 import re
 import threading
 from functools import lru_cache
 from typing import Any, Protocol
 
+from .errors import ConfigurationError
 from .textcache import holds_texts
 
 _WORDISH = re.compile(r"\w+|[^\w\s]", re.UNICODE)
@@ -101,6 +103,18 @@ def default_token_counter() -> TokenCounter:
     return _load_tiktoken() or heuristic_count
 
 
+def checked_count(n: object) -> int:
+    """A counter's answer when it is a count of tokens: a real number at least 0 (an int of any
+    kind, or a float such as ``len(text) / 4``); anything else is a :class:`ConfigurationError`
+    (a list would fail deep inside the context's fitting, a negative count let every text fit)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n) or n < 0:
+        shown = repr(n) if isinstance(n, (bool, numbers.Number, str)) or n is None else f"a {type(n).__name__}"
+        raise ConfigurationError(
+            f"token_counter must return the number of tokens of a text (a number >= 0), got {shown[:80]}: "
+            "pass a function that counts, such as lambda text: len(encoding.encode(text))")
+    return n  # type: ignore[return-value]  # a float counts too (len(text) / 4), as the sums take it
+
+
 class CachedCounter:
     """``count`` that remembers the counts of texts it has seen. A count is a pure function of
     the text, so a remembered count is the count; the counter must not depend on anything
@@ -129,7 +143,7 @@ class CachedCounter:
         found = self._seen.get(text)
         if found is not None:
             return found
-        n = self.count(text)
+        n = checked_count(self.count(text))
         if len(text) <= self.max_text:
             with self._lock:
                 if self._chars + len(text) > self.max_chars:
