@@ -1,5 +1,6 @@
 """build_context and the session's own turns: they are the conversation (the ``recent`` turns),
-never past turns to recall. Left out, they are reported once, under ``recent``."""
+never past turns to recall. Left out, they are reported once, under ``recent``; they are not
+the past turns a fact must be about as close to the query as (``BudgetConfig.fact_relevance``)."""
 
 from __future__ import annotations
 
@@ -44,4 +45,31 @@ def test_the_turns_before_a_cut_newest_turn_are_reported_once(make_memory: Calla
     earlier = {m.id for m in memory.get_messages("now", user_id="u1")[:2]}
     assert earlier <= set(dropped) and not earlier & shown
     assert max(dropped.values()) == 1, dropped
+
+
+FACTS = ["User's billing database is PostgreSQL 16", "User uses Stripe for billing",
+         "User's invoices are kept in a SQL database", "User lives in Lisbon"]
+
+
+def test_the_question_just_stored_does_not_raise_the_bar_for_facts(memory: TieredMemory) -> None:
+    """A chat stores the user's question, then builds the context for it: the question is in the
+    session's recent turns, its cosine to itself 1. It was taken for the best past turn, so a
+    fact had to reach 0.7 cosine to be shown, and facts the past turns let in (0.65, 0.59 with
+    MiniLM, the past turns 0.38) went, unreported. The bar is the past turns' again."""
+    memory.add_many([{"role": "user", "content": "We moved the invoices service to a new server last week."},
+                     {"role": "assistant", "content": "Noted, the invoices service runs on the new server."}],
+                    session_id="old", user_id="u1")
+    for text in FACTS:
+        memory.add_fact(text, user_id="u1")
+    question = "which database do we use for billing?"
+
+    def facts() -> list[str]:
+        ctx = memory.build_context(question, user_id="u1", session_id="now", max_tokens=2000)
+        section = ctx.section("facts")
+        return [i.text for i in section.items] if section else []
+
+    before = facts()
+    memory.add("user", question, session_id="now", user_id="u1")
+    assert facts() == before, before
+    assert len(before) > 1 and "User lives in Lisbon" not in before  # the bar still keeps the far fact out
 

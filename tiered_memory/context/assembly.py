@@ -231,8 +231,10 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     hits = search_turns(store=parts.store, index=parts.index, embedder=parts.embedder, config=retrieval,
                         query=query, user_id=user_id, k=turn_candidates(room, retrieval.candidates),
                         vector=vector) if vector is not None else []
-    turns = [hit_item(h, count) for h in hits if h.id not in in_buffer]
-    best_turn = max((x for x in (similarity(h.explanation) for h in hits) if x is not None), default=None)
+    past = [h for h in hits if h.id not in in_buffer]
+    turns = [hit_item(h, count) for h in past]
+    # the bar facts are held to: the past turns', not the session's own (the question just stored is 1)
+    best_turn = max((x for x in (similarity(h.explanation) for h in past) if x is not None), default=None)
     requests = layer_requests(layers, query, vector, user_id=user_id, session_id=session_id,
                               count=count, best_turn=best_turn) if layers is not None else []
     if items is not None and vector is not None:
