@@ -1,6 +1,7 @@
-"""build_context and the session's own turns: they are the conversation (the ``recent`` turns),
-never past turns to recall. Left out, they are reported once, under ``recent``; they are not
-the past turns a fact must be about as close to the query as (``BudgetConfig.fact_relevance``)."""
+"""build_context and the session it is built for. The session's own turns are the conversation
+(the ``recent`` turns), never past turns to recall: left out, they are reported once, under
+``recent``; they are not the past turns a fact must be about as close to the query as
+(``BudgetConfig.fact_relevance``). Its faded working-memory items are reported too."""
 
 from __future__ import annotations
 
@@ -73,3 +74,18 @@ def test_the_question_just_stored_does_not_raise_the_bar_for_facts(memory: Tiere
     assert facts() == before, before
     assert len(before) > 1 and "User lives in Lisbon" not in before  # the bar still keeps the far fact out
 
+
+def test_a_faded_working_item_is_reported(memory: TieredMemory) -> None:
+    """A working-memory item whose decayed importance is under ``prune_below`` is not shown (being
+    shown would count an access, which spares it from the prune); it was left out unreported,
+    though ``dropped`` lists each item left out. It is listed under ``session``, as shown items
+    are named (``wm:<id>``)."""
+    wm = memory.working_memory("now", user_id="u1")
+    kept = wm.remember("User is migrating invoices to the new database", importance=0.9)
+    faint = wm.remember("User mentioned the weather once", importance=0.01)
+    ctx = memory.build_context("invoices", user_id="u1", session_id="now", max_tokens=2000)
+    assert [i.id for i in ctx.section("session").items] == [f"wm:{kept.id}"]
+    faded = [d for d in ctx.dropped if d.id == f"wm:{faint.id}"]
+    assert [(d.section, d.reason) for d in faded] == [
+        ("session", "faded: its decayed importance is under ConsolidationConfig.prune_below")]
+    assert faded[0].tokens > 0

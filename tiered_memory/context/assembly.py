@@ -14,7 +14,8 @@ turns fit the budget) is split by ``BudgetConfig.shares``. Items are never split
 everything left out is reported in ``MemoryContext.dropped`` with a reason. A past turn that a
 kept fact or episode quotes whole is left out for the next one (:func:`without_repeats`). Working-memory
 items whose decayed importance fell below ``ConsolidationConfig.prune_below`` have faded
-and are not shown (``consolidate`` prunes them).
+and are not shown (``consolidate`` prunes them; an access would spare them), and are reported
+(:data:`FADED_REASON`).
 
 The query is embedded once and that vector serves every section. Assembly writes
 nothing: :func:`accessed` says which kept items the caller should count as accessed.
@@ -50,6 +51,7 @@ ITEM_CANDIDATES = 10
 FACT_CANDIDATES = 30
 EPISODE_CANDIDATES = 5
 REPEAT_REASON = "already quoted by"  # a past turn left out because a kept fact or episode says it
+FADED_REASON = "faded: its decayed importance is under ConsolidationConfig.prune_below"
 
 
 def _costed(item: ContextItem, count: Callable[[str], int]) -> ContextItem:
@@ -91,22 +93,27 @@ def relevant_fact(fact_type: str, fact_similarity: float | None, best_turn: floa
 
 
 def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, user_id: str, session_id: str,
-                   count: Callable[[str], int], best_turn: float | None = None) -> list[SectionRequest]:
+                   count: Callable[[str], int], best_turn: float | None = None,
+                   ) -> tuple[list[SectionRequest], list[Dropped]]:
     """Candidates of the session, facts and episodes sections, best first (facts that are not
-    :func:`relevant_fact` left out)."""
+    :func:`relevant_fact` left out), and the working-memory items left out as faded."""
     parts = layers.parts
     retrieval = parts.config.retrieval
     now = parts.now()
-    faded = parts.config.consolidation.prune_below  # what consolidate would prune is not shown either
-    wm = [i for i in layers.working(session_id, user_id).items(query or None, vector=vector, now=now)
-          if decayed(i.importance, i.created_at, now, parts.config.working.decay_per_hour) >= faded]
-    session = [_costed(ContextItem(id=f"wm:{i.id}", text=i.text, tokens=0, label=i.type, score=i.score), count)
-               for i in wm]
+    floor = parts.config.consolidation.prune_below  # what consolidate would prune is not shown either
+    session: list[ContextItem] = []
+    faded: list[ContextItem] = []
+    for i in layers.working(session_id, user_id).items(query or None, vector=vector, now=now):
+        item = _costed(ContextItem(id=f"wm:{i.id}", text=i.text, tokens=0, label=i.type, score=i.score), count)
+        if decayed(i.importance, i.created_at, now, parts.config.working.decay_per_hour) >= floor:
+            session.append(item)
+        else:
+            faded.append(item)
     if vector is not None:
-        floor = parts.config.budget.fact_relevance
+        bar = parts.config.budget.fact_relevance
         facts = [h.fact for h in layers.facts.search(query, user_id=user_id, k=FACT_CANDIDATES, type=None,
                                                       retrieval=retrieval, vector=vector)
-                 if relevant_fact(h.fact.type, similarity(h.explanation), best_turn, floor)]
+                 if relevant_fact(h.fact.type, similarity(h.explanation), best_turn, bar)]
         episodes = [h.episode for h in layers.episodes.search(query, user_id=user_id, k=EPISODE_CANDIDATES,
                                                               retrieval=retrieval, vector=vector)]
     else:
@@ -117,8 +124,9 @@ def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, use
     ep_items = [_costed(ContextItem(id=f"ep:{e.id}", text=e.render(), tokens=0, timestamp=e.end, by_day=True), count)
                 for e in episodes]  # the section's title says they are past sessions: no label
     shares = parts.config.budget.shares
-    return [SectionRequest(name=n, title=TITLES[n], items=items, share=shares.get(n, 0.0), priority=PRIORITY[n])
-            for n, items in (("session", session), ("facts", fact_items), ("episodes", ep_items))]
+    return ([SectionRequest(name=n, title=TITLES[n], items=items, share=shares.get(n, 0.0), priority=PRIORITY[n])
+             for n, items in (("session", session), ("facts", fact_items), ("episodes", ep_items))],
+            [Dropped(section="session", id=i.id, tokens=i.tokens, reason=FADED_REASON) for i in faded])
 
 
 def session_buffer(parts: Parts, user_id: str, session_id: str) -> list[StoredMessage]:
@@ -235,8 +243,9 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     turns = [hit_item(h, count) for h in past]
     # the bar facts are held to: the past turns', not the session's own (the question just stored is 1)
     best_turn = max((x for x in (similarity(h.explanation) for h in past) if x is not None), default=None)
-    requests = layer_requests(layers, query, vector, user_id=user_id, session_id=session_id,
-                              count=count, best_turn=best_turn) if layers is not None else []
+    requests, faded = layer_requests(layers, query, vector, user_id=user_id, session_id=session_id,
+                                     count=count, best_turn=best_turn) if layers is not None else ([], [])
+    dropped += faded
     if items is not None and vector is not None:
         requests.append(item_request(items, query, vector, user_id=user_id, count=count,
                                      share=parts.config.budget.shares.get("items", ITEM_SHARE)))
