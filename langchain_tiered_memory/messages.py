@@ -99,14 +99,19 @@ def text_of(message: BaseMessage) -> str:
     return f"[{message.type} message without text]"
 
 
+_NON_FINITE = {"NaN": "nan", "Infinity": "inf", "-Infinity": "-inf"}  # json.dumps's spelling -> repr's
+
+
 def _fields(message: BaseMessage) -> Any:
     """The message's fields as a JSON-safe deep copy (pure): an object JSON cannot hold becomes its
-    ``repr`` and a number key its string, as LangChain's own serialisation would; fields JSON cannot
-    write at all (a key that is a tuple, a dict that holds itself, nesting deeper than the stack)
-    are an ``InvalidInputError``, before anything is stored. The core checks the result further
+    ``repr``, a number key its string and a float that is no JSON number (``nan``, ``-inf``: a
+    model's logprobs) its ``repr`` too, as LangChain's own serialisation would keep them; fields JSON
+    cannot write at all (a key that is a tuple, a dict that holds itself, nesting deeper than the
+    stack) are an ``InvalidInputError``, before anything is stored. The core checks the result further
     as metadata (its depth, size, NUL and lone surrogates)."""
     try:
-        return json.loads(json.dumps(message.model_dump(), ensure_ascii=False, default=repr))
+        return json.loads(json.dumps(message.model_dump(), ensure_ascii=False, default=repr),
+                          parse_constant=_NON_FINITE.__getitem__)
     except (TypeError, ValueError, RecursionError) as e:
         raise InvalidInputError(f"the {message.type} message's fields (additional_kwargs, response_metadata, ...) "
                                 f"cannot be stored as JSON: {type(e).__name__}: {e}") from e

@@ -305,3 +305,16 @@ async def test_a_read_made_while_a_write_runs_is_not_held_past_that_write(
     assert [m.content for m in during] == ["I live in Lisbon"]
     assert [m.content for m in await history.aget_messages()] == ["I live in Lisbon", "I moved to Porto"]
     assert [m.content for m in history.messages] == ["I live in Lisbon", "I moved to Porto"]
+
+
+def test_a_reply_whose_metadata_holds_a_float_json_cannot_is_stored(memory: TieredMemory) -> None:
+    # a model's logprobs may be -inf (or nan): the core stores JSON, which has no such number, so the
+    # reply was refused and, recorded after a call (RunnableWithMessageHistory, the agent middleware),
+    # failed it; such a float is kept as its repr, as an object JSON cannot hold is
+    history = TieredChatMessageHistory(memory, "s1", user_id="u1")
+    reply = AIMessage("Hi.", id="a1", response_metadata={"logprobs": [-0.5, float("-inf"), float("nan")]},
+                      additional_kwargs={"score": float("inf")})
+    history.add_messages([HumanMessage("Hello"), reply])
+    assert history.messages[1].response_metadata == {"logprobs": [-0.5, "-inf", "nan"]}
+    assert memory.get_messages("s1", user_id="u1")[1].metadata["langchain"]["data"]["additional_kwargs"] == {
+        "score": "inf"}
