@@ -49,8 +49,8 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-__all__ = ["LC_KEY", "fit_metadata", "from_stored", "from_stored_many", "lc_id", "role_of", "text_of", "to_core",
-           "to_core_many", "unchained"]
+__all__ = ["BULKY", "LC_KEY", "OPTIONAL", "fit_metadata", "from_stored", "from_stored_many", "lc_id", "metadata_size",
+           "role_of", "text_of", "to_core", "to_core_many", "unchained"]
 
 LC_KEY = "langchain"
 """The metadata key that carries what LangChain needs to rebuild the message."""
@@ -119,7 +119,14 @@ def _fields(message: BaseMessage) -> Any:
 
 # optional fields dropped, in this order, when the metadata would exceed the core's limit; last the
 # content blocks (an inline image is easily larger than the limit): the stored text replays instead
-_BULKY = ("artifact", "response_metadata", "usage_metadata", "additional_kwargs", "content")
+OPTIONAL = ("artifact", "response_metadata", "usage_metadata", "additional_kwargs")
+BULKY = (*OPTIONAL, "content")
+
+
+def metadata_size(lc: Any) -> int:
+    """The bytes of ``{"langchain": lc}`` as the core measures metadata (pure; a lone surrogate is
+    counted, and refused by the core's check of metadata)."""
+    return len(json.dumps({LC_KEY: lc}, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
 def fit_metadata(lc: dict[str, Any], max_bytes: int) -> dict[str, Any]:
@@ -130,18 +137,15 @@ def fit_metadata(lc: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     ``tool_call_id`` are never dropped (if they alone are too big, the core rejects the
     message with a clear error).
     """
-    def size(obj: Any) -> int:  # a lone surrogate is counted, and refused by the core's check of metadata
-        return len(json.dumps({LC_KEY: obj}, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-
-    if size(lc) <= max_bytes:
+    if metadata_size(lc) <= max_bytes:
         return lc
     data = dict(lc["data"])
     dropped: list[str] = []
-    for name in _BULKY:
+    for name in BULKY:
         if name in data:
             del data[name]
             dropped.append(name)
-            if size({**lc, "data": data, "dropped": dropped}) <= max_bytes:
+            if metadata_size({**lc, "data": data, "dropped": dropped}) <= max_bytes:
                 break
     return {**lc, "data": data, "dropped": dropped}
 

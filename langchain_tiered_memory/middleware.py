@@ -40,6 +40,7 @@ read as its string).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -56,7 +57,10 @@ from tiered_memory.validation import check_count, check_flag, check_id, check_op
 
 from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
-from .messages import from_stored_many, lc_id, to_core_many
+from .messages import from_stored_many, lc_id
+from .storable import REPAIRED_KEY, storable_rows
+
+log = logging.getLogger("tiered_memory")
 
 __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "is_summary", "memory_position",
            "query_of", "turn_start", "turn_to_record"]
@@ -312,15 +316,22 @@ class TieredMemoryMiddleware(AgentMiddleware):
 
     # ---- after the model -------------------------------------------------
     def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None, *, final: bool = False) -> int:
-        """Store the current turn's new messages (see :func:`turn_to_record`); returns how many."""
+        """Store the current turn's new messages (see :func:`turn_to_record`); returns how many. One
+        the core would refuse as it is (a tool's huge or binary output) is stored made storable
+        (:func:`~.storable.storable_rows`) and logged: the run never fails for its memory."""
         if not self.record:
             return 0
         user, session = self.ids(runtime)
         recent = self.memory.get_messages(session, user_id=user, limit=max(50, 2 * len(messages)))
         stored_ids = {lc_id(m) for m in recent}
         new = turn_to_record(messages, stored_ids, final=final)
-        if new:
-            rows = to_core_many(new, max_metadata_bytes=self.memory.config.max_metadata_bytes)
+        if new:  # recorded as a side effect of the run: what the core would refuse is made storable
+            config = self.memory.config
+            rows = storable_rows(new, max_chars=config.max_content_chars, max_bytes=config.max_metadata_bytes)
+            for row in rows:
+                if REPAIRED_KEY in row["metadata"]:
+                    log.warning("a %s message of session %r was changed to be storable: %s",
+                                row["role"], session, "; ".join(row["metadata"][REPAIRED_KEY]))
             self.memory.add_many(rows, session_id=session, user_id=user)
         return len(new)
 

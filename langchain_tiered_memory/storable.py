@@ -1,0 +1,121 @@
+"""An agent run's messages as rows the core will store (pure): what the middleware records.
+
+:class:`~.middleware.TieredMemoryMiddleware` records a run's messages as a side effect of the run,
+so a message the core would refuse must not fail the run (its answer lost, the rest of the turn
+unrecorded): a tool's output longer than ``MemoryConfig.max_content_chars`` (a fetched page, a
+read file) or holding NUL characters (a binary file), a lone surrogate anywhere, or a tool call
+whose arguments alone pass ``max_metadata_bytes`` (a file written through a tool). Such a message
+is stored changed, as the LlamaIndex block stores one: NUL characters removed and lone surrogates
+replaced, in its text and its fields; the text cut to the limit, between two characters as a
+reader sees them, ending with the core's cut marker; fields the core cannot hold (over
+``max_metadata_bytes``, nested deeper than it keeps, or that JSON cannot write: a tool's artifact
+may be any object) left out, the optional ones first (artifact, response and usage metadata,
+``additional_kwargs``), then all but the type and id (the message then replays by role, as its
+stored text, and a result of its calls as quoted data). The row says what changed under
+``metadata["langchain_repaired"]``, and the caller logs it. A message the core accepts comes back
+as :func:`~.messages.to_core` writes it. An explicit write (``TieredChatMessageHistory.add_messages``)
+still refuses such a message with a typed error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from langchain_core.messages import BaseMessage
+
+from tiered_memory.context.render import CUT_MARKER
+from tiered_memory.errors import InvalidInputError
+from tiered_memory.graphemes import cut_point
+from tiered_memory.json_values import check_json_value
+from tiered_memory.llm.base import clean_strings
+
+from .messages import BULKY, LC_KEY, OPTIONAL, metadata_size, to_core
+
+__all__ = ["REPAIRED_KEY", "storable_rows", "storable_text"]
+
+REPAIRED_KEY = "langchain_repaired"  # metadata of a stored message that had to be changed
+
+
+def storable_text(text: str, max_chars: int) -> tuple[str, list[str]]:
+    """``text`` as the core can store it, and what had to change (pure): NUL characters removed,
+    lone surrogates replaced, and a text longer than ``max_chars`` cut to it, ending with the
+    core's cut marker. A text the core accepts comes back unchanged, with no changes listed."""
+    changes: list[str] = []
+    clean: str = clean_strings(text)
+    if "\x00" in text:
+        changes.append("removed NUL characters")
+    if clean != text.replace("\x00", ""):
+        changes.append("replaced lone surrogates")
+    if len(clean) > max_chars:
+        changes.append(f"cut from {len(clean):,} to {max_chars:,} characters")
+        keep = max_chars - len(CUT_MARKER)
+        clean = clean[:cut_point(clean, keep)] + CUT_MARKER if keep > 0 else clean[:cut_point(clean, max_chars)]
+    return clean, changes
+
+
+def _fits(lc: dict[str, Any], max_bytes: int) -> bool:
+    """Whether the core takes ``lc`` as the message's metadata (pure)."""
+    try:
+        check_json_value({LC_KEY: lc}, "metadata")  # at most MAX_JSON_DEPTH deep (an artifact may be deeper)
+    except InvalidInputError:
+        return False
+    return metadata_size(lc) <= max_bytes
+
+
+def _storable_row(row: dict[str, Any], max_chars: int, max_bytes: int, changes: list[str]) -> dict[str, Any]:
+    text, more = storable_text(row["content"], max_chars)
+    changes = [*changes, *more]
+    lc = row["metadata"][LC_KEY]
+    if not text.strip():  # it was NUL characters only
+        text = f"[{lc['type']} message without text]"
+    clean = clean_strings(lc)
+    if clean != lc:
+        changes.append("removed NUL characters or replaced lone surrogates in its fields")
+    data = dict(clean["data"])
+    if text != row["content"]:  # the fields' content is the text as it was: the stored text replays
+        data.pop("content", None)
+    dropped = list(clean.get("dropped", []))
+    # the bulky optional fields first, then all but the id (kept, so the message is recorded once)
+    for name in [*BULKY, *sorted(set(data) - set(BULKY) - {"id"})]:
+        if _fits({**clean, "data": data, "dropped": dropped}, max_bytes):
+            break
+        if name in data:
+            del data[name]
+            dropped.append(name)
+    new_drops = dropped[len(clean.get("dropped", [])):]
+    if new_drops:
+        changes.append(f"left out its fields {', '.join(new_drops)}: over max_metadata_bytes or too deep")
+    if not changes:
+        return row
+    lc = {**clean, "data": data, **({"dropped": dropped} if dropped else {})}
+    return {**row, "content": text, "metadata": {**row["metadata"], LC_KEY: lc, REPAIRED_KEY: changes}}
+
+
+def _row(message: BaseMessage, max_bytes: int) -> tuple[dict[str, Any], list[str]]:
+    """``message`` as a core message dict; one whose optional fields JSON cannot write at all (an
+    artifact with a tuple key) without them, saying so."""
+    try:
+        return to_core(message, max_metadata_bytes=max_bytes), []
+    except InvalidInputError:
+        if not isinstance(message, BaseMessage):
+            raise
+        optional: dict[str, Any] = {k: None if k in ("artifact", "usage_metadata") else {}
+                                    for k in OPTIONAL if k in type(message).model_fields}
+        row = to_core(message.model_copy(update=optional), max_metadata_bytes=max_bytes)  # still wrong: raised
+        return row, [f"left out its fields {', '.join(sorted(optional))}: JSON cannot write them"]
+
+
+def storable_rows(messages: Iterable[BaseMessage], *, max_chars: int, max_bytes: int) -> list[dict[str, Any]]:
+    """``messages`` as core message dicts (:func:`~.messages.to_core_many`), each one the core would
+    refuse for its text or its fields made storable, saying how under ``REPAIRED_KEY`` (pure).
+    ``max_chars`` and ``max_bytes`` are the memory's ``max_content_chars`` and ``max_metadata_bytes``."""
+    if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Iterable):
+        raise InvalidInputError(f"expected a sequence of LangChain messages, got {type(messages).__name__}")
+    out: list[dict[str, Any]] = []
+    for n, m in enumerate(messages):
+        try:
+            row, changes = _row(m, max_bytes)
+            out.append(_storable_row(row, max_chars, max_bytes, changes))
+        except InvalidInputError as e:  # not a message the core can hold at all (a RemoveMessage)
+            raise InvalidInputError(f"message {n}: {e}") from e
+    return out
