@@ -18,6 +18,7 @@ To recall for the new input itself, use :class:`~.middleware.TieredMemoryMiddlew
 from __future__ import annotations
 
 import contextlib
+import enum
 import threading
 from typing import Any, Callable, Iterator, Sequence
 
@@ -28,7 +29,7 @@ from langchain_core.runnables.utils import ConfigurableFieldSpec
 from tiered_memory import TieredMemory
 from tiered_memory.aio import call_in_thread
 from tiered_memory.types import StoredMessage
-from tiered_memory.errors import InvalidInputError
+from tiered_memory.errors import ConfigurationError, InvalidInputError
 from tiered_memory.validation import check_count, check_flag, check_id
 
 from .messages import from_stored_many, to_core_many, unchained
@@ -169,6 +170,10 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
                 f"session_id={self.session_id!r}, include_memory={self.include_memory})")
 
 
+class _NotGiven(enum.Enum):
+    SESSION_ID = "session_id"
+
+
 def history_factory_config() -> list[ConfigurableFieldSpec]:
     """The ``history_factory_config`` for ``RunnableWithMessageHistory``: ``user_id`` and
     ``session_id``, read from ``config["configurable"]``."""
@@ -184,7 +189,9 @@ def history_factory(
     memory: TieredMemory, *, include_memory: bool = False, max_tokens: int | None = None,
 ) -> Callable[..., TieredChatMessageHistory]:
     """A ``get_session_history(user_id, session_id)`` for ``RunnableWithMessageHistory``: a
-    new history for each call, whose reads agree until it writes (``hold_reads``).
+    new history for each call, whose reads agree until it writes (``hold_reads``). Give the chain
+    ``history_factory_config=history_factory_config()`` too: by default it passes the session id
+    alone, and the call raises :class:`~tiered_memory.errors.ConfigurationError` saying so.
 
     Example:
         >>> chain = RunnableWithMessageHistory(  # doctest: +SKIP
@@ -199,7 +206,13 @@ def history_factory(
     check_count(max_tokens, "max_tokens", minimum=1, optional=True)
     include_memory = check_flag(include_memory, "include_memory")
 
-    def get_session_history(user_id: str, session_id: str) -> TieredChatMessageHistory:
+    def get_session_history(user_id: str,
+                            session_id: str | _NotGiven = _NotGiven.SESSION_ID) -> TieredChatMessageHistory:
+        if isinstance(session_id, _NotGiven):  # RunnableWithMessageHistory's default: its session_id, alone
+            raise ConfigurationError(
+                "history_factory's histories need a user_id and a session_id, and RunnableWithMessageHistory "
+                "passed one id: pass history_factory_config=history_factory_config() to it, so that it reads "
+                "both from config['configurable']")
         return TieredChatMessageHistory(memory, user_id=user_id, session_id=session_id,
                                         include_memory=include_memory, max_tokens=max_tokens, hold_reads=True)
 

@@ -13,7 +13,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from langchain_tiered_memory import TieredChatMessageHistory, history_factory, history_factory_config
 from lc_support import PromptRecorder
-from tiered_memory import TieredMemory
+from tiered_memory import ConfigurationError, TieredMemory
 
 # RunnableWithMessageHistory is deprecated by LangChain (in favour of LangGraph persistence)
 # but still the documented way for plain chains; its construction warns.
@@ -173,3 +173,14 @@ def test_include_memory_reaches_a_model_that_chains_responses(memory: TieredMemo
     # the store keeps the id as it came: only the prompt's copy leaves it out
     assert memory.get_messages("friday", user_id="u1")[1].metadata["langchain"]["data"]["response_metadata"]["id"] \
         == "resp_2"
+
+
+def test_without_history_factory_config_the_chain_says_to_pass_it(memory: TieredMemory) -> None:
+    # RunnableWithMessageHistory's default config names one key, session_id, and calls the factory
+    # with it alone, positionally: that was a TypeError about a missing argument; it says what to pass
+    chain = RunnableWithMessageHistory(FakeMessagesListChatModel(responses=[AIMessage("hi")]),
+                                       history_factory(memory))
+    for configurable in ({"session_id": "s1"}, {"session_id": "s1", "user_id": "u1"}):
+        with pytest.raises(ConfigurationError, match=r"history_factory_config=history_factory_config\(\)"):
+            chain.invoke([HumanMessage("hello")], {"configurable": configurable})
+    assert memory.get_messages("s1", user_id="s1") == [] and memory.get_messages("s1", user_id="u1") == []
