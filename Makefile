@@ -18,7 +18,7 @@ TORCH_INDEX_ARG := $(shell $(PYTHON) -c "import socket; socket.getaddrinfo('down
 # the retrieval tests run here with the static default, the embedder a torch-free install gets
 NOTORCH_TESTS ?= $(filter-out tests/test_core_embedding.py tests/test_core_qdrant.py tests/test_core_portable.py,\
 	$(wildcard tests/test_core_*.py)) tests/test_static_embedder.py tests/test_bad_input.py \
-	tests/test_isolation.py tests/test_crash_safety.py tests/test_episodic.py tests/test_episodic_llm.py tests/test_extractive_rules.py \
+	tests/test_isolation.py tests/test_crash_safety.py tests/test_episodic.py tests/test_episodic_llm.py tests/test_extractive_rules.py tests/test_extractive_roles.py \
 	tests/test_extractive_scripts.py tests/test_semantic.py tests/test_resolution_table.py tests/test_semantic_llm_extraction.py \
 	tests/test_items.py tests/test_working.py tests/test_sync.py tests/test_context_assembly.py tests/test_context_session_turns.py \
 	tests/test_consolidation.py tests/test_consolidation_decisions.py tests/test_consolidation_forget.py \

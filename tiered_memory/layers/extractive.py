@@ -5,6 +5,10 @@ entities, ids, numbers and dates found by regular expressions. Fact candidates
 come from first-person patterns of user messages ("I live in ...", "I'm allergic
 to ...", "my wife ...", "we decided ..."). Everything produced here is marked
 ``{"method": "extractive"}`` by the layers, so nobody mistakes it for model output.
+
+Whose words the rules read is chosen here, once (:data:`QUOTED_ROLES`, :data:`NAMED_ROLES`,
+:data:`FACT_ROLES`), for every caller: a system message is the app's instructions to its
+model, not what was said; a tool's output is data, listed by its names, never quoted.
 """
 
 from __future__ import annotations
@@ -229,6 +233,26 @@ def clip(sentence: str, limit: int = MAX_SENTENCE_CHARS) -> str:
     return (cut.rsplit(None, 1)[0] if " " in cut.strip() else cut).rstrip() + "\u2026"
 
 
+#: whose sentences an episode quotes (summary, decisions, key facts): the conversation. A quoted
+#: sentence shows without its speaker ("Relevant past sessions"), so an app's system prompt
+#: ("You are Ava", "Always answer in French") would read as said in the session, and a tool's
+#: output (a page, a record, JSON) as said by someone; the assistant's reply says what it used
+QUOTED_ROLES = frozenset({"user", "assistant"})
+#: whose names and ids an episode lists: a tool's too (what a lookup returned is the session's
+#: data), after the conversation's own; never a system prompt's
+NAMED_ROLES = QUOTED_ROLES | {"tool"}
+#: whose first-person statements become facts about the user, and whose questions are open
+FACT_ROLES = frozenset({"user"})
+#: an episode's summary when the session has no sentence to quote (only system or tool messages)
+NOTHING_SAID = "No conversation to summarise: only system or tool messages."
+
+
+def read_by(messages: Sequence[StoredMessage], roles: frozenset[str]) -> list[StoredMessage]:
+    """The ``messages`` of ``roles``, in order (pure); a role outside them, one other code stored
+    included, is not read."""
+    return [m for m in messages if m.role in roles]
+
+
 MAX_ENTITIES = 20  # an episode's entities, and of each of its other lists at most MAX_POINTS (an LLM's too)
 MAX_POINTS = 10
 
@@ -236,23 +260,27 @@ MAX_POINTS = 10
 def extract_episode(messages: Sequence[StoredMessage], *, max_summary_sentences: int = 3) -> EpisodeDraft:
     """An episode from rules: salient sentences, entities, decisions, open questions, key facts.
     Each sentence it quotes is clipped (:func:`clip`): a session of one long paste would otherwise
-    be summarised as the whole paste, which no context budget holds."""
-    texts = [m.content for m in messages]
+    be summarised as the whole paste, which no context budget holds. Sentences are quoted from
+    :data:`QUOTED_ROLES` only, names and ids listed from :data:`NAMED_ROLES`."""
+    spoken = read_by(messages, QUOTED_ROLES)
+    texts = [m.content for m in spoken]
     joined = "\n".join(texts)
     summary = " ".join(clip(s) for s in salient_sentences(texts, k=max_summary_sentences))
-    entities = list(dict.fromkeys(clip(e) for e in find_entities(joined) + find_ids(joined)))[:MAX_ENTITIES]
+    data = "\n".join(m.content for m in read_by(messages, NAMED_ROLES - QUOTED_ROLES))
+    named = find_entities(joined) + find_ids(joined) + find_entities(data) + find_ids(data)
+    entities = list(dict.fromkeys(clip(e) for e in named))[:MAX_ENTITIES]
     decisions = list(dict.fromkeys(clip(s) for t in texts for s in sentences(t) if decided(s)))[:MAX_POINTS]
     questions: list[str] = []
-    for i, m in enumerate(messages):
-        if m.role != "user":
+    for i, m in enumerate(spoken):
+        if m.role not in FACT_ROLES:
             continue
-        answered = any(n.role == "assistant" for n in messages[i + 1:])
+        answered = any(n.role == "assistant" for n in spoken[i + 1:])
         for s in sentences(m.content):
             if (s.endswith("?") and not answered) or _TODO.search(s):
                 questions.append(clip(s))
     key_facts = [c.text for c in extract_fact_candidates(messages)]
     key_facts += [clip(s) for s in sentences(joined) if (find_dates(s) or find_ids(s)) and s not in key_facts]
-    return EpisodeDraft(summary=summary or clip(joined), entities=entities, decisions=decisions,
+    return EpisodeDraft(summary=summary or clip(joined) or NOTHING_SAID, entities=entities, decisions=decisions,
                         open_questions=list(dict.fromkeys(questions))[:MAX_POINTS],
                         key_facts=list(dict.fromkeys(key_facts))[:MAX_POINTS])
 
@@ -317,11 +345,10 @@ def dangling(obj: str, *, name: bool = False) -> bool:
 
 
 def extract_fact_candidates(messages: Sequence[StoredMessage]) -> list[FactCandidate]:
-    """Rule-based fact candidates from user messages (first person only), in order."""
+    """Rule-based fact candidates from the user's messages (:data:`FACT_ROLES`; first person
+    only), in order: a system prompt's "my name is Ava" is the app's, a tool's the tool's."""
     out: dict[str, FactCandidate] = {}
-    for m in messages:
-        if m.role != "user":
-            continue
+    for m in read_by(messages, FACT_ROLES):
         for sent in sentences(m.content):
             for ftype, pattern, template, key_t, polarity in _RULES:
                 for found in pattern.finditer(sent):
