@@ -186,8 +186,8 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild,
                            index_in_folder=self._lock is not None and is_embedded_index(vector_store),
                            name=self._index_name)
-            self._unfinished = pending_forgets(self.store)
-            self._finish_forgets()
+            self._unfinished, self._owed = pending_forgets(self.store), False
+            self._finish_forgets()  # and the vectors deleted rows still owe the index
         except BaseException as e:
             self.store.close()
             if self._lock:

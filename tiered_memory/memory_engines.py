@@ -3,7 +3,7 @@
 layers themselves (created on first use), the handles it hands out (a session's working
 memory, the LangGraph store's items), the one transaction of rows and vectors where both
 live in one engine, and the pending-vector pass: the repair an open runs, ``rebuild_index``
-and ``flush``.
+and ``flush``, and the deletions the index owes (paid at open and before a write).
 
 :class:`MemoryEngines` declares the attributes ``TieredMemory.__init__`` sets; the call
 groups above it (:mod:`.memory_writes`, :mod:`.memory_reads`, :mod:`.memory_layers`) use
@@ -12,21 +12,24 @@ only these.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import logging
 import threading
 from pathlib import Path
-from typing import Any, Callable, Protocol, TypeVar
+from typing import Any, Callable, Iterator, Protocol, TypeVar
 
 from .aio import ReadWriteGate, twin
 from .backends import open_layer_store, supports_layers
 from .config import MemoryConfig
 from .embedding import Embedder, embedder_name
-from .errors import InvalidInputError, UsageError
+from .errors import InvalidInputError, UsageError, VectorIndexError
 from .guard import Calls, usable
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .layers.working import WorkingMemory
 from .parts import Parts
+from .recall.forgetting import owed_vectors, pay_owed, settle
 from .recall.indexing import repair, settle_background_writes
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
@@ -36,6 +39,7 @@ from .vector.base import VectorIndex
 from .vector.identity import INDEX_META
 
 T = TypeVar("T")
+log = logging.getLogger("tiered_memory")
 
 
 def nonempty_query(query: object) -> str:
@@ -67,6 +71,7 @@ class MemoryEngines:
     _gate: ReadWriteGate
     _joint: Joint | None  # None: rows and vectors in two engines
     _unfinished: set[str]
+    _owed: bool  # a deletion of this process left vectors owed: paid before the next write
     _index_name: str  # the index's name, recorded by a rebuild (see .vector.identity)
 
     # ---- the parts below the facade --------------------------------------
@@ -135,11 +140,35 @@ class MemoryEngines:
         version = getattr(self.store, "schema_version", None)
         return self._layers_ok() and (version is None or version("layers") > 0)
 
+    @contextlib.contextmanager
+    def _owing(self) -> Iterator[None]:
+        """Run a deletion: should the index fail to delete its vectors, they stay owed (recorded
+        with the rows' deletion) and the next write pays them first."""
+        try:
+            yield
+        except VectorIndexError:
+            self._owed = True
+            raise
+
+    def _pay_owed(self) -> None:
+        """Delete the vectors deleted rows still owe the index (:mod:`.recall.forgetting`); an
+        index still failing leaves them owed, for the next write or open."""
+        with self._write_lock:
+            try:
+                pay_owed(self.store, self.index)
+                self._owed = False
+            except VectorIndexError as e:
+                self._owed = True
+                log.warning("%s", e)
+
     def _rebuild(self) -> dict[str, int]:
         with self._write_lock:
             if self._has_layer_rows():
                 self._layers.pend_all()
+            owed = owed_vectors(self.store)
             self.index.reset()
+            settle(self.store, turns=sorted(owed.turns), vectors=sorted(owed.vectors))  # all dropped
+            self._owed = False
             self.store.reset_indexed()
             self.store.set_meta("embedder", embedder_name(self.embedder))
             report = repair(store=self.store, index=self.index, embedder=self.embedder,

@@ -42,7 +42,8 @@ class MemoryLayers(MemoryEngines):
         check_id(user_id, "user_id")
         check_callback(progress, "progress")
         self.parts.access.flush()  # promotion and pruning read the access counts
-        return self._layers.consolidate(user_id, progress)
+        with self._owing():
+            return self._layers.consolidate(user_id, progress)
 
     @usable
     def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:
@@ -86,8 +87,11 @@ class MemoryLayers(MemoryEngines):
         erases everything)."""
         check_id(user_id, "user_id")
         check_id(fact_id, "fact_id")
-        self._jointly(lambda: self._layers.facts.delete(user_id, fact_id))
-        forget_texts()
+        try:
+            with self._owing():
+                self._jointly(lambda: self._layers.facts.delete(user_id, fact_id))
+        finally:
+            forget_texts()
 
     @usable
     def delete_episode(self, episode_id: str, *, user_id: str) -> None:
@@ -97,8 +101,11 @@ class MemoryLayers(MemoryEngines):
         With :meth:`clear_session` and :meth:`delete_fact`, what a session left is removable."""
         check_id(user_id, "user_id")
         check_id(episode_id, "episode_id")
-        self._layers.episodes.delete(user_id, episode_id)
-        forget_texts()
+        try:
+            with self._owing():
+                self._layers.episodes.delete(user_id, episode_id)
+        finally:
+            forget_texts()
 
     @usable
     def fact_history(self, user_id: str, fact_id: str | None = None) -> list[FactChange]:

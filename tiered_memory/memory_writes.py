@@ -12,7 +12,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 from .aio import twin
-from .errors import NotFoundError, StoreError, TieredMemoryError
+from .errors import NotFoundError, StoreError, TieredMemoryError, VectorIndexError
 from .guard import usable
 from .memory_engines import MemoryEngines
 from .recall.indexing import index_orphans
@@ -69,6 +69,8 @@ class MemoryWrites(MemoryEngines):
         with self._write_lock:
             if user_id in self._unfinished:  # an interrupted forget of this user is finished first
                 self._finish_forgets(only=user_id)
+            if self._owed:  # and the vectors a failed deletion left (an id stored again must not lose its new one)
+                self._pay_owed()
             new = not_yet_stored(self.store, rows, chosen, user_id)
             if new and chosen and self._layers_ok():  # a turn consolidate archived since is stored too
                 new = not_yet_archived(new, chosen, user_id, self._layers.rows)
@@ -108,9 +110,11 @@ class MemoryWrites(MemoryEngines):
                     raise
             index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
 
-        with self._write_lock:
-            self._jointly(drop)
-        forget_texts()
+        try:
+            with self._write_lock, self._owing():
+                self._jointly(drop)
+        finally:  # its vectors owed or not, its text leaves the process
+            forget_texts()
 
     @usable
     def clear_session(self, session_id: str, *, user_id: str) -> int:
@@ -119,17 +123,24 @@ class MemoryWrites(MemoryEngines):
         session stay: remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
-        with self._write_lock:
+        with self._write_lock, self._owing():
             def drop() -> list[str]:
                 dropped = drop_session(self.store, self.index, user_id, session_id)
                 index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
                 return dropped
 
-            ids = self._jointly(drop)
+            try:
+                ids, failure = self._jointly(drop), None
+            except VectorIndexError as e:  # the rows are deleted, their vectors owed: the rest goes too
+                if self._joint is not None:  # (one engine: nothing was deleted)
+                    raise
+                ids, failure = [], e
             archived = self._forget_archived(user_id, session_id=session_id)
             if self._layers_ok():
                 self.working_memory(session_id, user_id=user_id).clear()
-        forget_texts()
+            forget_texts()
+            if failure is not None:
+                raise failure
         return len(ids) + archived
 
     def _forget_archived(self, user_id: str, *, ids: list[str] | None = None, session_id: str | None = None) -> int:
@@ -158,7 +169,10 @@ class MemoryWrites(MemoryEngines):
         return len(ids) + archived
 
     def _finish_forgets(self, only: str | None = None) -> None:
-        """Complete deletions a failure interrupted (all at open; one user before a write)."""
+        """Complete deletions a failure interrupted (all at open, with the vectors deleted rows still
+        owe; one user before a write)."""
+        if only is None:
+            self._pay_owed()
         pending = pending_forgets(self.store)
         for user in sorted(pending if only is None else pending & {only}):
             try:

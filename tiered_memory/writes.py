@@ -16,13 +16,15 @@ Invariants:
   before, and an error that stops the batch syncs them before it is raised.
 - A message id chosen by the caller makes a retry idempotent: the same message under the
   same id is skipped, another message under it is refused.
-- A user's deletion is recorded before it starts (``PENDING_FORGETS``) and cleared only
-  once rows and vectors are gone, so an interrupted one is finished later.
+- What a deletion owes the vector index is recorded in the record store
+  (:mod:`.store.pending_deletes`, one record) and cleared only once the index has deleted
+  it, so no vector of erased text outlives a failure: a user's deletion before it starts
+  (an interrupted one is run again whole); a message's or a session's vectors in the
+  transaction that deletes the rows (:mod:`.recall.forgetting` pays them later).
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
 from .startup import note_forgotten
@@ -32,14 +34,15 @@ from .errors import InvalidInputError, NotFoundError
 from .guard import vector_errors_typed
 from .ids import new_id
 from .recall.chunking import vector_ids
+from .recall.forgetting import delete_owed, settle
 from .recall.indexing import index_messages, store_and_index, write_chunks
 from .store.base import RecordStore
+from .store.pending_deletes import PENDING_DELETIONS, Owed, changed, owed
 from .store.repositories import EpisodeRepository
 from .types import Message, StoredMessage
 from .validation import normalize_message
 from .vector.base import VectorIndex
 
-PENDING_FORGETS = "pending_forget_users"  # meta key: users whose forget_user has not completed
 T = TypeVar("T")
 Jointly = Callable[[Callable[[], T]], T]
 
@@ -165,18 +168,27 @@ def write_jointly(part: list[StoredMessage], *, start: int, batch: int, store: R
 
 
 def drop_message(store: RecordStore, index: VectorIndex, user_id: str, memory_id: str) -> None:
-    """Delete one message of the user, its vector and its chunks' vectors."""
+    """Delete one message of the user, its vector and its chunks' vectors (owed by the store's
+    deletion until the index has deleted them).
+
+    Raises:
+        VectorIndexError: the message is deleted, its vectors not yet (still owed).
+    """
     if not store.delete_message(user_id, memory_id):
         raise NotFoundError(f"no memory {memory_id!r} for this user")
-    index.delete(vector_ids([memory_id]))
     note_forgotten(store, 1)
+    delete_owed(index, vector_ids([memory_id]), lambda: settle(store, turns=[memory_id]), what="the message is")
 
 
 def drop_session(store: RecordStore, index: VectorIndex, user_id: str, session_id: str) -> list[str]:
-    """Delete a session's messages and their vectors; returns their ids."""
+    """Delete a session's messages and their vectors (owed as :func:`drop_message`'s); returns their ids.
+
+    Raises:
+        VectorIndexError: the messages are deleted, their vectors not yet (still owed).
+    """
     ids = store.clear_session(user_id, session_id)
-    index.delete(vector_ids(ids))
     note_forgotten(store, len(ids))
+    delete_owed(index, vector_ids(ids), lambda: settle(store, turns=ids), what="the session's messages are")
     return ids
 
 
@@ -198,7 +210,7 @@ def drop_user(store: RecordStore, index: VectorIndex, user_id: str, *, joint: bo
 
 def pending_forgets(store: RecordStore) -> set[str]:
     """Users whose ``forget_user`` started and has not completed (an unreadable record: none)."""
-    return _users(store.get_meta(PENDING_FORGETS))
+    return set(owed(store.get_meta(PENDING_DELETIONS)).users)
 
 
 def mark_forget(store: RecordStore, user_id: str, *, pending: bool) -> set[str]:
@@ -206,16 +218,6 @@ def mark_forget(store: RecordStore, user_id: str, *, pending: bool) -> set[str]:
     users pending now. One change of the record (``change_meta``), so another worker's mark
     made meanwhile is kept: one lost would leave a deletion half done, one undone would
     forget that user again, later writes and all, at the next open."""
-    def change(raw: str | None) -> str:
-        users = _users(raw)
-        return json.dumps(sorted(users | {user_id} if pending else users - {user_id}))
-
-    return _users(store.change_meta(PENDING_FORGETS, change))
-
-
-def _users(raw: str | None) -> set[str]:
-    try:
-        users = json.loads(raw) if raw else []
-    except ValueError:
-        users = []
-    return {u for u in users if isinstance(u, str)} if isinstance(users, list) else set()
+    user = Owed(users=frozenset([user_id]))
+    return set(owed(store.change_meta(
+        PENDING_DELETIONS, lambda raw: changed(raw, add=user) if pending else changed(raw, remove=user))).users)

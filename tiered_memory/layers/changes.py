@@ -27,6 +27,12 @@ from ..records import Fact
 from ..validation import check_metadata
 
 
+def stored_metadata(metadata: dict[str, Any] | None, method: str) -> dict[str, Any]:
+    """A new fact's metadata as stored: the caller's, and the ``resolution`` method that
+    decided it ("rules" or "llm") (pure)."""
+    return {**(metadata or {}), "resolution": method}
+
+
 def merge_metadata(old: Mapping[str, Any], given: Mapping[str, Any] | None, max_bytes: int) -> dict[str, Any]:
     """A fact's metadata ``old`` with ``given`` merged in (given keys win), the whole held to
     ``max_bytes`` as stored JSON (what is stored exports and imports whole): past it, an

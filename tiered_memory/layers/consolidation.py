@@ -37,6 +37,7 @@ from ..config import ConsolidationConfig
 from ..errors import LLMError, LLMOutputError, NotFoundError
 from ..parts import Parts
 from ..recall.chunking import CHUNK_OVER, vector_ids
+from ..recall.forgetting import delete_owed, settled_by
 from ..recall.indexing import index_orphans
 from ..recall.scoring import recency_score
 from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
@@ -274,7 +275,8 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
                         if gone:  # the keeper changed too (sources, accesses): its history says from what
                             log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
                                        {"absorbed": gone}, max_bytes=limit)
-                    layers.parts.index.delete([f"fact:{d}" for d in dups])
+                    ids = [f"fact:{d}" for d in dups]  # owed by soft_delete till the index deletes them
+                    delete_owed(layers.parts.index, ids, settled_by(layers.rows, vectors=ids), what="merged facts are")
 
                 layers.parts.jointly(merge)  # one transaction where one engine holds rows and vectors
                 merged.extend(dups)
@@ -304,11 +306,13 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
                             {"messages": count}, now)
                     done.append(ep.id)
                     archived += count
-            # after the commit (in it where one engine holds rows and vectors): a crash here leaves
-            # stray vectors, which recall ignores and the next start-up repair removes. Only the
+            # after the commit (in it where one engine holds rows and vectors): a crash or an index
+            # failure here leaves them owed, deleted by the next open or write. Only the
             # vectors of the user's turns: an episode's source ids are data (an import takes them as
             # written), and the vector index deletes by id, whoever's vector it is
-            layers.parts.index.delete(vector_ids([i for ep in part for i in ep.source_ids if i in held], long))
+            turns = [i for ep in part for i in ep.source_ids if i in held]  # owed by archive_messages
+            delete_owed(layers.parts.index, vector_ids(turns, long), settled_by(layers.rows, turns=turns),
+                        what="archived turns are")
             # a live turn stored as a duplicate of an archived one gets its own vector: in the same
             # transaction there, since such a store has no start-up repair to index it later
             index_orphans(layers.parts.store, layers.parts.index, layers.parts.embedder, user_id,
@@ -358,8 +362,9 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
                 with layers.rows.unit() as u:  # a progress callback (or another worker) may have removed it
                     gone = soft_delete(u, user_id, f.id, "prune", now, {"confidence": f.confidence},
                                        max_bytes=limit)
-                if gone:
-                    layers.parts.index.delete([f"fact:{f.id}"])
+                if gone:  # its vector owed by soft_delete till the index deletes it
+                    ids = [f"fact:{f.id}"]
+                    delete_owed(layers.parts.index, ids, settled_by(layers.rows, vectors=ids), what="a pruned fact is")
                 return gone
 
             if layers.parts.jointly(prune):  # one transaction where one engine holds rows and vectors

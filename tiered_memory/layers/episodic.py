@@ -25,6 +25,7 @@ from ..embedding import Embedder, embed, embed_query
 from ..errors import NotFoundError
 from ..parts import run_now
 from ..recall import hybrid
+from ..recall.forgetting import delete_owed, settled_by
 from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
 from ..store.repositories import EpisodeRepository, PendingVectorSource
@@ -267,7 +268,8 @@ class EpisodicMemory:
                     if points is None:
                         raise NotFoundError(f"no episode {episode_id!r} for user {user_id!r}")
                     u.audit(user_id, "episode", episode_id, "delete", {}, time.time())
-                self.index.delete(points)
+                    u.owe_vectors(vectors=points)  # until the index has deleted them
+                delete_owed(self.index, points, settled_by(self.rows, vectors=points), what="the episode is")
 
         self.jointly(write)
 

@@ -42,6 +42,7 @@ from ..embedding import embed, embed_query
 from ..errors import InvalidInputError
 from ..guard import usable
 from ..parts import Parts
+from ..recall.forgetting import delete_owed, settled_by
 from ..recall.query import query_terms
 from ..records import Item
 from ..store.repositories import ItemRepository
@@ -232,10 +233,12 @@ class ItemStore:
         if ids:
             def drop() -> None:
                 with self.parts.lock:
+                    gone = [vector_id(i, n) for i in ids for n in range(MAX_PARTS)]  # every field's
                     with self.db.unit() as u:
                         for i in ids:
                             u.delete_item(i)
-                    self.index.delete([vector_id(i, n) for i in ids for n in range(MAX_PARTS)])  # every field's
+                        u.owe_vectors(vectors=gone)  # till the index deletes them
+                    delete_owed(self.index, gone, settled_by(self.db, vectors=gone), what="expired items are")
 
             self.parts.jointly(drop)  # rows and vectors in one transaction where one engine holds both
             forget_texts()

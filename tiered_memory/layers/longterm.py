@@ -29,7 +29,8 @@ from ..store.base import SettledSource
 from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
 from .resolution import Judgement, slot_of
-from .semantic import FactType, SemanticMemory, stored_metadata
+from .changes import stored_metadata
+from .semantic import FactType, SemanticMemory
 from ..parts import Parts
 from ..records import Episode, EpisodeDraft, Fact, FactCandidate
 from ..store.repositories import LayerRepository, PendingVectorSource

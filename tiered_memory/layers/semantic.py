@@ -21,10 +21,10 @@ import numpy as np
 from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError
-from ..recall import hybrid
+from ..recall import forgetting, hybrid
 from .resolution import Judgement, Resolution, decide_resolution, one_in_slot, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
-from .changes import bounded_details, edit_details, merge_metadata, metadata_details
+from .changes import bounded_details, edit_details, merge_metadata, metadata_details, stored_metadata
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import check_text
 from ..vector.base import VectorIndex, VectorItem
@@ -311,21 +311,22 @@ class SemanticMemory:
 
     def delete(self, user_id: str, fact_id: str) -> None:
         """Remove a fact (row and vector); the history keeps a ``delete`` entry."""
+        gone = [f"fact:{fact_id}"]  # its vector: owed, with the row's deletion, till the index deletes it
         with self.lock:
             old = self.get(user_id, fact_id)
             with self.rows.unit() as u:
                 u.delete_fact(user_id, fact_id)
+                u.owe_vectors(vectors=gone)
                 log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {},
                            max_bytes=self.max_metadata_bytes)
-            self.index.delete([f"fact:{fact_id}"])
+            forgetting.delete_owed(self.index, gone, forgetting.settled_by(self.rows, vectors=gone), what="the fact is")
 
     def restore(self, facts: Sequence[Fact], history: Sequence[tuple[str, FactChange]] = ()) -> int:
         """Write facts as they were exported, and (user, entry) of their history and of facts no
         longer stored (deleted, merged, pruned) in the order given, in one transaction: no
         resolution; ids, times, validity and access counts kept, and a fact exported without a
-        key in the slot its words name (:func:`~.resolution.slotted`). Vectors are
-        recomputed; only valid facts go into the vector index (as :meth:`apply` leaves it).
-        The caller skips ids already stored."""
+        key in the slot its words name (:func:`~.resolution.slotted`). Vectors are recomputed; only
+        valid facts go into the vector index (as :meth:`apply` leaves it). The caller skips ids already stored."""
         facts = [slotted(f) for f in facts]
         vecs = embed_batched(self.embedder, [f.text for f in facts])
         with self.lock:
@@ -368,12 +369,6 @@ class SemanticMemory:
         return done
 
 
-def stored_metadata(metadata: dict[str, Any] | None, method: str) -> dict[str, Any]:
-    """A new fact's metadata as stored: the caller's, and the ``resolution`` method that
-    decided it ("rules" or "llm") (pure)."""
-    return {**(metadata or {}), "resolution": method}
-
-
 def _named(target: Fact | None, resolution: Resolution) -> Fact:
     """The fact an update or invalidation acts on, as read; one it names that is gone is not found."""
     if target is None:
@@ -392,9 +387,11 @@ def log_change(u: FactWrites, user_id: str, fact_id: str, action: str, old: str 
 
 def soft_delete(u: FactWrites, user_id: str, fact_id: str, action: str, now: float,
                 details: dict[str, Any], *, max_bytes: int) -> bool:
-    """Hide a fact (merge, prune) inside the caller's unit of work; kept for audit. False (and
-    nothing logged) if it was not live: deleted or hidden by another call since it was read."""
+    """Hide a fact (merge, prune) inside the caller's unit of work; kept for audit, its vector owed
+    till the caller's index deletes it. False (and nothing logged) if it was not live: deleted or
+    hidden by another call since it was read."""
     old = u.soft_delete_fact(user_id, fact_id, now)
     if old is not None:
+        u.owe_vectors(vectors=[f"fact:{fact_id}"])
         log_change(u, user_id, fact_id, action, old, None, now, details, max_bytes=max_bytes)
     return old is not None

@@ -82,9 +82,11 @@ class LayerStore:
         raise NotImplementedError
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None:
-        """Serialise writes to one session across workers until ``c`` commits (a no-op on
-        SQLite: its write transaction, ``BEGIN IMMEDIATE``, already excludes every other
-        writer of the file, in this process or another)."""
+        """Serialise writes to one session (:meth:`lock_meta`: the record of the deletions the
+        index owes) across workers until ``c`` commits (a no-op on SQLite: its write transaction,
+        ``BEGIN IMMEDIATE``, already excludes every other writer of the file, in this process or another)."""
+
+    def lock_meta(self, c: Any) -> None: ...
 
     # ---- the unit of work -------------------------------------------------------
     @contextmanager
@@ -104,8 +106,7 @@ class LayerStore:
         if type:
             sql += " AND type=?"
             params.append(type)
-        if not include_invalid:
-            sql += " AND invalid_at IS NULL"
+        sql += "" if include_invalid else " AND invalid_at IS NULL"
         return [fact_from_row(r) for r in self.query(sql + " ORDER BY rowid", params)]
 
     def facts_by_ids(self, user_id: str, ids: Sequence[str]) -> list[Fact]:

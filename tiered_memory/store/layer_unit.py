@@ -38,6 +38,7 @@ from .layer_codec import (
 )
 from ..slots import stated_slot
 from .base import pend_duplicates
+from .pending_deletes import Owed, change_in, pend_in
 from .stored_values import count, json_dict, json_list, strings
 
 #: The layer migration that marks a fact or an episode whose vectors are not yet written, as a
@@ -88,6 +89,8 @@ class Dialect(Protocol):
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None: ...
 
+    def lock_meta(self, c: Any) -> None: ...
+
 
 class LayerUnit:
     """Domain writes inside one transaction of a SQL layer repository."""
@@ -102,6 +105,14 @@ class LayerUnit:
     def _many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         if rows:
             self._c.executemany(sql, rows)
+
+    # ---- what the vector index owes (pending_deletes.py) ---------------------------------
+    def owe_vectors(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> None:
+        pend_in(self._c, turns=turns, vectors=vectors, lock=lambda: self._dialect.lock_meta(self._c))
+
+    def settle_vectors(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> None:
+        change_in(self._c, remove=Owed(turns=frozenset(turns), vectors=frozenset(vectors)),
+                  lock=lambda: self._dialect.lock_meta(self._c))
 
     # ---- audit ---------------------------------------------------------------------
     def audit(self, user_id: str, layer: str, item_id: str, action: str, details: Mapping[str, Any],
@@ -247,6 +258,8 @@ class LayerUnit:
                     f" timestamp, ?, ? FROM messages WHERE user_id=? AND id IN ({marks(len(part))})"
                     " ON CONFLICT DO NOTHING", [episode_id, at, user_id, *part])
             self._run(pend_duplicates(marks(len(part))), [user_id, *part])  # their duplicates pending
+            self.owe_vectors(turns=[str(r[0]) for r in self._run(
+                f"SELECT id FROM messages WHERE user_id=? AND id IN ({marks(len(part))})", [user_id, *part]).fetchall()])
             moved += self._run(f"DELETE FROM messages WHERE user_id=? AND id IN ({marks(len(part))})",
                                [user_id, *part]).rowcount
         return moved

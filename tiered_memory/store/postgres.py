@@ -20,6 +20,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS, duplicates_sql, pend_duplicates
 from .filters import postgres_filter
+from .pending_deletes import LOCK_NAME, pend_in
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, lock_key
 from .postgres_keywords import tsquery
 from .postgres_schema import MIGRATIONS
@@ -35,6 +36,7 @@ _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"
 #: lock shares, under this first key; sessions fold into TURN_LOCKS second keys, so a
 #: transaction storing many sessions (an import) takes at most that many locks from the
 #: server's lock table, and two sessions sharing one only wait for each other's commit.
+LOCK = "SELECT pg_advisory_xact_lock(%s)"  # a deletion's vectors owed: pending_deletes.pend_in
 TURN_LOCK_SPACE = 0x7475726E  # "turn"
 TURN_LOCKS = 1024
 
@@ -134,7 +136,10 @@ class PostgresRecordStore(PostgresDatabase):
     def delete_message(self, user_id: str, message_id: str) -> bool:
         def run(c: Any) -> bool:
             c.execute(pend_duplicates("%s", user="%s"), (user_id, message_id))
-            return bool(c.execute("DELETE FROM messages WHERE user_id=%s AND id=%s", (user_id, message_id)).rowcount)
+            if not c.execute("DELETE FROM messages WHERE user_id=%s AND id=%s", (user_id, message_id)).rowcount:
+                return False
+            pend_in(c, turns=[message_id], p="%s", lock=lambda: c.execute(LOCK, (lock_key(LOCK_NAME),)))
+            return True
 
         return bool(self.write(run))
 
@@ -142,8 +147,10 @@ class PostgresRecordStore(PostgresDatabase):
         def run(c: Any) -> list[str]:
             c.execute(pend_duplicates("SELECT id FROM messages WHERE user_id=%s AND session_id=%s", user="%s"),
                       (user_id, user_id, session_id))
-            return [r[0] for r in c.execute("DELETE FROM messages WHERE user_id=%s AND session_id=%s RETURNING id",
-                                            (user_id, session_id)).fetchall()]
+            ids = [r[0] for r in c.execute("DELETE FROM messages WHERE user_id=%s AND session_id=%s RETURNING id",
+                                           (user_id, session_id)).fetchall()]
+            pend_in(c, turns=ids, p="%s", lock=lambda: c.execute(LOCK, (lock_key(LOCK_NAME),)))  # vectors owed
+            return ids
 
         return list(self.write(run))
 

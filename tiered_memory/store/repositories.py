@@ -30,7 +30,16 @@ from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item,
 Scored = list[tuple[str, float]]
 
 
-class AuditWrites(Protocol):
+class OwedWrites(Protocol):
+    def owe_vectors(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> None:
+        """Record, with the rows this unit deletes, the vectors the index must delete (a turn's id:
+        its own and its chunks'), until :meth:`settle_vectors` (:mod:`.pending_deletes`)."""
+
+    def settle_vectors(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> None:
+        """The index deleted these: no longer owed."""
+
+
+class AuditWrites(OwedWrites, Protocol):
     def audit(self, user_id: str, layer: str, item_id: str, action: str, details: Mapping[str, Any],
               at: float) -> None:
         """Append one entry to the audit log."""
@@ -254,7 +263,7 @@ class WorkingRepository(Protocol):
 
 
 # ---- items ---------------------------------------------------------------------------
-class ItemWrites(Protocol):
+class ItemWrites(OwedWrites, Protocol):
     def item_id(self, namespace: Sequence[str], key: str, live_at: float | None = None) -> str | None:
         """The id of the item at ``namespace`` and ``key``; with ``live_at``, unless it has expired."""
 

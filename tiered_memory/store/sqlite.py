@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS, duplicates_sql, pend_duplicates
 from .filters import sqlite_filter
+from .pending_deletes import pend_in
 from .sqlite_db import APP_ID, SQLiteDatabase
 from .sqlite_keywords import KeywordSearch, fill_missing, insert_deferred, tag_of, tags_for
 from .sqlite_schema import MIGRATIONS, user_tables
@@ -119,6 +120,8 @@ class SQLiteRecordStore(SQLiteDatabase):
         with self.transaction() as c:
             c.execute(pend_duplicates("?"), (user_id, message_id))
             cur = c.execute("DELETE FROM messages WHERE user_id=? AND id=?", (user_id, message_id))
+            if cur.rowcount > 0:  # its vectors are owed to the index until it deletes them
+                pend_in(c, turns=[message_id])
             return cur.rowcount > 0
 
     def clear_session(self, user_id: str, session_id: str) -> list[str]:
@@ -128,6 +131,7 @@ class SQLiteRecordStore(SQLiteDatabase):
             c.execute(pend_duplicates("SELECT id FROM messages WHERE user_id=? AND session_id=?"),
                       (user_id, user_id, session_id))
             c.execute("DELETE FROM messages WHERE user_id=? AND session_id=?", (user_id, session_id))
+            pend_in(c, turns=ids)
             return ids
 
     def forget_user(self, user_id: str) -> list[str]:

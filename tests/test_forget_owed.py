@@ -1,0 +1,145 @@
+"""A deletion whose vector delete fails leaves no vector for good.
+
+Every path that deletes rows with vectors (``forget``, ``clear_session``, ``delete_fact``,
+``delete_episode``) records the vectors it owes the index in the transaction that deletes
+the rows; an index that fails then raises :class:`VectorIndexError`, and the vectors are
+deleted at the next open or before the next write (``tiered_memory.recall.forgetting``).
+Run on SQLite and on PostgreSQL, each beside a Chroma index (two engines: what is owed
+outlives the failure in the record store).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import TieredMemory, VectorIndexError
+from tiered_memory.store.pending_deletes import PENDING_DELETIONS, owed
+from tiered_memory.testing import FailingVectorIndex
+from tiered_memory.vector.chroma import ChromaVectorIndex
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+Act = Callable[[TieredMemory], set[str]]  # sets up, deletes, returns the vector ids that must go
+
+
+def _secret(memory: TieredMemory) -> str:
+    memory.add("user", "I keep bees on the roof of the library", session_id="kept", user_id="u")
+    return memory.add("user", "My bank PIN is 4921, do not tell anyone", session_id="s", user_id="u")
+
+
+def _forget(memory: TieredMemory) -> tuple[Callable[[], object], set[str]]:
+    gone = _secret(memory)
+    return lambda: memory.forget(gone, user_id="u"), {gone}
+
+
+def _clear_session(memory: TieredMemory) -> tuple[Callable[[], object], set[str]]:
+    ids = {_secret(memory), memory.add("user", "and my mother's maiden name is Quist", session_id="s", user_id="u")}
+    return lambda: memory.clear_session("s", user_id="u"), ids
+
+
+def _delete_fact(memory: TieredMemory) -> tuple[Callable[[], object], set[str]]:
+    _secret(memory)
+    fact = memory.add_fact("User's bank PIN is 4921", user_id="u")
+    return lambda: memory.delete_fact(fact.id, user_id="u"), {f"fact:{fact.id}"}
+
+
+def _delete_episode(memory: TieredMemory) -> tuple[Callable[[], object], set[str]]:
+    _secret(memory)
+    before = memory.index.ids("u")
+    episode = memory.end_session("s", user_id="u")
+    points = {i for i in memory.index.ids("u") - before if i.startswith("ep:")}
+    assert points
+    return lambda: memory.delete_episode(episode.id, user_id="u"), points
+
+
+DELETIONS = {"forget": _forget, "clear_session": _clear_session, "delete_fact": _delete_fact,
+             "delete_episode": _delete_episode}
+
+
+def _chroma(tmp_path: Path) -> ChromaVectorIndex:
+    return ChromaVectorIndex(str(tmp_path / "index"))
+
+
+def _owed(memory: TieredMemory) -> set[str]:
+    due = owed(memory.store.get_meta(PENDING_DELETIONS))
+    return set(due.turns | due.vectors)
+
+
+@pytest.mark.parametrize("kind", sorted(DELETIONS))
+def test_a_deletion_whose_vectors_fail_to_go_deletes_them_at_the_next_open(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, kind: str) -> None:
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=[], times=None)
+    memory = make_memory(vector_store=index)
+    delete, vectors = DELETIONS[kind](memory)
+    index.fail_on = {"delete"}  # the server goes down
+    with pytest.raises(VectorIndexError, match="deleted, but their vectors not yet"):
+        delete()
+    assert vectors <= index.inner.ids("u")  # the embeddings of the erased text are still stored...
+    assert _owed(memory)  # ...and the record store says they are owed
+    memory.close()
+    with make_memory(vector_store=_chroma(tmp_path)) as memory:  # the index is back: the open pays
+        assert not vectors & memory.index.ids("u")
+        assert _owed(memory) == set()
+        assert [h.text for h in memory.search("bees on the roof", user_id="u", k=1)] == [
+            "I keep bees on the roof of the library"]  # what was not deleted stays found
+
+
+def test_the_next_write_deletes_what_a_failed_forget_left(make_memory: Callable[..., TieredMemory],
+                                                         tmp_path: Path) -> None:
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=1)
+    memory = make_memory(vector_store=index)
+    gone = _secret(memory)
+    with pytest.raises(VectorIndexError):
+        memory.forget(gone, user_id="u")
+    assert gone in index.inner.ids("u")
+    memory.add("user", "Another note", session_id="s", user_id="u")  # the index answers again
+    assert gone not in index.inner.ids("u") and _owed(memory) == set()
+
+
+def test_an_id_stored_again_keeps_its_new_vector(make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """A caller's id forgotten while the index failed and stored again before the index came back:
+    the owed deletion must not take the new message's vector."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
+    memory = make_memory(vector_store=index)
+    memory.add_many([{"id": "note-1", "role": "user", "content": "My bank PIN is 4921"}], session_id="s", user_id="u")
+    with pytest.raises(VectorIndexError):
+        memory.forget("note-1", user_id="u")
+    memory.add_many([{"id": "note-1", "role": "user", "content": "I moved to Porto"}], session_id="s", user_id="u")
+    memory.close()
+    with make_memory(vector_store=_chroma(tmp_path)) as memory:
+        assert "note-1" in memory.index.ids("u") and _owed(memory) == set()
+        assert [h.text for h in memory.search("where did I move?", user_id="u", k=1)] == ["I moved to Porto"]
+
+
+def test_rebuild_index_clears_what_is_owed(make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
+    memory = make_memory(vector_store=index)
+    gone = _secret(memory)
+    with pytest.raises(VectorIndexError):
+        memory.forget(gone, user_id="u")
+    index.healthy()
+    assert gone in index.inner.ids("u") and _owed(memory) == {gone}
+    memory.rebuild_index()  # drops every vector and writes those of the rows: none of the forgotten turn
+    assert gone not in index.inner.ids("u") and _owed(memory) == set()
+
+
+def test_forget_user_shares_the_record(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                                       record_backend: Any) -> None:
+    """One record of what the index owes: an interrupted forget_user and a turn's vectors both."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete", "delete_user"], times=None)
+    memory = make_memory(vector_store=index)
+    gone = _secret(memory)
+    memory.add("user", "I leave", session_id="s", user_id="leaver")
+    with pytest.raises(VectorIndexError):
+        memory.forget(gone, user_id="u")
+    with pytest.raises(VectorIndexError):
+        memory.forget_user("leaver")
+    due = owed(memory.store.get_meta(PENDING_DELETIONS))
+    assert (set(due.users), set(due.turns)) == ({"leaver"}, {gone})
+    memory.close()
+    with make_memory(vector_store=_chroma(tmp_path)) as memory:
+        assert not owed(memory.store.get_meta(PENDING_DELETIONS))
+        assert memory.index.ids("leaver") == set() and gone not in memory.index.ids("u")
