@@ -5,11 +5,11 @@ duplicate itself; an original outside the scope is never returned."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
-from tiered_memory import MemoryHit, TieredMemory
+from tiered_memory import MemoryConfig, MemoryHit, RetrievalConfig, TieredMemory
 from tiered_memory.embedding import Embedder
 from tiered_memory.recall.search import stand_ins
 
@@ -83,6 +83,32 @@ def test_a_duplicate_is_found_by_a_filtered_search(make_memory: Callable[..., Ti
 def test_a_session_search_finds_the_session_of_a_duplicate(make_memory: Callable[..., TieredMemory]) -> None:
     memory = make_memory("dup-sessions")
     _check_sessions(memory, *_fill(memory))
+
+
+def test_a_session_search_reads_only_the_duplicates_of_the_turns_it_found(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """search_sessions read every duplicate of the user on every call (thousands of "thanks"
+    and "ok" for a long-lived user): it now asks the store for the duplicates of the turns its
+    vector query found alone, and still finds the duplicate's session."""
+    memory = make_memory("dup-bounded", config=MemoryConfig(retrieval=RetrievalConfig(candidates=5)))
+    first, again = _fill(memory)
+    for n in range(12):  # "thanks" in twelve sessions: eleven duplicates, not among the best turns
+        memory.add("user", "Thanks a lot!", session_id=f"t{n}", user_id="u")
+    every = memory.store.duplicates("u")  # type: ignore[attr-defined]
+    assert len(every) == 12
+    real, read = memory.store.duplicates, []  # type: ignore[attr-defined]
+
+    def reading(*args: Any, **kwargs: Any) -> dict[str, tuple[str, bool]]:
+        got: dict[str, tuple[str, bool]] = real(*args, **kwargs)
+        read.append((kwargs.get("originals"), got))
+        return got
+
+    monkeypatch.setattr(memory.store, "duplicates", reading)
+    found = memory.search_sessions(QUERY, user_id="u", k=1, turns=1)
+    assert [(s.session_id, [h.id for h in s.hits]) for s in found] in ([("s1", [first])], [("s2", [again])])
+    [(originals, got)] = read
+    assert originals is not None and first in originals and len(originals) <= 5
+    assert got == {d: o for d, o in every.items() if o[0] in originals} == {again: (first, True)}
 
 
 def test_an_unscoped_search_still_returns_the_original_alone(make_memory: Callable[..., TieredMemory]) -> None:

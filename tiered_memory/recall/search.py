@@ -148,19 +148,41 @@ def stand_ins(duplicates: Mapping[str, tuple[str, bool]], *, matching: Collectio
                                                                                    and o not in matching))}
 
 
-def with_stand_ins(index: VectorIndex, qv: np.ndarray, user_id: str, vec: list[tuple[str, float]],
-                   stand: Mapping[str, str], n: int) -> list[tuple[str, float]]:
+def with_stand_ins(vec: list[tuple[str, float]], stand: Mapping[str, str], sims: Mapping[str, float],
+                   n: int) -> list[tuple[str, float]]:
     """``vec`` (the scoped vector hits, ``n`` asked for) with the duplicates of ``stand``
-    (:func:`stand_ins`) of the best ``n`` originals, each at its original's cosine, best first
-    (at most ``n``, or as many as ``vec``, as if each had its own vector); the originals
-    themselves are not added."""
+    (:func:`stand_ins`) whose original has a cosine in ``sims`` (the best originals), each at
+    its original's, best first (at most ``n``, or as many as ``vec``, as if each had its own
+    vector); the originals themselves are not added (pure).
+
+    Example:
+        >>> with_stand_ins([("a", 0.5)], {"d1": "o1", "d2": "o2"}, {"o1": 0.9}, 10)
+        [('d1', 0.9), ('a', 0.5)]
+    """
+    extra = [(d, sims[o]) for d, o in stand.items() if o in sims]
+    return sorted([*vec, *extra], key=lambda p: (-p[1], p[0]))[: max(n, len(vec))] if extra else vec
+
+
+def in_scope_duplicates(store: DuplicateScope, index: VectorIndex, qv: np.ndarray, user_id: str, *,
+                        vec: list[tuple[str, float]], turns: Sequence[tuple[str, float]], n: int,
+                        session_id: str | None, matched: Collection[str] | None,
+                        by_session: bool) -> list[tuple[str, float]]:
+    """``vec`` with the duplicates in scope standing for their originals out of it (:func:`stand_ins`).
+    A search of every session ranked the user's whole turns (``turns``, the vector hits), so it reads
+    the duplicates of those alone, at their cosines (thousands of "thanks" cost nothing until found);
+    a session or a filter reads the duplicates in it, and queries their originals' vectors."""
+    if session_id is None and matched is None:
+        found = dict(turns)
+        stand = stand_ins(store.duplicates(user_id, originals=sorted(found)), matching=None, apart_out=True)
+        return with_stand_ins(vec, stand, found, n)
+    stand = stand_ins(store.duplicates(user_id, session_id), matching=matched,
+                      apart_out=session_id is not None or by_session)
     originals = sorted(set(stand.values()))
     if not originals:
         return vec
     sims = dict(index.query(qv[None, :], user_id=user_id, k=min(len(originals), n), layers=["turn"],
                             among=originals)[0])
-    extra = [(d, sims[o]) for d, o in stand.items() if o in sims]
-    return sorted([*vec, *extra], key=lambda p: (-p[1], p[0]))[: max(n, len(vec))] if extra else vec
+    return with_stand_ins(vec, stand, sims, n)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,7 +219,8 @@ def gather_pool(
     has it. ``by_session``: for a search of sessions, where a duplicate in another session than
     its original stands for its own session (:func:`stand_ins`). Reads only: one scope query, one
     candidate fetch, two neighbour fetches (and, in a scoped search of a store with duplicates,
-    one query of the duplicates and one of their originals' vectors)."""
+    one query of the duplicates found or in scope, and for a session or a filter one of their
+    originals' vectors: :func:`in_scope_duplicates`)."""
     # at most MAX_COUNT: a session search asks for k x turns, each up to it, and a store's LIMIT is 64 bits
     n = min(MAX_COUNT, max(config.candidates, k * (4 if filters else 2)))
     plan = plan_query(query)
@@ -229,13 +252,13 @@ def gather_pool(
     vec, parts = vector_hits(index, qv, user_id=user_id, n=n, chunks=chunks, session_id=session_id, among=among,
                              exact=exact)
     chunk_hit: dict[str, tuple[int, float]] = {}
+    turns = vec
     if chunks:
         chunk_hit = best_chunks(parts)
         vec = merge_parts(vec, chunk_hit)
-    apart_out = session_id is not None or by_session
-    if (apart_out or matched is not None) and isinstance(store, DuplicateScope):
-        stand = stand_ins(store.duplicates(user_id, session_id), matching=matched, apart_out=apart_out)
-        vec = with_stand_ins(index, qv, user_id, vec, stand, n)
+    if (session_id is not None or by_session or matched is not None) and isinstance(store, DuplicateScope):
+        vec = in_scope_duplicates(store, index, qv, user_id, vec=vec, turns=turns, n=n, session_id=session_id,
+                                  matched=matched, by_session=by_session)
     records, kw = fetch_candidates(store, user_id, [i for i, _ in vec], plan.terms, k=n, session_id=session_id,
                                    keyword=keyword)
     # the record store is the authority: anything it does not hold for this user is ignored

@@ -18,7 +18,7 @@ import json
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
-from .base import LONG_MESSAGE_CHARS, duplicates_sql, pend_duplicates
+from .base import LONG_MESSAGE_CHARS, pend_duplicates, read_duplicates
 from .filters import postgres_filter
 from .pending_deletes import LOCK_NAME, pend_in
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, lock_key
@@ -183,9 +183,9 @@ class PostgresRecordStore(PostgresDatabase):
                 "UPDATE messages SET indexed=FALSE, duplicate_of=NULL WHERE id = ANY(%s)",
                 (sorted(set(ids)),)))
 
-    def duplicates(self, user_id: str, session_id: str | None = None) -> dict[str, tuple[str, bool]]:
-        params = [user_id] if session_id is None else [user_id, session_id]
-        return {r[0]: (r[1], bool(r[2])) for r in self.query(duplicates_sql(session_id is not None, "%s"), params)}
+    def duplicates(self, user_id: str, session_id: str | None = None, *,
+                   originals: Sequence[str] | None = None) -> dict[str, tuple[str, bool]]:
+        return read_duplicates(self.query, user_id, session_id, originals, "%s")
 
     def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
         whose, params = ("user_id=%s AND ", (user_id,)) if user_id is not None else ("", ())  # (the index's)

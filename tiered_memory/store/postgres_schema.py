@@ -60,4 +60,11 @@ MIGRATIONS: list[Step] = [
     """,
     # a run of Chinese, Japanese or Korean characters is indexed as its bigrams, as on SQLite
     bigram_turn_keywords,
+    # a search of sessions reads the duplicates of the turns it found (DuplicateScope.duplicates
+    # with originals), and a removal marks the duplicates of the removed turns pending: both by
+    # original, without reading every duplicate of the user (as on SQLite)
+    """
+    CREATE INDEX IF NOT EXISTS messages_duplicate_of ON messages (user_id, duplicate_of) WHERE duplicate_of IS NOT NULL;
+    DROP INDEX IF EXISTS messages_duplicates;
+    """,
 ]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
-from .base import LONG_MESSAGE_CHARS, duplicates_sql, pend_duplicates
+from .base import LONG_MESSAGE_CHARS, pend_duplicates, read_duplicates
 from .filters import sqlite_filter
 from .pending_deletes import pend_in
 from .sqlite_db import APP_ID, SQLiteDatabase
@@ -302,9 +302,10 @@ class SQLiteRecordStore(SQLiteDatabase):
         with self.transaction() as c:
             c.executemany("UPDATE messages SET indexed=0, duplicate_of=NULL WHERE id=?", [(i,) for i in ids])
 
-    def duplicates(self, user_id: str, session_id: str | None = None) -> dict[str, tuple[str, bool]]:
-        params = [user_id] if session_id is None else [user_id, session_id]
-        return {r[0]: (r[1], bool(r[2])) for r in self.query(duplicates_sql(session_id is not None), params)}
+    def duplicates(self, user_id: str, session_id: str | None = None, *,
+                   originals: Sequence[str] | None = None) -> dict[str, tuple[str, bool]]:
+        return read_duplicates(self.query, user_id, session_id, originals,
+                               session_index="INDEXED BY messages_user_session")
 
     def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
         with self.transaction() as c:

@@ -111,6 +111,14 @@ MIGRATIONS: list[Step] = [
     # it is found (text_search.cjk_grams), and "i" + a combining dot as "i": the rows whose
     # keywords that changes have them computed again likewise
     regram,
+    # a search of sessions reads the duplicates of the turns it found (DuplicateScope.duplicates
+    # with originals), and a removal marks the duplicates of the removed turns pending: both by
+    # original, without reading every duplicate of the user (thousands of "thanks" and "ok").
+    # The index on the user alone is covered by this one (release_duplicates reads it so)
+    """
+    CREATE INDEX IF NOT EXISTS messages_duplicate_of ON messages(user_id, duplicate_of) WHERE duplicate_of IS NOT NULL;
+    DROP INDEX IF EXISTS messages_duplicates;
+    """,
 ]
 
 
