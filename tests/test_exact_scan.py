@@ -79,6 +79,36 @@ def test_one_scan_for_several_layers_is_a_query_per_layer(session):
     assert got["turn"] if session != "no such session" else not any(got.values())
 
 
+@pytest.mark.parametrize("layers, session", [(None, None), (["turn"], None), (["turn"], "s1"), (["chunk"], "s9")])
+def test_a_query_among_a_few_ids_scans_those_and_finds_what_the_whole_scan_finds(layers, session):
+    """Among fewer than 1/FEW of the user's rows (a scoped search's duplicates' originals), the
+    query reads those rows alone: the same ids and order (ties included) and cosines as the mask
+    over every row, deleted rows, layers, sessions and unknown ids left out alike."""
+    rng = np.random.default_rng(3)
+    n = 4000
+    v = np.round(rng.standard_normal((n, 8)), 1).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    held = UserVectors(8)
+    ids = [f"m{i}" for i in range(n)]
+    layer_of = ["turn" if i % 3 else "chunk" for i in range(n)]
+    held.add(ids, v, layer_of, [f"s{i % 4}" for i in range(n)])
+    held.delete(ids[::7])
+    among = [ids[i] for i in rng.choice(n, 300, replace=False)] + ["unknown", ids[5]]
+    allowed = np.zeros(n, bool)
+    allowed[[held.row[i] for i in among if i in held.row]] = True
+    if layers is not None:
+        allowed &= np.isin(np.asarray(layer_of), layers)
+    if session is not None:
+        allowed &= np.asarray([f"s{i % 4}" == session for i in range(n)])
+    q = v[:2] + 0.01
+    whole = [[(ids[r], s) for r, s in hits] for hits in top_k(held.matrix[:n], held.alive[:n], q, 40, allowed)]
+    got = held.query(q, 40, among, layers, session)
+    assert [[i for i, _ in hits] for hits in got] == [[i for i, _ in hits] for hits in whole]
+    # the same cosines, to the last bit or so: a product of other blocks rounds otherwise
+    assert [[s for _, s in hits] for hits in got] == [pytest.approx([s for _, s in hits], abs=1e-6) for hits in whole]
+    assert whole[0] if session != "s9" else whole == [[], []]
+
+
 def loader_of(data: dict[str, tuple[list[str], np.ndarray]], gate: threading.Event | None = None):
     def load(user: str, limit: int):
         if gate is not None:

@@ -33,6 +33,7 @@ from .base import VectorItem
 
 log = logging.getLogger("tiered_memory")
 
+FEW = 8  # a query among fewer than 1/FEW of a user's rows gathers them (a copy) and scans those alone
 BLOCK = 1024  # rows per matrix-vector product: larger products are threaded by OpenBLAS,
 # which on a loaded machine costs 10-50x (measured by bench/scale.py's floor)
 Held = tuple[list[str], np.ndarray, list[str], list[str]]  # ids, vectors, layers, sessions
@@ -137,14 +138,30 @@ class UserVectors:
         n = self.size
         allowed = np.ones(n, dtype=bool)
         if among is not None:
+            rows = np.asarray([self.row[i] for i in among if i in self.row], dtype=np.int64)
+            if len(rows) * FEW < n:  # the product of those rows alone, not of the user's every row
+                return self._query_rows(queries, k, np.unique(rows), layers, session_id)
             allowed[:] = False
-            allowed[[self.row[i] for i in among if i in self.row]] = True
+            allowed[rows] = True
         if layers is not None:
             allowed &= np.isin(self.layer[:n], [self.codes.get(name, -1) for name in layers])
         if session_id is not None:
             allowed &= self._in_session(session_id)
         found = top_k(self.matrix[:n], self.alive[:n], queries, k, allowed)
         return [[(self.ids[r], s) for r, s in hits] for hits in found]
+
+    def _query_rows(self, queries: np.ndarray, k: int, rows: np.ndarray, layers: Sequence[str] | None,
+                    session_id: str | None) -> list[list[tuple[str, float]]]:
+        """:meth:`query` among a few ``rows`` (sorted): a search of duplicates' originals, or a
+        filter's few matches, costs their rows, however many the user holds."""
+        keep = self.alive[rows]
+        if layers is not None:
+            keep &= np.isin(self.layer[rows], [self.codes.get(name, -1) for name in layers])
+        if session_id is not None:
+            keep &= self.session[rows] == self.codes.get(session_id, -1)
+        rows = rows[keep]
+        found = top_k(self.matrix[rows], np.ones(len(rows), dtype=bool), queries, k)
+        return [[(self.ids[int(rows[r])], s) for r, s in hits] for hits in found]
 
     def _in_session(self, session_id: str) -> np.ndarray:
         """Which of the rows belong to ``session_id`` (none for a session never written)."""
