@@ -16,7 +16,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
-from tiered_memory import MemoryConfig, TieredMemory
+from tiered_memory import MemoryConfig, StaticEmbedder, TieredMemory
 from tiered_memory.embedding import Embedder, embed
 from tiered_memory.records import FactChange
 
@@ -101,7 +101,9 @@ def test_the_merge_step_never_holds_every_pair_of_a_big_users_facts(make_memory:
     import tracemalloc
 
     n = 3000
-    memory = make_memory()
+    # the shipped static embedder: the import embeds the 3,000 facts in about a second, where
+    # MiniLM took most of the test's time; the matrix is n x n whatever the vectors' width
+    memory = make_memory(embedder=StaticEmbedder())
     words = ("tea jazz chess sailing pottery opera garden attic kitchen violin orchids surfing cameras marathon "
              "poetry espresso lisbon oslo kyoto lima cairo quito hanoi dublin tango salsa waltz ballet cello flute "
              "harp drums piano guitar banjo lute oboe tuba kayak canoe yacht ferry train tram bike scooter rover "
