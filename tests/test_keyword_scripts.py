@@ -13,6 +13,8 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory.embedding.base import MAX_QUERY_CHARS, query_text
+from tiered_memory.testing import CountingEmbedder
 from tiered_memory.backends import open_layer_store
 from tiered_memory.layers.items import ItemWrite
 from tiered_memory.records import Episode
@@ -279,3 +281,19 @@ def test_a_query_of_a_whole_cjk_document_is_answered_by_every_keyword_search(mem
     assert "我喜欢喝绿茶" in [h.text for h in memory.search(query, user_id="u", include_items=True)]
     assert [h.fact.text for h in memory.search_facts(query, user_id="u")] == ["我喜欢喝绿茶"]
     assert memory.search_episodes(query, user_id="u") == []
+
+
+def test_a_query_of_a_whole_document_is_embedded_by_its_opening(tmp_path: Path) -> None:
+    """The vector side of a pasted document: the model was asked to embed all of it (30,000
+    characters, one pass per window: seconds per query on a CPU), though the keywords were
+    already cut. The embedder now gets the query's first MAX_QUERY_CHARS characters, cut
+    between two characters, and the search still finds the turn its opening names."""
+    counting = CountingEmbedder(StaticEmbedder())
+    with TieredMemory(tmp_path / "m", embedder=counting) as memory:
+        memory.add("user", "我喜欢喝绿茶", session_id="s", user_id="u")
+        query = "绿茶" + "".join(chr(0x4E00 + (i * 7919) % 20_000) for i in range(30_000)) + "👍🏽" * 2000
+        counting.queries.clear()
+        assert "我喜欢喝绿茶" in [h.text for h in memory.search(query, user_id="u")]
+        memory.build_context(query, user_id="u", session_id="s2")
+    assert counting.queries and all(q == query[:len(q)] and 0 < len(q) <= MAX_QUERY_CHARS for q in counting.queries)
+    assert query_text("👍🏽" * 3000)[-2:] == "👍🏽"  # never half an emoji with its skin tone

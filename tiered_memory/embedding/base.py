@@ -11,6 +11,12 @@ from typing import Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from ..errors import EmbeddingError
+from ..graphemes import cut_point
+
+#: a query is embedded by its first this many characters (a pasted document is represented by its
+#: opening; its keywords are cut alike, ``recall.query.MAX_QUERY_TERMS``): a whole document took one
+#: model pass per window, seconds on a CPU for a query whose hits its opening finds as well
+MAX_QUERY_CHARS = 4000
 
 
 @runtime_checkable
@@ -81,7 +87,20 @@ def embed_batched(embedder: Embedder, texts: Sequence[str], size: int = 256) -> 
     return [v for start in range(0, len(texts), size) for v in embed(embedder, list(texts[start:start + size]))]
 
 
+def query_text(text: str) -> str:
+    """What of a query is embedded (pure): its first :data:`MAX_QUERY_CHARS` characters, cut
+    between two characters as a reader sees them.
+
+    Example:
+        >>> len(query_text("tea " * 5000)) <= MAX_QUERY_CHARS, query_text("green tea")
+        (True, 'green tea')
+    """
+    return text if len(text) <= MAX_QUERY_CHARS else text[:cut_point(text, MAX_QUERY_CHARS)]
+
+
 def embed_query(embedder: Embedder, text: str) -> np.ndarray:
+    """The unit vector of the query ``text`` (:func:`query_text` of it)."""
+    text = query_text(text)
     if isinstance(embedder, ArrayEmbedder):
         return embedder.query_array(text)
     try:
