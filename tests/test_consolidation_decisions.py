@@ -65,6 +65,21 @@ def test_plan_merges(sims: list[list[float]], facts: list[Fact], expected: list[
     assert all(sim == sims[at[keep]][at[d]] for keep, dups in plan for d, sim in dups.items())
 
 
+def test_a_plan_leaves_no_merge_for_the_next_run() -> None:
+    """Equal confidence and accesses: "allergic" (the oldest) ranks first and says less than
+    "severely allergic", which takes in its own copy and with it that copy's accesses. Ranked by
+    those, it now says all the first one does and outranks it: a plan that stopped there left the
+    next run a merge to make (the run was not idempotent). The plan goes on till none is left."""
+    facts = [_fact("p", .8, 1, 1, text="User is allergic to peanuts"),
+             _fact("q", .8, 1, 2, text="User is severely allergic to peanuts"),
+             _fact("r", .8, 1, 3, text="USER IS SEVERELY ALLERGIC TO PEANUTS.")]
+    near = [{0: 1.0, 1: .99, 2: .98}, {0: .99, 1: 1.0, 2: .99}, {0: .98, 1: .99, 2: 1.0}]
+    assert [(keep, dict(dups)) for keep, dups in plan_merges(facts, near)] == [("q", {"r": .99}), ("q", {"p": .99})]
+    # a keeper more accessed than what its duplicates bring keeps its place: nothing more to merge
+    busy = [replace(facts[0], access_count=5), *facts[1:]]
+    assert [(keep, list(dups)) for keep, dups in plan_merges(busy, near)] == [("q", ["r"])]
+
+
 def test_near_pairs_are_the_rows_of_the_similarity_matrix_at_the_threshold() -> None:
     vecs = np.random.default_rng(3).standard_normal((700, 8)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)

@@ -93,6 +93,26 @@ def test_the_keeper_of_a_merge_has_the_merge_in_its_history(make_memory: Callabl
     assert merged.details["similarity"] == round(merged.details["similarity"], 3)
 
 
+def test_a_second_run_finds_no_merge_the_first_one_left(make_memory: Callable[..., TieredMemory],
+                                                          tmp_path: Path) -> None:
+    """Three facts as equally confident and recalled: the oldest says least, and the fuller one
+    took in its copy and that copy's accesses. The first run stopped there; a second one, the
+    fuller fact now the most accessed, merged the oldest into it: consolidate was not idempotent.
+    One run does both merges now, each in the history, and the next one finds nothing."""
+    memory = make_memory()
+    _import_facts(memory, tmp_path, [
+        {"id": "p", "text": "User is allergic to peanuts", "confidence": 0.8, "access_count": 1},
+        {"id": "q", "text": "User is severely allergic to peanuts", "confidence": 0.8, "access_count": 1},
+        {"id": "r", "text": "USER IS SEVERELY ALLERGIC TO PEANUTS.", "confidence": 0.8, "access_count": 1}])
+    first = memory.consolidate("u")
+    assert sorted(first.details["merge"]) == ["p", "r"]
+    [fact] = memory.facts("u")
+    assert (fact.id, fact.access_count) == ("q", 3)
+    merged = {c.fact_id: c.details["merged_into"] for c in memory.fact_history("u") if c.action == "merge"}
+    assert merged == {"p": "q", "r": "q"}
+    assert memory.consolidate("u").merged == 0
+
+
 def test_the_merge_step_never_holds_every_pair_of_a_big_users_facts(make_memory: Callable[..., TieredMemory],
                                                                      tmp_path: Path) -> None:
     """A user's facts grow for years: the merge compares each with every other, and held all those

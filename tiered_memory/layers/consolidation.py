@@ -79,32 +79,43 @@ def near_pairs(vecs: np.ndarray, threshold: float, block: int = 256) -> list[dic
 
 
 def plan_merges(facts: Sequence[Fact], near: Sequence[Mapping[int, float]]) -> list[tuple[str, dict[str, float]]]:
-    """Groups of near-duplicates as (keeper id, {duplicate id: its similarity to the keeper}), pure;
-    ``near[i]``: the facts whose similarity to fact ``i`` is at the merge threshold or above, with
-    it (:func:`near_pairs`).
+    """Groups of near-duplicates as (keeper id, {duplicate id: its similarity to the keeper}), in
+    the order they are to be merged, pure; ``near[i]``: the facts whose similarity to fact ``i`` is
+    at the merge threshold or above, with it (:func:`near_pairs`).
 
     The keeper is the most confident, then most accessed, then oldest fact; a
     duplicate has the same type and polarity, no other slot (``key``) and is near it,
     and the keeper says all it says (:func:`~.resolution.says_all_of`, the rules' test for
     an update): only the keeper's text stays, and "User has a meeting on Tuesday" is 0.95 from
     "... on Monday" (MiniLM and the static embedder).
+
+    Planned again over what is left till nothing merges: a keeper takes its duplicates' accesses,
+    which may rank it above a fact it says all of (the next run would merge that one then).
     """
-    order = sorted(range(len(facts)), key=lambda i: (-facts[i].confidence, -facts[i].access_count,
-                                                      facts[i].created_at, facts[i].id))
-    rank = {i: r for r, i in enumerate(order)}
-    taken: set[int] = set()
-    plan = []
-    for i in order:
-        if i in taken:
-            continue
-        taken.add(i)
-        dups = [j for j in sorted((int(j) for j in near[i]), key=rank.__getitem__) if j not in taken
-                and facts[j].type == facts[i].type and facts[j].polarity == facts[i].polarity
-                and not other_slots(facts[j].key, facts[i].key) and says_all_of(facts[i].text, facts[j].text)]
-        taken.update(dups)
-        if dups:
+    access = [f.access_count for f in facts]
+    gone: set[int] = set()
+    plan: list[tuple[str, dict[str, float]]] = []
+    while True:
+        order = sorted((i for i in range(len(facts)) if i not in gone),
+                       key=lambda i: (-facts[i].confidence, -access[i], facts[i].created_at, facts[i].id))
+        rank = {i: r for r, i in enumerate(order)}
+        taken: set[int] = set()
+        found = []
+        for i in order:
+            if i in taken:
+                continue
+            taken.add(i)
+            dups = [j for j in sorted((int(j) for j in near[i] if int(j) in rank), key=rank.__getitem__)
+                    if j not in taken and facts[j].type == facts[i].type and facts[j].polarity == facts[i].polarity
+                    and not other_slots(facts[j].key, facts[i].key) and says_all_of(facts[i].text, facts[j].text)]
+            taken.update(dups)
+            if dups:
+                found.append((i, dups))
+        if not found:
+            return plan
+        for i, dups in found:  # as the merge leaves them: the keeper with its duplicates' accesses
+            access[i], gone = access[i] + sum(access[j] for j in dups), gone | set(dups)
             plan.append((facts[i].id, {facts[j].id: near[i][j] for j in dups}))
-    return plan
 
 
 def select_promotions(episodes: Sequence[Episode], min_access: int) -> list[Episode]:
