@@ -259,15 +259,15 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
     facts, vecs = layers.facts.vectors(user_id)
     if len(facts) < 2:
         return []
-    plan = plan_merges(facts, near_pairs(vecs, threshold))
-    merged: list[str] = []
+    plan, merged = plan_merges(facts, near_pairs(vecs, threshold)), []
+    planned_as = {f.id: (f.text, f.type, f.polarity, f.key) for f in facts}
     limit = layers.parts.config.max_metadata_bytes  # each history entry's details (log_change)
     for n, (keep, planned) in enumerate(plan, 1):
         with layers.parts.lock:
-            # read again under the lock: another call may have deleted or replaced some of the
-            # group since the plan was made; without its keeper the group waits for the next run
+            # read again under the lock: another call may have deleted, replaced or edited (into what
+            # its keeper may not say) some of the group; without its keeper it waits for the next run
             by_id = {f.id: f for f in (layers.rows.fact(user_id, i) for i in [keep, *planned])
-                     if f is not None and f.valid}
+                     if f is not None and f.valid and (f.text, f.type, f.polarity, f.key) == planned_as[f.id]}
             dups = [d for d in planned if d in by_id] if keep in by_id else []
             if dups:
                 sources = list(dict.fromkeys(s for i in [keep, *dups] for s in by_id[i].source_ids))
