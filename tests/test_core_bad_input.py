@@ -312,3 +312,25 @@ def test_a_progress_that_is_not_a_function_is_refused_before_anything_is_written
 def test_flush_refuses_a_timeout_that_is_not_seconds(memory, timeout):
     with pytest.raises(InvalidInputError, match="timeout"):
         memory.flush(timeout=timeout)
+
+
+def test_a_progress_that_cannot_take_its_arguments_is_refused_before_anything_is_written(make_memory, tmp_path):
+    """A function of the wrong shape passed the check (it is callable) and failed with a bare
+    TypeError at its first call, after the first commit: consolidate's after ending a session
+    (it is called with the step, done and total), add_many's after the first chunk (with a count)."""
+    memory = make_memory()
+    memory.add("user", "an old turn", user_id="u1", session_id="old", timestamp=1_000_000_000)
+    with pytest.raises(InvalidInputError, match="progress .*3 arguments"):
+        memory.consolidate("u1", progress=lambda done: None)
+    assert memory.episodes("u1") == []  # the consolidation did not start
+    with pytest.raises(InvalidInputError, match="progress .*1 argument"):
+        memory.add_many([{"role": "user", "content": "a turn"}], user_id="u1", session_id="s1",
+                        progress=lambda step, done, total: None)
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(InvalidInputError, match="progress .*1 argument"):
+        memory.import_jsonl(tmp_path / "empty.jsonl", progress=lambda: None)
+    assert memory.get_messages("s1", user_id="u1") == []
+    calls: list[tuple[object, ...]] = []  # any function that can take them is fine: defaults, *args, a builtin
+    memory.consolidate("u1", progress=lambda *args: calls.append(args))
+    memory.add_many([{"role": "user", "content": "a turn"}], user_id="u1", session_id="s1", progress=print)
+    assert calls and all(len(c) == 3 for c in calls)

@@ -310,7 +310,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         whose id is already stored (or a session's scratchpad) is skipped and counted."""
         check_flag(skip_invalid, "skip_invalid")
         path = check_path(path)
-        check_callback(progress, "progress")
+        check_callback(progress, "progress", 1)
         ok = self._layers_ok()
         return import_jsonl(self.parts, path, skip_invalid=skip_invalid, progress=progress, user_id=user_id,
                             layers=self._layers if ok else None, items=self._items if ok else None)

@@ -40,7 +40,7 @@ class MemoryLayers(MemoryEngines):
         """Compress idle sessions, merge near-duplicate facts, promote often-recalled episodes, archive
         old raw turns and prune stale memories; idempotent. See :mod:`.layers.consolidation`."""
         check_id(user_id, "user_id")
-        check_callback(progress, "progress")
+        check_callback(progress, "progress", 3)
         self.parts.access.flush()  # promotion and pruning read the access counts
         with self._owing():
             return self._layers.consolidate(user_id, progress)

@@ -62,7 +62,7 @@ class MemoryWrites(MemoryEngines):
         """
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
-        check_callback(progress, "progress")
+        check_callback(progress, "progress", 1)
         rows, chosen = rows_of(messages, session_id=session_id, user_id=user_id, config=self.config, now=time.time())
         if not rows:
             return []

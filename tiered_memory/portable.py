@@ -250,7 +250,7 @@ def import_jsonl(
     if user_id is not None:
         check_id(user_id, "user_id")
     path = check_path(path)
-    check_callback(progress, "progress")
+    check_callback(progress, "progress", 1)
     report = ImportReport()
     records = _read(parts, path, report, user_id=user_id, layers=layers is not None)
     if report.invalid and not skip_invalid:

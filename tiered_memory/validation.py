@@ -366,14 +366,24 @@ def check_path(value: object, name: str = "path") -> Path:
     return path
 
 
-def check_callback(value: object, name: str) -> None:
-    """``value`` is ``None`` or a function: checked before any write, so a call that is
-    refused has stored nothing (a non-callable would fail only after the first commit)."""
-    if value is not None and not callable(value):
+def check_callback(value: object, name: str, args: int) -> None:
+    """``value`` is ``None`` or a function that takes ``args`` arguments: checked before any write,
+    so a call that is refused has stored nothing (a non-callable, or one of another shape, would
+    fail only after the first commit). One whose signature cannot be read (some builtins) passes."""
+    if value is None:
+        return
+    if not callable(value):
         raise InvalidInputError(f"{name} must be a function (or None), got {type(value).__name__}")
     if inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(getattr(value, "__call__", None)):
         raise InvalidInputError(f"{name} must be a plain function, not an async one: it is called in the worker "
                                 "thread that runs the call (the a* twins too), where a coroutine never runs")
+    try:
+        inspect.signature(value).bind(*range(args))
+    except TypeError as e:
+        raise InvalidInputError(f"{name} is called with {args} argument{'s' if args != 1 else ''}, which "
+                                f"this function cannot take ({e})") from None
+    except ValueError:  # no signature to read
+        pass
 
 
 def check_timeout(value: object, name: str = "timeout") -> float | None:
