@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence, runtime_checkabl
 import numpy as np
 
 from .locomo_data import load_conversations, percentile
-from .scale import MemoEmbedder, corpus
+from .scale import MemoEmbedder, corpus, timed
 from .spine import DATA
 
 PHRASES = ["thanks", "ok", "sounds good", "haha", "yes", "no worries", "cool", "great, thank you", "sure",
@@ -75,15 +75,6 @@ def without_duplicates_read() -> Iterator[None]:
         yield
     finally:
         search.DuplicateScope = kept  # type: ignore[misc]
-
-
-def timed(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[float]:
-    out = []
-    for item in items:
-        t = time.perf_counter()
-        fn(item)
-        out.append(time.perf_counter() - t)
-    return out
 
 
 def ms(values: Sequence[float]) -> str:
