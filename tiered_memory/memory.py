@@ -105,8 +105,12 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
             default cl100k offline, else a heuristic.
         llm: makes episodes and facts smarter: any object with ``async def complete(...)``,
             a LangChain chat model or a LlamaIndex LLM.
-        clock: ``() -> float`` seconds since the epoch, for the store items' TTL (default
-            ``time.time``); a simulation or a test can move time on without sleeping.
+        clock: ``() -> float`` seconds since the epoch (default ``time.time``), the time of
+            the store items (their TTL) and of working memory (when an item is remembered,
+            how far its importance has decayed in ``items``, eviction, ``build_context`` and
+            ``consolidate``'s prune, the scratchpad's ``updated_at``); a simulation or a test
+            can move time on without sleeping. Turns, facts and episodes are dated by the
+            system clock.
 
     The attributes ``store``, ``index`` and ``parts`` are the engines underneath (the record
     store, the vector index, the layers' shared parts), there for tests, benchmarks and repair

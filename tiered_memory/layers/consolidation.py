@@ -15,7 +15,10 @@ whole run is idempotent and safe to interrupt and rerun (finished work is marked
    :func:`~tiered_memory.textcache.forget_texts`).
 5. ``prune``: facts and working items whose decayed value fell below ``prune_below``
    and that were never accessed are soft-deleted with an audit record (a fact once
-   ``prune_min_age_days`` old, a working item once ``session_idle_hours`` old).
+   ``prune_min_age_days`` old, a working item once ``session_idle_hours`` old). A working
+   item's age is judged by the memory's clock (``TieredMemory(clock=)``), as working memory
+   and ``build_context`` judge it; the other steps go by the system clock, as the turns,
+   facts and episodes are dated.
 
 Under ``LLMConfig.strict`` a session or episode the LLM failed on is left as it was and
 the other steps go on; the LLM's error is raised at the end, naming what was left and what
@@ -172,7 +175,9 @@ class Consolidating(Protocol):
 
 def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | None = None,
                       now: float | None = None) -> ConsolidationReport:
-    """Run every step for ``user_id``; see the module docstring."""
+    """Run every step for ``user_id`` at ``now`` (default: the system clock, and the memory's
+    clock for working items); see the module docstring."""
+    working_now = layers.parts.now() if now is None else now
     now = time.time() if now is None else now
     cfg = layers.parts.config.consolidation
     tick: Progress = progress or (lambda step, done, total: None)
@@ -223,7 +228,7 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
         tick("promote", n, len(promote))
 
     archived = _compress(layers, user_id, episodes, now, tick, details)
-    details["prune"] = _prune(layers, user_id, now, tick)
+    details["prune"] = _prune(layers, user_id, now, tick, working_now)
     report = ConsolidationReport(
         sessions=len(details["sessions"]), merged=sum(1 for _ in details["merge"]),
         promoted=len(details["promote"]), compressed=len(details["compress"]), archived_messages=archived,
@@ -355,7 +360,7 @@ def _stale_item(i: WorkingItem, now: float, decay_per_hour: float, cfg: Consolid
         below=cfg.prune_below, min_age_days=cfg.session_idle_hours / 24)
 
 
-def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> list[str]:
+def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress, working_now: float) -> list[str]:
     cfg = layers.parts.config.consolidation
     decay = layers.parts.config.working.decay_per_hour
     limit = layers.parts.config.max_metadata_bytes
@@ -366,7 +371,7 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
         # from here to the last prune, so a fact is judged as it is, not as it was at the run's start
         layers.parts.access.flush()
         doomed = [f for f in layers.facts.select(user_id) if _stale_fact(f, now, cfg)]
-        stale = [i.id for i in layers.rows.live_working_items(user_id) if _stale_item(i, now, decay, cfg)]
+        stale = [i.id for i in layers.rows.live_working_items(user_id) if _stale_item(i, working_now, decay, cfg)]
         total = len(doomed) + len(stale)
         for n, f in enumerate(doomed, 1):
             def prune() -> bool:
@@ -383,8 +388,8 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress) -> l
             tick("prune", n, total)
         for n, item_id in enumerate(stale, start=len(doomed) + 1):
             with layers.rows.unit() as u:  # another worker may have evicted or pruned it since the read
-                if u.retire_working_item(item_id, now):
-                    u.audit(user_id, "working", item_id, "prune", {}, now)
+                if u.retire_working_item(item_id, working_now):
+                    u.audit(user_id, "working", item_id, "prune", {}, working_now)
                     pruned.append(item_id)
             tick("prune", n, total)
     return pruned

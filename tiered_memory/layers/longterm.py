@@ -117,7 +117,8 @@ class Layers:
 
     def working(self, session_id: str, user_id: str) -> WorkingMemory:
         return WorkingMemory(self.rows, self.parts.embedder, self.parts.config.working,
-                             self.parts.lock, user_id=user_id, session_id=session_id, calls=self.parts.calls)
+                             self.parts.lock, user_id=user_id, session_id=session_id, calls=self.parts.calls,
+                             clock=self.parts.now)
 
     # ---- LLM calls with fallback -----------------------------------------------
     def _json(self, messages: list[dict[str, str]], schema: Any) -> Any:

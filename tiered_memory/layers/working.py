@@ -107,12 +107,13 @@ class Scratchpad(MutableMapping[str, Any]):
     """A dict of JSON values persisted per session; every write is committed. Each entry is
     held to 64,000 bytes as JSON and the whole pad to ``max_bytes``
     (``WorkingConfig.scratchpad_max_bytes``): a write past it is a ContentTooLargeError and
-    changes nothing; no entry is ever dropped to make room."""
+    changes nothing; no entry is ever dropped to make room. A write is dated by ``clock``
+    (the memory's)."""
 
     def __init__(self, rows: WorkingRepository, user_id: str, session_id: str, calls: Calls, *,
-                 max_bytes: int) -> None:
+                 max_bytes: int, clock: Callable[[], float] = time.time) -> None:
         self.rows, self.user_id, self.session_id, self._calls = rows, user_id, session_id, calls
-        self.max_bytes = max_bytes
+        self.max_bytes, self.clock = max_bytes, clock
 
     @usable
     def _load(self) -> dict[str, Any]:
@@ -127,7 +128,7 @@ class Scratchpad(MutableMapping[str, Any]):
             before = pad_bytes(data)
             change(data)
             check_pad_growth(before, pad_bytes(data), self.max_bytes)
-            u.save_scratchpad(self.user_id, self.session_id, data, time.time())
+            u.save_scratchpad(self.user_id, self.session_id, data, self.clock())
 
     def __getitem__(self, key: str) -> Any:
         return self._load()[key]
@@ -193,6 +194,10 @@ def touch_items(rows: WorkingRepository, user_id: str, ids: Sequence[str], now: 
 class WorkingMemory:
     """One session's working memory. Get it with :meth:`TieredMemory.working_memory`.
 
+    Its times come from ``clock``, the memory's (``TieredMemory(clock=)``, else
+    ``time.time``): an item's ``created_at`` when remembered, the ``now`` its decay is judged
+    at in ``items`` and in eviction (unless a call passes ``now``), the scratchpad's ``updated_at``.
+
     Example:
         >>> wm = memory.working_memory("s1", user_id="u1")  # doctest: +SKIP
         >>> item = wm.remember("user is debugging the payment webhook", importance=0.9,  # doctest: +SKIP
@@ -201,20 +206,21 @@ class WorkingMemory:
     """
 
     def __init__(self, rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,
-                 *, user_id: str, session_id: str, calls: Calls) -> None:
+                 *, user_id: str, session_id: str, calls: Calls, clock: Callable[[], float] = time.time) -> None:
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         self.rows, self.embedder, self.config, self.lock = rows, embedder, config, lock
-        self.user_id, self.session_id = user_id, session_id
+        self.user_id, self.session_id, self.clock = user_id, session_id, clock
         self._calls = calls  # the memory's: its close() waits for these calls, then refuses them
-        self.scratchpad = Scratchpad(rows, user_id, session_id, calls, max_bytes=config.scratchpad_max_bytes)
+        self.scratchpad = Scratchpad(rows, user_id, session_id, calls, max_bytes=config.scratchpad_max_bytes,
+                                     clock=clock)
 
     @usable
     def remember(self, text: str, *, importance: float = 0.5, type: str = "note",
                  metadata: dict[str, Any] | None = None, now: float | None = None) -> WorkingItem:
         """Add an item; evicts the least important ones beyond ``capacity``."""
         text, type, importance, metadata = check_note(text, type, importance, metadata)
-        now = to_epoch(now, time.time())  # seconds, a datetime or ISO text, within 1900..2200
+        now = to_epoch(now, self.clock())  # seconds, a datetime or ISO text, within 1900..2200
         item = WorkingItem(id=uuid.uuid4().hex, user_id=self.user_id, session_id=self.session_id, text=text,
                            type=type, importance=importance, created_at=now, metadata=metadata)
         vector = embed(self.embedder, [text])[0]
@@ -234,7 +240,7 @@ class WorkingMemory:
         check_count(k, "k", minimum=0, optional=True)
         if query is not None:
             check_query(query)  # a str of valid text (lone surrogates would fail in the embedder)
-        now = to_epoch(now, time.time())
+        now = to_epoch(now, self.clock())
         pairs = self.rows.working_vectors(self.user_id, self.session_id)
         items = [i for i, _ in pairs]
         relevance = None
