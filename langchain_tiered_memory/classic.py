@@ -37,7 +37,8 @@ from tiered_memory.validation import check_count, check_id
 
 from .completion import context_text, quoted_turns
 from .history import TieredChatMessageHistory
-from .messages import from_stored_many, to_core_many
+from .messages import from_stored_many
+from .storable import record_turn
 
 __all__ = ["TieredConversationMemory"]
 
@@ -242,12 +243,13 @@ class TieredConversationMemory(TypedArgumentsModel, BaseMemory):
         return {self.memory_key: context_text(memory_text, recent, self.human_prefix, self.ai_prefix)}
 
     def save_context(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> None:
-        """Store the turn (the input as a user message, the output as an AI message)."""
+        """Store the turn (the input as a user message, the output as an AI message). The chain calls
+        this after the model answered: a text the core would refuse as it is (over ``max_content_chars``,
+        holding NUL characters) is stored made storable and marked (:func:`~.storable.record_turn`)."""
         inputs, outputs = chain_values(inputs, "inputs", "input"), chain_values(outputs, "outputs", "output")
         turn = [HumanMessage(content=self._input_text(inputs)),
                 AIMessage(content=self._output_text(outputs))]
-        rows = to_core_many(turn, max_metadata_bytes=self.memory.config.max_metadata_bytes)
-        self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
+        record_turn(self.memory, turn, user_id=self.user_id, session_id=self.session_id)
 
     def clear(self) -> None:
         """Delete this session's messages."""

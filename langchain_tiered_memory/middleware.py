@@ -40,7 +40,6 @@ read as its string).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
@@ -58,9 +57,8 @@ from tiered_memory.validation import check_count, check_flag, check_id, check_op
 from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
 from .messages import from_stored_many, lc_id
-from .storable import REPAIRED_KEY, storable_rows
+from .storable import record_turn
 
-log = logging.getLogger("tiered_memory")
 
 __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "is_summary", "memory_position",
            "query_of", "turn_start", "turn_to_record"]
@@ -318,7 +316,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None, *, final: bool = False) -> int:
         """Store the current turn's new messages (see :func:`turn_to_record`); returns how many. One
         the core would refuse as it is (a tool's huge or binary output) is stored made storable
-        (:func:`~.storable.storable_rows`) and logged: the run never fails for its memory."""
+        (:func:`~.storable.record_turn`) and logged: the run never fails for its memory."""
         if not self.record:
             return 0
         user, session = self.ids(runtime)
@@ -326,13 +324,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
         stored_ids = {lc_id(m) for m in recent}
         new = turn_to_record(messages, stored_ids, final=final)
         if new:  # recorded as a side effect of the run: what the core would refuse is made storable
-            config = self.memory.config
-            rows = storable_rows(new, max_chars=config.max_content_chars, max_bytes=config.max_metadata_bytes)
-            for row in rows:
-                if REPAIRED_KEY in row["metadata"]:
-                    log.warning("a %s message of session %r was changed to be storable: %s",
-                                row["role"], session, "; ".join(row["metadata"][REPAIRED_KEY]))
-            self.memory.add_many(rows, session_id=session, user_id=user)
+            record_turn(self.memory, new, user_id=user, session_id=session)
         return len(new)
 
     def after_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:

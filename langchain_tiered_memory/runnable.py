@@ -28,6 +28,9 @@ form writes it (:func:`~.completion.context_text`).
 ``user_id`` and ``session_id`` come from
 ``config["configurable"]``, as with :func:`~.history.history_factory_config`.
 The turn is recorded only when the chain succeeds; a failed call stores nothing.
+Recording never fails a call whose chain answered: a message the core would refuse as it is (a reply
+over ``MemoryConfig.max_content_chars`` or holding NUL characters) is stored made storable, marked and
+logged (:func:`~.storable.record_turn`).
 
 Invariants: one ``build_context`` and one ``add_many`` per call; sync and async share
 the preparing and recording code (the async twin runs it in a worker thread);
@@ -51,7 +54,8 @@ from tiered_memory.validation import check_count, check_flag, check_id
 
 from .completion import context_text, ends_in_completion_model, quoted_replay, takes_text
 from .history import check_memory, history_factory_config
-from .messages import from_stored_many, to_core_many
+from .messages import from_stored_many
+from .storable import record_turn
 
 __all__ = ["TieredMemoryRunnable", "with_tiered_memory"]
 
@@ -250,8 +254,8 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
 
     def _record(self, turn: list[BaseMessage], output: Any, scope: tuple[str, str]) -> None:
         answer = output_messages(output, self.output_messages_key)
-        rows = to_core_many([*turn, *answer], max_metadata_bytes=self.memory.config.max_metadata_bytes)
-        self.memory.add_many(rows, user_id=scope[0], session_id=scope[1])
+        # after the model answered: what the core would refuse (a reply over max_content_chars) is made storable
+        record_turn(self.memory, [*turn, *answer], user_id=scope[0], session_id=scope[1])
 
     # ---- entry points ---------------------------------------------------------------
     def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:

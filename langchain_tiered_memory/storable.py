@@ -1,9 +1,11 @@
-"""An agent run's messages as rows the core will store (pure): what the middleware records.
+"""A turn's messages as rows the core will store: what every recording path of the adapter writes.
 
-:class:`~.middleware.TieredMemoryMiddleware` records a run's messages as a side effect of the run,
-so a message the core would refuse must not fail the run (its answer lost, the rest of the turn
-unrecorded): a tool's output longer than ``MemoryConfig.max_content_chars`` (a fetched page, a
-read file) or holding NUL characters (a binary file), a lone surrogate anywhere, or a tool call
+:class:`~.middleware.TieredMemoryMiddleware`, :class:`~.runnable.TieredMemoryRunnable` and the classic
+``save_context`` (:class:`~.classic.TieredConversationMemory`) record a turn as a side effect of a call,
+after the model answered, so a message the core would refuse must not fail the call (its answer lost,
+the rest of the turn unrecorded): a reply, an input or a tool's output longer than
+``MemoryConfig.max_content_chars`` (a fetched page, a read file) or holding NUL characters (a binary
+file), a lone surrogate anywhere, or a tool call
 whose arguments alone pass ``max_metadata_bytes`` (a file written through a tool). Such a message
 is stored changed, as the LlamaIndex block stores one: NUL characters removed and lone surrogates
 replaced, in its text and its fields; the text cut to the limit, between two characters as a
@@ -12,17 +14,20 @@ reader sees them, ending with the core's cut marker; fields the core cannot hold
 may be any object) left out, the optional ones first (artifact, response and usage metadata,
 ``additional_kwargs``), then all but the type and id (the message then replays by role, as its
 stored text, and a result of its calls as quoted data). The row says what changed under
-``metadata["langchain_repaired"]``, and the caller logs it. A message the core accepts comes back
-as :func:`~.messages.to_core` writes it. An explicit write (``TieredChatMessageHistory.add_messages``)
+``metadata["langchain_repaired"]``, and :func:`record_turn` (the one I/O shell over the pure
+functions, which all three paths call) logs it. A message the core accepts comes back as
+:func:`~.messages.to_core` writes it. An explicit write (``TieredChatMessageHistory.add_messages``)
 still refuses such a message with a typed error.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Iterable
 
 from langchain_core.messages import BaseMessage
 
+from tiered_memory import TieredMemory
 from tiered_memory.context.render import CUT_MARKER
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.graphemes import cut_point
@@ -31,7 +36,9 @@ from tiered_memory.llm.base import clean_strings
 
 from .messages import BULKY, LC_KEY, OPTIONAL, metadata_size, to_core
 
-__all__ = ["REPAIRED_KEY", "storable_rows", "storable_text"]
+__all__ = ["REPAIRED_KEY", "record_turn", "storable_rows", "storable_text"]
+
+log = logging.getLogger("tiered_memory")
 
 REPAIRED_KEY = "langchain_repaired"  # metadata of a stored message that had to be changed
 
@@ -119,3 +126,16 @@ def storable_rows(messages: Iterable[BaseMessage], *, max_chars: int, max_bytes:
         except InvalidInputError as e:  # not a message the core can hold at all (a RemoveMessage)
             raise InvalidInputError(f"message {n}: {e}") from e
     return out
+
+
+def record_turn(memory: TieredMemory, messages: Iterable[BaseMessage], *, user_id: str, session_id: str) -> None:
+    """Store ``messages`` in one bulk write, each the core would refuse as it is made storable
+    (:func:`storable_rows`) and logged as a warning: a turn recorded after the model answered."""
+    config = memory.config
+    rows = storable_rows(messages, max_chars=config.max_content_chars, max_bytes=config.max_metadata_bytes)
+    for row in rows:
+        if REPAIRED_KEY in row["metadata"]:
+            log.warning("a %s message of session %r was changed to be storable: %s",
+                        row["role"], session_id, "; ".join(row["metadata"][REPAIRED_KEY]))
+    if rows:
+        memory.add_many(rows, session_id=session_id, user_id=user_id)
