@@ -139,7 +139,10 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
 
     # ---- writes: one implementation each, run in a worker thread by the async twin ----
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Store messages in one bulk write (one embedding batch, one transaction)."""
+        """Store messages in one bulk write (one embedding batch, one transaction).
+
+        Strict: a message the core would refuse raises its typed error and nothing is stored, since an explicit
+        write is the caller's to split or clean (a turn recorded after the model answered is repaired instead)."""
         with self._write():
             rows = to_core_many(messages, max_metadata_bytes=self.memory.config.max_metadata_bytes)
             if rows:
