@@ -33,6 +33,7 @@ from tiered_memory.errors import ConfigurationError, InvalidInputError
 from tiered_memory.validation import check_count, check_flag, check_id
 
 from .messages import from_stored_many, to_core_many, unchained
+from .storable import record_turn
 
 __all__ = ["TieredChatMessageHistory", "check_memory", "history_factory", "history_factory_config"]
 
@@ -68,6 +69,11 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
             ``history_messages_key`` reads the history again after the call and drops as many
             leading input messages as it holds, so a recall changed meanwhile (the user's
             other sessions written by a tool or another tab) would drop the new message.
+        record_answers: store a message the core would refuse as it is (a reply over
+            ``max_content_chars``, NUL characters, fields over ``max_metadata_bytes``) changed
+            and marked, as the middleware does (:func:`~.storable.record_turn`), instead of
+            raising: for a history written after the model answered, as
+            ``RunnableWithMessageHistory`` writes :func:`history_factory`'s.
 
     Example:
         >>> history = TieredChatMessageHistory(memory, "s1", user_id="u1")  # doctest: +SKIP
@@ -79,6 +85,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
     def __init__(
         self, memory: TieredMemory, session_id: str, *, user_id: str,
         include_memory: bool = False, max_tokens: int | None = None, hold_reads: bool = False,
+        record_answers: bool = False,
     ) -> None:
         self.memory = check_memory(memory)
         self.session_id = check_id(session_id, "session_id")
@@ -86,6 +93,7 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         self.include_memory = check_flag(include_memory, "include_memory")
         self.max_tokens = check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         self.hold_reads = check_flag(hold_reads, "hold_reads")
+        self.record_answers = check_flag(record_answers, "record_answers")
         self._held: list[BaseMessage] | None = None
         self._guard = threading.Lock()
         self._writes = 0  # writes begun and ended: a read that spans one is not held
@@ -142,8 +150,12 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         """Store messages in one bulk write (one embedding batch, one transaction).
 
         Strict: a message the core would refuse raises its typed error and nothing is stored, since an explicit
-        write is the caller's to split or clean (a turn recorded after the model answered is repaired instead)."""
+        write is the caller's to split or clean; a history that ``record_answers`` (a turn recorded after the
+        model answered) stores it changed and marked instead."""
         with self._write():
+            if self.record_answers:
+                record_turn(self.memory, messages, user_id=self.user_id, session_id=self.session_id)
+                return
             rows = to_core_many(messages, max_metadata_bytes=self.memory.config.max_metadata_bytes)
             if rows:
                 self.memory.add_many(rows, session_id=self.session_id, user_id=self.user_id)
@@ -192,7 +204,9 @@ def history_factory(
     memory: TieredMemory, *, include_memory: bool = False, max_tokens: int | None = None,
 ) -> Callable[..., TieredChatMessageHistory]:
     """A ``get_session_history(user_id, session_id)`` for ``RunnableWithMessageHistory``: a
-    new history for each call, whose reads agree until it writes (``hold_reads``). Give the chain
+    new history for each call, whose reads agree until it writes (``hold_reads``), and which
+    stores the turn the chain answered even where the core would refuse a message of it as it
+    is (``record_answers``: changed, marked and logged). Give the chain
     ``history_factory_config=history_factory_config()`` too: by default it passes the session id
     alone, and the call raises :class:`~tiered_memory.errors.ConfigurationError` saying so.
 
@@ -217,6 +231,7 @@ def history_factory(
                 "passed one id: pass history_factory_config=history_factory_config() to it, so that it reads "
                 "both from config['configurable']")
         return TieredChatMessageHistory(memory, user_id=user_id, session_id=session_id,
-                                        include_memory=include_memory, max_tokens=max_tokens, hold_reads=True)
+                                        include_memory=include_memory, max_tokens=max_tokens, hold_reads=True,
+                                        record_answers=True)
 
     return get_session_history

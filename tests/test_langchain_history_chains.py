@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import pytest
@@ -13,7 +14,8 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from langchain_tiered_memory import TieredChatMessageHistory, history_factory, history_factory_config
 from lc_support import PromptRecorder
-from tiered_memory import ConfigurationError, TieredMemory
+from langchain_tiered_memory.storable import REPAIRED_KEY
+from tiered_memory import ConfigurationError, ContentTooLargeError, MemoryConfig, TieredMemory
 
 # RunnableWithMessageHistory is deprecated by LangChain (in favour of LangGraph persistence)
 # but still the documented way for plain chains; its construction warns.
@@ -184,3 +186,22 @@ def test_without_history_factory_config_the_chain_says_to_pass_it(memory: Tiered
         with pytest.raises(ConfigurationError, match=r"history_factory_config=history_factory_config\(\)"):
             chain.invoke([HumanMessage("hello")], {"configurable": configurable})
     assert memory.get_messages("s1", user_id="s1") == [] and memory.get_messages("s1", user_id="u1") == []
+
+
+def test_a_reply_over_max_content_chars_is_answered_and_recorded_cut(
+        make_memory: Callable[..., TieredMemory], caplog: pytest.LogCaptureFixture) -> None:
+    """RunnableWithMessageHistory writes the turn through the history after the model answered:
+    a reply the core refuses as it is (over max_content_chars) raised ContentTooLargeError then,
+    the answer lost. history_factory's histories record it as the middleware does: cut, marked."""
+    memory = make_memory("long-reply", config=MemoryConfig(max_content_chars=1_000))
+    chain = _chain(memory, PromptRecorder(), ["word " * 600])
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        out = chain.invoke({"input": "Write me an essay."}, _cfg("u1", "s1"))
+    assert out.content == "word " * 600  # the caller gets the whole answer
+    user, ai = memory.get_messages("s1", user_id="u1")
+    assert user.content == "Write me an essay." and REPAIRED_KEY not in user.metadata
+    assert len(ai.content) == 1_000 and ai.metadata[REPAIRED_KEY] == ["cut from 3,000 to 1,000 characters"]
+    assert "was changed to be storable" in caplog.text
+    with pytest.raises(ContentTooLargeError):  # a history made by hand stays strict
+        TieredChatMessageHistory(memory, "s2", user_id="u1").add_messages([AIMessage("word " * 600)])
+    assert memory.get_messages("s2", user_id="u1") == []
