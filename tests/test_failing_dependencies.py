@@ -139,12 +139,13 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 
 def fill(folder: Path) -> Path:
+    """Fill the disk. Unbuffered: a buffered file kept the bytes its last flush could not write
+    and raised ENOSPC again as it closed, whenever the space left was not a whole chunk."""
     filler = folder / "filler"
-    with open(filler, "wb") as f:
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     return filler

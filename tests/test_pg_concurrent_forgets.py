@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory
-from tiered_memory.writes import PENDING_FORGETS
+from tiered_memory.store.pending_deletes import PENDING_DELETIONS as PENDING_FORGETS
 
 pytestmark = [pytest.mark.servers, pytest.mark.timeout(300)]  # a hang fails instead of blocking the suite
 
