@@ -70,7 +70,7 @@ def owed_vectors(store: RecordStore) -> Owed:
 
 
 def pay_owed(store: RecordStore, index: VectorIndex) -> int:
-    """Delete from ``index`` every vector the record says it owes, and clear them; returns how
+    """Remove every vector the record says ``index`` owes, and clear them; returns how
     many entries were paid. A turn whose id a row holds again (a caller's id, stored anew since)
     is cleared without deleting: that vector is the new row's.
 

@@ -82,11 +82,11 @@ class LayerStore:
         raise NotImplementedError
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None:
-        """Serialise writes to one session (:meth:`lock_meta`: the record of the deletions the
-        index owes) across workers until ``c`` commits (a no-op on SQLite: its write transaction,
-        ``BEGIN IMMEDIATE``, already excludes every other writer of the file, in this process or another)."""
+        """Serialise writes to one session across workers until ``c`` commits (a no-op on SQLite:
+        its write transaction, ``BEGIN IMMEDIATE``, already excludes every other writer of the file)."""
 
-    def lock_meta(self, c: Any) -> None: ...
+    def lock_meta(self, c: Any) -> None:
+        """The same for the record of the deletions the index owes (:mod:`.pending_deletes`)."""
 
     # ---- the unit of work -------------------------------------------------------
     @contextmanager
