@@ -27,6 +27,7 @@ from langgraph.store.base import GetOp
 from llama_index.core.llms import ChatMessage
 from pydantic import ValidationError
 
+from langchain_tiered_memory.storable import REPAIRED_KEY
 from langchain_tiered_memory import (NamespaceLabelError, TieredChatMessageHistory, TieredConversationMemory,
                                      TieredMemoryMiddleware, TieredMemoryRetriever, TieredMemoryStore, from_stored,
                                      history_factory, with_tiered_memory)
@@ -172,11 +173,14 @@ def test_a_message_whose_fields_no_json_can_hold_is_refused_and_nothing_is_store
     with pytest.raises(InvalidInputError, match="message 1"):
         history.add_messages([HumanMessage("fine"), HumanMessage("hello", additional_kwargs=fields)])
     assert [m.content for m in history.messages] == ["kept", "kept too"]
+    # a chain records the turn after it answered: there the message is stored without those fields
+    # and marked, not refused (langchain_tiered_memory/storable.py, tests/test_langchain_chain_storable.py)
     chain = with_tiered_memory(RunnableLambda(lambda _: "answer"), memory)
-    with pytest.raises(InvalidInputError):
-        chain.invoke({"input": HumanMessage("hello", additional_kwargs=fields)},
-                     {"configurable": {"user_id": "u", "session_id": "s"}})
-    assert [m.content for m in history.messages] == ["kept", "kept too"]
+    assert chain.invoke({"input": HumanMessage("hello", additional_kwargs=fields)},
+                        {"configurable": {"user_id": "u", "session_id": "s"}}) == "answer"
+    stored = memory.get_messages("s", user_id="u")
+    assert [m.content for m in stored] == ["kept", "kept too", "hello", "answer"]
+    assert REPAIRED_KEY in stored[2].metadata and REPAIRED_KEY not in stored[3].metadata
 
 
 @pytest.mark.parametrize("inputs, outputs", [
