@@ -7,9 +7,11 @@ original's vector (:func:`tiered_memory.recall.search.stand_ins`). One user hold
 turns (20 a session), ``--duplicates`` of them repeats of ``--phrases`` short texts ("thanks",
 "ok", ...; each phrase's first turn is the original, the rest its duplicates), a quarter of
 the turns with the metadata a filtered search asks for. In the same run, on the same store,
-each kind of search is timed with the duplicates read and without it (the store then not
-offered as a :class:`~tiered_memory.store.base.DuplicateScope`), p50/p95 and the ratio; the
-store's duplicates query alone is timed too. The hash embedder of :mod:`bench.scale` keeps
+each kind of search is timed with the duplicates read as the library reads them, without the
+read (the store then not offered as a :class:`~tiered_memory.store.base.DuplicateScope`), and,
+for a filtered search, with every duplicate in scope read (the store asked without the
+filter: the read before a filtered search passed its filter to the store); p50/p95 and the
+ratios to the search without the read. The store's duplicates query alone is timed too. The hash embedder of :mod:`bench.scale` keeps
 the model out of the figure.
 
     nice -n 10 python -m bench.duplicate_scope --turns 100000 --duplicates 20000
@@ -77,6 +79,22 @@ def without_duplicates_read() -> Iterator[None]:
         search.DuplicateScope = kept  # type: ignore[misc]
 
 
+@contextmanager
+def every_duplicate_read(store: Any) -> Iterator[None]:
+    """The store asked for every duplicate in scope, whatever the search's filters."""
+    real = store.duplicates
+
+    def every(user_id: str, session_id: str | None = None, *, originals: Sequence[str] | None = None,
+              filters: Any = None) -> Any:
+        return real(user_id, session_id, originals=originals)
+
+    store.duplicates = every
+    try:
+        yield
+    finally:
+        del store.duplicates
+
+
 def ms(values: Sequence[float]) -> str:
     return f"{percentile(values, 50) * 1000:7.2f} / {percentile(values, 95) * 1000:7.2f} ms"
 
@@ -87,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--duplicates", type=int, default=20_000)
     p.add_argument("--phrases", type=int, default=20, help="distinct repeated texts (their first turns: originals)")
     p.add_argument("--queries", type=int, default=100)
-    p.add_argument("--rounds", type=int, default=2, help="with and without the read, in turn")
+    p.add_argument("--rounds", type=int, default=2, help="the read, every duplicate read and no read, in turn")
     p.add_argument("--record-store", default=None, help="a PostgreSQL URL (default: SQLite in the folder)")
     p.add_argument("--data", default=str(DATA))
     args = p.parse_args(argv)
@@ -123,6 +141,8 @@ def main(argv: list[str] | None = None) -> None:
                                                               session_id=sessions[i]),
                 "search(filters)": lambda i: memory.search(questions[i], user_id="me", k=10,
                                                            filters={"kind": "note"}),
+                "search(session, filters)": lambda i: memory.search(questions[i], user_id="me", k=10,
+                                                                    session_id=sessions[i], filters={"role": "user"}),
                 "search_sessions": lambda i: memory.search_sessions(questions[i], user_id="me", k=5),
                 "search_sessions(filters)": lambda i: memory.search_sessions(questions[i], user_id="me", k=5,
                                                                              filters={"kind": "note"}),
@@ -132,18 +152,26 @@ def main(argv: list[str] | None = None) -> None:
             items = range(len(questions))
             for fn in kinds.values():  # warm
                 fn(0)
-            got: dict[str, dict[bool, list[float]]] = {name: {True: [], False: []} for name in kinds}
-            for r in range(args.rounds):  # with and without in turn, query by query, which first alternating
+            modes: dict[str, Callable[[], Any]] = {"read": nullcontext, "every": lambda: every_duplicate_read(store),
+                                                   "none": without_duplicates_read}
+            got: dict[str, dict[str, list[float]]] = {name: {m: [] for m in modes} for name in kinds}
+            for r in range(args.rounds):  # the modes in turn, query by query, which first rotating
                 for name, fn in kinds.items():
+                    ran = [m for m in modes if m != "every" or "filters" in name]
                     for i in items:
-                        for read in ((True, False) if (i + r) % 2 else (False, True)):
-                            with (nullcontext() if read else without_duplicates_read()):
-                                got[name][read] += timed(fn, [i])
-            print(f"  {'':26} {'with the read p50 / p95':>26} {'without p50 / p95':>26}  p50 ratio  p95 ratio")
+                        for m in ran[(i + r) % len(ran):] + ran[:(i + r) % len(ran)]:
+                            with modes[m]():
+                                got[name][m] += timed(fn, [i])
+            print(f"  {'':26} {'as read p50 / p95':>22} {'every dup. read':>22} {'without the read':>22}"
+                  f"  p50 ratio (every)  p95 ratio (every)")
             for name, by in got.items():
-                w, wo = by[True], by[False]
-                print(f"  {name:26} {ms(w):>26} {ms(wo):>26}  {percentile(w, 50) / percentile(wo, 50):8.2f}x"
-                      f"  {percentile(w, 95) / percentile(wo, 95):8.2f}x", flush=True)
+                w, e, wo = by["read"], by["every"], by["none"]
+
+                def ratio(q: float) -> str:
+                    every = f"({percentile(e, q) / percentile(wo, q):.2f}x)" if e else ""
+                    return f"{percentile(w, q) / percentile(wo, q):7.2f}x {every:>9}"
+                print(f"  {name:26} {ms(w):>22} {ms(e) if e else '-':>22} {ms(wo):>22}  {ratio(50)}  {ratio(95)}",
+                      flush=True)
             for name, fn in reads.items():
                 print(f"  store.{name:20} {ms(timed(fn, items)):>26} ({len(fn(0)):,} rows)", flush=True)
     finally:
