@@ -218,6 +218,34 @@ class RecordStoreConformance:
         # more originals than one statement takes: "b" is in the last part
         assert store.duplicates("u1", originals=[*(f"o{i}" for i in range(many)), "b"]) == {"db": ("b", False)}
 
+    def test_duplicates_are_read_under_filters(self, store: Any) -> None:
+        """DuplicateScope.duplicates with filters: the duplicates whose own role, time and metadata
+        match (as filtered_ids reads them), whatever their original's; with a session and with
+        originals too. A filtered search reads those alone, not every duplicate of the user."""
+        store.insert_messages([
+            msg("a", "x", metadata={"k": "v"}), msg("b", "y", session="s2", role="assistant"),
+            msg("da", "x", session="s2", t=10, metadata={"k": "v", "n": 1}),
+            msg("db", "y", session="s2", t=20, role="assistant", metadata={"flag": True}),
+            msg("da2", "x", t=30, metadata={"k": "w", "n": 0}), msg("theirs", "x", user="u2"),
+            msg("theirs2", "x", user="u2", metadata={"k": "v"})],
+            indexed=True, duplicates={"da": "a", "db": "b", "da2": "a", "theirs2": "theirs"})
+        every = store.duplicates("u1")
+        assert len(every) == 3 and store.duplicates("u1", filters={}) == every
+
+        def under(filters: dict[str, Any], session: str | None = None, originals: list[str] | None = None) -> set[str]:
+            return set(store.duplicates("u1", session, originals=originals, filters=filters))
+
+        assert store.duplicates("u1", filters={"k": "v"}) == {"da": ("a", True)}  # the original matches too
+        assert under({"k": "w"}) == {"da2"} and under({"role": "assistant"}) == {"db"}
+        assert under({"since": 15}) == {"db", "da2"} and under({"since": 5, "until": 25}) == {"da", "db"}
+        assert under({"flag": 1}) == {"db"} and under({"n": True}) == {"da"} and under({"n": False}) == {"da2"}
+        assert under({"k": None}) == {"db"} and under({"k": "zzz"}) == set()
+        assert under({"k": "v"}, "s1") == set() and under({"k": "v"}, "s2") == {"da"}
+        assert under({"k": "w"}, originals=["a"]) == {"da2"} and under({"k": "w"}, originals=["b"]) == set()
+        assert store.duplicates("u2", filters={"k": "v"}) == {"theirs2": ("theirs", False)}
+        for filters in ({"k": "v"}, {"role": "user"}, {"until": 10}, {"n": 1}, {"k": None}, {"k": "w", "n": 0}):
+            assert under(filters) == set(every) & set(store.filtered_ids("u1", filters, limit=100)), filters
+
     def test_iter_messages_pages_through_everything_in_order(self, store: RecordStore) -> None:
         rows = [msg(f"m{i:04d}", f"t{i}", user="u1" if i % 3 else "u2") for i in range(1205)]
         store.insert_messages(rows)
@@ -318,16 +346,19 @@ class TestSQLiteRecordStore(RecordStoreConformance):
         """A search of sessions reads the duplicates of the turns it found, a search of a session
         those of the session: SQLite looks them up by (user, original) and by (user, session),
         never through every duplicate of the user (the session's read took 160 ms, not 0.03, at
-        20,000 duplicates when the planner chose the index on originals: bench/duplicate_scope.py)."""
+        20,000 duplicates when the planner chose the index on originals: bench/duplicate_scope.py);
+        a filtered search those its filter takes, through the user's duplicates alone."""
         ran: list[tuple[str, list[Any]]] = []
         real = store.query
         monkeypatch.setattr(store, "query", lambda sql, params=(): ran.append((sql, list(params))) or real(sql, params))
         store.duplicates("u1", originals=["a", "b"])
         store.duplicates("u1", "s1")
+        store.duplicates("u1", filters={"k": "v", "role": "user"})  # the user's duplicates, not every row
         plans = [" ".join(str(r[-1]) for r in real("EXPLAIN QUERY PLAN " + sql, params)) for sql, params in ran]
-        assert len(plans) == 2
+        assert len(plans) == 3
         assert "messages_duplicate_of (user_id=? AND duplicate_of=?)" in plans[0], plans[0]
         assert "messages_user_session (user_id=? AND session_id=?)" in plans[1], plans[1]
+        assert "messages_duplicate_of (user_id=? AND duplicate_of>?)" in plans[2], plans[2]
 
 
 @pytest.fixture(scope="module")

@@ -135,3 +135,85 @@ def test_pgvector_finds_a_duplicate_in_scope(make_pgvector_url: Callable[[], str
         _check_session(memory, first, again)
         _check_filters(memory, again)
         _check_sessions(memory, first, again)
+
+
+REPEATS = ["Thanks a lot!", "Sounds good to me.", "See you tomorrow then."]
+TOPICS = ["we booked the ferry to the island", "the dentist moved my appointment", "my sister adopted a kitten",
+          "I started learning the cello", "the roof needs new tiles", "we planted tomatoes on the balcony"]
+FILTERS: list[dict[str, Any]] = [
+    {"tag": "a"}, {"tag": "b"}, {"role": "assistant"}, {"role": "user", "tag": "a"}, {"since": 1_700_004_000},
+    {"until": 1_700_003_003}, {"since": 1_700_002_000, "until": 1_700_005_004}, {"odd": True}, {"odd": 0},
+    {"odd": False, "tag": "b"}, {"missing": None}, {"tag": None}, {"tag": "zzz"},
+]
+
+
+def _fill_repeats(memory: TieredMemory) -> None:
+    """Three phrases said again and again in eight sessions (the first of each the original, the
+    rest its duplicates, most in other sessions than it), between distinct turns; roles, times
+    and metadata vary turn by turn, so a filter takes some duplicates and not their original."""
+    for s in range(8):
+        rows = [{"role": "assistant" if j % 3 == 0 else "user", "timestamp": 1_700_000_000 + s * 1000 + j,
+                 "content": REPEATS[(s + j) % 3] if j % 2 == 0 else f"In session {s}, {TOPICS[(s + j) % 6]}.",
+                 "metadata": {"tag": "a" if (s + j) % 3 else "b", "odd": s % 2 == 1}} for j in range(6)]
+        memory.add_many(rows, session_id=f"s{s}", user_id="u")
+    memory.add_many([{"role": "user", "content": REPEATS[0], "metadata": {"tag": "a"}}], session_id="s0", user_id="v")
+
+
+def test_a_filtered_search_finds_what_reading_every_duplicate_finds(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filtered search asks the store for the duplicates in scope under its filter, not for every
+    duplicate of the user; its hits (search, with a session or not, and search_sessions) are those
+    of the same search given every duplicate in scope, for filters on metadata, role and time, and
+    among them are duplicates found through an original the filter rejects (a bound that lost any
+    would fail here)."""
+    memory = make_memory("dup-filter-bound")
+    _fill_repeats(memory)
+    every = memory.store.duplicates("u")  # type: ignore[attr-defined]
+    assert len(every) == 21 and sum(apart for _, apart in every.values()) >= 14
+    real = memory.store.duplicates  # type: ignore[attr-defined]
+
+    def results() -> tuple[list[Any], list[set[str]]]:
+        out: list[Any] = []
+        ids: list[set[str]] = []  # each search's hit ids
+        for f in FILTERS:
+            for query in ("thanks so much", "see you soon", "what about the kitten?"):
+                for session in (None, "s3"):
+                    hits = memory.search(query, user_id="u", k=8, session_id=session, filters=f)
+                    out.append([(h.id, pytest.approx(h.score, rel=1e-6)) for h in hits])
+                    ids.append({h.id for h in hits})
+                found = memory.search_sessions(query, user_id="u", k=4, turns=2, filters=f)
+                out.append([(s.session_id, [h.id for h in s.hits]) for s in found])
+                ids.append({h.id for s in found for h in s.hits})
+        return out, ids
+
+    bounded, ids = results()
+    monkeypatch.setattr(memory.store, "duplicates", lambda user_id, session_id=None, *, originals=None, filters=None:
+                        real(user_id, session_id, originals=originals))
+    assert results()[0] == bounded
+    # duplicates found through an original that was no hit of the same search
+    stood_in = {d for found in ids for d in found & set(every) if every[d][0] not in found}
+    assert len(stood_in) >= 3, stood_in
+
+
+def test_a_filtered_search_reads_only_the_duplicates_its_filter_takes(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A filtered search read every duplicate of the user on every call (1.3x the search at 20,000
+    turns: bench/duplicate_scope.py); it now reads those its filter takes, and still finds them."""
+    memory = make_memory("dup-filter-read")
+    _fill_repeats(memory)
+    every = memory.store.duplicates("u")  # type: ignore[attr-defined]
+    real, read = memory.store.duplicates, []  # type: ignore[attr-defined]
+
+    def reading(*args: Any, **kwargs: Any) -> dict[str, tuple[str, bool]]:
+        got: dict[str, tuple[str, bool]] = real(*args, **kwargs)
+        read.append(got)
+        return got
+
+    monkeypatch.setattr(memory.store, "duplicates", reading)
+    hits = memory.search("thanks so much", user_id="u", k=8, filters={"tag": "b", "role": "assistant"})
+    taken = {h.id for h in hits} & set(every)
+    assert taken and all(h.metadata["tag"] == "b" and h.role == "assistant" for h in hits)
+    [got] = read
+    assert taken <= set(got) and len(got) < len(every)
+    assert all(m.metadata["tag"] == "b" and m.role == "assistant"
+               for m in memory.store.get_by_ids("u", list(got)).values())

@@ -165,18 +165,19 @@ def with_stand_ins(vec: list[tuple[str, float]], stand: Mapping[str, str], sims:
 
 def in_scope_duplicates(store: DuplicateScope, index: VectorIndex, qv: np.ndarray, user_id: str, *,
                         vec: list[tuple[str, float]], turns: Sequence[tuple[str, float]], n: int,
-                        session_id: str | None, matched: Collection[str] | None,
-                        by_session: bool) -> list[tuple[str, float]]:
+                        session_id: str | None, matched: Collection[str] | None, by_session: bool,
+                        filters: Mapping[str, Any] | None) -> list[tuple[str, float]]:
     """``vec`` with the duplicates in scope standing for their originals out of it (:func:`stand_ins`).
     A search of every session ranked the user's whole turns (``turns``, the vector hits), so it reads
     the duplicates of those alone, at their cosines (thousands of "thanks" cost nothing until found);
-    a session or a filter reads the duplicates in it, and queries their originals' vectors."""
+    a session or a filter reads the duplicates in it (under ``filters`` when the ``matched`` ids hold
+    every match: the store's SQL of them takes no fewer), and queries their originals' vectors."""
     if session_id is None and matched is None:
         found = dict(turns)
         stand = stand_ins(store.duplicates(user_id, originals=sorted(found)), matching=None, apart_out=True)
         return with_stand_ins(vec, stand, found, n)
-    stand = stand_ins(store.duplicates(user_id, session_id), matching=matched,
-                      apart_out=session_id is not None or by_session)
+    stand = stand_ins(store.duplicates(user_id, session_id, filters=None if matched is None else filters),
+                      matching=matched, apart_out=session_id is not None or by_session)
     originals = sorted(set(stand.values()))
     if not originals:
         return vec
@@ -258,7 +259,7 @@ def gather_pool(
         vec = merge_parts(vec, chunk_hit)
     if (session_id is not None or by_session or matched is not None) and isinstance(store, DuplicateScope):
         vec = in_scope_duplicates(store, index, qv, user_id, vec=vec, turns=turns, n=n, session_id=session_id,
-                                  matched=matched, by_session=by_session)
+                                  matched=matched, by_session=by_session, filters=filters)
     records, kw = fetch_candidates(store, user_id, [i for i, _ in vec], plan.terms, k=n, session_id=session_id,
                                    keyword=keyword)
     # the record store is the authority: anything it does not hold for this user is ignored

@@ -109,42 +109,52 @@ class DuplicateScope(Protocol):
     """A record store that lists a user's duplicates with their originals (optional): a scoped
     search finds a duplicate in scope by its original's vector, which may lie outside it."""
 
-    def duplicates(self, user_id: str, session_id: str | None = None, *,
-                   originals: Sequence[str] | None = None) -> dict[str, tuple[str, bool]]:
+    def duplicates(self, user_id: str, session_id: str | None = None, *, originals: Sequence[str] | None = None,
+                   filters: Mapping[str, Any] | None = None) -> dict[str, tuple[str, bool]]:
         """The user's messages (of ``session_id``, if given; duplicating one of ``originals``,
-        if given) stored as duplicates: id -> (the original's id, whether the original lies in
-        another session). ``originals``: the turns a search found, so that it reads their
-        duplicates alone, however many the user has (:func:`read_duplicates` reads them by
-        original, in parts)."""
+        if given; matching ``filters``, if given) stored as duplicates: id -> (the original's id,
+        whether the original lies in another session). ``originals``: the turns a search found, so
+        that it reads their duplicates alone, however many the user has (:func:`read_duplicates`
+        reads them by original, in parts). ``filters`` (validated by
+        :func:`~tiered_memory.validation.check_filters`): a filtered search's, so that it reads
+        the duplicates its filter takes alone; they are the duplicate's own role, time and
+        metadata, as :meth:`FilterSource.filtered_ids` reads them (its SQL, a superset of what
+        recall accepts, never a subset: :mod:`.filters`), whatever its original's."""
         ...
 
 
 DUPLICATES_PART = 500  # originals a statement: under SQLite's 999 parameters of old builds
 
 
-def duplicates_sql(session: bool, p: str = "?", originals: int = 0, session_index: str = "") -> str:
+def duplicates_sql(session: bool, p: str = "?", originals: int = 0, session_index: str = "", where: str = "") -> str:
     """The query of :meth:`DuplicateScope.duplicates` (SQLite and PostgreSQL alike): the
-    parameters are the user, then the session when ``session``, then ``originals`` ids when
-    given; ``p`` the dialect's placeholder; ``session_index`` the dialect's index hint for a
-    session (SQLite's planner otherwise walks every duplicate of the user by the index on
-    originals: 160 ms at 20,000, not 0.03)."""
-    return (f"SELECT d.id, o.id, o.session_id <> d.session_id FROM messages d{' ' + session_index if session else ''}"
-            " JOIN messages o ON o.id = d.duplicate_of AND o.user_id = d.user_id"
-            f" WHERE d.user_id = {p}{f' AND d.session_id = {p}' if session else ''} AND d.duplicate_of"
-            + (f" IN ({', '.join([p] * originals)})" if originals else " IS NOT NULL"))
+    parameters are the user, then the session when ``session``, then ``where``'s, then
+    ``originals`` ids when given; ``p`` the dialect's placeholder; ``session_index`` the
+    dialect's index hint for a session (SQLite's planner otherwise walks every duplicate of the
+    user by the index on originals: 160 ms at 20,000, not 0.03); ``where`` the dialect's filter
+    conditions on the duplicate (:mod:`.filters`: columns of ``messages`` unqualified, hence the
+    duplicates selected on their own before the join to their originals)."""
+    hint = " " + session_index if session else ""
+    return (f"SELECT d.id, o.id, o.session_id <> d.session_id FROM (SELECT id, user_id, session_id, duplicate_of"
+            f" FROM messages{hint} WHERE user_id = {p}{f' AND session_id = {p}' if session else ''}{where}"
+            " AND duplicate_of" + (f" IN ({', '.join([p] * originals)})" if originals else " IS NOT NULL")
+            + ") d JOIN messages o ON o.id = d.duplicate_of AND o.user_id = d.user_id")
 
 
 def read_duplicates(query: Callable[[str, list[Any]], Iterable[Sequence[Any]]], user_id: str,
                     session_id: str | None, originals: Sequence[str] | None,
-                    p: str = "?", session_index: str = "") -> dict[str, tuple[str, bool]]:
+                    p: str = "?", session_index: str = "",
+                    where: tuple[str, list[Any]] = ("", [])) -> dict[str, tuple[str, bool]]:
     """:meth:`DuplicateScope.duplicates` through a store's ``query`` (SQL, parameters -> rows):
-    one statement, or one per :data:`DUPLICATES_PART` of ``originals``."""
+    one statement, or one per :data:`DUPLICATES_PART` of ``originals``; ``where``: the
+    dialect's SQL of the filters and its parameters (:mod:`.filters`)."""
     scope: list[Any] = [user_id] if session_id is None else [user_id, session_id]
     wanted = [None] if originals is None else list(dict.fromkeys(originals))
     out: dict[str, tuple[str, bool]] = {}
     for start in range(0, len(wanted), DUPLICATES_PART):
         part = [] if originals is None else wanted[start:start + DUPLICATES_PART]
-        for r in query(duplicates_sql(session_id is not None, p, len(part), session_index), [*scope, *part]):
+        sql = duplicates_sql(session_id is not None, p, len(part), session_index, where[0])
+        for r in query(sql, [*scope, *where[1], *part]):
             out[r[0]] = (r[1], bool(r[2]))
     return out
 

@@ -183,9 +183,9 @@ class PostgresRecordStore(PostgresDatabase):
                 "UPDATE messages SET indexed=FALSE, duplicate_of=NULL WHERE id = ANY(%s)",
                 (sorted(set(ids)),)))
 
-    def duplicates(self, user_id: str, session_id: str | None = None, *,
-                   originals: Sequence[str] | None = None) -> dict[str, tuple[str, bool]]:
-        return read_duplicates(self.query, user_id, session_id, originals, "%s")
+    def duplicates(self, user_id: str, session_id: str | None = None, *, originals: Sequence[str] | None = None,
+                   filters: Mapping[str, Any] | None = None) -> dict[str, tuple[str, bool]]:
+        return read_duplicates(self.query, user_id, session_id, originals, "%s", where=postgres_filter(filters or {}))
 
     def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
         whose, params = ("user_id=%s AND ", (user_id,)) if user_id is not None else ("", ())  # (the index's)

@@ -302,10 +302,10 @@ class SQLiteRecordStore(SQLiteDatabase):
         with self.transaction() as c:
             c.executemany("UPDATE messages SET indexed=0, duplicate_of=NULL WHERE id=?", [(i,) for i in ids])
 
-    def duplicates(self, user_id: str, session_id: str | None = None, *,
-                   originals: Sequence[str] | None = None) -> dict[str, tuple[str, bool]]:
+    def duplicates(self, user_id: str, session_id: str | None = None, *, originals: Sequence[str] | None = None,
+                   filters: Mapping[str, Any] | None = None) -> dict[str, tuple[str, bool]]:
         return read_duplicates(self.query, user_id, session_id, originals,
-                               session_index="INDEXED BY messages_user_session")
+                               session_index="INDEXED BY messages_user_session", where=sqlite_filter(filters or {}))
 
     def release_duplicates(self, user_id: str | None) -> list[StoredMessage]:
         with self.transaction() as c:
