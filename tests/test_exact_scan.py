@@ -79,11 +79,13 @@ def test_one_scan_for_several_layers_is_a_query_per_layer(session):
     assert got["turn"] if session != "no such session" else not any(got.values())
 
 
+@pytest.mark.parametrize("picked", [300, 1500])  # under 1/FEW of the rows: those alone; over: a mask of all
 @pytest.mark.parametrize("layers, session", [(None, None), (["turn"], None), (["turn"], "s1"), (["chunk"], "s9")])
-def test_a_query_among_a_few_ids_scans_those_and_finds_what_the_whole_scan_finds(layers, session):
+def test_a_query_among_a_few_ids_scans_those_and_finds_what_the_whole_scan_finds(layers, session, picked):
     """Among fewer than 1/FEW of the user's rows (a scoped search's duplicates' originals), the
-    query reads those rows alone: the same ids and order (ties included) and cosines as the mask
-    over every row, deleted rows, layers, sessions and unknown ids left out alike."""
+    query reads those rows alone, else masks every row (one scope helper for both): the same ids
+    and order (ties included) and cosines as a mask built here over every row, deleted rows,
+    layers, sessions and unknown ids left out alike."""
     rng = np.random.default_rng(3)
     n = 4000
     v = np.round(rng.standard_normal((n, 8)), 1).astype(np.float32)
@@ -93,7 +95,7 @@ def test_a_query_among_a_few_ids_scans_those_and_finds_what_the_whole_scan_finds
     layer_of = ["turn" if i % 3 else "chunk" for i in range(n)]
     held.add(ids, v, layer_of, [f"s{i % 4}" for i in range(n)])
     held.delete(ids[::7])
-    among = [ids[i] for i in rng.choice(n, 300, replace=False)] + ["unknown", ids[5]]
+    among = [ids[i] for i in rng.choice(n, picked, replace=False)] + ["unknown", ids[5]]
     allowed = np.zeros(n, bool)
     allowed[[held.row[i] for i in among if i in held.row]] = True
     if layers is not None:

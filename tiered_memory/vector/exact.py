@@ -136,36 +136,31 @@ class UserVectors:
     def query(self, queries: np.ndarray, k: int, among: Sequence[str] | None, layers: Sequence[str] | None = None,
               session_id: str | None = None) -> list[list[tuple[str, float]]]:
         n = self.size
-        allowed = np.ones(n, dtype=bool)
+        keep = None
         if among is not None:
             rows = np.asarray([self.row[i] for i in among if i in self.row], dtype=np.int64)
             if len(rows) * FEW < n:  # the product of those rows alone, not of the user's every row
-                return self._query_rows(queries, k, np.unique(rows), layers, session_id)
-            allowed[:] = False
-            allowed[rows] = True
-        if layers is not None:
-            allowed &= np.isin(self.layer[:n], [self.codes.get(name, -1) for name in layers])
-        if session_id is not None:
-            allowed &= self._in_session(session_id)
-        found = top_k(self.matrix[:n], self.alive[:n], queries, k, allowed)
+                rows = np.unique(rows)
+                rows = rows[self._in_scope(rows, layers, session_id)]
+                found = top_k(self.matrix[rows], np.ones(len(rows), dtype=bool), queries, k)
+                return [[(self.ids[int(rows[r])], s) for r, s in hits] for hits in found]
+            keep = np.zeros(n, dtype=bool)
+            keep[rows] = True
+        scope = self._in_scope(slice(0, n), layers, session_id)
+        found = top_k(self.matrix[:n], scope, queries, k, keep)
         return [[(self.ids[r], s) for r, s in hits] for hits in found]
 
-    def _query_rows(self, queries: np.ndarray, k: int, rows: np.ndarray, layers: Sequence[str] | None,
-                    session_id: str | None) -> list[list[tuple[str, float]]]:
-        """:meth:`query` among a few ``rows`` (sorted): a search of duplicates' originals, or a
-        filter's few matches, costs their rows, however many the user holds."""
-        keep = self.alive[rows]
+    def _in_scope(self, rows: np.ndarray | slice, layers: Sequence[str] | None, session_id: str | None) -> np.ndarray:
+        """Which of ``rows`` (a few, or a slice of every row) are live, of ``layers`` and of
+        ``session_id`` (None: any; none for a layer or session never written): one mask for a
+        scan of the user's every row and for one of a few rows (a search of duplicates'
+        originals, or a filter's few matches, costs their rows, however many the user holds)."""
+        keep = np.array(self.alive[rows], dtype=bool)  # a copy: a slice of alive is a view
         if layers is not None:
             keep &= np.isin(self.layer[rows], [self.codes.get(name, -1) for name in layers])
         if session_id is not None:
             keep &= self.session[rows] == self.codes.get(session_id, -1)
-        rows = rows[keep]
-        found = top_k(self.matrix[rows], np.ones(len(rows), dtype=bool), queries, k)
-        return [[(self.ids[int(rows[r])], s) for r, s in hits] for hits in found]
-
-    def _in_session(self, session_id: str) -> np.ndarray:
-        """Which of the rows belong to ``session_id`` (none for a session never written)."""
-        return np.asarray(self.session[:self.size] == self.codes.get(session_id, -1), dtype=bool)
+        return keep
 
     def query_layers(self, query: np.ndarray, ks: Mapping[str, int],
                      session_id: str | None = None) -> dict[str, list[tuple[str, float]]]:
@@ -173,7 +168,7 @@ class UserVectors:
         :meth:`query` per layer returns, from one product over the user's rows."""
         n = self.size
         sims = similarities(self.matrix[:n], np.asarray(query, dtype=np.float32))
-        scope = self.alive[:n] if session_id is None else self.alive[:n] & self._in_session(session_id)
+        scope = self._in_scope(slice(0, n), None, session_id)
         out: dict[str, list[tuple[str, float]]] = {}
         for layer, k in ks.items():
             rows = best_of(sims, scope & (self.layer[:n] == self.codes.get(layer, -1)), k)
