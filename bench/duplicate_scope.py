@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> None:
                                                                              filters={"kind": "note"}),
             }
             reads = {"duplicates(user)": lambda i: store.duplicates("me"),
-                     "duplicates(user, session)": lambda i: store.duplicates("me", sessions[i])}
+                     "duplicates(user, session)": lambda i: store.duplicates("me", sessions[i]),
+                     "duplicates(user, filters)": lambda i: store.duplicates("me", filters={"kind": "note"})}
             items = range(len(questions))
             for fn in kinds.values():  # warm
                 fn(0)
