@@ -43,20 +43,17 @@ from llama_index.core.utils import get_tokenizer
 from tiered_memory import MemoryContext, Section, TieredMemory
 from tiered_memory.context.assembly import message_item
 from tiered_memory.context.render import ContextItem, drop_lowest, render_memory
-from tiered_memory.layers.buffer import newest_turns
 from tiered_memory.aio import run_sync
-from tiered_memory.errors import ConfigurationError, TypedArgumentsModel, UsageError
+from tiered_memory.errors import ConfigurationError, InvalidInputError, TypedArgumentsModel, UsageError
 from tiered_memory.tokens import heuristic_count, offline_encoding
 from tiered_memory.validation import check_flag, check_id, check_optional_id, check_tag_name
 
+from .pending import Batch, PendingWrites
 from .reopen import MemoryAddress, address_of, memory_at
+from .sections import before_the_queue, long_term_sections
 from .messages import (REPAIRED_KEY, build_query, check_messages, message_text, shown_already, storable_text,
                        to_core_messages)
 
-# Most important first (the core's order, with this session's earlier turns after the
-# facts). Rendered in this order, so truncation can drop from the end.
-SECTION_ORDER = ("session", "facts", "earlier", "episodes", "turns")
-EARLIER_TITLE = "Earlier in this conversation"
 # Recent renders kept, so truncation works on sections, never on parsed text. Memory reads
 # every block before it truncates any: while another block awaits I/O, concurrent reads of
 # other sessions sharing this block render too, and an evicted render is dropped whole.
@@ -64,7 +61,6 @@ RENDERED_KEPT = 256
 ADDRESS_KEY = "tiered_memory_address"  # in a pickled block's state, where its memory was
 
 log = logging.getLogger(__name__)
-
 
 
 # ---- pure helpers ----------------------------------------------------------
@@ -92,43 +88,6 @@ def _picklable(fn: Optional[Callable[[str], List[Any]]]) -> Optional[Callable[[s
     except Exception:
         return None
     return fn
-
-
-def _rank(name: str) -> int:
-    return SECTION_ORDER.index(name) if name in SECTION_ORDER else len(SECTION_ORDER)
-
-
-def long_term_sections(context: MemoryContext, current_texts: set[str],
-                       earlier: Optional[Sequence[ContextItem]] = None) -> list[Section]:
-    """The sections the block shows, most important first (pure).
-
-    ``earlier`` (by default the core's recent buffer, whose turns a flush took out of the
-    Memory's queue) becomes the "earlier" section; turns already in the current messages
-    (``current_texts``, as stored: see :func:`shown_already`) are left out, whole or cut,
-    since the model sees them anyway, and so are past turns that "earlier" shows.
-    """
-    sections = []
-    shown = [i for i in (context.recent if earlier is None else earlier) if not shown_already(i.text, current_texts)]
-    if shown:
-        sections.append(Section(name="earlier", title=EARLIER_TITLE, items=shown))
-    ids = {i.id for i in shown}
-    for s in context.sections:
-        items = [i for i in s.items if i.role is None or not (i.id in ids or shown_already(i.text, current_texts))]
-        if items:
-            sections.append(Section(name=s.name, title=s.title, items=items))
-    return sorted(sections, key=lambda s: _rank(s.name))
-
-
-def before_the_queue(stored: Sequence[ContextItem], current_texts: set[str], room: int,
-                     max_items: int) -> list[ContextItem]:
-    """The session's newest stored turns not in the current messages, oldest first, within
-    ``room`` tokens and ``max_items`` items (pure): whole turns, and of a newest turn over the
-    room its newest items. ``stored`` are the session's latest stored messages, oldest first."""
-    older = [i for i in stored if not shown_already(i.text, current_texts)]
-    kept = newest_turns(older, lambda i: i.tokens, max_cost=room, max_items=max_items)
-    while kept and sum(i.tokens for i in kept) > room:
-        kept.pop(0)
-    return kept
 
 
 # ---- the block -------------------------------------------------------------
@@ -199,6 +158,7 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         description="The tokenizer_fn of the Memory the block is in (None: LlamaIndex's default).")
     _rendered: dict[str, list[Section]] = PrivateAttr(default_factory=dict)
     _recorded: set[str] = PrivateAttr(default_factory=set)  # sessions arecord stored turns of as put
+    _pending: PendingWrites = PrivateAttr(default_factory=PendingWrites)  # flushes not stored yet
 
     @field_validator("name")
     @classmethod
@@ -227,7 +187,8 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         state = super().__getstate__()
         fields = {k: v for k, v in state["__dict__"].items() if k != "memory"}
         fields["tokenizer_fn"] = _picklable(self.tokenizer_fn)
-        return {**state, "__dict__": fields, "__pydantic_private__": {"_rendered": {}, "_recorded": set(self._recorded)},
+        return {**state, "__dict__": fields, "__pydantic_private__": {"_rendered": {}, "_recorded": set(self._recorded),
+                                                                      "_pending": self._pending},
                 ADDRESS_KEY: address_of(self.memory)}
 
     def __deepcopy__(self, memo: Optional[dict[int, Any]] = None) -> "TieredMemoryBlock":
@@ -245,7 +206,9 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         if not isinstance(address, MemoryAddress):
             raise ConfigurationError("this pickled TieredMemoryBlock does not say where its memory is")
         fields = {**state["__dict__"], "memory": memory_at(address)}
-        super().__setstate__({k: v for k, v in state.items() if k != ADDRESS_KEY} | {"__dict__": fields})
+        private = {"_pending": PendingWrites(), **(state.get("__pydantic_private__") or {})}  # pickled before it was kept
+        super().__setstate__({k: v for k, v in state.items() if k != ADDRESS_KEY} | {"__dict__": fields,
+                                                                                   "__pydantic_private__": private})
 
     def _session(self, session_id: Optional[str], messages: Sequence[ChatMessage] = ()) -> str:
         sid = session_id if session_id is not None else self.session_id
@@ -267,20 +230,30 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         :class:`~.sessions.WriteThroughMemory`, or a session :meth:`arecord` stored turns of. In a plain
         ``Memory`` nothing else stores them, so there even ``every_turn`` stores the flush.
         Messages with no text to store (``[]``, images, tool calls) are a no-op, as with
-        LlamaIndex's own blocks, and need no session."""
+        LlamaIndex's own blocks, and need no session.
+
+        ``Memory`` archives a flush before it calls this and never hands it over again: one the
+        memory cannot store now (a full disk, a failing vector engine) is kept, with a logged
+        warning, and stored first at the block's next call, a read too (:attr:`pending`)."""
         messages = check_messages(messages)
         if not check_flag(from_short_term_memory, "from_short_term_memory"):
             await self.arecord(messages, session_id=session_id)
             return
+        await self._flushed(messages, session_id, kept=True)
+
+    async def _flushed(self, messages: List[ChatMessage], session_id: Optional[str], *, kept: bool) -> None:
+        """A flush. ``kept``: its messages left the queue already, so a failure keeps them; else
+        (``aend_session`` archives once stored) it is raised, and a retry is stored once."""
         check_optional_id(session_id, "session_id")
-        if not self.accept_short_term_memory:
-            return
-        rows = self._rows(messages)
-        if not rows:
-            return
-        sid = self._session(session_id, messages)
-        if not (self.every_turn and sid in self._recorded):
-            await self._store(rows, sid)
+        rows = self._rows(messages) if self.accept_short_term_memory else []
+        sid = self._session(session_id, messages) if rows else ""
+        if rows and not (self.every_turn and sid in self._recorded):
+            if not kept:
+                await self._store_now(rows, sid)
+                return
+            self._pending.keep(self._batch(rows, sid))
+        if self._pending.messages:
+            await self._store_kept()
 
     async def _aput(self, messages: List[ChatMessage]) -> None:
         await self.arecord(messages)
@@ -289,26 +262,84 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         """Store chat messages in long-term memory now; returns the stored ids. With
         ``every_turn``, the session's later flushes are then skipped: its turns are stored as
         they are put (by :class:`~.sessions.WriteThroughMemory`, or by these calls). Messages with no
-        text to store return ``[]``, with or without a session."""
+        text to store return ``[]``, with or without a session.
+
+        Kept flushes (:attr:`pending`) go first. A failure is raised, nothing kept; a retry of the
+        same messages is stored once, however far the failed call got (past the commit, say)."""
+        batch = await self._record(messages, session_id)
+        return [] if batch is None else [r["id"] for r in batch.rows]
+
+    async def _record(self, messages: Sequence[ChatMessage], session_id: Optional[str]) -> Optional[Batch]:
         messages = check_messages(messages)
         check_optional_id(session_id, "session_id")
         rows = self._rows(messages)
         if not rows:
-            return []  # nothing to store needs no session: LlamaIndex's blocks take aput([])
+            return None  # nothing to store needs no session: LlamaIndex's blocks take aput([])
         sid = self._session(session_id, messages)
         self._recorded.add(sid)
-        return await self._store(rows, sid)
+        return await self._store_now(rows, sid)
+
+    @property
+    def pending(self) -> int:
+        """How many flushed messages the block kept, its memory failing to store them (see :meth:`aput`)."""
+        return self._pending.messages
+
+    async def awrite_pending(self) -> int:
+        """Store the flushed messages the block kept (:attr:`pending`), oldest first; returns how
+        many were stored. Call it before closing the memory, or to know the store works again.
+
+        Raises:
+            StoreError, VectorIndexError, UsageError: the memory failed (or is closed); the rest stays kept.
+        """
+        written = 0
+        while (batch := self._pending.oldest()) is not None:
+            try:
+                await self._add(batch)
+            except InvalidInputError as e:  # never storable: kept, it would stop every later write for good
+                self._pending.stored(batch)
+                log.error("%d messages of session %r flushed to memory block %r were refused and dropped: %s",
+                          len(batch.rows), batch.session_id, self.name, e)
+                continue
+            self._pending.stored(batch)
+            written += len(batch.rows)
+        return written
+
+    def write_pending(self) -> int:
+        """Sync twin of :meth:`awrite_pending` (works inside Jupyter too)."""
+        return run_sync(self.awrite_pending())
+
+    async def _store_kept(self) -> None:
+        try:
+            await self.awrite_pending()
+        except Exception as e:  # kept for the next call; the caller's own step went well
+            log.warning("%d messages flushed to memory block %r could not be stored yet (%s: %s); "
+                        "kept, to be stored at the block's next call", self.pending, self.name,
+                        type(e).__name__, e)
+
+    async def _store_now(self, rows: list[dict[str, Any]], sid: str) -> Batch:
+        await self.awrite_pending()  # turns kept from earlier flushes go first; failing, these wait
+        batch = self._batch(rows, sid)
+        try:
+            await self._add(batch)
+        except BaseException:
+            self._pending.not_stored(batch)  # the caller is told: its retry reuses the ids
+            raise
+        self._pending.stored(batch)
+        return batch
 
     def _rows(self, messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
         return to_core_messages(messages, self.memory.config.max_content_chars)
 
-    async def _store(self, rows: list[dict[str, Any]], sid: str) -> list[str]:
+    def _batch(self, rows: list[dict[str, Any]], sid: str) -> Batch:
+        batch = self._pending.batch(sid, rows)
         for row in rows:
             if REPAIRED_KEY in row["metadata"]:
                 log.warning("a %s message of session %r was changed to be storable: %s",
                             row["role"], sid, "; ".join(row["metadata"][REPAIRED_KEY]))
-        ids: list[str] = await self.memory.aadd_many(rows, session_id=sid, user_id=self.user_id)
-        return ids
+        return batch
+
+    async def _add(self, batch: Batch) -> None:  # ids chosen: a batch stored already is skipped
+        await self.memory.aadd_many(list(batch.rows), session_id=batch.session_id, user_id=self.user_id)
 
     def record(self, messages: Sequence[ChatMessage], *, session_id: Optional[str] = None) -> list[str]:
         """Sync twin of :meth:`arecord` (works inside Jupyter too)."""
@@ -318,6 +349,8 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
     async def _aget(self, messages: Optional[List[ChatMessage]] = None, **block_kwargs: Any) -> str:
         current = [] if messages is None else check_messages(messages)
         sid = self._session(block_kwargs.get("session_id"))
+        if self._pending.messages:  # kept flushes first, so this read recalls them
+            await self._store_kept()
         context = await self.memory.abuild_context(
             build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens)
         max_chars = self.memory.config.max_content_chars

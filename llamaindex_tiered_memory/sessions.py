@@ -17,6 +17,7 @@ from tiered_memory.aio import run_sync, whole
 from tiered_memory.errors import ConfigurationError, InvalidInputError, TypedArgumentsModel
 
 from .block import TieredMemoryBlock
+from .pending import Batch
 
 
 def _tiered_blocks(memory: Memory) -> list[TieredMemoryBlock]:
@@ -61,10 +62,6 @@ class WriteThroughMemory(TypedArgumentsModel, Memory):
                 b.tokenizer_fn = self.tokenizer_fn
         return self
 
-    async def _write_through(self, messages: Sequence[ChatMessage]) -> None:
-        for block in _tiered_blocks(self):
-            await block.arecord(messages, session_id=self.session_id)
-
     async def aput(self, message: ChatMessage) -> None:
         await whole(self._put_through([message], functools.partial(super().aput, message)))
 
@@ -73,9 +70,20 @@ class WriteThroughMemory(TypedArgumentsModel, Memory):
 
     async def _put_through(self, messages: Sequence[ChatMessage], buffer: Callable[[], Awaitable[None]]) -> None:
         # both steps, even if the caller is cancelled between them, so the chat buffer and the
-        # store agree; a store write that fails leaves the buffer untouched
-        await self._write_through(messages)
-        await buffer()
+        # store agree; a store write that fails leaves the buffer untouched. A put that fails
+        # after a block stored the messages (the next block's store, the chat store) is
+        # retried by its caller: those blocks then reuse the ids and store nothing twice
+        written: list[tuple[TieredMemoryBlock, Batch]] = []
+        try:
+            for block in _tiered_blocks(self):
+                batch = await block._record(messages, self.session_id)
+                if batch is not None:
+                    written.append((block, batch))
+            await buffer()
+        except BaseException:
+            for block, batch in written:
+                block._pending.not_stored(batch)
+            raise
 
 
 async def aend_session(memory: Memory) -> None:
@@ -92,11 +100,14 @@ async def aend_session(memory: Memory) -> None:
 
     Raises:
         InvalidInputError: ``memory`` is not a ``llama_index.core.memory.Memory``.
-        UsageError, StoreError: the first block could not store the queue (its memory is
-            closed, its disk full): the queue is kept, so ending again stores it.
+        UsageError, StoreError, VectorIndexError: the first block could not store the queue, or
+            the flushes it kept (its memory is closed, its disk full): the queue is kept, so
+            ending again stores it, once.
     """
     if not isinstance(memory, Memory):
         raise InvalidInputError(f"aend_session takes a llama_index Memory, got {type(memory).__name__}")
+    for block in _tiered_blocks(memory):
+        await block.awrite_pending()  # flushes a block kept go first (this session's turns in order)
     await whole(_flush_queue(memory))  # a cancel between the blocks' writes and the archive skips neither
     seen: set[tuple[int, str]] = set()
     for block in _tiered_blocks(memory):
@@ -116,11 +127,16 @@ async def _flush_queue(memory: Memory) -> None:
     if not active:
         return
     # archived once a block has taken them: a failure before that (the tiered memory closed,
-    # its disk full) leaves them in the queue to end again, and none is put twice after it
+    # its disk full) leaves them in the queue to end again, and none is stored twice after it
+    # (the block reuses the ids of what it failed to store). Once one has taken them, the
+    # others keep what they cannot store, as after a flush of Memory's own
     taken = False
     try:
         for block in memory.memory_blocks:
-            await block.aput(active, from_short_term_memory=True, session_id=memory.session_id)
+            if isinstance(block, TieredMemoryBlock):
+                await block._flushed(active, memory.session_id, kept=taken)
+            else:
+                await block.aput(active, from_short_term_memory=True, session_id=memory.session_id)
             taken = True
     finally:
         if taken or not memory.memory_blocks:

@@ -9,7 +9,7 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import Memory
 
 from llamaindex_tiered_memory import TieredMemoryBlock, offline_tokenizer
-from llamaindex_tiered_memory.block import EARLIER_TITLE
+from llamaindex_tiered_memory.sections import EARLIER_TITLE
 from tiered_memory.context.assembly import TITLES
 
 TOKENIZER = offline_tokenizer()
