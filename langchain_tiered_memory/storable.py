@@ -7,7 +7,8 @@ the rest of the turn unrecorded): a reply, an input or a tool's output longer th
 ``MemoryConfig.max_content_chars`` (a fetched page, a read file) or holding NUL characters (a binary
 file), a lone surrogate anywhere, or a tool call
 whose arguments alone pass ``max_metadata_bytes`` (a file written through a tool). Such a message
-is stored changed, as the LlamaIndex block stores one: NUL characters removed and lone surrogates
+is stored changed, as the LlamaIndex block stores one (its text by the same core function,
+:func:`~tiered_memory.storable.storable_text`): NUL characters removed and lone surrogates
 replaced, in its text and its fields; the text cut to the limit, between two characters as a
 reader sees them, ending with the core's cut marker; fields the core cannot hold (over
 ``max_metadata_bytes``, nested deeper than it keeps, or that JSON cannot write: a tool's artifact
@@ -28,36 +29,17 @@ from typing import Any, Iterable
 from langchain_core.messages import BaseMessage
 
 from tiered_memory import TieredMemory
-from tiered_memory.context.render import CUT_MARKER
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.graphemes import cut_point
 from tiered_memory.json_values import check_json_value
-from tiered_memory.llm.base import clean_strings
+from tiered_memory.storable import clean_strings, storable_text
 
 from .messages import BULKY, LC_KEY, OPTIONAL, metadata_size, to_core
 
-__all__ = ["REPAIRED_KEY", "record_turn", "storable_rows", "storable_text"]
+__all__ = ["REPAIRED_KEY", "record_turn", "storable_rows"]
 
 log = logging.getLogger("tiered_memory")
 
 REPAIRED_KEY = "langchain_repaired"  # metadata of a stored message that had to be changed
-
-
-def storable_text(text: str, max_chars: int) -> tuple[str, list[str]]:
-    """``text`` as the core can store it, and what had to change (pure): NUL characters removed,
-    lone surrogates replaced, and a text longer than ``max_chars`` cut to it, ending with the
-    core's cut marker. A text the core accepts comes back unchanged, with no changes listed."""
-    changes: list[str] = []
-    clean: str = clean_strings(text)
-    if "\x00" in text:
-        changes.append("removed NUL characters")
-    if clean != text.replace("\x00", ""):
-        changes.append("replaced lone surrogates")
-    if len(clean) > max_chars:
-        changes.append(f"cut from {len(clean):,} to {max_chars:,} characters")
-        keep = max_chars - len(CUT_MARKER)
-        clean = clean[:cut_point(clean, keep)] + CUT_MARKER if keep > 0 else clean[:cut_point(clean, max_chars)]
-    return clean, changes
 
 
 def _fits(lc: dict[str, Any], max_bytes: int) -> bool:

@@ -45,14 +45,14 @@ from tiered_memory.context.assembly import message_item
 from tiered_memory.context.render import ContextItem, drop_lowest, render_memory
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, InvalidInputError, TypedArgumentsModel, UsageError
+from tiered_memory.storable import storable_text
 from tiered_memory.tokens import heuristic_count, offline_encoding
 from tiered_memory.validation import check_flag, check_id, check_optional_id, check_tag_name
 
 from .pending import Batch, PendingWrites
 from .reopen import MemoryAddress, address_of, memory_at
 from .sections import before_the_queue, long_term_sections
-from .messages import (REPAIRED_KEY, build_query, check_messages, message_text, shown_already, storable_text,
-                       to_core_messages)
+from .messages import REPAIRED_KEY, build_query, check_messages, message_text, shown_already, to_core_messages
 
 # Recent renders kept, so truncation works on sections, never on parsed text. Memory reads
 # every block before it truncates any: while another block awaits I/O, concurrent reads of
@@ -118,7 +118,7 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
 
     Text the core refuses (NUL characters, lone surrogates, more than the core's
     ``max_content_chars``) is made storable and cut with a marker, with a logged warning,
-    rather than failing the flush (see :func:`storable_text`). Messages that are not a
+    rather than failing the flush (see :func:`~tiered_memory.storable.storable_text`). Messages that are not a
     list of ``ChatMessage`` raise :class:`~tiered_memory.errors.InvalidInputError` (a
     ``ValueError``) before anything is stored; so does an invalid session id. A bad or unknown
     constructor argument (a misspelt option) is refused with

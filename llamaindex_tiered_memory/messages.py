@@ -14,8 +14,7 @@ from llama_index.core.base.llms.types import ChatMessage, TextBlock
 
 from tiered_memory.context.render import CUT_MARKER, OPENING
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.graphemes import cut_point
-from tiered_memory.llm.base import clean_strings
+from tiered_memory.storable import clean_strings, storable_text
 
 MAX_QUERY_CHARS = 2000
 WRAPPER = "<memory>"  # how LlamaIndex's template opens the memory blocks it puts before a message's text
@@ -74,33 +73,10 @@ def without_rendered_memory(text: str) -> Optional[str]:
     return rest if rest.strip() else None
 
 
-def storable_text(text: str, max_chars: Optional[int] = None) -> tuple[str, list[str]]:
-    """``text`` as the core can store it, and what had to change (pure).
-
-    NUL characters are removed and lone surrogates replaced (no store holds them); a text
-    longer than ``max_chars`` (the core's ``MemoryConfig.max_content_chars``) keeps its head,
-    cut between two characters as a reader sees them (never inside an emoji or an accented
-    letter: :func:`~tiered_memory.graphemes.cut_point`), and ends with the core's :data:`~tiered_memory.context.render.CUT_MARKER`, so the result
-    is never longer than ``max_chars``. A text the core accepts comes back unchanged, with
-    no changes listed. The result may be blank (a text of NULs): the caller skips it.
-    """
-    changes: list[str] = []
-    if "\x00" in text:
-        changes.append("removed NUL characters")
-    clean: str = clean_strings(text)
-    if clean.replace("\x00", "") != text.replace("\x00", ""):
-        changes.append("replaced lone surrogates")
-    if max_chars is not None and len(clean) > max_chars:
-        changes.append(f"cut from {len(clean):,} to {max_chars:,} characters")
-        keep = max_chars - len(CUT_MARKER)  # cut between two characters as a reader sees them
-        clean = clean[:cut_point(clean, keep)] + CUT_MARKER if keep > 0 else clean[:cut_point(clean, max_chars)]
-    return clean, changes
-
-
 def to_core_messages(messages: Iterable[ChatMessage], max_chars: Optional[int] = None) -> list[dict[str, Any]]:
     """Chat messages as core message dicts (new objects); messages without text are skipped.
 
-    Text is made storable with :func:`storable_text` (``max_chars``: the core's
+    Text is made storable with :func:`~tiered_memory.storable.storable_text` (``max_chars``: the core's
     ``max_content_chars``), so one bad message never makes the core refuse the batch; a
     changed message says how in ``metadata["llamaindex_repaired"]``.
     """
@@ -126,7 +102,7 @@ def to_core_messages(messages: Iterable[ChatMessage], max_chars: Optional[int] =
 def build_query(messages: Sequence[ChatMessage]) -> str:
     """What to recall for: the latest user message, else the latest message with text.
 
-    The text is made valid (:func:`storable_text`, without a length limit): a lone surrogate
+    The text is made valid (:func:`~tiered_memory.storable.storable_text`, without a length limit): a lone surrogate
     the chat store accepted (badly decoded input or tool output) would make the core refuse
     the query, and with it every ``Memory.get()`` while that message is the latest."""
     texts = [(m.role, storable_text(message_text(m))[0]) for m in messages]
@@ -142,7 +118,7 @@ def build_query(messages: Sequence[ChatMessage]) -> str:
 def shown_already(item_text: str, current_texts: set[str]) -> bool:
     """Whether a recalled turn is one of ``current_texts`` (pure).
 
-    ``current_texts`` are the current messages as stored (:func:`storable_text`). A turn
+    ``current_texts`` are the current messages as stored (:func:`~tiered_memory.storable.storable_text`). A turn
     the core cut to its budget (its text ends with ``CUT_MARKER``) matches the current
     text it is the head of; a cut that kept no text matches nothing.
     """

@@ -133,17 +133,8 @@ def test_a_message_the_core_accepts_is_stored_as_to_core_writes_it() -> None:
     assert storable_rows([message], max_chars=100, max_bytes=64_000) == [to_core(message)]
 
 
-@pytest.mark.parametrize("text, stored, changes", [
-    ("plain", "plain", []),
-    ("a\x00b", "ab", ["removed NUL characters"]),
-    ("a\ud800b", "a?b", ["replaced lone surrogates"]),
-    ("\x00\ud800", "?", ["removed NUL characters", "replaced lone surrogates"]),
-])
-def test_storable_text_cleans_what_no_store_holds(text: str, stored: str, changes: list[str]) -> None:
-    assert storable_text(text, 100) == (stored, changes)
+def test_recorded_text_is_made_storable_by_the_cores_storable_text() -> None:
+    # one function for both adapters (its rules: tests/test_core_storable.py)
+    from tiered_memory import storable
 
-
-def test_storable_text_cuts_to_the_limit_between_two_characters_as_a_reader_sees_them() -> None:
-    got, changes = storable_text("e\u0301" * 40 + "abc", 70)
-    assert len(got) <= 70 and got.endswith(CUT_MARKER) and changes == ["cut from 83 to 70 characters"]
-    assert got[:-len(CUT_MARKER)] == "e\u0301" * ((70 - len(CUT_MARKER)) // 2)  # never a letter without its accent
+    assert storable_text is storable.storable_text

@@ -16,7 +16,6 @@ from tiered_memory.context.render import (CUT_MARKER, PREAMBLE, ContextItem, Sec
                                           holds_rendered_memory, render_memory)
 
 
-FAMILY = "\U0001F468\u200d\U0001F469\u200d\U0001F467"  # one character to a reader, five code points
 
 
 def chat(role: str, text: str) -> ChatMessage:
@@ -52,27 +51,11 @@ def test_a_text_block_holding_a_rendered_memory_is_not_the_messages_text() -> No
         {"role": "user", "content": "Where do I live?", "metadata": {"source": "llamaindex"}}]
 
 
-@pytest.mark.parametrize(
-    ("text", "limit", "stored", "changes"),
-    [
-        ("plain text", None, "plain text", []),
-        ("x" * 99, 99, "x" * 99, []),  # at the limit: unchanged
-        ("a\x00b", None, "ab", ["removed NUL characters"]),
-        ("a\udcffb", None, "a?b", ["replaced lone surrogates"]),
-        ("\x00\udcff", None, "?", ["removed NUL characters", "replaced lone surrogates"]),
-        ("x" * 100, 99, "x" * (99 - len(CUT_MARKER)) + CUT_MARKER, ["cut from 100 to 99 characters"]),
-        ("x" * 20, 10, "x" * 10, ["cut from 20 to 10 characters"]),  # no room for the marker
-        # a cut never splits what a reader sees as one character (a family emoji is five code
-        # points): the cluster it falls in goes whole
-        ("x" * (97 - len(CUT_MARKER)) + FAMILY + "y" * 200, 99, "x" * (97 - len(CUT_MARKER)) + CUT_MARKER,
-         [f"cut from {302 - len(CUT_MARKER)} to 99 characters"]),
-        ("x" * 8 + FAMILY + "y" * 5, 10, "x" * 8, ["cut from 18 to 10 characters"]),  # no room for the marker
-    ],
-)
-def test_storable_text_rules(text: str, limit: int | None, stored: str, changes: list[str]) -> None:
-    out, why = storable_text(text, limit)
-    assert (out, why) == (stored, changes)
-    assert limit is None or len(out) <= limit
+def test_the_block_stores_text_with_the_cores_storable_text() -> None:
+    # one function for both adapters (its rules: tests/test_core_storable.py)
+    from tiered_memory import storable
+
+    assert storable_text is storable.storable_text
 
 
 @pytest.mark.parametrize(

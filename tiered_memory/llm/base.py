@@ -20,7 +20,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LLMError, LLMOutputError
-from ..quoting import escape_special, map_strings
+from ..quoting import escape_special
+from ..storable import clean_strings
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -90,18 +91,6 @@ def parse_output(text: str, schema: type[M]) -> M:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors())
         raise ValueError(f"the JSON does not match the schema: {problems}") from e
-
-
-def _storable(text: str) -> str:
-    text = text.replace("\x00", "")
-    return text if text.isascii() else text.encode("utf-8", "replace").decode("utf-8")
-
-
-def clean_strings(value: Any) -> Any:
-    """``value`` (decoded JSON) with every string made storable text: NUL characters (which
-    JSON may spell ``\\u0000`` and PostgreSQL cannot store) removed and lone surrogates
-    replaced, as no store holds them; pure."""
-    return map_strings(value, _storable)
 
 
 def schema_hint(schema: type[BaseModel]) -> str:
