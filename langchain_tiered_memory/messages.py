@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from tiered_memory.quoting import defuse_pieces, defuse_tokens, label_text, map_strings, quote
 from tiered_memory.errors import InvalidInputError
@@ -49,8 +49,8 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-__all__ = ["BULKY", "LC_KEY", "OPTIONAL", "fit_metadata", "from_stored", "from_stored_many", "lc_id", "metadata_size",
-           "role_of", "text_of", "to_core", "to_core_many", "unchained"]
+__all__ = ["BULKY", "LC_KEY", "OPTIONAL", "drop_fields", "fit_metadata", "from_stored", "from_stored_many", "lc_id",
+           "metadata_size", "role_of", "text_of", "to_core", "to_core_many", "unchained"]
 
 LC_KEY = "langchain"
 """The metadata key that carries what LangChain needs to rebuild the message."""
@@ -129,6 +129,24 @@ def metadata_size(lc: Any) -> int:
     return len(json.dumps({LC_KEY: lc}, ensure_ascii=False).encode("utf-8", "surrogatepass"))
 
 
+def drop_fields(lc: dict[str, Any], names: Iterable[str], fits: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """``lc`` as it is when ``fits`` takes it, else without the fields ``names`` of its data, one at
+    a time in that order, until ``fits`` takes what is left (pure; ``lc`` itself is not changed).
+    Each field left out is added to the names under ``"dropped"`` (kept from ``lc``); when all are
+    gone and still nothing fits, what is left comes back, for the core to refuse."""
+    if fits(lc):
+        return lc
+    data = dict(lc["data"])
+    dropped = list(lc.get("dropped", []))
+    for name in names:
+        if name in data:
+            del data[name]
+            dropped.append(name)
+            if fits({**lc, "data": data, "dropped": dropped}):
+                break
+    return {**lc, "data": data, "dropped": dropped}
+
+
 def fit_metadata(lc: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     """``lc`` without its bulkiest optional fields until its JSON fits ``max_bytes`` (pure).
 
@@ -137,17 +155,7 @@ def fit_metadata(lc: dict[str, Any], max_bytes: int) -> dict[str, Any]:
     ``tool_call_id`` are never dropped (if they alone are too big, the core rejects the
     message with a clear error).
     """
-    if metadata_size(lc) <= max_bytes:
-        return lc
-    data = dict(lc["data"])
-    dropped: list[str] = []
-    for name in BULKY:
-        if name in data:
-            del data[name]
-            dropped.append(name)
-            if metadata_size({**lc, "data": data, "dropped": dropped}) <= max_bytes:
-                break
-    return {**lc, "data": data, "dropped": dropped}
+    return drop_fields(lc, BULKY, lambda kept: metadata_size(kept) <= max_bytes)
 
 
 def to_core(message: BaseMessage, *, timestamp: Any = None, max_metadata_bytes: int = 64_000) -> dict[str, Any]:

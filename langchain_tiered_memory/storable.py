@@ -33,7 +33,7 @@ from tiered_memory.errors import InvalidInputError
 from tiered_memory.json_values import check_json_value
 from tiered_memory.storable import clean_strings, storable_text
 
-from .messages import BULKY, LC_KEY, OPTIONAL, metadata_size, to_core
+from .messages import BULKY, LC_KEY, OPTIONAL, drop_fields, metadata_size, to_core
 
 __all__ = ["REPAIRED_KEY", "record_turn", "storable_rows"]
 
@@ -63,20 +63,14 @@ def _storable_row(row: dict[str, Any], max_chars: int, max_bytes: int, changes: 
     data = dict(clean["data"])
     if text != row["content"]:  # the fields' content is the text as it was: the stored text replays
         data.pop("content", None)
-    dropped = list(clean.get("dropped", []))
     # the bulky optional fields first, then all but the id (kept, so the message is recorded once)
-    for name in [*BULKY, *sorted(set(data) - set(BULKY) - {"id"})]:
-        if _fits({**clean, "data": data, "dropped": dropped}, max_bytes):
-            break
-        if name in data:
-            del data[name]
-            dropped.append(name)
-    new_drops = dropped[len(clean.get("dropped", [])):]
+    order = [*BULKY, *sorted(set(data) - set(BULKY) - {"id"})]
+    lc = drop_fields({**clean, "data": data}, order, lambda kept: _fits(kept, max_bytes))
+    new_drops = lc.get("dropped", [])[len(clean.get("dropped", [])):]
     if new_drops:
         changes.append(f"left out its fields {', '.join(new_drops)}: over max_metadata_bytes or too deep")
     if not changes:
         return row
-    lc = {**clean, "data": data, **({"dropped": dropped} if dropped else {})}
     return {**row, "content": text, "metadata": {**row["metadata"], LC_KEY: lc, REPAIRED_KEY: changes}}
 
 

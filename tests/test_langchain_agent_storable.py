@@ -133,6 +133,21 @@ def test_a_message_the_core_accepts_is_stored_as_to_core_writes_it() -> None:
     assert storable_rows([message], max_chars=100, max_bytes=64_000) == [to_core(message)]
 
 
+def test_metadata_that_fits_max_metadata_bytes_exactly_is_stored_whole() -> None:
+    # the fitting measured the metadata with an empty "dropped" list it never stores, so fields
+    # that fit to the byte were left out (and the message marked changed) though the core took them
+    from langchain_tiered_memory import to_core
+    from langchain_tiered_memory.messages import LC_KEY, metadata_size
+
+    message = AIMessage("Hi.", id="a1", additional_kwargs={"note": "x" * 300})
+    exact = metadata_size(to_core(message)["metadata"][LC_KEY])
+    for max_bytes in (exact, exact + 5):
+        assert storable_rows([message], max_chars=100, max_bytes=max_bytes) == [
+            to_core(message, max_metadata_bytes=max_bytes)]
+    row, = storable_rows([message], max_chars=100, max_bytes=exact - 1)
+    assert row["metadata"][LC_KEY]["dropped"] == ["additional_kwargs"]  # a byte less: to_core's fitting drops it
+
+
 def test_recorded_text_is_made_storable_by_the_cores_storable_text() -> None:
     # one function for both adapters (its rules: tests/test_core_storable.py)
     from tiered_memory import storable
