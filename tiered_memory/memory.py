@@ -101,8 +101,8 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
             is a ``ConfigurationError`` naming it), else ``"chroma"``.
         record_store: a :class:`~tiered_memory.store.base.RecordStore`, ``"sqlite"`` (SQLite in
             ``path``) or a ``postgresql://`` URL; unset, ``$TIERED_MEMORY_RECORD_STORE``, else SQLite.
-        token_counter: ``str -> int``, a pure function of the text (its counts are remembered);
-            default cl100k offline, else a heuristic.
+        token_counter: ``str -> int`` (or a float: ``len(text) / 4``), a pure function of the
+            text (its counts are remembered); default cl100k offline, else a heuristic.
         llm: makes episodes and facts smarter: any object with ``async def complete(...)``,
             a LangChain chat model or a LlamaIndex LLM.
         clock: ``() -> float`` seconds since the epoch (default ``time.time``), the time of

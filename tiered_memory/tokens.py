@@ -27,8 +27,15 @@ from .textcache import holds_texts
 _WORDISH = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 
 
+#: a count of tokens: an int from the built-in counters, a float from a counter that estimates
+#: (``len(text) / 4``); budgets and sums take either
+TokenCount = int | float
+
+
 class TokenCounter(Protocol):
-    def __call__(self, text: str) -> int: ...
+    """A text's count of tokens; the context's budgets, costs and sums carry it as it comes."""
+
+    def __call__(self, text: str) -> TokenCount: ...
 
 
 #: cl100k tokens per character of a word, by script (from cl100k counts of chat in each):
@@ -103,16 +110,17 @@ def default_token_counter() -> TokenCounter:
     return _load_tiktoken() or heuristic_count
 
 
-def checked_count(n: object) -> int:
-    """A counter's answer when it is a count of tokens: a real number at least 0 (an int of any
-    kind, or a float such as ``len(text) / 4``); anything else is a :class:`ConfigurationError`
-    (a list would fail deep inside the context's fitting, a negative count let every text fit)."""
+def checked_count(n: object) -> TokenCount:
+    """A counter's answer, as Python's int or float, when it is a count of tokens: a real number at
+    least 0 (an int of any kind, or a float such as ``len(text) / 4``); anything else is a
+    :class:`ConfigurationError` (a list would fail deep inside the context's fitting, a negative
+    count let every text fit)."""
     if isinstance(n, bool) or not isinstance(n, numbers.Real) or not math.isfinite(n) or n < 0:
         shown = repr(n) if isinstance(n, (bool, numbers.Number, str)) or n is None else f"a {type(n).__name__}"
         raise ConfigurationError(
             f"token_counter must return the number of tokens of a text (a number >= 0), got {shown[:80]}: "
             "pass a function that counts, such as lambda text: len(encoding.encode(text))")
-    return n  # type: ignore[return-value]  # a float counts too (len(text) / 4), as the sums take it
+    return int(n) if isinstance(n, numbers.Integral) else float(n)  # numpy's or a Fraction as Python's
 
 
 class CachedCounter:
@@ -134,12 +142,12 @@ class CachedCounter:
         self.count = count
         self.max_chars = max_chars
         self.max_text = max_text
-        self._seen: dict[str, int] = {}
+        self._seen: dict[str, TokenCount] = {}
         self._chars = 0
         self._lock = threading.Lock()
         holds_texts(self)
 
-    def __call__(self, text: str) -> int:
+    def __call__(self, text: str) -> TokenCount:
         found = self._seen.get(text)
         if found is not None:
             return found

@@ -23,6 +23,7 @@ nothing: :func:`accessed` says which kept items the caller should count as acces
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -36,6 +37,7 @@ from ..layers.longterm import Layers
 from ..layers.working import decayed
 from ..parts import AccessLayer, Parts
 from ..recall.search import search_turns
+from ..tokens import TokenCount
 from ..types import MemoryHit, StoredMessage
 from .render import (ContextItem, Dropped, MemoryContext, Section, SectionRequest, cut_to_tokens, fit_sections,
                      frame_tokens, item_cost, repeated_turns, within_budget)
@@ -54,15 +56,15 @@ REPEAT_REASON = "already quoted by"  # a past turn left out because a kept fact 
 FADED_REASON = "faded: its decayed importance is under ConsolidationConfig.prune_below"
 
 
-def _costed(item: ContextItem, count: Callable[[str], int]) -> ContextItem:
+def _costed(item: ContextItem, count: Callable[[str], TokenCount]) -> ContextItem:
     return ContextItem(**{**item.__dict__, "tokens": item_cost(item, count)})
 
 
-def message_item(m: StoredMessage, count: Callable[[str], int]) -> ContextItem:
+def message_item(m: StoredMessage, count: Callable[[str], TokenCount]) -> ContextItem:
     return _costed(ContextItem(id=m.id, text=m.content, tokens=0, role=m.role, timestamp=m.timestamp), count)
 
 
-def hit_item(h: MemoryHit, count: Callable[[str], int]) -> ContextItem:
+def hit_item(h: MemoryHit, count: Callable[[str], TokenCount]) -> ContextItem:
     """A turn hit as a context item; of a long message, only the part that matched, labelled
     as a part (the id still names the whole message)."""
     part = h.explanation.get("part")
@@ -93,7 +95,7 @@ def relevant_fact(fact_type: str, fact_similarity: float | None, best_turn: floa
 
 
 def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, user_id: str, session_id: str,
-                   count: Callable[[str], int], best_turn: float | None = None,
+                   count: Callable[[str], TokenCount], best_turn: float | None = None,
                    ) -> tuple[list[SectionRequest], list[Dropped]]:
     """Candidates of the session, facts and episodes sections, best first (facts that are not
     :func:`relevant_fact` left out), and the working-memory items left out as faded."""
@@ -144,12 +146,12 @@ def session_buffer(parts: Parts, user_id: str, session_id: str) -> list[StoredMe
         limit *= 2
 
 
-def fit_newest(item: ContextItem, buffer: list[StoredMessage], budget: int, count: Callable[[str], int],
+def fit_newest(item: ContextItem, buffer: list[StoredMessage], budget: int, count: Callable[[str], TokenCount],
                ) -> tuple[list[ContextItem], list[StoredMessage], list[Dropped]]:
     """The newest turn cut (with a marker) to fit the budget, or left out and reported. The cut
     is measured as the turn is shown, its head and quoting included: quoting lengthens some text
     (``<`` is written ``\\u003c``) far more than other, so no margin taken off the raw text fits both."""
-    def shown(text: str) -> int:
+    def shown(text: str) -> TokenCount:
         return item_cost(replace(item, text=text), count)
 
     limit = budget
@@ -161,13 +163,13 @@ def fit_newest(item: ContextItem, buffer: list[StoredMessage], budget: int, coun
         if costed.tokens <= budget:
             message = next(m for m in buffer if m.id == item.id)
             return [costed], [replace(message, content=cut)], []
-        limit -= costed.tokens - budget
+        limit -= math.ceil(costed.tokens - budget)  # a token budget: a count may be a float
     return [], [], [Dropped(section="recent", id=item.id, tokens=item.tokens,
                             reason="the newest turn is longer than the whole budget")]
 
 
 def item_request(items: ItemStore, query: str, vector: np.ndarray, *, user_id: str,
-                 count: Callable[[str], int], share: float) -> SectionRequest:
+                 count: Callable[[str], TokenCount], share: float) -> SectionRequest:
     """The ``items`` section: the user's LangGraph store items for the query, best first."""
     found = items.recall(query, user_id=user_id, k=ITEM_CANDIDATES, vector=vector)
     costed = [_costed(ContextItem(id=f"item:{h.item.id}", text=item_text(h.item), tokens=0, label="saved item",
@@ -175,11 +177,11 @@ def item_request(items: ItemStore, query: str, vector: np.ndarray, *, user_id: s
     return SectionRequest(name="items", title=TITLES["items"], items=costed, share=share, priority=PRIORITY["items"])
 
 
-def turn_candidates(room: int, pool: int) -> int:
+def turn_candidates(room: TokenCount, pool: int) -> int:
     """How many turns to ask the search for (pure): as many short messages as ``room`` tokens
     hold, at least :data:`TURN_CANDIDATES`, and at most half the search's candidate ``pool``
     (``RetrievalConfig.candidates``), beyond which every search would fetch a bigger pool."""
-    return max(TURN_CANDIDATES, min(pool // 2, room // TURN_TOKENS))
+    return max(TURN_CANDIDATES, min(pool // 2, int(room // TURN_TOKENS)))  # a float count leaves a float room
 
 
 def recent_room(budget: int, buffer_share: float) -> int:
@@ -189,7 +191,8 @@ def recent_room(budget: int, buffer_share: float) -> int:
     return int(budget * min(max(buffer_share, 0.0), 1.0))
 
 
-def fit(requests: list[SectionRequest], room: int, count: Callable[[str], int]) -> tuple[list[Section], list[Dropped]]:
+def fit(requests: list[SectionRequest], room: TokenCount, count: Callable[[str], TokenCount],
+        ) -> tuple[list[Section], list[Dropped]]:
     """``requests`` fitted into ``room`` tokens of rendered memory, the frame (preamble, tags,
     headings) included (pure)."""
     sections, lost = fit_sections(requests, max(0, room - frame_tokens(requests, count)))
@@ -200,7 +203,7 @@ def fit(requests: list[SectionRequest], room: int, count: Callable[[str], int]) 
     return sections, lost + cut
 
 
-def without_repeats(requests: list[SectionRequest], room: int, count: Callable[[str], int],
+def without_repeats(requests: list[SectionRequest], room: TokenCount, count: Callable[[str], TokenCount],
                     ) -> tuple[list[SectionRequest], dict[str, str]]:
     """``requests`` without the past turns that a fact or episode the fit will keep already
     quotes (:func:`repeated_turns`), so their room goes to other turns, and those turns, with

@@ -15,6 +15,7 @@ from typing import Any, Callable, Collection, Sequence
 from ..graphemes import cut_point
 from ..layers.buffer import group_turns
 from ..recall.query import words
+from ..tokens import TokenCount
 from ..types import StoredMessage
 from ..quoting import defuse_tokens, label_text as label_text, quote as quote  # shared with the layers' LLM prompts
 from ..storable import CUT_MARKER as CUT_MARKER  # a stored text cut to max_content_chars ends with it too
@@ -32,7 +33,7 @@ class ContextItem:
 
     id: str
     text: str
-    tokens: int
+    tokens: TokenCount
     role: str | None = None
     timestamp: float | None = None
     score: float | None = None
@@ -47,7 +48,7 @@ class Section:
     items: list[ContextItem]
 
     @property
-    def tokens(self) -> int:
+    def tokens(self) -> TokenCount:
         return sum(i.tokens for i in self.items)
 
 
@@ -55,7 +56,7 @@ class Section:
 class Dropped:
     section: str
     id: str
-    tokens: int
+    tokens: TokenCount
     reason: str
 
 
@@ -91,14 +92,14 @@ def render_item(item: ContextItem) -> str:
     return f"- {defuse_tokens(f'[{head}]')} {quote(item.text)}" if head else f"- {quote(item.text)}"
 
 
-def item_cost(item: ContextItem, count: Callable[[str], int]) -> int:
+def item_cost(item: ContextItem, count: Callable[[str], TokenCount]) -> TokenCount:
     return count(render_item(item))
 
 
 RECENT_TITLE = "Recent conversation"
 
 
-def cut_to_tokens(text: str, max_tokens: int, count: Callable[[str], int]) -> str | None:
+def cut_to_tokens(text: str, max_tokens: int, count: Callable[[str], TokenCount]) -> str | None:
     """The longest head of ``text`` that, with :data:`CUT_MARKER`, costs at most
     ``max_tokens`` (pure); ``None`` when not even the marker fits. ``count`` may measure a
     head as it will be shown (quoted, with its item's head), not as written."""
@@ -133,7 +134,7 @@ def holds_rendered_memory(text: str) -> bool:
     return OPENING in text
 
 
-def frame_tokens(requests: Sequence[SectionRequest], count: Callable[[str], int]) -> int:
+def frame_tokens(requests: Sequence[SectionRequest], count: Callable[[str], TokenCount]) -> TokenCount:
     """What :func:`render_memory` adds around the items of the sections that have candidates:
     the preamble, the block's tags and each section's heading (pure)."""
     active = [r for r in requests if r.items]
@@ -142,7 +143,7 @@ def frame_tokens(requests: Sequence[SectionRequest], count: Callable[[str], int]
     return count(f"{OPENING}\n</memory>") + sum(count(f"## {label_text(r.title)}\n") for r in active)
 
 
-def within_budget(sections: Sequence[Section], budget: int, count: Callable[[str], int],
+def within_budget(sections: Sequence[Section], budget: TokenCount, count: Callable[[str], TokenCount],
                   ) -> tuple[list[Section], list[Dropped]]:
     """``sections`` whose rendered memory (:func:`render_memory`) costs at most ``budget``
     tokens: when it costs more (the tokens of a joined text are not quite the sum of its
@@ -157,7 +158,7 @@ def within_budget(sections: Sequence[Section], budget: int, count: Callable[[str
                  for s in sections for i in s.items if i.id not in left]
 
 
-def drop_lowest(sections: Sequence[Section], tokens_to_cut: int, count: Callable[[str], int], *,
+def drop_lowest(sections: Sequence[Section], tokens_to_cut: TokenCount, count: Callable[[str], TokenCount], *,
                 oldest_first: Collection[str] = ()) -> list[Section] | None:
     """``sections`` (most important first) without their lowest-ranked items, dropped whole
     from the end, until :func:`render_memory` of them is ``tokens_to_cut`` tokens shorter
@@ -204,7 +205,7 @@ class MemoryContext:
     recent_messages: list[StoredMessage] = field(default_factory=list)
 
     @property
-    def tokens(self) -> int:
+    def tokens(self) -> TokenCount:
         """The items' tokens (the sections' and the recent turns'), each counted as the ``- [head]
         "text"`` line it renders to: the cost the budget was filled by. Not the tokens of a
         rendering, which adds the preamble, tags and headings; a recent turn as :meth:`to_messages`
@@ -272,7 +273,7 @@ def repeated_turns(turns: Sequence[ContextItem], holders: Sequence[ContextItem])
 
 
 def fit_sections(
-    requests: Sequence[SectionRequest], budget: int
+    requests: Sequence[SectionRequest], budget: TokenCount
 ) -> tuple[list[Section], list[Dropped]]:
     """Fill sections within ``budget`` tokens, whole items only.
 
@@ -285,10 +286,10 @@ def fit_sections(
     total_share = sum(r.share for r in active) or 1.0
     allowance = {r.name: int(budget * r.share / total_share) for r in active}
     chosen: dict[str, list[ContextItem]] = {r.name: [] for r in active}
-    used = 0
+    used: TokenCount = 0
     leftovers: dict[str, list[ContextItem]] = {}
     for r in sorted(active, key=lambda r: r.priority):
-        spent = 0
+        spent: TokenCount = 0
         rest: list[ContextItem] = []
         for item in r.items:
             if spent + item.tokens <= allowance[r.name] and not rest:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence, TypeVar
 
+from ..tokens import TokenCount
 from ..types import StoredMessage
 
 
@@ -29,13 +30,14 @@ def group_turns(messages: Sequence[S]) -> list[list[S]]:
     return turns
 
 
-def newest_turns(items: Sequence[S], cost: Callable[[S], int], *, max_cost: int,
+def newest_turns(items: Sequence[S], cost: Callable[[S], TokenCount], *, max_cost: TokenCount,
                  max_items: int | None = None) -> list[S]:
     """The newest whole turns of ``items`` (oldest first, and so returned) whose costs add up to at
     most ``max_cost`` and that hold at most ``max_items`` items; the newest turn even when it alone
     is over either (pure)."""
     kept: list[list[S]] = []
-    n_items = spent = 0
+    n_items = 0
+    spent: TokenCount = 0
     for turn in reversed(group_turns(items)):
         tokens = sum(cost(i) for i in turn)
         if kept and (spent + tokens > max_cost or (max_items is not None and n_items + len(turn) > max_items)):
@@ -47,7 +49,7 @@ def newest_turns(items: Sequence[S], cost: Callable[[S], int], *, max_cost: int,
 
 
 def select_buffer(
-    messages: Sequence[M], *, max_messages: int, max_tokens: int, count: Callable[[str], int]
+    messages: Sequence[M], *, max_messages: int, max_tokens: int, count: Callable[[str], TokenCount]
 ) -> tuple[list[M], list[M]]:
     """Keep the newest whole turns within both limits; return (kept, evicted).
 
@@ -58,7 +60,8 @@ def select_buffer(
     return kept, list(messages[: len(messages) - len(kept)])
 
 
-def newest_within(items: Sequence[S], cost: Callable[[S], int], *, room: int, whole: int) -> tuple[list[S], list[S]]:
+def newest_within(items: Sequence[S], cost: Callable[[S], TokenCount], *, room: int, whole: int,
+                  ) -> tuple[list[S], list[S]]:
     """(kept, left out) of ``items`` (oldest first) for a context (pure): the newest whole turns
     whose costs add up to at most ``room``, and the newest turn even over ``room`` when it costs
     at most ``whole`` (the whole budget, ``room`` being the recent turns' share of it). A newest
