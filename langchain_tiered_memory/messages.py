@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from tiered_memory.quoting import defuse_pieces, defuse_tokens, label_text, map_strings, quote
 from tiered_memory.errors import InvalidInputError
@@ -49,8 +49,10 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-__all__ = ["BULKY", "LC_KEY", "OPTIONAL", "drop_fields", "fit_metadata", "from_stored", "from_stored_many", "lc_id",
-           "metadata_size", "role_of", "text_of", "to_core", "to_core_many", "unchained"]
+__all__ = ["BULKY", "LC_KEY", "OPTIONAL", "drop_fields", "each_message", "fit_metadata", "from_stored",
+           "from_stored_many", "lc_id", "metadata_size", "role_of", "text_of", "to_core", "to_core_many", "unchained"]
+
+T = TypeVar("T")
 
 LC_KEY = "langchain"
 """The metadata key that carries what LangChain needs to rebuild the message."""
@@ -130,10 +132,9 @@ def metadata_size(lc: Any) -> int:
 
 
 def drop_fields(lc: dict[str, Any], names: Iterable[str], fits: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    """``lc`` as it is when ``fits`` takes it, else without the fields ``names`` of its data, one at
-    a time in that order, until ``fits`` takes what is left (pure; ``lc`` itself is not changed).
-    Each field left out is added to the names under ``"dropped"`` (kept from ``lc``); when all are
-    gone and still nothing fits, what is left comes back, for the core to refuse."""
+    """``lc`` as it is when ``fits`` takes it, else without the fields ``names`` of its data, one at a
+    time in that order, until ``fits`` takes what is left (pure), each added to ``"dropped"``'s names
+    (kept from ``lc``); when all are gone and still nothing fits, what is left, for the core to refuse."""
     if fits(lc):
         return lc
     data = dict(lc["data"])
@@ -177,17 +178,22 @@ def to_core(message: BaseMessage, *, timestamp: Any = None, max_metadata_bytes: 
     return out
 
 
-def to_core_many(messages: Iterable[BaseMessage], *, max_metadata_bytes: int = 64_000) -> list[dict[str, Any]]:
-    """LangChain messages as core message dicts, in order; an error names the bad message's index."""
+def each_message(messages: Iterable[BaseMessage], convert: Callable[[BaseMessage], T]) -> list[T]:
+    """``convert`` of each of ``messages``, in order; an error names the bad message's index, as the core's do."""
     if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Iterable):
         raise InvalidInputError(f"expected a sequence of LangChain messages, got {type(messages).__name__}")
-    out: list[dict[str, Any]] = []
+    out: list[T] = []
     for n, m in enumerate(messages):
         try:
-            out.append(to_core(m, max_metadata_bytes=max_metadata_bytes))
-        except InvalidInputError as e:  # say which one, as the core's bulk writes do
+            out.append(convert(m))
+        except InvalidInputError as e:
             raise InvalidInputError(f"message {n}: {e}") from e
     return out
+
+
+def to_core_many(messages: Iterable[BaseMessage], *, max_metadata_bytes: int = 64_000) -> list[dict[str, Any]]:
+    """LangChain messages as core message dicts, in order; an error names the bad message's index."""
+    return each_message(messages, lambda m: to_core(m, max_metadata_bytes=max_metadata_bytes))
 
 
 def _demoted(m: StoredMessage, what: str) -> HumanMessage:

@@ -33,7 +33,7 @@ from tiered_memory.errors import InvalidInputError
 from tiered_memory.json_values import check_json_value
 from tiered_memory.storable import clean_strings, storable_text
 
-from .messages import BULKY, LC_KEY, OPTIONAL, drop_fields, metadata_size, to_core
+from .messages import BULKY, LC_KEY, OPTIONAL, drop_fields, each_message, metadata_size, to_core
 
 __all__ = ["REPAIRED_KEY", "record_turn", "storable_rows"]
 
@@ -92,16 +92,11 @@ def storable_rows(messages: Iterable[BaseMessage], *, max_chars: int, max_bytes:
     """``messages`` as core message dicts (:func:`~.messages.to_core_many`), each one the core would
     refuse for its text or its fields made storable, saying how under ``REPAIRED_KEY`` (pure).
     ``max_chars`` and ``max_bytes`` are the memory's ``max_content_chars`` and ``max_metadata_bytes``."""
-    if isinstance(messages, (str, bytes, BaseMessage)) or not isinstance(messages, Iterable):
-        raise InvalidInputError(f"expected a sequence of LangChain messages, got {type(messages).__name__}")
-    out: list[dict[str, Any]] = []
-    for n, m in enumerate(messages):
-        try:
-            row, changes = _row(m, max_bytes)
-            out.append(_storable_row(row, max_chars, max_bytes, changes))
-        except InvalidInputError as e:  # not a message the core can hold at all (a RemoveMessage)
-            raise InvalidInputError(f"message {n}: {e}") from e
-    return out
+    def storable(message: BaseMessage) -> dict[str, Any]:  # raises for what no row holds (a RemoveMessage)
+        row, changes = _row(message, max_bytes)
+        return _storable_row(row, max_chars, max_bytes, changes)
+
+    return each_message(messages, storable)
 
 
 def record_turn(memory: TieredMemory, messages: Iterable[BaseMessage], *, user_id: str, session_id: str) -> None:

@@ -148,6 +148,20 @@ def test_metadata_that_fits_max_metadata_bytes_exactly_is_stored_whole() -> None
     assert row["metadata"][LC_KEY]["dropped"] == ["additional_kwargs"]  # a byte less: to_core's fitting drops it
 
 
+@pytest.mark.parametrize("messages, error", [
+    ([HumanMessage("hi"), "not a message"], "message 1: expected a LangChain BaseMessage, got str"),
+    ("hi", "expected a sequence of LangChain messages, got str"),
+    (HumanMessage("hi"), "expected a sequence of LangChain messages, got HumanMessage"),
+])
+def test_a_recorded_turn_is_refused_as_an_explicit_write_refuses_it(messages: Any, error: str) -> None:
+    from langchain_tiered_memory.messages import to_core_many
+
+    for convert in (to_core_many, lambda m: storable_rows(m, max_chars=100, max_bytes=64_000)):
+        with pytest.raises(InvalidInputError) as caught:
+            convert(messages)
+        assert str(caught.value) == error
+
+
 def test_recorded_text_is_made_storable_by_the_cores_storable_text() -> None:
     # one function for both adapters (its rules: tests/test_core_storable.py)
     from tiered_memory import storable
