@@ -186,11 +186,13 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
                                  flush_seconds=self.config.access_flush_seconds),
                 calls=self._calls, clock=clock or time.time, jointly=self._jointly)
             self._index_name = index_name(self.index, folder=self._folder, records_in_folder=records_in_folder)
+            self._owed = False
+            self._pay_owed()  # first: a row stored again under a deleted id is indexed after its old vectors go
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild,
                            index_in_folder=self._lock is not None and is_embedded_index(vector_store),
                            name=self._index_name)
-            self._unfinished, self._owed = pending_forgets(self.store), False
+            self._unfinished = pending_forgets(self.store)
             self._finish_forgets()  # and the vectors deleted rows still owe the index
         except BaseException as e:
             self.store.close()

@@ -29,7 +29,7 @@ from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .layers.working import WorkingMemory
 from .parts import Parts
-from .recall.forgetting import owed_vectors, pay_owed, settle
+from .recall.forgetting import all_owed, clear_owed, pay_owed
 from .recall.indexing import repair, settle_background_writes
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
@@ -151,11 +151,15 @@ class MemoryEngines:
             raise
 
     def _pay_owed(self) -> None:
-        """Delete the vectors deleted rows still owe the index (:mod:`.recall.forgetting`); an
-        index still failing leaves them owed, for the next write or open."""
+        """Delete the vectors deleted rows still owe the index (:mod:`.recall.forgetting`), then
+        index the turns left pending meanwhile (a caller's id stored again waits for its old
+        vectors to go); an index still failing leaves them owed, for the next write or open."""
         with self._write_lock:
             try:
-                pay_owed(self.store, self.index)
+                self._jointly(lambda: pay_owed(self.store, self.index))
+                if self._owed:  # this process deferred or failed something: index what is pending
+                    repair(store=self.store, index=self.index, embedder=self.embedder,
+                           threshold=self.config.dedup_threshold, full=False)
                 self._owed = False
             except VectorIndexError as e:
                 self._owed = True
@@ -165,9 +169,9 @@ class MemoryEngines:
         with self._write_lock:
             if self._has_layer_rows():
                 self._layers.pend_all()
-            owed = owed_vectors(self.store)
+            owed = all_owed(self.store)
             self.index.reset()
-            settle(self.store, turns=sorted(owed.turns), vectors=sorted(owed.vectors))  # all dropped
+            clear_owed(self.store, owed)  # all dropped
             self._owed = False
             self.store.reset_indexed()
             self.store.set_meta("embedder", embedder_name(self.embedder))

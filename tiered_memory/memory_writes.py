@@ -15,6 +15,7 @@ from .aio import twin
 from .errors import NotFoundError, StoreError, TieredMemoryError, VectorIndexError
 from .guard import usable
 from .memory_engines import MemoryEngines
+from .recall.forgetting import pay_before_storing
 from .recall.indexing import index_orphans
 from .textcache import forget_texts
 from .types import Message
@@ -76,9 +77,17 @@ class MemoryWrites(MemoryEngines):
                 new = not_yet_archived(new, chosen, user_id, self._layers.rows)
             if not new:
                 return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
+            # an id deleted before whose vectors the index still owes: the old go before the new come
+            defer = False
+            if again := chosen_among(new, chosen):
+                try:
+                    self._jointly(lambda: pay_before_storing(self.store, self.index, turns=again))
+                except VectorIndexError as e:  # stored pending, indexed by the next payment
+                    defer = self._owed = True
+                    log.warning("%s", e)
             write = functools.partial(write_messages, batch=len(rows), store=self.store, index=self.index,
                                       embedder=self.embedder, config=self.config, progress=progress,
-                                      jointly=self._jointly if self._joint is not None else None)
+                                      jointly=self._jointly if self._joint is not None else None, defer=defer)
             try:
                 write(new)
             except StoreError:

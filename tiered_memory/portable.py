@@ -49,6 +49,7 @@ from .portable_parse import FORMAT as FORMAT, Record, parse_line as parse_line, 
 from .portable_values import Ids, importable, row_name
 from .portable_restore import (audit_key, restore_archived, restore_audit, restore_cursors, restore_episodes,
                                restore_facts, restore_items, restore_scratchpads, restore_working)
+from .recall.forgetting import pay_before_storing
 from .recall.indexing import store_and_index, write_chunks
 from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
 from .store.base import RecordStore
@@ -266,6 +267,8 @@ def import_jsonl(
     report.skipped_existing = len(rows) - len(new)
     with parts.lock:
         def write(part: list[StoredMessage], _start: int, last: bool) -> None:
+            # an id deleted before whose vectors the index still owes: those go before the new ones
+            pay_before_storing(parts.store, parts.index, turns=[r.id for r in part])
             failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
                                       threshold=parts.config.dedup_threshold, sync=last)
             if failure is not None:

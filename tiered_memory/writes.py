@@ -17,10 +17,12 @@ Invariants:
 - A message id chosen by the caller makes a retry idempotent: the same message under the
   same id is skipped, another message under it is refused.
 - What a deletion owes the vector index is recorded in the record store
-  (:mod:`.store.pending_deletes`, one record) and cleared only once the index has deleted
-  it, so no vector of erased text outlives a failure: a user's deletion before it starts
-  (an interrupted one is run again whole); a message's or a session's vectors in the
-  transaction that deletes the rows (:mod:`.recall.forgetting` pays them later).
+  (:mod:`.store.pending_deletes`) and cleared only once the index has deleted it, so no
+  vector of erased text outlives a failure: a user's deletion before it starts (an
+  interrupted one is run again whole; the ``meta`` record of users); a message's or a
+  session's vectors in the transaction that deletes the rows (one entry each, paid by
+  :mod:`.recall.forgetting`). A caller's id stored again is indexed once its old vectors are
+  deleted (before, unless the index fails: then at the next payment).
 """
 
 from __future__ import annotations
@@ -33,11 +35,10 @@ from .embedding import Embedder
 from .errors import InvalidInputError, NotFoundError
 from .guard import vector_errors_typed
 from .ids import new_id
-from .recall.chunking import vector_ids
-from .recall.forgetting import delete_owed, settle
+from .recall.forgetting import delete_owed
 from .recall.indexing import index_messages, store_and_index, write_chunks
 from .store.base import RecordStore
-from .store.pending_deletes import PENDING_DELETIONS, Owed, changed, owed
+from .store.pending_deletes import PENDING_DELETIONS, Owed, changed, entries, owed
 from .store.repositories import EpisodeRepository
 from .types import Message, StoredMessage
 from .validation import normalize_message
@@ -124,9 +125,11 @@ def _skip_retries(rows: list[StoredMessage], held: Mapping[str, Any], taken: Ite
 
 def write_messages(new: list[StoredMessage], *, batch: int, store: RecordStore, index: VectorIndex,
                    embedder: Embedder, config: MemoryConfig, jointly: Jointly[None] | None,
-                   progress: Callable[[int], None] | None) -> None:
+                   progress: Callable[[int], None] | None, defer: bool = False) -> None:
     """Store and index ``new`` (what is left to write of a batch of ``batch`` messages) in
-    chunks of ``config.write_chunk``; ``jointly`` when rows and vectors share an engine.
+    chunks of ``config.write_chunk``; ``jointly`` when rows and vectors share an engine. With
+    ``defer`` the rows are only stored, pending: ids stored again whose old vectors the index
+    has not deleted yet (:func:`~.recall.forgetting.pay_before_storing`).
 
     Raises:
         VectorIndexError: the vector engine failed (what is stored then is in the message).
@@ -135,7 +138,9 @@ def write_messages(new: list[StoredMessage], *, batch: int, store: RecordStore, 
 
     def write(part: list[StoredMessage], start: int, last: bool) -> None:
         nonlocal failure
-        if jointly is not None:  # rows and vectors in one engine: each chunk commits whole
+        if defer:  # indexed once their old vectors are gone (the payment indexes pending rows)
+            store.insert_messages(part, sync=last)
+        elif jointly is not None:  # rows and vectors in one engine: each chunk commits whole
             write_jointly(part, start=start, batch=batch, store=store, index=index,
                           embedder=embedder, config=config, jointly=jointly)
         elif failure is None:
@@ -177,7 +182,7 @@ def drop_message(store: RecordStore, index: VectorIndex, user_id: str, memory_id
     if not store.delete_message(user_id, memory_id):
         raise NotFoundError(f"no memory {memory_id!r} for this user")
     note_forgotten(store, 1)
-    delete_owed(index, vector_ids([memory_id]), lambda: settle(store, turns=[memory_id]), what="the message is")
+    delete_owed(store, index, entries(user_id, turns=[memory_id]), what="the message is")
 
 
 def drop_session(store: RecordStore, index: VectorIndex, user_id: str, session_id: str) -> list[str]:
@@ -188,7 +193,7 @@ def drop_session(store: RecordStore, index: VectorIndex, user_id: str, session_i
     """
     ids = store.clear_session(user_id, session_id)
     note_forgotten(store, len(ids))
-    delete_owed(index, vector_ids(ids), lambda: settle(store, turns=ids), what="the session's messages are")
+    delete_owed(store, index, entries(user_id, turns=ids), what="the session's messages are")
     return ids
 
 

@@ -25,7 +25,7 @@ from ..embedding import Embedder, embed, embed_query
 from ..errors import NotFoundError
 from ..parts import run_now
 from ..recall import hybrid
-from ..recall.forgetting import delete_owed, settled_by
+from ..recall.forgetting import delete_owed, pay_before_storing
 from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
 from ..store.repositories import EpisodeRepository, PendingVectorSource
@@ -241,6 +241,9 @@ class EpisodicMemory:
                         seq = covered.get((ep.user_id, ep.session_id), 0)
                         if seq:
                             u.advance_cursor(ep.user_id, ep.session_id, seq)
+                    # key points of an id deleted before whose vectors the index still owes: those
+                    # go first (a failure leaves the episode pending, indexed by the next open)
+                    pay_before_storing(self.rows, self.index, vectors=[f"ep:{ep.id}:{n}" for n in range(len(points))])
                     if points:
                         self._upsert(ep, list(points), vectors)
                     self._settle([ep.id])
@@ -268,8 +271,8 @@ class EpisodicMemory:
                     if points is None:
                         raise NotFoundError(f"no episode {episode_id!r} for user {user_id!r}")
                     u.audit(user_id, "episode", episode_id, "delete", {}, time.time())
-                    u.owe_vectors(vectors=points)  # until the index has deleted them
-                delete_owed(self.index, points, settled_by(self.rows, vectors=points), what="the episode is")
+                    owed = u.owe_vectors(user_id, vectors=points)  # until the index has deleted them
+                delete_owed(self.rows, self.index, owed, what="the episode is")
 
         self.jointly(write)
 

@@ -42,9 +42,10 @@ from ..embedding import embed, embed_query
 from ..errors import InvalidInputError
 from ..guard import usable
 from ..parts import Parts
-from ..recall.forgetting import delete_owed, settled_by
+from ..recall.forgetting import delete_owed, pay_before_storing
 from ..recall.query import query_terms
 from ..records import Item
+from ..store.pending_deletes import OwedVector
 from ..store.repositories import ItemRepository
 from ..textcache import forget_texts
 from ..validation import MAX_COUNT, check_id, check_text, encode_json
@@ -183,6 +184,9 @@ class ItemStore:
                             u.insert_item(item, ttl_minutes=ttl, expires_at=expires)
                             written.add(item.id)
                 if vectors is not None:  # after the commit: a crash before it leaves no orphan vector
+                    # ids deleted before whose vectors the index still owes: those go first
+                    pay_before_storing(self.db, self.index, vectors=[
+                        vector_id(item.id, n) for item, n, _ in pieces if item.id in written])
                     self.index.upsert([
                         VectorItem(id=vector_id(item.id, n), vector=vectors[k], user_id=item.user_id, layer=LAYER,
                                    timestamp=item.updated_at)
@@ -233,12 +237,12 @@ class ItemStore:
         if ids:
             def drop() -> None:
                 with self.parts.lock:
-                    gone = [vector_id(i, n) for i in ids for n in range(MAX_PARTS)]  # every field's
+                    owed: list[OwedVector] = []
                     with self.db.unit() as u:
                         for i in ids:
-                            u.delete_item(i)
-                        u.owe_vectors(vectors=gone)  # till the index deletes them
-                    delete_owed(self.index, gone, settled_by(self.db, vectors=gone), what="expired items are")
+                            if (owner := u.delete_item(i)) is not None:  # every field's, till the index deletes them
+                                owed += u.owe_vectors(owner, vectors=[vector_id(i, n) for n in range(MAX_PARTS)])
+                    delete_owed(self.db, self.index, owed, what="expired items are")
 
             self.parts.jointly(drop)  # rows and vectors in one transaction where one engine holds both
             forget_texts()

@@ -316,10 +316,10 @@ class SemanticMemory:
             old = self.get(user_id, fact_id)
             with self.rows.unit() as u:
                 u.delete_fact(user_id, fact_id)
-                u.owe_vectors(vectors=gone)
+                owed = u.owe_vectors(user_id, vectors=gone)
                 log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {},
                            max_bytes=self.max_metadata_bytes)
-            forgetting.delete_owed(self.index, gone, forgetting.settled_by(self.rows, vectors=gone), what="the fact is")
+            forgetting.delete_owed(self.rows, self.index, owed, what="the fact is")
 
     def restore(self, facts: Sequence[Fact], history: Sequence[tuple[str, FactChange]] = ()) -> int:
         """Write facts as they were exported, and (user, entry) of their history and of facts no
@@ -335,6 +335,9 @@ class SemanticMemory:
                     u.insert_fact(fact, vector)
                 for user_id, change in history:
                     u.record_history(user_id, change)
+            # an id deleted before whose vector the index still owes: that one goes first (a failure
+            # leaves these pending, indexed by the next open)
+            forgetting.pay_before_storing(self.rows, self.index, vectors=[f"fact:{f.id}" for f in facts])
             self._upsert_vectors([(f, v) for f, v in zip(facts, vecs) if f.valid])
             self._settle([f for f in facts if f.valid])
         return len(facts)
@@ -392,6 +395,6 @@ def soft_delete(u: FactWrites, user_id: str, fact_id: str, action: str, now: flo
     hidden by another call since it was read."""
     old = u.soft_delete_fact(user_id, fact_id, now)
     if old is not None:
-        u.owe_vectors(vectors=[f"fact:{fact_id}"])
+        u.owe_vectors(user_id, vectors=[f"fact:{fact_id}"])
         log_change(u, user_id, fact_id, action, old, None, now, details, max_bytes=max_bytes)
     return old is not None

@@ -2,88 +2,126 @@
 
 Every path that deletes rows with vectors (``forget``, ``clear_session``, ``delete_fact``,
 ``delete_episode``, consolidation's merge, archive and prune, the store items' TTL sweep)
-records what the index must delete in the transaction that deletes the rows
-(:mod:`..store.pending_deletes`), then deletes it from the index and, once the index has,
-clears it (:func:`delete_owed`). Should the index fail, the deletion stays owed: the memory
-pays it at its next open and before its next write (:func:`pay_owed`), and ``rebuild_index``,
-which drops every vector, clears it. Where rows and vectors share one engine (pgvector), all
-of it is one transaction: a failure leaves nothing deleted and nothing owed.
+records what the index must delete in the transaction that deletes the rows, one entry per
+turn or vector (:mod:`..store.pending_deletes`), then pays it (:func:`delete_owed`). Should the
+index fail, the entries stay owed: the memory pays them at its next open and before its next
+write (:func:`pay_owed`), and ``rebuild_index``, which drops every vector, clears them. Where
+rows and vectors share one engine (pgvector), all of it is one transaction: a failure leaves
+nothing deleted and nothing owed.
+
+A payment holds its entries (the record store's ``paying``) from before the index deletes their
+vectors until the entries are deleted. A write that stores an id again (a caller's message id, an
+import's fact, episode or item) pays that id's entries before it writes the new vectors
+(:func:`pay_before_storing`): the old vectors go first, the new ones after, and a payment of the
+same entries by another worker meanwhile is waited for, never run after the new vectors are in.
+Removing the entry instead, or letting the payment skip ids whose rows exist again, loses either
+old vectors the new row does not write again (a duplicate turn has none, a shorter text fewer
+chunks, an invalid fact none) or, between that check and the index's delete, the new vector.
 """
 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import Callable, Protocol, Sequence
+from typing import Collection, Protocol, Sequence
 
 from ..guard import vector_errors_typed
 from ..store.base import RecordStore
-from ..store.pending_deletes import PENDING_DELETIONS, Owed, changed, owed
-from ..store.repositories import OwedWrites
+from ..store.pending_deletes import PENDING_DELETIONS, TURN, OwedVector, changed, legacy_entries
 from ..vector.base import VectorIndex
 from .chunking import vector_ids
 
-class Units(Protocol):
-    """A layer repository: its units record and settle what the index owes."""
 
-    def unit(self) -> AbstractContextManager[OwedWrites]: ...
+class Payments(Protocol):
+    """Where the entries live: the record store, or a layer repository beside it."""
+
+    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]: ...
+
+    def paying(self, owed: Sequence[OwedVector]) -> AbstractContextManager[list[OwedVector]]: ...
 
 
 #: what a deletion's error says of its vectors when the index failed
 STILL_OWED = ("deleted, but their vectors not yet ({error}); the vectors are deleted on the next open, "
               "before the next write, or by rebuild_index()")
+BATCH = 1000  # entries per payment at open: one index call and one transaction each
 
 
-def delete_owed(index: VectorIndex, ids: Sequence[str], settle: Callable[[], object], *, what: str) -> None:
-    """Delete ``ids`` (vectors a deletion recorded as owed) from ``index``, then ``settle()``
-    (clear them from the record).
+def owed_ids(owed: Sequence[OwedVector], long: Collection[str] | None = None) -> list[str]:
+    """The vector ids ``owed`` names: a turn's own and its chunks' (only for the turns in ``long``
+    when the caller knows which are chunked), and each other vector (pure)."""
+    turns = sorted({e.item_id for e in owed if e.kind == TURN})
+    return [*vector_ids(turns, long), *sorted({e.item_id for e in owed if e.kind != TURN})]
+
+
+def delete_owed(payer: Payments, index: VectorIndex, owed: Sequence[OwedVector], *, what: str,
+                long: Collection[str] | None = None) -> int:
+    """Delete the vectors of ``owed`` (entries a deletion recorded) from ``index`` and clear the
+    entries; returns how many were paid (an entry another payer paid meanwhile is not).
+    ``long``: see :func:`owed_ids`.
 
     Raises:
-        VectorIndexError: the index failed; the vectors stay owed (``what`` names the rows).
+        VectorIndexError: the index failed; the entries stay owed (``what`` names the rows).
     """
-    if not ids:
-        return
-    with vector_errors_typed(f"{what} {STILL_OWED}"):
-        index.delete(list(ids))
-    settle()
+    if not owed:
+        return 0
+    with payer.paying(owed) as due:
+        if due:
+            with vector_errors_typed(f"{what} {STILL_OWED}"):
+                index.delete(owed_ids(due, long))
+        return len(due)
 
 
-def settled_by(rows: Units, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> Callable[[], None]:
-    """What clears deletions a layer's unit recorded, once the index has made them."""
-    def run() -> None:
-        with rows.unit() as u:
-            u.settle_vectors(turns=turns, vectors=vectors)
-    return run
+def pay_before_storing(payer: Payments, index: VectorIndex, *, turns: Sequence[str] = (),
+                       vectors: Sequence[str] = ()) -> None:
+    """Pay what is owed of these turn and vector ids, about to be written again, before their new
+    vectors are (one look-up when nothing is owed).
+
+    Raises:
+        VectorIndexError: the index failed; the old vectors stay owed, and the caller leaves the
+            new rows pending (indexed after the next payment).
+    """
+    if turns or vectors:
+        delete_owed(payer, index, payer.owed_for(turns=turns, vectors=vectors),
+                    what="rows stored again under ids whose earlier rows were")
 
 
-def settle(store: RecordStore, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> None:
-    """Clear deletions the index has made from the record (one :meth:`~RecordStore.change_meta`:
-    what another worker recorded meanwhile is kept)."""
-    paid = Owed(turns=frozenset(turns), vectors=frozenset(vectors))
-    if paid:
-        store.change_meta(PENDING_DELETIONS, lambda raw: changed(raw, remove=paid))
-
-
-def owed_vectors(store: RecordStore) -> Owed:
-    """The vectors the record says the index owes (its users aside: ``forget_user``'s)."""
-    due = owed(store.get_meta(PENDING_DELETIONS))
-    return Owed(turns=due.turns, vectors=due.vectors)
+def take_legacy(store: RecordStore) -> int:
+    """Move the turn and vector entries an earlier version wrote into the ``meta`` record (a
+    worker of it in a rolling upgrade still does) into the table; returns how many. Written to
+    the table first: a crash between the two leaves them in both, moved again (once) next time."""
+    found, moved = legacy_entries(store.get_meta(PENDING_DELETIONS))
+    if found:
+        store.owe(found)
+        store.change_meta(PENDING_DELETIONS, lambda raw: changed(raw, remove=moved))
+    return len(found)
 
 
 def pay_owed(store: RecordStore, index: VectorIndex) -> int:
-    """Remove every vector the record says ``index`` owes, and clear them; returns how
-    many entries were paid. A turn whose id a row holds again (a caller's id, stored anew since)
-    is cleared without deleting: that vector is the new row's.
+    """Remove every vector the record store says ``index`` owes (what an earlier version recorded
+    too), in batches of :data:`BATCH`, and clear them; returns how many entries were paid.
 
     Raises:
-        VectorIndexError: the index failed; everything stays owed.
+        VectorIndexError: the index failed; what was not paid stays owed.
     """
-    due = owed_vectors(store)
-    if not due:
-        return 0
-    again = store.existing_ids(sorted(due.turns))
-    ids = [*vector_ids(sorted(due.turns - again)), *sorted(due.vectors)]
-    with vector_errors_typed(f"rows are {STILL_OWED}"):
-        if ids:
-            index.delete(ids)
-    settle(store, turns=sorted(due.turns), vectors=sorted(due.vectors))
-    return len(due.turns) + len(due.vectors)
+    take_legacy(store)
+    paid = 0
+    while due := store.owed(BATCH):
+        done = delete_owed(store, index, due, what="rows are")
+        paid += done
+        if not done and store.owed(BATCH) == due:  # held by another payer: it pays them
+            break
+    return paid
+
+
+def all_owed(store: RecordStore) -> list[OwedVector]:
+    """Every entry owed (the earlier version's moved in first): what ``rebuild_index``, which
+    drops every vector, clears with :func:`clear_owed` once the index is empty (an entry owed
+    after the drop is paid, not cleared)."""
+    take_legacy(store)
+    return store.owed(2**62)
+
+
+def clear_owed(store: RecordStore, owed: Sequence[OwedVector]) -> None:
+    """Clear ``owed`` without asking the index (it dropped every vector)."""
+    for start in range(0, len(owed), BATCH):
+        with store.paying(owed[start:start + BATCH]):
+            pass

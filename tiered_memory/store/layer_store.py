@@ -42,6 +42,7 @@ from .layer_codec import (
     working_from_row,
 )
 from .layer_unit import SESSION_WORKING, LayerUnit
+from .pending_deletes import OwedVector
 from .repositories import Scored
 from .stored_values import count, json_dict, number, text
 
@@ -85,8 +86,14 @@ class LayerStore:
         """Serialise writes to one session across workers until ``c`` commits (a no-op on SQLite:
         its write transaction, ``BEGIN IMMEDIATE``, already excludes every other writer of the file)."""
 
-    def lock_meta(self, c: Any) -> None:
-        """The same for the record of the deletions the index owes (:mod:`.pending_deletes`)."""
+    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
+        found: list[OwedVector] = self.db.owed_for(turns=turns, vectors=vectors)
+        return found
+
+    def paying(self, owed: Sequence[OwedVector]) -> AbstractContextManager[list[OwedVector]]:
+        """The record store's :meth:`~.base.RecordStore.paying`: the entries live beside the rows."""
+        paying: AbstractContextManager[list[OwedVector]] = self.db.paying(owed)
+        return paying
 
     # ---- the unit of work -------------------------------------------------------
     @contextmanager

@@ -11,6 +11,7 @@ concurrent writers cannot deadlock.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping, Protocol, Sequence
 
 import numpy as np
@@ -38,7 +39,7 @@ from .layer_codec import (
 )
 from ..slots import stated_slot
 from .base import pend_duplicates
-from .pending_deletes import Owed, change_in, pend_in
+from .pending_deletes import OwedVector, entries, owe_in
 from .stored_values import count, json_dict, json_list, strings
 
 #: The layer migration that marks a fact or an episode whose vectors are not yet written, as a
@@ -89,8 +90,6 @@ class Dialect(Protocol):
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None: ...
 
-    def lock_meta(self, c: Any) -> None: ...
-
 
 class LayerUnit:
     """Domain writes inside one transaction of a SQL layer repository."""
@@ -107,12 +106,11 @@ class LayerUnit:
             self._c.executemany(sql, rows)
 
     # ---- what the vector index owes (pending_deletes.py) ---------------------------------
-    def owe_vectors(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> None:
-        pend_in(self._c, turns=turns, vectors=vectors, lock=lambda: self._dialect.lock_meta(self._c))
-
-    def settle_vectors(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> None:
-        change_in(self._c, remove=Owed(turns=frozenset(turns), vectors=frozenset(vectors)),
-                  lock=lambda: self._dialect.lock_meta(self._c))
+    def owe_vectors(self, user_id: str, *, turns: Sequence[str] = (),
+                    vectors: Sequence[str] = ()) -> list[OwedVector]:
+        owed = entries(user_id, turns=turns, vectors=vectors)
+        owe_in(self._c, owed, time.time())
+        return owed
 
     # ---- audit ---------------------------------------------------------------------
     def audit(self, user_id: str, layer: str, item_id: str, action: str, details: Mapping[str, Any],
@@ -258,7 +256,7 @@ class LayerUnit:
                     f" timestamp, ?, ? FROM messages WHERE user_id=? AND id IN ({marks(len(part))})"
                     " ON CONFLICT DO NOTHING", [episode_id, at, user_id, *part])
             self._run(pend_duplicates(marks(len(part))), [user_id, *part])  # their duplicates pending
-            self.owe_vectors(turns=[str(r[0]) for r in self._run(
+            self.owe_vectors(user_id, turns=[str(r[0]) for r in self._run(
                 f"SELECT id FROM messages WHERE user_id=? AND id IN ({marks(len(part))})", [user_id, *part]).fetchall()])
             moved += self._run(f"DELETE FROM messages WHERE user_id=? AND id IN ({marks(len(part))})",
                                [user_id, *part]).rowcount
@@ -351,5 +349,6 @@ class LayerUnit:
         self._many("UPDATE items SET expires_at = ? + ttl_minutes * 60 WHERE id=? AND ttl_minutes IS NOT NULL",
                    [(now, i) for i in sorted(set(ids))])
 
-    def delete_item(self, item_id: str) -> None:
-        self._run("DELETE FROM items WHERE id=?", (item_id,))
+    def delete_item(self, item_id: str) -> str | None:
+        found = self._run("DELETE FROM items WHERE id=? RETURNING user_id", (item_id,)).fetchone()
+        return None if found is None else str(found[0])

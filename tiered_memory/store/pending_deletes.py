@@ -1,41 +1,134 @@
-"""Deletions still owed to the vector index: one record in the store's ``meta`` table.
+"""Deletions still owed to the vector index: one row each in the record store's ``owed_vectors``.
 
 A deletion removes rows from the record store, then their vectors from the index, a second
 engine where the two are apart. Should the index fail between the two (a server down, an
 engine error, a kill), the vectors of erased text would stay in the index for good: never
 found (their rows are gone), yet stored. So what the index still owes is written down in the
-record store, and cleared only once the index has deleted it:
+record store, and cleared only once the index has deleted it.
 
-- a user whose ``forget_user`` started and has not completed (written before it starts:
-  the whole deletion, rows and vectors, runs again);
-- a turn's id (its vector and its chunks' are owed), written by the record store in the
-  transaction that deletes the turn (``delete_message``, ``clear_session``);
-- a vector id (a fact's, an episode's key points, a store item's), written by the layer unit
-  in the transaction that deletes its row.
+Invariants:
 
-The memory deletes what is owed at open and before its next write (``TieredMemory``; see
-:mod:`tiered_memory.writes`). One record for all of it, read and changed by the functions
-here (pure, but :func:`pend_in`, which runs inside the caller's transaction): its key is
-the one ``forget_user`` has always used, and its value a JSON list whose strings are users,
-so a store written by an earlier version reads as it did, and an earlier version reading
-this one finishes the users' deletions and skips the entries it does not know.
+- An entry is ``(user_id, kind, item_id)`` with the time it was owed: ``kind`` :data:`TURN`
+  (a turn's id: its own vector and its chunks') or :data:`VECTOR` (one vector id: a fact's,
+  an episode's key point, a store item's part). Each is a row of its own, written by the
+  transaction that deletes the rows (:func:`owe_in`: the record store's ``delete_message`` and
+  ``clear_session``, the layer units), so a deletion writes only its own entries, and two
+  deletions wait for each other only where they owe the same entry.
+- An entry is paid (:func:`lock_due_in`, :func:`paid_in`) in one transaction that holds the
+  entries' rows from before the index deletes their vectors to the deletion of the entries:
+  one payer at a time per entry, and a write that stores one of these ids again and pays it
+  first (:mod:`tiered_memory.recall.forgetting`) writes its vector after the index deleted the old.
+- ``forget_user`` empties the table for its user with the user's other rows (every table with a
+  ``user_id``): the index's ``delete_user`` takes every vector of the user.
+- The ``meta`` record :data:`PENDING_DELETIONS` (a JSON list) holds the users whose
+  ``forget_user`` started and has not completed, as it always has; the version before this
+  table wrote ``["turn", id]`` and ``["vector", id]`` entries into it too, and a worker of that
+  version in a rolling upgrade still does. Those are moved into the table (their user
+  unknown: :data:`NO_USER`) and paid with the rest (:func:`legacy_entries`).
+
+The SQL here is the portable subset both dialects run; ``p`` is the placeholder (``?`` or
+``%s``) and ``lock`` what locks the rows read (``" FOR UPDATE"`` on PostgreSQL; nothing on
+SQLite, whose write transaction already excludes every other writer).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable, NamedTuple, Sequence
 
-#: the meta key of the record (named for its first entries, the users of ``forget_user``)
+#: the meta key of the users whose forget_user is unfinished (and of earlier versions' entries)
 PENDING_DELETIONS = "pending_forget_users"
-LOCK_NAME = f"tiered-memory:meta:{PENDING_DELETIONS}"  # PostgreSQL: the key's lock, as change_meta takes it
-TURN, VECTOR = "turn", "vector"  # the tags of the entries that are not users: ["turn", id]
+TURN, VECTOR = "turn", "vector"  # the kinds of an entry
+NO_USER = ""  # the user of an entry moved from the meta record, which did not say it
+
+#: The core migration (both dialects) of the table. The key leads with the id, which a write
+#: that stores an id again looks up whoever's it was (ids are global keys); ``forget_user``
+#: deletes by user.
+OWED_VECTORS = """
+    CREATE TABLE IF NOT EXISTS owed_vectors (
+        kind TEXT NOT NULL,
+        item_id TEXT NOT NULL,
+        user_id TEXT NOT NULL,
+        owed_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (kind, item_id, user_id)
+    );
+    CREATE INDEX IF NOT EXISTS owed_vectors_user ON owed_vectors (user_id);
+"""
+
+_COLS = "user_id, kind, item_id"
+_BATCH = 300  # entries per statement: 900 parameters, under every dialect's bound
 
 
+class OwedVector(NamedTuple):
+    """One deletion the index owes: the vectors of a turn (:data:`TURN`) or one vector (:data:`VECTOR`)."""
+
+    user_id: str
+    kind: str
+    item_id: str
+
+
+def entries(user_id: str, *, turns: Iterable[str] = (), vectors: Iterable[str] = ()) -> list[OwedVector]:
+    """The entries of ``user_id``'s ``turns`` and ``vectors``, each once, in key order (pure)."""
+    return sorted({*(OwedVector(user_id, TURN, t) for t in turns), *(OwedVector(user_id, VECTOR, v) for v in vectors)})
+
+
+def owe_in(c: Any, owed: Sequence[OwedVector], at: float, *, p: str = "?") -> None:
+    """Record ``owed`` inside the caller's open transaction ``c``: what a deletion owes commits
+    with the rows' deletion, or not at all. An entry owed already keeps one row (the later time)."""
+    if owed:
+        c.executemany(f"INSERT INTO owed_vectors ({_COLS}, owed_at) VALUES ({p}, {p}, {p}, {p})"
+                      " ON CONFLICT (kind, item_id, user_id) DO UPDATE SET owed_at=excluded.owed_at",
+                      [(*e, at) for e in sorted(set(owed))])
+
+
+def lock_due_in(c: Any, owed: Sequence[OwedVector], *, p: str = "?", lock: str = "") -> list[OwedVector]:
+    """Which of ``owed`` are still owed, their rows locked in key order (one order for every
+    payer: no deadlock) till ``c`` commits; an entry another payer holds is waited for, and
+    then found paid."""
+    out: list[OwedVector] = []
+    wanted = sorted(set(owed), key=lambda e: (e.kind, e.item_id, e.user_id))
+    for start in range(0, len(wanted), _BATCH):
+        part = wanted[start:start + _BATCH]
+        rows = ", ".join(f"({p}, {p}, {p})" for _ in part)
+        out += [OwedVector(*r) for r in c.execute(
+            f"SELECT {_COLS} FROM owed_vectors WHERE (kind, item_id, user_id) IN (VALUES {rows})"
+            f" ORDER BY kind, item_id, user_id{lock}", [v for e in part for v in (e.kind, e.item_id, e.user_id)]
+        ).fetchall()]
+    return out
+
+
+def owed_for_in(c: Any, *, turns: Sequence[str] = (), vectors: Sequence[str] = (), p: str = "?") -> list[OwedVector]:
+    """The entries, of any user, of these turn ids and vector ids (what a write storing them
+    again must pay first)."""
+    out: list[OwedVector] = []
+    for kind, ids in ((TURN, sorted(set(turns))), (VECTOR, sorted(set(vectors)))):
+        for start in range(0, len(ids), _BATCH):
+            part = ids[start:start + _BATCH]
+            out += [OwedVector(*r) for r in c.execute(
+                f"SELECT {_COLS} FROM owed_vectors WHERE kind={p} AND item_id IN ({', '.join([p] * len(part))})",
+                [kind, *part]).fetchall()]
+    return out
+
+
+def owed_in(c: Any, limit: int, *, p: str = "?") -> list[OwedVector]:
+    """Up to ``limit`` entries, oldest first."""
+    return [OwedVector(*r) for r in c.execute(
+        f"SELECT {_COLS} FROM owed_vectors ORDER BY owed_at, kind, item_id, user_id LIMIT {p}", (limit,)).fetchall()]
+
+
+def paid_in(c: Any, paid: Sequence[OwedVector], *, p: str = "?") -> None:
+    """Delete the entries the index has paid, each by its key (an entry owed again since stays
+    only if a deletion wrote it after this transaction: the payer holds the rows it read)."""
+    if paid:
+        c.executemany(f"DELETE FROM owed_vectors WHERE kind={p} AND item_id={p} AND user_id={p}",
+                      [(e.kind, e.item_id, e.user_id) for e in paid])
+
+
+# ---- the meta record: users of unfinished forget_user calls, and earlier versions' entries ----
 @dataclass(frozen=True)
 class Owed:
-    """What the record holds: users to forget, turns and other vectors to delete."""
+    """What the meta record holds: users to forget; turns and vectors an earlier version owed."""
 
     users: frozenset[str] = field(default_factory=frozenset)
     turns: frozenset[str] = field(default_factory=frozenset)
@@ -48,15 +141,15 @@ class Owed:
 def owed(raw: str | None) -> Owed:
     """The record's value read (an unreadable record owes nothing) (pure)."""
     try:
-        entries = json.loads(raw) if raw else []
+        found = json.loads(raw) if raw else []
     except ValueError:
-        entries = []
-    if not isinstance(entries, list):
+        found = []
+    if not isinstance(found, list):
         return Owed()
     users: set[str] = set()
     turns: set[str] = set()
     vectors: set[str] = set()
-    for e in entries:
+    for e in found:
         if isinstance(e, str):
             users.add(e)
         elif isinstance(e, list) and len(e) == 2 and isinstance(e[1], str):
@@ -74,22 +167,9 @@ def changed(raw: str | None, *, add: Owed = Owed(), remove: Owed = Owed()) -> st
                       ensure_ascii=False)
 
 
-def change_in(c: Any, *, add: Owed = Owed(), remove: Owed = Owed(), p: str = "?",
-              lock: Callable[[], object] | None = None) -> None:
-    """Change the record as :func:`changed` does, inside the caller's open transaction ``c``
-    (whose ``execute`` takes ``p`` placeholders): what a deletion owes commits with the
-    rows' deletion, or not at all. ``lock`` takes the key's lock first where writers are many
-    (PostgreSQL: :data:`LOCK_NAME`), so no concurrent change of the record is lost."""
-    if not add and not remove:
-        return
-    if lock is not None:
-        lock()
-    found = c.execute(f"SELECT value FROM meta WHERE key={p}", (PENDING_DELETIONS,)).fetchone()
-    c.execute(f"INSERT INTO meta (key, value) VALUES ({p}, {p}) ON CONFLICT (key) DO UPDATE SET value=excluded.value",
-              (PENDING_DELETIONS, changed(found[0] if found else None, add=add, remove=remove)))
-
-
-def pend_in(c: Any, *, turns: Iterable[str] = (), vectors: Iterable[str] = (), p: str = "?",
-            lock: Callable[[], object] | None = None) -> None:
-    """Record ``turns`` and ``vectors`` as owed, in ``c``'s transaction (:func:`change_in`)."""
-    change_in(c, add=Owed(turns=frozenset(turns), vectors=frozenset(vectors)), p=p, lock=lock)
+def legacy_entries(raw: str | None) -> tuple[list[OwedVector], Owed]:
+    """The turn and vector entries an earlier version wrote into the meta record, as rows of the
+    table (user :data:`NO_USER`), and what to remove from the record once they are (pure)."""
+    was = owed(raw)
+    moved = Owed(turns=was.turns, vectors=was.vectors)
+    return entries(NO_USER, turns=was.turns, vectors=was.vectors), moved

@@ -15,12 +15,14 @@ Example:
 from __future__ import annotations
 
 import json
+import time
+from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS, pend_duplicates, read_duplicates
 from .filters import postgres_filter
-from .pending_deletes import LOCK_NAME, pend_in
+from .pending_deletes import OwedVector, entries, lock_due_in, owe_in, owed_for_in, owed_in, paid_in
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, lock_key
 from .postgres_keywords import tsquery
 from .postgres_schema import MIGRATIONS
@@ -36,7 +38,6 @@ _COLUMNS = "id, user_id, session_id, role, content, metadata, timestamp, seq"
 #: lock shares, under this first key; sessions fold into TURN_LOCKS second keys, so a
 #: transaction storing many sessions (an import) takes at most that many locks from the
 #: server's lock table, and two sessions sharing one only wait for each other's commit.
-LOCK = "SELECT pg_advisory_xact_lock(%s)"  # a deletion's vectors owed: pending_deletes.pend_in
 TURN_LOCK_SPACE = 0x7475726E  # "turn"
 TURN_LOCKS = 1024
 
@@ -138,7 +139,7 @@ class PostgresRecordStore(PostgresDatabase):
             c.execute(pend_duplicates("%s", user="%s"), (user_id, message_id))
             if not c.execute("DELETE FROM messages WHERE user_id=%s AND id=%s", (user_id, message_id)).rowcount:
                 return False
-            pend_in(c, turns=[message_id], p="%s", lock=lambda: c.execute(LOCK, (lock_key(LOCK_NAME),)))
+            owe_in(c.cursor(), entries(user_id, turns=[message_id]), time.time(), p="%s")  # till the index deletes them
             return True
 
         return bool(self.write(run))
@@ -149,7 +150,7 @@ class PostgresRecordStore(PostgresDatabase):
                       (user_id, user_id, session_id))
             ids = [r[0] for r in c.execute("DELETE FROM messages WHERE user_id=%s AND session_id=%s RETURNING id",
                                            (user_id, session_id)).fetchall()]
-            pend_in(c, turns=ids, p="%s", lock=lambda: c.execute(LOCK, (lock_key(LOCK_NAME),)))  # vectors owed
+            owe_in(c.cursor(), entries(user_id, turns=ids), time.time(), p="%s")  # their vectors owed
             return ids
 
         return list(self.write(run))
@@ -194,6 +195,27 @@ class PostgresRecordStore(PostgresDatabase):
             " AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of)"
             f" RETURNING {', '.join('m.' + col.strip() for col in _COLUMNS.split(','))}", params).fetchall())
         return sorted((_row(r) for r in rows), key=lambda r: r.seq)
+
+    # ---- the deletions the vector index owes (pending_deletes.py) --------
+    def owe(self, owed: Sequence[OwedVector]) -> None:
+        if owed:
+            self.write(lambda c: owe_in(c.cursor(), owed, time.time(), p="%s"))
+
+    def owed(self, limit: int) -> list[OwedVector]:
+        return list(self.read(lambda c: owed_in(c, limit, p="%s")))
+
+    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
+        return list(self.read(lambda c: owed_for_in(c, turns=turns, vectors=vectors, p="%s")))
+
+    @contextmanager
+    def paying(self, owed: Sequence[OwedVector]) -> Iterator[list[OwedVector]]:
+        if not owed:
+            yield []
+            return
+        with self.transaction() as c:  # the entries' rows held (FOR UPDATE) till they are deleted
+            due = lock_due_in(c, owed, p="%s", lock=" FOR UPDATE")
+            yield due
+            paid_in(c.cursor(), due, p="%s")
 
     # ---- reads ----------------------------------------------------------
     def get_messages(

@@ -21,7 +21,6 @@ from .repositories import Scored
 from .postgres import PostgresRecordStore
 from .postgres_keywords import TEXT_SEARCH_CONFIG, refold, tsquery
 from .text_search import scan_user_rows, tsquery_any
-from .pending_deletes import LOCK_NAME
 from .postgres_db import Step, lock_key
 
 # the keyword column as the first step made it (the third one folds its diacritics)
@@ -247,9 +246,6 @@ class PostgresLayerStore(LayerStore):
             return list(_Connection(conn).execute(sql, params).fetchall())
 
         return [(r[0], float(r[1])) for r in self.db.read(run)]
-
-    def lock_meta(self, c: Any) -> None:
-        c.execute("SELECT pg_advisory_xact_lock(?)", (lock_key(LOCK_NAME),))
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None:
         c.execute("SELECT pg_advisory_xact_lock(?)", (lock_key(f"tiered-memory:session:{user_id}\x1f{session_id}"),))

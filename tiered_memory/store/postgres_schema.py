@@ -10,6 +10,7 @@ earlier version upgrades in order. The tables live in the store's own PostgreSQL
 from __future__ import annotations
 
 from .base import LONG_MESSAGE_CHARS
+from .pending_deletes import OWED_VECTORS
 from .postgres_db import Step
 from .postgres_keywords import TEXT_SEARCH_CONFIG, bigram_turn_keywords, fold_turn_keywords
 
@@ -66,5 +67,7 @@ MIGRATIONS: list[Step] = [
     """
     CREATE INDEX IF NOT EXISTS messages_duplicate_of ON messages (user_id, duplicate_of) WHERE duplicate_of IS NOT NULL;
     DROP INDEX IF EXISTS messages_duplicates;
-    """,
+    """,    # the deletions the vector index owes, one row each (as on SQLite): no deletion takes a lock
+    # every other deletion waits for, nor rewrites what the others owe
+    OWED_VECTORS,
 ]

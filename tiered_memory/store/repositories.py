@@ -26,17 +26,25 @@ from typing import Any, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
+from .pending_deletes import OwedVector
 
 Scored = list[tuple[str, float]]
 
 
 class OwedWrites(Protocol):
-    def owe_vectors(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> None:
-        """Record, with the rows this unit deletes, the vectors the index must delete (a turn's id:
-        its own and its chunks'), until :meth:`settle_vectors` (:mod:`.pending_deletes`)."""
+    def owe_vectors(self, user_id: str, *, turns: Sequence[str] = (),
+                    vectors: Sequence[str] = ()) -> list[OwedVector]:
+        """Record, with ``user_id``'s rows this unit deletes, the vectors the index must delete (a
+        turn's id: its own and its chunks'), until they are paid (:mod:`.pending_deletes`); returns
+        the entries."""
 
-    def settle_vectors(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> None:
-        """The index deleted these: no longer owed."""
+
+class OwedPayments(Protocol):
+    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
+        """The record store's :meth:`~.base.RecordStore.owed_for`."""
+
+    def paying(self, owed: Sequence[OwedVector]) -> AbstractContextManager[list[OwedVector]]:
+        """The record store's :meth:`~.base.RecordStore.paying` (the entries live beside the rows)."""
 
 
 class AuditWrites(OwedWrites, Protocol):
@@ -84,7 +92,7 @@ class FactWrites(AuditWrites, Protocol):
         """One access per listed id (ids may repeat), last access ``now``."""
 
 
-class FactRepository(Protocol):
+class FactRepository(OwedPayments, Protocol):
     def fact(self, user_id: str, fact_id: str) -> Fact | None:
         """A fact that is not deleted (valid or invalidated)."""
 
@@ -167,7 +175,7 @@ class EpisodeWrites(AuditWrites, Protocol):
     def touch_episodes(self, user_id: str, ids: Sequence[str], now: float) -> None: ...
 
 
-class EpisodeRepository(Protocol):
+class EpisodeRepository(OwedPayments, Protocol):
     def episodes_of(self, user_id: str | None, session_id: str | None = None) -> list[Episode]:
         """Episodes by end time (of every user when ``user_id`` is ``None``)."""
 
@@ -274,13 +282,14 @@ class ItemWrites(OwedWrites, Protocol):
     def update_item(self, item_id: str, *, user_id: str, value: Mapping[str, Any], text: str | None,
                     updated_at: float, ttl_minutes: float | None = None, expires_at: float | None = None) -> None: ...
 
-    def delete_item(self, item_id: str) -> None: ...
+    def delete_item(self, item_id: str) -> str | None:
+        """Delete the item; returns its owner (``None``: no such item)."""
 
     def refresh_items(self, ids: Sequence[str], now: float) -> None:
         """Restart the TTL of these items (those that have one) from ``now``."""
 
 
-class ItemRepository(Protocol):
+class ItemRepository(OwedPayments, Protocol):
     """Reads take ``live_at``: when given, items that expired by then are left out."""
 
     def item(self, namespace: Sequence[str], key: str, live_at: float | None = None) -> Item | None: ...

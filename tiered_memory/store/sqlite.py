@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
+import time
+from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS, pend_duplicates, read_duplicates
 from .filters import sqlite_filter
-from .pending_deletes import pend_in
+from .pending_deletes import OwedVector, entries, lock_due_in, owe_in, owed_for_in, owed_in, paid_in
 from .sqlite_db import APP_ID, SQLiteDatabase
 from .sqlite_keywords import KeywordSearch, fill_missing, insert_deferred, tag_of, tags_for
 from .sqlite_schema import MIGRATIONS, user_tables
@@ -121,7 +123,7 @@ class SQLiteRecordStore(SQLiteDatabase):
             c.execute(pend_duplicates("?"), (user_id, message_id))
             cur = c.execute("DELETE FROM messages WHERE user_id=? AND id=?", (user_id, message_id))
             if cur.rowcount > 0:  # its vectors are owed to the index until it deletes them
-                pend_in(c, turns=[message_id])
+                owe_in(c, entries(user_id, turns=[message_id]), time.time())
             return cur.rowcount > 0
 
     def clear_session(self, user_id: str, session_id: str) -> list[str]:
@@ -131,7 +133,7 @@ class SQLiteRecordStore(SQLiteDatabase):
             c.execute(pend_duplicates("SELECT id FROM messages WHERE user_id=? AND session_id=?"),
                       (user_id, user_id, session_id))
             c.execute("DELETE FROM messages WHERE user_id=? AND session_id=?", (user_id, session_id))
-            pend_in(c, turns=ids)
+            owe_in(c, entries(user_id, turns=ids), time.time())
             return ids
 
     def forget_user(self, user_id: str) -> list[str]:
@@ -146,6 +148,32 @@ class SQLiteRecordStore(SQLiteDatabase):
             ).fetchall():
                 self.conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
         return ids
+
+    # ---- the deletions the vector index owes (pending_deletes.py) --------
+    def owe(self, owed: Sequence[OwedVector]) -> None:
+        if owed:
+            with self.transaction() as c:
+                owe_in(c, owed, time.time())
+
+    def owed(self, limit: int) -> list[OwedVector]:
+        self.check_usable()
+        with self.lock:
+            return owed_in(self.conn, limit)
+
+    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
+        self.check_usable()
+        with self.lock:
+            return owed_for_in(self.conn, turns=turns, vectors=vectors)
+
+    @contextmanager
+    def paying(self, owed: Sequence[OwedVector]) -> Iterator[list[OwedVector]]:
+        if not owed:
+            yield []
+            return
+        with self.transaction() as c:  # the one writer of the file till the entries are deleted
+            due = lock_due_in(c, owed)
+            yield due
+            paid_in(c, due)
 
     # ---- reads ----------------------------------------------------------
     def get_messages(

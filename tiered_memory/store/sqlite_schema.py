@@ -11,6 +11,7 @@ import sqlite3
 from typing import Callable, Union
 
 from .base import LONG_MESSAGE_CHARS
+from .pending_deletes import OWED_VECTORS
 from .sqlite_keywords import add_text_hash, recompose, regram, upgrade
 from .text_search import FTS5_SPLITTING_LETTERS
 
@@ -118,7 +119,10 @@ MIGRATIONS: list[Step] = [
     """
     CREATE INDEX IF NOT EXISTS messages_duplicate_of ON messages(user_id, duplicate_of) WHERE duplicate_of IS NOT NULL;
     DROP INDEX IF EXISTS messages_duplicates;
-    """,
+    """,    # the deletions the vector index owes, one row each (pending_deletes.py), no longer one JSON
+    # value in meta that every deletion rewrote whole; the entries an earlier version left there
+    # are moved in when the memory pays what is owed
+    OWED_VECTORS,
 ]
 
 

@@ -1,0 +1,140 @@
+"""What the vector index owes, as rows: an id stored again keeps its new vector, one deletion
+writes only its own entries, and deletions of different users do not wait for each other.
+
+Run on SQLite and on PostgreSQL, each beside a Chroma index (two engines: what is owed
+outlives an index failure in the record store; ``tiered_memory.store.pending_deletes``).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import psycopg
+import pytest
+
+from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.backends import open_layer_store
+from tiered_memory.testing import FailingVectorIndex
+from tiered_memory.vector.chroma import ChromaVectorIndex
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+
+def _chroma(tmp_path: Path) -> ChromaVectorIndex:
+    return ChromaVectorIndex(str(tmp_path / "index"))
+
+
+def test_an_episode_imported_again_keeps_its_new_vectors(make_memory: Callable[..., TieredMemory],
+                                                        tmp_path: Path) -> None:
+    """An episode deleted while the index failed, then imported again under its id (import_jsonl
+    keeps ids): paying the old deletion must not take the imported key points' vectors."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=[], times=None)
+    memory = make_memory(vector_store=index)
+    memory.add("user", "I keep bees on the roof of the library", session_id="s", user_id="u")
+    episode = memory.end_session("s", user_id="u")
+    points = {i for i in memory.index.ids("u") if i.startswith(f"ep:{episode.id}:")}
+    assert points
+    dump = tmp_path / "dump.jsonl"
+    memory.export_jsonl(dump, user_id="u")
+    index.fail_on = {"delete"}  # the server goes down
+    with pytest.raises(VectorIndexError):
+        memory.delete_episode(episode.id, user_id="u")
+    index.healthy()
+    memory.import_jsonl(dump)  # brought back, its key points' vectors written again
+    assert [e.id for e in memory.episodes("u")] == [episode.id]
+    memory.close()
+    with make_memory(vector_store=_chroma(tmp_path)) as memory:  # the open pays what is owed
+        assert points <= memory.index.ids("u")
+        assert memory.store.owed(100) == []
+        assert [h.episode.id for h in memory.search_episodes("bees on the roof", user_id="u")] == [episode.id]
+
+
+def test_a_message_stored_again_as_a_duplicate_keeps_no_vector_of_the_erased_text(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """A caller's id forgotten while the index failed, stored again with a text the user holds
+    already (a duplicate: no vector of its own): the erased text's vector must still go."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
+    memory = make_memory(vector_store=index)
+    memory.add("user", "ok", session_id="s", user_id="u")
+    memory.add_many([{"id": "note-1", "role": "user", "content": "My bank PIN is 4921"}], session_id="s", user_id="u")
+    with pytest.raises(VectorIndexError):
+        memory.forget("note-1", user_id="u")
+    memory.add_many([{"id": "note-1", "role": "user", "content": "ok"}], session_id="s", user_id="u")
+    memory.close()
+    with make_memory(vector_store=_chroma(tmp_path)) as memory:
+        assert "note-1" not in memory.index.ids("u")  # the PIN's embedding is gone
+        assert memory.store.owed(100) == []
+        assert [m.content for m in memory.get_messages("s", user_id="u")] == ["ok", "ok"]
+
+
+def _wal_bytes(memory: TieredMemory, record_backend: Any, act: Callable[[], object]) -> int:
+    """What ``act`` writes to the record store's log (SQLite's WAL file, PostgreSQL's WAL)."""
+    url = getattr(memory.store, "url", None)
+    if url is None:
+        wal = Path(f"{memory.store.path}-wal")  # type: ignore[attr-defined]
+        memory.store.query("PRAGMA wal_checkpoint(TRUNCATE)")  # type: ignore[attr-defined]
+        before = wal.stat().st_size if wal.exists() else 0
+        act()
+        return wal.stat().st_size - before
+    with psycopg.connect(url, autocommit=True) as conn:
+        start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]  # type: ignore[index]
+        act()
+        return int(conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), %s)",  # type: ignore[index]
+                                (start,)).fetchone()[0])
+
+
+def test_one_deletion_writes_its_own_entries_not_all_that_is_owed(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, record_backend: Any) -> None:
+    """With 10,000 turns' vectors owed (a long outage of the index), forgetting one message
+    writes about what forgetting it writes with nothing owed: not the whole backlog again."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=[], times=None)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    memory.add_many([{"role": "user", "content": f"note number {n}"} for n in range(10_000)],
+                    session_id="big", user_id="u")
+    a, b, c = (memory.add("user", f"small note {n}", session_id="s", user_id="u") for n in range(3))
+    index.fail_on = {"delete"}
+    with pytest.raises(VectorIndexError):
+        memory.forget(a, user_id="u")
+
+    def forget(memory_id: str) -> Callable[[], object]:
+        return lambda: pytest.raises(VectorIndexError, memory.forget, memory_id, user_id="u")
+
+    one = _wal_bytes(memory, record_backend, forget(b))  # one entry owed before it
+    with pytest.raises(VectorIndexError):
+        memory.clear_session("big", user_id="u")  # 10,000 owed
+    after = _wal_bytes(memory, record_backend, forget(c))
+    assert after < 120_000, (one, after)  # the backlog alone is some 450 KB of JSON
+
+
+@pytest.mark.timeout(120)
+def test_deletions_of_two_users_do_not_wait_for_each_other(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, record_backend: Any) -> None:
+    """A deletion of one user whose transaction is still open (it owes vectors, not yet committed)
+    does not hold up another user's deletion (PostgreSQL: many workers; SQLite has one writer)."""
+    if not record_backend("mem"):
+        pytest.skip("SQLite has one writer at a time by design")
+    memory = make_memory(vector_store=_chroma(tmp_path))
+    fact = memory.add_fact("User sails on weekends", user_id="b")
+    rows = open_layer_store(memory.store)
+    done = threading.Event()
+    errors: list[BaseException] = []
+
+    def delete_b() -> None:
+        try:
+            memory.delete_fact(fact.id, user_id="b")
+        except BaseException as e:
+            errors.append(e)
+        done.set()
+
+    with rows.unit() as u:  # user a's deletion, in flight
+        u.owe_vectors("a", vectors=["fact:gone-a"])
+        other = threading.Thread(target=delete_b)
+        other.start()
+        finished = done.wait(20)
+    other.join(60)
+    assert finished and not errors, errors
+    assert memory.facts("b") == []
+    rows_left = {(e.user_id, e.item_id) for e in memory.store.owed(100)}
+    assert ("a", "fact:gone-a") in rows_left and ("b", f"fact:{fact.id}") not in rows_left
