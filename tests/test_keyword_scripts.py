@@ -16,6 +16,7 @@ from tiered_memory import StaticEmbedder, TieredMemory
 from tiered_memory.embedding.base import MAX_QUERY_CHARS, query_text
 from tiered_memory.testing import CountingEmbedder
 from tiered_memory.backends import open_layer_store
+from tiered_memory.store.sqlite_keywords import regram
 from tiered_memory.layers.items import ItemWrite
 from tiered_memory.records import Episode
 from tiered_memory.recall.query import keywords
@@ -84,7 +85,8 @@ def test_a_sqlite_store_indexed_before_finds_its_cjk_words_when_it_opens(tmp_pat
     for rowid, content in con.execute("SELECT rowid, content FROM messages").fetchall():
         old = " ".join(["1q"] * 3 + ["1q" + w for w in re.findall(r"[^\W_]+", content)])
         con.execute("UPDATE messages SET keywords=? WHERE rowid=?", (old, rowid))
-    con.execute("DELETE FROM schema_migrations WHERE name='core' AND version>=?", (len(SQLITE_MIGRATIONS) - 1,))
+    con.execute("DELETE FROM schema_migrations WHERE name='core' AND version>?",  # regram and after run again
+                (SQLITE_MIGRATIONS.index(regram),))
     plain = con.execute("SELECT keywords FROM messages WHERE id='m2'").fetchone()[0]
     con.close()
     store = SQLiteRecordStore(path)

@@ -16,6 +16,7 @@ import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
 from tiered_memory.backends import open_layer_store
+from tiered_memory.store.pending_deletes import PENDING_DELETIONS, Owed, changed, owed
 from tiered_memory.testing import FailingVectorIndex
 from tiered_memory.vector.chroma import ChromaVectorIndex
 
@@ -138,3 +139,26 @@ def test_deletions_of_two_users_do_not_wait_for_each_other(
     assert memory.facts("b") == []
     rows_left = {(e.user_id, e.item_id) for e in memory.store.owed(100)}
     assert ("a", "fact:gone-a") in rows_left and ("b", f"fact:{fact.id}") not in rows_left
+
+
+def test_what_an_earlier_version_owes_in_meta_is_moved_into_the_table_and_paid(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """A worker of the version before the table (a rolling upgrade) deletes a turn and records it
+    the old way, ``["turn", id]`` in the meta record: the next open moves it into the table and
+    pays it (the record keeps only users: unfinished forget_user calls, finished by the open too)."""
+    memory = make_memory(vector_store=_chroma(tmp_path))
+    gone = memory.add("user", "My bank PIN is 4921", session_id="s", user_id="u")
+    kept = memory.add("user", "I keep bees", session_id="s", user_id="u")
+    store: Any = memory.store  # the old worker deletes the row, and records its vectors in meta
+    if getattr(store, "url", None) is None:
+        with store.transaction() as c:
+            c.execute("DELETE FROM messages WHERE id=?", (gone,))
+    else:
+        store.write(lambda c: c.execute("DELETE FROM messages WHERE id=%s", (gone,)))
+    memory.store.change_meta(PENDING_DELETIONS, lambda raw: changed(raw, add=Owed(
+        users=frozenset({"nobody"}), turns=frozenset({gone}))))
+    memory.close()
+    with make_memory(vector_store=_chroma(tmp_path)) as memory:
+        assert gone not in memory.index.ids("u") and kept in memory.index.ids("u")
+        left = owed(memory.store.get_meta(PENDING_DELETIONS))
+        assert (left.turns, left.vectors) == (frozenset(), frozenset()) and memory.store.owed(100) == []
