@@ -64,7 +64,7 @@ def _chroma(tmp_path: Path) -> ChromaVectorIndex:
 
 
 def _owed(memory: TieredMemory) -> set[str]:
-    return {e.item_id for e in memory.store.owed(10_000)}
+    return {e.item_id for e in memory.store.owed_rows.owed(10_000)}
 
 
 @pytest.mark.parametrize("kind", sorted(DELETIONS))

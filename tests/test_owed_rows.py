@@ -48,7 +48,7 @@ def test_an_episode_imported_again_keeps_its_new_vectors(make_memory: Callable[.
     memory.close()
     with make_memory(vector_store=_chroma(tmp_path)) as memory:  # the open pays what is owed
         assert points <= memory.index.ids("u")
-        assert memory.store.owed(100) == []
+        assert memory.store.owed_rows.owed(100) == []
         assert [h.episode.id for h in memory.search_episodes("bees on the roof", user_id="u")] == [episode.id]
 
 
@@ -66,7 +66,7 @@ def test_a_message_stored_again_as_a_duplicate_keeps_no_vector_of_the_erased_tex
     memory.close()
     with make_memory(vector_store=_chroma(tmp_path)) as memory:
         assert "note-1" not in memory.index.ids("u")  # the PIN's embedding is gone
-        assert memory.store.owed(100) == []
+        assert memory.store.owed_rows.owed(100) == []
         assert [m.content for m in memory.get_messages("s", user_id="u")] == ["ok", "ok"]
 
 
@@ -137,7 +137,7 @@ def test_deletions_of_two_users_do_not_wait_for_each_other(
     other.join(60)
     assert finished and not errors, errors
     assert memory.facts("b") == []
-    rows_left = {(e.user_id, e.item_id) for e in memory.store.owed(100)}
+    rows_left = {(e.user_id, e.item_id) for e in memory.store.owed_rows.owed(100)}
     assert ("a", "fact:gone-a") in rows_left and ("b", f"fact:{fact.id}") not in rows_left
 
 
@@ -161,4 +161,4 @@ def test_what_an_earlier_version_owes_in_meta_is_moved_into_the_table_and_paid(
     with make_memory(vector_store=_chroma(tmp_path)) as memory:
         assert gone not in memory.index.ids("u") and kept in memory.index.ids("u")
         left = owed(memory.store.get_meta(PENDING_DELETIONS))
-        assert (left.turns, left.vectors) == (frozenset(), frozenset()) and memory.store.owed(100) == []
+        assert (left.turns, left.vectors) == (frozenset(), frozenset()) and memory.store.owed_rows.owed(100) == []

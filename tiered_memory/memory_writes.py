@@ -81,7 +81,7 @@ class MemoryWrites(MemoryEngines):
             defer = False
             if again := chosen_among(new, chosen):
                 try:
-                    self._jointly(lambda: pay_before_storing(self.store, self.index, turns=again))
+                    self._jointly(lambda: pay_before_storing(self.store.owed_rows, self.index, turns=again))
                 except VectorIndexError as e:  # stored pending, indexed by the next payment
                     defer = self._owed = True
                     log.warning("%s", e)

@@ -268,7 +268,7 @@ def import_jsonl(
     with parts.lock:
         def write(part: list[StoredMessage], _start: int, last: bool) -> None:
             # an id deleted before whose vectors the index still owes: those go before the new ones
-            pay_before_storing(parts.store, parts.index, turns=[r.id for r in part])
+            pay_before_storing(parts.store.owed_rows, parts.index, turns=[r.id for r in part])
             failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
                                       threshold=parts.config.dedup_threshold, sync=last)
             if failure is not None:

@@ -182,7 +182,7 @@ def drop_message(store: RecordStore, index: VectorIndex, user_id: str, memory_id
     if not store.delete_message(user_id, memory_id):
         raise NotFoundError(f"no memory {memory_id!r} for this user")
     note_forgotten(store, 1)
-    delete_owed(store, index, entries(user_id, turns=[memory_id]), what="the message is")
+    delete_owed(store.owed_rows, index, entries(user_id, turns=[memory_id]), what="the message is")
 
 
 def drop_session(store: RecordStore, index: VectorIndex, user_id: str, session_id: str) -> list[str]:
@@ -193,7 +193,7 @@ def drop_session(store: RecordStore, index: VectorIndex, user_id: str, session_i
     """
     ids = store.clear_session(user_id, session_id)
     note_forgotten(store, len(ids))
-    delete_owed(store, index, entries(user_id, turns=ids), what="the session's messages are")
+    delete_owed(store.owed_rows, index, entries(user_id, turns=ids), what="the session's messages are")
     return ids
 
 

@@ -293,7 +293,7 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
                             log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
                                        {"absorbed": gone}, max_bytes=limit)
                     owed = entries(user_id, vectors=[f"fact:{d}" for d in dups])  # by soft_delete, till paid
-                    delete_owed(layers.rows, layers.parts.index, owed, what="merged facts are")
+                    delete_owed(layers.parts.store.owed_rows, layers.parts.index, owed, what="merged facts are")
 
                 layers.parts.jointly(merge)  # one transaction where one engine holds rows and vectors
                 merged.extend(dups)
@@ -328,8 +328,8 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
             # vectors of the user's turns: an episode's source ids are data (an import takes them as
             # written), and the vector index deletes by id, whoever's vector it is
             turns = [i for ep in part for i in ep.source_ids if i in held]  # owed by archive_messages
-            delete_owed(layers.rows, layers.parts.index, entries(user_id, turns=turns), what="archived turns are",
-                        long=long)
+            delete_owed(layers.parts.store.owed_rows, layers.parts.index, entries(user_id, turns=turns),
+                        what="archived turns are", long=long)
             # a live turn stored as a duplicate of an archived one gets its own vector: in the same
             # transaction there, since such a store has no start-up repair to index it later
             index_orphans(layers.parts.store, layers.parts.index, layers.parts.embedder, user_id,
@@ -380,8 +380,8 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress, work
                     gone = soft_delete(u, user_id, f.id, "prune", now, {"confidence": f.confidence},
                                        max_bytes=limit)
                 if gone:  # its vector owed by soft_delete till the index deletes it
-                    delete_owed(layers.rows, layers.parts.index, entries(user_id, vectors=[f"fact:{f.id}"]),
-                                what="a pruned fact is")
+                    delete_owed(layers.parts.store.owed_rows, layers.parts.index,
+                                entries(user_id, vectors=[f"fact:{f.id}"]), what="a pruned fact is")
                 return gone
 
             if layers.parts.jointly(prune):  # one transaction where one engine holds rows and vectors

@@ -28,6 +28,7 @@ from ..recall import hybrid
 from ..recall.forgetting import delete_owed, pay_before_storing
 from ..recall.scoring import recency_score
 from ..records import Episode, EpisodeDraft
+from ..store.pending_deletes import OwedRows
 from ..store.repositories import EpisodeRepository, PendingVectorSource
 from ..types import StoredMessage
 from ..quoting import label_text, quote
@@ -174,8 +175,10 @@ class EpisodicMemory:
     """Episodes of every user: storage, indexing, search."""
 
     def __init__(self, rows: EpisodeRepository, index: VectorIndex, embedder: Embedder, config: EpisodeConfig,
-                 lock: threading.RLock, jointly: Callable[[Callable[[], Any]], Any] = run_now) -> None:
+                 lock: threading.RLock, jointly: Callable[[Callable[[], Any]], Any] = run_now, *,
+                 owed: OwedRows) -> None:
         self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
+        self.owed = owed  # the deletions the index owes, beside the rows (store/pending_deletes.py)
         self.jointly = jointly  # the episode's rows and vectors in one transaction where one engine holds both
 
     def select(self, user_id: str, session_id: str | None = None) -> list[Episode]:
@@ -243,7 +246,7 @@ class EpisodicMemory:
                             u.advance_cursor(ep.user_id, ep.session_id, seq)
                     # key points of an id deleted before whose vectors the index still owes: those
                     # go first (a failure leaves the episode pending, indexed by the next open)
-                    pay_before_storing(self.rows, self.index, vectors=[f"ep:{ep.id}:{n}" for n in range(len(points))])
+                    pay_before_storing(self.owed, self.index, vectors=[f"ep:{ep.id}:{n}" for n in range(len(points))])
                     if points:
                         self._upsert(ep, list(points), vectors)
                     self._settle([ep.id])
@@ -272,7 +275,7 @@ class EpisodicMemory:
                         raise NotFoundError(f"no episode {episode_id!r} for user {user_id!r}")
                     u.audit(user_id, "episode", episode_id, "delete", {}, time.time())
                     owed = u.owe_vectors(user_id, vectors=points)  # until the index has deleted them
-                delete_owed(self.rows, self.index, owed, what="the episode is")
+                delete_owed(self.owed, self.index, owed, what="the episode is")
 
         self.jointly(write)
 

@@ -185,7 +185,7 @@ class ItemStore:
                             written.add(item.id)
                 if vectors is not None:  # after the commit: a crash before it leaves no orphan vector
                     # ids deleted before whose vectors the index still owes: those go first
-                    pay_before_storing(self.db, self.index, vectors=[
+                    pay_before_storing(self.parts.store.owed_rows, self.index, vectors=[
                         vector_id(item.id, n) for item, n, _ in pieces if item.id in written])
                     self.index.upsert([
                         VectorItem(id=vector_id(item.id, n), vector=vectors[k], user_id=item.user_id, layer=LAYER,
@@ -242,7 +242,7 @@ class ItemStore:
                         for i in ids:
                             if (owner := u.delete_item(i)) is not None:  # every field's, till the index deletes them
                                 owed += u.owe_vectors(owner, vectors=[vector_id(i, n) for n in range(MAX_PARTS)])
-                    delete_owed(self.db, self.index, owed, what="expired items are")
+                    delete_owed(self.parts.store.owed_rows, self.index, owed, what="expired items are")
 
             self.parts.jointly(drop)  # rows and vectors in one transaction where one engine holds both
             forget_texts()

@@ -97,9 +97,9 @@ class Layers:
         cfg = parts.config
         self.rows = rows
         self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.lock,
-                                    max_metadata_bytes=cfg.max_metadata_bytes)
+                                    max_metadata_bytes=cfg.max_metadata_bytes, owed=parts.store.owed_rows)
         self.episodes = EpisodicMemory(rows, parts.index, parts.embedder, cfg.episodes, parts.lock,
-                                       jointly=parts.jointly)
+                                       jointly=parts.jointly, owed=parts.store.owed_rows)
         self.llm_source: Any = llm  # what the user passed; resolved (and wrapped) on first use
         self._llm: LLM | None = None
         self._llm_source: Any = None

@@ -25,6 +25,7 @@ from ..recall import forgetting, hybrid
 from .resolution import Judgement, Resolution, decide_resolution, one_in_slot, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
 from .changes import bounded_details, edit_details, merge_metadata, metadata_details, stored_metadata
+from ..store.pending_deletes import OwedRows
 from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
 from ..validation import check_text
 from ..vector.base import VectorIndex, VectorItem
@@ -50,8 +51,9 @@ class SemanticMemory:
     """Facts of every user: storage, resolution, search. Thread-safe through ``lock``."""
 
     def __init__(self, rows: FactRepository, index: VectorIndex, embedder: Embedder, config: FactConfig,
-                 lock: threading.RLock, *, max_metadata_bytes: int) -> None:
+                 lock: threading.RLock, *, max_metadata_bytes: int, owed: OwedRows) -> None:
         self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
+        self.owed = owed  # what the index owes, beside the rows (store/pending_deletes.py)
         # MemoryConfig.max_metadata_bytes: what an import takes, so what a write stores exports whole
         self.max_metadata_bytes = max_metadata_bytes
 
@@ -311,15 +313,14 @@ class SemanticMemory:
 
     def delete(self, user_id: str, fact_id: str) -> None:
         """Remove a fact (row and vector); the history keeps a ``delete`` entry."""
-        gone = [f"fact:{fact_id}"]  # its vector: owed, with the row's deletion, till the index deletes it
         with self.lock:
             old = self.get(user_id, fact_id)
             with self.rows.unit() as u:
                 u.delete_fact(user_id, fact_id)
-                owed = u.owe_vectors(user_id, vectors=gone)
+                owed = u.owe_vectors(user_id, vectors=[f"fact:{fact_id}"])  # till the index deletes it
                 log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {},
                            max_bytes=self.max_metadata_bytes)
-            forgetting.delete_owed(self.rows, self.index, owed, what="the fact is")
+            forgetting.delete_owed(self.owed, self.index, owed, what="the fact is")
 
     def restore(self, facts: Sequence[Fact], history: Sequence[tuple[str, FactChange]] = ()) -> int:
         """Write facts as they were exported, and (user, entry) of their history and of facts no
@@ -335,9 +336,7 @@ class SemanticMemory:
                     u.insert_fact(fact, vector)
                 for user_id, change in history:
                     u.record_history(user_id, change)
-            # an id deleted before whose vector the index still owes: that one goes first (a failure
-            # leaves these pending, indexed by the next open)
-            forgetting.pay_before_storing(self.rows, self.index, vectors=[f"fact:{f.id}" for f in facts])
+            forgetting.pay_before_storing(self.owed, self.index, vectors=[f"fact:{f.id}" for f in facts])  # old first
             self._upsert_vectors([(f, v) for f, v in zip(facts, vecs) if f.valid])
             self._settle([f for f in facts if f.valid])
         return len(facts)

@@ -21,22 +21,13 @@ chunks, an invalid fact none) or, between that check and the index's delete, the
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
-from typing import Collection, Protocol, Sequence
+from typing import Collection, Sequence
 
 from ..guard import vector_errors_typed
 from ..store.base import RecordStore
-from ..store.pending_deletes import PENDING_DELETIONS, TURN, OwedVector, changed, legacy_entries
+from ..store.pending_deletes import PENDING_DELETIONS, TURN, OwedRows, OwedVector, changed, legacy_entries
 from ..vector.base import VectorIndex
 from .chunking import vector_ids
-
-
-class Payments(Protocol):
-    """Where the entries live: the record store, or a layer repository beside it."""
-
-    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]: ...
-
-    def paying(self, owed: Sequence[OwedVector]) -> AbstractContextManager[list[OwedVector]]: ...
 
 
 #: what a deletion's error says of its vectors when the index failed
@@ -52,7 +43,7 @@ def owed_ids(owed: Sequence[OwedVector], long: Collection[str] | None = None) ->
     return [*vector_ids(turns, long), *sorted({e.item_id for e in owed if e.kind != TURN})]
 
 
-def delete_owed(payer: Payments, index: VectorIndex, owed: Sequence[OwedVector], *, what: str,
+def delete_owed(rows: OwedRows, index: VectorIndex, owed: Sequence[OwedVector], *, what: str,
                 long: Collection[str] | None = None) -> int:
     """Delete the vectors of ``owed`` (entries a deletion recorded) from ``index`` and clear the
     entries; returns how many were paid (an entry another payer paid meanwhile is not).
@@ -63,14 +54,14 @@ def delete_owed(payer: Payments, index: VectorIndex, owed: Sequence[OwedVector],
     """
     if not owed:
         return 0
-    with payer.paying(owed) as due:
+    with rows.paying(owed) as due:
         if due:
             with vector_errors_typed(f"{what} {STILL_OWED}"):
                 index.delete(owed_ids(due, long))
         return len(due)
 
 
-def pay_before_storing(payer: Payments, index: VectorIndex, *, turns: Sequence[str] = (),
+def pay_before_storing(rows: OwedRows, index: VectorIndex, *, turns: Sequence[str] = (),
                        vectors: Sequence[str] = ()) -> None:
     """Pay what is owed of these turn and vector ids, about to be written again, before their new
     vectors are (one look-up when nothing is owed).
@@ -80,7 +71,7 @@ def pay_before_storing(payer: Payments, index: VectorIndex, *, turns: Sequence[s
             new rows pending (indexed after the next payment).
     """
     if turns or vectors:
-        delete_owed(payer, index, payer.owed_for(turns=turns, vectors=vectors),
+        delete_owed(rows, index, rows.owed_for(turns=turns, vectors=vectors),
                     what="rows stored again under ids whose earlier rows were")
 
 
@@ -90,7 +81,7 @@ def take_legacy(store: RecordStore) -> int:
     the table first: a crash between the two leaves them in both, moved again (once) next time."""
     found, moved = legacy_entries(store.get_meta(PENDING_DELETIONS))
     if found:
-        store.owe(found)
+        store.owed_rows.owe(found)
         store.change_meta(PENDING_DELETIONS, lambda raw: changed(raw, remove=moved))
     return len(found)
 
@@ -104,10 +95,10 @@ def pay_owed(store: RecordStore, index: VectorIndex) -> int:
     """
     take_legacy(store)
     paid = 0
-    while due := store.owed(BATCH):
-        done = delete_owed(store, index, due, what="rows are")
+    while due := store.owed_rows.owed(BATCH):
+        done = delete_owed(store.owed_rows, index, due, what="rows are")
         paid += done
-        if not done and store.owed(BATCH) == due:  # held by another payer: it pays them
+        if not done and store.owed_rows.owed(BATCH) == due:  # held by another payer: it pays them
             break
     return paid
 
@@ -117,11 +108,11 @@ def all_owed(store: RecordStore) -> list[OwedVector]:
     drops every vector, clears with :func:`clear_owed` once the index is empty (an entry owed
     after the drop is paid, not cleared)."""
     take_legacy(store)
-    return store.owed(2**62)
+    return store.owed_rows.owed(2**62)
 
 
 def clear_owed(store: RecordStore, owed: Sequence[OwedVector]) -> None:
     """Clear ``owed`` without asking the index (it dropped every vector)."""
     for start in range(0, len(owed), BATCH):
-        with store.paying(owed[start:start + BATCH]):
+        with store.owed_rows.paying(owed[start:start + BATCH]):
             pass

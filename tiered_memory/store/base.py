@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import logging
-from contextlib import AbstractContextManager
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 from ..types import SessionInfo, StoredMessage
-from .pending_deletes import OwedVector
+from .pending_deletes import OwedRows
 
 
 @runtime_checkable
@@ -242,21 +241,8 @@ class RecordStore(Protocol):
         workers changing the key at once wait for each other, so neither change is lost, as
         one may be between a :meth:`get_meta` and a :meth:`set_meta`."""
 
-    # ---- the deletions the vector index owes (.pending_deletes) ----------------------------
-    def owe(self, owed: Sequence[OwedVector]) -> None:
-        """Record ``owed`` (a deletion's own entries are written by the transaction that deletes
-        its rows: ``delete_message``, ``clear_session``, the layer units)."""
-
-    def owed(self, limit: int) -> list[OwedVector]:
-        """Up to ``limit`` entries still owed, oldest first."""
-
-    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
-        """The entries, of any user, of these turn ids and vector ids."""
-
-    def paying(self, owed: Sequence[OwedVector]) -> AbstractContextManager[list[OwedVector]]:
-        """One transaction paying ``owed``: yields those still owed, held (another payer, or a write
-        paying one of them first, waits) while the caller deletes their vectors from the index,
-        and deletes them when the block ends; an error in the block leaves them all owed."""
+    #: the deletions the vector index owes, one row each (:class:`~.pending_deletes.OwedRows`)
+    owed_rows: OwedRows
 
     def close(self) -> None: ...
 

@@ -42,7 +42,6 @@ from .layer_codec import (
     working_from_row,
 )
 from .layer_unit import SESSION_WORKING, LayerUnit
-from .pending_deletes import OwedVector
 from .repositories import Scored
 from .stored_values import count, json_dict, number, text
 
@@ -86,14 +85,6 @@ class LayerStore:
         """Serialise writes to one session across workers until ``c`` commits (a no-op on SQLite:
         its write transaction, ``BEGIN IMMEDIATE``, already excludes every other writer of the file)."""
 
-    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
-        found: list[OwedVector] = self.db.owed_for(turns=turns, vectors=vectors)
-        return found
-
-    def paying(self, owed: Sequence[OwedVector]) -> AbstractContextManager[list[OwedVector]]:
-        """The record store's :meth:`~.base.RecordStore.paying`: the entries live beside the rows."""
-        paying: AbstractContextManager[list[OwedVector]] = self.db.paying(owed)
-        return paying
 
     # ---- the unit of work -------------------------------------------------------
     @contextmanager

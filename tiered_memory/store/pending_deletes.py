@@ -34,8 +34,10 @@ SQLite, whose write transaction already excludes every other writer).
 from __future__ import annotations
 
 import json
+import time
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence
 
 #: the meta key of the users whose forget_user is unfinished (and of earlier versions' entries)
 PENDING_DELETIONS = "pending_forget_users"
@@ -73,11 +75,16 @@ def entries(user_id: str, *, turns: Iterable[str] = (), vectors: Iterable[str] =
     return sorted({*(OwedVector(user_id, TURN, t) for t in turns), *(OwedVector(user_id, VECTOR, v) for v in vectors)})
 
 
+def _many(c: Any) -> Any:
+    """``c``'s ``executemany`` (sqlite3's connection has one, psycopg's cursors)."""
+    return c.executemany if hasattr(c, "executemany") else c.cursor().executemany
+
+
 def owe_in(c: Any, owed: Sequence[OwedVector], at: float, *, p: str = "?") -> None:
     """Record ``owed`` inside the caller's open transaction ``c``: what a deletion owes commits
     with the rows' deletion, or not at all. An entry owed already keeps one row (the later time)."""
     if owed:
-        c.executemany(f"INSERT INTO owed_vectors ({_COLS}, owed_at) VALUES ({p}, {p}, {p}, {p})"
+        _many(c)(f"INSERT INTO owed_vectors ({_COLS}, owed_at) VALUES ({p}, {p}, {p}, {p})"
                       " ON CONFLICT (kind, item_id, user_id) DO UPDATE SET owed_at=excluded.owed_at",
                       [(*e, at) for e in sorted(set(owed))])
 
@@ -112,17 +119,59 @@ def owed_for_in(c: Any, *, turns: Sequence[str] = (), vectors: Sequence[str] = (
 
 
 def owed_in(c: Any, limit: int, *, p: str = "?") -> list[OwedVector]:
-    """Up to ``limit`` entries, oldest first."""
+    """Up to ``limit`` entries, in key order (the primary key's: a backlog of any size is read
+    batch by batch without sorting it)."""
     return [OwedVector(*r) for r in c.execute(
-        f"SELECT {_COLS} FROM owed_vectors ORDER BY owed_at, kind, item_id, user_id LIMIT {p}", (limit,)).fetchall()]
+        f"SELECT {_COLS} FROM owed_vectors ORDER BY kind, item_id, user_id LIMIT {p}", (limit,)).fetchall()]
 
 
 def paid_in(c: Any, paid: Sequence[OwedVector], *, p: str = "?") -> None:
     """Delete the entries the index has paid, each by its key (an entry owed again since stays
     only if a deletion wrote it after this transaction: the payer holds the rows it read)."""
     if paid:
-        c.executemany(f"DELETE FROM owed_vectors WHERE kind={p} AND item_id={p} AND user_id={p}",
+        _many(c)(f"DELETE FROM owed_vectors WHERE kind={p} AND item_id={p} AND user_id={p}",
                       [(e.kind, e.item_id, e.user_id) for e in paid])
+
+
+class OwedRows:
+    """The ``owed_vectors`` table of one record store (its ``owed_rows``), outside a deletion.
+
+    Args:
+        transaction: the store's write transaction (a connection taking ``p`` placeholders).
+        read: runs a function of a connection outside a write transaction.
+        p: the dialect's placeholder. lock: what locks rows read (see the module docstring).
+    """
+
+    def __init__(self, transaction: Callable[[], AbstractContextManager[Any]],
+                 read: Callable[[Callable[[Any], Any]], Any], *, p: str = "?", lock: str = "") -> None:
+        self._transaction, self._read, self._p, self._lock = transaction, read, p, lock
+
+    def owe(self, owed: Sequence[OwedVector]) -> None:
+        """Record ``owed`` (a deletion's own entries are written by its transaction: :func:`owe_in`)."""
+        if owed:
+            with self._transaction() as c:
+                owe_in(c, owed, time.time(), p=self._p)
+
+    def owed(self, limit: int) -> list[OwedVector]:
+        """Up to ``limit`` entries still owed (:func:`owed_in`)."""
+        return list(self._read(lambda c: owed_in(c, limit, p=self._p)))
+
+    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
+        """The entries, of any user, of these turn ids and vector ids."""
+        return list(self._read(lambda c: owed_for_in(c, turns=turns, vectors=vectors, p=self._p)))
+
+    @contextmanager
+    def paying(self, owed: Sequence[OwedVector]) -> Iterator[list[OwedVector]]:
+        """One transaction paying ``owed``: yields those still owed, held (another payer, or a write
+        paying one of them first, waits) while the caller deletes their vectors from the index,
+        and deletes them when the block ends; an error in the block leaves them all owed."""
+        if not owed:
+            yield []
+            return
+        with self._transaction() as c:
+            due = lock_due_in(c, owed, p=self._p, lock=self._lock)
+            yield due
+            paid_in(c, due, p=self._p)
 
 
 # ---- the meta record: users of unfinished forget_user calls, and earlier versions' entries ----

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS, pend_duplicates, read_duplicates
 from .filters import postgres_filter
-from .pending_deletes import OwedVector, entries, lock_due_in, owe_in, owed_for_in, owed_in, paid_in
+from .pending_deletes import OwedRows, entries, owe_in
 from .postgres_db import DEFAULT_SCHEMA, PostgresDatabase, lock_key
 from .postgres_keywords import tsquery
 from .postgres_schema import MIGRATIONS
@@ -76,6 +75,7 @@ class PostgresRecordStore(PostgresDatabase):
         super().__init__(url, schema=schema, min_size=min_size, max_size=max_size,
                          connect_timeout=connect_timeout)
         self.user_scan_rows = user_scan_rows
+        self.owed_rows = OwedRows(self.transaction, self.read, p="%s", lock=" FOR UPDATE")
         try:
             self.migrate("core", MIGRATIONS)
         except BaseException:
@@ -139,7 +139,7 @@ class PostgresRecordStore(PostgresDatabase):
             c.execute(pend_duplicates("%s", user="%s"), (user_id, message_id))
             if not c.execute("DELETE FROM messages WHERE user_id=%s AND id=%s", (user_id, message_id)).rowcount:
                 return False
-            owe_in(c.cursor(), entries(user_id, turns=[message_id]), time.time(), p="%s")  # till the index deletes them
+            owe_in(c, entries(user_id, turns=[message_id]), time.time(), p="%s")  # till the index deletes them
             return True
 
         return bool(self.write(run))
@@ -150,7 +150,7 @@ class PostgresRecordStore(PostgresDatabase):
                       (user_id, user_id, session_id))
             ids = [r[0] for r in c.execute("DELETE FROM messages WHERE user_id=%s AND session_id=%s RETURNING id",
                                            (user_id, session_id)).fetchall()]
-            owe_in(c.cursor(), entries(user_id, turns=ids), time.time(), p="%s")  # their vectors owed
+            owe_in(c, entries(user_id, turns=ids), time.time(), p="%s")  # their vectors owed
             return ids
 
         return list(self.write(run))
@@ -195,27 +195,6 @@ class PostgresRecordStore(PostgresDatabase):
             " AND NOT EXISTS (SELECT 1 FROM messages o WHERE o.id = m.duplicate_of)"
             f" RETURNING {', '.join('m.' + col.strip() for col in _COLUMNS.split(','))}", params).fetchall())
         return sorted((_row(r) for r in rows), key=lambda r: r.seq)
-
-    # ---- the deletions the vector index owes (pending_deletes.py) --------
-    def owe(self, owed: Sequence[OwedVector]) -> None:
-        if owed:
-            self.write(lambda c: owe_in(c.cursor(), owed, time.time(), p="%s"))
-
-    def owed(self, limit: int) -> list[OwedVector]:
-        return list(self.read(lambda c: owed_in(c, limit, p="%s")))
-
-    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
-        return list(self.read(lambda c: owed_for_in(c, turns=turns, vectors=vectors, p="%s")))
-
-    @contextmanager
-    def paying(self, owed: Sequence[OwedVector]) -> Iterator[list[OwedVector]]:
-        if not owed:
-            yield []
-            return
-        with self.transaction() as c:  # the entries' rows held (FOR UPDATE) till they are deleted
-            due = lock_due_in(c, owed, p="%s", lock=" FOR UPDATE")
-            yield due
-            paid_in(c.cursor(), due, p="%s")
 
     # ---- reads ----------------------------------------------------------
     def get_messages(

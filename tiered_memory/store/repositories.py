@@ -39,14 +39,6 @@ class OwedWrites(Protocol):
         the entries."""
 
 
-class OwedPayments(Protocol):
-    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
-        """The record store's :meth:`~.base.RecordStore.owed_for`."""
-
-    def paying(self, owed: Sequence[OwedVector]) -> AbstractContextManager[list[OwedVector]]:
-        """The record store's :meth:`~.base.RecordStore.paying` (the entries live beside the rows)."""
-
-
 class AuditWrites(OwedWrites, Protocol):
     def audit(self, user_id: str, layer: str, item_id: str, action: str, details: Mapping[str, Any],
               at: float) -> None:
@@ -92,7 +84,7 @@ class FactWrites(AuditWrites, Protocol):
         """One access per listed id (ids may repeat), last access ``now``."""
 
 
-class FactRepository(OwedPayments, Protocol):
+class FactRepository(Protocol):
     def fact(self, user_id: str, fact_id: str) -> Fact | None:
         """A fact that is not deleted (valid or invalidated)."""
 
@@ -175,7 +167,7 @@ class EpisodeWrites(AuditWrites, Protocol):
     def touch_episodes(self, user_id: str, ids: Sequence[str], now: float) -> None: ...
 
 
-class EpisodeRepository(OwedPayments, Protocol):
+class EpisodeRepository(Protocol):
     def episodes_of(self, user_id: str | None, session_id: str | None = None) -> list[Episode]:
         """Episodes by end time (of every user when ``user_id`` is ``None``)."""
 
@@ -289,7 +281,7 @@ class ItemWrites(OwedWrites, Protocol):
         """Restart the TTL of these items (those that have one) from ``now``."""
 
 
-class ItemRepository(OwedPayments, Protocol):
+class ItemRepository(Protocol):
     """Reads take ``live_at``: when given, items that expired by then are left out."""
 
     def item(self, namespace: Sequence[str], key: str, live_at: float | None = None) -> Item | None: ...

@@ -10,13 +10,12 @@ import json
 import sqlite3
 from pathlib import Path
 import time
-from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS, pend_duplicates, read_duplicates
 from .filters import sqlite_filter
-from .pending_deletes import OwedVector, entries, lock_due_in, owe_in, owed_for_in, owed_in, paid_in
+from .pending_deletes import OwedRows, entries, owe_in
 from .sqlite_db import APP_ID, SQLiteDatabase
 from .sqlite_keywords import KeywordSearch, fill_missing, insert_deferred, tag_of, tags_for
 from .sqlite_schema import MIGRATIONS, user_tables
@@ -66,6 +65,7 @@ class SQLiteRecordStore(SQLiteDatabase):
     def __init__(self, path: str | Path, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)
         self._keywords = KeywordSearch(self.query, self.tag)
+        self.owed_rows = OwedRows(self.transaction, self._on_connection)
         try:
             self.migrate("core", MIGRATIONS)
             if not read_only:
@@ -95,6 +95,11 @@ class SQLiteRecordStore(SQLiteDatabase):
             )
             if rows:
                 c.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (ROWID_KEY, str(start + len(rows) - 1)))
+
+    def _on_connection(self, fn: Callable[[Any], Any]) -> Any:
+        self.check_usable()
+        with self.lock:
+            return fn(self.conn)
 
     def _fill_keywords(self) -> None:
         """Index rows written by other means than :meth:`insert_messages` (their keywords
@@ -148,32 +153,6 @@ class SQLiteRecordStore(SQLiteDatabase):
             ).fetchall():
                 self.conn.execute(f"INSERT INTO {fts}({fts}) VALUES ('optimize')")
         return ids
-
-    # ---- the deletions the vector index owes (pending_deletes.py) --------
-    def owe(self, owed: Sequence[OwedVector]) -> None:
-        if owed:
-            with self.transaction() as c:
-                owe_in(c, owed, time.time())
-
-    def owed(self, limit: int) -> list[OwedVector]:
-        self.check_usable()
-        with self.lock:
-            return owed_in(self.conn, limit)
-
-    def owed_for(self, *, turns: Sequence[str] = (), vectors: Sequence[str] = ()) -> list[OwedVector]:
-        self.check_usable()
-        with self.lock:
-            return owed_for_in(self.conn, turns=turns, vectors=vectors)
-
-    @contextmanager
-    def paying(self, owed: Sequence[OwedVector]) -> Iterator[list[OwedVector]]:
-        if not owed:
-            yield []
-            return
-        with self.transaction() as c:  # the one writer of the file till the entries are deleted
-            due = lock_due_in(c, owed)
-            yield due
-            paid_in(c, due)
 
     # ---- reads ----------------------------------------------------------
     def get_messages(
