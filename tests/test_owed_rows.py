@@ -162,3 +162,47 @@ def test_what_an_earlier_version_owes_in_meta_is_moved_into_the_table_and_paid(
         assert gone not in memory.index.ids("u") and kept in memory.index.ids("u")
         left = owed(memory.store.get_meta(PENDING_DELETIONS))
         assert (left.turns, left.vectors) == (frozenset(), frozenset()) and memory.store.owed_rows.owed(100) == []
+
+
+def _waits_or_ends(url: str, thread: threading.Thread) -> None:
+    """Poll until ``thread`` ended or a backend of the database waits for a lock."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        while thread.is_alive() and conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'").fetchone()[0] < 1:  # type: ignore[index]
+            conn.execute("SELECT pg_sleep(0.02)")
+
+
+@pytest.mark.timeout(120)
+def test_an_id_stored_again_waits_for_a_payment_of_it_in_flight(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, record_backend: Any) -> None:
+    """Another worker paying the old deletion of ``note-1`` (its entry read, its index delete under
+    way) when ``note-1`` is stored again: the write waits for that payment, so the new vector is
+    written after the old one is deleted, never before (PostgreSQL: many workers)."""
+    if not record_backend("mem"):
+        pytest.skip("SQLite has one writer at a time by design")
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
+    memory = make_memory(vector_store=index)
+    memory.add_many([{"id": "note-1", "role": "user", "content": "My bank PIN is 4921"}], session_id="s", user_id="u")
+    with pytest.raises(VectorIndexError):
+        memory.forget("note-1", user_id="u")
+    index.healthy()
+    errors: list[BaseException] = []
+
+    def store_again() -> None:
+        try:
+            memory.add_many([{"id": "note-1", "role": "user", "content": "I moved to Porto"}], session_id="s",
+                            user_id="u")
+        except BaseException as e:
+            errors.append(e)
+
+    writer = threading.Thread(target=store_again)
+    with memory.store.owed_rows.paying(memory.store.owed_rows.owed(10)) as due:  # the other worker's payment
+        assert [e.item_id for e in due] == ["note-1"]
+        writer.start()
+        _waits_or_ends(str(record_backend("mem")["record_store"]), writer)
+        index.inner.delete(["note-1"])  # its index delete, then its entries paid as the block ends
+    writer.join(60)
+    assert not writer.is_alive() and not errors, errors
+    assert "note-1" in memory.index.ids("u")
+    assert [h.text for h in memory.search("where did I move?", user_id="u", k=1)] == ["I moved to Porto"]
