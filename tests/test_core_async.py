@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from tiered_memory import MemoryContext, TieredMemory
+from tiered_memory import MemoryContext, TieredMemory, WorkingMemory
 
 
 async def test_sync_methods_work_inside_a_running_event_loop(memory):
@@ -57,6 +57,35 @@ def test_twins_share_signatures():
         sync, twin = getattr(TieredMemory, name), getattr(TieredMemory, "a" + name)
         assert inspect.iscoroutinefunction(twin), name
         assert inspect.signature(sync) == inspect.signature(twin), name
+
+
+# handles a memory hands out without I/O, and a reader only tests use: nothing to run off the loop
+_NO_TWIN = {TieredMemory: {"working_memory", "item_store"}, WorkingMemory: {"items_raw"}}
+
+
+@pytest.mark.parametrize("cls", [TieredMemory, WorkingMemory])
+def test_every_public_method_has_an_async_twin_with_its_signature(cls):
+    """The house rule, checked on the class as it is, not on a list: a public method added
+    without its ``a*`` twin (or with another signature, defaults included) fails here."""
+    public = {n for n in dir(cls) if not n.startswith("_") and not isinstance(inspect.getattr_static(cls, n), property)}
+    missing, differ = [], []
+    for name in sorted(public - _NO_TWIN[cls]):
+        method = getattr(cls, name)
+        if not callable(method) or inspect.iscoroutinefunction(method):
+            continue
+        twin = getattr(cls, "a" + name, None)
+        if twin is None or not inspect.iscoroutinefunction(twin):
+            missing.append(name)
+        elif inspect.signature(method) != inspect.signature(twin):
+            differ.append(name)
+    assert (missing, differ) == ([], [])
+
+
+def test_aopen_takes_the_constructors_parameters():
+    """``aopen`` is ``TieredMemory(...)`` off the loop: its parameters are the constructor's, so a
+    type checker and an IDE see them (with ``**options`` a misspelt ``embeder=`` type-checked)."""
+    init = list(inspect.signature(TieredMemory.__init__).parameters.values())[1:]  # without self
+    assert list(inspect.signature(TieredMemory.aopen).parameters.values()) == init
 
 
 async def test_async_with_and_aclose_release_the_memory(tmp_path, embedder):

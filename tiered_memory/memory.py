@@ -274,11 +274,25 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         self.close()
 
     @classmethod
-    async def aopen(cls, path: str | os.PathLike[str] | None = None, **options: Any) -> "TieredMemory":
-        """``TieredMemory(path, **options)`` made in a worker thread: opening reads the store and,
+    async def aopen(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        config: MemoryConfig | None = None,
+        embedder: Embedder | None = None,
+        vector_store: VectorIndex | str | None = None,
+        record_store: RecordStore | str | None = None,
+        token_counter: TokenCounter | None = None,
+        llm: Any = None,
+        clock: Callable[[], float] | None = None,
+    ) -> "TieredMemory":
+        """``TieredMemory(path, ...)`` made in a worker thread: opening reads the store and,
         after an unclean close, repairs it (re-embedding what its index lacks), which would hold
-        up an event loop. ``async with await TieredMemory.aopen(path) as memory: ...``"""
-        return await open_in_thread(cls, path, **options)
+        up an event loop. ``async with await TieredMemory.aopen(path) as memory: ...``
+        The parameters are the constructor's, spelt out so type checkers see them (a test keeps
+        them equal)."""
+        return await open_in_thread(cls, path, config=config, embedder=embedder, vector_store=vector_store,
+                                    record_store=record_store, token_counter=token_counter, llm=llm, clock=clock)
 
     async def __aenter__(self) -> "TieredMemory":
         self._calls.check()
