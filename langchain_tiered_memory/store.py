@@ -241,8 +241,11 @@ class TieredMemoryStore(NamespaceCheckedStore):
                 paths = op.index if op.index is not None else self.fields
                 text = FIELD_SEP.join(field_texts(dict(op.value), paths)) or None
             ttl = op.ttl if op.value is not None else None
+            # any Mapping, as BaseStore.put takes (a MappingProxyType, say), is stored as the dict of
+            # it, as LangGraph's InMemoryStore and SqliteStore store dict(value)
+            value = dict(op.value) if op.value is not None else None
             writes.append(ItemWrite(namespace=op.namespace, key=op.key, user_id=user,
-                                    value=op.value, text=text, ttl_minutes=ttl))
+                                    value=value, text=text, ttl_minutes=ttl))
         return writes
 
     def _search(self, op: SearchOp, refresh: list[str]) -> list[SearchItem]:

@@ -102,9 +102,9 @@ def check_op(op: Op) -> None:
         check_paths(op.index, "index (or False, or None for the store's fields)")
     if isinstance(op, PutOp) and op.value is not None:
         if not isinstance(op.value, Mapping):
-            raise ItemValueError(f"an item value must be a dict, got {type(op.value).__name__}")
-        try:  # the core's check, before anything in the batch runs
-            encode_json(op.value, "item value")
+            raise ItemValueError(f"an item value must be a dict (any Mapping), got {type(op.value).__name__}")
+        try:  # the core's check, before anything in the batch runs; any Mapping is stored as a dict
+            encode_json(dict(op.value), "item value")
         except InvalidInputError as e:
             raise ItemValueError(f"{e} (no sets, datetimes, NaN, non-string keys)") from e
     if isinstance(op, SearchOp):
