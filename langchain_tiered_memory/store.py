@@ -237,9 +237,10 @@ class TieredMemoryStore(NamespaceCheckedStore):
             user = self._owner(op.namespace, op.key)
             text = None
             if op.value is not None and op.index is not False:
-                # one part (and so one vector) per field text; keyword search sees them all
+                # one part (and so one vector) per field text; keyword search sees them all. A
+                # FIELD_SEP inside a text would split that field into several parts: it is a space
                 paths = op.index if op.index is not None else self.fields
-                text = FIELD_SEP.join(field_texts(dict(op.value), paths)) or None
+                text = FIELD_SEP.join(t.replace(FIELD_SEP, " ") for t in field_texts(dict(op.value), paths)) or None
             ttl = op.ttl if op.value is not None else None
             # any Mapping, as BaseStore.put takes (a MappingProxyType, say), is stored as the dict of
             # it, as LangGraph's InMemoryStore and SqliteStore store dict(value)

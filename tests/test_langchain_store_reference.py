@@ -302,3 +302,18 @@ def test_a_semantic_search_never_crosses_owners_unlike_in_memory_store(stores: S
     assert ours == theirs
     ours, theirs = both(stores, lambda s: ranked(s.search(("u2",), query="coffee or tea")))
     assert close(ours, theirs) and len(ours) == 1
+
+
+def test_a_field_text_holding_the_field_separator_is_still_one_field(memory: TieredMemory, embedder: Embedder) -> None:
+    # the core keeps an item's field texts in one text, split at "\x1e" (FIELD_SEP) into one vector each,
+    # at most 16. A field whose own text held "\x1e" was split too: 20 of them pushed the next field
+    # into the shared last vector, and that field no longer scored as itself (InMemoryStore: 1.0)
+    embed = TieredMemoryEmbeddings(embedder)
+    reference = InMemoryStore(index={"dims": len(embed.embed_query("dims")), "embed": embed, "fields": ["a", "b"]})
+    stores = (TieredMemoryStore(memory, fields=["a", "b"]), reference)
+    value = {"a": "\x1e".join(f"part {n}" for n in range(20)), "b": "Drinks green tea every morning"}
+    for store in stores:
+        store.put(("u1", "n"), "k", value)
+    ours, theirs = both(stores, lambda s: ranked(s.search(("u1",), query="Drinks green tea every morning")))
+    assert close(ours, theirs) and theirs[0][2] == pytest.approx(1.0, abs=1e-4), (ours, theirs)
+    assert stores[0].get(("u1", "n"), "k").value == value  # type: ignore[union-attr]  # the value as it was put
