@@ -80,7 +80,7 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from tiered_memory import TieredMemory
 from tiered_memory.aio import call_in_thread
-from tiered_memory.errors import InvalidInputError, UsageError
+from tiered_memory.errors import InvalidInputError, UsageError, VectorIndexError
 from tiered_memory.records import Item as CoreItem
 from tiered_memory.layers.items import FIELD_SEP, SHARED_OWNER, ItemStore, ItemWrite, check_ttl
 from tiered_memory.validation import check_id, check_optional_id, nearest_time
@@ -289,7 +289,11 @@ class TieredMemoryStore(NamespaceCheckedStore):
         if refresh:  # one write for every TTL the reads restart
             self.items.refresh(list(dict.fromkeys(refresh)))
         if plan.writes:
-            self.items.write_many(self._writes(plan.writes))
+            try:
+                self.items.write_many(self._writes(plan.writes))
+            except VectorIndexError:  # rows stored, vectors refused: the next call restores them
+                self._repaired = False
+                raise
         return spread_results(plan, read_results)
 
     async def _arun_checked(self, ops: list[Op]) -> list[Result]:

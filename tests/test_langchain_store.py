@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -322,3 +323,24 @@ async def test_an_empty_namespace_for_an_item_fails_as_langgraph_refuses_it_and_
     clock.t += 6 * 60  # 12 minutes after the put: no get in a refused batch restarted its clock
     assert store.get(("u1",), "k", refresh_ttl=False) is None
     assert store.memory.item_store().count() == 1  # that item, expired, not swept
+
+
+def test_a_put_whose_vectors_the_engine_refuses_says_so_typed_and_the_next_call_ranks_it(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    # the rows commit before the vectors go in (two engines): a custom engine's error escaped the put
+    # raw (RuntimeError), and the stored item stayed unranked (score None) for the life of the store
+    # object, whose repair runs once, at its first call
+    from tiered_memory.errors import VectorIndexError
+    from tiered_memory.testing import FailingVectorIndex
+    from tiered_memory.vector.chroma import ChromaVectorIndex
+
+    index = FailingVectorIndex(ChromaVectorIndex(str(tmp_path / "v")), fail_on=[], times=1)
+    store = TieredMemoryStore(make_memory("failing", vector_store=index), fields=["text"])
+    store.put(("u1", "n"), "bike", {"text": "Rides a red bicycle"})
+    index.fail_on = {"upsert"}
+    with pytest.raises(VectorIndexError, match="1 store items were not indexed") as raised:
+        store.put(("u1", "n"), "tea", {"text": "Drinks green tea"})
+    assert "simulated vector engine failure" in str(raised.value)
+    assert store.get(("u1", "n"), "tea").value == {"text": "Drinks green tea"}  # type: ignore[union-attr]
+    hits = store.search(("u1",), query="green tea")
+    assert [(h.key, h.score is not None) for h in hits] == [("tea", True), ("bike", True)]

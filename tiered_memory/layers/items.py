@@ -40,7 +40,7 @@ import numpy as np
 from ..aio import twin
 from ..embedding import embed, embed_query
 from ..errors import InvalidInputError
-from ..guard import usable
+from ..guard import usable, vector_errors_typed
 from ..parts import Parts
 from ..recall.forgetting import delete_owed, pay_before_storing
 from ..recall.query import query_terms
@@ -61,6 +61,12 @@ __all__ = [
     "item_of_vector", "match_filter", "match_namespace", "match_value", "rank_by_similarity", "text_parts",
     "truncate_namespaces", "value_at", "vector_id",
 ]
+
+
+#: the VectorIndexError of a write whose vectors the engine refused after the rows were written
+_UNINDEXED = ("{n} store items were not indexed ({error}). Where one engine holds rows and vectors, nothing "
+             "was written; otherwise they are stored and found by get and filters, and ranked again once "
+             "ItemStore.repair() restores their vectors (TieredMemoryStore runs it at its next call)")
 
 
 # ---- the shell -----------------------------------------------------------------
@@ -158,10 +164,11 @@ class ItemStore:
                     # other text (unless one engine holds both: then nothing commits)
                     self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)])
                 if vectors is not None:
-                    self.index.upsert([
-                        VectorItem(id=vector_id(ids[(tuple(w.namespace), w.key)], n), vector=vectors[k],
-                                   user_id=w.user_id, layer=LAYER, timestamp=now)
-                        for k, (w, n, _) in enumerate(pieces)])
+                    with vector_errors_typed(_UNINDEXED.format(n=len(with_text), error="{error}")):
+                        self.index.upsert([
+                            VectorItem(id=vector_id(ids[(tuple(w.namespace), w.key)], n), vector=vectors[k],
+                                       user_id=w.user_id, layer=LAYER, timestamp=now)
+                            for k, (w, n, _) in enumerate(pieces)])
 
         self.parts.jointly(write)  # rows and vectors in one transaction where one engine holds both
         if stale:  # a deleted or overwritten item's text is gone: from the process's caches too, once a batch
