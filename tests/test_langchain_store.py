@@ -344,3 +344,14 @@ def test_a_put_whose_vectors_the_engine_refuses_says_so_typed_and_the_next_call_
     assert store.get(("u1", "n"), "tea").value == {"text": "Drinks green tea"}  # type: ignore[union-attr]
     hits = store.search(("u1",), query="green tea")
     assert [(h.key, h.score is not None) for h in hits] == [("tea", True), ("bike", True)]
+    # the engine failing a search, or the deletion of an overwritten item's old vectors (before the rows
+    # commit: nothing is written), is a VectorIndexError too, and the rows stay as they were
+    for fails, call in [("query", lambda: store.search(("u1",), query="bicycle")),
+                        ("delete", lambda: store.put(("u1", "n"), "bike", {"text": "Rides a blue bicycle"})),
+                        ("delete", lambda: store.delete(("u1", "n"), "tea"))]:
+        index.fail_on, index.failures = {fails}, 0
+        with pytest.raises(VectorIndexError, match="simulated vector engine failure"):
+            call()
+        index.fail_on = set()
+    assert store.get(("u1", "n"), "bike").value == {"text": "Rides a red bicycle"}  # type: ignore[union-attr]
+    assert [h.key for h in store.search(("u1",), query="green tea")] == ["tea", "bike"]

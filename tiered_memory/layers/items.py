@@ -68,6 +68,8 @@ _UNINDEXED = ("{n} store items were not indexed ({error}). Where one engine hold
              "was written; otherwise they are stored and found by get and filters, and ranked again once "
              "ItemStore.repair() restores their vectors (TieredMemoryStore runs it at its next call)")
 
+_REPAIR_FAILED = "restoring store item vectors failed ({error}); the items are kept: repair again"
+
 
 # ---- the shell -----------------------------------------------------------------
 class ItemStore:
@@ -162,7 +164,8 @@ class ItemStore:
                     # vectors before the commit and gets its new ones after it, so a crash or failure
                     # between the two leaves a vector missing (repair() restores it), never one of the
                     # other text (unless one engine holds both: then nothing commits)
-                    self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)])
+                    with vector_errors_typed("nothing of the store write was written: the vector engine failed ({error})"):
+                        self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)])
                 if vectors is not None:
                     with vector_errors_typed(_UNINDEXED.format(n=len(with_text), error="{error}")):
                         self.index.upsert([
@@ -208,15 +211,17 @@ class ItemStore:
         vectors of items that no longer exist. Returns how many vectors were restored."""
         want = {vector_id(i.id, n): (i, t) for i in self.db.items_with_text()
                 for n, t in enumerate(text_parts(i.text or ""))}
-        have = {i for i in self.index.ids() if i.startswith("item:")}
-        self.index.delete(sorted(have - set(want)))
+        with vector_errors_typed(_REPAIR_FAILED):
+            have = {i for i in self.index.ids() if i.startswith("item:")}
+            self.index.delete(sorted(have - set(want)))
         todo = sorted(set(want) - have)
         for start in range(0, len(todo), 256):
             chunk = todo[start:start + 256]
             vectors = embed(self.parts.embedder, [want[v][1] for v in chunk])
-            self.index.upsert([VectorItem(id=v, vector=vectors[n], user_id=want[v][0].user_id,
-                                          layer=LAYER, timestamp=want[v][0].updated_at)
-                               for n, v in enumerate(chunk)])
+            with vector_errors_typed(_REPAIR_FAILED):
+                self.index.upsert([VectorItem(id=v, vector=vectors[n], user_id=want[v][0].user_id,
+                                              layer=LAYER, timestamp=want[v][0].updated_at)
+                                   for n, v in enumerate(chunk)])
         return len(todo)
 
     # ---- reads -------------------------------------------------------------
@@ -303,6 +308,12 @@ class ItemStore:
             ranked += scored + [ItemHit(item=i, score=None) for i in rest if i.id not in done]
         return ranked[offset:offset + limit]
 
+    def _query(self, vectors: np.ndarray, *, user_id: str, k: int,
+               among: Sequence[str] | None = None) -> list[tuple[str, float]]:
+        """The item vectors nearest the query's (one query); a vector engine's error is a VectorIndexError."""
+        with vector_errors_typed("a store search failed in the vector engine ({error}); nothing was changed"):
+            return list(self.index.query(vectors, user_id=user_id, k=k, layers=[LAYER], among=among)[0])
+
     def _ranked(self, ns: tuple[str, ...], query: str, *, user_id: str, filter: Mapping[str, Any] | None,
                 n: int, vector: np.ndarray | None = None) -> list[ItemHit]:
         """The owner's items under ``ns`` matching ``filter``, ranked by cosine similarity to
@@ -312,7 +323,7 @@ class ItemStore:
         # held to the count every store and index takes, which no user's items reach
         n = min(max(cfg.candidates, n * 4), MAX_COUNT)
         qvec = (embed_query(self.parts.embedder, query) if vector is None else vector)[None, :]
-        vec = self.index.query(qvec, user_id=user_id, k=n, layers=[LAYER])[0]
+        vec = self._query(qvec, user_id=user_id, k=n)
         kw = self.db.keyword_items(user_id, query_terms(query), n)
         vec = best_parts(vec)
         candidates = {i.id: i for i in self._under(ns, [i for i, _ in vec] + [i for i, _ in kw])
@@ -323,7 +334,7 @@ class ItemStore:
         missed = [vector_id(i, n) for i, _ in kw if i in candidates and i not in similarity
                   for n in range(len(text_parts(candidates[i].text or "")))]
         if missed:
-            found = self.index.query(qvec, user_id=user_id, k=len(missed), layers=[LAYER], among=missed)[0]
+            found = self._query(qvec, user_id=user_id, k=len(missed), among=missed)
             similarity.update(best_parts(found))
         kw_rank = {i: r for r, (i, _) in enumerate((i, s) for i, s in kw if i in candidates)}
         order = rank_by_similarity(similarity, kw_rank, {i: c.updated_at for i, c in candidates.items()})
@@ -342,8 +353,7 @@ class ItemStore:
         if not among or n <= 0:
             return []
         by_id = {i.id: i for i in items}
-        found = self.index.query(qvec[None, :], user_id=user_id, k=min(len(among), n * MAX_PARTS),
-                                 layers=[LAYER], among=among)[0]
+        found = self._query(qvec[None, :], user_id=user_id, k=min(len(among), n * MAX_PARTS), among=among)
         similarity = {i: s for i, s in best_parts(found) if i in by_id}
         order = rank_by_similarity(similarity, {}, {i: by_id[i].updated_at for i in similarity})[:n]
         return [ItemHit(item=by_id[i], score=similarity[i],
