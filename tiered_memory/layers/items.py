@@ -67,7 +67,6 @@ __all__ = [
 _UNINDEXED = ("{n} store items were not indexed ({error}). Where one engine holds rows and vectors, nothing "
              "was written; otherwise they are stored and found by get and filters, and ranked again once "
              "ItemStore.repair() restores their vectors (TieredMemoryStore runs it at its next call)")
-
 _REPAIR_FAILED = "restoring store item vectors failed ({error}); the items are kept: repair again"
 
 
