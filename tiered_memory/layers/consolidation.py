@@ -269,34 +269,36 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
     planned_as = {f.id: (f.text, f.type, f.polarity, f.key) for f in facts}
     limit = layers.parts.config.max_metadata_bytes  # each history entry's details (log_change)
     for n, (keep, planned) in enumerate(plan, 1):
-        with layers.parts.lock:
-            # read again under the lock: another call may have deleted, replaced or edited (into what
-            # its keeper may not say) some of the group; without its keeper it waits for the next run
-            by_id = {f.id: f for f in (layers.rows.fact(user_id, i) for i in [keep, *planned])
-                     if f is not None and f.valid and (f.text, f.type, f.polarity, f.key) == planned_as[f.id]}
-            dups = [d for d in planned if d in by_id] if keep in by_id else []
-            if dups:
+
+        def merge() -> list[str]:
+            with layers.rows.unit() as u:
+                # read again in the write's transaction, held till it commits: another call or
+                # process may have deleted, replaced or edited (into what its keeper may not say)
+                # some of the group since the plan; without its keeper it waits for the next run
+                by_id = {f.id: f for f in u.held_facts(user_id, [keep, *planned])
+                         if f.valid and (f.text, f.type, f.polarity, f.key) == planned_as[f.id]}
+                dups = [d for d in planned if d in by_id] if keep in by_id else []
+                if not dups:
+                    return []
                 sources = list(dict.fromkeys(s for i in [keep, *dups] for s in by_id[i].source_ids))
+                # updated_at stays the newest of the group: a merge is not new evidence
+                u.absorb_facts(keep, source_ids=sources,
+                               access_count=sum(by_id[d].access_count for d in dups),
+                               last_access=max((a for d in dups if (a := by_id[d].last_access) is not None),
+                                               default=None),
+                               updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
+                # why each went: its similarity to the keeper (rounded: a reading, not a key)
+                gone = [d for d in dups if soft_delete(u, user_id, d, "merge", now, {
+                    "merged_into": keep, "similarity": round(planned[d], 3)}, max_bytes=limit)]
+                if gone:  # the keeper changed too (sources, accesses): its history says from what
+                    log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
+                               {"absorbed": gone}, max_bytes=limit)
+            owed = entries(user_id, vectors=[f"fact:{d}" for d in dups])  # by soft_delete, till paid
+            delete_owed(layers.parts.store.owed_rows, layers.parts.index, owed, what="merged facts are")
+            return dups
 
-                def merge() -> None:
-                    with layers.rows.unit() as u:
-                        # updated_at stays the newest of the group: a merge is not new evidence
-                        u.absorb_facts(keep, source_ids=sources,
-                                       access_count=sum(by_id[d].access_count for d in dups),
-                                       last_access=max((a for d in dups if (a := by_id[d].last_access) is not None),
-                                                       default=None),
-                                       updated_at=max(by_id[i].updated_at for i in [keep, *dups]))
-                        # why each went: its similarity to the keeper (rounded: a reading, not a key)
-                        gone = [d for d in dups if soft_delete(u, user_id, d, "merge", now, {
-                            "merged_into": keep, "similarity": round(planned[d], 3)}, max_bytes=limit)]
-                        if gone:  # the keeper changed too (sources, accesses): its history says from what
-                            log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
-                                       {"absorbed": gone}, max_bytes=limit)
-                    owed = entries(user_id, vectors=[f"fact:{d}" for d in dups])  # by soft_delete, till paid
-                    delete_owed(layers.parts.store.owed_rows, layers.parts.index, owed, what="merged facts are")
-
-                layers.parts.jointly(merge)  # one transaction where one engine holds rows and vectors
-                merged.extend(dups)
+        with layers.parts.lock:  # one transaction where one engine holds rows and vectors
+            merged.extend(layers.parts.jointly(merge))
         tick("merge", n, len(plan))
     return merged
 

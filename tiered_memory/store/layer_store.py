@@ -58,6 +58,9 @@ class LayerStore:
     message_order = "rowid"
     #: the SQL function for the larger of two values
     greatest = "max"
+    #: what ends a query whose rows a unit holds till it commits (:meth:`.LayerUnit.held_facts`):
+    #: nothing on SQLite, whose write transaction (``BEGIN IMMEDIATE``) excludes every other writer
+    row_lock = ""
 
     def __init__(self, store: Any) -> None:
         self.db = store

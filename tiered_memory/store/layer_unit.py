@@ -28,6 +28,7 @@ from .layer_codec import (
     dumps,
     episode_from_row,
     episode_to_row,
+    fact_from_row,
     fact_to_row,
     id_batches,
     live,
@@ -87,6 +88,7 @@ class Dialect(Protocol):
 
     greatest: str
     message_order: str
+    row_lock: str
 
     def lock_session(self, c: Any, user_id: str, session_id: str) -> None: ...
 
@@ -154,6 +156,13 @@ class LayerUnit:
                   " ELSE last_access END" + ("" if metadata is None else ", metadata=?") + " WHERE id=?",
                   (dumps(list(source_ids)), access_count, updated_at, last_access, last_access,
                    *([] if metadata is None else [dumps(dict(metadata))]), fact_id))
+
+    def held_facts(self, user_id: str, ids: Sequence[str]) -> list[Fact]:
+        # in id order: one lock order for every worker (PostgreSQL locks each row it returns)
+        found = self._run(f"SELECT {FACT_COLS} FROM facts WHERE user_id=? AND deleted_at IS NULL"
+                          f" AND id IN ({marks(len(ids))}) ORDER BY id{self._dialect.row_lock}",
+                          [user_id, *ids]).fetchall() if ids else []
+        return [fact_from_row(r) for r in found]
 
     def delete_fact(self, user_id: str, fact_id: str) -> None:
         self._run("DELETE FROM facts WHERE user_id=? AND id=?", (user_id, fact_id))

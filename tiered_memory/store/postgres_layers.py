@@ -213,6 +213,7 @@ class PostgresLayerStore(LayerStore):
     dialect = "postgres"
     message_order = "seq"
     greatest = "GREATEST"
+    row_lock = " FOR UPDATE"  # another worker's delete or edit of a held row waits for the commit
 
     def __init__(self, store: PostgresRecordStore) -> None:
         super().__init__(store)

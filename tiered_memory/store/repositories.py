@@ -71,6 +71,11 @@ class FactWrites(AuditWrites, Protocol):
         accesses of its duplicates, and their ``last_access`` where it is later than its own
         (``None``: none of them was read); ``metadata``, where given, replaces its own."""
 
+    def held_facts(self, user_id: str, ids: Sequence[str]) -> list[Fact]:
+        """Those of ``ids`` that are not deleted, as this unit sees them, held against every other
+        writer till it ends (a row lock where the engine locks rows; SQLite's write transaction
+        already excludes every other writer): a write decided on them acts on them as read."""
+
     def delete_fact(self, user_id: str, fact_id: str) -> None: ...
 
     def soft_delete_fact(self, user_id: str, fact_id: str, at: float) -> str | None:
