@@ -29,7 +29,15 @@ class MemoryLayers(MemoryEngines):
     def end_session(self, session_id: str, *, user_id: str) -> Episode:
         """Extract facts from the session's turns not yet in an episode, then compress them into an
         :class:`~tiered_memory.layers.episodic.Episode` (returned). Without an LLM, or if it fails,
-        rules do it (``metadata["method"] == "extractive"``); turns are never lost. Idempotent."""
+        rules do it (``metadata["method"] == "extractive"``); turns are never lost. Idempotent.
+
+        Turns in which nothing was said (only system or tool messages: an agent's set-up, a tool
+        run) have no conversation to summarise: no model is asked, no fact is drawn, and the
+        episode returned says so (its summary is ``extractive.NOTHING_SAID``). It covers them, so
+        the session is ended (a second call returns it; ``consolidate`` leaves the session be)
+        and ``episodes()`` lists it, but it is never indexed: never found by ``search_episodes``,
+        shown in a context's "Relevant past sessions" nor promoted into a fact. An adapter's
+        ``end_session`` returns it as any other episode."""
         episode = self._layers.end_session(check_id(user_id, "user_id"), check_id(session_id, "session_id"))
         assert episode is not None  # only the background path (evicted_only) may find nothing
         return episode

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..embedding import embed_query
 from ..layers.buffer import newest_within, select_buffer
+from ..layers.episodic import said_nothing
 from ..layers.item_recall import item_text
 from ..layers.items import ItemStore
 from ..layers.longterm import Layers
@@ -120,7 +121,7 @@ def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, use
                                                               retrieval=retrieval, vector=vector)]
     else:
         facts = sorted(layers.facts.select(user_id), key=lambda f: (-f.confidence, -f.updated_at))[:FACT_CANDIDATES]
-        episodes = list(reversed(layers.episodes.select(user_id)))[:EPISODE_CANDIDATES]
+        episodes = [e for e in reversed(layers.episodes.select(user_id)) if not said_nothing(e)][:EPISODE_CANDIDATES]
     fact_items = [_costed(ContextItem(id=f"fact:{f.id}", text=f.text, tokens=0, label=f.type), count)
                   for f in facts]
     ep_items = [_costed(ContextItem(id=f"ep:{e.id}", text=e.render(), tokens=0, timestamp=e.end, by_day=True), count)

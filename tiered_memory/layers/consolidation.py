@@ -47,7 +47,7 @@ from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..store.pending_deletes import entries
 from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
-from .episodic import EpisodicMemory
+from .episodic import EpisodicMemory, said_nothing
 from ..slots import text_slot
 from .resolution import other_slots, says_all_of
 from .semantic import SemanticMemory, log_change, soft_delete
@@ -123,7 +123,7 @@ def plan_merges(facts: Sequence[Fact], near: Sequence[Mapping[int, float]]) -> l
 
 
 def select_promotions(episodes: Sequence[Episode], min_access: int) -> list[Episode]:
-    return [e for e in episodes if e.promoted_at is None and e.access_count >= min_access]
+    return [e for e in episodes if e.promoted_at is None and e.access_count >= min_access and not said_nothing(e)]
 
 
 def select_compressions(episodes: Sequence[Episode], now: float, older_than_days: float) -> list[Episode]:

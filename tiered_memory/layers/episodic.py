@@ -33,7 +33,7 @@ from ..store.repositories import EpisodeRepository, PendingVectorSource
 from ..types import StoredMessage
 from ..quoting import label_text, quote
 from ..validation import not_blank
-from .extractive import MAX_ENTITIES, MAX_POINTS, clip
+from .extractive import MAX_ENTITIES, MAX_POINTS, NOTHING_SAID, clip
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -167,6 +167,14 @@ def rank_episodes(
     return sorted(ranked, key=lambda r: (-r[1], r[0]))
 
 
+def said_nothing(episode: Episode) -> bool:
+    """Is ``episode`` one of turns in which nothing was said (only system or tool messages: its
+    summary is :data:`~.extractive.NOTHING_SAID`)? (pure) Such an episode is kept (its turns are
+    covered: the session was ended) but has no key points: it is never searched, shown in a
+    context nor promoted. One an older version indexed is left out of the searches too."""
+    return episode.summary == NOTHING_SAID
+
+
 def count_turns(messages: Sequence[StoredMessage]) -> int:
     return sum(1 for i, m in enumerate(messages) if m.role == "user" or i == 0)
 
@@ -204,8 +212,8 @@ class EpisodicMemory:
                      turn_count=count_turns(messages), start=min(m.timestamp for m in messages),
                      end=max(m.timestamp for m in messages), source_ids=[m.id for m in messages],
                      metadata=dict(metadata), created_at=now)
-        points = ep.key_points()
-        vectors = embed(self.embedder, points)
+        points = [] if said_nothing(ep) else ep.key_points()  # nothing to recall it by
+        vectors: Any = embed(self.embedder, points) if points else []
         first_seq, last_seq = min(m.seq for m in messages), max(m.seq for m in messages)
 
         def write() -> Episode | None:
@@ -311,7 +319,8 @@ class EpisodicMemory:
         fused = hybrid.fuse(vec, kw, retrieval)
         # a key point is "ep:<episode id>:<n>", and an episode id may hold ":" (an import keeps ids)
         point_episode = {f.id: f.id.removeprefix("ep:").rpartition(":")[0] for f in fused}
-        episodes = self.load(user_id, sorted(set(point_episode.values())))
+        episodes = {i: e for i, e in self.load(user_id, sorted(set(point_episode.values()))).items()
+                    if not said_nothing(e)}  # indexed by an older version: never recalled
         ranked = rank_episodes({f.id: f.score for f in fused}, point_episode,
                                {e.id: e.end for e in episodes.values()}, now=now,
                                recency_weight=self.config.recency_weight,

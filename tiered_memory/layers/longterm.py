@@ -22,7 +22,7 @@ from ..aio import run_sync
 from .buffer import select_buffer
 from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript, transcript_spans
 from ..errors import InvalidInputError, LLMError, NotFoundError
-from .extractive import extract_episode, extract_fact_candidates
+from .extractive import QUOTED_ROLES, extract_episode, extract_fact_candidates, read_by
 from ..graphemes import cut_point
 from ..slots import text_slot
 from ..store.base import SettledSource
@@ -219,7 +219,10 @@ class Layers:
         """Compress the session's messages no episode covers yet (facts stored first, then the episode;
         ``audit``: the action and time of the audit entry written with it, in its transaction). With
         an LLM, turns more than one prompt's transcript holds make an episode a span
-        (:func:`~.episodic.transcript_spans`); the newest is returned.
+        (:func:`~.episodic.transcript_spans`); the newest is returned. Turns of which none is a
+        user's or an assistant's (only system or tool messages) make, without a model, an episode
+        that says :data:`~.extractive.NOTHING_SAID`: it covers them (the session is ended) but is
+        never recalled (:func:`~.episodic.said_nothing`).
 
         The ids are checked by the caller that takes them from a user (``TieredMemory.end_session``);
         consolidation passes the stored ones, which another writer may have left unlike any
@@ -255,12 +258,19 @@ class Layers:
         # first, each span's coverage committed with its episode (a failure leaves the rest for
         # the next call); the rules read every turn at once
         episode: Episode | None = None
-        for span in transcript_spans(msgs) if self.llm is not None else [msgs]:
+        # only system or tool messages: no conversation to summarise, nor to ask a model about;
+        # the rules' episode says so (NOTHING_SAID), and is kept but never recalled (said_nothing)
+        said = bool(read_by(msgs, QUOTED_ROLES))
+        for span in transcript_spans(msgs) if self.llm is not None and said else [msgs]:
             # both LLM calls before any write: a strict-mode failure of the episode leaves no fact
             # behind; facts are stored before the episode, so a crash between the two leaves the turns
             # uncovered and end_session redoes both (facts merge on the second pass)
-            found, meta = self.candidates(span)
-            draft, ep_meta = self.compress(span)
+            if said:
+                found, meta = self.candidates(span)
+                draft, ep_meta = self.compress(span)
+            else:
+                meta = ep_meta = {"method": "extractive", "reason": "nothing said"}
+                found, draft = [], extract_episode(span)
             self.ingest(user_id, found, meta, span)
             episode = self.episodes.save(user_id, session_id, draft, span, ep_meta, audit=audit)
             if episode is None:
