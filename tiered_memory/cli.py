@@ -94,6 +94,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--user", required=True, help="user id")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
+    c.add_argument("--dry-run", action="store_true", help="report what a run would do, and change nothing")
 
     from .cli_inspect import add_parsers
 
@@ -208,7 +209,7 @@ def _cmd_consolidate(args: argparse.Namespace, out: Callable[[str], None], err: 
 
     with _open(args, err) as memory:
         try:
-            report = memory.consolidate(args.user, progress=progress)
+            report = memory.consolidate(args.user, progress=progress, dry_run=args.dry_run)
         finally:
             for bar in bars.values():
                 bar.close()
@@ -216,9 +217,10 @@ def _cmd_consolidate(args: argparse.Namespace, out: Callable[[str], None], err: 
               "compressed": report.compressed, "archived_messages": report.archived_messages,
               "pruned": report.pruned}
     if args.json:
-        out(json.dumps(counts))
+        out(json.dumps({**counts, "dry_run": args.dry_run}))
     else:
-        out("consolidated user {!r}: ".format(args.user) + ", ".join(f"{k} {v}" for k, v in counts.items()))
+        done = "would consolidate" if args.dry_run else "consolidated"
+        out(f"{done} user {args.user!r}: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
     return EXIT_OK
 
 

@@ -43,15 +43,21 @@ class MemoryLayers(MemoryEngines):
         return episode
 
     @usable
-    def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None,
-                    ) -> ConsolidationReport:
+    def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None, *,
+                    dry_run: bool = False) -> ConsolidationReport:
         """Compress idle sessions, merge near-duplicate facts, promote often-recalled episodes, archive
-        old raw turns and prune stale memories; idempotent. See :mod:`.layers.consolidation`."""
+        old raw turns and prune stale memories; idempotent. See :mod:`.layers.consolidation`.
+
+        With ``dry_run=True``, the report this call would return (the same counts and ids; an
+        episode not yet made is named by its session's id) and nothing written: no row, no audit
+        entry, no vector deleted, no model asked (:mod:`.layers.consolidation_plan`). The accesses
+        earlier reads noted are written first, as for a run (they would be within seconds anyway)."""
         check_id(user_id, "user_id")
         check_callback(progress, "progress", 3)
+        check_flag(dry_run, "dry_run")
         self.parts.access.flush()  # promotion and pruning read the access counts
         with self._owing():
-            return self._layers.consolidate(user_id, progress)
+            return self._layers.consolidate(user_id, progress, dry_run)
 
     @usable
     def facts(self, user_id: str, type: str | None = None, include_invalid: bool = False) -> list[Fact]:

@@ -24,6 +24,9 @@ Under ``LLMConfig.strict`` a session or episode the LLM failed on is left as it 
 the other steps go on; the LLM's error is raised at the end, naming what was left and what
 was done (:func:`unfinished`).
 
+``consolidate(dry_run=True)`` returns the report a run would, writing nothing
+(:func:`~.consolidation_plan.preview`, beside the steps' pure decisions).
+
 Steps 4 and 5 judge age; a record whose time is :data:`~tiered_memory.records.NO_TIME` (one a
 read could not take, from another writer) has none, and is neither compressed nor pruned.
 """
@@ -31,153 +34,45 @@ read could not take, from another writer) has none, and is neither compressed no
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Sequence
 
-import numpy as np
-
-from ..config import ConsolidationConfig
 from ..errors import LLMError, LLMOutputError, NotFoundError
-from ..parts import Parts
 from ..recall.chunking import CHUNK_OVER
 from ..recall.forgetting import delete_owed
 from ..recall.indexing import index_orphans
-from ..recall.scoring import recency_score
-from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
+from ..records import NO_TIME, Episode
 from ..store.pending_deletes import entries
-from ..store.repositories import LayerRepository
 from ..textcache import forget_texts
-from .episodic import EpisodicMemory, said_nothing
-from ..slots import text_slot
-from .resolution import other_slots, says_all_of
-from .semantic import SemanticMemory, log_change, soft_delete
-from .working import decayed
+from .consolidation_plan import (  # the decisions: their names importable from here as before
+    STEPS,
+    Consolidating,
+    ConsolidationReport,
+    Progress,
+    near_pairs,
+    plan_merges,
+    preview,
+    promotion_candidates,
+    report_of,
+    select_compressions,
+    select_promotions,
+    should_prune,
+    stale_fact,
+    stale_item,
+    unfinished,
+)
+from .semantic import log_change, soft_delete
 
-Progress = Callable[[str, int, int], None]
-STEPS = ("sessions", "merge", "promote", "compress", "prune")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ConsolidationReport:
-    """What one :meth:`TieredMemory.consolidate` run changed."""
-
-    sessions: int = 0
-    merged: int = 0
-    promoted: int = 0
-    compressed: int = 0
-    archived_messages: int = 0
-    pruned: int = 0
-    details: dict[str, list[str]] = field(default_factory=dict)
-
-
-def near_pairs(vecs: np.ndarray, threshold: float, block: int = 256) -> list[dict[int, float]]:
-    """For each of the unit vectors ``vecs``, the indexes of those (itself included) at
-    similarity >= ``threshold``, in order, each with its similarity (pure). A block of rows at
-    a time: never every pair at once, which for a user's 50,000 facts is 10 GB."""
-    near: list[dict[int, float]] = []
-    for start in range(0, len(vecs), block):
-        for row in vecs[start:start + block] @ vecs.T:
-            at = np.flatnonzero(row >= threshold)
-            near.append(dict(zip(at.tolist(), row[at].tolist())))
-    return near
-
-
-def plan_merges(facts: Sequence[Fact], near: Sequence[Mapping[int, float]]) -> list[tuple[str, dict[str, float]]]:
-    """Groups of near-duplicates as (keeper id, {duplicate id: its similarity to the keeper}), in
-    the order they are to be merged, pure; ``near[i]``: the facts whose similarity to fact ``i`` is
-    at the merge threshold or above, with it (:func:`near_pairs`).
-
-    The keeper is the most confident, then most accessed, then oldest fact; a
-    duplicate has the same type and polarity, no other slot (``key``) and is near it,
-    and the keeper says all it says (:func:`~.resolution.says_all_of`, the rules' test for
-    an update): only the keeper's text stays, and "User has a meeting on Tuesday" is 0.95 from
-    "... on Monday" (MiniLM and the static embedder).
-
-    Planned again over what is left till nothing merges: a keeper takes its duplicates' accesses,
-    which may rank it above a fact it says all of (the next run would merge that one then).
-    """
-    access = [f.access_count for f in facts]
-    gone: set[int] = set()
-    plan: list[tuple[str, dict[str, float]]] = []
-    while True:
-        order = sorted((i for i in range(len(facts)) if i not in gone),
-                       key=lambda i: (-facts[i].confidence, -access[i], facts[i].created_at, facts[i].id))
-        rank = {i: r for r, i in enumerate(order)}
-        taken: set[int] = set()
-        found = []
-        for i in order:
-            if i in taken:
-                continue
-            taken.add(i)
-            dups = [j for j in sorted((int(j) for j in near[i] if int(j) in rank), key=rank.__getitem__)
-                    if j not in taken and facts[j].type == facts[i].type and facts[j].polarity == facts[i].polarity
-                    and not other_slots(facts[j].key, facts[i].key) and says_all_of(facts[i].text, facts[j].text)]
-            taken.update(dups)
-            if dups:
-                found.append((i, dups))
-        if not found:
-            return plan
-        for i, dups in found:  # as the merge leaves them: the keeper with its duplicates' accesses
-            access[i], gone = access[i] + sum(access[j] for j in dups), gone | set(dups)
-            plan.append((facts[i].id, {facts[j].id: near[i][j] for j in dups}))
-
-
-def select_promotions(episodes: Sequence[Episode], min_access: int) -> list[Episode]:
-    return [e for e in episodes if e.promoted_at is None and e.access_count >= min_access and not said_nothing(e)]
-
-
-def select_compressions(episodes: Sequence[Episode], now: float, older_than_days: float) -> list[Episode]:
-    return [e for e in episodes if e.compressed_at is None and e.end != NO_TIME  # no time: not old
-            and e.end < now - older_than_days * 86400]
-
-
-def promotion_candidates(episode: Episode) -> list[FactCandidate]:
-    """Facts from a frequently recalled episode: its key facts, else its decisions, else its summary.
-
-    Each in the slot its words name (:func:`~tiered_memory.slots.stated_slot`), as
-    the session's own facts are: the rules then see that a later fact of the slot replaced it
-    ("User lives in Paris" promoted after "User lives in Berlin"); :func:`consolidate` dates them
-    by the episode, so a slot's newer fact stays valid and the promoted one joins its history."""
-    sources = tuple(episode.source_ids[-20:])
-    if episode.key_facts:
-        texts, type_, confidence = episode.key_facts, "fact", 0.7
-    elif episode.decisions:
-        texts, type_, confidence = episode.decisions, "decision", 0.7
-    else:
-        texts, type_, confidence = [episode.summary], "fact", 0.6
-    return [FactCandidate(type=type_, text=t, confidence=confidence, source_ids=sources, key=key, polarity=polarity)
-            for t in texts for key, polarity in [text_slot(t)]]
-
-
-def fact_value(confidence: float, last_touch: float, now: float, half_life_days: float) -> float:
-    """A fact's value: its confidence, halved every ``half_life_days`` since its last update or access."""
-    return confidence * recency_score(last_touch, now, half_life_days)
-
-
-def should_prune(value: float, access_count: int, age_days: float, *, below: float, min_age_days: float) -> bool:
-    return access_count == 0 and age_days >= min_age_days and value < below
-
-
-class Consolidating(Protocol):
-    """What :func:`consolidate` needs: the parts, the layers, and the session and fact
-    write-back of :class:`~tiered_memory.layers.longterm.Layers` (which calls it)."""
-
-    parts: Parts
-    rows: LayerRepository
-    facts: SemanticMemory
-    episodes: EpisodicMemory
-
-    def end_session(self, user_id: str, session_id: str, *, evicted_only: bool = False,
-                    audit: tuple[str, float] | None = None) -> Episode | None: ...
-
-    def ingest(self, user_id: str, candidates: Sequence[FactCandidate], metadata: dict[str, Any],
-                     messages: Sequence[Any] = (), at: float | None = None) -> list[Fact]: ...
+__all__ = ["STEPS", "Consolidating", "ConsolidationReport", "Progress", "consolidate", "near_pairs", "plan_merges",
+           "promotion_candidates", "select_compressions", "select_promotions", "should_prune", "unfinished"]
 
 
 def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | None = None,
-                      now: float | None = None) -> ConsolidationReport:
+                      now: float | None = None, dry_run: bool = False) -> ConsolidationReport:
     """Run every step for ``user_id`` at ``now`` (default: the system clock, and the memory's
-    clock for working items); see the module docstring."""
+    clock for working items); see the module docstring. ``dry_run``: the report this run would
+    return, nothing written (:func:`~.consolidation_plan.preview`)."""
+    if dry_run:
+        return preview(layers, user_id, progress=progress, now=now)
     working_now = layers.parts.now() if now is None else now
     now = time.time() if now is None else now
     cfg = layers.parts.config.consolidation
@@ -230,35 +125,13 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
 
     archived = _compress(layers, user_id, episodes, now, tick, details)
     details["prune"] = _prune(layers, user_id, now, tick, working_now)
-    report = ConsolidationReport(
-        sessions=len(details["sessions"]), merged=sum(1 for _ in details["merge"]),
-        promoted=len(details["promote"]), compressed=len(details["compress"]), archived_messages=archived,
-        pruned=len(details["prune"]), details=details)
+    report = report_of(details, archived)
     if left:
         first = left[0][2]
         error = LLMOutputError if isinstance(first, LLMOutputError) else LLMError
         raise error(unfinished(user_id, report, [(step, i) for step, i, _ in left],
                                {"sessions": len(idle), "promote": len(promote)}, first)) from first
     return report
-
-
-def unfinished(user_id: str, report: ConsolidationReport, left: Sequence[tuple[str, str]],
-               tried: dict[str, int], error: Exception) -> str:
-    """The message of a run that the LLM kept from finishing (pure): what it left, what it did."""
-    what = {"sessions": ("idle session", "compressed"), "promote": ("episode", "promoted")}
-    parts = []
-    for step, (noun, verb) in what.items():
-        ids = [i for s, i in left if s == step]
-        if ids:
-            shown = ", ".join(repr(i) for i in ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
-            plural = "s" if tried[step] != 1 else ""
-            parts.append(f"{len(ids)} of {tried[step]} {noun}{plural} {'was' if len(ids) == 1 else 'were'} "
-                         f"not {verb}: {shown}")
-    done = ", ".join(f"{k} {getattr(report, k)}" for k in
-                     ("sessions", "merged", "promoted", "compressed", "archived_messages", "pruned"))
-    return (f"consolidate of user {user_id!r} did not finish: {'; '.join(parts)} (the LLM failed: {error}). "
-            f"Everything else was done and kept ({done}); run consolidate again once the model answers: "
-            "it does only what is left")
 
 
 def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, tick: Progress) -> list[str]:
@@ -347,22 +220,6 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
     return moved
 
 
-def _stale_fact(f: Fact, now: float, cfg: ConsolidationConfig) -> bool:
-    """Should the prune step remove ``f``? (pure; a time that could not be read has no age)"""
-    return f.updated_at != NO_TIME and should_prune(
-        fact_value(f.confidence, max(f.updated_at, f.last_access or 0.0), now, cfg.prune_fact_half_life_days),
-        f.access_count, (now - f.updated_at) / 86400, below=cfg.prune_below, min_age_days=cfg.prune_min_age_days)
-
-
-def _stale_item(i: WorkingItem, now: float, decay_per_hour: float, cfg: ConsolidationConfig) -> bool:
-    """Should the prune step remove working item ``i``? (pure) Not before it is as old as
-    ``session_idle_hours``: till then its session may still be running, and an item noted
-    with importance 0 would go before anything could read it."""
-    return i.created_at != NO_TIME and should_prune(
-        decayed(i.importance, i.created_at, now, decay_per_hour), i.access_count, (now - i.created_at) / 86400,
-        below=cfg.prune_below, min_age_days=cfg.session_idle_hours / 24)
-
-
 def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress, working_now: float) -> list[str]:
     cfg = layers.parts.config.consolidation
     decay = layers.parts.config.working.decay_per_hour
@@ -373,8 +230,8 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress, work
         # what a read just handed to a model is in use, not stale; the lock keeps other writers out
         # from here to the last prune, so a fact is judged as it is, not as it was at the run's start
         layers.parts.access.flush()
-        doomed = [f for f in layers.facts.select(user_id) if _stale_fact(f, now, cfg)]
-        stale = [i.id for i in layers.rows.live_working_items(user_id) if _stale_item(i, working_now, decay, cfg)]
+        doomed = [f for f in layers.facts.select(user_id) if stale_fact(f, now, cfg)]
+        stale = [i.id for i in layers.rows.live_working_items(user_id) if stale_item(i, working_now, decay, cfg)]
         total = len(doomed) + len(stale)
         for n, f in enumerate(doomed, 1):
             def prune() -> bool:

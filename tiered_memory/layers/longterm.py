@@ -258,10 +258,8 @@ class Layers:
         # first, each span's coverage committed with its episode (a failure leaves the rest for
         # the next call); the rules read every turn at once
         episode: Episode | None = None
-        # only system or tool messages: no conversation to summarise, nor to ask a model about;
-        # the rules' episode says so (NOTHING_SAID), and is kept but never recalled (said_nothing)
         said = bool(read_by(msgs, QUOTED_ROLES))
-        for span in transcript_spans(msgs) if self.llm is not None and said else [msgs]:
+        for span in self._spans(msgs):
             # both LLM calls before any write: a strict-mode failure of the episode leaves no fact
             # behind; facts are stored before the episode, so a crash between the two leaves the turns
             # uncovered and end_session redoes both (facts merge on the second pass)
@@ -276,6 +274,19 @@ class Layers:
             if episode is None:
                 return None
         return episode
+
+    def _spans(self, msgs: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
+        """The spans of ``msgs`` that each make an episode: a model reads one transcript, so of more
+        turns than it holds, each span one (:func:`~.episodic.transcript_spans`); the rules read every
+        turn at once, and so does a session of only system or tool messages: no conversation to
+        summarise, nor to ask a model about (the rules' episode says so, ``NOTHING_SAID``, and is
+        kept but never recalled: :func:`~.episodic.said_nothing`)."""
+        said = bool(read_by(msgs, QUOTED_ROLES))
+        return transcript_spans(msgs) if self.llm is not None and said else [list(msgs)] if msgs else []
+
+    def pending_spans(self, user_id: str, session_id: str) -> list[list[StoredMessage]]:
+        """The spans ``end_session`` would make episodes of now (a dry run's, which writes nothing)."""
+        return self._spans(self._uncovered(user_id, session_id, False))
 
     def _uncovered(self, user_id: str, session_id: str, evicted_only: bool) -> list[StoredMessage]:
         cursor = self.rows.cursor(user_id, session_id)
@@ -371,6 +382,6 @@ class Layers:
         report = {"facts_pending": self.facts.index_pending(), "episodes_pending": self.episodes.index_pending()}
         return {k: v for k, v in report.items() if v}
 
-    def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None
-                          ) -> ConsolidationReport:
-        return consolidate(self, user_id, progress=progress)
+    def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None,
+                    dry_run: bool = False) -> ConsolidationReport:
+        return consolidate(self, user_id, progress=progress, dry_run=dry_run)
