@@ -1,4 +1,4 @@
-"""The merge step against another writer between its plan and its write.
+"""The merge step against another writer between its plan and its write, and during it.
 
 A merge reads the group it planned, then writes (the keeper absorbs, the duplicates are
 soft-deleted). Another process's delete or edit of the keeper that commits between the
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -102,3 +103,50 @@ def test_a_keeper_deleted_by_a_raw_transaction_takes_no_duplicates(
     _before_first_write(memory, monkeypatch, delete)
     assert memory.consolidate("u").merged == 0
     assert [f.id for f in memory.facts("u")] == ["dup"]
+
+
+def test_another_writers_edit_waits_for_the_merge_that_holds_the_group(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside the merge's transaction, after it read the group: PostgreSQL's READ COMMITTED let
+    another process's edit of the keeper commit there, and the merge then wrote into the edited
+    fact. The group's rows are locked as read (FOR UPDATE): the edit waits for the merge's commit,
+    so it edits the merged fact (one order of the two, as if they had not overlapped)."""
+    memory = make_memory()
+    rows = memory._layers.rows
+    if rows.dialect != "postgres":
+        pytest.skip("SQLite's write transaction (BEGIN IMMEDIATE) excludes every other writer")
+    _import_facts(memory, tmp_path)
+    real = rows.unit
+    edited = threading.Event()
+    waited: list[bool] = []
+
+    def edit() -> None:
+        with rows.transaction() as db:
+            db.execute("UPDATE facts SET text=? WHERE user_id=? AND id=?", ("User enjoys sailing on lakes", "u", "keep"))
+        edited.set()
+
+    other = threading.Thread(target=edit)
+
+    @contextlib.contextmanager
+    def unit() -> Iterator[Any]:
+        with real() as u:
+            held = u.held_facts
+
+            def holding(user_id: str, ids: Any) -> Any:
+                found = held(user_id, ids)
+                if not waited:  # the first group read: another writer edits its keeper now
+                    other.start()
+                    waited.append(not edited.wait(2.0))
+                return found
+
+            monkeypatch.setattr(u, "held_facts", holding)
+            yield u
+
+    monkeypatch.setattr(rows, "unit", unit)
+    report = memory.consolidate("u")
+    other.join(30)
+    assert waited == [True]  # the edit committed inside the merge's transaction
+    assert report.details["merge"] == ["dup"]
+    [absorbed] = [h for h in memory.fact_history("u", "keep") if h.action == "absorb"]
+    assert absorbed.old_text == KEEP  # merged into the fact as it was, the edit after it
+    assert [f.text for f in memory.facts("u")] == ["User enjoys sailing on lakes"]
