@@ -40,9 +40,8 @@ from llama_index.core.memory import Memory
 from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.utils import get_tokenizer
 
-from tiered_memory import MemoryContext, Section, TieredMemory
-from tiered_memory.context.assembly import message_item
-from tiered_memory.context.render import ContextItem, drop_lowest, render_memory
+from tiered_memory import Section, TieredMemory
+from tiered_memory.context.render import drop_lowest, render_memory
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, InvalidInputError, TypedArgumentsModel, UsageError
 from tiered_memory.storable import storable_text
@@ -51,8 +50,8 @@ from tiered_memory.validation import check_flag, check_id, check_optional_id, ch
 
 from .pending import Batch, PendingWrites
 from .reopen import MemoryAddress, address_of, memory_at
-from .sections import before_the_queue, long_term_sections
-from .messages import REPAIRED_KEY, build_query, check_messages, message_text, shown_already, to_core_messages
+from .sections import long_term_sections
+from .messages import REPAIRED_KEY, build_query, check_messages, message_text, to_core_messages
 
 # Recent renders kept, so truncation works on sections, never on parsed text. Memory reads
 # every block before it truncates any: while another block awaits I/O, concurrent reads of
@@ -351,34 +350,21 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         sid = self._session(block_kwargs.get("session_id"))
         if self._pending.messages:  # kept flushes first, so this read recalls them
             await self._store_kept()
-        context = await self.memory.abuild_context(
-            build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens)
         max_chars = self.memory.config.max_content_chars
         current_texts = {storable_text(message_text(m), max_chars)[0] for m in current}
-        earlier = await self._earlier(context, current_texts, sid, len(current))
-        sections = long_term_sections(context, current_texts, earlier)
+        # the queue's turns stored as put (every_turn, arecord) are the session's newest: shown already,
+        # the core leaves them out before it fits its budget, and its recent turns are those before them
+        stored = await self.memory.aget_messages(sid, user_id=self.user_id, limit=len(current)) if current else []
+        context = await self.memory.abuild_context(
+            build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens,
+            shown=[m.id for m in stored if m.content in current_texts])
+        sections = long_term_sections(context, current_texts)
         text = render_memory(sections)
         if text:
             self._rendered[text] = sections
             while len(self._rendered) > RENDERED_KEPT:  # the oldest; another thread may have taken it
                 self._rendered.pop(next(iter(self._rendered), ""), None)
         return text
-
-    async def _earlier(self, context: MemoryContext, current_texts: set[str], sid: str,
-                       in_queue: int) -> Optional[list[ContextItem]]:
-        """The turns to show as earlier in this conversation; ``None``: the core's recent buffer.
-
-        When the buffer holds turns of the Memory's queue (stored as they were put:
-        ``every_turn``, :meth:`arecord`), those are left out, and the stored turns before them
-        take the room the core kept for recent turns; else the turns just before the queue
-        would be missing, shown only if a search found them, and that room left empty."""
-        if all(not shown_already(i.text, current_texts) for i in context.recent):
-            return None
-        buffer = self.memory.config.buffer
-        stored = await self.memory.aget_messages(sid, user_id=self.user_id, limit=in_queue + 2 * buffer.max_messages)
-        count = self.memory.count_tokens
-        return before_the_queue([message_item(m, count) for m in stored], current_texts,
-                                room=sum(i.tokens for i in context.recent), max_items=buffer.max_messages)
 
     async def atruncate(self, content: str, tokens_to_truncate: int) -> Optional[str]:
         """Drop the lowest-priority items (whole sections first from the end) until the

@@ -295,3 +295,26 @@ async def test_write_through_shows_the_turns_just_before_the_queue_as_earlier(me
         shown = decoded_items(sections)
         assert len(shown) == len(set(shown)), user  # no turn twice (earlier and relevant past turns)
     assert shown_earlier["u-write"] >= shown_earlier["u-flush"] - 2 >= 6  # about as many as after flushes
+
+
+async def test_every_turn_fills_the_block_as_flushes_do_and_repeats_no_queued_turn(memory: TieredMemory) -> None:
+    """Every turn stored as put: many relevant past turns are still in the Memory's queue. The core
+    leaves them out before it fits the budget (the block passes the queue's turns as shown), so
+    their room goes to other memories: the block comes out about as full as after flushes."""
+    rendered: dict[str, int] = {}
+    for user, mode in (("u-flush", Memory), ("u-write", WriteThroughMemory)):
+        block = TieredMemoryBlock(memory=memory, user_id=user, every_turn=mode is WriteThroughMemory)
+        mem = mode.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER,
+                                 token_limit=4000, chat_history_token_ratio=0.2, token_flush_size=100)
+        for n, topic in enumerate(TOPICS):
+            await mem.aput_messages(turn(f"Q{n}: what do you know about {topic}? Tell me at length, please.",
+                                         f"A{n}: {topic} is a subject with a long history and many details."))
+        queue = {m.content or "" for m in await mem.aget_all(status=MessageStatus.ACTIVE)}
+        assert len(queue) > 20  # a long queue, many of whose turns are relevant to the question
+        text = memory_message(await mem.aget(input="What do you know about tides and comets?"))
+        ours = text.split("<tiered_memory>\n", 1)[1].split("\n</tiered_memory>")[0]
+        shown = decoded_items(parse_memory(ours))
+        assert not set(shown) & queue, user  # no queued turn repeated in the block
+        assert len(shown) == len(set(shown)), user
+        rendered[user] = len(TOKENIZER(ours))
+    assert rendered["u-write"] >= 0.9 * rendered["u-flush"], rendered

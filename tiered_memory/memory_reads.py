@@ -7,12 +7,13 @@ counts in batches.
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from .aio import twin
 from .context.assembly import accessed, assemble, session_buffer
 from .context.render import MemoryContext
 from .embedding import embed_query
+from .errors import InvalidInputError
 from .guard import usable
 from .layers.item_recall import ITEM_LAYER, as_memory_hit, merge_by_score
 from .memory_engines import MemoryEngines, nonempty_query
@@ -20,6 +21,20 @@ from .recall.search import search_turns
 from .recall.sessions import search_sessions as find_sessions
 from .types import MemoryHit, SessionHit, SessionInfo, StoredMessage
 from .validation import check_count, check_filters, check_flag, check_id, check_query
+
+
+def shown_ids(values: object) -> frozenset[str]:
+    """``build_context``'s ``shown`` (a collection of message ids, or ``None``) as a frozenset; a
+    lone string, which would iterate as its characters, or an item that is not a string is refused."""
+    if values is None:
+        return frozenset()
+    if isinstance(values, (str, bytes)) or not isinstance(values, Collection):
+        raise InvalidInputError("shown must be a collection of message ids (a list or set of str), "
+                                f"got {type(values).__name__}")
+    bad = [v for v in values if not isinstance(v, str)]
+    if bad:
+        raise InvalidInputError(f"shown must hold message ids (str), got {type(bad[0]).__name__}")
+    return frozenset(values)
 
 
 class MemoryReads(MemoryEngines):
@@ -119,22 +134,29 @@ class MemoryReads(MemoryEngines):
     @usable
     def build_context(
         self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
-        include_items: bool = False,
+        include_items: bool = False, shown: Collection[str] | None = None,
     ) -> MemoryContext:
         """Recent turns plus working memory, known facts, past sessions and relevant past turns,
         within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.context.assembly`.
         ``include_items=True`` adds an ``items`` section: the user's LangGraph store items
-        that match the query, as quoted data like the rest."""
+        that match the query, as quoted data like the rest.
+
+        ``shown``: ids of stored messages the caller already shows the model (a framework's
+        short-term queue, an agent's state), left out of the relevant past turns before the
+        budget is fitted, so their room goes to other memories. They are not in ``dropped``,
+        which lists what the model will not see; the recent buffer is then the session's newest
+        turns other than those (the turns before them)."""
         check_query(query)
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         check_flag(include_items, "include_items")
+        left_out = shown_ids(shown)
         now = time.time()
         with self._gate.reading():
             context = assemble(self.parts, self._layers if self._layers_ok() else None, query,
                                user_id=user_id, session_id=session_id, max_tokens=max_tokens,
-                               items=self._items if include_items and self._layers_ok() else None)
+                               items=self._items if include_items and self._layers_ok() else None, shown=left_out)
         for layer, ids in accessed(context).items():
             self.parts.access.note(layer, user_id, ids, now)
         return context

@@ -11,7 +11,12 @@ turn is kept whole within the whole budget, :func:`~tiered_memory.layers.buffer.
 The memory budget left (after the preamble, the block's tags and the headings of the
 sections that have candidates, so that :meth:`MemoryContext.memory_text` plus the recent
 turns fit the budget) is split by ``BudgetConfig.shares``. Items are never split;
-everything left out is reported in ``MemoryContext.dropped`` with a reason. A past turn that a
+everything left out is reported in ``MemoryContext.dropped`` with a reason. Past turns the caller
+shows the model already (``shown``: its own messages, such as a framework's short-term queue) are
+left out before fitting: the recent buffer is the session's newest turns other than those (the
+turns that lead into them; its turns over its share are then past turns to recall, not dropped),
+and the ``turns`` candidates leave them out as they leave out the buffer's, so their room goes to
+other memories. They are not reported as dropped: the model sees them. A past turn that a
 kept fact or episode quotes whole is left out for the next one (:func:`without_repeats`). Working-memory
 items whose decayed importance fell below ``ConsolidationConfig.prune_below`` have faded
 and are not shown (``consolidate`` prunes them; an access would spare them), and are reported
@@ -132,17 +137,20 @@ def layer_requests(layers: Layers, query: str, vector: np.ndarray | None, *, use
             [Dropped(section="session", id=i.id, tokens=i.tokens, reason=FADED_REASON) for i in faded])
 
 
-def session_buffer(parts: Parts, user_id: str, session_id: str) -> list[StoredMessage]:
-    """The session's recent whole turns within the buffer's message and token limits."""
+def session_buffer(parts: Parts, user_id: str, session_id: str,
+                   shown: frozenset[str] = frozenset()) -> list[StoredMessage]:
+    """The session's recent whole turns within the buffer's message and token limits, of its
+    messages other than those the caller ``shown`` the model already: the turns before those."""
     buf = parts.config.buffer
-    limit = buf.max_messages * 2
+    limit = buf.max_messages * 2 + len(shown)
     while True:
-        msgs = parts.store.get_messages(user_id, session_id, limit=limit)
+        fetched = parts.store.get_messages(user_id, session_id, limit=limit)
+        msgs = [m for m in fetched if m.id not in shown]
         kept, _ = select_buffer(msgs, max_messages=buf.max_messages, max_tokens=buf.max_tokens,
                                 count=parts.count_tokens)
         # every message fetched kept, the oldest no question: the newest turn (an agent's, with
         # its tool calls) began before them and is kept whole, so fetch back to its start
-        if len(msgs) < limit or len(kept) < len(msgs) or msgs[0].role == "user":
+        if len(fetched) < limit or (msgs and (len(kept) < len(msgs) or msgs[0].role == "user")):
             return kept
         limit *= 2
 
@@ -178,11 +186,14 @@ def item_request(items: ItemStore, query: str, vector: np.ndarray, *, user_id: s
     return SectionRequest(name="items", title=TITLES["items"], items=costed, share=share, priority=PRIORITY["items"])
 
 
-def turn_candidates(room: TokenCount, pool: int) -> int:
+def turn_candidates(room: TokenCount, pool: int, shown: int = 0) -> int:
     """How many turns to ask the search for (pure): as many short messages as ``room`` tokens
     hold, at least :data:`TURN_CANDIDATES`, and at most half the search's candidate ``pool``
-    (``RetrievalConfig.candidates``), beyond which every search would fetch a bigger pool."""
-    return max(TURN_CANDIDATES, min(pool // 2, int(room // TURN_TOKENS)))  # a float count leaves a float room
+    (``RetrievalConfig.candidates``), beyond which every search would fetch a bigger pool; plus
+    as many again at most for the ``shown`` messages the caller shows, which may be among the
+    hits and are left out of them."""
+    wanted = max(TURN_CANDIDATES, min(pool // 2, int(room // TURN_TOKENS)))  # a float count leaves a float room
+    return wanted + min(shown, wanted)
 
 
 def recent_room(budget: int, buffer_share: float) -> int:
@@ -222,16 +233,20 @@ def without_repeats(requests: list[SectionRequest], room: TokenCount, count: Cal
 
 
 def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, session_id: str,
-             max_tokens: int | None, items: ItemStore | None = None) -> MemoryContext:
+             max_tokens: int | None, items: ItemStore | None = None,
+             shown: frozenset[str] = frozenset()) -> MemoryContext:
     budget = max_tokens if max_tokens is not None else parts.config.budget.max_tokens
     count = parts.count_tokens
-    buffer = session_buffer(parts, user_id, session_id)
+    buffer = session_buffer(parts, user_id, session_id, shown)
     recent, over = newest_within([message_item(m, count) for m in buffer], lambda i: i.tokens,
                                  room=recent_room(budget, parts.config.budget.buffer_share), whole=budget)
-    dropped = [Dropped(section="recent", id=old.id, tokens=old.tokens, reason="buffer over its share") for old in over]
     # the session's buffer is the conversation itself, reported under "recent" when left out: never
-    # a past turn to recall, not even once the newest turn is cut or left out below
-    in_buffer = {m.id for m in buffer}
+    # a past turn to recall, not even once the newest turn is cut or left out below. When the caller
+    # shows its own messages (the conversation), the buffer only leads into them: the turns over its
+    # share are past turns like any other, and the caller's messages take no room at all
+    dropped = [] if shown else [Dropped(section="recent", id=old.id, tokens=old.tokens,
+                                        reason="buffer over its share") for old in over]
+    left_out = {m.id for m in buffer} - ({i.id for i in over} if shown else set()) | shown
     if recent and recent[0].tokens > budget:  # the newest turn alone is longer than the whole budget
         recent, buffer, lost = fit_newest(recent[0], buffer, budget, count)
         dropped += lost
@@ -241,9 +256,9 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     room = max(0, budget - used)
     retrieval = parts.config.retrieval
     hits = search_turns(store=parts.store, index=parts.index, embedder=parts.embedder, config=retrieval,
-                        query=query, user_id=user_id, k=turn_candidates(room, retrieval.candidates),
+                        query=query, user_id=user_id, k=turn_candidates(room, retrieval.candidates, len(shown)),
                         vector=vector) if vector is not None else []
-    past = [h for h in hits if h.id not in in_buffer]
+    past = [h for h in hits if h.id not in left_out]
     turns = [hit_item(h, count) for h in past]
     # the bar facts are held to: the past turns', not the session's own (the question just stored is 1)
     best_turn = max((x for x in (similarity(h.explanation) for h in past) if x is not None), default=None)

@@ -1,0 +1,68 @@
+"""build_context's ``shown``: the stored messages the caller already shows the model (a
+framework's short-term queue, an agent's state). They are left out before the budget is fitted:
+out of the relevant past turns, whose room then goes to other memories, and out of the recent
+buffer, which becomes the session's turns before them. They are not reported as dropped."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import InvalidInputError, StaticEmbedder, TieredMemory
+
+pytestmark = pytest.mark.record_stores("sqlite", "postgres")
+
+TOPICS = ["tides", "volcanoes", "rainbows", "glaciers", "comets", "owls", "bees", "jazz", "chess", "bread"]
+
+
+def _conversation(memory: TieredMemory) -> list[str]:
+    """Forty turns about tides, stored as they were put; their ids, oldest first."""
+    rows = [m for n, topic in enumerate(TOPICS * 4) for m in (
+        {"role": "user", "content": f"Q{n}: tell me about tides and {topic}, at length please."},
+        {"role": "assistant", "content": f"A{n}: tides and {topic} have a long history and many details."})]
+    return memory.add_many(rows, session_id="now", user_id="u1")
+
+
+def _ids(ctx: Any) -> set[str]:
+    return {i.id for s in ctx.sections for i in s.items}
+
+
+def test_shown_turns_leave_their_room_to_other_turns(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory(embedder=StaticEmbedder())
+    ids = _conversation(memory)
+    queue = ids[-60:]  # the caller's short-term queue, longer than the core's recent buffer (20 messages)
+    plain = memory.build_context("tides", user_id="u1", session_id="now", max_tokens=600)
+    ctx = memory.build_context("tides", user_id="u1", session_id="now", max_tokens=600, shown=queue)
+    assert not _ids(ctx) & set(queue) and not {i.id for i in ctx.recent} & set(queue)
+    assert _ids(plain) & set(queue)  # without it, the queue's turns take room in the memory
+    assert _ids(ctx) - _ids(plain)  # which goes to other turns
+    assert not {d.id for d in ctx.dropped} & set(queue)  # the model sees them: nothing is lost
+    # the recent buffer is the turns just before the queue, and the room the queue's turns took
+    # goes to other turns: the memory and the recent turns fill the budget about as much
+    assert [i.id for i in ctx.recent][-1] == ids[-61]
+    assert ctx.tokens >= 0.9 * plain.tokens
+
+
+async def test_the_async_twin_takes_shown_too(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory(embedder=StaticEmbedder())
+    ids = _conversation(memory)
+    ctx = await memory.abuild_context("tides", user_id="u1", session_id="now", max_tokens=600, shown=set(ids))
+    assert not ctx.recent and not _ids(ctx) & set(ids)
+
+
+def test_shown_ids_of_another_user_are_an_unknown_id_to_this_one(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory(embedder=StaticEmbedder())
+    _conversation(memory)
+    theirs = memory.add_many([{"role": "user", "content": "tides and comets, at length please."}],
+                             session_id="now", user_id="u2")
+    unknown = memory.build_context("tides", user_id="u1", session_id="now", max_tokens=600, shown=["nope"])
+    other = memory.build_context("tides", user_id="u1", session_id="now", max_tokens=600, shown=theirs)
+    assert other == unknown and _ids(other)
+
+
+@pytest.mark.parametrize("shown", ["m1", b"m1", [1], [None], 5, {"m1": 1}.items()])
+def test_bad_shown_is_refused(make_memory: Callable[..., TieredMemory], shown: object) -> None:
+    memory = make_memory(embedder=StaticEmbedder())
+    with pytest.raises(InvalidInputError, match="shown"):
+        memory.build_context("tides", user_id="u1", session_id="now", shown=shown)  # type: ignore[arg-type]
