@@ -285,8 +285,13 @@ class TieredMemoryMiddleware(AgentMiddleware):
             if recent:
                 messages = changes["messages"] = [*recent, *messages]
         if query.strip():
-            ctx = self.memory.build_context(query, user_id=user, session_id=session,
-                                            max_tokens=self.max_tokens, include_items=self.include_items)
+            # the stored turns the request holds (a checkpointed thread's whole conversation) are
+            # shown already: the core leaves them out before fitting, their room goes to other memories
+            present = {m.id for m in messages if m.id}
+            stored = self.memory.get_messages(session, user_id=user, limit=max(50, 2 * len(messages)))
+            ctx = self.memory.build_context(query, user_id=user, session_id=session, max_tokens=self.max_tokens,
+                                            include_items=self.include_items,
+                                            shown=[m.id for m in stored if lc_id(m) in present])
             text = ctx.memory_text()
             at = memory_position(messages, chains=chains_responses(request.model)) if text else None
             if at == "system":
