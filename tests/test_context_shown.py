@@ -10,6 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import InvalidInputError, StaticEmbedder, TieredMemory
+from tiered_memory.context.assembly import turn_candidates
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -66,3 +67,13 @@ def test_bad_shown_is_refused(make_memory: Callable[..., TieredMemory], shown: o
     memory = make_memory(embedder=StaticEmbedder())
     with pytest.raises(InvalidInputError, match="shown"):
         memory.build_context("tides", user_id="u1", session_id="now", shown=shown)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("room, pool, shown, asked", [
+    (500, 150, 0, 40),     # nothing shown: as before
+    (500, 150, 16, 56),    # one more candidate for each shown message, which may be among the hits
+    (500, 150, 500, 80),   # at most as many again: a long queue does not make every search huge
+    (3000, 150, 10, 85),
+])
+def test_turn_candidates_with_shown_messages(room: int, pool: int, shown: int, asked: int) -> None:
+    assert turn_candidates(room, pool, shown) == asked
