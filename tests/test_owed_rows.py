@@ -206,3 +206,28 @@ def test_an_id_stored_again_waits_for_a_payment_of_it_in_flight(
     assert not writer.is_alive() and not errors, errors
     assert "note-1" in memory.index.ids("u")
     assert [h.text for h in memory.search("where did I move?", user_id="u", k=1)] == ["I moved to Porto"]
+
+
+def test_an_import_after_a_forget_user_left_unfinished_is_kept(make_memory: Callable[..., TieredMemory],
+                                                                tmp_path: Path) -> None:
+    """A user's backup imported after their ``forget_user`` failed half-way (the index down): the
+    import finishes that deletion first, as ``add_many`` does, so the next open does not finish it
+    over the imported rows and delete them."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=[], times=None)
+    memory = make_memory(vector_store=index)
+    memory.add("user", "I keep bees on the roof of the library", session_id="s", user_id="u")
+    fact = memory.add_fact("User keeps bees", user_id="u")
+    dump = tmp_path / "dump.jsonl"
+    memory.export_jsonl(dump, user_id="u")
+    index.fail_on = {"delete_user"}  # the server goes down
+    with pytest.raises(VectorIndexError):
+        memory.forget_user("u")
+    index.healthy()
+    report = memory.import_jsonl(dump)  # the backup restored
+    assert (report.imported, report.facts_imported) == (1, 1)
+    memory.close()
+    with make_memory(vector_store=_chroma(tmp_path)) as memory:  # the open finishes what is unfinished
+        assert [m.content for m in memory.get_messages("s", user_id="u")] == ["I keep bees on the roof of the library"]
+        assert [f.id for f in memory.facts("u")] == [fact.id]
+        assert "I keep bees on the roof of the library" in [h.text for h in memory.search("bees on the roof",
+                                                                                          user_id="u")]

@@ -327,13 +327,20 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         and working memory are restored as exported (ids, times, validity, history, access
         counts, importance, TTLs), without resolution or summarising; a working-memory session
         past this memory's capacity evicts as :meth:`WorkingMemory.remember` does. A record
-        whose id is already stored (or a session's scratchpad) is skipped and counted."""
+        whose id is already stored (or a session's scratchpad) is skipped and counted. A
+        ``forget_user`` a failure left unfinished (of ``user_id``, or of any user) is finished
+        first, so it never deletes what the import writes."""
         check_flag(skip_invalid, "skip_invalid")
         path = check_path(path)
         check_callback(progress, "progress", 1)
         ok = self._layers_ok()
-        return import_jsonl(self.parts, path, skip_invalid=skip_invalid, progress=progress, user_id=user_id,
-                            layers=self._layers if ok else None, items=self._items if ok else None)
+        with self._write_lock:
+            # a forget_user left unfinished is finished first, as add_many does: finished later (the
+            # next open), it would delete the rows this import writes for that user
+            for user in sorted(self._unfinished if user_id is None else self._unfinished & {user_id}):
+                self._finish_forgets(only=user)
+            return import_jsonl(self.parts, path, skip_invalid=skip_invalid, progress=progress, user_id=user_id,
+                                layers=self._layers if ok else None, items=self._items if ok else None)
 
     @usable
     def stats(self) -> Stats:
