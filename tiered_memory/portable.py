@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .errors import InvalidInputError, StoreError
+from .guard import vector_errors_typed
 from .json_values import json_text
 from .layers.items import ItemStore
 from .layers.longterm import Layers
@@ -247,6 +248,11 @@ def import_jsonl(
     ``None`` where the record store keeps no memory layers.
     ``progress`` is called with the messages of each committed chunk, then once with the
     number of the other lines.
+
+    Raises:
+        ImportFormatError: an invalid line (without ``skip_invalid``); nothing was written.
+        VectorIndexError: the vector index failed (whatever a custom one raises); what was
+            stored stays, and the import run again writes the rest.
     """
     if user_id is not None:
         check_id(user_id, "user_id")
@@ -268,37 +274,53 @@ def import_jsonl(
     with parts.lock:
         def write(part: list[StoredMessage], _start: int, last: bool) -> None:
             # an id deleted before whose vectors the index still owes: those go before the new ones
-            pay_before_storing(parts.store.owed_rows, parts.index, turns=[r.id for r in part])
+            with vector_errors_typed(_FAILED.format(what=f"{report.imported} messages")):
+                pay_before_storing(parts.store.owed_rows, parts.index, turns=[r.id for r in part])
             failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
                                       threshold=parts.config.dedup_threshold, sync=last)
             if failure is not None:
-                raise failure
+                with vector_errors_typed(_FAILED.format(what=f"{report.imported + len(part)} messages, the last "
+                                                        f"{len(part)} of them not yet indexed")):
+                    raise failure
             report.imported += len(part)
 
         # messages per transaction and per progress update
         write_chunks(new, parts.config.write_chunk, write, store=parts.store, progress=progress)
-        if layers is not None:
-            report.cursors_imported, report.cursors_skipped = restore_cursors(  # before the episodes move them
-                parts, layers, [r for r in records if isinstance(r, CursorRecord)])
-            (report.facts_imported, report.facts_skipped), (report.histories_imported, report.histories_skipped) = \
-                restore_facts(layers, [r for r in records if isinstance(r, FactRecord)],
-                              [r for r in records if isinstance(r, HistoryRecord)])
-            report.episodes_imported, report.episodes_skipped = restore_episodes(
-                parts, layers, [r for r in records if isinstance(r, EpisodeRecord)])
-            report.archived_imported, report.archived_skipped = restore_archived(
-                parts, layers, [r for r in records if isinstance(r, ArchivedTurn)])
-            report.working_imported, report.working_skipped = restore_working(
-                parts, layers, [r for r in records if isinstance(r, WorkingItem)])
-            report.scratchpads_imported, report.scratchpads_skipped = restore_scratchpads(
-                parts, layers, [r for r in records if isinstance(r, SessionPad)])
-            report.audit_imported, report.audit_skipped = restore_audit(
-                parts, layers, [r for r in records if isinstance(r, AuditEntry)])
-        if items is not None:
-            report.items_imported, report.items_skipped = restore_items(
-                items, [r for r in records if isinstance(r, ItemRecord)])
+        with vector_errors_typed(_FAILED.format(what="its messages and the records restored before")):
+            _restore_layers(parts, records, report, layers, items)
     if progress is not None and len(records) > len(rows):
         progress(len(records) - len(rows))  # the lines of every other kind, done
     return report
+
+
+# a vector index that failed mid-import (a custom one may raise anything), as add_many says it
+_FAILED = ("the vector index failed during the import ({{error}}); it stored {what}, which the next open "
+           "indexes (store items: rebuild_index() does): import the file again once the index works, which "
+           "skips what is stored and writes the rest")
+
+
+def _restore_layers(parts: Parts, records: list[Record], report: ImportReport, layers: Layers | None,
+                    items: ItemStore | None) -> None:
+    """Every record but the messages, kind by kind, counted in ``report``."""
+    if layers is not None:
+        report.cursors_imported, report.cursors_skipped = restore_cursors(  # before the episodes move them
+            parts, layers, [r for r in records if isinstance(r, CursorRecord)])
+        (report.facts_imported, report.facts_skipped), (report.histories_imported, report.histories_skipped) = \
+            restore_facts(layers, [r for r in records if isinstance(r, FactRecord)],
+                          [r for r in records if isinstance(r, HistoryRecord)])
+        report.episodes_imported, report.episodes_skipped = restore_episodes(
+            parts, layers, [r for r in records if isinstance(r, EpisodeRecord)])
+        report.archived_imported, report.archived_skipped = restore_archived(
+            parts, layers, [r for r in records if isinstance(r, ArchivedTurn)])
+        report.working_imported, report.working_skipped = restore_working(
+            parts, layers, [r for r in records if isinstance(r, WorkingItem)])
+        report.scratchpads_imported, report.scratchpads_skipped = restore_scratchpads(
+            parts, layers, [r for r in records if isinstance(r, SessionPad)])
+        report.audit_imported, report.audit_skipped = restore_audit(
+            parts, layers, [r for r in records if isinstance(r, AuditEntry)])
+    if items is not None:
+        report.items_imported, report.items_skipped = restore_items(
+            items, [r for r in records if isinstance(r, ItemRecord)])
 
 
 def _read(parts: Parts, path: str | Path, report: ImportReport, *, user_id: str | None,
