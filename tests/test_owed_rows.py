@@ -11,7 +11,6 @@ import threading
 from pathlib import Path
 from typing import Any, Callable
 
-import psycopg
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
@@ -79,6 +78,8 @@ def _wal_bytes(memory: TieredMemory, record_backend: Any, act: Callable[[], obje
         before = wal.stat().st_size if wal.exists() else 0
         act()
         return wal.stat().st_size - before
+    import psycopg  # PostgreSQL's case only: the torch-free run has no psycopg
+
     with psycopg.connect(url, autocommit=True) as conn:
         start = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]  # type: ignore[index]
         act()
@@ -166,6 +167,8 @@ def test_what_an_earlier_version_owes_in_meta_is_moved_into_the_table_and_paid(
 
 def _waits_or_ends(url: str, thread: threading.Thread) -> None:
     """Poll until ``thread`` ended or a backend of the database waits for a lock."""
+    import psycopg  # PostgreSQL's case only: the torch-free run has no psycopg
+
     with psycopg.connect(url, autocommit=True) as conn:
         while thread.is_alive() and conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
