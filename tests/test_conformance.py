@@ -342,24 +342,6 @@ class TestSQLiteRecordStore(RecordStoreConformance):
 
         return lambda: SQLiteRecordStore(tmp_path / "records.sqlite3")
 
-    def test_duplicates_are_read_by_index(self, store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        """A search of sessions reads the duplicates of the turns it found, a search of a session
-        those of the session: SQLite looks them up by (user, original) and by (user, session),
-        never through every duplicate of the user (the session's read took 160 ms, not 0.03, at
-        20,000 duplicates when the planner chose the index on originals: bench/duplicate_scope.py);
-        a filtered search those its filter takes, through the user's duplicates alone."""
-        ran: list[tuple[str, list[Any]]] = []
-        real = store.query
-        monkeypatch.setattr(store, "query", lambda sql, params=(): ran.append((sql, list(params))) or real(sql, params))
-        store.duplicates("u1", originals=["a", "b"])
-        store.duplicates("u1", "s1")
-        store.duplicates("u1", filters={"k": "v", "role": "user"})  # the user's duplicates, not every row
-        plans = [" ".join(str(r[-1]) for r in real("EXPLAIN QUERY PLAN " + sql, params)) for sql, params in ran]
-        assert len(plans) == 3
-        assert "messages_duplicate_of (user_id=? AND duplicate_of=?)" in plans[0], plans[0]
-        assert "messages_user_session (user_id=? AND session_id=?)" in plans[1], plans[1]
-        assert "messages_duplicate_of (user_id=? AND duplicate_of>?)" in plans[2], plans[2]
-
 
 @pytest.fixture(scope="module")
 def _conformance_database(request: pytest.FixtureRequest) -> str:
@@ -374,35 +356,6 @@ class TestPostgresRecordStore(RecordStoreConformance):
 
         schema = "t_" + uuid.uuid4().hex[:12]  # one schema per test: cheaper than a database
         return lambda: PostgresRecordStore(_conformance_database, schema=schema)
-
-    @pytest.mark.slow
-    def test_duplicates_are_read_by_index_at_100000_turns(self, store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        """At 100,000 turns of a user (19,996 of them duplicates of 20 texts, a quarter of the turns
-        under {"kind": "note"}), analysed: PostgreSQL reads the duplicates of given originals and a
-        filter's duplicates through the index on (user, original), a session's through the session's
-        index, never by a scan of the table (the plans, with their times, are printed: pytest -s)."""
-        rows = [msg(f"m{i:06d}", f"turn {i}" if i < 20 or i % 5 else f"turn {(i // 5) % 20}",
-                    session=f"s{i // 20}", t=float(i), role="user" if i % 2 else "assistant",
-                    metadata={"kind": "note" if (i // 20) % 4 == 0 else "chat"}) for i in range(100_000)]
-        rows += [msg(f"x{i:05d}", f"other {i}", user="u2", session=f"s{i // 20}") for i in range(5_000)]
-        dups = {f"m{i:06d}": f"m{(i // 5) % 20:06d}" for i in range(20, 100_000, 5)}
-        for start in range(0, len(rows), 10_000):
-            store.insert_messages(rows[start:start + 10_000], indexed=True, duplicates=dups)
-        store.write(lambda c: c.execute("ANALYZE messages"))
-        ran: list[tuple[str, list[Any]]] = []
-        real = store.query
-        monkeypatch.setattr(store, "query", lambda sql, params=(): ran.append((sql, list(params))) or real(sql, params))
-        notes = {m.id for m in rows if m.metadata.get("kind") == "note"}
-        assert set(store.duplicates("u1", originals=["m000003", "m000007"])) == {
-            d for d, o in dups.items() if o in ("m000003", "m000007")}
-        assert set(store.duplicates("u1", "s100")) == {"m002000", "m002005", "m002010", "m002015"}
-        assert set(store.duplicates("u1", filters={"kind": "note"})) == set(dups) & notes
-        plans = ["\n".join(str(r[0]) for r in real("EXPLAIN (ANALYZE, COSTS OFF) " + sql, params)) for sql, params in ran]
-        for (sql, _), plan in zip(ran, plans):
-            print(f"{sql}\n{plan}\n")
-        assert "messages_duplicate_of" in plans[0] and "messages_user_session" in plans[1], plans
-        assert "messages_duplicate_of" in plans[2], plans[2]
-        assert not any("Seq Scan on messages" in p for p in plans), plans
 
 
 @pytest.mark.parametrize(("sql", "expected"), [
