@@ -88,7 +88,6 @@ class LayerStore:
         """Serialise writes to one session across workers until ``c`` commits (a no-op on SQLite:
         its write transaction, ``BEGIN IMMEDIATE``, already excludes every other writer of the file)."""
 
-
     # ---- the unit of work -------------------------------------------------------
     @contextmanager
     def unit(self) -> Iterator[LayerUnit]:
