@@ -40,6 +40,9 @@ from .postgres_url import network_settings, redact
 
 APP_ID = "tiered-memory"
 DEFAULT_SCHEMA = "tiered_memory"
+#: what ends a query whose rows a transaction holds till it commits (another writer of them waits):
+#: the owed deletions a payment holds, the facts a consolidation merge holds
+ROW_LOCK = " FOR UPDATE"
 
 # A migration step is SQL text (may hold several statements) or a function of the
 # connection, run inside the step's transaction. Append, never edit.

@@ -21,7 +21,7 @@ from .repositories import Scored
 from .postgres import PostgresRecordStore
 from .postgres_keywords import TEXT_SEARCH_CONFIG, refold, tsquery
 from .text_search import scan_user_rows, tsquery_any
-from .postgres_db import Step, lock_key
+from .postgres_db import ROW_LOCK, Step, lock_key
 
 # the keyword column as the first step made it (the third one folds its diacritics)
 _TSV = f"tsv TSVECTOR GENERATED ALWAYS AS (to_tsvector('{TEXT_SEARCH_CONFIG}', text)) STORED"
@@ -213,7 +213,7 @@ class PostgresLayerStore(LayerStore):
     dialect = "postgres"
     message_order = "seq"
     greatest = "GREATEST"
-    row_lock = " FOR UPDATE"  # another worker's delete or edit of a held row waits for the commit
+    row_lock = ROW_LOCK  # another worker's delete or edit of a held row waits for the commit
 
     def __init__(self, store: PostgresRecordStore) -> None:
         super().__init__(store)
