@@ -41,7 +41,7 @@ read as its string).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Sequence
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import PrivateStateAttr
@@ -52,6 +52,7 @@ from typing_extensions import NotRequired
 from tiered_memory import TieredMemory
 from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import ConfigurationError
+from tiered_memory.types import StoredMessage
 from tiered_memory.validation import check_count, check_flag, check_id, check_optional_id
 
 from .completion import ends_in_completion_model, quoted_replay
@@ -267,6 +268,12 @@ class TieredMemoryMiddleware(AgentMiddleware):
                 "config['configurable'], or to the middleware")
         return check_id(user, "user_id"), check_id(session, "session_id")
 
+    def _stored_lately(self, user: str, session: str, messages: Sequence[AnyMessage]) -> list[StoredMessage]:
+        """The session's newest stored messages, enough of them to hold those of ``messages`` the
+        memory stored (told apart by :func:`~.messages.lc_id`): what the model sees already, and
+        what a save must not store again."""
+        return self.memory.get_messages(session, user_id=user, limit=max(50, 2 * len(messages)))
+
     # ---- before the model: one implementation for both twins --------------
     def prepare(self, request: ModelRequest) -> ModelRequest:
         """The request with memory added (:func:`memory_position`) and recent turns if asked."""
@@ -288,7 +295,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
             # the stored turns the request holds (a checkpointed thread's whole conversation) are
             # shown already: the core leaves them out before fitting, their room goes to other memories
             present = {m.id for m in messages if m.id}
-            stored = self.memory.get_messages(session, user_id=user, limit=max(50, 2 * len(messages)))
+            stored = self._stored_lately(user, session, messages)
             ctx = self.memory.build_context(query, user_id=user, session_id=session, max_tokens=self.max_tokens,
                                             include_items=self.include_items,
                                             shown=[m.id for m in stored if lc_id(m) in present])
@@ -325,7 +332,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
         if not self.record:
             return 0
         user, session = self.ids(runtime)
-        recent = self.memory.get_messages(session, user_id=user, limit=max(50, 2 * len(messages)))
+        recent = self._stored_lately(user, session, messages)
         stored_ids = {lc_id(m) for m in recent}
         new = turn_to_record(messages, stored_ids, final=final)
         if new:  # recorded as a side effect of the run: what the core would refuse is made storable
