@@ -272,18 +272,25 @@ TOPICS = ["tides", "volcanoes", "rainbows", "light years", "bread baking", "ches
           "bees", "sourdough", "tennis", "the Roman empire", "owls", "coffee roasting", "knitting", "comets"] * 3
 
 
+async def _topics_told(memory: TieredMemory, user: str, mode: type[Memory]) -> Memory:
+    """A ``mode`` memory (flushing ``Memory``, or ``WriteThroughMemory`` storing every turn) of
+    ``user`` with our block, told a question and an answer on each of :data:`TOPICS`."""
+    block = TieredMemoryBlock(memory=memory, user_id=user, every_turn=mode is WriteThroughMemory)
+    mem = mode.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER,
+                             token_limit=4000, chat_history_token_ratio=0.2, token_flush_size=100)
+    for n, topic in enumerate(TOPICS):
+        await mem.aput_messages(turn(f"Q{n}: what do you know about {topic}? Tell me at length, please.",
+                                     f"A{n}: {topic} is a subject with a long history and many details."))
+    return mem
+
+
 async def test_write_through_shows_the_turns_just_before_the_queue_as_earlier(memory: TieredMemory) -> None:
     """Every turn stored as put: the session's newest stored turns are the Memory's own queue, which
     the block leaves out. The turns just before the queue are shown in their place, as after
     flushes, in the room the core kept for recent turns (not lost, nor that room left empty)."""
     shown_earlier: dict[str, int] = {}
     for user, mode in (("u-flush", Memory), ("u-write", WriteThroughMemory)):
-        block = TieredMemoryBlock(memory=memory, user_id=user, every_turn=mode is WriteThroughMemory)
-        mem = mode.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER,
-                                 token_limit=4000, chat_history_token_ratio=0.2, token_flush_size=100)
-        for n, topic in enumerate(TOPICS):
-            await mem.aput_messages(turn(f"Q{n}: what do you know about {topic}? Tell me at length, please.",
-                                         f"A{n}: {topic} is a subject with a long history and many details."))
+        mem = await _topics_told(memory, user, mode)
         queue = [m.content or "" for m in await mem.aget_all(status=MessageStatus.ACTIVE)]
         before = int(queue[0].split(":")[0][1:]) - 1  # the newest turn no longer in the queue
         text = memory_message(await mem.aget(input="So what do you think?"))
@@ -303,12 +310,7 @@ async def test_every_turn_fills_the_block_as_flushes_do_and_repeats_no_queued_tu
     their room goes to other memories: the block comes out about as full as after flushes."""
     rendered: dict[str, int] = {}
     for user, mode in (("u-flush", Memory), ("u-write", WriteThroughMemory)):
-        block = TieredMemoryBlock(memory=memory, user_id=user, every_turn=mode is WriteThroughMemory)
-        mem = mode.from_defaults(session_id="s1", memory_blocks=[block], tokenizer_fn=TOKENIZER,
-                                 token_limit=4000, chat_history_token_ratio=0.2, token_flush_size=100)
-        for n, topic in enumerate(TOPICS):
-            await mem.aput_messages(turn(f"Q{n}: what do you know about {topic}? Tell me at length, please.",
-                                         f"A{n}: {topic} is a subject with a long history and many details."))
+        mem = await _topics_told(memory, user, mode)
         queue = {m.content or "" for m in await mem.aget_all(status=MessageStatus.ACTIVE)}
         assert len(queue) > 20  # a long queue, many of whose turns are relevant to the question
         text = memory_message(await mem.aget(input="What do you know about tides and comets?"))
