@@ -66,8 +66,8 @@ def _quiet_loading() -> Iterator[None]:
     verbosity = hf_logging.get_verbosity()
     st_logger = logging.getLogger("sentence_transformers")
     st_level = st_logger.level
-    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
-    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     st_logger.setLevel(max(st_level, logging.WARNING))
     try:
         yield
@@ -75,7 +75,7 @@ def _quiet_loading() -> Iterator[None]:
         st_logger.setLevel(st_level)
         hf_logging.set_verbosity(verbosity)
         if bars:
-            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
+            hf_logging.enable_progress_bar()
 
 
 class SentenceTransformerEmbedder(ArrayEmbedder):
