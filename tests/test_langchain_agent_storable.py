@@ -15,10 +15,17 @@ from langchain_tiered_memory import TieredChatMessageHistory, TieredMemoryMiddle
 from langchain_tiered_memory.messages import from_stored_many
 from langchain_tiered_memory.storable import REPAIRED_KEY, storable_rows, storable_text
 from langchain_tiered_memory.testing import ScriptedToolModel
-from tiered_memory import ContentTooLargeError, InvalidInputError, TieredMemory
+from tiered_memory import ContentTooLargeError, Embedder, InvalidInputError, StaticEmbedder, TieredMemory
 from tiered_memory.context.render import CUT_MARKER
 
 PAGE = "page " * 60_000  # 300,000 characters: a fetched web page, over max_content_chars
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    """What is stored is the point here, not how it ranks: the static embedder. With MiniLM the
+    200,000 characters kept of a page took 64 s to embed (a busy machine) of this file's 92."""
+    return StaticEmbedder()
 
 
 @tool
