@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tiered_memory import TieredMemory
+from tiered_memory import StaticEmbedder, TieredMemory
 from tiered_memory.portable import ImportFormatError
 
 from portable_support import MakeMemory, export, fill, moved, refused_line, refused_whole, table
@@ -339,7 +339,8 @@ def test_long_turns_make_layers_that_import_again(make_memory: MakeMemory, tmp_p
     """What the layers store from long turns, however long, is a line the import takes back: a
     rule fact holds what a turn said (here 9,000 characters, over the 5,000 a caller's fact may
     have) and an extractive summary joins sentences of several turns."""
-    src = make_memory("src")
+    static = StaticEmbedder()  # what is stored is the point, not its ranking (MiniLM: 10 s of long turns)
+    src = make_memory("src", embedder=static)
     long_words = " ".join(f"harbour{i}" for i in range(1_500))
     src.add_many([{"role": "user", "content": "My name is " + "Zed" * 3_000},
                   {"role": "user", "content": f"We decided to sail past {long_words}."},
@@ -348,7 +349,7 @@ def test_long_turns_make_layers_that_import_again(make_memory: MakeMemory, tmp_p
     src.end_session("s", user_id="ana")
     assert max(len(f.text) for f in src.facts("ana")) > 5_000
     export(src, tmp_path / "long.jsonl")
-    dst = make_memory("dst")
+    dst = make_memory("dst", embedder=static)
     report = dst.import_jsonl(tmp_path / "long.jsonl")
     assert report.invalid == [] and report.episodes_imported == 1
     assert_same_layers(src, dst, "ana")
