@@ -6,12 +6,13 @@ a replay or a simulation, as the store items' TTL already follows it)."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from tiered_memory import MemoryConfig, TieredMemory
+from tiered_memory import ConfigurationError, MemoryConfig, TieredMemory
 from tiered_memory.config import WorkingConfig
 
 DAY = 86_400.0
@@ -84,3 +85,27 @@ def test_the_scratchpad_is_dated_by_the_memorys_clock(make_memory: Callable[...,
     pads = [json.loads(line)["scratchpad"] for line in (tmp_path / "out.jsonl").read_text().splitlines()
             if json.loads(line)["type"] == "scratchpad"]
     assert [(p["data"], p["updated_at"]) for p in pads] == [({"step": 2}, START)]
+
+
+@pytest.mark.parametrize("clock, says", [
+    (lambda: datetime.now(), "returned a datetime"),  # clock=datetime.now, not time.time
+    (lambda: START * 1000, "milliseconds"),  # JavaScript's Date.now()
+    (lambda: float("nan"), "returned nan"),
+    (lambda: "2024-01-01", "returned a str"),
+])
+def test_a_clock_that_gives_no_epoch_seconds_is_a_configuration_error_and_writes_nothing(
+        make_memory: Callable[..., TieredMemory], clock: Callable[[], object], says: str) -> None:
+    """The memory's clock was trusted: clock=datetime.now stored a datetime as the scratchpad's
+    updated_at (read back as 0.0 with a warning) and failed remember with a bare TypeError; a clock
+    in milliseconds dated items and the pad 1,000 times too late, which export then rewrote; NaN
+    was a StoreError of a NOT NULL column. Each is a ConfigurationError naming the clock now, and
+    nothing is written."""
+    memory = make_memory(clock=clock)
+    wm = memory.working_memory("s1", user_id="u1")
+    for write in (lambda: wm.remember("a note"), lambda: wm.scratchpad.__setitem__("step", 2)):
+        with pytest.raises(ConfigurationError, match=f"clock.*{says}"):
+            write()
+    memory.close()
+    again = make_memory()  # the same folder, on the system clock
+    assert again.working_memory("s1", user_id="u1").items() == []
+    assert again.working_memory("s1", user_id="u1").scratchpad.to_dict() == {}

@@ -110,7 +110,9 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
             how far its importance has decayed in ``items``, eviction, ``build_context`` and
             ``consolidate``'s prune, the scratchpad's ``updated_at``); a simulation or a test
             can move time on without sleeping. Turns, facts and episodes are dated by the
-            system clock.
+            system clock. A time that is not epoch seconds within 1900..2200 (a datetime from
+            ``clock=datetime.now``, milliseconds, NaN) is a ``ConfigurationError`` at the call
+            that reads it, before anything is written.
 
     The attributes ``store``, ``index`` and ``parts`` are the engines underneath (the record
     store, the vector index, the layers' shared parts), there for tests, benchmarks and repair

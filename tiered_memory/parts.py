@@ -5,7 +5,8 @@ read-only.
 embedder, the config, the write lock, the token counter and the clock, plus the
 :class:`AccessLog` and the memory's :class:`~tiered_memory.guard.Calls` (which the handles it
 hands out run their calls under); the layers get their repositories beside it. Layers receive it and
-never the facade, so they can only look down.
+never the facade, so they can only look down. Its ``now()`` is the clock's time, checked to be
+epoch seconds (:func:`clock_seconds`) before anything is dated by it.
 
 :class:`AccessLog` is why ``search`` and ``build_context`` commit nothing: what they hand
 to the caller is noted in memory, and the access counts and last-access times reach the
@@ -20,6 +21,7 @@ the unflushed counts, never a record.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -27,10 +29,11 @@ from typing import Any, Callable, Iterable, Literal
 
 from .config import MemoryConfig
 from .embedding import Embedder
-from .errors import RuntimeFailure
+from .errors import ConfigurationError, RuntimeFailure
 from .guard import Calls
 from .store.base import RecordStore
 from .tokens import TokenCounter
+from .validation import MAX_TIMESTAMP, MIN_TIMESTAMP
 from .vector.base import VectorIndex
 
 log = logging.getLogger("tiered_memory")
@@ -183,4 +186,28 @@ class Parts:
     jointly: Callable[[Callable[[], Any]], Any] = run_now
 
     def now(self) -> float:
-        return self.clock()
+        """The clock's time, checked (:func:`clock_seconds`): a clock of another kind is a
+        ConfigurationError before anything is dated by it."""
+        return clock_seconds(self.clock())
+
+
+def clock_seconds(value: object) -> float:
+    """What the memory's clock (``TieredMemory(clock=)``) returned, if it is seconds since the
+    epoch: an int or float, finite, within 1900..2200 as every stored time is (pure). Its time
+    dates what is written (a working item, a scratchpad, a store item's TTL), so a clock of
+    another kind would store times that no read can judge.
+
+    Raises:
+        ConfigurationError: anything else (``clock=datetime.now`` in place of ``time.time``, a
+            clock in milliseconds, NaN).
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"the memory's clock returned a {type(value).__name__} ({value!r:.60}), not seconds "
+                                 "since the epoch: pass clock=time.time, or a function returning such a float "
+                                 "(for a datetime d, d.timestamp())")
+    seconds = float(value)
+    if not math.isfinite(seconds) or not MIN_TIMESTAMP <= seconds < MAX_TIMESTAMP:
+        ms = math.isfinite(seconds) and MAX_TIMESTAMP <= abs(seconds) < MAX_TIMESTAMP * 1000
+        raise ConfigurationError(f"the memory's clock returned {seconds!r}, not seconds since the epoch within "
+                                 "1900..2200" + ("; it looks like milliseconds: divide by 1000" if ms else ""))
+    return seconds
