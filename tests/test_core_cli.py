@@ -132,6 +132,24 @@ def test_a_refused_import_into_an_empty_folder_leaves_it_empty(tmp_path, dump):
     assert code == 2 and "no memory at" in err
 
 
+@pytest.mark.skipif(not os.path.isdir("/dev/fd"), reason="a pipe named by a path: /dev/fd")
+def test_an_export_read_from_a_pipe_is_imported(tmp_path, dump, monkeypatch):
+    """`tiered-memory import <(gunzip -c dump.jsonl.gz)` or `import /dev/stdin < dump.jsonl` said
+    "cannot read /dev/fd/63: no such file": the CLI took whatever was not a regular file for a
+    missing one, and counted the lines for its progress bar with a first read, which a pipe
+    cannot give twice. A pipe is read once, by the import itself (import_jsonl reads a file once)."""
+    monkeypatch.setenv("TIERED_MEMORY_EMBEDDER", "static")
+    r, w = os.pipe()
+    os.write(w, dump.read_bytes())  # four lines: well within a pipe's buffer, so no writer thread
+    os.close(w)
+    try:
+        code, out, err = run("--path", str(tmp_path / "mem"), "import", f"/dev/fd/{r}", "--no-progress")
+    finally:
+        os.close(r)
+    assert code == 0, err
+    assert "imported 4 messages" in out
+
+
 @pytest.mark.parametrize("argv, fragment", [
     ([], "required"),
     (["fly"], "invalid choice"),

@@ -1,5 +1,8 @@
 """The CLI commands that move a memory as JSONL (:mod:`.portable`): ``export`` and ``import``.
 
+The file may be a pipe (``import <(gunzip -c dump.jsonl.gz)``, ``/dev/stdin``): it is read once,
+and the progress bar then has no total.
+
 An import that made the memory (its folder, or the store in a folder that held none) and then
 imported nothing (an invalid line, without ``--skip-invalid``) removes what it made, so the read
 commands find no empty memory there; a folder that was there before stays, as it was.
@@ -44,10 +47,12 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
     source = Path(args.file)
     if source.is_dir():
         raise CliUsageError(f"cannot read {source}: it is a folder; name the .jsonl file an export wrote")
-    if not source.is_file():
+    if not source.exists():
         raise CliUsageError(f"cannot read {source}: no such file")
-    with open(source, encoding="utf-8", errors="replace") as f:
-        total = sum(1 for line in f if line.strip())
+    total = None  # a pipe (`import <(gunzip -c dump.jsonl.gz)`, /dev/stdin) is read once, by the import
+    if source.is_file():
+        with open(source, encoding="utf-8", errors="replace") as f:
+            total = sum(1 for line in f if line.strip())
     from tqdm import tqdm
     from .backends import configured_vector_store, is_embedded_index
     from .memory import default_path
