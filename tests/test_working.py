@@ -10,7 +10,7 @@ import pytest
 
 from tiered_memory import ContentTooLargeError, InvalidInputError, MemoryConfig, TieredMemory
 from tiered_memory.config import WorkingConfig
-from tiered_memory.layers.working import WorkingItem, check_pad_growth, decayed, evict, rank
+from tiered_memory.layers.working import WorkingItem, check_pad_entry, check_pad_growth, decayed, evict, rank
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -150,6 +150,17 @@ def test_check_pad_growth(before: int, after: int, refused: bool) -> None:
             check_pad_growth(before, after, 100)
     else:
         check_pad_growth(before, after, 100)
+
+
+@pytest.mark.parametrize("key, value", [("step", "x" * 70_000), ("k" * 70_000, 1), ("step", ["é" * 40] * 1_000)])
+def test_a_scratchpad_entry_past_its_own_limit_is_content_too_large_like_the_whole_pad(key: str, value: object) -> None:
+    """An entry over 64,000 bytes as JSON was a plain InvalidInputError ("... is 70,009 bytes as
+    JSON; the limit is 64,000"), where the whole pad past its limit, and a working item's text
+    past its own, are a ContentTooLargeError: an agent that catches that to keep a large result
+    elsewhere missed it. Now it is one too (still an InvalidInputError), saying what to do."""
+    with pytest.raises(ContentTooLargeError, match="64,000 bytes as JSON.*item_store") as refused:
+        check_pad_entry(key, value)
+    assert "scratchpad entry" in str(refused.value)
 
 
 def test_a_scratchpad_over_a_lowered_limit_is_read_and_can_shrink(make_memory: Callable[..., TieredMemory]) -> None:
