@@ -6,6 +6,10 @@ the same reads of a :class:`~tiered_memory.readonly.ReadOnlyMemory` (a folder an
 process holds). ``context`` is exactly :meth:`~tiered_memory.TieredMemory.build_context`,
 so, like it, it counts the facts and episodes it returns as accessed (and it needs the
 vector index: never read-only).
+
+Stored text is printed on the line of its item (:func:`one_line`): a line break in a note, a
+fact or a turn is written as JSON's ``\\n``, so it cannot start a line that reads as another
+item of the listing (the CLI's output escapes what a terminal acts on, :func:`.cli.terminal_safe`).
 """
 
 from __future__ import annotations
@@ -68,6 +72,11 @@ def when(ts: float | None) -> str:
         return str(ts)
 
 
+def one_line(text: str) -> str:
+    """Stored ``text`` as one printed line: its line breaks written as ``\\n``, JSON's escape (pure)."""
+    return text.replace("\n", "\\n")
+
+
 def plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
@@ -81,7 +90,7 @@ def fact_lines(fact: Fact, history: list[FactChange]) -> list[str]:
     state = "valid" if fact.valid else f"invalid since {when(fact.invalid_at)}"
     if fact.superseded_by:
         state += f", superseded by {fact.superseded_by}"
-    lines = [f"{fact.text}", f"   {fact.type}, confidence {fact.confidence:.2f}, {state}; id={fact.id}"]
+    lines = [one_line(fact.text), f"   {fact.type}, confidence {fact.confidence:.2f}, {state}; id={fact.id}"]
     for change in history:
         if change.new_text is None or change.old_text is None or change.old_text == change.new_text:
             what = repr(change.new_text if change.new_text is not None else change.old_text or "")
@@ -98,7 +107,7 @@ def context_lines(ctx: MemoryContext, width: int | None = None, group_dropped: b
     dropped items per section and reason instead of listing each."""
 
     def text(value: str) -> str:
-        return textwrap.shorten(" ".join(value.split()), width=width, placeholder=" ...") if width else value
+        return textwrap.shorten(" ".join(value.split()), width=width, placeholder=" ...") if width else one_line(value)
 
     lines = [f"{ctx.tokens} of {ctx.max_tokens} tokens"]
     for s in ctx.sections:
@@ -171,11 +180,11 @@ def cmd_episodes(memory: Any, args: argparse.Namespace, out: Out) -> None:
     for e in found:
         out(f"{e.session_id}  {plural(e.turn_count, 'turn')}  {when(e.start)} .. {when(e.end)}  "
             f"({e.metadata.get('method', '?')}); id={e.id}")
-        out(f"   {e.summary}")
+        out(f"   {one_line(e.summary)}")
         for label, values in (("entities", e.entities), ("decisions", e.decisions),
                               ("open questions", e.open_questions), ("key facts", e.key_facts)):
             if values:
-                out(f"   {label}: " + "; ".join(values))
+                out(f"   {label}: " + one_line("; ".join(values)))
 
 
 def cmd_working(memory: Any, args: argparse.Namespace, out: Out) -> None:
@@ -188,7 +197,7 @@ def cmd_working(memory: Any, args: argparse.Namespace, out: Out) -> None:
     if not items:
         out(f"no working-memory items in session {args.session!r} of user {args.user!r}")
     for i in items:
-        out(f"{i.score or 0.0:.3f}  [{i.type}] {i.text}")
+        out(f"{i.score or 0.0:.3f}  [{i.type}] {one_line(i.text)}")
         out(f"       importance {i.importance:.2f} at {when(i.created_at)}; id={i.id}")
     out("scratchpad: " + (_dumps(pad) if pad else "empty"))
 
