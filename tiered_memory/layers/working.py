@@ -116,7 +116,8 @@ class Scratchpad(MutableMapping[str, Any]):
     held to 64,000 bytes as JSON and the whole pad to ``max_bytes``
     (``WorkingConfig.scratchpad_max_bytes``): a write past it is a ContentTooLargeError and
     changes nothing; no entry is ever dropped to make room. A write is dated by ``clock``
-    (the memory's)."""
+    (the memory's). A value read is a copy, as from ``shelve``: ``pad["plan"].append(x)``
+    changes nothing stored; write it back (``plan = pad["plan"]; plan.append(x); pad["plan"] = plan``)."""
 
     def __init__(self, rows: WorkingRepository, user_id: str, session_id: str, calls: Calls, *,
                  max_bytes: int, clock: Callable[[], float] = time.time) -> None:
