@@ -109,3 +109,12 @@ def test_a_clock_that_gives_no_epoch_seconds_is_a_configuration_error_and_writes
     again = make_memory()  # the same folder, on the system clock
     assert again.working_memory("s1", user_id="u1").items() == []
     assert again.working_memory("s1", user_id="u1").scratchpad.to_dict() == {}
+
+
+def test_a_clock_of_numpys_numbers_is_accepted() -> None:
+    """A simulation's clock may return numpy's numbers: they are seconds as well."""
+    import numpy as np
+
+    from tiered_memory.parts import clock_seconds
+
+    assert clock_seconds(np.int64(START)) == clock_seconds(np.float64(START)) == clock_seconds(int(START)) == START

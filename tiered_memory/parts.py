@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import threading
 import time
 from dataclasses import dataclass
@@ -193,7 +194,7 @@ class Parts:
 
 def clock_seconds(value: object) -> float:
     """What the memory's clock (``TieredMemory(clock=)``) returned, if it is seconds since the
-    epoch: an int or float, finite, within 1900..2200 as every stored time is (pure). Its time
+    epoch: a real number (numpy's too), finite, within 1900..2200 as every stored time is (pure). Its time
     dates what is written (a working item, a scratchpad, a store item's TTL), so a clock of
     another kind would store times that no read can judge.
 
@@ -201,7 +202,7 @@ def clock_seconds(value: object) -> float:
         ConfigurationError: anything else (``clock=datetime.now`` in place of ``time.time``, a
             clock in milliseconds, NaN).
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's numbers too
         raise ConfigurationError(f"the memory's clock returned a {type(value).__name__} ({value!r:.60}), not seconds "
                                  "since the epoch: pass clock=time.time, or a function returning such a float "
                                  "(for a datetime d, d.timestamp())")
