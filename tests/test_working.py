@@ -158,7 +158,7 @@ def test_a_scratchpad_entry_past_its_own_limit_is_content_too_large_like_the_who
     JSON; the limit is 64,000"), where the whole pad past its limit, and a working item's text
     past its own, are a ContentTooLargeError: an agent that catches that to keep a large result
     elsewhere missed it. Now it is one too (still an InvalidInputError), saying what to do."""
-    with pytest.raises(ContentTooLargeError, match="64,000 bytes as JSON.*item_store") as refused:
+    with pytest.raises(ContentTooLargeError, match="the limit is 64,000 bytes.*item_store") as refused:
         check_pad_entry(key, value)
     assert "scratchpad entry" in str(refused.value)
 

@@ -175,7 +175,8 @@ def check_role(role: object) -> str:
 
 def check_metadata(metadata: object, max_bytes: int, name: str = "metadata") -> dict[str, Any]:
     """Return a deep copy of ``metadata`` as JSON-safe data (nested values kept); errors call
-    it ``name`` (a scratchpad entry is checked as a one-key mapping, and says so)."""
+    it ``name`` (a scratchpad entry is checked as a one-key mapping, and says so); past
+    ``max_bytes`` a ContentTooLargeError (an InvalidInputError)."""
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping):
@@ -185,9 +186,10 @@ def check_metadata(metadata: object, max_bytes: int, name: str = "metadata") -> 
     encoded = encode_json(metadata, name, ensure_ascii=False)
     if not encodable(encoded):
         raise InvalidInputError(f"{name} contains lone surrogates")
-    if len(encoded.encode("utf-8")) > max_bytes:
-        raise InvalidInputError(
-            f"{name} is {len(encoded.encode('utf-8')):,} bytes as JSON; the limit is {max_bytes:,}"
+    if len(encoded.encode("utf-8")) > max_bytes:  # too large, as a message's text past its bound
+        raise ContentTooLargeError(
+            f"{name} is {len(encoded.encode('utf-8')):,} bytes as JSON; the limit is {max_bytes:,} bytes. Nothing "
+            "was written: keep large data elsewhere (messages, item_store) and its key here"
         )
     return dict(json.loads(encoded))
 

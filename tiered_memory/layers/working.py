@@ -31,9 +31,9 @@ from ..guard import Calls, usable
 from ..records import WorkingItem
 from ..store.repositories import WorkingRepository, WorkingWrites
 from ..textcache import forget_texts
-from ..json_values import encode_json, json_bytes
+from ..json_values import json_bytes
 from ..validation import (MAX_LAYER_METADATA_BYTES, check_count, check_id, check_label, check_metadata, check_query,
-                          check_text, encodable, to_epoch)
+                          check_text, to_epoch)
 
 MAX_ITEM_CHARS = 20_000  # a working-memory note, not a document
 
@@ -84,14 +84,7 @@ def check_pad_entry(key: object, value: Any) -> Any:
     whole pad past its own); returns the value as stored (pure)."""
     if not isinstance(key, str) or not key:
         raise InvalidInputError(f"scratchpad keys must be non-empty strings, got {key!r}")
-    name = f"scratchpad entry {key[:40]!r}"
-    encoded = encode_json({key: value}, name, ensure_ascii=False)  # JSON: no NaN, set, non-str key or NUL
-    size = len(encoded.encode("utf-8")) if encodable(encoded) else 0  # (a lone surrogate: check_metadata says so)
-    if size > MAX_LAYER_METADATA_BYTES:
-        raise ContentTooLargeError(
-            f"{name} is {size:,} bytes as JSON; the limit is {MAX_LAYER_METADATA_BYTES:,} bytes as JSON an "
-            "entry. Nothing was written: keep large data elsewhere (messages, item_store) and its key here")
-    return check_metadata({key: value}, MAX_LAYER_METADATA_BYTES, name)[key]
+    return check_metadata({key: value}, MAX_LAYER_METADATA_BYTES, f"scratchpad entry {key[:40]!r}")[key]
 
 
 def pad_bytes(data: Mapping[str, Any]) -> int:
