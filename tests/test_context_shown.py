@@ -77,3 +77,31 @@ def test_bad_shown_is_refused(make_memory: Callable[..., TieredMemory], shown: o
 ])
 def test_turn_candidates_with_shown_messages(room: int, pool: int, shown: int, asked: int) -> None:
     assert turn_candidates(room, pool, shown) == asked
+
+
+
+def _recalled(memory: TieredMemory, shown: list[str]) -> list[str]:
+    ctx = memory.build_context("when is my flight to Lisbon?", user_id="u1", session_id="now", max_tokens=600,
+                               shown=shown)
+    return [i.text for s in ctx.sections for i in s.items]
+
+
+@pytest.mark.record_stores("sqlite")  # the duplicates' SQL is one for both stores (store.base.duplicates_sql)
+def test_a_twin_of_a_shown_message_is_not_recalled(make_memory: Callable[..., TieredMemory]) -> None:
+    """A turn stored twice (the same text by another call: the later one a duplicate of the first)
+    came back as its twin when the model was shown the other; now a twin of a shown message is not
+    recalled when it says the same words. A near-duplicate that says something else (another date,
+    stored in the same batch) is still recalled: the model sees only the other one."""
+    memory = make_memory(embedder=StaticEmbedder())
+    said = "My flight to Lisbon leaves on May 3 at noon."
+    old, changed, *_ = memory.add_many(
+        [{"role": "user", "content": said}, {"role": "user", "content": "My flight to Lisbon leaves on May 4 at noon."},
+         *({"role": "user", "content": f"Lunch idea {n}: soup with {food}."}
+           for n, food in enumerate(["leeks", "beans", "corn"]))], session_id="last-week", user_id="u1")
+    [again] = memory.add_many([{"role": "user", "content": said.upper()}], session_id="now", user_id="u1")
+    twins = memory.store.duplicates("u1", originals=[old])  # type: ignore[attr-defined]
+    assert set(twins) == {changed, again}  # the store holds both as duplicates of the first
+    assert said in _recalled(memory, [])  # nothing shown: the first is recalled
+    assert said not in _recalled(memory, [again])  # its twin is shown: not recalled again
+    assert said.upper() not in _recalled(memory, [old])  # nor the other way round
+    assert said in _recalled(memory, [changed])  # the May 4 message is shown: May 3 is still news
