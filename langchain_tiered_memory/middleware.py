@@ -2,7 +2,10 @@
 
 Before each model call it assembles memory for the latest user message
 (:meth:`TieredMemory.build_context`) and adds it to the system message as quoted
-data; the agent's own state and the conversation are left as they are. After each
+data; the agent's own state and the conversation are left as they are. The whole ``max_tokens`` is
+memory the model sees: the session's stored turns the agent's messages do not hold (another thread's
+on the same session, another app's) are recalled as past turns when relevant, never replayed unless
+``include_recent`` asks (``build_context(include_recent=False)``). After each
 model call, and at the end of the run, it records the turn so far (the user
 message, the model's replies, tool calls and tool results) in the session,
 skipping messages already stored, so a turn with several model calls is stored once. A message
@@ -293,11 +296,13 @@ class TieredMemoryMiddleware(AgentMiddleware):
                 messages = changes["messages"] = [*recent, *messages]
         if query.strip():
             # the stored turns the request holds (a checkpointed thread's whole conversation) are
-            # shown already: the core leaves them out before fitting, their room goes to other memories
+            # shown already: the core leaves them out before fitting, their room goes to other memories.
+            # The model is shown memory_text alone: no recent section, whose room it would never see;
+            # the session's turns the request lacks (another thread's, another app's) are recalled
             present = {m.id for m in messages if m.id}
             stored = self._stored_lately(user, session, messages)
             ctx = self.memory.build_context(query, user_id=user, session_id=session, max_tokens=self.max_tokens,
-                                            include_items=self.include_items,
+                                            include_items=self.include_items, include_recent=False,
                                             shown=[m.id for m in stored if lc_id(m) in present])
             text = ctx.memory_text()
             at = memory_position(messages, chains=chains_responses(request.model)) if text else None

@@ -105,3 +105,23 @@ def test_a_twin_of_a_shown_message_is_not_recalled(make_memory: Callable[..., Ti
     assert said not in _recalled(memory, [again])  # its twin is shown: not recalled again
     assert said.upper() not in _recalled(memory, [old])  # nor the other way round
     assert said in _recalled(memory, [changed])  # the May 4 message is shown: May 3 is still news
+
+
+@pytest.mark.record_stores("sqlite")
+def test_without_recent_turns_the_budget_goes_to_the_sections(make_memory: Callable[..., TieredMemory]) -> None:
+    """``include_recent=False`` (a caller that shows memory_text() alone): no recent turns, whose
+    room (BudgetConfig.buffer_share) the model would never see; the session's turns not shown are
+    past turns to recall, and the sections fill the budget."""
+    memory = make_memory(embedder=StaticEmbedder())
+    ids = _conversation(memory)
+    plain = memory.build_context("tides and bread", user_id="u1", session_id="now", max_tokens=600)
+    ctx = memory.build_context("tides and bread", user_id="u1", session_id="now", max_tokens=600,
+                               include_recent=False)
+    assert plain.recent and not ctx.recent and not ctx.recent_messages
+    newest = {ids[-2]}  # Q39, about bread: in the recent turns, so never recalled
+    assert newest <= {i.id for i in plain.recent} and not newest & _ids(plain)
+    assert newest <= _ids(ctx)  # without recent turns it is a past turn like any other, and recalled
+    assert sum(s.tokens for s in ctx.sections) > 1.3 * sum(s.tokens for s in plain.sections)
+    assert memory.count_tokens(ctx.memory_text()) <= 600
+    with pytest.raises(InvalidInputError, match="include_recent"):
+        memory.build_context("tides", user_id="u1", session_id="now", include_recent="no")  # type: ignore[arg-type]

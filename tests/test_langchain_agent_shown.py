@@ -1,8 +1,12 @@
 """create_agent with TieredMemoryMiddleware in a checkpointed thread: the agent's state holds the
-whole conversation, so the memory recalls none of it again (``build_context(shown=...)``), and the
-room those turns would take goes to other memories."""
+whole conversation, so the memory recalls none of it again (``build_context(shown=...)``), nor a
+twin of it (the same text stored again), and the room those turns would take goes to other
+memories. The session's turns the state does not hold (another thread's, another app's) are no
+recent section the model never sees: past turns to recall, like any other."""
 
 from __future__ import annotations
+
+from typing import Callable
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
@@ -12,7 +16,7 @@ from langchain_tiered_memory import TieredMemoryMiddleware
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder
 from test_injection import decoded_items, parse_memory
-from tiered_memory import TieredMemory
+from tiered_memory import StaticEmbedder, TieredMemory
 from tiered_memory.context.render import OPENING
 
 TOPICS = ["tides", "volcanoes", "rainbows", "glaciers", "comets", "owls", "bees", "jazz", "chess", "bread"] * 3
@@ -39,3 +43,58 @@ def test_a_checkpointed_thread_is_not_recalled_into_its_own_prompt(memory: Tiere
     recalled = decoded_items(parse_memory(system[system.index(OPENING):]))
     assert not set(recalled) & conversation  # nothing the model sees in the thread is repeated
     assert sum(r.startswith("Old") for r in recalled) >= 10  # the room went to last week's turns
+
+
+def _recalled(rec: PromptRecorder) -> tuple[set[str], list[str], str]:
+    """The last prompt's conversation (its texts), the memory items recalled, and the memory block."""
+    prompt = rec.last
+    system = "\n".join(m.text for m in prompt if isinstance(m, SystemMessage))
+    block = system[system.index(OPENING):] if OPENING in system else ""
+    return ({m.text for m in prompt if not isinstance(m, SystemMessage)},
+            decoded_items(parse_memory(block)) if block else [], block)
+
+
+def test_the_sessions_turns_outside_the_thread_take_no_unseen_room(make_memory: Callable[..., TieredMemory]) -> None:
+    """A new thread on a session another app (or thread) stored turns in: the core spent up to
+    BudgetConfig.buffer_share of max_tokens on those turns as a recent section, which the middleware
+    never showed; they were left out of recall too. Now the whole budget is memory the model sees,
+    and the session's earlier turns are recalled as past turns when they are relevant."""
+    memory = make_memory(embedder=StaticEmbedder())
+    memory.add_many([m for n, topic in enumerate(TOPICS) for m in (
+        {"role": "user", "content": f"Old{n}: what about tides and {topic}?"},
+        {"role": "assistant", "content": f"Old answer {n}: tides and {topic} go back a long way."})],
+        session_id="last-week", user_id="u1")
+    memory.add_many([m for n, topic in enumerate(TOPICS[:10]) for m in (
+        {"role": "user", "content": f"Web{n}: do tides reach the {topic} museum?"},
+        {"role": "assistant", "content": f"Web answer {n}: the {topic} museum floods at spring tides."})],
+        session_id="s1", user_id="u1")  # the web chat's turns of the same session
+    rec = PromptRecorder()
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("Done.")], callbacks=[rec]), [],
+                         checkpointer=InMemorySaver(),
+                         middleware=[TieredMemoryMiddleware(memory, user_id="u1", max_tokens=400)])
+    agent.invoke({"messages": [HumanMessage("Tell me about tides and the museum again.")]},
+                 {"configurable": {"thread_id": "new-thread", "session_id": "s1"}})
+    _, recalled, block = _recalled(rec)
+    assert any(r.startswith("Web") for r in recalled)  # the session's turns, recalled as data
+    assert 0.85 * 400 <= memory.count_tokens(block) <= 400  # the budget went to what the model sees
+
+
+def test_a_twin_of_a_turn_in_the_thread_is_not_recalled(make_memory: Callable[..., TieredMemory]) -> None:
+    """What the user says in the thread was stored before by another call (another app, an import):
+    the thread's message is a duplicate of it under another id, and the first came back as recalled
+    memory beside the turn the model sees. Now it is left out; a turn in other words is not."""
+    memory = make_memory(embedder=StaticEmbedder())
+    said = "My locker code is 4512, the one by the pool."
+    memory.add_many([{"role": "user", "content": said},
+                     {"role": "user", "content": "My bike lock code is 1234, the one by the gate."}],
+                    session_id="imported", user_id="u1")
+    rec = PromptRecorder()
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("Noted."), AIMessage("4512.")], callbacks=[rec]),
+                         [], checkpointer=InMemorySaver(),
+                         middleware=[TieredMemoryMiddleware(memory, user_id="u1", max_tokens=400)])
+    cfg = {"configurable": {"thread_id": "t1"}}
+    agent.invoke({"messages": [HumanMessage(said)]}, cfg)
+    agent.invoke({"messages": [HumanMessage("What is my locker code?")]}, cfg)
+    conversation, recalled, _ = _recalled(rec)
+    assert said in conversation and "My bike lock code is 1234, the one by the gate." in recalled
+    assert not set(recalled) & conversation  # the model reads the locker code once

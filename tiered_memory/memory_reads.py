@@ -134,7 +134,7 @@ class MemoryReads(MemoryEngines):
     @usable
     def build_context(
         self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
-        include_items: bool = False, shown: Collection[str] | None = None,
+        include_items: bool = False, shown: Collection[str] | None = None, include_recent: bool = True,
     ) -> MemoryContext:
         """Recent turns plus working memory, known facts, past sessions and relevant past turns,
         within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.context.assembly`.
@@ -145,18 +145,25 @@ class MemoryReads(MemoryEngines):
         short-term queue, an agent's state), left out of the relevant past turns before the
         budget is fitted, so their room goes to other memories. They are not in ``dropped``,
         which lists what the model will not see; the recent buffer is then the session's newest
-        turns other than those (the turns before them)."""
+        turns other than those (the turns before them).
+
+        ``include_recent=False``: no recent turns (``recent`` is empty), for a caller that shows the
+        model :meth:`~.context.render.MemoryContext.memory_text` alone (its framework's state holds
+        the conversation): the whole budget goes to the sections, and the session's turns other
+        than ``shown`` are past turns to recall, not a buffer the model would never see."""
         check_query(query)
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         check_count(max_tokens, "max_tokens", minimum=1, optional=True)
         check_flag(include_items, "include_items")
+        check_flag(include_recent, "include_recent")
         left_out = shown_ids(shown)
         now = time.time()
         with self._gate.reading():
             context = assemble(self.parts, self._layers if self._layers_ok() else None, query,
                                user_id=user_id, session_id=session_id, max_tokens=max_tokens,
-                               items=self._items if include_items and self._layers_ok() else None, shown=left_out)
+                               items=self._items if include_items and self._layers_ok() else None, shown=left_out,
+                               include_recent=include_recent)
         for layer, ids in accessed(context).items():
             self.parts.access.note(layer, user_id, ids, now)
         return context

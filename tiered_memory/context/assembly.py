@@ -16,7 +16,10 @@ shows the model already (``shown``: its own messages, such as a framework's shor
 left out before fitting: the recent buffer is the session's newest turns other than those (the
 turns that lead into them; its turns over its share are then past turns to recall, not dropped),
 and the ``turns`` candidates leave them out as they leave out the buffer's, so their room goes to
-other memories. They are not reported as dropped: the model sees them. A past turn that a
+other memories; so are their twins that say the same (the same text stored again under another id:
+:func:`shown_twins`). They are not reported as dropped: the model sees them. With
+``include_recent=False`` (a caller that shows ``memory_text`` alone) there is no recent buffer: the
+session's turns not shown are past turns to recall, and the whole budget goes to the sections. A past turn that a
 kept fact or episode quotes whole is left out for the next one (:func:`without_repeats`). Working-memory
 items whose decayed importance fell below ``ConsolidationConfig.prune_below`` have faded
 and are not shown (``consolidate`` prunes them; an access would spare them), and are reported
@@ -277,10 +280,12 @@ def without_repeats(requests: list[SectionRequest], room: TokenCount, count: Cal
 
 def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, session_id: str,
              max_tokens: int | None, items: ItemStore | None = None,
-             shown: frozenset[str] = frozenset()) -> MemoryContext:
+             shown: frozenset[str] = frozenset(), include_recent: bool = True) -> MemoryContext:
     budget = max_tokens if max_tokens is not None else parts.config.budget.max_tokens
     count = parts.count_tokens
-    buffer = session_buffer(parts, user_id, session_id, shown)
+    # without a recent section (a caller that shows only memory_text) the session's turns not shown
+    # are past turns to recall like any other, and the whole budget goes to the sections
+    buffer = session_buffer(parts, user_id, session_id, shown) if include_recent else []
     recent, over = newest_within([message_item(m, count) for m in buffer], lambda i: i.tokens,
                                  room=recent_room(budget, parts.config.budget.buffer_share), whole=budget)
     # the session's buffer is the conversation itself, reported under "recent" when left out: never
