@@ -4,8 +4,8 @@ Before each model call it assembles memory for the latest user message
 (:meth:`TieredMemory.build_context`) and adds it to the system message as quoted
 data; the agent's own state and the conversation are left as they are. The whole ``max_tokens`` is
 memory the model sees: the session's stored turns the agent's messages do not hold (another thread's
-on the same session, another app's) are recalled as past turns when relevant, never replayed unless
-``include_recent`` asks (``build_context(include_recent=False)``). After each
+on the same session, another app's) are recalled as past turns when relevant (it asks
+``build_context`` for no recent section), and replayed as turns only with ``include_recent``. After each
 model call, and at the end of the run, it records the turn so far (the user
 message, the model's replies, tool calls and tool results) in the session,
 skipping messages already stored, so a turn with several model calls is stored once. A message
