@@ -106,7 +106,9 @@ def test_an_id_stored_again_keeps_its_new_vector(make_memory: Callable[..., Tier
     memory.add_many([{"id": "note-1", "role": "user", "content": "My bank PIN is 4921"}], session_id="s", user_id="u")
     with pytest.raises(VectorIndexError):
         memory.forget("note-1", user_id="u")
-    memory.add_many([{"id": "note-1", "role": "user", "content": "I moved to Porto"}], session_id="s", user_id="u")
+    with pytest.raises(VectorIndexError, match="stored but not yet indexed"):  # pending till its old vectors go
+        memory.add_many([{"id": "note-1", "role": "user", "content": "I moved to Porto"}], session_id="s",
+                        user_id="u")
     memory.close()
     with make_memory(vector_store=_chroma(tmp_path)) as memory:
         assert "note-1" in memory.index.ids("u") and _owed(memory) == set()

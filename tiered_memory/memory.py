@@ -336,7 +336,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         path = check_path(path)
         check_callback(progress, "progress", 1)
         ok = self._layers_ok()
-        with self._write_lock:
+        with self._write_lock, self._owing():  # an index failure leaves rows pending: the next write indexes them
             # a forget_user left unfinished is finished first, as add_many does: finished later (the
             # next open), it would delete the rows this import writes for that user
             for user in sorted(self._unfinished if user_id is None else self._unfinished & {user_id}):

@@ -15,7 +15,7 @@ from .aio import twin
 from .errors import NotFoundError, StoreError, TieredMemoryError, VectorIndexError
 from .guard import usable
 from .memory_engines import MemoryEngines
-from .recall.forgetting import pay_before_storing
+from .recall.forgetting import STORED_OWING, pay_before_storing
 from .recall.indexing import index_orphans
 from .textcache import forget_texts
 from .types import Message
@@ -49,7 +49,9 @@ class MemoryWrites(MemoryEngines):
         :class:`~tiered_memory.errors.InvalidInputError` says which. When this returns,
         the messages are committed. If the vector engine then fails,
         :class:`~tiered_memory.errors.VectorIndexError` is raised, the messages stay
-        stored, and they are indexed on the next open or :meth:`rebuild_index`. Where
+        stored, and they are indexed on the next open or :meth:`rebuild_index`; so too when a
+        message's ``id`` held a deleted message whose vectors the index has not deleted yet (they
+        go first: the message is stored, and indexed by the next write that can delete them). Where
         rows and vectors share one engine (``vector_store="pgvector"``), they commit in
         one transaction: on any failure nothing of the batch is stored, and the error says so.
 
@@ -78,16 +80,16 @@ class MemoryWrites(MemoryEngines):
             if not new:
                 return [r.id for r in rows]  # a retry of a batch that was stored: nothing to do
             # an id deleted before whose vectors the index still owes: the old go before the new come
-            defer = False
+            owed_first: VectorIndexError | None = None
             if again := chosen_among(new, chosen):
                 try:
                     self._jointly(lambda: pay_before_storing(self.store.owed_rows, self.index, turns=again))
-                except VectorIndexError as e:  # stored pending, indexed by the next payment
-                    defer = self._owed = True
-                    log.warning("%s", e)
+                except VectorIndexError as e:  # stored pending, indexed by the next payment; raised below
+                    owed_first, self._owed = e, True
             write = functools.partial(write_messages, batch=len(rows), store=self.store, index=self.index,
                                       embedder=self.embedder, config=self.config, progress=progress,
-                                      jointly=self._jointly if self._joint is not None else None, defer=defer)
+                                      jointly=self._jointly if self._joint is not None else None,
+                                      defer=owed_first is not None)
             try:
                 write(new)
             except StoreError:
@@ -98,6 +100,9 @@ class MemoryWrites(MemoryEngines):
                     raise
                 if left:
                     write(left)
+            if owed_first is not None:
+                cause = owed_first.__cause__ or owed_first
+                raise VectorIndexError(STORED_OWING.format(n=len(new), error=cause)) from owed_first
         if self.config.episodes.compress_after_turns is not None and self._layers_ok():  # queued, no LLM here
             self._layers.after_add(user_id, session_id)
         return [r.id for r in rows]

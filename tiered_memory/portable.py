@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from .errors import InvalidInputError, StoreError
+from .errors import InvalidInputError, StoreError, VectorIndexError
 from .guard import vector_errors_typed
 from .json_values import json_text
 from .layers.items import ItemStore
@@ -252,7 +252,9 @@ def import_jsonl(
     Raises:
         ImportFormatError: an invalid line (without ``skip_invalid``); nothing was written.
         VectorIndexError: the vector index failed (whatever a custom one raises); what was
-            stored stays, and the import run again writes the rest.
+            stored stays, and the import run again writes the rest. A message whose id held a
+            deleted message whose vectors the index could not delete yet is stored, not yet
+            indexed (they go first), as ``add_many`` does.
     """
     if user_id is not None:
         check_id(user_id, "user_id")
@@ -274,13 +276,18 @@ def import_jsonl(
     with parts.lock:
         def write(part: list[StoredMessage], _start: int, last: bool) -> None:
             # an id deleted before whose vectors the index still owes: those go before the new ones
-            with vector_errors_typed(_FAILED.format(what=f"{report.imported} messages")):
+            failure: Exception | None
+            try:
                 pay_before_storing(parts.store.owed_rows, parts.index, turns=[r.id for r in part])
-            failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
-                                      threshold=parts.config.dedup_threshold, sync=last)
+            except VectorIndexError as e:  # stored pending, indexed by the next payment (as add_many does)
+                parts.store.insert_messages(part, sync=last)
+                failure = e
+            else:
+                failure = store_and_index(part, store=parts.store, index=parts.index, embedder=parts.embedder,
+                                          threshold=parts.config.dedup_threshold, sync=last)
             if failure is not None:
                 with vector_errors_typed(_FAILED.format(what=f"{report.imported + len(part)} messages, the last "
-                                                        f"{len(part)} of them not yet indexed")):
+                                                        f"{len(part)} of them stored but not yet indexed")):
                     raise failure
             report.imported += len(part)
 

@@ -33,6 +33,10 @@ from .chunking import vector_ids
 #: what a deletion's error says of its vectors when the index failed
 STILL_OWED = ("deleted, but their vectors not yet ({error}); the vectors are deleted on the next open, "
               "before the next write, or by rebuild_index()")
+#: what a write says of rows it stored pending because their ids' earlier vectors are still owed
+STORED_OWING = ("{n} messages were stored but not yet indexed: ids among them held deleted messages whose "
+                "vectors the index has not deleted yet, and those go first ({error}); they are indexed by the "
+                "next write, the next open or rebuild_index()")
 BATCH = 1000  # entries per payment at open: one index call and one transaction each
 
 
@@ -67,8 +71,8 @@ def pay_before_storing(rows: OwedRows, index: VectorIndex, *, turns: Sequence[st
     vectors are (one look-up when nothing is owed).
 
     Raises:
-        VectorIndexError: the index failed; the old vectors stay owed, and the caller leaves the
-            new rows pending (indexed after the next payment).
+        VectorIndexError: the index failed; the old vectors stay owed, and the caller stores the
+            new rows pending (indexed after the next payment) and raises :data:`STORED_OWING`.
     """
     if turns or vectors:
         delete_owed(rows, index, rows.owed_for(turns=turns, vectors=vectors),
