@@ -1,13 +1,17 @@
 """Paying what the vector index owes, against the writes around it (SQLite beside Chroma).
 
 An id deleted while the index failed and stored again: ``add_many`` and ``import_jsonl`` both
-store it pending and say so (one behaviour) (``tiered_memory.recall.forgetting``).
+store it pending and say so (one behaviour). A payment's index delete runs outside the record
+store's write transaction: a slow vector server holds up no other reader or writer of the
+database, and a write storing the id again still waits for it
+(``tiered_memory.store.pending_deletes``).
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import pytest
 
@@ -55,4 +59,85 @@ def test_add_many_and_import_both_store_an_owed_id_pending_and_say_so(
     assert _owed(memory) == set() and memory.store.pending_index(10) == []
     assert "note-1" in index.inner.ids("u") and "note-2" in index.inner.ids("v")
     assert memory.import_jsonl(dump).skipped_existing == 1  # stored once
+
+
+class _HeldDeletes:
+    """The index's ``delete`` held (a slow vector server) until :meth:`release`: ``entered`` is set
+    once a delete is inside it. Wraps the real Chroma index's method (monkeypatch), nothing else."""
+
+    def __init__(self, index: ChromaVectorIndex, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.entered, self._released, self._real = threading.Event(), threading.Event(), index.delete
+        monkeypatch.setattr(index, "delete", self)
+
+    def __call__(self, ids: Sequence[str]) -> None:
+        self.entered.set()
+        assert self._released.wait(20), "the held delete was never released"
+        self._real(ids)
+
+    def release(self) -> None:
+        self._released.set()
+
+
+def _in_thread(fn: Callable[[], object]) -> tuple[threading.Thread, list[object]]:
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except BaseException as e:  # the test reads it
+            out.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_a_payment_in_flight_holds_up_no_reader_or_writer_of_the_database(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A payment's index delete is slow (a vector server under load): the SQLite store's write
+    transaction and its connection were held across it, so a reader of the messages and a writer
+    of the record store waited for the vector server. They go ahead now; the payment completes."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=1)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    _note(memory, "note-1", "My bank PIN is 4921")
+    _note(memory, "note-2", "I keep bees")
+    with pytest.raises(VectorIndexError):
+        memory.forget("note-1", user_id="u")  # owed: the next write pays it
+    held = _HeldDeletes(index.inner, monkeypatch)
+    payer, paid = _in_thread(lambda: memory.add("user", "Another note", session_id="t", user_id="u"))
+    try:
+        assert held.entered.wait(10)  # the payment's index delete is in flight
+        other, seen = _in_thread(lambda: (memory.get_messages("s", user_id="u"),
+                                          memory.store.set_meta("someone-else", "wrote")))
+        other.join(5)
+        waited = other.is_alive()
+    finally:
+        held.release()
+    payer.join(10)
+    other.join(10)
+    assert not waited, "a reader and a writer of the database waited for the vector server"
+    assert [m.id for m in seen[0][0]] == ["note-2"]  # type: ignore[index]
+    assert memory.store.get_meta("someone-else") == "wrote"
+    assert not isinstance(paid[0], BaseException), paid
+    assert "note-1" not in index.inner.ids("u") and _owed(memory) == set()
+
+
+def test_an_id_stored_again_waits_for_a_payment_of_it_in_flight(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """A payment of ``note-1``'s old deletion in flight (its entry read, its index delete not yet
+    made) when ``note-1`` is stored again: the write waits for the payment, so the new vector is
+    written after the old one is deleted (the payment holds its entries outside the transaction)."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=1)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    _note(memory, "note-1", "My bank PIN is 4921")
+    with pytest.raises(VectorIndexError):
+        memory.forget("note-1", user_id="u")
+    with memory.store.owed_rows.paying(memory.store.owed_rows.owed(10)) as due:  # another thread's payment
+        assert [e.item_id for e in due] == ["note-1"]
+        writer, out = _in_thread(lambda: _note(memory, "note-1", "I moved to Porto"))
+        writer.join(0.2)  # a write that does not wait has stored and indexed by now
+        index.inner.delete(["note-1"])  # the payment's index delete; its entry paid as the block ends
+    writer.join(10)
+    assert out == [None], out
+    assert "note-1" in index.inner.ids("u") and _owed(memory) == set()
 

@@ -14,10 +14,16 @@ Invariants:
   transaction that deletes the rows (:func:`owe_in`: the record store's ``delete_message`` and
   ``clear_session``, the layer units), so a deletion writes only its own entries, and two
   deletions wait for each other only where they owe the same entry.
-- An entry is paid (:func:`lock_due_in`, :func:`paid_in`) in one transaction that holds the
-  entries' rows from before the index deletes their vectors to the deletion of the entries:
-  one payer at a time per entry, and a write that stores one of these ids again and pays it
-  first (:mod:`tiered_memory.recall.forgetting`) writes its vector after the index deleted the old.
+- An entry is held from before the index deletes its vectors until the entry is deleted
+  (:meth:`OwedRows.paying`): one payer at a time per entry, and a write that stores one of these
+  ids again and pays it first (:mod:`tiered_memory.recall.forgetting`) writes its vector after
+  the index deleted the old. On PostgreSQL the holder is one transaction that locks the entries'
+  rows (:func:`lock_due_in`, :func:`paid_in`): many workers, and only the same entries wait. On
+  SQLite a write transaction excludes every other writer (and the store's one connection every
+  reader): held across a slow index delete, it held up the whole database. There the entries
+  are held by a lock of the process (one process per file: the folder lock), read before the
+  index delete and deleted after it in a short transaction, each only if no deletion owed it
+  again meanwhile (its ``owed_at`` unchanged).
 - ``forget_user`` empties the table for its user with the user's other rows (every table with a
   ``user_id``): the index's ``delete_user`` takes every vector of the user.
 - The ``meta`` record :data:`PENDING_DELETIONS` (a JSON list) holds the users whose
@@ -28,12 +34,13 @@ Invariants:
 
 The SQL here is the portable subset both dialects run; ``p`` is the placeholder (``?`` or
 ``%s``) and ``lock`` what locks the rows read (``" FOR UPDATE"`` on PostgreSQL; nothing on
-SQLite, whose write transaction already excludes every other writer).
+SQLite, which has no row locks: see above).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -93,15 +100,21 @@ def lock_due_in(c: Any, owed: Sequence[OwedVector], *, p: str = "?", lock: str =
     """Which of ``owed`` are still owed, their rows locked in key order (one order for every
     payer: no deadlock) till ``c`` commits; an entry another payer holds is waited for, and
     then found paid."""
-    out: list[OwedVector] = []
+    return list(due_at_in(c, owed, p=p, lock=lock))
+
+
+def due_at_in(c: Any, owed: Sequence[OwedVector], *, p: str = "?", lock: str = "") -> dict[OwedVector, float]:
+    """Which of ``owed`` are still owed, with the time each was owed, in key order (its rows
+    locked by ``lock``: see :func:`lock_due_in`)."""
+    out: dict[OwedVector, float] = {}
     wanted = sorted(set(owed), key=lambda e: (e.kind, e.item_id, e.user_id))
     for start in range(0, len(wanted), _BATCH):
         part = wanted[start:start + _BATCH]
         rows = ", ".join(f"({p}, {p}, {p})" for _ in part)
-        out += [OwedVector(*r) for r in c.execute(
-            f"SELECT {_COLS} FROM owed_vectors WHERE (kind, item_id, user_id) IN (VALUES {rows})"
+        out.update((OwedVector(*r[:3]), r[3]) for r in c.execute(
+            f"SELECT {_COLS}, owed_at FROM owed_vectors WHERE (kind, item_id, user_id) IN (VALUES {rows})"
             f" ORDER BY kind, item_id, user_id{lock}", [v for e in part for v in (e.kind, e.item_id, e.user_id)]
-        ).fetchall()]
+        ).fetchall())
     return out
 
 
@@ -133,18 +146,28 @@ def paid_in(c: Any, paid: Sequence[OwedVector], *, p: str = "?") -> None:
                       [(e.kind, e.item_id, e.user_id) for e in paid])
 
 
+def paid_as_read_in(c: Any, paid: dict[OwedVector, float], *, p: str = "?") -> None:
+    """Delete the entries the index has paid, each only if it is still owed as it was read (an
+    entry a deletion owed again since, at a later time, stays: its vectors may be newer)."""
+    if paid:
+        _many(c)(f"DELETE FROM owed_vectors WHERE kind={p} AND item_id={p} AND user_id={p} AND owed_at={p}",
+                 [(e.kind, e.item_id, e.user_id, at) for e, at in paid.items()])
+
+
 class OwedRows:
     """The ``owed_vectors`` table of one record store (its ``owed_rows``), outside a deletion.
 
     Args:
         transaction: the store's write transaction (a connection taking ``p`` placeholders).
         read: runs a function of a connection outside a write transaction.
-        p: the dialect's placeholder. lock: what locks rows read (see the module docstring).
+        p: the dialect's placeholder. lock: what locks rows read (see the module docstring);
+            without one, a payment holds its entries with a lock of this process instead.
     """
 
     def __init__(self, transaction: Callable[[], AbstractContextManager[Any]],
                  read: Callable[[Callable[[Any], Any]], Any], *, p: str = "?", lock: str = "") -> None:
         self._transaction, self._read, self._p, self._lock = transaction, read, p, lock
+        self._held = None if lock else threading.RLock()  # the payments of this process, one at a time
 
     def owe(self, owed: Sequence[OwedVector]) -> None:
         """Record ``owed`` (a deletion's own entries are written by its transaction: :func:`owe_in`)."""
@@ -162,16 +185,25 @@ class OwedRows:
 
     @contextmanager
     def paying(self, owed: Sequence[OwedVector]) -> Iterator[list[OwedVector]]:
-        """One transaction paying ``owed``: yields those still owed, held (another payer, or a write
-        paying one of them first, waits) while the caller deletes their vectors from the index,
-        and deletes them when the block ends; an error in the block leaves them all owed."""
+        """Pay ``owed``: yields those still owed, held (another payer, or a write paying one of them
+        first, waits) while the caller deletes their vectors from the index, and deletes them when
+        the block ends; an error in the block leaves them all owed. Held by a transaction's row
+        locks, or, without them, by this process's lock outside any transaction (the module docstring)."""
         if not owed:
             yield []
             return
-        with self._transaction() as c:
-            due = lock_due_in(c, owed, p=self._p, lock=self._lock)
-            yield due
-            paid_in(c, due, p=self._p)
+        if self._held is None:
+            with self._transaction() as c:
+                due = lock_due_in(c, owed, p=self._p, lock=self._lock)
+                yield due
+                paid_in(c, due, p=self._p)
+            return
+        with self._held:
+            read: dict[OwedVector, float] = self._read(lambda c: due_at_in(c, owed, p=self._p))
+            yield list(read)
+            if read:
+                with self._transaction() as c:
+                    paid_as_read_in(c, read, p=self._p)
 
 
 # ---- the meta record: users of unfinished forget_user calls, and earlier versions' entries ----
