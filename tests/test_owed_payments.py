@@ -3,19 +3,20 @@
 An id deleted while the index failed and stored again: ``add_many`` and ``import_jsonl`` both
 store it pending and say so (one behaviour). A payment's index delete runs outside the record
 store's write transaction: a slow vector server holds up no other reader or writer of the
-database, and a write storing the id again still waits for it
-(``tiered_memory.store.pending_deletes``).
+database. A repair indexes a pending row only once its id's old vectors are gone
+(``tiered_memory.recall.forgetting``).
 """
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.recall.indexing import repair
 from tiered_memory.testing import FailingVectorIndex
 from tiered_memory.vector.chroma import ChromaVectorIndex
 
@@ -141,3 +142,83 @@ def test_an_id_stored_again_waits_for_a_payment_of_it_in_flight(
     assert out == [None], out
     assert "note-1" in index.inner.ids("u") and _owed(memory) == set()
 
+
+def test_a_row_left_pending_under_an_owed_id_keeps_the_vectors_the_open_writes(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """``note-1`` stored again while its old vectors could not be deleted (left pending), and the
+    memory opened again with deletes still failing: the open's repair indexed the row without
+    paying first, and the next payment deleted its new vector with the old one."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    _note(memory, "note-1", "My bank PIN is 4921")
+    with pytest.raises(VectorIndexError):
+        memory.forget("note-1", user_id="u")
+    with pytest.raises(VectorIndexError, match="stored but not yet indexed"):
+        _note(memory, "note-1", "I moved to Porto")
+    memory.close()
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its payment fails, its repair runs
+    index.healthy()
+    memory.add("user", "Another note", session_id="t", user_id="u")  # pays, then indexes what is pending
+    assert _owed(memory) == set() and memory.store.pending_index(10) == []
+    assert "note-1" in index.inner.ids("u")
+
+
+def test_a_repair_of_another_worker_waits_for_a_payment_of_the_id_in_flight(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A payment of ``note-1``'s old deletion in flight while a repair (another worker's open on a
+    shared store) finds ``note-1`` stored again, pending: the repair indexed it at once, and the
+    payment's index delete then took the new vector. It pays first now, so it waits."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    _note(memory, "note-1", "My bank PIN is 4921")
+    with pytest.raises(VectorIndexError):
+        memory.forget("note-1", user_id="u")
+    with pytest.raises(VectorIndexError, match="stored but not yet indexed"):
+        _note(memory, "note-1", "I moved to Porto")
+    index.healthy()
+    upserted, real = threading.Event(), index.inner.upsert
+
+    def upsert(items: Any) -> None:
+        upserted.set()
+        real(items)
+
+    monkeypatch.setattr(index.inner, "upsert", upsert)
+    with memory.store.owed_rows.paying(memory.store.owed_rows.owed(10)) as due:  # the payer, in flight
+        assert [e.item_id for e in due] == ["note-1"]
+        worker, out = _in_thread(lambda: repair(store=memory.store, index=memory.index, embedder=memory.embedder,
+                                                threshold=memory.config.dedup_threshold, full=False))
+        upserted.wait(0.2)  # a repair that does not pay first has written the new vector by now
+        index.inner.delete(["note-1"])  # the payment's index delete
+    worker.join(10)
+    assert [r.get("indexed") for r in out] == [1], out  # type: ignore[attr-defined]
+    assert "note-1" in index.inner.ids("u") and _owed(memory) == set()
+
+
+def test_an_episode_left_pending_under_owed_ids_keeps_the_vectors_the_open_writes(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """The same for an episode imported again under its id while its old key points could not be
+    deleted: the open's pass over pending episodes wrote their vectors without paying first."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=[], times=None)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    memory.add("user", "I keep bees on the roof of the library", session_id="s", user_id="u")
+    episode = memory.end_session("s", user_id="u")
+    points = {i for i in index.inner.ids("u") if i.startswith(f"ep:{episode.id}:")}
+    assert points
+    dump = tmp_path / "dump.jsonl"
+    memory.export_jsonl(dump, user_id="u")
+    index.fail_on = {"delete"}
+    with pytest.raises(VectorIndexError):
+        memory.delete_episode(episode.id, user_id="u")
+    with pytest.raises(VectorIndexError):
+        memory.import_jsonl(dump)  # the episode stored again, pending
+    memory.close()
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    index.healthy()
+    memory.add("user", "Another note", session_id="t", user_id="u")  # pays
+    assert _owed(memory) == set()
+    memory.close()
+    with make_memory(vector_store=_chroma(tmp_path), embedder=StaticEmbedder()) as memory:  # indexes the episode
+        assert [e.id for e in memory.episodes("u")] == [episode.id]
+        assert points <= memory.index.ids("u")

@@ -350,6 +350,10 @@ class EpisodicMemory:
             return 0
         after, done = 0, 0
         while found := self.rows.pending_episodes(after, batch):
+            # an episode stored again under an id whose old key points the index still owes (its
+            # write could not delete them): those go first, else a later payment deletes the new ones
+            pay_before_storing(self.owed, self.index, vectors=[
+                f"ep:{ep.id}:{n}" for _, ep in found for n in range(len(self.rows.episode_points(ep.id)))])
             for _, ep in found:
                 self._index(ep)
             after, done = found[-1][0], done + len(found)

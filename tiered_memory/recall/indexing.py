@@ -17,6 +17,7 @@ from ..store.base import DuplicateSource, RecordStore, TextMatchSource
 from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of, pooled_vector
+from .forgetting import pay_before_storing
 
 log = logging.getLogger("tiered_memory")
 
@@ -284,8 +285,13 @@ def repair(
     *, store: RecordStore, index: VectorIndex, embedder: Embedder, threshold: float,
     full: bool, batch: int = 256,
 ) -> dict[str, int]:
-    """Index pending rows; with ``full``, also drop vectors the store no longer holds and
-    re-index rows marked indexed whose vector is missing (after a crash)."""
+    """Index pending rows (paying first what their ids' earlier rows owe the index); with
+    ``full``, also drop vectors the store no longer holds and re-index rows marked indexed whose
+    vector is missing (after a crash).
+
+    Raises:
+        VectorIndexError: the index failed; what is not indexed stays pending.
+    """
     report = {"indexed": 0, "removed": 0, "restored": 0}
     if full:
         want = store.indexed_ids()
@@ -307,6 +313,10 @@ def repair(
         pending = store.pending_index(batch)
         if not pending:
             break
+        # a row stored again under an id whose old vectors the index still owes (its write could not
+        # delete them): those go first, else a payment after this (another worker's, in flight
+        # meanwhile) deletes the new ones; failing, the rows stay pending
+        pay_before_storing(store.owed_rows, index, turns=[r.id for r in pending])
         index_messages(pending, store=store, index=index, embedder=embedder, threshold=threshold)
         report["indexed"] += len(pending)
     if any(report.values()):
