@@ -17,9 +17,10 @@ same entries by another worker meanwhile is waited for, never run after the new 
 Should that payment fail, the write stores its rows pending (:data:`STORED_OWING`), and what
 indexes pending rows later pays their ids first too (the turns' repair, the episodes' pending
 pass): an open whose payment failed, or another worker's open while a payment is in flight,
-would otherwise write the new vectors for a later payment to delete. Removing the entry instead, or letting the payment skip ids whose rows exist again, loses either
-old vectors the new row does not write again (a duplicate turn has none, a shorter text fewer
-chunks, an invalid fact none) or, between that check and the index's delete, the new vector.
+would otherwise write the new vectors for a later payment to delete. Removing the entry instead,
+or letting the payment skip ids whose rows exist again, loses either old vectors the new row does
+not write again (a duplicate turn has none, a shorter text fewer chunks, an invalid fact none) or,
+between that check and the index's delete, the new vector.
 """
 
 from __future__ import annotations
