@@ -23,6 +23,7 @@ from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_val
 from ..config import EpisodeConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
 from ..errors import NotFoundError
+from ..guard import vector_errors_typed
 from ..parts import run_now
 from ..recall import hybrid
 from ..recall.forgetting import delete_owed, pay_before_storing
@@ -175,6 +176,22 @@ def said_nothing(episode: Episode) -> bool:
     return episode.summary == NOTHING_SAID
 
 
+#: the VectorIndexError of key points the engine refused once the episode's row was written
+UNINDEXED = ("the vector index failed to write the key points of episode {id!r} of session {session!r} ({{error}}). "
+             "{stored}; until then it is found by its words. Where one engine holds rows and vectors, nothing "
+             "was written: end_session makes it again")
+#: ... written by end_session: its row and the session's coverage are committed
+ENDED = ("The episode is stored and covers the session's turns: end_session returns it again, making no "
+         "other, and the next open of the memory (or rebuild_index()) writes its vectors")
+#: ... written by an import or a repair
+PENDING = "The episode is stored; the next open of the memory (or rebuild_index()) writes its vectors"
+
+
+def _braced(text: str) -> str:
+    """``text`` as it reads after ``str.format`` (an id may hold braces)."""
+    return text.replace("{", "{{").replace("}", "}}")
+
+
 def count_turns(messages: Sequence[StoredMessage]) -> int:
     return sum(1 for i, m in enumerate(messages) if m.role == "user" or i == 0)
 
@@ -230,7 +247,7 @@ class EpisodicMemory:
                     if audit is not None:
                         u.audit(user_id, "episode", ep.id, audit[0], {"session_id": session_id,
                                                                       "messages": len(messages)}, audit[1])
-                self._upsert(ep, points, vectors)
+                self._upsert(ep, points, vectors, ENDED)
                 self._settle([ep.id])
             return ep
 
@@ -302,10 +319,13 @@ class EpisodicMemory:
         if ids and isinstance(self.rows, PendingVectorSource):
             self.rows.settle_episodes(ids)
 
-    def _upsert(self, ep: Episode, points: list[str], vectors: Any) -> None:
-        self.index.upsert([VectorItem(id=f"ep:{ep.id}:{n}", vector=vectors[n], user_id=ep.user_id,
-                                      layer="episode", session_id=ep.session_id, timestamp=ep.end)
-                           for n in range(len(points))])
+    def _upsert(self, ep: Episode, points: list[str], vectors: Any, stored: str = PENDING) -> None:
+        """Write the key points' vectors; the engine's error (whatever a custom index raises) is a
+        VectorIndexError whose message says what is ``stored`` (:data:`ENDED`, :data:`PENDING`)."""
+        with vector_errors_typed(UNINDEXED.format(id=_braced(ep.id), session=_braced(ep.session_id), stored=stored)):
+            self.index.upsert([VectorItem(id=f"ep:{ep.id}:{n}", vector=vectors[n], user_id=ep.user_id,
+                                          layer="episode", session_id=ep.session_id, timestamp=ep.end)
+                               for n in range(len(points))])
 
     def search(self, query: str, *, user_id: str, k: int, retrieval: RetrievalConfig,
                now: float | None = None, vector: np.ndarray | None = None) -> list[EpisodeHit]:

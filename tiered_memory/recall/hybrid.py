@@ -6,16 +6,28 @@ reciprocal rank, optionally with recency. Turns have their own, richer scoring
 
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
 from ..config import RetrievalConfig
+from ..guard import vector_errors_typed
 from ..vector.base import VectorIndex
 from .query import query_terms
 from .scoring import Fused, recency_score, rrf_fuse
 
 KeywordSearch = Callable[[list[str], int], list[tuple[str, float]]]
+F = TypeVar("F", bound=Callable[..., object])
+
+#: the VectorIndexError of a recall whose vector query the engine failed
+SEARCH_FAILED = ("a search failed in the vector engine ({error}); nothing was changed: retry it, and should the "
+                 "engine keep failing, see to it (rebuild_index() restores the index from the records)")
+
+
+def typed_search(read: F) -> F:
+    """``read``, which reads the vector index alone, with the engine's error (whatever a custom
+    index raises) as a VectorIndexError (:data:`SEARCH_FAILED`, the cause kept)."""
+    return vector_errors_typed(SEARCH_FAILED)(read)
 
 
 def candidates(index: VectorIndex, vector: np.ndarray, keyword_search: KeywordSearch, query: str, *,
@@ -23,8 +35,9 @@ def candidates(index: VectorIndex, vector: np.ndarray, keyword_search: KeywordSe
                                                                           list[tuple[str, float]]]:
     """(vector hits, keyword hits), each best first as ``(id, score)``; the index's ids lose
     ``prefix`` (``"fact:"``) so both lists speak the record store's ids."""
-    vec = [(i.removeprefix(prefix), s) for i, s in
-           index.query(vector[None, :], user_id=user_id, k=n, layers=[layer])[0]]
+    with vector_errors_typed(SEARCH_FAILED):
+        vec = [(i.removeprefix(prefix), s) for i, s in
+               index.query(vector[None, :], user_id=user_id, k=n, layers=[layer])[0]]
     terms = query_terms(query)
     return vec, keyword_search(terms, n) if terms else []
 

@@ -1,11 +1,10 @@
 """Turn recall: fetch candidates (I/O here), score them (pure, in scoring.py).
 
-One query embedding, one vector query, one keyword query, one record fetch, and the
-neighbours of the best few candidates (the turn either side; the turns within
-``neighbor_wide_window`` for the very best); everything else is arithmetic. When the
-index scans the user's vectors in memory, the keyword query runs in a worker thread
-meanwhile, and reads its matches' records there (both let go of the GIL), so the search waits
-for the longer of the two.
+One query embedding, one vector query, one keyword query, one record fetch, and the neighbours of
+the best few candidates (the turn either side; the turns within ``neighbor_wide_window`` for the
+very best); everything else is arithmetic. When the index scans the user's vectors in memory, the
+keyword query runs in a worker thread meanwhile, and reads its matches' records there (both let go
+of the GIL), so the search waits for the longer of the two. The index's errors are VectorIndexErrors.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from ..embedding import Embedder, embed_query
 from ..errors import ConfigurationError
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
 from .fusion import LEARNED, TOPIC_WINDOW, WINDOW_SIGNALS, check_weights, score_learned
+from .hybrid import typed_search
 from .query import QueryPlan, is_reaction, plan_query
 from .scoring import (Candidate, Scored, TurnWeights, base_scores, best_first, matches_filters, previous_turns,
                       score_turns, speaker_of)
@@ -89,6 +89,7 @@ def fetch_candidates(store: RecordStore, user_id: str, ids: list[str], terms: Se
     return store.get_by_ids(user_id, ids + [i for i, _ in kw]), kw
 
 
+@typed_search
 def vector_hits(index: VectorIndex, qv: np.ndarray, *, user_id: str, n: int, chunks: int, session_id: str | None,
                 among: Sequence[str] | None, exact: bool) -> tuple[list[tuple[str, float]], list[tuple[str, float]]]:
     """The best ``n`` turns and the best ``chunks`` chunks of long messages by cosine: from one
@@ -181,8 +182,8 @@ def in_scope_duplicates(store: DuplicateScope, index: VectorIndex, qv: np.ndarra
     originals = sorted(set(stand.values()))
     if not originals:
         return vec
-    sims = dict(index.query(qv[None, :], user_id=user_id, k=min(len(originals), n), layers=["turn"],
-                            among=originals)[0])
+    sims = dict(vector_hits(index, qv, user_id=user_id, n=min(len(originals), n), chunks=0, session_id=None,
+                            among=originals, exact=False)[0])
     return with_stand_ins(vec, stand, sims, n)
 
 
@@ -379,9 +380,8 @@ def search_turns(
     Reads only: one scope query, one candidate fetch, two neighbour fetches."""
     now = time.time() if now is None else now
     weights = turn_weights(config)  # once a search: it checks the learned table too
-    got = gather_pool(store=store, index=index, embedder=embedder, config=config, query=query,
-                      user_id=user_id, k=k, session_id=session_id, filters=filters, vector=vector,
-                      weights=weights)
+    got = gather_pool(store=store, index=index, embedder=embedder, config=config, query=query, user_id=user_id,
+                      k=k, session_id=session_id, filters=filters, vector=vector, weights=weights)
     if got is None:
         return []
     slots = spread_slots(config, k, got.plan.listing)

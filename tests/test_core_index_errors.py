@@ -1,0 +1,96 @@
+"""A custom vector index (one the application hands in as ``vector_store=``) may raise anything: a
+``RuntimeError``, an ``OSError``. The bundled indexes raise :class:`VectorIndexError`; a custom
+one's error reaches the caller as that too, with its own as ``__cause__`` and what was stored and
+what to do in the message, on ``end_session`` and the recalls (turns, sessions, context), sync and
+async alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.testing import FailingVectorIndex
+from tiered_memory.vector.chroma import ChromaVectorIndex
+
+# no fact the rules draw (no "I live in ...", "I like ..."): the only vectors end_session writes are
+# the episode's key points
+SMALL_TALK = [{"role": "user", "content": "Can you recommend a good book about lighthouses?"},
+              {"role": "assistant", "content": "Try The Lighthouse Stevensons, a history of the family."}]
+
+
+def failing(folder: Path) -> FailingVectorIndex:
+    """Chroma in ``folder`` behind the fake, failing nothing until told (``times=None``: forever)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return FailingVectorIndex(ChromaVectorIndex(str(folder / "chroma")), fail_on=[], times=None)
+
+
+def test_end_session_with_a_custom_index_failing_is_typed_keeps_the_episode_once(tmp_path: Path) -> None:
+    # the custom index's RuntimeError escaped end_session raw; the episode row and the session's
+    # coverage commit before its key points' vectors, so they stay, and a retry returns that episode
+    folder = tmp_path / "store"
+    index = failing(folder)
+    with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=index) as m:
+        m.add_many(SMALL_TALK, session_id="s", user_id="u")
+        index.fail_on = {"upsert"}
+        with pytest.raises(VectorIndexError, match="stored") as raised:
+            m.end_session("s", user_id="u")
+        assert isinstance(raised.value.__cause__, RuntimeError)
+        assert "simulated vector engine failure" in str(raised.value)
+        assert "end_session" in str(raised.value)  # what to do: it says the retry is safe
+        assert m.facts("u") == []
+        [episode] = m.episodes("u")
+        assert m.end_session("s", user_id="u").id == episode.id  # covered: no second episode
+        assert [e.id for e in m.episodes("u")] == [episode.id]
+        index.fail_on = set()
+        m.add_many(SMALL_TALK, session_id="s2", user_id="u")
+        index.fail_on = {"upsert"}
+        with pytest.raises(VectorIndexError, match="stored") as raised:  # the async twin, alike
+            asyncio.run(m.aend_session("s2", user_id="u"))
+        assert isinstance(raised.value.__cause__, RuntimeError)
+        [second] = m.episodes("u", session_id="s2")
+        index.fail_on = set()
+    with TieredMemory(folder, embedder=StaticEmbedder()) as again:  # the open writes the pending points
+        [hit] = again.search_episodes("a book about lighthouses", user_id="u", k=1)
+        assert hit.episode.id in (episode.id, second.id)
+        assert {i.rpartition(":")[0] for i in again.index.ids("u") if i.startswith("ep:")} == {
+            f"ep:{episode.id}", f"ep:{second.id}"}
+        assert [e.id for e in again.episodes("u")] == [episode.id, second.id]
+
+
+RECALLS: list[tuple[str, Callable[[TieredMemory], Any]]] = [
+    ("search", lambda m: m.search("lighthouse book", user_id="u")),
+    ("search in a session", lambda m: m.search("lighthouse book", user_id="u", session_id="s")),
+    ("search_sessions", lambda m: m.search_sessions("lighthouse book", user_id="u")),
+    ("build_context", lambda m: m.build_context("lighthouse book", user_id="u", session_id="s")),
+    ("search_episodes", lambda m: m.search_episodes("lighthouse book", user_id="u")),
+    ("asearch", lambda m: asyncio.run(m.asearch("lighthouse book", user_id="u"))),
+    ("asearch_sessions", lambda m: asyncio.run(m.asearch_sessions("lighthouse book", user_id="u"))),
+    ("abuild_context", lambda m: asyncio.run(m.abuild_context("lighthouse book", user_id="u", session_id="s"))),
+]
+
+
+def test_recall_with_a_custom_index_failing_is_typed_and_changes_nothing(tmp_path: Path) -> None:
+    # the turn search (and the episodes' and facts' hybrid one) let the index's OSError out raw,
+    # which the facade's edge then called a record store failure
+    index = failing(tmp_path / "store")
+    with TieredMemory(tmp_path / "store", embedder=StaticEmbedder(), vector_store=index) as m:
+        m.add_many(SMALL_TALK, session_id="s", user_id="u")
+        m.end_session("s", user_id="u")
+        index.fail_on, index.error = {"query"}, OSError(5, "Input/output error")
+        failed = []
+        for name, recall in RECALLS:
+            with pytest.raises(VectorIndexError) as raised:
+                recall(m)
+            failed.append(name)
+            assert raised.value.__cause__ is index.error, name
+            assert "Input/output error" in str(raised.value) and "nothing was changed" in str(raised.value), name
+        assert len(failed) == len(RECALLS) and index.failures == len(RECALLS)
+        index.fail_on = set()
+        assert sorted(h.text for h in m.search("lighthouse book", user_id="u")) == sorted(
+            t["content"] for t in SMALL_TALK)
+
