@@ -132,6 +132,8 @@ class MemoryEngines:
                 report["items"] = self._items.repair()
             if self._has_layer_rows():  # facts and episodes a crash or failure left pending, as turns
                 report.update(self._layers.index_pending())
+                if items := self._items.pay_owed():  # and store items a failed write left unindexed
+                    report["items_pending"] = items
             return report
 
     def _has_layer_rows(self) -> bool:

@@ -8,16 +8,15 @@ table (``items``, in the schema of each SQL dialect in ``store/``), reached only
 :mod:`.item_recall`), and are deleted with the user in the same transaction as the
 user's messages (like every table with a ``user_id`` column).
 
-An item may carry ``text`` (what to search it by). That text is indexed like a
-turn: a keyword index next to the row (the store's own full-text index), and a
-vector per field part in the shared vector index under ``item:<id>[#n]`` with layer ``"item"``, both
-derived from the row and restored by :meth:`ItemStore.repair`. Search finds candidates
-by vector and keyword and scores each by its cosine similarity to the query (in
-[-1, 1], higher is better, like LangGraph's stores with ``distance_type="cosine"``), so
-a score threshold means the same thing for every query. The text holds one part per
-indexed field (separated by :data:`FIELD_SEP`); each part has its own vector
-(``item:<id>``, ``item:<id>#1``, ...) and an item scores as its best part, as in
-LangGraph's SQL stores.
+An item may carry ``text`` (what to search it by). That text is indexed like a turn: a keyword
+index next to the row (the store's own full-text index), and a vector per field part in the shared
+vector index under ``item:<id>[#n]`` with layer ``"item"``, both derived from the row (the vectors a
+failed write left unwritten are written by the next open, :mod:`.item_vectors`; all of them by
+:meth:`ItemStore.repair`). Search finds candidates by vector and keyword and scores each by its
+cosine similarity to the query (in [-1, 1], higher is better, like LangGraph's stores with
+``distance_type="cosine"``), so a score threshold means the same thing for every query. The text
+holds one part per indexed field (separated by :data:`FIELD_SEP`); each part has its own vector
+(``item:<id>``, ``item:<id>#1``, ...) and an item scores as its best part, as in LangGraph's SQL stores.
 
 Items whose namespace maps to no user belong to :data:`SHARED_OWNER`.
 
@@ -50,6 +49,7 @@ from ..store.repositories import ItemRepository
 from ..textcache import forget_texts
 from ..validation import MAX_COUNT, check_id, check_text, encode_json
 from ..vector.base import VectorIndex, VectorItem
+from .item_vectors import UNINDEXED, owe_items, pay_owed_items, restore_item_vectors
 from .item_filters import check_filter, check_filter_key, match_filter, match_value, value_at
 from .item_rules import (FIELD_SEP, LAYER, MAX_PARTS, SHARED_OWNER, ItemHit, ItemWrite, best_parts, check_key,
                          check_namespace, check_owner, check_ttl, expiry, item_of_vector, match_namespace,
@@ -61,13 +61,6 @@ __all__ = [
     "item_of_vector", "match_filter", "match_namespace", "match_value", "rank_by_similarity", "text_parts",
     "truncate_namespaces", "value_at", "vector_id",
 ]
-
-
-#: the VectorIndexError of a write whose vectors the engine refused after the rows were written
-_UNINDEXED = ("{n} store items were not indexed ({error}). Where one engine holds rows and vectors, nothing "
-             "was written; otherwise they are stored and found by get and filters, and ranked again once "
-             "ItemStore.repair() restores their vectors (TieredMemoryStore runs it at its next call)")
-_REPAIR_FAILED = "restoring store item vectors failed ({error}); the items are kept: repair again"
 
 
 # ---- the shell -----------------------------------------------------------------
@@ -129,6 +122,7 @@ class ItemStore:
         now = self.parts.now()
         ids: dict[tuple[tuple[str, ...], str], str] = {}
         stale: list[str] = []
+        unindexed: list[str] = []  # the items whose rows are written and vectors not yet
 
         def write() -> None:
             with self.parts.lock:
@@ -159,20 +153,21 @@ class ItemStore:
                             if written != item_id:  # another worker stored this key first: its row was updated
                                 ids[(ns, key)] = written
                                 stale.append(written)
-                    # the rows are the truth; vectors follow. A changed or deleted item loses its old
-                    # vectors before the commit and gets its new ones after it, so a crash or failure
-                    # between the two leaves a vector missing (repair() restores it), never one of the
-                    # other text (unless one engine holds both: then nothing commits)
+                    # the rows are the truth; vectors follow. A changed or deleted item loses its old vectors
+                    # before the commit and gets its new ones after it: a failure between the two leaves them
+                    # owed to the next open (a crash: to its repair), never a vector of the other text
                     with vector_errors_typed("nothing of the store write was written: the vector engine failed ({error})"):
                         self.index.delete([vector_id(i, n) for i in sorted(set(stale)) for n in range(MAX_PARTS)])
                 if vectors is not None:
-                    with vector_errors_typed(_UNINDEXED.format(n=len(with_text), error="{error}")):
+                    unindexed[:] = sorted({ids[(tuple(w.namespace), w.key)] for w in with_text})  # till written
+                    with vector_errors_typed(UNINDEXED.format(n=len(with_text), error="{error}")):
                         self.index.upsert([
                             VectorItem(id=vector_id(ids[(tuple(w.namespace), w.key)], n), vector=vectors[k],
                                        user_id=w.user_id, layer=LAYER, timestamp=now)
                             for k, (w, n, _) in enumerate(pieces)])
+                    unindexed.clear()
 
-        self.parts.jointly(write)  # rows and vectors in one transaction where one engine holds both
+        self._owing(write, unindexed)
         if stale:  # a deleted or overwritten item's text is gone: from the process's caches too, once a batch
             forget_texts()
 
@@ -184,6 +179,7 @@ class ItemStore:
         pieces = [(item, n, t) for item, _, _ in rows if item.text for n, t in enumerate(text_parts(item.text))]
         vectors = embed(self.parts.embedder, [t for _, _, t in pieces]) if pieces else None
         written: set[str] = set()
+        unindexed: list[str] = []
 
         def write() -> None:
             with self.parts.lock:
@@ -193,6 +189,7 @@ class ItemStore:
                             u.insert_item(item, ttl_minutes=ttl, expires_at=expires)
                             written.add(item.id)
                 if vectors is not None:  # after the commit: a crash before it leaves no orphan vector
+                    unindexed[:] = sorted(written)
                     # ids deleted before whose vectors the index still owes: those go first
                     pay_before_storing(self.parts.store.owed_rows, self.index, vectors=[
                         vector_id(item.id, n) for item, n, _ in pieces if item.id in written])
@@ -200,28 +197,31 @@ class ItemStore:
                         VectorItem(id=vector_id(item.id, n), vector=vectors[k], user_id=item.user_id, layer=LAYER,
                                    timestamp=item.updated_at)
                         for k, (item, n, _) in enumerate(pieces) if item.id in written])
+                    unindexed.clear()
 
-        self.parts.jointly(write)
+        self._owing(write, unindexed)
         return len(written)
+
+    def _owing(self, write: Callable[[], None], unindexed: list[str]) -> None:
+        """``write()`` (in one transaction where one engine holds rows and vectors); the items
+        ``unindexed`` names when it fails (rows written, vectors not) are owed to the next open."""
+        try:
+            self.parts.jointly(write)
+        except BaseException:
+            owe_items(self.parts.store, unindexed)
+            raise
 
     @usable
     def repair(self) -> int:
         """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop
         vectors of items that no longer exist. Returns how many vectors were restored."""
-        want = {vector_id(i.id, n): (i, t) for i in self.db.items_with_text()
-                for n, t in enumerate(text_parts(i.text or ""))}
-        with vector_errors_typed(_REPAIR_FAILED):
-            have = {i for i in self.index.ids() if i.startswith("item:")}
-            self.index.delete(sorted(have - set(want)))
-        todo = sorted(set(want) - have)
-        for start in range(0, len(todo), 256):
-            chunk = todo[start:start + 256]
-            vectors = embed(self.parts.embedder, [want[v][1] for v in chunk])
-            with vector_errors_typed(_REPAIR_FAILED):
-                self.index.upsert([VectorItem(id=v, vector=vectors[n], user_id=want[v][0].user_id,
-                                              layer=LAYER, timestamp=want[v][0].updated_at)
-                                   for n, v in enumerate(chunk)])
-        return len(todo)
+        return restore_item_vectors(self.parts, self.db)
+
+    @usable
+    def pay_owed(self) -> int:
+        """Write the vectors of the items whose write failed after their rows committed (every
+        open runs it, :mod:`.item_vectors`); returns how many items were indexed."""
+        return pay_owed_items(self.parts, self.db)
 
     # ---- reads -------------------------------------------------------------
     @usable

@@ -1,0 +1,131 @@
+"""The vectors of the store items (:mod:`.items`), restored from their rows.
+
+An item's row commits before its vectors are written (where the record store and the index are
+two engines), so a vector engine that fails in between leaves an item stored without them:
+found by ``get``, filters and its words, never ranked by similarity. Such a write is recorded
+(:func:`owe_items`): the ids of its items in the record store's ``meta`` record
+:data:`UNINDEXED_ITEMS`, a JSON list, changed in one step (``change_meta``) so that workers
+writing at once lose none. Every open of the memory pays it (:func:`pay_owed_items`, in the
+repair of the pending vectors of turns, facts and episodes): it re-embeds those items' texts
+and writes their vectors, without listing the index. More ids than :data:`MAX_OWED_IDS` are
+recorded as :data:`EVERY_ITEM`, paid by comparing every item with the index
+(:func:`restore_item_vectors`, which ``rebuild_index`` and a full repair run too).
+
+Invariants: an id is taken off the record before its vectors are written and put back should
+the index fail again, so a write recorded meanwhile is never dropped; paying an item that was
+deleted or rewritten since writes nothing stale (its row is read as it is now: gone, nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from ..embedding import embed
+from ..guard import vector_errors_typed
+from ..parts import Parts
+from ..store.base import RecordStore
+from ..store.repositories import ItemRepository
+from ..vector.base import VectorItem
+from .item_rules import LAYER, text_parts, vector_id
+
+#: the meta record of the items whose vectors a failed write left unwritten
+UNINDEXED_ITEMS = "unindexed_items"
+EVERY_ITEM = "*"  # in the record: too many to name, compare every item with the index
+MAX_OWED_IDS = 1_000
+
+#: the VectorIndexError of a write whose vectors the engine refused after the rows were written
+UNINDEXED = ("{n} store items were not indexed ({error}). Where one engine holds rows and vectors, nothing "
+             "was written; otherwise they are stored and found by get, filters and their words, and ranked "
+             "again once their vectors are written: by the next open of the memory, or the "
+             "TieredMemoryStore's next call")
+REPAIR_FAILED = ("restoring store item vectors failed ({error}); the items are kept, and the next open of the "
+                 "memory (or rebuild_index()) restores their vectors")
+
+
+def owed_ids(raw: str | None) -> list[str]:
+    """The ids a :data:`UNINDEXED_ITEMS` record holds (pure): ``[EVERY_ITEM]`` for every item;
+    a record that cannot be read, as every item too."""
+    if not raw:
+        return []
+    try:
+        ids = json.loads(raw)
+    except ValueError:
+        return [EVERY_ITEM]
+    return sorted({str(i) for i in ids}) if isinstance(ids, list) else [EVERY_ITEM]
+
+
+def changed(raw: str | None, *, add: Sequence[str] = (), remove: Sequence[str] = ()) -> str:
+    """The record ``raw`` with ``add`` and without ``remove`` (pure); past :data:`MAX_OWED_IDS`
+    ids it names :data:`EVERY_ITEM` alone.
+
+    Example:
+        >>> changed('["a", "b"]', add=["c"], remove=["a"])
+        '["b", "c"]'
+    """
+    ids = (set(owed_ids(raw)) - set(remove)) | set(add)
+    return json.dumps([EVERY_ITEM] if EVERY_ITEM in ids or len(ids) > MAX_OWED_IDS else sorted(ids))
+
+
+def owe_items(store: RecordStore, ids: Sequence[str]) -> None:
+    """Record that the vectors of the items ``ids`` are not written (their write failed)."""
+    if ids:
+        store.change_meta(UNINDEXED_ITEMS, lambda raw: changed(raw, add=ids))
+
+
+def pay_owed_items(parts: Parts, db: ItemRepository) -> int:
+    """Write the vectors that failed writes left unwritten (:func:`owe_items`); returns how many
+    items were indexed. Cheap when nothing is owed: one read of the ``meta`` record.
+
+    Raises:
+        VectorIndexError: the index failed again; the items stay owed.
+    """
+    taken = owed_ids(parts.store.get_meta(UNINDEXED_ITEMS))
+    if not taken:
+        return 0
+    parts.store.change_meta(UNINDEXED_ITEMS, lambda raw: changed(raw, remove=taken))
+    try:
+        if EVERY_ITEM in taken:
+            return restore_item_vectors(parts, db)
+        items = [i for i in db.items_under((), taken) if i.text]
+        pieces = [(i, n, t) for i in items for n, t in enumerate(text_parts(i.text or ""))]
+        if pieces:
+            vectors = embed(parts.embedder, [t for _, _, t in pieces])
+            with vector_errors_typed(REPAIR_FAILED):
+                parts.index.upsert([VectorItem(id=vector_id(i.id, n), vector=vectors[k], user_id=i.user_id,
+                                               layer=LAYER, timestamp=i.updated_at)
+                                    for k, (i, n, _) in enumerate(pieces)])
+        return len(items)
+    except BaseException:
+        owe_items(parts.store, taken)
+        raise
+
+
+def restore_item_vectors(parts: Parts, db: ItemRepository) -> int:
+    """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop
+    vectors of items that no longer exist. Returns how many vectors were restored.
+
+    Raises:
+        VectorIndexError: the index failed; every item is owed (:data:`EVERY_ITEM`), for the next open.
+    """
+    try:
+        return _restore(parts, db)
+    except BaseException:
+        owe_items(parts.store, [EVERY_ITEM])
+        raise
+
+
+def _restore(parts: Parts, db: ItemRepository) -> int:
+    want = {vector_id(i.id, n): (i, t) for i in db.items_with_text() for n, t in enumerate(text_parts(i.text or ""))}
+    with vector_errors_typed(REPAIR_FAILED):
+        have = {i for i in parts.index.ids() if i.startswith("item:")}
+        parts.index.delete(sorted(have - set(want)))
+    todo = sorted(set(want) - have)
+    for start in range(0, len(todo), 256):
+        chunk = todo[start:start + 256]
+        vectors = embed(parts.embedder, [want[v][1] for v in chunk])
+        with vector_errors_typed(REPAIR_FAILED):
+            parts.index.upsert([VectorItem(id=v, vector=vectors[n], user_id=want[v][0].user_id,
+                                           layer=LAYER, timestamp=want[v][0].updated_at)
+                                for n, v in enumerate(chunk)])
+    return len(todo)
