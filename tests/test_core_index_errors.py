@@ -9,12 +9,14 @@ a turn, a fact or an episode is.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any, Callable
 
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.layers.item_vectors import MAX_OWED_IDS, changed
 from tiered_memory.layers.items import ItemWrite
 from tiered_memory.testing import FailingVectorIndex
 from tiered_memory.vector.chroma import ChromaVectorIndex
@@ -117,3 +119,17 @@ def test_a_store_item_whose_vector_failed_is_ranked_after_a_clean_reopen(tmp_pat
     index.fail_on = {"upsert"}
     with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=index):  # paid once: nothing owed now
         assert index.failures == 0
+
+
+@pytest.mark.parametrize("raw, add, remove, record", [
+    (None, ["b", "a"], [], ["a", "b"]),
+    ('["a", "b"]', [], ["a"], ["b"]),
+    ('["a"]', ["a"], [], ["a"]),  # each id once
+    ('["*"]', ["a"], [], ["*"]),  # every item is owed already
+    ('["*"]', ["a"], ["*"], ["a"]),  # a payment of every item: what was owed meanwhile stays
+    ("not json", [], [], ["*"]),  # a record that cannot be read: every item, rather than none
+    (None, [str(i) for i in range(MAX_OWED_IDS + 1)], [], ["*"]),  # too many to name
+])
+def test_the_record_of_unindexed_items(raw: str | None, add: list[str], remove: list[str],
+                                       record: list[str]) -> None:
+    assert json.loads(changed(raw, add=add, remove=remove)) == record
