@@ -36,6 +36,7 @@ def failing(folder: Path) -> FailingVectorIndex:
 def test_end_session_with_a_custom_index_failing_is_typed_keeps_the_episode_once(tmp_path: Path) -> None:
     # the custom index's RuntimeError escaped end_session raw; the episode row and the session's
     # coverage commit before its key points' vectors, so they stay, and a retry returns that episode
+    # (and writes the vectors it left pending: they waited for the next open)
     folder = tmp_path / "store"
     index = failing(folder)
     with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=index) as m:
@@ -48,9 +49,14 @@ def test_end_session_with_a_custom_index_failing_is_typed_keeps_the_episode_once
         assert "end_session" in str(raised.value)  # what to do: it says the retry is safe
         assert m.facts("u") == []
         [episode] = m.episodes("u")
-        assert m.end_session("s", user_id="u").id == episode.id  # covered: no second episode
+        with pytest.raises(VectorIndexError):  # a retry while the index fails: still failing, nothing more
+            m.end_session("s", user_id="u")
         assert [e.id for e in m.episodes("u")] == [episode.id]
         index.fail_on = set()
+        assert not any(i.startswith("ep:") for i in m.index.ids("u"))
+        assert m.end_session("s", user_id="u").id == episode.id  # covered: no second episode
+        assert [e.id for e in m.episodes("u")] == [episode.id]
+        assert any(i.startswith(f"ep:{episode.id}:") for i in m.index.ids("u"))  # the retry wrote its vectors
         m.add_many(SMALL_TALK, session_id="s2", user_id="u")
         index.fail_on = {"upsert"}
         with pytest.raises(VectorIndexError, match="stored") as raised:  # the async twin, alike
@@ -59,10 +65,10 @@ def test_end_session_with_a_custom_index_failing_is_typed_keeps_the_episode_once
         [second] = m.episodes("u", session_id="s2")
         index.fail_on = set()
     with TieredMemory(folder, embedder=StaticEmbedder()) as again:  # the open writes the pending points
-        [hit] = again.search_episodes("a book about lighthouses", user_id="u", k=1)
-        assert hit.episode.id in (episode.id, second.id)
         assert {i.rpartition(":")[0] for i in again.index.ids("u") if i.startswith("ep:")} == {
             f"ep:{episode.id}", f"ep:{second.id}"}
+        [hit] = again.search_episodes("a book about lighthouses", user_id="u", k=1)
+        assert hit.episode.id in (episode.id, second.id)
         assert [e.id for e in again.episodes("u")] == [episode.id, second.id]
 
 

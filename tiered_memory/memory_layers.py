@@ -37,7 +37,11 @@ class MemoryLayers(MemoryEngines):
         the session is ended (a second call returns it; ``consolidate`` leaves the session be)
         and ``episodes()`` lists it, but it is never indexed: never found by ``search_episodes``,
         shown in a context's "Relevant past sessions" nor promoted into a fact. An adapter's
-        ``end_session`` returns it as any other episode."""
+        ``end_session`` returns it as any other episode.
+
+        Raises:
+            VectorIndexError: the vector index failed (whatever a custom one raised) once the episode
+                was stored: calling again returns that episode, making no other, and writes its vectors."""
         episode = self._layers.end_session(check_id(user_id, "user_id"), check_id(session_id, "session_id"))
         assert episode is not None  # only the background path (evicted_only) may find nothing
         return episode

@@ -177,14 +177,16 @@ def said_nothing(episode: Episode) -> bool:
 
 
 #: the VectorIndexError of key points the engine refused once the episode's row was written
-UNINDEXED = ("the vector index failed to write the key points of episode {id!r} of session {session!r} ({{error}}). "
-             "{stored}; until then it is found by its words. Where one engine holds rows and vectors, nothing "
-             "was written: end_session makes it again")
-#: ... written by end_session: its row and the session's coverage are committed
-ENDED = ("The episode is stored and covers the session's turns: end_session returns it again, making no "
-         "other, and the next open of the memory (or rebuild_index()) writes its vectors")
+UNINDEXED = ("the vector index failed to write the key points of episode {id!r} of session {session!r} "
+             "({{error}}). {stored}")
+#: ... written by end_session: its row and the session's coverage are committed (unless joint)
+ENDED = ("The episode is stored and covers the session's turns: calling end_session again returns it, making "
+         "no other, and writes its vectors (as the next open of the memory or rebuild_index() does); until "
+         "then it is found by its words. Where one engine holds rows and vectors, nothing was written: "
+         "end_session makes it again")
 #: ... written by an import or a repair
-PENDING = "The episode is stored; the next open of the memory (or rebuild_index()) writes its vectors"
+PENDING = ("The episode is stored and found by its words; the next open of the memory (or rebuild_index()) "
+           "writes its vectors")
 
 
 def _braced(text: str) -> str:

@@ -237,6 +237,8 @@ class Layers:
                 msgs = self._uncovered(user_id, session_id, evicted_only)
                 if not msgs:
                     done = self.episodes.select(user_id, session_id)
+                    if done and not evicted_only:  # a retry after the index failed: the vectors it left pending
+                        self.episodes.index_pending()
                     if done or evicted_only:
                         return done[-1] if done else None
                     if self.rows.cursor(user_id, session_id):  # covered by no episode: a store of before
