@@ -167,6 +167,7 @@ class TieredMemoryStore(NamespaceCheckedStore):
         self._sweeper: threading.Thread | None = None
         self._stop_sweeping = threading.Event()
         self._repaired = False
+        self._owed = False  # a write of this store failed after its rows: the next call writes their vectors
         self._coalescers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Coalescer] = (
             weakref.WeakKeyDictionary())
         self._coalescers_lock = threading.Lock()
@@ -225,10 +226,14 @@ class TieredMemoryStore(NamespaceCheckedStore):
             return False
 
     def _ready(self) -> None:
-        # restore item vectors dropped by rebuild_index() or a crash, once per store object
+        # restore item vectors dropped by rebuild_index() or a crash, once per store object; after a
+        # failed write, those it left unwritten (the memory recorded which: no listing of the index)
         if not self._repaired:
             self.items.repair()
             self._repaired = True
+        elif self._owed:
+            self.items.pay_owed()
+        self._owed = False
 
     # ---- ops -----------------------------------------------------------------
     def _writes(self, ops: Sequence[PutOp]) -> list[ItemWrite]:
@@ -292,7 +297,7 @@ class TieredMemoryStore(NamespaceCheckedStore):
             try:
                 self.items.write_many(self._writes(plan.writes))
             except VectorIndexError:  # rows stored, vectors refused: the next call restores them
-                self._repaired = False
+                self._owed = True
                 raise
         return spread_results(plan, read_results)
 

@@ -30,3 +30,19 @@ def test_an_item_whose_vectors_failed_is_ranked_by_the_memory_reopened(tmp_path:
         assert [(h.layer, h.text) for h in hits][:1] == [("item", "Drinks green tea every morning")]
         assert hits[0].explanation["similarity"] is not None
         assert len({i for i in again.index.ids("u1") if i.startswith("item:")}) == 2
+
+
+def test_the_next_call_writes_what_a_failed_put_left_without_listing_the_index(tmp_path: Path) -> None:
+    # the store object's next call restored them by a full repair, which lists every vector id of the
+    # index (of every user and layer: slow at a big index's size); the memory recorded which items they are
+    folder = tmp_path / "store"
+    folder.mkdir()
+    index = FailingVectorIndex(ChromaVectorIndex(str(folder / "chroma")), fail_on=["upsert"], after=1, times=1)
+    with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=index) as memory:
+        store = TieredMemoryStore(memory, fields=["text"])
+        store.put(("u1", "notes"), "bike", {"text": "Rides a red bicycle to work"})
+        with pytest.raises(VectorIndexError):
+            store.put(("u1", "notes"), "tea", {"text": "Drinks green tea every morning"})
+        index.fail_on, index.failures, index.times = {"ids"}, 0, None
+        hits = store.search(("u1",), query="green tea in the morning", limit=1)
+        assert [(h.key, h.score is not None) for h in hits] == [("tea", True)] and index.failures == 0
