@@ -16,7 +16,9 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.layers.item_rules import ItemWrite
 from tiered_memory.recall.indexing import repair
+from tiered_memory.store.pending_deletes import entries
 from tiered_memory.testing import FailingVectorIndex
 from tiered_memory.vector.chroma import ChromaVectorIndex
 
@@ -222,3 +224,27 @@ def test_an_episode_left_pending_under_owed_ids_keeps_the_vectors_the_open_write
     with make_memory(vector_store=_chroma(tmp_path), embedder=StaticEmbedder()) as memory:  # indexes the episode
         assert [e.id for e in memory.episodes("u")] == [episode.id]
         assert points <= memory.index.ids("u")
+
+
+def test_a_store_item_owed_to_the_open_keeps_the_vectors_the_open_writes(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """A store item whose vectors a failed write left to the next open, under an id whose earlier
+    vectors the index still owes (an expired item swept while deletes failed, then imported again):
+    the open, its payment failing, wrote the item's vectors without paying first, and the next
+    payment deleted them with the old ones."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["upsert"], times=1)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    tea = ItemWrite(namespace=("u", "notes"), key="tea", user_id="u", value={"text": "Drinks green tea"},
+                    text="Drinks green tea")
+    with pytest.raises(VectorIndexError, match="the next open"):
+        memory.item_store().write_many([tea])
+    item = memory.item_store().get(("u", "notes"), "tea")
+    assert item is not None
+    memory.store.owed_rows.owe(entries("u", vectors=[f"item:{item.id}"]))  # its earlier vectors, unpaid
+    memory.close()
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its payment fails, items are paid
+    index.healthy()
+    memory.add("user", "Another note", session_id="t", user_id="u")  # pays what is owed
+    assert _owed(memory) == set()
+    assert f"item:{item.id}" in index.inner.ids("u")

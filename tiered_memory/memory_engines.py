@@ -154,14 +154,14 @@ class MemoryEngines:
 
     def _pay_owed(self) -> None:
         """Delete the vectors deleted rows still owe the index (:mod:`.recall.forgetting`), then
-        index the turns left pending meanwhile (a caller's id stored again waits for its old
-        vectors to go); an index still failing leaves them owed, for the next write or open."""
+        index what was left pending meanwhile, as an open does (turns, facts, episodes, store
+        items: an id stored again waits for its old vectors to go); an index still failing leaves
+        them owed, for the next write or open."""
         with self._write_lock:
             try:
                 self._jointly(lambda: pay_owed(self.store, self.index))
                 if self._owed:  # this process deferred or failed something: index what is pending
-                    repair(store=self.store, index=self.index, embedder=self.embedder,
-                           threshold=self.config.dedup_threshold, full=False)
+                    self._repair(full=False)
                 self._owed = False
             except VectorIndexError as e:
                 self._owed = True

@@ -13,7 +13,9 @@ recorded as :data:`EVERY_ITEM`, paid by comparing every item with the index
 
 Invariants: an id is taken off the record before its vectors are written and put back should
 the index fail again, so a write recorded meanwhile is never dropped; paying an item that was
-deleted or rewritten since writes nothing stale (its row is read as it is now: gone, nothing).
+deleted or rewritten since writes nothing stale (its row is read as it is now: gone, nothing);
+the earlier vectors an id still owes the index are deleted before its new ones are written
+(:func:`~tiered_memory.recall.forgetting.pay_before_storing`), as for turns and episodes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Sequence
 from ..embedding import embed
 from ..guard import vector_errors_typed
 from ..parts import Parts
+from ..recall.forgetting import pay_before_storing
 from ..store.base import RecordStore
 from ..store.repositories import ItemRepository
 from ..vector.base import VectorItem
@@ -91,6 +94,8 @@ def pay_owed_items(parts: Parts, db: ItemRepository) -> int:
         pieces = [(i, n, t) for i in items for n, t in enumerate(text_parts(i.text or ""))]
         if pieces:
             vectors = embed(parts.embedder, [t for _, _, t in pieces])
+            # ids whose earlier vectors the index still owes: those go first, else their payment takes these
+            pay_before_storing(parts.store.owed_rows, parts.index, vectors=[vector_id(i.id, n) for i, n, _ in pieces])
             with vector_errors_typed(REPAIR_FAILED):
                 parts.index.upsert([VectorItem(id=vector_id(i.id, n), vector=vectors[k], user_id=i.user_id,
                                                layer=LAYER, timestamp=i.updated_at)
@@ -124,6 +129,7 @@ def _restore(parts: Parts, db: ItemRepository) -> int:
     for start in range(0, len(todo), 256):
         chunk = todo[start:start + 256]
         vectors = embed(parts.embedder, [want[v][1] for v in chunk])
+        pay_before_storing(parts.store.owed_rows, parts.index, vectors=chunk)  # as above
         with vector_errors_typed(REPAIR_FAILED):
             parts.index.upsert([VectorItem(id=v, vector=vectors[n], user_id=want[v][0].user_id,
                                            layer=LAYER, timestamp=want[v][0].updated_at)
