@@ -93,6 +93,35 @@ def test_a_fact_whose_vector_failed_is_indexed_by_the_next_clean_open(tmp_path: 
         assert hit.fact.id == fact.id and "vector" in hit.explanation["signals"]
 
 
+def test_a_custom_index_failing_a_fact_write_is_a_typed_error_saying_what_was_stored(
+        tmp_path: Path, embedder: Any) -> None:
+    """A custom engine raises what it likes (here RuntimeError); add_fact and update_fact let it
+    out as it was, where the bundled indexes raise VectorIndexError. Before the rows commit:
+    nothing written; after: stored, and the next open writes the vector."""
+    folder = tmp_path / "store"
+    index = failing(folder, fail_on={"query"}, times=None)
+    with TieredMemory(folder, embedder=embedder, vector_store=index) as m:
+        with pytest.raises(VectorIndexError, match="wrote nothing.*write it again") as raised:
+            m.add_fact("User plays the cello", user_id="u")
+        assert isinstance(raised.value.__cause__, RuntimeError) and m.facts("u") == []
+        index.fail_on = {"upsert"}
+        with pytest.raises(VectorIndexError, match="was stored.*do not write it again") as raised:
+            m.add_fact("User plays the cello", user_id="u")
+        [fact] = m.facts("u")
+        assert fact.id in str(raised.value)
+        index.fail_on = {"delete"}  # an edit drops the old text's vector before its rows commit
+        with pytest.raises(VectorIndexError, match="wrote nothing"):
+            m.update_fact(fact.id, user_id="u", text="User plays the viola")
+        assert [f.text for f in m.facts("u")] == ["User plays the cello"]
+        index.fail_on = {"upsert"}
+        with pytest.raises(VectorIndexError, match=f"fact {fact.id} was edited"):
+            m.update_fact(fact.id, user_id="u", text="User plays the viola")
+        assert [f.text for f in m.facts("u")] == ["User plays the viola"]
+    with TieredMemory(folder, embedder=embedder) as again:
+        assert again.index.ids("u") == {f"fact:{fact.id}"}
+        assert again.search_facts("which instrument?", user_id="u", k=1)[0].fact.text == "User plays the viola"
+
+
 def test_query_failing_is_a_typed_error_and_changes_nothing(tmp_path: Path, embedder: Any) -> None:
     folder = tmp_path / "store"
     # VectorIndex implementations wrap engine errors in VectorIndexError (Chroma and Qdrant do)

@@ -60,7 +60,7 @@ from .consolidation_plan import (  # the decisions: their names importable from 
     stale_item,
     unfinished,
 )
-from .semantic import log_change, soft_delete
+from .fact_unit import log_change, soft_delete
 
 __all__ = ["STEPS", "Consolidating", "ConsolidationReport", "Progress", "consolidate", "near_pairs", "plan_merges",
            "promotion_candidates", "select_compressions", "select_promotions", "should_prune", "unfinished"]

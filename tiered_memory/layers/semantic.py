@@ -20,13 +20,16 @@ import numpy as np
 
 from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
-from ..errors import InvalidInputError, NotFoundError
+from ..errors import InvalidInputError, NotFoundError, StoreError
+from ..guard import vector_errors_typed
 from ..recall import forgetting, hybrid
-from .resolution import Judgement, Resolution, decide_resolution, one_in_slot, rewritten_slot, slotted
+from .resolution import Judgement, Resolution, decide_resolution, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
-from .changes import bounded_details, edit_details, merge_metadata, metadata_details, stored_metadata
+from .changes import edit_details, merge_metadata, metadata_details, stored_metadata
+from .fact_unit import (CHANGING, DECIDED, EDITED, TRIES, UNINDEXED, UNWRITTEN, Stale, held, log_change,
+                        named, one_in_slot_written)
 from ..store.pending_deletes import OwedRows
-from ..store.repositories import FactRepository, FactWrites, PendingVectorSource
+from ..store.repositories import FactRepository, PendingVectorSource
 from ..validation import check_text
 from ..vector.base import VectorIndex, VectorItem
 
@@ -89,7 +92,8 @@ class SemanticMemory:
         version sharing the database) is found only among the nearest, where
         :func:`~.resolution.slot_of` reads its words."""
         qv = embed_query(self.embedder, text)
-        hits = self.index.query(qv[None, :], user_id=user_id, k=k, layers=["fact"])[0]
+        with vector_errors_typed(UNWRITTEN.format(what="a fact resolved against the user's", error="{error}")):
+            hits = self.index.query(qv[None, :], user_id=user_id, k=k, layers=["fact"])[0]
         by_id = {h[0].split(":", 1)[1]: h[1] for h in hits}
         found = [(f, by_id[f.id]) for f in self.rows.facts_by_ids(user_id, list(by_id)) if f.valid]
         far = [(f, v) for f, v in self.rows.facts_in_slot(user_id, key) if f.id not in by_id] if key is not None else []
@@ -154,25 +158,28 @@ class SemanticMemory:
                     self._said_again(target, candidate.source_ids, details, now, given)
                 return None
             if resolution.action == "update":
-                old = _named(target, resolution)
-                kept = merge_metadata(old.metadata, given, limit)  # past the limit: nothing written
-                text = resolution.text or old.text
-                sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
+                read = named(target, resolution)
+                text = resolution.text or read.text
                 vector = embed(self.embedder, [text])[0]
-                key, polarity = rewritten_slot(old, text, candidate)  # the slot its new words name
-                rivals = self._rivals(old, text, key)
-                with self.rows.unit() as u:
+                key, polarity = rewritten_slot(read, text, candidate)  # the slot its new words name
+                rivals = self._rivals(read, text, key)
+                with self.rows.unit() as u:  # what it merges into, as held (Stale: decided again)
+                    old = held(u, read, DECIDED, Stale(read.id))
+                    kept = merge_metadata(old.metadata, given, limit)  # past the limit: nothing written
+                    sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
                     u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
                                   source_ids=sources, metadata=kept, updated_at=now, vector=vector, key=key,
                                   polarity=polarity)
                     log_change(u, user_id, old.id, "update", old.text, text, now, {**details, **metadata_details(
                         old.metadata, given, beside=details, max_bytes=limit)}, max_bytes=limit)
-                    gone = self._one_in_slot(u, replace(old, text=text, key=key, polarity=polarity), rivals,
-                                             at, now, "a judge's rewrite")  # the slot's other facts
-                    self.index.delete([f"fact:{old.id}", *gone])  # see edit: never a vector of the old text
+                    gone = one_in_slot_written(u, replace(old, text=text, key=key, polarity=polarity), rivals, at=at,
+                                               now=now, by="a judge's rewrite", config=self.config, max_bytes=limit)
+                    with vector_errors_typed(UNWRITTEN.format(what=f"the update of fact {old.id}", error="{error}")):
+                        self.index.delete([f"fact:{old.id}", *gone])  # see edit: never a vector of the old text
                 new = self.get(user_id, old.id)
-                if new.valid:
-                    self._upsert_vectors([(new, vector)])
+                with vector_errors_typed(UNINDEXED.format(id=new.id, done="updated", error="{error}")):
+                    if new.valid:
+                        self._upsert_vectors([(new, vector)])
                 self._settle([new])
                 return new
             fact = slotted(Fact(id=uuid.uuid4().hex, user_id=user_id, type=candidate.type, text=candidate.text,
@@ -181,36 +188,42 @@ class SemanticMemory:
                                 key=candidate.key, polarity=candidate.polarity))
             vector = embed(self.embedder, [fact.text])[0]
             if resolution.action == "invalidate":
-                old = _named(target, resolution)
+                old = named(target, resolution)
                 if at < old.valid_from:  # said before the fact it contradicts: history, not news
                     return self._add_superseded(fact, old, vector, details, now)
             with self.rows.unit() as u:
-                if resolution.action == "invalidate":
+                if resolution.action == "invalidate":  # the fact it contradicts as held (Stale: decided again)
+                    held(u, old, DECIDED, Stale(old.id))
                     u.invalidate_fact(user_id, old.id, at=at, superseded_by=fact.id, updated_at=now)
                     log_change(u, user_id, old.id, "invalidate", old.text, None, now,
                                {**details, "superseded_by": fact.id, "invalid_from": at}, max_bytes=limit)
                 u.insert_fact(fact, vector)
                 log_change(u, user_id, fact.id, "add", None, fact.text, now, details, max_bytes=limit)
-            if resolution.action == "invalidate":
-                self.index.delete([f"fact:{resolution.target_id}"])
-            self._upsert_vectors([(fact, vector)])
+            with vector_errors_typed(UNINDEXED.format(id=fact.id, done="stored", error="{error}")):
+                if resolution.action == "invalidate":
+                    self.index.delete([f"fact:{resolution.target_id}"])
+                self._upsert_vectors([(fact, vector)])
             self._settle([fact])
             return fact
 
-    def _said_again(self, old: Fact, source_ids: Sequence[str], details: dict[str, Any], now: float,
+    def _said_again(self, read: Fact, source_ids: Sequence[str], details: dict[str, Any], now: float,
                     given: Mapping[str, Any]) -> None:
-        """A known fact stated again (``old``, as read under the lock): the turns that said it join
-        its sources (a context citing facts by their sources reaches them), the metadata ``given``
-        with it is merged into its own, and it counts as updated now (a fact the user keeps saying
-        is not stale); a ``confirm`` entry in its history names the turns and the keys. Neither
-        new: nothing is written."""
-        new = [s for s in dict.fromkeys(source_ids) if s not in old.source_ids]
+        """A known fact stated again (``read`` under the lock; held in the write's unit, else
+        :class:`~.fact_unit.Stale`): the turns that said it join its sources (a context citing
+        facts by their sources reaches them), the metadata ``given`` with it is merged into its
+        own, and it counts as updated now (a fact the user keeps saying is not stale); a
+        ``confirm`` entry in its history names the turns and the keys. Neither new: nothing is written."""
         limit = self.max_metadata_bytes
-        kept = merge_metadata(old.metadata, given, limit)
-        if not old.valid or (not new and kept == old.metadata):
+        if not read.valid or (set(source_ids) <= set(read.source_ids)
+                              and merge_metadata(read.metadata, given, limit) == read.metadata):
             return
-        details = {**details, "source_ids": new}
         with self.rows.unit() as u:
+            old = held(u, read, DECIDED, Stale(read.id))
+            new = [s for s in dict.fromkeys(source_ids) if s not in old.source_ids]
+            kept = merge_metadata(old.metadata, given, limit)
+            if not new and kept == old.metadata:
+                return
+            details = {**details, "source_ids": new}
             u.absorb_facts(old.id, source_ids=[*old.source_ids, *new], access_count=0, last_access=None,
                            updated_at=now, metadata=None if kept == old.metadata else kept)
             log_change(u, old.user_id, old.id, "confirm", old.text, old.text, now, {**details, **metadata_details(
@@ -222,6 +235,7 @@ class SemanticMemory:
         history says the older statement held until the newer one."""
         fact = replace(fact, invalid_at=newer.valid_from, superseded_by=newer.id)
         with self.rows.unit() as u:
+            held(u, newer, DECIDED, Stale(newer.id))  # still the fact it says (Stale: decided again)
             u.insert_fact(fact, vector)
             log_change(u, fact.user_id, fact.id, "add", None, fact.text, now,
                        {**details, "superseded_by": newer.id, "invalid_from": newer.valid_from,
@@ -240,15 +254,21 @@ class SemanticMemory:
         res = decide_resolution(candidate, related, same=self.config.same_similarity,
                                 merge=self.config.merge_similarity, judgement=judgement)
         with self.lock:
-            target = self.rows.fact(user_id, res.target_id) if res.target_id else None
-            if res.target_id and (target is None or not target.valid):
-                # another thread deleted or replaced the fact it names since `related` was read (an LLM
-                # judged meanwhile): decide again, by the rules, against the user's facts as they are now
+            for _ in range(TRIES):
+                target = self.rows.fact(user_id, res.target_id) if res.target_id else None
+                if res.target_id is None or (target is not None and target.valid):
+                    try:
+                        return res, self.apply(user_id, candidate, res, target=target, metadata=metadata, at=at,
+                                               given=given)
+                    except Stale:
+                        pass
+                # another thread or process deleted, replaced or rewrote the fact it names since it was
+                # read (an LLM judged meanwhile; or in the write's own transaction): decide again, by
+                # the rules, against the user's facts as they are now
                 current = self.related(user_id, candidate.text, self.config.related_k, candidate.key)
                 res = decide_resolution(candidate, current, same=self.config.same_similarity,
                                         merge=self.config.merge_similarity)
-                target = next((f for f, _ in current if f.id == res.target_id), None)  # as just read
-            return res, self.apply(user_id, candidate, res, target=target, metadata=metadata, at=at, given=given)
+        raise StoreError(CHANGING.format(what="the fact", tries=TRIES))
 
     def edit(self, user_id: str, fact_id: str, *, text: str | None = None,
              type: str | None = None, confidence: float | None = None,
@@ -261,55 +281,57 @@ class SemanticMemory:
             check_text(text, "fact text")
         if confidence is not None and not 0.0 <= confidence <= 1.0:
             raise InvalidInputError(f"confidence must be within [0, 1], got {confidence!r}")
-        now, limit = time.time(), self.max_metadata_bytes
         with self.lock:
-            old = self.get(user_id, fact_id)
-            new_text = old.text if text is None else text.strip()
-            new_meta = merge_metadata(old.metadata, metadata, limit)
-            if (new_text, type or old.type, old.confidence if confidence is None else confidence, new_meta) == (
-                    old.text, old.type, old.confidence, old.metadata):
-                return old  # nothing changes: no write, no history entry, the update time stays
-            vector = embed(self.embedder, [new_text])[0] if new_text != old.text else None
-            # a new text is in the slot it names, if any: the old one's would let the next fact of
-            # that slot invalidate it, and leave it beside the next fact of its own
-            key, polarity = rewritten_slot(old, new_text)
-            rivals = self._rivals(old, new_text, key)
-            with self.rows.unit() as u:
-                u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
-                            confidence=old.confidence if confidence is None else confidence,
-                            metadata=new_meta, key=key, polarity=polarity, updated_at=now, vector=vector)
-                log_change(u, user_id, fact_id, "edit", old.text, new_text, now, edit_details(
-                    old, type=type or old.type, confidence=old.confidence if confidence is None else confidence,
-                    metadata=metadata or {}, max_bytes=limit), max_bytes=limit)
-                moved = replace(old, text=new_text, type=type or old.type, key=key, polarity=polarity)
-                gone = self._one_in_slot(u, moved, rivals, now, now, "an edit")  # the slot's other facts
-                if vector is not None:  # before the commit, the new vector after it: a crash or failure
-                    self.index.delete([f"fact:{fact_id}", *gone])  # between leaves it missing (repaired), not stale
-            new = self.get(user_id, fact_id)
-            if vector is not None:  # the row was marked pending: an invalid fact's has no vector to write
+            for _ in range(TRIES):
+                try:
+                    return self._edit(user_id, fact_id, text, type, confidence, metadata)
+                except Stale:  # another writer changed it since the read: this edit applies to it as it is
+                    pass
+        raise StoreError(CHANGING.format(what=f"the edit of fact {fact_id}", tries=TRIES))
+
+    def _edit(self, user_id: str, fact_id: str, text: str | None, type: str | None, confidence: float | None,
+              metadata: dict[str, Any] | None) -> Fact:
+        """One try of :meth:`edit`, on the fact as read; :class:`~.fact_unit.Stale` (nothing written)
+        if it is no longer so in the write's unit."""
+        now, limit = time.time(), self.max_metadata_bytes
+        old = self.get(user_id, fact_id)
+        new_text = old.text if text is None else text.strip()
+        new_meta = merge_metadata(old.metadata, metadata, limit)
+        if (new_text, type or old.type, old.confidence if confidence is None else confidence, new_meta) == (
+                old.text, old.type, old.confidence, old.metadata):
+            return old  # nothing changes: no write, no history entry, the update time stays
+        vector = embed(self.embedder, [new_text])[0] if new_text != old.text else None
+        # a new text is in the slot it names, if any: the old one's would let the next fact of
+        # that slot invalidate it, and leave it beside the next fact of its own
+        key, polarity = rewritten_slot(old, new_text)
+        rivals = self._rivals(old, new_text, key)
+        with self.rows.unit() as u:  # every value it writes back as read (a delete since: not found)
+            held(u, old, EDITED, NotFoundError(f"no fact {fact_id!r} for this user"))
+            u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
+                        confidence=old.confidence if confidence is None else confidence,
+                        metadata=new_meta, key=key, polarity=polarity, updated_at=now, vector=vector)
+            log_change(u, user_id, fact_id, "edit", old.text, new_text, now, edit_details(
+                old, type=type or old.type, confidence=old.confidence if confidence is None else confidence,
+                metadata=metadata or {}, max_bytes=limit), max_bytes=limit)
+            moved = replace(old, text=new_text, type=type or old.type, key=key, polarity=polarity)
+            gone = one_in_slot_written(u, moved, rivals, at=now, now=now, by="an edit", config=self.config,
+                                       max_bytes=limit)  # the slot's other facts
+            if vector is not None:  # before the commit, the new vector after it: a crash or failure
+                with vector_errors_typed(UNWRITTEN.format(what=f"the edit of fact {fact_id}", error="{error}")):
+                    self.index.delete([f"fact:{fact_id}", *gone])  # between: missing (repaired), not stale
+        new = self.get(user_id, fact_id)
+        if vector is not None:  # the row was marked pending: an invalid fact's has no vector to write
+            with vector_errors_typed(UNINDEXED.format(id=fact_id, done="edited", error="{error}")):
                 if new.valid:
                     self._upsert_vectors([(new, vector)])
-                self._settle([new])
-            return new
+            self._settle([new])
+        return new
 
     def _rivals(self, old: Fact, text: str, key: str | None) -> list[Fact]:
         """The other valid facts of slot ``key`` that ``old``, valid, moves into with new ``text``."""
         if key is None or text == old.text or not old.valid:
             return []
         return [f for f, _ in self.rows.facts_in_slot(old.user_id, key) if f.id != old.id]
-
-    def _one_in_slot(self, u: FactWrites, moved: Fact, rivals: Sequence[Fact], at: float, now: float,
-                     by: str) -> list[str]:
-        """Write :func:`~.resolution.one_in_slot`'s plan for ``moved`` and its slot's ``rivals``
-        inside the caller's unit; returns the vector ids of the rivals it invalidates."""
-        plan = one_in_slot(moved, rivals, at, same=self.config.same_similarity,
-                           merge=self.config.merge_similarity, by=by)
-        for old, new, since, reason in plan:
-            u.invalidate_fact(old.user_id, old.id, at=since, superseded_by=new.id, updated_at=now)
-            log_change(u, old.user_id, old.id, "invalidate", old.text, None, now,
-                       {"reason": reason, "method": "rules", "superseded_by": new.id, "invalid_from": since},
-                       max_bytes=self.max_metadata_bytes)
-        return [f"fact:{old.id}" for old, *_ in plan if old.id != moved.id]  # whose vector its caller drops
 
     def delete(self, user_id: str, fact_id: str) -> None:
         """Remove a fact (row and vector); the history keeps a ``delete`` entry."""
@@ -369,31 +391,3 @@ class SemanticMemory:
             self.rows.settle_facts([(f.id, f.text, f.updated_at) for _, f, _ in found])
             after, done = found[-1][0], done + len(found)
         return done
-
-
-def _named(target: Fact | None, resolution: Resolution) -> Fact:
-    """The fact an update or invalidation acts on, as read; one it names that is gone is not found."""
-    if target is None:
-        raise NotFoundError(f"no fact {resolution.target_id!r} for this user")
-    return target
-
-
-def log_change(u: FactWrites, user_id: str, fact_id: str, action: str, old: str | None, new: str | None,
-               at: float, details: dict[str, Any], *, max_bytes: int) -> None:
-    """Record one change in the fact history, inside the caller's unit of work, its ``details``
-    held to ``max_bytes`` (``MemoryConfig.max_metadata_bytes``: what an import takes, so every
-    entry exports) by :func:`~.changes.bounded_details`. Every history write goes through here."""
-    u.record_history(user_id, FactChange(fact_id=fact_id, action=action, old_text=old, new_text=new, at=at,
-                                         details=bounded_details(details, max_bytes)))
-
-
-def soft_delete(u: FactWrites, user_id: str, fact_id: str, action: str, now: float,
-                details: dict[str, Any], *, max_bytes: int) -> bool:
-    """Hide a fact (merge, prune) inside the caller's unit of work; kept for audit, its vector owed
-    till the caller's index deletes it. False (and nothing logged) if it was not live: deleted or
-    hidden by another call since it was read."""
-    old = u.soft_delete_fact(user_id, fact_id, now)
-    if old is not None:
-        u.owe_vectors(user_id, vectors=[f"fact:{fact_id}"])
-        log_change(u, user_id, fact_id, action, old, None, now, details, max_bytes=max_bytes)
-    return old is not None

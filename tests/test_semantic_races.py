@@ -1,0 +1,140 @@
+"""A fact's write against another writer between its read and its write.
+
+``add_fact`` (a fact said again, said more fully, or contradicting one) and ``update_fact``
+read the fact they act on, then open their write transaction. Another process's delete,
+invalidation or edit committed between the two made the write act on the row as it was read:
+a deleted fact "confirmed" and the fact said lost (``NotFoundError``), an invalidated fact
+confirmed again, a fact edited into another slot invalidated by a fact of the old one, an
+edit's text lost to an update of the metadata. The row is read in the write's transaction
+now (held till it commits: ``FOR UPDATE`` on PostgreSQL). The other writer is forced in
+just before that transaction begins, through the public API, as in
+``test_consolidation_merge_races.py`` (SQLite's folder lock keeps other processes out; the
+interleaving is the one another process makes on PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from tiered_memory import NotFoundError, TieredMemory
+
+
+def _before_first_write(memory: TieredMemory, monkeypatch: pytest.MonkeyPatch,
+                        meanwhile: Callable[[], None]) -> list[bool]:
+    """Run ``meanwhile`` once, just before the next write transaction of the memory's layers."""
+    rows = memory._layers.rows
+    real = rows.unit
+    fired: list[bool] = []
+
+    @contextlib.contextmanager
+    def unit() -> Iterator[Any]:
+        if not fired:
+            fired.append(True)
+            meanwhile()  # its own writes open units too: they pass through
+        with real() as u:
+            yield u
+
+    monkeypatch.setattr(rows, "unit", unit)
+    return fired
+
+
+def _actions(memory: TieredMemory, fact_id: str) -> list[str]:
+    return [h.action for h in memory.fact_history("u", fact_id)]
+
+
+def test_a_fact_said_again_after_another_writer_deleted_it_is_stored_anew(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make_memory()
+    old = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
+    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
+    # said again (with a key of its own: a no-op with nothing new writes nothing); the confirm went
+    # to the deleted row and add_fact raised NotFoundError: what the user said was lost
+    again = memory.add_fact("User enjoys hiking in the mountains", user_id="u", metadata={"seen": 2})
+    assert fired
+    assert again.id != old.id and again.valid and again.metadata["seen"] == 2
+    assert [(f.id, f.text) for f in memory.facts("u")] == [(again.id, "User enjoys hiking in the mountains")]
+    assert _actions(memory, old.id) == ["add", "delete"]
+    assert memory.search_facts("hiking", user_id="u", k=1)[0].fact.id == again.id
+
+
+def test_a_fact_said_again_after_another_writer_invalidated_it_is_not_confirmed(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make_memory()
+    lisbon = memory.add_fact("User lives in Lisbon", user_id="u")
+    fired = _before_first_write(memory, monkeypatch, lambda: memory.add_fact("User lives in Porto", user_id="u"))
+    # the invalidated fact was confirmed (sources, time, a confirm entry) and returned, invalid, while
+    # Porto, said before it, stayed the user's city
+    said = memory.add_fact("User lives in Lisbon", user_id="u", metadata={"seen": 2})
+    assert fired
+    assert said.valid and said.text == "User lives in Lisbon" and said.id != lisbon.id
+    assert [f.text for f in memory.facts("u")] == ["User lives in Lisbon"]  # the last said, as if one at a time
+    assert "confirm" not in _actions(memory, lisbon.id)
+
+
+def test_a_fact_contradicting_one_another_writer_edited_into_another_slot_leaves_it_valid(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make_memory()
+    old = memory.add_fact("User lives in Lisbon", user_id="u")
+    fired = _before_first_write(memory, monkeypatch, lambda: memory.update_fact(
+        old.id, user_id="u", text="User works at ACME"))
+    # the invalidation was decided on the fact as read (Lisbon): the edited fact (ACME) went invalid
+    porto = memory.add_fact("User lives in Porto", user_id="u")
+    assert fired
+    assert sorted(f.text for f in memory.facts("u")) == ["User lives in Porto", "User works at ACME"]
+    assert porto.valid and _actions(memory, old.id) == ["add", "edit"]
+
+
+def test_a_fact_contradicting_one_another_writer_deleted_writes_no_history_to_the_deleted_fact(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make_memory()
+    old = memory.add_fact("User lives in Lisbon", user_id="u")
+    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
+    porto = memory.add_fact("User lives in Porto", user_id="u")
+    assert fired
+    assert [f.id for f in memory.facts("u")] == [porto.id]
+    assert _actions(memory, old.id) == ["add", "delete"]  # not an invalidation after its deletion
+
+
+def test_update_fact_of_a_fact_another_writer_deleted_is_not_found_and_writes_nothing(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make_memory()
+    old = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
+    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
+    with pytest.raises(NotFoundError):
+        memory.update_fact(old.id, user_id="u", text="User enjoys sailing on lakes")
+    assert fired
+    assert _actions(memory, old.id) == ["add", "delete"]  # an edit entry was written after the delete
+    assert memory.facts("u") == []
+
+
+def test_update_fact_keeps_what_another_writer_changed_meanwhile(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make_memory()
+    old = memory.add_fact("User enjoys hiking in the mountains", user_id="u", metadata={"a": 1})
+    fired = _before_first_write(memory, monkeypatch, lambda: memory.update_fact(
+        old.id, user_id="u", text="User enjoys sailing on lakes", metadata={"b": 2}))
+    # the metadata edit wrote back the text and metadata as it had read them: the other edit was lost
+    new = memory.update_fact(old.id, user_id="u", metadata={"c": 3}, confidence=0.5)
+    assert fired
+    assert new.text == "User enjoys sailing on lakes" and new.confidence == 0.5
+    assert {k: new.metadata[k] for k in "abc"} == {"a": 1, "b": 2, "c": 3}
+    assert memory.facts("u") == [new]
+    [edit] = [h for h in memory.fact_history("u", old.id) if h.action == "edit" and "c" in h.details["metadata_keys"]]
+    assert edit.old_text == edit.new_text == "User enjoys sailing on lakes"
+    assert memory.search_facts("sailing on lakes", user_id="u", k=1)[0].fact.id == old.id
+
+
+def test_an_edit_into_a_slot_leaves_alone_the_slots_fact_another_writer_deleted_meanwhile(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make_memory()
+    lisbon = memory.add_fact("User lives in Lisbon", user_id="u")
+    hiking = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
+    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(lisbon.id, user_id="u"))
+    # the edit made the slot's other fact, as read before its write, invalid: after its deletion
+    moved = memory.update_fact(hiking.id, user_id="u", text="User lives in Porto")
+    assert fired
+    assert memory.facts("u") == [moved] and moved.key == "residence"
+    assert _actions(memory, lisbon.id) == ["add", "delete"]
