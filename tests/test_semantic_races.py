@@ -138,3 +138,15 @@ def test_an_edit_into_a_slot_leaves_alone_the_slots_fact_another_writer_deleted_
     assert fired
     assert memory.facts("u") == [moved] and moved.key == "residence"
     assert _actions(memory, lisbon.id) == ["add", "delete"]
+
+
+def test_a_fact_said_more_fully_after_another_writer_deleted_the_fact_it_refines_is_stored_anew(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make_memory()
+    old = memory.add_fact("User plays the piano", user_id="u")
+    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
+    # the update rewrote the deleted row (nothing) and add_fact raised NotFoundError: the fact was lost
+    fuller = memory.add_fact("User plays the piano every evening", user_id="u")
+    assert fired
+    assert [(f.id, f.text) for f in memory.facts("u")] == [(fuller.id, "User plays the piano every evening")]
+    assert fuller.id != old.id and _actions(memory, old.id) == ["add", "delete"]
