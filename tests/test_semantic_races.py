@@ -150,3 +150,25 @@ def test_a_fact_said_more_fully_after_another_writer_deleted_the_fact_it_refines
     assert fired
     assert [(f.id, f.text) for f in memory.facts("u")] == [(fuller.id, "User plays the piano every evening")]
     assert fuller.id != old.id and _actions(memory, old.id) == ["add", "delete"]
+
+
+def test_a_fact_said_again_with_nothing_new_after_another_writer_deleted_it_is_stored_anew(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Said again with nothing new, nothing is written: add_fact returns the fact it names, read
+    once more after the resolution; another writer's delete in between raised NotFoundError."""
+    memory = make_memory()
+    old = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
+    rows = memory._layers.facts.rows
+    real = rows.fact
+    reads: list[str] = []
+
+    def fact(user_id: str, fact_id: str) -> Any:
+        reads.append(fact_id)
+        if len(reads) == 2:  # the resolution read it (first); add_fact reads it to return it
+            memory.delete_fact(old.id, user_id="u")
+        return real(user_id, fact_id)
+
+    monkeypatch.setattr(rows, "fact", fact)
+    again = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
+    assert len(reads) >= 2
+    assert again.id != old.id and [f.id for f in memory.facts("u")] == [again.id]

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, field_validator
 from ..aio import run_sync
 from .buffer import select_buffer
 from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript, transcript_spans
-from ..errors import InvalidInputError, LLMError, NotFoundError
+from ..errors import InvalidInputError, LLMError, NotFoundError, StoreError
 from .extractive import QUOTED_ROLES, extract_episode, extract_fact_candidates, read_by
 from ..graphemes import cut_point
 from ..slots import text_slot
@@ -30,6 +30,7 @@ from ..llm.adapters import resolve_llm
 from ..llm.base import LLM, complete_json
 from .resolution import Judgement, slot_of
 from .changes import stored_metadata
+from .fact_unit import CHANGING, TRIES
 from .semantic import FactType, SemanticMemory
 from ..parts import Parts
 from ..records import Episode, EpisodeDraft, Fact, FactCandidate
@@ -352,8 +353,12 @@ class Layers:
         # a fact already known keeps its own 'method' and 'resolution' (it was not added here)
         given = {k: v for k, v in (metadata or {}).items() if k not in ADDED_KEYS}
         with self.facts.lock:  # the fact a no-op names is read before another thread may delete it
-            res, fact = self.facts.resolve_and_apply(user_id, cand, metadata=meta, given=given)
-            return fact if fact is not None else self.facts.get(user_id, res.target_id or "")
+            for _ in range(TRIES):
+                res, fact = self.facts.resolve_and_apply(user_id, cand, metadata=meta, given=given)
+                found = fact if fact is not None else self.facts.rows.fact(user_id, res.target_id or "")
+                if found is not None:  # else a no-op's fact another process deleted since: said anew
+                    return found
+        raise StoreError(CHANGING.format(what="the fact", tries=TRIES))
 
     # ---- maintenance --------------------------------------------------------------
     def repair(self) -> dict[str, int]:
