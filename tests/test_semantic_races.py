@@ -172,3 +172,27 @@ def test_a_fact_said_again_with_nothing_new_after_another_writer_deleted_it_is_s
     again = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
     assert len(reads) >= 2
     assert again.id != old.id and [f.id for f in memory.facts("u")] == [again.id]
+
+
+def test_update_fact_returns_the_fact_as_it_wrote_it_though_another_writer_deletes_it_right_after(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The edit commits, then another writer deletes the fact before the edit read it back to
+    return it: NotFoundError said the edit failed, though it was written (its history says so)."""
+    memory = make_memory()
+    old = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
+    rows = memory._layers.rows
+    real = rows.unit
+    done: list[bool] = []
+
+    @contextlib.contextmanager
+    def unit() -> Iterator[Any]:
+        with real() as u:
+            yield u
+        if not done:
+            done.append(True)
+            memory.delete_fact(old.id, user_id="u")
+
+    monkeypatch.setattr(rows, "unit", unit)
+    new = memory.update_fact(old.id, user_id="u", text="User enjoys sailing on lakes")
+    assert done and (new.id, new.text) == (old.id, "User enjoys sailing on lakes")
+    assert _actions(memory, old.id) == ["add", "edit", "delete"] and memory.facts("u") == []

@@ -176,7 +176,7 @@ class SemanticMemory:
                                                now=now, by="a judge's rewrite", config=self.config, max_bytes=limit)
                     with vector_errors_typed(UNWRITTEN.format(what=f"the update of fact {old.id}", error="{error}")):
                         self.index.delete([f"fact:{old.id}", *gone])  # see edit: never a vector of the old text
-                new = self.get(user_id, old.id)
+                    [new] = u.held_facts(user_id, [old.id])  # as written (another writer may delete it next)
                 with vector_errors_typed(UNINDEXED.format(id=new.id, done="updated", error="{error}")):
                     if new.valid:
                         self._upsert_vectors([(new, vector)])
@@ -319,7 +319,7 @@ class SemanticMemory:
             if vector is not None:  # before the commit, the new vector after it: a crash or failure
                 with vector_errors_typed(UNWRITTEN.format(what=f"the edit of fact {fact_id}", error="{error}")):
                     self.index.delete([f"fact:{fact_id}", *gone])  # between: missing (repaired), not stale
-        new = self.get(user_id, fact_id)
+            [new] = u.held_facts(user_id, [fact_id])  # as written (another writer may delete it next)
         if vector is not None:  # the row was marked pending: an invalid fact's has no vector to write
             with vector_errors_typed(UNINDEXED.format(id=fact_id, done="edited", error="{error}")):
                 if new.valid:
