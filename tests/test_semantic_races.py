@@ -196,3 +196,19 @@ def test_update_fact_returns_the_fact_as_it_wrote_it_though_another_writer_delet
     new = memory.update_fact(old.id, user_id="u", text="User enjoys sailing on lakes")
     assert done and (new.id, new.text) == (old.id, "User enjoys sailing on lakes")
     assert _actions(memory, old.id) == ["add", "edit", "delete"] and memory.facts("u") == []
+
+
+def test_delete_fact_of_a_fact_another_writer_edited_or_deleted_meanwhile_logs_what_it_deleted(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = make_memory()
+    old = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
+    _before_first_write(memory, monkeypatch, lambda: memory.update_fact(
+        old.id, user_id="u", text="User enjoys sailing on lakes"))
+    memory.delete_fact(old.id, user_id="u")
+    [*_, deleted] = memory.fact_history("u", old.id)
+    assert deleted.action == "delete" and deleted.old_text == "User enjoys sailing on lakes"  # not the text as read
+    gone = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
+    _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(gone.id, user_id="u"))
+    with pytest.raises(NotFoundError):  # a second delete entry, and no error, as though it had deleted it
+        memory.delete_fact(gone.id, user_id="u")
+    assert _actions(memory, gone.id) == ["add", "delete"]

@@ -336,8 +336,9 @@ class SemanticMemory:
     def delete(self, user_id: str, fact_id: str) -> None:
         """Remove a fact (row and vector); the history keeps a ``delete`` entry."""
         with self.lock:
-            old = self.get(user_id, fact_id)
-            with self.rows.unit() as u:
+            read = self.get(user_id, fact_id)
+            with self.rows.unit() as u:  # its text as held: another writer may have deleted or edited it since
+                old = held(u, read, (), NotFoundError(f"no fact {fact_id!r} for this user"))
                 u.delete_fact(user_id, fact_id)
                 owed = u.owe_vectors(user_id, vectors=[f"fact:{fact_id}"])  # till the index deletes it
                 log_change(u, user_id, fact_id, "delete", old.text, None, time.time(), {},
