@@ -139,3 +139,22 @@ def test_a_store_item_whose_vector_failed_is_ranked_after_a_clean_reopen(tmp_pat
 def test_the_record_of_unindexed_items(raw: str | None, add: list[str], remove: list[str],
                                        record: list[str]) -> None:
     assert json.loads(changed(raw, add=add, remove=remove)) == record
+
+
+def test_end_session_whose_facts_meet_a_failing_custom_index_is_typed_and_a_retry_completes(tmp_path: Path) -> None:
+    # the facts a session's turns state are resolved against the user's facts by vector, then
+    # indexed: a custom index's RuntimeError there escaped end_session raw
+    folder = tmp_path / "store"
+    index = failing(folder)
+    with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=index) as m:
+        m.add_many([{"role": "user", "content": "My name is Ana and I live in Lisbon."},
+                    {"role": "assistant", "content": "Nice to meet you, Ana."}], session_id="s", user_id="u")
+        for failing_call in ("query", "upsert"):
+            index.fail_on = {failing_call}
+            with pytest.raises(VectorIndexError) as raised:
+                m.end_session("s", user_id="u")
+            assert isinstance(raised.value.__cause__, RuntimeError), failing_call
+        index.fail_on = set()
+        m.end_session("s", user_id="u")
+        assert any("Ana" in f.text for f in m.facts("u"))
+        assert m.search_facts("Ana's name", user_id="u")
