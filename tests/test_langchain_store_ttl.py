@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -170,3 +171,38 @@ def test_the_sweeper_ends_when_the_memory_closes_not_at_its_next_interval(make_m
     assert not thread.is_alive()
     with pytest.raises(UsageError, match="closed"):
         TieredMemoryStore(memory, ttl={"default_ttl": 60}).start_ttl_sweeper()
+
+
+def commits_during(memory: TieredMemory, call: Any) -> int:
+    """The transactions SQLite committed on the memory's connection while ``call()`` ran in this thread."""
+    seen: list[str] = []
+
+    def trace(sql: str) -> None:
+        if threading.current_thread() is threading.main_thread() and sql.strip().upper().startswith("COMMIT"):
+            seen.append(sql)
+
+    memory.store.conn.set_trace_callback(trace)  # type: ignore[attr-defined]
+    try:
+        call()
+    finally:
+        memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    return len(seen)
+
+
+@pytest.mark.record_stores("sqlite")
+def test_a_refreshing_read_writes_only_for_items_that_expire(make_memory: Any) -> None:
+    """A store configured with TTL opened a write transaction on every refreshing get and search,
+    also when every item read was stored without a TTL (nothing to restart): a read took the
+    write lock. Only items that expire are written, and theirs still restart."""
+    clock = Clock()
+    memory = make_memory(clock=clock)
+    store = TieredMemoryStore(memory, fields=["text"], ttl={"default_ttl": 10, "refresh_on_read": True})
+    store.put(("u1", "m"), "lasting", {"text": "a lasting note"}, ttl=None)
+    store.put(("u1", "m"), "fleeting", {"text": "a fleeting note"})
+    assert commits_during(memory, lambda: store.get(("u1", "m"), "lasting")) == 0
+    assert commits_during(memory, lambda: store.search(("u1",), filter={"text": "a lasting note"})) == 0
+    assert commits_during(memory, lambda: store.search(("u1",), query="lasting", limit=1)) == 0
+    clock.advance(6)
+    assert commits_during(memory, lambda: store.get(("u1", "m"), "fleeting")) == 1  # restarts its clock
+    clock.advance(6)  # 12 minutes after the put, 6 after the refresh
+    assert store.get(("u1", "m"), "fleeting", refresh_ttl=False) is not None

@@ -235,10 +235,10 @@ class ItemStore:
 
     @usable
     def refresh(self, ids: Sequence[str], now: float | None = None) -> None:
-        """Restart the TTL of these items (a write: LangGraph's refresh-on-read)."""
-        if ids:
+        """Restart the TTL of those of ``ids`` that have one (a write: LangGraph's refresh-on-read)."""
+        if ids and (expiring := self.db.expiring_items(ids)):  # none: the read stays a read, no write lock
             with self.parts.lock, self.db.unit() as u:
-                u.refresh_items(ids, self.parts.now() if now is None else now)
+                u.refresh_items(expiring, self.parts.now() if now is None else now)
 
     @usable
     def sweep(self, now: float | None = None) -> int:

@@ -19,28 +19,10 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
-from .layer_codec import (
-    ARCHIVE_COLS,
-    EPISODE_COLS,
-    FACT_COLS,
-    HISTORY_COLS,
-    ITEM_COLS,
-    PAD_COLS,
-    WORKING_COLS,
-    archived_from_row,
-    change_from_row,
-    episode_from_row,
-    fact_from_row,
-    from_blob,
-    id_batches,
-    item_from_row,
-    live,
-    marks,
-    namespace_of,
-    ns_path,
-    pad_from_row,
-    working_from_row,
-)
+from .layer_codec import (ARCHIVE_COLS, EPISODE_COLS, FACT_COLS, HISTORY_COLS, ITEM_COLS, PAD_COLS, WORKING_COLS,
+                          archived_from_row, change_from_row, episode_from_row, fact_from_row,
+                          from_blob, id_batches, item_from_row, live, marks,
+                          namespace_of, ns_path, pad_from_row, working_from_row)
 from .layer_unit import SESSION_WORKING, LayerUnit
 from .repositories import Scored
 from .stored_values import count, json_dict, number, text
@@ -343,6 +325,10 @@ class LayerStore:
     def expired_items(self, now: float) -> list[str]:
         return [str(r[0]) for r in self.query(
             "SELECT id FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))]
+
+    def expiring_items(self, ids: Sequence[str]) -> list[str]:
+        return [str(r[0]) for part in id_batches(sorted(set(ids))) for r in self.query(
+            f"SELECT id FROM items WHERE ttl_minutes IS NOT NULL AND id IN ({marks(len(part))})", part)]
 
     def count_items(self, user_id: str | None = None) -> int:
         sql, params = "SELECT COUNT(*) FROM items", []

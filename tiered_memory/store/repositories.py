@@ -305,6 +305,9 @@ class ItemRepository(Protocol):
     def expired_items(self, now: float) -> list[str]:
         """Ids of the items that expired by ``now``."""
 
+    def expiring_items(self, ids: Sequence[str]) -> list[str]:
+        """Those of ``ids`` whose item has a TTL (the ones a refreshing read restarts)."""
+
     def count_items(self, user_id: str | None = None) -> int: ...
 
     def keyword_items(self, user_id: str, terms: Sequence[str], k: int) -> Scored: ...
