@@ -16,6 +16,7 @@ from tiered_memory.layers.items import (
     match_namespace,
     truncate_namespaces,
 )
+from tiered_memory.layers.item_rules import page_of
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -314,3 +315,85 @@ def test_items_asked_by_more_ids_than_one_query_may_hold(memory: TieredMemory) -
     held = {i.key: i.id for i in open_layer_store(memory.store).items_under(("u",))}
     asked = [f"missing-{n}" for n in range(70_000)] + [held["a"]]
     assert [i.key for i in open_layer_store(memory.store).items_under(("u",), asked)] == ["a"]
+
+
+def _listing_reads(rows: list[str]) -> Callable[[Any, int], list[tuple[Any, Any]]]:
+    """A ``read`` for :func:`page_of` over ``rows`` (the cursor is a position), logging each read's size."""
+    def read(after: Any, n: int) -> list[tuple[Any, Any]]:
+        asked.append(n)
+        start = 0 if after is None else after + 1
+        return [(r, start + k) for k, r in enumerate(rows[start:start + n])]
+    asked: list[int] = []
+    read.asked = asked  # type: ignore[attr-defined]
+    return read
+
+
+@pytest.mark.record_stores("sqlite")
+@pytest.mark.parametrize(("size", "keep_every", "limit", "offset", "page", "reads"), [
+    (100, 1, 5, 0, list(range(5)), [10]),  # every row kept: one read of at least PAGE_MIN rows
+    (100, 1, 10, 20, list(range(20, 30)), [30]),  # offset + limit rows, in one read
+    (100, 3, 5, 2, [6, 9, 12, 15, 18], [10, 20]),  # a filter that keeps a third: a second, larger read
+    (25, 1, 10, 20, list(range(20, 25)), [30]),  # a short read is the end
+    (3000, 2000, 2, 0, [0, 2000], [10, 20, 40, 80, 160, 320, 640, 1000]),  # doubling, up to PAGE_MAX
+    (100, 1, 0, 0, [], []),  # limit 0 reads nothing
+    (0, 1, 10, 0, [], [10]),
+])
+def test_page_of_reads_bounded_pages_until_the_page_is_full(size: int, keep_every: int, limit: int, offset: int,
+                                                            page: list[int], reads: list[int]) -> None:
+    read = _listing_reads(list(range(size)))  # type: ignore[arg-type]
+    assert page_of(read, lambda r: r % keep_every == 0, limit=limit, offset=offset) == page  # type: ignore[arg-type,operator]
+    assert read.asked == reads  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def clocked(make_memory: Callable[..., TieredMemory]) -> tuple[TieredMemory, list[float]]:
+    """A memory whose clock moves only when the test moves ``clock[0]``."""
+    clock = [1_800_000_000.0]
+    return make_memory(clock=lambda: clock[0]), clock
+
+
+def test_a_listing_pages_as_the_unbounded_read_of_the_prefix(clocked: tuple[TieredMemory, list[float]]) -> None:
+    """A search without a query read every item under the prefix and paged in Python. It now reads
+    bounded pages in the database (keyset, newest first): every page is the one the whole read
+    gave, with ties on updated_at (several writes at one clock time), expired items, other
+    prefixes, a filter and an ownership check that run in Python."""
+    memory, clock = clocked
+    items = memory.item_store()
+    for batch in range(6):  # six clock times, twelve writes each: ties broken by the row written last
+        items.write_many([ItemWrite(namespace=("u", "n", str(k % 3)) if k % 5 else ("v", "n"), key=f"{batch}-{k}",
+                                    user_id="u" if k % 7 else "x", value={"b": batch, "k": k, "even": k % 2 == 0},
+                                    ttl_minutes=1 if k == 4 else None) for k in range(12)])
+        clock[0] += 30
+    items.write_many([ItemWrite(namespace=("u", "n", "1"), key="0-1", user_id="u", value={"b": 9, "k": 1,
+                                                                                           "even": False})])  # moved up
+    layers = open_layer_store(memory.store)
+    everything = layers.items_under(("u",), live_at=clock[0])
+    assert len(everything) == 49 and everything[0].key == "0-1"  # 5 expired, 18 elsewhere; the rewrite is newest
+
+    def owned(i: Any) -> bool:
+        return bool(i.user_id == "u")
+
+    for flt, own in [(None, None), ({"even": True}, None), (None, owned), ({"b": {"$gte": 2}}, owned)]:
+        whole = [i.key for i in everything if match_filter(i.value, flt) and (own is None or own(i))]
+        for limit, offset in [(10, 0), (3, 4), (7, 30), (100, 0), (10, 45), (0, 0)]:
+            page = items.search(("u",), filter=flt, limit=limit, offset=offset, owned=own)
+            assert [h.item.key for h in page] == whole[offset:offset + limit], (flt, limit, offset)
+
+
+@pytest.mark.record_stores("sqlite")
+def test_a_listing_of_a_large_prefix_reads_a_bounded_page(memory: TieredMemory) -> None:
+    """Every row under the prefix was read (no LIMIT) to return ten; the reads now ask for the
+    page, and only a filter that keeps few makes them read further, a bounded page at a time."""
+    items = memory.item_store()
+    items.write_many([ItemWrite(namespace=("u", "n"), key=f"k{n}", user_id="u", value={"n": n, "tenth": n % 10 == 0})
+                      for n in range(3000)])
+    seen: list[str] = []
+    memory.store.conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
+    try:
+        assert len(items.search(("u",), limit=10, offset=20)) == 10
+        assert len(items.search(("u",), filter={"tenth": True}, limit=10)) == 10
+    finally:
+        memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    reads = [s for s in seen if "FROM items" in s]
+    asked = [int(s.rsplit("LIMIT", 1)[1]) for s in reads if "LIMIT" in s]
+    assert len(asked) == len(reads) and asked == [30, 10, 20, 40, 80]  # 230 rows of 6,000, not all of them

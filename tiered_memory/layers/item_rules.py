@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import InvalidInputError
 from ..records import Item
+from ..store.repositories import ItemCursor
 from ..validation import check_id, check_storable
 
 LAYER = "item"
@@ -145,3 +146,38 @@ def truncate_namespaces(namespaces: Sequence[tuple[str, ...]], max_depth: int | 
     """Distinct namespaces (cut to ``max_depth`` labels), sorted."""
     cut = {ns[:max_depth] if max_depth is not None else ns for ns in namespaces}
     return sorted(cut)
+
+
+#: the fewest and the most rows one read of a listing asks for (:func:`page_of`)
+PAGE_MIN, PAGE_MAX = 10, 1000
+
+
+def page_of(read: Callable[[ItemCursor | None, int], Sequence[tuple[Item, ItemCursor]]],
+            keep: Callable[[Item], bool], *, limit: int, offset: int) -> list[Item]:
+    """The page ``[offset, offset + limit)`` of the items ``keep`` says yes to, in the order
+    ``read`` gives them, read a bounded page at a time (pure but for ``read``).
+
+    ``read(after, n)`` returns up to ``n`` items past the cursor ``after`` (``None``: from the
+    start), each with its cursor; fewer than ``n`` means there are no more. The first read asks
+    for ``offset + limit`` rows (all it takes when every item is kept, as in LangGraph's SQL
+    ``LIMIT``/``OFFSET``), each later one for twice as many as the one before, within
+    :data:`PAGE_MIN` and :data:`PAGE_MAX`; reading stops once the page is full, so a page of a
+    large prefix reads the rows up to it, never the whole prefix."""
+    if limit <= 0:
+        return []
+    kept: list[Item] = []
+    skip, after, size = offset, None, min(max(offset + limit, PAGE_MIN), PAGE_MAX)
+    while True:
+        rows = read(after, size)
+        for item, _ in rows:
+            if not keep(item):
+                continue
+            if skip:
+                skip -= 1
+                continue
+            kept.append(item)
+            if len(kept) == limit:
+                return kept
+        if len(rows) < size:
+            return kept
+        after, size = rows[-1][1], min(size * 2, PAGE_MAX)

@@ -52,7 +52,7 @@ from ..vector.base import VectorIndex, VectorItem
 from .item_vectors import UNINDEXED, owe_items, pay_owed_items, restore_item_vectors
 from .item_filters import check_filter, check_filter_key, match_filter, match_value, value_at
 from .item_rules import (FIELD_SEP, LAYER, MAX_PARTS, SHARED_OWNER, ItemHit, ItemWrite, best_parts, check_key,
-                         check_namespace, check_owner, check_ttl, expiry, item_of_vector, match_namespace,
+                         check_namespace, check_owner, check_ttl, expiry, item_of_vector, match_namespace, page_of,
                          rank_by_similarity, text_parts, truncate_namespaces, vector_id)
 
 __all__ = [
@@ -259,9 +259,6 @@ class ItemStore:
             forget_texts()
         return len(ids)
 
-    def _under(self, prefix: tuple[str, ...], ids: Sequence[str] | None = None) -> list[Item]:
-        return self.db.items_under(prefix, ids, live_at=self.parts.now())
-
     @usable
     def search(
         self, prefix: Sequence[str], *, query: str | None = None, user_id: str | None = None,
@@ -287,8 +284,10 @@ class ItemStore:
             raise InvalidInputError("limit and offset must be >= 0")
         check_filter(filter)
         if not query or not query.strip():
-            listed = [i for i in self._under(ns) if match_filter(i.value, filter) and (owned is None or owned(i))]
-            return [ItemHit(item=i, score=None) for i in listed[offset:offset + limit]]
+            listed = page_of(lambda after, n: self.db.items_page(ns, n, after, live_at=self.parts.now()),
+                             lambda i: match_filter(i.value, filter) and (owned is None or owned(i)), limit=limit,
+                             offset=offset)  # bounded reads, newest first, until the page is full
+            return [ItemHit(item=i, score=None) for i in listed]
         if user_id is None:
             raise InvalidInputError(
                 "a search query needs the user (a user id, or SHARED_OWNER for items of no user)")
@@ -300,7 +299,7 @@ class ItemStore:
             # the rest of them among themselves, then (like LangGraph's stores) fill with the
             # items that have no text to rank
             seen = {h.item.id for h in ranked}
-            rest = [i for i in self._under(ns)  # the same owner's only
+            rest = [i for i in self.db.items_under(ns, live_at=self.parts.now())  # the same owner's only
                     if i.id not in seen and i.user_id == user_id and match_filter(i.value, filter)]
             scored = self._among(rest, qvec, user_id=user_id, n=offset + limit - len(ranked))
             done = seen | {h.item.id for h in scored}
@@ -325,7 +324,8 @@ class ItemStore:
         vec = self._query(qvec, user_id=user_id, k=n)
         kw = self.db.keyword_items(user_id, query_terms(query), n)
         vec = best_parts(vec)
-        candidates = {i.id: i for i in self._under(ns, [i for i, _ in vec] + [i for i, _ in kw])
+        candidates = {i.id: i for i in self.db.items_under(ns, [i for i, _ in vec] + [i for i, _ in kw],
+                                                           live_at=self.parts.now())
                       if i.user_id == user_id and match_filter(i.value, filter)}
         similarity = {i: s for i, s in vec if i in candidates}
         # keyword matches the vector top-n missed get their similarity too, so every score

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..records import ArchivedTurn, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
+from .repositories import ItemCursor
 from .stored_values import count, json_dict, json_list, number, optional_number, strings, text
 
 Row = Sequence[Any]
@@ -67,6 +68,24 @@ def live(sql: str, params: list[Any], live_at: float | None) -> tuple[str, list[
     if live_at is None:
         return sql, params
     return sql + " AND (expires_at IS NULL OR expires_at > ?)", [*params, live_at]
+
+
+def items_under_sql(prefix: Sequence[str], columns: str = ITEM_COLS) -> tuple[str, list[Any]]:
+    """The items whose namespace starts with ``prefix`` (a query ending in its WHERE clause)."""
+    path = ns_path(prefix)
+    return f"SELECT {columns} FROM items WHERE substr(ns_path, 1, ?) = ?", [len(path), path]
+
+
+def items_page_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None,
+                   live_at: float | None) -> tuple[str, list[Any]]:
+    """Up to ``limit`` items under ``prefix`` past ``after``, in LangGraph's order (newest
+    ``updated_at`` first; among equal times, the last inserted first), each row ending with its
+    cursor: a page of the listing, read with ``LIMIT`` in the database, not filtered in Python."""
+    sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid")
+    if after is not None:  # keyset paging: a row written meanwhile moves no other row to another page
+        sql, params = sql + " AND (updated_at < ? OR (updated_at = ? AND rowid < ?))", [*params, after[0], *after]
+    sql, params = live(sql, params, live_at)
+    return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]
 
 
 def ns_path(namespace: Sequence[str]) -> str:

@@ -21,10 +21,10 @@ import numpy as np
 from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
 from .layer_codec import (ARCHIVE_COLS, EPISODE_COLS, FACT_COLS, HISTORY_COLS, ITEM_COLS, PAD_COLS, WORKING_COLS,
                           archived_from_row, change_from_row, episode_from_row, fact_from_row,
-                          from_blob, id_batches, item_from_row, live, marks,
+                          from_blob, id_batches, item_from_row, items_page_sql, items_under_sql, live, marks,
                           namespace_of, ns_path, pad_from_row, working_from_row)
 from .layer_unit import SESSION_WORKING, LayerUnit
-from .repositories import Scored
+from .repositories import ItemCursor, Scored
 from .stored_values import count, json_dict, number, text
 
 #: most ids one ``IN (...)`` list holds: under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters
@@ -285,9 +285,7 @@ class LayerStore:
 
     def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None,
                     live_at: float | None = None) -> list[Item]:
-        path = ns_path(prefix)
-        sql = f"SELECT {ITEM_COLS} FROM items WHERE substr(ns_path, 1, ?) = ?"
-        params: list[Any] = [len(path), path]
+        sql, params = items_under_sql(prefix)
         wanted: set[str] | None = None
         if ids is not None:
             if not ids:
@@ -300,6 +298,11 @@ class LayerStore:
         sql, params = live(sql, params, live_at)
         found = [item_from_row(r) for r in self.query(sql + " ORDER BY updated_at DESC, rowid DESC", params)]
         return found if wanted is None else [i for i in found if i.id in wanted]
+
+    def items_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None = None,
+                   live_at: float | None = None) -> list[tuple[Item, ItemCursor]]:
+        rows = self.query(*items_page_sql(prefix, limit, after, live_at))
+        return [(item_from_row(r), (float(r[-2]), int(r[-1]))) for r in rows]
 
     def item_rows(self, user_id: str | None, live_at: float | None = None
                   ) -> list[tuple[Item, float | None, float | None]]:

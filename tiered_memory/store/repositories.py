@@ -29,6 +29,8 @@ from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item,
 from .pending_deletes import OwedVector
 
 Scored = list[tuple[str, float]]
+#: where a page of items (newest first) ended, to read the next one from (:meth:`ItemRepository.items_page`)
+ItemCursor = tuple[float, int]
 
 
 class OwedWrites(Protocol):
@@ -294,6 +296,11 @@ class ItemRepository(Protocol):
     def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None,
                     live_at: float | None = None) -> list[Item]:
         """Items whose namespace starts with ``prefix`` (only ``ids`` if given), newest first."""
+
+    def items_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None = None,
+                   live_at: float | None = None) -> list[tuple[Item, ItemCursor]]:
+        """Up to ``limit`` items under ``prefix`` (the page after ``after``), newest first, as
+        :meth:`items_under` orders them, each with the cursor that reads on from it."""
 
     def items_with_text(self) -> list[Item]: ...
 
