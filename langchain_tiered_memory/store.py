@@ -301,10 +301,6 @@ class TieredMemoryStore(NamespaceCheckedStore):
                 raise
         return spread_results(plan, read_results)
 
-    async def _arun_checked(self, ops: list[Op]) -> list[Result]:
-        # one call of the memory from now: a close() meanwhile waits for it (a cancelled aput too)
-        return await call_in_thread(self.memory, self._run_checked, ops)
-
     def _read(self, op: Op, refresh: list[str]) -> Result:
         if isinstance(op, GetOp):
             found = self.items.get(op.namespace, op.key)
@@ -329,7 +325,8 @@ class TieredMemoryStore(NamespaceCheckedStore):
         with self._coalescers_lock:
             coalescer = self._coalescers.get(loop)
             if coalescer is None:
-                coalescer = self._coalescers[loop] = Coalescer(self._arun_checked)  # checked above
+                # checked above; each call counted by the memory from when it is queued
+                coalescer = self._coalescers[loop] = Coalescer(self._run_checked, self.memory)
         return await coalescer.submit(ops)
 
     # ---- TTL -------------------------------------------------------------------------

@@ -14,24 +14,36 @@ The semantics are LangGraph's (its in-memory and SQL stores, and
   run together, in a worker thread, while the next calls queue up behind them. A
   caller that awaits its ``aput`` and then calls ``aget`` is in a later batch, so it
   reads its own write, as with LangGraph's stores.
-- **A cancel never cuts a write short**, as with the core's ``aadd_many``: a caller cancelled
-  while its operations wait in the queue (or run) still has its puts run, whole, in the batch
-  they join; only its reads are skipped, and the caller gets its ``CancelledError``. ``close()``
-  counts a batch from when it is taken to run, not while it waits in the queue.
+- **A write once queued is run**, as the core's ``aadd_many`` is: each call is counted as one
+  call of the memory when it is queued (refused at once, with ``UsageError``, once ``close()``
+  has begun: then nothing is queued), so a ``close()`` waits for every write queued before it
+  began, and its caller may be cancelled (a timeout around it) at any point: its puts still
+  run, whole, in the batch they join (only the reads of a caller cancelled before its batch was
+  taken are skipped), and the caller gets its ``CancelledError``. The queue is run by a worker
+  thread, not by a task of the loop, so a write is run even if its loop never runs again, or is
+  blocked in a ``close()`` called on it: the thread waits for the loop's current tick (so that
+  calls made in the same tick are one batch) only until ``close()`` begins.
 
-:func:`plan_batch` is the pure decision; :class:`Coalescer` is the thin async shell.
+:func:`plan_batch` and :func:`run_groups` are the decisions; :class:`Coalescer` is the thin shell.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import copy
+import functools
+import itertools
+import threading
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Sequence
+from typing import Callable, Sequence
 
 from langgraph.store.base import Op, PutOp, Result
 
-__all__ = ["BatchPlan", "Coalescer", "plan_batch", "spread_results"]
+from tiered_memory.guard import Admitted, Guarded
+
+__all__ = ["BatchPlan", "Coalescer", "plan_batch", "run_groups", "spread_results"]
 
 
 @dataclass(frozen=True)
@@ -82,79 +94,155 @@ def spread_results(plan: BatchPlan, read_results: Sequence[Result]) -> list[Resu
     return out
 
 
-#: a queued caller: the future it awaits, and its operations
-Caller = tuple[asyncio.Future[list[Result]], list[Op]]
+def run_groups(run: Callable[[list[Op]], list[Result]], groups: Sequence[list[Op]]
+               ) -> list[list[Result] | Exception]:
+    """Each caller's outcome (its results, or the error that failed it) for its operations run as
+    one batch with ``run``. A failed batch's writes commit all-or-nothing, so none did (a read's
+    TTL refresh may have: doing it again is harmless): each caller's operations run again alone,
+    so one caller's bad operation fails only that caller."""
+    try:
+        results = run([op for ops in groups for op in ops])
+    except Exception as e:
+        if len(groups) == 1:
+            return [e]
+        outcomes: list[list[Result] | Exception] = []
+        for ops in groups:
+            try:
+                outcomes.append(run(ops))
+            except Exception as error:
+                outcomes.append(error)
+        return outcomes
+    starts = list(itertools.accumulate((len(ops) for ops in groups), initial=0))
+    return [results[a:b] for a, b in zip(starts, starts[1:])]
 
 
-def _to_run(caller: Caller) -> Caller:
-    """What to run for a queued caller: all its operations, or only the writes of one already
-    cancelled (before the coalescer sets its future, only a cancel makes it done), since a
-    cancel never cuts a write short; nobody waits for its reads."""
-    fut, ops = caller
-    return (fut, [op for op in ops if isinstance(op, PutOp)]) if fut.done() else caller
+#: how long the queue's thread waits for the loop's tick to end before it takes the queue anyway
+#: (a loop blocked by other code; a close() that begins ends the wait at once)
+TICK_WAIT = 1.0
+
+
+@dataclass(eq=False)
+class _Caller:
+    """A queued call: its future (on its loop), its operations, and its count as a memory call."""
+
+    fut: asyncio.Future[list[Result]]
+    ops: list[Op]
+    admitted: Admitted
+    cancelled: bool = False  # set by the caller, read by the queue's thread
+
+    def to_run(self) -> list[Op]:
+        """All its operations, or only the puts of a caller cancelled already: nobody waits for its reads."""
+        return [op for op in self.ops if isinstance(op, PutOp)] if self.cancelled else self.ops
+
+
+def _retrieve(job: asyncio.Future[None]) -> None:
+    if not job.cancelled():
+        job.exception()  # raised in the thread and handed to its callers: no 'never retrieved' log
+
+
+def _settle(fut: asyncio.Future[list[Result]], outcome: list[Result] | BaseException) -> None:
+    if fut.done():  # the caller gave up (a cancel, a timeout)
+        return
+    if isinstance(outcome, StopIteration):  # an asyncio future cannot hold it: its awaiter would hang
+        error = RuntimeError(f"a store batch raised StopIteration: {outcome!r}")
+        error.__cause__ = outcome
+        outcome = error
+    if isinstance(outcome, BaseException):
+        fut.set_exception(outcome)
+    else:
+        fut.set_result(outcome)
 
 
 class Coalescer:
-    """Queue the batches submitted from one event loop and run those queued in the same
-    tick as one, with ``run`` (which runs them in a worker thread). No task lingers: the draining task ends
-    when the queue is empty, and the next submit starts another."""
+    """Queue the calls made from one event loop and run those queued by the end of a tick as one
+    batch, with ``run``, in a worker thread of the loop's executor; one batch at a time, in the
+    order queued. Each call is counted as a call of ``owner`` (the memory) from when it is queued,
+    so its ``close()`` waits for it, as :func:`~tiered_memory.aio.call_in_thread` counts one. No
+    thread lingers: the thread ends when the queue is empty, and the next call starts another."""
 
-    def __init__(self, run: Callable[[list[Op]], Awaitable[list[Result]]]) -> None:
+    def __init__(self, run: Callable[[list[Op]], list[Result]], owner: Guarded) -> None:
         self._run = run
-        self._pending: list[Caller] = []
-        self._task: asyncio.Task[None] | None = None
+        self._calls = owner._calls
+        self._lock = threading.Lock()
+        self._pending: list[_Caller] = []
+        self._draining = False
 
     async def submit(self, ops: list[Op]) -> list[Result]:
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[Result]] = loop.create_future()
-        self._pending.append((fut, ops))
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._drain())
-        return await fut
-
-    async def _drain(self) -> None:
-        try:
-            await self._run_pending()
-        finally:  # a finished task holds its loop, which holds this queue only weakly
-            self._task = None
-
-    async def _run_pending(self) -> None:
-        while self._pending:
-            taken, self._pending = self._pending, []
-            groups = [g for g in map(_to_run, taken) if g[1]]
-            if not groups:
-                continue
+        caller = _Caller(loop.create_future(), ops, self._calls.admit())  # refused once close() began
+        with self._lock:
+            self._pending.append(caller)
+            start, self._draining = not self._draining, True
+        if start:
             try:
-                try:
-                    results = await self._run([op for _, ops in groups for op in ops])
-                except Exception as e:
-                    if len(groups) == 1:
-                        if not groups[0][0].done():
-                            groups[0][0].set_exception(e)
-                        continue
-                    # its writes commit all-or-nothing, so none did (a read's TTL refresh may have:
-                    # doing it again is harmless): each caller's operations run again on their
-                    # own, and one caller's bad operation fails only that caller
-                    for f, ops in map(_to_run, groups):  # one cancelled meanwhile: its writes only
-                        if not ops:
-                            continue
-                        try:
-                            alone = await self._run(ops)
-                        except Exception as error:
-                            if not f.done():  # a cancelled caller's error has no one to see it
-                                f.set_exception(error)
-                            continue
-                        if not f.done():
-                            f.set_result(alone)
-                    continue
-            except BaseException:  # this task was cancelled: don't leave callers waiting forever
-                for f, _ in groups + self._pending:
-                    if not f.done():
-                        f.cancel()
-                self._pending = []
+                job = functools.partial(contextvars.copy_context().run, self._drain, loop)
+                loop.run_in_executor(None, job).add_done_callback(_retrieve)
+            except BaseException:  # no thread to run the queue (an executor shut down)
+                with self._lock:
+                    taken, self._pending, self._draining = self._pending, [], False
+                for c in taken:
+                    c.admitted.drop()
+                    if c is not caller:
+                        c.fut.cancel()
                 raise
-            start = 0
-            for f, ops in groups:
-                if not f.done():
-                    f.set_result(results[start:start + len(ops)])
-                start += len(ops)
+        try:
+            return await caller.fut
+        except asyncio.CancelledError:
+            caller.cancelled = True  # its puts still run, unless its batch has already run them
+            raise
+
+    def _drain(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The queue's thread: after each tick of the loop, take what is queued and run it."""
+        try:
+            more = True
+            while more:
+                self._await_tick(loop)
+                with self._lock:
+                    taken, self._pending = self._pending, []
+                outcomes = self._run_taken(taken)
+                with self._lock:  # decided before the callers hear: a call they make next starts a thread
+                    more = self._draining = bool(self._pending)
+                for fut, outcome in outcomes:
+                    with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for the result
+                        loop.call_soon_threadsafe(_settle, fut, outcome)
+        except BaseException as e:  # never expected: no call is left waiting, the next starts a thread
+            with self._lock:
+                taken, self._pending, self._draining = self._pending, [], False
+            for c in taken:
+                c.admitted.drop()
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_settle, c.fut, e)
+            raise
+
+    def _await_tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Let the loop finish the callbacks queued so far (calls made in this tick join the batch),
+        unless close() begins, or the loop is closed."""
+        tick = threading.Event()
+        self._calls.wake_on_close(tick)
+        try:
+            loop.call_soon_threadsafe(tick.set)
+        except RuntimeError:  # the loop is closed: nothing more queues from it
+            return
+        tick.wait(TICK_WAIT)
+
+    def _run_taken(self, taken: list[_Caller]
+                   ) -> list[tuple[asyncio.Future[list[Result]], list[Result] | BaseException]]:
+        """Run the callers taken from the queue as one batch; each caller's future and outcome."""
+        groups = []
+        for c in taken:
+            ops = c.to_run()
+            if ops:
+                groups.append((c, ops))
+            else:  # a cancelled caller with nothing to write: never run
+                c.admitted.drop()
+        if not groups:
+            return []
+        outcomes: list[list[Result] | Exception] | list[BaseException]
+        try:  # one count of the memory runs the batch; the others are let go once it has run
+            outcomes = groups[0][0].admitted.run(run_groups, self._run, [ops for _, ops in groups])
+        except BaseException as e:  # noqa: BLE001  handed to every caller; the thread goes on
+            outcomes = [e] * len(groups)
+        finally:
+            for c, _ in groups[1:]:
+                c.admitted.drop()
+        return [(c.fut, outcome) for (c, _), outcome in zip(groups, outcomes)]

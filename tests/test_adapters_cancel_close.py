@@ -186,38 +186,93 @@ async def test_a_store_write_cancelled_while_queued_behind_another_batch_is_stor
 
 
 
-async def test_a_caller_cancelled_while_its_batch_runs_again_alone_fails_no_other_caller(
-        tmp_path: Path, embedder: Embedder) -> None:
-    """A batch that fails on one caller's operation runs each caller's again alone. A caller
-    cancelled while its own run waited for a thread got a result set on its cancelled future:
-    the ``InvalidStateError`` ended the coalescer, which cancelled the callers after it (their
-    writes never ran), and the bad caller got a cancel instead of its error."""
+@pytest.mark.parametrize("name", list(QUEUED_WRITES))
+async def test_a_store_write_cancelled_while_queued_is_stored_before_a_close_that_begins_meanwhile(
+        tmp_path: Path, embedder: Embedder, name: str) -> None:
+    """A store write cancelled while it waited in the coalescer's queue (behind a batch that
+    waited for a thread) was lost to a ``close()`` that began before the queue ran it: close
+    waited only for the batch already taken, and the queued one, run after, was refused with a
+    ``UsageError`` nobody saw. A write once queued is run, and close() waits for it."""
     memory = TieredMemory(tmp_path / "m", embedder=embedder)
     store = TieredMemoryStore(memory)
     await store.aput(("u", "memories"), "warm", {"text": AI_TURN})  # the store's one-time repair is done
-    gate = threading.Event()
     async with held_executor() as pool:
         pool.hold()
         first = asyncio.ensure_future(store.aput(("u", "memories"), "first", {"text": AI_TURN}))
-        bad = asyncio.ensure_future(store.aput((" ",), "k", {"v": 1}))  # a blank user: refused when it runs
-        last = asyncio.ensure_future(store.aput(("u", "memories"), "bees", {"text": USER_TURN}))
-        await pool.queued(pool.submitted + 1)  # the three, one batch, wait for the thread
-        behind = ThreadPoolExecutor.submit(pool, gate.wait)  # the worker's next job, after that batch
-        alone = pool.submitted + 1
-        await pool.release()
-        await pool.queued(alone)  # the batch failed; the first caller's own run waits behind the gate
-        first.cancel()
-        gate.set()
-        await asyncio.wrap_future(behind)
+        await pool.queued(pool.submitted + 1)  # the store's thread job waits for the held worker
+        queued = asyncio.ensure_future(QUEUED_WRITES[name](store))
+        await asyncio.sleep(0)  # the write is queued behind it
+        queued.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await first
-        with pytest.raises(InvalidInputError):
-            await bad
-        await last
-        stored = {key: await store.aget(("u", "memories"), key) for key in ("first", "bees")}
+            await queued
+        closing = threading.Thread(target=memory.close)
+        closing.start()
+        await until_closing(memory)
+        await pool.release()
+        await first
+        await asyncio.get_running_loop().run_in_executor(None, closing.join)
+    with TieredMemory(tmp_path / "m", embedder=embedder) as again:
+        item = TieredMemoryStore(again).get(("u", "memories"), "bees")
+        assert item is not None and item.value == {"text": USER_TURN}
+
+
+@pytest.mark.timeout(60)
+async def test_a_store_write_queued_when_close_is_called_on_the_loop_thread_is_stored(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """``close()`` called on the event loop's own thread (a sync close in a coroutine) while an
+    ``aput`` waited in the queue returned at once, and the write, run after it, was refused:
+    the queued write is run by its thread, which the loop does not have to reach, before close
+    returns (nothing waits for the blocked loop)."""
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    store = TieredMemoryStore(memory)
+    await store.aput(("u", "memories"), "warm", {"text": AI_TURN})
+    put = asyncio.ensure_future(store.aput(("u", "memories"), "bees", {"text": USER_TURN}))
+    await asyncio.sleep(0)  # queued; its batch not taken yet
+    memory.close()
+    assert await put is None
+    with TieredMemory(tmp_path / "m", embedder=embedder) as again:
+        item = TieredMemoryStore(again).get(("u", "memories"), "bees")
+        assert item is not None and item.value == {"text": USER_TURN}
+
+
+async def test_a_caller_cancelled_while_its_batch_runs_again_alone_fails_no_other_caller(
+        tmp_path: Path, embedder: Embedder) -> None:
+    """A batch that fails on one caller's operation runs each caller's again alone. A caller
+    cancelled while its own run went on got a result set on its cancelled future: the
+    ``InvalidStateError`` ended the coalescer, which cancelled the callers after it (their
+    writes never ran), and the bad caller got a cancel instead of its error. The cancel is made
+    here from inside that run (the store's user mapping waits on a gate), in its thread."""
+    reached, gate = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def owner(namespace: tuple[str, ...], key: str | None) -> str | None:
+        if key == "first":
+            calls.append(key)
+            if len(calls) == 2:  # the first caller's run alone, after the batch failed
+                reached.set()
+                gate.wait(30)
+        return namespace[0]
+
+    memory = TieredMemory(tmp_path / "m", embedder=embedder)
+    store = TieredMemoryStore(memory, user_namespace=owner)
+    first = asyncio.ensure_future(store.aput(("u", "memories"), "first", {"text": AI_TURN}))
+    bad = asyncio.ensure_future(store.aput((" ",), "k", {"v": 1}))  # a blank user: refused when it runs
+    last = asyncio.ensure_future(store.aput(("u", "memories"), "bees", {"text": USER_TURN}))
+    while not reached.is_set():  # polled: the run is in the queue's thread
+        await asyncio.sleep(0.005)
+    first.cancel()
+    await asyncio.sleep(0)
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    with pytest.raises(InvalidInputError):
+        await bad
+    await last
+    stored = {key: await store.aget(("u", "memories"), key) for key in ("first", "bees")}
     assert {key: item.value if item else None for key, item in stored.items()} == {
         "first": {"text": AI_TURN}, "bees": {"text": USER_TURN}}
     memory.close()
+
 
 async def test_a_runnable_turn_cancelled_while_its_record_waits_for_a_thread_is_stored_before_close(
         tmp_path: Path, embedder: Embedder) -> None:
