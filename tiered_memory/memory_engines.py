@@ -27,7 +27,7 @@ from .errors import InvalidInputError, UsageError, VectorIndexError
 from .guard import Calls, usable
 from .layers.items import ItemStore
 from .layers.longterm import Layers
-from .layers.working import WorkingMemory
+from .layers.working import WorkingMemory, reembed as reembed_working
 from .parts import Parts
 from .recall.forgetting import all_owed, clear_owed, pay_owed
 from .recall.indexing import repair, settle_background_writes
@@ -169,8 +169,12 @@ class MemoryEngines:
 
     def _rebuild(self) -> dict[str, int]:
         with self._write_lock:
-            if self._has_layer_rows():
+            layered = self._has_layer_rows()
+            if layered:
                 self._layers.pend_all()
+            # working items keep their vectors in their rows: re-embedded before the new embedder is
+            # recorded, so a rebuild cut short does them again at the next open
+            working = reembed_working(self._rows, self.embedder, self._write_lock) if layered else 0
             owed = all_owed(self.store)
             self.index.reset()
             clear_owed(self.store, owed)  # all dropped
@@ -182,6 +186,7 @@ class MemoryEngines:
             if self._layers_ok():
                 report.update(self._layers.reindex())
                 report["items"] = self._items.repair()  # the LangGraph store's: an open adapter finds them too
+            report["working_items"] = working
             self.store.set_meta(INDEX_META, self._index_name)  # the records are in line with this index now
             return report
 

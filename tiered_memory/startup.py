@@ -80,9 +80,9 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
     if index_in_folder:  # with the store marked open: a compaction cut short is repaired in full next time
         compact_if_worth_it(store, index)
     if previous is not None and previous != embedder_id:
-        log.warning("embedder changed (%s -> %s): re-embedding the stored turns, facts and episodes "
-                    "into a new vector index; to keep the old vectors, open the store with the old "
-                    "embedder (%s)", previous, embedder_id, reopen_with(previous))
+        log.warning("embedder changed (%s -> %s): re-embedding the stored turns, facts, episodes and "
+                    "working-memory items (into a new vector index); to keep the old vectors, open the "
+                    "store with the old embedder (%s)", previous, embedder_id, reopen_with(previous))
         rebuild()
     elif moved:
         _rebuild_moved(rebuild, was, name)

@@ -9,7 +9,9 @@ pure functions :func:`decayed`, :func:`evict`, :func:`rank` and :func:`check_pad
 through :class:`~tiered_memory.store.repositories.WorkingRepository`. An add reads the
 session's items, decides and writes in one transaction under the session's lock (across
 worker processes on PostgreSQL), so a session never holds more than ``capacity`` items.
-A :class:`WorkingMemory` and its :class:`Scratchpad` run their calls under their memory's
+An item's vector is kept in its row, made by the memory's embedder; an embedder change (or
+``rebuild_index``) embeds every live item again (:func:`reembed`), as it does turns, facts and
+episodes. A :class:`WorkingMemory` and its :class:`Scratchpad` run their calls under their memory's
 :class:`~tiered_memory.guard.Calls`: closing the memory waits for them, and refuses them after.
 """
 
@@ -183,6 +185,24 @@ def restore(rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, 
     with lock, rows.unit() as u:
         for user_id, session_id in sorted(sessions):  # session locks in one order: two imports never deadlock
             admit(u, user_id, session_id, sessions[user_id, session_id], config, now)
+    return len(items)
+
+
+REEMBED_BATCH = 1_000  # items embedded and written per transaction by :func:`reembed`
+
+
+def reembed(rows: WorkingRepository, embedder: Embedder, lock: threading.RLock) -> int:
+    """Embed every live item of every session again with ``embedder`` and store the vectors:
+    what an embedder change (or ``rebuild_index``) does, as it re-embeds turns, facts and
+    episodes. Without it an item keeps the vector of the model that remembered it: of another
+    dimension it is embedded again at each ranking, of the same one it is compared with a
+    query's vector of another space (a wrong relevance) until it fades. Returns how many."""
+    items = rows.live_working_items(None)
+    for start in range(0, len(items), REEMBED_BATCH):
+        part = items[start:start + REEMBED_BATCH]
+        vectors = embed_batched(embedder, [i.text for i in part])
+        with lock, rows.unit() as u:
+            u.set_working_vectors([(i.id, v) for i, v in zip(part, vectors)])
     return len(items)
 
 

@@ -297,6 +297,10 @@ class LayerUnit:
         self._run(f"INSERT INTO working_items ({WORKING_COLS}, vector) VALUES ({marks(10)})",
                   (*working_to_row(item), to_blob(vector)))
 
+    def set_working_vectors(self, vectors: Sequence[tuple[str, np.ndarray]]) -> None:
+        self._many("UPDATE working_items SET vector=? WHERE id=? AND deleted_at IS NULL",
+                   [(to_blob(v), i) for i, v in sorted(vectors, key=lambda p: p[0])])
+
     def evict_working_item(self, item_id: str) -> bool:
         return bool(self._run("DELETE FROM working_items WHERE id=? AND deleted_at IS NULL", (item_id,)).rowcount > 0)
 

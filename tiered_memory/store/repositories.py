@@ -226,6 +226,10 @@ class WorkingWrites(AuditWrites, Protocol):
 
     def insert_working_item(self, item: WorkingItem, vector: np.ndarray | None) -> None: ...
 
+    def set_working_vectors(self, vectors: Sequence[tuple[str, np.ndarray]]) -> None:
+        """Replace the vectors of live items, by id (another embedder's); an item gone or
+        retired meanwhile is left alone."""
+
     def evict_working_item(self, item_id: str) -> bool:
         """Delete a live item; False if it is gone or retired already (by another worker)."""
 
