@@ -118,7 +118,7 @@ def archived_line(turn: ArchivedTurn, fmt: str) -> dict[str, Any]:
 
 def working_line(item: WorkingItem, fmt: str) -> dict[str, Any]:
     fields_ = asdict(item)
-    del fields_["score"]  # set by ranking, never stored
+    del fields_["score"], fields_["evicted"]  # set by ranking and by remember, never stored
     return {"format": fmt, "type": "working", "working": fields_}
 
 
@@ -343,8 +343,9 @@ def parse_working(obj: Mapping[str, Any]) -> WorkingItem:
     :meth:`~.layers.working.WorkingMemory.remember` writes; raises InvalidInputError."""
     _line_keys(obj, "working")
     d = _fields(obj.get("working"), WorkingItem, "working item", ("id", "user_id", "session_id", "text"))
-    if "score" in d:
-        raise InvalidInputError("unknown working item fields ['score'] (set by ranking, never stored)")
+    if transient := sorted({"score", "evicted"} & set(d)):
+        raise InvalidInputError(f"unknown working item fields {transient} (set by ranking and by remember, "
+                                "never stored)")
     text, type_, importance, metadata = check_note(d["text"], d.get("type", "note"), d.get("importance", 0.5),
                                                    d.get("metadata"))
     return WorkingItem(id=check_id(d["id"], "working item id"), user_id=check_id(d["user_id"], "user_id"),

@@ -144,7 +144,10 @@ class Episode:
 
 @dataclass(frozen=True, kw_only=True)
 class WorkingItem:
-    """One item of a session's working memory; ``score`` is set by ranking."""
+    """One item of a session's working memory; ``score`` is set by ranking. ``evicted`` is True
+    only on the item :meth:`~tiered_memory.layers.working.WorkingMemory.remember` returns when the
+    session, at ``WorkingConfig.capacity``, evicted it at once (it was the least important): its id
+    names no item, and the audit log has its ``evict`` entry. Neither is stored or exported."""
 
     id: str
     user_id: str
@@ -156,6 +159,7 @@ class WorkingItem:
     metadata: dict[str, Any] = field(default_factory=dict)
     access_count: int = 0
     score: float | None = None
+    evicted: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

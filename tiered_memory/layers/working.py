@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, MutableMapping
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -155,20 +156,23 @@ class Scratchpad(MutableMapping[str, Any]):
 
 
 def admit(u: WorkingWrites, user_id: str, session_id: str, new: Sequence[tuple[WorkingItem, np.ndarray | None]],
-          config: WorkingConfig, now: float) -> None:
+          config: WorkingConfig, now: float) -> set[str]:
     """Write ``new`` items (with their vectors) into a session, then evict the least important
     of them all past ``config.capacity`` (a new one too), each with an ``evict`` entry in the
-    audit log: how every write enters a session. The session's items are read, decided on and
-    written under its lock, in ``u``: another worker adding to the session at the same time
-    cannot leave it over capacity, nor evict (and audit) an item twice."""
+    audit log: how every write enters a session; returns the ids it evicted. The session's items
+    are read, decided on and written under its lock, in ``u``: another worker adding to the
+    session at the same time cannot leave it over capacity, nor evict (and audit) an item twice."""
     u.lock_session(user_id, session_id)
     held = u.working_items(user_id, session_id)
     _, evicted = evict([*held, *(item for item, _ in new)], config.capacity, now, config.decay_per_hour)
     for item, vector in new:
         u.insert_working_item(item, vector)
+    gone: set[str] = set()
     for old in evicted:
         if u.evict_working_item(old.id):  # a prune (which does not take the lock) may have got there first
             u.audit(old.user_id, "working", old.id, "evict", {"text": old.text}, now)
+            gone.add(old.id)
+    return gone
 
 
 def restore(rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,
@@ -240,15 +244,21 @@ class WorkingMemory:
     @usable
     def remember(self, text: str, *, importance: float = 0.5, type: str = "note",
                  metadata: dict[str, Any] | None = None, now: float | None = None) -> WorkingItem:
-        """Add an item; evicts the least important ones beyond ``capacity``."""
+        """Add an item; evicts the least important ones beyond ``capacity``, the new one too if it
+        is the least important (as every eviction, with an ``evict`` entry in the audit log).
+
+        Returns:
+            The item as written, with ``evicted=True`` if it was evicted at once: the session
+            holds no item of its id then (``forget`` returns False).
+        """
         text, type, importance, metadata = check_note(text, type, importance, metadata)
         now = to_epoch(now, self.clock())  # seconds, a datetime or ISO text, within 1900..2200
         item = WorkingItem(id=uuid.uuid4().hex, user_id=self.user_id, session_id=self.session_id, text=text,
                            type=type, importance=importance, created_at=now, metadata=metadata)
         vector = embed(self.embedder, [text])[0]
         with self.lock, self.rows.unit() as u:
-            admit(u, self.user_id, self.session_id, [(item, vector)], self.config, now)
-        return item
+            gone = admit(u, self.user_id, self.session_id, [(item, vector)], self.config, now)
+        return replace(item, evicted=True) if item.id in gone else item
 
     @usable
     def items_raw(self) -> list[WorkingItem]:
