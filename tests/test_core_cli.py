@@ -416,3 +416,13 @@ def test_a_read_on_postgres_with_no_index_folder_makes_none(tmp_path, postgres_u
     assert sorted(p.name for p in tmp_path.iterdir()) == ["app"]
     code, out, err = run("--path", str(tmp_path / "app"), "stats", "--json")
     assert code == 0 and json.loads(out)["messages"] == 1, err
+
+
+def test_working_help_says_its_scores_use_the_default_decay_not_the_applications(capsys):
+    """``working`` ranks with the default WorkingConfig (decay_per_hour 0.05), as every command
+    opens a memory with the default MemoryConfig: the CLI cannot know an application's config.
+    An application with another decay rate saw other scores there, and nothing said why; the
+    command's help says so now."""
+    assert run("working", "--help")[0] == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "WorkingConfig.decay_per_hour, 0.05" in text and "application" in text

@@ -21,11 +21,20 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, Callable
 
+from .config import WorkingConfig
 from .context.render import MemoryContext
 from .records import Fact, FactChange
 from .tokens import TokenCount
 
 Out = Callable[[str], None]
+
+#: ``working --help``: its scores are the default config's, which the CLI cannot know an application's
+WORKING_DESCRIPTION = (
+    "A session's working memory: its items best first, with their scores, and its scratchpad. Items are "
+    "ranked and scored with the default WorkingConfig (WorkingConfig.decay_per_hour, "
+    f"{WorkingConfig().decay_per_hour}), as every command opens the memory with the default MemoryConfig: "
+    "the CLI cannot know an application's config, so an application that set another decay rate ranks "
+    "and scores the same items otherwise (which items a session holds is the same).")
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -46,7 +55,8 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     e.add_argument("--json", action="store_true", help="print JSON lines")
 
     w = sub.add_parser("working", parents=[common],
-                       help="a session's working memory: items by decayed importance, and the scratchpad")
+                       help="a session's working memory: items by decayed importance, and the scratchpad",
+                       description=WORKING_DESCRIPTION)
     w.add_argument("--user", required=True, help="user id")
     w.add_argument("--session", required=True, help="session id")
     w.add_argument("--query", default=None, help="rank items by relevance to this text too")
