@@ -158,3 +158,43 @@ def test_end_session_whose_facts_meet_a_failing_custom_index_is_typed_and_a_retr
         m.end_session("s", user_id="u")
         assert any("Ana" in f.text for f in m.facts("u"))
         assert m.search_facts("Ana's name", user_id="u")
+
+
+@pytest.mark.parametrize("method", ["scans_exactly", "held_rows"])
+def test_turn_search_whose_custom_index_fails_its_exact_scope_is_typed(tmp_path: Path, method: str) -> None:
+    # the turn search asks an index that scans a user exactly whether it does (and how many rows it
+    # holds) before its query: a custom index's error there escaped raw, unlike the query's own
+    index = failing(tmp_path / "store")
+    with TieredMemory(tmp_path / "store", embedder=StaticEmbedder(), vector_store=index) as m:
+        m.add_many(SMALL_TALK, session_id="s", user_id="u")
+        assert index.inner.scans_exactly("u", wait=True)  # the user's vectors held: held_rows is asked too
+        index.fail_on, index.error = {method}, OSError(5, "Input/output error")
+        with pytest.raises(VectorIndexError, match="nothing was changed") as raised:
+            m.search("lighthouse book", user_id="u")
+        assert raised.value.__cause__ is index.error and index.failures == 1
+        index.fail_on = set()
+        assert len(m.search("lighthouse book", user_id="u")) == len(SMALL_TALK)
+
+
+@pytest.mark.parametrize(("method", "after"), [("ids", 1), ("ids", 2), ("delete", 1)])
+def test_full_repair_at_open_whose_custom_index_fails_is_typed_and_the_next_open_finishes_it(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, method: str, after: int) -> None:
+    # a full repair (the index lost a turn's vector) lists the vectors (the open's check listed them
+    # first) and deletes strays, the turns' then the facts' and episodes': a custom index's error there
+    # escaped the open raw, where a VectorIndexError leaves it open (records kept, repaired next time)
+    folder = tmp_path / "store"
+    with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=failing(folder)) as m:
+        m.add_many(SMALL_TALK, session_id="s", user_id="u")
+        m.add_fact("User keeps a lighthouse logbook", user_id="u")
+        lost = m.get_messages("s", user_id="u")[0].id
+        m.index.inner.delete([lost])
+    index = FailingVectorIndex(ChromaVectorIndex(str(folder / "chroma")), fail_on=[method], after=after, times=None)
+    with caplog.at_level("WARNING", logger="tiered_memory"):
+        with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=index) as m:
+            assert index.failures == 1
+            assert [t["content"] for t in SMALL_TALK] == [x.content for x in m.get_messages("s", user_id="u")]
+    assert any("could not be repaired at open" in r.getMessage() and "simulated vector engine failure"
+               in r.getMessage() for r in caplog.records)
+    with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=failing(folder)) as m:
+        ids = m.index.ids("u")
+        assert lost in ids and any(i.startswith("fact:") for i in ids)

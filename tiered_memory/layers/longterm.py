@@ -24,6 +24,8 @@ from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcrip
 from ..errors import InvalidInputError, LLMError, NotFoundError, StoreError
 from .extractive import QUOTED_ROLES, extract_episode, extract_fact_candidates, read_by
 from ..graphemes import cut_point
+from ..guard import vector_errors_typed
+from ..recall.indexing import UNREPAIRED
 from ..slots import text_slot
 from ..store.base import SettledSource
 from ..llm.adapters import resolve_llm
@@ -365,9 +367,10 @@ class Layers:
         """Make the layer vectors match their rows (after a crash): add missing, drop stray."""
         want_facts = {f"fact:{i}" for i in self.rows.valid_fact_ids()}
         want_points = self.rows.point_ids()
-        have = {i for i in self.parts.index.ids() if i.startswith(("fact:", "ep:"))}
-        stray = sorted(have - want_facts - want_points)
-        self.parts.index.delete(stray)
+        with vector_errors_typed(UNREPAIRED):  # a custom index may raise anything
+            have = {i for i in self.parts.index.ids() if i.startswith(("fact:", "ep:"))}
+            stray = sorted(have - want_facts - want_points)
+            self.parts.index.delete(stray)
         missing = (want_facts | want_points) - have
         if missing:
             for user in self.rows.layer_users():  # coarse but rare: re-embed the layers of affected users

@@ -21,6 +21,10 @@ from .forgetting import pay_before_storing
 
 log = logging.getLogger("tiered_memory")
 
+#: the VectorIndexError of a full repair (listing and deleting vectors) the index failed
+UNREPAIRED = ("the vector index could not be brought in line with the records ({error}); the records are kept "
+              "and the next open repairs it again, or rebuild_index() rebuilds it from them")
+
 
 def one_blas_thread(rows: int) -> contextlib.AbstractContextManager[Any]:
     """BLAS on one thread for a duplicate check of ``rows`` rows. OpenBLAS threads the large
@@ -295,13 +299,15 @@ def repair(
     report = {"indexed": 0, "removed": 0, "restored": 0}
     if full:
         want = store.indexed_ids()
-        every = {i for i in index.ids() if not _is_layer_id(i)}
+        with vector_errors_typed(UNREPAIRED):
+            every = {i for i in index.ids() if not _is_layer_id(i)}
         chunks = {i for i in every if message_of(i)[1] is not None}
         have = every - chunks
         # a chunk stays while its message is indexed; a missing message vector re-indexes
         # the message, which rewrites its chunks
         extra = sorted((have - want) | {i for i in chunks if message_of(i)[0] not in want})
-        index.delete(extra)
+        with vector_errors_typed(UNREPAIRED):
+            index.delete(extra)
         report["removed"] = len(extra)
         missing_ids = want - have
         if missing_ids:

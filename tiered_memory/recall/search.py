@@ -22,9 +22,10 @@ from ..aio import thread_pool
 from ..config import RetrievalConfig
 from ..embedding import Embedder, embed_query
 from ..errors import ConfigurationError
+from ..guard import vector_errors_typed
 from .chunking import CHUNK_LAYER, best_chunks, best_span_by_terms, chunk_spans
 from .fusion import LEARNED, TOPIC_WINDOW, WINDOW_SIGNALS, check_weights, score_learned
-from .hybrid import typed_search
+from .hybrid import SEARCH_FAILED, typed_search
 from .query import QueryPlan, is_reaction, plan_query
 from .scoring import (Candidate, Scored, TurnWeights, base_scores, best_first, matches_filters, previous_turns,
                       score_turns, speaker_of)
@@ -202,14 +203,8 @@ class Pool:
 
 
 def gather_pool(
-    *,
-    store: RecordStore,
-    index: VectorIndex,
-    embedder: Embedder,
-    config: RetrievalConfig,
-    query: str,
-    user_id: str,
-    k: int,
+    *, store: RecordStore, index: VectorIndex, embedder: Embedder, config: RetrievalConfig,
+    query: str, user_id: str, k: int,
     session_id: str | None = None,
     filters: Mapping[str, Any] | None = None,
     vector: np.ndarray | None = None,
@@ -237,7 +232,10 @@ def gather_pool(
             return None
         matched = set(matching) if len(matching) <= FILTER_SCOPE_MAX else None
         among = None if matched is None else sorted(matched)
-    exact = isinstance(index, ExactScope) and index.scans_exactly(user_id)
+    scans = index if isinstance(index, ExactScope) else None
+    with vector_errors_typed(SEARCH_FAILED):  # the index's answers, typed as its queries are
+        exact = scans is not None and scans.scans_exactly(user_id)
+        held = scans.held_rows(user_id) if scans is not None and exact and plan.terms else 0
     if among is None and config.id_scope_max and not exact and not getattr(index, "cheap_user_filter", False):
         # a list of the user's ids is much cheaper for the index than its filter (not for pgvector's
         # user column; an exact scan of the user needs neither)
@@ -247,8 +245,7 @@ def gather_pool(
     chunks = config.chunk_candidates if config.chunk_candidates and (
         not isinstance(store, LongMessageSource) or store.has_long_messages(user_id)) else 0
     keyword = None
-    if exact and plan.terms and isinstance(index, ExactScope) \
-            and index.held_rows(user_id) >= config.keyword_beside_from:
+    if exact and plan.terms and held >= config.keyword_beside_from:
         # the scan is in this process and long: the keyword query runs beside it
         keyword = beside_pool().submit(keyword_matches, store, user_id, plan.terms, k=n, session_id=session_id)
     vec, parts = vector_hits(index, qv, user_id=user_id, n=n, chunks=chunks, session_id=session_id, among=among,
