@@ -23,6 +23,7 @@ from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError, StoreError
 from ..guard import vector_errors_typed
 from ..recall import forgetting, hybrid
+from ..recall.indexing import LEFT_PENDING, UNREPAIRED
 from .resolution import Judgement, Resolution, decide_resolution, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
 from .changes import edit_details, merge_metadata, metadata_details, stored_metadata
@@ -372,7 +373,8 @@ class SemanticMemory:
             vecs = embed(self.embedder, [f.text for f in part])
             with self.rows.unit() as u:  # keep the stored vectors in step with the embedder
                 u.set_fact_vectors([(f.id, v) for f, v in zip(part, vecs)])
-            self._upsert_vectors(list(zip(part, vecs)))
+            with vector_errors_typed(UNREPAIRED):
+                self._upsert_vectors(list(zip(part, vecs)))
             self._settle(part)
         return len(facts)
 
@@ -386,9 +388,12 @@ class SemanticMemory:
         after, done = 0, 0
         while found := self.rows.pending_facts(after, batch):
             live = [f for _, f, alive in found if alive]
-            self.index.delete([f"fact:{f.id}" for _, f, alive in found if not alive])  # none wanted
-            if live:
-                self._upsert_vectors(list(zip(live, embed(self.embedder, [f.text for f in live]))))
+            pairs = list(zip(live, embed(self.embedder, [f.text for f in live]))) if live else []
+            # no debt to pay first, unlike turns': an owed fact id's history entry (kept with it) makes imports skip it
+            with vector_errors_typed(LEFT_PENDING.format(n=len(found), what="fact")):
+                self.index.delete([f"fact:{f.id}" for _, f, alive in found if not alive])  # none wanted
+                if pairs:
+                    self._upsert_vectors(pairs)
             self.rows.settle_facts([(f.id, f.text, f.updated_at) for _, f, _ in found])
             after, done = found[-1][0], done + len(found)
         return done

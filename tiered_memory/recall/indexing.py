@@ -24,6 +24,9 @@ log = logging.getLogger("tiered_memory")
 #: the VectorIndexError of a full repair (listing and deleting vectors) the index failed
 UNREPAIRED = ("the vector index could not be brought in line with the records ({error}); the records are kept "
               "and the next open repairs it again, or rebuild_index() rebuilds it from them")
+#: the VectorIndexError of a pass over rows stored pending (``{what}``: turn, fact) the index failed
+LEFT_PENDING = ("{n} {what}(s) stored pending could not be indexed ({{error}}); they are kept, found by their "
+                "words, and indexed by the next open or rebuild_index()")
 
 
 def one_blas_thread(rows: int) -> contextlib.AbstractContextManager[Any]:
@@ -323,7 +326,8 @@ def repair(
         # delete them): those go first, else a payment after this (another worker's, in flight
         # meanwhile) deletes the new ones; failing, the rows stay pending
         pay_before_storing(store.owed_rows, index, turns=[r.id for r in pending])
-        index_messages(pending, store=store, index=index, embedder=embedder, threshold=threshold)
+        with vector_errors_typed(LEFT_PENDING.format(n=len(pending), what="turn")):
+            index_messages(pending, store=store, index=index, embedder=embedder, threshold=threshold)
         report["indexed"] += len(pending)
     if any(report.values()):
         log.info("vector index repaired: %s", report)
