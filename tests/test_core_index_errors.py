@@ -227,3 +227,21 @@ def test_an_open_whose_custom_index_fails_the_pending_rows_is_typed_and_the_next
                for r in caplog.records)
     with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=failing(folder)) as m:
         assert want <= m.index.ids("u")
+
+
+def test_an_import_whose_index_fails_on_the_store_items_says_the_next_open_indexes_them(tmp_path: Path) -> None:
+    # the import's error said store items were restored by rebuild_index() only; the next open does it
+    tea = ItemWrite(namespace=("u", "notes"), key="tea", user_id="u", value={"text": "Drinks green tea"},
+                    text="Drinks green tea")
+    with TieredMemory(tmp_path / "a", embedder=StaticEmbedder()) as m:
+        m.item_store().write_many([tea])
+        m.export_jsonl(tmp_path / "dump.jsonl")
+    index = failing(tmp_path / "b")
+    index.fail_on = {"upsert"}
+    with TieredMemory(tmp_path / "b", embedder=StaticEmbedder(), vector_store=index) as m:
+        with pytest.raises(VectorIndexError, match=r"the next open indexes \(store items too\)") as raised:
+            m.import_jsonl(tmp_path / "dump.jsonl")
+        assert "rebuild_index" not in str(raised.value)
+    with TieredMemory(tmp_path / "b", embedder=StaticEmbedder(), vector_store=failing(tmp_path / "b")) as again:
+        [hit] = again.search("green tea", user_id="u", include_items=True)
+        assert hit.layer == "item" and hit.text == "Drinks green tea"

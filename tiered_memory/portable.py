@@ -302,7 +302,7 @@ def import_jsonl(
 
 # a vector index that failed mid-import (a custom one may raise anything), as add_many says it
 _FAILED = ("the vector index failed during the import ({{error}}); it stored {what}, which the next open "
-           "indexes (store items: rebuild_index() does): import the file again once the index works, which "
+           "indexes (store items too): import the file again once the index works, which "
            "skips what is stored and writes the rest")
 
 

@@ -324,7 +324,8 @@ def repair(
             break
         # a row stored again under an id whose old vectors the index still owes (its write could not
         # delete them): those go first, else a payment after this (another worker's, in flight
-        # meanwhile) deletes the new ones; failing, the rows stay pending
+        # meanwhile) deletes the new ones; failing, these and later batches (owing or not: the engine just failed,
+        # and pending rows have no cursor to skip these by) stay pending for the next write or open
         pay_before_storing(store.owed_rows, index, turns=[r.id for r in pending])
         with vector_errors_typed(LEFT_PENDING.format(n=len(pending), what="turn")):
             index_messages(pending, store=store, index=index, embedder=embedder, threshold=threshold)
