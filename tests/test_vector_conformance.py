@@ -12,7 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tiered_memory.errors import VectorIndexError
 from tiered_memory.vector.base import VectorIndex, VectorItem
+from tiered_memory.vector.exact import best_among
 
 DIM = 16
 
@@ -83,6 +85,70 @@ class VectorIndexConformance:
         assert index.count() == 0 and index.ids() == set()
         index.upsert([item("b", 2)])
         assert index.ids() == {"b"}
+
+    def test_answers_what_an_exact_scan_answers(self, index: VectorIndex) -> None:
+        """A table over filters and k (past the user's size too): the same ids, in the same
+        order, with the same cosines as numpy's exact scan of the matching vectors."""
+        rng = np.random.default_rng(7)
+        stored = [item(f"m{i}", 100 + i, user=("u1", "u2")[i % 2], layer=("turn", "fact")[i % 3 == 0],
+                       session=f"s{i % 4}") for i in range(24)]
+        index.upsert(stored)
+        q = unit(int(rng.integers(1000)))[None, :]
+        for user, layers, session, among, k in [
+            ("u1", None, None, None, 3), ("u1", None, None, None, 50), ("u2", ["fact"], None, None, 4),
+            ("u1", ["turn"], "s1", None, 10), ("u2", None, "s3", None, 2), ("u1", None, None, ["m0", "m2", "m4"], 5),
+            ("u1", ["fact", "episode"], None, None, 7), ("u1", None, "no-such-session", None, 3),
+        ]:
+            keep = [v for v in stored if v.user_id == user and (layers is None or v.layer in layers)
+                    and (session is None or v.session_id == session) and (among is None or v.id in among)]
+            want = best_among([v.id for v in keep], [v.vector for v in keep], q, k)[0]
+            got = index.query(q, user_id=user, k=k, layers=layers, session_id=session, among=among)[0]
+            case = (user, layers, session, among, k)
+            assert [i for i, _ in got] == [i for i, _ in want], case
+            assert [s for _, s in got] == pytest.approx([s for _, s in want], abs=1e-4), case
+
+    def test_a_query_among_ids_the_index_lacks_finds_nothing(self, index: VectorIndex) -> None:
+        index.upsert([item("a", 1), item("b", 2)])
+        assert index.query(unit(1)[None, :], user_id="u1", k=3, among=["not-indexed-yet"]) == [[]]
+        assert [i for i, _ in index.query(unit(1)[None, :], user_id="u1", k=3, among=["b", "gone"])[0]] == ["b"]
+
+    def test_an_empty_index_answers_nothing_and_deletes_nothing(self, index: VectorIndex) -> None:
+        assert index.query(unit(1)[None, :], user_id="u1", k=5) == [[]]
+        assert index.ids() == set() and index.ids("u1") == set() and index.count("u1") == 0
+        index.delete(["missing"])
+        index.delete_user("u1")
+        index.upsert([item("a", 1)])
+        index.delete(["missing", "also-missing"])
+        assert index.ids() == {"a"}
+
+    @pytest.mark.parametrize("user", ["o'brien\"; DROP TABLE vectors; --", "Zoë \u00e9\U0001F600 ユーザー", "u" * 4000])
+    def test_an_unusual_user_id_is_one_user_like_any_other(self, index: VectorIndex, user: str) -> None:
+        index.upsert([item("theirs", 1, user=user), item("mine", 1), item("other", 2, user=user + "x")])
+        assert [i for i, _ in index.query(unit(1)[None, :], user_id=user, k=5)[0]] == ["theirs"]
+        assert index.ids(user) == {"theirs"} and index.count(user) == 1
+        index.delete_user(user)
+        assert index.ids() == {"mine", "other"}
+
+    def test_a_vector_of_another_width_is_a_typed_error_and_writes_nothing(self, index: VectorIndex) -> None:
+        index.upsert([item("a", 1)])
+        index.query(unit(1)[None, :], user_id="u1", k=1)  # an index holding users in memory loads u1 here
+        wide = VectorItem(id="wide", vector=np.ones(DIM + 1, dtype=np.float32) / np.sqrt(DIM + 1), user_id="u1")
+        with pytest.raises(VectorIndexError):
+            index.upsert([item("b", 2), wide])
+        with pytest.raises(VectorIndexError):
+            index.query(np.asarray(wide.vector)[None, :], user_id="u1", k=1)
+        assert index.ids() == {"a"}
+
+    @pytest.mark.parametrize("bad", [np.nan, np.inf])
+    def test_a_vector_that_is_not_finite_is_refused_and_nothing_is_written(self, index: VectorIndex,
+                                                                         bad: float) -> None:
+        vector = unit(3).copy()
+        vector[0] = bad
+        with pytest.raises(VectorIndexError, match="finite"):
+            index.upsert([item("ok", 2), VectorItem(id="bad", vector=vector, user_id="u1")])
+        assert index.ids() == set()
+        index.upsert([item("ok", 2)])
+        assert [i for i, _ in index.query(unit(2)[None, :], user_id="u1", k=5)[0]] == ["ok"]
 
 
 class TestChromaEmbedded(VectorIndexConformance):

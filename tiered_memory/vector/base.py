@@ -45,6 +45,23 @@ def dimension_hint(error: Exception, collection: str, width: int, held: Callable
             "the collection and re-embed the records into it")
 
 
+def refuse_bad_vectors(items: Sequence["VectorItem"]) -> None:
+    """Raise ``VectorIndexError`` before anything of ``items`` is written when a vector holds
+    NaN or infinity, or the batch mixes widths (pure): an engine refuses some of them itself
+    (pgvector, Chroma) but only part of a batch written in parts, and Qdrant stores an
+    infinity, whose cosine then tops every search."""
+    from ..errors import VectorIndexError
+
+    widths = {len(i.vector) for i in items}
+    if len(widths) > 1:
+        raise VectorIndexError(f"one upsert holds vectors of {len(widths)} widths ({sorted(widths)}): "
+                               "every vector of an index comes from one embedder; nothing was written")
+    for i in items:
+        if not np.all(np.isfinite(np.asarray(i.vector, dtype=np.float64))):
+            raise VectorIndexError(f"the vector of {i.id!r} is not finite (it holds NaN or infinity): the "
+                                   "embedder returned a broken vector; nothing was written")
+
+
 @dataclass(frozen=True, kw_only=True)
 class VectorItem:
     id: str

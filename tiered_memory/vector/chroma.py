@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, shown_url
+from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, refuse_bad_vectors, shown_url
 from .chroma_client import (chroma_owner, client_settings, compacted, cosine_collection, drop_collection,
                             forget_cached_client, gone_hint, mark_chroma_owner, segment_folders, server_client)
 from .chroma_scope import SCOPED as SCOPED, scope_collection, scope_of, user_filter, user_vectors
@@ -124,6 +124,7 @@ class ChromaVectorIndex:
         return cls(client=client, collection=where.collection)
 
     def upsert(self, items: list[VectorItem]) -> None:
+        refuse_bad_vectors(items)
         self._settle()
         self._write(items)
         if self._exact is not None:
@@ -132,6 +133,7 @@ class ChromaVectorIndex:
     def upsert_behind(self, items: list[VectorItem]) -> None:
         """Like :meth:`upsert`, written by a background thread when this index is embedded;
         :meth:`settle_behind` reports what failed."""
+        refuse_bad_vectors(items)
         if self._behind is None or self._exact is None:
             self.upsert(items)
             return

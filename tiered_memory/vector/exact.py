@@ -53,7 +53,9 @@ def top_k(matrix: np.ndarray, alive: np.ndarray, queries: np.ndarray, k: int,
 def best_among(ids: Sequence[str], vectors: Sequence[Sequence[float]] | np.ndarray, queries: np.ndarray,
                k: int) -> list[list[tuple[str, float]]]:
     """For each query, the best ``k`` (id, cosine) of ``vectors`` (unit, named by ``ids``),
-    best first (pure): what an engine's id-scoped query returns, exactly."""
+    best first (pure): what an engine's id-scoped query returns, exactly (none of no ``ids``)."""
+    if not len(ids):
+        return [[] for _ in queries]
     matrix = np.asarray(vectors, dtype=np.float32).reshape(len(ids), -1)
     return [[(ids[r], s) for r, s in row] for row in top_k(matrix, np.ones(len(ids), dtype=bool), queries, k)]
 
@@ -95,6 +97,10 @@ class UserVectors:
     @property
     def size(self) -> int:
         return len(self.ids)
+
+    def fits(self, queries: np.ndarray) -> bool:
+        """Whether ``queries`` (one vector or rows of them) are as wide as the held vectors."""
+        return not self.ids or int(np.shape(queries)[-1]) == self.matrix.shape[1]
 
     def _code(self, name: str) -> int:
         return self.codes.setdefault(name, len(self.codes))
@@ -223,16 +229,17 @@ class ExactScan:
     def query(self, user_id: str, queries: np.ndarray, k: int, among: Sequence[str] | None = None,
               layers: Sequence[str] | None = None, session_id: str | None = None,
               ) -> list[list[tuple[str, float]]] | None:
-        """The user's best ``k`` per query, or ``None`` when the user is not held."""
+        """The user's best ``k`` per query, or ``None`` when the user is not held (or the
+        queries are of another width than the held vectors: the engine's typed error says so)."""
         held = self._held(user_id)
-        return None if held is None else held.query(queries, k, among, layers, session_id)
+        return None if held is None or not held.fits(queries) else held.query(queries, k, among, layers, session_id)
 
     def query_layers(self, user_id: str, query: np.ndarray, ks: Mapping[str, int],
                      session_id: str | None = None) -> dict[str, list[tuple[str, float]]] | None:
         """The user's best ``ks[layer]`` of each layer for one query, from one scan
         (:meth:`UserVectors.query_layers`), or ``None`` when the user is not held."""
         held = self._held(user_id)
-        return None if held is None else held.query_layers(query, ks, session_id)
+        return None if held is None or not held.fits(query) else held.query_layers(query, ks, session_id)
 
     def _held(self, user_id: str) -> UserVectors | None:
         with self._lock:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 import numpy as np
 
 from ..errors import ConfigurationError, TieredMemoryError, VectorIndexError
-from .base import VectorItem
+from .base import VectorItem, refuse_bad_vectors
 
 TABLE = "vectors"
 # the schema's plain name (regnamespace::text quotes one that needs it, and sql.Identifier quotes again)
@@ -193,6 +193,7 @@ class PgVectorIndex:
     # ---- the protocol ------------------------------------------------------------
     def upsert(self, items: list[VectorItem]) -> None:
         if items:
+            refuse_bad_vectors(items)
             self._fresh(lambda: self._upsert(items))
 
     def _upsert(self, items: list[VectorItem]) -> None:

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import VectorItem, dimension_hint, shown_url
+from .base import VectorItem, dimension_hint, refuse_bad_vectors, shown_url
 from .exact import ExactScan, Held
 from .ownership import OWNER_KEY, refusal
 from .server_url import DEFAULT_COLLECTION as COLLECTION
@@ -237,6 +237,7 @@ class QdrantVectorIndex:
     def upsert(self, items: list[VectorItem]) -> None:
         if not items:
             return
+        refuse_bad_vectors(items)
         try:
             self._ensure(len(items[0].vector))
             m = self.models
