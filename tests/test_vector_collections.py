@@ -226,3 +226,37 @@ def test_a_shared_store_opened_on_another_collection_says_to_rebuild_it(
         assert told and memory.index.ids() == {gone}
         memory.rebuild_index()
         assert memory.index.ids() == {kept}
+
+
+@pytest.mark.servers
+def test_a_chroma_server_that_goes_away_is_named_in_every_error_without_its_password(
+        chroma_url: str, chroma_collection: str) -> None:
+    """Through a proxy to the real server, closed after the first write: each call fails with a
+    VectorIndexError that says which server (a deployment may use several), password-free."""
+    from urllib.parse import urlsplit
+
+    import numpy as np
+
+    from tiered_memory import VectorIndexError
+    from tiered_memory.vector.base import VectorItem
+
+    from test_pg_network import SilentProxy
+
+    proxy = SilentProxy(int(urlsplit(chroma_url).port or 8000))
+    index = ChromaVectorIndex.from_url(f"http://admin:{SECRET}@127.0.0.1:{proxy.port}/?collection={chroma_collection}")
+    vector = np.ones(4, dtype=np.float32) / 2
+    try:
+        index.upsert([VectorItem(id="a", vector=vector, user_id="u1")])
+        proxy.close()
+        calls: dict[str, Callable[[], Any]] = {
+            "query": lambda: index.query(vector[None, :], user_id="u1", k=1),
+            "upsert": lambda: index.upsert([VectorItem(id="b", vector=vector, user_id="u1")]),
+            "delete": lambda: index.delete(["a"]), "delete_user": lambda: index.delete_user("u1"),
+            "ids": lambda: index.ids("u1"), "count": lambda: index.count("u1")}
+        for name, call in calls.items():
+            with pytest.raises(VectorIndexError) as failed:
+                call()
+            assert f"127.0.0.1:{proxy.port}" in str(failed.value) and SECRET not in str(failed.value), name
+    finally:
+        proxy.close()
+        index.close()

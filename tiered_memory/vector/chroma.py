@@ -69,6 +69,7 @@ class ChromaVectorIndex:
         # a server may have other writers, so only an embedded index holds users in memory,
         # and only then may its turn upserts be written behind (see .write_behind)
         self._name = collection
+        self._at = ""  # where, in an error: a server's address (from_url), nothing for a folder
         self._owner: str | None = None  # the record store's id, once claimed (see .ownership)
         self._sessions: Sessions | None = None  # see use_sessions
         self._stale = False  # a failed write asked for a new client (see _renew_client)
@@ -121,7 +122,9 @@ class ChromaVectorIndex:
         """
         where = server_address(url, "chroma", collection)
         client = server_client(where.url, shown_url(url))
-        return cls(client=client, collection=where.collection)
+        index = cls(client=client, collection=where.collection)
+        index._at = f" (the Chroma server at {shown_url(where.url)})"
+        return index
 
     def upsert(self, items: list[VectorItem]) -> None:
         refuse_bad_vectors(items)
@@ -164,7 +167,7 @@ class ChromaVectorIndex:
         except Exception as e:
             hint = (dimension_hint(e, self._name, len(items[0].vector), self._width) if items else "") or gone_hint(e)
             self._renew_client()
-            raise VectorIndexError(f"Chroma upsert failed: {e}{hint}") from e
+            raise VectorIndexError(f"Chroma upsert failed{self._at}: {e}{hint}") from e
 
     def _width(self) -> int | None:
         got = self.collection.get(limit=1, include=["embeddings"])
@@ -201,7 +204,7 @@ class ChromaVectorIndex:
                 collection = cosine_collection(client, self._name)
             except Exception as e:
                 forget_cached_client(str(self._path))  # a half-made client is not kept either
-                raise VectorIndexError(f"could not reopen the Chroma index after a failed write: {e}") from e
+                raise VectorIndexError(f"could not reopen the Chroma index{self._at} after a failed write: {e}") from e
             self.client, self.collection, self._stale = client, collection, False
 
     def query(
@@ -243,7 +246,7 @@ class ChromaVectorIndex:
                     where=where, include=["distances"],
                 )
             except Exception as e:
-                raise VectorIndexError(f"Chroma query failed: {e}{gone_hint(e)}") from e
+                raise VectorIndexError(f"Chroma query failed{self._at}: {e}{gone_hint(e)}") from e
             hits = _hits(res)
             if sessions is None:
                 return hits
@@ -264,7 +267,7 @@ class ChromaVectorIndex:
                 for start in range(0, len(ids), 2000):
                     self.collection.delete(ids=ids[start : start + 2000])
             except Exception as e:
-                raise VectorIndexError(f"Chroma delete failed: {e}{gone_hint(e)}") from e
+                raise VectorIndexError(f"Chroma delete failed{self._at}: {e}{gone_hint(e)}") from e
             if self._exact is not None:  # and after: a load that read the engine meanwhile holds them
                 self._exact.delete(ids)
 
@@ -275,7 +278,7 @@ class ChromaVectorIndex:
         try:
             self.collection.delete(where=user_filter(user_id))
         except Exception as e:
-            raise VectorIndexError(f"Chroma delete failed: {e}{gone_hint(e)}") from e
+            raise VectorIndexError(f"Chroma delete failed{self._at}: {e}{gone_hint(e)}") from e
         if self._exact is not None:  # again: a query meanwhile loaded the user from the engine
             self._exact.drop(user_id)
 
@@ -320,7 +323,7 @@ class ChromaVectorIndex:
             return list(self.collection.get(where=user_filter(user_id) if user_id is not None else None,
                                             include=[], limit=limit, offset=offset)["ids"])
         except Exception as e:
-            raise VectorIndexError(f"Chroma read failed: {e}{gone_hint(e)}") from e
+            raise VectorIndexError(f"Chroma read failed{self._at}: {e}{gone_hint(e)}") from e
 
     def count(self, user_id: str | None = None) -> int:
         if user_id is None:
@@ -328,7 +331,7 @@ class ChromaVectorIndex:
             try:
                 return int(self.collection.count())
             except Exception as e:
-                raise VectorIndexError(f"Chroma count failed: {e}{gone_hint(e)}") from e
+                raise VectorIndexError(f"Chroma count failed{self._at}: {e}{gone_hint(e)}") from e
         return len(self.ids(user_id))
 
     def reset(self) -> None:
@@ -343,7 +346,7 @@ class ChromaVectorIndex:
             self.collection = cosine_collection(self.client, name, self._owner)
             scope_collection(self.collection)
         except Exception as e:
-            raise VectorIndexError(f"Chroma reset failed: {e}; run rebuild_index() again") from e
+            raise VectorIndexError(f"Chroma reset failed{self._at}: {e}; run rebuild_index() again") from e
 
     def compact(self, batch: int = 2000) -> int:
         """Copy the live vectors into a new collection and drop the old one, reclaiming the
@@ -356,7 +359,7 @@ class ChromaVectorIndex:
             self.collection, kept = compacted(self.client, self.collection, self._owner, batch)
             scope_collection(self.collection)  # (the copies are scoped already: this only marks the collection)
         except Exception as e:
-            raise VectorIndexError(f"Chroma compaction failed: {e}; the next open repairs the index") from e
+            raise VectorIndexError(f"Chroma compaction failed{self._at}: {e}; the next open repairs the index") from e
         for folder in old_segments:  # Chroma leaves a deleted collection's HNSW files behind
             shutil.rmtree(folder, ignore_errors=True)
         return kept
