@@ -70,6 +70,15 @@ class VectorIndexConformance:
         assert index.count() == 2
         assert index.query(unit(7)[None, :], user_id="u1", k=1)[0][0][0] == "a"
 
+    def test_an_id_upserted_again_for_another_user_leaves_the_first(self, index: VectorIndex) -> None:
+        index.upsert([item("a", 1), item("b", 2)])
+        index.query(unit(1)[None, :], user_id="u1", k=1)  # an index holding users in memory loads u1 here
+        getattr(index, "scans_exactly", lambda user, wait: False)("u1", wait=True)
+        index.upsert([item("a", 1, user="u2", layer="fact")])
+        assert [i for i, _ in index.query(unit(1)[None, :], user_id="u1", k=5)[0]] == ["b"]
+        assert [i for i, _ in index.query(unit(1)[None, :], user_id="u2", k=5, layers=["fact"])[0]] == ["a"]
+        assert index.ids("u1") == {"b"} and index.count() == 2
+
     def test_ids_count_and_deletes(self, index: VectorIndex) -> None:
         index.upsert([item("a", 1), item("b", 2), item("fact:c", 3, layer="fact"), item("d", 4, user="u2")])
         assert index.ids() == {"a", "b", "fact:c", "d"} and index.count() == 4

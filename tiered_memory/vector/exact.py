@@ -267,9 +267,22 @@ class ExactScan:
             by_user.setdefault(i.user_id, []).append(i)
         for user, mine in by_user.items():
             with self._lock:
+                self._unhold_elsewhere(user, [i.id for i in mine])
                 if user in self._users or user in self._loading:
                     self._add_locked(user, ([i.id for i in mine], np.asarray([i.vector for i in mine], dtype=np.float32),
                                             [i.layer for i in mine], [i.session_id for i in mine]))
+
+    def _unhold_elsewhere(self, user_id: str, ids: list[str]) -> None:
+        """Forget ``ids`` held for users other than ``user_id``: an upsert moved them to it (an
+        engine keys a vector by id alone), and a held copy would still answer the old user's
+        queries. Costs the smaller of the ids and each held user's rows, per held user."""
+        wanted = set(ids)
+        for other, held in self._users.items():
+            if other != user_id:
+                moved = [i for i in ids if i in held.row] if len(ids) <= held.size else \
+                    [i for i in held.row if i in wanted]
+                if moved:
+                    held.delete(moved)
 
     def delete(self, ids: list[str]) -> None:
         gone = set(ids)
