@@ -160,6 +160,16 @@ class VectorIndexConformance:
         assert [i for i, _ in index.query(unit(2)[None, :], user_id="u1", k=5)[0]] == ["ok"]
 
 
+    def test_a_query_vector_that_is_not_finite_is_refused(self, index: VectorIndex) -> None:
+        """A broken query embedding is an error on every engine, never a silent empty answer
+        (Chroma and Qdrant matched nothing; pgvector refused it)."""
+        index.upsert([item("a", 1)])
+        query = unit(1)[None, :].copy()
+        query[0, 0] = np.nan
+        with pytest.raises(VectorIndexError, match="finite"):
+            index.query(query, user_id="u1", k=3)
+        assert index.query(unit(1)[None, :], user_id="u1", k=3)[0][0][0] == "a"
+
 class TestChromaEmbedded(VectorIndexConformance):
     @pytest.fixture
     def index(self, tmp_path: Path) -> Any:

@@ -62,6 +62,17 @@ def refuse_bad_vectors(items: Sequence["VectorItem"]) -> None:
                                    "embedder returned a broken vector; nothing was written")
 
 
+def refuse_bad_queries(vectors: np.ndarray) -> None:
+    """Raise ``VectorIndexError`` when a query vector holds NaN or infinity (pure): engines
+    answered one with nothing (embedded Chroma, a user Qdrant holds in memory) or with an
+    error of their own wording, so a broken query embedding looked like an empty memory."""
+    from ..errors import VectorIndexError
+
+    if not np.all(np.isfinite(np.asarray(vectors, dtype=np.float64))):
+        raise VectorIndexError("a query vector is not finite (it holds NaN or infinity): the embedder "
+                               "returned a broken vector for the query")
+
+
 @dataclass(frozen=True, kw_only=True)
 class VectorItem:
     id: str

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, refuse_bad_vectors, shown_url
+from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, refuse_bad_queries, refuse_bad_vectors, shown_url
 from .chroma_client import (chroma_owner, client_settings, compacted, cosine_collection, drop_collection,
                             forget_cached_client, gone_hint, mark_chroma_owner, segment_folders, server_client)
 from .chroma_scope import SCOPED as SCOPED, scope_collection, scope_of, user_filter, user_vectors
@@ -214,6 +214,7 @@ class ChromaVectorIndex:
     ) -> list[list[tuple[str, float]]]:
         if len(vectors) == 0:
             return []
+        refuse_bad_queries(vectors)
         if self._exact is not None and self._exact.ready(user_id):
             found = self._exact.query(user_id, np.asarray(vectors, dtype=np.float32), k, among, layers, session_id)
             if found is not None:

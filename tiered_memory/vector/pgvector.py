@@ -31,7 +31,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 import numpy as np
 
 from ..errors import ConfigurationError, TieredMemoryError, VectorIndexError
-from .base import VectorItem, refuse_bad_vectors
+from .base import VectorItem, refuse_bad_queries, refuse_bad_vectors
 
 TABLE = "vectors"
 # the schema's plain name (regnamespace::text quotes one that needs it, and sql.Identifier quotes again)
@@ -218,6 +218,7 @@ class PgVectorIndex:
         layers: Sequence[str] | None = None, session_id: str | None = None,
         among: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
+        refuse_bad_queries(vectors)
         if among is not None and not among:
             return [[] for _ in range(len(vectors))]
         return self._fresh(lambda: self._query(vectors, user_id=user_id, k=k, layers=layers,

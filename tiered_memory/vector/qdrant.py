@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import VectorItem, dimension_hint, refuse_bad_vectors, shown_url
+from .base import VectorItem, dimension_hint, refuse_bad_queries, refuse_bad_vectors, shown_url
 from .exact import ExactScan, Held
 from .ownership import OWNER_KEY, refusal
 from .server_url import DEFAULT_COLLECTION as COLLECTION
@@ -267,6 +267,7 @@ class QdrantVectorIndex:
         layers: Sequence[str] | None = None, session_id: str | None = None,
         among: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
+        refuse_bad_queries(vectors)
         if (among is not None and not among) or not self._exists():
             return [[] for _ in range(len(vectors))]
         if self._exact is not None and self._exact.ready(user_id):
