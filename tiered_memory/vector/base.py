@@ -56,10 +56,14 @@ def refuse_bad_vectors(items: Sequence["VectorItem"]) -> None:
     if len(widths) > 1:
         raise VectorIndexError(f"one upsert holds vectors of {len(widths)} widths ({sorted(widths)}): "
                                "every vector of an index comes from one embedder; nothing was written")
-    for i in items:
-        if not np.all(np.isfinite(np.asarray(i.vector, dtype=np.float64))):
-            raise VectorIndexError(f"the vector of {i.id!r} is not finite (it holds NaN or infinity): the "
-                                   "embedder returned a broken vector; nothing was written")
+    if not items:
+        return
+    with np.errstate(over="ignore"):  # a float64 past float32's range is an infinity to every engine
+        bad = ~np.isfinite(np.asarray([i.vector for i in items], dtype=np.float32)).all(axis=1)
+    if bad.any():
+        first = items[int(np.argmax(bad))].id
+        raise VectorIndexError(f"the vector of {first!r} is not finite (it holds NaN or infinity): the "
+                               "embedder returned a broken vector; nothing was written")
 
 
 def refuse_bad_queries(vectors: np.ndarray) -> None:
