@@ -106,7 +106,7 @@ class VectorIndexConformance:
         for user, layers, session, among, k in [
             ("u1", None, None, None, 3), ("u1", None, None, None, 50), ("u2", ["fact"], None, None, 4),
             ("u1", ["turn"], "s1", None, 10), ("u2", None, "s3", None, 2), ("u1", None, None, ["m0", "m2", "m4"], 5),
-            ("u1", ["fact", "episode"], None, None, 7), ("u1", None, "no-such-session", None, 3),
+            ("u1", ["fact", "episode"], None, None, 7), ("u1", None, "no-such-session", None, 3), ("u2", None, None, None, 0),
         ]:
             keep = [v for v in stored if v.user_id == user and (layers is None or v.layer in layers)
                     and (session is None or v.session_id == session) and (among is None or v.id in among)]

@@ -215,6 +215,8 @@ class ChromaVectorIndex:
         if len(vectors) == 0:
             return []
         refuse_bad_queries(vectors)
+        if k <= 0:  # (Chroma refuses n_results=0)
+            return [[] for _ in range(len(vectors))]
         if self._exact is not None and self._exact.ready(user_id):
             found = self._exact.query(user_id, np.asarray(vectors, dtype=np.float32), k, among, layers, session_id)
             if found is not None:

@@ -268,7 +268,7 @@ class QdrantVectorIndex:
         among: Sequence[str] | None = None,
     ) -> list[list[tuple[str, float]]]:
         refuse_bad_queries(vectors)
-        if (among is not None and not among) or not self._exists():
+        if (among is not None and not among) or k <= 0 or not self._exists():
             return [[] for _ in range(len(vectors))]
         if self._exact is not None and self._exact.ready(user_id):
             found = self._exact.query(user_id, np.asarray(vectors, dtype=np.float32), k, among, layers, session_id)
