@@ -106,7 +106,8 @@ class VectorIndexConformance:
         for user, layers, session, among, k in [
             ("u1", None, None, None, 3), ("u1", None, None, None, 50), ("u2", ["fact"], None, None, 4),
             ("u1", ["turn"], "s1", None, 10), ("u2", None, "s3", None, 2), ("u1", None, None, ["m0", "m2", "m4"], 5),
-            ("u1", ["fact", "episode"], None, None, 7), ("u1", None, "no-such-session", None, 3), ("u2", None, None, None, 0),
+            ("u1", ["fact", "episode"], None, None, 7), ("u1", None, "no-such-session", None, 3),
+            ("u2", None, None, None, 0),
         ]:
             keep = [v for v in stored if v.user_id == user and (layers is None or v.layer in layers)
                     and (session is None or v.session_id == session) and (among is None or v.id in among)]
@@ -130,7 +131,8 @@ class VectorIndexConformance:
         index.delete(["missing", "also-missing"])
         assert index.ids() == {"a"}
 
-    @pytest.mark.parametrize("user", ["o'brien\"; DROP TABLE vectors; --", "Zoë \u00e9\U0001F600 ユーザー", "u" * 4000])
+    @pytest.mark.parametrize("user", ["o'brien\"; DROP TABLE vectors; --", "Zoë \u00e9\U0001F600 ユーザー",
+                                      "u" * 4000])
     def test_an_unusual_user_id_is_one_user_like_any_other(self, index: VectorIndex, user: str) -> None:
         index.upsert([item("theirs", 1, user=user), item("mine", 1), item("other", 2, user=user + "x")])
         assert [i for i, _ in index.query(unit(1)[None, :], user_id=user, k=5)[0]] == ["theirs"]

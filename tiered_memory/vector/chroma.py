@@ -11,7 +11,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import VectorIndexError, missing
-from .base import CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, refuse_bad_queries, refuse_bad_vectors, shown_url
+from .base import (CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, refuse_bad_queries, refuse_bad_vectors,
+                   shown_url)
 from .chroma_client import (chroma_owner, client_settings, compacted, cosine_collection, drop_collection,
                             forget_cached_client, gone_hint, mark_chroma_owner, segment_folders, server_client)
 from .chroma_scope import SCOPED as SCOPED, scope_collection, scope_of, user_filter, user_vectors
