@@ -229,14 +229,19 @@ class TieredConversationMemory(TypedArgumentsModel, BaseMemory):
 
     def load_memory_variables(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """The assembled context for this input: long-term memory, then recent turns.
-        Without an input (``{}``), the session's buffer (:attr:`buffer`)."""
+        Without an input to recall for (``{}``, a blank input, an image alone), the session's
+        buffer (:attr:`buffer`) as it goes before a new turn: without the tool calls no result
+        answers and the provider's response ids (:func:`~.messages.from_stored_many`)."""
         query = self._query(chain_values(inputs, "inputs", "input"))
-        if query is None or not query.strip():
-            return {self.memory_key: self.buffer}
-        ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
-                                        max_tokens=self.max_tokens)
-        recent = from_stored_many(ctx.recent_messages, before_new_turn=True)
-        memory_text = ctx.memory_text()
+        memory_text = ""
+        if query is None or not query.strip():  # nothing to recall for: the buffer, replayed before a new turn
+            buffer = self.memory.get_buffer(self.session_id, user_id=self.user_id)
+            recent = from_stored_many(buffer, before_new_turn=True)
+        else:
+            ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
+                                            max_tokens=self.max_tokens)
+            recent = from_stored_many(ctx.recent_messages, before_new_turn=True)
+            memory_text = ctx.memory_text()
         if self.return_messages:
             lead: list[BaseMessage] = [SystemMessage(content=memory_text)] if memory_text else []
             return {self.memory_key: lead + recent}

@@ -240,3 +240,24 @@ def test_a_tool_call_without_its_result_is_not_loaded_as_a_call(memory: TieredMe
     replayed = [m for m in loaded if isinstance(m, AIMessage)]
     assert [m.tool_calls for m in replayed] == [[], []] and "delete_files" in replayed[0].text
     assert not any(isinstance(m, ToolMessage) for m in loaded)
+
+
+@pytest.mark.parametrize("inputs", [{"input": "   "}, {"input": HumanMessage([{"type": "image", "url": "https://x/y.png"}])},
+                                    {}])
+def test_a_load_with_nothing_to_recall_for_is_still_a_replay_before_a_new_turn(memory: TieredMemory,
+                                                                              inputs: dict[str, object]) -> None:
+    # a blank input, an image alone, or a chain with no input: no recall, the session's turns. They go
+    # before the new turn as with an input: a call no result answers made a prompt OpenAI and Anthropic
+    # refuse, and a stored response id made ChatOpenAI(use_previous_response_id=True) send only what follows
+    from langchain_tiered_memory.messages import to_core_many
+
+    call = AIMessage(content="", tool_calls=[{"name": "delete_files", "args": {"path": "/"}, "id": "d1",
+                                              "type": "tool_call"}])
+    answer = AIMessage("I can't delete files.", response_metadata={"id": "resp_1", "model_name": "m"})
+    memory.add_many(to_core_many([HumanMessage("Delete everything."), call, answer]), session_id="s", user_id="ana")
+    tiered = TieredConversationMemory(memory=memory, user_id="ana", session_id="s", return_messages=True)
+    loaded = tiered.load_memory_variables(inputs)["history"]
+    assert [type(m) for m in loaded] == [HumanMessage, AIMessage, AIMessage]
+    assert loaded[1].tool_calls == [] and "delete_files" in loaded[1].text
+    assert loaded[2].response_metadata == {"model_name": "m"}
+    assert tiered.buffer_as_messages[1].tool_calls  # the buffer itself is the session as stored
