@@ -71,7 +71,7 @@ def chain_values(values: Any, what: str, example: str) -> dict[str, Any]:
     return dict(values)
 
 
-# options of LangChain's other classic memories (window, token buffer, summary), and what stands in
+# options of LangChain's other classic memories (window, token buffer, summary, vector store), and what stands in
 # for each here: refused with that, so an app swapping one of them in learns what bounds the context
 _CLASSIC_OPTIONS = {
     "k": "the recent turns are the session's token-bounded buffer (MemoryConfig.buffer), older turns are "
@@ -82,6 +82,13 @@ _CLASSIC_OPTIONS = {
            "episodes and facts written at end_session",
     "chat_memory": "this memory is always its own session of `memory` (user_id, session_id), whose "
                    "TieredChatMessageHistory is its chat_memory",
+    "prompt": "older turns are recalled, not summarised, so there is no summarising prompt",
+    # VectorStoreRetrieverMemory's
+    "retriever": "the memory recalls from `memory` itself (this user's sessions, facts and episodes) for the "
+                 "input; for Documents from it in a chain, use TieredMemoryRetriever",
+    "return_docs": "the variable holds the context as text or messages, never Documents; for Documents, use "
+                   "TieredMemoryRetriever",
+    "exclude_input_keys": "only the input_key's value is stored (as the user's message), never the other inputs",
 }
 
 
@@ -107,8 +114,9 @@ class TieredConversationMemory(TypedArgumentsModel, BaseMemory):
     ``None``, raise :class:`~tiered_memory.errors.InvalidInputError` (a ``ValueError``, as in the
     classic memories) and nothing is stored. A bad or unknown constructor argument is refused with
     :class:`~tiered_memory.errors.InvalidArgumentsError`, which is pydantic's ``ValidationError`` too;
-    one of the window, token-buffer or summary memories (``k``, ``max_token_limit``, ``llm``,
-    ``chat_memory``) with what stands in for it here.
+    one of the window, token-buffer, summary or vector-store retriever memories (``k``,
+    ``max_token_limit``, ``llm``, ``prompt``, ``chat_memory``, ``retriever``, ``return_docs``,
+    ``exclude_input_keys``) with what stands in for it here.
 
     Example:
         >>> chain = ConversationChain(llm=model, memory=TieredConversationMemory(  # doctest: +SKIP

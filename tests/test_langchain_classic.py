@@ -159,6 +159,10 @@ def test_unknown_arguments_are_refused_not_silently_ignored(memory: TieredMemory
     ("max_token_limit", "max_tokens"),  # ConversationTokenBufferMemory, ConversationSummaryBufferMemory
     ("llm", r"TieredMemory\(llm="),  # the summary memories
     ("chat_memory", "its own session"),
+    ("retriever", "TieredMemoryRetriever"),  # VectorStoreRetrieverMemory
+    ("return_docs", "TieredMemoryRetriever"),
+    ("exclude_input_keys", "input_key"),
+    ("prompt", "not summarised"),  # the summary memories' summarising prompt
 ])
 def test_an_option_of_the_window_or_summary_memories_is_refused_saying_what_stands_in_for_it(
     memory: TieredMemory, option: str, instead: str,
