@@ -20,37 +20,80 @@ from typing import Any, Sequence
 from langchain_core.language_models import BaseLanguageModel, BaseLLM
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage, get_buffer_string
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, StringPromptTemplate
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableSequence
+from langchain_core.runnables import Runnable, RunnableSequence
+from langchain_core.runnables.base import RunnableBindingBase
+from langchain_core.runnables.configurable import DynamicRunnable, RunnableConfigurableAlternatives
+from langchain_core.runnables.fallbacks import RunnableWithFallbacks
 
 from tiered_memory.quoting import quote
 
 from .messages import text_of
 
-__all__ = ["context_text", "ends_in_completion_model", "first_step", "quoted_replay", "quoted_turns",
-           "takes_text"]
+__all__ = ["context_text", "ends_in_completion_model", "first_step", "in_place_of", "is_model", "quoted_replay",
+           "quoted_turns", "takes_text"]
+
+
+def in_place_of(runnable: Runnable[Any, Any]) -> list[Runnable[Any, Any]]:
+    """What may run in ``runnable``'s place with its input, the one it runs by default first (pure): what
+    a binding wraps (``bind``, ``bind_tools``, ``with_config``, ``with_retry``), a ``with_fallbacks``'s
+    runnable then its fallbacks, a configurable's default then its alternatives (those given as
+    runnables); empty for any other runnable."""
+    if isinstance(runnable, RunnableBindingBase):
+        return [runnable.bound]
+    if isinstance(runnable, RunnableWithFallbacks):
+        return [runnable.runnable, *runnable.fallbacks]
+    if isinstance(runnable, RunnableConfigurableAlternatives):
+        return [runnable.default, *(a for a in runnable.alternatives.values() if isinstance(a, Runnable))]
+    if isinstance(runnable, DynamicRunnable):
+        return [runnable.default]
+    return []
 
 
 def _unbound(runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
-    """``runnable`` without the bindings around it (``bind``, ``with_config``, ``with_retry``)."""
-    while isinstance(runnable, RunnableBinding):
-        runnable = runnable.bound
+    """What ``runnable`` runs by default, without the wrappers around it (:func:`in_place_of`'s first)."""
+    for _ in range(100):  # wrappers nest a few deep; a cycle (no runnable builds one) ends here
+        inner = in_place_of(runnable)
+        if not inner:
+            break
+        runnable = inner[0]
     return runnable
 
 
+def _variants(runnable: Runnable[Any, Any], depth: int = 0) -> list[Runnable[Any, Any]]:
+    """Every runnable that may run in ``runnable``'s place (:func:`in_place_of`, all the way down)."""
+    inner = in_place_of(runnable)
+    if not inner or depth > 20:
+        return [runnable]
+    return [v for r in inner for v in _variants(r, depth + 1)]
+
+
+def is_model(runnable: Runnable[Any, Any]) -> bool:
+    """Whether ``runnable`` is a language model, chat or completion, through the wrappers around one
+    (``bind_tools``, ``with_retry``, ``with_fallbacks``, ``configurable_fields``/``_alternatives``):
+    it takes messages or a string, never a dict of prompt variables."""
+    return isinstance(_unbound(runnable), BaseLanguageModel)
+
+
 def first_step(runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:
-    """What a chain runs first (``runnable`` itself when it is no sequence), without its bindings."""
+    """What a chain runs first (``runnable`` itself when it is no sequence), without its wrappers."""
     runnable = _unbound(runnable)
     return _unbound(runnable.first) if isinstance(runnable, RunnableSequence) else runnable
 
 
 def ends_in_completion_model(runnable: Runnable[Any, Any]) -> bool:
-    """Whether the language model ``runnable`` runs is a completion model: ``runnable`` itself, or
-    the first model among a sequence's steps (``prompt | llm | parser``), through bindings. A model
-    inside another composition (a parallel, a branch, a fallback) is not looked for."""
-    runnable = _unbound(runnable)
-    steps = runnable.steps if isinstance(runnable, RunnableSequence) else [runnable]
-    model = next((s for s in map(_unbound, steps) if isinstance(s, BaseLanguageModel)), None)
-    return isinstance(model, BaseLLM)
+    """Whether a language model ``runnable`` may run is a completion model: ``runnable`` itself, or
+    the first model among a sequence's steps (``prompt | llm | parser``), through wrappers, any of the
+    models that may run in a model's place (a fallback, a configurable alternative: it reads the same
+    input). A model inside another composition (a parallel, a branch) is not looked for."""
+    for variant in _variants(runnable):
+        steps = variant.steps if isinstance(variant, RunnableSequence) else [variant]
+        for step in steps:
+            models = [v for v in _variants(step) if isinstance(v, BaseLanguageModel)]
+            if models:
+                if any(isinstance(m, BaseLLM) for m in models):
+                    return True
+                break
+    return False
 
 
 def takes_text(runnable: Runnable[Any, Any], variable: str) -> bool:

@@ -42,9 +42,8 @@ from __future__ import annotations
 import enum
 from typing import Any, AsyncIterator, Iterator, Mapping, Sequence
 
-from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, message_chunk_to_message
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig, ensure_config
+from langchain_core.runnables import Runnable, RunnableConfig, ensure_config
 from langchain_core.runnables.utils import ConfigurableFieldSpec
 
 from tiered_memory import TieredMemory
@@ -52,7 +51,7 @@ from tiered_memory.aio import call_in_thread
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.validation import check_count, check_flag, check_id
 
-from .completion import context_text, ends_in_completion_model, quoted_replay, takes_text
+from .completion import context_text, ends_in_completion_model, is_model, quoted_replay, takes_text
 from .history import check_memory, history_factory_config
 from .messages import from_stored_many
 from .storable import record_turn
@@ -139,15 +138,6 @@ def chain_input(value: Any, key: str, history_key: str | None, history: list[Bas
             f"the chain input already has {history_key!r}, which the memory fills; "
             "rename it, or pick another history_messages_key")
     return {**given, history_key: history}
-
-
-def is_model(runnable: Runnable[Any, Any]) -> bool:
-    """Whether ``runnable`` is a language model, chat or completion (bound, configured or retried, as
-    ``bind_tools`` and ``with_retry`` wrap one), which takes messages or a string, never a dict of
-    prompt variables."""
-    while isinstance(runnable, RunnableBinding):
-        runnable = runnable.bound
-    return isinstance(runnable, BaseLanguageModel)
 
 
 class _Default(enum.Enum):

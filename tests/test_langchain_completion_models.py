@@ -115,3 +115,60 @@ def test_the_middleware_quotes_include_recent_for_a_completion_model(memory: Tie
     agent.invoke({"messages": [{"role": "user", "content": "Where do I live?"}]})
     _assert_quoted(rec.last)
     assert rec.last.endswith("\nHuman: Where do I live?")
+
+
+# ---- a model wrapped by with_retry, with_fallbacks or a configurable: still a model ----
+def _wrapped(model: Any, how: str) -> Any:
+    from langchain_core.runnables import ConfigurableField
+
+    if how == "with_retry":
+        return model.with_retry(stop_after_attempt=1)
+    if how == "with_fallbacks":
+        return model.with_fallbacks([model])
+    if how == "configurable_fields":
+        return model.configurable_fields(responses=ConfigurableField(id="responses"))
+    return model.configurable_alternatives(ConfigurableField(id="model"), other=model)
+
+
+WRAPS = ["with_retry", "with_fallbacks", "configurable_fields", "configurable_alternatives"]
+
+
+@pytest.mark.parametrize("how", WRAPS)
+def test_a_model_wrapped_by_retry_fallbacks_or_a_configurable_is_still_taken_for_a_model(how: str) -> None:
+    from langchain_tiered_memory.completion import ends_in_completion_model, is_model
+
+    chat, llm = _wrapped(FakeListChatModel(responses=["x"]), how), _wrapped(FakeListLLM(responses=["x"]), how)
+    assert is_model(chat) and is_model(llm)
+    assert not ends_in_completion_model(chat) and ends_in_completion_model(llm)
+    assert ends_in_completion_model(CHAT_PROMPT | llm | StrOutputParser())
+    assert not is_model(CHAT_PROMPT | chat)
+
+
+def test_a_chat_model_with_fallbacks_wrapped_directly_gets_the_messages(memory: TieredMemory) -> None:
+    # RunnableWithMessageHistory(model.with_fallbacks([...]), ...) hands it messages; with_tiered_memory saw
+    # no model there (nor in model.with_retry(), configurable_fields, configurable_alternatives) and
+    # handed it a dict, which it refused
+    _seed(memory)
+    rec = PromptRecorder()
+    chain = with_tiered_memory(_wrapped(FakeListChatModel(responses=["In Porto."], callbacks=[rec]), "with_fallbacks"),
+                               memory)
+    assert chain.invoke("Where do I live?", CFG).content == "In Porto."
+    assert [m.text for m in rec.last[-3:]] == [STORED[0], STORED[1], "Where do I live?"]
+    assert memory.get_messages("s1", user_id="u1")[-1].content == "In Porto."
+
+
+def test_a_retried_completion_model_wrapped_directly_reads_the_turns_quoted(memory: TieredMemory) -> None:
+    _seed(memory)
+    rec = StringPromptRecorder()
+    chain = with_tiered_memory(_wrapped(FakeListLLM(responses=["In Porto."], callbacks=[rec]), "with_retry"), memory)
+    assert chain.invoke("Where do I live?", CFG) == "In Porto."
+    _assert_quoted(rec.last)
+
+
+def test_a_chat_model_whose_fallback_is_a_completion_model_has_the_turns_quoted() -> None:
+    from langchain_tiered_memory.completion import ends_in_completion_model
+
+    chat, llm = FakeListChatModel(responses=["x"]), FakeListLLM(responses=["x"])
+    assert ends_in_completion_model(chat.with_fallbacks([llm]))  # the fallback reads them as one string
+    assert ends_in_completion_model(CHAT_PROMPT | chat.with_fallbacks([llm]) | StrOutputParser())
+    assert not ends_in_completion_model(chat.with_fallbacks([chat]))
