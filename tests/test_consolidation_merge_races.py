@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from hook_support import before_first_write
 from tiered_memory import TieredMemory
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
@@ -41,31 +42,11 @@ def _import_facts(memory: TieredMemory, tmp_path: Path) -> None:
     assert memory.import_jsonl(path).facts_imported == 2
 
 
-def _before_first_write(memory: TieredMemory, monkeypatch: pytest.MonkeyPatch,
-                        meanwhile: Callable[[], None]) -> list[bool]:
-    """Run ``meanwhile`` once, just before the first write transaction that ``consolidate`` opens
-    (the merge's: the store holds only facts, so no step before it writes)."""
-    rows = memory._layers.rows
-    real = rows.unit
-    fired: list[bool] = []
-
-    @contextlib.contextmanager
-    def unit() -> Iterator[Any]:
-        if not fired:
-            fired.append(True)
-            meanwhile()
-        with real() as u:
-            yield u
-
-    monkeypatch.setattr(rows, "unit", unit)
-    return fired
-
-
 def test_a_keeper_deleted_between_the_plan_and_the_write_takes_no_duplicates(
         make_memory: Callable[..., TieredMemory], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     _import_facts(memory, tmp_path)
-    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact("keep", user_id="u"))
+    fired = before_first_write(memory, monkeypatch, lambda: memory.delete_fact("keep", user_id="u"))
     report = memory.consolidate("u")
     assert fired
     # the duplicate was soft-deleted into the deleted keeper: the user had no fact of hiking left
@@ -81,7 +62,7 @@ def test_a_keeper_edited_between_the_plan_and_the_write_takes_no_duplicates(
         make_memory: Callable[..., TieredMemory], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     _import_facts(memory, tmp_path)
-    fired = _before_first_write(memory, monkeypatch,
+    fired = before_first_write(memory, monkeypatch,
                                 lambda: memory.update_fact("keep", user_id="u", text="User enjoys sailing on lakes"))
     report = memory.consolidate("u")
     assert fired
@@ -100,7 +81,7 @@ def test_a_keeper_deleted_by_a_raw_transaction_takes_no_duplicates(
         with memory._layers.rows.transaction() as db:
             db.execute("DELETE FROM facts WHERE user_id=? AND id=?", ("u", "keep"))
 
-    _before_first_write(memory, monkeypatch, delete)
+    before_first_write(memory, monkeypatch, delete)
     assert memory.consolidate("u").merged == 0
     assert [f.id for f in memory.facts("u")] == ["dup"]
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
+from hook_support import commits_during
 from langchain_tiered_memory import TieredMemoryStore
 from tiered_memory import InvalidInputError, TieredMemory, UsageError
 
@@ -171,22 +171,6 @@ def test_the_sweeper_ends_when_the_memory_closes_not_at_its_next_interval(make_m
     assert not thread.is_alive()
     with pytest.raises(UsageError, match="closed"):
         TieredMemoryStore(memory, ttl={"default_ttl": 60}).start_ttl_sweeper()
-
-
-def commits_during(memory: TieredMemory, call: Any) -> int:
-    """The transactions SQLite committed on the memory's connection while ``call()`` ran in this thread."""
-    seen: list[str] = []
-
-    def trace(sql: str) -> None:
-        if threading.current_thread() is threading.main_thread() and sql.strip().upper().startswith("COMMIT"):
-            seen.append(sql)
-
-    memory.store.conn.set_trace_callback(trace)  # type: ignore[attr-defined]
-    try:
-        call()
-    finally:
-        memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
-    return len(seen)
 
 
 @pytest.mark.record_stores("sqlite")

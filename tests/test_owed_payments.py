@@ -145,11 +145,10 @@ def test_an_id_stored_again_waits_for_a_payment_of_it_in_flight(
     assert "note-1" in index.inner.ids("u") and _owed(memory) == set()
 
 
-def test_a_row_left_pending_under_an_owed_id_keeps_the_vectors_the_open_writes(
-        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
-    """``note-1`` stored again while its old vectors could not be deleted (left pending), and the
-    memory opened again with deletes still failing: the open's repair indexed the row without
-    paying first, and the next payment deleted its new vector with the old one."""
+def _stored_again_while_owed(make_memory: Callable[..., TieredMemory],
+                             tmp_path: Path) -> tuple[TieredMemory, FailingVectorIndex]:
+    """``note-1`` deleted while the index failed its deletes (its vectors owed), then stored again:
+    left pending, the index still failing deletes."""
     index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())
     _note(memory, "note-1", "My bank PIN is 4921")
@@ -157,6 +156,15 @@ def test_a_row_left_pending_under_an_owed_id_keeps_the_vectors_the_open_writes(
         memory.forget("note-1", user_id="u")
     with pytest.raises(VectorIndexError, match="stored but not yet indexed"):
         _note(memory, "note-1", "I moved to Porto")
+    return memory, index
+
+
+def test_a_row_left_pending_under_an_owed_id_keeps_the_vectors_the_open_writes(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """``note-1`` stored again while its old vectors could not be deleted (left pending), and the
+    memory opened again with deletes still failing: the open's repair indexed the row without
+    paying first, and the next payment deleted its new vector with the old one."""
+    memory, index = _stored_again_while_owed(make_memory, tmp_path)
     memory.close()
     index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its payment fails, its repair runs
@@ -171,13 +179,7 @@ def test_a_repair_of_another_worker_waits_for_a_payment_of_the_id_in_flight(
     """A payment of ``note-1``'s old deletion in flight while a repair (another worker's open on a
     shared store) finds ``note-1`` stored again, pending: the repair indexed it at once, and the
     payment's index delete then took the new vector. It pays first now, so it waits."""
-    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete"], times=None)
-    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
-    _note(memory, "note-1", "My bank PIN is 4921")
-    with pytest.raises(VectorIndexError):
-        memory.forget("note-1", user_id="u")
-    with pytest.raises(VectorIndexError, match="stored but not yet indexed"):
-        _note(memory, "note-1", "I moved to Porto")
+    memory, index = _stored_again_while_owed(make_memory, tmp_path)
     index.healthy()
     upserted, real = threading.Event(), index.inner.upsert
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from hook_support import commits_during
 from tiered_memory import MemoryConfig, TieredMemory
 from tiered_memory.parts import AccessLog
 from tiered_memory.testing import CountingEmbedder
@@ -26,21 +27,6 @@ def counted(make_memory: Callable[..., TieredMemory], embedder: Any) -> Iterator
     memory.working_memory("now", user_id="u").remember("user wants dog-friendly cafes", type="goal")
     memory.add("user", "Any plans for the weekend?", session_id="now", user_id="u")
     yield memory, emb
-
-
-def commits_during(memory: TieredMemory, call: Callable[[], Any]) -> int:
-    seen: list[str] = []
-
-    def trace(sql: str) -> None:
-        if threading.current_thread() is threading.main_thread() and sql.strip().upper().startswith("COMMIT"):
-            seen.append(sql)
-
-    memory.store.conn.set_trace_callback(trace)  # type: ignore[attr-defined]
-    try:
-        call()
-    finally:
-        memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
-    return len(seen)
 
 
 def test_search_and_build_context_commit_nothing(counted: tuple[TieredMemory, CountingEmbedder]) -> None:

@@ -19,26 +19,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from hook_support import before_first_write
 from tiered_memory import NotFoundError, TieredMemory
-
-
-def _before_first_write(memory: TieredMemory, monkeypatch: pytest.MonkeyPatch,
-                        meanwhile: Callable[[], None]) -> list[bool]:
-    """Run ``meanwhile`` once, just before the next write transaction of the memory's layers."""
-    rows = memory._layers.rows
-    real = rows.unit
-    fired: list[bool] = []
-
-    @contextlib.contextmanager
-    def unit() -> Iterator[Any]:
-        if not fired:
-            fired.append(True)
-            meanwhile()  # its own writes open units too: they pass through
-        with real() as u:
-            yield u
-
-    monkeypatch.setattr(rows, "unit", unit)
-    return fired
 
 
 def _actions(memory: TieredMemory, fact_id: str) -> list[str]:
@@ -49,7 +31,7 @@ def test_a_fact_said_again_after_another_writer_deleted_it_is_stored_anew(
         make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     old = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
-    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
+    fired = before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
     # said again (with a key of its own: a no-op with nothing new writes nothing); the confirm went
     # to the deleted row and add_fact raised NotFoundError: what the user said was lost
     again = memory.add_fact("User enjoys hiking in the mountains", user_id="u", metadata={"seen": 2})
@@ -64,7 +46,7 @@ def test_a_fact_said_again_after_another_writer_invalidated_it_is_not_confirmed(
         make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     lisbon = memory.add_fact("User lives in Lisbon", user_id="u")
-    fired = _before_first_write(memory, monkeypatch, lambda: memory.add_fact("User lives in Porto", user_id="u"))
+    fired = before_first_write(memory, monkeypatch, lambda: memory.add_fact("User lives in Porto", user_id="u"))
     # the invalidated fact was confirmed (sources, time, a confirm entry) and returned, invalid, while
     # Porto, said before it, stayed the user's city
     said = memory.add_fact("User lives in Lisbon", user_id="u", metadata={"seen": 2})
@@ -78,7 +60,7 @@ def test_a_fact_contradicting_one_another_writer_edited_into_another_slot_leaves
         make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     old = memory.add_fact("User lives in Lisbon", user_id="u")
-    fired = _before_first_write(memory, monkeypatch, lambda: memory.update_fact(
+    fired = before_first_write(memory, monkeypatch, lambda: memory.update_fact(
         old.id, user_id="u", text="User works at ACME"))
     # the invalidation was decided on the fact as read (Lisbon): the edited fact (ACME) went invalid
     porto = memory.add_fact("User lives in Porto", user_id="u")
@@ -91,7 +73,7 @@ def test_a_fact_contradicting_one_another_writer_deleted_writes_no_history_to_th
         make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     old = memory.add_fact("User lives in Lisbon", user_id="u")
-    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
+    fired = before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
     porto = memory.add_fact("User lives in Porto", user_id="u")
     assert fired
     assert [f.id for f in memory.facts("u")] == [porto.id]
@@ -102,7 +84,7 @@ def test_update_fact_of_a_fact_another_writer_deleted_is_not_found_and_writes_no
         make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     old = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
-    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
+    fired = before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
     with pytest.raises(NotFoundError):
         memory.update_fact(old.id, user_id="u", text="User enjoys sailing on lakes")
     assert fired
@@ -114,7 +96,7 @@ def test_update_fact_keeps_what_another_writer_changed_meanwhile(
         make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     old = memory.add_fact("User enjoys hiking in the mountains", user_id="u", metadata={"a": 1})
-    fired = _before_first_write(memory, monkeypatch, lambda: memory.update_fact(
+    fired = before_first_write(memory, monkeypatch, lambda: memory.update_fact(
         old.id, user_id="u", text="User enjoys sailing on lakes", metadata={"b": 2}))
     # the metadata edit wrote back the text and metadata as it had read them: the other edit was lost
     new = memory.update_fact(old.id, user_id="u", metadata={"c": 3}, confidence=0.5)
@@ -132,7 +114,7 @@ def test_an_edit_into_a_slot_leaves_alone_the_slots_fact_another_writer_deleted_
     memory = make_memory()
     lisbon = memory.add_fact("User lives in Lisbon", user_id="u")
     hiking = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
-    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(lisbon.id, user_id="u"))
+    fired = before_first_write(memory, monkeypatch, lambda: memory.delete_fact(lisbon.id, user_id="u"))
     # the edit made the slot's other fact, as read before its write, invalid: after its deletion
     moved = memory.update_fact(hiking.id, user_id="u", text="User lives in Porto")
     assert fired
@@ -144,7 +126,7 @@ def test_a_fact_said_more_fully_after_another_writer_deleted_the_fact_it_refines
         make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     old = memory.add_fact("User plays the piano", user_id="u")
-    fired = _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
+    fired = before_first_write(memory, monkeypatch, lambda: memory.delete_fact(old.id, user_id="u"))
     # the update rewrote the deleted row (nothing) and add_fact raised NotFoundError: the fact was lost
     fuller = memory.add_fact("User plays the piano every evening", user_id="u")
     assert fired
@@ -202,13 +184,13 @@ def test_delete_fact_of_a_fact_another_writer_edited_or_deleted_meanwhile_logs_w
         make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
     memory = make_memory()
     old = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
-    _before_first_write(memory, monkeypatch, lambda: memory.update_fact(
+    before_first_write(memory, monkeypatch, lambda: memory.update_fact(
         old.id, user_id="u", text="User enjoys sailing on lakes"))
     memory.delete_fact(old.id, user_id="u")
     [*_, deleted] = memory.fact_history("u", old.id)
     assert deleted.action == "delete" and deleted.old_text == "User enjoys sailing on lakes"  # not the text as read
     gone = memory.add_fact("User enjoys hiking in the mountains", user_id="u")
-    _before_first_write(memory, monkeypatch, lambda: memory.delete_fact(gone.id, user_id="u"))
+    before_first_write(memory, monkeypatch, lambda: memory.delete_fact(gone.id, user_id="u"))
     with pytest.raises(NotFoundError):  # a second delete entry, and no error, as though it had deleted it
         memory.delete_fact(gone.id, user_id="u")
     assert _actions(memory, gone.id) == ["add", "delete"]
