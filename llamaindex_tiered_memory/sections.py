@@ -1,23 +1,29 @@
-"""The long-term sections :class:`~.block.TieredMemoryBlock` shows, and the order it shows them in (pure):
-the core's context less what the model sees already, with the core's recent buffer (this session's
-stored turns before those the block passed as shown: the short-term queue's) as "earlier in this
-conversation"."""
+"""The long-term sections :class:`~.block.TieredMemoryBlock` shows, the order it shows them in, and
+the text it renders them to (pure): the core's context less what the model sees already, with the
+core's recent buffer (this session's stored turns before those the block passed as shown: the
+short-term queue's) as "earlier in this conversation".
+
+The text holds no ``{`` or ``}``: LlamaIndex's chat engines (``ContextChatEngine``,
+``CondensePlusContextChatEngine``) put the chat history into a ``ChatPromptTemplate``, which fills
+``{context_str}``, ``{query_str}`` (any ``{name}`` it knows) in every message, the memory's too, so
+a stored ``{context_str}`` would pull the retrieved documents, unquoted, into the quoted memory."""
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
 from tiered_memory import MemoryContext, Section
-from tiered_memory.context.render import ContextItem
+from tiered_memory.context.render import ContextItem, render_memory
 
 from .messages import shown_already
 
-__all__ = ["EARLIER_TITLE", "SECTION_ORDER", "long_term_sections"]
+__all__ = ["EARLIER_TITLE", "SECTION_ORDER", "inert", "long_term_sections", "render_block"]
 
 # Most important first (the core's order, with this session's earlier turns after the
 # facts). Rendered in this order, so truncation can drop from the end.
 SECTION_ORDER = ("session", "facts", "earlier", "episodes", "turns")
 EARLIER_TITLE = "Earlier in this conversation"
+_BRACES = {ord("{"): "\\u007b", ord("}"): "\\u007d"}  # JSON escapes, as the core writes < and >
 
 
 def _rank(name: str) -> int:
@@ -43,3 +49,16 @@ def long_term_sections(context: MemoryContext, current_texts: set[str],
         if items:
             sections.append(Section(name=s.name, title=s.title, items=items))
     return sorted(sections, key=lambda s: _rank(s.name))
+
+
+def inert(text: str) -> str:
+    """A rendered memory with its braces written as JSON escapes (pure). Only its quoted items can
+    hold braces (its labels and headings never do), so each item still decodes to its stored text,
+    and no prompt template finds a ``{name}`` in it to fill."""
+    return text.translate(_BRACES)
+
+
+def render_block(sections: Sequence[Section]) -> str:
+    """The text the block returns: :func:`~tiered_memory.context.render.render_memory` of
+    ``sections``, made :func:`inert` (pure)."""
+    return inert(render_memory(sections))
