@@ -14,9 +14,9 @@ on the block; or call :meth:`TieredMemoryBlock.arecord` yourself. At the end of 
 conversation, :func:`~.sessions.aend_session` moves what is still in the short-term queue into
 long-term memory and lets the core summarise the session (when it can).
 
-With a ``ReActAgent``, build the ``Memory`` with ``insert_method="user"``: the default
-``"system"`` puts the block into the first system message, which ``ReActAgent`` drops
-when it builds its ReAct prompt (a ``FunctionAgent`` works with either).
+With a ``ReActAgent`` or a ``CodeActAgent``, build the ``Memory`` with ``insert_method="user"``: the
+default ``"system"`` puts the block into the first system message, which those agents drop
+when they build their prompt (a ``FunctionAgent`` works with either).
 
 Example:
     >>> from llama_index.core.memory import Memory
@@ -123,8 +123,8 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
     constructor argument (a misspelt option) is refused with
     :class:`~tiered_memory.errors.InvalidArgumentsError`, which is pydantic's ``ValidationError`` too.
 
-    With a ``ReActAgent``, pass ``insert_method="user"`` to ``Memory.from_defaults``:
-    with the default ``"system"``, ``ReActAgent`` drops the message the block is in.
+    With a ``ReActAgent`` or a ``CodeActAgent``, pass ``insert_method="user"`` to
+    ``Memory.from_defaults``: with the default ``"system"``, they drop the message the block is in.
 
     Pickled (an agent's ``Context`` with ``PickleSerializer``), the block keeps its fields and
     where its memory is, never the memory; unpickled, it uses that memory if it is open in

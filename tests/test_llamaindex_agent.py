@@ -1,10 +1,10 @@
-"""Real LlamaIndex FunctionAgent and ReActAgent runs with TieredMemoryBlock, over two sessions.
+"""Real LlamaIndex FunctionAgent, ReActAgent and CodeActAgent runs with TieredMemoryBlock, over two sessions.
 
 The FunctionAgent's LLM is LlamaIndex's own ``MockFunctionCallingLLMWithChatMemoryOfLastCall``:
 it calls the agent's tools, then answers, and records the messages of its last call,
 which is exactly the prompt the agent built from ``Memory``. The ReActAgent's is our
 :class:`~llamaindex_tiered_memory.testing.ScriptedChatLLM`, which answers in the ReAct
-format and records every call.
+format and records every call (a CodeActAgent's too: a reply without code is its answer).
 """
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Callable
 
 import pytest
-from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
+from typing import Any
+
+from llama_index.core.agent.workflow import CodeActAgent, FunctionAgent, ReActAgent
 from llama_index.core.llms import ChatMessage
 from llama_index.core.llms.mock import (
     MockFunctionCallingLLM,
@@ -34,6 +36,11 @@ from tiered_memory import TieredMemory
 def weather(city: str = "Porto") -> str:
     """Today's weather in a city."""
     return f"Sunny in {city}"
+
+
+async def run_no_code(code: str) -> dict[str, Any]:
+    """A CodeActAgent's code runner, for replies that hold no code (never called)."""
+    raise AssertionError(f"the agent ran code: {code!r}")
 
 
 def session_memory(tm: TieredMemory, user_id: str, session_id: str) -> Memory:
@@ -85,12 +92,13 @@ async def test_second_session_prompt_carries_memory_from_the_first(
     assert any(m.role == "user" and m.content == "What is my cat called?" for m in sent)
 
 
-# ---- ReActAgent ----------------------------------------------------------------------
+# ---- ReActAgent, CodeActAgent ------------------------------------------------------------
 # ReActAgent.take_step drops the first system message of its input (it expects the
-# agent's own system prompt there and rebuilds it into the ReAct header). Memory's
-# default insert_method="system" puts the memory block exactly there when the agent has
-# no system_prompt, so the block is lost; insert_method="user" prepends it to the
-# latest user message, which every agent sends. README ("LlamaIndex") says so.
+# agent's own system prompt there and rebuilds it into the ReAct header); CodeActAgent's
+# overwrites it with its code-act prompt. Memory's default insert_method="system" puts the
+# memory block exactly there when the agent has no system_prompt, so the block is lost;
+# insert_method="user" prepends it to the latest user message, which every agent sends.
+# README ("LlamaIndex") says so.
 # llama-index-core 0.14's ReActAgent.take_step itself calls the deprecated Context.is_running
 react_warning = pytest.mark.filterwarnings("ignore:is_running called from within a step:DeprecationWarning")
 REACT_REPLY = "Thought: I can answer without a tool.\nAnswer: Your cat is called Miso."
@@ -121,8 +129,8 @@ async def remembered_first_session(tm: TieredMemory) -> None:
 
 
 @react_warning
-@pytest.mark.parametrize("kind", ["react", "function"])
-async def test_with_insert_method_user_the_block_reaches_react_and_function_agents(
+@pytest.mark.parametrize("kind", ["react", "codeact", "function"])
+async def test_with_insert_method_user_the_block_reaches_every_agent(
     kind: str, make_memory: Callable[..., TieredMemory],
 ) -> None:
     tm = make_memory("agent")
@@ -136,6 +144,11 @@ async def test_with_insert_method_user_the_block_reaches_react_and_function_agen
             user_msg="What is my cat called?", memory=second)
         assert "Miso" in str(answer)  # the ReAct output was parsed: a real agent step
         sent = react_llm.calls[-1]
+    elif kind == "codeact":
+        code_llm = ScriptedChatLLM(responses=["Your cat is called Miso."])
+        await CodeActAgent(code_execute_fn=run_no_code, llm=code_llm).run(
+            user_msg="What is my cat called?", memory=second)
+        sent = code_llm.calls[-1]
     else:
         fn_llm = MockFunctionCallingLLMWithChatMemoryOfLastCall()
         await FunctionAgent(tools=[FunctionTool.from_defaults(weather)], llm=fn_llm,
@@ -152,17 +165,19 @@ async def test_with_insert_method_user_the_block_reaches_react_and_function_agen
 
 
 @react_warning
+@pytest.mark.parametrize("kind", ["react", "codeact"])
 @pytest.mark.parametrize("system_prompt, reaches_as", [(None, []), ("You are a helpful assistant.", ["system"])])
-async def test_react_agent_with_the_default_system_insert_drops_the_block_without_a_system_prompt(
-    system_prompt: str | None, reaches_as: list[str], make_memory: Callable[..., TieredMemory],
+async def test_react_and_codeact_agents_with_the_default_system_insert_drop_the_block_without_a_system_prompt(
+    kind: str, system_prompt: str | None, reaches_as: list[str], make_memory: Callable[..., TieredMemory],
 ) -> None:
     """LlamaIndex's behaviour the README warns about; if this fails, LlamaIndex changed it:
     update the README's LlamaIndex section."""
     tm = make_memory("agent")
     await remembered_first_session(tm)
-    llm = ScriptedChatLLM(responses=[REACT_REPLY])
-    await ReActAgent(tools=[], llm=llm, system_prompt=system_prompt).run(
-        user_msg="What is my cat called?", memory=session_memory(tm, "u1", "chat-2"))
+    llm = ScriptedChatLLM(responses=[REACT_REPLY if kind == "react" else "Your cat is called Miso."])
+    agent = (ReActAgent(tools=[], llm=llm, system_prompt=system_prompt) if kind == "react"
+             else CodeActAgent(code_execute_fn=run_no_code, llm=llm, system_prompt=system_prompt))
+    await agent.run(user_msg="What is my cat called?", memory=session_memory(tm, "u1", "chat-2"))
     found = memory_in(llm.calls[-1])
     assert [role for role, _ in found] == reaches_as
     assert all("Miso" in text for _, text in found)
