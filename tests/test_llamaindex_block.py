@@ -12,7 +12,7 @@ pytest.importorskip("llama_index.core")
 
 from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.memory import Memory  # noqa: E402
-from llama_index.core.storage.chat_store.sql import MessageStatus  # noqa: E402
+from llama_index.core.storage.chat_store.sql import MessageStatus, SQLAlchemyChatStore  # noqa: E402
 
 from li_support import FILLER, TOKENIZER, chat, memory_message, small_memory, turn  # noqa: E402
 from test_injection import decoded_items, parse_memory  # noqa: E402
@@ -266,6 +266,18 @@ async def test_reset_clears_the_queue_only_and_clear_session_forgets_the_session
     assert "blue flowerpot" in memory_message(await mem.aget(input="Where is the spare key?"))
     assert memory.clear_session("s1", user_id="u1") == 3
     assert "blue flowerpot" not in memory_message(await mem.aget(input="Where is the spare key?"))
+
+
+async def test_memories_sharing_a_chat_store_and_a_session_id_share_one_queue(memory: TieredMemory) -> None:
+    """LlamaIndex's behaviour the README warns about (its chat store keys the queue by session_id
+    alone); if this fails, LlamaIndex changed it: update the README's LlamaIndex section."""
+    store = SQLAlchemyChatStore(table_name="app")
+    alice, bob = (small_memory(TieredMemoryBlock(memory=memory, user_id=u), "default", chat_store=store)
+                  for u in ("alice", "bob"))
+    await alice.aput_messages(turn("My locker code is 4711.", "Noted."))
+    for q, a in FILLER:
+        await bob.aput_messages(turn(q, a))
+    assert "My locker code is 4711." in [m.content for m in memory.get_messages("default", user_id="bob")]
 
 
 TOPICS = ["tides", "volcanoes", "rainbows", "light years", "bread baking", "chess openings", "jazz", "glaciers",
