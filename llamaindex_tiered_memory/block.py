@@ -41,7 +41,6 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from llama_index.core.utils import get_tokenizer
 
 from tiered_memory import Section, TieredMemory
-from tiered_memory.context.render import drop_lowest
 from tiered_memory.aio import run_sync
 from tiered_memory.errors import ConfigurationError, InvalidInputError, TypedArgumentsModel, UsageError
 from tiered_memory.storable import storable_text
@@ -50,7 +49,7 @@ from tiered_memory.validation import check_flag, check_id, check_optional_id, ch
 
 from .pending import Batch, PendingWrites
 from .reopen import MemoryAddress, address_of, memory_at
-from .sections import inert, long_term_sections, render_block
+from .sections import cut, long_term_sections, render_block, within
 from .messages import REPAIRED_KEY, build_query, check_messages, message_text, to_core_messages
 
 # Recent renders kept, so truncation works on sections, never on parsed text. Memory reads
@@ -358,7 +357,7 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         context = await self.memory.abuild_context(
             build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens,
             shown=[m.id for m in stored if m.content in current_texts])
-        sections = long_term_sections(context, current_texts)
+        sections = within(long_term_sections(context, current_texts), self.max_tokens, self.memory.count_tokens)
         text = render_block(sections)
         if text:
             self._rendered[text] = sections
@@ -380,6 +379,5 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         if sections is None:  # not a text this block rendered (e.g. content blocks): cut it whole
             return None
         tokenize = self.tokenizer_fn or get_tokenizer()
-        kept = drop_lowest(sections, tokens_to_truncate, lambda text: len(tokenize(inert(text))),
-                           oldest_first={"earlier"})  # this conversation's turns, in time order
+        kept = cut(sections, tokens_to_truncate, lambda text: len(tokenize(text)))
         return render_block(kept) if kept else None

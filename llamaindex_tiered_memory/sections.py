@@ -3,27 +3,30 @@ the text it renders them to (pure): the core's context less what the model sees 
 core's recent buffer (this session's stored turns before those the block passed as shown: the
 short-term queue's) as "earlier in this conversation".
 
-The text holds no ``{`` or ``}``: LlamaIndex's chat engines (``ContextChatEngine``,
+The text holds no ``{``: LlamaIndex's chat engines (``ContextChatEngine``,
 ``CondensePlusContextChatEngine``) put the chat history into a ``ChatPromptTemplate``, which fills
 ``{context_str}``, ``{query_str}`` (any ``{name}`` it knows) in every message, the memory's too, so
-a stored ``{context_str}`` would pull the retrieved documents, unquoted, into the quoted memory."""
+a stored ``{context_str}`` would pull the retrieved documents, unquoted, into the quoted memory.
+LlamaIndex fills them with its ``SafeFormatter``, which needs the ``{`` (a lone ``}`` is left as
+it is), so only ``{`` is escaped: each escape costs tokens."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from tiered_memory import MemoryContext, Section
-from tiered_memory.context.render import ContextItem, render_memory
+from tiered_memory.context.render import ContextItem, drop_lowest, render_memory
+from tiered_memory.tokens import TokenCount
 
 from .messages import shown_already
 
-__all__ = ["EARLIER_TITLE", "SECTION_ORDER", "inert", "long_term_sections", "render_block"]
+__all__ = ["EARLIER_TITLE", "SECTION_ORDER", "cut", "inert", "long_term_sections", "render_block"]
 
 # Most important first (the core's order, with this session's earlier turns after the
 # facts). Rendered in this order, so truncation can drop from the end.
 SECTION_ORDER = ("session", "facts", "earlier", "episodes", "turns")
 EARLIER_TITLE = "Earlier in this conversation"
-_BRACES = {ord("{"): "\\u007b", ord("}"): "\\u007d"}  # JSON escapes, as the core writes < and >
+_BRACE = {ord("{"): "\\u007b"}  # a JSON escape, as the core writes < and >
 
 
 def _rank(name: str) -> int:
@@ -52,13 +55,28 @@ def long_term_sections(context: MemoryContext, current_texts: set[str],
 
 
 def inert(text: str) -> str:
-    """A rendered memory with its braces written as JSON escapes (pure). Only its quoted items can
+    """A rendered memory with its ``{`` written as a JSON escape (pure). Only its quoted items can
     hold braces (its labels and headings never do), so each item still decodes to its stored text,
     and no prompt template finds a ``{name}`` in it to fill."""
-    return text.translate(_BRACES)
+    return text.translate(_BRACE)
 
 
 def render_block(sections: Sequence[Section]) -> str:
     """The text the block returns: :func:`~tiered_memory.context.render.render_memory` of
     ``sections``, made :func:`inert` (pure)."""
     return inert(render_memory(sections))
+
+
+def cut(sections: Sequence[Section], tokens: TokenCount, count: Callable[[str], TokenCount]) -> Optional[list[Section]]:
+    """``sections`` without their lowest-ranked items until :func:`render_block` of them is ``tokens``
+    shorter in ``count`` (pure): :func:`~tiered_memory.context.render.drop_lowest`, counting the
+    escapes; this conversation's earlier turns lose their oldest whole turns first, so what is left
+    of them leads into the short-term queue. ``None`` when nothing is left."""
+    return drop_lowest(sections, tokens, lambda text: count(inert(text)), oldest_first={"earlier"})
+
+
+def within(sections: Sequence[Section], budget: TokenCount, count: Callable[[str], TokenCount]) -> list[Section]:
+    """``sections`` whose :func:`render_block` costs at most ``budget`` tokens in ``count`` (pure): the
+    core fitted them to the budget unescaped, and the escapes may push them over."""
+    over = count(render_block(sections)) - budget
+    return list(sections) if over <= 0 else cut(sections, over, count) or []

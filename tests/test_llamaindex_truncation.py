@@ -257,3 +257,14 @@ async def test_with_two_truncatable_blocks_llamaindex_cuts_the_lower_priority_nu
     inner = text.split("<tiered_memory>\n", 1)[1].split("\n</tiered_memory>")[0]
     assert "<notes>" in text  # priority 2 stayed whole...
     assert inner.count("\n- ") < content.count("\n- ")  # ...while priority 1 lost items
+
+
+async def test_the_escaped_braces_keep_the_block_within_its_max_tokens(memory: TieredMemory) -> None:
+    """The block writes ``{`` as ``\\u007b`` (chat engines fill ``{name}``: test_llamaindex_chat_engines.py),
+    which costs tokens the core's budget did not count: the block drops its lowest items for them."""
+    block = TieredMemoryBlock(memory=memory, user_id="u1", max_tokens=300)
+    await block.arecord([chat("user", f'cat config {n}: {{"cats": {{"n": {n}, "x": {{"y": {{}}}}}}}}')
+                         for n in range(30)], session_id="old")
+    text = await block.aget([chat("user", "Which cat config did I use?")], session_id="new")
+    assert "cat config" in text and "{" not in text
+    assert memory.count_tokens(text) <= 300
