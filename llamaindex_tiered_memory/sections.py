@@ -20,7 +20,7 @@ from tiered_memory.tokens import TokenCount
 
 from .messages import shown_already
 
-__all__ = ["EARLIER_TITLE", "SECTION_ORDER", "cut", "inert", "long_term_sections", "render_block"]
+__all__ = ["EARLIER_TITLE", "SECTION_ORDER", "cut", "inert", "long_term_sections", "render_block", "within"]
 
 # Most important first (the core's order, with this session's earlier turns after the
 # facts). Rendered in this order, so truncation can drop from the end.

@@ -15,8 +15,10 @@ from llama_index.core.llms import ChatMessage  # noqa: E402
 from llama_index.core.memory import Memory, StaticMemoryBlock  # noqa: E402
 from llama_index.core.memory.memory import BaseMemoryBlock  # noqa: E402
 from li_support import TOKENIZER, chat, memory_message, name_of, split_memory_text  # noqa: E402
+from test_injection import decoded_items, parse_memory  # noqa: E402
 
 from llamaindex_tiered_memory import TieredMemoryBlock  # noqa: E402
+from llamaindex_tiered_memory.sections import render_block, within  # noqa: E402
 from tiered_memory import ContextItem, MemoryContext, Section, TieredMemory  # noqa: E402
 from tiered_memory.context.render import drop_lowest, render_memory  # noqa: E402
 
@@ -102,6 +104,22 @@ def test_shrink_to_nothing_and_hostile_text() -> None:
     head, sections = split_memory_text(text)
     assert len(sections) == 2 and len(sections[0]) == 2  # the item stayed one quoted line
     assert shrink_memory_text(_sections(*given), 10_000, words) is None
+
+
+@pytest.mark.parametrize(("budget", "kept"), [
+    (10_000, ["{a}", "b}", "{{c}}"]),  # within budget: unchanged
+    (0, []),  # nothing fits
+])
+def test_the_block_text_escapes_every_opening_brace_and_fits_its_budget(budget: int, kept: list[str]) -> None:
+    given = _sections(("facts", ["{a}", "b}"]), ("turns", ["{{c}}"]))
+    fitted = within(given, budget, words)
+    assert [i.text for s in fitted for i in s.items] == kept
+    text = render_block(fitted)
+    assert "{" not in text
+    if kept:
+        assert decoded_items(parse_memory(text)) == kept  # every item decodes to its text
+    last = within(given, words(render_block(given)) - 1, words)  # one word over: the last item goes
+    assert [i.text for s in last for i in s.items] == ["{a}", "b}"]
 
 
 # ---- with a real Memory ---------------------------------------------------------
