@@ -19,8 +19,10 @@ It works beside LangChain's ``SummarizationMiddleware``: the summary that replac
 messages (a ``HumanMessage`` marked ``lc_source="summarization"``) is not a user turn, so it
 is never recorded, and ``include_recent`` replays no turns it stands for. It works beside a
 ``@before_model`` trim too: the question is read once a run, before any such hook
-(:meth:`TieredMemoryMiddleware.before_agent`, kept in a private state key), and a turn whose
-user message was trimmed away is recorded from the first message left (:func:`turn_start`).
+(:meth:`TieredMemoryMiddleware.before_agent`, kept in private state keys with its message id), and a
+turn whose user message was trimmed away is recorded from the first message left (:func:`turn_start`).
+Memory is recalled for the question as the hooks left it (``PIIMiddleware`` redacts it under its id),
+the kept text only once one dropped it (:func:`current_query`): a redacted address reaches no embedder.
 
 A model that continues its stored responses (``ChatOpenAI(use_previous_response_id=True)``, the
 Responses API) is sent only the messages after the last AI message carrying a ``resp_`` id; in a
@@ -64,10 +66,11 @@ from .messages import from_stored_many, lc_id
 from .storable import record_turn
 
 
-__all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "is_summary", "memory_position",
-           "query_of", "turn_start", "turn_to_record"]
+__all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "current_query", "is_summary",
+           "memory_position", "query_of", "turn_start", "turn_to_record"]
 
 QUERY_KEY = "tiered_memory_query"
+QUESTION_KEY = "tiered_memory_question_id"
 
 
 class TieredMemoryState(AgentState[Any]):
@@ -75,6 +78,7 @@ class TieredMemoryState(AgentState[Any]):
     neither an input nor an output of the agent)."""
 
     tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
+    tiered_memory_question_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
 
 
 def _source(message: AnyMessage) -> str | None:
@@ -139,11 +143,33 @@ def turn_to_record(messages: list[AnyMessage], stored_ids: set[str], *, final: b
             if not isinstance(m, SystemMessage) and not is_summary(m) and not (m.id and m.id in stored_ids)]
 
 
-def query_of(messages: list[AnyMessage]) -> str:
-    """The text to recall for (pure): the latest message the user wrote, else the latest human one."""
+def _question(messages: Sequence[AnyMessage]) -> AnyMessage | None:
+    """The latest message the user wrote, else the latest human one (pure)."""
     humans = [m for m in messages if isinstance(m, HumanMessage)]
     typed = [m for m in humans if _source(m) is None]
-    return (typed or humans)[-1].text if humans else ""
+    return (typed or humans)[-1] if humans else None
+
+
+def query_of(messages: list[AnyMessage]) -> str:
+    """The text to recall for (pure): the latest message the user wrote, else the latest human one."""
+    question = _question(messages)
+    return question.text if question is not None else ""
+
+
+def _text_now(messages: Sequence[AnyMessage], question_id: object) -> str | None:
+    """The text of the message ``question_id`` names as ``messages`` hold it now, ``None`` if gone (pure)."""
+    if not isinstance(question_id, str):
+        return None
+    return next((m.text for m in messages if m.id == question_id), None)
+
+
+def current_query(messages: Sequence[AnyMessage], state: Mapping[str, Any]) -> str:
+    """The text a model call recalls for (pure): the run's question (kept in ``state`` before any
+    ``before_model`` hook) as ``messages`` hold it now, which a hook may have redacted under its id
+    (``PIIMiddleware``); the kept text once a hook dropped it (a trim); else :func:`query_of`."""
+    now = _text_now(messages, state.get(QUESTION_KEY))
+    kept = state.get(QUERY_KEY)
+    return now if now is not None else kept if isinstance(kept, str) else query_of(list(messages))
 
 
 def _get(source: Any, name: str) -> Any:
@@ -281,8 +307,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def prepare(self, request: ModelRequest) -> ModelRequest:
         """The request with memory added (:func:`memory_position`) and recent turns if asked."""
         user, session = self.ids(request.runtime)
-        kept = request.state.get(QUERY_KEY)  # the run's question, which a trim may have dropped since
-        query = kept if isinstance(kept, str) else query_of(request.messages)
+        query = current_query(request.messages, request.state)  # as redacted; kept, if trimmed since
         changes: dict[str, Any] = {}
         messages = list(request.messages)
         # a summary in the request already stands for the earlier turns: replay none of them
@@ -324,7 +349,9 @@ class TieredMemoryMiddleware(AgentMiddleware):
 
     # ---- before the run: the question, before a before_model hook can trim it away ----
     def before_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        return {QUERY_KEY: query_of(list(state["messages"]))}
+        question = _question(state["messages"])
+        return {QUERY_KEY: question.text if question is not None else "",
+                QUESTION_KEY: question.id if question is not None else None}
 
     async def abefore_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)  # pure and quick: nothing to run off the loop
@@ -344,13 +371,20 @@ class TieredMemoryMiddleware(AgentMiddleware):
             record_turn(self.memory, new, user_id=user, session_id=session)
         return len(new)
 
+    @staticmethod
+    def _kept_as_now(state: AgentState) -> dict[str, Any] | None:
+        """The kept question as the state holds it after this call's hooks (a redaction), for a
+        later call of the run to recall for once a hook drops it (pure)."""
+        now = _text_now(state["messages"], state.get(QUESTION_KEY))
+        return {QUERY_KEY: now} if now is not None and now != state.get(QUERY_KEY) else None
+
     def after_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         self.save(list(state["messages"]), runtime)
-        return None
+        return self._kept_as_now(state)
 
     async def aafter_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         await call_in_thread(self.memory, self.save, list(state["messages"]), runtime)
-        return None
+        return self._kept_as_now(state)
 
     # once more at the end of the run, for turns that end without a model call
     # (a tool with return_direct) or with a call no tool answered; stored messages are skipped

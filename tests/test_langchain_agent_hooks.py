@@ -5,22 +5,29 @@ before the memory (``PIIMiddleware(apply_to_output=True)``, a guardrail) edits o
 model's reply *after* the memory's own ``after_model`` has seen it. ``after_agent`` hooks run in
 the reverse order too, and the memory's is its last chance to store: a middleware that rewrites the
 final reply there must be listed *after* the memory (README, LangChain: agents).
+``before_model`` hooks (``PIIMiddleware``'s input redaction, a trim) run before every model call,
+after the memory read the run's question: it recalls for what they left of it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, Callable
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, AgentState, PIIMiddleware
+from langchain.agents.middleware import AgentMiddleware, AgentState, PIIMiddleware, before_model
 from langchain.agents.middleware.pii import PIIDetectionError
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+from langchain_core.tools import tool
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.runtime import Runtime
 
 from langchain_tiered_memory import TieredMemoryMiddleware
 from langchain_tiered_memory.testing import ScriptedToolModel
 from tiered_memory import TieredMemory
+from tiered_memory.embedding import Embedder
+from tiered_memory.testing import CountingEmbedder
 
 _CTX = {"user_id": "u", "session_id": "s"}
 
@@ -80,3 +87,37 @@ def test_a_final_reply_a_middleware_listed_after_rewrites_at_the_end_is_stored_r
     out = agent.invoke({"messages": [HumanMessage("What is the launch code?")]}, context=_CTX)
     assert out["messages"][-1].content == "I cannot provide that response."
     assert _stored(memory) == [("user", "What is the launch code?"), ("assistant", "I cannot provide that response.")]
+
+
+@tool
+def get_time() -> str:
+    """The current time."""
+    return "12:00"
+
+
+@before_model
+def keep_last_three(state: Any, runtime: Any) -> dict[str, Any] | None:
+    messages = state["messages"]
+    return None if len(messages) <= 3 else {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[-3:]]}
+
+
+def _call(call_id: str) -> AIMessage:
+    return AIMessage(content="", tool_calls=[{"name": "get_time", "args": {}, "id": call_id, "type": "tool_call"}])
+
+
+@pytest.mark.parametrize(("run", "trim"), [("invoke", False), ("ainvoke", True)], ids=["kept", "trimmed-later"])
+def test_a_question_a_middleware_redacts_is_recalled_for_redacted(
+        make_memory: Callable[..., TieredMemory], embedder: Embedder, trim: bool, run: str) -> None:
+    """``PIIMiddleware`` (``apply_to_input`` by default) redacts the user's message before any model
+    sees it; the memory recalled for the question as it was before the hooks ran, so the raw address
+    went to the embedder (a hosted embeddings API) all the same: each call, or once a trim dropped it."""
+    counting = CountingEmbedder(embedder)
+    memory = make_memory(embedder=counting)
+    model = ScriptedToolModel(responses=[_call("c1"), _call("c2"), AIMessage("Noted.")])
+    hooks: list[Any] = [PIIMiddleware("email", strategy="redact"), *([keep_last_three] if trim else [])]
+    agent = create_agent(model, [get_time], middleware=[*hooks, TieredMemoryMiddleware(memory)])
+    given = {"messages": [HumanMessage("Mail bob@example.com the time.")]}
+    agent.invoke(given, context=_CTX) if run == "invoke" else asyncio.run(agent.ainvoke(given, context=_CTX))
+    assert counting.queries  # it did recall, at each of the three calls
+    assert not [q for q in counting.queries if "bob@example.com" in q]
+    assert _stored(memory)[0] == ("user", "Mail [REDACTED_EMAIL] the time.")
