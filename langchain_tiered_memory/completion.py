@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from langchain_core.language_models import BaseLanguageModel, BaseLLM
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage, get_buffer_string
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage, ToolMessage, get_buffer_string
+from langchain_core.prompt_values import ChatPromptValueConcrete, StringPromptValue
 from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder, StringPromptTemplate
 from langchain_core.runnables import Runnable, RunnableSequence
 from langchain_core.runnables.base import RunnableBindingBase
@@ -29,8 +30,12 @@ from tiered_memory.quoting import quote
 
 from .messages import text_of
 
-__all__ = ["context_text", "ends_in_completion_model", "first_step", "in_place_of", "is_model", "quoted_replay",
-           "quoted_turns", "takes_text"]
+__all__ = ["MODEL_INPUT", "context_text", "ends_in_completion_model", "first_step", "in_place_of", "is_model",
+           "quoted_replay", "quoted_turns", "takes_text"]
+
+MODEL_INPUT: Any = str | StringPromptValue | ChatPromptValueConcrete | list[AnyMessage]
+"""The ``InputType`` every LangChain language model declares (``BaseLanguageModel.InputType``): what a
+runnable takes that takes a model's input, a string, a prompt value or messages, never a dict."""
 
 
 def in_place_of(runnable: Runnable[Any, Any]) -> list[Runnable[Any, Any]]:
@@ -68,10 +73,13 @@ def _variants(runnable: Runnable[Any, Any], depth: int = 0) -> list[Runnable[Any
 
 
 def is_model(runnable: Runnable[Any, Any]) -> bool:
-    """Whether ``runnable`` is a language model, chat or completion, through the wrappers around one
-    (``bind_tools``, ``with_retry``, ``with_fallbacks``, ``configurable_fields``/``_alternatives``):
-    it takes messages or a string, never a dict of prompt variables."""
-    return isinstance(_unbound(runnable), BaseLanguageModel)
+    """Whether ``runnable`` takes a language model's input, messages or a string, never a dict of
+    prompt variables: a model, chat or completion, through the wrappers around one (``bind_tools``,
+    ``with_retry``, ``with_fallbacks``, ``configurable_fields``/``_alternatives``), or any runnable that
+    declares a model's ``InputType`` (:data:`MODEL_INPUT`): ``init_chat_model(..., configurable_fields=...)``,
+    whose class LangChain keeps private, and a chain that starts with a model (``model | parser``)."""
+    inner = _unbound(runnable)
+    return isinstance(inner, BaseLanguageModel) or inner.InputType == MODEL_INPUT
 
 
 def first_step(runnable: Runnable[Any, Any]) -> Runnable[Any, Any]:

@@ -16,7 +16,8 @@ The variable (``history_messages_key``, default ``"history"``, for a
 ``MessagesPlaceholder``) holds the renderer's quoted memory text as one
 ``SystemMessage`` (the only system text memory ever produces), then the session's
 recent turns as messages. A model wrapped directly (``with_tiered_memory(model, memory)``, as
-``RunnableWithMessageHistory(model, get_session_history)`` wraps one) takes messages, not variables:
+``RunnableWithMessageHistory(model, get_session_history)`` wraps one; any runnable that takes a model's
+input, :func:`~.completion.is_model`: ``init_chat_model(..., configurable_fields=...)``) takes messages, not variables:
 then, as with ``history_messages_key=None``, that context goes before the turn's messages, one list.
 A completion model (``BaseLLM``) reads one string, which LangChain renders of the messages a
 ``Human: text`` line each: when the chain's model is one (wrapped directly, or the first model of a

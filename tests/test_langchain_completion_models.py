@@ -172,3 +172,43 @@ def test_a_chat_model_whose_fallback_is_a_completion_model_has_the_turns_quoted(
     assert ends_in_completion_model(chat.with_fallbacks([llm]))  # the fallback reads them as one string
     assert ends_in_completion_model(CHAT_PROMPT | chat.with_fallbacks([llm]) | StrOutputParser())
     assert not ends_in_completion_model(chat.with_fallbacks([chat]))
+
+
+# ---- a model whose class LangChain keeps private: init_chat_model(..., configurable_fields=...) ----
+def test_what_takes_a_models_input_is_taken_for_a_model() -> None:
+    """``init_chat_model`` with ``configurable_fields`` returns a runnable of a private class that
+    builds the model at each call: no ``BaseLanguageModel``, nor a wrapper of one, so it was taken for
+    a chain; so was ``model | StrOutputParser()``. Both take what a model takes (``InputType``)."""
+    from langchain.chat_models import init_chat_model
+
+    from langchain_tiered_memory.completion import ends_in_completion_model, is_model
+
+    chat = FakeListChatModel(responses=["x"])
+    configurable = init_chat_model(configurable_fields="any")
+    for runnable in (configurable, configurable.bind_tools([]), configurable.with_retry(), chat | StrOutputParser()):
+        assert is_model(runnable)
+    assert not ends_in_completion_model(configurable)  # init_chat_model makes chat models only
+    assert not is_model(CHAT_PROMPT | chat) and not is_model(StrOutputParser())
+
+
+def test_model_input_is_what_langchains_models_declare() -> None:
+    from langchain_tiered_memory.completion import MODEL_INPUT
+
+    # copied from BaseLanguageModel.InputType: a LangChain that spells it otherwise fails here, not silently
+    assert FakeListChatModel(responses=["x"]).InputType == MODEL_INPUT == FakeListLLM(responses=["x"]).InputType
+
+
+def test_a_configurable_model_from_init_chat_model_wrapped_directly_gets_the_messages(memory: TieredMemory) -> None:
+    from langchain.chat_models import init_chat_model
+
+    from http_support import chat_completion, json_server
+
+    _seed(memory)
+    with json_server(chat_completion("In Porto.")) as (url, bodies):
+        model = init_chat_model("gpt-4o-mini", model_provider="openai", base_url=url, api_key="not-needed",
+                                max_retries=0, configurable_fields=("model",))
+        config = {"configurable": {**CFG["configurable"], "model": "gpt-4.1"}}
+        assert with_tiered_memory(model, memory).invoke("Where do I live?", config).content == "In Porto."
+    assert bodies[-1]["model"] == "gpt-4.1"  # the configurable field still reaches the model
+    assert [m["content"] for m in bodies[-1]["messages"][-3:]] == [STORED[0], STORED[1], "Where do I live?"]
+    assert memory.get_messages("s1", user_id="u1")[-1].content == "In Porto."
