@@ -46,11 +46,11 @@ read as its string).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Annotated, Any, Literal, Sequence
+from typing import Annotated, Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import PrivateStateAttr
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, AnyMessage, SystemMessage
 from langgraph.runtime import Runtime
 from typing_extensions import NotRequired
 
@@ -60,6 +60,8 @@ from tiered_memory.errors import ConfigurationError
 from tiered_memory.types import StoredMessage
 from tiered_memory.validation import check_count, check_flag, check_id, check_optional_id
 
+from .agent_turn import (QUERY_KEY, QUESTION_KEY, current_query, is_summary, query_of, question_of, text_now,
+                         turn_start, turn_to_record)
 from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
 from .messages import from_stored_many, lc_id
@@ -69,9 +71,6 @@ from .storable import record_turn
 __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "current_query", "is_summary",
            "memory_position", "query_of", "turn_start", "turn_to_record"]
 
-QUERY_KEY = "tiered_memory_query"
-QUESTION_KEY = "tiered_memory_question_id"
-
 
 class TieredMemoryState(AgentState[Any]):
     """The agent's state with the run's question, read before any ``before_model`` hook (private:
@@ -79,97 +78,6 @@ class TieredMemoryState(AgentState[Any]):
 
     tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
     tiered_memory_question_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
-
-
-def _source(message: AnyMessage) -> str | None:
-    """The ``lc_source`` LangChain's agent harness marks a message it added with (a summary, a
-    background task's notice), or ``None`` for a message the user wrote."""
-    source = message.additional_kwargs.get("lc_source")
-    return source if isinstance(source, str) else None
-
-
-def is_summary(message: AnyMessage) -> bool:
-    """Whether ``message`` is the summary ``SummarizationMiddleware`` put in place of older messages."""
-    return isinstance(message, HumanMessage) and _source(message) == "summarization"
-
-
-def turn_start(messages: list[AnyMessage]) -> int | None:
-    """Where the current turn starts (pure): the last message the user wrote, else the last one the
-    harness added in its name other than a summary, else (the user's message was summarized away)
-    the message after the summary; with no human message at all (a trim dropped the turn's), the
-    first message; ``None`` when there are no messages."""
-    humans = [n for n, m in enumerate(messages) if isinstance(m, HumanMessage)]
-    typed = [n for n in humans if _source(messages[n]) is None]
-    others = [n for n in humans if not is_summary(messages[n])]
-    if typed or others:
-        return (typed or others)[-1]
-    if humans:
-        return humans[-1] + 1
-    return 0 if messages else None  # stored messages among them are skipped by id (turn_to_record)
-
-
-def _settled(turn: list[AnyMessage]) -> list[AnyMessage]:
-    """``turn`` up to its first AI message with a tool call that has no result yet (pure)."""
-    answered = {m.tool_call_id for m in turn if isinstance(m, ToolMessage)}
-    for n, m in enumerate(turn):
-        if isinstance(m, AIMessage) and any(c.get("id") not in answered for c in m.tool_calls):
-            return turn[:n]
-    return turn
-
-
-def _before_reply(turn: list[AnyMessage]) -> list[AnyMessage]:
-    """``turn`` up to its last AI message, the reply of the model call just made (pure)."""
-    last = max((n for n, m in enumerate(turn) if isinstance(m, AIMessage)), default=len(turn))
-    return turn[:last]
-
-
-def turn_to_record(messages: list[AnyMessage], stored_ids: set[str], *, final: bool = False) -> list[AnyMessage]:
-    """The messages of the current turn (:func:`turn_start` on) not yet stored (pure).
-
-    System messages are instructions and a summary restates stored turns: neither is recorded.
-    A stored id is never recorded again, so a message is recorded only once no hook will change it:
-    before the run ends (``final``), the model's latest reply waits, with what follows it, since the
-    ``after_model`` hooks of middleware listed before this one run after its own and may still
-    rewrite or refuse it (``PIIMiddleware(apply_to_output=True)``, a guardrail); and a tool call
-    waits for its result, as until it runs a reviewer (``HumanInTheLoopMiddleware``) may still
-    replace it under the same message id. ``final`` (the run has ended) records the rest, the
-    calls that got no result too, as the state keeps them.
-    """
-    start = turn_start(messages)
-    if start is None:
-        return []
-    turn = messages[start:] if final else _settled(_before_reply(messages[start:]))
-    return [m for m in turn
-            if not isinstance(m, SystemMessage) and not is_summary(m) and not (m.id and m.id in stored_ids)]
-
-
-def _question(messages: Sequence[AnyMessage]) -> AnyMessage | None:
-    """The latest message the user wrote, else the latest human one (pure)."""
-    humans = [m for m in messages if isinstance(m, HumanMessage)]
-    typed = [m for m in humans if _source(m) is None]
-    return (typed or humans)[-1] if humans else None
-
-
-def query_of(messages: list[AnyMessage]) -> str:
-    """The text to recall for (pure): the latest message the user wrote, else the latest human one."""
-    question = _question(messages)
-    return question.text if question is not None else ""
-
-
-def _text_now(messages: Sequence[AnyMessage], question_id: object) -> str | None:
-    """The text of the message ``question_id`` names as ``messages`` hold it now, ``None`` if gone (pure)."""
-    if not isinstance(question_id, str):
-        return None
-    return next((m.text for m in messages if m.id == question_id), None)
-
-
-def current_query(messages: Sequence[AnyMessage], state: Mapping[str, Any]) -> str:
-    """The text a model call recalls for (pure): the run's question (kept in ``state`` before any
-    ``before_model`` hook) as ``messages`` hold it now, which a hook may have redacted under its id
-    (``PIIMiddleware``); the kept text once a hook dropped it (a trim); else :func:`query_of`."""
-    now = _text_now(messages, state.get(QUESTION_KEY))
-    kept = state.get(QUERY_KEY)
-    return now if now is not None else kept if isinstance(kept, str) else query_of(list(messages))
 
 
 def _get(source: Any, name: str) -> Any:
@@ -349,7 +257,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
 
     # ---- before the run: the question, before a before_model hook can trim it away ----
     def before_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        question = _question(state["messages"])
+        question = question_of(state["messages"])
         return {QUERY_KEY: question.text if question is not None else "",
                 QUESTION_KEY: question.id if question is not None else None}
 
@@ -375,7 +283,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def _kept_as_now(state: AgentState) -> dict[str, Any] | None:
         """The kept question as the state holds it after this call's hooks (a redaction), for a
         later call of the run to recall for once a hook drops it (pure)."""
-        now = _text_now(state["messages"], state.get(QUESTION_KEY))
+        now = text_now(state["messages"], state.get(QUESTION_KEY))
         return {QUERY_KEY: now} if now is not None and now != state.get(QUERY_KEY) else None
 
     def after_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:

@@ -1,0 +1,112 @@
+"""Which messages of an agent's state are the current turn, and what a model call recalls for: the pure
+decisions of :class:`~.middleware.TieredMemoryMiddleware` (no I/O, no memory).
+
+The turn starts at the last message the user wrote (:func:`turn_start`); a summary
+(``SummarizationMiddleware``'s ``HumanMessage`` marked ``lc_source="summarization"``) is never part of it.
+A message is recorded once no hook will change it (:func:`turn_to_record`). The question is read before any
+``before_model`` hook and kept in private state (``QUERY_KEY``, its message id under ``QUESTION_KEY``);
+a call recalls for it as the request holds it then (:func:`current_query`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
+
+__all__ = ["QUERY_KEY", "QUESTION_KEY", "current_query", "is_summary", "query_of", "question_of", "text_now",
+           "turn_start", "turn_to_record"]
+
+QUERY_KEY = "tiered_memory_query"
+QUESTION_KEY = "tiered_memory_question_id"
+
+
+def _source(message: AnyMessage) -> str | None:
+    """The ``lc_source`` LangChain's agent harness marks a message it added with (a summary, a
+    background task's notice), or ``None`` for a message the user wrote."""
+    source = message.additional_kwargs.get("lc_source")
+    return source if isinstance(source, str) else None
+
+
+def is_summary(message: AnyMessage) -> bool:
+    """Whether ``message`` is the summary ``SummarizationMiddleware`` put in place of older messages."""
+    return isinstance(message, HumanMessage) and _source(message) == "summarization"
+
+
+def turn_start(messages: list[AnyMessage]) -> int | None:
+    """Where the current turn starts (pure): the last message the user wrote, else the last one the
+    harness added in its name other than a summary, else (the user's message was summarized away)
+    the message after the summary; with no human message at all (a trim dropped the turn's), the
+    first message; ``None`` when there are no messages."""
+    humans = [n for n, m in enumerate(messages) if isinstance(m, HumanMessage)]
+    typed = [n for n in humans if _source(messages[n]) is None]
+    others = [n for n in humans if not is_summary(messages[n])]
+    if typed or others:
+        return (typed or others)[-1]
+    if humans:
+        return humans[-1] + 1
+    return 0 if messages else None  # stored messages among them are skipped by id (turn_to_record)
+
+
+def _settled(turn: list[AnyMessage]) -> list[AnyMessage]:
+    """``turn`` up to its first AI message with a tool call that has no result yet (pure)."""
+    answered = {m.tool_call_id for m in turn if isinstance(m, ToolMessage)}
+    for n, m in enumerate(turn):
+        if isinstance(m, AIMessage) and any(c.get("id") not in answered for c in m.tool_calls):
+            return turn[:n]
+    return turn
+
+
+def _before_reply(turn: list[AnyMessage]) -> list[AnyMessage]:
+    """``turn`` up to its last AI message, the reply of the model call just made (pure)."""
+    last = max((n for n, m in enumerate(turn) if isinstance(m, AIMessage)), default=len(turn))
+    return turn[:last]
+
+
+def turn_to_record(messages: list[AnyMessage], stored_ids: set[str], *, final: bool = False) -> list[AnyMessage]:
+    """The messages of the current turn (:func:`turn_start` on) not yet stored (pure).
+
+    System messages are instructions and a summary restates stored turns: neither is recorded.
+    A stored id is never recorded again, so a message is recorded only once no hook will change it:
+    before the run ends (``final``), the model's latest reply waits, with what follows it, since the
+    ``after_model`` hooks of middleware listed before this one run after its own and may still
+    rewrite or refuse it (``PIIMiddleware(apply_to_output=True)``, a guardrail); and a tool call
+    waits for its result, as until it runs a reviewer (``HumanInTheLoopMiddleware``) may still
+    replace it under the same message id. ``final`` (the run has ended) records the rest, the
+    calls that got no result too, as the state keeps them.
+    """
+    start = turn_start(messages)
+    if start is None:
+        return []
+    turn = messages[start:] if final else _settled(_before_reply(messages[start:]))
+    return [m for m in turn
+            if not isinstance(m, SystemMessage) and not is_summary(m) and not (m.id and m.id in stored_ids)]
+
+
+def question_of(messages: Sequence[AnyMessage]) -> AnyMessage | None:
+    """The latest message the user wrote, else the latest human one (pure)."""
+    humans = [m for m in messages if isinstance(m, HumanMessage)]
+    typed = [m for m in humans if _source(m) is None]
+    return (typed or humans)[-1] if humans else None
+
+
+def query_of(messages: list[AnyMessage]) -> str:
+    """The text to recall for (pure): the latest message the user wrote, else the latest human one."""
+    question = question_of(messages)
+    return question.text if question is not None else ""
+
+
+def text_now(messages: Sequence[AnyMessage], question_id: object) -> str | None:
+    """The text of the message ``question_id`` names as ``messages`` hold it now, ``None`` if gone (pure)."""
+    if not isinstance(question_id, str):
+        return None
+    return next((m.text for m in messages if m.id == question_id), None)
+
+
+def current_query(messages: Sequence[AnyMessage], state: Mapping[str, Any]) -> str:
+    """The text a model call recalls for (pure): the run's question (kept in ``state`` before any
+    ``before_model`` hook) as ``messages`` hold it now, which a hook may have redacted under its id
+    (``PIIMiddleware``); the kept text once a hook dropped it (a trim); else :func:`query_of`."""
+    now = text_now(messages, state.get(QUESTION_KEY))
+    kept = state.get(QUERY_KEY)
+    return now if now is not None else kept if isinstance(kept, str) else query_of(list(messages))
