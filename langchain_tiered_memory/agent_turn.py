@@ -5,7 +5,9 @@ The turn starts at the last message the user wrote (:func:`turn_start`); a summa
 (``SummarizationMiddleware``'s ``HumanMessage`` marked ``lc_source="summarization"``) is never part of it.
 A message is recorded once no hook will change it (:func:`turn_to_record`). The question is read before any
 ``before_model`` hook and kept in private state (``QUERY_KEY``, its message id under ``QUESTION_KEY``);
-a call recalls for it as the request holds it then (:func:`current_query`).
+a call recalls for it as the request holds it then (:func:`current_query`). The ids of the messages the
+run stored are kept there too (``STORED_KEY``): others writing to the session meanwhile (a sub-agent
+given the same context, another thread) cannot push them out of what the middleware reads back.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from typing import Any, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
-__all__ = ["QUERY_KEY", "QUESTION_KEY", "current_query", "is_summary", "query_of", "question_of", "text_now",
+__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_KEY", "current_query", "stored_by_run", "is_summary", "query_of", "question_of", "text_now",
            "turn_start", "turn_to_record"]
 
 QUERY_KEY = "tiered_memory_query"
 QUESTION_KEY = "tiered_memory_question_id"
+STORED_KEY = "tiered_memory_stored"  # the ids of the messages the run stored
 
 
 def _source(message: AnyMessage) -> str | None:
@@ -110,3 +113,9 @@ def current_query(messages: Sequence[AnyMessage], state: Mapping[str, Any]) -> s
     now = text_now(messages, state.get(QUESTION_KEY))
     kept = state.get(QUERY_KEY)
     return now if now is not None else kept if isinstance(kept, str) else query_of(list(messages))
+
+
+def stored_by_run(state: Mapping[str, Any]) -> list[str]:
+    """The ids of the messages the run stored, as ``state`` keeps them (pure; none in a state from before)."""
+    ids = state.get(STORED_KEY)
+    return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []

@@ -45,7 +45,7 @@ read as its string).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
@@ -60,8 +60,8 @@ from tiered_memory.errors import ConfigurationError
 from tiered_memory.types import StoredMessage
 from tiered_memory.validation import check_count, check_flag, check_id, check_optional_id
 
-from .agent_turn import (QUERY_KEY, QUESTION_KEY, current_query, is_summary, query_of, question_of, text_now,
-                         turn_start, turn_to_record)
+from .agent_turn import (QUERY_KEY, QUESTION_KEY, STORED_KEY, current_query, is_summary, query_of, question_of,
+                         stored_by_run, text_now, turn_start, turn_to_record)
 from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
 from .messages import from_stored_many, lc_id
@@ -78,6 +78,7 @@ class TieredMemoryState(AgentState[Any]):
 
     tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
     tiered_memory_question_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
+    tiered_memory_stored: NotRequired[Annotated[list[str], PrivateStateAttr]]
 
 
 def _get(source: Any, name: str) -> Any:
@@ -259,47 +260,55 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def before_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         question = question_of(state["messages"])
         return {QUERY_KEY: question.text if question is not None else "",
-                QUESTION_KEY: question.id if question is not None else None}
+                QUESTION_KEY: question.id if question is not None else None, STORED_KEY: []}
 
     async def abefore_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)  # pure and quick: nothing to run off the loop
 
     # ---- after the model -------------------------------------------------
-    def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None, *, final: bool = False) -> int:
-        """Store the current turn's new messages (see :func:`turn_to_record`); returns how many. One
-        the core would refuse as it is (a tool's huge or binary output) is stored made storable
+    def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None, *, final: bool = False,
+             stored: Collection[str] = ()) -> list[str]:
+        """Store the current turn's new messages (see :func:`turn_to_record`): those neither among the
+        session's newest stored messages nor named by ``stored`` (the ids the run stored, which others
+        writing to the session meanwhile may have pushed out of the newest); returns the ids it stored.
+        One the core would refuse as it is (a tool's huge or binary output) is stored made storable
         (:func:`~.storable.record_turn`) and logged: the run never fails for its memory."""
         if not self.record:
-            return 0
+            return []
         user, session = self.ids(runtime)
         recent = self._stored_lately(user, session, messages)
-        stored_ids = {lc_id(m) for m in recent}
-        new = turn_to_record(messages, stored_ids, final=final)
+        new = turn_to_record(messages, {lc_id(m) for m in recent} | set(stored), final=final)
         if new:  # recorded as a side effect of the run: what the core would refuse is made storable
             record_turn(self.memory, new, user_id=user, session_id=session)
-        return len(new)
+        return [m.id for m in new if m.id]
 
     @staticmethod
-    def _kept_as_now(state: AgentState) -> dict[str, Any] | None:
-        """The kept question as the state holds it after this call's hooks (a redaction), for a
-        later call of the run to recall for once a hook drops it (pure)."""
+    def _after_save(state: AgentState, saved: list[str]) -> dict[str, Any] | None:
+        """The state's update after a model call (pure): the ids just stored added to the run's, and the
+        kept question as the state holds it after this call's hooks (a redaction), for a later call of
+        the run to recall for once a hook drops it."""
+        update: dict[str, Any] = {STORED_KEY: [*stored_by_run(state), *saved]} if saved else {}
         now = text_now(state["messages"], state.get(QUESTION_KEY))
-        return {QUERY_KEY: now} if now is not None and now != state.get(QUERY_KEY) else None
+        if now is not None and now != state.get(QUERY_KEY):
+            update[QUERY_KEY] = now
+        return update or None
 
     def after_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.save(list(state["messages"]), runtime)
-        return self._kept_as_now(state)
+        saved = self.save(list(state["messages"]), runtime, stored=stored_by_run(state))
+        return self._after_save(state, saved)
 
     async def aafter_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await call_in_thread(self.memory, self.save, list(state["messages"]), runtime)
-        return self._kept_as_now(state)
+        saved = await call_in_thread(self.memory, self.save, list(state["messages"]), runtime,
+                                     stored=stored_by_run(state))
+        return self._after_save(state, saved)
 
     # once more at the end of the run, for turns that end without a model call
     # (a tool with return_direct) or with a call no tool answered; stored messages are skipped
     def after_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.save(list(state["messages"]), runtime, final=True)
+        self.save(list(state["messages"]), runtime, final=True, stored=stored_by_run(state))
         return None
 
     async def aafter_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await call_in_thread(self.memory, self.save, list(state["messages"]), runtime, final=True)
+        await call_in_thread(self.memory, self.save, list(state["messages"]), runtime, final=True,
+                             stored=stored_by_run(state))
         return None

@@ -2,7 +2,8 @@
 whole conversation, so the memory recalls none of it again (``build_context(shown=...)``), nor a
 twin of it (the same text stored again), and the room those turns would take goes to other
 memories. The session's turns the state does not hold (another thread's, another app's) are no
-recent section the model never sees: past turns to recall, like any other."""
+recent section the model never sees: past turns to recall, like any other. And what they add to the
+session while a run goes on never makes the run store its own turn twice."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Callable
 
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_tiered_memory import TieredMemoryMiddleware
@@ -98,3 +100,26 @@ def test_a_twin_of_a_turn_in_the_thread_is_not_recalled(make_memory: Callable[..
     conversation, recalled, _ = _recalled(rec)
     assert said in conversation and "My bike lock code is 1234, the one by the gate." in recalled
     assert not set(recalled) & conversation  # the model reads the locker code once
+
+
+def test_a_long_write_to_the_session_during_the_run_does_not_store_the_turn_twice(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """The middleware told what it had stored by the session's newest 50 messages (or twice the
+    state's): a sub-agent given the same context, another thread on the session, writing more than
+    that while a tool ran, pushed the turn's question out of them, and it was stored again."""
+    memory = make_memory(embedder=StaticEmbedder())
+
+    @tool
+    def research(topic: str) -> str:
+        """Research the topic (a sub-agent that records its own long turn in the same session)."""
+        memory.add_many([{"role": "user" if n % 2 == 0 else "assistant", "content": f"step {n} on {topic}"}
+                         for n in range(60)], session_id="s1", user_id="u1")
+        return "found it"
+
+    call = AIMessage("", tool_calls=[{"name": "research", "args": {"topic": "owls"}, "id": "c1", "type": "tool_call"}])
+    agent = create_agent(ScriptedToolModel(responses=[call, AIMessage("Owls, then.")]), [research],
+                         middleware=[TieredMemoryMiddleware(memory, user_id="u1", session_id="s1")])
+    agent.invoke({"messages": [HumanMessage("Look into owls.")]})
+    own = [(m.role, m.content) for m in memory.get_messages("s1", user_id="u1") if not m.content.startswith("step ")]
+    assert own == [("user", "Look into owls."), ("assistant", '[tool calls] research({"topic": "owls"})'),
+                   ("tool", "found it"), ("assistant", "Owls, then.")]
