@@ -73,8 +73,8 @@ __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "c
 
 
 class TieredMemoryState(AgentState[Any]):
-    """The agent's state with the run's question, read before any ``before_model`` hook (private:
-    neither an input nor an output of the agent)."""
+    """The agent's state with the run's question, read before any ``before_model`` hook, and the ids of
+    the messages the run stored (private: neither an input nor an output of the agent)."""
 
     tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
     tiered_memory_question_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
