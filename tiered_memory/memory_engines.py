@@ -125,8 +125,9 @@ class MemoryEngines:
     # ---- the pending-vector pass: repair at open, rebuild, flush -----------
     def _repair(self, *, full: bool) -> dict[str, int]:
         with self._write_lock:
+            left: list[VectorIndexError] = []  # turns the index refused: the layers' rows do not wait behind them
             report = repair(store=self.store, index=self.index, embedder=self.embedder,
-                            threshold=self.config.dedup_threshold, full=full)
+                            threshold=self.config.dedup_threshold, full=full, skipped=left)
             if full and self._layers_ok():  # episode / fact / item vectors are derived from their rows too
                 report.update(self._layers.repair())
                 report["items"] = self._items.repair()
@@ -134,6 +135,8 @@ class MemoryEngines:
                 report.update(self._layers.index_pending())
                 if items := self._items.pay_owed():  # and store items a failed write left unindexed
                     report["items_pending"] = items
+            if left:
+                raise left[0]
             return report
 
     def _has_layer_rows(self) -> bool:
@@ -158,14 +161,18 @@ class MemoryEngines:
         items: an id stored again waits for its old vectors to go); an index still failing leaves
         them owed, for the next write or open."""
         with self._write_lock:
+            # deletions the index refused (the others paid) hold back no pending row: each id is paid first, or skipped
+            skipped: list[VectorIndexError] = []
             try:
-                self._jointly(lambda: pay_owed(self.store, self.index))
+                self._jointly(lambda: pay_owed(self.store, self.index, skipped=skipped))
                 if self._owed:  # this process deferred or failed something: index what is pending
                     self._repair(full=False)
-                self._owed = False
+                self._owed = bool(skipped)
             except VectorIndexError as e:
                 self._owed = True
-                log.warning("%s", e)
+                skipped.append(e)
+            for error in skipped:
+                log.warning("%s", error)
 
     def _rebuild(self) -> dict[str, int]:
         with self._write_lock:

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 from typing import Collection, Sequence
 
+from ..errors import VectorIndexError
 from ..guard import vector_errors_typed
 from ..store.base import RecordStore
 from ..store.pending_deletes import PENDING_DELETIONS, TURN, OwedRows, OwedVector, changed, legacy_entries
 from ..vector.base import VectorIndex
 from .chunking import vector_ids
+from .skipping import SkippingPass
 
 
 #: what a deletion's error says of its vectors when the index failed
@@ -94,20 +96,38 @@ def take_legacy(store: RecordStore) -> int:
     return len(found)
 
 
-def pay_owed(store: RecordStore, index: VectorIndex) -> int:
+def pay_owed(store: RecordStore, index: VectorIndex, *, skipped: list[VectorIndexError] | None = None) -> int:
     """Remove every vector the record store says ``index`` owes (what an earlier version recorded
-    too), in batches of :data:`BATCH`, and clear them; returns how many entries were paid.
+    too), in batches of :data:`BATCH`, and clear them; returns how many entries were paid. An
+    entry whose deletion the index refuses is skipped (:class:`~.skipping.SkippingPass`), still
+    owed, and the others are paid: one bad vector does not hold back the rest. ``skipped``: the
+    error of those goes there, not raised, for a caller with more to do first.
 
     Raises:
-        VectorIndexError: the index failed; what was not paid stays owed.
+        VectorIndexError: the index failed (raised once the rest are paid, or at once when the
+            engine is down); what was not paid stays owed.
     """
     take_legacy(store)
     paid = 0
-    while due := store.owed_rows.owed(BATCH):
-        done = delete_owed(store.owed_rows, index, due, what="rows are")
-        paid += done
-        if not done and store.owed_rows.owed(BATCH) == due:  # held by another payer: it pays them
-            break
+    skipping = SkippingPass[OwedVector](what="owed deletion", name=lambda e: f"{e.kind} {e.item_id!r}")
+
+    def pay(part: Sequence[OwedVector]) -> None:
+        nonlocal paid
+        paid += delete_owed(store.owed_rows, index, part, what="rows are")
+
+    def unpaid() -> list[OwedVector]:
+        skipped = set(skipping.skipped)  # this pass's: read past, not again
+        return [e for e in store.owed_rows.owed(BATCH + len(skipped)) if e not in skipped][:BATCH]
+
+    while due := unpaid():
+        before = (paid, len(skipping.skipped))
+        skipping.write(due, pay)
+        if (paid, len(skipping.skipped)) == before and unpaid() == due:
+            break  # held by another payer: it pays them
+    if skipping.error is not None:
+        if skipped is None:
+            raise skipping.error
+        skipped.append(skipping.error)
     return paid
 
 

@@ -14,10 +14,12 @@ from ..errors import VectorIndexError
 from ..ids import LAYER_ID_PREFIXES
 from ..guard import vector_errors_typed
 from ..store.base import DuplicateSource, RecordStore, TextMatchSource
+from ..store.pending_deletes import OwedVector
 from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of, pooled_vector
-from .forgetting import pay_before_storing
+from .forgetting import delete_owed
+from .skipping import SkippingPass
 
 log = logging.getLogger("tiered_memory")
 
@@ -121,7 +123,7 @@ def nearest_stored(rows: Sequence[StoredMessage], vectors: np.ndarray, *, store:
 
 def index_messages(
     rows: list[StoredMessage], *, store: RecordStore, index: VectorIndex,
-    embedder: Embedder, threshold: float,
+    embedder: Embedder, threshold: float, behind: bool = True,
 ) -> dict[str, str]:
     """Embed, skip near-duplicates, upsert, then mark rows indexed. Returns the duplicates.
 
@@ -129,11 +131,12 @@ def index_messages(
     offering :class:`~tiered_memory.store.base.TextMatchSource` finds it in one indexed
     lookup; other stores ask the vector index for the nearest turn, at ``threshold``),
     or of an earlier row of the same batch at ``threshold`` cosine or above. With a
-    ``threshold`` above 1 nothing is a duplicate."""
+    ``threshold`` above 1 nothing is a duplicate. ``behind=False``: written in step even by an
+    index that writes behind, so a failure is raised here (the repair skips what fails)."""
     if not rows:
         return {}
     items, dup = turn_items(rows, store=store, index=index, embedder=embedder, threshold=threshold)
-    if isinstance(index, WritesBehind):
+    if behind and isinstance(index, WritesBehind):
         # marked indexed before the engine has them: a crash leaves the memory unclean, and
         # the next open's full repair re-embeds what the engine lacks (vector/write_behind.py)
         index.upsert_behind(items)
@@ -290,11 +293,12 @@ def settle_background_writes(store: RecordStore, index: VectorIndex, *, wait: bo
 
 def repair(
     *, store: RecordStore, index: VectorIndex, embedder: Embedder, threshold: float,
-    full: bool, batch: int = 256,
+    full: bool, batch: int = 256, skipped: list[VectorIndexError] | None = None,
 ) -> dict[str, int]:
-    """Index pending rows (paying first what their ids' earlier rows owe the index); with
-    ``full``, also drop vectors the store no longer holds and re-index rows marked indexed whose
-    vector is missing (after a crash).
+    """Index pending rows (:func:`index_pending_turns`); with ``full``, first drop vectors the
+    store no longer holds and re-index rows marked indexed whose vector is missing (after a crash).
+    ``skipped``: the error of rows the index refused (the others indexed) goes there, not raised,
+    for a caller with more passes to run first.
 
     Raises:
         VectorIndexError: the index failed; what is not indexed stays pending.
@@ -318,21 +322,61 @@ def repair(
             store.reset_indexed_ids(sorted(missing_ids))
         if isinstance(store, DuplicateSource):  # a crash after deleting or archiving an original, before
             report["released"] = len(store.release_duplicates(None))  # its duplicates were indexed again
-    while True:
-        pending = store.pending_index(batch)
-        if not pending:
-            break
-        # a row stored again under an id whose old vectors the index still owes (its write could not
-        # delete them): those go first, else a payment after this (another worker's, in flight
-        # meanwhile) deletes the new ones; failing, these and later batches (owing or not: the engine just failed,
-        # and pending rows have no cursor to skip these by) stay pending for the next write or open
-        pay_before_storing(store.owed_rows, index, turns=[r.id for r in pending])
-        with vector_errors_typed(LEFT_PENDING.format(n=len(pending), what="turn")):
-            index_messages(pending, store=store, index=index, embedder=embedder, threshold=threshold)
-        report["indexed"] += len(pending)
+    left = index_pending_turns(store=store, index=index, embedder=embedder, threshold=threshold, batch=batch,
+                               report=report)
     if any(report.values()):
         log.info("vector index repaired: %s", report)
+    if left is not None:
+        if skipped is None:
+            raise left
+        skipped.append(left)
     return report
+
+
+def index_pending_turns(*, store: RecordStore, index: VectorIndex, embedder: Embedder, threshold: float,
+                        batch: int, report: dict[str, int]) -> VectorIndexError | None:
+    """Index the pending rows in batches, each row's id paid first of what its earlier rows owe the
+    index (:func:`~.forgetting.pay_before_storing`: else a payment after this, another worker's in
+    flight meanwhile, deletes the new vectors). A row whose payment or vector the index refuses
+    is skipped (:class:`~.skipping.SkippingPass`), kept pending for the next pass, and the others
+    are indexed: one bad row does not hold back the rows after it. Adds to ``report["indexed"]``;
+    returns the error of the rows skipped, if any (they stay pending).
+
+    Raises:
+        VectorIndexError: the engine is down (:data:`~.skipping.DOWN_AFTER`); what is not indexed
+            stays pending.
+    """
+    with contextlib.suppress(VectorIndexError):  # what a background write lost goes back to pending, for this pass
+        settle_background_writes(store, index, wait=True)
+    paying = SkippingPass[str](what="turn (its id's earlier vectors still owed)", name=repr)
+    turns = SkippingPass[StoredMessage](what="turn", name=lambda r: repr(r.id))
+
+    def indexed(rows: Sequence[StoredMessage]) -> None:
+        with vector_errors_typed(LEFT_PENDING.format(n=len(rows), what="turn")):
+            index_messages(list(rows), store=store, index=index, embedder=embedder, threshold=threshold,
+                           behind=False)  # in step: a failure is this call's, and its rows can be told apart
+        report["indexed"] += len(rows)
+
+    def paid(entries: list[OwedVector]) -> None:
+        delete_owed(store.owed_rows, index, entries, what="rows stored again under ids whose earlier rows were")
+
+    while True:
+        left = {*paying.skipped, *(r.id for r in turns.skipped)}  # this pass's skips: read past, not again
+        pending = [r for r in store.pending_index(batch + len(left)) if r.id not in left][:batch]
+        if not pending:
+            break
+        owed: dict[str, list[OwedVector]] = {}
+        for entry in store.owed_rows.owed_for(turns=[r.id for r in pending]):
+            owed.setdefault(entry.item_id, []).append(entry)
+        paying.write(sorted(owed), lambda ids: paid([e for i in ids for e in owed[i]]))
+        owing = set(paying.skipped)
+        turns.write([r for r in pending if r.id not in owing], indexed)
+    if (first := paying.error or turns.error) is None:
+        return None
+    n = len(paying.skipped) + len(turns.skipped)
+    error = VectorIndexError(LEFT_PENDING.format(n=n, what="turn").format(error=first.__cause__ or first))
+    error.__cause__ = first
+    return error
 
 
 def _is_layer_id(memory_id: str) -> bool:

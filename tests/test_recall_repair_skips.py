@@ -1,0 +1,165 @@
+"""A repair that one bad row fails: the row is skipped (logged, kept pending or owed, nothing
+lost) and the pass goes on with the rest, so later rows do not wait behind it
+(``tiered_memory.recall.indexing.repair``, ``tiered_memory.recall.forgetting.pay_owed``).
+
+The vector engine here refuses one id only (a point it cannot write or delete); a wrapper of
+the real Chroma index's methods, nothing else faked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pytest
+
+from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.recall.indexing import repair
+from tiered_memory.vector.base import VectorItem
+from tiered_memory.vector.chroma import ChromaVectorIndex
+
+
+class _Engine:
+    """The real Chroma index, written in step (no write-behind, as a server's is): its ``upsert``
+    and ``delete`` fail a call holding the id ``refused`` (the whole call, as an engine does), and
+    every call while ``down``; ``refusals`` counts the calls refused for ``refused``."""
+
+    def __init__(self, inner: ChromaVectorIndex) -> None:
+        self.inner, self.refused, self.down, self.refusals = inner, "", False, 0
+
+    def upsert(self, items: list[VectorItem]) -> None:
+        self._check([i.id for i in items])
+        self.inner.upsert(items)
+
+    def delete(self, ids: Sequence[str]) -> None:
+        self._check(ids)
+        self.inner.delete(ids)
+
+    def _check(self, ids: Sequence[str]) -> None:
+        if self.down:
+            raise RuntimeError("the engine is down")
+        if self.refused in ids:
+            self.refusals += 1
+            raise RuntimeError(f"the engine refuses {self.refused}")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("upsert_behind", "settle_behind"):
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def _note(memory: TieredMemory, note_id: str, text: str) -> None:
+    memory.add_many([{"id": note_id, "role": "user", "content": text}], session_id="s", user_id="u")
+
+
+NOTES = {"note-1": "My bank PIN is 4921", "note-2": "I keep bees on the roof", "note-3": "My sister lives in Porto",
+         "note-4": "I drink green tea at noon"}
+
+
+def _stored_pending(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                    ids: Sequence[str]) -> tuple[TieredMemory, _Engine]:
+    """A memory whose notes ``ids`` were stored while the engine was down (left pending)."""
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    index.down = True
+    for note in ids:
+        with pytest.raises(VectorIndexError):
+            _note(memory, note, NOTES[note])
+    index.down = False
+    return memory, index
+
+
+def _repair(memory: TieredMemory) -> dict[str, int]:
+    return repair(store=memory.store, index=memory.index, embedder=memory.embedder,
+                  threshold=memory.config.dedup_threshold, full=False)
+
+
+def _pending(memory: TieredMemory) -> set[str]:
+    return {r.id for r in memory.store.pending_index(100)}
+
+
+def _owed(memory: TieredMemory) -> set[str]:
+    return {e.item_id for e in memory.store.owed_rows.owed(100)}
+
+
+def test_a_row_the_index_refuses_is_skipped_and_the_rest_are_indexed(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """Three rows pending, the engine refusing ``note-2``'s vector: the repair wrote none (one
+    upsert for the batch failed and the pass stopped), so every later row waited behind it."""
+    memory, index = _stored_pending(make_memory, tmp_path, ["note-1", "note-2", "note-3"])
+    index.refused = "note-2"
+    with pytest.raises(VectorIndexError, match="1 turn"):
+        _repair(memory)  # says what it left
+    assert _pending(memory) == {"note-2"}  # kept pending, for the next pass
+    assert index.inner.ids("u") == {"note-1", "note-3"}
+    assert index.refusals <= 3  # tried apart, once alone, not in a loop
+    index.refused = ""  # the engine takes it again
+    assert _repair(memory)["indexed"] == 1 and _pending(memory) == set()
+
+
+def test_an_engine_that_fails_every_call_is_not_asked_row_by_row(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """Skipping what fails must not turn an engine that is down into one call per pending row."""
+    memory, index = _stored_pending(make_memory, tmp_path, [])
+    index.down = True
+    rows = [{"id": f"n{i}", "role": "user", "content": f"note number {i}"} for i in range(64)]
+    with pytest.raises(VectorIndexError):
+        memory.add_many(rows, session_id="s", user_id="u")
+    calls = 0
+    real = index._check
+
+    def counted(ids: Sequence[str]) -> None:
+        nonlocal calls
+        calls += 1
+        real(ids)
+
+    index._check = counted  # type: ignore[method-assign]
+    with pytest.raises(VectorIndexError, match="down"):
+        _repair(memory)
+    assert len(_pending(memory)) == 64 and calls <= 12
+
+
+def test_a_payment_the_index_refuses_holds_back_its_row_only(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """``note-2`` stored again while its old vector was owed, and the engine refusing to delete
+    it: the repair's payment for the batch failed, and no row of it was indexed. The rows owing
+    nothing are indexed now; ``note-2`` stays pending, its old vector still owed."""
+    memory, index = _stored_pending(make_memory, tmp_path, ["note-1"])
+    _note(memory, "note-2", "I keep wasps")
+    index.down = True
+    with pytest.raises(VectorIndexError):
+        memory.forget("note-2", user_id="u")  # its vector owed
+    for note in ("note-2", "note-3"):
+        with pytest.raises(VectorIndexError):
+            _note(memory, note, NOTES[note])  # pending, note-2 under an owed id
+    index.down, index.refused = False, "note-2"
+    with pytest.raises(VectorIndexError):
+        _repair(memory)
+    assert _pending(memory) == {"note-2"} and _owed(memory) == {"note-2"}
+    assert {"note-1", "note-3"} <= index.inner.ids("u")
+    index.refused = ""
+    _repair(memory)
+    assert _pending(memory) == set() and _owed(memory) == set()
+    assert "note-2" in index.inner.ids("u")  # the new vector, written after the old was deleted
+
+
+def test_a_deletion_the_index_refuses_holds_back_no_other_payment_or_pending_row(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """Three notes forgotten while deletes failed, and one stored while writes failed: the next
+    write's payment sent the three deletions in one call, which the engine refused for
+    ``note-2``, so none was paid, and the pending row waited too (the repair after a payment was
+    not run). The others are paid and the row indexed; ``note-2``'s deletion stays owed."""
+    memory, index = _stored_pending(make_memory, tmp_path, [])
+    for note in ("note-1", "note-2", "note-3"):
+        _note(memory, note, NOTES[note])
+    index.down = True
+    for note in ("note-1", "note-2", "note-3"):
+        with pytest.raises(VectorIndexError):
+            memory.forget(note, user_id="u")
+    with pytest.raises(VectorIndexError):
+        _note(memory, "note-4", NOTES["note-4"])
+    index.down, index.refused = False, "note-2"
+    memory.add("user", "Another note", session_id="t", user_id="u")  # pays, then indexes what is pending
+    assert _owed(memory) == {"note-2"}
+    assert index.inner.ids("u") & set(NOTES) == {"note-2", "note-4"}  # note-2's old vector, owed
+    assert _pending(memory) == set()
