@@ -15,12 +15,15 @@ interleaving is the one another process makes on PostgreSQL).
 from __future__ import annotations
 
 import contextlib
+import threading
+import time
+from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
 
 from hook_support import before_first_write
-from tiered_memory import NotFoundError, TieredMemory
+from tiered_memory import NotFoundError, StaticEmbedder, TieredMemory
 
 
 def _actions(memory: TieredMemory, fact_id: str) -> list[str]:
@@ -194,3 +197,83 @@ def test_delete_fact_of_a_fact_another_writer_edited_or_deleted_meanwhile_logs_w
     with pytest.raises(NotFoundError):  # a second delete entry, and no error, as though it had deleted it
         memory.delete_fact(gone.id, user_id="u")
     assert _actions(memory, gone.id) == ["add", "delete"]
+
+
+def _after_first_lock(memory: TieredMemory, monkeypatch: pytest.MonkeyPatch, then: Callable[[], None]) -> None:
+    """Run ``then`` once, right after the first statement by which the memory's next write unit
+    holds facts (``held_facts``: the rows it locks on PostgreSQL) returns, inside that unit."""
+    rows = memory._layers.rows
+    real = rows.unit
+    fired: list[bool] = []
+
+    class Held:
+        def __init__(self, u: Any) -> None:
+            self._u = u
+
+        def held_facts(self, user_id: str, ids: Any) -> Any:
+            found = self._u.held_facts(user_id, ids)
+            if not fired:
+                fired.append(True)
+                then()
+            return found
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._u, name)
+
+    @contextlib.contextmanager
+    def unit() -> Iterator[Any]:
+        with real() as u:
+            yield Held(u)
+
+    monkeypatch.setattr(rows, "unit", unit)
+
+
+@pytest.mark.servers
+def test_two_edits_moving_facts_into_each_others_slots_both_commit(
+        make_postgres_url: Callable[[], str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers on PostgreSQL, each editing a fact into the slot of the other's: an edit held
+    its fact in one statement and the slot's other facts in a second, so each held its own and
+    waited for the other's, a deadlock PostgreSQL broke by failing one edit (StoreError). Forced
+    here: the second edit starts once the first holds what its first statement locks, and the
+    first goes on once the second holds its own or waits for a lock."""
+    import psycopg
+
+    url = make_postgres_url()
+    one = TieredMemory(tmp_path / "one", record_store=url, embedder=StaticEmbedder())
+    two = TieredMemory(tmp_path / "two", record_store=url, embedder=StaticEmbedder())
+    try:
+        lisbon = one.add_fact("User lives in Lisbon", user_id="u")
+        acme = one.add_fact("User works at ACME", user_id="u")
+        assert (lisbon.key, acme.key) == ("residence", "employer")
+        held, out = threading.Event(), []
+
+        def second() -> None:
+            try:
+                out.append(two.update_fact(acme.id, user_id="u", text="User lives in Porto"))
+            except BaseException as e:  # the test reads it
+                out.append(e)
+
+        def first_holds() -> None:
+            worker = threading.Thread(target=second, daemon=True)
+            worker.start()
+            with psycopg.connect(url, autocommit=True) as c:
+                for _ in range(500):  # the second edit holds its fact, or waits for one the first holds
+                    waiting = c.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                                        " AND datname = current_database()").fetchone()
+                    if held.is_set() or (waiting is not None and waiting[0]) or not worker.is_alive():
+                        return
+                    time.sleep(0.01)
+            raise AssertionError("the second edit neither held its fact nor waited for a lock")
+
+        _after_first_lock(one, monkeypatch, first_holds)
+        _after_first_lock(two, monkeypatch, held.set)
+        moved = one.update_fact(lisbon.id, user_id="u", text="User works at Initech")
+        for _ in range(1000):
+            if out:
+                break
+            time.sleep(0.01)
+        assert out and not isinstance(out[0], BaseException), out
+        assert moved.key == "employer" and out[0].text == "User lives in Porto"  # type: ignore[union-attr]
+    finally:
+        one.close()
+        two.close()

@@ -51,10 +51,13 @@ class Stale(Exception):
     back (nothing of it is written) and its caller decides again."""
 
 
-def held(u: FactWrites, read: Fact, fields: Sequence[str], gone: Exception) -> Fact:
+def held(u: FactWrites, read: Fact, fields: Sequence[str], gone: Exception, *, rivals: Sequence[Fact] = ()) -> Fact:
     """``read`` as ``u`` holds it till it commits; raises ``gone`` if it was deleted since the
-    read, :class:`Stale` if one of its ``fields`` changed."""
-    found = u.held_facts(read.user_id, [read.id])
+    read, :class:`Stale` if one of its ``fields`` changed. ``rivals``: the facts of the slot it
+    moves into (:func:`one_in_slot_written`), held in the same statement, in its one order (by
+    id): held after it, in a second, two edits moving facts into each other's slots each held
+    its own and waited for the other's (a deadlock, which PostgreSQL breaks by failing one)."""
+    found = [f for f in u.held_facts(read.user_id, [read.id, *(r.id for r in rivals)]) if f.id == read.id]
     if not found:
         raise gone
     if any(getattr(found[0], f) != getattr(read, f) for f in fields):
@@ -73,7 +76,8 @@ def one_in_slot_written(u: FactWrites, moved: Fact, rivals: Sequence[Fact], *, a
                         config: FactConfig, max_bytes: int) -> list[str]:
     """Write :func:`~.resolution.one_in_slot`'s plan for ``moved`` and its slot's ``rivals`` (its
     other valid facts as read: those still so, held; one deleted, invalidated or moved since is no
-    rival) inside the caller's unit; returns the vector ids of the rivals it invalidates."""
+    rival) inside the caller's unit, which :func:`held` them with ``moved``; returns the vector ids
+    of the rivals it invalidates."""
     found = {f.id: f for f in u.held_facts(moved.user_id, [r.id for r in rivals])} if rivals else {}
     still = [r for r in rivals if r.id in found and all(getattr(found[r.id], f) == getattr(r, f) for f in DECIDED)]
     plan = one_in_slot(moved, still, at, same=config.same_similarity, merge=config.merge_similarity, by=by)

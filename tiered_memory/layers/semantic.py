@@ -165,7 +165,7 @@ class SemanticMemory:
                 key, polarity = rewritten_slot(read, text, candidate)  # the slot its new words name
                 rivals = self._rivals(read, text, key)
                 with self.rows.unit() as u:  # what it merges into, as held (Stale: decided again)
-                    old = held(u, read, DECIDED, Stale(read.id))
+                    old = held(u, read, DECIDED, Stale(read.id), rivals=rivals)
                     kept = merge_metadata(old.metadata, given, limit)  # past the limit: nothing written
                     sources = list(dict.fromkeys([*old.source_ids, *candidate.source_ids]))
                     u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
@@ -307,7 +307,7 @@ class SemanticMemory:
         key, polarity = rewritten_slot(old, new_text)
         rivals = self._rivals(old, new_text, key)
         with self.rows.unit() as u:  # every value it writes back as read (a delete since: not found)
-            held(u, old, EDITED, NotFoundError(f"no fact {fact_id!r} for this user"))
+            held(u, old, EDITED, NotFoundError(f"no fact {fact_id!r} for this user"), rivals=rivals)
             u.edit_fact(user_id, fact_id, text=new_text, type=type or old.type,
                         confidence=old.confidence if confidence is None else confidence,
                         metadata=new_meta, key=key, polarity=polarity, updated_at=now, vector=vector)
