@@ -108,6 +108,25 @@ def test_a_twin_of_a_shown_message_is_not_recalled(make_memory: Callable[..., Ti
 
 
 @pytest.mark.record_stores("sqlite")
+def test_a_twin_of_a_shown_message_whose_original_is_neither_shown_nor_found_is_not_recalled(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """The shown message and a found one both stored again after an original that the search did
+    not hand on (it is among the recent turns): the twin was looked up through the original's id,
+    read only for the shown and found turns, so the found one was recalled beside the shown one.
+    The same text as a shown turn is decided on the text now."""
+    memory = make_memory(embedder=StaticEmbedder())
+    said = "My flight to Lisbon leaves on May 3 at noon."
+    [first] = memory.add_many([{"role": "user", "content": said}], session_id="now", user_id="u1")
+    memory.add_many([{"role": "user", "content": f"Lunch idea {n}: soup with {food}."}
+                     for n, food in enumerate(["leeks", "beans", "corn"])], session_id="last-week", user_id="u1")
+    [shown] = memory.add_many([{"role": "user", "content": said}], session_id="trip", user_id="u1")
+    [other] = memory.add_many([{"role": "user", "content": f"  {said.lower()}"}], session_id="plans", user_id="u1")
+    assert set(memory.store.duplicates("u1", originals=[first])) == {shown, other}  # type: ignore[attr-defined]
+    assert said.lower() in [t.strip() for t in _recalled(memory, [])]  # a past turn of another session
+    assert [t for t in _recalled(memory, [shown]) if "lisbon" in t.casefold()] == []  # shown: its twin is not recalled
+
+
+@pytest.mark.record_stores("sqlite")
 def test_without_recent_turns_the_budget_goes_to_the_sections(make_memory: Callable[..., TieredMemory]) -> None:
     """``include_recent=False`` (a caller that shows memory_text() alone): no recent turns, whose
     room (BudgetConfig.buffer_share) the model would never see; the session's turns not shown are

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, Callable, Collection, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -47,7 +47,7 @@ from ..layers.working import decayed
 from ..parts import AccessLayer, Parts
 from ..recall.query import words
 from ..recall.search import search_turns
-from ..store.base import DuplicateScope, RecordStore
+from ..store.base import RecordStore
 from ..tokens import TokenCount
 from ..types import MemoryHit, StoredMessage
 from .render import (ContextItem, Dropped, MemoryContext, Section, SectionRequest, cut_to_tokens, fit_sections,
@@ -160,45 +160,28 @@ def session_buffer(parts: Parts, user_id: str, session_id: str,
         limit *= 2
 
 
-def twins_of(shown: Collection[str], duplicates: Mapping[str, tuple[str, bool]]) -> dict[str, set[str]]:
-    """The messages stored as the same memory as a ``shown`` one (pure): its duplicates, its
-    original and the original's other duplicates, as ``duplicates`` (id -> (original id, whether
-    apart), :meth:`~tiered_memory.store.base.DuplicateScope.duplicates`) holds them; each with
-    the shown messages it is a twin of.
-
-    Example:
-        >>> twins_of({"d1"}, {"d1": ("o", True), "d2": ("o", False), "x": ("y", False)})
-        {'d2': {'d1'}, 'o': {'d1'}}
-    """
-    family: dict[str, set[str]] = {}
-    for d, (o, _) in duplicates.items():
-        family.setdefault(o, {o}).add(d)
-    out: dict[str, set[str]] = {}
-    for s in shown:
-        root = duplicates[s][0] if s in duplicates else s
-        for twin in sorted(family.get(root, ())):
-            if twin not in shown:
-                out.setdefault(twin, set()).add(s)
-    return out
-
-
 def says_the_same(hit: MemoryHit, shown: StoredMessage) -> bool:
     """Whether a found turn says what a shown message says, in the same role, case, spacing and
     punctuation aside (pure): a near-duplicate in other words (another date) tells the model more."""
-    return hit.role == shown.role and words(hit.text.casefold()) == words(shown.content.casefold())
+    return what_it_says(hit.role, hit.text) == what_it_says(shown.role, shown.content)
+
+
+def what_it_says(role: str | None, text: str) -> tuple[str | None, tuple[str, ...]]:
+    """A turn's role and words, case, spacing and punctuation aside (pure): two turns that say the
+    same (:func:`says_the_same`) have the same."""
+    return role, tuple(words(text.casefold()))
 
 
 def shown_twins(store: RecordStore, user_id: str, shown: frozenset[str], hits: Sequence[MemoryHit]) -> set[str]:
-    """The ``hits`` that repeat a ``shown`` message: stored as its twin (:func:`twins_of`; a store
-    that lists no duplicates has none) and saying the same (:func:`says_the_same`). One query of
-    the duplicates of the shown and found turns, and of the shown twins' texts when there are any."""
-    if not shown or not hits or not isinstance(store, DuplicateScope):
+    """The ``hits`` that repeat a ``shown`` message: another id saying the same
+    (:func:`says_the_same`), such as the same text stored again. Decided on the text, not through
+    the duplicates' original: the shown message and a found one may both be stored as duplicates of
+    an original neither shown nor found (one the recent turns hold). One query, of the shown
+    messages' texts, when there are hits."""
+    if not shown or not hits:
         return set()
-    found = {h.id: h for h in hits}
-    twins = {t: of for t, of in twins_of(shown, store.duplicates(user_id, originals=sorted(shown | found.keys())))
-             .items() if t in found}
-    said = store.get_by_ids(user_id, sorted({s for of in twins.values() for s in of})) if twins else {}
-    return {t for t, of in twins.items() if any(s in said and says_the_same(found[t], said[s]) for s in of)}
+    said = {what_it_says(m.role, m.content) for m in store.get_by_ids(user_id, sorted(shown)).values()}
+    return {h.id for h in hits if h.id not in shown and what_it_says(h.role, h.text) in said}
 
 
 def fit_newest(item: ContextItem, buffer: list[StoredMessage], budget: int, count: Callable[[str], TokenCount],
