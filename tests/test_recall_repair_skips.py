@@ -163,3 +163,28 @@ def test_a_deletion_the_index_refuses_holds_back_no_other_payment_or_pending_row
     assert _owed(memory) == {"note-2"}
     assert index.inner.ids("u") & set(NOTES) == {"note-2", "note-4"}  # note-2's old vector, owed
     assert _pending(memory) == set()
+
+
+def test_an_episode_the_index_refuses_holds_back_no_other_at_open(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """Two episodes stored pending (ended while the engine was down), the engine refusing the
+    first one's key points: the open's pass over pending episodes stopped at it, and the second
+    waited behind it. The second is written now; the first stays pending for the next open."""
+    memory, index = _stored_pending(make_memory, tmp_path, [])
+    for session, text in (("s1", "I keep bees on the roof of the library"), ("s2", "My sister moved to Porto")):
+        memory.add("user", text, session_id=session, user_id="u")
+    index.down = True
+    for session in ("s1", "s2"):
+        with pytest.raises(VectorIndexError):
+            memory.end_session(session, user_id="u")
+    first, second = sorted(memory.episodes("u"), key=lambda e: e.session_id)
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    index.refused = f"ep:{first.id}:0"
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its repair runs, logged
+    points = {i.split(":")[1] for i in index.inner.ids("u") if i.startswith("ep:")}
+    assert points == {second.id}
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # the next open writes it
+    assert {i.split(":")[1] for i in index.inner.ids("u") if i.startswith("ep:")} == {first.id, second.id}

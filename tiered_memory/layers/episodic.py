@@ -28,6 +28,7 @@ from ..parts import run_now
 from ..recall import hybrid
 from ..recall.forgetting import delete_owed, pay_before_storing
 from ..recall.scoring import recency_score
+from ..recall.skipping import SkippingPass
 from ..records import Episode, EpisodeDraft
 from ..store.pending_deletes import OwedRows
 from ..store.repositories import EpisodeRepository, PendingVectorSource
@@ -367,19 +368,27 @@ class EpisodicMemory:
 
     def index_pending(self, batch: int = 64) -> int:
         """Write the key point vectors of the episodes left pending (stored, their vectors not
-        yet written: a crash, or a vector engine that failed) and settle them; returns how many."""
+        yet written: a crash, or a vector engine that failed) and settle them; returns how many.
+        One the index refuses is skipped (:class:`~..recall.skipping.SkippingPass`: logged, kept
+        pending; a VectorIndexError says so once the others are written)."""
         if not isinstance(self.rows, PendingVectorSource):
             return 0
-        after, done = 0, 0
+        after, seen = 0, 0
+        skipping = SkippingPass[Episode](what="episode", name=lambda ep: repr(ep.id))
         while found := self.rows.pending_episodes(after, batch):
-            # an episode stored again under an id whose old key points the index still owes (its
-            # write could not delete them): those go first, else a later payment deletes the new ones
-            pay_before_storing(self.owed, self.index, vectors=[
-                f"ep:{ep.id}:{n}" for _, ep in found for n in range(len(self.rows.episode_points(ep.id)))])
-            for _, ep in found:
-                self._index(ep)
-            after, done = found[-1][0], done + len(found)
-        return done
+            skipping.write([ep for _, ep in found], self._paid_and_indexed)
+            after, seen = found[-1][0], seen + len(found)
+        if skipping.error is not None:
+            raise skipping.error
+        return seen
+
+    def _paid_and_indexed(self, eps: Sequence[Episode]) -> None:
+        # an episode stored again under an id whose old key points the index still owes (its
+        # write could not delete them): those go first, else a later payment deletes the new ones
+        pay_before_storing(self.owed, self.index, vectors=[
+            f"ep:{ep.id}:{n}" for ep in eps for n in range(len(self.rows.episode_points(ep.id)))])
+        for ep in eps:
+            self._index(ep)
 
     def _index(self, ep: Episode) -> None:
         """Embed and write the episode's key points, then settle it."""
