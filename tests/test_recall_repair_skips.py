@@ -14,6 +14,7 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.layers.item_rules import ItemWrite, vector_id
 from tiered_memory.recall.indexing import repair
 from tiered_memory.vector.base import VectorItem
 from tiered_memory.vector.chroma import ChromaVectorIndex
@@ -22,21 +23,23 @@ from tiered_memory.vector.chroma import ChromaVectorIndex
 class _Engine:
     """The real Chroma index, written in step (no write-behind, as a server's is): its ``upsert``
     and ``delete`` fail a call holding the id ``refused`` (the whole call, as an engine does), and
-    every call while ``down``; ``refusals`` counts the calls refused for ``refused``."""
+    every call while ``down`` (``"upsert"``: every upsert); ``refusals`` counts the calls refused
+    for ``refused``."""
 
     def __init__(self, inner: ChromaVectorIndex) -> None:
-        self.inner, self.refused, self.down, self.refusals = inner, "", False, 0
+        self.inner, self.refused, self.refusals = inner, "", 0
+        self.down: bool | str = False
 
     def upsert(self, items: list[VectorItem]) -> None:
-        self._check([i.id for i in items])
+        self._check([i.id for i in items], "upsert")
         self.inner.upsert(items)
 
     def delete(self, ids: Sequence[str]) -> None:
-        self._check(ids)
+        self._check(ids, "delete")
         self.inner.delete(ids)
 
-    def _check(self, ids: Sequence[str]) -> None:
-        if self.down:
+    def _check(self, ids: Sequence[str], method: str) -> None:
+        if self.down in (True, method):
             raise RuntimeError("the engine is down")
         if self.refused in ids:
             self.refusals += 1
@@ -108,10 +111,10 @@ def test_an_engine_that_fails_every_call_is_not_asked_row_by_row(
     calls = 0
     real = index._check
 
-    def counted(ids: Sequence[str]) -> None:
+    def counted(ids: Sequence[str], method: str) -> None:
         nonlocal calls
         calls += 1
-        real(ids)
+        real(ids, method)
 
     index._check = counted  # type: ignore[method-assign]
     with pytest.raises(VectorIndexError, match="down"):
@@ -188,3 +191,26 @@ def test_an_episode_the_index_refuses_holds_back_no_other_at_open(
     index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # the next open writes it
     assert {i.split(":")[1] for i in index.inner.ids("u") if i.startswith("ep:")} == {first.id, second.id}
+
+
+def test_a_store_item_the_index_refuses_holds_back_no_other_at_open(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """Two store items whose vectors a failed write left to the next open, the engine refusing
+    one's: the open's payment wrote both in one call, refused, and owed both again."""
+    memory, index = _stored_pending(make_memory, tmp_path, [])
+    index.down = "upsert"
+    with pytest.raises(VectorIndexError, match="the next open"):
+        memory.item_store().write_many([
+            ItemWrite(namespace=("u", "notes"), key=key, user_id="u", value={"text": text}, text=text)
+            for key, text in (("tea", "Drinks green tea"), ("bees", "Keeps bees on the roof"))])
+    tea, bees = (memory.item_store().get(("u", "notes"), key) for key in ("tea", "bees"))
+    assert tea is not None and bees is not None
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    index.refused = vector_id(tea.id, 0)
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its payment runs, logged
+    assert {i for i in index.inner.ids("u") if i.startswith("item:")} == {vector_id(bees.id, 0)}
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # still owed: the next open writes it
+    assert {vector_id(tea.id, 0), vector_id(bees.id, 0)} <= index.inner.ids("u")

@@ -27,6 +27,8 @@ from ..embedding import embed
 from ..guard import vector_errors_typed
 from ..parts import Parts
 from ..recall.forgetting import pay_before_storing
+from ..recall.skipping import SkippingPass
+from ..records import Item
 from ..store.base import RecordStore
 from ..store.repositories import ItemRepository
 from ..vector.base import VectorItem
@@ -80,30 +82,42 @@ def pay_owed_items(parts: Parts, db: ItemRepository) -> int:
     """Write the vectors that failed writes left unwritten (:func:`owe_items`); returns how many
     items were indexed. Cheap when nothing is owed: one read of the ``meta`` record.
 
+    One the index refuses is skipped (:class:`~..recall.skipping.SkippingPass`), still owed.
+
     Raises:
-        VectorIndexError: the index failed again; the items stay owed.
+        VectorIndexError: the index failed again (once the others are written, or at once when
+            the engine is down); what was not written stays owed.
     """
     taken = owed_ids(parts.store.get_meta(UNINDEXED_ITEMS))
     if not taken:
         return 0
     parts.store.change_meta(UNINDEXED_ITEMS, lambda raw: changed(raw, remove=taken))
+    skipping = SkippingPass[Item](what="store item", name=lambda i: repr(i.id))  # one refused holds back no other
     try:
         if EVERY_ITEM in taken:
             return restore_item_vectors(parts, db)
         items = [i for i in db.items_under((), taken) if i.text]
-        pieces = [(i, n, t) for i in items for n, t in enumerate(text_parts(i.text or ""))]
-        if pieces:
-            vectors = embed(parts.embedder, [t for _, _, t in pieces])
-            # ids whose earlier vectors the index still owes: those go first, else their payment takes these
-            pay_before_storing(parts.store.owed_rows, parts.index, vectors=[vector_id(i.id, n) for i, n, _ in pieces])
-            with vector_errors_typed(REPAIR_FAILED):
-                parts.index.upsert([VectorItem(id=vector_id(i.id, n), vector=vectors[k], user_id=i.user_id,
-                                               layer=LAYER, timestamp=i.updated_at)
-                                    for k, (i, n, _) in enumerate(pieces)])
-        return len(items)
+        skipping.write(items, lambda part: _written(parts, part))
     except BaseException:
         owe_items(parts.store, taken)
         raise
+    owe_items(parts.store, [i.id for i in skipping.skipped])  # kept owed, for the next open
+    if skipping.error is not None:
+        raise skipping.error
+    return len(items)
+
+
+def _written(parts: Parts, items: Sequence[Item]) -> None:
+    """Embed and write the vectors of ``items``, their ids' earlier vectors paid first."""
+    pieces = [(i, n, t) for i in items for n, t in enumerate(text_parts(i.text or ""))]
+    if pieces:
+        vectors = embed(parts.embedder, [t for _, _, t in pieces])
+        # ids whose earlier vectors the index still owes: those go first, else their payment takes these
+        pay_before_storing(parts.store.owed_rows, parts.index, vectors=[vector_id(i.id, n) for i, n, _ in pieces])
+        with vector_errors_typed(REPAIR_FAILED):
+            parts.index.upsert([VectorItem(id=vector_id(i.id, n), vector=vectors[k], user_id=i.user_id,
+                                           layer=LAYER, timestamp=i.updated_at)
+                                for k, (i, n, _) in enumerate(pieces)])
 
 
 def restore_item_vectors(parts: Parts, db: ItemRepository) -> int:
