@@ -342,10 +342,9 @@ def test_a_read_on_postgres_with_no_index_folder_makes_none(tmp_path, postgres_u
 
 
 def test_working_help_says_its_scores_use_the_default_decay_not_the_applications(capsys):
-    """``working`` ranks with the default WorkingConfig (decay_per_hour 0.05), as every command
-    opens a memory with the default MemoryConfig: the CLI cannot know an application's config.
-    An application with another decay rate saw other scores there, and nothing said why; the
-    command's help says so now."""
+    """``working`` ranks with the default WorkingConfig (decay_per_hour 0.05) unless ``--config``
+    names the application's (tests/test_cli_config.py). An application with another decay rate
+    saw other scores there, and nothing said why; the command's help says so now."""
     assert run("working", "--help")[0] == 0
     text = " ".join(capsys.readouterr().out.split())
-    assert "WorkingConfig.decay_per_hour, 0.05" in text and "application" in text
+    assert "WorkingConfig.decay_per_hour, 0.05" in text and "application" in text and "--config" in text

@@ -15,12 +15,16 @@ Examples::
     tiered-memory --path ./mem episodes --user u1
     tiered-memory --path ./mem working --user u1 --session s1
     tiered-memory --path ./mem context "where do I live?" --user u1 --session s1 --max-tokens 300
+    tiered-memory --path ./mem --config app.toml search "where do I live?" --user u1
+    tiered-memory config --defaults > app.toml     # the MemoryConfig defaults, as a file --config reads
 
 While an application holds the folder, the read commands read its records read-only
 (:mod:`.cli_open`); the others get ``StoreLockedError``.
 
 The commands that look inside each tier are in :mod:`.cli_inspect`, ``export`` and ``import``
-in :mod:`.cli_portable`.
+in :mod:`.cli_portable`. Every command opens the memory with the default MemoryConfig, or the
+one ``--config FILE`` describes (:mod:`.cli_config`): the application's, so that search,
+context, working and consolidate see what it sees.
 
 Exit codes: 0 success, 1 runtime failure (store, index, model), 2 usage error
 (bad arguments, bad input file, no memory at ``--path``), 130 interrupted.
@@ -44,6 +48,9 @@ from .errors import EmbedderRequiredError, TieredMemoryError, UsageError
 
 EMBEDDER_HELP = ("the application's own embedder, for a memory whose vectors it made: FACTORY() of MODULE "
                  "(imported from the current folder or PYTHONPATH); reads of rows need none")
+CONFIG_HELP = ("the application's MemoryConfig, as a TOML file ([retrieval], [budget], [working], ... by field "
+               "name; a .json file as JSON): what it sets replaces the defaults every command opens the "
+               "memory with ('tiered-memory config --defaults' writes them out)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +61,7 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("--path", default=argparse.SUPPRESS,
                         help="memory folder (default: $TIERED_MEMORY_HOME or ~/.tiered-memory)")
     common.add_argument("--embedder", default=argparse.SUPPRESS, metavar="MODULE:FACTORY", help=EMBEDDER_HELP)
+    common.add_argument("--config", default=argparse.SUPPRESS, metavar="FILE", help=CONFIG_HELP)
     p = argparse.ArgumentParser(
         prog="tiered-memory",
         description="Long-term memory for LLM agents: inspect and manage a memory folder.",
@@ -61,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--path", default=None,
                    help=f"memory folder (default: $TIERED_MEMORY_HOME or {default_path()})")
     p.add_argument("--embedder", default=None, metavar="MODULE:FACTORY", help=EMBEDDER_HELP)
+    p.add_argument("--config", default=None, metavar="FILE", help=CONFIG_HELP)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -96,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     c.add_argument("--dry-run", action="store_true", help="report what a run would do, and change nothing")
 
+    cf = sub.add_parser("config", parents=[common],
+                        help="the MemoryConfig the commands open the memory with (--config FILE's, else the "
+                             "defaults), as a TOML file --config reads")
+    cf.add_argument("--defaults", action="store_true", help="the defaults, whatever --config says")
+    cf.add_argument("--json", action="store_true", help="as JSON (a .json file --config reads)")
+
     from .cli_inspect import add_parsers
 
     add_parsers(sub, common)
@@ -107,6 +122,8 @@ def _cmd_demo(args: argparse.Namespace, out: Callable[[str], None], err: TextIO)
 
     if args.path:
         out(f"(the demo always uses a temporary folder; --path {args.path} is left alone)")
+    if args.config:
+        out(f"(the demo always uses the default config; --config {args.config} is left alone)")
     return run(out, console=None if args.plain else rich_console(args.stream))
 
 
@@ -224,6 +241,18 @@ def _cmd_consolidate(args: argparse.Namespace, out: Callable[[str], None], err: 
     return EXIT_OK
 
 
+def _cmd_config(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
+    from dataclasses import asdict
+    from .cli_config import config_toml, load_config
+    from .config import MemoryConfig
+
+    config = load_config(args.config) if args.config and not args.defaults else MemoryConfig()
+    text = json.dumps(asdict(config), indent=2) if args.json else config_toml(config)
+    for line in text.splitlines():
+        out(line)
+    return EXIT_OK
+
+
 def _inspect(args: argparse.Namespace, out: Callable[[str], None], err: TextIO) -> int:
     from .cli_inspect import COMMANDS as INSPECT
 
@@ -242,6 +271,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Callable[[str], None], TextIO]
     "forget-user": _cmd_forget_user,
     "rebuild-index": _cmd_rebuild_index,
     "consolidate": _cmd_consolidate,
+    "config": _cmd_config,
     **{name: _inspect for name in ("sessions", "facts", "episodes", "working", "context")},
 }
 
@@ -302,6 +332,8 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None,
         if args.path is not None and not args.path.strip():  # `--path "$UNSET"`: never the default memory
             raise CliUsageError("--path is empty; name the memory folder, or leave out --path for "
                                 "the default ($TIERED_MEMORY_HOME or ~/.tiered-memory)")
+        if args.config is not None and not args.config.strip():  # `--config "$UNSET"`: never the defaults silently
+            raise CliUsageError("--config is empty; name the config file, or leave out --config for the defaults")
         return COMMANDS[args.command](args, out, err_stream)
     except EmbedderRequiredError as e:  # the CLI's way to give it, not embedder=
         fail(f"tiered-memory {args.command}: error: {embedder_hint(e, args.command)}")

@@ -28,13 +28,12 @@ from .tokens import TokenCount
 
 Out = Callable[[str], None]
 
-#: ``working --help``: its scores are the default config's, which the CLI cannot know an application's
+#: ``working --help``: its scores are the config's, the default one unless --config names the application's
 WORKING_DESCRIPTION = (
     "A session's working memory: its items best first, with their scores, and its scratchpad. Items are "
-    "ranked and scored with the default WorkingConfig (WorkingConfig.decay_per_hour, "
-    f"{WorkingConfig().decay_per_hour}), as every command opens the memory with the default MemoryConfig: "
-    "the CLI cannot know an application's config, so an application that set another decay rate ranks "
-    "and scores the same items otherwise (which items a session holds is the same).")
+    "ranked and scored with the WorkingConfig of --config FILE, else the default (WorkingConfig.decay_per_hour, "
+    f"{WorkingConfig().decay_per_hour}): an application that set another decay rate ranks and scores the "
+    "same items otherwise unless its config is given as --config (which items a session holds is the same).")
 
 
 def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
+from .config import MemoryConfig
 from .embedding import Embedder
 from .errors import EmbedderRequiredError, EmbeddingError, StoreLockedError
 
@@ -93,12 +94,16 @@ def _reads_rows_only(args: argparse.Namespace) -> bool:
 
 
 def open_memory(args: argparse.Namespace, err: TextIO, *, create: bool = False) -> Any:
-    """The memory at ``--path``; for a read command, its record store read-only when another
-    process holds the folder (a note on ``err`` says so)."""
+    """The memory at ``--path``, with ``--config FILE``'s MemoryConfig (else the defaults); for a
+    read command, its record store read-only when another process holds the folder (a note on
+    ``err`` says so)."""
     from .memory import TieredMemory, default_path
     from .backends import configured_record_store, configured_vector_store, is_embedded_index, is_postgres_url
     from .folder_lock import FolderLock
+    from .cli_config import load_config
 
+    # a bad config file is the first thing to fix, whatever the folder holds
+    config = load_config(args.config) if getattr(args, "config", None) else None
     folder = Path(args.path) if args.path else default_path()
     on_server = is_postgres_url(configured_record_store())  # records in PostgreSQL, not the folder
     if not create and on_server and is_embedded_index(configured_vector_store(None)) and not folder.is_dir():
@@ -115,11 +120,11 @@ def open_memory(args: argparse.Namespace, err: TextIO, *, create: bool = False) 
             "with 'tiered-memory --path FOLDER import FILE'.")
     embedder = load_embedder(args.embedder) if getattr(args, "embedder", None) else None
     try:
-        return TieredMemory(folder, embedder=embedder)
+        return TieredMemory(folder, config=config, embedder=embedder)
     except EmbedderRequiredError as e:
         if on_server or not _reads_rows_only(args):
             raise
-        return _rows_only(folder, e, err)
+        return _rows_only(folder, config, e, err)
     except StoreLockedError as e:
         # held in this process: the message names the object to close; on a server: not ours to read
         if on_server or FolderLock.holder_here(folder) is not None or not (folder / "records.sqlite3").is_file():
@@ -130,18 +135,18 @@ def open_memory(args: argparse.Namespace, err: TextIO, *, create: bool = False) 
                                    f"read-only; {why}.") from e
     from .readonly import ReadOnlyMemory
 
-    memory = ReadOnlyMemory(folder, embedder=embedder)
+    memory = ReadOnlyMemory(folder, config, embedder=embedder)
     print(f"note: {folder} is open in another process; reading its records read-only (nothing is written; "
           "its vector index is that process's: no vector count, and search is keyword-only)", file=err)
     return memory
 
 
-def _rows_only(folder: Path, e: EmbedderRequiredError, err: TextIO) -> Any:
+def _rows_only(folder: Path, config: MemoryConfig | None, e: EmbedderRequiredError, err: TextIO) -> Any:
     """The records of a memory whose embedder the CLI cannot make, read-only: nothing re-embedded."""
     from .readonly import ReadOnlyMemory
 
     why = f"read without the embedder that made them, {e.recorded[:200]!r}: pass --embedder MODULE:FACTORY"
-    memory = ReadOnlyMemory(folder, why=why)
+    memory = ReadOnlyMemory(folder, config, why=why)
     print(f"note: reading the records of {folder} read-only: its vectors were made by the embedder "
           f"{e.recorded[:200]!r}, which the CLI cannot make by itself (--embedder MODULE:FACTORY opens it whole)",
           file=err)
