@@ -46,8 +46,8 @@ def part_of(module: str) -> str:
     if top != "tiered_memory":
         return "adapters"
     head = rest.split(".", 1)[0]
-    if head in ("portable_layers", "portable_parse", "portable_restore", "portable_values"):
-        # layer lines, reading a line back, restore, export values
+    if head in ("portable_layers", "portable_parse", "portable_restore", "portable_values", "portable_import"):
+        # layer lines, reading a line back, restore, export values, the import
         return "portable"
     if head in ("arguments", "memory_folder", "startup"):  # what a memory is given, its folder, the check at open
         return "backends"

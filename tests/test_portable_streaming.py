@@ -1,0 +1,103 @@
+"""An import holds a batch of the file, not the file: ``import_jsonl`` read and kept every
+record of the dump before storing the first (a 5 MB dump held more than 5 MB of records), so a
+dump larger than the memory of the machine could not be imported. It checks the whole file in
+a first pass that keeps only what it must (on disk), then reads it back in batches of
+``write_chunk``; its promises stay: nothing written when a line is invalid (a bad last line
+too), a pipe is read once, a line repeated is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import tracemalloc
+
+import pytest
+
+from tiered_memory import MemoryConfig, TieredMemory
+from tiered_memory.errors import InvalidInputError
+from tiered_memory.portable import ImportFormatError
+
+N = 500
+
+
+def _line(i: int) -> str:
+    # 10 KB a line, in the metadata: a dump's size without the time embedding it takes
+    return json.dumps({"type": "message", "id": f"m{i}", "user_id": "ana", "session_id": f"s{i // 100}",
+                       "role": "user", "content": f"note {i}", "metadata": {"page": f"{i:05d}" * 2000},
+                       "timestamp": 1_700_000_000 + i}) + "\n"
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    path = tmp_path_factory.mktemp("dump") / "big.jsonl"
+    path.write_text("".join(_line(i) for i in range(N)), encoding="utf-8")
+    return path
+
+
+def test_the_import_holds_a_batch_not_the_file(tmp_path, dump):
+    size = dump.stat().st_size
+    assert size > 5_000_000
+    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=10)) as memory:
+        warm = tmp_path / "one.jsonl"  # the embedder's table and what a first import loads: not this import's
+        warm.write_text(_line(N).replace(f'"m{N}"', '"warm"'), encoding="utf-8")
+        memory.import_jsonl(warm)
+        tracemalloc.start()
+        try:
+            report = memory.import_jsonl(dump)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert report.imported == N and memory.stats().messages == N + 1
+        hit = memory.search("note 499", user_id="ana", k=1)[0]
+        assert hit.id == "m499" and hit.session_id == "s4" and hit.metadata["page"][:5] == "00499"
+    assert peak < size / 4, f"the import held {peak:,} bytes at its peak for a {size:,}-byte file"
+
+
+def test_a_bad_last_line_still_writes_nothing_and_a_repeat_is_refused(tmp_path, dump):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_bytes(dump.read_bytes() + _line(5).encode() + b'{"type": "message"}\n')
+    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=50)) as memory:
+        with pytest.raises(ImportFormatError) as e:
+            memory.import_jsonl(bad)
+        assert [n for n, _ in e.value.errors] == [N + 1, N + 2]
+        assert "id 'm5' is also on line 6" in e.value.errors[0][1]
+        assert memory.stats().messages == 0
+        report = memory.import_jsonl(bad, skip_invalid=True)
+        assert report.imported == N and [n for n, _ in report.invalid] == [N + 1, N + 2]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a named pipe")
+def test_a_pipe_is_read_once_and_imported_whole(tmp_path):
+    pipe = tmp_path / "dump.pipe"
+    os.mkfifo(pipe)
+    text = "".join(_line(i) for i in range(120))
+
+    def feed() -> None:
+        with open(pipe, "w", encoding="utf-8") as f:
+            f.write(text)
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=50)) as memory:
+            report = memory.import_jsonl(pipe)
+            assert report.imported == 120 and memory.stats().messages == 120
+    finally:
+        writer.join(5)
+
+
+def test_a_file_changed_between_the_passes_stops_the_import_and_keeps_what_it_stored(tmp_path):
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("".join(_line(i) for i in range(30)), encoding="utf-8")
+    done: list[int] = []
+
+    def rewrite(n: int) -> None:  # the first chunk is stored: another writer replaces the file
+        if not done:
+            dump.write_text('{"type": "message"}\n' * 30, encoding="utf-8")
+        done.append(n)
+
+    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=10)) as memory:
+        with pytest.raises(InvalidInputError, match="changed during the import: line 11"):
+            memory.import_jsonl(dump, progress=rewrite)
+        assert done == [10] and memory.stats().messages == 10

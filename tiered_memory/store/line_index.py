@@ -1,0 +1,52 @@
+"""A scratch index of a file's lines, on disk: what the first pass of a JSONL import
+(:mod:`tiered_memory.portable_import`) keeps of each line, so that its memory does not grow with
+the file.
+
+It is no store: a private temporary SQLite database (``sqlite3.connect("")``), which SQLite keeps
+in its page cache up to :data:`CACHE_KIB` and spills to a temporary file past it, and deletes
+as it closes. Nothing of the memory is ever in it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Iterator
+
+CACHE_KIB = 2000  # SQLite's page cache, in KiB: what the index holds in memory at most
+
+
+class LineIndex:
+    """Per line: its kind (a small int, the caller's) and where it starts in the file; per
+    record identity (a string, the caller's), the first line that holds it. Used from one thread."""
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect("")
+        self._db.executescript(
+            f"PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-{CACHE_KIB};"
+            "CREATE TABLE lines (n INTEGER PRIMARY KEY, kind INTEGER NOT NULL, at INTEGER NOT NULL);"
+            "CREATE TABLE seen (key TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;")
+        self._pending: list[tuple[int, int, int]] = []
+
+    def first_line(self, key: str, n: int) -> int | None:
+        """The line that already holds ``key``; else ``None``, and line ``n`` holds it now."""
+        if self._db.execute("INSERT OR IGNORE INTO seen VALUES (?, ?)", (key, n)).rowcount:
+            return None
+        return int(self._db.execute("SELECT n FROM seen WHERE key=?", (key,)).fetchone()[0])
+
+    def add(self, n: int, kind: int, at: int) -> None:
+        """Line ``n``, of ``kind``, starts at byte ``at`` (lines are added in the file's order)."""
+        self._pending.append((n, kind, at))
+        if len(self._pending) >= 1000:
+            self.flush()
+
+    def flush(self) -> None:
+        """Every line added so far written to the index (:meth:`of` reads only those)."""
+        self._db.executemany("INSERT INTO lines VALUES (?, ?, ?)", self._pending)
+        self._pending.clear()
+
+    def of(self, kind: int) -> Iterator[tuple[int, int]]:
+        """(line number, where it starts) of the lines of ``kind``, in the file's order."""
+        yield from self._db.execute("SELECT n, at FROM lines WHERE kind=? ORDER BY n", (kind,))
+
+    def close(self) -> None:
+        self._db.close()
