@@ -1,5 +1,5 @@
 """An import holds a batch of the file, not the file: ``import_jsonl`` read and kept every
-record of the dump before storing the first (a 5 MB dump held more than 5 MB of records), so a
+record of the dump before storing the first (a 3 MB dump held more than 3 MB of records), so a
 dump larger than the memory of the machine could not be imported. It checks the whole file in
 a first pass that keeps only what it must (on disk), then reads it back in batches of
 ``write_chunk``; its promises stay: nothing written when a line is invalid (a bad last line
@@ -18,7 +18,7 @@ from tiered_memory import MemoryConfig, TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.portable import ImportFormatError
 
-N = 500
+N = 300
 
 
 def _line(i: int) -> str:
@@ -37,8 +37,8 @@ def dump(tmp_path_factory):
 
 def test_the_import_holds_a_batch_not_the_file(tmp_path, dump):
     size = dump.stat().st_size
-    assert size > 5_000_000
-    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=10)) as memory:
+    assert size > 3_000_000
+    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=5)) as memory:
         warm = tmp_path / "one.jsonl"  # the embedder's table and what a first import loads: not this import's
         warm.write_text(_line(N).replace(f'"m{N}"', '"warm"'), encoding="utf-8")
         memory.import_jsonl(warm)
@@ -49,9 +49,9 @@ def test_the_import_holds_a_batch_not_the_file(tmp_path, dump):
         finally:
             tracemalloc.stop()
         assert report.imported == N and memory.stats().messages == N + 1
-        hit = memory.search("note 499", user_id="ana", k=1)[0]
-        assert hit.id == "m499" and hit.session_id == "s4" and hit.metadata["page"][:5] == "00499"
-    assert peak < size / 4, f"the import held {peak:,} bytes at its peak for a {size:,}-byte file"
+        hit = memory.search("note 299", user_id="ana", k=1)[0]
+        assert hit.id == "m299" and hit.session_id == "s2" and hit.metadata["page"][:5] == "00299"
+    assert peak < size / 3, f"the import held {peak:,} bytes at its peak for a {size:,}-byte file"
 
 
 def test_a_bad_last_line_still_writes_nothing_and_a_repeat_is_refused(tmp_path, dump):
