@@ -290,10 +290,10 @@ def _write_messages(parts: Parts, batches: Iterator[list[Record]], report: Impor
             existing = set()
             for user in {r.user_id for r in rows}:
                 existing |= set(parts.store.get_by_ids(user, [r.id for r in rows if r.user_id == user]))
-            taken = parts.store.existing_ids([r.id for r in rows if r.id not in existing])
+            held = existing | set(parts.store.existing_ids([r.id for r in rows if r.id not in existing]))
             if layers is not None:  # a turn archived since the export is not brought back to the live turns
-                taken |= set(layers.rows.archive_owners([r.id for r in rows if r.id not in existing | taken]))
-            new = [r for r in rows if r.id not in existing and r.id not in taken]
+                held |= set(layers.rows.archive_owners([r.id for r in rows if r.id not in held]))
+            new = [r for r in rows if r.id not in held]
             report.skipped_existing += len(rows) - len(new)
             if new:
                 written = True
