@@ -383,7 +383,7 @@ def test_a_listing_pages_as_the_unbounded_read_of_the_prefix(clocked: tuple[Tier
 @pytest.mark.record_stores("sqlite")
 def test_a_listing_of_a_large_prefix_reads_a_bounded_page(memory: TieredMemory) -> None:
     """Every row under the prefix was read (no LIMIT) to return ten; the reads now ask for the
-    page, and only a filter that keeps few makes them read further, a bounded page at a time."""
+    page, and a filter is decided in the database: a filter that keeps few reads one page too."""
     items = memory.item_store()
     items.write_many([ItemWrite(namespace=("u", "n"), key=f"k{n}", user_id="u", value={"n": n, "tenth": n % 10 == 0})
                       for n in range(3000)])
@@ -396,4 +396,4 @@ def test_a_listing_of_a_large_prefix_reads_a_bounded_page(memory: TieredMemory) 
         memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
     reads = [s for s in seen if "FROM items" in s]
     asked = [int(s.rsplit("LIMIT", 1)[1]) for s in reads if "LIMIT" in s]
-    assert len(asked) == len(reads) and asked == [30, 10, 20, 40, 80]  # 230 rows of 6,000, not all of them
+    assert len(asked) == len(reads) and asked == [30, 10]  # 40 rows of 6,000 (the filter's: 230 in Python)

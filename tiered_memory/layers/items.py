@@ -25,7 +25,8 @@ restored with their ids, times and TTL by :meth:`ItemStore.restore`.
 
 The pure rules (records, namespaces and their matching, vector ids, TTLs, result order:
 :mod:`.item_rules`) and filtering (:mod:`.item_filters`) are re-exported here; both are
-pure functions with table tests. This module is the shell that reads and writes.
+pure functions with table tests. The reads of a search (a listing, a ranked search, each
+reading bounded pages) are :mod:`.item_search`. This module is the shell that reads and writes.
 """
 
 from __future__ import annotations
@@ -37,23 +38,23 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..aio import twin
-from ..embedding import embed, embed_query
+from ..embedding import embed
 from ..errors import InvalidInputError
 from ..guard import usable, vector_errors_typed
 from ..parts import Parts
 from ..recall.forgetting import delete_owed, pay_before_storing
-from ..recall.query import query_terms
 from ..records import Item
 from ..store.pending_deletes import OwedVector
 from ..store.repositories import ItemRepository
 from ..textcache import forget_texts
-from ..validation import MAX_COUNT, check_id, check_text, encode_json
+from ..validation import check_id, check_text, encode_json
 from ..vector.base import VectorIndex, VectorItem
 from .item_vectors import UNINDEXED, owe_items, pay_owed_items, restore_item_vectors
 from .item_filters import check_filter, check_filter_key, match_filter, match_value, value_at
 from .item_rules import (FIELD_SEP, LAYER, MAX_PARTS, SHARED_OWNER, ItemHit, ItemWrite, best_parts, check_key,
-                         check_namespace, check_owner, check_ttl, expiry, item_of_vector, match_namespace, page_of,
+                         check_namespace, check_owner, check_ttl, expiry, item_of_vector, match_namespace,
                          rank_by_similarity, text_parts, truncate_namespaces, vector_id)
+from .item_search import ItemSearch
 
 __all__ = [
     "FIELD_SEP", "LAYER", "MAX_PARTS", "SHARED_OWNER", "ItemHit", "ItemStore", "ItemWrite", "best_parts",
@@ -79,6 +80,7 @@ class ItemStore:
         self.parts = parts
         self.db = db
         self._calls = parts.calls
+        self._reads = ItemSearch(parts, db)
 
     @property
     def index(self) -> VectorIndex:
@@ -284,80 +286,12 @@ class ItemStore:
             raise InvalidInputError("limit and offset must be >= 0")
         check_filter(filter)
         if not query or not query.strip():
-            listed = page_of(lambda after, n: self.db.items_page(ns, n, after, live_at=self.parts.now()),
-                             lambda i: match_filter(i.value, filter) and (owned is None or owned(i)), limit=limit,
-                             offset=offset)  # bounded reads, newest first, until the page is full
-            return [ItemHit(item=i, score=None) for i in listed]
+            return self._reads.listing(ns, filter=filter, limit=limit, offset=offset, owned=owned)
         if user_id is None:
             raise InvalidInputError(
                 "a search query needs the user (a user id, or SHARED_OWNER for items of no user)")
         check_owner(user_id)
-        qvec = embed_query(self.parts.embedder, query)
-        ranked = self._ranked(ns, query, user_id=user_id, filter=filter, n=offset + limit, vector=qvec)
-        if len(ranked) < offset + limit:
-            # the user's best candidates held too few items under ``ns`` matching ``filter``: rank
-            # the rest of them among themselves, then (like LangGraph's stores) fill with the
-            # items that have no text to rank
-            seen = {h.item.id for h in ranked}
-            rest = [i for i in self.db.items_under(ns, live_at=self.parts.now())  # the same owner's only
-                    if i.id not in seen and i.user_id == user_id and match_filter(i.value, filter)]
-            scored = self._among(rest, qvec, user_id=user_id, n=offset + limit - len(ranked))
-            done = seen | {h.item.id for h in scored}
-            ranked += scored + [ItemHit(item=i, score=None) for i in rest if i.id not in done]
-        return ranked[offset:offset + limit]
-
-    def _query(self, vectors: np.ndarray, *, user_id: str, k: int,
-               among: Sequence[str] | None = None) -> list[tuple[str, float]]:
-        """The item vectors nearest the query's (one query); a vector engine's error is a VectorIndexError."""
-        with vector_errors_typed("a store search failed in the vector engine ({error}); nothing was changed"):
-            return list(self.index.query(vectors, user_id=user_id, k=k, layers=[LAYER], among=among)[0])
-
-    def _ranked(self, ns: tuple[str, ...], query: str, *, user_id: str, filter: Mapping[str, Any] | None,
-                n: int, vector: np.ndarray | None = None) -> list[ItemHit]:
-        """The owner's items under ``ns`` matching ``filter``, ranked by cosine similarity to
-        ``query`` (``vector`` is its embedding when the caller has it)."""
-        cfg = self.parts.config.retrieval
-        # a page as deep as LangGraph's "every match" (limit=sys.maxsize) asks for every candidate:
-        # held to the count every store and index takes, which no user's items reach
-        n = min(max(cfg.candidates, n * 4), MAX_COUNT)
-        qvec = (embed_query(self.parts.embedder, query) if vector is None else vector)[None, :]
-        vec = self._query(qvec, user_id=user_id, k=n)
-        kw = self.db.keyword_items(user_id, query_terms(query), n)
-        vec = best_parts(vec)
-        candidates = {i.id: i for i in self.db.items_under(ns, [i for i, _ in vec] + [i for i, _ in kw],
-                                                           live_at=self.parts.now())
-                      if i.user_id == user_id and match_filter(i.value, filter)}
-        similarity = {i: s for i, s in vec if i in candidates}
-        # keyword matches the vector top-n missed get their similarity too, so every score
-        # is on one scale (cosine similarity, higher is better) and a threshold means something
-        missed = [vector_id(i, n) for i, _ in kw if i in candidates and i not in similarity
-                  for n in range(len(text_parts(candidates[i].text or "")))]
-        if missed:
-            found = self._query(qvec, user_id=user_id, k=len(missed), among=missed)
-            similarity.update(best_parts(found))
-        kw_rank = {i: r for r, (i, _) in enumerate((i, s) for i, s in kw if i in candidates)}
-        order = rank_by_similarity(similarity, kw_rank, {i: c.updated_at for i, c in candidates.items()})
-        return [ItemHit(item=candidates[i], score=similarity[i],
-                        explanation={"method": "cosine similarity", "similarity": similarity[i],
-                                     "keyword_rank": kw_rank.get(i)})
-                for i in order]
-
-    def _among(self, items: Sequence[Item], qvec: np.ndarray, *, user_id: str, n: int) -> list[ItemHit]:
-        """The best ``n`` of ``items`` (at most the newest ``RetrievalConfig.id_scope_max``) by
-        cosine similarity to ``qvec``, found among their own vectors only: a search narrower
-        than its owner (a deeper prefix, a filter) ranks what it may return, however many of
-        the owner's other items match the query better."""
-        items = [i for i in items if i.text][: self.parts.config.retrieval.id_scope_max or None]
-        among = [vector_id(i.id, p) for i in items for p in range(len(text_parts(i.text or "")))]
-        if not among or n <= 0:
-            return []
-        by_id = {i.id: i for i in items}
-        found = self._query(qvec[None, :], user_id=user_id, k=min(len(among), n * MAX_PARTS), among=among)
-        similarity = {i: s for i, s in best_parts(found) if i in by_id}
-        order = rank_by_similarity(similarity, {}, {i: by_id[i].updated_at for i in similarity})[:n]
-        return [ItemHit(item=by_id[i], score=similarity[i],
-                        explanation={"method": "cosine similarity", "similarity": similarity[i], "keyword_rank": None})
-                for i in order]
+        return self._reads.semantic(ns, query, user_id=user_id, filter=filter, limit=limit, offset=offset)
 
     @usable
     def recall(self, query: str, *, user_id: str, k: int, vector: np.ndarray | None = None) -> list[ItemHit]:
@@ -366,7 +300,7 @@ class ItemStore:
         check_id(user_id, "user_id")  # a real user: shared items are nobody's recall
         if not query.strip():
             return []
-        return self._ranked((), query, user_id=user_id, filter=None, n=k, vector=vector)[:k]
+        return self._reads.ranked((), query, user_id=user_id, filter=None, n=k, vector=vector)[:k]
 
     @usable
     def namespaces(

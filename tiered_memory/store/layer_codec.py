@@ -70,21 +70,37 @@ def live(sql: str, params: list[Any], live_at: float | None) -> tuple[str, list[
     return sql + " AND (expires_at IS NULL OR expires_at > ?)", [*params, live_at]
 
 
-def items_under_sql(prefix: Sequence[str], columns: str = ITEM_COLS) -> tuple[str, list[Any]]:
-    """The items whose namespace starts with ``prefix`` (a query ending in its WHERE clause)."""
+def prefix_sql(prefix: Sequence[str], dialect: str = "sqlite") -> tuple[str, list[Any]]:
+    """``ns_path`` starting with ``prefix``'s path, as a range the ``items_listing`` index serves
+    (``substr`` could use no index: every listing read the whole table). The path ends with the
+    separator: the paths that start with it are those from it up to, not including, the same text
+    ending with the next character. PostgreSQL compares them in code-point order (``COLLATE "C"``,
+    as its index is built), whatever the database's collation."""
+    if not prefix:
+        return "1=1", []
     path = ns_path(prefix)
-    return f"SELECT {columns} FROM items WHERE substr(ns_path, 1, ?) = ?", [len(path), path]
+    column = 'ns_path COLLATE "C"' if dialect == "postgres" else "ns_path"
+    return f"{column} >= ? AND {column} < ?", [path, path[:-1] + chr(ord(_SEP) + 1)]
+
+
+def items_under_sql(prefix: Sequence[str], columns: str = ITEM_COLS, dialect: str = "sqlite"
+                    ) -> tuple[str, list[Any]]:
+    """The items whose namespace starts with ``prefix`` (a query ending in its WHERE clause)."""
+    where, params = prefix_sql(prefix, dialect)
+    return f"SELECT {columns} FROM items WHERE {where}", params
 
 
 def items_page_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None,
-                   live_at: float | None) -> tuple[str, list[Any]]:
+                   live_at: float | None, dialect: str = "sqlite",
+                   where: tuple[str, list[Any]] = ("", [])) -> tuple[str, list[Any]]:
     """Up to ``limit`` items under ``prefix`` past ``after``, in LangGraph's order (newest
     ``updated_at`` first; among equal times, the last inserted first), each row ending with its
-    cursor: a page of the listing, read with ``LIMIT`` in the database, not filtered in Python."""
-    sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid")
+    cursor: a page of the listing, read with ``LIMIT`` in the database, not filtered in Python.
+    ``where`` is more ``" AND ..."`` conditions (a filter's, :mod:`.item_filter_sql`)."""
+    sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid", dialect)
     if after is not None:  # keyset paging: a row written meanwhile moves no other row to another page
         sql, params = sql + " AND (updated_at < ? OR (updated_at = ? AND rowid < ?))", [*params, after[0], *after]
-    sql, params = live(sql, params, live_at)
+    sql, params = live(sql + where[0], [*params, *where[1]], live_at)
     return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]
 
 

@@ -14,7 +14,7 @@ tables directly); the layers never see them: they are typed against the protocol
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -23,6 +23,7 @@ from .layer_codec import (ARCHIVE_COLS, EPISODE_COLS, FACT_COLS, HISTORY_COLS, I
                           archived_from_row, change_from_row, episode_from_row, fact_from_row,
                           from_blob, id_batches, item_from_row, items_page_sql, items_under_sql, live, marks,
                           namespace_of, ns_path, pad_from_row, working_from_row)
+from .item_filter_sql import item_filter_sql
 from .layer_unit import SESSION_WORKING, LayerUnit
 from .repositories import ItemCursor, Scored
 from .stored_values import count, json_dict, number, text
@@ -284,8 +285,8 @@ class LayerStore:
         return item_from_row(rows[0]) if rows else None
 
     def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None,
-                    live_at: float | None = None) -> list[Item]:
-        sql, params = items_under_sql(prefix)
+                    live_at: float | None = None, filter: Mapping[str, Any] | None = None) -> list[Item]:
+        sql, params = items_under_sql(prefix, dialect=self.dialect)
         wanted: set[str] | None = None
         if ids is not None:
             if not ids:
@@ -295,13 +296,18 @@ class LayerStore:
                 params += list(ids)
             else:  # more than one statement's parameters may hold: the prefix's items, kept by id
                 wanted = set(ids)
-        sql, params = live(sql, params, live_at)
+        where, args, _ = item_filter_sql(filter, self.dialect)
+        sql, params = live(sql + where, [*params, *args], live_at)
         found = [item_from_row(r) for r in self.query(sql + " ORDER BY updated_at DESC, rowid DESC", params)]
         return found if wanted is None else [i for i in found if i.id in wanted]
 
     def items_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None = None,
-                   live_at: float | None = None) -> list[tuple[Item, ItemCursor]]:
-        rows = self.query(*items_page_sql(prefix, limit, after, live_at))
+                   live_at: float | None = None, filter: Mapping[str, Any] | None = None,
+                   user_id: str | None = None) -> list[tuple[Item, ItemCursor]]:
+        sql, params, _ = item_filter_sql(filter, self.dialect)
+        if user_id is not None:
+            sql, params = sql + " AND user_id = ?", [*params, user_id]
+        rows = self.query(*items_page_sql(prefix, limit, after, live_at, self.dialect, (sql, params)))
         return [(item_from_row(r), (float(r[-2]), int(r[-1]))) for r in rows]
 
     def item_rows(self, user_id: str | None, live_at: float | None = None

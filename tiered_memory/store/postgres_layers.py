@@ -183,6 +183,9 @@ ITEM_MIGRATIONS: list[str] = [
     """,
     refold("items", "COALESCE(text, '')"),
     refold("items", "COALESCE(text, '')"),  # CJK runs as their bigrams, as the turns'
+    # the listing's order (a namespace prefix, newest first): a prefix is a range of ns_path, in
+    # code-point order whatever the database's collation (the queries compare COLLATE "C" too)
+    'CREATE INDEX IF NOT EXISTS items_listing ON items (ns_path COLLATE "C", updated_at DESC, rowid DESC);',
 ]
 
 

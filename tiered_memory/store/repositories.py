@@ -298,13 +298,17 @@ class ItemRepository(Protocol):
     def item(self, namespace: Sequence[str], key: str, live_at: float | None = None) -> Item | None: ...
 
     def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None,
-                    live_at: float | None = None) -> list[Item]:
-        """Items whose namespace starts with ``prefix`` (only ``ids`` if given), newest first."""
+                    live_at: float | None = None, filter: Mapping[str, Any] | None = None) -> list[Item]:
+        """Items whose namespace starts with ``prefix`` (only ``ids`` if given), newest first;
+        with ``filter`` (checked), at least those it matches (the caller checks each again)."""
 
     def items_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None = None,
-                   live_at: float | None = None) -> list[tuple[Item, ItemCursor]]:
+                   live_at: float | None = None, filter: Mapping[str, Any] | None = None,
+                   user_id: str | None = None) -> list[tuple[Item, ItemCursor]]:
         """Up to ``limit`` items under ``prefix`` (the page after ``after``), newest first, as
-        :meth:`items_under` orders them, each with the cursor that reads on from it."""
+        :meth:`items_under` orders them, each with the cursor that reads on from it. With
+        ``filter`` (checked), at least the items it matches (the caller checks each again);
+        with ``user_id``, only that owner's."""
 
     def items_with_text(self) -> list[Item]: ...
 

@@ -297,6 +297,8 @@ ITEM_MIGRATIONS: list[Step] = [
     """,
     bigrams("items", "COALESCE({row}text, '')", "UPDATE"),  # CJK runs as their bigrams, as the facts'
     tagged_index("items"),  # each word with its user's tag, as the facts'
+    # the listing's order (a namespace prefix, newest first): a prefix is a range of ns_path
+    "CREATE INDEX IF NOT EXISTS items_listing ON items (ns_path, updated_at DESC, rowid DESC);",
 ]
 
 
