@@ -8,14 +8,22 @@ already compares side by side are not repeated. Where ours differs on purpose (u
 
 from __future__ import annotations
 
-from typing import Any, Iterable, cast
+from typing import Any, Callable, Iterable, cast
 
 import pytest
 from langgraph.store.base import GetOp, Item, ListNamespacesOp, MatchCondition, Op, PutOp, SearchOp
 from langgraph.store.memory import InMemoryStore
 
 from langchain_tiered_memory import TieredMemoryEmbeddings, TieredMemoryStore
-from tiered_memory import TieredMemory
+from tiered_memory import StaticEmbedder, TieredMemory
+
+#: the torch-free embedder: these scenarios need any embedder, and a fast one keeps them fast
+EMBEDDER = StaticEmbedder()
+
+
+@pytest.fixture
+def memory(make_memory: Callable[..., TieredMemory]) -> TieredMemory:
+    return make_memory("parity", embedder=EMBEDDER)
 
 
 @pytest.fixture
@@ -175,10 +183,10 @@ def test_a_put_past_the_public_api_may_use_the_reserved_root_as_in_langgraph(sha
     assert cast(Item, shared.get(("foo", "langgraph", "foo"), "bar")).value == {"foo": "bar"}
 
 
-def test_nested_field_paths_rank_and_score_as_in_memory_store(memory: TieredMemory, embedder: Any) -> None:
+def test_nested_field_paths_rank_and_score_as_in_memory_store(memory: TieredMemory) -> None:
     # test_embed_with_path and get_text_at_path's syntax: an index into a list (negative too), a
     # wildcard, several fields in braces, the whole value; an item scores as its best path's text
-    embed = TieredMemoryEmbeddings(embedder)
+    embed = TieredMemoryEmbeddings(EMBEDDER)
     reference = InMemoryStore(index={"dims": len(embed.embed_query("dims")), "embed": embed, "fields": ["$"]})
     ours = TieredMemoryStore(memory, fields=["$"])
     puts: list[tuple[str, dict[str, Any], list[str] | None]] = [
