@@ -70,36 +70,42 @@ def live(sql: str, params: list[Any], live_at: float | None) -> tuple[str, list[
     return sql + " AND (expires_at IS NULL OR expires_at > ?)", [*params, live_at]
 
 
-def prefix_sql(prefix: Sequence[str], dialect: str = "sqlite") -> tuple[str, list[Any]]:
-    """``ns_path`` starting with ``prefix``'s path, as a range the ``items_listing`` index serves
-    (``substr`` could use no index: every listing read the whole table). The path ends with the
-    separator: the paths that start with it are those from it up to, not including, the same text
-    ending with the next character. PostgreSQL compares them in code-point order (``COLLATE "C"``,
-    as its index is built), whatever the database's collation."""
+def prefix_sql(prefix: Sequence[str], dialect: str = "sqlite", part: str = "all") -> tuple[str, list[Any]]:
+    """``ns_path`` starting with ``prefix``'s path, as conditions the ``items_listing`` index serves
+    (``substr`` could use no index: every listing read the whole table). ``part`` is ``"all"``, the
+    namespace itself (``"exact"``: an equality, whose rows the index holds in the listing's order) or
+    those below it (``"deeper"``). The path ends with the separator: the paths that start with it are
+    those from it up to, not including, the same text ending with the next character. PostgreSQL
+    compares them in code-point order (``COLLATE "C"``, as its index is built), whatever the
+    database's collation."""
     if not prefix:
-        return "1=1", []
+        return ("1=0", []) if part == "exact" else ("1=1", [])
     path = ns_path(prefix)
     column = 'ns_path COLLATE "C"' if dialect == "postgres" else "ns_path"
-    return f"{column} >= ? AND {column} < ?", [path, path[:-1] + chr(ord(_SEP) + 1)]
+    if part == "exact":
+        return f"{column} = ?", [path]
+    return f"{column} {'>' if part == 'deeper' else '>='} ? AND {column} < ?", [path, path[:-1] + chr(ord(_SEP) + 1)]
 
 
-def items_under_sql(prefix: Sequence[str], columns: str = ITEM_COLS, dialect: str = "sqlite"
+def items_under_sql(prefix: Sequence[str], columns: str = ITEM_COLS, dialect: str = "sqlite", part: str = "all"
                     ) -> tuple[str, list[Any]]:
     """The items whose namespace starts with ``prefix`` (a query ending in its WHERE clause)."""
-    where, params = prefix_sql(prefix, dialect)
+    where, params = prefix_sql(prefix, dialect, part)
     return f"SELECT {columns} FROM items WHERE {where}", params
 
 
 def items_page_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None,
                    live_at: float | None, dialect: str = "sqlite",
-                   where: tuple[str, list[Any]] = ("", [])) -> tuple[str, list[Any]]:
+                   where: tuple[str, list[Any]] = ("", []), part: str = "all") -> tuple[str, list[Any]]:
     """Up to ``limit`` items under ``prefix`` past ``after``, in LangGraph's order (newest
     ``updated_at`` first; among equal times, the last inserted first), each row ending with its
     cursor: a page of the listing, read with ``LIMIT`` in the database, not filtered in Python.
-    ``where`` is more ``" AND ..."`` conditions (a filter's, :mod:`.item_filter_sql`)."""
-    sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid", dialect)
+    ``where`` is more ``" AND ..."`` conditions (a filter's, :mod:`.item_filter_sql`); ``part`` as
+    for :func:`prefix_sql`."""
+    sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid", dialect, part)
     if after is not None:  # keyset paging: a row written meanwhile moves no other row to another page
-        sql, params = sql + " AND (updated_at < ? OR (updated_at = ? AND rowid < ?))", [*params, after[0], *after]
+        # (written so that the index's updated_at is a range: the pages after the first skip nothing)
+        sql, params = sql + " AND updated_at <= ? AND (updated_at < ? OR rowid < ?)", [*params, after[0], *after]
     sql, params = live(sql + where[0], [*params, *where[1]], live_at)
     return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]
 
