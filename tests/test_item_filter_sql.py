@@ -107,9 +107,11 @@ def test_a_listing_reads_the_listing_index_in_its_order(memory: TieredMemory) ->
     layers = open_layer_store(memory.store)
     layers.items_page(("u",), 10)  # the table exists
 
+    conn: Any = memory.store.conn  # type: ignore[attr-defined]
+
     def plan(part: str, after: Any) -> list[str]:
         sql, params = items_page_sql(("u", "n"), 10, after, 2.0, part=part)
-        return [str(r[-1]) for r in memory.store.conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]  # type: ignore[attr-defined]
+        return [str(r[-1]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
 
     assert plan("exact", None) == ["SEARCH items USING INDEX items_listing (ns_path=?)"]
     assert plan("exact", (1.0, 5)) == ["SEARCH items USING INDEX items_listing (ns_path=? AND updated_at<?)"]
@@ -127,7 +129,8 @@ def test_a_database_made_without_the_listing_index_gains_it_on_open(make_memory:
                 " (SELECT max(version) FROM schema_migrations WHERE name='items')")
     con.close()
     again = make_memory("old")
-    indexes = {r[0] for r in again.store.conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}  # type: ignore[attr-defined]
+    conn: Any = again.store.conn  # type: ignore[attr-defined]
+    indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
     assert "items_listing" in indexes
     assert [h.item.key for h in again.item_store().search(("u",), filter={"a": 1})] == ["k"]
 
