@@ -139,6 +139,8 @@ def _read_everything(memory: TieredMemory, tmp_path: Path) -> None:
     store.get(("u", "prefs"), "k1")
     store.search(("u",), query="lavender")
     store.search(("u",))
+    store.search(("u",), filter={"text": {"$ne": "wasps"}})  # a filter the database decides
+    store.search(("u",), query="lavender", filter={"text": {"$ne": "wasps"}})
     store.list_namespaces()
     from llama_index.core.llms import ChatMessage
 

@@ -134,11 +134,15 @@ class _Postgres(_Dialect):
     """Nodes are ``jsonb`` expressions (with their parameters): ``->`` a text key is SQL
     ``NULL`` on anything but an object, as Python's walk asks for a mapping at each step."""
 
+    # a value another writer left unreadable is read as {} (as stored_values reads it), never an
+    # error of the whole listing: a cast that fails is caught in a function (postgres_layers' migration)
+    VALUE = "items_value_jsonb(value)"
+
     def top(self, key: str) -> Sql:
-        return "(value::jsonb -> ?::text)", [key]
+        return f"({self.VALUE} -> ?::text)", [key]
 
     def walk(self, parts: Sequence[str]) -> Sql:
-        node: Sql = ("value::jsonb", [])
+        node: Sql = (self.VALUE, [])
         for p in parts:
             node = self.child(node, p)
         return node

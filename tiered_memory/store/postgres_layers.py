@@ -186,6 +186,18 @@ ITEM_MIGRATIONS: list[str] = [
     # the listing's order (a namespace prefix, newest first): a prefix is a range of ns_path, in
     # code-point order whatever the database's collation (the queries compare COLLATE "C" too)
     'CREATE INDEX IF NOT EXISTS items_listing ON items (ns_path COLLATE "C", updated_at DESC, rowid DESC);',
+    # an item's value as jsonb for a filter decided in SQL (item_filter_sql), {} where another writer
+    # left text that is not JSON: one unreadable row must not fail every filtered listing of the table
+    """
+    CREATE OR REPLACE FUNCTION items_value_jsonb(value TEXT) RETURNS JSONB
+    LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $fn$
+    BEGIN
+        RETURN value::jsonb;
+    EXCEPTION WHEN others THEN  -- not JSON, nested past jsonb's depth, ...
+        RETURN '{}'::jsonb;
+    END
+    $fn$;
+    """,
 ]
 
 
