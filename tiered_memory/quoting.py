@@ -26,6 +26,13 @@ def json_line(text: str) -> str:
 
 
 _ANGLES = {ord("<"): "\\u003c", ord(">"): "\\u003e"}
+# The characters Unicode compatibility normalization folds into ``<``, ``>``, ``"`` or ``\\``: the
+# fullwidth and small forms, and ``≮`` ``≯`` (``<`` ``>`` and a combining stroke under NFKD). A
+# Hugging Face tokenizer whose normalizer applies NFKC or NFKD hands the model the folded text,
+# where a raw ``＂`` would end a quote, ``＼`` escape its real end and ``﹤/memory﹥`` close our
+# block, so they are escaped where their folds are (tests/test_injection.py finds every one).
+_ANGLE_FOLDS = {c: f"\\u{c:04x}" for c in (0x226E, 0x226F, 0xFE64, 0xFE65, 0xFF1C, 0xFF1E)}
+_QUOTE_FOLDS = {c: f"\\u{c:04x}" for c in (0xFE68, 0xFF02, 0xFF3C)}
 # Mistral's chat templates mark turns with bracketed tokens ([INST], [/INST], [SYSTEM_PROMPT],
 # [TOOL_CALLS]...), parsed out of the text as <|im_start|> is: the bracket that opens one
 _BRACKET_TOKEN = re.compile(r"\[(?=/?[A-Z][A-Z_]+\])")
@@ -35,8 +42,11 @@ def escape_special(text: str) -> str:
     """``text`` with ``<``, ``>``, the ``[`` of a bracketed upper-case token and the first
     character of every other turn marker :func:`defuse_tokens` knows (``[|system|]``, ``]~b]``)
     written as JSON escapes: no chat template's special token (``<|im_start|>``, ``[INST]``) and
-    none of our tags can be spelt in it."""
-    return _BRACKET_TOKEN.sub(r"\\u005b", defuse_tokens(text.translate(_ANGLES)))
+    none of our tags can be spelt in it, nor in its NFKC or NFKD fold (what a normalizing
+    tokenizer reads): the compatibility look-alikes of ``<`` and ``>`` are escaped too, and a
+    bracketed token spelt with look-alikes (``［PREFIX］``) loses its bracket as ``[PREFIX]`` does."""
+    text = defuse_tokens(text.translate(_ANGLES).translate(_ANGLE_FOLDS))
+    return _escaped_at(text, sorted(_starts(_BRACKET_TOKEN, text)))
 
 
 def quote(text: str) -> str:
@@ -44,8 +54,9 @@ def quote(text: str) -> str:
     prompts alike: one :func:`json_line` with :func:`escape_special` applied, so it can
     neither close our tags nor spell a chat template's special tokens (``<|im_start|>``,
     ``[INST]``), which a local model's server parses in the text it tokenizes. It stays a
-    JSON literal of the text stored."""
-    return escape_special(json_line(text))
+    JSON literal of the text stored, and folded by a normalizing tokenizer (NFKC, NFKD), one of
+    the folded text: no look-alike of ``"`` or ``\\`` is left raw to end it early."""
+    return escape_special(json_line(text).translate(_QUOTE_FOLDS))
 
 
 # What a replayed turn may not spell: the opening character of a chat template's turn marker.
@@ -85,6 +96,16 @@ def _nfkc_view(text: str) -> tuple[str, list[int]]:
     return "".join(view), origin
 
 
+def _starts(pattern: re.Pattern[str], text: str) -> set[int]:
+    """Where in ``text`` a match of ``pattern`` starts, in ``text`` or in its NFKC fold (the
+    character the fold's match starts from)."""
+    starts = {m.start() for m in pattern.finditer(text)}
+    if not unicodedata.is_normalized("NFKC", text):
+        view, origin = _nfkc_view(text)
+        starts.update(origin[m.start()] for m in pattern.finditer(view))
+    return starts
+
+
 def defuse_tokens(text: str) -> str:
     """``text`` with the first character of each chat-template turn marker in it written as
     a JSON escape, as :func:`quote` writes it (``<|im_start|>`` -> ``\\u003c|im_start|>``,
@@ -106,11 +127,7 @@ def defuse_pieces(pieces: Sequence[str]) -> list[str]:
     with nothing between them, so ``["<", "|im_start|>"]`` is a marker there though neither
     piece alone is one."""
     text = "".join(pieces)
-    starts = {m.start() for m in _TURN_MARKER.finditer(text)}
-    if not unicodedata.is_normalized("NFKC", text):
-        view, origin = _nfkc_view(text)
-        starts.update(origin[m.start()] for m in _TURN_MARKER.finditer(view))
-    places = sorted(starts)
+    places = sorted(_starts(_TURN_MARKER, text))
     out: list[str] = []
     offset = n = 0
     for piece in pieces:  # one pass over the places, which are in order (many pieces, many markers)
