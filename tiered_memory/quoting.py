@@ -4,11 +4,14 @@ Every place that hands stored text to a model (the rendered memory, the layers' 
 prompts, the LangChain replay and string forms) quotes it with :func:`quote` and shows a
 stored role or label with :func:`label_text`. Invariant: a quoted text is one line that no
 line splitting can break, and it can neither close our tags nor spell a chat template's
-special tokens; a label holds no character that could start a line or close a quote.
+special tokens; a label holds no character that could start a line or close a quote. Both hold
+of the text as a normalizing tokenizer reads it too (compatibility look-alikes folded, controls,
+format characters and combining marks dropped).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import unicodedata
@@ -25,14 +28,13 @@ def json_line(text: str) -> str:
     return json.dumps(text, ensure_ascii=False).translate(LINE_BREAK_ESCAPES)
 
 
-_ANGLES = {ord("<"): "\\u003c", ord(">"): "\\u003e"}
-# The characters Unicode compatibility normalization folds into ``<``, ``>``, ``"`` or ``\\``: the
-# fullwidth and small forms, and ``≮`` ``≯`` (``<`` ``>`` and a combining stroke under NFKD). A
-# Hugging Face tokenizer whose normalizer applies NFKC or NFKD hands the model the folded text,
-# where a raw ``＂`` would end a quote, ``＼`` escape its real end and ``﹤/memory﹥`` close our
-# block, so they are escaped where their folds are (tests/test_injection.py finds every one).
-_ANGLE_FOLDS = {c: f"\\u{c:04x}" for c in (0x226E, 0x226F, 0xFE64, 0xFE65, 0xFF1C, 0xFF1E)}
-_QUOTE_FOLDS = {c: f"\\u{c:04x}" for c in (0xFE68, 0xFF02, 0xFF3C)}
+# ``<`` and ``>``, and the characters Unicode compatibility normalization folds into them (their
+# fullwidth and small forms, and ``≮`` ``≯``: ``<`` ``>`` and a combining stroke under NFKD); and
+# the ones it folds into ``"`` or ``\\`` (fullwidth, small). A Hugging Face tokenizer whose normalizer
+# applies NFKC or NFKD hands the model the folded text, where a raw ``＂`` would end a quote, ``＼``
+# escape its real end and ``﹤/memory﹥`` close our block (tests/test_injection.py finds every one).
+_ANGLES = {c: f"\\u{c:04x}" for c in (0x3C, 0x3E, 0x226E, 0x226F, 0xFE64, 0xFE65, 0xFF1C, 0xFF1E)}
+_QUOTE_ESCAPES = {**LINE_BREAK_ESCAPES, **{c: f"\\u{c:04x}" for c in (0xFE68, 0xFF02, 0xFF3C)}}
 # Mistral's chat templates mark turns with bracketed tokens ([INST], [/INST], [SYSTEM_PROMPT],
 # [TOOL_CALLS]...), parsed out of the text as <|im_start|> is: the bracket that opens one
 _BRACKET_TOKEN = re.compile(r"\[(?=/?[A-Z][A-Z_]+\])")
@@ -45,8 +47,8 @@ def escape_special(text: str) -> str:
     none of our tags can be spelt in it, nor in its NFKC or NFKD fold (what a normalizing
     tokenizer reads): the compatibility look-alikes of ``<`` and ``>`` are escaped too, and a
     bracketed token spelt with look-alikes (``［PREFIX］``) loses its bracket as ``[PREFIX]`` does."""
-    text = defuse_tokens(text.translate(_ANGLES).translate(_ANGLE_FOLDS))
-    return _escaped_at(text, sorted(_starts(_BRACKET_TOKEN, text)))
+    text = text.translate(_ANGLES)
+    return _escaped_at(text, sorted(_starts(_SPECIAL, text)))
 
 
 def quote(text: str) -> str:
@@ -56,7 +58,7 @@ def quote(text: str) -> str:
     ``[INST]``), which a local model's server parses in the text it tokenizes. It stays a
     JSON literal of the text stored, and folded by a normalizing tokenizer (NFKC, NFKD), one of
     the folded text: no look-alike of ``"`` or ``\\`` is left raw to end it early."""
-    return escape_special(json_line(text).translate(_QUOTE_FOLDS))
+    return escape_special(json.dumps(text, ensure_ascii=False).translate(_QUOTE_ESCAPES))  # json_line's, and more
 
 
 # What a replayed turn may not spell: the opening character of a chat template's turn marker.
@@ -84,25 +86,37 @@ _TURN_MARKER = re.compile(
     r"|\](?=~!?b[\[\]])")
 
 
-def _nfkc_view(text: str) -> tuple[str, list[int]]:
-    """``text`` under NFKC, character by character, and for each character of that view the
-    index in ``text`` of the character it comes from."""
-    view: list[str] = []
-    origin: list[int] = []
-    for i, c in enumerate(text):
-        folded = unicodedata.normalize("NFKC", c)
-        view.append(folded)
-        origin.extend([i] * len(folded))
-    return "".join(view), origin
+_SPECIAL = re.compile(f"{_TURN_MARKER.pattern}|{_BRACKET_TOKEN.pattern}")  # what escape_special escapes
+# What a marker starts with (``<``, ``[``, ``]``) and every character whose compatibility form
+# holds one: a text with none of them spells no marker however a tokenizer folds it.
+_ANCHORS = re.compile("[<\\[\\]\u226e\ufe47\ufe48\ufe64\uff1c\uff3b\uff3d]")
+# Characters a tokenizer's normalizer may drop before it matches its added tokens: BERT's cleaning
+# drops controls, format characters (zero-width joiners, bidi overrides, soft hyphens, tags, a BOM)
+# and private use; accent stripping drops combining marks.
+_DROPPED = frozenset({"Cc", "Cf", "Co", "Mn", "Mc", "Me"})
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _fold(c: str) -> str:
+    """``c`` as a normalizing tokenizer may read it: its NFKD (which decomposes every compatibility
+    look-alike NFKC folds, and ``≮`` into ``<`` and a mark) without the characters of
+    :data:`_DROPPED` (tab and line breaks stay)."""
+    if " " <= c <= "~" or c in "\t\n\r":
+        return c
+    return "".join(d for d in unicodedata.normalize("NFKD", c) if unicodedata.category(d) not in _DROPPED
+                   and d != "\ufffd")
 
 
 def _starts(pattern: re.Pattern[str], text: str) -> set[int]:
-    """Where in ``text`` a match of ``pattern`` starts, in ``text`` or in its NFKC fold (the
-    character the fold's match starts from)."""
+    """Where in ``text`` a match of ``pattern`` starts, in ``text`` or in its fold (each character
+    as :func:`_fold` reads it: the character the fold's match starts from)."""
     starts = {m.start() for m in pattern.finditer(text)}
-    if not unicodedata.is_normalized("NFKC", text):
-        view, origin = _nfkc_view(text)
-        starts.update(origin[m.start()] for m in pattern.finditer(view))
+    if _ANCHORS.search(text):
+        table = {ord(c): f for c in set(text) if (f := _fold(c)) != c}  # the few characters that fold
+        found = [m.start() for m in pattern.finditer(text.translate(table))] if table else []
+        if found:  # where each character of the fold comes from, only for a text that spells one
+            origin = [i for i, c in enumerate(text) for _ in table.get(ord(c), c)]
+            starts.update(origin[at] for at in found)
     return starts
 
 
@@ -116,7 +130,9 @@ def defuse_tokens(text: str) -> str:
     parsed, so a marker spelt in a stored turn would open a real (system) turn there. A
     marker spelt with compatibility look-alikes (``＜|im_start|＞``, ``［INST］``) counts too:
     a Hugging Face tokenizer matches its ``normalized`` added tokens in the text after its
-    normalizer, and NFKC folds those into the marker."""
+    normalizer, and NFKC folds those into the marker. So does one with characters a normalizer
+    drops inside (``<\\u200d|im_start|>``: BERT's cleaning drops controls and zero-width, bidi and
+    other format characters, accent stripping drops combining marks): see :func:`_fold`."""
     return defuse_pieces([text])[0]
 
 
