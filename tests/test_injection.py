@@ -282,7 +282,7 @@ def test_quoted_text_cannot_spell_a_bracketed_control_token(token: str) -> None:
     assert quote("see [1] and [Note] and [a_B]") == '"see [1] and [Note] and [a_B]"'  # other brackets stay
 
 
-@pytest.mark.parametrize("label", ["INST", "SYSTEM_PROMPT", "TOOL_CALLS", "AVAILABLE_TOOLS", "unused9",
+@pytest.mark.parametrize("label", ["INST", "SYSTEM_PROMPT", "TOOL_CALLS", "AVAILABLE_TOOLS", "unused9", "PREFIX",
                                    "UNUSED_TOKEN_146"])
 def test_an_items_head_spells_no_bracketed_control_token(tmp_path: Any, label: str) -> None:
     """A working-memory ``type`` is a plain label (letters, digits, ``_``), and an item with no

@@ -17,7 +17,7 @@ from ..layers.buffer import group_turns
 from ..recall.query import words
 from ..tokens import TokenCount
 from ..types import StoredMessage
-from ..quoting import defuse_tokens, label_text as label_text, quote as quote  # shared with the layers' LLM prompts
+from ..quoting import defuse_tokens, escape_special, label_text as label_text, quote as quote  # shared with the layers' LLM prompts
 from ..storable import CUT_MARKER as CUT_MARKER  # a stored text cut to max_content_chars ends with it too
 
 PREAMBLE = (
@@ -84,12 +84,13 @@ def _stamp(ts: float | None) -> str:
 
 def render_item(item: ContextItem) -> str:
     """One ``- `` line: the item's head (its time, role and label) in brackets, then its quoted
-    text. A label alone in the brackets may spell a bracketed turn marker (a working-memory type
-    ``INST`` would head its item ``[INST]``), so the head is defused as a replayed turn is."""
+    text. A label alone in the brackets may spell a bracketed control token (a working-memory type
+    ``INST`` would head its item ``[INST]``, ``MIDDLE`` Mistral's fill-in-the-middle ``[MIDDLE]``),
+    so the head is escaped as quoted text is (:func:`~tiered_memory.quoting.escape_special`)."""
     stamp = _stamp(item.timestamp)
     head = " ".join(x for x in (stamp[:10] if item.by_day else stamp, label_text(item.role), label_text(item.label))
                     if x)
-    return f"- {defuse_tokens(f'[{head}]')} {quote(item.text)}" if head else f"- {quote(item.text)}"
+    return f"- {escape_special(f'[{head}]')} {quote(item.text)}" if head else f"- {quote(item.text)}"
 
 
 def item_cost(item: ContextItem, count: Callable[[str], TokenCount]) -> TokenCount:
