@@ -21,13 +21,6 @@ from typing import Any, Callable, Sequence
 # tokenizers and editors treat as line breaks (NEL, C1 controls, LINE/PARAGRAPH SEPARATOR).
 LINE_BREAK_ESCAPES = {c: f"\\u{c:04x}" for c in [*range(0x7F, 0xA0), 0x2028, 0x2029]}
 
-
-def json_line(text: str) -> str:
-    """``text`` as one JSON string literal that no line splitting can break: a stored text
-    quoted so can never start a line of its own (a prompt's or a rendered memory's)."""
-    return json.dumps(text, ensure_ascii=False).translate(LINE_BREAK_ESCAPES)
-
-
 # ``<`` and ``>``, and the characters Unicode compatibility normalization folds into them (their
 # fullwidth and small forms, and ``≮`` ``≯``: ``<`` ``>`` and a combining stroke under NFKD); and
 # the ones it folds into ``"`` or ``\\`` (fullwidth, small). A Hugging Face tokenizer whose normalizer
@@ -35,6 +28,15 @@ def json_line(text: str) -> str:
 # escape its real end and ``﹤/memory﹥`` close our block (tests/test_injection.py finds every one).
 _ANGLES = {c: f"\\u{c:04x}" for c in (0x3C, 0x3E, 0x226E, 0x226F, 0xFE64, 0xFE65, 0xFF1C, 0xFF1E)}
 _QUOTE_ESCAPES = {**LINE_BREAK_ESCAPES, **{c: f"\\u{c:04x}" for c in (0xFE68, 0xFF02, 0xFF3C)}}
+
+
+def json_line(text: str) -> str:
+    """``text`` as one JSON string literal that no line splitting can break, and that no look-alike
+    of ``"`` or ``\\`` ends early once a tokenizer folds it: a stored text quoted so can never start
+    a line of its own (a prompt's or a rendered memory's)."""
+    return json.dumps(text, ensure_ascii=False).translate(_QUOTE_ESCAPES)
+
+
 # Mistral's chat templates mark turns with bracketed tokens ([INST], [/INST], [SYSTEM_PROMPT],
 # [TOOL_CALLS]...), parsed out of the text as <|im_start|> is: the bracket that opens one
 _BRACKET_TOKEN = re.compile(r"\[(?=/?[A-Z][A-Z_]+\])")
@@ -57,8 +59,8 @@ def quote(text: str) -> str:
     neither close our tags nor spell a chat template's special tokens (``<|im_start|>``,
     ``[INST]``), which a local model's server parses in the text it tokenizes. It stays a
     JSON literal of the text stored, and folded by a normalizing tokenizer (NFKC, NFKD), one of
-    the folded text: no look-alike of ``"`` or ``\\`` is left raw to end it early."""
-    return escape_special(json.dumps(text, ensure_ascii=False).translate(_QUOTE_ESCAPES))  # json_line's, and more
+    the folded text."""
+    return escape_special(json_line(text))
 
 
 # What a replayed turn may not spell: the opening character of a chat template's turn marker.
