@@ -1,5 +1,6 @@
 """Hooks into a real memory for tests: a writer forced in just before the layers' next write
-transaction (the races of a read before it), and the commits a call makes (reads that must not write)."""
+transaction (the races of a read before it), the commits a call makes (reads that must not write),
+and the SQL reads of the items table a call makes on SQLite (reads that must be bounded)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,15 @@ def commits_during(memory: TieredMemory, call: Callable[[], Any]) -> int:
     finally:
         memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
     return len(seen)
+
+
+def item_reads(memory: TieredMemory, run: Callable[[], Any]) -> list[str]:
+    """The statements reading the ``items`` table that ``run()`` sends to the memory's SQLite
+    connection, as sqlite3's trace callback sees them (with their parameters filled in)."""
+    seen: list[str] = []
+    memory.store.conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
+    try:
+        run()
+    finally:
+        memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
+    return [s for s in seen if "FROM items" in s]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from langchain.agents.middleware import before_model
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import AIMessage, BaseMessage, RemoveMessage
+from langchain_core.tools import tool
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from http_support import json_server
 
@@ -69,3 +72,21 @@ def lines_from_stored(prompt: str, stored: list[str]) -> list[str]:
     every stored text stays inside its quoted line."""
     inner = [line for text in stored for line in text.splitlines()[1:] if line.strip()]
     return [line for line in prompt.splitlines() if any(line.startswith(i) for i in inner)]
+
+
+@tool
+def get_time() -> str:
+    """The current time."""
+    return "12:00"
+
+
+@before_model
+def keep_last_three(state: Any, runtime: Any) -> dict[str, Any] | None:
+    """A trim of the agent's messages to the last three, as a user's ``@before_model`` hook may do."""
+    messages = state["messages"]
+    return None if len(messages) <= 3 else {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[-3:]]}
+
+
+def time_call(call_id: str) -> AIMessage:
+    """A model's call of :func:`get_time`."""
+    return AIMessage(content="", tool_calls=[{"name": "get_time", "args": {}, "id": call_id, "type": "tool_call"}])

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import pytest
 
+from hook_support import item_reads
 from tiered_memory import TieredMemory
 from tiered_memory.backends import open_layer_store
 from tiered_memory.layers.items import ItemWrite, check_filter, match_filter
@@ -78,16 +79,6 @@ def test_a_condition_the_sql_cannot_say_exactly_is_left_to_python(flt: dict[str,
     assert selected >= set(_python(flt))
 
 
-def _traced(memory: TieredMemory, run: Callable[[], Any]) -> list[str]:
-    seen: list[str] = []
-    memory.store.conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
-    try:
-        run()
-    finally:
-        memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
-    return [s for s in seen if "FROM items" in s]
-
-
 def test_a_listing_with_a_selective_filter_reads_one_bounded_page(memory: TieredMemory) -> None:
     """The filter was checked in Python after each page was read: one item in 3,000 read them all,
     in pages doubling to 1,000 rows. The database now returns only the rows that match."""
@@ -95,7 +86,7 @@ def test_a_listing_with_a_selective_filter_reads_one_bounded_page(memory: Tiered
     items.write_many([ItemWrite(namespace=("u", "n"), key=f"k{n}", user_id="u",
                                 value={"n": n, "kind": "rare" if n == 7 else "common"}) for n in range(3000)])
     found: list[Any] = []
-    reads = _traced(memory, lambda: found.extend(items.search(("u",), filter={"kind": "rare"}, limit=10)))
+    reads = item_reads(memory, lambda: found.extend(items.search(("u",), filter={"kind": "rare"}, limit=10)))
     assert [h.item.key for h in found] == ["k7"]
     assert len(reads) == 2 and all(r.endswith("LIMIT 10") for r in reads)  # ("u",) itself, and below it
 

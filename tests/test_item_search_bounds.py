@@ -9,6 +9,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
+from hook_support import item_reads
 from tiered_memory import MemoryConfig, RetrievalConfig, StaticEmbedder, TieredMemory
 from tiered_memory.layers.items import ItemWrite
 
@@ -32,16 +33,6 @@ def _fill(memory: TieredMemory) -> None:
         + [ItemWrite(namespace=("u", "misc"), key="bare", user_id="u", value={"n": -1, "rare": True})])  # no text
 
 
-def _reads(memory: TieredMemory, run: Callable[[], Any]) -> list[str]:
-    seen: list[str] = []
-    memory.store.conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
-    try:
-        run()
-    finally:
-        memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
-    return [s for s in seen if "FROM items" in s]
-
-
 def _unbounded(reads: list[str]) -> list[str]:
     """The reads of item rows with no LIMIT and no id list: every row under the prefix."""
     return [s for s in reads if " LIMIT " not in s and " id IN (" not in s]
@@ -60,7 +51,7 @@ def test_a_short_page_reads_only_the_rows_the_filter_matches(small: TieredMemory
     rank the few that match; it now reads those rows alone, then fills with the one without text."""
     _fill(small)
     hits: list[Any] = []
-    reads = _reads(small, lambda: hits.extend(small.item_store().search(
+    reads = item_reads(small, lambda: hits.extend(small.item_store().search(
         ("u",), query="a cup of tea", user_id="u", filter={"rare": True}, limit=5)))
     assert _unbounded(reads) == []
     assert [h.item.key for h in hits[:2]] == _brute(small, "a cup of tea", lambda i: i.value.get("rare"))
@@ -73,7 +64,7 @@ def test_a_short_page_of_a_large_prefix_reads_the_nearest_vectors_rows(small: Ti
     page is the one ranking every item of the prefix gives."""
     _fill(small)
     hits: list[Any] = []
-    reads = _reads(small, lambda: hits.extend(small.item_store().search(
+    reads = item_reads(small, lambda: hits.extend(small.item_store().search(
         ("u", "misc"), query="a cup of tea", user_id="u", limit=5, offset=2)))
     assert _unbounded(reads) == []
     assert [h.item.key for h in hits] == _brute(small, "a cup of tea", lambda i: True)[2:7]

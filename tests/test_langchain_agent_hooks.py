@@ -16,15 +16,14 @@ from typing import Any, Callable
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, AgentState, PIIMiddleware, before_model
+from langchain.agents.middleware import AgentMiddleware, AgentState, PIIMiddleware
 from langchain.agents.middleware.pii import PIIDetectionError
-from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
-from langchain_core.tools import tool
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.runtime import Runtime
 
 from langchain_tiered_memory import TieredMemoryMiddleware
 from langchain_tiered_memory.testing import ScriptedToolModel
+from lc_support import get_time, keep_last_three, time_call
 from tiered_memory import TieredMemory
 from tiered_memory.embedding import Embedder
 from tiered_memory.testing import CountingEmbedder
@@ -89,22 +88,6 @@ def test_a_final_reply_a_middleware_listed_after_rewrites_at_the_end_is_stored_r
     assert _stored(memory) == [("user", "What is the launch code?"), ("assistant", "I cannot provide that response.")]
 
 
-@tool
-def get_time() -> str:
-    """The current time."""
-    return "12:00"
-
-
-@before_model
-def keep_last_three(state: Any, runtime: Any) -> dict[str, Any] | None:
-    messages = state["messages"]
-    return None if len(messages) <= 3 else {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[-3:]]}
-
-
-def _call(call_id: str) -> AIMessage:
-    return AIMessage(content="", tool_calls=[{"name": "get_time", "args": {}, "id": call_id, "type": "tool_call"}])
-
-
 @pytest.mark.parametrize(("run", "trim"), [("invoke", False), ("ainvoke", True)], ids=["kept", "trimmed-later"])
 def test_a_question_a_middleware_redacts_is_recalled_for_redacted(
         make_memory: Callable[..., TieredMemory], embedder: Embedder, trim: bool, run: str) -> None:
@@ -113,7 +96,7 @@ def test_a_question_a_middleware_redacts_is_recalled_for_redacted(
     went to the embedder (a hosted embeddings API) all the same: each call, or once a trim dropped it."""
     counting = CountingEmbedder(embedder)
     memory = make_memory(embedder=counting)
-    model = ScriptedToolModel(responses=[_call("c1"), _call("c2"), AIMessage("Noted.")])
+    model = ScriptedToolModel(responses=[time_call("c1"), time_call("c2"), AIMessage("Noted.")])
     hooks: list[Any] = [PIIMiddleware("email", strategy="redact"), *([keep_last_three] if trim else [])]
     agent = create_agent(model, [get_time], middleware=[*hooks, TieredMemoryMiddleware(memory)])
     given = {"messages": [HumanMessage("Mail bob@example.com the time.")]}

@@ -11,31 +11,12 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import before_model
-from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage
-from langchain_core.tools import tool
-from langgraph.graph.message import REMOVE_ALL_MESSAGES
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from langchain_tiered_memory import TieredMemoryMiddleware
 from langchain_tiered_memory.testing import ScriptedToolModel
-from lc_support import PromptRecorder
+from lc_support import PromptRecorder, get_time, keep_last_three, time_call
 from tiered_memory import TieredMemory
-
-
-@tool
-def get_time() -> str:
-    """The current time."""
-    return "12:00"
-
-
-@before_model
-def keep_last_three(state: Any, runtime: Any) -> dict[str, Any] | None:
-    messages = state["messages"]
-    return None if len(messages) <= 3 else {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *messages[-3:]]}
-
-
-def _call(call_id: str) -> AIMessage:
-    return AIMessage(content="", tool_calls=[{"name": "get_time", "args": {}, "id": call_id, "type": "tool_call"}])
 
 
 @pytest.mark.parametrize("run", ["invoke", "ainvoke"])
@@ -44,7 +25,7 @@ def test_a_trimmed_away_question_is_still_what_memory_is_recalled_for_and_the_tu
     memory.add_many([{"role": "user", "content": "My favourite colour is teal."},
                      {"role": "assistant", "content": "Teal is lovely."}], session_id="old", user_id="u1")
     rec = PromptRecorder()
-    model = ScriptedToolModel(responses=[_call("c1"), _call("c2"), AIMessage("Noon, and teal.")], callbacks=[rec])
+    model = ScriptedToolModel(responses=[time_call("c1"), time_call("c2"), AIMessage("Noon, and teal.")], callbacks=[rec])
     agent = create_agent(model, [get_time], middleware=[keep_last_three, TieredMemoryMiddleware(memory)])
     given = {"messages": [HumanMessage("What is my favourite colour, and the time?")]}
     context = {"user_id": "u1", "session_id": "new"}
@@ -65,9 +46,9 @@ _SUMMARY = HumanMessage("Earlier: ...", additional_kwargs={"lc_source": "summari
 @pytest.mark.parametrize(("messages", "start"), [
     ([], None),
     ([HumanMessage("q"), AIMessage("a")], 0),
-    ([HumanMessage("q1"), AIMessage("a1"), HumanMessage("q2"), _call("c")], 2),
-    ([_SUMMARY, _call("c")], 1),  # the user's message was summarized away: the turn follows the summary
-    ([_call("c1"), AIMessage("")], 0),  # trimmed away: the turn is what is left (stored ones are skipped)
+    ([HumanMessage("q1"), AIMessage("a1"), HumanMessage("q2"), time_call("c")], 2),
+    ([_SUMMARY, time_call("c")], 1),  # the user's message was summarized away: the turn follows the summary
+    ([time_call("c1"), AIMessage("")], 0),  # trimmed away: the turn is what is left (stored ones are skipped)
 ])
 def test_turn_start(messages: list[Any], start: int | None) -> None:
     from langchain_tiered_memory.middleware import turn_start
