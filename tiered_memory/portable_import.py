@@ -5,7 +5,7 @@ user's line in a scoped import, an id on two lines) and keeps of each valid line
 number, its kind and where it starts, and each record's identity for the repeat check, in a
 :class:`~.store.line_index.LineIndex`: a scratch index of the file on disk, which holds nothing
 of the memory and is deleted as the import ends. With an invalid line
-nothing is written, as before, unless ``skip_invalid``. A file that is not a regular one (a
+nothing is written, unless ``skip_invalid``. A file that is not a regular one (a
 pipe: ``import <(gunzip -c dump.jsonl.gz)``, ``/dev/stdin``) is read once: the first pass copies
 it to a temporary file, which the second reads.
 
@@ -13,7 +13,7 @@ The second pass reads the valid lines back kind by kind, in the order the import
 (:data:`GROUPS`: the messages, then the sessions' cursors, facts, episodes, archived turns,
 working memory, scratchpads, the audit log and items), ``MemoryConfig.write_chunk`` records at a
 time: messages one transaction each, every other kind one restore call each. Facts with their
-history, and the audit log, are each restored in one call, as now: the order a store keeps them
+history, and the audit log, are each restored in one call: the order a store keeps them
 in is the file's sorted (a history by each entry's place in it, a log by time), so those lines are
 held together (they are a user's history and log, small beside the turns; the audit restore reads
 the log the store holds anyway). A line the second pass reads otherwise than the first (the
