@@ -112,3 +112,24 @@ def test_the_cli_dry_run_prints_the_report_and_writes_nothing(
     assert printed["dry_run"] is True and printed["merged"] == 2 and printed["pruned"] == 1
     again = make_memory("mem")
     assert _rows(again) == before
+
+
+@pytest.mark.record_stores("sqlite")
+def test_a_dry_run_foresees_the_promotion_of_an_episode_the_same_run_makes(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """With ``promote_access_count=0`` every episode is promoted, those the sessions step makes in
+    the same run too; the dry run promoted only the episodes already stored (0 where the run
+    promoted 1). An episode of a session where nothing was said is never promoted, in either."""
+    from tiered_memory import MemoryConfig
+    from tiered_memory.config import ConsolidationConfig
+
+    memory = make_memory(config=MemoryConfig(consolidation=ConsolidationConfig(promote_access_count=0)))
+    memory.add("user", "I booked flight LX-100 to Zurich.", session_id="idle", user_id="u",
+               timestamp=time.time() - 2 * DAY)
+    memory.add("system", "You are a helpful assistant.", session_id="setup", user_id="u",
+               timestamp=time.time() - 2 * DAY)
+    dry = memory.consolidate("u", dry_run=True)
+    real = memory.consolidate("u")
+    made = {e.id: e.session_id for e in memory.episodes("u")}
+    assert real.promoted == 1 and [made[i] for i in real.details["promote"]] == ["idle"]
+    assert _comparable(dry, {}) == _comparable(real, made)

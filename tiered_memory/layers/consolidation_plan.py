@@ -12,7 +12,8 @@ What only a model or the session's words would decide is not foreseen: the facts
 ``sessions`` and ``promote`` steps would extract (and what they would update, invalidate or
 merge with). An episode the ``sessions`` step would make has no id yet: a dry run names it by
 its session's id, in ``details["sessions"]`` and, where it would be archived in the same run
-(a session older than ``compress_after_days``), in ``details["compress"]``.
+(a session older than ``compress_after_days``), in ``details["compress"]``; where it would be
+promoted (``promote_access_count=0``), in ``details["promote"]``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..slots import text_slot
 from ..store.repositories import LayerRepository
 from ..types import StoredMessage
 from .episodic import EpisodicMemory, said_nothing
+from .extractive import NOTHING_SAID, QUOTED_ROLES, read_by
 from .resolution import other_slots, says_all_of
 from .semantic import SemanticMemory
 from .working import decayed
@@ -209,7 +211,9 @@ def preview(layers: Consolidating, user_id: str, *, progress: Progress | None = 
         spans = layers.pending_spans(user_id, sid)
         if spans:
             details["sessions"].append(sid)
-            made += [Episode(id=sid, user_id=user_id, session_id=sid, summary="", source_ids=[m.id for m in span],
+            # a span where nothing was said makes an episode that says so (never promoted)
+            made += [Episode(id=sid, user_id=user_id, session_id=sid, source_ids=[m.id for m in span],
+                             summary="" if read_by(span, QUOTED_ROLES) else NOTHING_SAID,
                              end=max(m.timestamp for m in span)) for span in spans]
         tick("sessions", n, len(idle))
 
@@ -229,7 +233,8 @@ def preview(layers: Consolidating, user_id: str, *, progress: Progress | None = 
         tick("merge", n, len(plan))
 
     episodes = layers.episodes.select(user_id)
-    promote = select_promotions(episodes, cfg.promote_access_count)
+    # those the sessions step makes are the run's to promote too (unaccessed: with a count of 0)
+    promote = select_promotions([*episodes, *made], cfg.promote_access_count)
     for n, ep in enumerate(promote, 1):
         details["promote"].append(ep.id)
         tick("promote", n, len(promote))
