@@ -234,3 +234,21 @@ def test_find_json_object_tries_the_first_openings_only() -> None:
     assert find_json_object("{a " * (MAX_OPENINGS - 1) + '{"x": 1}') == {"x": 1}
     with pytest.raises(ValueError, match="no JSON object"):
         find_json_object("{a " * MAX_OPENINGS + '{"x": 1}')
+
+
+@pytest.mark.parametrize("text", [
+    '{"facts": [{"type": "fact", "text": "User has a budget", "confidence": true, "sources": [1]}]}',
+    '{"facts": [{"type": "fact", "text": "User has a budget", "confidence": 0.5, "sources": [true]}]}',
+    '{"action": "invalidate", "target": true}',
+])
+def test_true_or_false_where_a_number_is_asked_for_is_invalid_output(text: str) -> None:
+    """pydantic's lax mode reads JSON true as 1: a fact at confidence 1.0 citing turn 1, or a
+    judgement invalidating existing fact 1, from an answer that gave no number at all. A numeric
+    string ("3") is still taken (test_parse_output_reports_schema_errors)."""
+    from tiered_memory.layers.longterm import ExtractedFacts
+    from tiered_memory.layers.resolution import Judgement
+
+    schema = Judgement if "action" in text else ExtractedFacts
+    with pytest.raises(ValueError, match="true or false"):
+        parse_output(text, schema)
+    assert parse_output('{"action": "invalidate", "target": "1"}', Judgement).target == 1

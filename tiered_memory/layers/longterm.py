@@ -29,7 +29,7 @@ from ..recall.indexing import UNREPAIRED
 from ..slots import text_slot
 from ..store.base import SettledSource
 from ..llm.adapters import resolve_llm
-from ..llm.base import LLM, complete_json
+from ..llm.base import LLM, ModelCount, ModelNumber, complete_json
 from .resolution import Judgement, slot_of
 from .changes import stored_metadata
 from .fact_unit import CHANGING, TRIES
@@ -61,8 +61,8 @@ from]}]}. Only facts stated in the conversation; {"facts": []} when there are no
 class ExtractedFact(BaseModel):
     type: FactType
     text: str = Field(min_length=1, max_length=MAX_FACT_CHARS, pattern=r"\S")  # a fact a user could add
-    confidence: float = Field(default=0.8, ge=0.0, le=1.0)
-    sources: list[int] = Field(default_factory=list, description="numbers of the messages it comes from")
+    confidence: ModelNumber = Field(default=0.8, ge=0.0, le=1.0)
+    sources: list[ModelCount] = Field(default_factory=list, description="numbers of the messages it comes from")
 
     @field_validator("text")
     @classmethod

@@ -16,6 +16,7 @@ from typing import Literal, Sequence
 
 from pydantic import BaseModel, Field, field_validator
 
+from ..llm.base import ModelCount
 from ..records import Fact, FactCandidate
 from ..recall.coverage import stems
 from ..slots import stated_slot, stated_value, text_slot
@@ -38,7 +39,7 @@ class Judgement(BaseModel):
     """The LLM's resolution of a candidate against numbered existing facts."""
 
     action: Literal["add", "update", "invalidate", "noop"]
-    target: int | None = Field(default=None, description="number of the existing fact, if any")
+    target: ModelCount | None = Field(default=None, description="number of the existing fact, if any")
     text: str | None = Field(default=None, max_length=MAX_FACT_CHARS, pattern=r"\S",
                              description="merged text, for update")
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
 
 from ..errors import LLMError, LLMOutputError
 from ..quoting import escape_special
@@ -36,6 +36,20 @@ class LLM(Protocol):
         self, messages: list[dict[str, str]], *, json_mode: bool = False,
         max_tokens: int | None = None,
     ) -> str: ...
+
+
+def _no_flag(value: Any) -> Any:
+    """A JSON ``true``/``false`` where a number is asked for is a wrong type: pydantic's lax mode
+    reads it as 1 or 0 (a fact at confidence 1.0 citing turn 1, a judgement on existing fact 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()} (true or false)")
+    return value
+
+
+#: a number a model returns in a schema (a confidence): ``0.5`` and ``"0.5"``, never ``true``
+ModelNumber = Annotated[float, BeforeValidator(_no_flag)]
+#: a whole number a model returns in a schema (a turn's, a fact's): ``3`` and ``"3"``, never ``true``
+ModelCount = Annotated[int, BeforeValidator(_no_flag)]
 
 
 def strip_fences(text: str) -> str:
