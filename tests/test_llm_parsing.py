@@ -252,3 +252,21 @@ def test_true_or_false_where_a_number_is_asked_for_is_invalid_output(text: str) 
     with pytest.raises(ValueError, match="true or false"):
         parse_output(text, schema)
     assert parse_output('{"action": "invalidate", "target": "1"}', Judgement).target == 1
+
+
+async def test_a_model_raising_cancelled_error_of_its_own_is_an_llm_error() -> None:
+    """A provider's client may let a CancelledError of its own out (a cancel scope of its own,
+    a connection pool shut down) though nobody cancelled the call: it came out of complete_json
+    bare, past the fallback, so end_session failed instead of using the rules. The caller's own
+    cancellation still cancels."""
+    import asyncio
+
+    llm = ScriptedLLM([asyncio.CancelledError()])
+    with pytest.raises(LLMError, match="CancelledError"):
+        await complete_json(llm, [{"role": "user", "content": "go"}], Point, timeout=5.0)
+    slow = ScriptedLLM([Delay(5.0, fenced({"x": 1}))])
+    task = asyncio.ensure_future(complete_json(slow, [{"role": "user", "content": "go"}], Point, timeout=10.0))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

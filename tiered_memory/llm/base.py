@@ -123,6 +123,15 @@ async def call_llm(
     except asyncio.TimeoutError as e:
         raise LLMError(f"the LLM did not answer within {timeout} s; raise LLMConfig.timeout_s "
                        "or use a faster model") from e
+    except asyncio.CancelledError as e:
+        # the model's own (a provider client's cancel scope), not a cancellation of this call: a
+        # failure like any other, which the rules then stand in for; before Python 3.11 a task
+        # cannot tell the two apart, and the cancellation is passed on
+        task = asyncio.current_task()
+        cancelling = getattr(task, "cancelling", None)
+        if cancelling is None or cancelling():
+            raise
+        raise LLMError(f"the LLM failed: {type(e).__name__} raised by the model, which nothing cancelled") from e
     except LLMError:
         raise
     except Exception as e:
