@@ -243,3 +243,29 @@ def test_a_fact_edited_while_the_merge_step_runs_is_not_merged_as_it_was(make_me
     report = memory.consolidate("u", progress=meanwhile)
     assert report.details["merge"] == ["d1"]
     assert {f.id: f.text for f in memory.facts("u")}["d2"] == "User plays the cello in an orchestra in Porto on Sundays"
+
+
+@pytest.mark.record_stores("sqlite")
+def test_a_rerun_after_a_fact_vector_failed_to_write_stores_no_second_copy(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """The sessions step stored a fact, and the engine refused its vector (a VectorIndexError: the
+    row stays, pending). The next run ended the session again, its rules found the fact by its
+    vector only (it has no slot), so they added it a second time and the merge step merged the
+    two: a merge counted, and an add and a merge in the history, for no duplicate the user made.
+    A run pays what a failed one left first, as a write does: the fact is found, nothing doubled."""
+    from tiered_memory import VectorIndexError
+    from tiered_memory.testing import FailingVectorIndex
+    from tiered_memory.vector.chroma import ChromaVectorIndex
+
+    index = FailingVectorIndex(ChromaVectorIndex(str(tmp_path / "vectors")), fail_on=[])
+    memory = make_memory(vector_store=index)
+    memory.add("user", "I'm a violin teacher.", session_id="idle", user_id="u", timestamp=time.time() - 2 * DAY)
+    index.fail_on = {"upsert"}  # the fact's, the first the run writes
+    with pytest.raises(VectorIndexError):
+        memory.consolidate("u")
+    index.healthy()
+    again = memory.consolidate("u")
+    assert (again.sessions, again.merged) == (1, 0)
+    assert [(f.text, len(f.source_ids)) for f in memory.facts("u")] == [("User is a violin teacher", 1)]
+    assert [c.action for c in memory.fact_history("u")] == ["add"]
+    assert memory.search_episodes("violin", user_id="u", k=1)[0].episode.session_id == "idle"

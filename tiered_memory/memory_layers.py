@@ -60,6 +60,8 @@ class MemoryLayers(MemoryEngines):
         check_callback(progress, "progress", 3)
         check_flag(dry_run, "dry_run")
         self.parts.access.flush()  # promotion and pruning read the access counts
+        if self._owed and not dry_run:  # what a failed run left, as a write pays it: a fact whose vector
+            self._pay_owed()            # was refused is found by the rules again, not stored twice
         with self._owing():
             return self._layers.consolidate(user_id, progress, dry_run)
 
