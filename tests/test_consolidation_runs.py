@@ -269,3 +269,24 @@ def test_a_rerun_after_a_fact_vector_failed_to_write_stores_no_second_copy(
     assert [(f.text, len(f.source_ids)) for f in memory.facts("u")] == [("User is a violin teacher", 1)]
     assert [c.action for c in memory.fact_history("u")] == ["add"]
     assert memory.search_episodes("violin", user_id="u", k=1)[0].episode.session_id == "idle"
+
+
+@pytest.mark.record_stores("sqlite")
+def test_a_promoted_key_fact_cites_the_turn_that_said_it(make_memory: Callable[..., TieredMemory]) -> None:
+    """Every fact promoted from an episode cited the episode's last 20 turns, whichever said it:
+    "User is a violin teacher", said in the first of 25 turns, stated again by the promotion,
+    took in turns 6-25 as its sources, none of which says it. A point cites the episode's turns
+    that say all it says (the last 20 only where none does: a model's words, archived turns)."""
+    memory = make_memory()
+    said = memory.add("user", "I'm a violin teacher.", session_id="s", user_id="u", timestamp=time.time() - 2 * DAY)
+    words = "scales bowing vibrato posture rosin tuning pegs bridge strings chinrest shoulder etudes metronome " \
+            "intonation shifting harmonics pizzicato spiccato legato tremolo dynamics phrasing sightreading recital"
+    memory.add_many([{"role": "user", "content": f"Tell me about {w}.", "timestamp": time.time() - 2 * DAY + 1}
+                     for w in words.split()], session_id="s", user_id="u")
+    memory.end_session("s", user_id="u")
+    [fact] = memory.facts("u")
+    assert fact.source_ids == [said]
+    for _ in range(3):
+        memory.search_episodes("violin teacher", user_id="u", k=1)
+    assert memory.consolidate("u").promoted == 1
+    assert [f.source_ids for f in memory.facts("u") if f.text == "User is a violin teacher"] == [[said]]

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..config import ConsolidationConfig
 from ..parts import Parts
+from ..recall.coverage import stems
 from ..recall.scoring import recency_score
 from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..slots import text_slot
@@ -115,22 +116,35 @@ def select_compressions(episodes: Sequence[Episode], now: float, older_than_days
             and e.end < now - older_than_days * 86400]
 
 
-def promotion_candidates(episode: Episode) -> list[FactCandidate]:
+def promotion_candidates(episode: Episode, said: Mapping[str, str] | None = None) -> list[FactCandidate]:
     """Facts from a frequently recalled episode: its key facts, else its decisions, else its summary.
 
     Each in the slot its words name (:func:`~tiered_memory.slots.stated_slot`), as
     the session's own facts are: the rules then see that a later fact of the slot replaced it
     ("User lives in Paris" promoted after "User lives in Berlin"); :func:`consolidate` dates them
-    by the episode, so a slot's newer fact stays valid and the promoted one joins its history."""
-    sources = tuple(episode.source_ids[-20:])
+    by the episode, so a slot's newer fact stays valid and the promoted one joins its history.
+
+    Each cites the episode's turns that say all it says (:func:`~.resolution.says_all_of`;
+    ``said``: the texts of those of its turns the store holds, by id): a fact the session's own
+    turn stated takes in that turn again, not every turn near the end. Only where none does (a
+    model's words, turns archived) it cites the episode's last 20 turns (pure)."""
+    last = tuple(episode.source_ids[-20:])
+    held: Mapping[str, str] = said or {}
+
+    def sources(text: str) -> tuple[str, ...]:
+        if not stems(text) - {"user"}:  # nothing to say all of ("OK"): every turn would
+            return last
+        return tuple(i for i in dict.fromkeys(episode.source_ids)
+                     if i in held and says_all_of(held[i], text)) or last
+
     if episode.key_facts:
         texts, type_, confidence = episode.key_facts, "fact", 0.7
     elif episode.decisions:
         texts, type_, confidence = episode.decisions, "decision", 0.7
     else:
         texts, type_, confidence = [episode.summary], "fact", 0.6
-    return [FactCandidate(type=type_, text=t, confidence=confidence, source_ids=sources, key=key, polarity=polarity)
-            for t in texts for key, polarity in [text_slot(t)]]
+    return [FactCandidate(type=type_, text=t, confidence=confidence, source_ids=sources(t), key=key,
+                          polarity=polarity) for t in texts for key, polarity in [text_slot(t)]]
 
 
 def fact_value(confidence: float, last_touch: float, now: float, half_life_days: float) -> float:
