@@ -160,6 +160,23 @@ def test_end_session_whose_facts_meet_a_failing_custom_index_is_typed_and_a_retr
         assert m.search_facts("Ana's name", user_id="u")
 
 
+def test_end_session_called_again_after_a_facts_vector_failed_stores_it_once(tmp_path: Path) -> None:
+    """A fact of no slot ("User is a violin teacher") stored, its vector refused: the retry's rules
+    resolve against the user's facts by vector, found none, and stored it a second time (two valid
+    copies till a consolidate merged them). A call pays what a failed one left first, as a write does."""
+    folder = tmp_path / "store"
+    index = failing(folder)
+    with TieredMemory(folder, embedder=StaticEmbedder(), vector_store=index) as m:
+        m.add("user", "I'm a violin teacher.", session_id="s", user_id="u")
+        index.fail_on = {"upsert"}
+        with pytest.raises(VectorIndexError):
+            m.end_session("s", user_id="u")
+        index.fail_on = set()
+        m.end_session("s", user_id="u")
+        assert [f.text for f in m.facts("u")] == ["User is a violin teacher"]
+        assert [c.action for c in m.fact_history("u")] == ["add"]
+
+
 @pytest.mark.parametrize("method", ["scans_exactly", "held_rows"])
 def test_turn_search_whose_custom_index_fails_its_exact_scope_is_typed(tmp_path: Path, method: str) -> None:
     # the turn search asks an index that scans a user exactly whether it does (and how many rows it

@@ -42,7 +42,12 @@ class MemoryLayers(MemoryEngines):
         Raises:
             VectorIndexError: the vector index failed (whatever a custom one raised) once the episode
                 was stored: calling again returns that episode, making no other, and writes its vectors."""
-        episode = self._layers.end_session(check_id(user_id, "user_id"), check_id(session_id, "session_id"))
+        check_id(user_id, "user_id")
+        check_id(session_id, "session_id")
+        if self._owed:  # what a failed call left, as a write pays it: a fact whose vector was refused
+            self._pay_owed()  # is found by the rules again, not stored a second time
+        with self._owing():
+            episode = self._layers.end_session(user_id, session_id)
         assert episode is not None  # only the background path (evicted_only) may find nothing
         return episode
 
@@ -60,8 +65,8 @@ class MemoryLayers(MemoryEngines):
         check_callback(progress, "progress", 3)
         check_flag(dry_run, "dry_run")
         self.parts.access.flush()  # promotion and pruning read the access counts
-        if self._owed and not dry_run:  # what a failed run left, as a write pays it: a fact whose vector
-            self._pay_owed()            # was refused is found by the rules again, not stored twice
+        if self._owed and not dry_run:  # what a failed call left (as end_session pays it)
+            self._pay_owed()
         with self._owing():
             return self._layers.consolidate(user_id, progress, dry_run)
 
