@@ -75,15 +75,21 @@ def test_the_keeper_of_a_merge_has_the_merge_in_its_history(make_memory: Callabl
                                                              tmp_path: Path, embedder: Embedder) -> None:
     """Only the duplicates had a history entry ("merge", merged_into): the keeper's own read as if
     nothing had happened to it, though it took their sources and accesses. The duplicate's says
-    why it was merged too: its similarity to the keeper (it said only merged_into)."""
+    why it was merged too: its similarity to the keeper (it said only merged_into). The keeper's
+    says what it took in and what it was (it named the duplicates only: its sources, accesses and
+    update time before the merge were nowhere, so the merge could be neither explained nor undone)."""
     memory = make_memory()
     _import_facts(memory, tmp_path, [
         {"id": "keep", "text": "User enjoys hiking in the mountains", "confidence": 0.9, "source_ids": ["m1"]},
-        {"id": "dup", "text": "User enjoys hiking in the mountains.", "confidence": 0.5, "source_ids": ["m2"]},
+        {"id": "dup", "text": "User enjoys hiking in the mountains.", "confidence": 0.5, "source_ids": ["m2"],
+         "access_count": 2, "last_access": time.time() - DAY, "updated_at": time.time() - 2 * DAY},
     ])
+    before = memory.facts("u")
     memory.consolidate("u")
     [absorbed] = memory.fact_history("u", "keep")
-    assert (absorbed.action, absorbed.details) == ("absorb", {"absorbed": ["dup"]})
+    was = next(f for f in before if f.id == "keep")
+    assert (absorbed.action, absorbed.details) == ("absorb", {"absorbed": ["dup"], "source_ids": ["m2"], "before": {
+        "access_count": 0, "last_access": None, "updated_at": pytest.approx(was.updated_at, abs=1e-3)}})
     assert absorbed.old_text == absorbed.new_text == "User enjoys hiking in the mountains"
     [merged] = memory.fact_history("u", "dup")
     keep, dup = embed(embedder, ["User enjoys hiking in the mountains", "User enjoys hiking in the mountains."])
@@ -149,7 +155,7 @@ def test_a_big_merges_absorb_entry_stays_within_what_an_import_takes(
     """The keeper's absorb entry named every duplicate: past max_metadata_bytes, the export left the
     keeper itself out ("whose stored values import_jsonl would refuse"), so the fact was lost on a move.
     It names those that fit and counts the rest; each duplicate's own merge entry names the keeper."""
-    config = MemoryConfig(max_metadata_bytes=200)
+    config = MemoryConfig(max_metadata_bytes=320)  # the entry says what the keeper was too
     memory = make_memory(config=config)
     _import_facts(memory, tmp_path, [
         {"id": "keep", "text": "User enjoys hiking in the mountains", "confidence": 0.9}] + [

@@ -164,9 +164,12 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
                 # why each went: its similarity to the keeper (rounded: a reading, not a key)
                 gone = [d for d in dups if soft_delete(u, user_id, d, "merge", now, {
                     "merged_into": keep, "similarity": round(planned[d], 3)}, max_bytes=limit)]
-                if gone:  # the keeper changed too (sources, accesses): its history says from what
-                    log_change(u, user_id, keep, "absorb", by_id[keep].text, by_id[keep].text, now,
-                               {"absorbed": gone}, max_bytes=limit)
+                if gone:  # the keeper changed too: its history says from what, what it took in and
+                    was = by_id[keep]  # what it was (enough to explain the merge, or undo it)
+                    log_change(u, user_id, keep, "absorb", was.text, was.text, now, {
+                        "absorbed": gone, "source_ids": [s for s in sources if s not in was.source_ids],
+                        "before": {"access_count": was.access_count, "last_access": was.last_access,
+                                   "updated_at": was.updated_at}}, max_bytes=limit)
             owed = entries(user_id, vectors=[f"fact:{d}" for d in dups])  # by soft_delete, till paid
             delete_owed(layers.parts.store.owed_rows, layers.parts.index, owed, what="merged facts are")
             return dups
