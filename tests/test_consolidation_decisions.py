@@ -153,12 +153,12 @@ def test_archived_vector_ids(lengths: dict[str, int], chunked: list[str]) -> Non
 
 
 def test_a_promoted_point_cites_the_turns_that_say_it() -> None:
-    """A point cites the episode's turns that say all it does; one that none says (a model's words,
-    archived turns), or that says nothing ("OK"), the episode's last 20 turns, as before."""
+    """A point cites the episode's turns that say all it does; one that none says (a model's words),
+    or that says nothing ("OK"), the episode's last 20 turns its user holds (all 20 as written,
+    without the texts: as before)."""
     ep = _ep("a", key_facts=["User is a violin teacher", "User plays in a quartet", "OK"],
              source_ids=[f"t{n}" for n in range(30)])
     said = {"t0": "I'm a violin teacher.", "t1": "Nice!", "t7": "So you teach violin? A violin teacher, great."}
-    cands = promotion_candidates(ep, said)
-    last = tuple(f"t{n}" for n in range(10, 30))
-    assert [c.source_ids for c in cands] == [("t0", "t7"), last, last]
-    assert [c.source_ids for c in promotion_candidates(ep)] == [last] * 3
+    held = ("t0", "t1", "t7")
+    assert [c.source_ids for c in promotion_candidates(ep, said)] == [("t0", "t7"), held, held]
+    assert [c.source_ids for c in promotion_candidates(ep)] == [tuple(f"t{n}" for n in range(10, 30))] * 3

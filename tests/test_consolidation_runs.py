@@ -290,3 +290,23 @@ def test_a_promoted_key_fact_cites_the_turn_that_said_it(make_memory: Callable[.
         memory.search_episodes("violin teacher", user_id="u", k=1)
     assert memory.consolidate("u").promoted == 1
     assert [f.source_ids for f in memory.facts("u") if f.text == "User is a violin teacher"] == [[said]]
+
+
+@pytest.mark.record_stores("sqlite")
+def test_a_fact_promoted_from_an_imported_episode_cites_no_turn_its_user_does_not_hold(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """An episode's source ids are data an import takes as written: one citing another user's turn
+    (or none stored) was promoted into a fact citing it, a source its user's memory does not hold."""
+    memory = make_memory()
+    memory.add_many([{"role": "user", "content": "My locker code is 4417", "id": "slack:C1:100"}],
+                    session_id="s", user_id="ana")
+    old = time.time() - 2 * DAY
+    episode = {"id": "ep-1", "user_id": "mallory", "session_id": "m", "summary": "a chat", "turn_count": 1,
+               "start": old, "end": old, "source_ids": ["slack:C1:100", "gone"], "created_at": old,
+               "access_count": 3, "key_facts": ["User's locker code is 4417"]}
+    src = tmp_path / "crafted.jsonl"
+    src.write_text(json.dumps({"format": "tiered-memory/1", "type": "episode", "episode": episode,
+                               "points": ["a chat"]}) + "\n")
+    assert memory.import_jsonl(src, user_id="mallory").episodes_imported == 1
+    assert memory.consolidate("mallory").promoted == 1
+    assert [(f.text, f.source_ids) for f in memory.facts("mallory")] == [("User's locker code is 4417", [])]

@@ -110,7 +110,9 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
         if ep.id not in layers.episodes.load(user_id, [ep.id]):
             tick("promote", n, len(promote))
             continue
-        said = {i: m.content for i, m in layers.parts.store.get_by_ids(user_id, ep.source_ids).items()}
+        # the texts of its turns the user holds (an imported episode may cite any id): what each point cites
+        said = {i: t.content for i, t in layers.rows.archived_by_ids(user_id, ep.source_ids).items()}
+        said.update((i, m.content) for i, m in layers.parts.store.get_by_ids(user_id, ep.source_ids).items())
         try:
             layers.ingest(user_id, promotion_candidates(ep, said), {"method": "promotion", "episode_id": ep.id},
                           at=None if ep.end == NO_TIME else ep.end)  # said then, not now

@@ -125,11 +125,13 @@ def promotion_candidates(episode: Episode, said: Mapping[str, str] | None = None
     by the episode, so a slot's newer fact stays valid and the promoted one joins its history.
 
     Each cites the episode's turns that say all it says (:func:`~.resolution.says_all_of`;
-    ``said``: the texts of those of its turns the store holds, by id): a fact the session's own
-    turn stated takes in that turn again, not every turn near the end. Only where none does (a
-    model's words, turns archived) it cites the episode's last 20 turns (pure)."""
-    last = tuple(episode.source_ids[-20:])
+    ``said``: the texts of those of its turns the user's store holds, live or archived, by id): a
+    fact the session's own turn stated takes in that turn again, not every turn near the end.
+    Only where none does (a model's words) it cites the episode's last 20 turns of those, never
+    an id ``said`` lacks: an imported episode's source ids are data, and may name another user's
+    turn, or one deleted (pure; without ``said``, the last 20 as written)."""
     held: Mapping[str, str] = said or {}
+    last = tuple(i for i in episode.source_ids if said is None or i in held)[-20:]
 
     def sources(text: str) -> tuple[str, ...]:
         if not stems(text) - {"user"}:  # nothing to say all of ("OK"): every turn would
