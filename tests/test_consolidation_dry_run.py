@@ -120,10 +120,11 @@ def test_a_dry_run_foresees_the_promotion_of_an_episode_the_same_run_makes(
     """With ``promote_access_count=0`` every episode is promoted, those the sessions step makes in
     the same run too; the dry run promoted only the episodes already stored (0 where the run
     promoted 1). An episode of a session where nothing was said is never promoted, in either."""
-    from tiered_memory import MemoryConfig
+    from tiered_memory import MemoryConfig, StaticEmbedder
     from tiered_memory.config import ConsolidationConfig
 
-    memory = make_memory(config=MemoryConfig(consolidation=ConsolidationConfig(promote_access_count=0)))
+    memory = make_memory(config=MemoryConfig(consolidation=ConsolidationConfig(promote_access_count=0)),
+                         embedder=StaticEmbedder())  # fast: the embedder is not the point
     memory.add("user", "I booked flight LX-100 to Zurich.", session_id="idle", user_id="u",
                timestamp=time.time() - 2 * DAY)
     memory.add("system", "You are a helpful assistant.", session_id="setup", user_id="u",

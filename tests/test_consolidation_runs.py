@@ -276,8 +276,10 @@ def test_a_promoted_key_fact_cites_the_turn_that_said_it(make_memory: Callable[.
     """Every fact promoted from an episode cited the episode's last 20 turns, whichever said it:
     "User is a violin teacher", said in the first of 25 turns, stated again by the promotion,
     took in turns 6-25 as its sources, none of which says it. A point cites the episode's turns
-    that say all it says (the last 20 only where none does: a model's words, archived turns)."""
-    memory = make_memory()
+    that say all it says (the last 20 only where none does: a model's words)."""
+    from tiered_memory import StaticEmbedder
+
+    memory = make_memory(embedder=StaticEmbedder())  # fast: the embedder is not the point
     said = memory.add("user", "I'm a violin teacher.", session_id="s", user_id="u", timestamp=time.time() - 2 * DAY)
     words = "scales bowing vibrato posture rosin tuning pegs bridge strings chinrest shoulder etudes metronome " \
             "intonation shifting harmonics pizzicato spiccato legato tremolo dynamics phrasing sightreading recital"
