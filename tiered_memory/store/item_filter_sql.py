@@ -22,6 +22,8 @@ import json
 import math
 from typing import Any, Mapping, Sequence
 
+from ..validation import encodable
+
 __all__ = ["item_filter_sql"]
 
 Sql = tuple[str, list[Any]]
@@ -40,7 +42,7 @@ def _number(v: Any) -> bool:
 def _bindable(v: Any) -> Any:
     """A number or string both databases compare as Python does; else :class:`_Untranslated`."""
     if isinstance(v, str):
-        if "\x00" in v or not _encodable(v):  # no text column holds them
+        if "\x00" in v or not encodable(v):  # no text column holds them
             raise _Untranslated
         return v
     if isinstance(v, float) and not math.isfinite(v):
@@ -48,14 +50,6 @@ def _bindable(v: Any) -> Any:
     if isinstance(v, int) and not -_INT64 <= v < _INT64:
         raise _Untranslated
     return v
-
-
-def _encodable(v: str) -> bool:
-    try:
-        v.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 class _Dialect:
@@ -98,7 +92,7 @@ class _SQLite(_Dialect):
     def _label(key: str) -> str:
         # a key JSON spells with an escape (a quote, a backslash, a control character) cannot be
         # spelled in a path reliably: SQLite compares the path's label with the escaped text
-        if json.dumps(key, ensure_ascii=False)[1:-1] != key or not _encodable(key):
+        if json.dumps(key, ensure_ascii=False)[1:-1] != key or not encodable(key):
             raise _Untranslated
         return f'."{key}"'
 
@@ -148,7 +142,7 @@ class _Postgres(_Dialect):
         return node
 
     def child(self, node: Sql, key: str) -> Sql:
-        if "\x00" in key or not _encodable(key):
+        if "\x00" in key or not encodable(key):
             raise _Untranslated
         return f"({node[0]} -> ?::text)", [*node[1], key]
 
