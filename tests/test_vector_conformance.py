@@ -122,6 +122,16 @@ class VectorIndexConformance:
         assert index.query(unit(1)[None, :], user_id="u1", k=3, among=["not-indexed-yet"]) == [[]]
         assert [i for i, _ in index.query(unit(1)[None, :], user_id="u1", k=3, among=["b", "gone"])[0]] == ["b"]
 
+    def test_a_query_among_another_users_or_layers_ids_finds_none_of_them(self, index: VectorIndex) -> None:
+        """The ids are the caller's scoping, not a way past the index's own: a caller that passes
+        another user's ids (a bug, a forged id) gets none of that user's vectors."""
+        index.upsert([item("mine", 1), item("theirs", 1, user="u2"), item("fact", 1, layer="fact")])
+        for among in (["theirs"], ["mine", "theirs"], [f"x{n}" for n in range(100)] + ["theirs", "mine"]):
+            assert [i for i, _ in index.query(unit(1)[None, :], user_id="u1", k=3, among=among)[0]] == \
+                (["mine"] if "mine" in among else []), among
+        assert [i for i, _ in index.query(unit(1)[None, :], user_id="u1", k=3, layers=["turn"],
+                                          among=["fact", "mine"])[0]] == ["mine"]
+
     def test_an_empty_index_answers_nothing_and_deletes_nothing(self, index: VectorIndex) -> None:
         assert index.query(unit(1)[None, :], user_id="u1", k=5) == [[]]
         assert index.ids() == set() and index.ids("u1") == set() and index.count("u1") == 0

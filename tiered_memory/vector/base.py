@@ -101,7 +101,8 @@ class VectorIndex(Protocol):
 
         ``among``: search only these ids. The caller has scoped them already (the user's
         indexed turns, from the record store, which stays the authority on ownership);
-        an index may then skip its metadata filter, which is what makes it fast. An index
+        an index may then skip its costly metadata filter, which is what makes it fast, but
+        still returns none of another user's (or layer's) vectors: the ids only narrow. An index
         whose user filter costs no more than that (a class attribute ``cheap_user_filter =
         True``, as pgvector's indexed user column) is not sent the user's whole id list."""
 

@@ -15,8 +15,9 @@ from .base import (CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, refuse
                    shown_url)
 from .chroma_client import (chroma_owner, client_settings, compacted, cosine_collection, drop_collection,
                             forget_cached_client, gone_hint, mark_chroma_owner, segment_folders, server_client)
-from .chroma_scope import SCOPED as SCOPED, scope_collection, scope_of, user_filter, user_vectors
-from .exact import ExactScan, Held, best_among
+from .chroma_scope import (SCOPED as SCOPED, best_owned, owned, scope_collection, scope_of, scopes_of, user_filter,
+                           user_vectors)
+from .exact import ExactScan, Held
 from .server_url import DEFAULT_COLLECTION as COLLECTION
 from .server_url import check_collection, server_address
 from .write_behind import WriteBehind
@@ -226,18 +227,24 @@ class ChromaVectorIndex:
         if among is not None:
             if not among:
                 return [[] for _ in range(len(vectors))]
-            try:  # Chroma's metadata filter costs ~4x the search itself; a list of ids does not
-                if len(among) <= EXACT_AMONG_MAX:  # HNSW can leave a vector unreachable (one beside
-                    # many identical ones) and miss it even when it is the only id asked for
-                    got = self.collection.get(ids=list(among), include=["embeddings"])
-                    return best_among(got["ids"], got["embeddings"] if got["ids"] else [], vectors, k)
-                res = self.collection.query(
-                    query_embeddings=np.asarray(vectors, dtype=np.float32), n_results=min(k, len(among)),
-                    ids=list(among), include=["distances"],
-                )
-                return _hits(res)
-            except Exception as e:  # e.g. an id the index lacks until repair: the filter still works
-                log.debug("Chroma query by ids failed (%s); using the metadata filter", e)
+            # Chroma's metadata filter costs ~4x the search itself; a list of ids does not. The ids
+            # only narrow the search: a vector whose metadata is not the user's (and layers') is
+            # left out, as the other indexes' filters leave it out
+            scopes = scopes_of(user_id, layers)
+            if len(among) > EXACT_AMONG_MAX:
+                try:
+                    res = self.collection.query(
+                        query_embeddings=np.asarray(vectors, dtype=np.float32), n_results=min(k, len(among)),
+                        ids=list(among), include=["distances", "metadatas"])
+                    return [[row[n] for n in owned({"metadatas": metas}, scopes)]
+                            for row, metas in zip(_hits(res), res["metadatas"] or [])]
+                except Exception as e:  # e.g. an id the index lacks until repair
+                    log.debug("Chroma query by ids failed (%s); scanning those ids exactly", e)
+            try:  # few ids, exactly: HNSW can leave a vector unreachable (one beside many identical
+                # ones) and miss it even when it is the only id asked for
+                return best_owned(self.collection, among, scopes, vectors, k)
+            except Exception as e:
+                raise VectorIndexError(f"Chroma read failed{self._at}: {e}{gone_hint(e)}") from e
         where = user_filter(user_id, layers)
         if session_id is not None and self._sessions is None:  # the session is in the metadata
             where = {"$and": [where, {"session_id": session_id}]}

@@ -14,7 +14,10 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .base import CHUNK_SEPARATOR, LAYERS
-from .exact import Held
+from .exact import Held, best_among
+
+#: the ids a query among many reads at a time when it scans them exactly
+READ_PAGE = 2000
 
 #: the collection's metadata key saying its vectors carry one metadata key (see scope_of)
 SCOPED = "tiered_memory_scoped"
@@ -33,10 +36,36 @@ def layer_of(scope: str) -> str:
     return scope.rpartition(SCOPE_SEPARATOR)[2] if SCOPE_SEPARATOR in scope else "turn"
 
 
+def scopes_of(user_id: str, layers: Sequence[str] | None = None) -> list[str]:
+    """The metadata values of the user's vectors (of ``layers``, else of every layer)."""
+    return [scope_of(user_id, layer) for layer in (layers or LAYERS)]
+
+
 def user_filter(user_id: str, layers: Sequence[str] | None = None) -> dict[str, Any]:
     """Chroma's ``where`` for the user's vectors (of ``layers``, else of every layer)."""
-    scopes = [scope_of(user_id, layer) for layer in (layers or LAYERS)]
+    scopes = scopes_of(user_id, layers)
     return {"user_id": scopes[0]} if len(scopes) == 1 else {"user_id": {"$in": scopes}}
+
+
+def owned(got: Mapping[str, Any], scopes: Sequence[str]) -> list[int]:
+    """The positions in a Chroma ``get`` result (or one query row's ``ids`` and ``metadatas``)
+    of the vectors whose metadata is one of ``scopes``."""
+    return [n for n, m in enumerate(got["metadatas"] or []) if m and m.get("user_id") in scopes]
+
+
+def best_owned(collection: Any, ids: Sequence[str], scopes: Sequence[str], queries: np.ndarray,
+               k: int) -> list[list[tuple[str, float]]]:
+    """For each query, the best ``k`` (id, cosine) of the vectors named by ``ids`` whose metadata
+    is one of ``scopes``, exactly: read :data:`READ_PAGE` ids at a time (ids the collection lacks
+    are left out)."""
+    best: list[list[tuple[str, float]]] = [[] for _ in queries]
+    for start in range(0, len(ids), READ_PAGE):
+        got = collection.get(ids=list(ids[start:start + READ_PAGE]), include=["embeddings", "metadatas"])
+        keep = owned(got, scopes)
+        page = best_among([got["ids"][n] for n in keep], [got["embeddings"][n] for n in keep] if keep else [],
+                          queries, k)
+        best = [sorted(b + p, key=lambda hit: -hit[1])[:k] for b, p in zip(best, page)]
+    return best
 
 
 def scope_collection(collection: Any) -> None:
