@@ -159,21 +159,20 @@ class PostgresServer:
         discard(self.folder)
 
 
-_DISCARDING: list[subprocess.Popen[bytes]] = []  # referenced: a collected running Popen warns
-
-
 def discard(folder: Path) -> None:
     """Delete a stopped server's folder without waiting for it. Each test's fresh database is some
     300 files, so a worker's server ends with hundreds of thousands: unlinking them took 27 s at
-    the end of each pytest-xdist worker, with nothing left to test. ``rm`` goes on in its own
-    session after pytest exits; where there is no ``rm``, the folder is deleted here."""
-    rm = shutil.which("rm")
-    if rm is None:
+    the end of each pytest-xdist worker, with nothing left to test. A shell starts ``rm`` in the
+    background and exits at once, so ``rm`` goes on after pytest exits and no process of this one
+    is left running (a running child warns at exit); where there is no ``sh``, the folder is
+    deleted here."""
+    sh = shutil.which("sh")
+    if sh is None:
         shutil.rmtree(folder, ignore_errors=True)
         return
-    _DISCARDING.append(subprocess.Popen([rm, "-rf", str(folder)], stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True))
+    subprocess.run([sh, "-c", 'rm -rf -- "$1" </dev/null >/dev/null 2>&1 &', "discard", str(folder)],
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   start_new_session=True, check=False, timeout=30)
 
 
 @dataclass
