@@ -1,7 +1,8 @@
 """Item filters in SQL (tiered_memory.store.item_filter_sql) and the listing's index: the database
 decides what the Python check (match_filter) decides, so a listing with a selective filter reads its
-page, not every row under the prefix; a prefix is a range of the items_listing index, which an
-existing database gains when it is opened."""
+page, not every row under the prefix; a prefix is a range of the items_listing index, the empty
+prefix is read in the order of the items_recent index, and an existing database gains both when it
+is opened."""
 
 from __future__ import annotations
 
@@ -109,21 +110,57 @@ def test_a_listing_reads_the_listing_index_in_its_order(memory: TieredMemory) ->
     assert plan("deeper", (1.0, 5))[0] == "SEARCH items USING INDEX items_listing (ns_path>? AND ns_path<?)"
 
 
-def test_a_database_made_without_the_listing_index_gains_it_on_open(make_memory: Callable[..., TieredMemory]) -> None:
+def test_a_listing_of_every_namespace_reads_an_index_in_its_order(memory: TieredMemory) -> None:
+    """The empty prefix (every namespace) read the whole table and sorted it for each page (SCAN items,
+    USE TEMP B-TREE FOR ORDER BY). It now reads the items_recent index in the listing's order, filtered
+    or not, and a keyset page seeks in it: a page reads the rows up to it."""
+    items = memory.item_store()
+    items.write_many([ItemWrite(namespace=(u, "n"), key=f"k{n}", user_id=u, value={"n": n})
+                      for n in range(20) for u in ("a", "b")])
+    conn: Any = memory.store.conn  # type: ignore[attr-defined]
+
+    def plan(sql: str, params: Any = ()) -> list[str]:
+        return [str(r[-1]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+
+    pages: list[Any] = []
+    reads = item_reads(memory, lambda: pages.extend([items.search((), limit=5), items.search((), filter={"n": 3})]))
+    assert [[h.item.key for h in page] for page in pages] == [["k19", "k19", "k18", "k18", "k17"], ["k3", "k3"]]
+    assert [plan(sql) for sql in reads] == [["SCAN items USING INDEX items_recent"]] * 2
+    assert plan(*items_page_sql((), 10, (1.0, 5), 2.0)) == ["SEARCH items USING INDEX items_recent (updated_at<?)"]
+
+
+@pytest.mark.record_stores("postgres")
+def test_a_postgres_listing_of_every_namespace_reads_an_index_in_its_order(memory: TieredMemory) -> None:
+    """As on SQLite: the empty prefix's page was a sort of the whole table (Seq Scan, Sort)."""
+    memory.item_store().write_many([ItemWrite(namespace=("u", str(n % 7)), key=f"k{n}", user_id="u",
+                                              value={"n": n}) for n in range(300)])
+    layers: Any = open_layer_store(memory.store)
+    with layers.transaction() as c:  # the planner's statistics, as autovacuum gathers them
+        c.execute("ANALYZE items")
+    for after in (None, (memory.parts.now(), 150)):
+        sql, params = items_page_sql((), 10, after, 2.0, "postgres")
+        plan = "\n".join(str(r[0]) for r in layers.query(f"EXPLAIN {sql}", params))
+        assert "Index Scan using items_recent on items" in plan and "Sort" not in plan, plan
+
+
+def test_a_database_made_without_the_listing_indexes_gains_them_on_open(make_memory: Callable[..., TieredMemory]
+                                                                        ) -> None:
     memory = make_memory("old")
     memory.item_store().write_many([ItemWrite(namespace=("u", "n"), key="k", user_id="u", value={"a": 1})])
     path = memory.store.path  # type: ignore[attr-defined]
     memory.close()
-    con = sqlite3.connect(path, isolation_level=None)  # back to the schema before the index
-    con.execute("DROP INDEX items_listing")
-    con.execute("DELETE FROM schema_migrations WHERE name='items' AND version ="
-                " (SELECT max(version) FROM schema_migrations WHERE name='items')")
+    con = sqlite3.connect(path, isolation_level=None)  # back to the schema before the indexes (two steps)
+    for index in ("items_recent", "items_listing"):
+        con.execute(f"DROP INDEX {index}")
+        con.execute("DELETE FROM schema_migrations WHERE name='items' AND version ="
+                    " (SELECT max(version) FROM schema_migrations WHERE name='items')")
     con.close()
     again = make_memory("old")
     conn: Any = again.store.conn  # type: ignore[attr-defined]
     indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
-    assert "items_listing" in indexes
+    assert {"items_listing", "items_recent"} <= indexes
     assert [h.item.key for h in again.item_store().search(("u",), filter={"a": 1})] == ["k"]
+    assert [h.item.key for h in again.item_store().search((), filter={"a": 1})] == ["k"]
 
 
 @pytest.mark.record_stores("postgres")

@@ -355,16 +355,16 @@ def clocked(make_memory: Callable[..., TieredMemory]) -> tuple[TieredMemory, lis
 def test_a_listing_pages_as_the_unbounded_read_of_the_prefix(clocked: tuple[TieredMemory, list[float]]) -> None:
     """A search without a query read every item under the prefix and paged in Python. It now reads
     bounded pages in the database (keyset, newest first): every page is the one the whole read
-    gave, with ties on updated_at (several writes at one clock time), expired items, other
-    prefixes, a filter and an ownership check that run in Python."""
+    gave, with ties on updated_at (several writes at one clock time), the prefix itself and two
+    depths below it, expired items, other prefixes, a filter and an ownership check in Python."""
     memory, clock = clocked
     items = memory.item_store()
     for batch in range(6):  # six clock times, twelve writes each: ties broken by the row written last
-        items.write_many([ItemWrite(namespace=("u", "n", str(k % 3)) if k % 5 else ("v", "n"), key=f"{batch}-{k}",
+        items.write_many([ItemWrite(namespace=("u", "n", "2")[:1 + k % 3] if k % 5 else ("v",), key=f"{batch}-{k}",
                                     user_id="u" if k % 7 else "x", value={"b": batch, "k": k, "even": k % 2 == 0},
                                     ttl_minutes=1 if k == 4 else None) for k in range(12)])
         clock[0] += 30
-    items.write_many([ItemWrite(namespace=("u", "n", "1"), key="0-1", user_id="u", value={"b": 9, "k": 1,
+    items.write_many([ItemWrite(namespace=("u", "n"), key="0-1", user_id="u", value={"b": 9, "k": 1,
                                                                                            "even": False})])  # moved up
     layers = open_layer_store(memory.store)
     everything = layers.items_under(("u",), live_at=clock[0])

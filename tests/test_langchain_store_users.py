@@ -99,6 +99,9 @@ def test_an_item_planted_in_another_users_namespace_is_never_read_there(memory: 
     assert [h.key for h in store.search(("victim",), query="obey")] == ["diet"]
     mine = store.get(("mallory", "notes"), "own")  # the importer's own item, in its own namespace
     assert mine is not None and [h.key for h in store.search(("mallory",))] == ["own"]
+    # every namespace (the empty prefix, read in its own index's order): the planted items are no one's
+    assert [h.key for h in store.search(())] == ["diet", "own"]
+    assert [h.key for h in store.search((), limit=1, offset=1)] == ["own"]
     store.put(("victim", "memories"), "rules", {"content": "Victim's own rules"})  # the victim's put wins
     got = store.get(("victim", "memories"), "rules")
     assert got is not None and got.value == {"content": "Victim's own rules"}

@@ -4,7 +4,8 @@ Both read bounded pages, never every item under the prefix:
 
 - **A listing** reads the prefix newest first, a page at a time (:func:`~.item_rules.page_of`),
   with the filter decided in the database (:mod:`~tiered_memory.store.item_filter_sql`): a
-  selective filter reads its page, not the rows it rejects.
+  selective filter reads its page, not the rows it rejects. Its order is one over every namespace
+  under the prefix, so its pages put together are the whole listing.
 - **A semantic search** ranks the owner's best candidates (vector and keyword, hybrid, scored
   by cosine similarity). When they hold too few items under the prefix that match the filter,
   the rest are found from the database (the matching rows only, up to a bound) and ranked among

@@ -307,8 +307,8 @@ class LayerStore:
         sql, params, _ = item_filter_sql(filter, self.dialect)
         if user_id is not None:
             sql, params = sql + " AND user_id = ?", [*params, user_id]
-        # the namespace itself, in the items_listing index's order (no sort), and those below it (a sort
-        # of theirs only; none, for the usual prefix that is one namespace): two pages merged
+        # the namespace itself in items_listing's order (no sort) and those below it (a sort of theirs:
+        # none, for the usual prefix of one namespace), merged; the empty prefix in items_recent's order
         rows = [r for part in (("exact", "deeper") if prefix else ("all",))
                 for r in self.query(*items_page_sql(prefix, limit, after, live_at, self.dialect, (sql, params), part))]
         rows.sort(key=lambda r: (float(r[-2]), int(r[-1])), reverse=True)

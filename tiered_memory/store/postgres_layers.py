@@ -198,6 +198,9 @@ ITEM_MIGRATIONS: list[str] = [
     END
     $fn$;
     """,
+    # the listing of every namespace (the empty prefix) in the same order: read in the index's order
+    # up to the page, where items_listing left a scan and a sort of the whole table for each page
+    "CREATE INDEX IF NOT EXISTS items_recent ON items (updated_at DESC, rowid DESC);",
 ]
 
 

@@ -299,6 +299,9 @@ ITEM_MIGRATIONS: list[Step] = [
     tagged_index("items"),  # each word with its user's tag, as the facts'
     # the listing's order (a namespace prefix, newest first): a prefix is a range of ns_path
     "CREATE INDEX IF NOT EXISTS items_listing ON items (ns_path, updated_at DESC, rowid DESC);",
+    # the listing of every namespace (the empty prefix) in the same order: read in the index's order
+    # up to the page, where items_listing left a scan and a sort of the whole table for each page
+    "CREATE INDEX IF NOT EXISTS items_recent ON items (updated_at DESC, rowid DESC);",
 ]
 
 
