@@ -13,7 +13,7 @@ from typing import Any, Callable
 import pytest
 
 from hook_support import item_reads
-from tiered_memory import TieredMemory
+from tiered_memory import InvalidInputError, TieredMemory
 from tiered_memory.backends import open_layer_store
 from tiered_memory.layers.items import ItemWrite, check_filter, match_filter
 from tiered_memory.store.item_filter_sql import item_filter_sql
@@ -141,6 +141,21 @@ def test_a_postgres_listing_of_every_namespace_reads_an_index_in_its_order(memor
         sql, params = items_page_sql((), 10, after, 2.0, "postgres")
         plan = "\n".join(str(r[0]) for r in layers.query(f"EXPLAIN {sql}", params))
         assert "Index Scan using items_recent on items" in plan and "Sort" not in plan, plan
+
+
+def test_a_listing_for_a_user_lists_that_users_items_only(memory: TieredMemory) -> None:
+    """``search(prefix, user_id=...)`` kept a ranked search to the user's items, and with no query
+    listed everyone's under the prefix: the user id was ignored. A listing for a user is the user's,
+    on every prefix (the adapter lists with no user, as LangGraph does: everyone's, then its own check)."""
+    items = memory.item_store()
+    items.write_many([ItemWrite(namespace=("team", *sub), key=f"{user}{n}", user_id=user, value={"n": n})
+                      for n, sub in enumerate([(), ("a",), ("a", "b")]) for user in ("ana", "bob")])
+    for prefix in [(), ("team",), ("team", "a")]:
+        assert {h.item.user_id for h in items.search(prefix, user_id="bob", limit=100)} == {"bob"}, prefix
+        assert [h.item.key for h in items.search(prefix, user_id="bob", filter={"n": 1}, limit=1)] == ["bob1"]
+    assert {h.item.user_id for h in items.search(("team",), limit=100)} == {"ana", "bob"}
+    with pytest.raises(InvalidInputError):
+        items.search(("team",), user_id="")
 
 
 def test_a_database_made_without_the_listing_indexes_gains_them_on_open(make_memory: Callable[..., TieredMemory]

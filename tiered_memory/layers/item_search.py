@@ -5,7 +5,8 @@ Both read bounded pages, never every item under the prefix:
 - **A listing** reads the prefix newest first, a page at a time (:func:`~.item_rules.page_of`),
   with the filter decided in the database (:mod:`~tiered_memory.store.item_filter_sql`): a
   selective filter reads its page, not the rows it rejects. Its order is one over every namespace
-  under the prefix, so its pages put together are the whole listing.
+  under the prefix, so its pages put together are the whole listing. Given a user, it lists that
+  owner's items only, as a semantic search does.
 - **A semantic search** ranks the owner's best candidates (vector and keyword, hybrid, scored
   by cosine similarity). When they hold too few items under the prefix that match the filter,
   the rest are found from the database (the matching rows only, up to a bound) and ranked among
@@ -47,13 +48,17 @@ class ItemSearch:
         self.db = db
 
     def listing(self, ns: tuple[str, ...], *, filter: Mapping[str, Any] | None, limit: int, offset: int,
-                owned: Callable[[Item], bool] | None) -> list[ItemHit]:
-        """Items under ``ns`` matching ``filter`` that ``owned`` keeps, newest first: bounded reads
-        until the page is full."""
+                owned: Callable[[Item], bool] | None, user_id: str | None = None) -> list[ItemHit]:
+        """Items under ``ns`` matching ``filter`` that ``owned`` keeps (of ``user_id`` alone, when
+        given), newest first: bounded reads until the page is full."""
         now = self.parts.now()
-        listed = page_of(lambda after, n: self.db.items_page(ns, n, after, live_at=now, filter=filter),
-                         lambda i: match_filter(i.value, filter) and (owned is None or owned(i)), limit=limit,
-                         offset=offset)
+
+        def keep(i: Item) -> bool:
+            return ((user_id is None or i.user_id == user_id) and match_filter(i.value, filter)
+                    and (owned is None or owned(i)))
+
+        listed = page_of(lambda after, n: self.db.items_page(ns, n, after, live_at=now, filter=filter,
+                                                             user_id=user_id), keep, limit=limit, offset=offset)
         return [ItemHit(item=i, score=None) for i in listed]
 
     def semantic(self, ns: tuple[str, ...], query: str, *, user_id: str, filter: Mapping[str, Any] | None,

@@ -270,7 +270,8 @@ class ItemStore:
         """Items under ``prefix`` that match ``filter``; ranked by similarity to ``query``
         (which needs ``user_id``), else newest first. Unranked items fill a short page.
         Expired items are left out; ``refresh_ttl`` restarts the TTL of those returned.
-        A listing (no ``query``) keeps only the items ``owned`` says yes to, before paging."""
+        A listing (no ``query``) is of ``user_id``'s items when it is given (every owner's when
+        not), and keeps only the items ``owned`` says yes to, before paging."""
         hits = self._search(prefix, query=query, user_id=user_id, filter=filter, limit=limit, offset=offset,
                             owned=owned)
         if refresh_ttl:
@@ -286,7 +287,8 @@ class ItemStore:
             raise InvalidInputError("limit and offset must be >= 0")
         check_filter(filter)
         if not query or not query.strip():
-            return self._reads.listing(ns, filter=filter, limit=limit, offset=offset, owned=owned)
+            return self._reads.listing(ns, filter=filter, limit=limit, offset=offset, owned=owned,
+                                       user_id=None if user_id is None else check_owner(user_id))
         if user_id is None:
             raise InvalidInputError(
                 "a search query needs the user (a user id, or SHARED_OWNER for items of no user)")
