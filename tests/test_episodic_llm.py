@@ -4,6 +4,7 @@ prompt shows."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import pytest
@@ -174,3 +175,24 @@ def test_an_llm_episodes_long_points_are_cut_as_the_rules_cut_a_sentence(
     assert episode.decisions[1] == "Keep BILL-42" and episode.key_facts[1] == "Budget approved: $4,000"
     assert episode.decisions[0].endswith("\u2026") and long.startswith(episode.decisions[0][:-1])
     assert memory.episodes("u1") == [episode]
+
+
+@pytest.mark.record_stores("sqlite")
+def test_an_llm_episodes_invalid_points_are_dropped_and_the_episode_kept(
+        make_memory: Callable[..., TieredMemory], caplog: pytest.LogCaptureFixture) -> None:
+    """One entity that is no string (an object, null, a number), or a list that is no list,
+    made the whole episode invalid: asked again, then the rules' episode replaced the model's.
+    Each point is validated alone and a list field that is not a list is left empty: dropped
+    and logged with their count; the summary and the valid points are kept, not asked again."""
+    answer = {**GOOD_EPISODE, "entities": ["BILL-42", {"name": "Maria"}, None, 42, "eu-west-1"],
+              "decisions": "none", "open_questions": [["How to archive old invoices"]]}
+    llm = ScriptedLLM(by_task={"facts": [NO_FACTS], "episode": [answer]})
+    memory = make_memory(llm=llm, embedder=StaticEmbedder())
+    memory.add_many(CONVO, session_id="s1", user_id="u1")
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        episode = memory.end_session("s1", user_id="u1")
+    assert llm.tasks() == ["facts", "episode"] and episode.metadata == {"method": "llm"}
+    assert episode.summary == GOOD_EPISODE["summary"] and episode.key_facts == GOOD_EPISODE["key_facts"]
+    assert (episode.entities, episode.decisions, episode.open_questions) == (["BILL-42", "eu-west-1"], [], [])
+    [warning] = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert "5 invalid entries" in warning and "entities.1" in warning and "decisions" in warning

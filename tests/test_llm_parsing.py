@@ -57,7 +57,7 @@ def test_output_nested_past_the_recursion_limit_is_invalid_output(text: str) -> 
 
 def test_model_output_is_made_storable_text_before_it_is_validated() -> None:
     from tiered_memory.layers.episodic import EpisodeSchema
-    from tiered_memory.layers.longterm import ExtractedFacts
+    from tiered_memory.layers.llm_facts import ExtractedFacts
 
     # JSON may spell a NUL as an escape: it is gone after decoding too
     facts = parse_output('{"facts": [{"type": "fact", "text": "likes \\u0000tea"}]}', ExtractedFacts)
@@ -80,7 +80,7 @@ def test_model_text_blank_by_pythons_rules_is_invalid_output(blank: str) -> None
     ``str.strip``: a summary or fact made of them is blank, as check_text says of input."""
     from tiered_memory.layers.episodic import EpisodeSchema
     from tiered_memory.layers.resolution import Judgement
-    from tiered_memory.layers.longterm import ExtractedFacts
+    from tiered_memory.layers.llm_facts import ExtractedFacts
 
     cases: list[tuple[dict[str, object], type[BaseModel]]] = [
         ({"facts": [{"type": "fact", "text": blank}]}, ExtractedFacts),
@@ -245,13 +245,40 @@ def test_true_or_false_where_a_number_is_asked_for_is_invalid_output(text: str) 
     """pydantic's lax mode reads JSON true as 1: a fact at confidence 1.0 citing turn 1, or a
     judgement invalidating existing fact 1, from an answer that gave no number at all. A numeric
     string ("3") is still taken (test_parse_output_reports_schema_errors)."""
-    from tiered_memory.layers.longterm import ExtractedFacts
+    from tiered_memory.layers.llm_facts import ExtractedFacts
     from tiered_memory.layers.resolution import Judgement
 
     schema = Judgement if "action" in text else ExtractedFacts
     with pytest.raises(ValueError, match="true or false"):
         parse_output(text, schema)
     assert parse_output('{"action": "invalidate", "target": "1"}', Judgement).target == 1
+
+
+def test_an_answers_invalid_entries_are_dropped_and_its_valid_ones_kept() -> None:
+    """A ModelAnswer validates its lists entry by entry: one invalid fact or point made the whole
+    answer invalid (asked again, then the rules), losing the valid ones. An invalid entry is now
+    dropped (named in ``dropped``); a list of which none is valid, or that is no list, is dropped
+    whole where the field is optional, and is an invalid answer where it is the answer itself."""
+    from tiered_memory.layers.episodic import EpisodeSchema
+    from tiered_memory.layers.llm_facts import ExtractedFacts
+
+    good = {"type": "fact", "text": "User owns a red bicycle", "sources": [1]}
+    answer = {"facts": [{"type": "opinion", "text": "x"}, good, "User rides", {**good, "confidence": True}]}
+    facts = ExtractedFacts.model_validate(answer)
+    assert [f.text for f in facts.facts] == ["User owns a red bicycle"] and len(answer["facts"]) == 4  # not mutated
+    assert [d.split(":")[0] for d in facts.dropped] == ["facts.0.type", "facts.2", "facts.3.confidence"]
+    assert parse_output('{"facts": []}', ExtractedFacts).dropped == []  # no facts: a valid answer
+    for whole in ('{"facts": [{"type": "opinion", "text": "x"}]}', '{"facts": {"type": "fact"}}', '{"fact": []}'):
+        with pytest.raises(ValueError, match="facts"):  # nothing valid, or no list: asked again
+            parse_output(whole, ExtractedFacts)
+    episode = parse_output('{"summary": "ok", "entities": ["Ana", {"name": "Bob"}], "decisions": null,'
+                           ' "open_questions": [1, 2], "key_facts": ["User likes tea"]}', EpisodeSchema)
+    assert (episode.entities, episode.decisions, episode.open_questions, episode.key_facts) == (
+        ["Ana"], [], [], ["User likes tea"])
+    assert [d.split(":")[0] for d in episode.dropped] == [
+        "entities.1", "decisions", "open_questions.0", "open_questions.1"]
+    with pytest.raises(ValueError, match="summary"):  # no summary: no episode, whatever its points
+        parse_output('{"summary": " ", "entities": ["Ana"]}', EpisodeSchema)
 
 
 async def test_a_model_raising_cancelled_error_of_its_own_is_an_llm_error() -> None:

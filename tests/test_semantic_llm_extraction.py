@@ -3,11 +3,12 @@ them against the stored ones, and the extractive rules each failure falls back t
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable
 
 import pytest
 
-from tiered_memory import MemoryConfig, TieredMemory
+from tiered_memory import MemoryConfig, StaticEmbedder, TieredMemory
 from tiered_memory.config import LLMConfig
 from tiered_memory.testing import ScriptedLLM, fenced, malformed, timeout
 
@@ -245,7 +246,7 @@ def test_a_facts_answer_of_endless_facts_keeps_the_first_and_judges_no_more(
     """A model that lists 200 facts for one short session (a loop, or each line of a pasted log)
     made end_session ask the judge 200 times, a minute each with a real model's timeout: the
     answer is kept to its first MAX_FACTS facts, in the model's order, as an episode's lists are."""
-    from tiered_memory.layers.longterm import MAX_FACTS
+    from tiered_memory.layers.llm_facts import MAX_FACTS
     endless = _llm_facts(*({"type": "fact", "text": f"User owns billing shard number {n}", "sources": [1]}
                            for n in range(200)))
     llm = ScriptedLLM(by_task={"facts": [endless], "episode": [EPISODE]},
@@ -256,3 +257,31 @@ def test_a_facts_answer_of_endless_facts_keeps_the_first_and_judges_no_more(
     stored = sorted(int(f.text.rsplit(" ", 1)[1]) for f in memory.facts("u1"))
     assert stored == list(range(MAX_FACTS))
     assert sum(c.task == "resolve" for c in llm.calls) < MAX_FACTS
+
+
+@pytest.mark.record_stores("sqlite")
+def test_an_invalid_fact_is_dropped_and_the_valid_ones_kept(make_memory: Callable[..., TieredMemory],
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    """One invalid fact (a type no fact has, a blank text, a confidence of true, a bare string)
+    made the whole answer invalid: the model was asked again, then the rules stood in, and the
+    valid facts were lost. Each fact is validated alone: an invalid one is dropped and logged
+    with their count, the others are stored, and the model is not asked again."""
+    llm = ScriptedLLM(by_task={"facts": [_llm_facts(
+        {"type": "fact", "text": "User lives in Berlin", "sources": [1]},
+        {"type": "opinion", "text": "User likes Berlin"},
+        {"type": "fact", "text": "   "},
+        {"type": "fact", "text": "User has a budget", "confidence": True},
+        "User speaks German",
+        {"type": "preference", "text": "User drinks green tea", "confidence": 0.7, "sources": [2]})],
+        "episode": [EPISODE]})
+    memory = make_memory(llm=llm, embedder=StaticEmbedder())  # the embedder is not the point
+    first, second = memory.add_many([{"role": "user", "content": "I live in Berlin."},
+                                     {"role": "user", "content": "I drink green tea."}], session_id="s", user_id="u1")
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        memory.end_session("s", user_id="u1")
+    assert llm.tasks() == ["facts", "episode"]  # taken, not asked again
+    assert sorted((f.text, f.metadata["method"], f.source_ids) for f in memory.facts("u1")) == [
+        ("User drinks green tea", "llm", [second]), ("User lives in Berlin", "llm", [first])]
+    [warning] = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert "4 invalid entries" in warning and "facts.1.type" in warning
+

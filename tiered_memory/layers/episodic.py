@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Sequence
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from ..config import EpisodeConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
 from ..errors import NotFoundError
 from ..guard import vector_errors_typed
+from ..llm.base import ModelAnswer
 from ..parts import run_now
 from ..recall import hybrid
 from ..recall.forgetting import delete_owed, pay_before_storing
@@ -54,8 +55,8 @@ MAX_SUMMARY_CHARS = 5_000  # an LLM's summary longer than this is not a summary:
 Point = Annotated[str, AfterValidator(clip)]
 
 
-class EpisodeSchema(BaseModel):
-    """What the LLM must return for an episode."""
+class EpisodeSchema(ModelAnswer):
+    """What the LLM must return for an episode (an invalid point or list is dropped, not the episode)."""
 
     summary: str = Field(min_length=1, max_length=MAX_SUMMARY_CHARS, pattern=r"\S",
                          description="2-4 sentences: what happened and why it matters")

@@ -7,23 +7,27 @@ Any object with ``async def complete(messages, *, json_mode=False, max_tokens=No
 strip code fences, find the JSON object in chatter, validate it against a pydantic
 schema, retry once telling the model what was wrong, and otherwise raise
 :class:`~tiered_memory.errors.LLMOutputError` so the caller can fall back to the
-extractive (rule-based) path.
+extractive (rule-based) path. A schema that is a :class:`ModelAnswer` keeps the valid entries
+of its lists: an invalid entry is dropped (and logged, with their count), not the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
-from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Any, Protocol, TypeVar, get_args, get_origin, runtime_checkable
 
-from pydantic import BaseModel, BeforeValidator, ValidationError
+from pydantic import (BaseModel, BeforeValidator, ModelWrapValidatorHandler, PrivateAttr, TypeAdapter,
+                      ValidationError, model_validator)
 
 from ..errors import LLMError, LLMOutputError
 from ..quoting import escape_special
 from ..storable import clean_strings
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger("tiered_memory")
 
 _FENCE = re.compile(r"```[ \t]*(?:json|JSON|javascript)?[ \t]*\n?(.*?)```", re.DOTALL)
 
@@ -50,6 +54,75 @@ def _no_flag(value: Any) -> Any:
 ModelNumber = Annotated[float, BeforeValidator(_no_flag)]
 #: a whole number a model returns in a schema (a turn's, a fact's): ``3`` and ``"3"``, never ``true``
 ModelCount = Annotated[int, BeforeValidator(_no_flag)]
+
+
+def problems(error: ValidationError, at: str = "") -> str:
+    """What ``error`` found, one ``location: message`` each, ``at`` the location it starts from."""
+    return "; ".join(f"{'.'.join(str(p) for p in [at, *err['loc']] if p != '') or '<root>'}: {err['msg']}"
+                     for err in error.errors())
+
+
+_ENTRIES: dict[tuple[type, str], TypeAdapter[Any]] = {}  # a list field's entry type, validated alone
+
+
+class ModelAnswer(BaseModel):
+    """A model's JSON answer whose lists are validated entry by entry.
+
+    An invalid entry (a fact of an unknown type, an entity that is an object) is dropped, its
+    problem kept in :attr:`dropped` (which :func:`complete_json` logs, with their count), and
+    the valid ones are kept: one bad entry does not discard the answer. A list field whose value
+    is no list, or none of whose entries is valid, is dropped whole: an optional field then
+    takes its default (an episode without decisions); a required one is the answer itself (a
+    facts answer's ``facts``), so the answer is invalid, with its entries' own problems (the
+    model is asked again, then the rules stand in). An empty list is valid. Anything else
+    invalid (a blank summary) makes the answer invalid, as in any schema; an entry is one
+    whole (a fact with a source that is no number is dropped, not kept without it).
+    """
+
+    _dropped: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def dropped(self) -> list[str]:
+        """What the answer had that is dropped, a problem each (``"facts.2.type: Input should be ..."``)."""
+        return list(self._dropped)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _entrywise(cls, data: Any, handler: ModelWrapValidatorHandler[ModelAnswer]) -> ModelAnswer:
+        dropped: list[str] = []
+        if isinstance(data, dict):
+            data = dict(data)  # the caller's is left as it is
+            for name, spec in cls.model_fields.items():
+                if name in data and get_origin(spec.annotation) is list:
+                    dropped += cls._keep_valid(name, data)
+        answer = handler(data)
+        answer._dropped = dropped
+        return answer
+
+    @classmethod
+    def _keep_valid(cls, name: str, data: dict[str, Any]) -> list[str]:
+        """Leave in ``data[name]`` its valid entries; what is dropped, a problem each."""
+        required, value = cls.model_fields[name].is_required(), data[name]
+        if not isinstance(value, list):
+            if required:
+                return []  # the answer's shape is wrong: its validation says so
+            del data[name]
+            return [f"{name}: a list was expected, got {type(value).__name__}"]
+        key = (cls, name)
+        if key not in _ENTRIES:
+            _ENTRIES[key] = TypeAdapter(get_args(cls.model_fields[name].annotation)[0])
+        kept, dropped = [], []
+        for n, entry in enumerate(value):
+            try:
+                _ENTRIES[key].validate_python(entry)
+            except ValidationError as e:
+                dropped.append(problems(e, f"{name}.{n}"))
+            else:
+                kept.append(entry)
+        if not dropped or (required and not kept):
+            return []  # all valid; or none, which its validation reports
+        data[name] = kept
+        return dropped
 
 
 def strip_fences(text: str) -> str:
@@ -102,9 +175,7 @@ def parse_output(text: str, schema: type[M]) -> M:
     except RecursionError as e:  # decoded, but too deep to walk: garbage like any other
         raise ValueError("the JSON is nested too deeply") from e
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}" for err in e.errors())
-        raise ValueError(f"the JSON does not match the schema: {problems}") from e
+        raise ValueError(f"the JSON does not match the schema: {problems(e)}") from e
 
 
 def schema_hint(schema: type[BaseModel]) -> str:
@@ -141,6 +212,9 @@ async def call_llm(
     return text
 
 
+MAX_LOGGED_CHARS = 1_000  # of the problems of the entries an answer had dropped
+
+
 async def complete_json(
     llm: LLM, messages: list[dict[str, str]], schema: type[M], *, max_tokens: int | None = None,
     timeout: float | None = 60.0, retries: int = 1,
@@ -156,7 +230,11 @@ async def complete_json(
     for _ in range(retries + 1):
         text = await call_llm(llm, convo, json_mode=True, max_tokens=max_tokens, timeout=timeout)
         try:
-            return parse_output(text, schema)
+            answer = parse_output(text, schema)
+            if isinstance(answer, ModelAnswer) and answer.dropped:
+                log.warning("the LLM's %s answer had %d invalid entries, dropped (the valid ones are kept): %s",
+                            schema.__name__, len(answer.dropped), "; ".join(answer.dropped)[:MAX_LOGGED_CHARS])
+            return answer
         except ValueError as e:
             error = str(e)
             # the output is untrusted (it may copy the conversation): shown again, it is inert
