@@ -81,9 +81,11 @@ def test_failed_judgement_falls_back_to_rules(make_memory: Callable[..., TieredM
 
 
 def test_a_blank_merged_text_from_the_judge_falls_back_to_rules(make_memory: Callable[..., TieredMemory]) -> None:
+    # cited: a fact citing no turn cites those that say it ("My bike is red." does not), so a
+    # restatement would name no turn, and a restatement naming none writes no confirm entry
     llm = ScriptedLLM(by_task={
-        "facts": [_llm_facts({"type": "fact", "text": "User owns a red bicycle"}),
-                  _llm_facts({"type": "fact", "text": "User owns a red bicycle"})],
+        "facts": [_llm_facts({"type": "fact", "text": "User owns a red bicycle", "sources": [1]}),
+                  _llm_facts({"type": "fact", "text": "User owns a red bicycle", "sources": [1]})],
         "resolve": [{"action": "update", "target": 1, "text": "\x1e"}] * 2,
         "episode": [EPISODE, EPISODE],
     })
@@ -285,3 +287,28 @@ def test_an_invalid_fact_is_dropped_and_the_valid_ones_kept(make_memory: Callabl
     [warning] = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
     assert "4 invalid entries" in warning and "facts.1.type" in warning
 
+
+@pytest.mark.record_stores("sqlite")
+@pytest.mark.parametrize("sources", [None, [], [0, 4, 99]])
+def test_a_fact_citing_no_turn_of_the_span_cites_the_user_turns_that_say_it(
+        make_memory: Callable[..., TieredMemory], sources: list[int] | None) -> None:
+    """A fact the model cited no turn of the span for (no sources, or only numbers outside it)
+    cited every user turn of the span, most of which do not say it. It cites the user's turns that
+    say all it says (promotion's matcher, :func:`~tiered_memory.layers.resolution.turns_saying`),
+    or none; one citing none is dated by the span's newest turn (it was said by then), not now."""
+    facts = [{"type": "preference", "text": "User drinks green tea every morning"},
+             {"type": "fact", "text": "User is cosmopolitan"}]
+    if sources is not None:
+        facts = [{**f, "sources": sources} for f in facts]
+    llm = ScriptedLLM(by_task={"facts": [_llm_facts(*facts)], "episode": [EPISODE]})
+    memory = make_memory(llm=llm, embedder=StaticEmbedder())
+    t0 = 1_600_000_000.0
+    first, _, _ = memory.add_many([
+        {"role": "user", "content": "Every morning I drink green tea.", "timestamp": t0},
+        {"role": "assistant", "content": "Green tea every morning: you drink well.", "timestamp": t0 + 60},  # not the user
+        {"role": "user", "content": "I also work in Berlin.", "timestamp": t0 + 120}], session_id="s", user_id="u1")
+    memory.end_session("s", user_id="u1")
+    by_text = {f.text: f for f in memory.facts("u1")}
+    tea, cosmopolitan = by_text["User drinks green tea every morning"], by_text["User is cosmopolitan"]
+    assert tea.source_ids == [first] and cosmopolitan.source_ids == []  # no turn says it
+    assert tea.valid_from == t0 and cosmopolitan.valid_from == t0 + 120

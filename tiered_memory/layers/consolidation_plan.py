@@ -26,7 +26,6 @@ import numpy as np
 
 from ..config import ConsolidationConfig
 from ..parts import Parts
-from ..recall.coverage import stems
 from ..recall.scoring import recency_score
 from ..records import NO_TIME, Episode, Fact, FactCandidate, WorkingItem
 from ..slots import text_slot
@@ -34,7 +33,7 @@ from ..store.repositories import LayerRepository
 from ..types import StoredMessage
 from .episodic import EpisodicMemory, said_nothing
 from .extractive import NOTHING_SAID, QUOTED_ROLES, read_by
-from .resolution import other_slots, says_all_of
+from .resolution import other_slots, says_all_of, turns_saying
 from .semantic import SemanticMemory
 from .working import decayed
 
@@ -124,7 +123,7 @@ def promotion_candidates(episode: Episode, said: Mapping[str, str] | None = None
     ("User lives in Paris" promoted after "User lives in Berlin"); :func:`consolidate` dates them
     by the episode, so a slot's newer fact stays valid and the promoted one joins its history.
 
-    Each cites the episode's turns that say all it says (:func:`~.resolution.says_all_of`;
+    Each cites the episode's turns that say all it says (:func:`~.resolution.turns_saying`;
     ``said``: the texts of those of its turns the user's store holds, live or archived, by id): a
     fact the session's own turn stated takes in that turn again, not every turn near the end.
     Only where none does (a model's words) it cites the episode's last 20 turns of those, never
@@ -132,12 +131,10 @@ def promotion_candidates(episode: Episode, said: Mapping[str, str] | None = None
     turn, or one deleted (pure; without ``said``, the last 20 as written)."""
     held: Mapping[str, str] = said or {}
     last = tuple(i for i in episode.source_ids if said is None or i in held)[-20:]
+    turns = {i: held[i] for i in episode.source_ids if i in held}
 
     def sources(text: str) -> tuple[str, ...]:
-        if not stems(text) - {"user"}:  # nothing to say all of ("OK"): every turn would
-            return last
-        return tuple(i for i in dict.fromkeys(episode.source_ids)
-                     if i in held and says_all_of(held[i], text)) or last
+        return turns_saying(text, turns) or last
 
     if episode.key_facts:
         texts, type_, confidence = episode.key_facts, "fact", 0.7

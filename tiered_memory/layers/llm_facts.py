@@ -6,6 +6,10 @@ fact (an unknown type, a blank text, a confidence of ``true``, a bare string) is
 logged with their count, and the others are kept. The model is asked again, then the extractive
 rules stand in, only when its answer is no ``{"facts": [...]}`` at all or lists facts none of
 which is valid. A fact is one entry: any part of it invalid, it is dropped whole.
+
+A fact cites the turns of the span the model numbered for it. One it numbered none of (no
+sources, or only numbers outside the span) cites the user's turns of the span that say all it
+says (:func:`~.resolution.turns_saying`, the matcher promotion uses), or none: never every turn.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from ..records import FactCandidate
 from ..slots import text_slot
 from ..types import StoredMessage
 from ..validation import MAX_FACT_CHARS, not_blank
+from .extractive import FACT_ROLES, read_by
+from .resolution import turns_saying
 from .semantic import FactType
 
 FACTS_PROMPT = """Task: facts
@@ -59,7 +65,7 @@ class ExtractedFacts(ModelAnswer):
 
 def fact_candidates(answer: ExtractedFacts, messages: Sequence[StoredMessage]) -> list[FactCandidate]:
     """The candidates of a facts ``answer`` about ``messages``, the span its model read (pure)."""
-    users = tuple(m.id for m in messages if m.role == "user")
+    users = {m.id: m.content for m in read_by(messages, FACT_ROLES)}
     found = []
     for f in answer.facts:
         # each cited message once, in the order first cited; numbers outside the span are ignored
@@ -68,5 +74,5 @@ def fact_candidates(answer: ExtractedFacts, messages: Sequence[StoredMessage]) -
         # decide (no judge, or it fails), it replaces the slot's fact as the user's own words would
         key, polarity = text_slot(f.text)
         found.append(FactCandidate(type=f.type, text=f.text.strip(), confidence=f.confidence,
-                                   source_ids=src or users, key=key, polarity=polarity))
+                                   source_ids=src or turns_saying(f.text, users), key=key, polarity=polarity))
     return found

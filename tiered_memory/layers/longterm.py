@@ -228,7 +228,8 @@ class Layers:
             else:
                 meta = ep_meta = {"method": "extractive", "reason": "nothing said"}
                 found, draft = [], extract_episode(span)
-            self.ingest(user_id, found, meta, span)
+            # a fact citing no turn (none says it) was said by the span's newest (NO_TIME: now)
+            self.ingest(user_id, found, meta, span, at=max(m.timestamp for m in span) or None)
             episode = self.episodes.save(user_id, session_id, draft, span, ep_meta, audit=audit)
             if episode is None:
                 return None

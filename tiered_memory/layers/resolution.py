@@ -12,7 +12,7 @@ into a slot; ``consolidate``'s merge plan uses :func:`other_slots` too.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -88,6 +88,14 @@ def says_all_of(new: str, old: str) -> bool:
     (articles, pronouns, "is" / "has", prepositions, "each", "not" / "no"...), one-letter
     words ("'s") and "user", whom every fact is about. Numbers and names count."""
     return stems(old) - {"user"} <= stems(new)
+
+def turns_saying(text: str, turns: Mapping[str, str]) -> tuple[str, ...]:
+    """The ids of ``turns`` (id to text, in order) that say all ``text`` says (:func:`says_all_of`),
+    in that order: the turns a fact cites where nobody said which (pure). None when ``text``
+    says nothing of its own (only stop words and "user": "OK"), which every turn would."""
+    if not stems(text) - {"user"}:
+        return ()
+    return tuple(i for i, said in turns.items() if says_all_of(said, text))
 
 def other_slots(a: str | None, b: str | None) -> bool:
     """Keys of two slots ("rel:sister", "rel:brother"): facts about two things, however alike (pure)."""
