@@ -8,12 +8,15 @@ the real Chroma index's methods, nothing else faked.
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import pytest
 
 from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory.embedding import embed
 from tiered_memory.layers.item_rules import ItemWrite, vector_id
 from tiered_memory.recall.indexing import repair
 from tiered_memory.vector.base import VectorItem
@@ -22,12 +25,13 @@ from tiered_memory.vector.chroma import ChromaVectorIndex
 
 class _Engine:
     """The real Chroma index, written in step (no write-behind, as a server's is): its ``upsert``
-    and ``delete`` fail a call holding the id ``refused`` (the whole call, as an engine does), and
-    every call while ``down`` (``"upsert"``: every upsert); ``refusals`` counts the calls refused
-    for ``refused``."""
+    and ``delete`` fail a call holding the id ``refused`` (or one of a set: the whole call, as an
+    engine does), and every call while ``down`` (``"upsert"``: every upsert); ``refusals`` counts
+    the calls refused for ``refused``."""
 
     def __init__(self, inner: ChromaVectorIndex) -> None:
-        self.inner, self.refused, self.refusals = inner, "", 0
+        self.inner, self.refusals = inner, 0
+        self.refused: str | set[str] = ""
         self.down: bool | str = False
 
     def upsert(self, items: list[VectorItem]) -> None:
@@ -41,9 +45,10 @@ class _Engine:
     def _check(self, ids: Sequence[str], method: str) -> None:
         if self.down in (True, method):
             raise RuntimeError("the engine is down")
-        if self.refused in ids:
+        refused = {self.refused} if isinstance(self.refused, str) else self.refused
+        if refused & set(ids):
             self.refusals += 1
-            raise RuntimeError(f"the engine refuses {self.refused}")
+            raise RuntimeError(f"the engine refuses {sorted(refused & set(ids))}")
 
     def __getattr__(self, name: str) -> Any:
         if name in ("upsert_behind", "settle_behind"):
@@ -214,3 +219,80 @@ def test_a_store_item_the_index_refuses_holds_back_no_other_at_open(
     index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # still owed: the next open writes it
     assert {vector_id(tea.id, 0), vector_id(bees.id, 0)} <= index.inner.ids("u")
+
+
+def _layer_vectors(index: _Engine, prefix: str) -> set[str]:
+    """The ids (fact or episode) of the layer vectors ``prefix`` the engine holds for ``u``."""
+    return {i.split(":")[1] for i in index.inner.ids("u") if i.startswith(prefix)}
+
+
+def test_a_fact_the_index_refuses_holds_back_no_other_fact_or_episode_at_open(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """Facts and an episode stored pending (written while the engine was down), the engine
+    refusing one fact's vector: the open's pass over pending facts stopped at the batch holding
+    it (every later fact waited behind it), and the episodes' pass after it never ran. The
+    others are written now; the refused fact stays pending for the next open."""
+    memory, index = _stored_pending(make_memory, tmp_path, [])
+    memory.add("user", "My sister moved to Porto", session_id="s1", user_id="u")
+    index.down = True
+    for text in ("User keeps bees on the roof", "User drinks green tea at noon", "User plays the cello"):
+        with pytest.raises(VectorIndexError):
+            memory.add_fact(text, user_id="u")
+    with pytest.raises(VectorIndexError):
+        memory.end_session("s1", user_id="u")
+    facts = {f.text: f.id for f in memory.facts("u")}
+    [episode] = memory.episodes("u")
+    refused = facts["User drinks green tea at noon"]
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    index.refused = f"fact:{refused}"
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its pending passes run, logged
+    assert _layer_vectors(index, "fact:") == set(facts.values()) - {refused}
+    assert _layer_vectors(index, "ep:") == {episode.id}
+    assert index.refusals <= 4  # tried apart, once alone, not in a loop
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # still pending: the next open writes it
+    assert _layer_vectors(index, "fact:") == set(facts.values())
+
+
+def test_a_stray_vector_the_index_refuses_to_delete_holds_back_no_other_pass_at_open(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An unclean open's full repair finds vectors no row holds (a turn's, a fact's), the engine
+    refusing to delete them: the repair stopped at the turns' delete, so no pass after it ran (a
+    turn and a fact left pending stayed so, a turn's lost vector was not restored). They run now;
+    the refused vectors are logged by name and owed, so the next open's payment deletes them."""
+    memory, index = _stored_pending(make_memory, tmp_path, ["note-1"])
+    _note(memory, "note-2", NOTES["note-2"])
+    index.down = True
+    with pytest.raises(VectorIndexError):
+        memory.add_fact("User plays the cello", user_id="u")
+    index.down = False
+    [fact] = memory.facts("u")
+    vector = embed(memory.embedder, ["a vector no row holds"])[0]
+    index.inner.upsert([VectorItem(id=i, vector=vector, user_id="u", layer=layer)
+                        for i, layer in (("ghost", "turn"), ("fact:ghost", "fact"))])
+    index.inner.delete(["note-2"])  # lost: the full repair restores it
+    memory.close()
+    con = sqlite3.connect(tmp_path / "mem" / "records.sqlite3")  # what a crash leaves: the store says it is open
+    con.execute("UPDATE meta SET value='open' WHERE key='state'")
+    con.commit()
+    con.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    index.refused = {"ghost", "fact:ghost"}
+    with caplog.at_level(logging.WARNING, logger="tiered_memory"):
+        memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its full repair runs, logged
+    assert "'ghost'" in caplog.text and "'fact:ghost'" in caplog.text
+    assert _pending(memory) == set() and {"note-1", "note-2"} <= index.inner.ids("u")
+    assert _layer_vectors(index, "fact:") == {fact.id, "ghost"}
+    # refused once each by the repair, then by the open's payment after it (the two, then each alone)
+    assert _owed(memory) == {"ghost", "fact:ghost"} and index.refusals <= 5
+    left: list[VectorIndexError] = []
+    report = repair(store=memory.store, index=memory.index, embedder=memory.embedder,
+                    threshold=memory.config.dedup_threshold, full=True, skipped=left)
+    assert report["stray_owed"] == 1 and report["removed"] == 0 and len(left) == 1  # says what it left
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # a clean open: its payment deletes them
+    assert _owed(memory) == set() and {"ghost", "fact:ghost"}.isdisjoint(index.inner.ids("u"))
+

@@ -19,11 +19,9 @@ from typing import Any, Callable, Mapping, Sequence
 from ..aio import run_sync
 from .buffer import select_buffer
 from .episodic import EpisodeSchema, EpisodicMemory, episode_messages, transcript, transcript_spans
-from ..errors import InvalidInputError, LLMError, NotFoundError, StoreError
+from ..errors import InvalidInputError, LLMError, NotFoundError, StoreError, VectorIndexError
 from .extractive import QUOTED_ROLES, extract_episode, extract_fact_candidates, read_by
 from ..graphemes import cut_point
-from ..guard import vector_errors_typed
-from ..recall.indexing import UNREPAIRED
 from ..slots import text_slot
 from ..store.base import SettledSource
 from ..llm.adapters import resolve_llm
@@ -31,6 +29,7 @@ from ..llm.base import LLM, complete_json
 from .resolution import Judgement, slot_of
 from .changes import stored_metadata
 from .fact_unit import CHANGING, TRIES
+from .layer_repair import repair_layer_vectors
 from .llm_facts import FACTS_PROMPT, ExtractedFacts, fact_candidates
 from .semantic import SemanticMemory
 from ..parts import Parts
@@ -318,19 +317,10 @@ class Layers:
         raise StoreError(CHANGING.format(what="the fact", tries=TRIES))
 
     # ---- maintenance --------------------------------------------------------------
-    def repair(self) -> dict[str, int]:
-        """Make the layer vectors match their rows (after a crash): add missing, drop stray."""
-        want_facts = {f"fact:{i}" for i in self.rows.valid_fact_ids()}
-        want_points = self.rows.point_ids()
-        with vector_errors_typed(UNREPAIRED):  # a custom index may raise anything
-            have = {i for i in self.parts.index.ids() if i.startswith(("fact:", "ep:"))}
-            stray = sorted(have - want_facts - want_points)
-            self.parts.index.delete(stray)
-        missing = (want_facts | want_points) - have
-        if missing:
-            for user in self.rows.layer_users():  # coarse but rare: re-embed the layers of affected users
-                self.reindex(user)
-        return {"layer_vectors_removed": len(stray), "layer_vectors_missing": len(missing)}
+    def repair(self, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
+        """Make the layer vectors match their rows after a crash (:func:`~.layer_repair.repair_layer_vectors`).
+        ``skipped``: the error of vectors the index refused to drop (owed) goes there, not raised."""
+        return repair_layer_vectors(self.rows, self.parts.index, self.facts.owed, self.reindex, skipped=skipped)
 
     def reindex(self, user_id: str | None = None) -> dict[str, int]:
         return {"facts": self.facts.reindex(user_id), "episodes": self.episodes.reindex(user_id)}
@@ -341,10 +331,14 @@ class Layers:
         if isinstance(self.rows, PendingVectorSource):
             self.rows.pend_all()
 
-    def index_pending(self) -> dict[str, int]:
-        """Write the vectors of the facts and episodes whose rows are marked pending (cheap: the
-        pending rows are found through a partial index). Every open runs it, a shared store's too."""
-        report = {"facts_pending": self.facts.index_pending(), "episodes_pending": self.episodes.index_pending()}
+    def index_pending(self, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
+        """Write the vectors of the facts and episodes marked pending (a partial index finds them), at
+        every open. ``skipped``: the error of facts the index refused (the rest written) goes there."""
+        left = [] if skipped is None else skipped  # facts refused hold back no episode: raised after both passes
+        report = {"facts_pending": self.facts.index_pending(skipped=left),
+                  "episodes_pending": self.episodes.index_pending()}
+        if left and skipped is None:
+            raise left[0]
         return {k: v for k, v in report.items() if v}
 
     def consolidate(self, user_id: str, progress: Callable[[str, int, int], None] | None = None,

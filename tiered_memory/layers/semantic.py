@@ -20,19 +20,20 @@ import numpy as np
 
 from ..config import FactConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_batched, embed_query
-from ..errors import InvalidInputError, NotFoundError, StoreError
+from ..errors import InvalidInputError, NotFoundError, StoreError, VectorIndexError
 from ..guard import vector_errors_typed
 from ..recall import forgetting, hybrid
-from ..recall.indexing import LEFT_PENDING, UNREPAIRED
+from ..recall.indexing import UNREPAIRED
 from .resolution import Judgement, Resolution, decide_resolution, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
+from .layer_repair import fact_item, index_pending_facts
 from .changes import edit_details, merge_metadata, metadata_details, stored_metadata
 from .fact_unit import (CHANGING, DECIDED, EDITED, TRIES, UNINDEXED, UNWRITTEN, Stale, held, log_change,
                         named, one_in_slot_written)
 from ..store.pending_deletes import OwedRows
 from ..store.repositories import FactRepository, PendingVectorSource
 from ..validation import check_text
-from ..vector.base import VectorIndex, VectorItem
+from ..vector.base import VectorIndex
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
 FactType = Literal["preference", "fact", "constraint", "relationship", "decision"]
@@ -129,8 +130,7 @@ class SemanticMemory:
 
     # ---- writes --------------------------------------------------------------
     def _upsert_vectors(self, facts: Sequence[tuple[Fact, Any]]) -> None:
-        self.index.upsert([VectorItem(id=f"fact:{f.id}", vector=v, user_id=f.user_id, layer="fact",
-                                      timestamp=f.updated_at) for f, v in facts])
+        self.index.upsert([fact_item(f, v) for f, v in facts])
 
     def _settle(self, facts: Sequence[Fact]) -> None:
         """The vectors of ``facts`` (as their rows hold them) are written: their rows, stored
@@ -378,22 +378,9 @@ class SemanticMemory:
             self._settle(part)
         return len(facts)
 
-    def index_pending(self, batch: int = 256) -> int:
-        """Write the vectors of the facts left pending (stored or revised, their vector not yet
-        written: a crash, or a vector engine that failed) and settle them; returns how many.
-        One pass in row order, so it ends though other workers write meanwhile; a fact another
-        call revised while this one embedded it stays pending for the next pass."""
+    def index_pending(self, batch: int = 256, skipped: list[VectorIndexError] | None = None) -> int:
+        """Write the vectors of the facts left pending and settle them; returns how many
+        (:func:`~.layer_repair.index_pending_facts`: a fact the index refuses holds back no other)."""
         if not isinstance(self.rows, PendingVectorSource):
             return 0
-        after, done = 0, 0
-        while found := self.rows.pending_facts(after, batch):
-            live = [f for _, f, alive in found if alive]
-            pairs = list(zip(live, embed(self.embedder, [f.text for f in live]))) if live else []
-            # no debt to pay first, unlike turns': an owed fact id's history entry (kept with it) makes imports skip it
-            with vector_errors_typed(LEFT_PENDING.format(n=len(found), what="fact")):
-                self.index.delete([f"fact:{f.id}" for _, f, alive in found if not alive])  # none wanted
-                if pairs:
-                    self._upsert_vectors(pairs)
-            self.rows.settle_facts([(f.id, f.text, f.updated_at) for _, f, _ in found])
-            after, done = found[-1][0], done + len(found)
-        return done
+        return index_pending_facts(self.rows, self.index, self.embedder, batch=batch, skipped=skipped)

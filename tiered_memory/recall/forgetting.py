@@ -25,7 +25,7 @@ between that check and the index's delete, the new vector.
 
 from __future__ import annotations
 
-from typing import Collection, Sequence
+from typing import Callable, Collection, Sequence
 
 from ..errors import VectorIndexError
 from ..guard import vector_errors_typed
@@ -44,6 +44,9 @@ STORED_OWING = ("{n} messages were stored but not yet indexed: ids among them he
                 "vectors the index has not deleted yet, and those go first ({error}); they are indexed by the "
                 "next write, the next open or rebuild_index()")
 BATCH = 1000  # entries per payment at open: one index call and one transaction each
+#: the VectorIndexError of vectors no row holds (a full repair's strays) the index refused to delete
+STRAY_OWED = ("{n} vector(s) no row holds could not be deleted ({{error}}); they are owed, and deleted on the next "
+              "open, before the next write, or by rebuild_index()")
 
 
 def owed_ids(owed: Sequence[OwedVector], long: Collection[str] | None = None) -> list[str]:
@@ -83,6 +86,39 @@ def pay_before_storing(rows: OwedRows, index: VectorIndex, *, turns: Sequence[st
     if turns or vectors:
         delete_owed(rows, index, rows.owed_for(turns=turns, vectors=vectors),
                     what="rows stored again under ids whose earlier rows were")
+
+
+def delete_strays(rows: OwedRows, index: VectorIndex, strays: Sequence[str],
+                  owed: Callable[[str], OwedVector]) -> tuple[int, VectorIndexError | None]:
+    """Delete the vectors ``strays`` no row holds (a full repair's), in one call while the index
+    takes it; returns how many were deleted and the error of those it refused. One refused is
+    skipped (:class:`~.skipping.SkippingPass`: logged by its id) and recorded owed (``owed(id)``
+    its entry, which a write storing that id again pays first), so the next payment (at open,
+    before a write) deletes it: a full repair runs only after an unclean close, and the passes
+    after this one (missing and pending vectors) do not wait behind it.
+
+    Raises:
+        VectorIndexError: the engine is down (:data:`~.skipping.DOWN_AFTER`); what was not
+            deleted is owed.
+    """
+    skipping = SkippingPass[str](what="vector no row holds", name=repr)
+    deleted: set[str] = set()
+
+    def delete(part: Sequence[str]) -> None:
+        with vector_errors_typed(STRAY_OWED.format(n=len(part))):
+            index.delete(list(part))
+        deleted.update(part)
+
+    try:
+        skipping.write(strays, delete)
+    finally:
+        rows.owe(sorted({owed(i) for i in strays if i not in deleted}))
+    if skipping.error is None:
+        return len(deleted), None
+    error = VectorIndexError(STRAY_OWED.format(n=len(strays) - len(deleted)).format(
+        error=skipping.error.__cause__ or skipping.error))
+    error.__cause__ = skipping.error
+    return len(deleted), error
 
 
 def take_legacy(store: RecordStore) -> int:

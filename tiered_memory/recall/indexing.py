@@ -14,11 +14,11 @@ from ..errors import VectorIndexError
 from ..ids import LAYER_ID_PREFIXES
 from ..guard import vector_errors_typed
 from ..store.base import DuplicateSource, RecordStore, TextMatchSource
-from ..store.pending_deletes import OwedVector
+from ..store.pending_deletes import NO_USER, TURN, OwedVector
 from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of, pooled_vector
-from .forgetting import delete_owed
+from .forgetting import delete_owed, delete_strays
 from .skipping import SkippingPass
 
 log = logging.getLogger("tiered_memory")
@@ -297,13 +297,17 @@ def repair(
 ) -> dict[str, int]:
     """Index pending rows (:func:`index_pending_turns`); with ``full``, first drop vectors the
     store no longer holds and re-index rows marked indexed whose vector is missing (after a crash).
-    ``skipped``: the error of rows the index refused (the others indexed) goes there, not raised,
+    A vector the index refuses to drop is owed (:func:`~.forgetting.delete_strays`: the next
+    payment drops it; ``report["stray_owed"]`` counts them) and holds back no other pass.
+    ``skipped``: the error of what the index refused (the rest done) goes there, not raised,
     for a caller with more passes to run first.
 
     Raises:
-        VectorIndexError: the index failed; what is not indexed stays pending.
+        VectorIndexError: the index failed; what is not indexed stays pending, what is not
+            dropped owed.
     """
     report = {"indexed": 0, "removed": 0, "restored": 0}
+    left: list[VectorIndexError] = []  # what the index refused: raised (or handed on) once every pass ran
     if full:
         want = store.indexed_ids()
         with vector_errors_typed(UNREPAIRED):
@@ -313,23 +317,27 @@ def repair(
         # a chunk stays while its message is indexed; a missing message vector re-indexes
         # the message, which rewrites its chunks
         extra = sorted((have - want) | {i for i in chunks if message_of(i)[0] not in want})
-        with vector_errors_typed(UNREPAIRED):
-            index.delete(extra)
-        report["removed"] = len(extra)
+        # one the index refuses is owed (its message's id: stored again, it is paid first), not in the way
+        report["removed"], refused = delete_strays(store.owed_rows, index, extra,
+                                                   lambda i: OwedVector(NO_USER, TURN, message_of(i)[0]))
+        if refused is not None:
+            report["stray_owed"] = len(extra) - report["removed"]
+            left.append(refused)
         missing_ids = want - have
         if missing_ids:
             report["restored"] = len(missing_ids)
             store.reset_indexed_ids(sorted(missing_ids))
         if isinstance(store, DuplicateSource):  # a crash after deleting or archiving an original, before
             report["released"] = len(store.release_duplicates(None))  # its duplicates were indexed again
-    left = index_pending_turns(store=store, index=index, embedder=embedder, threshold=threshold, batch=batch,
-                               report=report)
+    turns = index_pending_turns(store=store, index=index, embedder=embedder, threshold=threshold, batch=batch,
+                                report=report)
+    left += [turns] if turns is not None else []
     if any(report.values()):
         log.info("vector index repaired: %s", report)
-    if left is not None:
+    if left:
         if skipped is None:
-            raise left
-        skipped.append(left)
+            raise left[0]
+        skipped += left
     return report
 
 

@@ -1,0 +1,112 @@
+"""Bringing the facts' and episodes' vectors in line with their rows: the facts' pending pass at
+every open (:func:`index_pending_facts`), and a full repair's (after an unclean close) of the
+vectors no row holds and those missing (:func:`repair_layer_vectors`).
+
+A fact's row is stored pending by the unit that writes it and settled once the index has its
+vector (:class:`~..store.repositories.PendingVectorSource`); the pending pass writes what is
+still pending, in row order, and settles it.
+
+Invariants:
+
+- One pass in row order (a cursor past each batch read), so it ends though other workers write
+  meanwhile; a fact another call revised while this one embedded it stays pending (its
+  settlement names the text and time written) for the next pass.
+- A pending fact that is no longer live (deleted, invalid) has no vector: the pass deletes its
+  id's, and settles it.
+- One fact the index refuses holds back no other: a batch refused is sent again in halves
+  (:class:`~..recall.skipping.SkippingPass`), the fact refused alone is logged and left pending
+  for the next pass, the others are written and settled; an engine that is down stops the pass.
+- A full repair's vector no row holds that the index refuses to delete is owed
+  (:func:`~..recall.forgetting.delete_strays`), paid by the next open or write, and the missing
+  vectors are written all the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from ..embedding import Embedder, embed
+from ..errors import VectorIndexError
+from ..guard import vector_errors_typed
+from ..recall.forgetting import delete_strays
+from ..recall.indexing import LEFT_PENDING, UNREPAIRED
+from ..recall.skipping import SkippingPass
+from ..records import Fact
+from ..store.pending_deletes import NO_USER, VECTOR, OwedRows, OwedVector
+from ..store.repositories import LayerRepository, PendingVectorSource
+from ..vector.base import VectorIndex, VectorItem
+
+
+def fact_item(fact: Fact, vector: Any) -> VectorItem:
+    """The vector index's item of ``fact`` (its id ``fact:<id>``)."""
+    return VectorItem(id=f"fact:{fact.id}", vector=vector, user_id=fact.user_id, layer="fact",
+                      timestamp=fact.updated_at)
+
+
+def index_pending_facts(rows: PendingVectorSource, index: VectorIndex, embedder: Embedder, *,
+                        batch: int = 256, skipped: list[VectorIndexError] | None = None) -> int:
+    """Write the vectors of the facts left pending (stored or revised, their vector not yet
+    written) and settle them; returns how many pending facts the pass read. ``skipped``: the
+    error of the facts the index refused (the others written) goes there, not raised, for a
+    caller with more passes to run first.
+
+    Raises:
+        VectorIndexError: facts the index refused were skipped (the others written; raised once
+            the pass is done), or the engine is down (:data:`~..recall.skipping.DOWN_AFTER`);
+            what is not written stays pending.
+    """
+    after, seen = 0, 0
+    skipping = SkippingPass[tuple[Fact, bool]](what="fact", name=lambda entry: repr(entry[0].id))
+    while found := rows.pending_facts(after, batch):
+        live = [f for _, f, alive in found if alive]
+        vectors = dict(zip([f.id for f in live], embed(embedder, [f.text for f in live]))) if live else {}
+
+        def written(part: Sequence[tuple[Fact, bool]]) -> None:
+            # no debt to pay first, unlike turns': an owed fact id's history entry (kept with it) makes imports skip it
+            with vector_errors_typed(LEFT_PENDING.format(n=len(part), what="fact")):
+                index.delete([f"fact:{f.id}" for f, alive in part if not alive])  # none wanted
+                if any(alive for _, alive in part):
+                    index.upsert([fact_item(f, vectors[f.id]) for f, alive in part if alive])  # noqa: B023 (run now)
+            rows.settle_facts([(f.id, f.text, f.updated_at) for f, _ in part])
+
+        skipping.write([(f, alive) for _, f, alive in found], written)
+        after, seen = found[-1][0], seen + len(found)
+    if skipping.error is None:
+        return seen
+    error = VectorIndexError(LEFT_PENDING.format(n=len(skipping.skipped), what="fact").format(
+        error=skipping.error.__cause__ or skipping.error))
+    error.__cause__ = skipping.error
+    if skipped is None:
+        raise error
+    skipped.append(error)
+    return seen
+
+
+def repair_layer_vectors(rows: LayerRepository, index: VectorIndex, owed: OwedRows, reindex: Callable[[str], object],
+                         *, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
+    """Make the fact and episode vectors match their rows (a full repair): drop the vectors no
+    row holds (one the index refuses is owed: :func:`~..recall.forgetting.delete_strays`), then,
+    should any be missing, re-embed the layers of every user who has some (``reindex(user)``);
+    returns the report. ``skipped``: the error of the vectors the index refused to drop goes
+    there, not raised, for a caller with more passes to run first.
+
+    Raises:
+        VectorIndexError: the index failed to list or write vectors, or refused to drop some (the
+            rest done), or the engine is down.
+    """
+    want = {f"fact:{i}" for i in rows.valid_fact_ids()} | rows.point_ids()
+    with vector_errors_typed(UNREPAIRED):  # a custom index may raise anything
+        have = {i for i in index.ids() if i.startswith(("fact:", "ep:"))}
+    stray = sorted(have - want)
+    removed, refused = delete_strays(owed, index, stray, lambda i: OwedVector(NO_USER, VECTOR, i))
+    missing = want - have
+    if missing:
+        for user in rows.layer_users():  # coarse but rare: re-embed the layers of affected users
+            reindex(user)
+    report = {"layer_vectors_removed": removed, "layer_vectors_missing": len(missing)}
+    if refused is not None:
+        report["layer_vectors_stray_owed"] = len(stray) - removed
+        if skipped is None:
+            raise refused
+        skipped.append(refused)
+    return report
