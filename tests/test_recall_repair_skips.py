@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import pytest
 
-from tiered_memory import StaticEmbedder, TieredMemory, VectorIndexError
+from tiered_memory import BufferConfig, EpisodeConfig, MemoryConfig, StaticEmbedder, TieredMemory, VectorIndexError
 from tiered_memory.embedding import embed
 from tiered_memory.layers.item_rules import ItemWrite, vector_id
 from tiered_memory.recall.indexing import repair
@@ -33,6 +33,7 @@ class _Engine:
         self.inner, self.refusals = inner, 0
         self.refused: str | set[str] = ""
         self.down: bool | str = False
+        self.refused_layer = ""  # "fact:": every fact vector refused
 
     def upsert(self, items: list[VectorItem]) -> None:
         self._check([i.id for i in items], "upsert")
@@ -46,6 +47,7 @@ class _Engine:
         if self.down in (True, method):
             raise RuntimeError("the engine is down")
         refused = {self.refused} if isinstance(self.refused, str) else self.refused
+        refused = refused | {i for i in ids if self.refused_layer and i.startswith(self.refused_layer)}
         if refused & set(ids):
             self.refusals += 1
             raise RuntimeError(f"the engine refuses {sorted(refused & set(ids))}")
@@ -296,3 +298,24 @@ def test_a_stray_vector_the_index_refuses_to_delete_holds_back_no_other_pass_at_
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # a clean open: its payment deletes them
     assert _owed(memory) == set() and {"ghost", "fact:ghost"}.isdisjoint(index.inner.ids("u"))
 
+
+def test_a_fact_vector_background_compression_was_refused_is_written_by_the_next_write(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """Compression off the request path (``compress_after_turns``) stored a fact whose vector the
+    engine refused: its row stayed pending, but unlike a failed ``end_session`` nothing marked the
+    memory as owing, so the next write did not index it (only the next open would), and the next
+    compression, resolving the same turn's fact by vector, stored it a second time."""
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    config = MemoryConfig(buffer=BufferConfig(max_messages=2), episodes=EpisodeConfig(compress_after_turns=1))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder(), config=config)
+    index.refused_layer = "fact:"
+    turns = [("user", "I'm a violin teacher."), ("assistant", "Nice."), ("user", "Thanks."), ("assistant", "Sure.")]
+    memory.add_many([{"role": r, "content": c} for r, c in turns], session_id="s1", user_id="u")  # 2 out of the buffer
+    memory.flush()  # compressed in the background: the fact stored, its vector refused, no episode
+    [fact] = memory.facts("u")
+    assert index.refusals and _layer_vectors(index, "fact:") == set()
+    index.refused_layer = ""
+    memory.add_many([{"role": "user", "content": "OK."}, {"role": "assistant", "content": "Bye."}],
+                    session_id="s1", user_id="u")  # a write pays what a failed call left; compressed again
+    memory.flush()
+    assert [f.id for f in memory.facts("u")] == [fact.id] and _layer_vectors(index, "fact:") == {fact.id}

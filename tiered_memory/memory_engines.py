@@ -83,7 +83,11 @@ class MemoryEngines:
     @functools.cached_property
     def _layers(self) -> Layers:
         """Episodic, semantic and working memory, created on first use."""
-        return Layers(self.parts, self._rows, self._llm)
+        return Layers(self.parts, self._rows, self._llm, owing=self._note_owed)
+
+    def _note_owed(self) -> None:
+        """Background work left vectors pending: the next write or call writes them first."""
+        self._owed = True
 
     def _layers_ok(self) -> bool:
         return supports_layers(self.store)

@@ -58,8 +58,10 @@ invalidate: it contradicts the target, which is no longer true; noop: already kn
 class Layers:
     """Episodic, semantic and working memory of one :class:`TieredMemory`."""
 
-    def __init__(self, parts: Parts, rows: LayerRepository, llm: Any = None) -> None:
+    def __init__(self, parts: Parts, rows: LayerRepository, llm: Any = None,
+                 owing: Callable[[], None] = lambda: None) -> None:
         self.parts = parts
+        self.owing = owing  # called when background work left vectors pending: the next call writes them
         cfg = parts.config
         self.rows = rows
         self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.lock,
@@ -276,7 +278,9 @@ class Layers:
     def _background(self, user_id: str, session_id: str) -> None:
         try:
             self.end_session(user_id, session_id, evicted_only=True)
-        except Exception:  # the turns are stored; end_session or consolidate will retry
+        except Exception as e:  # the turns are stored; end_session or consolidate will retry
+            if isinstance(e, VectorIndexError):  # what it stored pending is written by the next call (and
+                self.owing()  # found by its rules), as what a failed end_session left: not stored twice
             log.exception("background compression of session %r failed", session_id)
         finally:
             with self._guard:
