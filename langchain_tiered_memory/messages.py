@@ -26,8 +26,8 @@ a model as text (ids, tool calls and ``tool_call_id`` for the pairing, ``status`
 ``artifact``, response and usage metadata) and a ``name`` that is a plain identifier; never
 ``additional_kwargs`` (``reasoning_content``, a raw ``function_call``, ``refusal``: partner
 packages forward what they find there). Content blocks come back only when each is a plain
-text block or media; else the content is the stored text, as a string. And a replay spells no
-chat-template turn marker (``<|im_start|>`` comes back as ``\\u003c|im_start|>``), which a local
+text block or media (:mod:`.content_blocks`); else the content is the stored text, as a string.
+And a replay spells no chat-template turn marker (``<|im_start|>`` comes back as ``\\u003c|im_start|>``), which a local
 model's server would parse out of the prompt as a real token.
 """
 
@@ -48,6 +48,8 @@ from langchain_core.messages import (
     ToolMessage,
     messages_from_dict,
 )
+
+from .content_blocks import block_text, is_text, replayable
 
 __all__ = ["BULKY", "LC_KEY", "OPTIONAL", "drop_fields", "each_message", "fit_metadata", "from_stored",
            "from_stored_many", "lc_id", "metadata_size", "role_of", "text_of", "to_core", "to_core_many", "unchained"]
@@ -232,58 +234,6 @@ _REPLAYED = frozenset({"content", "id", "name", "tool_calls", "tool_call_id", "s
                        "response_metadata", "usage_metadata"})
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what OpenAI accepts as a message name
 
-# Media blocks: LangChain v1 (``image``/``audio``/``video``/``file`` with url, base64 or
-# file_id), v0 (``source_type`` url/base64/id with url, data or id) and the provider shapes
-# LangChain passes through (OpenAI ``image_url``/``input_audio``/``file``, Anthropic ``source``).
-_MEDIA_KINDS = frozenset({"image", "image_url", "audio", "input_audio", "video", "file"})
-_MEDIA_PAYLOAD = frozenset({"url", "base64", "data", "file_data", "image_url"})  # fetched or decoded, not read
-_MEDIA_WORDS = frozenset({"type", "source_type", "id", "file_id", "mime_type", "media_type", "detail", "format",
-                          "filename", "ttl"})
-_MEDIA_NESTED = frozenset({"image_url", "source", "file", "input_audio", "extras", "metadata", "cache_control"})
-_MEDIA_SOURCES = frozenset({"url", "base64", "id", "file", "ephemeral"})  # nested ``type``s and ``source_type``s
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+/-]{0,127}")  # a mime type, an id, a file name, a detail
-
-
-def _is_media(block: Mapping[str, Any], *, depth: int = 0) -> bool:
-    """Whether ``block`` says only where media is and what it is, with no field a provider
-    could show the model as text (pure). ``depth`` counts the nested mappings above it."""
-    kind, source = block.get("type"), block.get("source_type", "url")
-    if depth > 2 or not isinstance(kind, (str, type(None))) or not isinstance(source, str):
-        return False
-    if not (kind in _MEDIA_KINDS if depth == 0 else kind is None or kind in _MEDIA_SOURCES):
-        return False
-    if source not in _MEDIA_SOURCES:  # v0's ``text`` source holds text
-        return False
-    for key, value in block.items():
-        ok = ((key in _MEDIA_PAYLOAD and isinstance(value, str))
-              or (key in _MEDIA_NESTED and isinstance(value, Mapping) and _is_media(value, depth=depth + 1))
-              or (key in _MEDIA_WORDS and isinstance(value, str) and _WORD.fullmatch(value) is not None)
-              or (key == "index" and isinstance(value, int)))
-        if not ok:
-            return False
-    return True
-
-
-def _is_text(block: Mapping[str, Any]) -> bool:
-    """A plain text block: its text, at most an id and an index (annotations and extras may
-    hold other text, so a block with them is not replayed as a block)."""
-    return (block.get("type") == "text" and isinstance(block.get("text"), str)
-            and set(block) <= {"type", "text", "id", "index"}
-            and _WORD.fullmatch(str(block.get("id", "id"))) is not None and isinstance(block.get("index", 0), int))
-
-
-def _replayable(content: Any) -> bool:
-    """Whether ``content`` may be replayed as it is (pure): a string, or a list of strings,
-    plain ``text`` blocks (whose text ``text_of`` compares with the stored text) and media
-    blocks. Any other block is not replayed: reasoning and thinking blocks (a provider takes a
-    past assistant turn without them; only the turn of an active tool loop needs them, and that
-    one is in the agent's state, not replayed), ``tool_use`` and ``tool_call`` blocks (the
-    message's ``tool_calls`` stand for them), text-bearing media (``text-plain``), unknown kinds."""
-    if isinstance(content, str):
-        return True
-    return isinstance(content, list) and all(
-        isinstance(b, str) or isinstance(b, Mapping) and (_is_text(b) or _is_media(b)) for b in content)
-
 
 def _rebuilt(m: StoredMessage) -> BaseMessage:
     """The message the LangChain metadata describes, when it is one of the stored role
@@ -304,11 +254,7 @@ def _rebuilt(m: StoredMessage) -> BaseMessage:
         return _by_role(m)
     # blocks that may carry other text: the text blocks' text only, which is the stored text
     # (or blank, when the stored text describes the tool calls the message keeps)
-    return msg if _replayable(msg.content) else msg.model_copy(update={"content": str(msg.text)})
-
-
-def _block_text(block: str | Mapping[str, Any]) -> str:
-    return block if isinstance(block, str) else str(block["text"])
+    return msg if replayable(msg.content) else msg.model_copy(update={"content": str(msg.text)})
 
 
 def _defused(msg: BaseMessage) -> BaseMessage:
@@ -322,8 +268,8 @@ def _defused(msg: BaseMessage) -> BaseMessage:
         update["content"] = defuse_tokens(msg.content)
     else:  # a chat template renders the text parts one after the other: a marker may span two
         content = list(msg.content)
-        texts = [n for n, b in enumerate(content) if isinstance(b, str) or isinstance(b, Mapping) and _is_text(b)]
-        for n, text in zip(texts, defuse_pieces([_block_text(content[n]) for n in texts])):
+        texts = [n for n, b in enumerate(content) if isinstance(b, str) or isinstance(b, Mapping) and is_text(b)]
+        for n, text in zip(texts, defuse_pieces([block_text(content[n]) for n in texts])):
             block = content[n]
             content[n] = text if isinstance(block, str) else {**block, "text": text}
         update["content"] = content

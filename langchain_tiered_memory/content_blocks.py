@@ -1,0 +1,72 @@
+"""The content blocks a replayed LangChain message may carry (pure).
+
+A replay resends a stored message's content blocks only when each says nothing the stored
+(indexed, checked) text does not: a plain text block (its text is the stored text) or media
+that says only where the media is and what it is. Any other block (reasoning, ``tool_use``,
+text-bearing media, an unknown kind, a block with annotations) is left out and the message
+replays as its stored text (:func:`~.messages.from_stored`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+__all__ = ["block_text", "is_media", "is_text", "replayable"]
+
+# Media blocks: LangChain v1 (``image``/``audio``/``video``/``file`` with url, base64 or
+# file_id), v0 (``source_type`` url/base64/id with url, data or id) and the provider shapes
+# LangChain passes through (OpenAI ``image_url``/``input_audio``/``file``, Anthropic ``source``).
+_MEDIA_KINDS = frozenset({"image", "image_url", "audio", "input_audio", "video", "file"})
+_MEDIA_PAYLOAD = frozenset({"url", "base64", "data", "file_data", "image_url"})  # fetched or decoded, not read
+_MEDIA_WORDS = frozenset({"type", "source_type", "id", "file_id", "mime_type", "media_type", "detail", "format",
+                          "filename", "ttl"})
+_MEDIA_NESTED = frozenset({"image_url", "source", "file", "input_audio", "extras", "metadata", "cache_control"})
+_MEDIA_SOURCES = frozenset({"url", "base64", "id", "file", "ephemeral"})  # nested ``type``s and ``source_type``s
+_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+/-]{0,127}")  # a mime type, an id, a file name, a detail
+
+
+def is_media(block: Mapping[str, Any], *, depth: int = 0) -> bool:
+    """Whether ``block`` says only where media is and what it is, with no field a provider
+    could show the model as text (pure). ``depth`` counts the nested mappings above it."""
+    kind, source = block.get("type"), block.get("source_type", "url")
+    if depth > 2 or not isinstance(kind, (str, type(None))) or not isinstance(source, str):
+        return False
+    if not (kind in _MEDIA_KINDS if depth == 0 else kind is None or kind in _MEDIA_SOURCES):
+        return False
+    if source not in _MEDIA_SOURCES:  # v0's ``text`` source holds text
+        return False
+    for key, value in block.items():
+        ok = ((key in _MEDIA_PAYLOAD and isinstance(value, str))
+              or (key in _MEDIA_NESTED and isinstance(value, Mapping) and is_media(value, depth=depth + 1))
+              or (key in _MEDIA_WORDS and isinstance(value, str) and _WORD.fullmatch(value) is not None)
+              or (key == "index" and isinstance(value, int)))
+        if not ok:
+            return False
+    return True
+
+
+def is_text(block: Mapping[str, Any]) -> bool:
+    """A plain text block: its text, at most an id and an index (annotations and extras may
+    hold other text, so a block with them is not replayed as a block)."""
+    return (block.get("type") == "text" and isinstance(block.get("text"), str)
+            and set(block) <= {"type", "text", "id", "index"}
+            and _WORD.fullmatch(str(block.get("id", "id"))) is not None and isinstance(block.get("index", 0), int))
+
+
+def replayable(content: Any) -> bool:
+    """Whether ``content`` may be replayed as it is (pure): a string, or a list of strings,
+    plain ``text`` blocks (whose text ``text_of`` compares with the stored text) and media
+    blocks. Any other block is not replayed: reasoning and thinking blocks (a provider takes a
+    past assistant turn without them; only the turn of an active tool loop needs them, and that
+    one is in the agent's state, not replayed), ``tool_use`` and ``tool_call`` blocks (the
+    message's ``tool_calls`` stand for them), text-bearing media (``text-plain``), unknown kinds."""
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(
+        isinstance(b, str) or isinstance(b, Mapping) and (is_text(b) or is_media(b)) for b in content)
+
+
+def block_text(block: str | Mapping[str, Any]) -> str:
+    """The text of a string or a plain text block (:func:`is_text`)."""
+    return block if isinstance(block, str) else str(block["text"])
