@@ -15,9 +15,12 @@ imported) are mapped by role: user -> ``HumanMessage``, assistant ->
 Stored memory is data, never instructions, so a replay can produce only three
 kinds of message: ``HumanMessage`` for a stored user turn, ``AIMessage`` for an
 assistant turn, and ``ToolMessage`` for a tool result that answers a tool call of
-an ``AIMessage`` earlier in the same replay. A stored ``system`` turn, a tool
+the ``AIMessage`` just before its run of results. A stored ``system`` turn, a tool
 result without its call, and anything else come back as a ``HumanMessage`` whose
-content is the quoted text (``[stored system message] "..."``). The metadata may
+content is the quoted text (``[stored system message] "..."``). Tool calls are sent
+only when their names and ids are plain tokens (:mod:`tiered_memory.tool_calls`,
+which every write checks): a row written otherwise replays its calls as quoted text in
+its ``AIMessage`` (``[stored tool call] "name" with arguments "{...}"``). The metadata may
 only restore details of a message of the stored role with the stored text: a user
 turn whose metadata claims another type or other content is read back by role.
 
@@ -27,8 +30,8 @@ a model as text (ids, tool calls and ``tool_call_id`` for the pairing, ``status`
 ``additional_kwargs`` (``reasoning_content``, a raw ``function_call``, ``refusal``: partner
 packages forward what they find there). Content blocks come back only when each is a plain
 text block or media (:mod:`.content_blocks`); else the content is the stored text, as a string.
-And a replay spells no chat-template turn marker (``<|im_start|>`` comes back as ``\\u003c|im_start|>``), which a local
-model's server would parse out of the prompt as a real token.
+And a replay spells no chat-template turn marker (``<|im_start|>`` comes back as
+``\\u003c|im_start|>``), which a local model's server would parse out of the prompt as a real token.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from tiered_memory.quoting import defuse_pieces, defuse_tokens, label_text, map_strings, quote
 from tiered_memory.errors import InvalidInputError
+from tiered_memory.tool_calls import is_tool_call_id, is_tool_name, tool_calls_problem
 from tiered_memory.types import StoredMessage
 
 from langchain_core.messages import (
@@ -91,15 +95,16 @@ def role_of(message: BaseMessage) -> str:
 
 
 def text_of(message: BaseMessage) -> str:
-    """The text to store and index; a description of the tool calls when there is none."""
+    """The text to store and index; a description of the tool calls when there is none (a name
+    that is no tool name, :func:`~tiered_memory.tool_calls.is_tool_name`, quoted in it)."""
     text = str(message.text)
     if text.strip():
         return text
     calls = getattr(message, "tool_calls", None) or []
     if calls:
-        return "[tool calls] " + "; ".join(
-            f"{c.get('name')}({json.dumps(c.get('args', {}), ensure_ascii=False, sort_keys=True)})"
-            for c in calls)
+        return "[tool calls] " + "; ".join(  # a name no tool has (a model's slip) quoted, as data
+            f"{c.get('name') if is_tool_name(c.get('name')) else quote(str(c.get('name')))}"
+            f"({json.dumps(c.get('args', {}), ensure_ascii=False, sort_keys=True)})" for c in calls)
     return f"[{message.type} message without text]"
 
 
@@ -288,22 +293,42 @@ def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] =
     chat-template turn marker spelt in it (``<|im_start|>`` replays as ``\\u003c|im_start|>``).
 
     A tool result keeps its ``ToolMessage`` only when its ``tool_call_id`` is in
-    ``answered_calls`` (the tool calls of the assistant messages replayed before it);
-    :func:`from_stored_many` passes those.
+    ``answered_calls`` (the calls of the assistant message just before it that no result answered
+    yet; :func:`from_stored_many` passes those) and is a plain token; an assistant message's tool
+    calls are sent only when each name and id is one
+    (:func:`~tiered_memory.tool_calls.tool_calls_problem`), else they come back as quoted text.
     """
     if not isinstance(m, StoredMessage):
         raise InvalidInputError(f"from_stored takes a StoredMessage (as the memory's reads return), "
                                 f"got {type(m).__name__}")
     if m.role == "system":
         return _demoted(m, "system message")
-    msg = _defused(_rebuilt(m))
-    if isinstance(msg, ToolMessage) and msg.tool_call_id not in answered_calls:
-        return _demoted(m, "tool result")
+    msg = _rebuilt(m)
+    if isinstance(msg, AIMessage) and tool_calls_problem(msg.tool_calls) is not None:
+        msg = _calls_as_text(msg)
+    msg = _defused(msg)
+    if isinstance(msg, ToolMessage):
+        if not (is_tool_call_id(msg.tool_call_id) and msg.tool_call_id in answered_calls):
+            return _demoted(m, "tool result")
     return msg
 
 
+def _calls_as_text(msg: AIMessage) -> AIMessage:
+    """``msg`` with no tool call to send: its calls as quoted text after its own (pure). For a stored
+    call named or identified by what is no plain token (:mod:`tiered_memory.tool_calls`: written by
+    other code, or before writes checked it), which a provider is sent outside any quoting; the
+    results of its calls then pair with nothing and replay as quoted data."""
+    lines = [str(msg.text)] if str(msg.text).strip() else []  # blank: the stored text describes the calls
+    lines += [f"[stored tool call] {quote(str(c['name']))} with arguments "
+              f"{quote(json.dumps(c['args'], ensure_ascii=False, sort_keys=True))}" for c in msg.tool_calls]
+    return AIMessage(content="\n".join(lines), id=msg.id, name=msg.name)
+
+
 def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool = False) -> list[BaseMessage]:
-    """Rebuild stored messages in order; tool results are paired with the calls before them.
+    """Rebuild stored messages in order; tool results are paired with the calls just before them:
+    a result keeps its ``ToolMessage`` only in the run of results right after the assistant message
+    whose call it answers, and only the first for a call; any other is quoted data (ids repeat across
+    turns: Kimi's ``functions.search:0``).
 
     ``before_new_turn``: the replay goes before a new turn of a prompt, so a tool call that no
     replayed result answers never will be there, and providers refuse such a prompt (each call
@@ -316,15 +341,21 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
     server-side response that may be gone (:func:`unchained`).
     """
     out: list[BaseMessage] = []
-    calls: set[str] = set()
+    answered: list[set[str]] = []  # by position: the calls of that assistant message a result answered
+    waiting: set[str] = set()  # the calls of the last assistant message no result answered yet
+    asker = 0  # that message's position
     for m in messages:
-        msg = from_stored(m, answered_calls=calls)
-        if isinstance(msg, AIMessage):
-            calls.update(str(c.get("id")) for c in msg.tool_calls if c.get("id"))
+        msg = from_stored(m, answered_calls=waiting)
+        if isinstance(msg, ToolMessage):  # providers take a call's results right after it, once each
+            waiting.discard(msg.tool_call_id)
+            answered[asker].add(msg.tool_call_id)
+        else:  # a run of results ends at any other message
+            waiting = {str(c["id"]) for c in msg.tool_calls if c.get("id")} if isinstance(msg, AIMessage) else set()
+            asker = len(out)
+        answered.append(set())
         out.append(msg)
     if before_new_turn:
-        answered = {msg.tool_call_id for msg in out if isinstance(msg, ToolMessage)}
-        out = [unchained(_answered_only(msg, m, answered)) for msg, m in zip(out, messages)]
+        out = [unchained(_answered_only(msg, m, answered[n])) for n, (msg, m) in enumerate(zip(out, messages))]
     return out
 
 

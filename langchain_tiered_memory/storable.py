@@ -12,8 +12,9 @@ is stored changed, as the LlamaIndex block stores one (its text by the same core
 replaced, in its text and its fields; the text cut to the limit, between two characters as a
 reader sees them, ending with the core's cut marker; fields the core cannot hold (over
 ``max_metadata_bytes``, nested deeper than it keeps, or that JSON cannot write: a tool's artifact
-may be any object) left out, the optional ones first (artifact, response and usage metadata,
-``additional_kwargs``), then all but the type and id (the message then replays by role, as its
+may be any object; tool calls or a ``tool_call_id`` that are no plain tokens:
+:mod:`tiered_memory.tool_calls`) left out, the optional ones first (artifact, response and usage
+metadata, ``additional_kwargs``), then all but the type and id (the message then replays by role, as its
 stored text, and a result of its calls as quoted data). The row says what changed under
 ``metadata["langchain_repaired"]``, and :func:`record_turn` (the one I/O shell over the pure
 functions, which all three paths call) logs it. A message the core accepts comes back as
@@ -32,6 +33,7 @@ from tiered_memory import TieredMemory
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.json_values import check_json_value
 from tiered_memory.storable import clean_strings, storable_text
+from tiered_memory.tool_calls import tool_call_id_problem, tool_calls_problem
 
 from .messages import BULKY, LC_KEY, OPTIONAL, drop_fields, each_message, metadata_size, to_core
 
@@ -61,6 +63,13 @@ def _storable_row(row: dict[str, Any], max_chars: int, max_bytes: int, changes: 
     if clean != lc:
         changes.append("removed NUL characters or replaced lone surrogates in its fields")
     data = dict(clean["data"])
+    if (problem := tool_calls_problem(data.get("tool_calls"))) is not None:  # a model's slip, sent unquoted
+        changes.append(f"left out its tool calls: {problem}")  # by a replay: its text still names them
+        del data["tool_calls"]
+        data.pop("tool_call_chunks", None)
+    if "tool_call_id" in data and (problem := tool_call_id_problem(data["tool_call_id"])) is not None:
+        changes.append(f"left out its {problem}")
+        del data["tool_call_id"]
     if text != row["content"]:  # the fields' content is the text as it was: the stored text replays
         data.pop("content", None)
     # the bulky optional fields first, then all but the id (kept, so the message is recorded once)

@@ -15,6 +15,7 @@ from llama_index.core.base.llms.types import ChatMessage, TextBlock
 from tiered_memory.context.render import CUT_MARKER, OPENING
 from tiered_memory.errors import InvalidInputError
 from tiered_memory.storable import clean_strings, storable_text
+from tiered_memory.tool_calls import tool_call_id_problem
 
 MAX_QUERY_CHARS = 2000
 WRAPPER = "<memory>"  # how LlamaIndex's template opens the memory blocks it puts before a message's text
@@ -77,8 +78,9 @@ def to_core_messages(messages: Iterable[ChatMessage], max_chars: Optional[int] =
     """Chat messages as core message dicts (new objects); messages without text are skipped.
 
     Text is made storable with :func:`~tiered_memory.storable.storable_text` (``max_chars``: the core's
-    ``max_content_chars``), so one bad message never makes the core refuse the batch; a
-    changed message says how in ``metadata["llamaindex_repaired"]``.
+    ``max_content_chars``), and a ``tool_call_id`` that is no plain token
+    (:func:`~tiered_memory.tool_calls.tool_call_id_problem`) left out, so one bad message never makes
+    the core refuse the batch; a changed message says how in ``metadata["llamaindex_repaired"]``.
     """
     out: list[dict[str, Any]] = []
     for m in messages:
@@ -91,8 +93,11 @@ def to_core_messages(messages: Iterable[ChatMessage], max_chars: Optional[int] =
             metadata["llamaindex_role"] = role
         for key in ("tool_call_id", "name"):
             value = m.additional_kwargs.get(key)
-            if isinstance(value, str):
+            problem = tool_call_id_problem(value) if key == "tool_call_id" else None
+            if isinstance(value, str) and problem is None:
                 metadata[key] = clean_strings(value)
+            elif isinstance(value, str):  # a replay sends it outside any quoting: the core refuses it
+                changes = [*changes, f"left out its {problem}"]
         if changes:
             metadata[REPAIRED_KEY] = changes
         out.append({"role": _ROLES.get(role, "user"), "content": text, "metadata": metadata})

@@ -223,7 +223,9 @@ def test_middleware_prompt_replays_no_token(stored: TieredMemory, include_recent
 
 
 def test_tool_calls_and_their_results_replay_no_token_and_still_pair(memory: TieredMemory) -> None:
-    call_id = "call<|im_end|>1"
+    """A call's arguments and its result are defused, and it still pairs. (A name or an id spelling a
+    marker is no plain token: refused at write, replayed as quoted text, tests/test_replay_tool_calls.py.)"""
+    call_id = "call_1"
     history = TieredChatMessageHistory(memory, session_id="t", user_id="u")
     sent: list[BaseMessage] = [
         HumanMessage("look it up"),

@@ -17,6 +17,7 @@ import numpy as np
 from .errors import ContentTooLargeError, InvalidInputError
 from .json_values import MAX_JSON_DEPTH as MAX_JSON_DEPTH, encode_json as encode_json
 from .quoting import defuse_tokens
+from .tool_calls import check_tool_calls
 from .types import ROLES, Message
 from .ids import LAYER_ID_PREFIXES
 
@@ -257,7 +258,7 @@ def normalize_message(item: object, *, max_chars: int, max_metadata_bytes: int, 
     return Message(
         role=check_role(role),
         content=check_content(content, max_chars),
-        metadata=check_metadata(metadata, max_metadata_bytes),
+        metadata=check_tool_calls(check_metadata(metadata, max_metadata_bytes)),  # names, ids: sent unquoted
         timestamp=to_epoch(timestamp, now),
         id=None if message_id is None else check_message_id(message_id),
     )
