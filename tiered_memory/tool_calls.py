@@ -12,8 +12,9 @@ Nothing with a space, a line break, a quote or a bracket: no sentence, no chat-t
 Every write checks the fields a replay reads (:func:`check_tool_calls`, from
 :func:`~tiered_memory.validation.normalize_message`, so ``add_many``, ``add`` and the import):
 the tool calls and ``tool_call_id`` of the LangChain adapter's record of a message
-(``metadata["langchain"]["data"]``) and a tool result's ``metadata["tool_call_id"]``. A row
-written otherwise (another writer, an older version) is checked again as it is replayed.
+(``metadata["langchain"]["data"]``) and ``metadata["tool_call_id"]`` (a tool result's, written
+through the core API or by the LlamaIndex block), whatever the message's role. A row written
+otherwise (another writer, an older version) is checked again as it is replayed.
 """
 
 from __future__ import annotations
