@@ -80,9 +80,9 @@ def test_turn_candidates_with_shown_messages(room: int, pool: int, shown: int, a
 
 
 
-def _recalled(memory: TieredMemory, shown: list[str]) -> list[str]:
+def _recalled(memory: TieredMemory, shown: list[str], *, include_recent: bool = True) -> list[str]:
     ctx = memory.build_context("when is my flight to Lisbon?", user_id="u1", session_id="now", max_tokens=600,
-                               shown=shown)
+                               shown=shown, include_recent=include_recent)
     return [i.text for s in ctx.sections for i in s.items]
 
 
@@ -101,10 +101,11 @@ def test_a_twin_of_a_shown_message_is_not_recalled(make_memory: Callable[..., Ti
     [again] = memory.add_many([{"role": "user", "content": said.upper()}], session_id="now", user_id="u1")
     twins = memory.store.duplicates("u1", originals=[old])  # type: ignore[attr-defined]
     assert set(twins) == {changed, again}  # the store holds both as duplicates of the first
-    assert said in _recalled(memory, [])  # nothing shown: the first is recalled
+    # nothing shown (and no recent turns, where its twin would be: test_a_twin_of_a_recent_turn_...)
+    assert said in _recalled(memory, [], include_recent=False)  # the first is recalled
     assert said not in _recalled(memory, [again])  # its twin is shown: not recalled again
-    assert said.upper() not in _recalled(memory, [old])  # nor the other way round
-    assert said in _recalled(memory, [changed])  # the May 4 message is shown: May 3 is still news
+    assert said.upper() not in _recalled(memory, [old], include_recent=False)  # nor the other way round
+    assert said in _recalled(memory, [changed], include_recent=False)  # May 4 is shown: May 3 is still news
 
 
 @pytest.mark.record_stores("sqlite")
@@ -122,7 +123,8 @@ def test_a_twin_of_a_shown_message_whose_original_is_neither_shown_nor_found_is_
     [shown] = memory.add_many([{"role": "user", "content": said}], session_id="trip", user_id="u1")
     [other] = memory.add_many([{"role": "user", "content": f"  {said.lower()}"}], session_id="plans", user_id="u1")
     assert set(memory.store.duplicates("u1", originals=[first])) == {shown, other}  # type: ignore[attr-defined]
-    assert said.lower() in [t.strip() for t in _recalled(memory, [])]  # a past turn of another session
+    # a past turn of another session (no recent turns, where the first, which says it too, would be)
+    assert said.lower() in [t.strip() for t in _recalled(memory, [], include_recent=False)]
     assert [t for t in _recalled(memory, [shown]) if "lisbon" in t.casefold()] == []  # shown: its twin is not recalled
 
 
@@ -144,3 +146,34 @@ def test_without_recent_turns_the_budget_goes_to_the_sections(make_memory: Calla
     assert memory.count_tokens(ctx.memory_text()) <= 600
     with pytest.raises(InvalidInputError, match="include_recent"):
         memory.build_context("tides", user_id="u1", session_id="now", include_recent="no")  # type: ignore[arg-type]
+
+
+@pytest.mark.record_stores("sqlite")
+def test_a_twin_of_a_recent_turn_is_not_recalled(make_memory: Callable[..., TieredMemory]) -> None:
+    """The user said again, in this session, what they said last week (or a re-import stored it again):
+    the recent turns held it, not ``shown``, and the past twin was recalled beside it, a duplicate the
+    model reads twice. The recent turns count as shown for twins now, by the same rule (the same words
+    in the same role): a near-duplicate (another date) and the same words in another role still tell
+    the model something, and another user's recent turns never hide this user's."""
+    memory = make_memory(embedder=StaticEmbedder())
+    said = "My flight to Lisbon leaves on May 3 at noon."
+    changed = "My flight to Lisbon leaves on May 4 at noon."
+    lunch = [{"role": "user", "content": f"Lunch idea {n}: soup with {food}."}
+             for n, food in enumerate(["leeks", "beans", "corn"])]
+    memory.add_many([{"role": "user", "content": said}, *lunch], session_id="last-week", user_id="u1")
+    memory.add_many([{"role": "user", "content": said}, *lunch], session_id="last-week", user_id="u2")
+    memory.add_many([{"role": "user", "content": changed}, {"role": "assistant", "content": said}],
+                    session_id="a-month-ago", user_id="u1")
+    assert said in _recalled(memory, [])  # nothing in this session yet: recalled
+    [again] = memory.add_many([{"role": "user", "content": f"  {said.upper()}"}], session_id="now", user_id="u1")
+    ctx = memory.build_context("when is my flight to Lisbon?", user_id="u1", session_id="now", max_tokens=600)
+    assert [i.id for i in ctx.recent] == [again]
+    recalled = [(i.role, i.text) for s in ctx.sections for i in s.items]
+    assert ("user", said) not in recalled  # the recent turn says it: not recalled again
+    assert ("user", changed) in recalled and ("assistant", said) in recalled  # what differs still is
+    # u2 said it last week too; u1's recent turn hides nothing of u2's, and u2's none of u1's
+    theirs = memory.build_context("when is my flight to Lisbon?", user_id="u2", session_id="now", max_tokens=600)
+    assert ("user", said) in [(i.role, i.text) for s in theirs.sections for i in s.items]
+    memory.add_many([{"role": "user", "content": said}], session_id="then", user_id="u2")
+    ctx = memory.build_context("when is my flight to Lisbon?", user_id="u1", session_id="then", max_tokens=600)
+    assert ("user", said) in [(i.role, i.text) for s in ctx.sections for i in s.items]

@@ -17,7 +17,8 @@ left out before fitting: the recent buffer is the session's newest turns other t
 turns that lead into them; its turns over its share are then past turns to recall, not dropped),
 and the ``turns`` candidates leave them out as they leave out the buffer's, so their room goes to
 other memories; so are their twins that say the same (the same text stored again under another id:
-:func:`shown_twins`). They are not reported as dropped: the model sees them. With
+:func:`shown_twins`), and the recent turns' twins (a user who says again what they said last week,
+a re-imported copy). They are not reported as dropped: the model sees them. With
 ``include_recent=False`` (a caller that shows ``memory_text`` alone) there is no recent buffer: the
 session's turns not shown are past turns to recall, and the whole budget goes to the sections. A past turn that a
 kept fact or episode quotes whole is left out for the next one (:func:`without_repeats`). Working-memory
@@ -172,15 +173,20 @@ def what_it_says(role: str | None, text: str) -> tuple[str | None, tuple[str, ..
     return role, tuple(words(text.casefold()))
 
 
-def shown_twins(store: RecordStore, user_id: str, shown: frozenset[str], hits: Sequence[MemoryHit]) -> set[str]:
-    """The ``hits`` that repeat a ``shown`` message: another id saying the same
-    (:func:`says_the_same`), such as the same text stored again. Decided on the text, not through
-    the duplicates' original: the shown message and a found one may both be stored as duplicates of
-    an original neither shown nor found (one the recent turns hold). One query, of the shown
-    messages' texts, when there are hits."""
-    if not shown or not hits:
+def shown_twins(store: RecordStore, user_id: str, shown: frozenset[str], hits: Sequence[MemoryHit],
+                recent: Sequence[ContextItem] = ()) -> set[str]:
+    """The ``hits`` that repeat a ``shown`` message or a ``recent`` turn (as the model is shown it):
+    another id saying the same (:func:`says_the_same`), such as the same text stored again, or said
+    again in this session. Decided on the text, not through the duplicates' original: the shown
+    message and a found one may both be stored as duplicates of an original neither shown nor found
+    (one the recent turns hold). One query, of the shown messages' texts, when there are hits; the
+    recent turns' are at hand. All are the user's own: ``hits``, ``shown`` and ``recent`` of
+    ``user_id`` alone."""
+    if not hits or not (shown or recent):
         return set()
-    said = {what_it_says(m.role, m.content) for m in store.get_by_ids(user_id, sorted(shown)).values()}
+    said = {what_it_says(i.role, i.text) for i in recent}
+    if shown:
+        said |= {what_it_says(m.role, m.content) for m in store.get_by_ids(user_id, sorted(shown)).values()}
     return {h.id for h in hits if h.id not in shown and what_it_says(h.role, h.text) in said}
 
 
@@ -289,8 +295,8 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     hits = search_turns(store=parts.store, index=parts.index, embedder=parts.embedder, config=retrieval,
                         query=query, user_id=user_id, k=turn_candidates(room, retrieval.candidates, len(shown)),
                         vector=vector) if vector is not None else []
-    # a shown message's twin (the same text stored again, another id) is shown too
-    left_out |= shown_twins(parts.store, user_id, shown, [h for h in hits if h.id not in left_out])
+    # a shown message's twin (the same text stored again, another id) is shown too, and so is a recent turn's
+    left_out |= shown_twins(parts.store, user_id, shown, [h for h in hits if h.id not in left_out], recent)
     past = [h for h in hits if h.id not in left_out]
     turns = [hit_item(h, count) for h in past]
     # the bar facts are held to: the past turns', not the session's own (the question just stored is 1)
