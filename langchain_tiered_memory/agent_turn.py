@@ -6,22 +6,25 @@ The turn starts at the last message the user wrote (:func:`turn_start`); a summa
 A message is recorded once no hook will change it (:func:`turn_to_record`). The question is read before any
 ``before_model`` hook and kept in private state (``QUERY_KEY``, its message id under ``QUESTION_KEY``);
 a call recalls for it as the request holds it then (:func:`current_query`). The ids of the messages the
-run stored are kept there too (``STORED_KEY``): others writing to the session meanwhile (a sub-agent
-given the same context, another thread) cannot push them out of what the middleware reads back.
+run stored are kept there too (``STORED_KEY``), with the store's id of each (``STORED_AS_KEY``): others
+writing to the session meanwhile (a sub-agent given the same context, another thread) cannot push them
+out of what the middleware reads back, neither to store them again nor to recall them into the prompt
+that holds them (:func:`shown_by_run`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Collection, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
-__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_KEY", "current_query", "stored_by_run", "is_summary", "query_of", "question_of", "text_now",
-           "turn_start", "turn_to_record"]
+__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "STORED_KEY", "current_query", "is_summary", "query_of",
+           "question_of", "shown_by_run", "stored_as", "stored_by_run", "text_now", "turn_start", "turn_to_record"]
 
 QUERY_KEY = "tiered_memory_query"
 QUESTION_KEY = "tiered_memory_question_id"
 STORED_KEY = "tiered_memory_stored"  # the ids of the messages the run stored
+STORED_AS_KEY = "tiered_memory_stored_as"  # their ids in the store, by their ids
 
 
 def _source(message: AnyMessage) -> str | None:
@@ -119,3 +122,18 @@ def stored_by_run(state: Mapping[str, Any]) -> list[str]:
     """The ids of the messages the run stored, as ``state`` keeps them (pure; none in a state from before)."""
     ids = state.get(STORED_KEY)
     return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
+
+
+def stored_as(state: Mapping[str, Any]) -> dict[str, str]:
+    """The store's id of each message the run stored, by the message's id, as ``state`` keeps them (pure;
+    none in a state from before)."""
+    ids = state.get(STORED_AS_KEY)
+    if not isinstance(ids, Mapping):
+        return {}
+    return {k: v for k, v in ids.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def shown_by_run(state: Mapping[str, Any], present: Collection[str]) -> list[str]:
+    """The store's ids of the messages the run stored that are among the ``present`` message ids, the
+    prompt's (pure): shown to the model already, whoever wrote to the session since."""
+    return [v for k, v in stored_as(state).items() if k in present]

@@ -60,8 +60,8 @@ from tiered_memory.errors import ConfigurationError
 from tiered_memory.types import StoredMessage
 from tiered_memory.validation import check_count, check_flag, check_id, check_optional_id
 
-from .agent_turn import (QUERY_KEY, QUESTION_KEY, STORED_KEY, current_query, is_summary, query_of, question_of,
-                         stored_by_run, text_now, turn_start, turn_to_record)
+from .agent_turn import (QUERY_KEY, QUESTION_KEY, STORED_AS_KEY, STORED_KEY, current_query, is_summary, query_of,
+                         question_of, shown_by_run, stored_as, stored_by_run, text_now, turn_start, turn_to_record)
 from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
 from .messages import from_stored_many, lc_id
@@ -74,11 +74,13 @@ __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "c
 
 class TieredMemoryState(AgentState[Any]):
     """The agent's state with the run's question, read before any ``before_model`` hook, and the ids of
-    the messages the run stored (private: neither an input nor an output of the agent)."""
+    the messages the run stored, with their ids in the store (private: neither an input nor an output of
+    the agent)."""
 
     tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
     tiered_memory_question_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
     tiered_memory_stored: NotRequired[Annotated[list[str], PrivateStateAttr]]
+    tiered_memory_stored_as: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
 
 
 def _get(source: Any, name: str) -> Any:
@@ -232,12 +234,13 @@ class TieredMemoryMiddleware(AgentMiddleware):
             # the stored turns the request holds (a checkpointed thread's whole conversation) are
             # shown already: the core leaves them out before fitting, their room goes to other memories.
             # The model is shown memory_text alone: no recent section, whose room it would never see;
-            # the session's turns the request lacks (another thread's, another app's) are recalled
+            # the session's turns the request lacks (another thread's, another app's) are recalled. The run's
+            # own are told by the ids it kept too: others writing to the session may push them out of the newest
             present = {m.id for m in messages if m.id}
             stored = self._stored_lately(user, session, messages)
+            shown = {m.id for m in stored if lc_id(m) in present} | set(shown_by_run(request.state, present))
             ctx = self.memory.build_context(query, user_id=user, session_id=session, max_tokens=self.max_tokens,
-                                            include_items=self.include_items, include_recent=False,
-                                            shown=[m.id for m in stored if lc_id(m) in present])
+                                            include_items=self.include_items, include_recent=False, shown=shown)
             text = ctx.memory_text()
             at = memory_position(messages, chains=chains_responses(request.model)) if text else None
             if at == "system":
@@ -260,34 +263,36 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def before_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         question = question_of(state["messages"])
         return {QUERY_KEY: question.text if question is not None else "",
-                QUESTION_KEY: question.id if question is not None else None, STORED_KEY: []}
+                QUESTION_KEY: question.id if question is not None else None, STORED_KEY: [], STORED_AS_KEY: {}}
 
     async def abefore_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)  # pure and quick: nothing to run off the loop
 
     # ---- after the model -------------------------------------------------
     def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None, *, final: bool = False,
-             stored: Collection[str] = ()) -> list[str]:
+             stored: Collection[str] = ()) -> dict[str, str]:
         """Store the current turn's new messages (see :func:`turn_to_record`): those neither among the
         session's newest stored messages nor named by ``stored`` (the ids the run stored, which others
-        writing to the session meanwhile may have pushed out of the newest); returns the ids it stored.
+        writing to the session meanwhile may have pushed out of the newest); returns the store's id of
+        each message it stored, by the message's id.
         One the core would refuse as it is (a tool's huge or binary output) is stored made storable
         (:func:`~.storable.record_turn`) and logged: the run never fails for its memory."""
         if not self.record:
-            return []
+            return {}
         user, session = self.ids(runtime)
         recent = self._stored_lately(user, session, messages)
         new = turn_to_record(messages, {lc_id(m) for m in recent} | set(stored), final=final)
-        if new:  # recorded as a side effect of the run: what the core would refuse is made storable
-            record_turn(self.memory, new, user_id=user, session_id=session)
-        return [m.id for m in new if m.id]
+        # recorded as a side effect of the run: what the core would refuse is made storable
+        ids = record_turn(self.memory, new, user_id=user, session_id=session) if new else []
+        return {m.id: i for m, i in zip(new, ids) if m.id}
 
     @staticmethod
-    def _after_save(state: AgentState, saved: list[str]) -> dict[str, Any] | None:
+    def _after_save(state: AgentState, saved: dict[str, str]) -> dict[str, Any] | None:
         """The state's update after a model call (pure): the ids just stored added to the run's, and the
         kept question as the state holds it after this call's hooks (a redaction), for a later call of
         the run to recall for once a hook drops it."""
-        update: dict[str, Any] = {STORED_KEY: [*stored_by_run(state), *saved]} if saved else {}
+        update: dict[str, Any] = ({STORED_KEY: [*stored_by_run(state), *saved],
+                                   STORED_AS_KEY: {**stored_as(state), **saved}} if saved else {})
         now = text_now(state["messages"], state.get(QUESTION_KEY))
         if now is not None and now != state.get(QUERY_KEY):
             update[QUERY_KEY] = now

@@ -108,14 +108,15 @@ def storable_rows(messages: Iterable[BaseMessage], *, max_chars: int, max_bytes:
     return each_message(messages, storable)
 
 
-def record_turn(memory: TieredMemory, messages: Iterable[BaseMessage], *, user_id: str, session_id: str) -> None:
+def record_turn(memory: TieredMemory, messages: Iterable[BaseMessage], *, user_id: str,
+                session_id: str) -> list[str]:
     """Store ``messages`` in one bulk write, each the core would refuse as it is made storable
-    (:func:`storable_rows`) and logged as a warning: a turn recorded after the model answered."""
+    (:func:`storable_rows`) and logged as a warning: a turn recorded after the model answered.
+    Returns the stored ids, one a message, in order."""
     config = memory.config
     rows = storable_rows(messages, max_chars=config.max_content_chars, max_bytes=config.max_metadata_bytes)
     for row in rows:
         if REPAIRED_KEY in row["metadata"]:
             log.warning("a %s message of session %r was changed to be storable: %s",
                         row["role"], session_id, "; ".join(row["metadata"][REPAIRED_KEY]))
-    if rows:
-        memory.add_many(rows, session_id=session_id, user_id=user_id)
+    return memory.add_many(rows, session_id=session_id, user_id=user_id) if rows else []

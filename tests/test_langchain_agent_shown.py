@@ -3,18 +3,21 @@ whole conversation, so the memory recalls none of it again (``build_context(show
 twin of it (the same text stored again), and the room those turns would take goes to other
 memories. The session's turns the state does not hold (another thread's, another app's) are no
 recent section the model never sees: past turns to recall, like any other. And what they add to the
-session while a run goes on never makes the run store its own turn twice."""
+session while a run goes on never makes the run store its own turn twice, nor recall it into its own
+prompt."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 
 from langchain_tiered_memory import TieredMemoryMiddleware
+from langchain_tiered_memory.agent_turn import shown_by_run
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder
 from test_injection import decoded_items, parse_memory
@@ -123,3 +126,40 @@ def test_a_long_write_to_the_session_during_the_run_does_not_store_the_turn_twic
     own = [(m.role, m.content) for m in memory.get_messages("s1", user_id="u1") if not m.content.startswith("step ")]
     assert own == [("user", "Look into owls."), ("assistant", '[tool calls] research({"topic": "owls"})'),
                    ("tool", "found it"), ("assistant", "Owls, then.")]
+
+
+def test_a_long_write_to_the_session_during_the_run_does_not_recall_the_runs_own_turn(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """The turns the prompt holds were told to build_context as shown by the session's newest 50
+    messages (or twice the state's): another writer adding more than that to the session while a tool
+    ran (a sub-agent given the same context, another thread) pushed the run's own question out of them,
+    and the next model call recalled it into its own prompt, beside the question itself. The ids the run
+    stored (kept in its private state) are shown too now; the other writer's turns are still recalled."""
+    memory = make_memory(embedder=StaticEmbedder())
+
+    @tool
+    def research(topic: str) -> str:
+        """Research the topic (a sub-agent that records its own long turn in the same session)."""
+        memory.add_many([{"role": "user" if n % 2 == 0 else "assistant", "content": f"step {n} on {topic}"}
+                         for n in range(60)], session_id="s1", user_id="u1")
+        return "found it"
+
+    rec = PromptRecorder()
+    call = AIMessage("", tool_calls=[{"name": "research", "args": {"topic": "owls"}, "id": "c1", "type": "tool_call"}])
+    agent = create_agent(ScriptedToolModel(responses=[call, AIMessage("Owls, then.")], callbacks=[rec]), [research],
+                         middleware=[TieredMemoryMiddleware(memory, user_id="u1", session_id="s1", max_tokens=3000)])
+    agent.invoke({"messages": [HumanMessage("Look into owls.")]})
+    conversation, recalled, _ = _recalled(rec)
+    assert "Look into owls." in conversation and len(rec.prompts) == 2
+    assert "Look into owls." not in recalled  # the model reads its question once
+    assert sum(r.startswith("step ") for r in recalled) >= 10  # the other writer's turns are memory
+
+
+@pytest.mark.parametrize("state, present, shown", [
+    ({}, {"a"}, []),  # a state from before: none kept
+    ({"tiered_memory_stored_as": {"a": "s1", "b": "s2"}}, {"a", "c"}, ["s1"]),  # b is out of the prompt (a trim)
+    ({"tiered_memory_stored_as": ["a", "b"]}, {"a"}, []),  # not a mapping: nothing read from it
+    ({"tiered_memory_stored_as": {"a": 1, 2: "s2", "c": "s3"}}, {"a", "c"}, ["s3"]),  # ids are strings
+])
+def test_shown_by_run_table(state: dict[str, Any], present: set[str], shown: list[str]) -> None:
+    assert shown_by_run(state, present) == shown
