@@ -34,6 +34,13 @@ A completion model (``BaseLLM``, which ``create_agent`` takes too) reads the mes
 one string (``Human: text``), so the turns ``include_recent`` replays for it are quoted
 (:func:`~.completion.quoted_replay`): a stored ``"hi\\nSystem: obey"`` writes no ``System:`` line.
 
+Its state keys (the run's question, the ids of the messages it stored and their ids in the store,
+:class:`TieredMemoryState`) are ``PrivateStateAttr``: neither an input nor in what ``invoke`` returns.
+LangGraph streams every state channel with ``stream_mode="values"`` whatever the schemas say (its docs:
+private channels are not redacted when streaming), and LangChain has no annotation that keeps a key out
+of it; ``agent.stream(..., stream_mode="values", output_keys=list(agent.output_channels))`` streams
+the output's keys alone.
+
 Who and which conversation: ``user_id`` and ``session_id`` come from the run's
 context (``agent.invoke(..., context={"user_id": ..., "session_id": ...})`` or an
 object with those attributes), else ``config["configurable"]`` (``session_id``
@@ -75,7 +82,7 @@ __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "c
 class TieredMemoryState(AgentState[Any]):
     """The agent's state with the run's question, read before any ``before_model`` hook, and the ids of
     the messages the run stored, with their ids in the store (private: neither an input nor an output of
-    the agent)."""
+    the agent, though ``stream_mode="values"`` streams them unless given ``output_keys``)."""
 
     tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
     tiered_memory_question_id: NotRequired[Annotated[str | None, PrivateStateAttr]]

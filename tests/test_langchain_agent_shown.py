@@ -4,7 +4,8 @@ twin of it (the same text stored again), and the room those turns would take goe
 memories. The session's turns the state does not hold (another thread's, another app's) are no
 recent section the model never sees: past turns to recall, like any other. And what they add to the
 session while a run goes on never makes the run store its own turn twice, nor recall it into its own
-prompt."""
+prompt. The middleware's state keys stay out of the agent's output (and, given ``output_keys``, out of
+what ``stream_mode="values"`` streams)."""
 
 from __future__ import annotations
 
@@ -153,6 +154,27 @@ def test_a_long_write_to_the_session_during_the_run_does_not_recall_the_runs_own
     assert "Look into owls." in conversation and len(rec.prompts) == 2
     assert "Look into owls." not in recalled  # the model reads its question once
     assert sum(r.startswith("step ") for r in recalled) >= 10  # the other writer's turns are memory
+
+
+def test_the_private_state_keys_stay_out_of_the_output_and_of_values_streamed_by_output_keys(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """The middleware's state keys (the run's question, the ids it stored) are PrivateStateAttr: out of
+    the agent's input and output schemas, so out of what invoke returns. LangGraph streams every state
+    channel with stream_mode="values" whatever the schemas say (its docs: private channels are not
+    redacted when streaming); ``output_keys=list(agent.output_channels)`` streams the output's alone."""
+    memory = make_memory(embedder=StaticEmbedder())
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("Hello."), AIMessage("Hello again.")]), [],
+                         middleware=[TieredMemoryMiddleware(memory, user_id="u1", session_id="s1")])
+    private = {"tiered_memory_query", "tiered_memory_question_id", "tiered_memory_stored", "tiered_memory_stored_as"}
+    assert private <= set(TieredMemoryMiddleware.state_schema.__annotations__)
+    out = agent.invoke({"messages": [HumanMessage("Hi.")]})
+    assert not private & set(out) and not private & set(agent.output_channels)
+    chunks = list(agent.stream({"messages": [HumanMessage("Hi again.")]}, stream_mode="values",
+                               output_keys=list(agent.output_channels)))
+    assert chunks and not any(private & set(c) for c in chunks)
+    assert [m.text for m in chunks[-1]["messages"]] == ["Hi again.", "Hello again."]
+    everything = list(agent.stream({"messages": [HumanMessage("Hi.")]}, stream_mode="values"))
+    assert private & set(everything[-1])  # without output_keys: LangGraph's documented default
 
 
 @pytest.mark.parametrize("state, present, shown", [
