@@ -6,10 +6,10 @@ The turn starts at the last message the user wrote (:func:`turn_start`); a summa
 A message is recorded once no hook will change it (:func:`turn_to_record`). The question is read before any
 ``before_model`` hook and kept in private state (``QUERY_KEY``, its message id under ``QUESTION_KEY``);
 a call recalls for it as the request holds it then (:func:`current_query`). The ids of the messages the
-run stored are kept there too (``STORED_KEY``), with the store's id of each (``STORED_AS_KEY``): others
-writing to the session meanwhile (a sub-agent given the same context, another thread) cannot push them
-out of what the middleware reads back, neither to store them again nor to recall them into the prompt
-that holds them (:func:`shown_by_run`).
+run stored are kept there too (``STORED_KEY``), and the store's id of each (``STORED_AS_KEY``, kept
+across a checkpointed thread's runs while its messages hold them): others writing to the session meanwhile
+(a sub-agent given the same context, another thread) cannot push them out of what the middleware reads
+back, neither to store them again nor to recall them into the prompt that holds them (:func:`shown_by_run`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "STORED_KEY", "current_
 QUERY_KEY = "tiered_memory_query"
 QUESTION_KEY = "tiered_memory_question_id"
 STORED_KEY = "tiered_memory_stored"  # the ids of the messages the run stored
-STORED_AS_KEY = "tiered_memory_stored_as"  # their ids in the store, by their ids
+STORED_AS_KEY = "tiered_memory_stored_as"  # the store's ids of the messages the thread's runs stored, by their ids
 
 
 def _source(message: AnyMessage) -> str | None:
@@ -124,16 +124,16 @@ def stored_by_run(state: Mapping[str, Any]) -> list[str]:
     return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
 
 
-def stored_as(state: Mapping[str, Any]) -> dict[str, str]:
-    """The store's id of each message the run stored, by the message's id, as ``state`` keeps them (pure;
-    none in a state from before)."""
+def stored_as(state: Mapping[str, Any], among: Collection[str] | None = None) -> dict[str, str]:
+    """The store's id of each message the thread's runs stored, by the message's id, as ``state`` keeps
+    them (pure; none in a state from before); only those of ``among`` ids when given."""
     ids = state.get(STORED_AS_KEY)
     if not isinstance(ids, Mapping):
         return {}
-    return {k: v for k, v in ids.items() if isinstance(k, str) and isinstance(v, str)}
+    return {k: v for k, v in ids.items() if isinstance(k, str) and isinstance(v, str) and (among is None or k in among)}
 
 
 def shown_by_run(state: Mapping[str, Any], present: Collection[str]) -> list[str]:
-    """The store's ids of the messages the run stored that are among the ``present`` message ids, the
-    prompt's (pure): shown to the model already, whoever wrote to the session since."""
-    return [v for k, v in stored_as(state).items() if k in present]
+    """The store's ids of the messages the thread's runs stored that are among the ``present`` message
+    ids, the prompt's (pure): shown to the model already, whoever wrote to the session since."""
+    return list(stored_as(state, present).values())

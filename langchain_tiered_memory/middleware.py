@@ -81,7 +81,8 @@ __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "c
 
 class TieredMemoryState(AgentState[Any]):
     """The agent's state with the run's question, read before any ``before_model`` hook, and the ids of
-    the messages the run stored, with their ids in the store (private: neither an input nor an output of
+    the messages the run stored, with their ids in the store (kept across a checkpointed thread's runs;
+    private: neither an input nor an output of
     the agent, though ``stream_mode="values"`` streams them unless given ``output_keys``)."""
 
     tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
@@ -269,8 +270,10 @@ class TieredMemoryMiddleware(AgentMiddleware):
     # ---- before the run: the question, before a before_model hook can trim it away ----
     def before_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         question = question_of(state["messages"])
+        held = {m.id for m in state["messages"] if m.id}  # a checkpointed thread's earlier runs' messages
         return {QUERY_KEY: question.text if question is not None else "",
-                QUESTION_KEY: question.id if question is not None else None, STORED_KEY: [], STORED_AS_KEY: {}}
+                QUESTION_KEY: question.id if question is not None else None, STORED_KEY: [],
+                STORED_AS_KEY: stored_as(state, held)}
 
     async def abefore_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)  # pure and quick: nothing to run off the loop
@@ -316,11 +319,12 @@ class TieredMemoryMiddleware(AgentMiddleware):
 
     # once more at the end of the run, for turns that end without a model call
     # (a tool with return_direct) or with a call no tool answered; stored messages are skipped
+    # (the store's ids kept for the thread's next run, which may find them pushed out of the newest)
     def after_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self.save(list(state["messages"]), runtime, final=True, stored=stored_by_run(state))
-        return None
+        saved = self.save(list(state["messages"]), runtime, final=True, stored=stored_by_run(state))
+        return {STORED_AS_KEY: {**stored_as(state), **saved}} if saved else None
 
     async def aafter_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        await call_in_thread(self.memory, self.save, list(state["messages"]), runtime, final=True,
-                             stored=stored_by_run(state))
-        return None
+        saved = await call_in_thread(self.memory, self.save, list(state["messages"]), runtime, final=True,
+                                     stored=stored_by_run(state))
+        return {STORED_AS_KEY: {**stored_as(state), **saved}} if saved else None

@@ -185,3 +185,25 @@ def test_the_private_state_keys_stay_out_of_the_output_and_of_values_streamed_by
 ])
 def test_shown_by_run_table(state: dict[str, Any], present: set[str], shown: list[str]) -> None:
     assert shown_by_run(state, present) == shown
+
+
+def test_a_long_write_to_the_session_between_runs_does_not_recall_the_threads_turns(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """The same in a checkpointed thread across runs: another app writing more than 50 messages to the
+    session between two runs pushed the thread's earlier turns out of the newest, and the second run
+    recalled them beside themselves. The store's ids the runs kept stay in the thread's state while its
+    messages hold them."""
+    memory = make_memory(embedder=StaticEmbedder())
+    rec = PromptRecorder()
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("Owls hunt at night."), AIMessage("Yes.")],
+                                           callbacks=[rec]), [], checkpointer=InMemorySaver(),
+                         middleware=[TieredMemoryMiddleware(memory, user_id="u1", max_tokens=3000)])
+    cfg = {"configurable": {"thread_id": "t1", "session_id": "s1"}}
+    agent.invoke({"messages": [HumanMessage("Look into owls.")]}, cfg)
+    memory.add_many([{"role": "user" if n % 2 == 0 else "assistant", "content": f"step {n} on owls"}
+                     for n in range(60)], session_id="s1", user_id="u1")
+    agent.invoke({"messages": [HumanMessage("Do owls hunt at night?")]}, cfg)
+    conversation, recalled, _ = _recalled(rec)
+    assert {"Look into owls.", "Owls hunt at night."} <= conversation
+    assert not set(recalled) & conversation  # the thread's turns are read once
+    assert sum(r.startswith("step ") for r in recalled) >= 10
