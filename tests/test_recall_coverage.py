@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiered_memory.recall.coverage import (
-    FORMS_UP_TO, TermsHeld, coverage, exchange_coverage, session_coverage, stem, stems, term_weights,
+    FORMS_UP_TO, TermsHeld, coverage, exchange_coverage, fact_stem, fact_stems, session_coverage, stem, stems,
+    term_weights,
 )
-from tiered_memory.recall.query import QueryPlan, plan_query
+from tiered_memory.recall.query import STOPWORDS, QueryPlan, plan_query
 from tiered_memory.recall.scoring import Candidate, TurnWeights, score_turns, session_best
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # bench/ lives at the root
@@ -262,3 +263,42 @@ def test_summarize_context():
     assert s["cited_per_1k_tokens"] == pytest.approx(2.0) and s["direct_per_1k_tokens"] == pytest.approx(1.0)
     assert summarize_context([]) == {"count": 0}
 
+
+
+# fact matching's stem: a verb's third-person, past and -ing forms stem as the verb does. By
+# recall's stem "lives" was "liv" and "live" (four letters) stayed whole, so "User lives in
+# Berlin" was not said by "I live in Berlin"
+_VERB_FORMS = {
+    "live": ("lives", "lived", "living"), "like": ("likes", "liked", "liking"),
+    "love": ("loves", "loved", "loving"), "move": ("moves", "moved", "moving"),
+    "hike": ("hikes", "hiked", "hiking"), "bake": ("bakes", "baked", "baking"),
+    "dance": ("dances", "danced", "dancing"), "use": ("uses", "used", "using"),
+    "have": ("having",), "make": ("makes", "making"), "write": ("writes", "writing"),
+    "tie": ("ties", "tied", "tying"), "paint": ("paints", "painted", "painting"),
+    "study": ("studies", "studied", "studying"), "try": ("tries", "tried", "trying"),
+    "run": ("runs", "running"), "stop": ("stops", "stopped", "stopping"),
+    "watch": ("watches", "watched", "watching"), "agree": ("agrees", "agreeing"),
+    "see": ("sees", "seeing"), "need": ("needs", "needed", "needing"), "call": ("calls", "called"),
+    "class": ("classes",), "glass": ("glasses",), "bus": ("buses",), "house": ("houses", "housing"),
+    "dog": ("dogs",), "hobby": ("hobbies",),
+}
+
+
+@pytest.mark.parametrize("base, forms", sorted(_VERB_FORMS.items()))
+def test_a_verbs_forms_have_its_fact_stem(base, forms):
+    assert {fact_stem(f) for f in forms} == {fact_stem(base)}
+    for f in {base, *forms} - STOPWORDS:  # "like", "have", "having": no content word
+        assert fact_stems(f"she {f} here") == {fact_stem(base)}
+
+
+@pytest.mark.parametrize("word, other", [
+    ("need", "nee"), ("shed", "she"), ("going", "goe"), ("thing", "th"), ("this", "thi"), ("tennis", "tenni"),
+    ("bonus", "bonu"), ("speed", "spee"), ("pies", "py"), ("leave", "live"),
+])
+def test_fact_stem_keeps_words_apart(word, other):
+    assert fact_stem(word) != fact_stem(other)
+
+
+def test_fact_stems_of_any_text_are_its_content_words_fact_stems():
+    assert fact_stems("The USER lived, and is living, in Köln!") == {"user", "liv", "köln"}
+    assert fact_stems("") == frozenset()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tiered_memory.layers.resolution import Judgement, decide_resolution
+from tiered_memory.layers.resolution import Judgement, decide_resolution, says_all_of, turns_saying
 from tiered_memory.records import Fact, FactCandidate
 
 
@@ -146,3 +146,21 @@ def test_judged_update_uses_merged_text() -> None:
     res = decide_resolution(_cand("User likes salmon sushi"), [(SUSHI, 0.8)], same=0.95, merge=0.85,
                             judgement=Judgement(action="update", target=1, text="User likes sushi, salmon best"))
     assert res.text == "User likes sushi, salmon best"
+
+
+@pytest.mark.parametrize("said, fact", [
+    ("I live in Berlin", "User lives in Berlin"),
+    ("I moved to Lisbon last year", "User moves to Lisbon"),
+    ("we were hiking in the Alps", "User hikes in the Alps"),
+    ("I baked bread", "User bakes bread"),
+    ("my sister loves dancing", "User's sister loved dance"),
+])
+def test_a_turn_says_a_fact_in_another_form_of_its_verbs(said: str, fact: str) -> None:
+    # "lives" stemmed to "liv" and "live" (four letters) stayed whole: the fact said by the
+    # user's turn was not found in it
+    assert says_all_of(said, fact)
+    assert turns_saying(fact, {"t1": "hello there", "t2": said}) == ("t2",)
+
+
+def test_a_turn_that_does_not_say_the_verb_does_not_say_the_fact() -> None:
+    assert not says_all_of("I leave Berlin", "User lives in Berlin")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from ..llm.base import ModelCount
 from ..records import Fact, FactCandidate
-from ..recall.coverage import stems
+from ..recall.coverage import fact_stems
 from ..slots import stated_slot, stated_value, text_slot
 from ..validation import MAX_FACT_CHARS, not_blank
 
@@ -83,17 +83,17 @@ def rewritten_slot(old: Fact, text: str, candidate: FactCandidate | None = None)
 
 def says_all_of(new: str, old: str) -> bool:
     """Whether ``new`` says everything ``old`` does: each content word of ``old`` is in ``new``
-    (pure). Content words are :func:`~tiered_memory.recall.coverage.stems`': lower-cased runs of
-    letters and digits, lightly stemmed ("drinks" / "drink"), less the recall stop words
+    (pure). Content words are :func:`~tiered_memory.recall.coverage.fact_stems`': lower-cased
+    runs of letters and digits, stemmed ("drinks" / "drink", "lives" / "live"), less the recall stop words
     (articles, pronouns, "is" / "has", prepositions, "each", "not" / "no"...), one-letter
     words ("'s") and "user", whom every fact is about. Numbers and names count."""
-    return stems(old) - {"user"} <= stems(new)
+    return fact_stems(old) - {"user"} <= fact_stems(new)
 
 def turns_saying(text: str, turns: Mapping[str, str]) -> tuple[str, ...]:
     """The ids of ``turns`` (id to text, in order) that say all ``text`` says (:func:`says_all_of`),
     in that order: the turns a fact cites where nobody said which (pure). None when ``text``
     says nothing of its own (only stop words and "user": "OK"), which every turn would."""
-    if not stems(text) - {"user"}:
+    if not fact_stems(text) - {"user"}:
         return ()
     return tuple(i for i, said in turns.items() if says_all_of(said, text))
 
