@@ -106,12 +106,8 @@ def test_a_twin_of_a_turn_in_the_thread_is_not_recalled(make_memory: Callable[..
     assert not set(recalled) & conversation  # the model reads the locker code once
 
 
-def test_a_long_write_to_the_session_during_the_run_does_not_store_the_turn_twice(
-        make_memory: Callable[..., TieredMemory]) -> None:
-    """The middleware told what it had stored by the session's newest 50 messages (or twice the
-    state's): a sub-agent given the same context, another thread on the session, writing more than
-    that while a tool ran, pushed the turn's question out of them, and it was stored again."""
-    memory = make_memory(embedder=StaticEmbedder())
+def _owls_with_a_sub_agent(memory: TieredMemory, *callbacks: Any, **options: Any) -> None:
+    """One run on session s1 whose tool is a sub-agent writing 60 turns to the same session."""
 
     @tool
     def research(topic: str) -> str:
@@ -121,9 +117,19 @@ def test_a_long_write_to_the_session_during_the_run_does_not_store_the_turn_twic
         return "found it"
 
     call = AIMessage("", tool_calls=[{"name": "research", "args": {"topic": "owls"}, "id": "c1", "type": "tool_call"}])
-    agent = create_agent(ScriptedToolModel(responses=[call, AIMessage("Owls, then.")]), [research],
-                         middleware=[TieredMemoryMiddleware(memory, user_id="u1", session_id="s1")])
+    agent = create_agent(ScriptedToolModel(responses=[call, AIMessage("Owls, then.")], callbacks=list(callbacks)),
+                         [research], middleware=[TieredMemoryMiddleware(memory, user_id="u1", session_id="s1", **options)])
     agent.invoke({"messages": [HumanMessage("Look into owls.")]})
+
+
+def test_a_long_write_to_the_session_during_the_run_does_not_store_the_turn_twice(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """The middleware told what it had stored by the session's newest 50 messages (or twice the
+    state's): a sub-agent given the same context, another thread on the session, writing more than
+    that while a tool ran, pushed the turn's question out of them, and it was stored again."""
+    memory = make_memory(embedder=StaticEmbedder())
+
+    _owls_with_a_sub_agent(memory)
     own = [(m.role, m.content) for m in memory.get_messages("s1", user_id="u1") if not m.content.startswith("step ")]
     assert own == [("user", "Look into owls."), ("assistant", '[tool calls] research({"topic": "owls"})'),
                    ("tool", "found it"), ("assistant", "Owls, then.")]
@@ -138,18 +144,8 @@ def test_a_long_write_to_the_session_during_the_run_does_not_recall_the_runs_own
     stored (kept in its private state) are shown too now; the other writer's turns are still recalled."""
     memory = make_memory(embedder=StaticEmbedder())
 
-    @tool
-    def research(topic: str) -> str:
-        """Research the topic (a sub-agent that records its own long turn in the same session)."""
-        memory.add_many([{"role": "user" if n % 2 == 0 else "assistant", "content": f"step {n} on {topic}"}
-                         for n in range(60)], session_id="s1", user_id="u1")
-        return "found it"
-
     rec = PromptRecorder()
-    call = AIMessage("", tool_calls=[{"name": "research", "args": {"topic": "owls"}, "id": "c1", "type": "tool_call"}])
-    agent = create_agent(ScriptedToolModel(responses=[call, AIMessage("Owls, then.")], callbacks=[rec]), [research],
-                         middleware=[TieredMemoryMiddleware(memory, user_id="u1", session_id="s1", max_tokens=3000)])
-    agent.invoke({"messages": [HumanMessage("Look into owls.")]})
+    _owls_with_a_sub_agent(memory, rec, max_tokens=3000)
     conversation, recalled, _ = _recalled(rec)
     assert "Look into owls." in conversation and len(rec.prompts) == 2
     assert "Look into owls." not in recalled  # the model reads its question once
