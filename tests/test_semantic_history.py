@@ -78,12 +78,13 @@ def test_edit_details_give_up_old_values_then_key_names_to_stay_within_the_limit
 
 def test_a_models_fact_of_a_long_session_keeps_its_add_entry_within_the_limit(
         make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
-    """A model's fact that cites no turn names every user turn of the session as its sources: its
-    add entry named them all, 2,224 bytes past a limit of 1,000, and the export left the live fact
-    out. The entry names those that fit and counts the rest; the fact itself keeps them all."""
+    """A model's fact that cites every turn of a long session (60): its add entry named them all,
+    2,224 bytes past a limit of 1,000, and the export left the live fact out. The entry names those
+    that fit and counts the rest; the fact itself keeps them all."""
     config = MemoryConfig(max_metadata_bytes=1000)
     episode = {"summary": "Walks.", "entities": [], "decisions": [], "open_questions": [], "key_facts": []}
-    llm = ScriptedLLM(by_task={"facts": [{"facts": [{"type": "fact", "text": "User likes long walks"}]}],
+    llm = ScriptedLLM(by_task={"facts": [{"facts": [{"type": "fact", "text": "User likes long walks",
+                                                     "sources": list(range(1, 61))}]}],
                                "episode": [episode]})
     memory = make_memory(config=config, llm=llm)
     memory.add_many([{"role": "user", "content": f"walk {i}"} for i in range(60)], session_id="s", user_id="u1")
