@@ -319,3 +319,43 @@ def test_a_fact_vector_background_compression_was_refused_is_written_by_the_next
                     session_id="s1", user_id="u")  # a write pays what a failed call left; compressed again
     memory.flush()
     assert [f.id for f in memory.facts("u")] == [fact.id] and _layer_vectors(index, "fact:") == {fact.id}
+
+
+def _crashed(memory: TieredMemory, tmp_path: Path) -> None:
+    """Close ``memory`` and leave its store as a crash does: saying it is open (a full repair next)."""
+    memory.close()
+    con = sqlite3.connect(tmp_path / "mem" / "records.sqlite3")
+    con.execute("UPDATE meta SET value='open' WHERE key='state'")
+    con.commit()
+    con.close()
+
+
+def test_a_stray_item_vector_the_index_refuses_to_delete_holds_back_no_item_or_pass_at_open(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """An unclean open's full repair finds a store item vector no row holds, the engine refusing
+    to delete it: the items' restore deleted the strays in one call, so it failed before writing
+    the missing item vectors, owed every item again (so every open compared them all, failing),
+    and the pending passes after it never ran. The missing vector is written and the pending
+    turn indexed now; the stray is owed, deleted by the next open's payment."""
+    memory, index = _stored_pending(make_memory, tmp_path, [])
+    memory.item_store().write_many([ItemWrite(namespace=("u", "notes"), key="tea", user_id="u",
+                                              value={"text": "Drinks green tea"}, text="Drinks green tea")])
+    tea = memory.item_store().get(("u", "notes"), "tea")
+    assert tea is not None
+    index.inner.upsert([VectorItem(id="item:ghost", vector=embed(memory.embedder, ["no row holds it"])[0],
+                                   user_id="u", layer="item")])
+    index.inner.delete([vector_id(tea.id, 0)])  # lost: the full repair restores it
+    index.down = True
+    with pytest.raises(VectorIndexError):
+        _note(memory, "note-1", NOTES["note-1"])  # pending
+    index.down = False
+    _crashed(memory, tmp_path)
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    index.refused = "item:ghost"
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its full repair runs, logged
+    assert {vector_id(tea.id, 0), "note-1"} <= index.inner.ids("u") and _pending(memory) == set()
+    assert _owed(memory) == {"item:ghost"} and memory.store.get_meta("unindexed_items") in (None, "[]")
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # a clean open: its payment deletes it
+    assert _owed(memory) == set() and "item:ghost" not in index.inner.ids("u")

@@ -134,7 +134,7 @@ class MemoryEngines:
                             threshold=self.config.dedup_threshold, full=full, skipped=left)
             if full and self._layers_ok():  # episode / fact / item vectors are derived from their rows too
                 report.update(self._layers.repair(skipped=left))
-                report["items"] = self._items.repair()
+                report["items"] = self._items.repair(skipped=left)
             if self._has_layer_rows():  # facts and episodes a crash or failure left pending, as turns
                 report.update(self._layers.index_pending(skipped=left))
                 if items := self._items.pay_owed():  # and store items a failed write left unindexed

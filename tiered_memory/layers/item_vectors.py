@@ -24,12 +24,14 @@ import json
 from typing import Sequence
 
 from ..embedding import embed
+from ..errors import VectorIndexError
 from ..guard import vector_errors_typed
 from ..parts import Parts
-from ..recall.forgetting import pay_before_storing
+from ..recall.forgetting import delete_strays, pay_before_storing
 from ..recall.skipping import SkippingPass
 from ..records import Item
 from ..store.base import RecordStore
+from ..store.pending_deletes import NO_USER, VECTOR, OwedVector
 from ..store.repositories import ItemRepository
 from ..vector.base import VectorItem
 from .item_rules import LAYER, text_parts, vector_id
@@ -120,25 +122,38 @@ def _written(parts: Parts, items: Sequence[Item]) -> None:
                                 for k, (i, n, _) in enumerate(pieces)])
 
 
-def restore_item_vectors(parts: Parts, db: ItemRepository) -> int:
+def restore_item_vectors(parts: Parts, db: ItemRepository, skipped: list[VectorIndexError] | None = None) -> int:
     """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop
     vectors of items that no longer exist. Returns how many vectors were restored.
 
+    A vector no item holds that the index refuses to drop is owed
+    (:func:`~..recall.forgetting.delete_strays`: paid by the next open or write) and the missing
+    vectors are written all the same; ``skipped``: its error goes there, not raised, for a caller
+    with more passes to run first.
+
     Raises:
-        VectorIndexError: the index failed; every item is owed (:data:`EVERY_ITEM`), for the next open.
+        VectorIndexError: the index failed (every item is owed, :data:`EVERY_ITEM`, for the next
+            open), or refused to drop some vectors (the rest done).
     """
     try:
-        return _restore(parts, db)
+        restored, refused = _restore(parts, db)
     except BaseException:
         owe_items(parts.store, [EVERY_ITEM])
         raise
+    if refused is not None:
+        if skipped is None:
+            raise refused
+        skipped.append(refused)
+    return restored
 
 
-def _restore(parts: Parts, db: ItemRepository) -> int:
+def _restore(parts: Parts, db: ItemRepository) -> tuple[int, VectorIndexError | None]:
     want = {vector_id(i.id, n): (i, t) for i in db.items_with_text() for n, t in enumerate(text_parts(i.text or ""))}
     with vector_errors_typed(REPAIR_FAILED):
         have = {i for i in parts.index.ids() if i.startswith("item:")}
-        parts.index.delete(sorted(have - set(want)))
+    # one the index refuses is owed (its entry paid before a write stores that id again), not a failed restore
+    _, refused = delete_strays(parts.store.owed_rows, parts.index, sorted(have - set(want)),
+                               lambda i: OwedVector(NO_USER, VECTOR, i))
     todo = sorted(set(want) - have)
     for start in range(0, len(todo), 256):
         chunk = todo[start:start + 256]
@@ -148,4 +163,4 @@ def _restore(parts: Parts, db: ItemRepository) -> int:
             parts.index.upsert([VectorItem(id=v, vector=vectors[n], user_id=want[v][0].user_id,
                                            layer=LAYER, timestamp=want[v][0].updated_at)
                                 for n, v in enumerate(chunk)])
-    return len(todo)
+    return len(todo), refused

@@ -39,7 +39,7 @@ import numpy as np
 
 from ..aio import twin
 from ..embedding import embed
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, VectorIndexError
 from ..guard import usable, vector_errors_typed
 from ..parts import Parts
 from ..recall.forgetting import delete_owed, pay_before_storing
@@ -214,10 +214,11 @@ class ItemStore:
             raise
 
     @usable
-    def repair(self) -> int:
+    def repair(self, skipped: list[VectorIndexError] | None = None) -> int:
         """Re-embed items whose vector is missing (after ``rebuild_index`` or a crash); drop
-        vectors of items that no longer exist. Returns how many vectors were restored."""
-        return restore_item_vectors(self.parts, self.db)
+        vectors of items that no longer exist. Returns how many vectors were restored.
+        ``skipped``: the error of vectors the index refused to drop (owed) goes there, not raised."""
+        return restore_item_vectors(self.parts, self.db, skipped)
 
     @usable
     def pay_owed(self) -> int:
