@@ -359,3 +359,58 @@ def test_a_stray_item_vector_the_index_refuses_to_delete_holds_back_no_item_or_p
     index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # a clean open: its payment deletes it
     assert _owed(memory) == set() and "item:ghost" not in index.inner.ids("u")
+
+
+def _layers_written(make_memory: Callable[..., TieredMemory], tmp_path: Path) -> tuple[TieredMemory, dict[str, str], list[str]]:
+    """A memory with three facts and two episodes, every vector written: the fact ids by text,
+    and the episode ids in session order."""
+    memory, _ = _stored_pending(make_memory, tmp_path, [])
+    for text in ("User keeps bees on the roof", "User drinks green tea at noon", "User plays the cello"):
+        memory.add_fact(text, user_id="u")
+    for session, text in (("s1", "I keep bees on the roof of the library"), ("s2", "My sister moved to Porto")):
+        memory.add("user", text, session_id=session, user_id="u")
+        memory.end_session(session, user_id="u")
+    episodes = [e.id for e in sorted(memory.episodes("u"), key=lambda e: e.session_id)]
+    return memory, {f.text: f.id for f in memory.facts("u")}, episodes
+
+
+def test_a_fact_or_episode_the_index_refuses_holds_back_no_other_in_a_rebuild(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """``rebuild_index`` re-embedding the layers, the engine refusing one fact's vector and one
+    episode's: the facts' upsert failed for all of them and the rebuild stopped there (no
+    episode, no store item written). The others are written; the two refused stay pending, so
+    the next open writes them."""
+    memory, facts, episodes = _layers_written(make_memory, tmp_path)
+    refused = facts["User drinks green tea at noon"]
+    index = memory.index
+    assert isinstance(index, _Engine)
+    index.refused = {f"fact:{refused}", f"ep:{episodes[0]}:0"}
+    with pytest.raises(VectorIndexError, match="1 fact"):
+        memory.rebuild_index()
+    assert _layer_vectors(index, "fact:") == set(facts.values()) - {refused}
+    assert _layer_vectors(index, "ep:") == {episodes[1]}
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # still pending: the open writes them
+    assert _layer_vectors(index, "fact:") == set(facts.values()) and _layer_vectors(index, "ep:") == set(episodes)
+
+
+def test_a_missing_layer_vector_the_index_refuses_holds_back_no_other_and_stays_pending(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """An unclean open's full repair re-embedding lost fact and episode vectors, the engine
+    refusing one fact's and one episode's: no fact vector and no episode's was written (the
+    layers' re-embedding stopped at the facts' upsert), and the rows stayed settled, so no later
+    open wrote them. The others are written; the two refused are left pending for the next open."""
+    memory, facts, episodes = _layers_written(make_memory, tmp_path)
+    memory.index.delete([i for i in memory.index.ids() if i.startswith(("fact:", "ep:"))])  # lost
+    _crashed(memory, tmp_path)
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    refused = facts["User drinks green tea at noon"]
+    index.refused = {f"fact:{refused}", f"ep:{episodes[0]}:0"}
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its full repair runs, logged
+    assert _layer_vectors(index, "fact:") == set(facts.values()) - {refused}
+    assert _layer_vectors(index, "ep:") == {episodes[1]}
+    memory.close()
+    index = _Engine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # a clean open: its pending pass writes them
+    assert _layer_vectors(index, "fact:") == set(facts.values()) and _layer_vectors(index, "ep:") == set(episodes)

@@ -194,11 +194,14 @@ class MemoryEngines:
             self.store.set_meta("embedder", embedder_name(self.embedder))
             report = repair(store=self.store, index=self.index, embedder=self.embedder,
                             threshold=self.config.dedup_threshold, full=False)
+            left: list[VectorIndexError] = []  # facts and episodes refused, left pending: raised once the rest is done
             if self._layers_ok():
-                report.update(self._layers.reindex())
+                report.update(self._layers.reindex(skipped=left))
                 report["items"] = self._items.repair()  # the LangGraph store's: an open adapter finds them too
             report["working_items"] = working
             self.store.set_meta(INDEX_META, self._index_name)  # the records are in line with this index now
+            if left:
+                raise left[0]
             return report
 
     @usable

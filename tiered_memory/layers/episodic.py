@@ -22,7 +22,7 @@ from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from ..config import EpisodeConfig, RetrievalConfig
 from ..embedding import Embedder, embed, embed_query
-from ..errors import NotFoundError
+from ..errors import NotFoundError, VectorIndexError
 from ..guard import vector_errors_typed
 from ..llm.base import ModelAnswer
 from ..parts import run_now
@@ -37,6 +37,7 @@ from ..types import StoredMessage
 from ..quoting import label_text, quote
 from ..validation import not_blank
 from .extractive import MAX_ENTITIES, MAX_POINTS, NOTHING_SAID, clip
+from .layer_repair import reindex_episodes
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -360,12 +361,10 @@ class EpisodicMemory:
             with self.rows.unit() as u:
                 u.touch_episodes(user_id, ids, now)
 
-    def reindex(self, user_id: str | None = None) -> int:
-        """Re-embed and upsert the key points of every episode (after ``rebuild_index``)."""
-        eps = self.rows.episodes_of(user_id)
-        for ep in eps:
-            self._index(ep)
-        return len(eps)
+    def reindex(self, user_id: str | None = None, skipped: list[VectorIndexError] | None = None) -> int:
+        """Re-embed and upsert the key points of every episode (after ``rebuild_index``;
+        :func:`~.layer_repair.reindex_episodes`: one the index refuses holds back no other)."""
+        return reindex_episodes(self.rows, user_id, self._index, skipped=skipped)
 
     def index_pending(self, batch: int = 64) -> int:
         """Write the key point vectors of the episodes left pending (stored, their vectors not

@@ -4,7 +4,8 @@ vectors no row holds and those missing (:func:`repair_layer_vectors`).
 
 A fact's row is stored pending by the unit that writes it and settled once the index has its
 vector (:class:`~..store.repositories.PendingVectorSource`); the pending pass writes what is
-still pending, in row order, and settles it.
+still pending, in row order, and settles it. A full repair and ``rebuild_index`` re-embed the
+layers (:func:`reindex_facts`, :func:`reindex_episodes`), settling each row written.
 
 Invariants:
 
@@ -16,6 +17,9 @@ Invariants:
 - One fact the index refuses holds back no other: a batch refused is sent again in halves
   (:class:`~..recall.skipping.SkippingPass`), the fact refused alone is logged and left pending
   for the next pass, the others are written and settled; an engine that is down stops the pass.
+- A fact or episode the index refuses while the layers are re-embedded is skipped the same way
+  and left pending (a full repair's rows were settled: marked pending again), so the next
+  pending pass writes it; the other rows and users are written all the same.
 - A full repair's vector no row holds that the index refuses to delete is owed
   (:func:`~..recall.forgetting.delete_strays`), paid by the next open or write, and the missing
   vectors are written all the same.
@@ -31,9 +35,9 @@ from ..guard import vector_errors_typed
 from ..recall.forgetting import delete_strays
 from ..recall.indexing import LEFT_PENDING, UNREPAIRED
 from ..recall.skipping import SkippingPass
-from ..records import Fact
+from ..records import Episode, Fact
 from ..store.pending_deletes import NO_USER, VECTOR, OwedRows, OwedVector
-from ..store.repositories import LayerRepository, PendingVectorSource
+from ..store.repositories import EpisodeRepository, FactRepository, LayerRepository, PendingVectorSource
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -71,18 +75,83 @@ def index_pending_facts(rows: PendingVectorSource, index: VectorIndex, embedder:
 
         skipping.write([(f, alive) for _, f, alive in found], written)
         after, seen = found[-1][0], seen + len(found)
+    _left_pending(skipping, "fact", skipped)
+    return seen
+
+
+def _left_pending(skipping: SkippingPass[Any], what: str, skipped: list[VectorIndexError] | None) -> None:
+    """The error of the rows ``skipping`` left pending (``what``: fact, episode), raised or, with
+    ``skipped``, put there; nothing when none was."""
     if skipping.error is None:
-        return seen
-    error = VectorIndexError(LEFT_PENDING.format(n=len(skipping.skipped), what="fact").format(
+        return
+    error = VectorIndexError(LEFT_PENDING.format(n=len(skipping.skipped), what=what).format(
         error=skipping.error.__cause__ or skipping.error))
     error.__cause__ = skipping.error
     if skipped is None:
         raise error
     skipped.append(error)
-    return seen
 
 
-def repair_layer_vectors(rows: LayerRepository, index: VectorIndex, owed: OwedRows, reindex: Callable[[str], object],
+def _pend(rows: object, facts: Sequence[str] = (), episodes: Sequence[str] = ()) -> None:
+    """Leave the rows the index refused pending (a full repair's were settled), for the next pass."""
+    if (facts or episodes) and isinstance(rows, PendingVectorSource):
+        rows.pend(facts, episodes)
+
+
+def reindex_facts(rows: FactRepository, index: VectorIndex, embedder: Embedder, user_id: str | None, *,
+                  skipped: list[VectorIndexError] | None = None) -> int:
+    """Re-embed and write the vectors of every live fact (of ``user_id``, or everyone's: a full
+    repair, ``rebuild_index``) and settle them; returns how many. A fact the index refuses is
+    skipped (:class:`~..recall.skipping.SkippingPass`) and left pending for the next pass, the
+    others written; ``skipped``: its error goes there, not raised.
+
+    Raises:
+        VectorIndexError: facts were refused (the others written), or the engine is down.
+    """
+    facts = rows.valid_facts(user_id)
+    skipping = SkippingPass[Fact](what="fact", name=lambda f: repr(f.id))
+    try:
+        for start in range(0, len(facts), 256):
+            part = facts[start:start + 256]
+            vectors = dict(zip([f.id for f in part], embed(embedder, [f.text for f in part])))
+            with rows.unit() as u:  # keep the stored vectors in step with the embedder
+                u.set_fact_vectors(list(vectors.items()))
+
+            def written(some: Sequence[Fact]) -> None:
+                with vector_errors_typed(UNREPAIRED):
+                    index.upsert([fact_item(f, vectors[f.id]) for f in some])  # noqa: B023 (run now)
+                if isinstance(rows, PendingVectorSource):
+                    rows.settle_facts([(f.id, f.text, f.updated_at) for f in some])
+
+            skipping.write(part, written)
+    finally:
+        _pend(rows, facts=[f.id for f in skipping.skipped])
+    _left_pending(skipping, "fact", skipped)
+    return len(facts)
+
+
+def reindex_episodes(rows: EpisodeRepository, user_id: str | None, index_one: Callable[[Episode], None], *,
+                     skipped: list[VectorIndexError] | None = None) -> int:
+    """Re-embed and write the key points of every episode (of ``user_id``, or everyone's), each by
+    ``index_one`` (which settles it); returns how many. One the index refuses is skipped and
+    left pending for the next pass, the others written; ``skipped``: its error goes there.
+
+    Raises:
+        VectorIndexError: episodes were refused (the others written), or the engine is down.
+    """
+    eps = rows.episodes_of(user_id)
+    skipping = SkippingPass[Episode](what="episode", name=lambda ep: repr(ep.id))
+    try:
+        for ep in eps:  # one upsert per episode already: each alone
+            skipping.write([ep], lambda one: index_one(one[0]))
+    finally:
+        _pend(rows, episodes=[ep.id for ep in skipping.skipped])
+    _left_pending(skipping, "episode", skipped)
+    return len(eps)
+
+
+def repair_layer_vectors(rows: LayerRepository, index: VectorIndex, owed: OwedRows,
+                         reindex: Callable[[str, list[VectorIndexError]], object],
                          *, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
     """Make the fact and episode vectors match their rows (a full repair): drop the vectors no
     row holds (one the index refuses is owed: :func:`~..recall.forgetting.delete_strays`), then,
@@ -100,13 +169,15 @@ def repair_layer_vectors(rows: LayerRepository, index: VectorIndex, owed: OwedRo
     stray = sorted(have - want)
     removed, refused = delete_strays(owed, index, stray, lambda i: OwedVector(NO_USER, VECTOR, i))
     missing = want - have
+    left: list[VectorIndexError] = [] if refused is None else [refused]
     if missing:
         for user in rows.layer_users():  # coarse but rare: re-embed the layers of affected users
-            reindex(user)
+            reindex(user, left)  # a row refused is left pending, and holds back no other user's
     report = {"layer_vectors_removed": removed, "layer_vectors_missing": len(missing)}
     if refused is not None:
         report["layer_vectors_stray_owed"] = len(stray) - removed
-        if skipped is None:
-            raise refused
-        skipped.append(refused)
+    if left and skipped is None:
+        raise left[0]
+    if skipped is not None:
+        skipped.extend(left)
     return report

@@ -324,10 +324,18 @@ class Layers:
     def repair(self, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
         """Make the layer vectors match their rows after a crash (:func:`~.layer_repair.repair_layer_vectors`).
         ``skipped``: the error of vectors the index refused to drop (owed) goes there, not raised."""
-        return repair_layer_vectors(self.rows, self.parts.index, self.facts.owed, self.reindex, skipped=skipped)
+        return repair_layer_vectors(self.rows, self.parts.index, self.facts.owed,
+                                    lambda user, left: self.reindex(user, skipped=left), skipped=skipped)
 
-    def reindex(self, user_id: str | None = None) -> dict[str, int]:
-        return {"facts": self.facts.reindex(user_id), "episodes": self.episodes.reindex(user_id)}
+    def reindex(self, user_id: str | None = None, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
+        """Re-embed the facts' and episodes' vectors; a row the index refuses is left pending and
+        holds back no other. ``skipped``: the errors go there, not raised (after both layers)."""
+        left = [] if skipped is None else skipped
+        report = {"facts": self.facts.reindex(user_id, skipped=left),
+                  "episodes": self.episodes.reindex(user_id, skipped=left)}
+        if left and skipped is None:
+            raise left[0]
+        return report
 
     def pend_all(self) -> None:
         """Mark every fact and episode pending, before ``rebuild_index`` drops their vectors: a

@@ -23,10 +23,9 @@ from ..embedding import Embedder, embed, embed_batched, embed_query
 from ..errors import InvalidInputError, NotFoundError, StoreError, VectorIndexError
 from ..guard import vector_errors_typed
 from ..recall import forgetting, hybrid
-from ..recall.indexing import UNREPAIRED
 from .resolution import Judgement, Resolution, decide_resolution, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
-from .layer_repair import fact_item, index_pending_facts
+from .layer_repair import fact_item, index_pending_facts, reindex_facts
 from .changes import edit_details, merge_metadata, metadata_details, stored_metadata
 from .fact_unit import (CHANGING, DECIDED, EDITED, TRIES, UNINDEXED, UNWRITTEN, Stale, held, log_change,
                         named, one_in_slot_written)
@@ -365,18 +364,10 @@ class SemanticMemory:
             self._settle([f for f in facts if f.valid])
         return len(facts)
 
-    def reindex(self, user_id: str | None = None) -> int:
-        """Re-embed and upsert the vectors of every live fact (after ``rebuild_index``)."""
-        facts = self.rows.valid_facts(user_id)
-        for start in range(0, len(facts), 256):
-            part = facts[start:start + 256]
-            vecs = embed(self.embedder, [f.text for f in part])
-            with self.rows.unit() as u:  # keep the stored vectors in step with the embedder
-                u.set_fact_vectors([(f.id, v) for f, v in zip(part, vecs)])
-            with vector_errors_typed(UNREPAIRED):
-                self._upsert_vectors(list(zip(part, vecs)))
-            self._settle(part)
-        return len(facts)
+    def reindex(self, user_id: str | None = None, skipped: list[VectorIndexError] | None = None) -> int:
+        """Re-embed and upsert the vectors of every live fact (after ``rebuild_index``;
+        :func:`~.layer_repair.reindex_facts`: a fact the index refuses holds back no other)."""
+        return reindex_facts(self.rows, self.index, self.embedder, user_id, skipped=skipped)
 
     def index_pending(self, batch: int = 256, skipped: list[VectorIndexError] | None = None) -> int:
         """Write the vectors of the facts left pending and settle them; returns how many

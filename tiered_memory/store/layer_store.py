@@ -165,6 +165,13 @@ class LayerStore:
         with self.mark_transaction() as c:
             c.executemany("UPDATE episodes SET indexed = TRUE WHERE id = ?", [(i,) for i in sorted(ids)])
 
+    def pend(self, facts: Sequence[str] = (), episodes: Sequence[str] = ()) -> None:
+        """Mark these facts and episodes pending: the index refused their vectors (a repair's
+        re-embedding), so the next pending pass writes them."""
+        with self.transaction() as c:  # durable, unlike a settlement: a lost mark would leave a vector missing
+            c.executemany("UPDATE facts SET indexed = FALSE WHERE id = ?", [(i,) for i in sorted(facts)])
+            c.executemany("UPDATE episodes SET indexed = FALSE WHERE id = ?", [(i,) for i in sorted(episodes)])
+
     def pend_all(self) -> None:
         """Mark every fact and episode pending: their vectors are to be written again
         (``rebuild_index``), by that call or, if it is cut short, the next open."""

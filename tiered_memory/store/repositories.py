@@ -356,6 +356,9 @@ class PendingVectorSource(Protocol):
 
     def settle_episodes(self, ids: Sequence[str]) -> None: ...
 
+    def pend(self, facts: Sequence[str] = (), episodes: Sequence[str] = ()) -> None:
+        """Mark these facts and episodes pending (the index refused their vectors)."""
+
     def pend_all(self) -> None:
         """Mark every fact and episode pending."""
 
