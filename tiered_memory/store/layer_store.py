@@ -14,25 +14,20 @@ tables directly); the layers never see them: they are typed against the protocol
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
-from .layer_codec import (ARCHIVE_COLS, EPISODE_COLS, FACT_COLS, HISTORY_COLS, ITEM_COLS, PAD_COLS, WORKING_COLS,
+from .layer_codec import (ARCHIVE_COLS, EPISODE_COLS, FACT_COLS, HISTORY_COLS, PAD_COLS, WORKING_COLS,
                           archived_from_row, change_from_row, episode_from_row, fact_from_row,
-                          from_blob, id_batches, item_from_row, items_page_sql, items_under_sql, live, marks,
-                          namespace_of, ns_path, pad_from_row, working_from_row)
-from .item_filter_sql import item_filter_sql
+                          from_blob, id_batches, marks, pad_from_row, working_from_row)
+from .layer_items import LayerItems
 from .layer_unit import SESSION_WORKING, LayerUnit
-from .repositories import ItemCursor, Scored
+from .repositories import Scored
 from .stored_values import count, json_dict, number, text
 
-#: most ids one ``IN (...)`` list holds: under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters
-IN_LIST_MAX = 30_000
-
-
-class LayerStore:
+class LayerStore(LayerItems):
     """Layer rows on top of a SQL record store; subclasses bind the dialect."""
 
     #: which SQL dialect: "sqlite" or "postgres"
@@ -283,81 +278,6 @@ class LayerStore:
         if user_id is not None:
             sql, params = sql + " WHERE user_id=?", [user_id]
         return [pad_from_row(r) for r in self.query(sql + " ORDER BY user_id, session_id", params)]
-
-    # ---- items -----------------------------------------------------------------------
-    def item(self, namespace: Sequence[str], key: str, live_at: float | None = None) -> Item | None:
-        sql, params = live(f"SELECT {ITEM_COLS} FROM items WHERE ns_path=? AND key=?",
-                           [ns_path(namespace), key], live_at)
-        rows = self.query(sql, params)
-        return item_from_row(rows[0]) if rows else None
-
-    def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None,
-                    live_at: float | None = None, filter: Mapping[str, Any] | None = None) -> list[Item]:
-        sql, params = items_under_sql(prefix, dialect=self.dialect)
-        wanted: set[str] | None = None
-        if ids is not None:
-            if not ids:
-                return []
-            if len(ids) <= IN_LIST_MAX:
-                sql += f" AND id IN ({marks(len(ids))})"
-                params += list(ids)
-            else:  # more than one statement's parameters may hold: the prefix's items, kept by id
-                wanted = set(ids)
-        where, args, _ = item_filter_sql(filter, self.dialect)
-        sql, params = live(sql + where, [*params, *args], live_at)
-        found = [item_from_row(r) for r in self.query(sql + " ORDER BY updated_at DESC, rowid DESC", params)]
-        return found if wanted is None else [i for i in found if i.id in wanted]
-
-    def items_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None = None,
-                   live_at: float | None = None, filter: Mapping[str, Any] | None = None,
-                   user_id: str | None = None) -> list[tuple[Item, ItemCursor]]:
-        sql, params, _ = item_filter_sql(filter, self.dialect)
-        if user_id is not None:
-            sql, params = sql + " AND user_id = ?", [*params, user_id]
-        # the namespace itself in items_listing's order (no sort) and those below it (a sort of theirs:
-        # none, for the usual prefix of one namespace), merged; the empty prefix in items_recent's order
-        rows = [r for part in (("exact", "deeper") if prefix else ("all",))
-                for r in self.query(*items_page_sql(prefix, limit, after, live_at, self.dialect, (sql, params), part))]
-        rows.sort(key=lambda r: (float(r[-2]), int(r[-1])), reverse=True)
-        return [(item_from_row(r), (float(r[-2]), int(r[-1]))) for r in rows[:limit]]
-
-    def item_rows(self, user_id: str | None, live_at: float | None = None
-                  ) -> list[tuple[Item, float | None, float | None]]:
-        sql, params = f"SELECT {ITEM_COLS}, ttl_minutes, expires_at FROM items WHERE 1=1", []
-        if user_id is not None:
-            sql, params = sql + " AND user_id=?", [user_id]
-        sql, params = live(sql, params, live_at)
-        return [(item_from_row(r), r[-2], r[-1]) for r in self.query(sql + " ORDER BY rowid", params)]
-
-    def item_owners(self, ids: Sequence[str]) -> dict[str, str]:
-        return self._owners("items", ids)
-
-    def items_with_text(self) -> list[Item]:
-        return [item_from_row(r) for r in self.query(f"SELECT {ITEM_COLS} FROM items WHERE text IS NOT NULL")]
-
-    def item_namespaces(self, live_at: float | None = None, *, with_keys: bool = False
-                        ) -> list[tuple[tuple[str, ...], str | None, str]]:
-        columns = "namespace, user_id, key" if with_keys else "namespace, user_id"
-        sql, params = live(f"SELECT DISTINCT {columns} FROM items WHERE 1=1", [], live_at)
-        return [(namespace_of(r[0], "items", r[1]), r[2] if with_keys else None, str(r[1]))
-                for r in self.query(sql, params)]
-
-    def expired_items(self, now: float) -> list[str]:
-        return [str(r[0]) for r in self.query(
-            "SELECT id FROM items WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,))]
-
-    def expiring_items(self, ids: Sequence[str]) -> list[str]:
-        return [str(r[0]) for part in id_batches(sorted(set(ids))) for r in self.query(
-            f"SELECT id FROM items WHERE ttl_minutes IS NOT NULL AND id IN ({marks(len(part))})", part)]
-
-    def count_items(self, user_id: str | None = None) -> int:
-        sql, params = "SELECT COUNT(*) FROM items", []
-        if user_id is not None:
-            sql, params = sql + " WHERE user_id=?", [user_id]
-        return int(self.query(sql, params)[0][0])
-
-    def keyword_items(self, user_id: str, terms: Sequence[str], k: int) -> Scored:
-        return self.keyword("items", user_id, terms, k) if terms else []
 
     # ---- audit and archive (inspection) ----------------------------------------------
     def audit_log(self, user_id: str, layer: str | None = None) -> list[AuditEntry]:
