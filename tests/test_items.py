@@ -395,5 +395,11 @@ def test_a_listing_of_a_large_prefix_reads_a_bounded_page(memory: TieredMemory) 
     finally:
         memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
     reads = [s for s in seen if "FROM items" in s]
-    asked = [int(s.rsplit("LIMIT", 1)[1]) for s in reads if "LIMIT" in s]
-    assert len(asked) == len(reads) and asked == [30, 30, 10, 10]  # ("u",), then below it: 80 rows at most of 6,000
+    counts = [s for s in reads if "count(*)" in s]  # whether below ("u",) is more than a few thousand rows
+    assert [s.rsplit("LIMIT", 1)[1] for s in counts] == [" 1920) AS deeper", " 1000) AS deeper"]
+    asked = [int(s.rsplit("LIMIT", 1)[1]) for s in reads if "LIMIT" in s and s not in counts]
+    # ("u",), then below it (3,000 rows, more than the 1,920 and 1,000 the pages read of the newest rows
+    # first) the newest 240 rows (items_recent), which fill the page of 30; for the page of 10, whose
+    # filter keeps a tenth, the newest 80 fill no page and the newest 1,000 do
+    assert len(asked) + len(counts) == len(reads) and asked == [30, 30, 10, 10, 10]
+    assert [s.count("rowid IN") for s in reads] == [0, 0, 1, 0, 0, 1, 1]

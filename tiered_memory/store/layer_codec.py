@@ -110,6 +110,23 @@ def items_page_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None,
     return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]
 
 
+def items_recent_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,
+                     dialect: str = "sqlite", where: tuple[str, list[Any]] = ("", []), scan: int = 1000
+                     ) -> tuple[str, list[Any]]:
+    """:func:`items_page_sql`'s ``"deeper"`` part read from the newest ``scan`` rows past ``after``
+    in the ``items_recent`` index's order (the listing's), not from the prefix's range: SQLite keeps
+    no range statistics, so for a range of many namespaces it read the whole range and sorted it. A
+    page it fills is the part's page (every row it did not read is older); one it does not fill
+    tells nothing, and the caller reads the range."""
+    recent, recent_params = "SELECT rowid FROM items", list[Any]()
+    if after is not None:
+        recent, recent_params = recent + " WHERE updated_at <= ? AND (updated_at < ? OR rowid < ?)", [after[0], *after]
+    sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid", dialect, "deeper")
+    sql += f" AND rowid IN ({recent} ORDER BY updated_at DESC, rowid DESC LIMIT ?)"
+    sql, params = live(sql + where[0], [*params, *recent_params, int(scan), *where[1]], live_at)
+    return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]
+
+
 def ns_path(namespace: Sequence[str]) -> str:
     """A namespace as prefix-matchable text: a prefix of labels is a prefix of the path."""
     # labels may hold any character but NUL: escape the separator (and the escape) inside a
