@@ -11,8 +11,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..records import Item
 from .item_filter_sql import item_filter_sql
-from .layer_codec import (ITEM_COLS, id_batches, item_from_row, items_page_sql, items_recent_sql, items_under_sql, live, marks,
-                          namespace_of, ns_path)
+from .layer_codec import (ITEM_COLS, id_batches, item_from_row, items_page_sql, items_recent_sql, items_under_sql,
+                          live, marks, namespace_of, ns_path)
 from .repositories import ItemCursor, Scored
 
 #: most ids one ``IN (...)`` list holds: under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters
@@ -81,9 +81,10 @@ class LayerItems:
     def _deeper_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,
                      where: tuple[str, list[Any]]) -> list[tuple[Any, ...]]:
         """The page of the namespaces below ``prefix``. Their range of items_listing is sorted for
-        each page: cheap when it holds few rows (the usual prefix of one namespace: none), 480 ms a
-        page at 100,000 rows on SQLite. A range of more rows is first read from the newest rows of
-        items_recent (:func:`.items_recent_sql`); only a page that read does not fill sorts the range."""
+        each page: cheap when it holds few rows (the usual prefix of one namespace: none), 84 ms a
+        page at 100,000 rows on SQLite (bench/item_listing.py). A range of more rows is first read
+        from the newest rows of items_recent (:func:`.items_recent_sql`); only a page that read does
+        not fill sorts the range."""
         scans = recent_scans(limit)
         range_sql, range_params = items_under_sql(prefix, "1", self.dialect, "deeper")
         held = int(self.query(f"SELECT count(*) FROM ({range_sql} LIMIT ?) AS deeper",
