@@ -13,8 +13,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 # On pytest-xdist's workers, each worker's share of the cores for torch's and the BLAS's thread
 # pools (read once, as they start). Without it two workers ran two threads each on two cores, and
-# threads waiting for each other at every step of a model's forward pass made an open, add, search
-# and close (two embeddings, most of its time) about 2.5x slower on a loaded machine.
+# threads waiting for each other at every step of a model's forward pass made two processes'
+# open, add, search and close (two embeddings, most of it) about 1.9x slower side by side.
 WORKER_THREADS = str(max(1, (os.cpu_count() or 1) // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))))
 if "PYTEST_XDIST_WORKER" in os.environ:
     for _name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
