@@ -378,28 +378,3 @@ def test_a_listing_pages_as_the_unbounded_read_of_the_prefix(clocked: tuple[Tier
         for limit, offset in [(10, 0), (3, 4), (7, 30), (100, 0), (10, 45), (0, 0)]:
             page = items.search(("u",), filter=flt, limit=limit, offset=offset, owned=own)
             assert [h.item.key for h in page] == whole[offset:offset + limit], (flt, limit, offset)
-
-
-@pytest.mark.record_stores("sqlite")
-def test_a_listing_of_a_large_prefix_reads_a_bounded_page(memory: TieredMemory) -> None:
-    """Every row under the prefix was read (no LIMIT) to return ten; the reads now ask for the
-    page, and a filter is decided in the database: a filter that keeps few reads one page too."""
-    items = memory.item_store()
-    items.write_many([ItemWrite(namespace=("u", "n"), key=f"k{n}", user_id="u", value={"n": n, "tenth": n % 10 == 0})
-                      for n in range(3000)])
-    seen: list[str] = []
-    memory.store.conn.set_trace_callback(seen.append)  # type: ignore[attr-defined]
-    try:
-        assert len(items.search(("u",), limit=10, offset=20)) == 10
-        assert len(items.search(("u",), filter={"tenth": True}, limit=10)) == 10
-    finally:
-        memory.store.conn.set_trace_callback(None)  # type: ignore[attr-defined]
-    reads = [s for s in seen if "FROM items" in s]
-    counts = [s for s in reads if "count(*)" in s]  # whether below ("u",) is more than a few thousand rows
-    assert [s.rsplit("LIMIT", 1)[1] for s in counts] == [" 1920) AS deeper", " 1000) AS deeper"]
-    asked = [int(s.rsplit("LIMIT", 1)[1]) for s in reads if "LIMIT" in s and s not in counts]
-    # ("u",), then below it (3,000 rows, more than the 1,920 and 1,000 the pages read of the newest rows
-    # first) the newest 240 rows (items_recent), which fill the page of 30; for the page of 10, whose
-    # filter keeps a tenth, the newest 80 fill no page and the newest 1,000 do
-    assert len(asked) + len(counts) == len(reads) and asked == [30, 30, 10, 10, 10]
-    assert [s.count("rowid IN") for s in reads] == [0, 0, 1, 0, 0, 1, 1]

@@ -18,7 +18,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, Item, SessionPad, WorkingItem
+from ..records import ArchivedTurn, AuditEntry, Episode, Fact, FactChange, SessionPad, WorkingItem
 from .layer_codec import (ARCHIVE_COLS, EPISODE_COLS, FACT_COLS, HISTORY_COLS, PAD_COLS, WORKING_COLS,
                           archived_from_row, change_from_row, episode_from_row, fact_from_row,
                           from_blob, id_batches, marks, pad_from_row, working_from_row)
