@@ -104,28 +104,29 @@ def _verb_root(rest: str) -> str | None:
 _LETTERS = frozenset("abcdefghijklmnopqrstuvwxyz")
 
 
+def content_words(text: str) -> Iterable[str]:
+    """The content words of ``text``, unstemmed: those of :func:`~.query.keywords`. An ASCII
+    text takes set operations instead of a loop over its words (a few times quicker; at
+    30,000 memories most texts a search meets are no longer in the caches below)."""
+    lower = text.lower()
+    return keywords(text) if not lower.isascii() else set(ascii_tokens(lower)) - STOPWORDS - _LETTERS
+
+
 @holds_texts
 @lru_cache(maxsize=16384)  # the same turns come back query after query
 def stems(text: str) -> frozenset[str]:
-    """The stemmed content words of ``text``: those of :func:`~.query.keywords`. An ASCII
-    text takes set operations instead of a loop over its words (a few times quicker; at
-    30,000 memories most texts a search meets are no longer in this cache)."""
-    lower = text.lower()
-    if not lower.isascii():
-        return frozenset(map(stem, keywords(text)))
-    return frozenset(map(stem, set(ascii_tokens(lower)) - STOPWORDS - _LETTERS))
+    """The stemmed content words of ``text`` (:func:`content_words`, by :func:`stem`)."""
+    return frozenset(map(stem, content_words(text)))
 
 
 @holds_texts
 @lru_cache(maxsize=16384)
 def fact_stems(text: str) -> frozenset[str]:
-    """The content words of ``text`` (those of :func:`stems`) by :func:`fact_stem`: what fact
+    """The content words of ``text`` (:func:`content_words`) by :func:`fact_stem`: what fact
     matching (:func:`~tiered_memory.layers.resolution.says_all_of`) compares, so the user's
     "I live in Berlin" says the fact "User lives in Berlin". Recall keeps :func:`stem`: this
     stemming, measured on LoCoMo, lost recall (bench/README.md, 7 December)."""
-    lower = text.lower()
-    words = keywords(text) if not lower.isascii() else set(ascii_tokens(lower)) - STOPWORDS - _LETTERS
-    return frozenset(map(fact_stem, words))
+    return frozenset(map(fact_stem, content_words(text)))
 
 
 FORMS_UP_TO = 64  # query terms; measured: at 80 terms a look per term costs as much as stemming the text
