@@ -34,7 +34,7 @@ from ..errors import VectorIndexError
 from ..guard import vector_errors_typed
 from ..recall.forgetting import delete_strays
 from ..recall.indexing import LEFT_PENDING, UNREPAIRED
-from ..recall.skipping import SkippingPass
+from ..recall.skipping import SkippingPass, summary_error
 from ..records import Episode, Fact
 from ..store.pending_deletes import NO_USER, VECTOR, OwedRows, OwedVector
 from ..store.repositories import EpisodeRepository, FactRepository, LayerRepository, PendingVectorSource
@@ -84,9 +84,7 @@ def _left_pending(skipping: SkippingPass[Any], what: str, skipped: list[VectorIn
     ``skipped``, put there; nothing when none was."""
     if skipping.error is None:
         return
-    error = VectorIndexError(LEFT_PENDING.format(n=len(skipping.skipped), what=what).format(
-        error=skipping.error.__cause__ or skipping.error))
-    error.__cause__ = skipping.error
+    error = summary_error(LEFT_PENDING.format(n=len(skipping.skipped), what=what), skipping.error)
     if skipped is None:
         raise error
     skipped.append(error)

@@ -33,7 +33,7 @@ from ..store.base import RecordStore
 from ..store.pending_deletes import PENDING_DELETIONS, TURN, OwedRows, OwedVector, changed, legacy_entries
 from ..vector.base import VectorIndex
 from .chunking import vector_ids
-from .skipping import SkippingPass
+from .skipping import SkippingPass, summary_error
 
 
 #: what a deletion's error says of its vectors when the index failed
@@ -115,10 +115,7 @@ def delete_strays(rows: OwedRows, index: VectorIndex, strays: Sequence[str],
         rows.owe(sorted({owed(i) for i in strays if i not in deleted}))
     if skipping.error is None:
         return len(deleted), None
-    error = VectorIndexError(STRAY_OWED.format(n=len(strays) - len(deleted)).format(
-        error=skipping.error.__cause__ or skipping.error))
-    error.__cause__ = skipping.error
-    return len(deleted), error
+    return len(deleted), summary_error(STRAY_OWED.format(n=len(strays) - len(deleted)), skipping.error)
 
 
 def take_legacy(store: RecordStore) -> int:

@@ -19,7 +19,7 @@ from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of, pooled_vector
 from .forgetting import delete_owed, delete_strays
-from .skipping import SkippingPass
+from .skipping import SkippingPass, summary_error
 
 log = logging.getLogger("tiered_memory")
 
@@ -381,10 +381,7 @@ def index_pending_turns(*, store: RecordStore, index: VectorIndex, embedder: Emb
         turns.write([r for r in pending if r.id not in owing], indexed)
     if (first := paying.error or turns.error) is None:
         return None
-    n = len(paying.skipped) + len(turns.skipped)
-    error = VectorIndexError(LEFT_PENDING.format(n=n, what="turn").format(error=first.__cause__ or first))
-    error.__cause__ = first
-    return error
+    return summary_error(LEFT_PENDING.format(n=len(paying.skipped) + len(turns.skipped), what="turn"), first)
 
 
 def _is_layer_id(memory_id: str) -> bool:

@@ -75,3 +75,11 @@ class SkippingPass(Generic[T]):
         self.skipped.append(row)
         self.error = self.error or error
         log.warning("%s %s skipped by this pass, kept for the next: %s", self.what, self.name(row), error)
+
+
+def summary_error(message: str, first: VectorIndexError) -> VectorIndexError:
+    """One error for what a pass skipped: ``message`` (its ``{error}`` filled with what the index
+    said the first time, ``first``'s cause), caused by ``first``."""
+    error = VectorIndexError(message.format(error=first.__cause__ or first))
+    error.__cause__ = first
+    return error
