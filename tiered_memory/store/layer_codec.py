@@ -94,6 +94,17 @@ def items_under_sql(prefix: Sequence[str], columns: str = ITEM_COLS, dialect: st
     return f"SELECT {columns} FROM items WHERE {where}", params
 
 
+#: keyset paging: the rows after a page's last (``after``, :func:`past`), so a row written meanwhile
+#: moves no other row to another page; written so that the index's updated_at is a range (the pages
+#: after the first skip nothing)
+PAST = " updated_at <= ? AND (updated_at < ? OR rowid < ?)"
+
+
+def past(after: ItemCursor) -> list[Any]:
+    """The parameters of :data:`PAST` for the cursor ``after`` (updated_at, rowid)."""
+    return [after[0], *after]
+
+
 def items_page_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None,
                    live_at: float | None, dialect: str = "sqlite",
                    where: tuple[str, list[Any]] = ("", []), part: str = "all") -> tuple[str, list[Any]]:
@@ -103,9 +114,8 @@ def items_page_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None,
     ``where`` is more ``" AND ..."`` conditions (a filter's, :mod:`.item_filter_sql`); ``part`` as
     for :func:`prefix_sql`."""
     sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid", dialect, part)
-    if after is not None:  # keyset paging: a row written meanwhile moves no other row to another page
-        # (written so that the index's updated_at is a range: the pages after the first skip nothing)
-        sql, params = sql + " AND updated_at <= ? AND (updated_at < ? OR rowid < ?)", [*params, after[0], *after]
+    if after is not None:
+        sql, params = sql + " AND" + PAST, [*params, *past(after)]
     sql, params = live(sql + where[0], [*params, *where[1]], live_at)
     return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]
 
@@ -120,7 +130,7 @@ def items_recent_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None
     tells nothing, and the caller reads the range."""
     recent, recent_params = "SELECT rowid FROM items", list[Any]()
     if after is not None:
-        recent, recent_params = recent + " WHERE updated_at <= ? AND (updated_at < ? OR rowid < ?)", [after[0], *after]
+        recent, recent_params = recent + " WHERE" + PAST, past(after)
     sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid", dialect, "deeper")
     sql += f" AND rowid IN ({recent} ORDER BY updated_at DESC, rowid DESC LIMIT ?)"
     sql, params = live(sql + where[0], [*params, *recent_params, int(scan), *where[1]], live_at)
