@@ -17,13 +17,15 @@ class RefusingEngine:
     """The real Chroma index, written in step (no write-behind, as a server's is): its ``upsert``
     and ``delete`` fail a call holding the id ``refused`` (or one of a set: the whole call, as an
     engine does), and every call while ``down`` (``"upsert"``: every upsert); ``refusals`` counts
-    the calls refused for ``refused``."""
+    the calls refused for ``refused``. ``writes_left``: the calls (upserts, deletes) it takes
+    before it goes down for good (``down`` set), as a server that fails midway through a pass."""
 
     def __init__(self, inner: ChromaVectorIndex) -> None:
         self.inner, self.refusals = inner, 0
         self.refused: str | set[str] = ""
         self.down: bool | str = False
         self.refused_layer = ""  # "fact:": every fact vector refused
+        self.writes_left: int | None = None
 
     def upsert(self, items: list[VectorItem]) -> None:
         self._check([i.id for i in items], "upsert")
@@ -34,6 +36,8 @@ class RefusingEngine:
         self.inner.delete(ids)
 
     def _check(self, ids: Sequence[str], method: str) -> None:
+        if self.writes_left == 0:
+            self.down = True
         if self.down in (True, method):
             raise RuntimeError("the engine is down")
         refused = {self.refused} if isinstance(self.refused, str) else self.refused
@@ -41,6 +45,8 @@ class RefusingEngine:
         if refused & set(ids):
             self.refusals += 1
             raise RuntimeError(f"the engine refuses {sorted(refused & set(ids))}")
+        if self.writes_left is not None:
+            self.writes_left -= 1
 
     def __getattr__(self, name: str) -> Any:
         if name in ("upsert_behind", "settle_behind"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import pytest
 
@@ -160,13 +160,17 @@ def test_a_stray_item_vector_the_index_refuses_to_delete_holds_back_no_item_or_p
     assert owed_ids(memory) == set() and "item:ghost" not in index.inner.ids("u")
 
 
-def _layers_written(make_memory: Callable[..., TieredMemory], tmp_path: Path) -> tuple[TieredMemory, dict[str, str], list[str]]:
-    """A memory with three facts and two episodes, every vector written: the fact ids by text,
-    and the episode ids in session order."""
+SESSIONS = (("s1", "I keep bees on the roof of the library"), ("s2", "My sister moved to Porto"))
+
+
+def _layers_written(make_memory: Callable[..., TieredMemory], tmp_path: Path, sessions: Sequence[tuple[str, str]] = SESSIONS,
+                    ) -> tuple[TieredMemory, dict[str, str], list[str]]:
+    """A memory with three facts and an episode of each of ``sessions`` (two), every vector
+    written: the fact ids by text, and the episode ids in session order."""
     memory, _ = stored_pending(make_memory, tmp_path, [])
     for text in ("User keeps bees on the roof", "User drinks green tea at noon", "User plays the cello"):
         memory.add_fact(text, user_id="u")
-    for session, text in (("s1", "I keep bees on the roof of the library"), ("s2", "My sister moved to Porto")):
+    for session, text in sessions:
         memory.add("user", text, session_id=session, user_id="u")
         memory.end_session(session, user_id="u")
     episodes = [e.id for e in sorted(memory.episodes("u"), key=lambda e: e.session_id)]
@@ -213,3 +217,24 @@ def test_a_missing_layer_vector_the_index_refuses_holds_back_no_other_and_stays_
     index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # a clean open: its pending pass writes them
     assert _layer_vectors(index, "fact:") == set(facts.values()) and _layer_vectors(index, "ep:") == set(episodes)
+
+
+def test_layer_rows_a_full_repair_never_reached_are_written_by_the_next_open(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """An unclean open's full repair re-embedding lost fact and episode vectors, the engine going
+    down after its first write (the facts'): the episodes refused alone were left pending, but
+    the one the pass stopped at (the third refusal: the engine is down) stayed settled without
+    a vector, as would every row after it, so no later open wrote it and it was never recalled
+    by similarity. Every row whose vector is missing is pending until it is written."""
+    memory, facts, episodes = _layers_written(make_memory, tmp_path, (*SESSIONS, ("s3", "I drink green tea at noon")))
+    memory.index.delete([i for i in memory.index.ids() if i.startswith(("fact:", "ep:"))])  # lost
+    _crashed(memory, tmp_path)
+    index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
+    index.writes_left = 1
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its full repair is cut short, logged
+    assert _layer_vectors(index, "fact:") == set(facts.values()) and _layer_vectors(index, "ep:") == set()
+    memory.close()
+    index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # a clean open: its pending pass writes them
+    assert _layer_vectors(index, "ep:") == set(episodes)
+

@@ -20,6 +20,9 @@ Invariants:
 - A fact or episode the index refuses while the layers are re-embedded is skipped the same way
   and left pending (a full repair's rows were settled: marked pending again), so the next
   pending pass writes it; the other rows and users are written all the same.
+- A full repair marks pending every fact and episode whose vector is missing before it
+  re-embeds the layers: one the re-embedding never reached (the engine went down, anything
+  raised) is written by the next pending pass, never left settled without a vector.
 - A full repair's vector no row holds that the index refuses to delete is owed
   (:func:`~..recall.forgetting.delete_strays`), paid by the next open or write, and the missing
   vectors are written all the same.
@@ -77,6 +80,12 @@ def index_pending_facts(rows: PendingVectorSource, index: VectorIndex, embedder:
         after, seen = found[-1][0], seen + len(found)
     _left_pending(skipping, "fact", skipped)
     return seen
+
+
+def episode_of_point(point_id: str) -> str:
+    """The episode id of a key point's vector id ``ep:<episode id>:<n>`` (pure; an episode id may
+    hold ``:``, an import keeps ids)."""
+    return point_id.removeprefix("ep:").rpartition(":")[0]
 
 
 def _left_pending(skipping: SkippingPass[Any], what: str, skipped: list[VectorIndexError] | None) -> None:
@@ -153,8 +162,8 @@ def repair_layer_vectors(rows: LayerRepository, index: VectorIndex, owed: OwedRo
                          *, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
     """Make the fact and episode vectors match their rows (a full repair): drop the vectors no
     row holds (one the index refuses is owed: :func:`~..recall.forgetting.delete_strays`), then,
-    should any be missing, re-embed the layers of every user who has some (``reindex(user)``);
-    returns the report. ``skipped``: the error of the vectors the index refused to drop goes
+    should any be missing, mark their rows pending and re-embed the layers of every user
+    (``reindex(user)``, which settles each row written); returns the report. ``skipped``: the error of the vectors the index refused to drop goes
     there, not raised, for a caller with more passes to run first.
 
     Raises:
@@ -169,6 +178,10 @@ def repair_layer_vectors(rows: LayerRepository, index: VectorIndex, owed: OwedRo
     missing = want - have
     left: list[VectorIndexError] = [] if refused is None else [refused]
     if missing:
+        # pending until written: a re-embedding cut short (the engine down, any raise) leaves the
+        # rows it never reached to the next pending pass, not settled without a vector
+        _pend(rows, facts=sorted(i.removeprefix("fact:") for i in missing if i.startswith("fact:")),
+              episodes=sorted({episode_of_point(i) for i in missing if i.startswith("ep:")}))
         for user in rows.layer_users():  # coarse but rare: re-embed the layers of affected users
             reindex(user, left)  # a row refused is left pending, and holds back no other user's
     report = {"layer_vectors_removed": removed, "layer_vectors_missing": len(missing)}
