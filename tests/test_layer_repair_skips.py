@@ -238,3 +238,32 @@ def test_layer_rows_a_full_repair_never_reached_are_written_by_the_next_open(
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # a clean open: its pending pass writes them
     assert _layer_vectors(index, "ep:") == set(episodes)
 
+
+def test_an_episode_stored_again_under_owed_ids_keeps_the_vectors_a_full_repair_writes(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """An episode imported again under its id while its old key points could not be deleted
+    (still owed, the episode pending), then an unclean open's full repair re-embedding the layers
+    (a fact's vector lost), deletes still failing: the re-embedding wrote the episode's key points
+    without paying first, and settled it, so the next open's payment deleted them with the old
+    ones and nothing wrote them again. It pays first, as the pending pass does."""
+    memory, index = stored_pending(make_memory, tmp_path, [])
+    memory.add("user", "I keep bees on the roof of the library", session_id="s", user_id="u")
+    episode = memory.end_session("s", user_id="u")
+    fact = memory.add_fact("User plays the cello", user_id="u")
+    dump = tmp_path / "dump.jsonl"
+    memory.export_jsonl(dump, user_id="u")
+    index.down = "delete"
+    with pytest.raises(VectorIndexError):
+        memory.delete_episode(episode.id, user_id="u")
+    with pytest.raises(VectorIndexError):
+        memory.import_jsonl(dump)  # the episode stored again, pending
+    index.inner.delete([f"fact:{fact.id}"])  # lost: the full repair re-embeds the layers
+    _crashed(memory, tmp_path)
+    index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
+    index.down = "delete"
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its payment fails, its full repair runs
+    assert _layer_vectors(index, "fact:") == {fact.id}
+    memory.close()
+    index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # pays, then writes what is pending
+    assert owed_ids(memory) == set() and _layer_vectors(index, "ep:") == {episode.id}

@@ -37,7 +37,7 @@ from ..types import StoredMessage
 from ..quoting import label_text, quote
 from ..validation import not_blank
 from .extractive import MAX_ENTITIES, MAX_POINTS, NOTHING_SAID, clip
-from .layer_repair import reindex_episodes
+from .layer_repair import episode_of_point, reindex_episodes
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -342,8 +342,7 @@ class EpisodicMemory:
         vec, kw = hybrid.candidates(self.index, qv, lambda terms, m: self.rows.keyword_points(user_id, terms, m),
                                     query, user_id=user_id, layer="episode", n=n)
         fused = hybrid.fuse(vec, kw, retrieval)
-        # a key point is "ep:<episode id>:<n>", and an episode id may hold ":" (an import keeps ids)
-        point_episode = {f.id: f.id.removeprefix("ep:").rpartition(":")[0] for f in fused}
+        point_episode = {f.id: episode_of_point(f.id) for f in fused}
         episodes = {i: e for i, e in self.load(user_id, sorted(set(point_episode.values()))).items()
                     if not said_nothing(e)}  # indexed by an older version: never recalled
         ranked = rank_episodes({f.id: f.score for f in fused}, point_episode,
@@ -363,8 +362,9 @@ class EpisodicMemory:
 
     def reindex(self, user_id: str | None = None, skipped: list[VectorIndexError] | None = None) -> int:
         """Re-embed and upsert the key points of every episode (after ``rebuild_index``;
-        :func:`~.layer_repair.reindex_episodes`: one the index refuses holds back no other)."""
-        return reindex_episodes(self.rows, user_id, self._index, skipped=skipped)
+        :func:`~.layer_repair.reindex_episodes`: one the index refuses holds back no other), each
+        id's owed deletions paid first, as the pending pass pays them."""
+        return reindex_episodes(self.rows, user_id, lambda ep: self._paid_and_indexed([ep]), skipped=skipped)
 
     def index_pending(self, batch: int = 64) -> int:
         """Write the key point vectors of the episodes left pending (stored, their vectors not
@@ -383,16 +383,13 @@ class EpisodicMemory:
         return seen
 
     def _paid_and_indexed(self, eps: Sequence[Episode]) -> None:
-        # an episode stored again under an id whose old key points the index still owes (its
-        # write could not delete them): those go first, else a later payment deletes the new ones
+        """Embed and write the episodes' key points, then settle each. An episode stored again
+        under an id whose old key points the index still owes (its write could not delete them):
+        those go first, else a later payment deletes the new ones (a refusal leaves it pending)."""
+        points = {ep.id: self.rows.episode_points(ep.id) for ep in eps}
         pay_before_storing(self.owed, self.index, vectors=[
-            f"ep:{ep.id}:{n}" for ep in eps for n in range(len(self.rows.episode_points(ep.id)))])
+            f"ep:{ep.id}:{n}" for ep in eps for n in range(len(points[ep.id]))])
         for ep in eps:
-            self._index(ep)
-
-    def _index(self, ep: Episode) -> None:
-        """Embed and write the episode's key points, then settle it."""
-        points = self.rows.episode_points(ep.id)
-        if points:
-            self._upsert(ep, points, embed(self.embedder, points))
-        self._settle([ep.id])
+            if points[ep.id]:
+                self._upsert(ep, points[ep.id], embed(self.embedder, points[ep.id]))
+            self._settle([ep.id])

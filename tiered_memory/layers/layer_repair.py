@@ -23,6 +23,10 @@ Invariants:
 - A full repair marks pending every fact and episode whose vector is missing before it
   re-embeds the layers: one the re-embedding never reached (the engine went down, anything
   raised) is written by the next pending pass, never left settled without a vector.
+- An episode's key points are written only once the deletions its id still owes the index are
+  paid (:func:`~..recall.forgetting.pay_before_storing`), by every pass (else a later payment
+  deletes them); a fact's need not be: an owed fact id is never stored again (its history,
+  kept with the entry, makes an import skip it).
 - A full repair's vector no row holds that the index refuses to delete is owed
   (:func:`~..recall.forgetting.delete_strays`), paid by the next open or write, and the missing
   vectors are written all the same.
@@ -140,7 +144,7 @@ def reindex_facts(rows: FactRepository, index: VectorIndex, embedder: Embedder, 
 def reindex_episodes(rows: EpisodeRepository, user_id: str | None, index_one: Callable[[Episode], None], *,
                      skipped: list[VectorIndexError] | None = None) -> int:
     """Re-embed and write the key points of every episode (of ``user_id``, or everyone's), each by
-    ``index_one`` (which settles it); returns how many. One the index refuses is skipped and
+    ``index_one`` (which pays its id's owed deletions first and settles it); returns how many. One the index refuses is skipped and
     left pending for the next pass, the others written; ``skipped``: its error goes there.
 
     Raises:
