@@ -267,3 +267,31 @@ def test_an_episode_stored_again_under_owed_ids_keeps_the_vectors_a_full_repair_
     index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # pays, then writes what is pending
     assert owed_ids(memory) == set() and _layer_vectors(index, "ep:") == {episode.id}
+
+
+def test_a_full_repair_the_engine_cut_short_runs_again_so_no_fact_or_item_vector_stays_missing(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """An unclean open's full repair, the index having lost turn, fact and store item vectors, the
+    engine down from its first write: the turns' pass stopped it (their rows left pending) before
+    the layers and the store items were compared with the index, and the next open, clean, only
+    wrote the pending turns: the fact and the item never had their vectors again. A full repair
+    cut short is run again by the next open."""
+    memory, index = stored_pending(make_memory, tmp_path, [])
+    for note in ("note-1", "note-2", "note-3"):
+        add_note(memory, note, NOTES[note])
+    fact = memory.add_fact("User plays the cello", user_id="u")
+    memory.item_store().write_many([ItemWrite(namespace=("u", "notes"), key="tea", user_id="u",
+                                              value={"text": "Drinks green tea"}, text="Drinks green tea")])
+    tea = memory.item_store().get(("u", "notes"), "tea")
+    assert tea is not None
+    lost = {"note-1", "note-2", "note-3", f"fact:{fact.id}", vector_id(tea.id, 0)}
+    index.inner.delete(sorted(lost))
+    _crashed(memory, tmp_path)
+    index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
+    index.writes_left = 0
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its full repair is cut short, logged
+    assert lost.isdisjoint(index.inner.ids("u"))
+    memory.close()
+    index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())
+    assert lost <= index.inner.ids("u") and pending_ids(memory) == set()

@@ -31,6 +31,7 @@ from .layers.working import WorkingMemory, reembed as reembed_working
 from .parts import Parts
 from .recall.forgetting import all_owed, clear_owed, pay_owed
 from .recall.indexing import repair, settle_background_writes
+from .startup import REPAIR_DUE
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
 from .tokens import TokenCounter
@@ -130,11 +131,15 @@ class MemoryEngines:
     def _repair(self, *, full: bool) -> dict[str, int]:
         with self._write_lock:
             left: list[VectorIndexError] = []  # turns the index refused: the layers' rows do not wait behind them
+            if full:  # till every kind is compared: one cut short runs again at the next open
+                self.store.set_meta(REPAIR_DUE, "full")
             report = repair(store=self.store, index=self.index, embedder=self.embedder,
                             threshold=self.config.dedup_threshold, full=full, skipped=left)
             if full and self._layers_ok():  # episode / fact / item vectors are derived from their rows too
                 report.update(self._layers.repair(skipped=left))
                 report["items"] = self._items.repair(skipped=left)
+            if full:  # what it could not write is pending or owed now
+                self.store.set_meta(REPAIR_DUE, "")
             if self._has_layer_rows():  # facts and episodes a crash or failure left pending, as turns
                 report.update(self._layers.index_pending(skipped=left))
                 if items := self._items.pay_owed():  # and store items a failed write left unindexed

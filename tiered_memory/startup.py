@@ -45,6 +45,7 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
                 "(tiered-memory import FILE) into a new folder; to start empty here, delete the chroma/ "
                 "(or qdrant/) folder.")
     was = store.get_meta(INDEX_META)
+    due = store.get_meta(REPAIR_DUE) == "full"  # a full repair cut short: compared in full again
     moved = name is not None and was is not None and was != name  # the records' index is elsewhere
     if getattr(store, "shared", False):
         # Many workers share this store: a crash flag and a full start-up repair would race with
@@ -68,7 +69,7 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
             elif moved:
                 _rebuild_moved(rebuild, was, name)
             else:
-                repair(index_lost_vectors(store, index))
+                repair(due or index_lost_vectors(store, index))
                 _note_index(store, was, name)
         elif previous is None or previous == embedder_id:
             # the turns a failed vector write left pending (a partial index finds them): two workers
@@ -87,7 +88,7 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
     elif moved:
         _rebuild_moved(rebuild, was, name)
     else:
-        repair(unclean or index_lost_vectors(store, index))
+        repair(unclean or due or index_lost_vectors(store, index))
         _note_index(store, was, name)
     store.set_meta("embedder", embedder_id)
 
@@ -124,6 +125,12 @@ def _kept_open(step: Callable[..., object]) -> Callable[..., object]:
             return None
     return run
 
+
+#: meta: ``"full"`` from the start of a full repair until it has compared the turns', layers' and
+#: store items' vectors with their rows (what it could not write is then pending or owed): one cut
+#: short (an engine failing) is run in full again by the next open, else a clean open never looks
+#: for the vectors it had not compared yet
+REPAIR_DUE = "repair_due"
 
 FORGOTTEN_VECTORS = "forgotten_vectors"  # meta: vectors deleted since the index was last compacted
 
