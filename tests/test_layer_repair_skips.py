@@ -163,8 +163,8 @@ def test_a_stray_item_vector_the_index_refuses_to_delete_holds_back_no_item_or_p
 SESSIONS = (("s1", "I keep bees on the roof of the library"), ("s2", "My sister moved to Porto"))
 
 
-def _layers_written(make_memory: Callable[..., TieredMemory], tmp_path: Path, sessions: Sequence[tuple[str, str]] = SESSIONS,
-                    ) -> tuple[TieredMemory, dict[str, str], list[str]]:
+def _layers_written(make_memory: Callable[..., TieredMemory], tmp_path: Path,
+                    sessions: Sequence[tuple[str, str]] = SESSIONS) -> tuple[TieredMemory, dict[str, str], list[str]]:
     """A memory with three facts and an episode of each of ``sessions`` (two), every vector
     written: the fact ids by text, and the episode ids in session order."""
     memory, _ = stored_pending(make_memory, tmp_path, [])

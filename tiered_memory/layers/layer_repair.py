@@ -144,8 +144,9 @@ def reindex_facts(rows: FactRepository, index: VectorIndex, embedder: Embedder, 
 def reindex_episodes(rows: EpisodeRepository, user_id: str | None, index_one: Callable[[Episode], None], *,
                      skipped: list[VectorIndexError] | None = None) -> int:
     """Re-embed and write the key points of every episode (of ``user_id``, or everyone's), each by
-    ``index_one`` (which pays its id's owed deletions first and settles it); returns how many. One the index refuses is skipped and
-    left pending for the next pass, the others written; ``skipped``: its error goes there.
+    ``index_one`` (which pays its id's owed deletions first and settles it); returns how many.
+    One the index refuses is skipped and left pending for the next pass, the others written;
+    ``skipped``: its error goes there.
 
     Raises:
         VectorIndexError: episodes were refused (the others written), or the engine is down.
@@ -167,8 +168,9 @@ def repair_layer_vectors(rows: LayerRepository, index: VectorIndex, owed: OwedRo
     """Make the fact and episode vectors match their rows (a full repair): drop the vectors no
     row holds (one the index refuses is owed: :func:`~..recall.forgetting.delete_strays`), then,
     should any be missing, mark their rows pending and re-embed the layers of every user
-    (``reindex(user)``, which settles each row written); returns the report. ``skipped``: the error of the vectors the index refused to drop goes
-    there, not raised, for a caller with more passes to run first.
+    (``reindex(user)``, which settles each row written); returns the report. ``skipped``: the
+    error of the vectors the index refused to drop goes there, not raised, for a caller with more
+    passes to run first.
 
     Raises:
         VectorIndexError: the index failed to list or write vectors, or refused to drop some (the
