@@ -5,11 +5,14 @@ The turn starts at the last message the user wrote (:func:`turn_start`); a summa
 (``SummarizationMiddleware``'s ``HumanMessage`` marked ``lc_source="summarization"``) is never part of it.
 A message is recorded once no hook will change it (:func:`turn_to_record`). The question is read before any
 ``before_model`` hook and kept in private state (``QUERY_KEY``, its message id under ``QUESTION_KEY``);
-a call recalls for it as the request holds it then (:func:`current_query`). The ids of the messages the
-run stored are kept there too (``STORED_KEY``), and the store's id of each (``STORED_AS_KEY``, kept
-across a checkpointed thread's runs while its messages hold them): others writing to the session meanwhile
-(a sub-agent given the same context, another thread) cannot push them out of what the middleware reads
-back, neither to store them again nor to recall them into the prompt that holds them (:func:`shown_by_run`).
+a call recalls for it as the request holds it then (:func:`current_query`). The store's id of each message
+the thread's runs stored is kept there too, by the message's id (``STORED_AS_KEY``, kept across a checkpointed
+thread's runs while its messages hold them): others writing to the session meanwhile (a sub-agent given the
+same context, another thread, between two runs that continue one turn) cannot push them out of what the
+middleware reads back, neither to store them again (:func:`stored_as`) nor to recall them into the prompt
+that holds them (:func:`shown_by_run`). (A state from before holds a ``tiered_memory_stored`` list too, the
+ids one run stored, always among these; no schema declares it now, and LangGraph restores no channel its
+graph lacks.)
 """
 
 from __future__ import annotations
@@ -18,12 +21,11 @@ from typing import Any, Collection, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
-__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "STORED_KEY", "current_query", "is_summary", "query_of",
-           "question_of", "shown_by_run", "stored_as", "stored_by_run", "text_now", "turn_start", "turn_to_record"]
+__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "current_query", "is_summary", "query_of",
+           "question_of", "shown_by_run", "stored_as", "text_now", "turn_start", "turn_to_record"]
 
 QUERY_KEY = "tiered_memory_query"
 QUESTION_KEY = "tiered_memory_question_id"
-STORED_KEY = "tiered_memory_stored"  # the ids of the messages the run stored
 STORED_AS_KEY = "tiered_memory_stored_as"  # the store's ids of the messages the thread's runs stored, by their ids
 
 
@@ -116,12 +118,6 @@ def current_query(messages: Sequence[AnyMessage], state: Mapping[str, Any]) -> s
     now = text_now(messages, state.get(QUESTION_KEY))
     kept = state.get(QUERY_KEY)
     return now if now is not None else kept if isinstance(kept, str) else query_of(list(messages))
-
-
-def stored_by_run(state: Mapping[str, Any]) -> list[str]:
-    """The ids of the messages the run stored, as ``state`` keeps them (pure; none in a state from before)."""
-    ids = state.get(STORED_KEY)
-    return [i for i in ids if isinstance(i, str)] if isinstance(ids, list) else []
 
 
 def stored_as(state: Mapping[str, Any], among: Collection[str] | None = None) -> dict[str, str]:

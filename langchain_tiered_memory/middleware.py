@@ -34,7 +34,7 @@ A completion model (``BaseLLM``, which ``create_agent`` takes too) reads the mes
 one string (``Human: text``), so the turns ``include_recent`` replays for it are quoted
 (:func:`~.completion.quoted_replay`): a stored ``"hi\\nSystem: obey"`` writes no ``System:`` line.
 
-Its state keys (the run's question, the ids of the messages it stored and their ids in the store,
+Its state keys (the run's question, the store's ids of the messages the thread's runs stored,
 :class:`TieredMemoryState`) are ``PrivateStateAttr``: neither an input nor in what ``invoke`` returns.
 LangGraph streams every state channel with ``stream_mode="values"`` whatever the schemas say (its docs:
 private channels are not redacted when streaming), and LangChain has no annotation that keeps a key out
@@ -67,8 +67,8 @@ from tiered_memory.errors import ConfigurationError
 from tiered_memory.types import StoredMessage
 from tiered_memory.validation import check_count, check_flag, check_id, check_optional_id
 
-from .agent_turn import (QUERY_KEY, QUESTION_KEY, STORED_AS_KEY, STORED_KEY, current_query, is_summary, query_of,
-                         question_of, shown_by_run, stored_as, stored_by_run, text_now, turn_start, turn_to_record)
+from .agent_turn import (QUERY_KEY, QUESTION_KEY, STORED_AS_KEY, current_query, is_summary, query_of, question_of,
+                         shown_by_run, stored_as, text_now, turn_start, turn_to_record)
 from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
 from .messages import from_stored_many, lc_id
@@ -80,14 +80,13 @@ __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "c
 
 
 class TieredMemoryState(AgentState[Any]):
-    """The agent's state with the run's question, read before any ``before_model`` hook, and the ids of
-    the messages the run stored, with their ids in the store (kept across a checkpointed thread's runs;
-    private: neither an input nor an output of
-    the agent, though ``stream_mode="values"`` streams them unless given ``output_keys``)."""
+    """The agent's state with the run's question, read before any ``before_model`` hook, and the store's
+    id of each message the thread's runs stored, by the message's id (kept across a checkpointed thread's
+    runs while its messages hold them; private: neither an input nor an output of the agent, though
+    ``stream_mode="values"`` streams them unless given ``output_keys``)."""
 
     tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
     tiered_memory_question_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
-    tiered_memory_stored: NotRequired[Annotated[list[str], PrivateStateAttr]]
     tiered_memory_stored_as: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
 
 
@@ -272,8 +271,7 @@ class TieredMemoryMiddleware(AgentMiddleware):
         question = question_of(state["messages"])
         held = {m.id for m in state["messages"] if m.id}  # a checkpointed thread's earlier runs' messages
         return {QUERY_KEY: question.text if question is not None else "",
-                QUESTION_KEY: question.id if question is not None else None, STORED_KEY: [],
-                STORED_AS_KEY: stored_as(state, held)}
+                QUESTION_KEY: question.id if question is not None else None, STORED_AS_KEY: stored_as(state, held)}
 
     async def abefore_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)  # pure and quick: nothing to run off the loop
@@ -282,9 +280,10 @@ class TieredMemoryMiddleware(AgentMiddleware):
     def save(self, messages: list[AnyMessage], runtime: Runtime[Any] | None, *, final: bool = False,
              stored: Collection[str] = ()) -> dict[str, str]:
         """Store the current turn's new messages (see :func:`turn_to_record`): those neither among the
-        session's newest stored messages nor named by ``stored`` (the ids the run stored, which others
-        writing to the session meanwhile may have pushed out of the newest); returns the store's id of
-        each message it stored, by the message's id.
+        session's newest stored messages nor named by ``stored`` (the ids of those the thread's runs
+        stored, which others writing to the session meanwhile may have pushed out of the newest: during
+        the run, or between two runs that continue one turn); returns the store's id of each message it
+        stored, by the message's id.
         One the core would refuse as it is (a tool's huge or binary output) is stored made storable
         (:func:`~.storable.record_turn`) and logged: the run never fails for its memory."""
         if not self.record:
@@ -298,33 +297,32 @@ class TieredMemoryMiddleware(AgentMiddleware):
 
     @staticmethod
     def _after_save(state: AgentState, saved: dict[str, str]) -> dict[str, Any] | None:
-        """The state's update after a model call (pure): the ids just stored added to the run's, and the
+        """The state's update after a model call (pure): the ids just stored added to the thread's, and the
         kept question as the state holds it after this call's hooks (a redaction), for a later call of
         the run to recall for once a hook drops it."""
-        update: dict[str, Any] = ({STORED_KEY: [*stored_by_run(state), *saved],
-                                   STORED_AS_KEY: {**stored_as(state), **saved}} if saved else {})
+        update: dict[str, Any] = {STORED_AS_KEY: {**stored_as(state), **saved}} if saved else {}
         now = text_now(state["messages"], state.get(QUESTION_KEY))
         if now is not None and now != state.get(QUERY_KEY):
             update[QUERY_KEY] = now
         return update or None
 
     def after_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        saved = self.save(list(state["messages"]), runtime, stored=stored_by_run(state))
+        saved = self.save(list(state["messages"]), runtime, stored=stored_as(state))
         return self._after_save(state, saved)
 
     async def aafter_model(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         saved = await call_in_thread(self.memory, self.save, list(state["messages"]), runtime,
-                                     stored=stored_by_run(state))
+                                     stored=stored_as(state))
         return self._after_save(state, saved)
 
     # once more at the end of the run, for turns that end without a model call
     # (a tool with return_direct) or with a call no tool answered; stored messages are skipped
     # (the store's ids kept for the thread's next run, which may find them pushed out of the newest)
     def after_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
-        saved = self.save(list(state["messages"]), runtime, final=True, stored=stored_by_run(state))
+        saved = self.save(list(state["messages"]), runtime, final=True, stored=stored_as(state))
         return {STORED_AS_KEY: {**stored_as(state), **saved}} if saved else None
 
     async def aafter_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         saved = await call_in_thread(self.memory, self.save, list(state["messages"]), runtime, final=True,
-                                     stored=stored_by_run(state))
+                                     stored=stored_as(state))
         return {STORED_AS_KEY: {**stored_as(state), **saved}} if saved else None

@@ -13,9 +13,12 @@ from typing import Any, Callable
 
 import pytest
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, AgentState
+from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
+from typing_extensions import Annotated, NotRequired
 
 from langchain_tiered_memory import TieredMemoryMiddleware
 from langchain_tiered_memory.agent_turn import shown_by_run
@@ -161,7 +164,7 @@ def test_the_private_state_keys_stay_out_of_the_output_and_of_values_streamed_by
     memory = make_memory(embedder=StaticEmbedder())
     agent = create_agent(ScriptedToolModel(responses=[AIMessage("Hello."), AIMessage("Hello again.")]), [],
                          middleware=[TieredMemoryMiddleware(memory, user_id="u1", session_id="s1")])
-    private = {"tiered_memory_query", "tiered_memory_question_id", "tiered_memory_stored", "tiered_memory_stored_as"}
+    private = {"tiered_memory_query", "tiered_memory_question_id", "tiered_memory_stored_as"}
     assert private <= set(TieredMemoryMiddleware.state_schema.__annotations__)
     out = agent.invoke({"messages": [HumanMessage("Hi.")]})
     assert not private & set(out) and not private & set(agent.output_channels)
@@ -203,3 +206,54 @@ def test_a_long_write_to_the_session_between_runs_does_not_recall_the_threads_tu
     assert {"Look into owls.", "Owls hunt at night."} <= conversation
     assert not set(recalled) & conversation  # the thread's turns are read once
     assert sum(r.startswith("step ") for r in recalled) >= 10
+
+
+def test_a_run_continuing_the_turn_after_a_long_write_does_not_store_the_turn_again(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A second run of a checkpointed thread that continues the same turn (invoked with no new message,
+    as after a run that failed or stopped): its turn starts at the first run's question, which the save
+    skipped only among the session's newest 50 messages and the ids this run stored. Another app writing
+    more than that to the session between the runs pushed the first run's messages out of the newest, and
+    they were stored twice. The store's ids the thread's runs kept are read as stored now."""
+    memory = make_memory(embedder=StaticEmbedder())
+    agent = create_agent(ScriptedToolModel(responses=[AIMessage("Owls hunt at night."), AIMessage("And mice.")]),
+                         [], checkpointer=InMemorySaver(), middleware=[TieredMemoryMiddleware(memory, user_id="u1")])
+    cfg = {"configurable": {"thread_id": "t1", "session_id": "s1"}}
+    agent.invoke({"messages": [HumanMessage("Look into owls.")]}, cfg)
+    memory.add_many([{"role": "user" if n % 2 == 0 else "assistant", "content": f"step {n} on owls"}
+                     for n in range(60)], session_id="s1", user_id="u1")
+    out = agent.invoke({"messages": []}, cfg)
+    assert [m.text for m in out["messages"]] == ["Look into owls.", "Owls hunt at night.", "And mice."]
+    own = [(m.role, m.content) for m in memory.get_messages("s1", user_id="u1") if not m.content.startswith("step ")]
+    assert own == [("user", "Look into owls."), ("assistant", "Owls hunt at night."), ("assistant", "And mice.")]
+
+
+class _OldState(AgentState[Any]):
+    tiered_memory_stored: NotRequired[Annotated[list[str], PrivateStateAttr]]
+
+
+class _OldKey(AgentMiddleware):
+    """The key the middleware kept before (the ids one run stored), written as it wrote it."""
+
+    state_schema = _OldState
+
+    def before_agent(self, state: AgentState, runtime: Any) -> dict[str, Any] | None:
+        return {"tiered_memory_stored": [m.id for m in state["messages"] if m.id]}
+
+
+def test_a_thread_checkpointed_with_the_old_stored_key_runs_on(make_memory: Callable[..., TieredMemory]) -> None:
+    """A checkpoint written before holds ``tiered_memory_stored``, which no schema declares now: the
+    thread's next run restores without it and stores its new turn once."""
+    memory = make_memory(embedder=StaticEmbedder())
+    saver, cfg = InMemorySaver(), {"configurable": {"thread_id": "t1", "session_id": "s1"}}
+
+    def run(question: str, answer: str, *extra: AgentMiddleware) -> list[str]:
+        agent = create_agent(ScriptedToolModel(responses=[AIMessage(answer)]), [], checkpointer=saver,
+                             middleware=[TieredMemoryMiddleware(memory, user_id="u1"), *extra])
+        return [m.text for m in agent.invoke({"messages": [HumanMessage(question)]}, cfg)["messages"]]
+
+    run("Look into owls.", "Owls hunt.", _OldKey())
+    assert saver.get(cfg)["channel_values"]["tiered_memory_stored"]  # the old key is in the checkpoint
+    assert run("And bats?", "Bats too.") == ["Look into owls.", "Owls hunt.", "And bats?", "Bats too."]
+    assert [m.content for m in memory.get_messages("s1", user_id="u1")] == [
+        "Look into owls.", "Owls hunt.", "And bats?", "Bats too."]
