@@ -3,9 +3,11 @@ decisions of :class:`~.middleware.TieredMemoryMiddleware` (no I/O, no memory).
 
 The turn starts at the last message the user wrote (:func:`turn_start`); a summary
 (``SummarizationMiddleware``'s ``HumanMessage`` marked ``lc_source="summarization"``) is never part of it.
-A message is recorded once no hook will change it (:func:`turn_to_record`). The question is read before any
-``before_model`` hook and kept in private state (``QUERY_KEY``, its message id under ``QUESTION_KEY``);
-a call recalls for it as the request holds it then (:func:`current_query`). The store's id of each message
+A message is recorded once no hook will change it (:func:`turn_to_record`). The question is told by its
+message id, read before any ``before_model`` hook (``QUESTION_KEY``, in private state), and its text kept
+there as a model call's hooks left it (``QUERY_KEY``, never as the user wrote it: a ``PIIMiddleware`` has
+not redacted it yet, and LangGraph streams and checkpoints that state, :func:`kept_query`); a call recalls
+for it as the request holds it then, the kept text once a hook dropped it (:func:`current_query`). The store's id of each message
 the thread's runs stored is kept there too, by the message's id (``STORED_AS_KEY``, kept across a checkpointed
 thread's runs while its messages hold them): others writing to the session meanwhile (a sub-agent given the
 same context, another thread, between two runs that continue one turn) cannot push them out of what the
@@ -21,7 +23,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
-__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "current_query", "is_summary", "query_of",
+__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "current_query", "is_summary", "kept_query", "query_of",
            "question_of", "shown_by_run", "stored_as", "text_now", "turn_start", "turn_to_record"]
 
 QUERY_KEY = "tiered_memory_query"
@@ -111,13 +113,28 @@ def text_now(messages: Sequence[AnyMessage], question_id: object) -> str | None:
     return next((m.text for m in messages if m.id == question_id), None)
 
 
-def current_query(messages: Sequence[AnyMessage], state: Mapping[str, Any]) -> str:
-    """The text a model call recalls for (pure): the run's question (kept in ``state`` before any
-    ``before_model`` hook) as ``messages`` hold it now, which a hook may have redacted under its id
-    (``PIIMiddleware``); the kept text once a hook dropped it (a trim); else :func:`query_of`."""
-    now = text_now(messages, state.get(QUESTION_KEY))
+def kept_query(state: Mapping[str, Any], question_id: str | None) -> str | None:
+    """The question's text a run starts with (pure): the text ``state`` kept for the question
+    ``question_id`` names, as an earlier run's model call left it (a run that continues the turn), else
+    ``None``: the text of a new question is kept once a model call's hooks have had it."""
     kept = state.get(QUERY_KEY)
-    return now if now is not None else kept if isinstance(kept, str) else query_of(list(messages))
+    same = question_id is not None and state.get(QUESTION_KEY) == question_id
+    return kept if same and isinstance(kept, str) else None
+
+
+def current_query(messages: Sequence[AnyMessage], state: Mapping[str, Any]) -> str:
+    """The text a model call recalls for (pure): the run's question (its id kept in ``state`` before any
+    ``before_model`` hook) as ``messages`` hold it now, which a hook may have redacted under its id
+    (``PIIMiddleware``); once a hook dropped it (a trim), the text kept as an earlier call's hooks left it,
+    else nothing (``""``: no text the hooks had); with no question kept (a state from before), :func:`query_of`."""
+    asked = state.get(QUESTION_KEY)
+    now = text_now(messages, asked)
+    kept = state.get(QUERY_KEY)
+    if now is not None:
+        return now
+    if isinstance(kept, str):
+        return kept
+    return "" if isinstance(asked, str) else query_of(list(messages))
 
 
 def stored_as(state: Mapping[str, Any], among: Collection[str] | None = None) -> dict[str, str]:

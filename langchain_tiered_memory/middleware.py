@@ -18,11 +18,16 @@ since LangChain runs ``after_agent`` hooks last-listed first.
 It works beside LangChain's ``SummarizationMiddleware``: the summary that replaces older
 messages (a ``HumanMessage`` marked ``lc_source="summarization"``) is not a user turn, so it
 is never recorded, and ``include_recent`` replays no turns it stands for. It works beside a
-``@before_model`` trim too: the question is read once a run, before any such hook
-(:meth:`TieredMemoryMiddleware.before_agent`, kept in private state keys with its message id), and a
-turn whose user message was trimmed away is recorded from the first message left (:func:`turn_start`).
-Memory is recalled for the question as the hooks left it (``PIIMiddleware`` redacts it under its id),
-the kept text only once one dropped it (:func:`current_query`): a redacted address reaches no embedder.
+``@before_model`` trim too: the run's question is told once a run, before any such hook, by its message
+id (:meth:`TieredMemoryMiddleware.before_agent`, in private state), and its text is kept there as each
+model call's hooks left it (:meth:`TieredMemoryMiddleware.after_model`), so a later call whose hooks
+trimmed it away still recalls for it; a turn whose user message was trimmed away is recorded from the
+first message left (:func:`turn_start`). Memory is recalled for the question as the hooks left it
+(``PIIMiddleware`` redacts it under its id), the kept text only once one dropped it (:func:`current_query`):
+a redacted address reaches no embedder, and the state (streamed, checkpointed) never holds the text the
+hooks had not had yet. So a hook that drops the question before the run's first model call leaves that
+call nothing to recall for, and no memory (the model is not shown the question either); a run that
+continues the turn (no new message) keeps the text its previous run kept.
 
 A model that continues its stored responses (``ChatOpenAI(use_previous_response_id=True)``, the
 Responses API) is sent only the messages after the last AI message carrying a ``resp_`` id; in a
@@ -67,8 +72,8 @@ from tiered_memory.errors import ConfigurationError
 from tiered_memory.types import StoredMessage
 from tiered_memory.validation import check_count, check_flag, check_id, check_optional_id
 
-from .agent_turn import (QUERY_KEY, QUESTION_KEY, STORED_AS_KEY, current_query, is_summary, query_of, question_of,
-                         shown_by_run, stored_as, text_now, turn_start, turn_to_record)
+from .agent_turn import (QUERY_KEY, QUESTION_KEY, STORED_AS_KEY, current_query, is_summary, kept_query, query_of,
+                         question_of, shown_by_run, stored_as, text_now, turn_start, turn_to_record)
 from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
 from .messages import from_stored_many, lc_id
@@ -80,12 +85,13 @@ __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "c
 
 
 class TieredMemoryState(AgentState[Any]):
-    """The agent's state with the run's question, read before any ``before_model`` hook, and the store's
+    """The agent's state with the run's question (its id, read before any ``before_model`` hook, and its
+    text as a model call's hooks left it), and the store's
     id of each message the thread's runs stored, by the message's id (kept across a checkpointed thread's
     runs while its messages hold them; private: neither an input nor an output of the agent, though
     ``stream_mode="values"`` streams them unless given ``output_keys``)."""
 
-    tiered_memory_query: NotRequired[Annotated[str, PrivateStateAttr]]
+    tiered_memory_query: NotRequired[Annotated[str | None, PrivateStateAttr]]
     tiered_memory_question_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
     tiered_memory_stored_as: NotRequired[Annotated[dict[str, str], PrivateStateAttr]]
 
@@ -268,10 +274,12 @@ class TieredMemoryMiddleware(AgentMiddleware):
 
     # ---- before the run: the question, before a before_model hook can trim it away ----
     def before_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        """The run's question by its id; its text is kept only as a model call's hooks left it
+        (:func:`~.agent_turn.kept_query`): here it is still as the user wrote it, before ``PIIMiddleware``."""
         question = question_of(state["messages"])
         held = {m.id for m in state["messages"] if m.id}  # a checkpointed thread's earlier runs' messages
-        return {QUERY_KEY: question.text if question is not None else "",
-                QUESTION_KEY: question.id if question is not None else None, STORED_AS_KEY: stored_as(state, held)}
+        asked = question.id if question is not None else None
+        return {QUERY_KEY: kept_query(state, asked), QUESTION_KEY: asked, STORED_AS_KEY: stored_as(state, held)}
 
     async def abefore_agent(self, state: AgentState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)  # pure and quick: nothing to run off the loop

@@ -6,7 +6,8 @@ model's reply *after* the memory's own ``after_model`` has seen it. ``after_agen
 the reverse order too, and the memory's is its last chance to store: a middleware that rewrites the
 final reply there must be listed *after* the memory (README, LangChain: agents).
 ``before_model`` hooks (``PIIMiddleware``'s input redaction, a trim) run before every model call,
-after the memory read the run's question: it recalls for what they left of it.
+after the memory read the run's question: it recalls for what they left of it, and keeps no text of it
+they have not had (its private state is streamed and checkpointed).
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from typing import Any, Callable
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, AgentState, PIIMiddleware
+from langchain.agents.middleware import AgentMiddleware, AgentState, PIIMiddleware, before_model
 from langchain.agents.middleware.pii import PIIDetectionError
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
 from langchain_tiered_memory import TieredMemoryMiddleware
+from langchain_tiered_memory.agent_turn import current_query, kept_query
 from langchain_tiered_memory.testing import ScriptedToolModel
-from lc_support import get_time, keep_last_three, time_call
-from tiered_memory import TieredMemory
+from lc_support import PromptRecorder, get_time, keep_last_three, time_call
+from tiered_memory import StaticEmbedder, TieredMemory
 from tiered_memory.embedding import Embedder
 from tiered_memory.testing import CountingEmbedder
 
@@ -104,3 +107,72 @@ def test_a_question_a_middleware_redacts_is_recalled_for_redacted(
     assert counting.queries  # it did recall, at each of the three calls
     assert not [q for q in counting.queries if "bob@example.com" in q]
     assert _stored(memory)[0] == ("user", "Mail [REDACTED_EMAIL] the time.")
+
+
+def test_the_question_kept_in_state_is_never_the_text_a_middleware_redacts(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """The question the middleware keeps for a call after a trim (private state, which LangGraph streams
+    with ``stream_mode="values"`` and checkpoints) was read in before_agent, before ``PIIMiddleware``'s
+    before_model redacted it: the state held the address beside the redacted messages until the first
+    model call's after_model. Only text every before_model hook has had is kept now."""
+    memory = make_memory(embedder=StaticEmbedder())
+    saver, cfg = InMemorySaver(), {"configurable": {"thread_id": "t1"}}
+    agent = create_agent(ScriptedToolModel(responses=[time_call("c1"), AIMessage("Sent.")]), [get_time],
+                         checkpointer=saver,
+                         middleware=[PIIMiddleware("email", strategy="redact"), TieredMemoryMiddleware(memory)])
+    chunks = list(agent.stream({"messages": [HumanMessage("Mail bob@example.com the time.")]}, cfg,
+                               context=_CTX, stream_mode="values"))
+    kept = [c.get("tiered_memory_query") for c in chunks] + [
+        c.checkpoint["channel_values"].get("tiered_memory_query") for c in saver.list(cfg)]
+    assert "Mail [REDACTED_EMAIL] the time." in kept
+    assert not [k for k in kept if "bob@example.com" in str(k)]
+    assert _stored(memory)[0] == ("user", "Mail [REDACTED_EMAIL] the time.")
+
+
+@before_model
+def _drop_questions(state: Any, runtime: Any) -> dict[str, Any] | None:
+    """A trim that drops every human message (as one keeping the last few does, once a turn grows)."""
+    return {"messages": [RemoveMessage(id=m.id) for m in state["messages"] if isinstance(m, HumanMessage)]} or None
+
+
+def test_a_run_continuing_the_turn_recalls_for_the_text_the_last_run_kept(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A run with no new message continues the turn: its question, trimmed away before its first call,
+    is recalled for as the previous run's hooks left it (redacted), kept in the thread's state."""
+    counting = CountingEmbedder(StaticEmbedder())
+    memory = make_memory(embedder=counting)
+    memory.add_many([{"role": "user", "content": "My favourite colour is teal."}], session_id="old", user_id="u")
+    saver, cfg, rec = InMemorySaver(), {"configurable": {"thread_id": "t1"}}, PromptRecorder()
+    for trim, answer in (([], "Noted."), ([_drop_questions], "Teal.")):
+        agent = create_agent(ScriptedToolModel(responses=[AIMessage(answer)], callbacks=[rec]), [], checkpointer=saver,
+                             middleware=[PIIMiddleware("email", strategy="redact"), *trim, TieredMemoryMiddleware(memory)])
+        agent.invoke({"messages": [HumanMessage("Mail bob@example.com my favourite colour.")] if not trim else []},
+                     cfg, context=_CTX)
+    assert not any(isinstance(m, HumanMessage) for m in rec.last)  # the trim did drop the question
+    assert "favourite colour is teal" in "\n".join(m.text for m in rec.last if isinstance(m, SystemMessage))
+    assert counting.queries and not [q for q in counting.queries if "bob@example.com" in q]
+
+
+@pytest.mark.parametrize("state, asked, kept", [
+    ({}, "q1", None),  # a new thread
+    ({"tiered_memory_question_id": "q1", "tiered_memory_query": "Mail [REDACTED_EMAIL]."}, "q1", "Mail [REDACTED_EMAIL]."),
+    ({"tiered_memory_question_id": "q0", "tiered_memory_query": "Earlier."}, "q1", None),  # a new question
+    ({"tiered_memory_question_id": "q1", "tiered_memory_query": None}, "q1", None),  # no call had it yet
+    ({"tiered_memory_question_id": None, "tiered_memory_query": ""}, None, None),  # no question
+])
+def test_kept_query_table(state: dict[str, Any], asked: str | None, kept: str | None) -> None:
+    assert kept_query(state, asked) == kept
+
+
+_Q = HumanMessage("Mail [REDACTED_EMAIL].", id="q1")
+
+
+@pytest.mark.parametrize("messages, state, query", [
+    ([_Q], {"tiered_memory_question_id": "q1", "tiered_memory_query": None}, "Mail [REDACTED_EMAIL]."),  # as it is now
+    ([time_call("c1")], {"tiered_memory_question_id": "q1", "tiered_memory_query": "Mail X."}, "Mail X."),  # trimmed
+    ([time_call("c1")], {"tiered_memory_question_id": "q1", "tiered_memory_query": None}, ""),  # trimmed before a call
+    ([HumanMessage("Older.", id="q0"), time_call("c1")], {"tiered_memory_question_id": "q1"}, ""),  # not another one
+    ([_Q], {}, "Mail [REDACTED_EMAIL]."),  # a state from before: the latest human message
+])
+def test_current_query_table(messages: list[Any], state: dict[str, Any], query: str) -> None:
+    assert current_query(messages, state) == query
