@@ -19,11 +19,13 @@ graph lacks.)
 
 from __future__ import annotations
 
+import re
 from typing import Any, Collection, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
-__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "current_query", "is_summary", "kept_query", "query_of",
+__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "current_query", "is_limit_notice", "is_summary", "kept_query",
+           "query_of",
            "question_of", "shown_by_run", "stored_as", "text_now", "turn_start", "turn_to_record"]
 
 QUERY_KEY = "tiered_memory_query"
@@ -41,6 +43,25 @@ def _source(message: AnyMessage) -> str | None:
 def is_summary(message: AnyMessage) -> bool:
     """Whether ``message`` is the summary ``SummarizationMiddleware`` put in place of older messages."""
     return isinstance(message, HumanMessage) and _source(message) == "summarization"
+
+
+_COUNT = r"\(\d+/\d+"
+# The texts LangChain's limit middleware end a run with (exit_behavior="end"), as they build them
+# (langchain.agents.middleware.model_call_limit / tool_call_limit), whole: the model never wrote them.
+_LIMIT_NOTICES = (
+    re.compile(rf"Model call limits exceeded: (?:thread limit {_COUNT}\)(?:, run limit {_COUNT}\))?"
+               rf"|run limit {_COUNT}\))"),
+    re.compile(rf"(?:'.*' tool|Tool) call limit reached: (?:thread limit exceeded {_COUNT} calls\)"
+               rf"(?: and run limit exceeded {_COUNT} calls\))?|run limit exceeded {_COUNT} calls\))\.", re.DOTALL),
+)
+
+
+def is_limit_notice(message: AnyMessage) -> bool:
+    """Whether ``message`` is the notice ``ModelCallLimitMiddleware`` or ``ToolCallLimitMiddleware``
+    (``exit_behavior="end"``) ends a run with in place of the model's reply (pure): an ``AIMessage`` of
+    their exact text, no tool call and no response metadata (a model's reply carries its own)."""
+    return (isinstance(message, AIMessage) and isinstance(message.content, str) and not message.tool_calls
+            and not message.response_metadata and any(p.fullmatch(message.content) for p in _LIMIT_NOTICES))
 
 
 def turn_start(messages: list[AnyMessage]) -> int | None:
@@ -76,7 +97,8 @@ def _before_reply(turn: list[AnyMessage]) -> list[AnyMessage]:
 def turn_to_record(messages: list[AnyMessage], stored_ids: set[str], *, final: bool = False) -> list[AnyMessage]:
     """The messages of the current turn (:func:`turn_start` on) not yet stored (pure).
 
-    System messages are instructions and a summary restates stored turns: neither is recorded.
+    System messages are instructions and a summary restates stored turns: neither is recorded, nor the
+    notice a limit middleware ends a run with (:func:`is_limit_notice`), which the model never said.
     A stored id is never recorded again, so a message is recorded only once no hook will change it:
     before the run ends (``final``), the model's latest reply waits, with what follows it, since the
     ``after_model`` hooks of middleware listed before this one run after its own and may still
@@ -90,7 +112,8 @@ def turn_to_record(messages: list[AnyMessage], stored_ids: set[str], *, final: b
         return []
     turn = messages[start:] if final else _settled(_before_reply(messages[start:]))
     return [m for m in turn
-            if not isinstance(m, SystemMessage) and not is_summary(m) and not (m.id and m.id in stored_ids)]
+            if not isinstance(m, SystemMessage) and not is_summary(m) and not is_limit_notice(m)
+            and not (m.id and m.id in stored_ids)]
 
 
 def question_of(messages: Sequence[AnyMessage]) -> AnyMessage | None:

@@ -17,7 +17,9 @@ chance: a middleware whose ``after_agent`` rewrites the final reply must be list
 since LangChain runs ``after_agent`` hooks last-listed first.
 It works beside LangChain's ``SummarizationMiddleware``: the summary that replaces older
 messages (a ``HumanMessage`` marked ``lc_source="summarization"``) is not a user turn, so it
-is never recorded, and ``include_recent`` replays no turns it stands for. It works beside a
+is never recorded, and ``include_recent`` replays no turns it stands for; nor is the notice
+``ModelCallLimitMiddleware`` or ``ToolCallLimitMiddleware`` ends a run with (``exit_behavior="end"``), which
+the model never said (:func:`~.agent_turn.is_limit_notice`: their exact text). It works beside a
 ``@before_model`` trim too: the run's question is told once a run, before any such hook, by its message
 id (:meth:`TieredMemoryMiddleware.before_agent`, in private state), and its text is kept there as each
 model call's hooks left it (:meth:`TieredMemoryMiddleware.after_model`), so a later call whose hooks

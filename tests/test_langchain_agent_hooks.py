@@ -17,14 +17,15 @@ from typing import Any, Callable
 
 import pytest
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, AgentState, PIIMiddleware, before_model
+from langchain.agents.middleware import (AgentMiddleware, AgentState, ModelCallLimitMiddleware, PIIMiddleware,
+                                        ToolCallLimitMiddleware, before_model)
 from langchain.agents.middleware.pii import PIIDetectionError
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, SystemMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.runtime import Runtime
 
 from langchain_tiered_memory import TieredMemoryMiddleware
-from langchain_tiered_memory.agent_turn import current_query, kept_query
+from langchain_tiered_memory.agent_turn import current_query, is_limit_notice, kept_query
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder, get_time, keep_last_three, time_call
 from tiered_memory import StaticEmbedder, TieredMemory
@@ -176,3 +177,36 @@ _Q = HumanMessage("Mail [REDACTED_EMAIL].", id="q1")
 ])
 def test_current_query_table(messages: list[Any], state: dict[str, Any], query: str) -> None:
     assert current_query(messages, state) == query
+
+
+@pytest.mark.parametrize("limit", [ModelCallLimitMiddleware(run_limit=1, exit_behavior="end"),
+                                   ToolCallLimitMiddleware(run_limit=1, exit_behavior="end")], ids=["model", "tool"])
+def test_the_notice_a_limit_ends_the_run_with_is_not_stored_as_the_assistants_reply(
+        make_memory: Callable[..., TieredMemory], limit: AgentMiddleware) -> None:
+    """``ModelCallLimitMiddleware`` (``ToolCallLimitMiddleware`` alike) with ``exit_behavior="end"`` ends the
+    run with an ``AIMessage`` it wrote itself ("Model call limits exceeded: run limit (1/1)"): it was stored
+    as the assistant's turn, and recalled later as if the assistant had said it."""
+    memory = make_memory(embedder=StaticEmbedder())
+    model = ScriptedToolModel(responses=[time_call("c1"), time_call("c2"), AIMessage("Noon.")])
+    agent = create_agent(model, [get_time], middleware=[limit, TieredMemoryMiddleware(memory)])
+    out = agent.invoke({"messages": [HumanMessage("What time is it?")]}, context=_CTX)
+    assert "limit" in out["messages"][-1].text and isinstance(out["messages"][-1], AIMessage)  # the notice
+    stored = _stored(memory)
+    assert stored[:3] == [("user", "What time is it?"), ("assistant", "[tool calls] get_time({})"), ("tool", "12:00")]
+    assert not [content for role, content in stored if role == "assistant" and "limit" in content]
+
+
+def test_is_limit_notice_reads_every_notice_langchain_builds() -> None:
+    from langchain.agents.middleware.model_call_limit import _build_limit_exceeded_message
+    from langchain.agents.middleware.tool_call_limit import _build_final_ai_message_content
+
+    notices = [_build_limit_exceeded_message(3, 1, 3, None), _build_limit_exceeded_message(1, 2, None, 2),
+               _build_limit_exceeded_message(5, 5, 5, 5)]
+    notices += [_build_final_ai_message_content(t, r, 1, 1, name) for t, r in ((2, 1), (1, 2), (2, 2))
+                for name in (None, "get_time", "it's")]
+    assert all(is_limit_notice(AIMessage(n)) for n in notices)
+    said = notices[0]
+    assert not is_limit_notice(HumanMessage(said))  # the user quoting it
+    assert not is_limit_notice(AIMessage(said, response_metadata={"finish_reason": "stop"}))  # a model's reply
+    assert not is_limit_notice(AIMessage(f"I stopped. {said}"))  # not the whole text
+    assert not is_limit_notice(time_call("c1"))
