@@ -7,14 +7,14 @@ A message is recorded once no hook will change it (:func:`turn_to_record`). The 
 message id, read before any ``before_model`` hook (``QUESTION_KEY``, in private state), and its text kept
 there as a model call's hooks left it (``QUERY_KEY``, never as the user wrote it: a ``PIIMiddleware`` has
 not redacted it yet, and LangGraph streams and checkpoints that state, :func:`kept_query`); a call recalls
-for it as the request holds it then, the kept text once a hook dropped it (:func:`current_query`). The store's id of each message
-the thread's runs stored is kept there too, by the message's id (``STORED_AS_KEY``, kept across a checkpointed
-thread's runs while its messages hold them): others writing to the session meanwhile (a sub-agent given the
-same context, another thread, between two runs that continue one turn) cannot push them out of what the
-middleware reads back, neither to store them again (:func:`stored_as`) nor to recall them into the prompt
-that holds them (:func:`shown_by_run`). (A state from before holds a ``tiered_memory_stored`` list too, the
-ids one run stored, always among these; no schema declares it now, and LangGraph restores no channel its
-graph lacks.)
+for it as the request holds it then, the kept text once a hook dropped it (:func:`current_query`). The
+store's id of each message the thread's runs stored is kept there too, by the message's id
+(``STORED_AS_KEY``, kept across a checkpointed thread's runs while its messages hold them): others
+writing to the session meanwhile (a sub-agent given the same context, another thread, between two runs
+that continue one turn) cannot push them out of what the middleware reads back, neither to store them
+again (:func:`stored_as`) nor to recall them into the prompt that holds them (:func:`shown_by_run`).
+(A state from before holds a ``tiered_memory_stored`` list too, the ids one run stored, always among
+these; no schema declares it now, and LangGraph restores no channel its graph lacks.)
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Any, Collection, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage, SystemMessage, ToolMessage
 
-__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "current_query", "is_limit_notice", "is_summary", "kept_query",
-           "query_of",
-           "question_of", "shown_by_run", "stored_as", "text_now", "turn_start", "turn_to_record"]
+__all__ = ["QUERY_KEY", "QUESTION_KEY", "STORED_AS_KEY", "current_query", "is_limit_notice", "is_summary",
+           "kept_query", "query_of", "question_of", "shown_by_run", "stored_as", "text_now", "turn_start",
+           "turn_to_record"]
 
 QUERY_KEY = "tiered_memory_query"
 QUESTION_KEY = "tiered_memory_question_id"

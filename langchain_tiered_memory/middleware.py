@@ -88,10 +88,10 @@ __all__ = ["TieredMemoryMiddleware", "TieredMemoryState", "chains_responses", "c
 
 class TieredMemoryState(AgentState[Any]):
     """The agent's state with the run's question (its id, read before any ``before_model`` hook, and its
-    text as a model call's hooks left it), and the store's
-    id of each message the thread's runs stored, by the message's id (kept across a checkpointed thread's
-    runs while its messages hold them; private: neither an input nor an output of the agent, though
-    ``stream_mode="values"`` streams them unless given ``output_keys``)."""
+    text as a model call's hooks left it) and the store's id of each message the thread's runs stored, by
+    the message's id (kept across a checkpointed thread's runs while its messages hold them; private:
+    neither an input nor an output of the agent, though ``stream_mode="values"`` streams them unless given
+    ``output_keys``)."""
 
     tiered_memory_query: NotRequired[Annotated[str | None, PrivateStateAttr]]
     tiered_memory_question_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
