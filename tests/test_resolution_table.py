@@ -154,6 +154,13 @@ def test_judged_update_uses_merged_text() -> None:
     ("we were hiking in the Alps", "User hikes in the Alps"),
     ("I baked bread", "User bakes bread"),
     ("my sister loves dancing", "User's sister loved dance"),
+    # irregular verbs (coverage.IRREGULAR_VERBS): "wrote" was not "written", "agreed" not "agree"
+    ("I wrote a novel last year", "User has written a novel"),
+    ("we went to Rome in May", "User goes to Rome in May"),
+    ("I bought a red bike", "User buys a red bike"),
+    ("I agreed to run the marathon", "User agrees to run the marathon"),
+    ("I saw Hamilton twice", "User has seen Hamilton twice"),
+    ("I was hoping for snow", "User hopes for snow"),
 ])
 def test_a_turn_says_a_fact_in_another_form_of_its_verbs(said: str, fact: str) -> None:
     # "lives" stemmed to "liv" and "live" (four letters) stayed whole: the fact said by the
@@ -164,3 +171,13 @@ def test_a_turn_says_a_fact_in_another_form_of_its_verbs(said: str, fact: str) -
 
 def test_a_turn_that_does_not_say_the_verb_does_not_say_the_fact() -> None:
     assert not says_all_of("I leave Berlin", "User lives in Berlin")
+
+
+@pytest.mark.parametrize("said, fact", [
+    ("I love it when I win", "User loves wine"),  # "wine" stemmed to "win", "rate" to "rat", "cute" to "cut"
+    ("the rate went up", "User has a rat"),
+    ("what a cute hat", "User hates cuts"),
+    ("I was hopping around", "User was hoping"),
+])
+def test_a_turn_of_a_word_the_stemmer_merged_with_another_does_not_say_the_fact(said: str, fact: str) -> None:
+    assert not says_all_of(said, fact)

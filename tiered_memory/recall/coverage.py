@@ -49,16 +49,36 @@ _VOWELS = frozenset("aeiouy")
 @lru_cache(maxsize=65536)
 def fact_stem(word: str) -> str:
     """The stem fact matching compares (:func:`fact_stems`): fuller than :func:`stem`, so a
-    verb's forms meet. ``lives`` / ``lived`` / ``living`` / ``live`` -> ``liv`` (a final ``e``
-    goes, which :func:`stem` strips with ``-es`` but keeps on a four-letter word), ``studies``
-    / ``studied`` -> ``study``, ``running`` -> ``run``, ``used`` / ``using`` -> ``use``, ``tied``
-    / ``tying`` -> ``tie``. Words of three letters or fewer stay whole, no stem falls below
-    three letters, ``-ss`` / ``-us`` / ``-is`` keep their ``s`` (``glass``, ``bonus``,
-    ``tennis``) and ``-eed`` its ``ed`` (``need``)."""
+    verb's forms meet. ``lives`` / ``lived`` / ``living`` / ``live`` -> ``live``, ``dances`` /
+    ``dancing`` -> ``danc`` (a final ``e`` goes, but after one syllable that ends in a
+    consonant, which ``-ing`` / ``-ed`` give back: ``hoping`` -> ``hope``, ``hopping`` -> ``hop``,
+    and ``cute`` is not ``cut``), ``studies`` / ``studied`` -> ``study``, ``running`` -> ``run``,
+    ``used`` / ``using`` -> ``use``, ``tied`` / ``tying`` -> ``tie``; an irregular verb's forms
+    (:data:`IRREGULAR_VERBS`: ``wrote`` / ``written``) its base's. Words of three letters or
+    fewer stay whole, no stem falls below three letters, ``-ss`` / ``-us`` / ``-is`` keep their
+    ``s`` (``glass``, ``bonus``, ``tennis``), ``-eed`` its ``ed`` (``need``), and ``-ly`` goes only
+    where four letters stay that end in neither ``i`` nor a double letter (``lately``, not
+    ``early``, ``apply``, ``family``, ``supply``)."""
+    kept = _KEPT.get(word)
+    return _by_rules(word) if kept is None else kept
+
+
+def _by_rules(word: str) -> str:
+    """:func:`fact_stem` by the suffix rules alone."""
     if len(word) <= 3:
         return word
     out = _strip(word)
-    return out[:-1] if out.endswith("e") and len(out) > 3 else out
+    return out[:-1] if out.endswith("e") and len(out) > 3 and not _one_syllable(out[:-1]) else out
+
+
+def _one_syllable(root: str) -> bool:
+    """Whether ``root`` is one syllable that ends in a vowel and a consonant other than w, x or
+    y (``hop``, ``plan``, ``writ``, ``quit``: a ``u`` after ``q`` is no vowel): the root whose
+    final ``e`` tells two words apart (``hope`` / ``hop``) and which doubles its consonant before
+    ``-ing`` / ``-ed`` when it has no ``e`` (``hopping``)."""
+    vowels = [c in _VOWELS and not (c == "u" and i and root[i - 1] == "q") for i, c in enumerate(root)]
+    return (len(root) >= 3 and root[-1] not in "wxy" and not vowels[-1] and vowels[-2] and not vowels[-3]
+            and not any(vowels[:-2]))
 
 
 def _strip(word: str) -> str:
@@ -79,7 +99,7 @@ def _strip(word: str) -> str:
             root = _verb_root(word[: -len(suffix)])
             if root is not None:
                 return root
-    if word.endswith("ly") and len(word) >= 5:
+    if word.endswith("ly") and len(word) >= 6 and word[-3] != "i" and word[-3] != word[-4]:
         return word[:-2]
     if word.endswith("s") and not word.endswith(("ss", "us", "is")):
         return word[:-1]  # boxes -> boxe -> box: fact_stem drops the e
@@ -87,16 +107,101 @@ def _strip(word: str) -> str:
 
 
 def _verb_root(rest: str) -> str | None:
-    """What ``-ed`` / ``-ing`` leaves: ``rest`` undoubled (``runn`` -> ``run``), or a short
-    one's ``e`` restored (``us`` -> ``use``); None when it is no root (``th`` of ``thing``,
-    ``go`` of ``going``, ``sh`` of ``shed``)."""
-    if len(rest) >= 3:
+    """What ``-ed`` / ``-ing`` leaves: ``rest`` undoubled (``runn`` -> ``run``), or with the ``e``
+    of a one-syllable root restored (``hop`` -> ``hope``, ``us`` -> ``use``); None when it is no
+    root (``th`` of ``thing``, ``go`` of ``going``, ``sh`` of ``shed``, ``str`` of ``string``)."""
+    if len(rest) >= 3 and _VOWELS.intersection(rest):
         last = rest[-1]
-        undouble = len(rest) >= 4 and last == rest[-2] and last not in _VOWELS and last not in "lsfz"
-        return rest[:-1] if undouble else rest
+        if len(rest) >= 4 and last == rest[-2] and last not in _VOWELS and last not in "lsfz":
+            return rest[:-1]
+        return rest + "e" if _one_syllable(rest) else rest
     if len(rest) == 2 and rest[1] not in _VOWELS and _VOWELS.intersection(rest):
         return rest + "e"  # using, used, aged, iced
     return None
+
+
+#: irregular verbs chat uses, each line a base and its forms that the suffix rules do not bring
+#: to it (``saw`` is here though it is a tool; ``left``, ``lay``, ``rose``, ``bit``, ``shot``,
+#: ``stuck``, ``thought``, ``ground`` and ``wound`` are not: each is as often another word, or a
+#: noun whose plural would stay apart: ``shots``, ``thoughts``). Fact matching leaves out the stop words
+#: (``was``, ``has``, ``did``) before stemming: their lines make :func:`fact_stem` whole.
+IRREGULAR_VERBS = """be am is are was were been being
+have has had having
+do does did done doing
+go goes going went gone
+get got gotten
+say said
+make made
+see saw seen
+come came
+become became
+take took taken
+give gave given
+find found
+tell told
+know knew known
+feel felt
+meet met
+run ran
+sit sat
+win won
+buy bought
+bring brought
+teach taught
+catch caught
+fight fought
+seek sought
+hear heard
+hold held
+sell sold
+stand stood
+understand understood
+pay paid
+lose lost
+keep kept
+sleep slept
+send sent
+spend spent
+lend lent
+build built
+mean meant
+lead led
+feed fed
+begin began begun
+drink drank drunk
+sing sang sung
+swim swam swum
+grow grew grown
+throw threw thrown
+fly flew flown
+draw drew drawn
+wear wore worn
+drive drove driven
+ride rode ridden
+write wrote written
+eat ate eaten
+fall fell fallen
+forget forgot forgotten
+choose chose chosen
+break broke broken
+wake woke woken
+speak spoke spoken
+freeze froze frozen
+hide hid hidden
+shake shook shaken
+steal stole stolen
+hang hung
+dig dug
+agree agreed
+disagree disagreed
+free freed
+guarantee guaranteed"""
+
+# the stems the rules do not give: each irregular form its base's; "news" and "evening(s)" are no
+# forms of "new" and "even", and "buses" has no e ("cases" has: "case")
+_KEPT: dict[str, str] = {"news": "news", "evening": "evening", "evenings": "evening", "buses": "bus"}
+for _base, *_forms in (line.split() for line in IRREGULAR_VERBS.splitlines()):
+    _KEPT.update(dict.fromkeys(_forms, _by_rules(_base)))
 
 
 # one-character words that are not digits, which :func:`~.query.keywords` leaves out (an ASCII
