@@ -82,7 +82,7 @@ def test_failed_judgement_falls_back_to_rules(make_memory: Callable[..., TieredM
 
 def test_a_blank_merged_text_from_the_judge_falls_back_to_rules(make_memory: Callable[..., TieredMemory]) -> None:
     # cited: a fact citing no turn cites those that say it ("My bike is red." does not), so a
-    # restatement would name no turn, and a restatement naming none writes no confirm entry
+    # restatement would name no turn (confirmed by its span's date: the last test here)
     llm = ScriptedLLM(by_task={
         "facts": [_llm_facts({"type": "fact", "text": "User owns a red bicycle", "sources": [1]}),
                   _llm_facts({"type": "fact", "text": "User owns a red bicycle", "sources": [1]})],
@@ -312,3 +312,29 @@ def test_a_fact_citing_no_turn_of_the_span_cites_the_user_turns_that_say_it(
     tea, cosmopolitan = by_text["User drinks green tea every morning"], by_text["User is cosmopolitan"]
     assert tea.source_ids == [first] and cosmopolitan.source_ids == []  # no turn says it
     assert tea.valid_from == t0 and cosmopolitan.valid_from == t0 + 120
+
+
+@pytest.mark.record_stores("sqlite")
+def test_a_fact_the_model_restates_citing_no_turn_is_confirmed_as_of_the_spans_newest_turn(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A stored fact the model states again in a later span, citing no turn that says it, was a
+    no-op that wrote nothing (no new turn to join its sources): the fact was not seen as said
+    again. It is confirmed, the entry dated by the span's newest turn (``said_at``); a span no
+    newer than the fact's last statement (old turns imported late, a span read again) confirms nothing."""
+    berlin = {"type": "fact", "text": "User lives in Berlin"}
+    llm = ScriptedLLM(by_task={"facts": [_llm_facts({**berlin, "sources": [1]}), _llm_facts(berlin), _llm_facts(berlin)],
+                               "resolve": [{"action": "noop", "target": 1}] * 2, "episode": [EPISODE] * 3})
+    memory = make_memory(llm=llm, embedder=StaticEmbedder())
+    t0, day = 1_600_000_000.0, 86_400.0
+    for sid, said, at in (("s1", "I live in Berlin.", t0), ("s2", "Work was long today.", t0 + day)):
+        memory.add("user", said, session_id=sid, user_id="u1", timestamp=at)
+        memory.end_session(sid, user_id="u1")
+    [fact] = memory.facts("u1")
+    add, confirm = memory.fact_history("u1", fact.id)
+    assert (add.action, confirm.action) == ("add", "confirm")
+    assert confirm.details["source_ids"] == [] and confirm.details["said_at"] == t0 + day
+    assert fact.updated_at == confirm.at and fact.source_ids == add.details["source_ids"]
+    memory.add("user", "Long day.", session_id="old", user_id="u1", timestamp=t0 + day / 2)  # imported late
+    memory.end_session("old", user_id="u1")
+    assert [h.action for h in memory.fact_history("u1", fact.id)] == ["add", "confirm"]
+    assert llm.tasks().count("facts") == 3

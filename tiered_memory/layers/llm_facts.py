@@ -10,6 +10,8 @@ which is valid. A fact is one entry: any part of it invalid, it is dropped whole
 A fact cites the turns of the span the model numbered for it. One it numbered none of (no
 sources, or only numbers outside the span) cites the user's turns of the span that say all it
 says (:func:`~.resolution.turns_saying`, the matcher promotion uses), or none: never every turn.
+One citing none that restates a stored fact confirms it as said by the span's newest turn
+(:meth:`~.semantic.SemanticMemory.apply`).
 """
 
 from __future__ import annotations

@@ -147,7 +147,7 @@ class SemanticMemory:
         (and so is each history entry's details: :func:`log_change`)."""
         limit = self.max_metadata_bytes
         now = time.time()
-        at = now if at is None else at
+        said_at, at = at, now if at is None else at
         meta = stored_metadata(metadata, resolution.method)
         details = {"reason": resolution.reason, "method": resolution.method,
                    "source_ids": list(candidate.source_ids)}
@@ -155,7 +155,7 @@ class SemanticMemory:
         with self.lock:
             if resolution.action == "noop":
                 if target is not None:
-                    self._said_again(target, candidate.source_ids, details, now, given)
+                    self._said_again(target, candidate.source_ids, details, now, given, said_at)
                 return None
             if resolution.action == "update":
                 read = named(target, resolution)
@@ -207,27 +207,37 @@ class SemanticMemory:
             return fact
 
     def _said_again(self, read: Fact, source_ids: Sequence[str], details: dict[str, Any], now: float,
-                    given: Mapping[str, Any]) -> None:
+                    given: Mapping[str, Any], said_at: float | None) -> None:
         """A known fact stated again (``read`` under the lock; held in the write's unit, else
         :class:`~.fact_unit.Stale`): the turns that said it join its sources (a context citing
         facts by their sources reaches them), the metadata ``given`` with it is merged into its
         own, and it counts as updated now (a fact the user keeps saying is not stale); a
-        ``confirm`` entry in its history names the turns and the keys. Neither new: nothing is written."""
+        ``confirm`` entry in its history names the turns, the keys and, for a dated statement (a
+        span's: ``said_at``), when it was said. A statement citing no turn (a model's restatement
+        that no turn of its span says word for word) confirms it when dated after its last
+        statement (:meth:`_last_said`): not a span read again, nor old turns imported late.
+        Nothing new: nothing is written."""
         limit = self.max_metadata_bytes
-        if not read.valid or (set(source_ids) <= set(read.source_ids)
+        restated = not source_ids and said_at is not None and said_at > self._last_said(read)
+        if not read.valid or (not restated and set(source_ids) <= set(read.source_ids)
                               and merge_metadata(read.metadata, given, limit) == read.metadata):
             return
         with self.rows.unit() as u:
             old = held(u, read, DECIDED, Stale(read.id))
             new = [s for s in dict.fromkeys(source_ids) if s not in old.source_ids]
             kept = merge_metadata(old.metadata, given, limit)
-            if not new and kept == old.metadata:
+            if not new and kept == old.metadata and not restated:
                 return
-            details = {**details, "source_ids": new}
+            details = {**details, "source_ids": new, **({} if said_at is None else {"said_at": said_at})}
             u.absorb_facts(old.id, source_ids=[*old.source_ids, *new], access_count=0, last_access=None,
                            updated_at=now, metadata=None if kept == old.metadata else kept)
             log_change(u, old.user_id, old.id, "confirm", old.text, old.text, now, {**details, **metadata_details(
                 old.metadata, given, beside=details, max_bytes=limit)}, max_bytes=limit)
+
+    def _last_said(self, fact: Fact) -> float:
+        """When ``fact`` was last said, as known: its ``valid_from``, or a later ``confirm``'s ``said_at``."""
+        said = [c.details.get("said_at") for c in self.rows.fact_history(fact.user_id, fact.id) if c.action == "confirm"]
+        return max([fact.valid_from, *(t for t in said if isinstance(t, (int, float)))])
 
     def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:
         """Store ``fact`` as already invalid, superseded by the ``newer`` fact it contradicts
