@@ -322,7 +322,7 @@ def test_a_fact_the_model_restates_citing_no_turn_is_confirmed_as_of_the_spans_n
     again. It is confirmed, the entry dated by the span's newest turn (``said_at``); a span no
     newer than the fact's last statement (old turns imported late, a span read again) confirms nothing."""
     berlin = {"type": "fact", "text": "User lives in Berlin"}
-    llm = ScriptedLLM(by_task={"facts": [_llm_facts({**berlin, "sources": [1]}), _llm_facts(berlin), _llm_facts(berlin)],
+    llm = ScriptedLLM(by_task={"facts": [_llm_facts({**berlin, "sources": [1]}), *[_llm_facts(berlin)] * 2],
                                "resolve": [{"action": "noop", "target": 1}] * 2, "episode": [EPISODE] * 3})
     memory = make_memory(llm=llm, embedder=StaticEmbedder())
     t0, day = 1_600_000_000.0, 86_400.0

@@ -236,7 +236,8 @@ class SemanticMemory:
 
     def _last_said(self, fact: Fact) -> float:
         """When ``fact`` was last said, as known: its ``valid_from``, or a later ``confirm``'s ``said_at``."""
-        said = [c.details.get("said_at") for c in self.rows.fact_history(fact.user_id, fact.id) if c.action == "confirm"]
+        said = [c.details.get("said_at") for c in self.rows.fact_history(fact.user_id, fact.id)
+                if c.action == "confirm"]
         return max([fact.valid_from, *(t for t in said if isinstance(t, (int, float)))])
 
     def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:

@@ -123,8 +123,8 @@ def _verb_root(rest: str) -> str | None:
 #: irregular verbs chat uses, each line a base and its forms that the suffix rules do not bring
 #: to it (``saw`` is here though it is a tool; ``left``, ``lay``, ``rose``, ``bit``, ``shot``,
 #: ``stuck``, ``thought``, ``ground`` and ``wound`` are not: each is as often another word, or a
-#: noun whose plural would stay apart: ``shots``, ``thoughts``). Fact matching leaves out the stop words
-#: (``was``, ``has``, ``did``) before stemming: their lines make :func:`fact_stem` whole.
+#: noun whose plural would stay apart: ``shots``, ``thoughts``). Fact matching leaves out the stop
+#: words (``was``, ``has``, ``did``) and every form of be, have, do and get (:func:`fact_stems`).
 IRREGULAR_VERBS = """be am is are was were been being
 have has had having
 do does did done doing
@@ -230,8 +230,13 @@ def fact_stems(text: str) -> frozenset[str]:
     """The content words of ``text`` (:func:`content_words`) by :func:`fact_stem`: what fact
     matching (:func:`~tiered_memory.layers.resolution.says_all_of`) compares, so the user's
     "I live in Berlin" says the fact "User lives in Berlin". Recall keeps :func:`stem`: this
-    stemming, measured on LoCoMo, lost recall (bench/README.md, 7 December)."""
-    return frozenset(map(fact_stem, content_words(text)))
+    stemming, measured on LoCoMo, lost recall (bench/README.md, 7 December). The forms of the
+    verbs that are stop words (be, have, do, get: "getting", "done") are left out with them."""
+    return frozenset(map(fact_stem, content_words(text))) - _STOP_VERBS
+
+
+# "got" and "did" are stop words, "getting" and "done" not: stemmed, the first forms' stems
+_STOP_VERBS = frozenset(map(fact_stem, ("be", "have", "do", "get")))
 
 
 FORMS_UP_TO = 64  # query terms; measured: at 80 terms a look per term costs as much as stemming the text
