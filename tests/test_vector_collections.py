@@ -7,6 +7,8 @@ before anything is written, and no error shows a password or an API key."""
 from __future__ import annotations
 
 import sqlite3
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
@@ -260,3 +262,46 @@ def test_a_chroma_server_that_goes_away_is_named_in_every_error_without_its_pass
     finally:
         proxy.close()
         index.close()
+
+
+class _OpensOnce(BaseHTTPRequestHandler):
+    """A Qdrant server as far as an open asks ("does the collection exist?": yes); the test
+    then closes it, so every later call meets a closed port."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        body = b'{"result": {"exists": true}, "status": "ok", "time": 0}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_qdrant_server_failing_after_the_open_is_named_without_its_secrets() -> None:
+    """With several servers, an error says which one failed: its URL, with no password or API key."""
+    import numpy as np
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OpensOnce)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = server.server_address[1]
+    try:
+        index = QdrantVectorIndex.from_url(f"http://app:{SECRET}@127.0.0.1:{port}?collection=app1", api_key=SECRET)
+    finally:
+        server.shutdown()
+        server.server_close()  # the port now refuses
+    from tiered_memory.errors import VectorIndexError
+    from tiered_memory.vector.base import VectorItem
+
+    item = VectorItem(id="m1", vector=np.ones(4, dtype=np.float32), user_id="u1", session_id="s1")
+    calls: list[Callable[[], object]] = [
+        lambda: index.count("u1"), lambda: index.ids("u1"), lambda: index.first_ids(2), lambda: index.owner(),
+        lambda: index.query(np.ones((1, 4), dtype=np.float32), user_id="u1", k=2),
+        lambda: index.delete(["m1"]), lambda: index.delete_user("u1"), lambda: index.upsert([item])]
+    for call in calls:
+        with pytest.raises(VectorIndexError) as info:
+            call()
+        assert f"http://127.0.0.1:{port}" in str(info.value) and "'app1'" in str(info.value)
+        assert SECRET not in str(info.value)
