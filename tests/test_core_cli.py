@@ -348,3 +348,27 @@ def test_working_help_says_its_scores_use_the_default_decay_not_the_applications
     assert run("working", "--help")[0] == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "WorkingConfig.decay_per_hour, 0.05" in text and "application" in text and "--config" in text
+
+
+_OPENED: list[str] | None = None  # while a test counts: the paths opened, by the audit hook below
+
+
+def _count_opens(event: str, args: tuple[object, ...]) -> None:
+    if event == "open" and _OPENED is not None and isinstance(args[0], (str, os.PathLike)):
+        _OPENED.append(os.fspath(args[0]))
+
+
+def test_import_opens_the_file_once(tmp_path, dump):
+    """The CLI counted the file's lines (for the progress bar) in a read of its own before the
+    import's two passes: the bar's total is now the import's first pass's count."""
+    global _OPENED
+    sys.addaudithook(_count_opens)  # (a hook stays for the process: it counts only while the test runs)
+    _OPENED = []
+    try:
+        code, out, err = run("--path", str(tmp_path / "mem"), "--embedder", "tiered_memory:StaticEmbedder",
+                             "import", str(dump))
+        opened = [p for p in _OPENED if os.path.realpath(p) == os.path.realpath(dump)]
+    finally:
+        _OPENED = None
+    assert code == 0 and "imported 4 messages" in out, err
+    assert len(opened) == 1, f"{dump} was opened {len(opened)} times"

@@ -101,3 +101,16 @@ def test_a_file_changed_between_the_passes_stops_the_import_and_keeps_what_it_st
         with pytest.raises(InvalidInputError, match="changed during the import: line 11"):
             memory.import_jsonl(dump, progress=rewrite)
         assert done == [10] and memory.stats().messages == 10
+
+
+def test_checked_gives_the_lines_to_import_before_the_first_is_written(tmp_path):
+    """The total a progress bar counts up to, from the first pass (the CLI read the file once
+    more for it)."""
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("".join(_line(i) for i in range(12)) + "\n" + '{"type": "message"}\n', encoding="utf-8")
+    calls: list[tuple[str, int]] = []
+    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=5)) as memory:
+        report = memory.import_jsonl(dump, skip_invalid=True, checked=lambda n: calls.append(("checked", n)),
+                                     progress=lambda n: calls.append(("progress", n)))
+    assert report.imported == 12 and len(report.invalid) == 1
+    assert calls == [("checked", 12), ("progress", 5), ("progress", 5), ("progress", 2)]

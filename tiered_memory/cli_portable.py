@@ -1,7 +1,7 @@
 """The CLI commands that move a memory as JSONL (:mod:`.portable`): ``export`` and ``import``.
 
-The file may be a pipe (``import <(gunzip -c dump.jsonl.gz)``, ``/dev/stdin``): it is read once,
-and the progress bar then has no total.
+The file is opened once, by the import (a pipe, ``import <(gunzip -c dump.jsonl.gz)`` or
+``/dev/stdin``, too): the progress bar's total is the count of valid lines its first pass gives.
 
 An import that made the memory (its folder, or the store in a folder that held none) and then
 imported nothing (an invalid line, without ``--skip-invalid``) removes what it made, so the read
@@ -49,10 +49,6 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
         raise CliUsageError(f"cannot read {source}: it is a folder; name the .jsonl file an export wrote")
     if not source.exists():
         raise CliUsageError(f"cannot read {source}: no such file")
-    total = None  # a pipe (`import <(gunzip -c dump.jsonl.gz)`, /dev/stdin) is read once, by the import
-    if source.is_file():
-        with open(source, encoding="utf-8", errors="replace") as f:
-            total = sum(1 for line in f if line.strip())
     from tqdm import tqdm
     from .backends import configured_vector_store, is_embedded_index
     from .memory import default_path
@@ -63,11 +59,14 @@ def _cmd_import(args: argparse.Namespace, out: Callable[[str], None], err: TextI
     before = _store_entries(folder)
     try:
         with _open(args, err, create=True) as memory:
-            bar = tqdm(total=total, unit="line", desc="importing", file=err,
-                       disable=True if args.no_progress else None)
+            bar = tqdm(unit="line", desc="importing", file=err, disable=True if args.no_progress else None)
+
+            def checked(n: int) -> None:  # the total, from the import's first pass: no read of our own
+                bar.total = n
+                bar.refresh()
             try:
                 report = memory.import_jsonl(source, skip_invalid=args.skip_invalid, progress=bar.update,
-                                             user_id=args.user)
+                                             user_id=args.user, checked=checked)
             finally:
                 bar.close()
     except ImportFormatError as e:

@@ -322,7 +322,8 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
 
     @usable
     def import_jsonl(self, path: str | os.PathLike[str], *, skip_invalid: bool = False,
-                     progress: Callable[[int], None] | None = None, user_id: str | None = None) -> ImportReport:
+                     progress: Callable[[int], None] | None = None, user_id: str | None = None,
+                     checked: Callable[[int], None] | None = None) -> ImportReport:
         """Import a JSONL export (vectors recomputed); returns an ``ImportReport``. Each line
         goes to the user it names, unless ``user_id`` scopes the import to one user (lines of
         others are then invalid). Facts, episodes, items, archived turns (into the archive)
@@ -331,10 +332,14 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         past this memory's capacity evicts as :meth:`WorkingMemory.remember` does. A record
         whose id is already stored (or a session's scratchpad) is skipped and counted. A
         ``forget_user`` a failure left unfinished (of ``user_id``, or of any user) is finished
-        first, so it never deletes what the import writes."""
+        first, so it never deletes what the import writes. ``checked(n)`` is called once every
+        line is checked, before any is written, with the number of valid lines (what ``progress``
+        counts up to when none is stored yet: a progress bar's total, without reading the file
+        again)."""
         check_flag(skip_invalid, "skip_invalid")
         path = check_path(path)
         check_callback(progress, "progress", 1)
+        check_callback(checked, "checked", 1)
         ok = self._layers_ok()
         with self._write_lock, self._owing():  # an index failure leaves rows pending: the next write indexes them
             # a forget_user left unfinished is finished first, as add_many does: finished later (the
@@ -342,7 +347,8 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
             for user in sorted(self._unfinished if user_id is None else self._unfinished & {user_id}):
                 self._finish_forgets(only=user)
             return import_jsonl(self.parts, path, skip_invalid=skip_invalid, progress=progress, user_id=user_id,
-                                layers=self._layers if ok else None, items=self._items if ok else None)
+                                layers=self._layers if ok else None, items=self._items if ok else None,
+                                checked=checked)
 
     @usable
     def stats(self) -> Stats:

@@ -215,7 +215,7 @@ def _opened(path: Path) -> Iterator[tuple[IO[bytes], IO[bytes] | None]]:
 def import_jsonl(
     parts: Parts, path: str | Path, *, skip_invalid: bool = False,
     progress: Callable[[int], None] | None = None, user_id: str | None = None, layers: Layers | None = None,
-    items: ItemStore | None = None,
+    items: ItemStore | None = None, checked: Callable[[int], None] | None = None,
 ) -> ImportReport:
     """Import a JSONL export. Every line is checked first; with any invalid line nothing
     is imported (``ImportFormatError`` lists them by line) unless ``skip_invalid``. The file is
@@ -232,7 +232,8 @@ def import_jsonl(
     does), the audit log and items; ``layers`` and ``items`` are
     ``None`` where the record store keeps no memory layers.
     ``progress`` is called with the messages of each committed chunk, then once with the
-    number of the other lines.
+    number of the other lines. ``checked`` is called once, after the first pass and before
+    anything is written, with the number of valid lines.
 
     Raises:
         ImportFormatError: an invalid line (without ``skip_invalid``); nothing was written.
@@ -247,6 +248,7 @@ def import_jsonl(
         check_id(user_id, "user_id")
     path = check_path(path)
     check_callback(progress, "progress", 1)
+    check_callback(checked, "checked", 1)
     report = ImportReport()
     lines = _Lines()
     try:
@@ -254,6 +256,8 @@ def import_jsonl(
             _check(parts, f, spool, lines, report, user_id=user_id, layers=layers is not None)
             if report.invalid and not skip_invalid:
                 raise ImportFormatError(report.invalid)
+            if checked is not None:
+                checked(sum(lines.counts))
             source = spool if spool is not None else f
 
             def read(group: int) -> Iterator[list[Record]]:
