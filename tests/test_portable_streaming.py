@@ -114,3 +114,37 @@ def test_checked_gives_the_lines_to_import_before_the_first_is_written(tmp_path)
                                      progress=lambda n: calls.append(("progress", n)))
     assert report.imported == 12 and len(report.invalid) == 1
     assert calls == [("checked", 12), ("progress", 5), ("progress", 5), ("progress", 2)]
+
+
+def _audit(i: int, at: float) -> str:
+    return json.dumps({"format": "tiered-memory/1", "type": "audit", "audit": {
+        "user_id": f"u{i % 2}", "layer": "working", "item_id": f"w{i}", "action": "evict", "at": at,
+        "details": {"text": f"{i:05d}" * 3200}}}) + "\n"
+
+
+def test_the_audit_log_is_restored_in_batches_in_the_order_of_its_times(tmp_path):
+    """The audit log was held whole (every entry of the file at once) to be written in one
+    transaction by time: now in batches of ``write_chunk``, read back in the order of their times."""
+    n = 200
+    dump = tmp_path / "audit.jsonl"  # later lines hold earlier times, and every tenth time is repeated
+    dump.write_text("".join(_audit(i, 1_700_000_000.0 + (n - i) // 10 * 10) for i in range(n)), encoding="utf-8")
+    size = dump.stat().st_size
+    assert size > 3_000_000
+    expected = {user: sorted(((1_700_000_000.0 + (n - i) // 10 * 10, f"w{i}") for i in range(n) if f"u{i % 2}" == user),
+                             key=lambda e: e[0]) for user in ("u0", "u1")}
+    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=20)) as memory:
+        warm = tmp_path / "warm.jsonl"  # the log the store held before the import: it stays first
+        warm.write_text(_audit(n, 1_800_000_000.0).replace('"u0"', '"u1"'), encoding="utf-8")
+        memory.import_jsonl(warm)
+        tracemalloc.start()
+        try:
+            report = memory.import_jsonl(dump)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert (report.audit_imported, report.audit_skipped) == (n, 0)
+        assert [(e.at, e.item_id) for e in memory.audit_log("u0")] == expected["u0"]
+        assert [(e.at, e.item_id) for e in memory.audit_log("u1")] == [(1_800_000_000.0, f"w{n}"), *expected["u1"]]
+        again = memory.import_jsonl(dump)
+        assert (again.audit_imported, again.audit_skipped) == (0, n) and len(memory.audit_log("u0")) == n // 2
+    assert peak < size / 3, f"the import held {peak:,} bytes at its peak for a {size:,}-byte file"

@@ -12,12 +12,14 @@ it to a temporary file, which the second reads.
 The second pass reads the valid lines back kind by kind, in the order the import writes them
 (:data:`GROUPS`: the messages, then the sessions' cursors, facts, episodes, archived turns,
 working memory, scratchpads, the audit log and items), ``MemoryConfig.write_chunk`` records at a
-time: messages one transaction each, every other kind one restore call each. Facts with their
-history, and the audit log, are each restored in one call: the order a store keeps them
-in is the file's sorted (a history by each entry's place in it, a log by time), so those lines are
-held together (they are a user's history and log, small beside the turns; the audit restore reads
-the log the store holds anyway). A line the second pass reads otherwise than the first (the
-file changed meanwhile) stops the import: what it stored stays, and importing again skips it.
+time: messages one transaction each, every other kind one restore call each. The audit log is
+read back in the order of its entries' times (the first pass notes each line's, and the scratch
+index sorts them on disk), the order the import writes it in, so a batch stored is a prefix of the
+log and an interrupted import, run again, appends the rest in order. Facts with their history are
+restored in one call: the order a store keeps a history in is each entry's place in the file's,
+across facts, and the facts and their history are one transaction, so those lines are held
+together. A line the second pass reads otherwise than the first (the file changed meanwhile)
+stops the import: what it stored stays, and importing again skips it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from .layers.longterm import Layers
 from .parts import Parts
 from .portable_layers import CursorRecord, EpisodeRecord, FactRecord, HistoryRecord, ItemRecord
 from .portable_parse import Record, parse_record
-from .portable_restore import (audit_key, restore_archived, restore_audit, restore_cursors, restore_episodes,
+from .portable_restore import (AuditKey, audit_key, restore_archived, restore_audit, restore_cursors, restore_episodes,
                                restore_facts, restore_items, restore_scratchpads, restore_working)
 from .recall.forgetting import pay_before_storing
 from .recall.indexing import store_and_index
@@ -88,7 +90,8 @@ class ImportReport:
 GROUPS: tuple[tuple[type, ...], ...] = (
     (StoredMessage,), (CursorRecord,), (FactRecord, HistoryRecord), (EpisodeRecord,), (ArchivedTurn,),
     (WorkingItem,), (SessionPad,), (AuditEntry,), (ItemRecord,))
-WHOLE = frozenset({2, 7})
+WHOLE = frozenset({2})
+BY_TIME = 7  # the group read back by each line's time (the audit log's)
 R = TypeVar("R")  # the groups restored in one call (their stored order is the file's, sorted)
 
 
@@ -127,9 +130,9 @@ class _Lines(LineIndex):
         super().__init__()
         self.counts = [0] * len(GROUPS)
 
-    def add(self, n: int, kind: int, at: int) -> None:
+    def add(self, n: int, kind: int, at: int, key: float = 0.0) -> None:
         self.counts[kind] += 1
-        super().add(n, kind, at)
+        super().add(n, kind, at, key)
 
 
 def _check(parts: Parts, f: IO[bytes], spool: IO[bytes] | None, lines: _Lines, report: ImportReport, *,
@@ -159,7 +162,7 @@ def _check(parts: Parts, f: IO[bytes], spool: IO[bytes] | None, lines: _Lines, r
             what = f"the {kind} of session {record_id!r}" if per_session else f"id {record_id!r}"
             report.invalid.append((n, f"{what} is also on line {first}"))
             continue
-        lines.add(n, _group(record), start)
+        lines.add(n, _group(record), start, record.at if isinstance(record, AuditEntry) else 0.0)
     lines.flush()
 
 
@@ -179,10 +182,10 @@ def _parse(parts: Parts, raw_bytes: bytes, n: int, *, layers: bool) -> Record | 
 def _batches(parts: Parts, f: IO[bytes], lines: _Lines, group: int, path: Path, *,
              layers: bool) -> Iterator[list[Record]]:
     """The second pass over one group: its records, ``write_chunk`` at a time (all at once for
-    :data:`WHOLE`)."""
+    :data:`WHOLE`), in the file's order (by time for :data:`BY_TIME`)."""
     size = parts.config.write_chunk if group not in WHOLE else None
     batch: list[Record] = []
-    for n, at in lines.of(group):
+    for n, at in lines.of(group, by_key=group == BY_TIME):
         f.seek(at)
         try:
             record = _parse(parts, f.readline(), n, layers=layers)
@@ -358,8 +361,9 @@ def _restore_layers(parts: Parts, read: Callable[[int], Iterator[list[Record]]],
             count("working", restore_working(parts, layers, working))
         for pads in each(6, SessionPad):
             count("scratchpads", restore_scratchpads(parts, layers, pads))
-        for entries in each(7, AuditEntry):  # one batch (WHOLE): the log's order is by time
-            count("audit", restore_audit(parts, layers, entries))
+        logs: dict[str, set[AuditKey]] = {}  # each user's log as the import found it
+        for entries in each(BY_TIME, AuditEntry):  # by time: the log's order
+            count("audit", restore_audit(parts, layers, entries, logs))
     if items is not None:
         for found in each(8, ItemRecord):
             count("items", restore_items(items, found))

@@ -111,16 +111,21 @@ def restore_scratchpads(parts: Parts, layers: Layers, pads: list[SessionPad]) ->
     return written, len(pads) - written
 
 
-def audit_key(e: AuditEntry) -> tuple[str, str, str, str, float, str]:
+AuditKey = tuple[str, str, str, str, float, str]
+
+
+def audit_key(e: AuditEntry) -> AuditKey:
     """What tells two audit entries apart (they have no id): every field."""
     return e.user_id, e.layer, e.item_id, e.action, e.at, json.dumps(e.details, sort_keys=True)
 
 
-def restore_audit(parts: Parts, layers: Layers, entries: list[AuditEntry]) -> Counts:
+def restore_audit(parts: Parts, layers: Layers, entries: list[AuditEntry], logs: dict[str, set[AuditKey]]) -> Counts:
     """The audit entries the log does not hold yet (the same fields), oldest first after the
-    ones it holds."""
-    held = {audit_key(e) for user in {e.user_id for e in entries} for e in layers.rows.audit_log(user)}
-    new = sorted((e for e in entries if audit_key(e) not in held), key=lambda e: e.at)
+    ones it holds. ``logs``: each user's log as the import found it, read at the user's first
+    batch (the import's own entries are told apart by its first pass, which refuses a repeat)."""
+    for user in {e.user_id for e in entries} - set(logs):
+        logs[user] = {audit_key(e) for e in layers.rows.audit_log(user)}
+    new = sorted((e for e in entries if audit_key(e) not in logs[e.user_id]), key=lambda e: e.at)
     if new:
         with parts.lock, layers.rows.unit() as u:
             for e in new:

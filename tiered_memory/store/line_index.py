@@ -16,16 +16,17 @@ CACHE_KIB = 2000  # SQLite's page cache, in KiB: what the index holds in memory 
 
 
 class LineIndex:
-    """Per line: its kind (a small int, the caller's) and where it starts in the file; per
-    record identity (a string, the caller's), the first line that holds it. Used from one thread."""
+    """Per line: its kind (a small int, the caller's), where it starts in the file and the
+    number it is read back in the order of (the caller's; 0 by default); per record identity
+    (a string, the caller's), the first line that holds it. Used from one thread."""
 
     def __init__(self) -> None:
         self._db = sqlite3.connect("")
         self._db.executescript(
             f"PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-{CACHE_KIB};"
-            "CREATE TABLE lines (n INTEGER PRIMARY KEY, kind INTEGER NOT NULL, at INTEGER NOT NULL);"
+            "CREATE TABLE lines (n INTEGER PRIMARY KEY, kind INTEGER NOT NULL, at INTEGER NOT NULL, key REAL NOT NULL);"
             "CREATE TABLE seen (key TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;")
-        self._pending: list[tuple[int, int, int]] = []
+        self._pending: list[tuple[int, int, int, float]] = []
 
     def first_line(self, key: str, n: int) -> int | None:
         """The line that already holds ``key``; else ``None``, and line ``n`` holds it now."""
@@ -33,20 +34,22 @@ class LineIndex:
             return None
         return int(self._db.execute("SELECT n FROM seen WHERE key=?", (key,)).fetchone()[0])
 
-    def add(self, n: int, kind: int, at: int) -> None:
+    def add(self, n: int, kind: int, at: int, key: float = 0.0) -> None:
         """Line ``n``, of ``kind``, starts at byte ``at`` (lines are added in the file's order)."""
-        self._pending.append((n, kind, at))
+        self._pending.append((n, kind, at, key))
         if len(self._pending) >= 1000:
             self.flush()
 
     def flush(self) -> None:
         """Every line added so far written to the index (:meth:`of` reads only those)."""
-        self._db.executemany("INSERT INTO lines VALUES (?, ?, ?)", self._pending)
+        self._db.executemany("INSERT INTO lines VALUES (?, ?, ?, ?)", self._pending)
         self._pending.clear()
 
-    def of(self, kind: int) -> Iterator[tuple[int, int]]:
-        """(line number, where it starts) of the lines of ``kind``, in the file's order."""
-        yield from self._db.execute("SELECT n, at FROM lines WHERE kind=? ORDER BY n", (kind,))
+    def of(self, kind: int, *, by_key: bool = False) -> Iterator[tuple[int, int]]:
+        """(line number, where it starts) of the lines of ``kind``, in the file's order (by
+        ``key`` first with ``by_key``: a sort on disk)."""
+        yield from self._db.execute(f"SELECT n, at FROM lines WHERE kind=? ORDER BY {'key, ' if by_key else ''}n",
+                                    (kind,))
 
     def close(self) -> None:
         self._db.close()
