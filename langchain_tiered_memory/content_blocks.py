@@ -3,8 +3,14 @@
 A replay resends a stored message's content blocks only when each says nothing the stored
 (indexed, checked) text does not: a plain text block (its text is the stored text) or media
 that says only where the media is and what it is. Any other block (reasoning, ``tool_use``,
-text-bearing media, an unknown kind, a block with annotations) is left out and the message
-replays as its stored text (:func:`~.messages.from_stored`).
+text-bearing media, an unknown kind, a block with annotations) is not resent as it is: a message
+with one replays its text and its media (:func:`resent`), and a replay that turns a message to
+text (its calls quoted, a tool result quoted as user-side data) keeps its media beside that text
+(:func:`appended`, :func:`led_by`). LangChain's standard content blocks let every kind of message
+carry media (a provider's adapter translates them), and a quoted tool result becomes a user
+message, which every provider takes media in. Media that says more than where it is and what it is
+(``text-plain``, a field of text) comes back as a placeholder naming its kind
+(``[stored image_url block left out]``), so a model knows something was there.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-__all__ = ["block_text", "is_media", "is_text", "replayable"]
+__all__ = ["DATA_KINDS", "appended", "attachments", "block_text", "is_media", "is_text", "led_by", "replayable",
+           "resent"]
 
 # Media blocks: LangChain v1 (``image``/``audio``/``video``/``file`` with url, base64 or
 # file_id), v0 (``source_type`` url/base64/id with url, data or id) and the provider shapes
@@ -23,6 +30,8 @@ _MEDIA_WORDS = frozenset({"type", "source_type", "id", "file_id", "mime_type", "
                           "filename", "ttl"})
 _MEDIA_NESTED = frozenset({"image_url", "source", "file", "input_audio", "extras", "metadata", "cache_control"})
 _MEDIA_SOURCES = frozenset({"url", "base64", "id", "file", "ephemeral"})  # nested ``type``s and ``source_type``s
+DATA_KINDS = _MEDIA_KINDS | {"text-plain"}
+"""Block kinds that carry media (LangChain's data blocks and the provider shapes of :func:`is_media`)."""
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+/-]{0,127}")  # a mime type, an id, a file name, a detail
 
 
@@ -70,3 +79,52 @@ def replayable(content: Any) -> bool:
 def block_text(block: str | Mapping[str, Any]) -> str:
     """The text of a string or a plain text block (:func:`is_text`)."""
     return block if isinstance(block, str) else str(block["text"])
+
+
+def _resent_block(block: Any) -> tuple[bool, Any] | None:
+    """``(is it the message's text, the block a replay sends for it)``, or ``None`` for a block
+    that is left out (pure)."""
+    if isinstance(block, str) or isinstance(block, Mapping) and is_text(block):
+        return True, block
+    if not isinstance(block, Mapping):
+        return None
+    if is_media(block):
+        return False, block
+    if block.get("type") == "text" and isinstance(block.get("text"), str):  # annotations, extras: the text alone
+        return True, {"type": "text", "text": block["text"]}
+    if block.get("type") in DATA_KINDS:  # a known kind, never a stored string
+        return False, {"type": "text", "text": f"[stored {block['type']} block left out]"}
+    return None
+
+
+def resent(content: list[Any]) -> list[Any]:
+    """The blocks of ``content`` a replay may resend, in order (pure): strings, plain text blocks
+    and media as they are; a text block with more (annotations, extras) as its text alone, which is
+    what the message's text counts; media that says more than where it is as a placeholder naming
+    its kind; nothing of any other block (reasoning, ``tool_use``, unknown kinds)."""
+    return [kept[1] for kept in map(_resent_block, content) if kept is not None]
+
+
+def attachments(content: Any) -> list[Any]:
+    """What of ``content`` is not its text: its media blocks and the placeholders of media it cannot
+    resend, in order (pure; none for a string)."""
+    if not isinstance(content, list):
+        return []
+    return [kept[1] for kept in map(_resent_block, content) if kept is not None and not kept[0]]
+
+
+def appended(content: Any, own_text: str, text: str) -> str | list[Any]:
+    """``content`` (whose text is ``own_text``) with ``text`` after it, on a line of its own when
+    there is text before it (pure): a string when ``content`` holds no media, else its blocks and a
+    text block of ``text``."""
+    line = ("\n" if own_text.strip() and text else "") + text
+    if not attachments(content):
+        return own_text + line
+    return [*content, {"type": "text", "text": line}] if line else content
+
+
+def led_by(text: str, content: Any) -> str | list[Any]:
+    """``text`` in place of ``content``'s text, its media after it (pure): ``text`` alone when
+    ``content`` holds none."""
+    media = attachments(content)
+    return [{"type": "text", "text": text}, *media] if media else text

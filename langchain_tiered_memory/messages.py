@@ -17,10 +17,11 @@ kinds of message: ``HumanMessage`` for a stored user turn, ``AIMessage`` for an
 assistant turn, and ``ToolMessage`` for a tool result that answers a tool call of
 the ``AIMessage`` just before its run of results. A stored ``system`` turn, a tool
 result without its call, and anything else come back as a ``HumanMessage`` whose
-content is the quoted text (``[stored system message] "..."``). Tool calls are sent
-only when their names and ids are plain tokens (:mod:`tiered_memory.tool_calls`,
-which every write checks): a row written otherwise replays its calls as quoted text in
-its ``AIMessage`` (``[stored tool call] "name" with arguments "{...}"``). The metadata may
+content is the quoted text (``[stored system message] "..."``), and the media of a quoted
+tool result after it. A tool call is sent only when its name and id are plain tokens
+(:mod:`tiered_memory.tool_calls`, which every write checks): a row written otherwise replays
+such a call as quoted text in its ``AIMessage`` (``[stored tool call] "name" with arguments
+"{...}"``), its other calls as calls, answered by their results. The metadata may
 only restore details of a message of the stored role with the stored text: a user
 turn whose metadata claims another type or other content is read back by role.
 
@@ -28,8 +29,9 @@ Nor may it add text beside the stored text: a replay restores only fields no pro
 a model as text (ids, tool calls and ``tool_call_id`` for the pairing, ``status``,
 ``artifact``, response and usage metadata) and a ``name`` that is a plain identifier; never
 ``additional_kwargs`` (``reasoning_content``, a raw ``function_call``, ``refusal``: partner
-packages forward what they find there). Content blocks come back only when each is a plain
-text block or media (:mod:`.content_blocks`); else the content is the stored text, as a string.
+packages forward what they find there). Content blocks come back as they are only when each is
+a plain text block or media (:mod:`.content_blocks`); else the content is the stored text, as a
+string, or, when the message has media, its text blocks' text and its media, in order.
 And a replay spells no chat-template turn marker (``<|im_start|>`` comes back as
 ``\\u003c|im_start|>``), which a local model's server would parse out of the prompt as a real token.
 """
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Container, Iterable, Mapping, Sequence, TypeVar
 
 from tiered_memory.quoting import defuse_pieces, defuse_tokens, label_text, map_strings, quote
 from tiered_memory.errors import InvalidInputError
@@ -53,7 +55,7 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-from .content_blocks import block_text, is_text, replayable
+from .content_blocks import appended, attachments, block_text, is_text, led_by, replayable, resent
 
 __all__ = ["BULKY", "LC_KEY", "OPTIONAL", "drop_fields", "each_message", "fit_metadata", "from_stored",
            "from_stored_many", "lc_id", "metadata_size", "role_of", "text_of", "to_core", "to_core_many", "unchained"]
@@ -203,9 +205,10 @@ def to_core_many(messages: Iterable[BaseMessage], *, max_metadata_bytes: int = 6
     return each_message(messages, lambda m: to_core(m, max_metadata_bytes=max_metadata_bytes))
 
 
-def _demoted(m: StoredMessage, what: str) -> HumanMessage:
-    """A stored message that may not keep its own role, as quoted user-side data."""
-    return HumanMessage(content=f"[stored {what}] {quote(m.content)}", id=lc_id(m))
+def _demoted(m: StoredMessage, what: str, content: Any = "") -> HumanMessage:
+    """A stored message that may not keep its own role, as quoted user-side data; with the media
+    of ``content`` (the checked blocks of the message it was) after it."""
+    return HumanMessage(content=led_by(f"[stored {what}] {quote(m.content)}", content), id=lc_id(m))
 
 
 def lc_id(m: StoredMessage) -> str:
@@ -255,11 +258,16 @@ def _rebuilt(m: StoredMessage) -> BaseMessage:
         msg = messages_from_dict([{"type": lc.get("type"), "data": data}])[0]
     except (ValueError, TypeError, KeyError):
         return _by_role(m)  # an unknown or damaged record still reads back as a plain message
-    if not isinstance(msg, want) or text_of(msg) != m.content:
-        return _by_role(m)
-    # blocks that may carry other text: the text blocks' text only, which is the stored text
-    # (or blank, when the stored text describes the tool calls the message keeps)
-    return msg if replayable(msg.content) else msg.model_copy(update={"content": str(msg.text)})
+    return msg if isinstance(msg, want) and text_of(msg) == m.content else _by_role(m)
+
+
+def _resendable(msg: BaseMessage) -> BaseMessage:
+    """``msg`` with only the blocks a replay may resend (pure): blocks that may carry other text
+    give way to the text blocks' text, which is the stored text (or blank, when the stored text
+    describes the tool calls the message keeps), and its media stays (:func:`~.content_blocks.resent`)."""
+    if replayable(msg.content):
+        return msg
+    return msg.model_copy(update={"content": resent(list(msg.content)) if attachments(msg.content) else str(msg.text)})
 
 
 def _defused(msg: BaseMessage) -> BaseMessage:
@@ -295,40 +303,55 @@ def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] =
     A tool result keeps its ``ToolMessage`` only when its ``tool_call_id`` is in
     ``answered_calls`` (the calls of the assistant message just before it that no result answered
     yet; :func:`from_stored_many` passes those) and is a plain token; an assistant message's tool
-    calls are sent only when each name and id is one
-    (:func:`~tiered_memory.tool_calls.tool_calls_problem`), else they come back as quoted text.
+    call is sent only when its name and id are ones
+    (:func:`~tiered_memory.tool_calls.tool_calls_problem`), else it comes back as quoted text.
     """
     if not isinstance(m, StoredMessage):
         raise InvalidInputError(f"from_stored takes a StoredMessage (as the memory's reads return), "
                                 f"got {type(m).__name__}")
+    return _replayed(m, answered_calls, None)
+
+
+def _replayed(m: StoredMessage, answered_calls: Container[str], calls_answered: Container[str] | None) -> BaseMessage:
+    """:func:`from_stored`'s message; ``calls_answered`` (before a new turn) the ids of the calls a
+    replayed result answers, the others left out."""
     if m.role == "system":
         return _demoted(m, "system message")
     msg = _rebuilt(m)
-    if isinstance(msg, AIMessage) and tool_calls_problem(msg.tool_calls) is not None:
-        msg = _calls_as_text(msg)
-    msg = _defused(msg)
-    if isinstance(msg, ToolMessage):
-        if not (is_tool_call_id(msg.tool_call_id) and msg.tool_call_id in answered_calls):
-            return _demoted(m, "tool result")
-    return msg
+    if isinstance(msg, AIMessage):
+        msg = _sendable_calls(msg, m, calls_answered)
+    if isinstance(msg, ToolMessage) and not (is_tool_call_id(msg.tool_call_id) and msg.tool_call_id in answered_calls):
+        return _demoted(m, "tool result", msg.content)
+    return _defused(_resendable(msg))
 
 
-def _calls_as_text(msg: AIMessage) -> AIMessage:
-    """``msg`` with no tool call to send: its calls as quoted text after its own (pure). For a stored
-    call named or identified by what is no plain token (:mod:`tiered_memory.tool_calls`: written by
-    other code, or before writes checked it), which a provider is sent outside any quoting; the
-    results of its calls then pair with nothing and replay as quoted data."""
-    lines = [str(msg.text)] if str(msg.text).strip() else []  # blank: the stored text describes the calls
-    lines += [f"[stored tool call] {quote(str(c['name']))} with arguments "
-              f"{quote(json.dumps(c['args'], ensure_ascii=False, sort_keys=True))}" for c in msg.tool_calls]
-    return AIMessage(content="\n".join(lines), id=msg.id, name=msg.name)
+def _sendable_calls(msg: AIMessage, m: StoredMessage, answered: Container[str] | None) -> AIMessage:
+    """``msg`` (rebuilt from ``m``) with only the tool calls a provider may be sent (pure). A call
+    named or identified by what is no plain token (:mod:`tiered_memory.tool_calls`: written by other
+    code, or before writes checked it), which a provider is sent outside any quoting, becomes a
+    quoted line after the message's text (its media kept), and the results of that call pair with
+    nothing and replay as quoted data; the other calls stay calls. ``answered`` given: a call whose
+    id it lacks is left out too; a message left with no text and no call says its stored text,
+    which names its calls."""
+    sendable = [tool_calls_problem([c]) is None for c in msg.tool_calls]
+    kept = [c for c, ok in zip(msg.tool_calls, sendable) if ok and (answered is None or str(c.get("id")) in answered)]
+    if len(kept) == len(msg.tool_calls):
+        return msg
+    own = str(msg.text)  # blank: the stored text describes the calls
+    lines = [f"[stored tool call] {quote(str(c['name']))} with arguments "
+             f"{quote(json.dumps(c['args'], ensure_ascii=False, sort_keys=True))}"
+             for c, ok in zip(msg.tool_calls, sendable) if not ok]
+    if not (kept or lines or own.strip()):
+        lines = [m.content]
+    return msg.model_copy(update={"tool_calls": kept, "content": appended(msg.content, own, "\n".join(lines))})
 
 
 def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool = False) -> list[BaseMessage]:
     """Rebuild stored messages in order; tool results are paired with the calls just before them:
     a result keeps its ``ToolMessage`` only in the run of results right after the assistant message
     whose call it answers, and only the first for a call; any other is quoted data (ids repeat across
-    turns: Kimi's ``functions.search:0``).
+    turns: Kimi's ``functions.search:0``), placed after that run's ``ToolMessages``, which providers
+    take right after the call (a result stored before the one of a call it follows in the run).
 
     ``before_new_turn``: the replay goes before a new turn of a prompt, so a tool call that no
     replayed result answers never will be there, and providers refuse such a prompt (each call
@@ -340,23 +363,28 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
     send only what follows it (dropping the memory and the system prompt before it) and resume a
     server-side response that may be gone (:func:`unchained`).
     """
-    out: list[BaseMessage] = []
-    answered: list[set[str]] = []  # by position: the calls of that assistant message a result answered
+    replay: list[tuple[BaseMessage, StoredMessage, set[str]]] = []  # with its row and the calls results answered
+    held: list[tuple[BaseMessage, StoredMessage, set[str]]] = []  # the run's quoted results: after its ToolMessages
     waiting: set[str] = set()  # the calls of the last assistant message no result answered yet
-    asker = 0  # that message's position
+    asker: set[str] = set()  # the calls of that message a result answered
     for m in messages:
         msg = from_stored(m, answered_calls=waiting)
         if isinstance(msg, ToolMessage):  # providers take a call's results right after it, once each
             waiting.discard(msg.tool_call_id)
-            answered[asker].add(msg.tool_call_id)
+            asker.add(msg.tool_call_id)
+            replay.append((msg, m, set()))
+        elif m.role == "tool":  # a result that answers no waiting call, quoted: the run goes on after it
+            held.append((msg, m, set()))
         else:  # a run of results ends at any other message
+            replay += held
+            held, asker = [], set()
             waiting = {str(c["id"]) for c in msg.tool_calls if c.get("id")} if isinstance(msg, AIMessage) else set()
-            asker = len(out)
-        answered.append(set())
-        out.append(msg)
-    if before_new_turn:
-        out = [unchained(_answered_only(msg, m, answered[n])) for n, (msg, m) in enumerate(zip(out, messages))]
-    return out
+            replay.append((msg, m, asker))
+    replay += held
+    if not before_new_turn:
+        return [msg for msg, _, _ in replay]
+    return [unchained(_replayed(m, frozenset(), answered) if isinstance(msg, AIMessage) and any(
+        str(c.get("id")) not in answered for c in msg.tool_calls) else msg) for msg, m, answered in replay]
 
 
 def unchained(msg: BaseMessage) -> BaseMessage:
@@ -366,11 +394,3 @@ def unchained(msg: BaseMessage) -> BaseMessage:
         return msg
     kept = {k: v for k, v in msg.response_metadata.items() if k != "id"}
     return msg.model_copy(update={"response_metadata": kept})
-
-
-def _answered_only(msg: BaseMessage, m: StoredMessage, answered: set[str]) -> BaseMessage:
-    """``msg`` (rebuilt from ``m``) with only the tool calls ``answered`` holds (pure)."""
-    if not isinstance(msg, AIMessage) or all(str(c.get("id")) in answered for c in msg.tool_calls):
-        return msg
-    kept = [c for c in msg.tool_calls if str(c.get("id")) in answered]
-    return msg.model_copy(update={"tool_calls": kept}) if kept else _defused(_by_role(m))
