@@ -5,9 +5,11 @@ call and appends to after it. Reads return the session's token-bounded buffer
 (the newest whole turns within ``MemoryConfig.buffer``), not the full session:
 everything older stays in the store and is reachable through recall. With
 ``include_memory=True`` the assembled long-term memory comes first, as one
-``SystemMessage`` of quoted data (:meth:`MemoryContext.memory_text`), and the AI messages
-after it come without the provider's response id: ``ChatOpenAI(use_previous_response_id=True)``
-would send only what follows the last one and leave the memory out.
+``SystemMessage`` of quoted data (:meth:`MemoryContext.memory_text`), and the turns after it
+are replayed as a prompt's (``before_new_turn``, :func:`~.messages.from_stored_many`): without
+the tool calls no stored result answers, which providers refuse, and the AI messages without the
+provider's response id: ``ChatOpenAI(use_previous_response_id=True)`` would send only what
+follows the last one and leave the memory out.
 
 Note that ``RunnableWithMessageHistory`` reads the history before it sees the new
 input, so the long-term memory is recalled for the latest *stored* user message.
@@ -32,7 +34,7 @@ from tiered_memory.types import StoredMessage
 from tiered_memory.errors import ConfigurationError, InvalidInputError
 from tiered_memory.validation import check_count, check_flag, check_id
 
-from .messages import from_stored_many, to_core_many, unchained
+from .messages import from_stored_many, to_core_many
 from .storable import record_turn
 
 __all__ = ["TieredChatMessageHistory", "check_memory", "history_factory", "history_factory_config"]
@@ -126,16 +128,17 @@ class TieredChatMessageHistory(BaseChatMessageHistory):
         buffer = self.memory.get_buffer(self.session_id, user_id=self.user_id)
         if not self.include_memory:
             return from_stored_many(buffer)
+        # a prompt rebuilt from the store (the memory before the turns) goes before a new turn:
+        # without the tool calls no replayed result answers (a run stopped after its call), which
+        # providers refuse, and continuing no stored response, which would send only what follows it
         query = _latest_user_text(buffer)
         if not query.strip():
-            return from_stored_many(buffer)
+            return from_stored_many(buffer, before_new_turn=True)
         ctx = self.memory.build_context(query, user_id=self.user_id, session_id=self.session_id,
                                         max_tokens=self.max_tokens)
         text = ctx.memory_text()
         lead: list[BaseMessage] = [SystemMessage(content=text)] if text else []
-        # the assembly may have trimmed the oldest buffered turns to fit its budget; a prompt
-        # rebuilt so continues no stored response, which would send only what follows it
-        return lead + [unchained(m) for m in from_stored_many(ctx.recent_messages)]
+        return lead + from_stored_many(ctx.recent_messages, before_new_turn=True)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

@@ -7,7 +7,7 @@ LlamaIndex block, which must not fail a run). A row stored before or by other co
 straight into the record store here) replays such a call as quoted text in the assistant message,
 and its results as quoted data, never as a tool call, while the message's other calls stay calls;
 every ``ToolMessage`` left answers a call of the assistant message just before it, and before a
-new turn every call sent is answered right after it, as providers require.
+new turn (``include_memory`` too) every call sent is answered right after it, as providers require.
 A message turned to text so keeps its media. Messages are the real LangChain and LlamaIndex ones;
 what a provider receives is what langchain-openai sends.
 """
@@ -24,7 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMe
 from langchain_openai.chat_models.base import _convert_message_to_dict
 from llama_index.core.llms import ChatMessage
 
-from langchain_tiered_memory import TieredChatMessageHistory
+from langchain_tiered_memory import TieredChatMessageHistory, TieredConversationMemory, history_factory
 from langchain_tiered_memory.messages import from_stored_many
 from langchain_tiered_memory.storable import REPAIRED_KEY as LC_REPAIRED, record_turn
 from llamaindex_tiered_memory import TieredMemoryBlock
@@ -251,6 +251,26 @@ def test_a_core_rows_result_for_a_hostile_id_replays_as_data(mem: TieredMemory) 
     assert [type(m) for m in got] == [HumanMessage, AIMessage, HumanMessage]
     assert got[2].text == f"[stored tool result] {quote('22C')}"
     _nothing_unquoted(got)
+
+
+# ---- a prompt rebuilt with the memory drops the calls no stored result answers -----------------
+
+@pytest.mark.parametrize("asked", ["weather in Porto?", "   "], ids=["recalls", "nothing-to-recall"])
+def test_include_memory_drops_the_calls_no_stored_result_answers(mem: TieredMemory, asked: str) -> None:
+    """A run stopped after the model's call (a crash, a guardrail) stores the call without its result;
+    ``include_memory`` builds a prompt (the memory before the turns), so that call goes, as in the
+    other prompt-building replays, and its stored text still names it."""
+    writer = TieredChatMessageHistory(mem, "s", user_id="u")
+    writer.add_messages([HumanMessage(asked, id="h1"),
+                         AIMessage("", tool_calls=[_call("weather", "call_0", city="Porto")], id="a1")])
+    classic = TieredConversationMemory(memory=mem, user_id="u", session_id="s", return_messages=True)
+    for got in (TieredChatMessageHistory(mem, "s", user_id="u", include_memory=True).messages,
+                history_factory(mem, include_memory=True)("u", "s").messages,
+                classic.load_memory_variables({"input": "and now?"})["history"]):
+        reply = next(m for m in got if m.id == "a1")
+        assert isinstance(reply, AIMessage) and reply.tool_calls == [] and "weather" in reply.text
+        _answered_right_after(got)
+    assert getattr(writer.messages[1], "tool_calls")[0]["id"] == "call_0"  # without it: the state as it was
 
 
 # ---- the media of a message turned to text stays with it ----------------------------------------
