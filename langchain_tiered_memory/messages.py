@@ -303,7 +303,7 @@ def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] =
     A tool result keeps its ``ToolMessage`` only when its ``tool_call_id`` is in
     ``answered_calls`` (the calls of the assistant message just before it that no result answered
     yet; :func:`from_stored_many` passes those) and is a plain token; an assistant message's tool
-    call is sent only when its name and id are ones
+    call is sent only when its name and id are plain tokens
     (:func:`~tiered_memory.tool_calls.tool_calls_problem`), else it comes back as quoted text.
     """
     if not isinstance(m, StoredMessage):
@@ -350,8 +350,8 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
     """Rebuild stored messages in order; tool results are paired with the calls just before them:
     a result keeps its ``ToolMessage`` only in the run of results right after the assistant message
     whose call it answers, and only the first for a call; any other is quoted data (ids repeat across
-    turns: Kimi's ``functions.search:0``), placed after that run's ``ToolMessages``, which providers
-    take right after the call (a result stored before the one of a call it follows in the run).
+    turns: Kimi's ``functions.search:0``), placed after that run's ``ToolMessages``: providers take
+    a call's results right after it, and a quoted result stored between two of them cuts no run.
 
     ``before_new_turn``: the replay goes before a new turn of a prompt, so a tool call that no
     replayed result answers never will be there, and providers refuse such a prompt (each call
