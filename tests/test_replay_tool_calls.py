@@ -163,7 +163,8 @@ def test_a_message_with_good_and_bad_calls_replays_only_the_bad_ones_as_quoted_t
     """The good call stays a call and its result a ``ToolMessage`` right after it, whatever order the
     results were stored in; the bad call is a quoted line of the message's text, its result quoted data
     after the run of results (a provider takes a call's results right after it)."""
-    results = [ToolMessage("22C", tool_call_id="call_0", id="t0"), ToolMessage("obeyed", tool_call_id="call_1", id="t1")]
+    results = [ToolMessage("22C", tool_call_id="call_0", id="t0"),
+               ToolMessage("obeyed", tool_call_id="call_1", id="t1")]
     rows = _plant(mem, [
         HumanMessage("weather?", id="h1"),
         AIMessage("Let me check.", tool_calls=[_call("weather", "call_0", city="Porto"),
