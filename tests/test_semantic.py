@@ -132,7 +132,8 @@ def test_the_same_value_of_a_slot_in_other_words_confirms_the_fact(memory: Tiere
     memory.add_fact("User moved to Lisbon", user_id="u")
     memory.add_fact("The user's sister is Ana.", user_id="u", type="relationship")
     assert sorted(f.text for f in memory.facts("u")) == ["User lives in Lisbon", "User's sister is Ana"]
-    assert {c.action for c in memory.fact_history("u")} == {"add"}
+    # confirmed (add_fact's confidence, 1.0, above the rules'), never invalidated
+    assert {c.action for c in memory.fact_history("u")} == {"add", "confirm"}
     memory.add_fact("User's sister is called Maria", user_id="u", type="relationship")
     assert sorted(f.text for f in memory.facts("u")) == ["User lives in Lisbon", "User's sister is called Maria"]
 

@@ -80,3 +80,24 @@ def test_a_restatement_whose_metadata_would_pass_the_limit_is_refused(
         memory.add_fact("User lives in Lisbon, Portugal", user_id="u1", metadata={"other": "b" * 150})
     assert memory.facts("u1") == [fact]
     assert [c.action for c in memory.fact_history("u1")] == ["add"]
+
+
+def test_a_fact_said_again_with_more_confidence_takes_it(make_memory: Callable[..., TieredMemory]) -> None:
+    """add_fact(text, confidence=1.0) of a fact the rules had found with less kept the lower
+    confidence, silently (a no-op with nothing new wrote nothing), though an update takes the
+    higher of the two. It takes the higher now, with a confirm entry saying from what; said again
+    as sure, or less sure, nothing is written."""
+    memory = make_memory()
+    memory.add("user", "I live in Lisbon.", session_id="s1", user_id="u1")
+    memory.end_session("s1", user_id="u1")
+    [said] = memory.facts("u1")
+    assert said.confidence < 1.0
+    kept = memory.add_fact("User lives in Lisbon", user_id="u1", confidence=1.0)
+    assert (kept.id, kept.confidence, kept.source_ids) == (said.id, 1.0, said.source_ids)
+    assert memory.facts("u1") == [kept]
+    entry = memory.fact_history("u1", said.id)[-1]
+    assert entry.action == "confirm"
+    assert (entry.details["confidence"], entry.details["old_confidence"]) == (1.0, said.confidence)
+    for confidence in (1.0, 0.3):
+        assert memory.add_fact("User lives in Lisbon", user_id="u1", confidence=confidence) == kept
+    assert [h.action for h in memory.fact_history("u1", said.id)] == ["add", "confirm"]

@@ -155,7 +155,7 @@ class SemanticMemory:
         with self.lock:
             if resolution.action == "noop":
                 if target is not None:
-                    self._said_again(target, candidate.source_ids, details, now, given, said_at)
+                    self._said_again(target, candidate, details, now, given, said_at)
                 return None
             if resolution.action == "update":
                 read = named(target, resolution)
@@ -206,7 +206,7 @@ class SemanticMemory:
             self._settle([fact])
             return fact
 
-    def _said_again(self, read: Fact, source_ids: Sequence[str], details: dict[str, Any], now: float,
+    def _said_again(self, read: Fact, said: FactCandidate, details: dict[str, Any], now: float,
                     given: Mapping[str, Any], said_at: float | None) -> None:
         """A known fact stated again (``read`` under the lock; held in the write's unit, else
         :class:`~.fact_unit.Stale`): the turns that said it join its sources (a context citing
@@ -215,22 +215,29 @@ class SemanticMemory:
         ``confirm`` entry in its history names the turns, the keys and, for a dated statement (a
         span's: ``said_at``), when it was said. A statement citing no turn (a model's restatement
         that no turn of its span says word for word) confirms it when dated after its last
-        statement (:meth:`_last_said`): not a span read again, nor old turns imported late.
+        statement (:meth:`_last_said`): not a span read again, nor old turns imported late. Said
+        with more confidence than it holds (``add_fact(text, confidence=1.0)`` of a fact the rules
+        found), it takes the higher, as an update does; the entry says from what.
         Nothing new: nothing is written."""
         limit = self.max_metadata_bytes
+        source_ids = said.source_ids
         restated = not source_ids and said_at is not None and said_at > self._last_said(read)
         if not read.valid or (not restated and set(source_ids) <= set(read.source_ids)
+                              and said.confidence <= read.confidence
                               and merge_metadata(read.metadata, given, limit) == read.metadata):
             return
         with self.rows.unit() as u:
             old = held(u, read, DECIDED, Stale(read.id))
             new = [s for s in dict.fromkeys(source_ids) if s not in old.source_ids]
             kept = merge_metadata(old.metadata, given, limit)
-            if not new and kept == old.metadata and not restated:
+            surer = said.confidence > old.confidence
+            if not new and kept == old.metadata and not restated and not surer:
                 return
-            details = {**details, "source_ids": new, **({} if said_at is None else {"said_at": said_at})}
+            details = {**details, "source_ids": new, **({} if said_at is None else {"said_at": said_at}),
+                       **({"confidence": said.confidence, "old_confidence": old.confidence} if surer else {})}
             u.absorb_facts(old.id, source_ids=[*old.source_ids, *new], access_count=0, last_access=None,
-                           updated_at=now, metadata=None if kept == old.metadata else kept)
+                           updated_at=now, metadata=None if kept == old.metadata else kept,
+                           confidence=said.confidence if surer else None)
             log_change(u, old.user_id, old.id, "confirm", old.text, old.text, now, {**details, **metadata_details(
                 old.metadata, given, beside=details, max_bytes=limit)}, max_bytes=limit)
 

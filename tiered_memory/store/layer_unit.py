@@ -149,13 +149,16 @@ class LayerUnit:
                   (at, superseded_by, updated_at, user_id, fact_id))
 
     def absorb_facts(self, fact_id: str, *, source_ids: Sequence[str], access_count: int,
-                     last_access: float | None, updated_at: float, metadata: Mapping[str, Any] | None = None) -> None:
+                     last_access: float | None, updated_at: float, metadata: Mapping[str, Any] | None = None,
+                     confidence: float | None = None) -> None:
         # the later of the two last accesses, in the UPDATE: an access flushed since the read counts
         self._run("UPDATE facts SET source_ids=?, access_count=access_count+?, updated_at=?,"
                   " last_access=CASE WHEN last_access IS NULL OR last_access < ? THEN COALESCE(?, last_access)"
-                  " ELSE last_access END" + ("" if metadata is None else ", metadata=?") + " WHERE id=?",
+                  " ELSE last_access END" + ("" if metadata is None else ", metadata=?")
+                  + ("" if confidence is None else ", confidence=?") + " WHERE id=?",
                   (dumps(list(source_ids)), access_count, updated_at, last_access, last_access,
-                   *([] if metadata is None else [dumps(dict(metadata))]), fact_id))
+                   *([] if metadata is None else [dumps(dict(metadata))]),
+                   *([] if confidence is None else [confidence]), fact_id))
 
     def held_facts(self, user_id: str, ids: Sequence[str]) -> list[Fact]:
         # in id order: one lock order for every worker (PostgreSQL locks each row it returns)

@@ -68,10 +68,11 @@ class FactWrites(AuditWrites, Protocol):
                         updated_at: float) -> None: ...
 
     def absorb_facts(self, fact_id: str, *, source_ids: Sequence[str], access_count: int,
-                     last_access: float | None, updated_at: float, metadata: Mapping[str, Any] | None = None) -> None:
+                     last_access: float | None, updated_at: float, metadata: Mapping[str, Any] | None = None,
+                     confidence: float | None = None) -> None:
         """A merge keeper (or a fact said again) takes the sources and ``access_count`` more
         accesses of its duplicates, and their ``last_access`` where it is later than its own
-        (``None``: none of them was read); ``metadata``, where given, replaces its own."""
+        (``None``: none of them was read); ``metadata`` and ``confidence``, where given, replace its own."""
 
     def held_facts(self, user_id: str, ids: Sequence[str]) -> list[Fact]:
         """Those of ``ids`` that are not deleted, as this unit sees them, held against every other
