@@ -17,7 +17,7 @@ from tiered_memory import InvalidInputError, TieredMemory
 from tiered_memory.backends import open_layer_store
 from tiered_memory.layers.items import ItemWrite, check_filter, match_filter
 from tiered_memory.store.item_filter_sql import item_filter_sql
-from tiered_memory.store.layer_codec import items_page_sql, items_recent_sql
+from tiered_memory.store.layer_codec import items_page_sql, items_recent_sql, items_under_sql
 
 VALUES: list[dict[str, Any]] = [
     {}, {"a": 1}, {"a": 1.0}, {"a": 1.5}, {"a": 0}, {"a": -5}, {"a": True}, {"a": False}, {"a": None},
@@ -246,6 +246,24 @@ def test_a_postgres_page_of_the_newest_rows_is_the_pages_range_read(memory: Tier
         ranged = layers.query(*items_page_sql(("u",), 5, after, 2.0, "postgres", where, "deeper"))
         newest = layers.query(*items_recent_sql(("u",), 5, after, 2.0, "postgres", where, 30))
         assert len(newest) == 5 and newest == ranged, after
+
+
+@pytest.mark.record_stores("postgres")
+def test_a_postgres_filter_read_by_parallel_workers_does_not_fail(memory: TieredMemory) -> None:
+    """items_value_jsonb reads a value that is not JSON as {} in an EXCEPTION block, a
+    subtransaction, which no parallel worker may start; it was declared PARALLEL SAFE, so a filtered
+    read the planner gave to workers failed ("cannot start subtransactions during a parallel
+    operation"): a filtered items_under over 100,000 items (Parallel Seq Scan), a listing's merged
+    namespaces (Parallel Append). Workers are forced here; the function is now PARALLEL UNSAFE."""
+    memory.item_store().write_many([ItemWrite(namespace=("u", "n"), key=str(n), user_id="u", value={"n": n})
+                                    for n in range(20)])
+    layers: Any = open_layer_store(memory.store)
+    sql, params = items_under_sql(("u",), dialect="postgres")
+    where, args, _ = item_filter_sql({"n": 7}, "postgres")
+    with layers.transaction() as c:
+        c.execute("SELECT set_config(CASE WHEN current_setting('server_version_num')::int >= 160000"
+                  " THEN 'debug_parallel_query' ELSE 'force_parallel_mode' END, 'on', true)")
+        assert [r[3] for r in c.execute(sql + where, [*params, *args]).fetchall()] == ["7"]
 
 
 @pytest.mark.record_stores("sqlite")

@@ -201,6 +201,9 @@ ITEM_MIGRATIONS: list[str] = [
     # the listing of every namespace (the empty prefix) in the same order: read in the index's order
     # up to the page, where items_listing left a scan and a sort of the whole table for each page
     "CREATE INDEX IF NOT EXISTS items_recent ON items (updated_at DESC, rowid DESC);",
+    # items_value_jsonb's EXCEPTION block is a subtransaction, which no parallel worker may start:
+    # declared PARALLEL SAFE, a filtered read the planner gave to workers failed
+    "ALTER FUNCTION items_value_jsonb(TEXT) PARALLEL UNSAFE;",
 ]
 
 
