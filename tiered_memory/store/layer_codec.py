@@ -26,6 +26,7 @@ EPISODE_COLS = ("id, user_id, session_id, summary, body, turn_count, start_ts, e
                 " created_at, access_count, last_access, promoted_at, compressed_at")
 WORKING_COLS = "id, user_id, session_id, text, type, importance, created_at, metadata, access_count"
 ITEM_COLS = "id, user_id, namespace, key, value, text, created_at, updated_at"
+PAGE_COLS = f"{ITEM_COLS}, updated_at, rowid"  # a listing page's: an item's, then its cursor
 HISTORY_COLS = "fact_id, action, old_text, new_text, at, details"
 ARCHIVE_COLS = "id, user_id, session_id, role, content, metadata, timestamp, episode_id, archived_at"
 PAD_COLS = "user_id, session_id, data, updated_at"
@@ -80,11 +81,20 @@ def prefix_sql(prefix: Sequence[str], dialect: str = "sqlite", part: str = "all"
     database's collation."""
     if not prefix:
         return ("1=0", []) if part == "exact" else ("1=1", [])
-    path = ns_path(prefix)
-    column = 'ns_path COLLATE "C"' if dialect == "postgres" else "ns_path"
+    path, column = ns_path(prefix), ns_column(dialect)
     if part == "exact":
         return f"{column} = ?", [path]
-    return f"{column} {'>' if part == 'deeper' else '>='} ? AND {column} < ?", [path, path[:-1] + chr(ord(_SEP) + 1)]
+    return f"{column} {'>' if part == 'deeper' else '>='} ? AND {column} < ?", [path, past_prefix(path)]
+
+
+def ns_column(dialect: str) -> str:
+    """``ns_path`` as the ``items_listing`` index compares it: in code-point order on PostgreSQL."""
+    return 'ns_path COLLATE "C"' if dialect == "postgres" else "ns_path"
+
+
+def past_prefix(path: str) -> str:
+    """The least text after every path starting with ``path`` (which ends with the separator)."""
+    return path[:-1] + chr(ord(_SEP) + 1)
 
 
 def items_under_sql(prefix: Sequence[str], columns: str = ITEM_COLS, dialect: str = "sqlite", part: str = "all"
@@ -113,11 +123,46 @@ def items_page_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None,
     cursor: a page of the listing, read with ``LIMIT`` in the database, not filtered in Python.
     ``where`` is more ``" AND ..."`` conditions (a filter's, :mod:`.item_filter_sql`); ``part`` as
     for :func:`prefix_sql`."""
-    sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid", dialect, part)
+    return _page(items_under_sql(prefix, PAGE_COLS, dialect, part), limit, after, live_at, where)
+
+
+def _page(rows: tuple[str, list[Any]], limit: int, after: ItemCursor | None, live_at: float | None,
+          where: tuple[str, list[Any]]) -> tuple[str, list[Any]]:
+    """``rows`` (a query ending in its WHERE clause) past ``after``, narrowed by ``where`` and
+    ``live_at``, newest first, up to ``limit``."""
+    sql, params = rows
     if after is not None:
         sql, params = sql + " AND" + PAST, [*params, *past(after)]
     sql, params = live(sql + where[0], [*params, *where[1]], live_at)
     return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]
+
+
+def namespaces_below_sql(prefix: Sequence[str], most: int, dialect: str = "sqlite") -> tuple[str, list[Any]]:
+    """The ``ns_path`` of up to ``most`` namespaces below ``prefix`` (not itself), in the index's
+    order: one seek of ``items_listing`` each, to the next path past the last (a loose index scan),
+    not a read of the range's rows. ``prefix`` is not empty."""
+    path, column = ns_path(prefix), ns_column(dialect)
+    first = f"SELECT {column} FROM items WHERE {column} > {{}} AND {column} < ? ORDER BY {column} LIMIT 1"
+    sql = (f"WITH RECURSIVE below(path, n) AS (SELECT ({first.format('?')}), 1 UNION ALL"
+           f" SELECT ({first.format('below.path')}), n + 1 FROM below WHERE path IS NOT NULL AND n < ?)"
+           " SELECT path FROM below WHERE path IS NOT NULL")
+    return sql, [path, past_prefix(path), past_prefix(path), int(most)]
+
+
+def items_merged_sql(paths: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,
+                     dialect: str = "sqlite", where: tuple[str, list[Any]] = ("", [])) -> tuple[str, list[Any]]:
+    """:func:`items_page_sql` over the namespaces whose ``ns_path`` are ``paths`` (at least one):
+    each namespace's rows read in ``items_listing``'s order (a seek, no sort) and merged in the
+    listing's order up to the page, so a page reads about ``limit`` rows plus one a namespace,
+    wherever it lies in the listing. (Without range statistics, SQLite read the range of several
+    namespaces whole and sorted it.)"""
+    arm, params = f"SELECT {PAGE_COLS} FROM items WHERE {ns_column(dialect)} = ?", list[Any]()
+    if after is not None:
+        arm, params = arm + " AND" + PAST, past(after)
+    arm, params = live(arm + where[0], [*params, *where[1]], live_at)
+    cursor = len(PAGE_COLS.split(",")) - 1  # the position of updated_at, counted from 1
+    return (" UNION ALL ".join([arm] * len(paths)) + f" ORDER BY {cursor} DESC, {cursor + 1} DESC LIMIT ?",
+            [*(p for path in paths for p in (path, *params)), int(limit)])
 
 
 def items_recent_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,
@@ -131,7 +176,7 @@ def items_recent_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None
     recent, recent_params = "SELECT rowid FROM items", list[Any]()
     if after is not None:
         recent, recent_params = recent + " WHERE" + PAST, past(after)
-    sql, params = items_under_sql(prefix, f"{ITEM_COLS}, updated_at, rowid", dialect, "deeper")
+    sql, params = items_under_sql(prefix, PAGE_COLS, dialect, "deeper")
     sql += f" AND rowid IN ({recent} ORDER BY updated_at DESC, rowid DESC LIMIT ?)"
     sql, params = live(sql + where[0], [*params, *recent_params, int(scan), *where[1]], live_at)
     return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]

@@ -11,12 +11,15 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..records import Item
 from .item_filter_sql import item_filter_sql
-from .layer_codec import (ITEM_COLS, id_batches, item_from_row, items_page_sql, items_recent_sql, items_under_sql,
-                          live, marks, namespace_of, ns_path)
+from .layer_codec import (ITEM_COLS, id_batches, item_from_row, items_merged_sql, items_page_sql, items_recent_sql,
+                          items_under_sql, live, marks, namespace_of, namespaces_below_sql, ns_path)
 from .repositories import ItemCursor, Scored
 
 #: most ids one ``IN (...)`` list holds: under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters
 IN_LIST_MAX = 30_000
+#: most namespaces below a prefix whose pages a listing page merges (:meth:`LayerItems._deeper_page`):
+#: a merged page seeks each (and SQLite's compound SELECT holds 500 parts at most)
+MERGED_MAX = 100
 
 
 def recent_scans(limit: int) -> tuple[int, int]:
@@ -26,10 +29,22 @@ def recent_scans(limit: int) -> tuple[int, int]:
     return min(max(8 * limit, 50), 20_000), min(max(64 * limit, 1000), 20_000)
 
 
+def merged_at_once(limit: int) -> int:
+    """How many namespaces below a prefix a listing page of ``limit`` merges without reading the
+    newest rows first (pure): a namespace costs a merged page a seek, about what four of the
+    newest rows cost their first read (:func:`recent_scans`; bench/item_listing.py)."""
+    return recent_scans(limit)[0] // 4
+
+
 class LayerItems:
     """The ``items`` reads of :class:`~.layer_store.LayerStore`, which binds the dialect."""
 
     dialect = ""
+    #: whether a listing page merges the pages of the few namespaces below its prefix
+    #: (:meth:`_deeper_page`): on SQLite, which keeps no range statistics. PostgreSQL's planner,
+    #: which has them, reads the range well and the merged statement badly (an Append of every
+    #: namespace's rows, then a sort: 2-3 times slower in bench/item_listing.py), so it reads the range.
+    merges_namespaces = False
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
@@ -80,12 +95,34 @@ class LayerItems:
 
     def _deeper_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,
                      where: tuple[str, list[Any]]) -> list[tuple[Any, ...]]:
-        """The page of the namespaces below ``prefix``. Their range of items_listing is sorted for
-        each page: cheap when it holds few rows (the usual prefix of one namespace: none), 84 ms a
-        page at 100,000 rows on SQLite (bench/item_listing.py). A range of more rows is first read
-        from the newest rows of items_recent (:func:`.items_recent_sql`); only a page that read does
-        not fill sorts the range."""
-        scans = recent_scans(limit)
+        """The page of the namespaces below ``prefix``. SQLite keeps no range statistics: their
+        range of items_listing, sorted for each page, was 84 ms at 100,000 rows (bench/item_listing.py),
+        and the newest rows, read first, serve only the first pages of a prefix holding most of them.
+        Below few namespaces (found by a seek each, :func:`merged_at_once`), their pages are merged
+        (:func:`.items_merged_sql`): a seek each, wherever the page lies, whatever the filter or the
+        rows' age. Below more, the newest rows are read first, then the pages merged while they
+        are at most :data:`MERGED_MAX`, else the range read (:meth:`_range_page`)."""
+        scans: Sequence[int] = recent_scans(limit)
+        if not self.merges_namespaces:
+            return self._range_page(prefix, limit, after, live_at, where, scans)
+        few = merged_at_once(limit)
+        paths = self._paths_below(prefix, few + 1)
+        if not paths:
+            return []
+        if len(paths) > few:
+            rows = self.query(*items_recent_sql(prefix, limit, after, live_at, self.dialect, where, scans[0]))
+            if len(rows) >= limit:
+                return rows
+            paths, scans = self._paths_below(prefix, MERGED_MAX + 1), scans[1:]
+        if len(paths) <= MERGED_MAX and len(paths) * (len(where[1]) + 8) <= IN_LIST_MAX:  # the parameters
+            return self.query(*items_merged_sql(paths, limit, after, live_at, self.dialect, where))
+        return self._range_page(prefix, limit, after, live_at, where, scans)
+
+    def _range_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,
+                    where: tuple[str, list[Any]], scans: Sequence[int]) -> list[tuple[Any, ...]]:
+        """The page of the namespaces below ``prefix`` read from the newest rows (``scans`` of
+        them in turn, :func:`.items_recent_sql`) while the range holds more rows than the last,
+        else from their range of items_listing, sorted unless the planner knows better."""
         range_sql, range_params = items_under_sql(prefix, "1", self.dialect, "deeper")
         held = int(self.query(f"SELECT count(*) FROM ({range_sql} LIMIT ?) AS deeper",
                               [*range_params, scans[-1]])[0][0])
@@ -94,6 +131,9 @@ class LayerItems:
             if len(rows) >= limit:
                 return rows
         return self.query(*items_page_sql(prefix, limit, after, live_at, self.dialect, where, "deeper"))
+
+    def _paths_below(self, prefix: Sequence[str], most: int) -> list[str]:
+        return [str(r[0]) for r in self.query(*namespaces_below_sql(prefix, most, self.dialect))]
 
     def item_rows(self, user_id: str | None, live_at: float | None = None
                   ) -> list[tuple[Item, float | None, float | None]]:

@@ -310,6 +310,7 @@ class SQLiteLayerStore(LayerStore):
 
     db: SQLiteRecordStore
     dialect = "sqlite"
+    merges_namespaces = True  # no range statistics: a range of several namespaces was sorted for each page
 
     def __init__(self, store: SQLiteRecordStore) -> None:
         super().__init__(store)
