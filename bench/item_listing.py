@@ -106,13 +106,16 @@ def main() -> None:
         layers = open_layer_store(memory.store)
         whole = layers.items_page(("u",), args.items, None)
         last = whole[-args.limit * args.pages // 2 - 1][1]  # the cursor half the pages before the end
-        cases = [('first pages of ("u",)', ("u",), None, None, True), ('older prefix ("o",)', ("o",), None, None, True),
-                 ("filter: 1 row in 5,000", ("u",), None, {"rare": True}, True),
-                 ('last pages of ("u",)', ("u",), last, None, True),
-                 ('the page past the end', ("u",), whole[-1][1], None, False)]
-        for label, prefix, after, flt, advance in cases:
-            now, read = ms_a_page(new_page(layers), prefix, args.limit, args.pages, after, flt, advance)
-            before, was = ms_a_page(old_page(layers), prefix, args.limit, args.pages, after, flt, advance)
+        limit = args.limit
+        cases = [('first pages of ("u",)', ("u",), None, None, True, limit),
+                 ('first pages, limit x10', ("u",), None, None, True, 10 * limit),
+                 ('older prefix ("o",)', ("o",), None, None, True, limit),
+                 ("filter: 1 row in 5,000", ("u",), None, {"rare": True}, True, limit),
+                 ('last pages of ("u",)', ("u",), last, None, True, limit),
+                 ('the page past the end', ("u",), whole[-1][1], None, False, limit)]
+        for label, prefix, after, flt, advance, limit in cases:
+            now, read = ms_a_page(new_page(layers), prefix, limit, args.pages, after, flt, advance)
+            before, was = ms_a_page(old_page(layers), prefix, limit, args.pages, after, flt, advance)
             assert read == was, label  # the same pages, the same cursors
             print(f"{label:24} {now:8.2f} ms a page, old {before:8.2f} ({before / now:5.1f}x) {shape}")
         memory.close()
