@@ -310,6 +310,25 @@ def test_a_postgres_filter_read_by_parallel_workers_does_not_fail(memory: Tiered
         assert [r[3] for r in c.execute(sql + where, [*params, *args]).fetchall()] == ["7"]
 
 
+def test_a_filter_of_many_values_or_keys_lists_on_every_path(memory: TieredMemory) -> None:
+    """An ``$in`` of 1,000 values (or a filter of 1,000 keys) was one chain of 1,000 ORs (ANDs),
+    deeper than SQLite parses ("Expression tree is too large (maximum depth 1000)"): the listing
+    failed with a StoreError. The chain is now balanced, in the page that merges the namespaces
+    below a prefix too (the filter once for each of eight: 1.5 MB of SQL, 24,000 parameters)."""
+    items = memory.item_store()
+    items.write_many([ItemWrite(namespace=("u", f"n{n % 8}")[:1 + n % 3 // 2], key=f"k{n}", user_id="u",
+                                value={"n": n, **{f"f{k}": k for k in range(3)}}) for n in range(40)])
+    many = {"n": {"$in": list(range(3, 1003))}}
+    keys = {f"f{k}": k for k in range(1000)}
+    found: list[Any] = []
+    reads = item_reads(memory, lambda: found.extend(items.search(("u",), filter=many, limit=3)))
+    assert [h.item.key for h in found] == ["k39", "k38", "k37"] and reads[-1].count(" UNION ALL ") == 7
+    assert [h.item.key for h in items.search((), filter={"n": {"$nin": list(range(1000))}})] == []
+    assert [h.item.key for h in items.search(("u",), filter={**keys, **{f"f{k}": {"$exists": False}
+                                                                       for k in range(3, 1000)}}, limit=2)] == [
+        "k39", "k38"]
+
+
 @pytest.mark.record_stores("sqlite")
 def test_a_listing_of_a_large_prefix_reads_a_bounded_page(memory: TieredMemory) -> None:
     """Every row under the prefix was read (no LIMIT) to return ten; the reads now ask for the

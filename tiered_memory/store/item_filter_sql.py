@@ -176,15 +176,25 @@ class _Postgres(_Dialect):
 
 
 def _and(parts: Sequence[Sql]) -> Sql:
-    if not parts:
-        return "(1=1)", []
-    return "(" + " AND ".join(p[0] for p in parts) + ")", [x for p in parts for x in p[1]]
+    return _chain(parts, "AND") if parts else ("(1=1)", [])
 
 
 def _or(parts: Sequence[Sql]) -> Sql:
-    if not parts:
-        return "(1=0)", []
-    return "(" + " OR ".join(p[0] for p in parts) + ")", [x for p in parts for x in p[1]]
+    return _chain(parts, "OR") if parts else ("(1=0)", [])
+
+
+#: most parts joined in one flat chain: SQLite parses a chain as a tree as deep as it is long,
+#: and refuses one deeper than 1,000 (an ``$in`` of 1,000 values, a filter of 1,000 keys)
+CHAIN_MAX = 64
+
+
+def _chain(parts: Sequence[Sql], op: str) -> Sql:
+    """``parts`` joined by ``op``, in order; a long chain as a balanced tree of chains, about
+    log(n) deep."""
+    if len(parts) > CHAIN_MAX:
+        step = -(-len(parts) // CHAIN_MAX)
+        parts = [_chain(parts[i:i + step], op) for i in range(0, len(parts), step)]
+    return "(" + f" {op} ".join(p[0] for p in parts) + ")", [x for p in parts for x in p[1]]
 
 
 def _not(part: Sql) -> Sql:
@@ -250,12 +260,12 @@ def item_filter_sql(filter: Mapping[str, Any] | None, dialect: str) -> tuple[str
     ``dialect`` (``"sqlite"`` or ``"postgres"``), their parameters, and whether they say exactly
     what :func:`~tiered_memory.layers.item_filters.match_filter` says (else a superset)."""
     d: _Dialect = _Postgres() if dialect == "postgres" else _SQLite()
-    sql, params, exact = "", list[Any](), True
+    parts, exact = list[Sql](), True
     for key, want in (filter or {}).items():
         try:
-            part, args = _key(d, key, want)
+            parts.append(_key(d, key, want))
         except _Untranslated:
             exact = False
-            continue
-        sql, params = sql + " AND " + part, [*params, *args]
-    return sql, params, exact
+    if len(parts) > CHAIN_MAX:  # one condition, balanced
+        parts = [_and(parts)]
+    return "".join(" AND " + p[0] for p in parts), [x for p in parts for x in p[1]], exact
