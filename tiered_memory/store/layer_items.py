@@ -43,7 +43,8 @@ class LayerItems:
     #: whether a listing page merges the pages of the few namespaces below its prefix
     #: (:meth:`_deeper_page`): on SQLite, which keeps no range statistics. PostgreSQL's planner,
     #: which has them, reads the range well and the merged statement badly (an Append of every
-    #: namespace's rows, then a sort: 2-3 times slower in bench/item_listing.py), so it reads the range.
+    #: namespace's rows, then a sort: 1.7-4 times slower in bench/item_listing.py, 10 times for the
+    #: pages of a search with an offset), so it reads the range.
     merges_namespaces = False
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
