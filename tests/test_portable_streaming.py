@@ -35,6 +35,15 @@ def dump(tmp_path_factory):
     return path
 
 
+def _import_peak(memory, dump):
+    """The import's report and the most memory it held at once (tracemalloc's peak)."""
+    tracemalloc.start()
+    try:
+        return memory.import_jsonl(dump), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_the_import_holds_a_batch_not_the_file(tmp_path, dump):
     size = dump.stat().st_size
     assert size > 3_000_000
@@ -42,12 +51,7 @@ def test_the_import_holds_a_batch_not_the_file(tmp_path, dump):
         warm = tmp_path / "one.jsonl"  # the embedder's table and what a first import loads: not this import's
         warm.write_text(_line(N).replace(f'"m{N}"', '"warm"'), encoding="utf-8")
         memory.import_jsonl(warm)
-        tracemalloc.start()
-        try:
-            report = memory.import_jsonl(dump)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        report, peak = _import_peak(memory, dump)
         assert report.imported == N and memory.stats().messages == N + 1
         hit = memory.search("note 299", user_id="ana", k=1)[0]
         assert hit.id == "m299" and hit.session_id == "s2" and hit.metadata["page"][:5] == "00299"
@@ -136,12 +140,7 @@ def test_the_audit_log_is_restored_in_batches_in_the_order_of_its_times(tmp_path
         warm = tmp_path / "warm.jsonl"  # the log the store held before the import: it stays first
         warm.write_text(_audit(n, 1_800_000_000.0).replace('"u0"', '"u1"'), encoding="utf-8")
         memory.import_jsonl(warm)
-        tracemalloc.start()
-        try:
-            report = memory.import_jsonl(dump)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        report, peak = _import_peak(memory, dump)
         assert (report.audit_imported, report.audit_skipped) == (n, 0)
         assert [(e.at, e.item_id) for e in memory.audit_log("u0")] == expected["u0"]
         assert [(e.at, e.item_id) for e in memory.audit_log("u1")] == [(1_800_000_000.0, f"w{n}"), *expected["u1"]]
