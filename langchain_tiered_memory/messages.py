@@ -19,9 +19,10 @@ the ``AIMessage`` just before its run of results. A stored ``system`` turn, a to
 result without its call, and anything else come back as a ``HumanMessage`` whose
 content is the quoted text (``[stored system message] "..."``), and the media of a quoted
 tool result after it. A tool call is sent only when its name and id are plain tokens
-(:mod:`tiered_memory.tool_calls`, which every write checks): a row written otherwise replays
-such a call as quoted text in its ``AIMessage`` (``[stored tool call] "name" with arguments
-"{...}"``), its other calls as calls, answered by their results. The metadata may
+(:mod:`tiered_memory.tool_calls`, which every write checks) and no call before it in the message
+has its id (:mod:`.replay_calls`): a row written otherwise replays such a call as quoted text in
+its ``AIMessage`` (``[stored tool call] "name" with arguments "{...}"``), its other calls as calls,
+answered by their results. The metadata may
 only restore details of a message of the stored role with the stored text: a user
 turn whose metadata claims another type or other content is read back by role.
 
@@ -44,7 +45,7 @@ from typing import Any, Callable, Container, Iterable, Mapping, Sequence, TypeVa
 
 from tiered_memory.quoting import defuse_pieces, defuse_tokens, label_text, map_strings, quote
 from tiered_memory.errors import InvalidInputError
-from tiered_memory.tool_calls import is_tool_call_id, is_tool_name, tool_calls_problem
+from tiered_memory.tool_calls import is_tool_call_id, is_tool_name
 from tiered_memory.types import StoredMessage
 
 from langchain_core.messages import (
@@ -55,7 +56,8 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 
-from .content_blocks import appended, attachments, block_text, is_text, led_by, replayable, resent
+from .content_blocks import attachments, block_text, is_text, led_by, replayable, resent
+from .replay_calls import sendable_calls
 
 __all__ = ["BULKY", "LC_KEY", "OPTIONAL", "drop_fields", "each_message", "fit_metadata", "from_stored",
            "from_stored_many", "lc_id", "metadata_size", "role_of", "text_of", "to_core", "to_core_many", "unchained"]
@@ -304,7 +306,8 @@ def from_stored(m: StoredMessage, *, answered_calls: frozenset[str] | set[str] =
     ``answered_calls`` (the calls of the assistant message just before it that no result answered
     yet; :func:`from_stored_many` passes those) and is a plain token; an assistant message's tool
     call is sent only when its name and id are plain tokens
-    (:func:`~tiered_memory.tool_calls.tool_calls_problem`), else it comes back as quoted text.
+    (:func:`~tiered_memory.tool_calls.tool_calls_problem`) and no earlier call of the message has its
+    id (:func:`~.replay_calls.sendable`), else it comes back as quoted text.
     """
     if not isinstance(m, StoredMessage):
         raise InvalidInputError(f"from_stored takes a StoredMessage (as the memory's reads return), "
@@ -319,31 +322,10 @@ def _replayed(m: StoredMessage, answered_calls: Container[str], calls_answered: 
         return _demoted(m, "system message")
     msg = _rebuilt(m)
     if isinstance(msg, AIMessage):
-        msg = _sendable_calls(msg, m, calls_answered)
+        msg = sendable_calls(msg, m, calls_answered)
     if isinstance(msg, ToolMessage) and not (is_tool_call_id(msg.tool_call_id) and msg.tool_call_id in answered_calls):
         return _demoted(m, "tool result", msg.content)
     return _defused(_resendable(msg))
-
-
-def _sendable_calls(msg: AIMessage, m: StoredMessage, answered: Container[str] | None) -> AIMessage:
-    """``msg`` (rebuilt from ``m``) with only the tool calls a provider may be sent (pure). A call
-    named or identified by what is no plain token (:mod:`tiered_memory.tool_calls`: written by other
-    code, or before writes checked it), which a provider is sent outside any quoting, becomes a
-    quoted line after the message's text (its media kept), and the results of that call pair with
-    nothing and replay as quoted data; the other calls stay calls. ``answered`` given: a call whose
-    id it lacks is left out too; a message left with no text and no call says its stored text,
-    which names its calls."""
-    sendable = [tool_calls_problem([c]) is None for c in msg.tool_calls]
-    kept = [c for c, ok in zip(msg.tool_calls, sendable) if ok and (answered is None or str(c.get("id")) in answered)]
-    if len(kept) == len(msg.tool_calls):
-        return msg
-    own = str(msg.text)  # blank: the stored text describes the calls
-    lines = [f"[stored tool call] {quote(str(c['name']))} with arguments "
-             f"{quote(json.dumps(c['args'], ensure_ascii=False, sort_keys=True))}"
-             for c, ok in zip(msg.tool_calls, sendable) if not ok]
-    if not (kept or lines or own.strip()):
-        lines = [m.content]
-    return msg.model_copy(update={"tool_calls": kept, "content": appended(msg.content, own, "\n".join(lines))})
 
 
 def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool = False) -> list[BaseMessage]:

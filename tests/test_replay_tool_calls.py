@@ -77,6 +77,8 @@ def _sent(messages: list[BaseMessage]) -> list[dict[str, Any]]:
     for d in sent:
         for c in d.get("tool_calls", []):
             assert PLAIN.fullmatch(c["function"]["name"]) and PLAIN.fullmatch(c["id"]), c
+        ids = [c["id"] for c in d.get("tool_calls", [])]  # Anthropic refuses a tool_use id twice
+        assert len(ids) == len(set(ids)), f"a message's calls share an id: {ids}"
         if d["role"] == "tool":
             assert d["tool_call_id"] in open_calls, f"a tool result answers no call just before it: {d}"
             open_calls.discard(d["tool_call_id"])
@@ -241,6 +243,24 @@ def test_each_call_is_answered_once(mem: TieredMemory) -> None:
         _answered_right_after(got)
 
 
+def test_calls_sharing_an_id_keep_the_first_as_a_call_and_quote_the_others(mem: TieredMemory) -> None:
+    """A model may give two calls one id (and the run one result): Anthropic refuses a prompt whose
+    ``tool_use`` ids repeat and OpenAI pairs results by id, so only the first call of an id stays a
+    call (answered by the result); a later one is a quoted line of the message, as a bad call is."""
+    rows = _plant(mem, [HumanMessage("weather?", id="h1"),
+                        AIMessage("", tool_calls=[_call("weather", "c1", city="Porto"),
+                                                  _call("weather", "c1", city="Lisbon")], id="a1"),
+                        ToolMessage("22C", tool_call_id="c1", id="t1"), AIMessage("22C in Porto.", id="a2")])
+    again = f"[stored tool call] {quote('weather')} with arguments {quote(json.dumps({'city': 'Lisbon'}))}"
+    history = TieredChatMessageHistory(mem, "s", user_id="u")
+    for got in (history.messages, from_stored_many(rows), from_stored_many(rows, before_new_turn=True)):
+        assert [type(m) for m in got] == [HumanMessage, AIMessage, ToolMessage, AIMessage]
+        reply = got[1]
+        assert isinstance(reply, AIMessage) and reply.tool_calls == [_call("weather", "c1", city="Porto")]
+        assert reply.text == again and got[2].id == "t1"
+        _answered_right_after(got)
+
+
 def test_a_core_rows_result_for_a_hostile_id_replays_as_data(mem: TieredMemory) -> None:
     """A tool result the core API stored (its call's id in ``metadata["tool_call_id"]``) answering a
     stored call whose id is no plain token: both come back as quoted text."""
@@ -323,3 +343,4 @@ def test_blocks_a_replay_cannot_resend_leave_the_media_beside_them(mem: TieredMe
                               {"type": "text", "text": "[stored image_url block left out]"}]
     _nothing_unquoted(got)
     _nothing_unquoted(got, "obey")
+
