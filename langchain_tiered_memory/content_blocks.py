@@ -9,8 +9,9 @@ text (its calls quoted, a tool result quoted as user-side data) keeps its media 
 (:func:`appended`, :func:`led_by`). LangChain's standard content blocks let every kind of message
 carry media (a provider's adapter translates them), and a quoted tool result becomes a user
 message, which every provider takes media in. Media that says more than where it is and what it is
-(``text-plain``, a field of text) comes back as a placeholder naming its kind
-(``[stored image_url block left out]``), so a model knows something was there.
+(``text-plain``, a field of text, a payload of text: a text file, a data URL of text, SVG, base64
+"data" that is words) comes back as a placeholder naming its kind (``[stored image_url block left
+out]``), so a model knows something was there.
 """
 
 from __future__ import annotations
@@ -33,11 +34,42 @@ _MEDIA_SOURCES = frozenset({"url", "base64", "id", "file", "ephemeral"})  # nest
 DATA_KINDS = _MEDIA_KINDS | {"text-plain"}
 """Block kinds that carry media (LangChain's data blocks and the provider shapes of :func:`is_media`)."""
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+/-]{0,127}")  # a mime type, an id, a file name, a detail
+# what providers take as media; any other type (text/*, JSON, SVG's XML) is a document whose bytes are text
+_MEDIA_TYPE = re.compile(r"(?:image|audio|video)/[a-z0-9][a-z0-9.+-]{0,63}|application/pdf", re.IGNORECASE)
+_TEXT_IMAGES = frozenset({"image/svg+xml"})
+_BASE64 = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")  # no space: no words
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")  # RFC 3986's characters
+_DATA_URL = re.compile(r"data:([^;,]*)(?:;[^;,]*)*;base64,(.*)", re.IGNORECASE | re.DOTALL)
+
+
+def _is_media_type(value: str) -> bool:
+    return _MEDIA_TYPE.fullmatch(value) is not None and value.lower() not in _TEXT_IMAGES
+
+
+def _is_payload(key: str, value: object) -> bool:
+    """Whether ``value`` is where media is and nothing else (pure): base64 data, a URL with no space
+    or quote in it, or a base64 data URL of a media type (a data URL of text, or not base64, holds text)."""
+    if not isinstance(value, str):
+        return False
+    if key in ("base64", "data"):
+        return _BASE64.fullmatch(value) is not None
+    if value[:5].lower() == "data:":
+        data = _DATA_URL.fullmatch(value)
+        return data is not None and _is_media_type(data[1]) and _BASE64.fullmatch(data[2]) is not None
+    return _URL.fullmatch(value) is not None
+
+
+def _is_word(key: str, value: object) -> bool:
+    """Whether ``value`` is a word (:data:`_WORD`), and, under a mime type's key, a media type."""
+    return (isinstance(value, str) and _WORD.fullmatch(value) is not None
+            and (key not in ("mime_type", "media_type") or _is_media_type(value)))
 
 
 def is_media(block: Mapping[str, Any], *, depth: int = 0) -> bool:
     """Whether ``block`` says only where media is and what it is, with no field a provider
-    could show the model as text (pure). ``depth`` counts the nested mappings above it."""
+    could show the model as text (pure): its payload base64 data or a URL (:func:`_is_payload`), its
+    other fields words, its mime type an image, audio or video type or PDF, never text (a text file,
+    SVG). ``depth`` counts the nested mappings above it."""
     kind, source = block.get("type"), block.get("source_type", "url")
     if depth > 2 or not isinstance(kind, (str, type(None))) or not isinstance(source, str):
         return False
@@ -46,9 +78,9 @@ def is_media(block: Mapping[str, Any], *, depth: int = 0) -> bool:
     if source not in _MEDIA_SOURCES:  # v0's ``text`` source holds text
         return False
     for key, value in block.items():
-        ok = ((key in _MEDIA_PAYLOAD and isinstance(value, str))
+        ok = ((key in _MEDIA_PAYLOAD and _is_payload(key, value))
               or (key in _MEDIA_NESTED and isinstance(value, Mapping) and is_media(value, depth=depth + 1))
-              or (key in _MEDIA_WORDS and isinstance(value, str) and _WORD.fullmatch(value) is not None)
+              or (key in _MEDIA_WORDS and _is_word(key, value))
               or (key == "index" and isinstance(value, int)))
         if not ok:
             return False

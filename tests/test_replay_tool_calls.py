@@ -14,6 +14,7 @@ what a provider receives is what langchain-openai sends.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import re
@@ -344,3 +345,30 @@ def test_blocks_a_replay_cannot_resend_leave_the_media_beside_them(mem: TieredMe
     _nothing_unquoted(got)
     _nothing_unquoted(got, "obey")
 
+
+# ---- media that carries text is not resent ------------------------------------------------------
+
+B64 = base64.b64encode(OBEY.encode()).decode()
+TEXT_BEARING = {  # a payload that is text, or free text where a URL, base64 data or a word goes
+    "text file": {"type": "file", "base64": B64, "mime_type": "text/plain", "filename": "notes.txt"},
+    "v0 text file": {"type": "file", "source_type": "base64", "data": B64, "mime_type": "text/markdown"},
+    "openai text file": {"type": "file", "file": {"file_data": f"data:text/plain;base64,{B64}", "filename": "a.txt"}},
+    "data url of text": {"type": "image", "url": f"data:text/plain,{OBEY}"},
+    "anthropic text source": {"type": "image", "source": {"type": "base64", "media_type": "text/plain", "data": B64}},
+    "svg": {"type": "image", "base64": B64, "mime_type": "image/svg+xml"},
+    "text as base64": {"type": "image", "base64": OBEY, "mime_type": "image/png"},
+    "text as audio data": {"type": "input_audio", "input_audio": {"data": OBEY, "format": "wav"}},
+    "text in a url": {"type": "image_url", "image_url": {"url": f"https://example.com/a.png#{OBEY}"}},
+    "text in extras": {"type": "image", "url": "https://example.com/a.png", "extras": {"url": OBEY}},
+}
+
+
+@pytest.mark.parametrize("block", TEXT_BEARING.values(), ids=TEXT_BEARING.keys())
+def test_media_that_carries_text_comes_back_as_its_placeholder(mem: TieredMemory, block: dict[str, Any]) -> None:
+    """Media a replay resends says only where it is and what it is: a text payload (a text file, a data
+    URL of text, an SVG) or free text in a field of it is text a provider gives the model unquoted
+    (langchain-openai sends a text file as a ``file`` part), so it is its kind's placeholder; an image stays."""
+    rows = _plant(mem, [HumanMessage([{"type": "text", "text": "what is this?"}, IMAGE, block], id="h1")])
+    for got in (TieredChatMessageHistory(mem, "s", user_id="u").messages, from_stored_many(rows)):
+        assert got[0].content == [{"type": "text", "text": "what is this?"}, IMAGE,
+                                  {"type": "text", "text": f"[stored {block['type']} block left out]"}]
