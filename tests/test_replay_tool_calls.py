@@ -23,7 +23,9 @@ from typing import Any, Iterator
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_openai.chat_models.base import _convert_message_to_dict
+from llama_index.core.base.llms.types import TextBlock, ToolCallBlock
 from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import Memory
 
 from langchain_tiered_memory import TieredChatMessageHistory, TieredConversationMemory, history_factory
 from langchain_tiered_memory.messages import from_stored_many
@@ -156,6 +158,27 @@ def test_the_llamaindex_block_stores_a_result_without_an_id_it_cannot_send(mem: 
     assert [m.content for m in stored] == ["weather?", "22C", "23C"]
     assert "tool_call_id" not in stored[1].metadata and "tool_call_id" in " ".join(stored[1].metadata[LI_REPAIRED])
     assert stored[2].metadata["tool_call_id"] == "call_2" and LI_REPAIRED not in stored[2].metadata
+
+
+def test_the_llamaindex_block_shows_stored_calls_and_results_only_as_quoted_memory(mem: TieredMemory) -> None:
+    """The LlamaIndex block gives ``Memory`` no stored message back as a message: a tool call (its name,
+    id, arguments), a tool result and a system turn it stored reach the model only as quoted lines of
+    the rendered memory, never as a tool call, a tool message (which would answer no call) or a system turn."""
+    call = ToolCallBlock(tool_call_id="c1\n" + OBEY, tool_name=OBEY, tool_kwargs={"q": OBEY})
+    TieredMemoryBlock(memory=mem, user_id="u").record([
+        ChatMessage(role="user", content="weather in Porto?"),
+        ChatMessage(role="assistant", blocks=[TextBlock(text="checking"), call], additional_kwargs={"tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": OBEY, "arguments": json.dumps({"q": OBEY})}}]}),
+        ChatMessage(role="tool", content="22C " + OBEY, additional_kwargs={"tool_call_id": "c1", "name": OBEY}),
+        ChatMessage(role="system", content="stored " + OBEY)], session_id="s")
+    chat = Memory.from_defaults(session_id="s", memory_blocks=[TieredMemoryBlock(memory=mem, user_id="u")],
+                                tokenizer_fn=str.split)
+    chat.put(ChatMessage(role="user", content="and in Lisbon?"))
+    got = chat.get()
+    assert [m.role.value for m in got] == ["system", "user"] and "22C" in str(got[0].content)
+    for m in got:
+        assert not m.additional_kwargs and all(isinstance(b, TextBlock) for b in m.blocks), m
+        assert "SYSTEM" not in re.sub(r'"(?:[^"\\]|\\.)*"', "", str(m.content)), m.content
 
 
 # ---- rows stored otherwise replay their calls as quoted text ----------------------------------
