@@ -10,7 +10,8 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import InvalidInputError, StaticEmbedder, TieredMemory
-from tiered_memory.context.assembly import turn_candidates
+from tiered_memory.context.assembly import best_kept, turn_candidates
+from tiered_memory.types import MemoryHit
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -69,15 +70,36 @@ def test_bad_shown_is_refused(make_memory: Callable[..., TieredMemory], shown: o
         memory.build_context("tides", user_id="u1", session_id="now", shown=shown)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("room, pool, shown, asked", [
-    (500, 150, 0, 40),     # nothing shown: as before
-    (500, 150, 16, 56),    # one more candidate for each shown message, which may be among the hits
-    (500, 150, 500, 80),   # at most as many again: a long queue does not make every search huge
-    (3000, 150, 10, 85),
+@pytest.mark.parametrize("room, pool, left_out, asked", [
+    (500, 150, 0, 40),     # nothing left out: as before
+    (500, 150, 8, 56),     # two more candidates for each turn left out: it, and a twin, may be among the hits
+    (500, 150, 16, 72),
+    (500, 150, 20, 75),    # never beyond half the pool: a bigger pool changes the scores of the turns kept
+    (500, 150, 500, 75),   # a long queue does not make every search huge
+    (500, 300, 500, 80),   # at most as many again
+    (3000, 150, 10, 75),   # the pool's half asked already: no more
 ])
-def test_turn_candidates_with_shown_messages(room: int, pool: int, shown: int, asked: int) -> None:
-    assert turn_candidates(room, pool, shown) == asked
+def test_turn_candidates_with_turns_left_out(room: int, pool: int, left_out: int, asked: int) -> None:
+    assert turn_candidates(room, pool, left_out) == asked
 
+
+def _hit(n: int, spread: bool = False) -> MemoryHit:
+    why = {"spread": "the best turn of a session not yet among the hits"} if spread else {}
+    return MemoryHit(id=f"m{n}", text=f"turn {n}", score=1.0 / (n + 1), layer="turn", session_id="s",
+                     timestamp=float(n), explanation=why)
+
+
+@pytest.mark.parametrize("hits, wanted, kept", [
+    ([0, 1, 2], 5, [0, 1, 2]),              # fewer than wanted: all, in order
+    ([0, 1, 2, 3], 2, [0, 1]),              # the best, in order
+    ([0, 1, 2, 3, "4s", "5s"], 4, [0, 1, "4s", "5s"]),  # the sessions spread to are kept; the others trimmed
+    (["0s", "1s", "2s"], 2, ["0s", "1s"]),  # all spread: the first
+    ([0, 1], 0, []),
+])
+def test_best_kept(hits: list[int | str], wanted: int, kept: list[int | str]) -> None:
+    def made(n: int | str) -> MemoryHit:
+        return _hit(int(str(n).rstrip("s")), spread=str(n).endswith("s"))
+    assert best_kept([made(h) for h in hits], wanted) == [made(h) for h in kept]
 
 
 def _recalled(memory: TieredMemory, shown: list[str], *, include_recent: bool = True) -> list[str]:
@@ -177,3 +199,75 @@ def test_a_twin_of_a_recent_turn_is_not_recalled(make_memory: Callable[..., Tier
     memory.add_many([{"role": "user", "content": said}], session_id="then", user_id="u2")
     ctx = memory.build_context("when is my flight to Lisbon?", user_id="u1", session_id="then", max_tokens=600)
     assert ("user", said) in [(i.role, i.text) for s in ctx.sections for i in s.items]
+
+
+TWIN_QUERY = "tides and the moon"
+
+
+def _last_week(memory: TieredMemory) -> list[dict[str, str]]:
+    """Sixty short user turns about tides, each saying something else, stored last week."""
+    rows = [{"role": "user", "content": f"Tides note {n}: the {topic} tide rose {n} cm under the moon."}
+            for n, topic in enumerate(TOPICS * 6)]
+    memory.add_many(rows, session_id="last-week", user_id="u1")
+    return rows
+
+
+def _said_again(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Eight of them said again today, with an exclamation mark: twins (the same words), each with a
+    vector of its own, so a search finds both."""
+    return [{**r, "content": r["content"].replace(".", "!")} for r in rows[:: len(rows) // 8][:8]]
+
+
+def _twins(again: list[dict[str, str]]) -> set[str]:
+    return {r["content"] for r in again} | {r["content"].replace("!", ".") for r in again}
+
+
+def _turns(ctx: Any) -> list[str]:
+    turns = ctx.section("turns")
+    return [] if turns is None else [i.text for i in turns.items]
+
+
+@pytest.mark.record_stores("sqlite")
+def test_twins_of_recent_turns_leave_their_candidates_to_other_turns(make_memory: Callable[..., TieredMemory]) -> None:
+    """The recent buffer repeats eight turns of last week word for word: those twins are left out
+    of the recalled turns after the search, and the search was asked for no more candidates, so the
+    context recalled fewer turns than the room and the candidate count allow, while sixty relevant
+    turns were there. The search is asked for as many more as could be left out now."""
+    memory = make_memory(embedder=StaticEmbedder())
+    rows = _last_week(memory)
+    # without twins: a session whose eight recent turns, as long, say something else
+    memory.add_many([{"role": "user", "content": f"Lunch plan {n}: the {food} soup simmered {n} min in a pot."}
+                     for n, food in enumerate(["leek", "bean", "corn", "kale", "pea", "okra", "yam", "fig"])],
+                    session_id="other", user_id="u1")
+    plain = memory.build_context(TWIN_QUERY, user_id="u1", session_id="other", max_tokens=1800)
+    assert len(_turns(plain)) >= turn_candidates(1800, memory.config.retrieval.candidates) - 5  # the room holds them
+    again = _said_again(rows)
+    memory.add_many(again, session_id="now", user_id="u1")
+    ctx = memory.build_context(TWIN_QUERY, user_id="u1", session_id="now", max_tokens=1800)
+    assert sorted(i.text for i in ctx.recent) == sorted(r["content"] for r in again)
+    assert abs(sum(i.tokens for i in ctx.recent) - sum(i.tokens for i in plain.recent)) <= 8
+    recalled = _turns(ctx)
+    assert not set(recalled) & _twins(again)  # the recent turns say them: not recalled
+    assert len(recalled) == len(_turns(plain))  # their room goes to other turns, as many as without the twins
+    both = [t for t in recalled if t in _turns(plain)]
+    assert both == [t for t in _turns(plain) if t in recalled]  # in the order they had
+
+
+@pytest.mark.record_stores("sqlite")
+def test_twins_of_shown_messages_leave_their_candidates_to_other_turns(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """The same through ``shown`` (the LangChain middleware's path: no recent section, the thread's
+    stored turns shown): the shown turns and their twins of last week are left out, and as many
+    other turns recalled as without them."""
+    memory = make_memory(embedder=StaticEmbedder())
+    rows = _last_week(memory)
+    plain = _turns(memory.build_context(TWIN_QUERY, user_id="u1", session_id="new", max_tokens=1500,
+                                        include_recent=False))
+    assert len(plain) == turn_candidates(1500, memory.config.retrieval.candidates)
+    ids = memory.add_many(_said_again(rows), session_id="now", user_id="u1")
+    ctx = memory.build_context(TWIN_QUERY, user_id="u1", session_id="now", max_tokens=1500, include_recent=False,
+                               shown=ids)
+    recalled = _turns(ctx)
+    assert not set(recalled) & _twins(_said_again(rows))
+    assert len(recalled) == len(plain)
+    assert [t for t in recalled if t in plain] == [t for t in plain if t in recalled]

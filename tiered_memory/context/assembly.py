@@ -18,7 +18,9 @@ turns that lead into them; its turns over its share are then past turns to recal
 and the ``turns`` candidates leave them out as they leave out the buffer's, so their room goes to
 other memories; so are their twins that say the same (the same text stored again under another id:
 :func:`shown_twins`), and the recent turns' twins (a user who says again what they said last week,
-a re-imported copy). They are not reported as dropped: the model sees them. With
+a re-imported copy). They are not reported as dropped: the model sees them. The search is asked for
+more turns by as many as may be left out so (:func:`turn_candidates`), and as many turns are kept as
+it would hand on without them, in its order (:func:`best_kept`). With
 ``include_recent=False`` (a caller that shows ``memory_text`` alone) there is no recent buffer: the
 session's turns not shown are past turns to recall, and the whole budget goes to the sections. A past turn that a
 kept fact or episode quotes whole is left out for the next one (:func:`without_repeats`). Working-memory
@@ -221,14 +223,31 @@ def item_request(items: ItemStore, query: str, vector: np.ndarray, *, user_id: s
     return SectionRequest(name="items", title=TITLES["items"], items=costed, share=share, priority=PRIORITY["items"])
 
 
-def turn_candidates(room: TokenCount, pool: int, shown: int = 0) -> int:
+def turn_candidates(room: TokenCount, pool: int, left_out: int = 0) -> int:
     """How many turns to ask the search for (pure): as many short messages as ``room`` tokens
     hold, at least :data:`TURN_CANDIDATES`, and at most half the search's candidate ``pool``
     (``RetrievalConfig.candidates``), beyond which every search would fetch a bigger pool; plus
-    as many again at most for the ``shown`` messages the caller shows, which may be among the
-    hits and are left out of them."""
+    two for each turn left out of the hits after the search (``left_out``: the recent buffer's and
+    the ``shown`` messages), which may be among them with a twin that says the same
+    (:func:`shown_twins`), so the turns kept fill the room as without them. As many again at most,
+    and never beyond half the pool: a bigger pool changes the scores and order of the turns kept."""
     wanted = max(TURN_CANDIDATES, min(pool // 2, int(room // TURN_TOKENS)))  # a float count leaves a float room
-    return wanted + min(shown, wanted)
+    return wanted + min(2 * left_out, wanted, max(0, pool // 2 - wanted))
+
+
+def best_kept(hits: Sequence[MemoryHit], wanted: int) -> list[MemoryHit]:
+    """The first ``wanted`` of ``hits`` (those kept of a search asked for more, :func:`turn_candidates`),
+    in their order (pure): as the search would have returned without the turns left out. The best
+    turns of sessions not yet among the hits (``explanation["spread"]``, which the search puts last)
+    are kept; the others past ``wanted`` are trimmed, the lowest ranked first."""
+    extra = len(hits) - max(0, wanted)
+    ranked = [n for n, h in enumerate(hits) if "spread" not in h.explanation]
+    if extra <= 0:
+        return list(hits)
+    if extra > len(ranked):
+        return list(hits[:wanted])
+    trimmed = set(ranked[-extra:])
+    return [h for n, h in enumerate(hits) if n not in trimmed]
 
 
 def recent_room(budget: int, buffer_share: float) -> int:
@@ -292,12 +311,13 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     # the budget holds the rendered memory (its preamble, block tags and headings too) and the recent turns
     room = max(0, budget - used)
     retrieval = parts.config.retrieval
+    # asked for more by as many as may be left out of the hits below, so that as many are kept
     hits = search_turns(store=parts.store, index=parts.index, embedder=parts.embedder, config=retrieval,
-                        query=query, user_id=user_id, k=turn_candidates(room, retrieval.candidates, len(shown)),
+                        query=query, user_id=user_id, k=turn_candidates(room, retrieval.candidates, len(left_out)),
                         vector=vector) if vector is not None else []
     # a shown message's twin (the same text stored again, another id) is shown too, and so is a recent turn's
     left_out |= shown_twins(parts.store, user_id, shown, [h for h in hits if h.id not in left_out], recent)
-    past = [h for h in hits if h.id not in left_out]
+    past = best_kept([h for h in hits if h.id not in left_out], turn_candidates(room, retrieval.candidates))
     turns = [hit_item(h, count) for h in past]
     # the bar facts are held to: the past turns', not the session's own (the question just stored is 1)
     best_turn = max((x for x in (similarity(h.explanation) for h in past) if x is not None), default=None)
