@@ -3,6 +3,7 @@ them against the stored ones, and the extractive rules each failure falls back t
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any, Callable
 
@@ -338,3 +339,29 @@ def test_a_fact_the_model_restates_citing_no_turn_is_confirmed_as_of_the_spans_n
     memory.end_session("old", user_id="u1")
     assert [h.action for h in memory.fact_history("u1", fact.id)] == ["add", "confirm"]
     assert llm.tasks().count("facts") == 3
+
+
+@pytest.mark.record_stores("sqlite")
+def test_an_imported_confirm_said_at_no_turn_could_have_holds_back_no_later_confirm(
+        make_memory: Callable[..., TieredMemory], tmp_path: Any) -> None:
+    """A fact's last statement was the latest ``said_at`` of its confirm entries, whatever the
+    number: an import's entry of ``said_at`` 1e300 (a hand-edited export; history details are any
+    JSON) made every later restatement citing no turn look older, so none confirmed it again, ever.
+    A ``said_at`` no turn's timestamp could be (not epoch seconds in a message's range) is not counted."""
+    t0, day = 1_600_000_000.0, 86_400.0
+    text = "User lives in Berlin"
+    fact = {"id": "f1", "user_id": "u1", "type": "fact", "text": text, "confidence": 0.9,
+            "created_at": t0, "updated_at": t0, "valid_from": t0}
+    history = [{"fact_id": "f1", "action": "add", "new_text": text, "at": t0, "details": {}},
+               {"fact_id": "f1", "action": "confirm", "old_text": text, "new_text": text, "at": t0,
+                "details": {"source_ids": [], "said_at": 1e300}}]
+    path = tmp_path / "export.jsonl"
+    path.write_text(json.dumps({"type": "fact", "fact": fact, "history": history}) + "\n", encoding="utf-8")
+    llm = ScriptedLLM(by_task={"facts": [_llm_facts({"type": "fact", "text": text})],
+                               "resolve": [{"action": "noop", "target": 1}], "episode": [EPISODE]})
+    memory = make_memory(llm=llm, embedder=StaticEmbedder())
+    assert memory.import_jsonl(path).facts_imported == 1
+    memory.add("user", "Work was long today.", session_id="s2", user_id="u1", timestamp=t0 + day)
+    memory.end_session("s2", user_id="u1")
+    *_, confirm = memory.fact_history("u1", "f1")
+    assert (confirm.action, confirm.details.get("said_at")) == ("confirm", t0 + day)

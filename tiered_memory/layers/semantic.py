@@ -31,7 +31,7 @@ from .fact_unit import (CHANGING, DECIDED, EDITED, TRIES, UNINDEXED, UNWRITTEN, 
                         named, one_in_slot_written)
 from ..store.pending_deletes import OwedRows
 from ..store.repositories import FactRepository, PendingVectorSource
-from ..validation import check_text
+from ..validation import MAX_TIMESTAMP, MIN_TIMESTAMP, check_text
 from ..vector.base import VectorIndex
 
 FACT_TYPES = ("preference", "fact", "constraint", "relationship", "decision")
@@ -242,10 +242,13 @@ class SemanticMemory:
                 old.metadata, given, beside=details, max_bytes=limit)}, max_bytes=limit)
 
     def _last_said(self, fact: Fact) -> float:
-        """When ``fact`` was last said, as known: its ``valid_from``, or a later ``confirm``'s ``said_at``."""
+        """When ``fact`` was last said, as known: its ``valid_from``, or a later ``confirm``'s ``said_at``
+        (one a turn's timestamp could be: an imported entry's details are any JSON, and a ``said_at``
+        of 1e300 would date every later statement before it)."""
         said = [c.details.get("said_at") for c in self.rows.fact_history(fact.user_id, fact.id)
                 if c.action == "confirm"]
-        return max([fact.valid_from, *(t for t in said if isinstance(t, (int, float)))])
+        return max([fact.valid_from, *(t for t in said if not isinstance(t, bool) and isinstance(t, (int, float))
+                                       and MIN_TIMESTAMP <= t < MAX_TIMESTAMP)])
 
     def _add_superseded(self, fact: Fact, newer: Fact, vector: Any, details: dict[str, Any], now: float) -> Fact:
         """Store ``fact`` as already invalid, superseded by the ``newer`` fact it contradicts
