@@ -39,7 +39,8 @@ _MEDIA_TYPE = re.compile(r"(?:image|audio|video)/[a-z0-9][a-z0-9.+-]{0,63}|appli
 _TEXT_IMAGES = frozenset({"image/svg+xml"})
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")  # no space: no words
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]+")  # RFC 3986's characters
-_DATA_URL = re.compile(r"data:([^;,]*)(?:;[^;,]*)*;base64,(.*)", re.IGNORECASE | re.DOTALL)
+# its parameters (charset=..., name=...) hold a URL's characters, as any URL: no space, no quote
+_DATA_URL = re.compile(r"data:([^;,]*)(?:;[A-Za-z0-9._~:/?#\[\]@!$&()*+=%-]*)*;base64,(.*)", re.IGNORECASE | re.DOTALL)
 
 
 def _is_media_type(value: str) -> bool:

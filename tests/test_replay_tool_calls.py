@@ -382,6 +382,8 @@ TEXT_BEARING = {  # a payload that is text, or free text where a URL, base64 dat
     "text as base64": {"type": "image", "base64": OBEY, "mime_type": "image/png"},
     "text as audio data": {"type": "input_audio", "input_audio": {"data": OBEY, "format": "wav"}},
     "text in a url": {"type": "image_url", "image_url": {"url": f"https://example.com/a.png#{OBEY}"}},
+    "text in a data url's parameters": {"type": "image_url",
+                                        "image_url": {"url": f"data:image/png;{OBEY};base64,AAAA"}},
     "text in extras": {"type": "image", "url": "https://example.com/a.png", "extras": {"url": OBEY}},
 }
 
