@@ -295,3 +295,23 @@ def test_a_full_repair_the_engine_cut_short_runs_again_so_no_fact_or_item_vector
     index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
     memory = make_memory(vector_store=index, embedder=StaticEmbedder())
     assert lost <= index.inner.ids("u") and pending_ids(memory) == set()
+
+
+def test_a_full_repair_writes_only_the_layer_vectors_that_are_missing(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """An unclean open's full repair finding one fact vector and one episode key point missing
+    re-embedded the layers of every user (every fact and episode, another user's too): at scale,
+    one lost vector cost a re-embedding of the whole store. It writes the rows whose vectors are
+    missing (pending since it found them), and only those."""
+    memory, facts, episodes = _layers_written(make_memory, tmp_path)
+    memory.add_fact("User collects stamps", user_id="v")
+    lost_fact = facts["User plays the cello"]
+    points = sorted(i for i in memory.index.ids("u") if i.startswith(f"ep:{episodes[1]}:"))
+    memory.index.delete([f"fact:{lost_fact}", points[0]])  # lost: the episode's other points are kept
+    _crashed(memory, tmp_path)
+    index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its full repair runs
+    written = [i for i in index.upserted if i.startswith(("fact:", "ep:"))]
+    assert sorted(written) == sorted([f"fact:{lost_fact}", *points])  # the episode's points: each once
+    assert _layer_vectors(index, "fact:") == set(facts.values()) and _layer_vectors(index, "ep:") == set(episodes)
+

@@ -4,8 +4,9 @@ vectors no row holds and those missing (:func:`repair_layer_vectors`).
 
 A fact's row is stored pending by the unit that writes it and settled once the index has its
 vector (:class:`~..store.repositories.PendingVectorSource`); the pending pass writes what is
-still pending, in row order, and settles it. A full repair and ``rebuild_index`` re-embed the
-layers (:func:`reindex_facts`, :func:`reindex_episodes`), settling each row written.
+still pending, in row order, and settles it. A full repair marks pending the rows whose vectors
+are missing, for that pass; ``rebuild_index`` re-embeds the layers (:func:`reindex_facts`,
+:func:`reindex_episodes`), settling each row written.
 
 Invariants:
 
@@ -18,11 +19,12 @@ Invariants:
   (:class:`~..recall.skipping.SkippingPass`), the fact refused alone is logged and left pending
   for the next pass, the others are written and settled; an engine that is down stops the pass.
 - A fact or episode the index refuses while the layers are re-embedded is skipped the same way
-  and left pending (a full repair's rows were settled: marked pending again), so the next
-  pending pass writes it; the other rows and users are written all the same.
-- A full repair marks pending every fact and episode whose vector is missing before it
-  re-embeds the layers: one the re-embedding never reached (the engine went down, anything
-  raised) is written by the next pending pass, never left settled without a vector.
+  and left pending (a rebuild's rows were settled: marked pending again), so the next pending
+  pass writes it; the other rows and users are written all the same.
+- A full repair marks pending every fact and episode whose vector is missing, and the pending
+  pass after it writes them: only those rows are re-embedded, and one the pass never reached
+  (the engine went down, anything raised) is written by the next, never left settled without a
+  vector.
 - An episode's key points are written only once the deletions its id still owes the index are
   paid (:func:`~..recall.forgetting.pay_before_storing`), by every pass (else a later payment
   deletes them); a fact's need not be: an owed fact id is never stored again (its history,
@@ -75,7 +77,8 @@ def index_pending_facts(rows: PendingVectorSource, index: VectorIndex, embedder:
         def written(part: Sequence[tuple[Fact, bool]]) -> None:
             # no debt to pay first, unlike turns': an owed fact id's history entry (kept with it) makes imports skip it
             with vector_errors_typed(LEFT_PENDING.format(n=len(part), what="fact")):
-                index.delete([f"fact:{f.id}" for f, alive in part if not alive])  # none wanted
+                if dead := [f"fact:{f.id}" for f, alive in part if not alive]:  # none wanted
+                    index.delete(dead)
                 if any(alive for _, alive in part):
                     index.upsert([fact_item(f, vectors[f.id]) for f, alive in part if alive])  # noqa: B023 (run now)
             rows.settle_facts([(f.id, f.text, f.updated_at) for f, _ in part])
@@ -163,33 +166,30 @@ def reindex_episodes(rows: EpisodeRepository, user_id: str | None, index_one: Ca
 
 
 def repair_layer_vectors(rows: LayerRepository, index: VectorIndex, owed: OwedRows,
-                         reindex: Callable[[str, list[VectorIndexError]], object],
                          *, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
     """Make the fact and episode vectors match their rows (a full repair): drop the vectors no
-    row holds (one the index refuses is owed: :func:`~..recall.forgetting.delete_strays`), then,
-    should any be missing, mark their rows pending and re-embed the layers of every user
-    (``reindex(user)``, which settles each row written); returns the report. ``skipped``: the
-    error of the vectors the index refused to drop goes there, not raised, for a caller with more
-    passes to run first.
+    row holds (one the index refuses is owed: :func:`~..recall.forgetting.delete_strays`), and
+    mark pending the rows whose vectors are missing, for the pending pass that follows (the
+    caller's: it writes those rows alone, each id's owed deletions paid first, and settles each);
+    returns the report. ``skipped``: the error of the vectors the index refused to drop goes
+    there, not raised, for a caller with more passes to run first.
 
     Raises:
-        VectorIndexError: the index failed to list or write vectors, or refused to drop some (the
-            rest done), or the engine is down.
+        VectorIndexError: the index failed to list vectors, or refused to drop some (the rest
+            done), or the engine is down.
     """
     want = {f"fact:{i}" for i in rows.valid_fact_ids()} | rows.point_ids()
     with vector_errors_typed(UNREPAIRED):  # a custom index may raise anything
         have = {i for i in index.ids() if i.startswith(("fact:", "ep:"))}
+    missing = want - have
+    # pending until written, by the pending pass: only the rows whose vectors are missing are
+    # re-embedded (not every row of the store for one lost vector), and a pass cut short (the
+    # engine down, any raise, the strays' deletion too) leaves those it never reached pending
+    _pend(rows, facts=sorted(i.removeprefix("fact:") for i in missing if i.startswith("fact:")),
+          episodes=sorted({episode_of_point(i) for i in missing if i.startswith("ep:")}))
     stray = sorted(have - want)
     removed, refused = delete_strays(owed, index, stray, lambda i: OwedVector(NO_USER, VECTOR, i))
-    missing = want - have
     left: list[VectorIndexError] = [] if refused is None else [refused]
-    if missing:
-        # pending until written: a re-embedding cut short (the engine down, any raise) leaves the
-        # rows it never reached to the next pending pass, not settled without a vector
-        _pend(rows, facts=sorted(i.removeprefix("fact:") for i in missing if i.startswith("fact:")),
-              episodes=sorted({episode_of_point(i) for i in missing if i.startswith("ep:")}))
-        for user in rows.layer_users():  # coarse but rare: re-embed the layers of affected users
-            reindex(user, left)  # a row refused is left pending, and holds back no other user's
     report = {"layer_vectors_removed": removed, "layer_vectors_missing": len(missing)}
     if refused is not None:
         report["layer_vectors_stray_owed"] = len(stray) - removed

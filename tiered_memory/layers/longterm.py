@@ -322,10 +322,10 @@ class Layers:
 
     # ---- maintenance --------------------------------------------------------------
     def repair(self, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
-        """Make the layer vectors match their rows after a crash (:func:`~.layer_repair.repair_layer_vectors`).
+        """Make the layer vectors match their rows after a crash (:func:`~.layer_repair.repair_layer_vectors`):
+        the rows whose vectors are missing are left pending, for :meth:`index_pending` to write.
         ``skipped``: the error of vectors the index refused to drop (owed) goes there, not raised."""
-        return repair_layer_vectors(self.rows, self.parts.index, self.facts.owed,
-                                    lambda user, left: self.reindex(user, skipped=left), skipped=skipped)
+        return repair_layer_vectors(self.rows, self.parts.index, self.facts.owed, skipped=skipped)
 
     def reindex(self, user_id: str | None = None, skipped: list[VectorIndexError] | None = None) -> dict[str, int]:
         """Re-embed the facts' and episodes' vectors; a row the index refuses is left pending and
