@@ -18,6 +18,7 @@ from tiered_memory import BufferConfig, EpisodeConfig, MemoryConfig, StaticEmbed
 from tiered_memory.embedding import embed
 from tiered_memory.layers.item_rules import ItemWrite, vector_id
 from tiered_memory.recall.indexing import repair
+from tiered_memory.startup import REPAIR_DUE
 from tiered_memory.vector.base import VectorItem
 from tiered_memory.vector.chroma import ChromaVectorIndex
 
@@ -315,3 +316,23 @@ def test_a_full_repair_writes_only_the_layer_vectors_that_are_missing(
     assert sorted(written) == sorted([f"fact:{lost_fact}", *points])  # the episode's points: each once
     assert _layer_vectors(index, "fact:") == set(facts.values()) and _layer_vectors(index, "ep:") == set(episodes)
 
+
+def test_a_rebuild_clears_the_mark_of_a_full_repair_cut_short(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path) -> None:
+    """A full repair cut short (the engine down) marks the store so the next open repairs in full
+    (``repair_due``); ``rebuild_index`` then re-embedded everything but left the mark, so the next
+    open paid for a second full repair of an index just rebuilt. A rebuild that gets through
+    clears it."""
+    memory, index = stored_pending(make_memory, tmp_path, [])
+    notes = ["note-1", "note-2", "note-3"]
+    for note in notes:
+        add_note(memory, note, NOTES[note])
+    index.inner.delete(notes)  # lost: the full repair's turns pass writes them, and finds the engine down
+    _crashed(memory, tmp_path)
+    index = RefusingEngine(ChromaVectorIndex(str(tmp_path / "index")))
+    index.writes_left = 0
+    memory = make_memory(vector_store=index, embedder=StaticEmbedder())  # its full repair is cut short, logged
+    assert memory.store.get_meta(REPAIR_DUE) == "full"
+    index.down, index.writes_left = False, None
+    memory.rebuild_index()
+    assert memory.store.get_meta(REPAIR_DUE) in (None, "") and set(notes) <= index.inner.ids("u")

@@ -205,6 +205,7 @@ class MemoryEngines:
                 report["items"] = self._items.repair()  # the LangGraph store's: an open adapter finds them too
             report["working_items"] = working
             self.store.set_meta(INDEX_META, self._index_name)  # the records are in line with this index now
+            self.store.set_meta(REPAIR_DUE, "")  # every kind compared: a full repair cut short needs no rerun
             if left:
                 raise left[0]
             return report
