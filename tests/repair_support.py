@@ -19,7 +19,8 @@ class RefusingEngine:
     engine does), and every call while ``down`` (``"upsert"``: every upsert); ``refusals`` counts
     the calls refused for ``refused``. ``writes_left``: the calls (upserts, deletes) it takes
     before it goes down for good (``down`` set), as a server that fails midway through a pass.
-    ``upserted``: the ids of every vector it wrote, in order (how much a pass re-embeds)."""
+    ``upserted``: the ids of every vector it wrote, in order (how much a pass re-embeds);
+    ``upserts``: those of each upsert call."""
 
     def __init__(self, inner: ChromaVectorIndex) -> None:
         self.inner, self.refusals = inner, 0
@@ -28,11 +29,13 @@ class RefusingEngine:
         self.refused_layer = ""  # "fact:": every fact vector refused
         self.writes_left: int | None = None
         self.upserted: list[str] = []
+        self.upserts: list[list[str]] = []
 
     def upsert(self, items: list[VectorItem]) -> None:
         self._check([i.id for i in items], "upsert")
         self.inner.upsert(items)
         self.upserted += [i.id for i in items]
+        self.upserts.append([i.id for i in items])
 
     def delete(self, ids: Sequence[str]) -> None:
         self._check(ids, "delete")

@@ -144,12 +144,13 @@ def reindex_facts(rows: FactRepository, index: VectorIndex, embedder: Embedder, 
     return len(facts)
 
 
-def reindex_episodes(rows: EpisodeRepository, user_id: str | None, index_one: Callable[[Episode], None], *,
-                     skipped: list[VectorIndexError] | None = None) -> int:
-    """Re-embed and write the key points of every episode (of ``user_id``, or everyone's), each by
-    ``index_one`` (which pays its id's owed deletions first and settles it); returns how many.
-    One the index refuses is skipped and left pending for the next pass, the others written;
-    ``skipped``: its error goes there.
+def reindex_episodes(rows: EpisodeRepository, user_id: str | None, index_some: Callable[[Sequence[Episode]], None],
+                     *, batch: int = 64, skipped: list[VectorIndexError] | None = None) -> int:
+    """Re-embed and write the key points of every episode (of ``user_id``, or everyone's), ``batch``
+    at a time by ``index_some`` (which pays their ids' owed deletions first, writes them in one
+    call and settles them); returns how many. One the index refuses is skipped (the batch sent
+    again in halves) and left pending for the next pass, the others written; ``skipped``: its
+    error goes there.
 
     Raises:
         VectorIndexError: episodes were refused (the others written), or the engine is down.
@@ -157,8 +158,8 @@ def reindex_episodes(rows: EpisodeRepository, user_id: str | None, index_one: Ca
     eps = rows.episodes_of(user_id)
     skipping = SkippingPass[Episode](what="episode", name=lambda ep: repr(ep.id))
     try:
-        for ep in eps:  # one upsert per episode already: each alone
-            skipping.write([ep], lambda one: index_one(one[0]))
+        for start in range(0, len(eps), batch):
+            skipping.write(eps[start:start + batch], index_some)
     finally:
         _pend(rows, episodes=[ep.id for ep in skipping.skipped])
     _left_pending(skipping, "episode", skipped)
