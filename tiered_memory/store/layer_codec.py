@@ -165,6 +165,23 @@ def items_merged_sql(paths: Sequence[str], limit: int, after: ItemCursor | None,
             [*(p for path in paths for p in (path, *params)), int(limit)])
 
 
+def items_lateral_sql(paths: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,
+                      where: tuple[str, list[Any]] = ("", [])) -> tuple[str, list[Any]]:
+    """:func:`items_merged_sql` as PostgreSQL plans it well: each namespace's page read by a seek
+    of ``items_listing`` (a ``LATERAL`` subquery a namespace, in the listing's order, no sort), then
+    the pages' rows, at most ``limit`` a namespace, sorted to the page. The compound statement
+    became an Append of each namespace's rows past ``after`` and a sort of them all."""
+    arm, params = f"SELECT {PAGE_COLS} FROM items WHERE {ns_column('postgres')} = below.path", list[Any]()
+    if after is not None:
+        arm, params = arm + " AND" + PAST, past(after)
+    arm, params = live(arm + where[0], [*params, *where[1]], live_at)
+    cursor = len(PAGE_COLS.split(",")) - 1  # the position of updated_at, counted from 1
+    return (f"SELECT page.* FROM unnest(CAST(? AS text[])) AS below(path) CROSS JOIN LATERAL"
+            f" ({arm} ORDER BY updated_at DESC, rowid DESC LIMIT ?) AS page"
+            f" ORDER BY {cursor} DESC, {cursor + 1} DESC LIMIT ?",
+            [list(paths), *params, int(limit), int(limit)])
+
+
 def items_recent_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,
                      dialect: str = "sqlite", where: tuple[str, list[Any]] = ("", []), scan: int = 1000
                      ) -> tuple[str, list[Any]]:

@@ -11,8 +11,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..records import Item
 from .item_filter_sql import item_filter_sql
-from .layer_codec import (ITEM_COLS, id_batches, item_from_row, items_merged_sql, items_page_sql, items_recent_sql,
-                          items_under_sql, live, marks, namespace_of, namespaces_below_sql, ns_path)
+from .layer_codec import (ITEM_COLS, id_batches, item_from_row, items_lateral_sql, items_merged_sql, items_page_sql,
+                          items_recent_sql, items_under_sql, live, marks, namespace_of, namespaces_below_sql, ns_path)
 from .repositories import ItemCursor, Scored
 
 #: most ids one ``IN (...)`` list holds: under SQLite's 32,766 and PostgreSQL's 65,535 bound parameters
@@ -41,11 +41,16 @@ class LayerItems:
 
     dialect = ""
     #: whether a listing page merges the pages of the few namespaces below its prefix
-    #: (:meth:`_deeper_page`): on SQLite, which keeps no range statistics. PostgreSQL's planner,
-    #: which has them, reads the range well and the merged statement badly (an Append of every
-    #: namespace's rows, then a sort: 1.7-4 times slower in bench/item_listing.py, 10 times for the
-    #: pages of a search with an offset), so it reads the range.
+    #: (:meth:`_deeper_page`) rather than read their range: SQLite keeps no range statistics and
+    #: sorted the range; PostgreSQL read the whole range past a cursor for each page
     merges_namespaces = False
+    #: whether they are merged as PostgreSQL plans it well (:func:`.items_lateral_sql`: its planner
+    #: read the compound statement as an Append of every namespace's rows and a sort): a seek and
+    #: up to ``limit`` rows a namespace, sorted. So it merges after the newest rows, which read
+    #: fewer (a search's pages with an offset: 2.5 times faster), and only pages every row of which
+    #: counts: a filter's few rows, spread, left each namespace read to its end, where the range's
+    #: read of the newest rows first stops at the page (2-5 times faster; bench/item_listing.py)
+    lateral_merge = False
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
         raise NotImplementedError
@@ -102,11 +107,13 @@ class LayerItems:
         Below few namespaces (found by a seek each, :func:`merged_at_once`), their pages are merged
         (:func:`.items_merged_sql`): a seek each, wherever the page lies, whatever the filter or the
         rows' age. Below more, the newest rows are read first, then the pages merged while they
-        are at most :data:`MERGED_MAX`, else the range read (:meth:`_range_page`)."""
+        are at most :data:`MERGED_MAX`, else the range read (:meth:`_range_page`). PostgreSQL reads
+        the newest rows first below any number, and a filtered page from the range
+        (:attr:`lateral_merge`)."""
         scans: Sequence[int] = recent_scans(limit)
-        if not self.merges_namespaces:
+        if not self.merges_namespaces or (self.lateral_merge and where[0]):
             return self._range_page(prefix, limit, after, live_at, where, scans)
-        few = merged_at_once(limit)
+        few = 0 if self.lateral_merge else merged_at_once(limit)
         paths = self._paths_below(prefix, few + 1)
         if not paths:
             return []
@@ -116,7 +123,8 @@ class LayerItems:
                 return rows
             paths, scans = self._paths_below(prefix, MERGED_MAX + 1), scans[1:]
         if len(paths) <= MERGED_MAX and len(paths) * (len(where[1]) + 8) <= IN_LIST_MAX:  # the parameters
-            return self.query(*items_merged_sql(paths, limit, after, live_at, self.dialect, where))
+            return self.query(*(items_lateral_sql(paths, limit, after, live_at) if self.lateral_merge
+                                else items_merged_sql(paths, limit, after, live_at, self.dialect, where)))
         return self._range_page(prefix, limit, after, live_at, where, scans)
 
     def _range_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,

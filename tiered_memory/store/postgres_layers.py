@@ -235,6 +235,7 @@ class PostgresLayerStore(LayerStore):
     message_order = "seq"
     greatest = "GREATEST"
     row_lock = ROW_LOCK  # another worker's delete or edit of a held row waits for the commit
+    merges_namespaces = lateral_merge = True  # a seek a namespace: the range was read whole past a cursor
 
     def __init__(self, store: PostgresRecordStore) -> None:
         super().__init__(store)
