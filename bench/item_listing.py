@@ -4,8 +4,9 @@ prefix with many namespaces below it and one namespace, over ``--items`` items i
 ``--namespaces`` namespaces; then the pages of a listing that a read of the newest rows cannot
 serve (a prefix whose rows are older than the rest, a filter that keeps one row in thousands, the
 listing's last pages, the page past its end), each read as today and as before the namespaces'
-pages were merged (``old``: the newest rows, then the prefix's range sorted), in the same run and
-checked to be the same pages. A script that prints numbers, not a timed test; read the rows
+pages were merged (``old``: the newest rows, then the prefix's range sorted; on PostgreSQL, its
+read before a page without a filter merged them with ``LATERAL``), in the same run and checked to
+be the same pages. A script that prints numbers, not a timed test; read the rows
 against each other::
 
     python -m bench.item_listing
