@@ -147,3 +147,70 @@ def test_the_audit_log_is_restored_in_batches_in_the_order_of_its_times(tmp_path
         again = memory.import_jsonl(dump)
         assert (again.audit_imported, again.audit_skipped) == (0, n) and len(memory.audit_log("u0")) == n // 2
     assert peak < size / 3, f"the import held {peak:,} bytes at its peak for a {size:,}-byte file"
+
+
+def _fact(i: int, n: int) -> str:
+    """A fact line, every tenth the history of a deleted fact; the history's places interleave the
+    facts (every add first, then every edit), as a long-lived memory's do."""
+    fact_id, at = f"f{i:04d}", 1_700_000_000.0 + i
+    old, new = f"User likes tea number {i}", f"User likes green tea number {i}"
+    history = [{"fact_id": fact_id, "action": action, "old_text": before, "new_text": after, "at": at + j,
+                "details": {"page": f"{i:05d}" * 1600}, "seq": seq}
+               for j, (action, before, after, seq) in enumerate((("add", None, old, i), ("edit", old, new, n + i)))]
+    if i % 10 == 9:
+        return json.dumps({"format": "tiered-memory/1", "type": "fact_history", "user_id": "u", "fact_id": fact_id,
+                           "history": history}) + "\n"
+    return json.dumps({"format": "tiered-memory/1", "type": "fact", "history": history, "fact": {
+        "id": fact_id, "user_id": "u", "type": "preference", "text": new, "confidence": 1.0,
+        "created_at": at, "updated_at": at + 1, "valid_from": at}}) + "\n"
+
+
+def test_facts_and_their_history_are_restored_a_batch_at_a_time_in_the_history_order(tmp_path):
+    """Facts with their history were held whole (every fact line of the file, and every vector) to
+    be written in one transaction in the history's order: now read in batches of ``write_chunk``,
+    held on disk and sorted there, into one transaction all the same."""
+    n = 200
+    dump = tmp_path / "facts.jsonl"
+    dump.write_text("".join(_fact(i, n) for i in range(n)), encoding="utf-8")
+    size = dump.stat().st_size
+    assert size > 3_000_000
+    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=10)) as memory:
+        kept = memory.add_fact("User lives in Lisbon", user_id="u")  # the store's history stays first
+        tracemalloc.start()
+        try:
+            report = memory.import_jsonl(dump)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert (report.facts_imported, report.histories_imported) == (n - n // 10, n // 10)
+        history = [(c.fact_id, c.action) for c in memory.fact_history("u")]
+        assert history == [(kept.id, "add"), *((f"f{i:04d}", "add") for i in range(n)),
+                           *((f"f{i:04d}", "edit") for i in range(n))]
+        assert memory.search_facts("green tea number 123", user_id="u", k=1)[0].fact.id == "f0123"
+        again = memory.import_jsonl(dump)
+        assert (again.facts_skipped, again.histories_skipped) == (n - n // 10, n // 10)
+        assert len(memory.fact_history("u")) == 2 * n + 1
+    assert peak < size / 3, f"the import held {peak:,} bytes at its peak for a {size:,}-byte file"
+
+
+def test_a_history_without_places_is_restored_by_time_across_batches(tmp_path):
+    """An export from before history entries said their place is written by time, stable, the
+    entries of stored facts before those of deleted ones at one time: as it was held whole."""
+    def line(i: int, times: tuple[float, float], gone: bool = False) -> str:
+        history = [{"fact_id": f"f{i}", "action": action, "old_text": None, "new_text": f"User likes tea {i}",
+                    "at": at, "details": {}} for action, at in zip(("add", "edit"), times)]
+        if gone:
+            return json.dumps({"type": "fact_history", "user_id": "u", "fact_id": f"f{i}", "history": history}) + "\n"
+        return json.dumps({"type": "fact", "history": history, "fact": {
+            "id": f"f{i}", "user_id": "u", "type": "preference", "text": f"User likes tea {i}", "confidence": 1.0,
+            "created_at": times[0], "updated_at": times[1], "valid_from": times[0]}}) + "\n"
+
+    dump = tmp_path / "old.jsonl"  # four lines: two batches of two
+    dump.write_text(line(0, (30.0, 50.0)) + line(1, (10.0, 40.0), gone=True) + line(2, (10.0, 20.0))
+                    + line(3, (20.0, 60.0), gone=True), encoding="utf-8")
+    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=2)) as memory:
+        report = memory.import_jsonl(dump)
+        assert (report.facts_imported, report.histories_imported) == (2, 2)
+        assert [(c.fact_id, c.at) for c in memory.fact_history("u")] == [
+            ("f2", 10.0), ("f1", 10.0), ("f2", 20.0), ("f3", 20.0), ("f0", 30.0), ("f1", 40.0), ("f0", 50.0),
+            ("f3", 60.0)]

@@ -12,14 +12,15 @@ it to a temporary file, which the second reads.
 The second pass reads the valid lines back kind by kind, in the order the import writes them
 (:data:`GROUPS`: the messages, then the sessions' cursors, facts, episodes, archived turns,
 working memory, scratchpads, the audit log and items), ``MemoryConfig.write_chunk`` records at a
-time: messages one transaction each, every other kind one restore call each. The audit log is
+time: messages one transaction each, every other kind one restore call a batch. The audit log is
 read back in the order of its entries' times (the first pass notes each line's, and the scratch
 index sorts them on disk), the order the import writes it in, so a batch stored is a prefix of the
 log and an interrupted import, run again, appends the rest in order. Facts with their history are
-restored in one call: the order a store keeps a history in is each entry's place in the file's,
-across facts, and the facts and their history are one transaction, so those lines are held
-together. A line the second pass reads otherwise than the first (the file changed meanwhile)
-stops the import: what it stored stays, and importing again skips it.
+read back in batches too, and restored in one transaction all the same (the order a store keeps a
+history in is each entry's place in the file's, across facts, and the facts and their history are
+one write, so an interrupted import stored none of them): :mod:`.layers.fact_restore` holds them on
+disk and sorts the history there. A line the second pass reads otherwise than the first (the file
+changed meanwhile) stops the import: what it stored stays, and importing again skips it.
 """
 
 from __future__ import annotations
@@ -90,9 +91,8 @@ class ImportReport:
 GROUPS: tuple[tuple[type, ...], ...] = (
     (StoredMessage,), (CursorRecord,), (FactRecord, HistoryRecord), (EpisodeRecord,), (ArchivedTurn,),
     (WorkingItem,), (SessionPad,), (AuditEntry,), (ItemRecord,))
-WHOLE = frozenset({2})
 BY_TIME = 7  # the group read back by each line's time (the audit log's)
-R = TypeVar("R")  # the groups restored in one call (their stored order is the file's, sorted)
+R = TypeVar("R")  # a kind of record
 
 
 def _group(record: Record) -> int:
@@ -181,9 +181,9 @@ def _parse(parts: Parts, raw_bytes: bytes, n: int, *, layers: bool) -> Record | 
 
 def _batches(parts: Parts, f: IO[bytes], lines: _Lines, group: int, path: Path, *,
              layers: bool) -> Iterator[list[Record]]:
-    """The second pass over one group: its records, ``write_chunk`` at a time (all at once for
-    :data:`WHOLE`), in the file's order (by time for :data:`BY_TIME`)."""
-    size = parts.config.write_chunk if group not in WHOLE else None
+    """The second pass over one group: its records, ``write_chunk`` at a time, in the file's
+    order (by time for :data:`BY_TIME`)."""
+    size = parts.config.write_chunk
     batch: list[Record] = []
     for n, at in lines.of(group, by_key=group == BY_TIME):
         f.seek(at)
@@ -195,7 +195,7 @@ def _batches(parts: Parts, f: IO[bytes], lines: _Lines, group: int, path: Path, 
             raise InvalidInputError(f"{path} changed during the import: line {n} no longer reads as it did; what "
                                     "was stored stays, and importing the file again skips it")
         batch.append(record)
-        if size is not None and len(batch) >= size:
+        if len(batch) >= size:
             yield batch
             batch = []
     if batch:
@@ -348,9 +348,8 @@ def _restore_layers(parts: Parts, read: Callable[[int], Iterator[list[Record]]],
     if layers is not None:
         for cursors in each(1, CursorRecord):  # before the episodes move them
             count("cursors", restore_cursors(parts, layers, cursors))
-        for batch in read(2) if counts[2] else ():  # one batch (WHOLE): one write, in the history's order
-            facts, histories = restore_facts(layers, [r for r in batch if isinstance(r, FactRecord)],
-                                             [r for r in batch if isinstance(r, HistoryRecord)])
+        if counts[2]:  # batch by batch, into one write in the history's order
+            facts, histories = restore_facts(layers, read(2))
             count("facts", facts)
             count("histories", histories)
         for episodes in each(3, EpisodeRecord):

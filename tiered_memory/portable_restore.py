@@ -9,41 +9,44 @@ skipped, so nothing stored is overwritten and another user's record is never tou
 from __future__ import annotations
 
 import json
+from typing import Iterable, Iterator
 
+from .layers.fact_restore import FactBatch
 from .layers.items import ItemStore
 from .layers.longterm import Layers
 from .parts import Parts
 from .layers.working import restore as restore_working_items
-from .portable_layers import CursorRecord, EpisodeRecord, FactRecord, HistoryRecord, ItemRecord, Numbered
-from .records import ArchivedTurn, AuditEntry, FactChange, SessionPad, WorkingItem
+from .portable_layers import CursorRecord, EpisodeRecord, FactRecord, HistoryRecord, ItemRecord
+from .portable_parse import Record
+from .records import ArchivedTurn, AuditEntry, SessionPad, WorkingItem
 
 Counts = tuple[int, int]  # (written, skipped as already stored)
 
 
-def restore_facts(layers: Layers, facts: list[FactRecord], histories: list[HistoryRecord]) -> tuple[Counts, Counts]:
+def restore_facts(layers: Layers, batches: Iterable[list[Record]]) -> tuple[Counts, Counts]:
     """The facts (with their history) and the histories of facts no longer stored whose ids
     neither a fact row nor the history holds yet (a fact deleted since the export is not
-    brought back, nor its trail written twice); in one write, after the history the store
-    holds, in the order of the exported one (:func:`history_order`)."""
-    ids = [*(r.fact.id for r in facts), *(r.fact_id for r in histories)]  # one lookup of each kind
-    held = {**layers.rows.fact_owners(ids), **layers.rows.history_owners(ids)}
-    new = [r for r in facts if r.fact.id not in held]
-    gone = [r for r in histories if r.fact_id not in held]
-    if new or gone:
-        layers.facts.restore([r.fact for r in new], history_order(
-            [*((r.fact.user_id, entry) for r in new for entry in r.history),
-             *((r.user_id, entry) for r in gone for entry in r.history)]))
-    return (len(new), len(facts) - len(new)), (len(gone), len(histories) - len(gone))
+    brought back, nor its trail written twice), from ``batches`` of an import's fact lines (one
+    lookup of each kind a batch); in one write, after the history the store holds, in the order
+    of the exported one (:func:`~.layers.fact_restore.history_key`), holding a batch at a time
+    (:func:`~.layers.fact_restore.restore_facts`)."""
+    counts = [0, 0, 0, 0]  # facts written, skipped; histories written, skipped
 
+    def decided() -> Iterator[FactBatch]:
+        for batch in batches:
+            facts = [r for r in batch if isinstance(r, FactRecord)]
+            histories = [r for r in batch if isinstance(r, HistoryRecord)]
+            ids = [*(r.fact.id for r in facts), *(r.fact_id for r in histories)]
+            held = {**layers.rows.fact_owners(ids), **layers.rows.history_owners(ids)}
+            new = [r for r in facts if r.fact.id not in held]
+            gone = [r for r in histories if r.fact_id not in held]
+            for n, m in enumerate((len(new), len(facts) - len(new), len(gone), len(histories) - len(gone))):
+                counts[n] += m
+            yield ([r.fact for r in new], [(r.fact.user_id, seq, change) for r in new for seq, change in r.history],
+                   [(r.user_id, seq, change) for r in gone for seq, change in r.history])
 
-def history_order(entries: list[tuple[str, Numbered]]) -> list[tuple[str, FactChange]]:
-    """(user, entry) in the order a user's history read when exported: by each entry's place
-    in it (``seq``: a dump groups the history by fact, and entries of one time, such as an edit
-    and the invalidation it causes, or entries written out of time order, keep theirs); a dump
-    whose entries do not all say it (an export before they did), by time, stable (pure)."""
-    numbered = all(seq is not None for _, (seq, _) in entries)
-    ordered = sorted(entries, key=lambda e: e[1][0] or 0) if numbered else sorted(entries, key=lambda e: e[1][1].at)
-    return [(user, change) for user, (_, change) in ordered]
+    layers.facts.restore(decided())
+    return (counts[0], counts[1]), (counts[2], counts[3])
 
 
 def restore_episodes(parts: Parts, layers: Layers, episodes: list[EpisodeRecord]) -> Counts:

@@ -14,17 +14,18 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
 from ..config import FactConfig, RetrievalConfig
-from ..embedding import Embedder, embed, embed_batched, embed_query
+from ..embedding import Embedder, embed, embed_query
 from ..errors import InvalidInputError, NotFoundError, StoreError, VectorIndexError
 from ..guard import vector_errors_typed
 from ..recall import forgetting, hybrid
 from .resolution import Judgement, Resolution, decide_resolution, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
+from .fact_restore import FactBatch, restore_facts
 from .layer_repair import fact_item, index_pending_facts, reindex_facts
 from .changes import edit_details, merge_metadata, metadata_details, stored_metadata
 from .fact_unit import (CHANGING, DECIDED, EDITED, TRIES, UNINDEXED, UNWRITTEN, Stale, held, log_change,
@@ -366,24 +367,13 @@ class SemanticMemory:
                            max_bytes=self.max_metadata_bytes)
             forgetting.delete_owed(self.owed, self.index, owed, what="the fact is")
 
-    def restore(self, facts: Sequence[Fact], history: Sequence[tuple[str, FactChange]] = ()) -> int:
-        """Write facts as they were exported, and (user, entry) of their history and of facts no
-        longer stored (deleted, merged, pruned) in the order given, in one transaction: no
-        resolution; ids, times, validity and access counts kept, and a fact exported without a
-        key in the slot its words name (:func:`~.resolution.slotted`). Vectors are recomputed; only
-        valid facts go into the vector index (as :meth:`apply` leaves it). The caller skips ids already stored."""
-        facts = [slotted(f) for f in facts]
-        vecs = embed_batched(self.embedder, [f.text for f in facts])
-        with self.lock:
-            with self.rows.unit() as u:
-                for fact, vector in zip(facts, vecs):
-                    u.insert_fact(fact, vector)
-                for user_id, change in history:
-                    u.record_history(user_id, change)
-            forgetting.pay_before_storing(self.owed, self.index, vectors=[f"fact:{f.id}" for f in facts])  # old first
-            self._upsert_vectors([(f, v) for f, v in zip(facts, vecs) if f.valid])
-            self._settle([f for f in facts if f.valid])
-        return len(facts)
+    def restore(self, batches: Iterable[FactBatch]) -> int:
+        """Write facts as they were exported, batch by batch, with their history and that of facts
+        no longer stored, in one transaction and in memory that does not grow with their number
+        (:func:`~.fact_restore.restore_facts`): no resolution; ids, times, validity and access
+        counts kept. Vectors are recomputed; only valid facts go into the vector index (as
+        :meth:`apply` leaves it). The caller skips ids already stored."""
+        return restore_facts(self.rows, self.index, self.embedder, self.owed, self.lock, batches)
 
     def reindex(self, user_id: str | None = None, skipped: list[VectorIndexError] | None = None) -> int:
         """Re-embed and upsert the vectors of every live fact (after ``rebuild_index``;
