@@ -9,7 +9,7 @@ The facts come in batches (:data:`FactBatch`), and go through three steps:
    read when exported, sorted on disk (:func:`history_key`): read back from the scratch index row
    by row, never all at once. Facts and history are one write, as before they streamed: an
    interrupted restore stored none of them, so the import run again writes them all.
-3. After it, the vectors go into the index a batch at a time (the old vectors an id still owes
+3. After it, the vectors go into the index :data:`INDEX_BATCH` at a time (the old vectors an id still owes
    deleted first), and those facts are settled; until then their rows are pending, so a failure
    or a crash leaves them to the pending pass (:func:`~.layer_repair.index_pending_facts`).
 
@@ -19,7 +19,6 @@ a key goes in the slot its words name (:func:`~.resolution.slotted`).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 from typing import Any, Iterable, Iterator, Sequence
@@ -38,7 +37,7 @@ from .resolution import slotted
 Entry = tuple[str, int | None, FactChange]  # (user, its place in the user's exported history if known, entry)
 #: the facts to write, the entries of their history, and those of the history of facts no longer stored
 FactBatch = tuple[Sequence[Fact], Sequence[Entry], Sequence[Entry]]
-INDEX_BATCH = 256  # facts whose vectors go into the index at once
+INDEX_BATCH = 1024  # facts whose vectors go into the index at once (a call to the index costs, each)
 _FACTS, _HISTORY = 0, 1  # what the scratch index holds
 
 
@@ -93,11 +92,11 @@ def _hold(scratch: LineIndex, embedder: Embedder, batches: Iterable[FactBatch]) 
     for batch, history, trails in batches:
         batch = [slotted(f) for f in batch]
         for fact, vector in zip(batch, embed_batched(embedder, [f.text for f in batch])):
-            scratch.hold(_FACTS, json.dumps(dataclasses.asdict(fact)), to_blob(vector))
+            scratch.hold(_FACTS, json.dumps(vars(fact)), to_blob(vector))  # its fields, as JSON
         for trail, some in ((False, history), (True, trails)):
             for user, place, change in some:
                 numbered = numbered and place is not None
-                scratch.hold(_HISTORY, json.dumps([user, dataclasses.asdict(change)]),
+                scratch.hold(_HISTORY, json.dumps([user, vars(change)]),
                              keys=history_key(place, change.at, trail))
         facts, entries = facts + len(batch), entries + len(history) + len(trails)
     return facts, entries, numbered
