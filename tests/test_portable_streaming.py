@@ -214,3 +214,31 @@ def test_a_history_without_places_is_restored_by_time_across_batches(tmp_path):
         assert [(c.fact_id, c.at) for c in memory.fact_history("u")] == [
             ("f2", 10.0), ("f1", 10.0), ("f2", 20.0), ("f3", 20.0), ("f0", 30.0), ("f1", 40.0), ("f0", 50.0),
             ("f3", 60.0)]
+
+
+def test_facts_and_history_read_in_batches_are_still_one_write(tmp_path):
+    """The facts and their history are read a batch at a time but written in one transaction: a
+    write that fails at the last history entry (a trigger here) stores no fact of any batch, so
+    the import run again writes them all, with their history in its order."""
+    import sqlite3
+
+    from tiered_memory.errors import StoreError
+
+    n = 30
+    dump = tmp_path / "facts.jsonl"
+    dump.write_text("".join(_fact(i, n) for i in range(n)), encoding="utf-8")
+    with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=4)) as memory:
+        assert memory.fact_history("u") == []  # the layers' tables made
+        with sqlite3.connect(tmp_path / "mem" / "records.sqlite3") as db:
+            db.execute("CREATE TRIGGER refuse BEFORE INSERT ON fact_history WHEN NEW.fact_id = 'f0029'"
+                       " BEGIN SELECT RAISE(ABORT, 'refused'); END")
+        with pytest.raises(StoreError, match="refused"):
+            memory.import_jsonl(dump)
+        assert memory.facts("u", include_invalid=True) == [] and memory.fact_history("u") == []
+        with sqlite3.connect(tmp_path / "mem" / "records.sqlite3") as db:
+            db.execute("DROP TRIGGER refuse")
+        report = memory.import_jsonl(dump)
+        assert (report.facts_imported, report.histories_imported) == (n - n // 10, n // 10)
+        assert [(c.fact_id, c.action) for c in memory.fact_history("u")] == [
+            *((f"f{i:04d}", "add") for i in range(n)), *((f"f{i:04d}", "edit") for i in range(n))]
+        assert memory.search_facts("green tea number 17", user_id="u", k=1)[0].fact.id == "f0017"
