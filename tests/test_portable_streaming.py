@@ -176,12 +176,7 @@ def test_facts_and_their_history_are_restored_a_batch_at_a_time_in_the_history_o
     assert size > 3_000_000
     with TieredMemory(tmp_path / "mem", config=MemoryConfig(write_chunk=10)) as memory:
         kept = memory.add_fact("User lives in Lisbon", user_id="u")  # the store's history stays first
-        tracemalloc.start()
-        try:
-            report = memory.import_jsonl(dump)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        report, peak = _import_peak(memory, dump)
         assert (report.facts_imported, report.histories_imported) == (n - n // 10, n // 10)
         history = [(c.fact_id, c.action) for c in memory.fact_history("u")]
         assert history == [(kept.id, "add"), *((f"f{i:04d}", "add") for i in range(n)),
