@@ -129,12 +129,24 @@ def items_page_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None,
 def _page(rows: tuple[str, list[Any]], limit: int, after: ItemCursor | None, live_at: float | None,
           where: tuple[str, list[Any]]) -> tuple[str, list[Any]]:
     """``rows`` (a query ending in its WHERE clause) past ``after``, narrowed by ``where`` and
-    ``live_at``, newest first, up to ``limit``."""
+    ``live_at`` (:func:`_past`), newest first, up to ``limit``."""
+    sql, params = _past(rows, after, live_at, where)
+    return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]
+
+
+def _past(rows: tuple[str, list[Any]], after: ItemCursor | None, live_at: float | None,
+          where: tuple[str, list[Any]]) -> tuple[str, list[Any]]:
+    """``rows`` (a query ending in its WHERE clause) past ``after``, narrowed by ``where`` and ``live_at``."""
     sql, params = rows
     if after is not None:
         sql, params = sql + " AND" + PAST, [*params, *past(after)]
-    sql, params = live(sql + where[0], [*params, *where[1]], live_at)
-    return sql + " ORDER BY updated_at DESC, rowid DESC LIMIT ?", [*params, int(limit)]
+    return live(sql + where[0], [*params, *where[1]], live_at)
+
+
+# a page's rows sorted by their cursor, the last two of PAGE_COLS, by position: a compound statement's
+# ORDER BY names its result's columns
+_CURSOR_AT = len(PAGE_COLS.split(",")) - 1  # updated_at's position, counted from 1
+_BY_CURSOR = f"ORDER BY {_CURSOR_AT} DESC, {_CURSOR_AT + 1} DESC"
 
 
 def namespaces_below_sql(prefix: Sequence[str], most: int, dialect: str = "sqlite") -> tuple[str, list[Any]]:
@@ -156,12 +168,8 @@ def items_merged_sql(paths: Sequence[str], limit: int, after: ItemCursor | None,
     listing's order up to the page, so a page reads about ``limit`` rows plus one a namespace,
     wherever it lies in the listing. (Without range statistics, SQLite read the range of several
     namespaces whole and sorted it.)"""
-    arm, params = f"SELECT {PAGE_COLS} FROM items WHERE {ns_column(dialect)} = ?", list[Any]()
-    if after is not None:
-        arm, params = arm + " AND" + PAST, past(after)
-    arm, params = live(arm + where[0], [*params, *where[1]], live_at)
-    cursor = len(PAGE_COLS.split(",")) - 1  # the position of updated_at, counted from 1
-    return (" UNION ALL ".join([arm] * len(paths)) + f" ORDER BY {cursor} DESC, {cursor + 1} DESC LIMIT ?",
+    arm, params = _past((f"SELECT {PAGE_COLS} FROM items WHERE {ns_column(dialect)} = ?", []), after, live_at, where)
+    return (" UNION ALL ".join([arm] * len(paths)) + f" {_BY_CURSOR} LIMIT ?",
             [*(p for path in paths for p in (path, *params)), int(limit)])
 
 
@@ -171,15 +179,10 @@ def items_lateral_sql(paths: Sequence[str], limit: int, after: ItemCursor | None
     of ``items_listing`` (a ``LATERAL`` subquery a namespace, in the listing's order, no sort), then
     the pages' rows, at most ``limit`` a namespace, sorted to the page. The compound statement
     became an Append of each namespace's rows past ``after`` and a sort of them all."""
-    arm, params = f"SELECT {PAGE_COLS} FROM items WHERE {ns_column('postgres')} = below.path", list[Any]()
-    if after is not None:
-        arm, params = arm + " AND" + PAST, past(after)
-    arm, params = live(arm + where[0], [*params, *where[1]], live_at)
-    cursor = len(PAGE_COLS.split(",")) - 1  # the position of updated_at, counted from 1
-    return (f"SELECT page.* FROM unnest(CAST(? AS text[])) AS below(path) CROSS JOIN LATERAL"
-            f" ({arm} ORDER BY updated_at DESC, rowid DESC LIMIT ?) AS page"
-            f" ORDER BY {cursor} DESC, {cursor + 1} DESC LIMIT ?",
-            [list(paths), *params, int(limit), int(limit)])
+    arm, params = _page((f"SELECT {PAGE_COLS} FROM items WHERE {ns_column('postgres')} = below.path", []),
+                        limit, after, live_at, where)
+    return (f"SELECT page.* FROM unnest(CAST(? AS text[])) AS below(path) CROSS JOIN LATERAL ({arm}) AS page"
+            f" {_BY_CURSOR} LIMIT ?", [list(paths), *params, int(limit)])
 
 
 def items_recent_sql(prefix: Sequence[str], limit: int, after: ItemCursor | None, live_at: float | None,
