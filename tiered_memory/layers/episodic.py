@@ -331,9 +331,9 @@ class EpisodicMemory:
         """Write the key points' vectors (``(episode, n)``: the ``n``-th of the episode); the engine's
         error (whatever a custom index raises) is a VectorIndexError whose message says what is
         ``stored`` (:data:`ENDED`, :data:`PENDING`)."""
-        ep, n = points[0][0], len({ep.id for ep, _ in points})
-        with vector_errors_typed(UNINDEXED.format(id=_braced(ep.id), session=_braced(ep.session_id), stored=stored)
-                                 if n == 1 else UNINDEXED_MANY.format(n=n, stored=stored)):
+        one, episodes = points[0][0], len({ep.id for ep, _ in points})
+        with vector_errors_typed(UNINDEXED.format(id=_braced(one.id), session=_braced(one.session_id), stored=stored)
+                                 if episodes == 1 else UNINDEXED_MANY.format(n=episodes, stored=stored)):
             self.index.upsert([VectorItem(id=f"ep:{ep.id}:{n}", vector=vectors[k], user_id=ep.user_id,
                                           layer="episode", session_id=ep.session_id, timestamp=ep.end)
                                for k, (ep, n) in enumerate(points)])

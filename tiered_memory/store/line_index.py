@@ -26,7 +26,8 @@ class LineIndex:
         self._db = sqlite3.connect("")
         self._db.executescript(
             f"PRAGMA journal_mode=OFF; PRAGMA synchronous=OFF; PRAGMA cache_size=-{CACHE_KIB};"
-            "CREATE TABLE lines (n INTEGER PRIMARY KEY, kind INTEGER NOT NULL, at INTEGER NOT NULL, key REAL NOT NULL);"
+            "CREATE TABLE lines (n INTEGER PRIMARY KEY, kind INTEGER NOT NULL, at INTEGER NOT NULL,"
+            " key REAL NOT NULL);"
             "CREATE TABLE seen (key TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID;"
             # no declared types: a key is compared as the number or text it was held as
             "CREATE TABLE held (kind INTEGER NOT NULL, k0, k1, k2, value TEXT NOT NULL, blob BLOB);")
