@@ -26,7 +26,8 @@ NOTORCH_TESTS ?= $(filter-out tests/test_core_embedding.py tests/test_core_qdran
 	tests/test_concurrency.py tests/test_injection.py \
 	tests/test_failing_dependencies.py tests/test_forget_owed.py tests/test_owed_rows.py tests/test_owed_payments.py tests/test_missing_extras.py \
 	tests/test_retrieval.py $(wildcard tests/test_recall_*.py) tests/test_long_messages.py \
-	tests/test_search_filters.py tests/test_keyword_index.py tests/test_keyword_terms.py tests/test_schema_ahead.py tests/test_cli_embedder.py tests/test_cli_stored_text.py tests/test_cli_config.py tests/test_portable_streaming.py tests/test_index_remembered.py tests/test_tool_call_names.py tests/test_layer_repair_skips.py
+	tests/test_search_filters.py tests/test_keyword_index.py tests/test_keyword_terms.py tests/test_schema_ahead.py tests/test_cli_embedder.py tests/test_cli_stored_text.py tests/test_cli_config.py tests/test_portable_streaming.py tests/test_index_remembered.py tests/test_tool_call_names.py tests/test_layer_repair_skips.py \
+	tests/test_redaction.py
 TEST_DEPS := "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3" "hypothesis>=6.100" "pytest-xdist>=3.6"
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("tiered_memory", "langchain_tiered_memory", "llamaindex_tiered_memory")
 
 FOUNDATION = {"errors", "config", "types", "records", "tokens", "validation", "quoting", "aio", "folder_lock", "guard", "ids", "textcache",
-              "graphemes", "json_values", "slots", "storable", "tool_calls"}
+              "redaction", "graphemes", "json_values", "slots", "storable", "tool_calls"}
 # part -> the parts it may import (besides itself)
 ALLOWED: dict[str, set[str]] = {
     "foundation": set(),

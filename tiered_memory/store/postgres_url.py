@@ -12,6 +12,8 @@ import os
 import re
 from typing import Any
 
+from ..redaction import mask
+
 #: libpq settings for every connection whose URL does not set them, so a peer that went silent (a
 #: NAT that forgot the connection, a pulled cable, a failed-over server whose old address drops
 #: packets) ends a call within about a minute rather than the OS's two hours and more: idle, a probe
@@ -46,13 +48,12 @@ def _secrets(url: str) -> list[str]:
         secret = user_part.group(1).split(":", 1)[1]
         found += [secret, *secret.split("@")]
     found += re.findall(r"[?&]password=([^&#]*)", url)
-    return sorted({s for s in found if len(s) >= 3}, key=len, reverse=True)
+    return [s for s in set(found) if len(s) >= 3]
 
 
 def redact(text: str, url: str) -> str:
-    """``text`` (a URL, or a message that may quote it) without the password of ``url`` (pure)."""
+    """``text`` (a URL, or a message that may quote it) without the password of ``url``, in any
+    form a message may quote it in (:func:`..redaction.mask`) (pure)."""
     text = re.sub(r"(://[^:/@?#]+):[^/?#]*@", r"\1:***@", text)
     text = re.sub(r"([?&]password=)[^&#\s\"']*", r"\1***", text)
-    for secret in _secrets(url):
-        text = text.replace(secret, "***")
-    return text
+    return mask(text, _secrets(url))

@@ -12,6 +12,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import VectorIndexError, missing
+from ..redaction import mask, masked_cause
 from .base import VectorItem, dimension_hint, refuse_bad_queries, refuse_bad_vectors, shown_url
 from .exact import ExactScan, Held
 from .ownership import OWNER_KEY, refusal
@@ -34,19 +35,14 @@ def _is_local(client: Any) -> bool:
     return options.get("path") is not None or options.get("location") == ":memory:"
 
 
-def _unsecret(text: str, url: object, api_key: object) -> str:
-    """``text`` with the API key and the URL's password masked, should an engine's error quote them."""
+def _password(url: object) -> str | None:
+    """The password of a server's URL, to mask wherever an error may quote it."""
     from urllib.parse import urlsplit
 
-    secrets = [api_key]
     try:
-        secrets.append(urlsplit(url).password if isinstance(url, str) else None)
+        return urlsplit(url).password if isinstance(url, str) else None
     except ValueError:
-        pass
-    for secret in secrets:
-        if isinstance(secret, str) and secret:
-            text = text.replace(secret, "***")
-    return text
+        return None
 
 
 _ENGINE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
@@ -104,10 +100,12 @@ class QdrantVectorIndex:
             self._ready = self.client.collection_exists(collection)  # (a server is first reached here)
         except Exception as e:
             where = f"the Qdrant server at {shown_url(url)}" if url else f"Qdrant at {path}"
-            raise VectorIndexError(f"could not open {where} ({_unsecret(str(e), url, api_key)}){fix}") from e
+            secrets = (_password(url), api_key)
+            failed = VectorIndexError(f"could not open {where} ({mask(str(e), secrets)}){fix}")
+            raise failed from masked_cause(e, secrets)
         self.name = collection
         options = getattr(self.client, "init_options", None) or {}
-        self._secrets = (options.get("url"), options.get("api_key"))
+        self._secrets = (_password(options.get("url")), options.get("api_key"))
         self._where = f"{self.location()[1]}, collection {collection!r}"  # which of several servers failed
         self._owner: str | None = None  # the record store's id, once claimed (see .ownership)
         self._owns_client = client is None
@@ -182,7 +180,7 @@ class QdrantVectorIndex:
             self._ready = self.client.collection_exists(self.name)
             found = self.client.get_collection(self.name).config.metadata if self._ready else None
         except Exception as e:
-            raise self._failed("read", e) from e
+            raise self._failed("read", e)
         return str(found[OWNER_KEY]) if found and found.get(OWNER_KEY) else None
 
     def mark_owner(self, store_id: str, *, written: bool = False) -> None:
@@ -194,7 +192,7 @@ class QdrantVectorIndex:
                 self.client.update_collection(self.name, metadata={OWNER_KEY: store_id})  # (merged)
             except Exception as e:  # a server without collection metadata: no mark, the unmarked rule
                 log.warning("Qdrant could not mark the collection %r as this record store's (%s, at %s)", self.name,
-                            _unsecret(str(e), *self._secrets), self._where)
+                            mask(str(e), self._secrets), self._where)
 
     def first_ids(self, n: int) -> list[str]:
         if not self._exists():
@@ -202,7 +200,7 @@ class QdrantVectorIndex:
         try:
             points, _ = self.client.scroll(self.name, limit=n, with_payload=["memory_id"], with_vectors=False)
         except Exception as e:
-            raise self._failed("read", e) from e
+            raise self._failed("read", e)
         return [str((p.payload or {}).get("memory_id", "")) for p in points]
 
     def _exists(self) -> bool:
@@ -275,7 +273,7 @@ class QdrantVectorIndex:
             raise
         except Exception as e:
             hint = dimension_hint(e, self.name, len(items[0].vector), self._width)
-            raise self._failed("upsert", e, hint) from e
+            raise self._failed("upsert", e, hint)
 
     def _width(self) -> int | None:
         size = getattr(self.client.get_collection(self.name).config.params.vectors, "size", None)
@@ -303,7 +301,7 @@ class QdrantVectorIndex:
                 out.append([((p.payload or {})["memory_id"], float(p.score)) for p in res.points])
             return out
         except Exception as e:
-            raise self._failed("query", e) from e
+            raise self._failed("query", e)
 
     def delete(self, ids: list[str]) -> None:
         if self._exact is not None:
@@ -313,7 +311,7 @@ class QdrantVectorIndex:
                 self.client.delete(self.name, points_selector=self.models.PointIdsList(
                     points=[point_id(i) for i in ids]))
             except Exception as e:
-                raise self._failed("delete", e) from e
+                raise self._failed("delete", e)
             if self._exact is not None:  # again: a query meanwhile loaded them from the engine
                 self._exact.delete(ids)
 
@@ -325,7 +323,7 @@ class QdrantVectorIndex:
                 self.client.delete(self.name, points_selector=self.models.FilterSelector(
                     filter=self._filter(user_id)))
             except Exception as e:
-                raise self._failed("delete", e) from e
+                raise self._failed("delete", e)
             if self._exact is not None:  # again: a query meanwhile loaded the user from the engine
                 self._exact.drop(user_id)
 
@@ -344,7 +342,7 @@ class QdrantVectorIndex:
                 if offset is None:
                     return out
         except Exception as e:
-            raise self._failed("read", e) from e
+            raise self._failed("read", e)
 
     def count(self, user_id: str | None = None) -> int:
         if not self._exists():
@@ -352,7 +350,7 @@ class QdrantVectorIndex:
         try:
             return int(self.client.count(self.name, count_filter=self._filter(user_id), exact=True).count)
         except Exception as e:
-            raise self._failed("count", e) from e
+            raise self._failed("count", e)
 
     def reset(self) -> None:
         if self._exact is not None:
@@ -361,12 +359,15 @@ class QdrantVectorIndex:
             try:
                 self.client.delete_collection(self.name)
             except Exception as e:
-                raise self._failed("reset", e, "; run rebuild_index() again") from e
+                raise self._failed("reset", e, "; run rebuild_index() again")
             self._ready = False
 
     def _failed(self, what: str, error: Exception, hint: str = "") -> VectorIndexError:
-        """The error of a call the engine failed, naming where (no password or API key)."""
-        return VectorIndexError(f"Qdrant {what} failed at {self._where}: {_unsecret(str(error), *self._secrets)}{hint}")
+        """The error of a call the engine failed, naming where, with ``error`` as its cause; neither
+        quotes the password or the API key (:mod:`..redaction`)."""
+        failed = VectorIndexError(f"Qdrant {what} failed at {self._where}: {mask(str(error), self._secrets)}{hint}")
+        failed.__cause__ = masked_cause(error, self._secrets)  # as `from`: no context printed
+        return failed
 
     def close(self) -> None:
         if self._exact is not None:
