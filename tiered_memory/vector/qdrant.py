@@ -6,6 +6,7 @@ import logging
 import threading
 import uuid
 import weakref
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -43,6 +44,21 @@ def _password(url: object) -> str | None:
         return urlsplit(url).password if isinstance(url, str) else None
     except ValueError:
         return None
+
+
+def _version_mismatch(client: Any, where: str) -> None:
+    """Log a server version qdrant-client does not support (majors equal, minors 1 apart at most),
+    asked once the server answered, in place of the client's own check: that one warns from a
+    thread at any later moment (also of a server the open has already failed to reach)."""
+    try:
+        ours, theirs = version("qdrant-client"), str(client.info().version)
+        apart = [abs(int(a) - int(b)) for a, b in zip(ours.split(".")[:2], theirs.split(".")[:2], strict=True)]
+    except Exception:  # best effort: a version not read is no reason to fail an open
+        return
+    if apart[0] > 0 or apart[1] > 1:
+        log.warning("the Qdrant server at %s runs version %s, which qdrant-client %s does not support (their major "
+                    "versions must match, their minor ones differ by 1 at most): calls may fail. Install the "
+                    "qdrant-client release of the server's version, or upgrade the server", where, theirs, ours)
 
 
 _ENGINE_LOCKS: weakref.WeakKeyDictionary[Any, threading.Lock] = weakref.WeakKeyDictionary()
@@ -93,7 +109,8 @@ class QdrantVectorIndex:
         self.models = models
         fix = "; check the URL, the API key and that the server runs" if url else ""
         try:
-            self.client = client or (QdrantClient(url=url, api_key=api_key) if url else QdrantClient(path=str(path)))
+            self.client = client or (QdrantClient(url=url, api_key=api_key, check_compatibility=False) if url
+                                     else QdrantClient(path=str(path)))
             self._local = _is_local(self.client)
             if self._local:
                 self.client = _OneAtATime(self.client)
@@ -103,6 +120,8 @@ class QdrantVectorIndex:
             secrets = (_password(url), api_key)
             failed = VectorIndexError(f"could not open {where} ({mask(str(e), secrets)}){fix}")
             raise failed from masked_cause(e, secrets)
+        if url and client is None:
+            _version_mismatch(self.client, shown_url(url))
         self.name = collection
         options = getattr(self.client, "init_options", None) or {}
         self._secrets = (_password(options.get("url")), options.get("api_key"))
