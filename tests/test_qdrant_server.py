@@ -70,25 +70,26 @@ def test_an_api_key_read_with_its_newline_is_masked_and_the_newline_shown() -> N
 
 @pytest.fixture
 def qdrant_stub() -> Iterator[Callable[[str], str]]:
-    """``start(version)``: the URL of a server answering as Qdrant ``version`` with no collections."""
+    """``start(version)``: the URL of a server answering as Qdrant ``version`` whose collections all
+    exist, and any other call with an error page that quotes the call's API key."""
     servers: list[ThreadingHTTPServer] = []
 
     def start(server_version: str) -> str:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path == "/":
-                    body = {"title": "qdrant - vector search engine", "version": server_version}
-                elif self.path.endswith("/exists"):
-                    body = {"result": {"exists": False}, "status": "ok", "time": 0.0}
-                else:
-                    self.send_error(404)
-                    return
+                status, body = 200, {"title": "qdrant - vector search engine", "version": server_version}
+                if self.path.endswith("/exists"):
+                    body = {"result": {"exists": True}, "status": "ok", "time": 0.0}
+                elif self.path != "/":  # as a proxy may refuse a call: quoting the request's headers
+                    status, body = 502, {"refused, with api-key": self.headers.get("api-key")}
                 data = json.dumps(body).encode()
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            do_POST = do_PUT = do_GET
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -121,6 +122,20 @@ def test_an_unsupported_server_version_is_logged_at_open(
                          "support (their major versions must match, their minor ones differ by 1 at most): calls "
                          "may fail. Install the qdrant-client release of the server's version, or upgrade the "
                          "server"] if said else [])
+
+
+@pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
+def test_a_call_that_fails_keeps_the_api_key_out_of_the_logged_traceback(qdrant_stub: Callable[[str], str]) -> None:
+    """A failed call's error masked the key in our message; qdrant-client's UnexpectedResponse,
+    chained below it, quoted the error page that held it."""
+    index = QdrantVectorIndex(url=qdrant_stub(CLIENT), api_key=API_KEY)
+    refused = r'(?s)Qdrant count failed at .*502.*"refused, with api-key": "\*\*\*"'
+    with pytest.raises(VectorIndexError, match=refused) as info:
+        index.count()
+    index.close()
+    logged = _logged(info.value)
+    assert API_KEY not in logged
+    assert "UnexpectedResponse: Unexpected Response: 502" in logged
 
 
 def test_an_unreachable_server_is_said_once_by_the_error() -> None:
