@@ -22,7 +22,8 @@ tool result after it. A tool call is sent only when its name and id are plain to
 (:mod:`tiered_memory.tool_calls`, which every write checks) and no call before it in the message
 has its id (:mod:`.replay_calls`): a row written otherwise replays such a call as quoted text in
 its ``AIMessage`` (``[stored tool call] "name" with arguments "{...}"``), its other calls as calls,
-answered by their results. The metadata may
+answered by their results. Nor is an id sent twice in a replay: an older call of an id a newer
+call has (Kimi's ids repeat every turn) is sent, with its results, under a new id. The metadata may
 only restore details of a message of the stored role with the stored text: a user
 turn whose metadata claims another type or other content is read back by role.
 
@@ -57,7 +58,7 @@ from langchain_core.messages import (
 )
 
 from .content_blocks import attachments, block_text, is_text, led_by, replayable, resent
-from .replay_calls import sendable_calls
+from .replay_calls import sendable_calls, sent_once
 
 __all__ = ["BULKY", "LC_KEY", "OPTIONAL", "drop_fields", "each_message", "fit_metadata", "from_stored",
            "from_stored_many", "lc_id", "metadata_size", "role_of", "text_of", "to_core", "to_core_many", "unchained"]
@@ -328,7 +329,8 @@ def _replayed(m: StoredMessage, answered_calls: Container[str], calls_answered: 
     return _defused(_resendable(msg))
 
 
-def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool = False) -> list[BaseMessage]:
+def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool = False,
+                     live_call_ids: Iterable[str] = ()) -> list[BaseMessage]:
     """Rebuild stored messages in order; tool results are paired with the calls just before them:
     a result keeps its ``ToolMessage`` only in the run of results right after the assistant message
     whose call it answers, and only the first for a call; any other is quoted data (ids repeat across
@@ -344,6 +346,11 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
     its ``response_metadata["id"]``, by which ``ChatOpenAI(use_previous_response_id=True)`` would
     send only what follows it (dropping the memory and the system prompt before it) and resume a
     server-side response that may be gone (:func:`unchained`).
+
+    And no tool-call id is sent twice, nor one of ``live_call_ids`` (those of the messages the prompt
+    sends after the replay: the live turn's, never renamed): the newest call of an id keeps it, an
+    older one and its results get a new one (:func:`~.replay_calls.sent_once`; Kimi's ids repeat in
+    every turn, and Anthropic refuses a prompt whose ``tool_use`` ids repeat).
     """
     replay: list[tuple[BaseMessage, StoredMessage, set[str]]] = []  # with its row and the calls results answered
     held: list[tuple[BaseMessage, StoredMessage, set[str]]] = []  # the run's quoted results: after its ToolMessages
@@ -364,9 +371,10 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
             replay.append((msg, m, asker))
     replay += held
     if not before_new_turn:
-        return [msg for msg, _, _ in replay]
-    return [unchained(_replayed(m, frozenset(), answered) if isinstance(msg, AIMessage) and any(
-        str(c.get("id")) not in answered for c in msg.tool_calls) else msg) for msg, m, answered in replay]
+        return sent_once([msg for msg, _, _ in replay], live_call_ids)
+    return sent_once([unchained(_replayed(m, frozenset(), answered) if isinstance(msg, AIMessage) and any(
+        str(c.get("id")) not in answered for c in msg.tool_calls) else msg) for msg, m, answered in replay],
+        live_call_ids)
 
 
 def unchained(msg: BaseMessage) -> BaseMessage:

@@ -79,6 +79,7 @@ from .agent_turn import (QUERY_KEY, QUESTION_KEY, STORED_AS_KEY, current_query, 
 from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
 from .messages import from_stored_many, lc_id
+from .replay_calls import call_ids
 from .storable import record_turn
 
 
@@ -240,7 +241,8 @@ class TieredMemoryMiddleware(AgentMiddleware):
         if self.include_recent and not any(is_summary(m) for m in messages):
             present = {m.id for m in messages if m.id}
             buffer = self.memory.get_buffer(session, user_id=user)
-            recent = [m for m in from_stored_many(buffer, before_new_turn=True) if m.id not in present]
+            recent = [m for m in from_stored_many(buffer, before_new_turn=True, live_call_ids=call_ids(messages))
+                      if m.id not in present]  # the agent's calls keep their ids: a replayed one of theirs is renamed
             if ends_in_completion_model(request.model):  # it reads them as lines of one string
                 recent = quoted_replay(recent)
             if recent:

@@ -1,19 +1,29 @@
-"""Which of a stored assistant message's tool calls a replay sends as calls (pure).
+"""Which of a stored assistant message's tool calls a replay sends as calls, and with which ids (pure).
 
 A provider is sent a call's name and id outside any quoting, and takes each id once in a
-message (Anthropic refuses a prompt whose ``tool_use`` ids repeat; OpenAI pairs results with
-calls by id). So a call stays a call only when its name and id are plain tokens
+prompt (Anthropic refuses a request whose ``tool_use`` ids repeat anywhere in its messages; OpenAI
+pairs results with calls by id). So a call stays a call only when its name and id are plain tokens
 (:mod:`tiered_memory.tool_calls`) and no call before it in the message has its id; any other
 becomes a quoted line after the message's text (its media kept, :func:`~.content_blocks.appended`),
-and a result for it pairs with nothing and replays as quoted data.
+and a result for it pairs with nothing and replays as quoted data. A message stored with two calls
+of one id (as a model returned it) is not refused when written: the recording paths store a reply
+after the fact, the import reads what older versions wrote, and the replay quotes the second call.
+
+Across messages ids repeat by design (Kimi's and DeepSeek's servers number each turn's calls,
+``functions.get_weather:0``), so a replayed prompt sends each id once (:func:`sent_once`): the
+newest call of an id keeps it (the last call a caller may still answer, and the calls of the live
+turn the agent sends beside the replay, which are never renamed), and each older call gets a new
+id made from its own, which the results that answer it get too. The ids are the replay's to
+choose: the stored ones are unchanged.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
-from typing import Any, Container, Sequence
+from typing import Any, Container, Iterable, Sequence
 
-from langchain_core.messages import AIMessage
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.messages.tool import ToolCall
 
 from tiered_memory.quoting import quote
@@ -22,7 +32,7 @@ from tiered_memory.types import StoredMessage
 
 from .content_blocks import appended
 
-__all__ = ["sendable", "sendable_calls"]
+__all__ = ["call_ids", "sendable", "sendable_calls", "sent_once"]
 
 
 def sendable(calls: Sequence[ToolCall]) -> list[bool]:
@@ -54,3 +64,54 @@ def sendable_calls(msg: AIMessage, m: StoredMessage, answered: Container[str] | 
     if not (kept or lines or own.strip()):
         lines = [m.content]
     return msg.model_copy(update={"tool_calls": kept, "content": appended(msg.content, own, "\n".join(lines))})
+
+
+def call_ids(messages: Iterable[BaseMessage]) -> set[str]:
+    """The tool-call ids ``messages`` send (pure): their calls' and their results'."""
+    out: set[str] = set()
+    for m in messages:
+        if isinstance(m, AIMessage):
+            out.update(str(c["id"]) for c in m.tool_calls if c.get("id") is not None)
+        elif isinstance(m, ToolMessage):
+            out.add(m.tool_call_id)
+    return out
+
+
+def _fresh(call_id: str, taken: set[str]) -> str:
+    """An id made from ``call_id`` that is none of ``taken`` (pure): ``call_id-2``, ``-3``, ...,
+    cut so that it stays a tool-call id (at most 256 characters)."""
+    for n in itertools.count(2):
+        suffix = f"-{n}"
+        made = call_id[:256 - len(suffix)] + suffix
+        if made not in taken:
+            return made
+    raise AssertionError("unreachable")  # count() never ends
+
+
+def sent_once(messages: Sequence[BaseMessage], live: Iterable[str] = ()) -> list[BaseMessage]:
+    """``messages`` (a replay: each ``ToolMessage`` in the run of results right after the
+    ``AIMessage`` whose call it answers) with no tool-call id sent twice, nor one of ``live`` (the
+    ids of the messages the prompt sends after the replay, never renamed) (pure). The newest call of
+    an id keeps it; an older one gets a new id (:func:`_fresh`), and the results of its run that
+    answer it get the same."""
+    taken = set(live)
+    renames: dict[int, dict[str, str]] = {}  # by the AIMessage's place: each call's id -> the id sent
+    for n in range(len(messages) - 1, -1, -1):  # newest first: it keeps its id
+        msg = messages[n]
+        if isinstance(msg, AIMessage):
+            names = renames[n] = {}
+            for old in (str(c["id"]) for c in msg.tool_calls if c.get("id") is not None):
+                names[old] = _fresh(old, taken) if old in taken else old
+                taken.add(names[old])
+    out: list[BaseMessage] = []
+    names = {}  # the last AIMessage's: the results after it answer its calls
+    for n, msg in enumerate(messages):
+        if isinstance(msg, AIMessage):
+            names = renames[n]
+            if any(new != old for old, new in names.items()):
+                msg = msg.model_copy(update={"tool_calls": [
+                    c if c.get("id") is None else {**c, "id": names[str(c["id"])]} for c in msg.tool_calls]})
+        elif isinstance(msg, ToolMessage) and names.get(msg.tool_call_id, msg.tool_call_id) != msg.tool_call_id:
+            msg = msg.model_copy(update={"tool_call_id": names[msg.tool_call_id]})
+        out.append(msg)
+    return out

@@ -15,6 +15,12 @@ the tool calls and ``tool_call_id`` of the LangChain adapter's record of a messa
 (``metadata["langchain"]["data"]``) and ``metadata["tool_call_id"]`` (a tool result's, written
 through the core API or by the LlamaIndex block), whatever the message's role. A row written
 otherwise (another writer, an older version) is checked again as it is replayed.
+
+Calls that share an id are not refused, in one message or across messages: each id is a plain
+token, safe to send, and a message with two calls of one id is what some models return; the
+recording paths store a reply after the model answered, where an error would fail the user's run,
+and the import reads what older versions stored. A replay sends each id once instead
+(``langchain_tiered_memory.replay_calls``).
 """
 
 from __future__ import annotations
