@@ -55,6 +55,7 @@ from tiered_memory.validation import check_count, check_flag, check_id
 from .completion import context_text, ends_in_completion_model, is_model, quoted_replay, takes_text
 from .history import check_memory, history_factory_config
 from .messages import from_stored_many
+from .replay_calls import call_ids
 from .storable import record_turn
 
 __all__ = ["TieredMemoryRunnable", "with_tiered_memory"]
@@ -228,13 +229,15 @@ class TieredMemoryRunnable(Runnable[Any, Any]):
         scope = self._scope(config)
         turn = input_messages(value, self.input_messages_key)
         query = query_of(turn)
-        text = ""
+        text, live = "", call_ids(turn)  # the turn's calls go after the replay, their ids as they are
         if query.strip():
             ctx = self.memory.build_context(query, user_id=scope[0], session_id=scope[1],
                                             max_tokens=self.max_tokens, include_items=self.include_items)
-            text, recent = ctx.memory_text(), from_stored_many(ctx.recent_messages, before_new_turn=True)
+            text = ctx.memory_text()
+            recent = from_stored_many(ctx.recent_messages, before_new_turn=True, live_call_ids=live)
         else:  # nothing to recall for (an image, an empty message): the recent turns only
-            recent = from_stored_many(self.memory.get_buffer(scope[1], user_id=scope[0]), before_new_turn=True)
+            recent = from_stored_many(self.memory.get_buffer(scope[1], user_id=scope[0]), before_new_turn=True,
+                                      live_call_ids=live)
         history: list[BaseMessage] | str
         if self.context_as_text:
             history = context_text(text, recent)

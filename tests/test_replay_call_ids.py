@@ -24,7 +24,7 @@ from langchain_core.tools import tool
 from langchain_openai.chat_models.base import _convert_message_to_dict
 
 from langchain_tiered_memory import TieredChatMessageHistory, TieredConversationMemory, TieredMemoryMiddleware
-from langchain_tiered_memory import history_factory
+from langchain_tiered_memory import history_factory, with_tiered_memory
 from langchain_tiered_memory.messages import from_stored_many
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder
@@ -164,6 +164,22 @@ def test_the_middleware_never_renames_the_live_turns_calls(mem: TieredMemory) ->
     _answered_right_after(last)
     ids = _call_ids(last)
     assert ids["a1"] == ids["t1"] != KIMI and list(ids.values()).count(KIMI) == 2  # the live call and result
+
+
+def test_a_wrapped_model_never_renames_the_calls_of_its_input(mem: TieredMemory) -> None:
+    """``with_tiered_memory(model)`` sends the recent turns before the call's own messages: a tool loop
+    passes its turn's call and result in, under Kimi's ids; the replayed call of that id is renamed."""
+    TieredChatMessageHistory(mem, "s", user_id="u").add_messages(_turn(1, "Porto"))
+    rec = PromptRecorder()
+    chain = with_tiered_memory(ScriptedToolModel(responses=[AIMessage("19C.")], callbacks=[rec]), mem)
+    turn = [HumanMessage("and in Lisbon?", id="h2"), AIMessage("", tool_calls=[_call(KIMI, "Lisbon")], id="a2"),
+            ToolMessage("19C", tool_call_id=KIMI, id="t2")]
+    assert chain.invoke(turn, {"configurable": {"user_id": "u", "session_id": "s"}}).text == "19C."
+    last = [m for m in rec.last if not isinstance(m, SystemMessage)]
+    _answered_right_after(last)
+    assert [m.id for m in last] == ["h1", "a1", "t1", "r1", "h2", "a2", "t2"]
+    ids = _call_ids(last)
+    assert ids["a2"] == ids["t2"] == KIMI and ids["a1"] == ids["t1"] != KIMI
 
 
 def test_a_message_with_two_calls_of_one_id_is_stored_as_the_model_returned_it(mem: TieredMemory) -> None:
