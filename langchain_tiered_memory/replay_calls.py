@@ -13,14 +13,15 @@ Across messages ids repeat by design (Kimi's and DeepSeek's servers number each 
 ``functions.get_weather:0``), so a replayed prompt sends each id once (:func:`sent_once`): the
 newest call of an id keeps it (the last call a caller may still answer, and the calls of the live
 turn the agent sends beside the replay, which are never renamed), and each older call gets a new
-id made from its own, which the results that answer it get too. The ids are the replay's to
-choose: the stored ones are unchanged.
+id made from its own (another number at its end: ``functions.get_weather:1``), which the results
+that answer it get too. The ids are the replay's to choose: the stored ones are unchanged.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import re
 from typing import Any, Container, Iterable, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -33,6 +34,8 @@ from tiered_memory.types import StoredMessage
 from .content_blocks import appended
 
 __all__ = ["call_ids", "sendable", "sendable_calls", "sent_once"]
+
+_NUMBERED = re.compile(r"(.*?)([0-9]{1,9})", re.DOTALL)  # an id and the number it ends in (its last 9 digits)
 
 
 def sendable(calls: Sequence[ToolCall]) -> list[bool]:
@@ -78,11 +81,15 @@ def call_ids(messages: Iterable[BaseMessage]) -> set[str]:
 
 
 def _fresh(call_id: str, taken: set[str]) -> str:
-    """An id made from ``call_id`` that is none of ``taken`` (pure): ``call_id-2``, ``-3``, ...,
-    cut so that it stays a tool-call id (at most 256 characters)."""
-    for n in itertools.count(2):
-        suffix = f"-{n}"
-        made = call_id[:256 - len(suffix)] + suffix
+    """An id made from ``call_id`` that is none of ``taken`` (pure), at most 256 characters. An id
+    that ends in a number ends in the next free one (Kimi's ``functions.get_weather:0`` becomes
+    ``functions.get_weather:1``, ``call_0`` ``call_1``): Kimi's chat template shows a model the ids of
+    the history, it writes its next ones alike, and its server reads the tool's name out of them.
+    Any other gets ``-2``, ``-3``, ... (``call_ab-2``)."""
+    numbered = _NUMBERED.fullmatch(call_id)
+    head, sep, start = (numbered[1], "", int(numbered[2]) + 1) if numbered else (call_id, "-", 2)
+    for n in itertools.count(start):
+        made = head[:256 - len(sep) - len(str(n))] + sep + str(n)
         if made not in taken:
             return made
     raise AssertionError("unreachable")  # count() never ends
