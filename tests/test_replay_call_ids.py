@@ -55,7 +55,8 @@ def _call(call_id: str, city: str) -> dict[str, Any]:
 
 def _turn(n: int, city: str, call_id: str = KIMI) -> list[BaseMessage]:
     """A user's question, the model's call, the tool's result and the answer."""
-    return [HumanMessage(f"weather in {city}?", id=f"h{n}"), AIMessage("", tool_calls=[_call(call_id, city)], id=f"a{n}"),
+    return [HumanMessage(f"weather in {city}?", id=f"h{n}"),
+            AIMessage("", tool_calls=[_call(call_id, city)], id=f"a{n}"),
             ToolMessage(f"{20 + n}C", tool_call_id=call_id, id=f"t{n}"), AIMessage(f"{20 + n}C in {city}.", id=f"r{n}")]
 
 
@@ -122,7 +123,8 @@ def test_a_call_still_to_answer_keeps_its_id_and_its_result_pairs_with_it(mem: T
     _sent(got)
     ids = _call_ids(got)
     assert ids["a2"] == KIMI and ids["a1"] == ids["t1"] != KIMI
-    history.add_messages([ToolMessage("22C", tool_call_id=got[-1].tool_calls[0]["id"], id="t2")])  # type: ignore[attr-defined]
+    answer = ToolMessage("22C", tool_call_id=got[-1].tool_calls[0]["id"], id="t2")  # type: ignore[attr-defined]
+    history.add_messages([answer])
     again = history.messages
     _answered_right_after(again)
     assert isinstance(again[-1], ToolMessage) and _call_ids(again) == {**ids, "t2": KIMI}
@@ -196,4 +198,5 @@ def test_a_message_with_two_calls_of_one_id_is_stored_as_the_model_returned_it(m
     got = history.messages
     _answered_right_after(got)
     assert isinstance(got[1], AIMessage) and got[1].tool_calls == [_call("c1", "Porto")]
-    assert got[1].text == f"[stored tool call] {quote('weather')} with arguments {quote(json.dumps({'city': 'Lisbon'}))}"
+    arguments = quote(json.dumps({'city': 'Lisbon'}))
+    assert got[1].text == f"[stored tool call] {quote('weather')} with arguments {arguments}"
