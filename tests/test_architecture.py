@@ -56,8 +56,9 @@ def part_of(module: str) -> str:
     if head in ("embedding", "vector", "store", "llm", "recall", "layers", "context", "parts", "backends",
                 "portable", "testing"):
         return head
-    if head in ("memory", "memory_engines", "memory_writes", "memory_reads", "memory_layers", "writes"):
-        # the facade (its call groups over the engines it holds) and the write procedures it runs under its lock
+    if head in ("memory", "memory_engines", "memory_writes", "memory_reads", "memory_layers", "writes", "user_locks"):
+        # the facade (its call groups over the engines it holds), the write procedures it runs under its lock
+        # and the users' locks beside it
         return "facade"
     return "entry"  # the package __init__, __main__, cli, demo
 

@@ -60,6 +60,7 @@ from .startup import startup_repair
 from .store.base import RecordStore
 from .tokens import CachedCounter, TokenCounter, default_token_counter
 from .types import Stats
+from .user_locks import UserLocks, gated_index
 from .validation import check_callback, check_flag, check_path
 from .vector.base import VectorIndex
 from .vector.identity import index_name
@@ -160,6 +161,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         self._folder = self.path.resolve()  # the folder opened: a relative path names another after a chdir
         self._calls = Calls()  # close() waits for the calls running when it starts, the handles' too
         self._write_lock = threading.RLock()
+        self._users = UserLocks(self._write_lock)  # a user's writes wait for its deletion, the others' do not
         self._gate = ReadWriteGate()  # reads wait while rebuild_index replaces the vector index
         try:
             self.store, self._lock = open_record_store(self.path, record_store, owner=self)
@@ -177,8 +179,11 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
             self.index, self._lock = open_vector_index(self.path, vector_store, self.store, self._lock, owner=self)
             attach_sessions(self.index, self.store)
             self._joint = joint_writes(self.store, self.index)  # None: rows and vectors in two engines
+            # what writes vectors writes them through the gate: forget_user deletes a user's vectors
+            # outside the write lock, and a write of theirs waits meanwhile (.user_locks)
+            gated = gated_index(self.index, self._users) if self._joint is None else self.index
             self.parts = Parts(
-                store=self.store, index=self.index, embedder=self.embedder, config=self.config,
+                store=self.store, index=gated, embedder=self.embedder, config=self.config,
                 lock=self._write_lock, count_tokens=self.count_tokens,
                 access=AccessLog({"turn": lambda user, ids, now: self.store.touch(user, ids, now),
                                   "fact": lambda user, ids, now: self._layers.facts.touch(user, ids, now),

@@ -35,6 +35,7 @@ from .startup import REPAIR_DUE
 from .store.base import RecordStore
 from .store.repositories import LayerRepository
 from .tokens import TokenCounter
+from .user_locks import UserLocks
 from .validation import check_query, check_timeout
 from .vector.base import VectorIndex
 from .vector.identity import INDEX_META
@@ -70,6 +71,7 @@ class MemoryEngines:
     _calls: Calls
     _write_lock: threading.RLock
     _gate: ReadWriteGate
+    _users: UserLocks  # a lock per user, taken before the write lock (see .user_locks)
     _joint: Joint | None  # None: rows and vectors in two engines
     _unfinished: set[str]
     _owed: bool  # a deletion of this process left vectors owed: paid before the next write
@@ -133,7 +135,7 @@ class MemoryEngines:
             left: list[VectorIndexError] = []  # turns the index refused: the layers' rows do not wait behind them
             if full:  # till every kind is compared: one cut short runs again at the next open
                 self.store.set_meta(REPAIR_DUE, "full")
-            report = repair(store=self.store, index=self.index, embedder=self.embedder,
+            report = repair(store=self.store, index=self.parts.index, embedder=self.embedder,
                             threshold=self.config.dedup_threshold, full=full, skipped=left)
             if full and self._layers_ok():  # episode / fact / item vectors are derived from their rows too
                 report.update(self._layers.repair(skipped=left))
@@ -197,7 +199,7 @@ class MemoryEngines:
             self._owed = False
             self.store.reset_indexed()
             self.store.set_meta("embedder", embedder_name(self.embedder))
-            report = repair(store=self.store, index=self.index, embedder=self.embedder,
+            report = repair(store=self.store, index=self.parts.index, embedder=self.embedder,
                             threshold=self.config.dedup_threshold, full=False)
             left: list[VectorIndexError] = []  # facts and episodes refused, left pending: raised once the rest is done
             if self._layers_ok():

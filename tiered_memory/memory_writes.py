@@ -1,11 +1,13 @@
 """The facade's writes and deletions of turns: ``add``, ``add_many``, ``forget``,
 ``clear_session`` and ``forget_user`` (with the interrupted deletions an open or a write
 finishes first). They validate at the edge and run the procedures of :mod:`.writes` under
-the memory's write lock.
+the memory's write lock, each after its user's lock (:mod:`.user_locks`): ``forget_user`` has the
+vector index delete the user's vectors outside the write lock, the user's own writes waiting.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import time
@@ -20,8 +22,8 @@ from .recall.indexing import index_orphans
 from .textcache import forget_texts
 from .types import Message
 from .validation import check_callback, check_id
-from .writes import (chosen_among, drop_message, drop_session, drop_user, mark_forget, not_yet_archived,
-                     not_yet_stored, pending_forgets, rows_of, write_messages)
+from .writes import (chosen_among, drop_message, drop_session, drop_user, drop_user_rows, drop_user_vectors,
+                     mark_forget, not_yet_archived, not_yet_stored, pending_forgets, rows_of, write_messages)
 
 log = logging.getLogger("tiered_memory")
 
@@ -69,7 +71,7 @@ class MemoryWrites(MemoryEngines):
         rows, chosen = rows_of(messages, session_id=session_id, user_id=user_id, config=self.config, now=time.time())
         if not rows:
             return []
-        with self._write_lock:
+        with self._users.user(user_id), self._write_lock:  # the user's lock first: see .user_locks
             if user_id in self._unfinished:  # an interrupted forget of this user is finished first
                 self._finish_forgets(only=user_id)
             if self._owed:  # and the vectors a failed deletion left (an id stored again must not lose its new one)
@@ -86,7 +88,7 @@ class MemoryWrites(MemoryEngines):
                     self._jointly(lambda: pay_before_storing(self.store.owed_rows, self.index, turns=again))
                 except VectorIndexError as e:  # stored pending, indexed by the next payment; raised below
                     owed_first, self._owed = e, True
-            write = functools.partial(write_messages, batch=len(rows), store=self.store, index=self.index,
+            write = functools.partial(write_messages, batch=len(rows), store=self.store, index=self.parts.index,
                                       embedder=self.embedder, config=self.config, progress=progress,
                                       jointly=self._jointly if self._joint is not None else None,
                                       defer=owed_first is not None)
@@ -122,10 +124,10 @@ class MemoryWrites(MemoryEngines):
             except NotFoundError:
                 if not archived:
                     raise
-            index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
+            index_orphans(self.store, self.parts.index, self.embedder, user_id, self.config.dedup_threshold)
 
         try:
-            with self._write_lock, self._owing():
+            with self._users.user(user_id), self._write_lock, self._owing():
                 self._jointly(drop)
         finally:  # its vectors owed or not, its text leaves the process
             forget_texts()
@@ -137,10 +139,10 @@ class MemoryWrites(MemoryEngines):
         session stay: remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
-        with self._write_lock, self._owing():
+        with self._users.user(user_id), self._write_lock, self._owing():
             def drop() -> list[str]:
                 dropped = drop_session(self.store, self.index, user_id, session_id)
-                index_orphans(self.store, self.index, self.embedder, user_id, self.config.dedup_threshold)
+                index_orphans(self.store, self.parts.index, self.embedder, user_id, self.config.dedup_threshold)
                 return dropped
 
             try:
@@ -173,11 +175,28 @@ class MemoryWrites(MemoryEngines):
         before the next write for that user, so no row or vector of a forgotten user survives.
         """
         check_id(user_id, "user_id")
+        with self._users.user(user_id):  # its own writes wait for the deletion; the other users' do not
+            return self._forget_user(user_id)
+
+    def _forget_user(self, user_id: str) -> int:
+        """``forget_user``'s deletion. The rows go under the write lock, marked pending first; the
+        vectors then outside it, where rows and vectors live in two engines (a delete by filter may
+        be slow), the gate of :mod:`.user_locks` closed on the user meanwhile: a write of their
+        vectors waits for the delete, which would take it too. Where one engine holds both, they
+        go in one transaction under the lock. Then the deletion is marked complete."""
+        with contextlib.ExitStack() as deleting:
+            with self._write_lock:
+                self.parts.access.flush()  # no pending count may outlive the user's rows
+                archived = self._rows.archived_count(user_id) if self._layers_ok() else 0
+                self._unfinished = mark_forget(self.store, user_id, pending=True)
+                if self._joint is not None:
+                    ids = self._jointly(lambda: drop_user(self.store, self.index, user_id, joint=True))
+                else:
+                    ids = drop_user_rows(self.store, user_id)
+                    deleting.enter_context(self._users.deleting(user_id))  # closed before the lock opens
+            if self._joint is None:  # a failure leaves the user pending: finished at open or before their next write
+                drop_user_vectors(self.index, user_id, joint=False)
         with self._write_lock:
-            self.parts.access.flush()  # no pending count may outlive the user's rows
-            archived = self._rows.archived_count(user_id) if self._layers_ok() else 0
-            self._unfinished = mark_forget(self.store, user_id, pending=True)
-            ids = self._jointly(lambda: drop_user(self.store, self.index, user_id, joint=self._joint is not None))
             self._unfinished = mark_forget(self.store, user_id, pending=False)
         forget_texts()  # no text of theirs stays in the process either (textcache.py)
         return len(ids) + archived
@@ -190,7 +209,7 @@ class MemoryWrites(MemoryEngines):
         pending = pending_forgets(self.store)
         for user in sorted(pending if only is None else pending & {only}):
             try:
-                self.forget_user(user)
+                self._forget_user(user)  # no user lock: a write of theirs holds it, or the write lock (.user_locks)
             except TieredMemoryError as e:  # still failing: the next open or write tries again
                 log.warning("finishing forget_user(%r) failed again: %s", user, e)
                 if only is not None:

@@ -203,14 +203,29 @@ def drop_user(store: RecordStore, index: VectorIndex, user_id: str, *, joint: bo
     Raises:
         VectorIndexError: the vectors could not be deleted (``joint``: nothing was).
     """
+    ids = drop_user_rows(store, user_id)
+    drop_user_vectors(index, user_id, joint=joint)
+    return ids
+
+
+def drop_user_rows(store: RecordStore, user_id: str) -> list[str]:
+    """Delete every row of the user (its vectors next: :func:`drop_user_vectors`); returns the message ids."""
     ids = store.forget_user(user_id)
     note_forgotten(store, len(ids))
+    return ids
+
+
+def drop_user_vectors(index: VectorIndex, user_id: str, *, joint: bool) -> None:
+    """Delete every vector of the user.
+
+    Raises:
+        VectorIndexError: the vectors could not be deleted (``joint``: nothing was).
+    """
     with vector_errors_typed(
             "the user's records and vectors are not deleted ({error}); nothing was, retry" if joint
             else "the user's records are deleted but not yet their vectors ({error}); the deletion "
             "is finished on the next open, or before the next write for this user"):
         index.delete_user(user_id)
-    return ids
 
 
 def pending_forgets(store: RecordStore) -> set[str]:

@@ -1,0 +1,180 @@
+"""``forget_user`` of one user does not hold up the writes of the others.
+
+The vector index deletes a forgotten user's vectors by filter, which on a vector server under
+load, or for a user with many vectors, takes a while. That delete runs outside the memory's write
+lock: another user's ``add`` is stored meanwhile. The same user's writes wait for it (a
+delete by filter would take their vectors too): its ``add`` before the write lock, a fact or an
+episode at its vector write. Each race is forced at its point: the real Chroma index below blocks
+its ``delete_user`` on an event (every wait bounded, so a regression fails instead of hanging).
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tiered_memory import TieredMemory, VectorIndexError
+from tiered_memory.vector.base import ExactScope, VectorItem, WritesBehind
+from tiered_memory.vector.chroma import ChromaVectorIndex
+
+WAIT = 10.0  # the longest any step waits for another thread: a test that would hang fails instead
+
+
+class HeldDeletes(ChromaVectorIndex):
+    """The real Chroma index; while ``held``, ``delete_user`` sets ``entered`` and waits for ``release``
+    (then fails with ``error``, if set). ``landed`` is set by a write of user ``a``'s vectors that
+    reaches the index while its delete is held."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.held = False
+        self.entered, self.release, self.landed = threading.Event(), threading.Event(), threading.Event()
+        self.error: Exception | None = None
+
+    def upsert(self, items: list[VectorItem]) -> None:
+        if self.entered.is_set() and not self.release.is_set() and any(i.user_id == "a" for i in items):
+            self.landed.set()
+        super().upsert(items)
+
+    def delete_user(self, user_id: str) -> None:
+        if self.held:
+            self.entered.set()
+            if not self.release.wait(WAIT):
+                raise RuntimeError("HeldDeletes was not released")
+            if self.error is not None:
+                raise self.error
+        super().delete_user(user_id)
+
+
+class Run:
+    """``fn`` in a thread; ``result()`` its value or error, waiting at most ``WAIT``."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+
+        def run() -> None:
+            try:
+                self.value = fn()
+            except BaseException as e:
+                self.error = e
+            finally:
+                self.done.set()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def result(self) -> Any:
+        assert self.done.wait(WAIT), "the call did not return"
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+@pytest.fixture
+def held(make_memory: Callable[..., TieredMemory], tmp_path: Path) -> tuple[TieredMemory, HeldDeletes]:
+    index = HeldDeletes(str(tmp_path / "index"))
+    memory = make_memory(vector_store=index)
+    memory.add_many([{"role": "user", "content": "My bank PIN is 4921, do not tell anyone"},
+                     {"role": "user", "content": "I keep bees on the roof of the library"}],
+                    session_id="s", user_id="a")
+    memory.add("user", "I sail on Sundays", session_id="s", user_id="b")
+    index.held = True
+    return memory, index
+
+
+def _forgetting(memory: TieredMemory, index: HeldDeletes) -> Run:
+    """``forget_user("a")`` started in a thread and held inside the index's delete."""
+    forget = Run(lambda: memory.forget_user("a"))
+    assert index.entered.wait(WAIT), "forget_user never reached the index's delete"
+    return forget
+
+
+def test_another_users_add_is_stored_while_a_forget_user_deletes_vectors(
+        held: tuple[TieredMemory, HeldDeletes]) -> None:
+    memory, index = held
+    forget = _forgetting(memory, index)
+    try:
+        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"))
+        assert add.done.wait(WAIT), "b's add waited for a's vector delete"
+        new = add.result()
+        assert forget.thread.is_alive()  # a's delete still held: b's write did not wait for it
+    finally:
+        index.release.set()
+    assert forget.result() == 2
+    assert {m.id for m in memory.get_messages("s", user_id="b")} >= {new}
+    assert new in memory.index.ids("b") and memory.index.ids("a") == set()
+
+
+def test_the_same_users_add_waits_for_the_delete_and_keeps_its_vector(
+        held: tuple[TieredMemory, HeldDeletes]) -> None:
+    memory, index = held
+    forget = _forgetting(memory, index)
+    try:
+        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="a"))
+        assert not add.done.wait(0.1)  # it waits for a's delete (which would take its vector too)
+    finally:
+        index.release.set()
+    assert forget.result() == 2
+    new = add.result()
+    assert [m.id for m in memory.get_messages("s", user_id="a")] == [new]  # the forgotten turns gone, the new one kept
+    assert memory.index.ids("a") == {new}
+    assert memory.search("where did I move?", user_id="a")[0].id == new
+
+
+def test_a_vector_write_for_the_user_waits_for_the_delete_another_users_does_not(
+        held: tuple[TieredMemory, HeldDeletes]) -> None:
+    """What writes vectors (turns, facts, episodes, items, an import) writes them through
+    ``parts.index``: the gate holds the user's, forwards the others' at once."""
+    memory, index = held
+    gated, vector = memory.parts.index, memory.embedder.embed_documents(["I moved to Porto"])[0]
+    for protocol in (ExactScope, WritesBehind):  # the index's optional parts, seen by a static look-up too
+        assert isinstance(gated, protocol) and all(
+            inspect.getattr_static(gated, name, None) is not None for name in dir(protocol) if not name.startswith("_"))
+    forget = _forgetting(memory, index)
+    try:
+        Run(lambda: gated.upsert([VectorItem(id="b-new", vector=vector, user_id="b")])).result()
+        write = Run(lambda: gated.upsert([VectorItem(id="a-new", vector=vector, user_id="a")]))
+        assert not index.landed.wait(0.1) and not write.done.is_set()  # held before the index
+    finally:
+        index.release.set()
+    assert forget.result() == 2
+    write.result()
+    assert memory.index.ids("a") == {"a-new"} and "b-new" in memory.index.ids("b")
+
+
+def test_a_fact_written_for_the_user_during_the_delete_keeps_its_vector(
+        held: tuple[TieredMemory, HeldDeletes]) -> None:
+    memory, index = held
+    forget = _forgetting(memory, index)
+    try:
+        add = Run(lambda: memory.add_fact("User moved to Porto", user_id="a"))
+        assert not index.landed.wait(0.1)  # its vector waits for a's delete, which would take it too
+    finally:
+        index.release.set()
+    assert forget.result() == 2
+    fact = add.result()
+    assert [f.id for f in memory.facts("a")] == [fact.id]
+    assert memory.index.ids("a") == {f"fact:{fact.id}"}
+
+
+def test_a_failed_delete_still_finishes_before_the_users_next_write(
+        held: tuple[TieredMemory, HeldDeletes]) -> None:
+    memory, index = held
+    index.error = RuntimeError("vector server overloaded")
+    forget = _forgetting(memory, index)
+    add = Run(lambda: memory.add("user", "I sail on Mondays too", session_id="s", user_id="b"))
+    add.result()  # b's write does not wait for a's delete, failing or not
+    index.release.set()
+    with pytest.raises(VectorIndexError, match="finished on the next open, or before the next write"):
+        forget.result()
+    assert memory.index.ids("a")  # the vectors are still there: the deletion is pending
+    index.held = False
+    new = memory.add("user", "I moved to Porto", session_id="s", user_id="a")  # finishes the deletion first
+    assert memory.index.ids("a") == {new}
+    assert [m.id for m in memory.get_messages("s", user_id="a")] == [new]
