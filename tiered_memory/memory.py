@@ -118,7 +118,8 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
     The attributes ``store``, ``index`` and ``parts`` are the engines underneath (the record
     store, the vector index, the layers' shared parts), there for tests, benchmarks and repair
     tools. They are not the API: they take no user scope of their own, skip the checks, locks
-    and caches of these methods, and may change between versions.
+    and caches of these methods, and may change between versions. (``parts.index`` is ``index``
+    behind the gate of :mod:`~tiered_memory.user_locks`, where rows and vectors live in two engines.)
 
     Example:
         >>> with TieredMemory("/tmp/tm-doc") as memory:  # doctest: +SKIP
