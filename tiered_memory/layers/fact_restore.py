@@ -29,9 +29,9 @@ from ..records import Fact, FactChange
 from ..store.layer_codec import from_blob, to_blob
 from ..store.line_index import LineIndex
 from ..store.pending_deletes import OwedRows
-from ..store.repositories import FactRepository, PendingVectorSource
+from ..store.repositories import FactRepository
 from ..vector.base import VectorIndex
-from .layer_repair import fact_item
+from .layer_repair import write_fact_vectors
 from .resolution import slotted
 
 Entry = tuple[str, int | None, FactChange]  # (user, its place in the user's exported history if known, entry)
@@ -113,8 +113,5 @@ def _index(rows: FactRepository, index: VectorIndex, owed: OwedRows, part: list[
     if not part:
         return
     forgetting.pay_before_storing(owed, index, vectors=[f"fact:{f.id}" for f, _ in part])  # old first
-    valid = [(f, v) for f, v in part if f.valid]
-    if valid:
-        index.upsert([fact_item(f, v) for f, v in valid])
-        if isinstance(rows, PendingVectorSource):
-            rows.settle_facts([(f.id, f.text, f.updated_at) for f, _ in valid])
+    # an invalid fact has no vector: its row was stored settled (insert_fact)
+    write_fact_vectors(rows, index, [(f, v) for f, v in part if f.valid])

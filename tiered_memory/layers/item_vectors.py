@@ -28,7 +28,7 @@ from ..errors import VectorIndexError
 from ..guard import vector_errors_typed
 from ..parts import Parts
 from ..recall.forgetting import delete_strays, pay_before_storing
-from ..recall.skipping import SkippingPass
+from ..recall.skipping import SkippingPass, raise_or_hand_on
 from ..records import Item
 from ..store.base import RecordStore
 from ..store.pending_deletes import NO_USER, VECTOR, OwedVector
@@ -140,10 +140,7 @@ def restore_item_vectors(parts: Parts, db: ItemRepository, skipped: list[VectorI
     except BaseException:
         owe_items(parts.store, [EVERY_ITEM])
         raise
-    if refused is not None:
-        if skipped is None:
-            raise refused
-        skipped.append(refused)
+    raise_or_hand_on([refused], skipped)
     return restored
 
 

@@ -36,6 +36,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Callable, Sequence
 
 from ..embedding import Embedder, embed
@@ -43,7 +44,7 @@ from ..errors import VectorIndexError
 from ..guard import vector_errors_typed
 from ..recall.forgetting import delete_strays
 from ..recall.indexing import LEFT_PENDING, UNREPAIRED
-from ..recall.skipping import SkippingPass, summary_error
+from ..recall.skipping import SkippingPass, raise_or_hand_on, summary_error
 from ..records import Episode, Fact
 from ..store.pending_deletes import NO_USER, VECTOR, OwedRows, OwedVector
 from ..store.repositories import EpisodeRepository, FactRepository, LayerRepository, PendingVectorSource
@@ -54,6 +55,21 @@ def fact_item(fact: Fact, vector: Any) -> VectorItem:
     """The vector index's item of ``fact`` (its id ``fact:<id>``)."""
     return VectorItem(id=f"fact:{fact.id}", vector=vector, user_id=fact.user_id, layer="fact",
                       timestamp=fact.updated_at)
+
+
+def write_fact_vectors(rows: object, index: VectorIndex, pairs: Sequence[tuple[Fact, Any]], *,
+                       failed: str | None = None) -> None:
+    """Write the vectors of ``pairs`` (each fact with its vector; ``None``: one that wants none,
+    invalid or deleted) into the index, then settle those facts' rows (a ``rows`` offering
+    :class:`~..store.repositories.PendingVectorSource`): each marked indexed unless its text
+    changed since it was read, so the vector of its old text is never taken for its own.
+    ``failed``: what the index raises becomes a :class:`VectorIndexError` of this message (its
+    ``{error}`` the cause), and nothing is settled."""
+    if wanted := [fact_item(f, v) for f, v in pairs if v is not None]:
+        with contextlib.nullcontext() if failed is None else vector_errors_typed(failed):
+            index.upsert(wanted)
+    if pairs and isinstance(rows, PendingVectorSource):
+        rows.settle_facts([(f.id, f.text, f.updated_at) for f, _ in pairs])
 
 
 def index_pending_facts(rows: PendingVectorSource, index: VectorIndex, embedder: Embedder, *,
@@ -76,12 +92,12 @@ def index_pending_facts(rows: PendingVectorSource, index: VectorIndex, embedder:
 
         def written(part: Sequence[tuple[Fact, bool]]) -> None:
             # no debt to pay first, unlike turns': an owed fact id's history entry (kept with it) makes imports skip it
-            with vector_errors_typed(LEFT_PENDING.format(n=len(part), what="fact")):
-                if dead := [f"fact:{f.id}" for f, alive in part if not alive]:  # none wanted
+            failed = LEFT_PENDING.format(n=len(part), what="fact")
+            if dead := [f"fact:{f.id}" for f, alive in part if not alive]:  # none wanted
+                with vector_errors_typed(failed):
                     index.delete(dead)
-                if any(alive for _, alive in part):
-                    index.upsert([fact_item(f, vectors[f.id]) for f, alive in part if alive])  # noqa: B023 (run now)
-            rows.settle_facts([(f.id, f.text, f.updated_at) for f, _ in part])
+            write_fact_vectors(rows, index, [(f, vectors[f.id] if alive else None)  # noqa: B023 (run now)
+                                             for f, alive in part], failed=failed)
 
         skipping.write([(f, alive) for _, f, alive in found], written)
         after, seen = found[-1][0], seen + len(found)
@@ -98,12 +114,9 @@ def episode_of_point(point_id: str) -> str:
 def _left_pending(skipping: SkippingPass[Any], what: str, skipped: list[VectorIndexError] | None) -> None:
     """The error of the rows ``skipping`` left pending (``what``: fact, episode), raised or, with
     ``skipped``, put there; nothing when none was."""
-    if skipping.error is None:
-        return
-    error = summary_error(LEFT_PENDING.format(n=len(skipping.skipped), what=what), skipping.error)
-    if skipped is None:
-        raise error
-    skipped.append(error)
+    if skipping.error is not None:
+        raise_or_hand_on([summary_error(LEFT_PENDING.format(n=len(skipping.skipped), what=what), skipping.error)],
+                         skipped)
 
 
 def _pend(rows: object, facts: Sequence[str] = (), episodes: Sequence[str] = ()) -> None:
@@ -131,13 +144,8 @@ def reindex_facts(rows: FactRepository, index: VectorIndex, embedder: Embedder, 
             with rows.unit() as u:  # keep the stored vectors in step with the embedder
                 u.set_fact_vectors(list(vectors.items()))
 
-            def written(some: Sequence[Fact]) -> None:
-                with vector_errors_typed(UNREPAIRED):
-                    index.upsert([fact_item(f, vectors[f.id]) for f in some])  # noqa: B023 (run now)
-                if isinstance(rows, PendingVectorSource):
-                    rows.settle_facts([(f.id, f.text, f.updated_at) for f in some])
-
-            skipping.write(part, written)
+            skipping.write(part, lambda some: write_fact_vectors(
+                rows, index, [(f, vectors[f.id]) for f in some], failed=UNREPAIRED))  # noqa: B023 (run now)
     finally:
         _pend(rows, facts=[f.id for f in skipping.skipped])
     _left_pending(skipping, "fact", skipped)
@@ -190,12 +198,8 @@ def repair_layer_vectors(rows: LayerRepository, index: VectorIndex, owed: OwedRo
           episodes=sorted({episode_of_point(i) for i in missing if i.startswith("ep:")}))
     stray = sorted(have - want)
     removed, refused = delete_strays(owed, index, stray, lambda i: OwedVector(NO_USER, VECTOR, i))
-    left: list[VectorIndexError] = [] if refused is None else [refused]
     report = {"layer_vectors_removed": removed, "layer_vectors_missing": len(missing)}
     if refused is not None:
         report["layer_vectors_stray_owed"] = len(stray) - removed
-    if left and skipped is None:
-        raise left[0]
-    if skipped is not None:
-        skipped.extend(left)
+    raise_or_hand_on([refused], skipped)
     return report

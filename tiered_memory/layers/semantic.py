@@ -26,7 +26,7 @@ from ..recall import forgetting, hybrid
 from .resolution import Judgement, Resolution, decide_resolution, rewritten_slot, slotted
 from ..records import Fact, FactCandidate, FactChange
 from .fact_restore import FactBatch, restore_facts
-from .layer_repair import fact_item, index_pending_facts, reindex_facts
+from .layer_repair import index_pending_facts, reindex_facts, write_fact_vectors
 from .changes import edit_details, merge_metadata, metadata_details, stored_metadata
 from .fact_unit import (CHANGING, DECIDED, EDITED, TRIES, UNINDEXED, UNWRITTEN, Stale, held, log_change,
                         named, one_in_slot_written)
@@ -129,15 +129,6 @@ class SemanticMemory:
                 u.touch_facts(user_id, ids, now)
 
     # ---- writes --------------------------------------------------------------
-    def _upsert_vectors(self, facts: Sequence[tuple[Fact, Any]]) -> None:
-        self.index.upsert([fact_item(f, v) for f, v in facts])
-
-    def _settle(self, facts: Sequence[Fact]) -> None:
-        """The vectors of ``facts`` (as their rows hold them) are written: their rows, stored
-        pending, are marked indexed. Until then, a crash leaves them for :meth:`index_pending`."""
-        if facts and isinstance(self.rows, PendingVectorSource):
-            self.rows.settle_facts([(f.id, f.text, f.updated_at) for f in facts])
-
     def apply(self, user_id: str, candidate: FactCandidate, resolution: Resolution, *, target: Fact | None,
               metadata: dict[str, Any] | None = None, at: float | None = None,
               given: Mapping[str, Any] | None = None) -> Fact | None:
@@ -178,10 +169,9 @@ class SemanticMemory:
                     with vector_errors_typed(UNWRITTEN.format(what=f"the update of fact {old.id}", error="{error}")):
                         self.index.delete([f"fact:{old.id}", *gone])  # see edit: never a vector of the old text
                     [new] = u.held_facts(user_id, [old.id])  # as written (another writer may delete it next)
-                with vector_errors_typed(UNINDEXED.format(id=new.id, done="updated", error="{error}")):
-                    if new.valid:
-                        self._upsert_vectors([(new, vector)])
-                self._settle([new])
+                # its row stored pending till then: a crash leaves it to the pending pass (index_pending)
+                write_fact_vectors(self.rows, self.index, [(new, vector if new.valid else None)],
+                                   failed=UNINDEXED.format(id=new.id, done="updated", error="{error}"))
                 return new
             fact = slotted(Fact(id=uuid.uuid4().hex, user_id=user_id, type=candidate.type, text=candidate.text,
                                 confidence=candidate.confidence, source_ids=list(candidate.source_ids),
@@ -200,11 +190,11 @@ class SemanticMemory:
                                {**details, "superseded_by": fact.id, "invalid_from": at}, max_bytes=limit)
                 u.insert_fact(fact, vector)
                 log_change(u, user_id, fact.id, "add", None, fact.text, now, details, max_bytes=limit)
-            with vector_errors_typed(UNINDEXED.format(id=fact.id, done="stored", error="{error}")):
-                if resolution.action == "invalidate":
+            failed = UNINDEXED.format(id=fact.id, done="stored", error="{error}")
+            if resolution.action == "invalidate":
+                with vector_errors_typed(failed):
                     self.index.delete([f"fact:{resolution.target_id}"])
-                self._upsert_vectors([(fact, vector)])
-            self._settle([fact])
+            write_fact_vectors(self.rows, self.index, [(fact, vector)], failed=failed)
             return fact
 
     def _said_again(self, read: Fact, said: FactCandidate, details: dict[str, Any], now: float,
@@ -343,10 +333,8 @@ class SemanticMemory:
                     self.index.delete([f"fact:{fact_id}", *gone])  # between: missing (repaired), not stale
             [new] = u.held_facts(user_id, [fact_id])  # as written (another writer may delete it next)
         if vector is not None:  # the row was marked pending: an invalid fact's has no vector to write
-            with vector_errors_typed(UNINDEXED.format(id=fact_id, done="edited", error="{error}")):
-                if new.valid:
-                    self._upsert_vectors([(new, vector)])
-            self._settle([new])
+            write_fact_vectors(self.rows, self.index, [(new, vector if new.valid else None)],
+                               failed=UNINDEXED.format(id=fact_id, done="edited", error="{error}"))
         return new
 
     def _rivals(self, old: Fact, text: str, key: str | None) -> list[Fact]:

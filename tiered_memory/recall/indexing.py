@@ -19,7 +19,7 @@ from ..types import StoredMessage
 from ..vector.base import VectorIndex, VectorItem, WritesBehind
 from .chunking import CHUNK_LAYER, chunk_id, chunk_spans, message_of, pooled_vector
 from .forgetting import delete_owed, delete_strays
-from .skipping import SkippingPass, summary_error
+from .skipping import SkippingPass, raise_or_hand_on, summary_error
 
 log = logging.getLogger("tiered_memory")
 
@@ -307,7 +307,7 @@ def repair(
             dropped owed.
     """
     report = {"indexed": 0, "removed": 0, "restored": 0}
-    left: list[VectorIndexError] = []  # what the index refused: raised (or handed on) once every pass ran
+    left: list[VectorIndexError | None] = []  # what the index refused: raised (or handed on) once every pass ran
     if full:
         want = store.indexed_ids()
         with vector_errors_typed(UNREPAIRED):
@@ -329,15 +329,11 @@ def repair(
             store.reset_indexed_ids(sorted(missing_ids))
         if isinstance(store, DuplicateSource):  # a crash after deleting or archiving an original, before
             report["released"] = len(store.release_duplicates(None))  # its duplicates were indexed again
-    turns = index_pending_turns(store=store, index=index, embedder=embedder, threshold=threshold, batch=batch,
-                                report=report)
-    left += [turns] if turns is not None else []
+    left.append(index_pending_turns(store=store, index=index, embedder=embedder, threshold=threshold, batch=batch,
+                                    report=report))
     if any(report.values()):
         log.info("vector index repaired: %s", report)
-    if left:
-        if skipped is None:
-            raise left[0]
-        skipped += left
+    raise_or_hand_on(left, skipped)
     return report
 
 

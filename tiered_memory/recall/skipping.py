@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Callable, Generic, Iterable, Sequence, TypeVar
 
 from ..errors import VectorIndexError
 
@@ -83,3 +83,13 @@ def summary_error(message: str, first: VectorIndexError) -> VectorIndexError:
     error = VectorIndexError(message.format(error=first.__cause__ or first))
     error.__cause__ = first
     return error
+
+
+def raise_or_hand_on(errors: Iterable[VectorIndexError | None], skipped: list[VectorIndexError] | None) -> None:
+    """The errors of what a pass left undone (``None``: nothing), the rest of it done: the first
+    raised, or, with ``skipped`` (a caller with more passes to run first), all put there."""
+    left = [e for e in errors if e is not None]
+    if skipped is not None:
+        skipped.extend(left)
+    elif left:
+        raise left[0]
