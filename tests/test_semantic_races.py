@@ -24,6 +24,7 @@ import pytest
 
 from hook_support import before_first_write
 from tiered_memory import NotFoundError, StaticEmbedder, TieredMemory
+from tiered_memory.embedding import embed_query
 
 
 def _actions(memory: TieredMemory, fact_id: str) -> list[str]:
@@ -277,3 +278,34 @@ def test_two_edits_moving_facts_into_each_others_slots_both_commit(
     finally:
         one.close()
         two.close()
+
+
+def test_a_fact_another_writer_edits_while_a_rebuild_embeds_it_keeps_its_new_texts_vector(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rebuild_index`` reads the facts, embeds them, and writes their vectors into the rows and
+    the index. Another writer's edit committed between the read and the write lost its vector:
+    the row took the old text's (kept: consolidation and the slot's resolution read it) and the
+    index too. A vector is written only to a row still holding the text it was embedded from."""
+    embedder = StaticEmbedder()
+    memory = make_memory(embedder=embedder)
+    old = memory.add_fact("User plays the violin", user_id="u")
+    rows = memory._layers.rows
+    real = rows.valid_facts
+    edited: list[bool] = []
+
+    def read_then_edited(user_id: str | None = None) -> Any:
+        found = real(user_id)  # the rebuild's read (nothing else reads it); the edit commits right after
+        if not edited:
+            edited.append(True)
+            memory.update_fact(old.id, user_id="u", text="User plays the cello")
+        return found
+
+    monkeypatch.setattr(rows, "valid_facts", read_then_edited)
+    memory.rebuild_index()
+    assert edited
+    cello = embed_query(embedder, "User plays the cello")
+    [(fact, stored)] = rows.fact_vectors("u")
+    assert fact.text == "User plays the cello" and stored is not None
+    assert float(stored @ cello) == pytest.approx(1.0, abs=1e-5)  # not the violin's
+    [[(vector_id, similarity)]] = memory.index.query(cello[None, :], user_id="u", k=1, layers=["fact"])
+    assert vector_id == f"fact:{old.id}" and similarity == pytest.approx(1.0, abs=1e-5)

@@ -12,7 +12,8 @@ Invariants:
 
 - One pass in row order (a cursor past each batch read), so it ends though other workers write
   meanwhile; a fact another call revised while this one embedded it stays pending (its
-  settlement names the text and time written) for the next pass.
+  settlement names the text and time written) for the next pass. A re-embedding writes a vector
+  into a fact's row only while the row, held in that write, still says the text embedded.
 - A pending fact that is no longer live (deleted, invalid) has no vector: the pass deletes its
   id's, and settles it.
 - One fact the index refuses holds back no other: a batch refused is sent again in halves
@@ -47,7 +48,7 @@ from ..recall.indexing import LEFT_PENDING, UNREPAIRED
 from ..recall.skipping import SkippingPass, raise_or_hand_on, summary_error
 from ..records import Episode, Fact
 from ..store.pending_deletes import NO_USER, VECTOR, OwedRows, OwedVector
-from ..store.repositories import EpisodeRepository, FactRepository, LayerRepository, PendingVectorSource
+from ..store.repositories import EpisodeRepository, FactRepository, FactWrites, LayerRepository, PendingVectorSource
 from ..vector.base import VectorIndex, VectorItem
 
 
@@ -135,14 +136,15 @@ def reindex_facts(rows: FactRepository, index: VectorIndex, embedder: Embedder, 
     Raises:
         VectorIndexError: facts were refused (the others written), or the engine is down.
     """
-    facts = rows.valid_facts(user_id)
+    facts = sorted(rows.valid_facts(user_id), key=lambda f: f.user_id)  # a batch holds few users' facts
     skipping = SkippingPass[Fact](what="fact", name=lambda f: repr(f.id))
     try:
         for start in range(0, len(facts), 256):
-            part = facts[start:start + 256]
-            vectors = dict(zip([f.id for f in part], embed(embedder, [f.text for f in part])))
+            read = facts[start:start + 256]
+            vectors = dict(zip([f.id for f in read], embed(embedder, [f.text for f in read])))
             with rows.unit() as u:  # keep the stored vectors in step with the embedder
-                u.set_fact_vectors(list(vectors.items()))
+                part = _still_said(u, read)
+                u.set_fact_vectors([(f.id, vectors[f.id]) for f in part])
 
             skipping.write(part, lambda some: write_fact_vectors(
                 rows, index, [(f, vectors[f.id]) for f in some], failed=UNREPAIRED))  # noqa: B023 (run now)
@@ -150,6 +152,17 @@ def reindex_facts(rows: FactRepository, index: VectorIndex, embedder: Embedder, 
         _pend(rows, facts=[f.id for f in skipping.skipped])
     _left_pending(skipping, "fact", skipped)
     return len(facts)
+
+
+def _still_said(u: FactWrites, read: Sequence[Fact]) -> list[Fact]:
+    """The facts of ``read`` that ``u`` holds (till it commits) still valid and saying the text
+    read, as they are now: another writer's edit or update since the read stored its own text's
+    vector and marked the row pending (its vector is its writer's to write, or the pending
+    pass's), a delete or an invalidation left none to write."""
+    now: dict[str, Fact] = {}
+    for user in dict.fromkeys(f.user_id for f in read):
+        now.update((f.id, f) for f in u.held_facts(user, sorted(f.id for f in read if f.user_id == user)))
+    return [now[f.id] for f in read if f.id in now and now[f.id].valid and now[f.id].text == f.text]
 
 
 def reindex_episodes(rows: EpisodeRepository, user_id: str | None, index_some: Callable[[Sequence[Episode]], None],
