@@ -342,6 +342,32 @@ def test_a_fact_the_model_restates_citing_no_turn_is_confirmed_as_of_the_spans_n
 
 
 @pytest.mark.record_stores("sqlite")
+def test_a_restatement_older_than_the_facts_update_confirms_nothing(make_memory: Callable[..., TieredMemory]) -> None:
+    """A fact updated by a later statement (said more fully) was last said then, but its last
+    statement was still its first (``valid_from``; an update recorded no ``said_at``): the model's
+    restatement of it, citing no turn, in a span older than the update (old turns imported late)
+    confirmed it, as news. The ``update`` entry is dated by its statement (``said_at``), as a
+    ``confirm`` is, and counts as the fact's last statement."""
+    berlin = {"type": "fact", "text": "User lives in Berlin, Germany"}
+    llm = ScriptedLLM(by_task={
+        "facts": [_llm_facts({"type": "fact", "text": "User lives in Berlin", "sources": [1]}),
+                  _llm_facts({**berlin, "sources": [1]}), _llm_facts(berlin)],
+        "resolve": [{"action": "update", "target": 1, "text": berlin["text"]}, {"action": "noop", "target": 1}],
+        "episode": [EPISODE] * 3})
+    memory = make_memory(llm=llm, embedder=StaticEmbedder())
+    t0, day = 1_600_000_000.0, 86_400.0
+    for sid, said, at in (("s1", "I live in Berlin.", t0), ("s2", "Berlin, Germany, that is.", t0 + 2 * day),
+                          ("old", "Long day.", t0 + day)):  # the last imported late
+        memory.add("user", said, session_id=sid, user_id="u1", timestamp=at)
+        memory.end_session(sid, user_id="u1")
+    [fact] = memory.facts("u1")
+    assert fact.text == berlin["text"] and llm.tasks().count("resolve") == 2
+    history = memory.fact_history("u1", fact.id)
+    assert [h.action for h in history] == ["add", "update"]  # no confirm
+    assert history[1].details["said_at"] == t0 + 2 * day
+
+
+@pytest.mark.record_stores("sqlite")
 def test_an_imported_confirm_said_at_no_turn_could_have_holds_back_no_later_confirm(
         make_memory: Callable[..., TieredMemory], tmp_path: Any) -> None:
     """A fact's last statement was the latest ``said_at`` of its confirm entries, whatever the

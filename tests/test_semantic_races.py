@@ -309,3 +309,4 @@ def test_a_fact_another_writer_edits_while_a_rebuild_embeds_it_keeps_its_new_tex
     assert float(stored @ cello) == pytest.approx(1.0, abs=1e-5)  # not the violin's
     [[(vector_id, similarity)]] = memory.index.query(cello[None, :], user_id="u", k=1, layers=["fact"])
     assert vector_id == f"fact:{old.id}" and similarity == pytest.approx(1.0, abs=1e-5)
+

@@ -162,8 +162,9 @@ class SemanticMemory:
                     u.revise_fact(user_id, old.id, text=text, confidence=max(old.confidence, candidate.confidence),
                                   source_ids=sources, metadata=kept, updated_at=now, vector=vector, key=key,
                                   polarity=polarity)
-                    log_change(u, user_id, old.id, "update", old.text, text, now, {**details, **metadata_details(
-                        old.metadata, given, beside=details, max_bytes=limit)}, max_bytes=limit)
+                    said = {**details, **({} if said_at is None else {"said_at": said_at})}  # its last statement
+                    log_change(u, user_id, old.id, "update", old.text, text, now, {**said, **metadata_details(
+                        old.metadata, given, beside=said, max_bytes=limit)}, max_bytes=limit)
                     gone = one_in_slot_written(u, replace(old, text=text, key=key, polarity=polarity), rivals, at=at,
                                                now=now, by="a judge's rewrite", config=self.config, max_bytes=limit)
                     with vector_errors_typed(UNWRITTEN.format(what=f"the update of fact {old.id}", error="{error}")):
@@ -233,11 +234,12 @@ class SemanticMemory:
                 old.metadata, given, beside=details, max_bytes=limit)}, max_bytes=limit)
 
     def _last_said(self, fact: Fact) -> float:
-        """When ``fact`` was last said, as known: its ``valid_from``, or a later ``confirm``'s ``said_at``
-        (one a turn's timestamp could be: an imported entry's details are any JSON, and a ``said_at``
-        of 1e300 would date every later statement before it)."""
+        """When ``fact`` was last said, as known: its ``valid_from``, or a later ``said_at`` of a
+        ``confirm`` or an ``update`` (a dated statement said again, or said more fully) that a
+        turn's timestamp could be (an imported entry's details are any JSON, and a ``said_at`` of
+        1e300 would date every later statement before it)."""
         said = [c.details.get("said_at") for c in self.rows.fact_history(fact.user_id, fact.id)
-                if c.action == "confirm"]
+                if c.action in ("confirm", "update")]
         return max([fact.valid_from, *(t for t in said if not isinstance(t, bool) and isinstance(t, (int, float))
                                        and MIN_TIMESTAMP <= t < MAX_TIMESTAMP)])
 
