@@ -25,6 +25,7 @@ import pytest
 from hook_support import before_first_write
 from tiered_memory import NotFoundError, StaticEmbedder, TieredMemory
 from tiered_memory.embedding import embed_query
+from tiered_memory.records import FactCandidate
 
 
 def _actions(memory: TieredMemory, fact_id: str) -> list[str]:
@@ -310,3 +311,21 @@ def test_a_fact_another_writer_edits_while_a_rebuild_embeds_it_keeps_its_new_tex
     [[(vector_id, similarity)]] = memory.index.query(cello[None, :], user_id="u", k=1, layers=["fact"])
     assert vector_id == f"fact:{old.id}" and similarity == pytest.approx(1.0, abs=1e-5)
 
+
+def test_one_restatement_another_writer_counted_meanwhile_is_confirmed_once(
+        make_memory: Callable[..., TieredMemory], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model's restatement citing no turn confirms a fact when dated after its last statement,
+    decided on the history read before the write's transaction: two workers reading one span's
+    restatement at once (each ``end_session``'s, here the layer's own call) both found it news and
+    wrote two ``confirm`` entries for one statement. The second, held in its transaction, sees the
+    first's confirmation (the fact's update time moved) and decides again: nothing new."""
+    memory = make_memory(embedder=StaticEmbedder())
+    fact = memory.add_fact("User lives in Berlin", user_id="u", confidence=0.9)
+    said = FactCandidate(type="fact", text="User lives in Berlin", confidence=0.5)
+    t = fact.valid_from + 60.0
+    facts = memory._layers.facts
+    fired = before_first_write(memory, monkeypatch, lambda: facts.resolve_and_apply("u", said, at=t))
+    facts.resolve_and_apply("u", said, at=t)
+    assert fired
+    confirms = [h for h in memory.fact_history("u", fact.id) if h.action == "confirm"]
+    assert [h.details["said_at"] for h in confirms] == [t]

@@ -218,8 +218,8 @@ class SemanticMemory:
                               and said.confidence <= read.confidence
                               and merge_metadata(read.metadata, given, limit) == read.metadata):
             return
-        with self.rows.unit() as u:
-            old = held(u, read, DECIDED, Stale(read.id))
+        with self.rows.unit() as u:  # news decided on the history read: stale once another write touched it
+            old = held(u, read, (*DECIDED, "updated_at") if restated else DECIDED, Stale(read.id))
             new = [s for s in dict.fromkeys(source_ids) if s not in old.source_ids]
             kept = merge_metadata(old.metadata, given, limit)
             surer = said.confidence > old.confidence
