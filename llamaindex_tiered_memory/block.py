@@ -352,11 +352,13 @@ class TieredMemoryBlock(TypedArgumentsModel, BaseMemoryBlock[str]):
         max_chars = self.memory.config.max_content_chars
         current_texts = {storable_text(message_text(m), max_chars)[0] for m in current}
         # the queue's turns stored as put (every_turn, arecord) are the session's newest: shown already,
-        # the core leaves them out before it fits its budget, and its recent turns are those before them
+        # the core leaves them out before it fits its budget, and its recent turns are those before them.
+        # Stored turns that say what a current message says (a question asked again, the queue not
+        # stored) are left out before fitting too (shown_texts): their room goes to other memories
         stored = await self.memory.aget_messages(sid, user_id=self.user_id, limit=len(current)) if current else []
         context = await self.memory.abuild_context(
             build_query(current), user_id=self.user_id, session_id=sid, max_tokens=self.max_tokens,
-            shown=[m.id for m in stored if m.content in current_texts])
+            shown=[m.id for m in stored if m.content in current_texts], shown_texts=current_texts)
         sections = within(long_term_sections(context, current_texts), self.max_tokens, self.memory.count_tokens)
         text = render_block(sections)
         if text:

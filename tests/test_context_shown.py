@@ -10,7 +10,7 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import InvalidInputError, StaticEmbedder, TieredMemory
-from tiered_memory.context.assembly import best_kept, turn_candidates
+from tiered_memory.context.assembly import best_kept, turn_candidates, what_is_said
 from tiered_memory.types import MemoryHit
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
@@ -271,3 +271,47 @@ def test_twins_of_shown_messages_leave_their_candidates_to_other_turns(
     assert not set(recalled) & _twins(_said_again(rows))
     assert len(recalled) == len(plain)
     assert [t for t in recalled if t in plain] == [t for t in plain if t in recalled]
+
+
+@pytest.mark.record_stores("sqlite")
+def test_turns_saying_a_shown_text_leave_their_candidates_to_other_turns(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A caller whose messages are not stored (LlamaIndex's ``Memory`` queue) passes their texts
+    (``shown_texts``): the past turns saying one of them (in any role; case, spacing and punctuation
+    aside) were recalled, and the caller then had to leave them out, their room lost. They are left
+    out before fitting now, the search asked for more, so as many other turns are recalled as
+    without them, and none is reported as dropped (the model sees it)."""
+    memory = make_memory(embedder=StaticEmbedder())
+    rows = _last_week(memory)
+    told = _said_again(rows)  # in the caller's queue, never stored
+    memory.add_many([{"role": "assistant", "content": told[0]["content"]}], session_id="older", user_id="u1")
+    plain = _turns(memory.build_context(TWIN_QUERY, user_id="u1", session_id="new", max_tokens=1500,
+                                        include_recent=False))
+    assert set(plain) & _twins(told)  # recalled when the caller does not say it shows them
+    ctx = memory.build_context(TWIN_QUERY, user_id="u1", session_id="new", max_tokens=1500, include_recent=False,
+                               shown_texts=[f" {r['content'].upper()} " for r in told])
+    recalled = _turns(ctx)
+    assert not set(recalled) & _twins(told)  # the assistant's copy too
+    assert len(recalled) == len(plain)
+    assert [t for t in recalled if t in plain] == [t for t in plain if t in recalled]
+    left_out = {m.id for s in ("last-week", "older") for m in memory.get_messages(s, user_id="u1")
+                if m.content in _twins(told)}
+    assert len(left_out) == 9 and not left_out & {d.id for d in ctx.dropped}
+
+
+@pytest.mark.parametrize("a, b, same", [
+    ("What IS my dog's name?", "  what is my dog's name", True),
+    ("👍", " 👍\n", True),
+    ("👍", "?", False),  # no words: itself, not any other text of no words
+    ("a b", "ab", False),
+])
+def test_what_is_said(a: str, b: str, same: bool) -> None:
+    assert (what_is_said(a) == what_is_said(b)) is same
+
+
+@pytest.mark.record_stores("sqlite")
+def test_bad_shown_texts_are_refused(make_memory: Callable[..., TieredMemory]) -> None:
+    memory = make_memory(embedder=StaticEmbedder())
+    for texts in ["hello", b"hello", [1], [None], 5]:  # a lone text would be its characters
+        with pytest.raises(InvalidInputError, match="shown_texts"):
+            memory.build_context("tides", user_id="u1", session_id="now", shown_texts=texts)  # type: ignore[arg-type]

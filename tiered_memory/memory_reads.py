@@ -23,17 +23,18 @@ from .types import MemoryHit, SessionHit, SessionInfo, StoredMessage
 from .validation import check_count, check_filters, check_flag, check_id, check_query
 
 
-def shown_ids(values: object) -> frozenset[str]:
+def shown_ids(values: object, name: str = "shown", what: str = "message ids") -> frozenset[str]:
     """``build_context``'s ``shown`` (a collection of message ids, or ``None``) as a frozenset; a
-    lone string, which would iterate as its characters, or an item that is not a string is refused."""
+    lone string, which would iterate as its characters, or an item that is not a string is refused
+    (``name`` and ``what``: ``shown_texts``, of texts, is checked so too)."""
     if values is None:
         return frozenset()
     if isinstance(values, (str, bytes)) or not isinstance(values, Collection):
-        raise InvalidInputError("shown must be a collection of message ids (a list or set of str), "
+        raise InvalidInputError(f"{name} must be a collection of {what} (a list or set of str), "
                                 f"got {type(values).__name__}")
     bad = [v for v in values if not isinstance(v, str)]
     if bad:
-        raise InvalidInputError(f"shown must hold message ids (str), got {type(bad[0]).__name__}")
+        raise InvalidInputError(f"{name} must hold {what} (str), got {type(bad[0]).__name__}")
     return frozenset(values)
 
 
@@ -135,6 +136,7 @@ class MemoryReads(MemoryEngines):
     def build_context(
         self, query: str, *, user_id: str, session_id: str, max_tokens: int | None = None,
         include_items: bool = False, shown: Collection[str] | None = None, include_recent: bool = True,
+        shown_texts: Collection[str] | None = None,
     ) -> MemoryContext:
         """Recent turns plus working memory, known facts, past sessions and relevant past turns,
         within ``max_tokens``; what did not fit is in ``dropped``. See :mod:`.context.assembly`.
@@ -147,6 +149,13 @@ class MemoryReads(MemoryEngines):
         which lists what the model will not see; the recent buffer is then the session's newest
         turns other than those (the turns before them).
 
+        ``shown_texts``: texts of messages the caller shows the model that may not be stored (a
+        framework's short-term queue kept outside the memory): a relevant past turn that says one
+        of them, in any role (its words, case, spacing and punctuation aside), is left out before
+        the budget is fitted, as a twin of a ``shown`` message is (a user who asks again what they
+        asked last week), so its room goes to other memories. Not in ``dropped`` either. The recent
+        turns keep theirs: left out, a repeated question would join its answer to the turn before.
+
         ``include_recent=False``: no recent turns (``recent`` is empty), for a caller that shows the
         model :meth:`~.context.render.MemoryContext.memory_text` alone (its framework's state holds
         the conversation): the whole budget goes to the sections, and the session's turns other
@@ -158,12 +167,13 @@ class MemoryReads(MemoryEngines):
         check_flag(include_items, "include_items")
         check_flag(include_recent, "include_recent")
         left_out = shown_ids(shown)
+        heard = shown_ids(shown_texts, "shown_texts", "message texts")
         now = time.time()
         with self._gate.reading():
             context = assemble(self.parts, self._layers if self._layers_ok() else None, query,
                                user_id=user_id, session_id=session_id, max_tokens=max_tokens,
                                items=self._items if include_items and self._layers_ok() else None, shown=left_out,
-                               include_recent=include_recent)
+                               include_recent=include_recent, shown_texts=heard)
         for layer, ids in accessed(context).items():
             self.parts.access.note(layer, user_id, ids, now)
         return context

@@ -18,7 +18,11 @@ turns that lead into them; its turns over its share are then past turns to recal
 and the ``turns`` candidates leave them out as they leave out the buffer's, so their room goes to
 other memories; so are their twins that say the same (the same text stored again under another id:
 :func:`shown_twins`), and the recent turns' twins (a user who says again what they said last week,
-a re-imported copy). They are not reported as dropped: the model sees them. The search is asked for
+a re-imported copy). Texts the caller shows that may not be stored (``shown_texts``: a framework's
+queue kept outside the memory) leave out, likewise, the past turns that say one of them, in any role
+(:func:`heard_texts`: a user who asks again what they asked last week); not the recent turns, where
+leaving a repeated question out would join its answer to the turn before and drop both. They are not
+reported as dropped: the model sees them. The search is asked for
 more turns by as many as may be left out so (:func:`turn_candidates`), and as many turns are kept as
 it would hand on without them, in its order (:func:`best_kept`). With
 ``include_recent=False`` (a caller that shows ``memory_text`` alone) there is no recent buffer: the
@@ -36,7 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 
@@ -175,6 +179,18 @@ def what_it_says(role: str | None, text: str) -> tuple[str | None, tuple[str, ..
     return role, tuple(words(text.casefold()))
 
 
+def what_is_said(text: str) -> tuple[str, ...] | str:
+    """A text's words, case, spacing and punctuation aside, in any role (:func:`what_it_says` without
+    one); a text of no words (an emoji), itself, stripped, so that it matches no other (pure)."""
+    return what_it_says(None, text)[1] or text.strip()
+
+
+def heard_texts(texts: Collection[str]) -> frozenset[tuple[str, ...] | str]:
+    """What the texts a caller shows the model say (:func:`what_is_said`), in any role (pure): a stored
+    turn saying one of them is shown already (``build_context``'s ``shown_texts``)."""
+    return frozenset(what_is_said(t) for t in texts)
+
+
 def shown_twins(store: RecordStore, user_id: str, shown: frozenset[str], hits: Sequence[MemoryHit],
                 recent: Sequence[ContextItem] = ()) -> set[str]:
     """The ``hits`` that repeat a ``shown`` message or a ``recent`` turn (as the model is shown it):
@@ -288,11 +304,13 @@ def without_repeats(requests: list[SectionRequest], room: TokenCount, count: Cal
 
 def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, session_id: str,
              max_tokens: int | None, items: ItemStore | None = None,
-             shown: frozenset[str] = frozenset(), include_recent: bool = True) -> MemoryContext:
+             shown: frozenset[str] = frozenset(), include_recent: bool = True,
+             shown_texts: frozenset[str] = frozenset()) -> MemoryContext:
     budget = max_tokens if max_tokens is not None else parts.config.budget.max_tokens
     count = parts.count_tokens
     # without a recent section (a caller that shows only memory_text) the session's turns not shown
     # are past turns to recall like any other, and the whole budget goes to the sections
+    heard = heard_texts(shown_texts)
     buffer = session_buffer(parts, user_id, session_id, shown) if include_recent else []
     recent, over = newest_within([message_item(m, count) for m in buffer], lambda i: i.tokens,
                                  room=recent_room(budget, parts.config.budget.buffer_share), whole=budget)
@@ -313,10 +331,12 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     retrieval = parts.config.retrieval
     # asked for more by as many as may be left out of the hits below, so that as many are kept
     hits = search_turns(store=parts.store, index=parts.index, embedder=parts.embedder, config=retrieval,
-                        query=query, user_id=user_id, k=turn_candidates(room, retrieval.candidates, len(left_out)),
+                        query=query, user_id=user_id,
+                        k=turn_candidates(room, retrieval.candidates, len(left_out) + len(heard)),
                         vector=vector) if vector is not None else []
     # a shown message's twin (the same text stored again, another id) is shown too, and so is a recent turn's
     left_out |= shown_twins(parts.store, user_id, shown, [h for h in hits if h.id not in left_out], recent)
+    left_out |= {h.id for h in hits if heard and what_is_said(h.text) in heard}
     past = best_kept([h for h in hits if h.id not in left_out], turn_candidates(room, retrieval.candidates))
     turns = [hit_item(h, count) for h in past]
     # the bar facts are held to: the past turns', not the session's own (the question just stored is 1)
