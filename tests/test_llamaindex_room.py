@@ -29,7 +29,8 @@ def _block_text(carrier: str) -> str:
     return carrier.split("<tiered_memory>\n", 1)[1].split("\n</tiered_memory>", 1)[0]
 
 
-async def test_a_question_asked_again_leaves_its_room_to_other_memories(make_memory: Callable[..., TieredMemory]) -> None:
+async def test_a_question_asked_again_leaves_its_room_to_other_memories(
+        make_memory: Callable[..., TieredMemory]) -> None:
     """Ana asked the question in an earlier session, Bo never did; both ask it now, in a plain
     ``Memory`` (the queue is not stored). Ana's old question is the best match: the block must not
     show it (the model reads it in the queue), and its room goes to the next notes, so Ana gets as
