@@ -19,8 +19,8 @@ otherwise (another writer, an older version) is checked again as it is replayed.
 Calls that share an id are not refused, in one message or across messages: each id is a plain
 token, safe to send, and a message with two calls of one id is what some models return; the
 recording paths store a reply after the model answered, where an error would fail the user's run,
-and the import reads what older versions stored. A replay sends each id once instead
-(``langchain_tiered_memory.replay_calls``).
+and the import reads what older versions stored. A replay sends each id once instead (the
+LangChain adapter's replay renames an older call's id and its results').
 """
 
 from __future__ import annotations
