@@ -27,6 +27,7 @@ from tests.crash_support import (
 )
 from tiered_memory import TieredMemory
 from tiered_memory.layers.item_rules import ItemWrite
+from tiered_memory.layers import semantic
 
 NS = ("memories", "u")
 LONG = " ".join(f"Paragraph {n}: the lighthouse keeper logged the storm near cape {n} at dawn." for n in range(40))
@@ -321,7 +322,7 @@ def test_g_compaction_killed_half_way_loses_no_vector(tmp_path: Path) -> None:
 # update_fact ---------------------------------------------------------------------------
 @step
 def fact_update_killed_before_its_vector(memory: TieredMemory) -> None:  # the row revised, the vector not
-    kill_at(memory._layers.facts, "_upsert_vectors")
+    kill_at(semantic, "write_fact_vectors")  # its vector and settlement, the row written
     fact = memory.facts("u")[0]
     memory.update_fact(fact.id, user_id="u", text="User speaks fluent Japanese")
 

@@ -20,6 +20,7 @@ import pytest
 
 from tests.crash_support import TURNS, add_old_session, child, found_by_meaning, kill_at, open_memory, run_child, step
 from tiered_memory import TieredMemory
+from tiered_memory.layers import semantic
 
 pytestmark = pytest.mark.servers
 SCRIPT = Path(__file__)
@@ -52,13 +53,13 @@ def assert_found_by_meaning(memory: TieredMemory, user: str) -> None:
 # a fact added: its row committed, its vector never written ----------------------------------
 @step
 def shared_fact_added_killed_before_its_vector(memory: TieredMemory) -> None:
-    kill_at(memory._layers.facts, "_upsert_vectors")
+    kill_at(semantic, "write_fact_vectors")  # its vector and settlement, the row written
     memory.add_fact("User plays the cello", user_id="u")
 
 
 @step
 def shared_fact_updated_killed_before_its_vector(memory: TieredMemory) -> None:
-    kill_at(memory._layers.facts, "_upsert_vectors")
+    kill_at(semantic, "write_fact_vectors")  # its vector and settlement, the row written
     memory.update_fact(memory.facts("u")[0].id, user_id="u", text="User speaks fluent Japanese")
 
 
