@@ -10,10 +10,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import VectorIndexError, missing
+from ..errors import missing
 from .base import (CHUNK_SEPARATOR, Sessions, VectorItem, dimension_hint, refuse_bad_queries, refuse_bad_vectors,
                    shown_url)
-from .chroma_client import (chroma_owner, client_settings, compacted, cosine_collection, drop_collection,
+from .chroma_client import (chroma_failed, chroma_owner, client_settings, compacted, cosine_collection, drop_collection,
                             forget_cached_client, gone_hint, mark_chroma_owner, segment_folders, server_client)
 from .chroma_scope import (SCOPED as SCOPED, best_owned, owned, scope_collection, scope_of, scopes_of, user_filter,
                            user_vectors)
@@ -67,7 +67,7 @@ class ChromaVectorIndex:
             self.collection = cosine_collection(client, collection)
             scope_collection(self.collection)
         except Exception as e:
-            raise VectorIndexError(f"could not open Chroma collection {collection!r}: {e}") from e
+            raise chroma_failed(f"could not open Chroma collection {collection!r}", e, client)
         # a server may have other writers, so only an embedded index holds users in memory,
         # and only then may its turn upserts be written behind (see .write_behind)
         self._name = collection
@@ -169,7 +169,7 @@ class ChromaVectorIndex:
         except Exception as e:
             hint = (dimension_hint(e, self._name, len(items[0].vector), self._width) if items else "") or gone_hint(e)
             self._renew_client()
-            raise VectorIndexError(f"Chroma upsert failed{self._at}: {e}{hint}") from e
+            raise chroma_failed(f"Chroma upsert failed{self._at}", e, self.client, hint)
 
     def _width(self) -> int | None:
         got = self.collection.get(limit=1, include=["embeddings"])
@@ -206,7 +206,7 @@ class ChromaVectorIndex:
                 collection = cosine_collection(client, self._name)
             except Exception as e:
                 forget_cached_client(str(self._path))  # a half-made client is not kept either
-                raise VectorIndexError(f"could not reopen the Chroma index{self._at} after a failed write: {e}") from e
+                raise chroma_failed("could not reopen the Chroma index after a failed write", e, client)
             self.client, self.collection, self._stale = client, collection, False
 
     def query(
@@ -239,12 +239,12 @@ class ChromaVectorIndex:
                     return [[row[n] for n in owned({"metadatas": metas}, scopes)]
                             for row, metas in zip(_hits(res), res["metadatas"] or [])]
                 except Exception as e:  # e.g. an id the index lacks until repair
-                    log.debug("Chroma query by ids failed (%s); scanning those ids exactly", e)
+                    log.debug("%s; scanning them exactly", chroma_failed("Chroma query by ids failed", e, self.client))
             try:  # few ids, exactly: HNSW can leave a vector unreachable (one beside many identical
                 # ones) and miss it even when it is the only id asked for
                 return best_owned(self.collection, among, scopes, vectors, k)
             except Exception as e:
-                raise VectorIndexError(f"Chroma read failed{self._at}: {e}{gone_hint(e)}") from e
+                raise chroma_failed(f"Chroma read failed{self._at}", e, self.client, gone_hint(e))
         where = user_filter(user_id, layers)
         if session_id is not None and self._sessions is None:  # the session is in the metadata
             where = {"$and": [where, {"session_id": session_id}]}
@@ -257,7 +257,7 @@ class ChromaVectorIndex:
                     where=where, include=["distances"],
                 )
             except Exception as e:
-                raise VectorIndexError(f"Chroma query failed{self._at}: {e}{gone_hint(e)}") from e
+                raise chroma_failed(f"Chroma query failed{self._at}", e, self.client, gone_hint(e))
             hits = _hits(res)
             if sessions is None:
                 return hits
@@ -278,7 +278,7 @@ class ChromaVectorIndex:
                 for start in range(0, len(ids), 2000):
                     self.collection.delete(ids=ids[start : start + 2000])
             except Exception as e:
-                raise VectorIndexError(f"Chroma delete failed{self._at}: {e}{gone_hint(e)}") from e
+                raise chroma_failed(f"Chroma delete failed{self._at}", e, self.client, gone_hint(e))
             if self._exact is not None:  # and after: a load that read the engine meanwhile holds them
                 self._exact.delete(ids)
 
@@ -289,7 +289,7 @@ class ChromaVectorIndex:
         try:
             self.collection.delete(where=user_filter(user_id))
         except Exception as e:
-            raise VectorIndexError(f"Chroma delete failed{self._at}: {e}{gone_hint(e)}") from e
+            raise chroma_failed(f"Chroma delete failed{self._at}", e, self.client, gone_hint(e))
         if self._exact is not None:  # again: a query meanwhile loaded the user from the engine
             self._exact.drop(user_id)
 
@@ -312,7 +312,7 @@ class ChromaVectorIndex:
     def mark_owner(self, store_id: str, *, written: bool = False) -> None:
         self._owner = store_id  # reset and compact make the collection anew with the mark
         if not written:
-            mark_chroma_owner(self.collection, store_id)
+            mark_chroma_owner(self.client, self.collection, store_id)
 
     def first_ids(self, n: int) -> list[str]:
         self._settle()
@@ -334,7 +334,7 @@ class ChromaVectorIndex:
             return list(self.collection.get(where=user_filter(user_id) if user_id is not None else None,
                                             include=[], limit=limit, offset=offset)["ids"])
         except Exception as e:
-            raise VectorIndexError(f"Chroma read failed{self._at}: {e}{gone_hint(e)}") from e
+            raise chroma_failed(f"Chroma read failed{self._at}", e, self.client, gone_hint(e))
 
     def count(self, user_id: str | None = None) -> int:
         if user_id is None:
@@ -342,7 +342,7 @@ class ChromaVectorIndex:
             try:
                 return int(self.collection.count())
             except Exception as e:
-                raise VectorIndexError(f"Chroma count failed{self._at}: {e}{gone_hint(e)}") from e
+                raise chroma_failed(f"Chroma count failed{self._at}", e, self.client, gone_hint(e))
         return len(self.ids(user_id))
 
     def reset(self) -> None:
@@ -357,7 +357,7 @@ class ChromaVectorIndex:
             self.collection = cosine_collection(self.client, name, self._owner)
             scope_collection(self.collection)
         except Exception as e:
-            raise VectorIndexError(f"Chroma reset failed{self._at}: {e}; run rebuild_index() again") from e
+            raise chroma_failed(f"Chroma reset failed{self._at}", e, self.client, "; run rebuild_index() again")
 
     def compact(self, batch: int = 2000) -> int:
         """Copy the live vectors into a new collection and drop the old one, reclaiming the
@@ -370,7 +370,7 @@ class ChromaVectorIndex:
             self.collection, kept = compacted(self.client, self.collection, self._owner, batch)
             scope_collection(self.collection)  # (the copies are scoped already: this only marks the collection)
         except Exception as e:
-            raise VectorIndexError(f"Chroma compaction failed{self._at}: {e}; the next open repairs the index") from e
+            raise chroma_failed(f"Chroma compaction failed{self._at}", e, self.client, "; the next open repairs it")
         for folder in old_segments:  # Chroma leaves a deleted collection's HNSW files behind
             shutil.rmtree(folder, ignore_errors=True)
         return kept
@@ -393,5 +393,5 @@ class ChromaVectorIndex:
             try:
                 self.client.close()
             except Exception as e:  # closing must not mask the caller's own error
-                raise VectorIndexError(f"could not close Chroma client: {e}") from e
+                raise chroma_failed("could not close Chroma client", e, self.client)
             self._owns_client = False

@@ -1,16 +1,23 @@
 """Chroma clients and collections as the index opens them: settings with telemetry off, a
-server's ``HttpClient`` (errors name the URL without its password), the process-wide client
-cache a damaged folder has to leave, the cosine collection every index uses and its owner
-mark (:mod:`.ownership`), the copy that compacts a collection, and the HNSW segment folders
-an embedded index leaves on disk."""
+server's ``HttpClient`` (errors name the URL without its password), the credentials a client
+sends, which its errors mask (:func:`client_secrets`, :func:`chroma_failed`), the process-wide
+client cache a damaged folder has to leave, the cosine collection every index uses and its
+owner mark (:mod:`.ownership`), the copy that compacts a collection, and the HNSW segment
+folders an embedded index leaves on disk."""
 
 from __future__ import annotations
 
+import base64
+import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import VectorIndexError, missing
+from ..redaction import mask, masked_cause
 from .ownership import OWNER_KEY
+
+# a header whose value is a credential, by its name (``headers=`` of a client carries any header)
+_CREDENTIAL_HEADER = re.compile("auth|token|key|secret|cookie|password|credential|session", re.IGNORECASE)
 
 
 def client_settings() -> Any:
@@ -18,6 +25,42 @@ def client_settings() -> Any:
     from chromadb.config import Settings
 
     return Settings(anonymized_telemetry=False)
+
+
+def settings_secrets(settings: Any) -> tuple[str, ...]:
+    """The credentials a client of Chroma ``settings`` sends, each in the forms an error page
+    may echo it in: ``chroma_client_auth_credentials`` as given and base64-encoded (its basic
+    auth header), and the credential headers given to the client (``headers=``), whole and
+    without their scheme (``Bearer``)."""
+    found: list[str] = []
+    credentials = getattr(settings, "chroma_client_auth_credentials", None)
+    if isinstance(credentials, str) and credentials:
+        found += [credentials, base64.b64encode(credentials.encode("utf-8")).decode("ascii")]
+    transport = str(getattr(settings, "chroma_auth_token_transport_header", None) or "").lower()
+    headers = getattr(settings, "chroma_server_headers", None) or {}
+    for name, value in headers.items() if isinstance(headers, dict) else ():
+        if isinstance(value, str) and (_CREDENTIAL_HEADER.search(str(name)) or str(name).lower() == transport):
+            found += [value, *value.split(None, 1)[1:]]
+    return tuple(found)
+
+
+def client_secrets(client: Any) -> tuple[str, ...]:
+    """The credentials ``client`` sends (:func:`settings_secrets`); none for a client without
+    Chroma's settings."""
+    try:
+        return settings_secrets(client.get_settings())
+    except Exception:  # not Chroma's client: it may send anything, and says nothing of it
+        return ()
+
+
+def chroma_failed(what: str, error: BaseException, client: Any, hint: str = "") -> VectorIndexError:
+    """The error of a call ``client`` failed (``what: the engine's words, hint``), with ``error`` as
+    its cause; neither quotes a credential the client sends (:func:`client_secrets`,
+    :mod:`..redaction`)."""
+    secrets = client_secrets(client)
+    failed = VectorIndexError(f"{what}: {mask(str(error), secrets)}{hint}")
+    failed.__cause__ = masked_cause(error, secrets)  # as `from`: no context printed
+    return failed
 
 
 def forget_cached_client(path: str) -> None:
@@ -67,16 +110,17 @@ def chroma_owner(client: Any, name: str) -> str | None:
     try:
         found = client.get_collection(name, embedding_function=None).metadata or {}
     except Exception as e:
-        raise VectorIndexError(f"Chroma read failed: {e}") from e
+        raise chroma_failed("Chroma read failed", e, client)
     return str(found[OWNER_KEY]) if found.get(OWNER_KEY) else None
 
 
-def mark_chroma_owner(collection: Any, store_id: str) -> None:
-    """Mark ``collection`` as ``store_id``'s, keeping its other metadata (Chroma replaces it whole)."""
+def mark_chroma_owner(client: Any, collection: Any, store_id: str) -> None:
+    """Mark ``collection`` (of ``client``) as ``store_id``'s, keeping its other metadata (Chroma
+    replaces it whole)."""
     try:
         collection.modify(metadata={**dict(collection.metadata or {}), OWNER_KEY: store_id})
     except Exception as e:
-        raise VectorIndexError(f"Chroma could not mark the collection {collection.name!r}: {e}") from e
+        raise chroma_failed(f"Chroma could not mark the collection {collection.name!r}", e, client)
 
 
 def compacted(client: Any, collection: Any, owner: str | None, batch: int) -> tuple[Any, int]:
@@ -113,12 +157,14 @@ def server_client(url: str, shown: str) -> Any:
     except ImportError as e:
         raise missing("chromadb", "embedded") from e
 
+    settings = client_settings()  # (with the CHROMA_CLIENT_AUTH_* variables, if set)
+    secrets = settings_secrets(settings)
     try:
-        return chromadb.HttpClient(host=server_endpoint(url), ssl=url.startswith("https:"), settings=client_settings())
+        return chromadb.HttpClient(host=server_endpoint(url), ssl=url.startswith("https:"), settings=settings)
     except Exception as e:  # chromadb says ValueError("Could not connect to a Chroma server...")
         raise VectorIndexError(
-            f"could not reach a Chroma server at {shown} ({e}); check the URL and that "
-            "`chroma run` serves there") from e
+            f"could not reach a Chroma server at {shown} ({mask(str(e), secrets)}); check the URL and that "
+            "`chroma run` serves there") from masked_cause(e, secrets)
 
 
 def server_endpoint(url: str) -> str:
