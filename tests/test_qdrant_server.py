@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tiered_memory import VectorIndexError
+from tiered_memory import ConfigurationError, VectorIndexError
 from tiered_memory.vector.qdrant import QdrantVectorIndex
 
 from servers import free_port
@@ -39,16 +39,32 @@ def _version_checks_done() -> None:
             thread.join(2.0)
 
 
+@pytest.mark.parametrize("open_", [lambda url: QdrantVectorIndex(url=url),
+                                   lambda url: QdrantVectorIndex.from_url(url + "?collection=app1")])
+def test_a_url_with_a_user_part_is_refused_before_anything_is_sent(open_: Callable[[str], object]) -> None:
+    """qdrant-client reads a URL's scheme, host, port and path and never sends its ``user:password@``:
+    behind a proxy asking for basic auth, every call was refused with no hint why. Refused now, naming
+    the API key setting and never the password, before anything connects."""
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(4)
+        listening.setblocking(False)
+        port = listening.getsockname()[1]
+        with pytest.raises(ConfigurationError, match=rf"the Qdrant server URL http://127.0.0.1:{port} has a user part "
+                           r"\(user:password@\), which qdrant-client never sends: .*QDRANT_API_KEY") as info:
+            open_(f"http://app:{PASSWORD}@127.0.0.1:{port}")
+        with pytest.raises(BlockingIOError):
+            listening.accept()  # nobody connected
+    assert PASSWORD not in _logged(info.value)
+
+
 def test_an_unreadable_url_keeps_its_password_out_of_the_logged_traceback() -> None:
-    """A port out of range: urllib3's LocationParseError (qdrant-client reads the URL with it) quotes
-    the whole URL. Our message masked the password; the cause chained below it ("The above exception
-    was the direct cause") printed it in every logged traceback."""
-    with pytest.raises(VectorIndexError) as info:
+    """A port out of range: urllib3's LocationParseError (qdrant-client reads the URL with it) quoted
+    the whole URL, password included, in the cause chained below our message. Such a URL has a user
+    part, so it is refused before qdrant-client reads it, with nothing chained."""
+    with pytest.raises(ConfigurationError, match="<an unreadable URL> has a user part") as info:
         QdrantVectorIndex(url=f"http://app:{PASSWORD}@127.0.0.1:99999")
-    assert "Failed to parse: http://app:***@127.0.0.1:99999" in str(info.value)
-    logged = _logged(info.value)
-    assert PASSWORD not in logged
-    assert "urllib3.exceptions.LocationParseError: Failed to parse" in logged  # what failed, still said
+    assert PASSWORD not in _logged(info.value) and info.value.__cause__ is None
 
 
 @pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")

@@ -18,7 +18,7 @@ from .base import VectorItem, dimension_hint, refuse_bad_queries, refuse_bad_vec
 from .exact import ExactScan, Held
 from .ownership import OWNER_KEY, refusal
 from .server_url import DEFAULT_COLLECTION as COLLECTION
-from .server_url import check_collection, server_address
+from .server_url import check_qdrant_server, server_address
 
 log = logging.getLogger("tiered_memory")
 _NS = uuid.UUID("6f1c9d1e-5a53-4e0b-9a6e-3c1f2b7d8e90")
@@ -101,7 +101,7 @@ class QdrantVectorIndex:
         self, path: str | None = None, *, url: str | None = None, api_key: str | None = None,
         collection: str = COLLECTION, client: Any = None, exact_rows: int = 200_000,
     ) -> None:
-        check_collection(collection, "qdrant")
+        check_qdrant_server(url, collection)
         try:
             from qdrant_client import QdrantClient, models
         except ImportError as e:

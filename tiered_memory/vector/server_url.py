@@ -10,7 +10,8 @@ the record store that owns it, and another store's is refused at open (:mod:`.ow
 Invariants: the query string never reaches the HTTP client (the URL handed on keeps scheme,
 credentials, host, port and path); a collection name is checked against the engine's own
 rules before anything is opened or written; an error shows no password, API key or query
-value (:func:`.base.shown_url`).
+value (:func:`.base.shown_url`); a Qdrant server URL with a user part is refused, since
+qdrant-client never sends it (:func:`check_qdrant_server`).
 """
 
 from __future__ import annotations
@@ -74,6 +75,27 @@ def check_collection(name: object, engine: str) -> str:
         shown = repr(name if len(name) <= 80 else name[:80] + "...")
         raise ConfigurationError(f"collection {shown} cannot be used: {problem}")
     return name
+
+
+def check_qdrant_server(url: str | None, collection: object) -> None:
+    """Refuse, before anything is opened, a ``collection`` Qdrant would refuse and a server ``url``
+    with a user part (``user:password@``): qdrant-client reads only the URL's scheme, host, port
+    and path, so a proxy's basic auth would refuse every call with no hint of why.
+
+    Raises:
+        ConfigurationError: either (the message names the API key setting, never the password).
+    """
+    check_collection(collection, "qdrant")
+    try:
+        named = url is not None and urlsplit(url).username is not None
+    except ValueError:  # (the client says what it cannot read)
+        return
+    if named:
+        raise ConfigurationError(
+            f"the Qdrant server URL {shown_url(str(url))} has a user part (user:password@), which qdrant-client "
+            "never sends: remove it and give the server's API key in QDRANT_API_KEY (api_key= of "
+            "QdrantVectorIndex), or, for a proxy's basic auth, pass a client: QdrantVectorIndex(client="
+            "QdrantClient(url=..., auth=httpx.BasicAuth(user, password)))")
 
 
 def server_address(url: str, engine: str, collection: str | None = None) -> ServerAddress:
