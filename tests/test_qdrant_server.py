@@ -5,6 +5,7 @@ that the server could not be reached)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import socket
@@ -13,8 +14,9 @@ import traceback
 import warnings
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
+import httpx
 import pytest
 
 from tiered_memory import ConfigurationError, VectorIndexError
@@ -87,7 +89,7 @@ def test_an_api_key_read_with_its_newline_is_masked_and_the_newline_shown() -> N
 @pytest.fixture
 def qdrant_stub() -> Iterator[Callable[[str], str]]:
     """``start(version)``: the URL of a server answering as Qdrant ``version`` whose collections all
-    exist, and any other call with an error page that quotes the call's API key."""
+    exist, and any other call with an error page that quotes the call's API key and Authorization."""
     servers: list[ThreadingHTTPServer] = []
 
     def start(server_version: str) -> str:
@@ -97,7 +99,8 @@ def qdrant_stub() -> Iterator[Callable[[str], str]]:
                 if self.path.endswith("/exists"):
                     body = {"result": {"exists": True}, "status": "ok", "time": 0.0}
                 elif self.path != "/":  # as a proxy may refuse a call: quoting the request's headers
-                    status, body = 502, {"refused, with api-key": self.headers.get("api-key")}
+                    status, body = 502, {"refused, with api-key": self.headers.get("api-key"),
+                                         "authorization": self.headers.get("Authorization")}
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -152,6 +155,25 @@ def test_a_call_that_fails_keeps_the_api_key_out_of_the_logged_traceback(qdrant_
     logged = _logged(info.value)
     assert API_KEY not in logged
     assert "UnexpectedResponse: Unexpected Response: 502" in logged
+
+
+@pytest.mark.parametrize("credential", ["basic auth", "authorization header"])
+def test_a_client_passed_in_keeps_its_credentials_out_of_the_logged_traceback(
+        qdrant_stub: Callable[[str], str], credential: str) -> None:
+    """The refusal of a URL's user part says to pass a client made with ``auth=httpx.BasicAuth``: its
+    header (or one given as ``headers=``), quoted by a failed call's error page, was unmasked."""
+    from qdrant_client import QdrantClient
+
+    basic = "Basic " + base64.b64encode(f"app:{PASSWORD}".encode()).decode()
+    given: dict[str, Any] = ({"auth": httpx.BasicAuth("app", PASSWORD)} if credential == "basic auth"
+                             else {"headers": {"Authorization": f"Bearer {API_KEY}"}})
+    client = QdrantClient(url=qdrant_stub(CLIENT), check_compatibility=False, **given)
+    index = QdrantVectorIndex(client=client)
+    with pytest.raises(VectorIndexError, match=r'"authorization": "\*\*\*"') as info:
+        index.count()
+    client.close()
+    logged = _logged(info.value)
+    assert PASSWORD not in logged and API_KEY not in logged and basic.split()[1] not in logged, logged
 
 
 def test_an_unreachable_server_is_said_once_by_the_error() -> None:

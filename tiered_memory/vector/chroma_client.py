@@ -8,16 +8,13 @@ folders an embedded index leaves on disk."""
 from __future__ import annotations
 
 import base64
-import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import VectorIndexError, missing
 from ..redaction import mask, masked_cause
 from .ownership import OWNER_KEY
-
-# a header whose value is a credential, by its name (``headers=`` of a client carries any header)
-_CREDENTIAL_HEADER = re.compile("auth|token|key|secret|cookie|password|credential|session", re.IGNORECASE)
+from .server_url import credential_headers
 
 
 def client_settings() -> Any:
@@ -36,12 +33,11 @@ def settings_secrets(settings: Any) -> tuple[str, ...]:
     credentials = getattr(settings, "chroma_client_auth_credentials", None)
     if isinstance(credentials, str) and credentials:
         found += [credentials, base64.b64encode(credentials.encode("utf-8")).decode("ascii")]
-    transport = str(getattr(settings, "chroma_auth_token_transport_header", None) or "").lower()
-    headers = getattr(settings, "chroma_server_headers", None) or {}
-    for name, value in headers.items() if isinstance(headers, dict) else ():
-        if isinstance(value, str) and (_CREDENTIAL_HEADER.search(str(name)) or str(name).lower() == transport):
-            found += [value, *value.split(None, 1)[1:]]
-    return tuple(found)
+    headers = dict(getattr(settings, "chroma_server_headers", None) or {})
+    transport = getattr(settings, "chroma_auth_token_transport_header", None)
+    if transport in headers:  # (a header of any name may carry the token: the setting names it)
+        headers[f"authorization ({transport})"] = headers[transport]
+    return (*found, *credential_headers(headers))
 
 
 def client_secrets(client: Any) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from .base import VectorItem, dimension_hint, refuse_bad_queries, refuse_bad_vec
 from .exact import ExactScan, Held
 from .ownership import OWNER_KEY, refusal
 from .server_url import DEFAULT_COLLECTION as COLLECTION
-from .server_url import check_qdrant_server, server_address
+from .server_url import check_qdrant_server, qdrant_secrets, server_address
 
 log = logging.getLogger("tiered_memory")
 _NS = uuid.UUID("6f1c9d1e-5a53-4e0b-9a6e-3c1f2b7d8e90")
@@ -34,16 +34,6 @@ def _is_local(client: Any) -> bool:
     read from the options it was made with (the client's public ``init_options``)."""
     options = getattr(client, "init_options", None) or {}
     return options.get("path") is not None or options.get("location") == ":memory:"
-
-
-def _password(url: object) -> str | None:
-    """The password of a server's URL, to mask wherever an error may quote it."""
-    from urllib.parse import urlsplit
-
-    try:
-        return urlsplit(url).password if isinstance(url, str) else None
-    except ValueError:
-        return None
 
 
 def _version_mismatch(client: Any, where: str) -> None:
@@ -117,14 +107,13 @@ class QdrantVectorIndex:
             self._ready = self.client.collection_exists(collection)  # (a server is first reached here)
         except Exception as e:
             where = f"the Qdrant server at {shown_url(url)}" if url else f"Qdrant at {path}"
-            secrets = (_password(url), api_key)
+            secrets = qdrant_secrets(client, url, api_key)
             failed = VectorIndexError(f"could not open {where} ({mask(str(e), secrets)}){fix}")
             raise failed from masked_cause(e, secrets)
         if url and client is None:
             _version_mismatch(self.client, shown_url(url))
         self.name = collection
-        options = getattr(self.client, "init_options", None) or {}
-        self._secrets = (_password(options.get("url")), options.get("api_key"))
+        self._secrets = qdrant_secrets(self.client)
         self._where = f"{self.location()[1]}, collection {collection!r}"  # which of several servers failed
         self._owner: str | None = None  # the record store's id, once claimed (see .ownership)
         self._owns_client = client is None

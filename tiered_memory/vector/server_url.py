@@ -10,14 +10,16 @@ the record store that owns it, and another store's is refused at open (:mod:`.ow
 Invariants: the query string never reaches the HTTP client (the URL handed on keeps scheme,
 credentials, host, port and path); a collection name is checked against the engine's own
 rules before anything is opened or written; an error shows no password, API key or query
-value (:func:`.base.shown_url`); a Qdrant server URL with a user part is refused, since
-qdrant-client never sends it (:func:`check_qdrant_server`).
+value (:func:`.base.shown_url`) and no credential a Qdrant client sends (:func:`qdrant_secrets`);
+a Qdrant server URL with a user part is refused, since qdrant-client never sends it
+(:func:`check_qdrant_server`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
@@ -33,6 +35,8 @@ _IPV4 = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 # Qdrant (the server's rule, which qdrant-client's local mode copies): 1-255 characters, none
 # of these, and not "." or ".." (the name is a folder on the server's disk)
 _QDRANT_FORBIDDEN = '<>:"/\\|?*\0\x1f'
+# a header whose value is a credential, by its name (``headers=`` of a client carries any header)
+_CREDENTIAL_HEADER = re.compile("auth|token|key|secret|cookie|password|credential|session", re.IGNORECASE)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +100,43 @@ def check_qdrant_server(url: str | None, collection: object) -> None:
             "never sends: remove it and give the server's API key in QDRANT_API_KEY (api_key= of "
             "QdrantVectorIndex), or, for a proxy's basic auth, pass a client: QdrantVectorIndex(client="
             "QdrantClient(url=..., auth=httpx.BasicAuth(user, password)))")
+
+
+def url_password(url: object) -> str | None:
+    """The password of a server's URL, to mask wherever an error may quote it."""
+    try:
+        return urlsplit(url).password if isinstance(url, str) else None
+    except ValueError:
+        return None
+
+
+def qdrant_secrets(client: Any, url: str | None = None, api_key: str | None = None) -> tuple[str | None, ...]:
+    """What a Qdrant client sends to authenticate, to mask wherever an error may quote it: the
+    password of ``url`` and of the client's URL, ``api_key`` and the client's, its credential
+    headers (``headers=``) whole and without their scheme (``Bearer``), and the header an
+    ``auth=httpx.BasicAuth(...)`` sends, whole and without ``Basic`` (read from the client's
+    public ``init_options``)."""
+    options = getattr(client, "init_options", None) or {}
+    found = [url_password(url), api_key, url_password(options.get("url")), options.get("api_key")]
+    headers = dict(options.get("headers") or {})
+    try:
+        from httpx import BasicAuth, Request
+
+        auth = options.get("auth")
+        if isinstance(auth, BasicAuth):  # (its flow only sets the header: no I/O)
+            sent = next(auth.auth_flow(Request("GET", "http://localhost")))
+            headers["auth= of the client"] = sent.headers["Authorization"]
+    except Exception:  # (no httpx, or an auth of another kind)
+        pass
+    return (*found, *credential_headers(headers))
+
+
+def credential_headers(headers: object) -> list[str]:
+    """The values of the credential headers in ``headers`` (by name: ``Authorization``, ``api-key``,
+    ``X-Chroma-Token``, ...), each whole and without its scheme (``Bearer``, ``Basic``)."""
+    items = headers.items() if isinstance(headers, dict) else ()
+    sent = [str(value) for name, value in items if _CREDENTIAL_HEADER.search(str(name))]
+    return [*sent, *(part for value in sent for part in value.split(None, 1)[1:])]
 
 
 def server_address(url: str, engine: str, collection: str | None = None) -> ServerAddress:
