@@ -35,7 +35,8 @@ def _logged(error: BaseException) -> str:
 
 class Stub(BaseHTTPRequestHandler):
     """A server that lets a client connect (identity, tenant, database), makes a collection (one
-    already scoped: see :mod:`.chroma_scope`) when ``opens``, and refuses any other call with a page quoting its credentials."""
+    already scoped: see :mod:`.chroma_scope`) when ``opens``, and refuses any other call with a page
+    quoting its credentials."""
 
     opens = False
 

@@ -206,7 +206,7 @@ class ChromaVectorIndex:
                 collection = cosine_collection(client, self._name)
             except Exception as e:
                 forget_cached_client(str(self._path))  # a half-made client is not kept either
-                raise chroma_failed("could not reopen the Chroma index after a failed write", e, client)
+                raise chroma_failed(f"could not reopen the Chroma index{self._at} after a failed write", e, client)
             self.client, self.collection, self._stale = client, collection, False
 
     def query(
