@@ -330,7 +330,7 @@ def _replayed(m: StoredMessage, answered_calls: Container[str], calls_answered: 
 
 
 def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool = False,
-                     live_call_ids: Iterable[str] = ()) -> list[BaseMessage]:
+                     live_call_ids: Iterable[str] = (), present: Container[str] = ()) -> list[BaseMessage]:
     """Rebuild stored messages in order; tool results are paired with the calls just before them:
     a result keeps its ``ToolMessage`` only in the run of results right after the assistant message
     whose call it answers, and only the first for a call; any other is quoted data (ids repeat across
@@ -351,6 +351,11 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
     sends after the replay: the live turn's, never renamed): the newest call of an id keeps it, an
     older one and its results get a new one (:func:`~.replay_calls.sent_once`; Kimi's ids repeat in
     every turn, and Anthropic refuses a prompt whose ``tool_use`` ids repeat).
+
+    ``present``: the ids (:func:`lc_id`) of the messages the prompt holds, left out, and their partners
+    paired as the replay holds them: a result whose call the prompt holds is quoted data, a call whose
+    result it holds is unanswered (dropped ``before_new_turn``). (A thread replayed from before its tools
+    ran holds the stored call and the tool's new result, under a new id.)
     """
     replay: list[tuple[BaseMessage, StoredMessage, set[str]]] = []  # with its row and the calls results answered
     held: list[tuple[BaseMessage, StoredMessage, set[str]]] = []  # the run's quoted results: after its ToolMessages
@@ -358,7 +363,12 @@ def from_stored_many(messages: Sequence[StoredMessage], *, before_new_turn: bool
     asker: set[str] = set()  # the calls of that message a result answered
     for m in messages:
         msg = from_stored(m, answered_calls=waiting)
-        if isinstance(msg, ToolMessage):  # providers take a call's results right after it, once each
+        if lc_id(m) in present:  # left out: a result of it answers nothing here, nor one after a message of it
+            if isinstance(msg, ToolMessage):
+                waiting.discard(msg.tool_call_id)
+            elif m.role != "tool":
+                waiting = set()
+        elif isinstance(msg, ToolMessage):  # providers take a call's results right after it, once each
             waiting.discard(msg.tool_call_id)
             asker.add(msg.tool_call_id)
             replay.append((msg, m, set()))

@@ -241,8 +241,9 @@ class TieredMemoryMiddleware(AgentMiddleware):
         if self.include_recent and not any(is_summary(m) for m in messages):
             present = {m.id for m in messages if m.id}
             buffer = self.memory.get_buffer(session, user_id=user)
-            recent = [m for m in from_stored_many(buffer, before_new_turn=True, live_call_ids=call_ids(messages))
-                      if m.id not in present]  # the agent's calls keep their ids: a replayed one of theirs is renamed
+            # the agent's calls keep their ids: a replayed one of theirs is renamed; a stored call or result the
+            # request holds is left out, and its partner the request lacks goes as no half of a pair
+            recent = from_stored_many(buffer, before_new_turn=True, live_call_ids=call_ids(messages), present=present)
             if ends_in_completion_model(request.model):  # it reads them as lines of one string
                 recent = quoted_replay(recent)
             if recent:
