@@ -12,12 +12,14 @@ giving the insertion order, as SQLite's rowid does.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
+from ..records import Item
 from .layer_store import LayerStore
 from .layer_unit import PENDING_VECTORS, SLOT_INDEX, fill_slots
-from .repositories import Scored
+from .repositories import ItemCursor, Scored
 from .postgres import PostgresRecordStore
 from .postgres_keywords import TEXT_SEARCH_CONFIG, refold, tsquery
 from .text_search import scan_user_rows, tsquery_any
@@ -241,9 +243,45 @@ class PostgresLayerStore(LayerStore):
         super().__init__(store)
         store.migrate("layers", LAYER_MIGRATIONS)
         store.migrate("items", ITEM_MIGRATIONS)
+        self._by_values = threading.local()  # .on: this thread's statements are planned with their values
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        return self.db.query(qmark_to_format(sql), list(params))
+        if not getattr(self._by_values, "on", False):
+            return self.db.query(qmark_to_format(sql), list(params))
+        sql, args = qmark_to_format(sql), list(params)
+        rows: list[tuple[Any, ...]] = self.db.read(lambda conn: conn.execute(sql, args, prepare=False).fetchall())
+        return rows
+
+    @contextmanager
+    def _planned_with_values(self) -> Iterator[None]:
+        """The statements this thread runs meanwhile are never prepared, so each is planned with its
+        values. psycopg prepares a statement run five times on a connection, and PostgreSQL may then
+        keep a generic plan, blind to the prefix's range and the filter's values: a listing page of a
+        filter that keeps one item in 5,000 took 439 ms that way, 86 ms planned with its values
+        (docs/langgraph_store.md). A point lookup keeps its prepared plan, the same for any key, and
+        so does a page without a filter or a user: its seeks are the best plan for any prefix, and
+        planning each took a third longer (0.45 ms a page)."""
+        was = getattr(self._by_values, "on", False)
+        self._by_values.on = True
+        try:
+            yield
+        finally:
+            self._by_values.on = was
+
+    def items_page(self, prefix: Sequence[str], limit: int, after: ItemCursor | None = None,
+                   live_at: float | None = None, filter: Mapping[str, Any] | None = None,
+                   user_id: str | None = None) -> list[tuple[Item, ItemCursor]]:
+        if not filter and user_id is None:  # seeks in the listing's order: one plan serves every prefix
+            return super().items_page(prefix, limit, after, live_at, filter, user_id)
+        with self._planned_with_values():  # the page's reads, and the count of the prefix's rows
+            return super().items_page(prefix, limit, after, live_at, filter, user_id)
+
+    def items_under(self, prefix: Sequence[str], ids: Sequence[str] | None = None,
+                    live_at: float | None = None, filter: Mapping[str, Any] | None = None) -> list[Item]:
+        if not filter:
+            return super().items_under(prefix, ids, live_at, filter)
+        with self._planned_with_values():  # a filtered search's candidates under the prefix
+            return super().items_under(prefix, ids, live_at, filter)
 
     @contextmanager
     def transaction(self) -> Iterator[_Connection]:
