@@ -4,7 +4,7 @@ statement run five times on a connection, and PostgreSQL may then keep a generic
 prefix and the filter's values). Both in the same run, in alternating rounds, checked to be the same
 pages; milliseconds a page are medians of the rounds. A script that prints numbers, not a timed test::
 
-    python -m bench.item_plans --record-store postgresql://...   # an empty database (filled here), or one filled by a run before
+    python -m bench.item_plans --record-store postgresql://...  # an empty database, or one it filled
 """
 
 from __future__ import annotations

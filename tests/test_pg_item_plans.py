@@ -2,7 +2,7 @@
 
 psycopg prepares a statement run five times on a connection; PostgreSQL may then reuse a generic
 plan, one that cannot see the namespace prefix, the filter's values or how many rows a read scans
-(a page of a filter that keeps one item in 5,000 took 439 ms that way, 86 ms planned with its
+(a page of a filter that keeps one item in 5,000 took 467 ms that way, 91 ms planned with its
 values: ``docs/langgraph_store.md``). The statements of a filtered listing page, of a count of a
 prefix and of a filtered search or of a user's listing must never be planned generically; a point lookup may stay
 prepared, and so may a page without a filter or a user (its seeks serve any prefix).

@@ -257,7 +257,7 @@ class PostgresLayerStore(LayerStore):
         """The statements this thread runs meanwhile are never prepared, so each is planned with its
         values. psycopg prepares a statement run five times on a connection, and PostgreSQL may then
         keep a generic plan, blind to the prefix's range and the filter's values: a listing page of a
-        filter that keeps one item in 5,000 took 439 ms that way, 86 ms planned with its values
+        filter that keeps one item in 5,000 took 467 ms that way, 91 ms planned with its values
         (docs/langgraph_store.md). A point lookup keeps its prepared plan, the same for any key, and
         so does a page without a filter or a user: its seeks are the best plan for any prefix, and
         planning each took a third longer (0.45 ms a page)."""
