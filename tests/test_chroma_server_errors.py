@@ -2,8 +2,8 @@
 request's ``Authorization`` header (as a proxy's may) reached our message and the error chained
 below it, which every logged traceback prints. The credentials are Chroma's own (``headers=`` of
 a client passed in, ``chroma_client_auth_*`` settings, or the ``CHROMA_CLIENT_AUTH_*`` variables
-that a URL's client reads too); observed at a local HTTP stub (a URL's ``user:password@`` is
-never sent: tests/test_chroma_server_url.py)."""
+that a URL's client reads too, or a URL's ``user:password@``, sent as basic auth:
+tests/test_chroma_server_url.py); observed at a local HTTP stub."""
 
 from __future__ import annotations
 
@@ -103,6 +103,14 @@ def test_a_url_whose_client_reads_credentials_from_the_environment_masks_them(
     with pytest.raises(VectorIndexError, match=r"\[\"Bearer \*\*\*\", null\]") as info:
         ChromaVectorIndex.from_url(f"http://127.0.0.1:{stub}?collection=app1")
     assert TOKEN not in _logged(info.value)
+
+
+def test_a_url_whose_user_part_is_sent_masks_it(stub: int) -> None:
+    """The URL's ``user:password@`` is sent as basic auth: the page quoting its header shows it masked."""
+    with pytest.raises(VectorIndexError, match=r"\[\"Basic \*\*\*\", null\]") as info:
+        ChromaVectorIndex.from_url(f"http://admin:{TOKEN}@127.0.0.1:{stub}?collection=app1")
+    logged = _logged(info.value)
+    assert TOKEN not in logged and base64.b64encode(f"admin:{TOKEN}".encode()).decode() not in logged, logged
 
 
 def test_a_call_refused_after_the_open_masks_the_credentials(stub: int) -> None:

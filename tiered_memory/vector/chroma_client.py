@@ -1,5 +1,6 @@
 """Chroma clients and collections as the index opens them: settings with telemetry off, a
-server's ``HttpClient`` (errors name the URL without its password), the credentials a client
+server's ``HttpClient`` (errors name the URL without its password; its URL's ``user:password@``
+is sent as Chroma's basic auth, and refused beside Chroma's own credentials), the credentials a client
 sends, which its errors mask (:func:`client_secrets`, :func:`chroma_failed`), the process-wide
 client cache a damaged folder has to leave, the cosine collection every index uses and its
 owner mark (:mod:`.ownership`), the copy that compacts a collection, and the HNSW segment
@@ -11,17 +12,20 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from ..errors import VectorIndexError, missing
+from ..errors import ConfigurationError, VectorIndexError, missing
 from ..redaction import mask, masked_cause
 from .ownership import OWNER_KEY
-from .server_url import credential_headers
+from .server_url import credential_headers, url_credentials, url_password
+
+#: Chroma's client of basic auth (``chroma_client_auth_provider``)
+BASIC_AUTH = "chromadb.auth.basic_authn.BasicAuthClientProvider"
 
 
-def client_settings() -> Any:
-    """Chroma's settings for every client we open: no telemetry."""
+def client_settings(**given: Any) -> Any:
+    """Chroma's settings for every client we open: no telemetry (and ``given`` settings)."""
     from chromadb.config import Settings
 
-    return Settings(anonymized_telemetry=False)
+    return Settings(anonymized_telemetry=False, **given)
 
 
 def settings_secrets(settings: Any) -> tuple[str, ...]:
@@ -145,6 +149,7 @@ def server_client(url: str, shown: str) -> Any:
     is the URL as an error may show it.
 
     Raises:
+        ConfigurationError: the URL has a user part and Chroma's settings give credentials too.
         MissingDependencyError: chromadb is not installed (a server needs its client too).
         VectorIndexError: the server cannot be reached.
     """
@@ -154,7 +159,17 @@ def server_client(url: str, shown: str) -> Any:
         raise missing("chromadb", "embedded") from e
 
     settings = client_settings()  # (with the CHROMA_CLIENT_AUTH_* variables, if set)
-    secrets = settings_secrets(settings)
+    credentials = url_credentials(url, shown)
+    if credentials is not None:
+        given = [f"CHROMA_CLIENT_AUTH_{name.upper()}" for name in ("provider", "credentials")
+                 if getattr(settings, f"chroma_client_auth_{name}", None)]
+        if given:  # (which one Chroma would send is a guess)
+            raise ConfigurationError(
+                f"the Chroma server URL {shown} has a user part (user:password@) and {' and '.join(given)} is "
+                "set (Chroma's chroma_client_auth_* settings): give the credentials once, in the URL (sent as "
+                "basic auth) or in Chroma's settings")
+        settings = client_settings(chroma_client_auth_provider=BASIC_AUTH, chroma_client_auth_credentials=credentials)
+    secrets = (*settings_secrets(settings), url_password(url))
     try:
         return chromadb.HttpClient(host=server_endpoint(url), ssl=url.startswith("https:"), settings=settings)
     except Exception as e:  # chromadb says ValueError("Could not connect to a Chroma server...")

@@ -12,7 +12,7 @@ credentials, host, port and path); a collection name is checked against the engi
 rules before anything is opened or written; an error shows no password, API key or query
 value (:func:`.base.shown_url`) and no credential a Qdrant client sends (:func:`qdrant_secrets`);
 a Qdrant server URL with a user part is refused, since qdrant-client never sends it
-(:func:`check_qdrant_server`).
+(:func:`check_qdrant_server`); a Chroma server URL's is read as basic auth (:func:`url_credentials`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
 from .base import shown_url
@@ -100,6 +100,24 @@ def check_qdrant_server(url: str | None, collection: object) -> None:
             "never sends: remove it and give the server's API key in QDRANT_API_KEY (api_key= of "
             "QdrantVectorIndex), or, for a proxy's basic auth, pass a client: QdrantVectorIndex(client="
             "QdrantClient(url=..., auth=httpx.BasicAuth(user, password)))")
+
+
+def url_credentials(url: str, shown: str) -> str | None:
+    """The ``user:password`` of ``url``'s user part, percent-decoded, as basic auth sends it (a
+    missing password is empty, as httpx and requests send it); ``None`` when it has none. ``shown``
+    is the URL as an error may show it.
+
+    Raises:
+        ConfigurationError: a user name holding a ':' (basic auth ends the name at the first one).
+    """
+    parts = urlsplit(url)
+    if parts.username is None:
+        return None
+    user = unquote(parts.username)
+    if ":" in user:
+        raise ConfigurationError(f"the server URL {shown} cannot be used: its user name holds a ':' (%3A), "
+                                 "where basic auth ends the name (the server would read another user)")
+    return f"{user}:{unquote(parts.password or '')}"
 
 
 def url_password(url: object) -> str | None:
