@@ -176,6 +176,30 @@ def test_a_client_passed_in_keeps_its_credentials_out_of_the_logged_traceback(
     assert PASSWORD not in logged and API_KEY not in logged and basic.split()[1] not in logged, logged
 
 
+@pytest.mark.filterwarnings("ignore:Auth token provider is used with an insecure connection")
+def test_the_tokens_of_a_clients_token_provider_are_masked(qdrant_stub: Callable[[str], str]) -> None:
+    """qdrant-client's ``auth_token_provider=`` is called before each request for a fresh bearer
+    token, which no setting holds: a failed call's error page quoted it unmasked. Each token it
+    returns is remembered to mask now, and it is called once a request still (each open's and count's)."""
+    from qdrant_client import QdrantClient
+
+    calls: list[str] = []
+
+    def provider() -> str:
+        calls.append(f"{API_KEY}-{len(calls) + 1}")
+        return calls[-1]
+
+    client = QdrantClient(url=qdrant_stub(CLIENT), check_compatibility=False, auth_token_provider=provider)
+    errors = []
+    for collection in ("app1", "app2"):  # a second index on the client: its tokens masked, not wrapped twice
+        with pytest.raises(VectorIndexError, match=r'"authorization": "Bearer \*\*\*"') as info:
+            QdrantVectorIndex(client=client, collection=collection).count()
+        errors.append(_logged(info.value))
+    client.close()
+    assert all(API_KEY not in logged for logged in errors), errors
+    assert len(calls) == 4, calls
+
+
 def test_an_unreachable_server_is_said_once_by_the_error() -> None:
     """qdrant-client's version check warned "Failed to obtain server version" after the open had
     failed with our error saying the server cannot be reached (pyproject had to ignore it: it failed

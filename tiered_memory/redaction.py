@@ -7,7 +7,8 @@ escapes it as a string or as bytes (h11 quotes a refused header as ``b'key\\n'``
 percent-encoded or decoded (as it sits in a URL). White space at its ends is left to see: it is
 often the mistake the error is about (a key read from a file with its line end).
 
-Invariants: the functions are pure; an error whose chain quotes no secret is chained as it is
+Invariants: the functions are pure (:class:`RememberedTokens` keeps what a token provider returned,
+calling it once a call, no more); an error whose chain quotes no secret is chained as it is
 (its type and attributes stay there for callers), one that quotes a secret is replaced by
 :class:`MaskedError` stand-ins that name each original type and keep each traceback (which shows
 source lines, not values).
@@ -15,10 +16,35 @@ source lines, not values).
 
 from __future__ import annotations
 
-from typing import Iterable
+import threading
+from collections import deque
+from typing import Any, Callable, Iterable, Iterator
 from urllib.parse import quote, unquote
 
 MASK = "***"
+
+
+class RememberedTokens:
+    """A token provider (``auth_token_provider=`` of a client: a fresh bearer token before each
+    request), wrapped: each call calls it once and returns what it returns, and the last ``keep``
+    different tokens are remembered, to mask (iterating gives them, the newest last)."""
+
+    def __init__(self, provider: Callable[[], Any], keep: int = 16) -> None:
+        self.provider = provider
+        self._tokens: deque[str] = deque(maxlen=keep)
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Any:
+        token = self.provider()
+        if isinstance(token, str):
+            with self._lock:
+                if token not in self._tokens:
+                    self._tokens.append(token)
+        return token
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            return iter(tuple(self._tokens))
 
 
 class MaskedError(Exception):

@@ -18,7 +18,7 @@ from .base import VectorItem, dimension_hint, refuse_bad_queries, refuse_bad_vec
 from .exact import ExactScan, Held
 from .ownership import OWNER_KEY, refusal
 from .server_url import DEFAULT_COLLECTION as COLLECTION
-from .server_url import check_qdrant_server, qdrant_secrets, server_address
+from .server_url import check_qdrant_server, qdrant_secrets, remember_qdrant_tokens, server_address
 
 log = logging.getLogger("tiered_memory")
 _NS = uuid.UUID("6f1c9d1e-5a53-4e0b-9a6e-3c1f2b7d8e90")
@@ -98,6 +98,7 @@ class QdrantVectorIndex:
             raise missing("qdrant-client", "qdrant") from e
         self.models = models
         fix = "; check the URL, the API key and that the server runs" if url else ""
+        self._tokens = remember_qdrant_tokens(client) or ()  # (a token provider's, before the first call)
         try:
             self.client = client or (QdrantClient(url=url, api_key=api_key, check_compatibility=False) if url
                                      else QdrantClient(path=str(path)))
@@ -107,7 +108,7 @@ class QdrantVectorIndex:
             self._ready = self.client.collection_exists(collection)  # (a server is first reached here)
         except Exception as e:
             where = f"the Qdrant server at {shown_url(url)}" if url else f"Qdrant at {path}"
-            secrets = qdrant_secrets(client, url, api_key)
+            secrets = (*qdrant_secrets(client, url, api_key), *self._tokens)
             failed = VectorIndexError(f"could not open {where} ({mask(str(e), secrets)}){fix}")
             raise failed from masked_cause(e, secrets)
         if url and client is None:
@@ -200,7 +201,7 @@ class QdrantVectorIndex:
                 self.client.update_collection(self.name, metadata={OWNER_KEY: store_id})  # (merged)
             except Exception as e:  # a server without collection metadata: no mark, the unmarked rule
                 log.warning("Qdrant could not mark the collection %r as this record store's (%s, at %s)", self.name,
-                            mask(str(e), self._secrets), self._where)
+                            mask(str(e), (*self._secrets, *self._tokens)), self._where)
 
     def first_ids(self, n: int) -> list[str]:
         if not self._exists():
@@ -372,9 +373,10 @@ class QdrantVectorIndex:
 
     def _failed(self, what: str, error: Exception, hint: str = "") -> VectorIndexError:
         """The error of a call the engine failed, naming where, with ``error`` as its cause; neither
-        quotes the password or the API key (:mod:`..redaction`)."""
-        failed = VectorIndexError(f"Qdrant {what} failed at {self._where}: {mask(str(error), self._secrets)}{hint}")
-        failed.__cause__ = masked_cause(error, self._secrets)  # as `from`: no context printed
+        quotes the password, the API key or a token the client's provider gave (:mod:`..redaction`)."""
+        secrets = (*self._secrets, *self._tokens)  # (the tokens as they are now)
+        failed = VectorIndexError(f"Qdrant {what} failed at {self._where}: {mask(str(error), secrets)}{hint}")
+        failed.__cause__ = masked_cause(error, secrets)  # as `from`: no context printed
         return failed
 
     def close(self) -> None:

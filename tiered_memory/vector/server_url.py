@@ -10,19 +10,22 @@ the record store that owns it, and another store's is refused at open (:mod:`.ow
 Invariants: the query string never reaches the HTTP client (the URL handed on keeps scheme,
 credentials, host, port and path); a collection name is checked against the engine's own
 rules before anything is opened or written; an error shows no password, API key or query
-value (:func:`.base.shown_url`) and no credential a Qdrant client sends (:func:`qdrant_secrets`);
+value (:func:`.base.shown_url`) and no credential a Qdrant client sends (:func:`qdrant_secrets`, and
+the tokens of its token provider: :func:`remember_qdrant_tokens`, which wraps it in the client);
 a Qdrant server URL with a user part is refused, since qdrant-client never sends it
 (:func:`check_qdrant_server`); a Chroma server URL's is read as basic auth (:func:`url_credentials`).
 """
 
 from __future__ import annotations
 
+import inspect
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
+from ..redaction import RememberedTokens
 from .base import shown_url
 
 #: the collection of a memory whose configuration names none
@@ -147,6 +150,31 @@ def qdrant_secrets(client: Any, url: str | None = None, api_key: str | None = No
     except Exception:  # (no httpx, or an auth of another kind)
         pass
     return (*found, *credential_headers(headers))
+
+
+def remember_qdrant_tokens(client: Any) -> RememberedTokens | None:
+    """The tokens the ``auth_token_provider=`` of Qdrant ``client`` returns from now on, to mask:
+    the provider is wrapped in place, in the client's REST auth and where its gRPC channels read it
+    (one made before keeps the bare provider), and calls it once a request as before; a client
+    another index wrapped keeps its wrapper. ``None`` without a provider, with an async one (which
+    a sync client cannot call), or when qdrant-client keeps it elsewhere (tests/test_qdrant_server.py
+    says so on an upgrade)."""
+    options: dict[str, Any] = getattr(client, "init_options", None) or {}
+    provider: Callable[[], Any] | None = options.get("auth_token_provider")
+    if provider is None or inspect.iscoroutinefunction(provider):
+        return None
+    remote = getattr(client, "_client", None)  # (qdrant-client 1.x: QdrantRemote, and its httpx auth)
+    bearer = (getattr(remote, "_rest_args", None) or {}).get("auth")
+    current = getattr(bearer, "auth_token_provider", None)
+    if isinstance(current, RememberedTokens):
+        return current
+    wrapped = RememberedTokens(provider)
+    if bearer is None or current is not provider:
+        return None
+    bearer.auth_token_provider = wrapped
+    if remote is not None and getattr(remote, "_auth_token_provider", None) is provider:
+        remote._auth_token_provider = wrapped
+    return wrapped
 
 
 def credential_headers(headers: object) -> list[str]:
