@@ -1,6 +1,8 @@
-"""A local JSON endpoint for the adapter tests: the real provider clients (LangChain's
-``ChatOpenAI``, LlamaIndex's ``OpenAILike``) send their requests over HTTP to it, and the test
-reads what reached the wire. Framework-free, so the LangChain and the LlamaIndex tests share it."""
+"""Local HTTP stubs for the tests: a JSON endpoint for the adapter tests (the real provider
+clients, LangChain's ``ChatOpenAI`` and LlamaIndex's ``OpenAILike``, send their requests over HTTP
+to it, and the test reads what reached the wire), and the pieces every stub server is made of
+(:class:`QuietHandler`, which answers JSON, and :func:`serving`), which the vector servers' error
+tests use too. Framework-free, so the LangChain and the LlamaIndex tests share it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,37 @@ from typing import Any, Callable, Iterator
 Respond = Callable[[dict[str, Any], int], dict[str, Any]]
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A stub's request handler: answers with :meth:`reply_json` and logs nothing."""
+
+    def reply_json(self, body: Any, status: int = 200) -> None:
+        """Answers the request with ``body`` as JSON, with ``status``."""
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[int]:
+    """Serves ``handler`` on a free local port, which it yields; shut down and closed after (its
+    thread polls every 0.05 s, so the shutdown takes no longer)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
 @contextlib.contextmanager
 def json_server(respond: Respond, *, delay: float = 0.0) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """Serves ``POST``s with ``respond``'s JSON; yields the base URL (``.../v1``) and the requests.
@@ -25,7 +58,7 @@ def json_server(respond: Respond, *, delay: float = 0.0) -> Iterator[tuple[str, 
     requests: list[dict[str, Any]] = []
     lock = threading.Lock()
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, like uvicorn under llama.cpp's server
 
         def do_POST(self) -> None:  # noqa: N802 - http.server API
@@ -34,25 +67,10 @@ def json_server(respond: Respond, *, delay: float = 0.0) -> Iterator[tuple[str, 
             with lock:
                 requests.append({"path": self.path, **body})
                 n = len(requests)
-            out = json.dumps(respond(body, n)).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
+            self.reply_json(respond(body, n))
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", requests
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(Handler) as port:
+        yield f"http://127.0.0.1:{port}/v1", requests
 
 
 def chat_completion(text: str = '{"ok": true}') -> Respond:

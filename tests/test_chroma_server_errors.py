@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import traceback
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Iterator
 
 import chromadb
@@ -21,6 +19,8 @@ from chromadb.config import Settings
 from tiered_memory import ConfigurationError, VectorIndexError
 from tiered_memory.vector.chroma import ChromaVectorIndex
 from tiered_memory.vector.chroma_scope import SCOPED
+
+from http_support import QuietHandler, serving
 
 TOKEN = "ck-h1dden-tok-55"
 TOKEN_PROVIDER = "chromadb.auth.token_authn.TokenAuthClientProvider"
@@ -33,7 +33,7 @@ def _logged(error: BaseException) -> str:
     return "".join(traceback.format_exception(error))
 
 
-class Stub(BaseHTTPRequestHandler):
+class Stub(QuietHandler):
     """A server that lets a client connect (identity, tenant, database), makes a collection (one
     already scoped: see :mod:`.chroma_scope`) when ``opens``, and refuses any other call with a page
     quoting its credentials."""
@@ -51,28 +51,17 @@ class Stub(BaseHTTPRequestHandler):
                     "database": "default_database", "version": 0, "log_position": 0}
         elif "/collections" in self.path:
             status, body = 502, {"refused": [self.headers.get("Authorization"), self.headers.get("X-Chroma-Token")]}
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        self.reply_json(body, status)
 
     do_GET = do_POST = do_PUT = do_DELETE = _answer
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @pytest.fixture
 def stub() -> Iterator[int]:
     """The port of a :class:`Stub` (refusing to make collections unless a test sets ``opens``)."""
     Stub.opens = False
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serving(Stub) as port:
+        yield port
 
 
 def _client(port: int, **settings: Any) -> Any:

@@ -7,9 +7,7 @@ it is asked (and answers nothing a client could take for Chroma)."""
 from __future__ import annotations
 
 import base64
-import threading
 import traceback
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 import pytest
@@ -17,11 +15,13 @@ import pytest
 from tiered_memory import ConfigurationError, VectorIndexError
 from tiered_memory.vector.chroma import ChromaVectorIndex
 
+from http_support import QuietHandler, serving
+
 PASSWORD = "pw@s3cret"  # (a traceback shows the source lines, so the tests name it, never write it)
 IN_URL = "pw%40s3cret"
 
 
-class Recorder(BaseHTTPRequestHandler):
+class Recorder(QuietHandler):
     asked: list[str] = []
 
     def _answer(self) -> None:
@@ -32,19 +32,12 @@ class Recorder(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_CONNECT = _answer
 
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
 def recorder() -> Iterator[str]:
     Recorder.asked = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    yield f"127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Recorder) as port:
+        yield f"127.0.0.1:{port}"
 
 
 def _logged(error: BaseException) -> str:

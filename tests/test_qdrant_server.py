@@ -6,13 +6,12 @@ that the server could not be reached)."""
 from __future__ import annotations
 
 import base64
-import json
+import contextlib
 import logging
 import socket
 import threading
 import traceback
 import warnings
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 from typing import Any, Callable, Iterator
 
@@ -22,6 +21,7 @@ import pytest
 from tiered_memory import ConfigurationError, VectorIndexError
 from tiered_memory.vector.qdrant import QdrantVectorIndex
 
+from http_support import QuietHandler, serving
 from servers import free_port
 
 PASSWORD = "pw-h1dden-9f3"
@@ -90,38 +90,24 @@ def test_an_api_key_read_with_its_newline_is_masked_and_the_newline_shown() -> N
 def qdrant_stub() -> Iterator[Callable[[str], str]]:
     """``start(version)``: the URL of a server answering as Qdrant ``version`` whose collections all
     exist, and any other call with an error page that quotes the call's API key and Authorization."""
-    servers: list[ThreadingHTTPServer] = []
+    with contextlib.ExitStack() as servers:
 
-    def start(server_version: str) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                status, body = 200, {"title": "qdrant - vector search engine", "version": server_version}
-                if self.path.endswith("/exists"):
-                    body = {"result": {"exists": True}, "status": "ok", "time": 0.0}
-                elif self.path != "/":  # as a proxy may refuse a call: quoting the request's headers
-                    status, body = 502, {"refused, with api-key": self.headers.get("api-key"),
-                                         "authorization": self.headers.get("Authorization")}
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        def start(server_version: str) -> str:
+            class Handler(QuietHandler):
+                def do_GET(self) -> None:
+                    status, body = 200, {"title": "qdrant - vector search engine", "version": server_version}
+                    if self.path.endswith("/exists"):
+                        body = {"result": {"exists": True}, "status": "ok", "time": 0.0}
+                    elif self.path != "/":  # as a proxy may refuse a call: quoting the request's headers
+                        status, body = 502, {"refused, with api-key": self.headers.get("api-key"),
+                                             "authorization": self.headers.get("Authorization")}
+                    self.reply_json(body, status)
 
-            do_POST = do_PUT = do_GET
+                do_POST = do_PUT = do_GET
 
-            def log_message(self, *args: object) -> None:
-                pass
+            return f"http://127.0.0.1:{servers.enter_context(serving(Handler))}"
 
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}"
-
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+        yield start
 
 
 @pytest.mark.parametrize("server_version, said", [("0.9.1", True), (CLIENT, False)])

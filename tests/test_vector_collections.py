@@ -7,8 +7,6 @@ before anything is written, and no error shows a password or an API key."""
 from __future__ import annotations
 
 import sqlite3
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +16,7 @@ from tiered_memory import ConfigurationError, StaticEmbedder, TieredMemory
 from tiered_memory.vector.chroma import ChromaVectorIndex
 from tiered_memory.vector.qdrant import QdrantVectorIndex
 
+from http_support import QuietHandler, serving
 from servers import free_port
 
 SECRET = "qk-s3cret-api-key"
@@ -264,20 +263,12 @@ def test_a_chroma_server_that_goes_away_is_named_in_every_error_without_its_pass
         index.close()
 
 
-class _OpensOnce(BaseHTTPRequestHandler):
+class _OpensOnce(QuietHandler):
     """A Qdrant server as far as an open asks ("does the collection exist?": yes); the test
     then closes it, so every later call meets a closed port."""
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-        body = b'{"result": {"exists": true}, "status": "ok", "time": 0}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.reply_json({"result": {"exists": True}, "status": "ok", "time": 0})
 
 
 def test_a_qdrant_server_failing_after_the_open_is_named_without_its_secrets() -> None:
@@ -285,16 +276,10 @@ def test_a_qdrant_server_failing_after_the_open_is_named_without_its_secrets() -
     import numpy as np
     from qdrant_client import QdrantClient
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _OpensOnce)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    try:
+    with serving(_OpensOnce) as port:  # (closed after the open: the port then refuses)
         # (a URL's user part is refused: qdrant-client never sends it; a client made with one may still be passed)
         client = QdrantClient(url=f"http://app:{SECRET}@127.0.0.1:{port}", api_key=SECRET, check_compatibility=False)
         index = QdrantVectorIndex(client=client, collection="app1")
-    finally:
-        server.shutdown()
-        server.server_close()  # the port now refuses
     from tiered_memory.errors import VectorIndexError
     from tiered_memory.vector.base import VectorItem
 
