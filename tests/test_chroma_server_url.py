@@ -14,6 +14,7 @@ import pytest
 
 from tiered_memory import ConfigurationError, VectorIndexError
 from tiered_memory.vector.chroma import ChromaVectorIndex
+from tiered_memory.vector.server_url import url_credentials
 
 from http_support import QuietHandler, serving
 
@@ -60,6 +61,15 @@ def test_a_user_part_in_the_url_is_sent_as_basic_auth(recorder: str) -> None:
     assert Recorder.asked and all(a.endswith(basic) for a in Recorder.asked), Recorder.asked
     logged = _logged(info.value)
     assert "s3cret" not in logged and basic.split()[1] not in logged, logged
+
+
+@pytest.mark.parametrize("url, sent", [
+    ("http://host:8000", None), ("http://@host", None),
+    ("http://app@host", "app:"), ("http://:tok@host", ":tok"),  # as httpx and requests send them
+    ("http://a%20b:p%3Aw%40x@host", "a b:p:w@x"),  # (a ':' in the password is the password's)
+])
+def test_the_credentials_of_a_url_are_its_user_part_decoded(url: str, sent: str | None) -> None:
+    assert url_credentials(url, "shown") == sent
 
 
 @pytest.mark.parametrize("given", ["CHROMA_CLIENT_AUTH_PROVIDER", "CHROMA_CLIENT_AUTH_CREDENTIALS"])

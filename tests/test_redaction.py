@@ -7,7 +7,7 @@ import traceback
 
 import pytest
 
-from tiered_memory.redaction import MaskedError, mask, masked_cause
+from tiered_memory.redaction import MaskedError, RememberedTokens, mask, masked_cause
 from tiered_memory.store.postgres_url import redact
 
 KEY = "k3y-Ω\\x"
@@ -63,3 +63,14 @@ def test_a_chain_quoting_a_secret_is_masked_and_keeps_its_types_links_and_frames
     assert below.__cause__.__notes__ == ["again: ***"]
     assert "During handling of the above exception" in printed and "direct cause" in printed
     assert printed.count('raise ValueError(f"cannot parse') == 1  # the original frames
+
+
+def test_remembered_tokens_call_the_provider_once_a_call_and_keep_the_last_few() -> None:
+    """A token provider wrapped: each call is one call of it, its answer returned as it is (an
+    awaitable too, which a client may await), and the last ``keep`` different tokens are kept."""
+    given = iter(["t1", "t2", "t2", "t3", "t4"])
+    remembered = RememberedTokens(lambda: next(given), keep=2)
+    assert [remembered() for _ in range(5)] == ["t1", "t2", "t2", "t3", "t4"]
+    assert list(remembered) == ["t3", "t4"]
+    not_a_token = object()
+    assert RememberedTokens(lambda: not_a_token)() is not_a_token

@@ -114,9 +114,9 @@ def url_credentials(url: str, shown: str) -> str | None:
         ConfigurationError: a user name holding a ':' (basic auth ends the name at the first one).
     """
     parts = urlsplit(url)
-    if parts.username is None:
+    if not parts.username and parts.password is None:  # (``http://@host`` names no one)
         return None
-    user = unquote(parts.username)
+    user = unquote(parts.username or "")
     if ":" in user:
         raise ConfigurationError(f"the server URL {shown} cannot be used: its user name holds a ':' (%3A), "
                                  "where basic auth ends the name (the server would read another user)")
