@@ -20,7 +20,8 @@ rolled back whole; see ``_unit``); while the server is down a call waits at most
 ``connect_timeout`` (twice when the server answers again meanwhile) and fails with a
 ``StoreError`` naming the server, and the same object works again once it answers. A server
 that goes silent without closing its connections (:data:`~.postgres_url.NETWORK_DEFAULTS`)
-fails a call with a ``StoreError`` within about a minute instead of holding it for hours.
+fails a call with a ``StoreError`` within about a minute instead of holding it for hours. What a
+failed write means (run again, or which typed error) is :mod:`.postgres_failures`'s.
 """
 
 from __future__ import annotations
@@ -32,10 +33,11 @@ import zlib
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence, Union
 
-from ..errors import ConfigurationError, CorruptStoreError, InvalidInputError, StoreError, TieredMemoryError, missing
+from ..errors import ConfigurationError, CorruptStoreError, StoreError, missing
 from ..guard import check_process
 from .base import warn_if_later
 from .postgres_connect import attempt, check_refused, unreachable, wait_for_server
+from .postgres_failures import commit_failed, conflicted, write_failed
 from .postgres_url import network_settings, redact
 
 APP_ID = "tiered-memory"
@@ -47,25 +49,6 @@ ROW_LOCK = " FOR UPDATE"
 # A migration step is SQL text (may hold several statements) or a function of the
 # connection, run inside the step's transaction. Append, never edit.
 Step = Union[str, Callable[[Any], None]]
-
-# Conflicts between concurrent workers that are safe to retry as a whole transaction.
-_RETRY_SQLSTATES = {"40001", "40P01"}  # serialization_failure, deadlock_detected
-
-
-#: program_limit_exceeded: a value larger than PostgreSQL can index (a b-tree entry past 2,704
-#: bytes, such as a long store item key or namespace; a text whose words make a tsvector past
-#: 1 MB), which no retry can store
-_TOO_LARGE_SQLSTATE = "54000"
-
-
-def write_failed(e: Exception) -> TieredMemoryError:
-    """The typed error of a failed write (its transaction rolled back, nothing of it stored): a
-    value too large for PostgreSQL is the caller's to shorten, anything else the store's."""
-    if getattr(e, "sqlstate", None) == _TOO_LARGE_SQLSTATE:
-        return InvalidInputError(f"a value is too large for PostgreSQL and nothing was written; shorten it "
-                                 f"(a store item's key and namespace are indexed whole, and a text's words "
-                                 f"in a keyword index of at most 1 MB: {' '.join(str(e).split())})")
-    return StoreError(f"record store write failed, nothing of it was stored: {e}")
 
 
 def lock_key(name: str) -> int:
@@ -269,7 +252,7 @@ class PostgresDatabase:
                 return result
             except Exception as e:
                 cause = e if isinstance(e, self._psycopg.Error) else e.__cause__
-                if getattr(cause, "sqlstate", None) in _RETRY_SQLSTATES and conflicts < retries:
+                if conflicted(cause) and conflicts < retries:
                     time.sleep(0.01 * 2**conflicts)
                     conflicts += 1
                     continue
@@ -277,7 +260,7 @@ class PostgresDatabase:
                     lost = True
                     continue
                 if isinstance(e, self._psycopg.Error):
-                    raise self._failed(e, conn, committing) from e
+                    raise commit_failed(e, conn, committing) from e
                 raise
 
     def _alive(self, conn: Any) -> None:
@@ -285,17 +268,6 @@ class PostgresDatabase:
         error): psycopg would skip the COMMIT without a word, and nothing would be stored."""
         if conn.broken:
             raise self._psycopg.OperationalError("the connection to PostgreSQL was lost before the commit")
-
-    @staticmethod
-    def _failed(e: Exception, conn: Any, committing: bool) -> TieredMemoryError:
-        """The typed error of a failed write: :func:`write_failed`, unless the connection was lost
-        while committing, when the write may or may not be stored."""
-        if conn is not None and conn.broken and committing:
-            return StoreError(
-                f"the connection to PostgreSQL was lost while a write committed ({' '.join(str(e).split())}): "
-                "it may or may not be stored. Check before retrying, or retry messages with their ids "
-                "(stored once).")
-        return write_failed(e)
 
     @contextmanager
     def transaction(self) -> Iterator[Any]:
@@ -314,7 +286,7 @@ class PostgresDatabase:
                 self._alive(conn)
                 committing = True
         except self._psycopg.Error as e:
-            raise self._failed(e, conn, committing) from e
+            raise commit_failed(e, conn, committing) from e
 
     def read(self, fn: Callable[[Any], Any]) -> Any:
         """Run ``fn(conn)`` on one connection, outside a transaction (several reads, one round
@@ -335,8 +307,11 @@ class PostgresDatabase:
                 raise StoreError(f"record store read failed: {e}") from e
         raise AssertionError("unreachable")
 
-    def query(self, sql: Any, params: Sequence[Any] | dict[str, Any] = ()) -> list[tuple[Any, ...]]:
-        rows: list[tuple[Any, ...]] = self.read(lambda conn: conn.execute(sql, params).fetchall())
+    def query(self, sql: Any, params: Sequence[Any] | dict[str, Any] = (), *,
+              prepare: bool | None = None) -> list[tuple[Any, ...]]:
+        """The rows of one statement (:meth:`read`). ``prepare`` is psycopg's: ``None`` prepares
+        a statement once this connection ran it five times, ``False`` never (planned with its values)."""
+        rows: list[tuple[Any, ...]] = self.read(lambda conn: conn.execute(sql, params, prepare=prepare).fetchall())
         return rows
 
     def migrate(self, name: str, steps: Sequence[Step]) -> None:

@@ -246,11 +246,8 @@ class PostgresLayerStore(LayerStore):
         self._by_values = threading.local()  # .on: this thread's statements are planned with their values
 
     def query(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
-        if not getattr(self._by_values, "on", False):
-            return self.db.query(qmark_to_format(sql), list(params))
-        sql, args = qmark_to_format(sql), list(params)
-        rows: list[tuple[Any, ...]] = self.db.read(lambda conn: conn.execute(sql, args, prepare=False).fetchall())
-        return rows
+        prepare = False if getattr(self._by_values, "on", False) else None  # None: as psycopg decides
+        return self.db.query(qmark_to_format(sql), list(params), prepare=prepare)
 
     @contextmanager
     def _planned_with_values(self) -> Iterator[None]:
