@@ -2,7 +2,8 @@
 with its values, as the store reads it, against prepared (what it did before: psycopg prepares a
 statement run five times on a connection, and PostgreSQL may then keep a generic plan, blind to the
 prefix and the filter's values). Both in the same run, in alternating rounds, checked to be the same
-pages; milliseconds a page are medians of the rounds. A script that prints numbers, not a timed test::
+pages; milliseconds a page are medians of the rounds. Then a large user's keyword search of its items,
+the same way. A script that prints numbers, not a timed test::
 
     python -m bench.item_plans --record-store postgresql://...  # an empty database, or one it filled
 """
@@ -24,6 +25,7 @@ from tiered_memory.backends import open_layer_store  # noqa: E402
 from tiered_memory.layers.items import ItemWrite  # noqa: E402
 from tiered_memory.store.layer_items import LayerItems  # noqa: E402
 from tiered_memory.store.postgres import PostgresRecordStore  # noqa: E402
+from tiered_memory.store.postgres_layers import PostgresLayerStore  # noqa: E402
 
 LIVE_AT = 4e9
 
@@ -35,6 +37,49 @@ def ms_a_page(read: Callable[[], Any], pages: int) -> tuple[float, Any]:
     return (time.perf_counter() - began) * 1000 / pages, page
 
 
+def keyword_rounds(url: str, big: int, rounds: int, pages: int) -> None:
+    """A large user's keyword search of its items, planned with its values (as ``keyword`` runs it)
+    against the same statement prepared (as it ran before). Its own schema of the database: rows
+    with text, written once by SQL (no vectors: a keyword search reads none), ``big`` of user
+    "big" and 20 of each of 500 others."""
+    store = PostgresRecordStore(url, schema="item_plans_keywords", max_size=1)
+    layers = PostgresLayerStore(store)
+    if layers.count_items() < big:
+        with layers.transaction() as c:
+            c.execute("DELETE FROM items")
+            c.execute("INSERT INTO items (id, user_id, ns_path, namespace, key, value, text, created_at, updated_at)"
+                      " SELECT 'i' || n, CASE WHEN n < ? THEN 'big' ELSE 's' || (n % 500) END, 'p', '[\"p\"]',"
+                      " 'k' || n, '{}', 'note ' || n || CASE WHEN n % 5000 = 7 THEN ' zebra' ELSE '' END, n, n"
+                      " FROM generate_series(0, ? - 1) AS n", (big, big + 10_000))
+            c.execute("ANALYZE items")
+    # keyword()'s statement for a user past user_scan_rows (matched through the GIN index)
+    sql = ("SELECT t.id, ts_rank(t.tsv, q) AS s FROM items t, to_tsquery('english', fold_diacritics(%s)) AS q"
+           " WHERE t.tsv @@ q AND t.user_id = %s  ORDER BY s DESC, t.rowid DESC LIMIT %s")
+    for label, user, words in [("a rare word, large user", "big", ["zebra"]),
+                               ("a common word, large user", "big", ["note"]),
+                               ("a rare word, small user", "s7", ["zebra"])]:
+        def now() -> Any:
+            return layers.keyword_items(user, words, 40)
+
+        def prepared() -> Any:  # the bounded count of the user's rows, then the match
+            if user != "big":  # a small user is matched row by row, prepared both ways
+                return now()
+            store.read(lambda conn: store.user_rows(conn, "items", user, store.user_scan_rows))
+            return [(r[0], float(r[1])) for r in store.query(sql, (" | ".join(words), user, 40))]
+
+        ms_a_page(prepared, 6)
+        times: dict[str, list[float]] = {"now": [], "prepared": []}
+        for turn in range(rounds):
+            for name, read in [("now", now), ("prepared", prepared)][::1 if turn % 2 else -1]:
+                ms, found = ms_a_page(read, pages)
+                times[name].append(ms)
+                assert found == now(), label  # the same matches
+        after, before = (statistics.median(times[k]) for k in ("now", "prepared"))
+        print(f"keyword: {label:26} {after:8.2f} ms, prepared {before:8.2f} ({before / after:5.1f}x)"
+              f" ({big} items of the large user, 10,000 of 500 others)")
+    store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record-store", required=True, help="a PostgreSQL URL (an empty database, or this script's)")
@@ -42,7 +87,9 @@ def main() -> None:
     parser.add_argument("--namespaces", type=int, default=100)
     parser.add_argument("--pages", type=int, default=10, help="reads of the page a round, each way")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--keyword-items", type=int, default=50_000, help="the large user's items to keyword search")
     args = parser.parse_args()
+    keyword_rounds(args.record_store, args.keyword_items, args.rounds, args.pages)
     store = PostgresRecordStore(args.record_store, max_size=1)  # one connection: its prepared statements
     with tempfile.TemporaryDirectory() as folder:
         memory = TieredMemory(Path(folder) / "m", embedder=StaticEmbedder(), record_store=store)

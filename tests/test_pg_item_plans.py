@@ -4,8 +4,9 @@ psycopg prepares a statement run five times on a connection; PostgreSQL may then
 plan, one that cannot see the namespace prefix, the filter's values or how many rows a read scans
 (a page of a filter that keeps one item in 5,000 took 467 ms that way, 91 ms planned with its
 values: ``docs/langgraph_store.md``). The statements of a filtered listing page, of a count of a
-prefix and of a filtered search or of a user's listing must never be planned generically; a point lookup may stay
-prepared, and so may a page without a filter or a user (its seeks serve any prefix).
+prefix and of a filtered search or of a user's listing must never be planned generically, nor the
+keyword match of a large user's items; a point lookup may stay prepared, and so may a page without a
+filter or a user (its seeks serve any prefix).
 """
 
 from __future__ import annotations
@@ -24,19 +25,23 @@ pytestmark = pytest.mark.servers
 
 def test_a_listing_run_again_is_planned_with_its_values(make_postgres_url: Callable[[], str],
                                                        tmp_path: Path) -> None:
-    # one connection: every read is on it, and so are the prepared statements read below
-    store = PostgresRecordStore(make_postgres_url(), max_size=1)
+    # one connection: every read is on it, and so are the prepared statements read below. "u" is
+    # a large user to keyword search (matched through the GIN index, not row by row), one of many
+    # users: a generic plan took the average user's few rows and read all of u's to match a word
+    store = PostgresRecordStore(make_postgres_url(), max_size=1, user_scan_rows=100)
     memory = TieredMemory(tmp_path / "m", embedder=StaticEmbedder(), record_store=store)
     try:
         items = memory.item_store()
-        items.write_many([ItemWrite(namespace=("u", f"n{n % 4}"), key=f"k{n}", user_id="u",
-                                    value={"n": n, "rare": n % 50 == 7, "text": f"note {n}"}) for n in range(200)])
+        items.write_many([ItemWrite(namespace=("u", f"n{n % 4}"), key=f"k{n}", user_id="u", text=f"note {n}",
+                                    value={"n": n, "rare": n % 50 == 7, "text": f"note {n}"}) for n in range(200)]
+                         + [ItemWrite(namespace=("o",), key=f"k{n}", user_id=f"o{n}", value={}) for n in range(300)])
         rare = sorted(f"k{n}" for n in range(200) if n % 50 == 7)
         for _ in range(8):  # past psycopg's prepare_threshold (5) and PostgreSQL's five custom plans
             assert sorted(h.item.key for h in items.search(("u",), filter={"rare": True}, limit=10)) == rare
             assert len(items.search(("u",), user_id="u", limit=10)) == 10
             assert len(items.search((), filter={"n": {"$gte": 190}}, limit=20)) == 10
             assert len(items.search(("u",), query="note", user_id="u", filter={"rare": True}, limit=10)) == 4
+            assert [h.item.key for h in items.search(("u",), query="157", user_id="u", limit=1)] == ["k157"]
             assert items.get(("u", "n3"), "k7") is not None
         generic = store.query("SELECT statement FROM pg_prepared_statements WHERE generic_plans > 0"
                               " AND statement LIKE 'SELECT%%' AND statement LIKE '%%FROM items%%'")
