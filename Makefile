@@ -20,7 +20,7 @@ NOTORCH_TESTS ?= $(filter-out tests/test_core_embedding.py tests/test_core_qdran
 	$(wildcard tests/test_core_*.py)) tests/test_static_embedder.py tests/test_bad_input.py \
 	tests/test_isolation.py tests/test_crash_safety.py tests/test_episodic.py tests/test_episodic_llm.py tests/test_extractive_rules.py tests/test_extractive_roles.py \
 	tests/test_extractive_scripts.py tests/test_semantic.py tests/test_resolution_table.py tests/test_semantic_llm_extraction.py \
-	tests/test_items.py tests/test_item_filter_sql.py tests/test_item_search_bounds.py tests/test_working.py tests/test_working_clock.py tests/test_working_embedder.py tests/test_working_remember.py tests/test_sync.py tests/test_context_assembly.py tests/test_context_session_turns.py tests/test_context_shown.py \
+	tests/test_items.py tests/test_item_filter_sql.py tests/test_item_filter_index.py tests/test_item_search_bounds.py tests/test_working.py tests/test_working_clock.py tests/test_working_embedder.py tests/test_working_remember.py tests/test_sync.py tests/test_context_assembly.py tests/test_context_session_turns.py tests/test_context_shown.py \
 	tests/test_consolidation.py tests/test_consolidation_decisions.py tests/test_consolidation_forget.py \
 	tests/test_consolidation_merge_races.py tests/test_semantic_races.py tests/test_consolidation_dry_run.py tests/test_episodes_nothing_said.py \
 	tests/test_concurrency.py tests/test_user_locks.py tests/test_injection.py \

@@ -182,18 +182,6 @@ def test_a_database_made_without_the_listing_indexes_gains_them_on_open(make_mem
     assert [h.item.key for h in again.item_store().search((), filter={"a": 1})] == ["k"]
 
 
-@pytest.mark.record_stores("postgres")
-def test_the_postgres_sql_of_a_filter_selects_what_the_python_check_selects(memory: TieredMemory) -> None:
-    memory.item_store().write_many([ItemWrite(namespace=("u", "n"), key=str(n), user_id="u", value=v)
-                                    for n, v in enumerate(VALUES)])
-    layers = open_layer_store(memory.store)
-    for flt in FILTERS:
-        assert item_filter_sql(flt, "postgres")[2], flt
-        selected = sorted(int(i.key) for i, _ in layers.items_page(("u",), 1000, filter=flt))
-        assert selected == [n for n, v in enumerate(VALUES) if match_filter(v, flt)], flt
-
-
-
 @pytest.mark.parametrize("spread", [12, 40, 150], ids=["merged", "newest-then-merged", "newest-then-range"])
 def test_a_listing_of_a_prefix_over_many_namespaces_reads_the_newest_rows_not_the_sorted_range(
         make_memory: Callable[..., TieredMemory], spread: int) -> None:

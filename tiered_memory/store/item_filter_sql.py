@@ -14,6 +14,12 @@ A condition it cannot say exactly (an int past 64 bits, a NaN, a value JSON cann
 nested key a JSON path cannot spell) is left out: the SQL then selects a superset, and the
 caller checks every row read with ``match_filter`` all the same (it always does). The filter
 was checked (:func:`~tiered_memory.layers.item_filters.check_filter`) before it gets here.
+
+On PostgreSQL a filter's equalities can be said as containments too (``@>``, :func:`contained`),
+which the ``items_value`` GIN index of the values serves (postgres_layers): a page of an equality
+that keeps few rows reads them, not every row of the range parsed. The containment only narrows:
+every row the conditions select contains it (an absent-or-null, an operator other than ``$eq``,
+say nothing), so the conditions still decide, and select the same rows.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 from ..validation import encodable
 
-__all__ = ["item_filter_sql"]
+__all__ = ["contained", "item_filter_sql"]
 
 Sql = tuple[str, list[Any]]
 _COMPARE = {"$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
@@ -255,12 +261,74 @@ def _key(d: _Dialect, key: str, want: Any) -> Sql:
             [*params, *on_literal[1], *on_walk[1]])
 
 
-def item_filter_sql(filter: Mapping[str, Any] | None, dialect: str) -> tuple[str, list[Any], bool]:
+_NOTHING = object()  # nothing a matching value must contain
+
+
+def _contained(want: Any, element: bool = False) -> Any:
+    """The JSON every value that ``match_value`` matches with ``want`` contains (jsonb's ``@>``),
+    or ``_NOTHING``: an equality's value; an object's keys and a list's elements, each what it
+    contains (in a list, ``None`` is a JSON null; in an object, absent or null: nothing). An empty
+    object or list says nothing either (the GIN index would read every entry for it)."""
+    if isinstance(want, Mapping):
+        if any(isinstance(k, str) and k.startswith("$") for k in want):  # operators: only $eq says a value
+            return _NOTHING if want.get("$eq") is None else _contained(want["$eq"], element)
+        if not all(isinstance(k, str) for k in want):
+            raise _Untranslated
+        inner = {_bindable(k): _contained(v) for k, v in want.items()}
+        return {k: v for k, v in inner.items() if v is not _NOTHING} or _NOTHING
+    if want is None:
+        return None if element else _NOTHING
+    if isinstance(want, (list, tuple)):
+        return [c for c in (_contained(w, True) for w in want) if c is not _NOTHING] or _NOTHING
+    if isinstance(want, bool):
+        return want
+    if isinstance(want, str) or _number(want):
+        return _bindable(want)
+    raise _Untranslated
+
+
+def contained(filter: Mapping[str, Any] | None) -> list[list[dict[str, Any]]]:
+    """JSON objects every item value that ``filter`` keeps contains (pure), for the containments
+    that let PostgreSQL find an equality's rows in its GIN index of the values: each entry is the
+    objects one of which the value contains. The first holds one object, the filter's plain keys;
+    then a dotted key's two readings (its literal key, its path). What they cannot say is left out."""
+    plain: dict[str, Any] = {}
+    dotted: list[list[dict[str, Any]]] = []
+    for key, want in (filter or {}).items():
+        try:
+            found = _contained(want)
+        except _Untranslated:
+            continue
+        if found is _NOTHING:
+            continue
+        if "." not in key:
+            plain[key] = found
+            continue
+        path = found
+        for part in reversed(key.split(".")):
+            path = {part: path}
+        dotted.append([{key: found}, path])
+    return ([[plain]] if plain else []) + dotted
+
+
+#: a containment of the item's value (:func:`contained`), as the ``items_value`` index holds it
+CONTAINS = f"{_Postgres.VALUE} @> ?::jsonb"
+
+
+def _contains(filter: Mapping[str, Any] | None) -> list[Sql]:
+    return [_or([(CONTAINS, [json.dumps(c)]) for c in either]) for either in contained(filter)]
+
+
+def item_filter_sql(filter: Mapping[str, Any] | None, dialect: str, contains: bool = False
+                    ) -> tuple[str, list[Any], bool]:
     """`` AND ...`` conditions on the ``items`` table's ``value`` (``?`` placeholders) for
     ``dialect`` (``"sqlite"`` or ``"postgres"``), their parameters, and whether they say exactly
-    what :func:`~tiered_memory.layers.item_filters.match_filter` says (else a superset)."""
+    what :func:`~tiered_memory.layers.item_filters.match_filter` says (else a superset). With
+    ``contains``, on PostgreSQL, the filter's containments (:func:`contained`) come first: the
+    same rows, found by the ``items_value`` index."""
     d: _Dialect = _Postgres() if dialect == "postgres" else _SQLite()
-    parts, exact = list[Sql](), True
+    parts = _contains(filter) if contains and dialect == "postgres" else list[Sql]()
+    exact = True
     for key, want in (filter or {}).items():
         try:
             parts.append(_key(d, key, want))
