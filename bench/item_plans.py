@@ -21,7 +21,6 @@ from typing import Any, Callable
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tiered_memory import StaticEmbedder, TieredMemory  # noqa: E402
-from tiered_memory.backends import open_layer_store  # noqa: E402
 from tiered_memory.layers.items import ItemWrite  # noqa: E402
 from tiered_memory.store.layer_items import LayerItems  # noqa: E402
 from tiered_memory.store.postgres import PostgresRecordStore  # noqa: E402
@@ -80,6 +79,63 @@ def keyword_rounds(url: str, big: int, rounds: int, pages: int) -> None:
     store.close()
 
 
+def medians(reads: dict[str, Callable[[], Any]], rounds: int, pages: int, label: str) -> dict[str, float]:
+    """Milliseconds a read of each of ``reads``, medians of ``rounds`` (each round in another order),
+    every read checked to give what the first gives."""
+    times: dict[str, list[float]] = {name: [] for name in reads}
+    names, first = list(reads), next(iter(reads.values()))
+    for turn in range(rounds):
+        for name in names[turn % len(names):] + names[:turn % len(names)]:
+            ms, page = ms_a_page(reads[name], pages)
+            times[name].append(ms)
+            assert page == first(), (label, name)  # the same page
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def server_cpu(store: PostgresRecordStore) -> Callable[[], float]:
+    """Seconds of CPU the server process of the store's one connection used so far (a server on
+    this machine: /proc), else nothing (0.0)."""
+    backend = int(store.query("SELECT pg_backend_pid()")[0][0])
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def used() -> float:
+        try:
+            fields = Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+
+    return used
+
+
+def put_rounds(items: Any, layers: Any, store: PostgresRecordStore, rounds: int, n: int) -> None:
+    """Puts, one item a write (LangGraph's put), with items_value and with it dropped, in rounds of
+    either order: puts a second and CPU a put (this process and the server's), medians."""
+    from tiered_memory.store.postgres_layers import VALUE_INDEX
+
+    found: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+    written = layers.count_items()
+    for turn in range(rounds):
+        for indexed in (True, False)[::1 if turn % 2 else -1]:
+            with layers.transaction() as c:
+                c.execute(VALUE_INDEX if indexed else "DROP INDEX IF EXISTS items_value")
+            cpu = server_cpu(store)
+            began, client, server = time.perf_counter(), time.process_time(), cpu()
+            for k in range(written, written + n):
+                items.write_many([ItemWrite(namespace=("w", f"n{k % 100}"), key=f"w{k}", user_id="u",
+                                            value={"n": k, "rare": False})])
+            wall = time.perf_counter() - began
+            found[indexed].append((n / wall, (time.process_time() - client + cpu() - server) * 1000 / n))
+            written += n
+    with layers.transaction() as c:  # as the migration leaves it
+        c.execute(VALUE_INDEX)
+        c.execute("ANALYZE items")
+    (rate, ms), (rate0, ms0) = ((statistics.median(r for r, _ in found[i]), statistics.median(m for _, m in found[i]))
+                                for i in (True, False))
+    print(f"put, one a write           {rate:8.0f} puts/s, no value index {rate0:8.0f} ({rate / rate0:5.2f}x);"
+          f" CPU {ms:.2f} ms a put, no value index {ms0:.2f} ({ms / ms0:5.2f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record-store", required=True, help="a PostgreSQL URL (an empty database, or this script's)")
@@ -88,12 +144,15 @@ def main() -> None:
     parser.add_argument("--pages", type=int, default=10, help="reads of the page a round, each way")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--keyword-items", type=int, default=50_000, help="the large user's items to keyword search")
+    parser.add_argument("--puts", type=int, default=0, help="puts a round, with the value index and without")
     args = parser.parse_args()
     keyword_rounds(args.record_store, args.keyword_items, args.rounds, args.pages)
     store = PostgresRecordStore(args.record_store, max_size=1)  # one connection: its prepared statements
     with tempfile.TemporaryDirectory() as folder:
         memory = TieredMemory(Path(folder) / "m", embedder=StaticEmbedder(), record_store=store)
-        items, layers = memory.item_store(), open_layer_store(memory.store)
+        items, layers = memory.item_store(), PostgresLayerStore(store)
+        unindexed = PostgresLayerStore(store)  # the conditions alone, as before the value index
+        unindexed.value_index = False
         for start in range(0, args.items if layers.count_items() < args.items else 0, 5000):  # filled once
             items.write_many([ItemWrite(namespace=("u", f"n{n % args.namespaces}"), key=f"k{n}", user_id="u",
                                         value={"n": n, "rare": n % 5000 == 4321})
@@ -102,29 +161,30 @@ def main() -> None:
             c.execute("ANALYZE items")
         half = args.items // 2
         for label, prefix, flt in [("no filter", ("u",), None),
+                                   ("no filter, every ns", (), None),
                                    ("eq: 4,999 in 5,000", ("u",), {"rare": False}),
                                    ("$gte: a half", ("u",), {"n": {"$gte": half}}),
                                    ("eq: 1 row in 5,000", ("u",), {"rare": True}),
-                                   ("eq: 1 in 5,000, every ns", (), {"rare": True})]:
-            def now() -> Any:
-                return layers.items_page(prefix, 10, None, LIVE_AT, flt)
+                                   ("eq: 1 in 5,000, every ns", (), {"rare": True}),
+                                   ("eq: one item", ("u",), {"n": half})]:
+            def now(on: PostgresLayerStore = layers) -> Any:
+                return on.items_page(prefix, 10, None, LIVE_AT, flt)
 
             def prepared() -> Any:  # the same reads, through the shared code, as before: prepared
                 return LayerItems.items_page(layers, prefix, 10, None, LIVE_AT, flt)
 
             ms_a_page(prepared, 6)  # past psycopg's prepare_threshold and the server's five custom plans
             ms_a_page(now, 1)
-            times: dict[str, list[float]] = {"now": [], "prepared": []}
-            for turn in range(args.rounds):
-                for name, read in [("now", now), ("prepared", prepared)][::1 if turn % 2 else -1]:
-                    ms, page = ms_a_page(read, args.pages)
-                    times[name].append(ms)
-                    assert page == now(), label  # the same page
-            after, before = (statistics.median(times[k]) for k in ("now", "prepared"))
-            print(f"{label:26} {after:8.2f} ms a page, prepared {before:8.2f} ({before / after:5.1f}x)"
+            took = medians({"now": now, "no value index": lambda: now(unindexed), "prepared": prepared},
+                           args.rounds, args.pages, label)
+            after, before, plain = took["now"], took["prepared"], took["no value index"]
+            print(f"{label:26} {after:8.2f} ms a page, prepared {before:8.2f} ({before / after:5.1f}x),"
+                  f" no value index {plain:8.2f} ({plain / after:5.1f}x)"
                   f" ({args.items} items, {args.namespaces} namespaces)")
         generic = store.query("SELECT count(*) FROM pg_prepared_statements WHERE generic_plans > 0")[0][0]
         print(f"prepared statements with generic plans on the connection: {generic}")
+        if args.puts:
+            put_rounds(items, layers, store, args.rounds, args.puts)
         memory.close()
 
 
