@@ -23,7 +23,7 @@ from .base import LONG_MESSAGE_CHARS, pend_duplicates, read_duplicates
 from .filters import postgres_filter
 from .pending_deletes import OwedRows, entries, owe_in
 from .postgres_db import DEFAULT_SCHEMA, ROW_LOCK, PostgresDatabase, lock_key
-from .postgres_keywords import tsquery
+from .postgres_keywords import match_prepare, turn_matches
 from .postgres_schema import MIGRATIONS
 from .stored_values import json_dict, message_values
 from .text_search import USER_SCAN_ROWS, scan_user_rows, text_key, tsquery_any
@@ -234,20 +234,9 @@ class PostgresRecordStore(PostgresDatabase):
             f"SELECT {_COLUMNS} FROM messages WHERE user_id=%s AND id = ANY(%s)", (user_id, wanted))
         return {r[0]: _row(r) for r in rows}
 
-    def _matches(self, conn: Any, user_id: str, session: str) -> str:
-        """The ranked keyword matches of one user as SQL (named parameters ``text``, ``user``,
-        ``k``; ``session`` is the optional session condition). A user with few rows is matched
-        row by row from the b-tree on ``user_id`` (the ``OFFSET 0`` subquery keeps the planner from
-        reaching for the GIN index, which would return every user's matches first); a large
-        user goes through the GIN index."""
-        fenced = scan_user_rows(self.user_rows(conn, "messages", user_id, self.user_scan_rows),
-                                self.user_scan_rows)
-        source = ("(SELECT id, seq, session_id, tsv FROM messages WHERE user_id = %(user)s"
-                  " OFFSET 0) AS m" if fenced else "messages m")
-        return (f"SELECT m.id, ts_rank(m.tsv, q) AS s, m.seq FROM {source},"
-                f" {tsquery('%(text)s')} AS q"
-                f" WHERE m.tsv @@ q{'' if fenced else ' AND m.user_id = %(user)s'}{session}"
-                " ORDER BY s DESC, m.seq DESC LIMIT %(k)s")
+    def _fenced(self, conn: Any, user_id: str) -> bool:
+        """Whether the user's keyword match starts from their rows (:func:`.postgres_keywords.turn_matches`)."""
+        return scan_user_rows(self.user_rows(conn, "messages", user_id, self.user_scan_rows), self.user_scan_rows)
 
     def session_gaps(self, user_id: str, pairs: Sequence[tuple[str, int, int]]) -> list[int]:
         """Each pair's count over the index on ``(user_id, session_id, seq)``, in one round trip."""
@@ -289,7 +278,12 @@ class PostgresRecordStore(PostgresDatabase):
             return []
         session = " AND m.session_id = %(session)s" if session_id is not None else ""
         params = {"text": text, "user": user_id, "session": session_id, "k": k}
-        rows = self.read(lambda conn: conn.execute(self._matches(conn, user_id, session), params).fetchall())
+
+        def run(conn: Any) -> list[Any]:
+            fenced = self._fenced(conn, user_id)
+            return list(conn.execute(turn_matches(fenced, session), params, prepare=match_prepare(fenced)).fetchall())
+
+        rows = self.read(run)
         return [(r[0], float(r[1])) for r in rows]
 
     def candidates(self, user_id: str, ids: Sequence[str], terms: Sequence[str], *, k: int,
@@ -301,7 +295,8 @@ class PostgresRecordStore(PostgresDatabase):
         params = {"text": text, "user": user_id, "session": session_id, "k": k, "ids": list(ids)}
 
         def run(conn: Any) -> list[tuple[Any, ...]]:
-            kw_cte = (self._matches(conn, user_id, session) if text is not None
+            fenced = text is None or self._fenced(conn, user_id)  # no words: nothing of the user's to match
+            kw_cte = (turn_matches(fenced, session) if text is not None
                       else "SELECT NULL::text AS id, NULL::real AS s, NULL::bigint AS seq WHERE false")
             return list(conn.execute(
                 # the wanted ids drive the join (the unique index on id): an OR of the two lists in
@@ -309,7 +304,7 @@ class PostgresRecordStore(PostgresDatabase):
                 f"WITH kw AS ({kw_cte}), wanted AS (SELECT unnest(%(ids)s::text[]) AS id UNION SELECT id FROM kw)"
                 f" SELECT {cols}, kw.s, kw.seq FROM wanted w JOIN messages m ON m.id = w.id"
                 " LEFT JOIN kw ON kw.id = m.id WHERE m.user_id = %(user)s",
-                params).fetchall())
+                params, prepare=match_prepare(fenced)).fetchall())
 
         rows: list[tuple[Any, ...]] = self.read(run)
         records = {r[0]: _row(r) for r in rows}

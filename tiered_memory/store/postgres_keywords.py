@@ -1,4 +1,5 @@
-"""PostgreSQL's keyword column and query, with diacritics folded as SQLite folds them.
+"""PostgreSQL's keyword column and query, with diacritics folded as SQLite folds them, and a
+user's turns matched by it (:func:`turn_matches`, and how such a match is prepared).
 
 Keyword search folds diacritics as SQLite's FTS5 does (``unicode61``), so ``cafe`` finds
 "Café" and ``café`` finds "Cafe" on either engine. Not through the ``unaccent`` extension:
@@ -33,6 +34,32 @@ def tsv_column(source: str) -> str:
 def tsquery(param: str) -> str:
     """The ``tsquery`` of a :func:`~.text_search.tsquery_any` text passed as ``param``."""
     return f"to_tsquery('{TEXT_SEARCH_CONFIG}', fold_diacritics({param}))"
+
+
+def turn_matches(fenced: bool, session: str) -> str:
+    """The ranked keyword matches of one user's turns as SQL (named parameters ``text``, ``user``,
+    ``k``; ``session`` is the optional session condition). A user with few rows is ``fenced``:
+    matched row by row from the b-tree on ``user_id`` (the ``OFFSET 0`` subquery keeps the planner
+    from reaching for the GIN index, which would return every user's matches first), which reads
+    the user's rows whatever the plan, so it may run prepared. A large user goes through the GIN
+    index, and must run with ``prepare=False`` (:func:`match_prepare`): once psycopg prepared it,
+    PostgreSQL kept a generic plan made for the average user's few rows, which read every turn of
+    the large user instead of the word's few (a rare word among a user's 50,000 turns: 26.7 ms a
+    ``keyword_search`` prepared, 11.6 planned with its values, about half of it the bounded count
+    of the user's rows; ``candidates`` 28.8 -> 11.0; a common word within noise either way; one
+    run on a busy machine, bench/item_plans.py ``turn_keyword_rounds``)."""
+    source = ("(SELECT id, seq, session_id, tsv FROM messages WHERE user_id = %(user)s"
+              " OFFSET 0) AS m" if fenced else "messages m")
+    return (f"SELECT m.id, ts_rank(m.tsv, q) AS s, m.seq FROM {source}, {tsquery('%(text)s')} AS q"
+            f" WHERE m.tsv @@ q{'' if fenced else ' AND m.user_id = %(user)s'}{session}"
+            " ORDER BY s DESC, m.seq DESC LIMIT %(k)s")
+
+
+def match_prepare(fenced: bool) -> bool | None:
+    """psycopg's ``prepare`` for a statement holding :func:`turn_matches` (or the layers' match
+    of a user): None (prepared after five runs) for a fenced match, False (planned with its
+    values every time) for a large user's."""
+    return None if fenced else False
 
 
 def refold(table: str, source: str) -> str:

@@ -21,7 +21,7 @@ from .layer_store import LayerStore
 from .layer_unit import PENDING_VECTORS, SLOT_INDEX, fill_slots
 from .repositories import ItemCursor, Scored
 from .postgres import PostgresRecordStore
-from .postgres_keywords import TEXT_SEARCH_CONFIG, refold, tsquery
+from .postgres_keywords import TEXT_SEARCH_CONFIG, match_prepare, refold, tsquery
 from .text_search import scan_user_rows, tsquery_any
 from .postgres_db import ROW_LOCK, Step, lock_key
 
@@ -297,9 +297,9 @@ class PostgresLayerStore(LayerStore):
             yield _Connection(conn)
 
     def keyword(self, table: str, user_id: str, terms: Sequence[str], k: int, extra: str = "") -> Scored:
-        """Full-text search of one user's rows; a user with few rows is matched row by row from
-        the table's b-tree on ``user_id`` (see ``PostgresRecordStore._matches``), a large one
-        through the GIN index, planned with its values: the generic plan PostgreSQL kept once
+        """Full-text search of one user's rows; a user with few rows is matched row by row from the
+        table's b-tree on ``user_id`` (as the turns are: :func:`.postgres_keywords.turn_matches`), a
+        large one through the GIN index, planned with its values: the generic plan PostgreSQL kept once
         psycopg prepared it took the average user's rows (few, among many users) and read every
         row of the large user instead (a rare word among a user's 50,000 items: 29.6 ms a search, 4.5
         planned with its values; bench/item_plans.py, docs/langgraph_store.md). The row-by-row
@@ -316,7 +316,7 @@ class PostgresLayerStore(LayerStore):
                    f" WHERE t.tsv @@ q{'' if fenced else ' AND t.user_id = ?'} {extra}"
                    " ORDER BY s DESC, t.rowid DESC LIMIT ?")
             params = [user_id, text, k] if fenced else [text, user_id, k]
-            return list(_Connection(conn).execute(sql, params, prepare=None if fenced else False).fetchall())
+            return list(_Connection(conn).execute(sql, params, prepare=match_prepare(fenced)).fetchall())
 
         return [(r[0], float(r[1])) for r in self.db.read(run)]
 
