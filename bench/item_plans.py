@@ -3,7 +3,8 @@ with its values, as the store reads it, against prepared (what it did before: ps
 statement run five times on a connection, and PostgreSQL may then keep a generic plan, blind to the
 prefix and the filter's values). Both in the same run, in alternating rounds, checked to be the same
 pages; milliseconds a page are medians of the rounds. Then a large user's keyword search of its items,
-the same way. A script that prints numbers, not a timed test::
+and of its turns (the record store's ``keyword_search`` and ``candidates``), the same way. A script
+that prints numbers, not a timed test::
 
     python -m bench.item_plans --record-store postgresql://...  # an empty database, or one it filled
 """
@@ -79,6 +80,53 @@ def keyword_rounds(url: str, big: int, rounds: int, pages: int) -> None:
     store.close()
 
 
+def turn_keyword_rounds(url: str, big: int, rounds: int, pages: int) -> None:
+    """A large user's keyword search of its turns (``keyword_search``) and the search's candidates
+    (``candidates``: the matches and the records of them and of the vector hits, one statement),
+    planned with their values (as the store runs them) against prepared (as they ran before: the
+    store's own statements with ``match_prepare`` answering psycopg's default). Its own schema: turns
+    written once by SQL (no vectors: these read none), ``big`` of user "big" and 20 of each of 500 others."""
+    from tiered_memory.store import postgres
+    from tiered_memory.store.postgres_keywords import match_prepare
+
+    store = PostgresRecordStore(url, schema="item_plans_turns", max_size=1)
+    if store.counts()["messages"] < big:
+        def fill(c: Any) -> None:
+            c.execute("DELETE FROM messages")
+            c.execute("INSERT INTO messages (id, user_id, session_id, role, content, timestamp, created_at, indexed)"
+                      " SELECT 'm' || n, CASE WHEN n < %(big)s THEN 'big' ELSE 's' || (n %% 500) END, 's' || (n / 20),"
+                      " 'user', 'turn ' || n || CASE WHEN n %% 5000 = 7 THEN ' zebra' ELSE '' END, n, n, TRUE"
+                      " FROM generate_series(0, %(big)s + 9999) AS n", {"big": big})
+            c.execute("ANALYZE messages")
+
+        store.write(fill)
+    hits = [f"m{n}" for n in range(0, big, big // 20)]  # what a vector search brought: 20 of the user's turns
+
+    def searches(user: str, words: list[str]) -> list[tuple[str, Callable[[], Any]]]:
+        return [("keyword_search", lambda: store.keyword_search(user, words, k=40)),
+                ("candidates", lambda: store.candidates(user, hits, words, k=40))]
+
+    for user, words in [("big", ["zebra"]), ("big", ["turn"]), ("s7", ["zebra"])]:
+        label = f"{'a rare' if words == ['zebra'] else 'a common'} word, {'large' if user == 'big' else 'small'} user"
+        for call, search in searches(user, words):
+            def prepared(search: Callable[[], Any] = search) -> Any:
+                setattr(postgres, "match_prepare", lambda fenced: None)  # psycopg's default: as before
+                try:
+                    return search()
+                finally:
+                    setattr(postgres, "match_prepare", match_prepare)
+
+            ms_a_page(prepared, 11)  # prepared at the 6th run (psycopg), generic after five custom plans
+            took = medians({"now": search, "prepared": prepared}, rounds, pages, label)
+            after, before = took["now"], took["prepared"]
+            print(f"turns, {call:15} {label:26} {after:8.2f} ms, prepared {before:8.2f} ({before / after:5.1f}x)"
+                  f" ({big} turns of the large user, 10,000 of 500 others)")
+    generic = store.query("SELECT count(*) FROM pg_prepared_statements WHERE generic_plans > 0"
+                          " AND statement LIKE '%%@@%%' AND statement NOT LIKE '%%OFFSET 0%%'")[0][0]
+    print(f"turns: a large user's match statements prepared with generic plans (the prepared runs): {generic}")
+    store.close()
+
+
 def medians(reads: dict[str, Callable[[], Any]], rounds: int, pages: int, label: str) -> dict[str, float]:
     """Milliseconds a read of each of ``reads``, medians of ``rounds`` (each round in another order),
     every read checked to give what the first gives."""
@@ -147,6 +195,7 @@ def main() -> None:
     parser.add_argument("--puts", type=int, default=0, help="puts a round, with the value index and without")
     args = parser.parse_args()
     keyword_rounds(args.record_store, args.keyword_items, args.rounds, args.pages)
+    turn_keyword_rounds(args.record_store, args.keyword_items, args.rounds, args.pages)
     store = PostgresRecordStore(args.record_store, max_size=1)  # one connection: its prepared statements
     with tempfile.TemporaryDirectory() as folder:
         memory = TieredMemory(Path(folder) / "m", embedder=StaticEmbedder(), record_store=store)
