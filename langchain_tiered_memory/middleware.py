@@ -79,7 +79,7 @@ from .agent_turn import (QUERY_KEY, QUESTION_KEY, STORED_AS_KEY, current_query, 
 from .completion import ends_in_completion_model, quoted_replay
 from .history import check_memory
 from .messages import from_stored_many, lc_id
-from .replay_calls import call_ids
+from .replay_calls import call_ids, unpaired_results, with_own_results
 from .storable import record_turn
 
 
@@ -176,7 +176,8 @@ class TieredMemoryMiddleware(AgentMiddleware):
         max_tokens: token budget of the injected memory.
         include_recent: also put the session's recent turns (the buffer) before the
             conversation, for agents run without a checkpointer; turns already in
-            the agent's messages are not repeated.
+            the agent's messages are not repeated, and a result of theirs that answers no call just
+            before it (a trim's) is sent only after its stored call, which the replay holds.
         record: store the turns (turn off to only read memory).
         include_items: also recall the user's items written through
             :class:`~langchain_tiered_memory.TieredMemoryStore` (the agent's ``store``),
@@ -239,15 +240,19 @@ class TieredMemoryMiddleware(AgentMiddleware):
         messages = list(request.messages)
         # a summary in the request already stands for the earlier turns: replay none of them
         if self.include_recent and not any(is_summary(m) for m in messages):
-            present = {m.id for m in messages if m.id}
+            # a trim's result whose call it dropped is sent only as the replay pairs it: after its stored call
+            orphans = unpaired_results(messages)
+            own = [m for n, m in enumerate(messages) if n not in orphans]
+            present = {m.id for m in own if m.id}
             buffer = self.memory.get_buffer(session, user_id=user)
             # the agent's calls keep their ids: a replayed one of theirs is renamed; a stored call or result the
             # request holds is left out, and its partner the request lacks goes as no half of a pair
-            recent = from_stored_many(buffer, before_new_turn=True, live_call_ids=call_ids(messages), present=present)
+            recent = from_stored_many(buffer, before_new_turn=True, live_call_ids=call_ids(own), present=present)
+            recent = with_own_results(recent, [m for n, m in enumerate(messages) if n in orphans])
             if ends_in_completion_model(request.model):  # it reads them as lines of one string
                 recent = quoted_replay(recent)
-            if recent:
-                messages = changes["messages"] = [*recent, *messages]
+            if recent or orphans:
+                messages = changes["messages"] = [*recent, *own]
         if query.strip():
             # the stored turns the request holds (a checkpointed thread's whole conversation) are
             # shown already: the core leaves them out before fitting, their room goes to other memories.

@@ -33,7 +33,7 @@ from tiered_memory.types import StoredMessage
 
 from .content_blocks import appended
 
-__all__ = ["call_ids", "sendable", "sendable_calls", "sent_once"]
+__all__ = ["call_ids", "sendable", "sendable_calls", "sent_once", "unpaired_results", "with_own_results"]
 
 _NUMBERED = re.compile(r"(.*?)([0-9]{1,9})", re.DOTALL)  # an id and the number it ends in (its last 9 digits)
 
@@ -122,3 +122,30 @@ def sent_once(messages: Sequence[BaseMessage], live: Iterable[str] = ()) -> list
             msg = msg.model_copy(update={"tool_call_id": names[msg.tool_call_id]})
         out.append(msg)
     return out
+
+
+def unpaired_results(messages: Sequence[BaseMessage]) -> set[int]:
+    """The places in ``messages`` of the ``ToolMessage``\\ s a provider refuses there (pure): those not in the
+    run of results right after the ``AIMessage`` whose call they answer, or answering it a second time.
+    (A trim that keeps the last messages keeps a result whose call it drops: LangChain's
+    ``trim_messages`` without ``start_on``, a ``@before_model`` hook keeping the first and last few.)"""
+    out: set[int] = set()
+    waiting: set[str] = set()  # the calls of the AIMessage before this run of results no result answered yet
+    for n, m in enumerate(messages):
+        if isinstance(m, ToolMessage):
+            if m.tool_call_id not in waiting:
+                out.add(n)
+            waiting.discard(m.tool_call_id)
+        else:
+            waiting = call_ids([m]) if isinstance(m, AIMessage) else set()
+    return out
+
+
+def with_own_results(replay: Sequence[BaseMessage], own: Iterable[BaseMessage]) -> list[BaseMessage]:
+    """``replay`` with each of its ``ToolMessage``\\ s that has the id of one of ``own`` (results the prompt
+    left out of its own messages, which the replay pairs with their stored calls) replaced by that one,
+    under the ``tool_call_id`` the replay gave it (pure): the prompt sends the result as the agent holds
+    it (the store may keep a shortened copy of a tool's huge output); a quoted stored copy stays quoted."""
+    by_id = {m.id: m for m in own if isinstance(m, ToolMessage) and m.id}
+    return [by_id[m.id].model_copy(update={"tool_call_id": m.tool_call_id})
+            if isinstance(m, ToolMessage) and m.id in by_id else m for m in replay]

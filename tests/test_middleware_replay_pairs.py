@@ -7,11 +7,12 @@ Anthropic refuse ("messages with role 'tool' must be a response to a preceding m
 'tool_calls'"). A real run gets there by LangGraph's time travel: replaying a checkpointed thread from
 the checkpoint before its tools ran runs the tool again, so the request holds the stored call (same
 message id) and a new result (a new id), while the stored result of the first run is in the session;
-and by a trim that drops older messages (``RemoveMessage``), which leaves the request a stored result
-whose call only the replay holds (under a new id, as the request names the call's id). Each captured
+and by a trim that drops older messages (``RemoveMessage``; LangChain's ``trim_messages`` without
+``start_on``), which leaves the request a stored result whose call only the replay holds: the request sends
+it only right after that call, as the replay places it (the state keeps the trim's messages). Each captured
 model request is checked: every ``ToolMessage`` in the run of results right after the ``AIMessage``
-whose call it answers, every call answered before the next message that is no result, or, in a
-request whose own messages (a bad trim's) break that already, no break added by the replay."""
+whose call it answers, every call answered before the next message that is no result, and no call id
+twice."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ from typing import Any, Callable, Sequence
 import pytest
 
 from langchain.agents import create_agent
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain.agents.middleware import before_model
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, ToolMessage, trim_messages
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from langchain_tiered_memory import TieredMemoryMiddleware
 from langchain_tiered_memory.messages import from_stored_many, to_core
+from langchain_tiered_memory.replay_calls import unpaired_results, with_own_results
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder, get_time, keep_last_three, time_call
 from tiered_memory import StaticEmbedder, TieredMemory
@@ -121,15 +125,97 @@ def test_a_thread_replayed_from_before_its_tools_gets_no_result_without_its_call
     assert any(isinstance(m, HumanMessage) and "[stored tool result]" in m.text for m in replayed)
 
 
-def test_a_trim_leaves_the_replay_no_call_without_its_result(memory: TieredMemory) -> None:
+@before_model
+def keep_first_and_last_three(state: Any, runtime: Any) -> dict[str, Any] | None:
+    """The trim LangChain's short-term memory docs show: the first message and the last few."""
+    messages = state["messages"]
+    return None if len(messages) <= 4 else {
+        "messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), messages[0], *messages[-3:]]}
+
+
+@before_model
+def trimmed_by_langchain(state: Any, runtime: Any) -> dict[str, Any] | None:
+    """LangChain's ``trim_messages`` keeping the last three messages (no ``start_on``): it keeps a result
+    whose call it drops."""
+    kept = trim_messages(state["messages"], strategy="last", token_counter=len, max_tokens=3)
+    return {"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]}
+
+
+def ids_sent_twice(messages: Sequence[BaseMessage]) -> list[str]:
+    """The tool-call ids more than one call in ``messages`` has (pure)."""
+    ids = [str(c["id"]) for m in messages if isinstance(m, AIMessage) for c in m.tool_calls]
+    return sorted({i for i in ids if ids.count(i) > 1})
+
+
+@pytest.mark.parametrize("trim", [keep_last_three, trimmed_by_langchain, keep_first_and_last_three],
+                         ids=["last_three", "trim_messages", "first_and_last_three"])
+def test_a_trim_that_keeps_a_result_without_its_call_sends_the_pair_whole(memory: TieredMemory, trim: Any) -> None:
+    """A trim left the last call's request a result whose call it dropped (the stored call is in the
+    replay): the request sends no orphan result; the result goes right after its stored call, whole. The
+    agent's state keeps the trim's messages as they were."""
     rec = PromptRecorder()
     model = ScriptedToolModel(responses=[time_call("c1"), time_call("c2"), AIMessage("Noon.")], callbacks=[rec])
-    agent = create_agent(model, [get_time],
-                         middleware=[keep_last_three, TieredMemoryMiddleware(memory, include_recent=True)])
+    agent = create_agent(model, [get_time], middleware=[trim, TieredMemoryMiddleware(memory, include_recent=True)])
     out = agent.invoke({"messages": [HumanMessage("What time is it?")]}, context=CONTEXT)
     assert out["messages"][-1].text == "Noon."
     assert len(rec.prompts) == 3
-    # the trim left the last call's request a result whose call it dropped: that break is the trim's
-    own = pairing_problems(out["messages"][-4:-1])
-    assert own == ["result 'c1' ('12:00') answers no call just before it"]
-    assert [pairing_problems(p) for p in rec.prompts] == [[], [], own], rec.last
+    # the trim's own break, in the state the middleware leaves alone
+    assert pairing_problems(out["messages"][:-1]) == ["result 'c1' ('12:00') answers no call just before it"]
+    assert [pairing_problems(p) for p in rec.prompts] == [[], [], []], rec.last
+    assert [ids_sent_twice(p) for p in rec.prompts] == [[], [], []], rec.last
+    pairs = [(m.tool_calls[0]["id"], r.text) for m, r in zip(rec.last, rec.last[1:])
+             if isinstance(m, AIMessage) and m.tool_calls and isinstance(r, ToolMessage)]
+    assert pairs == [("c1", "12:00"), ("c2", "12:00")]
+    assert not any("[stored tool" in m.text for m in rec.last)
+
+
+
+def test_a_trimmed_result_paired_in_the_replay_goes_under_the_renamed_id(memory: TieredMemory) -> None:
+    """Kimi's server numbers each turn's calls (``functions.get_time:0``), so the live call may have the id of
+    the stored call the trim dropped: the replayed call is renamed, and the result sent after it with it."""
+    rec = PromptRecorder()
+    kimi = "functions.get_time:0"
+    model = ScriptedToolModel(responses=[time_call(kimi), time_call(kimi), AIMessage("Noon.")], callbacks=[rec])
+    agent = create_agent(model, [get_time], middleware=[
+        trimmed_by_langchain, TieredMemoryMiddleware(memory, include_recent=True)])
+    agent.invoke({"messages": [HumanMessage("What time is it?")]}, context=CONTEXT)
+    assert [pairing_problems(p) for p in rec.prompts] == [[], [], []], rec.last
+    assert [ids_sent_twice(p) for p in rec.prompts] == [[], [], []], rec.last
+    assert [_described(m) for m in rec.last] == ["human What time is it?", "ai functions.get_time:1",
+                                                 "tool functions.get_time:1", "ai functions.get_time:0",
+                                                 "tool functions.get_time:0"]
+
+def test_a_result_no_stored_call_answers_is_left_out_of_the_request(memory: TieredMemory) -> None:
+    """Nothing stored to pair it with (``record=False``): the trim's orphan result is left out of what is sent,
+    never out of the agent's state."""
+    rec = PromptRecorder()
+    model = ScriptedToolModel(responses=[time_call("c1"), time_call("c2"), AIMessage("Noon.")], callbacks=[rec])
+    agent = create_agent(model, [get_time], middleware=[
+        trimmed_by_langchain, TieredMemoryMiddleware(memory, include_recent=True, record=False)])
+    out = agent.invoke({"messages": [HumanMessage("What time is it?")]}, context=CONTEXT)
+    assert [m.type for m in out["messages"]] == ["tool", "ai", "tool", "ai"]  # the trim's, kept
+    assert [pairing_problems(p) for p in rec.prompts] == [[], [], []], rec.last
+    assert [_described(m) for m in rec.last] == ["ai c2", "tool c2"]
+
+
+@pytest.mark.parametrize(("messages", "unpaired"), [
+    ([HumanMessage("q"), time_call("c1"), ToolMessage("", tool_call_id="c1")], set()),
+    ([ToolMessage("", tool_call_id="c1"), time_call("c2"), ToolMessage("", tool_call_id="c2")], {0}),
+    ([HumanMessage("q"), ToolMessage("", tool_call_id="c1"), time_call("c2")], {1}),
+    ([time_call("c1"), HumanMessage("q"), ToolMessage("", tool_call_id="c1")], {2}),  # not right after its call
+    ([time_call("c1"), ToolMessage("", tool_call_id="c1"), ToolMessage("", tool_call_id="c1")], {2}),  # twice
+    ([_TWO_CALLS, ToolMessage("", tool_call_id="c2"), ToolMessage("", tool_call_id="c1")], set()),
+])
+def test_unpaired_results(messages: list[BaseMessage], unpaired: set[int]) -> None:
+    assert unpaired_results(messages) == unpaired
+    assert len(pairing_problems([m for n, m in enumerate(messages) if n in unpaired])) == len(unpaired)
+
+
+def test_a_paired_result_goes_as_the_agent_holds_it_under_the_replayed_id() -> None:
+    replay = [time_call("c1-2"), ToolMessage("[shortened]", id="t1", tool_call_id="c1-2"),
+              HumanMessage('[stored tool result] "x"', id="t2")]
+    own = [ToolMessage("the whole output", id="t1", tool_call_id="c1"), ToolMessage("x", id="t2", tool_call_id="c9")]
+    sent = with_own_results(replay, own)
+    assert [(m.type, m.text) for m in sent] == [("ai", ""), ("tool", "the whole output"),
+                                                ("human", '[stored tool result] "x"')]
+    assert sent[1].tool_call_id == "c1-2" and own[0].tool_call_id == "c1"  # type: ignore[attr-defined]
