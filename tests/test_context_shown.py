@@ -315,3 +315,25 @@ def test_bad_shown_texts_are_refused(make_memory: Callable[..., TieredMemory]) -
     for texts in ["hello", b"hello", [1], [None], 5]:  # a lone text would be its characters
         with pytest.raises(InvalidInputError, match="shown_texts"):
             memory.build_context("tides", user_id="u1", session_id="now", shown_texts=texts)  # type: ignore[arg-type]
+
+
+@pytest.mark.record_stores("sqlite")
+def test_a_recent_turn_saying_a_shown_text_is_chosen_with_its_turn_and_leaves_its_room(
+        make_memory: Callable[..., TieredMemory]) -> None:
+    """A question asked again in this conversation (the caller's queue holds it, not stored): the recent turns
+    are chosen with the stored question, so its answer stays, then the question is left out of them, its
+    room going to the sections; not reported as dropped."""
+    memory = make_memory(embedder=StaticEmbedder())
+    memory.add_many([{"role": "user", "content": f"Note {n}: tides are pulled by the Moon, said the guide."}
+                     for n in range(10, 22)], session_id="notes", user_id="u1")
+    asked = "How high do the tides rise in the bay at the new moon, and how far out do they go at the full moon?"
+    ids = memory.add_many([{"role": "user", "content": "Hello!"}, {"role": "assistant", "content": "Hi."},
+                           {"role": "user", "content": asked}, {"role": "assistant", "content": "Four metres."}],
+                          session_id="now", user_id="u1")
+    plain = memory.build_context("tides", user_id="u1", session_id="now", max_tokens=300)
+    ctx = memory.build_context("tides", user_id="u1", session_id="now", max_tokens=300, shown_texts=[asked])
+    assert [i.id for i in plain.recent] == ids
+    assert [i.id for i in ctx.recent] == [ids[0], ids[1], ids[3]]  # the answer kept, the turn before too
+    assert [m.id for m in ctx.recent_messages] == [ids[0], ids[1], ids[3]]
+    assert len(_ids(ctx)) > len(_ids(plain))  # the question's room holds more notes
+    assert ids[2] not in _ids(ctx) and ids[2] not in {d.id for d in ctx.dropped}

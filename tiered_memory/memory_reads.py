@@ -153,8 +153,9 @@ class MemoryReads(MemoryEngines):
         framework's short-term queue kept outside the memory): a relevant past turn that says one
         of them, in any role (its words, case, spacing and punctuation aside), is left out before
         the budget is fitted, as a twin of a ``shown`` message is (a user who asks again what they
-        asked last week), so its room goes to other memories. Not in ``dropped`` either. The recent
-        turns keep theirs: left out, a repeated question would join its answer to the turn before.
+        asked last week), so its room goes to other memories. Not in ``dropped`` either. So is a recent
+        turn that says one (a question asked again in this conversation), once the recent turns are chosen
+        with it, so its answer keeps its place: its room goes to the sections.
 
         ``include_recent=False``: no recent turns (``recent`` is empty), for a caller that shows the
         model :meth:`~.context.render.MemoryContext.memory_text` alone (its framework's state holds

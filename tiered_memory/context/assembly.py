@@ -20,9 +20,10 @@ other memories; so are their twins that say the same (the same text stored again
 :func:`shown_twins`), and the recent turns' twins (a user who says again what they said last week,
 a re-imported copy). Texts the caller shows that may not be stored (``shown_texts``: a framework's
 queue kept outside the memory) leave out, likewise, the past turns that say one of them, in any role
-(:func:`heard_texts`: a user who asks again what they asked last week); not the recent turns, where
-leaving a repeated question out would join its answer to the turn before and drop both. They are not
-reported as dropped: the model sees them. The search is asked for
+(:func:`heard_texts`: a user who asks again what they asked last week), and the recent turns that say
+one, once the recent turns are chosen (a question asked again in this conversation): left out before
+that, a repeated question would join its answer to the turn before and drop both. The room they would
+take goes to the sections. They are not reported as dropped: the model sees them. The search is asked for
 more turns by as many as may be left out so (:func:`turn_candidates`), and as many turns are kept as
 it would hand on without them, in its order (:func:`best_kept`). With
 ``include_recent=False`` (a caller that shows ``memory_text`` alone) there is no recent buffer: the
@@ -324,6 +325,8 @@ def assemble(parts: Parts, layers: Layers | None, query: str, *, user_id: str, s
     if recent and recent[0].tokens > budget:  # the newest turn alone is longer than the whole budget
         recent, buffer, lost = fit_newest(recent[0], buffer, budget, count)
         dropped += lost
+    if heard:  # chosen with their turns (an answer keeps its place), then left out: the caller shows them
+        recent = [i for i in recent if what_is_said(i.text) not in heard]
     vector = embed_query(parts.embedder, query) if query.strip() else None
     used = sum(i.tokens for i in recent)
     # the budget holds the rendered memory (its preamble, block tags and headings too) and the recent turns
