@@ -14,7 +14,12 @@ follows the last one and leave the memory out.
 Note that ``RunnableWithMessageHistory`` reads the history before it sees the new
 input, so the long-term memory is recalled for the latest *stored* user message.
 To recall for the new input itself, use :class:`~.middleware.TieredMemoryMiddleware`
-(``create_agent``) or :class:`~.retriever.TieredMemoryRetriever` in the chain.
+(``create_agent``) or :class:`~.retriever.TieredMemoryRetriever` in the chain. Nor can the replay
+rename its tool calls off the input's (:func:`~.replay_calls.sent_once`): an input that brings an AI
+message whose tool call has the id of a stored call (a whole tool round passed as input, with ids that
+repeat every turn, Kimi's ``functions.get_weather:0``) sends that id twice, which Anthropic refuses;
+such a chain belongs in :func:`~.runnable.with_tiered_memory`, which sees the input. (The usual input, a
+human message or the results of the newest stored call, is unaffected: the newest call keeps its id.)
 """
 
 from __future__ import annotations
