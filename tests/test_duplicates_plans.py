@@ -8,6 +8,7 @@ cost when a planner chooses otherwise).
 
 from __future__ import annotations
 
+import json
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -33,6 +34,17 @@ def postgres_store(make_postgres_url: Any) -> Iterator[Any]:
     store = PostgresRecordStore(str(make_postgres_url()), schema="t_" + uuid.uuid4().hex[:12])
     yield store
     store.close()
+
+
+def copy_messages(conn: Any, rows: list[Any], duplicates: dict[str, str]) -> None:
+    """The rows ``insert_messages(rows, indexed=True, duplicates=duplicates)`` writes, by one COPY:
+    the plans are about the read, and 105,000 rows through the insert's statements took 21 s
+    where the COPY takes 4 (the insert's own path is conformance's)."""
+    columns = "id, user_id, session_id, role, content, metadata, timestamp, created_at, indexed, duplicate_of"
+    with conn.cursor() as cur, cur.copy(f"COPY messages ({columns}) FROM STDIN") as copy:
+        for m in rows:
+            copy.write_row((m.id, m.user_id, m.session_id, m.role, m.content, json.dumps(m.metadata),
+                            m.timestamp, m.timestamp, True, duplicates.get(m.id)))
 
 
 def test_sqlite_reads_duplicates_by_index(sqlite_store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,8 +78,7 @@ def test_postgres_reads_duplicates_by_index_at_100000_turns(postgres_store: Any,
                 metadata={"kind": "note" if (i // 20) % 4 == 0 else "chat"}) for i in range(100_000)]
     rows += [msg(f"x{i:05d}", f"other {i}", user="u2", session=f"s{i // 20}") for i in range(5_000)]
     dups = {f"m{i:06d}": f"m{(i // 5) % 20:06d}" for i in range(20, 100_000, 5)}
-    for start in range(0, len(rows), 10_000):
-        postgres_store.insert_messages(rows[start:start + 10_000], indexed=True, duplicates=dups)
+    postgres_store.write(lambda c: copy_messages(c, rows, dups))
     postgres_store.write(lambda c: c.execute("ANALYZE messages"))
     ran: list[tuple[str, list[Any]]] = []
     real = postgres_store.query
