@@ -92,3 +92,21 @@ def make_memory(tmp_path: Path, embedder: Embedder,
 @pytest.fixture
 def memory(make_memory: Callable[..., TieredMemory]) -> TieredMemory:
     return make_memory()
+
+
+@pytest.fixture(scope="module")
+def module_memory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TieredMemory]:
+    """One SQLite memory on the static embedder for a whole test module, for modules whose tests
+    are about what a few turns of user ``"u"`` become (the model is not their point); use it
+    through ``reused_memory``."""
+    folder = tmp_path_factory.mktemp(request.module.__name__.rpartition(".")[2])
+    with TieredMemory(folder / "m", embedder=StaticEmbedder()) as m:
+        yield m
+
+
+@pytest.fixture
+def reused_memory(module_memory: TieredMemory) -> Iterator[TieredMemory]:
+    """The module's one memory (opening one per test costs more than such tests), user ``"u"``
+    forgotten after each test so that the next starts empty."""
+    yield module_memory
+    module_memory.forget_user("u")

@@ -16,9 +16,8 @@ from __future__ import annotations
 import itertools
 import json
 import re
-from typing import Any, Iterator
+from typing import Any
 
-import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_core.tools import tool
@@ -29,24 +28,11 @@ from langchain_tiered_memory import history_factory, with_tiered_memory
 from langchain_tiered_memory.messages import from_stored_many
 from langchain_tiered_memory.testing import ScriptedToolModel
 from lc_support import PromptRecorder
-from tiered_memory import StaticEmbedder, TieredMemory
+from tiered_memory import TieredMemory
 from tiered_memory.quoting import quote
 from tiered_memory.tool_calls import is_tool_call_id
 
 KIMI = "functions.weather:0"  # Kimi's id of a turn's first call, in every turn
-
-
-@pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TieredMemory]:
-    with TieredMemory(tmp_path_factory.mktemp("ids") / "m", embedder=StaticEmbedder()) as m:  # not the point
-        yield m
-
-
-@pytest.fixture
-def mem(shared: TieredMemory) -> Iterator[TieredMemory]:
-    """One memory for the module (opening one per test costs more than the tests), emptied after each."""
-    yield shared
-    shared.forget_user("u")
 
 
 def _call(call_id: str, city: str) -> dict[str, Any]:
@@ -92,15 +78,15 @@ def _call_ids(messages: list[BaseMessage]) -> dict[str, str]:
             for m in messages if isinstance(m, ToolMessage) or isinstance(m, AIMessage) and m.tool_calls}
 
 
-def test_a_replay_sends_each_tool_call_id_once_and_keeps_the_newest(mem: TieredMemory) -> None:
+def test_a_replay_sends_each_tool_call_id_once_and_keeps_the_newest(reused_memory: TieredMemory) -> None:
     """Three turns of Kimi's ids: the last keeps its id, each older call and its result share a new one."""
-    history = TieredChatMessageHistory(mem, "s", user_id="u")
+    history = TieredChatMessageHistory(reused_memory, "s", user_id="u")
     history.add_messages(_turn(1, "Porto") + _turn(2, "Lisbon") + _turn(3, "Faro"))
-    rows = mem.get_messages("s", user_id="u")
-    classic = TieredConversationMemory(memory=mem, user_id="u", session_id="s", return_messages=True)
+    rows = reused_memory.get_messages("s", user_id="u")
+    classic = TieredConversationMemory(memory=reused_memory, user_id="u", session_id="s", return_messages=True)
     for got in (history.messages, from_stored_many(rows), from_stored_many(rows, before_new_turn=True),
-                TieredChatMessageHistory(mem, "s", user_id="u", include_memory=True).messages,
-                history_factory(mem, include_memory=True)("u", "s").messages,
+                TieredChatMessageHistory(reused_memory, "s", user_id="u", include_memory=True).messages,
+                history_factory(reused_memory, include_memory=True)("u", "s").messages,
                 classic.load_memory_variables({"input": "and in Braga?"})["history"]):
         _answered_right_after(got)
         ids = _call_ids(got)
@@ -109,15 +95,15 @@ def test_a_replay_sends_each_tool_call_id_once_and_keeps_the_newest(mem: TieredM
         # in Kimi's own shape, whose chat template shows a model the ids: it writes its next ones alike
         assert all(re.fullmatch(r"functions\.weather:[0-9]+", i) for i in ids.values())
         assert [type(m) for m in got if m.id in ids] == [AIMessage, ToolMessage] * 3
-    stored = [r.metadata["langchain"]["data"] for r in mem.get_messages("s", user_id="u")]
+    stored = [r.metadata["langchain"]["data"] for r in reused_memory.get_messages("s", user_id="u")]
     assert [d.get("tool_call_id") or d["tool_calls"][0]["id"] for d in stored if "tool_call_id" in d
             or d.get("tool_calls")] == [KIMI] * 6  # what is stored is unchanged
 
 
-def test_a_call_still_to_answer_keeps_its_id_and_its_result_pairs_with_it(mem: TieredMemory) -> None:
+def test_a_call_still_to_answer_keeps_its_id_and_its_result_pairs_with_it(reused_memory: TieredMemory) -> None:
     """The history's last call no result answers yet is the caller's to answer (an agent reads the
     history, runs the tool, adds the result): it keeps its id, and an older call of that id gets a new one."""
-    history = TieredChatMessageHistory(mem, "s", user_id="u")
+    history = TieredChatMessageHistory(reused_memory, "s", user_id="u")
     history.add_messages(_turn(1, "Porto") + _turn(2, "Lisbon")[:2])
     got = history.messages
     _sent(got)
@@ -130,11 +116,11 @@ def test_a_call_still_to_answer_keeps_its_id_and_its_result_pairs_with_it(mem: T
     assert isinstance(again[-1], ToolMessage) and _call_ids(again) == {**ids, "t2": KIMI}
 
 
-def test_a_new_id_is_no_id_the_prompt_holds(mem: TieredMemory) -> None:
+def test_a_new_id_is_no_id_the_prompt_holds(reused_memory: TieredMemory) -> None:
     """An id a replay makes is checked against every id the prompt sends: a stored call that already
     has it keeps it when newer, and is renamed in turn when older. Ids near the length limit stay in it."""
     long = "c" * 256
-    history = TieredChatMessageHistory(mem, "s", user_id="u")
+    history = TieredChatMessageHistory(reused_memory, "s", user_id="u")
     named = ["c1", "c1-2", "c1", "c1-2", long, long]  # each turn without its answer: the buffer holds all
     history.add_messages([m for n, i in enumerate(named, 1) for m in _turn(n, "Porto", i)[:3]])
     got = history.messages
@@ -151,16 +137,16 @@ def weather(city: str) -> str:
     return "19C"
 
 
-def test_the_middleware_never_renames_the_live_turns_calls(mem: TieredMemory) -> None:
+def test_the_middleware_never_renames_the_live_turns_calls(reused_memory: TieredMemory) -> None:
     """``include_recent`` replays the session's turns before the agent's own messages, which hold the
     turn's calls under Kimi's ids too: the replayed call of that id is renamed, the live one the tool
     answers is not."""
-    TieredChatMessageHistory(mem, "s", user_id="u").add_messages(_turn(1, "Porto"))
+    TieredChatMessageHistory(reused_memory, "s", user_id="u").add_messages(_turn(1, "Porto"))
     rec = PromptRecorder()
     model = ScriptedToolModel(responses=[AIMessage("", tool_calls=[_call(KIMI, "Lisbon")]), AIMessage("19C.")],
                               callbacks=[rec])
     agent = create_agent(model, [weather], middleware=[
-        TieredMemoryMiddleware(mem, user_id="u", session_id="s", include_recent=True)])
+        TieredMemoryMiddleware(reused_memory, user_id="u", session_id="s", include_recent=True)])
     out = agent.invoke({"messages": [HumanMessage("and in Lisbon?")]})
     assert out["messages"][-1].text == "19C."
     live = [m for m in out["messages"] if isinstance(m, (AIMessage, ToolMessage)) and m.id not in ("a1", "t1")]
@@ -171,12 +157,12 @@ def test_the_middleware_never_renames_the_live_turns_calls(mem: TieredMemory) ->
     assert ids["a1"] == ids["t1"] != KIMI and list(ids.values()).count(KIMI) == 2  # the live call and result
 
 
-def test_a_wrapped_model_never_renames_the_calls_of_its_input(mem: TieredMemory) -> None:
+def test_a_wrapped_model_never_renames_the_calls_of_its_input(reused_memory: TieredMemory) -> None:
     """``with_tiered_memory(model)`` sends the recent turns before the call's own messages: a tool loop
     passes its turn's call and result in, under Kimi's ids; the replayed call of that id is renamed."""
-    TieredChatMessageHistory(mem, "s", user_id="u").add_messages(_turn(1, "Porto"))
+    TieredChatMessageHistory(reused_memory, "s", user_id="u").add_messages(_turn(1, "Porto"))
     rec = PromptRecorder()
-    chain = with_tiered_memory(ScriptedToolModel(responses=[AIMessage("19C.")], callbacks=[rec]), mem)
+    chain = with_tiered_memory(ScriptedToolModel(responses=[AIMessage("19C.")], callbacks=[rec]), reused_memory)
     turn = [HumanMessage("and in Lisbon?", id="h2"), AIMessage("", tool_calls=[_call(KIMI, "Lisbon")], id="a2"),
             ToolMessage("19C", tool_call_id=KIMI, id="t2")]
     assert chain.invoke(turn, {"configurable": {"user_id": "u", "session_id": "s"}}).text == "19C."
@@ -187,13 +173,13 @@ def test_a_wrapped_model_never_renames_the_calls_of_its_input(mem: TieredMemory)
     assert ids["a2"] == ids["t2"] == KIMI and ids["a1"] == ids["t1"] != KIMI
 
 
-def test_a_message_with_two_calls_of_one_id_is_stored_as_the_model_returned_it(mem: TieredMemory) -> None:
+def test_a_message_with_two_calls_of_one_id_is_stored_as_the_model_returned_it(reused_memory: TieredMemory) -> None:
     """Not refused (the recording paths store a model's reply after the fact, the import reads older
     exports, and both ids are plain tokens): stored whole, and the replay quotes the second call."""
     reply = AIMessage("", tool_calls=[_call("c1", "Porto"), _call("c1", "Lisbon")], id="a1")
-    history = TieredChatMessageHistory(mem, "s", user_id="u")
+    history = TieredChatMessageHistory(reused_memory, "s", user_id="u")
     history.add_messages([HumanMessage("weather?", id="h1"), reply, ToolMessage("22C", tool_call_id="c1", id="t1")])
-    [row] = [r for r in mem.get_messages("s", user_id="u") if r.role == "assistant"]
+    [row] = [r for r in reused_memory.get_messages("s", user_id="u") if r.role == "assistant"]
     assert row.metadata["langchain"]["data"]["tool_calls"] == [_call("c1", "Porto"), _call("c1", "Lisbon")]
     got = history.messages
     _answered_right_after(got)
