@@ -202,7 +202,7 @@ def test_sigkill_loses_no_acknowledged_write(
             time.sleep(rnd.uniform(0.0, 1.5))
         else:  # kill somewhere in the stream of add_many calls
             wait_for_open(ack, timeout=120)
-            time.sleep(rnd.uniform(0.05, 2.5))
+            time.sleep(rnd.uniform(0.05, 1.0))
         os.kill(pid, signal.SIGKILL)
         status = zygote.reaped()
         assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, \
