@@ -115,7 +115,7 @@ class Zygote:
             [sys.executable, __file__, "zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             text=True, env=env,
         )
-        assert self._line() == "ready"
+        self.ready = False  # awaited at the first start: the test's own model loads meanwhile
 
     def _line(self) -> str:
         assert self.proc.stdout is not None
@@ -126,6 +126,9 @@ class Zygote:
 
     def start(self, path: Path, ack: Path, trial: int) -> int:
         assert self.proc.stdin is not None
+        if not self.ready:
+            assert self._line() == "ready"
+            self.ready = True
         self.proc.stdin.write(f"{path}\t{ack}\t{trial}\n")
         self.proc.stdin.flush()
         kind, pid = self._line().split()
@@ -185,10 +188,10 @@ def read_acks(ack: Path) -> tuple[bool, list[dict[str, Any]]]:
 
 
 @pytest.mark.slow
-def test_sigkill_loses_no_acknowledged_write(
-    zygote: Zygote, tmp_path: Path, embedder: Any, request: pytest.FixtureRequest,
-) -> None:
+def test_sigkill_loses_no_acknowledged_write(zygote: Zygote, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     from tiered_memory import TieredMemory
+
+    embedder = request.getfixturevalue("embedder")  # loads (if no test has yet) while the zygote loads its own
 
     rnd = random.Random(int(os.environ.get("CRASH_SEED", "1234")))
     path = tmp_path / "store"
