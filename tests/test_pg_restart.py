@@ -26,8 +26,8 @@ from tiered_memory.store.postgres import PostgresRecordStore
 pytestmark = [pytest.mark.servers, pytest.mark.timeout(300)]  # a hang fails instead of blocking the suite
 
 SECRET = "s3cretpw"  # both servers trust local connections, so any password is let in
-WAIT = 0.5  # connect_timeout of the stores here: how long a call waits for a server that is down (each
-# call while down waits a few of these: 2 s made the file 37 s, 17 of it waiting; the value is not the point)
+WAIT = 1.0  # connect_timeout of the stores here: how long a call waits for a server that is down (each
+# call while down waits a few of these: 2 s made the file 37 s, 17 of it waiting; 1 s, 24 s; the value is not the point)
 
 
 @pytest.fixture(scope="module")
