@@ -18,6 +18,7 @@ from typing import Any, Callable
 import pytest
 
 from tiered_memory import TieredMemory, VectorIndexError
+from tiered_memory.testing import FailingVectorIndex
 from tiered_memory.vector.base import ExactScope, VectorItem, WritesBehind
 from tiered_memory.vector.chroma import ChromaVectorIndex
 
@@ -77,9 +78,13 @@ class Run:
 
 
 @pytest.fixture
-def held(make_memory: Callable[..., TieredMemory], tmp_path: Path) -> tuple[TieredMemory, HeldDeletes]:
+def held(make_memory: Callable[..., TieredMemory], tmp_path: Path, request: pytest.FixtureRequest,
+         ) -> tuple[TieredMemory, HeldDeletes]:
+    """A memory over a :class:`HeldDeletes` index (parametrised ``indirect`` with ``"wrapped"``: seen
+    through a wrapper that answers every method dynamically, as ``FailingVectorIndex`` does)."""
     index = HeldDeletes(str(tmp_path / "index"))
-    memory = make_memory(vector_store=index)
+    wrapped = getattr(request, "param", None) == "wrapped"
+    memory = make_memory(vector_store=FailingVectorIndex(index, fail_on=()) if wrapped else index)
     memory.add_many([{"role": "user", "content": "My bank PIN is 4921, do not tell anyone"},
                      {"role": "user", "content": "I keep bees on the roof of the library"}],
                     session_id="s", user_id="a")
@@ -127,24 +132,30 @@ def test_the_same_users_add_waits_for_the_delete_and_keeps_its_vector(
     assert memory.search("where did I move?", user_id="a")[0].id == new
 
 
+@pytest.mark.parametrize(("held", "write"), [("engine", "upsert"), ("engine", "upsert_behind"), ("wrapped", "upsert")],
+                         indirect=["held"])
 def test_a_vector_write_for_the_user_waits_for_the_delete_another_users_does_not(
-        held: tuple[TieredMemory, HeldDeletes]) -> None:
+        held: tuple[TieredMemory, HeldDeletes], write: str) -> None:
     """What writes vectors (turns, facts, episodes, items, an import) writes them through
-    ``parts.index``: the gate holds the user's, forwards the others' at once."""
+    ``parts.index``: the gate holds the user's, forwards the others' at once; both writes, whether
+    the index's class names them (the engine) or its ``__getattr__`` answers them (a wrapper)."""
     memory, index = held
     gated, vector = memory.parts.index, memory.embedder.embed_documents(["I moved to Porto"])[0]
-    for protocol in (ExactScope, WritesBehind):  # the index's optional parts, seen by a static look-up too
-        assert isinstance(gated, protocol) and all(
-            inspect.getattr_static(gated, name, None) is not None for name in dir(protocol) if not name.startswith("_"))
+    if not isinstance(memory.index, FailingVectorIndex):
+        for protocol in (ExactScope, WritesBehind):  # the index's optional parts, seen by a static look-up too
+            assert isinstance(gated, protocol) and all(inspect.getattr_static(gated, name, None) is not None
+                                                       for name in dir(protocol) if not name.startswith("_"))
     forget = _forgetting(memory, index)
     try:
-        Run(lambda: gated.upsert([VectorItem(id="b-new", vector=vector, user_id="b")])).result()
-        write = Run(lambda: gated.upsert([VectorItem(id="a-new", vector=vector, user_id="a")]))
-        assert not index.landed.wait(0.1) and not write.done.is_set()  # held before the index
+        Run(lambda: getattr(gated, write)([VectorItem(id="b-new", vector=vector, user_id="b")])).result()
+        upsert = Run(lambda: getattr(gated, write)([VectorItem(id="a-new", vector=vector, user_id="a")]))
+        assert not index.landed.wait(0.1) and not upsert.done.is_set()  # held before the index
     finally:
         index.release.set()
     assert forget.result() == 2
-    write.result()
+    upsert.result()
+    if write == "upsert_behind":
+        index.settle_behind(wait=True)
     assert memory.index.ids("a") == {"a-new"} and "b-new" in memory.index.ids("b")
 
 

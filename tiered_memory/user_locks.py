@@ -99,36 +99,29 @@ class _Gated:
     _inner: Any
     _users: UserLocks
 
-    def __getattr__(self, name: str) -> Any:
-        target = getattr(self._inner, name)
-        if name in WRITES and callable(target):  # the index answers it dynamically (a wrapper)
-            return _gate(self._users, target)
-        return target
+    def __getattr__(self, name: str) -> Any:  # what the index answers dynamically (a wrapper's)
+        return _gate(self._users, name, getattr(self._inner, name))
 
     def __setattr__(self, name: str, value: Any) -> None:
         setattr(self._inner, name, value)
 
-    def upsert(self, items: list[VectorItem]) -> None:
-        self._users.wait(items)
-        self._inner.upsert(items)
 
+def _gate(users: UserLocks, name: str, target: Any) -> Any:
+    """``target``, the index's ``name``; a vector write (:data:`WRITES`) waits first while a user
+    of its items is being deleted. The one gate: the view's forwarded methods and the attributes
+    it reads through both come here."""
+    if name not in WRITES or not callable(target):
+        return target
 
-def _gate(users: UserLocks, write: Callable[[list[VectorItem]], None]) -> Callable[[list[VectorItem]], None]:
     def gated(items: list[VectorItem]) -> None:
         users.wait(items)
-        write(items)
+        target(items)
     return gated
 
 
 def _forward(name: str) -> Any:
-    if name in WRITES:
-        def write(self: _Gated, items: list[VectorItem]) -> None:
-            self._users.wait(items)
-            getattr(self._inner, name)(items)
-        return write
-
     def call(self: _Gated, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self._inner, name)(*args, **kwargs)
+        return _gate(self._users, name, getattr(self._inner, name))(*args, **kwargs)
     return call
 
 
