@@ -1,11 +1,13 @@
-"""``forget_user`` of one user does not hold up the writes of the others.
+"""A deletion of one user (``forget_user``, ``forget``, ``clear_session``) does not hold up the
+writes of the others.
 
-The vector index deletes a forgotten user's vectors by filter, which on a vector server under
+The vector index deletes the user's vectors (by filter, or by id), which on a vector server under
 load, or for a user with many vectors, takes a while. That delete runs outside the memory's write
-lock: another user's ``add`` is stored meanwhile. The same user's writes wait for it (a
-delete by filter would take their vectors too): its ``add`` before the write lock, a fact or an
-episode at its vector write. Each race is forced at its point: the real Chroma index below blocks
-its ``delete_user`` on an event (every wait bounded, so a regression fails instead of hanging).
+lock: another user's ``add`` is stored meanwhile. The same user's writes wait for it (the delete
+would take their vectors too): its ``add`` before the write lock, a fact or an episode at its
+vector write. Each race is forced at its point: the real Chroma index below blocks its
+``delete_user``, or its ``delete`` of user a's ids, on an event (every wait bounded, so a
+regression fails instead of hanging).
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ WAIT = 10.0  # the longest any step waits for another thread: a test that would 
 
 
 class HeldDeletes(ChromaVectorIndex):
-    """The real Chroma index; while ``held``, ``delete_user`` sets ``entered`` and waits for ``release``
-    (then fails with ``error``, if set). ``landed`` is set by a write of user ``a``'s vectors that
-    reaches the index while its delete is held."""
+    """The real Chroma index; while ``held``, ``delete_user`` and a ``delete`` of any of the ids in
+    ``held_ids`` set ``entered`` and wait for ``release`` (then fail with ``error``, if set).
+    ``landed`` is set by a write of user ``a``'s vectors that reaches the index while its delete is held."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path)
         self.held = False
+        self.held_ids: set[str] = set()
         self.entered, self.release, self.landed = threading.Event(), threading.Event(), threading.Event()
         self.error: Exception | None = None
 
@@ -43,12 +46,20 @@ class HeldDeletes(ChromaVectorIndex):
 
     def delete_user(self, user_id: str) -> None:
         if self.held:
-            self.entered.set()
-            if not self.release.wait(WAIT):
-                raise RuntimeError("HeldDeletes was not released")
-            if self.error is not None:
-                raise self.error
+            self._hold()
         super().delete_user(user_id)
+
+    def delete(self, ids: list[str]) -> None:
+        if self.held and self.held_ids & set(ids):
+            self._hold()
+        super().delete(ids)
+
+    def _hold(self) -> None:
+        self.entered.set()
+        if not self.release.wait(WAIT):
+            raise RuntimeError("HeldDeletes was not released")
+        if self.error is not None:
+            raise self.error
 
 
 class Run:
@@ -89,7 +100,7 @@ def held(make_memory: Callable[..., TieredMemory], tmp_path: Path, request: pyte
                      {"role": "user", "content": "I keep bees on the roof of the library"}],
                     session_id="s", user_id="a")
     memory.add("user", "I sail on Sundays", session_id="s", user_id="b")
-    index.held = True
+    index.held, index.held_ids = True, set(index.ids("a"))
     return memory, index
 
 
@@ -189,3 +200,56 @@ def test_a_failed_delete_still_finishes_before_the_users_next_write(
     new = memory.add("user", "I moved to Porto", session_id="s", user_id="a")  # finishes the deletion first
     assert memory.index.ids("a") == {new}
     assert [m.id for m in memory.get_messages("s", user_id="a")] == [new]
+
+
+def _deleting(memory: TieredMemory, index: HeldDeletes, deletion: str) -> Run:
+    """``forget`` of user a's first turn, or ``clear_session`` of a's session, started in a thread
+    and held inside the index's delete of their vectors."""
+    first = memory.get_messages("s", user_id="a")[0].id
+    delete = Run(lambda: memory.forget(first, user_id="a") if deletion == "forget"
+                 else memory.clear_session("s", user_id="a"))
+    assert index.entered.wait(WAIT), f"{deletion} never reached the index's delete"
+    return delete
+
+
+@pytest.mark.parametrize("deletion", ["forget", "clear_session"])
+def test_another_users_add_is_stored_while_a_forget_or_clear_session_deletes_vectors(
+        held: tuple[TieredMemory, HeldDeletes], deletion: str) -> None:
+    memory, index = held
+    kept = memory.get_messages("s", user_id="a")[1].id
+    delete = _deleting(memory, index, deletion)
+    try:
+        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"))
+        assert add.done.wait(WAIT), f"b's add waited for a's {deletion}"
+        new = add.result()
+        assert delete.thread.is_alive()  # a's delete still held: b's write did not wait for it
+    finally:
+        index.release.set()
+    delete.result()
+    assert new in memory.index.ids("b")
+    assert memory.index.ids("a") == ({kept} if deletion == "forget" else set())
+
+
+def test_a_failed_forget_is_paid_before_the_users_next_write_and_the_id_stored_again_kept(
+        held: tuple[TieredMemory, HeldDeletes]) -> None:
+    """The user's write waits for the delete (outside the write lock); the delete fails, its
+    vectors stay owed, and that write pays them before writing its own. The forgotten id stored
+    again then keeps its new vector."""
+    memory, index = held
+    index.error = RuntimeError("vector server overloaded")
+    first = memory.get_messages("s", user_id="a")[0].id
+    delete = _deleting(memory, index, "forget")
+    add = Run(lambda: memory.add("user", "I sail on Mondays", session_id="s", user_id="a"))
+    try:
+        assert not add.done.wait(0.1)  # it waits for a's delete
+    finally:
+        index.release.set()
+    with pytest.raises(VectorIndexError, match="deleted, but their vectors not yet"):
+        delete.result()
+    index.held = False
+    new = add.result()
+    assert first not in memory.index.ids("a") and new in memory.index.ids("a")  # the owed paid first
+    assert memory.add_many([{"id": first, "role": "user", "content": "I moved to Porto"}],
+                           session_id="s", user_id="a") == [first]
+    assert first in memory.index.ids("a")
+    assert memory.search("where did I move?", user_id="a")[0].id == first

@@ -1,8 +1,9 @@
 """The facade's writes and deletions of turns: ``add``, ``add_many``, ``forget``,
 ``clear_session`` and ``forget_user`` (with the interrupted deletions an open or a write
 finishes first). They validate at the edge and run the procedures of :mod:`.writes` under
-the memory's write lock, each after its user's lock (:mod:`.user_locks`): ``forget_user`` has the
-vector index delete the user's vectors outside the write lock, the user's own writes waiting.
+the memory's write lock, each after its user's lock (:mod:`.user_locks`): ``forget``,
+``clear_session`` and ``forget_user`` have a vector index of its own engine delete the vectors
+outside the write lock, the user's own writes waiting (with pgvector, one transaction under it).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from .recall.indexing import index_orphans
 from .textcache import forget_texts
 from .types import Message
 from .validation import check_callback, check_id
-from .writes import (chosen_among, drop_message, drop_session, drop_user, drop_user_rows, drop_user_vectors,
-                     mark_forget, not_yet_archived, not_yet_stored, pending_forgets, rows_of, write_messages)
+from .writes import (chosen_among, drop_message_rows, drop_session_rows, drop_user, drop_user_rows, drop_user_vectors,
+                     drop_vectors, mark_forget, not_yet_archived, not_yet_stored, pending_forgets, rows_of,
+                     write_messages)
 
 log = logging.getLogger("tiered_memory")
 
@@ -117,18 +119,18 @@ class MemoryWrites(MemoryEngines):
         check_id(user_id, "user_id")
         check_id(memory_id, "memory_id")
 
-        def drop() -> None:
+        def rows() -> list[str]:
             archived = self._forget_archived(user_id, ids=[memory_id])
             try:
-                drop_message(self.store, self.index, user_id, memory_id)
+                return drop_message_rows(self.store, user_id, memory_id)
             except NotFoundError:
                 if not archived:
                     raise
-            index_orphans(self.store, self.parts.index, self.embedder, user_id, self.config.dedup_threshold)
+                return []
 
         try:
-            with self._users.user(user_id), self._write_lock, self._owing():
-                self._jointly(drop)
+            with self._users.user(user_id), self._owing():
+                self._drop_turns(user_id, rows, what="the message is")
         finally:  # its vectors owed or not, its text leaves the process
             forget_texts()
 
@@ -139,25 +141,64 @@ class MemoryWrites(MemoryEngines):
         session stay: remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
-        with self._users.user(user_id), self._write_lock, self._owing():
-            def drop() -> list[str]:
-                dropped = drop_session(self.store, self.index, user_id, session_id)
-                index_orphans(self.store, self.parts.index, self.embedder, user_id, self.config.dedup_threshold)
-                return dropped
-
+        with self._users.user(user_id), self._owing():
             try:
-                ids, failure = self._jointly(drop), None
+                ids = self._drop_turns(user_id, lambda: drop_session_rows(self.store, user_id, session_id),
+                                       what="the session's messages are")
+                failure = None
             except VectorIndexError as e:  # the rows are deleted, their vectors owed: the rest goes too
                 if self._joint is not None:  # (one engine: nothing was deleted)
                     raise
                 ids, failure = [], e
-            archived = self._forget_archived(user_id, session_id=session_id)
-            if self._layers_ok():
-                self.working_memory(session_id, user_id=user_id).clear()
+            with self._write_lock:
+                archived = self._forget_archived(user_id, session_id=session_id)
+                if self._layers_ok():
+                    self.working_memory(session_id, user_id=user_id).clear()
             forget_texts()
             if failure is not None:
                 raise failure
         return len(ids) + archived
+
+    def _drop_turns(self, user_id: str, rows: Callable[[], list[str]], *, what: str) -> list[str]:
+        """Delete turns of ``user_id``: ``rows()`` deletes their rows (recording the vectors they
+        owe) and returns their ids; the index then deletes their vectors, and the user's messages
+        that duplicated them are indexed again. Where rows and vectors live in two engines, the
+        vectors go outside the write lock, as ``forget_user``'s do (a delete on a vector server
+        may be slow): the caller holds the user's lock, and the gate of :mod:`.user_locks` is
+        closed on the user meanwhile. An id stored again meanwhile by a write that holds no user
+        lock (an import) pays the same entries first (:mod:`.recall.forgetting`): the old vectors
+        go before its new one comes, whichever payment runs. Where one engine holds both, all of
+        it is one transaction under the lock.
+
+        Raises:
+            VectorIndexError: the rows are deleted, their vectors still owed (one engine: nothing
+                was deleted).
+        """
+        def orphans() -> None:
+            index_orphans(self.store, self.parts.index, self.embedder, user_id, self.config.dedup_threshold)
+
+        if self._joint is not None:
+            def joint() -> list[str]:
+                dropped = rows()
+                drop_vectors(self.store, self.index, user_id, dropped, what=what)
+                orphans()
+                return dropped
+
+            return self._jointly(joint)
+        try:
+            with contextlib.ExitStack() as deleting:
+                with self._write_lock:
+                    ids = rows()
+                    if ids:
+                        deleting.enter_context(self._users.deleting(user_id))  # closed before the lock opens
+                drop_vectors(self.store, self.index, user_id, ids, what=what)
+        except VectorIndexError:
+            with self._write_lock:  # (the gate open again): a payment running now cannot clear it after
+                self._owed = True
+            raise
+        with self._write_lock:  # after the delete: an orphan is not taken for a duplicate of a vector going
+            orphans()
+        return ids
 
     def _forget_archived(self, user_id: str, *, ids: list[str] | None = None, session_id: str | None = None) -> int:
         if not self._layers_ok():

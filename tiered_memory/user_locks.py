@@ -1,9 +1,10 @@
 """One user's writes against that user's deletion, under the memory's one write lock.
 
-The write lock serialises writes. ``forget_user`` deletes the user's rows under it, then has the
-vector index delete the user's vectors by filter *outside* it: on a vector server under load, or
-for a user with many vectors, that delete takes a while, and the other users' writes go on
-meanwhile. Two things keep the same user's writes from losing their vectors to that delete:
+The write lock serialises writes. ``forget_user``, ``forget`` and ``clear_session`` delete the
+user's rows under it, then have the vector index delete their vectors *outside* it (by filter,
+or by id): on a vector server under load, or for a user with many vectors, that delete takes a
+while, and the other users' writes go on meanwhile. Two things keep the same user's writes from
+losing their vectors to that delete:
 
 - :class:`UserLocks` holds a lock per user, taken *before* the write lock by the calls that write
   or delete one user's turns (``add_many``, ``forget``, ``clear_session``, ``forget_user``): the
@@ -11,7 +12,8 @@ meanwhile. Two things keep the same user's writes from losing their vectors to t
 - :func:`gated_index` is the vector index as the memory's parts see it: a write of vectors of a
   user whose delete runs (a fact, an episode, a store item, an import: writes made under the write
   lock alone) waits until the delete returns. It waits holding the write lock, as every write
-  waited before; the delete needs no lock, so it always returns to it.
+  waited before; the delete needs no lock the waiter holds (the index's, and the record store's
+  for the entries a delete by id pays), so it always returns to it.
 
 Lock order: a user's lock, then the write lock, never the reverse. A call made while its thread
 holds the write lock already (a write finishing an interrupted deletion, a progress callback's

@@ -172,29 +172,34 @@ def write_jointly(part: list[StoredMessage], *, start: int, batch: int, store: R
     jointly(write)
 
 
-def drop_message(store: RecordStore, index: VectorIndex, user_id: str, memory_id: str) -> None:
-    """Delete one message of the user, its vector and its chunks' vectors (owed by the store's
-    deletion until the index has deleted them).
+def drop_message_rows(store: RecordStore, user_id: str, memory_id: str) -> list[str]:
+    """Delete one message of the user (its vectors owed by the deletion: :func:`drop_vectors`
+    next); returns its id.
 
     Raises:
-        VectorIndexError: the message is deleted, its vectors not yet (still owed).
+        NotFoundError: the user holds no such message.
     """
     if not store.delete_message(user_id, memory_id):
         raise NotFoundError(f"no memory {memory_id!r} for this user")
     note_forgotten(store, 1)
-    delete_owed(store.owed_rows, index, entries(user_id, turns=[memory_id]), what="the message is")
+    return [memory_id]
 
 
-def drop_session(store: RecordStore, index: VectorIndex, user_id: str, session_id: str) -> list[str]:
-    """Delete a session's messages and their vectors (owed as :func:`drop_message`'s); returns their ids.
-
-    Raises:
-        VectorIndexError: the messages are deleted, their vectors not yet (still owed).
-    """
+def drop_session_rows(store: RecordStore, user_id: str, session_id: str) -> list[str]:
+    """Delete a session's messages (their vectors owed, as :func:`drop_message_rows`'s); returns their ids."""
     ids = store.clear_session(user_id, session_id)
     note_forgotten(store, len(ids))
-    delete_owed(store.owed_rows, index, entries(user_id, turns=ids), what="the session's messages are")
     return ids
+
+
+def drop_vectors(store: RecordStore, index: VectorIndex, user_id: str, turns: list[str], *, what: str) -> None:
+    """Delete the vectors of deleted turns (each turn's and its chunks'), clearing what their
+    deletion owed.
+
+    Raises:
+        VectorIndexError: the index failed; the vectors stay owed (``what`` names the turns).
+    """
+    delete_owed(store.owed_rows, index, entries(user_id, turns=turns), what=what)
 
 
 def drop_user(store: RecordStore, index: VectorIndex, user_id: str, *, joint: bool) -> list[str]:
