@@ -192,7 +192,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
                                   "working": lambda user, ids, now: touch_items(self._layers.rows, user, ids, now)},
                                  self._write_lock, flush_size=self.config.access_flush_size,
                                  flush_seconds=self.config.access_flush_seconds),
-                calls=self._calls, clock=clock or time.time, jointly=self._jointly)
+                calls=self._calls, clock=clock or time.time, jointly=self._jointly, user_lock=self._users.user)
             self._index_name = index_name(self.index, folder=self._folder, records_in_folder=records_in_folder)
             self._owed = False
             self._pay_owed()  # first: a row stored again under a deleted id is indexed after its old vectors go
@@ -347,7 +347,8 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         check_callback(progress, "progress", 1)
         check_callback(checked, "checked", 1)
         ok = self._layers_ok()
-        with self._write_lock, self._owing():  # an index failure leaves rows pending: the next write indexes them
+        # the user's lock first (scoped to one user: .user_locks); an index failure leaves rows pending for the next write
+        with self.parts.writing(user_id), self._owing():
             # a forget_user left unfinished is finished first, as add_many does: finished later (the
             # next open), it would delete the rows this import writes for that user
             for user in sorted(self._unfinished if user_id is None else self._unfinished & {user_id}):

@@ -25,8 +25,9 @@ import math
 import numbers
 import threading
 import time
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Iterator, Literal
 
 from .config import MemoryConfig
 from .embedding import Embedder
@@ -167,6 +168,11 @@ def run_now(fn: Callable[[], Any]) -> Any:
     return fn()
 
 
+def no_user_lock(user_id: str) -> AbstractContextManager[None]:
+    """No lock of a user's own (a memory whose deletions all run under the write lock)."""
+    return nullcontext()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Parts:
     """What a layer may use. Built once by :class:`~tiered_memory.TieredMemory`; the layers
@@ -185,6 +191,19 @@ class Parts:
     #: runs a write of rows and vectors as one transaction where both live in one engine
     #: (pgvector in the record store), else simply runs it
     jointly: Callable[[Callable[[], Any]], Any] = run_now
+    #: the lock of one user's writes and deletions (:mod:`.user_locks`), taken before ``lock``
+    user_lock: Callable[[str], AbstractContextManager[None]] = no_user_lock
+
+    @contextmanager
+    def writing(self, *users: str | None) -> Iterator[None]:
+        """``lock``, taken after the lock of each of ``users`` (in order; ``None``, a shared item's
+        owner, has none): a write for a user whose deletion runs outside the write lock waits here
+        for it, not at its vector write holding the write lock (:mod:`.user_locks`)."""
+        with ExitStack() as held:
+            for user in sorted({u for u in users if u is not None}):
+                held.enter_context(self.user_lock(user))
+            with self.lock:
+                yield
 
     def now(self) -> float:
         """The clock's time, checked (:func:`clock_seconds`): a clock of another kind is a

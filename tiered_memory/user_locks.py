@@ -7,13 +7,15 @@ while, and the other users' writes go on meanwhile. Two things keep the same use
 losing their vectors to that delete:
 
 - :class:`UserLocks` holds a lock per user, taken *before* the write lock by the calls that write
-  or delete one user's turns (``add_many``, ``forget``, ``clear_session``, ``forget_user``): the
-  user's own calls wait for its deletion to finish, without holding the write lock.
+  or delete one user's records: ``add_many``, ``forget``, ``clear_session``, ``forget_user``, and
+  through :meth:`~.parts.Parts.writing` the facts', episodes' and store items' writes (a put of
+  several users' items takes theirs in order) and an import scoped to one user. The user's own
+  calls wait for its deletion to finish, without holding the write lock.
 - :func:`gated_index` is the vector index as the memory's parts see it: a write of vectors of a
-  user whose delete runs (a fact, an episode, a store item, an import: writes made under the write
-  lock alone) waits until the delete returns. It waits holding the write lock, as every write
-  waited before; the delete needs no lock the waiter holds (the index's, and the record store's
-  for the entries a delete by id pays), so it always returns to it.
+  user whose delete runs, made by a caller that holds the write lock already (an import of every
+  user, the indexing of rows a failure left pending, a call from a progress callback), waits until
+  the delete returns. It waits holding the write lock; the delete needs no lock the waiter holds
+  (the index's, and the record store's for the entries a delete by id pays), so it always returns.
 
 Lock order: a user's lock, then the write lock, never the reverse. A call made while its thread
 holds the write lock already (a write finishing an interrupted deletion, a progress callback's

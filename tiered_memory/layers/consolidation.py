@@ -176,7 +176,7 @@ def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, ti
             delete_owed(layers.parts.store.owed_rows, layers.parts.index, owed, what="merged facts are")
             return dups
 
-        with layers.parts.lock:  # one transaction where one engine holds rows and vectors
+        with layers.parts.writing(user_id):  # one transaction where one engine holds rows and vectors
             merged.extend(layers.parts.jointly(merge))
         tick("merge", n, len(plan))
     return merged
@@ -217,7 +217,7 @@ def _compress(layers: Consolidating, user_id: str, episodes: Sequence[Episode], 
                           layers.parts.config.dedup_threshold)
             return archived
 
-        with layers.parts.lock:
+        with layers.parts.writing(user_id):
             moved += layers.parts.jointly(archive)
         for n, _ in enumerate(part, start + 1):
             tick("compress", n, len(todo))
@@ -231,7 +231,7 @@ def _prune(layers: Consolidating, user_id: str, now: float, tick: Progress, work
     decay = layers.parts.config.working.decay_per_hour
     limit = layers.parts.config.max_metadata_bytes
     pruned: list[str] = []
-    with layers.parts.lock:
+    with layers.parts.writing(user_id):
         # the accesses noted since the run began (a context built while it asked the LLM) count:
         # what a read just handed to a model is in use, not stale; the lock keeps other writers out
         # from here to the last prune, so a fact is judged as it is, not as it was at the run's start

@@ -11,9 +11,9 @@ with recency by :func:`rank_episodes` (pure). Rows are reached only through
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Sequence
 
@@ -207,9 +207,10 @@ class EpisodicMemory:
     """Episodes of every user: storage, indexing, search."""
 
     def __init__(self, rows: EpisodeRepository, index: VectorIndex, embedder: Embedder, config: EpisodeConfig,
-                 lock: threading.RLock, jointly: Callable[[Callable[[], Any]], Any] = run_now, *,
-                 owed: OwedRows) -> None:
-        self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
+                 writing: Callable[[str], AbstractContextManager[Any]],
+                 jointly: Callable[[Callable[[], Any]], Any] = run_now, *, owed: OwedRows) -> None:
+        # writing(user): the user's lock, then the write lock (Parts.writing: a user being deleted is waited for first)
+        self.rows, self.index, self.embedder, self.config, self.writing = rows, index, embedder, config, writing
         self.owed = owed  # the deletions the index owes, beside the rows (store/pending_deletes.py)
         self.jointly = jointly  # the episode's rows and vectors in one transaction where one engine holds both
 
@@ -241,7 +242,7 @@ class EpisodicMemory:
         first_seq, last_seq = min(m.seq for m in messages), max(m.seq for m in messages)
 
         def write() -> Episode | None:
-            with self.lock:
+            with self.writing(user_id):
                 with self.rows.unit() as u:
                     u.lock_session(user_id, session_id)
                     cursor = u.cursor(user_id, session_id)
@@ -271,7 +272,7 @@ class EpisodicMemory:
             vectors: Any = embed(self.embedder, list(points)) if points else []
 
             def write(ep: Episode = ep, points: Sequence[str] = points, vectors: Any = vectors) -> None:
-                with self.lock:
+                with self.writing(ep.user_id):
                     with self.rows.unit() as u:
                         u.insert_episode(ep, [(f"ep:{ep.id}:{n}", p) for n, p in enumerate(points)])
                         seq = covered.get((ep.user_id, ep.session_id), 0)
@@ -301,7 +302,7 @@ class EpisodicMemory:
             NotFoundError: the user holds no such episode.
         """
         def write() -> None:
-            with self.lock:
+            with self.writing(user_id):
                 with self.rows.unit() as u:
                     points = u.delete_episode(user_id, episode_id)
                     if points is None:
@@ -316,7 +317,7 @@ class EpisodicMemory:
         """Uncover the session's turns after the last live one its episodes cite (all of them
         when it has none): a store written before deletes released turns holds a cursor past
         turns whose episode is gone."""
-        with self.lock:
+        with self.writing(user_id):
             with self.rows.unit() as u:
                 u.lock_session(user_id, session_id)
                 u.release_cursor(user_id, session_id)

@@ -127,7 +127,7 @@ class ItemStore:
         unindexed: list[str] = []  # the items whose rows are written and vectors not yet
 
         def write() -> None:
-            with self.parts.lock:
+            with self.parts.writing(*(w.user_id for w in last.values())):  # (see Parts.writing)
                 with self.db.unit() as u:
                     for (ns, key), w in last.items():
                         found = u.item_id(ns, key, live_at=now)

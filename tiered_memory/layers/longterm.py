@@ -64,9 +64,9 @@ class Layers:
         self.owing = owing  # called when background work left vectors pending: the next call writes them
         cfg = parts.config
         self.rows = rows
-        self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.lock,
+        self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.lock, writing=parts.writing,
                                     max_metadata_bytes=cfg.max_metadata_bytes, owed=parts.store.owed_rows)
-        self.episodes = EpisodicMemory(rows, parts.index, parts.embedder, cfg.episodes, parts.lock,
+        self.episodes = EpisodicMemory(rows, parts.index, parts.embedder, cfg.episodes, parts.writing,
                                        jointly=parts.jointly, owed=parts.store.owed_rows)
         self.llm_source: Any = llm  # what the user passed; resolved (and wrapped) on first use
         self._llm: LLM | None = None
@@ -312,7 +312,7 @@ class Layers:
                        "metadata with the keys add_fact adds ('method', 'resolution')")
         # a fact already known keeps its own 'method' and 'resolution' (it was not added here)
         given = {k: v for k, v in (metadata or {}).items() if k not in ADDED_KEYS}
-        with self.facts.lock:  # the fact a no-op names is read before another thread may delete it
+        with self.facts.writing(user_id):  # the fact a no-op names is read before another thread may delete it
             for _ in range(TRIES):
                 res, fact = self.facts.resolve_and_apply(user_id, cand, metadata=meta, given=given)
                 found = fact if fact is not None else self.facts.rows.fact(user_id, res.target_id or "")

@@ -13,8 +13,9 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -56,8 +57,11 @@ class SemanticMemory:
     """Facts of every user: storage, resolution, search. Thread-safe through ``lock``."""
 
     def __init__(self, rows: FactRepository, index: VectorIndex, embedder: Embedder, config: FactConfig,
-                 lock: threading.RLock, *, max_metadata_bytes: int, owed: OwedRows) -> None:
+                 lock: threading.RLock, *, max_metadata_bytes: int, owed: OwedRows,
+                 writing: Callable[[str], AbstractContextManager[Any]] | None = None) -> None:
         self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
+        # a user's writes: the user's lock, then ``lock`` (Parts.writing; a user being deleted is waited for first)
+        self.writing: Callable[[str], AbstractContextManager[Any]] = writing or (lambda user_id: lock)
         self.owed = owed  # what the index owes, beside the rows (store/pending_deletes.py)
         # MemoryConfig.max_metadata_bytes: what an import takes, so what a write stores exports whole
         self.max_metadata_bytes = max_metadata_bytes
@@ -144,7 +148,7 @@ class SemanticMemory:
         details = {"reason": resolution.reason, "method": resolution.method,
                    "source_ids": list(candidate.source_ids)}
         given = given or {}
-        with self.lock:
+        with self.writing(user_id):
             if resolution.action == "noop":
                 if target is not None:
                     self._said_again(target, candidate, details, now, given, said_at)
@@ -267,7 +271,7 @@ class SemanticMemory:
             related = self.related(user_id, candidate.text, self.config.related_k, candidate.key)
         res = decide_resolution(candidate, related, same=self.config.same_similarity,
                                 merge=self.config.merge_similarity, judgement=judgement)
-        with self.lock:
+        with self.writing(user_id):
             for _ in range(TRIES):
                 target = self.rows.fact(user_id, res.target_id) if res.target_id else None
                 if res.target_id is None or (target is not None and target.valid):
@@ -295,7 +299,7 @@ class SemanticMemory:
             check_text(text, "fact text")
         if confidence is not None and not 0.0 <= confidence <= 1.0:
             raise InvalidInputError(f"confidence must be within [0, 1], got {confidence!r}")
-        with self.lock:
+        with self.writing(user_id):
             for _ in range(TRIES):
                 try:
                     return self._edit(user_id, fact_id, text, type, confidence, metadata)
@@ -347,7 +351,7 @@ class SemanticMemory:
 
     def delete(self, user_id: str, fact_id: str) -> None:
         """Remove a fact (row and vector); the history keeps a ``delete`` entry."""
-        with self.lock:
+        with self.writing(user_id):
             read = self.get(user_id, fact_id)
             with self.rows.unit() as u:  # its text as held: another writer may have deleted or edited it since
                 old = held(u, read, (), NotFoundError(f"no fact {fact_id!r} for this user"))
