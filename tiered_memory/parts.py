@@ -196,9 +196,11 @@ class Parts:
 
     @contextmanager
     def writing(self, *users: str | None) -> Iterator[None]:
-        """``lock``, taken after the lock of each of ``users`` (in order; ``None``, a shared item's
-        owner, has none): a write for a user whose deletion runs outside the write lock waits here
-        for it, not at its vector write holding the write lock (:mod:`.user_locks`)."""
+        """``lock``, taken after the lock of each of ``users`` (sorted, so two writes of several
+        users never wait for each other's; ``None``, an import of every user, takes none): a write
+        for a user whose deletion runs outside the write lock waits here for it, not at its vector
+        write holding the write lock (:mod:`.user_locks`). None is taken by a thread holding the
+        write lock already (``UserLocks.user``): the lock order stays a user's, then the write lock."""
         with ExitStack() as held:
             for user in sorted({u for u in users if u is not None}):
                 held.enter_context(self.user_lock(user))
