@@ -347,7 +347,8 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
         check_callback(progress, "progress", 1)
         check_callback(checked, "checked", 1)
         ok = self._layers_ok()
-        # the user's lock first (scoped to one user: .user_locks); an index failure leaves rows pending for the next write
+        # the user's lock first (scoped to one user: .user_locks); an index failure leaves rows pending
+        # for the next write
         with self.parts.writing(user_id), self._owing():
             # a forget_user left unfinished is finished first, as add_many does: finished later (the
             # next open), it would delete the rows this import writes for that user
