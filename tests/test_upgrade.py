@@ -95,8 +95,20 @@ def test_facts_episodes_working_memory_and_items_read_back(old: tuple[str, Path]
         assert [r.key for r in store.search(("björn",), query="kottbullar", limit=1)] == ["food"]
 
 
+def written_at(folder: Path) -> float:
+    """When the old version wrote the fixture's working memory: make_fixture.py wrote it at the
+    time it ran, and its importance decays by the hour (read at today's time, a few days on, the
+    goal fell out of the context: a test that failed by the calendar)."""
+    con = sqlite3.connect(folder / "records.sqlite3")
+    try:
+        return float(con.execute("SELECT max(created_at) FROM working_items").fetchone()[0])
+    finally:
+        con.close()
+
+
 def test_old_store_is_searched_by_meaning_words_and_sessions(old: tuple[str, Path]) -> None:
-    with TieredMemory(old[1]) as m:
+    now = written_at(old[1]) + 60.0  # a minute after the old version wrote its last working item
+    with TieredMemory(old[1], clock=lambda: now) as m:
         assert "crème brûlée" in m.search("creme brulee", user_id="ana", k=1)[0].text  # words, no accents
         assert "Göteborg" in m.search("Goteborg", user_id="björn", k=1)[0].text
         assert any("vegetarian" in h.text for h in m.search("what does she eat?", user_id="ana", k=3))
