@@ -192,7 +192,8 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
                                   "working": lambda user, ids, now: touch_items(self._layers.rows, user, ids, now)},
                                  self._write_lock, flush_size=self.config.access_flush_size,
                                  flush_seconds=self.config.access_flush_seconds),
-                calls=self._calls, clock=clock or time.time, jointly=self._jointly, user_lock=self._users.user)
+                calls=self._calls, clock=clock or time.time, jointly=self._jointly, user_lock=self._users.user,
+                finish_forget=self._finish_forget_of)
             self._index_name = index_name(self.index, folder=self._folder, records_in_folder=records_in_folder)
             self._owed = False
             self._pay_owed()  # first: a row stored again under a deleted id is indexed after its old vectors go

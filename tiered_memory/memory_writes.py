@@ -74,8 +74,7 @@ class MemoryWrites(MemoryEngines):
         if not rows:
             return []
         with self._users.user(user_id), self._write_lock:  # the user's lock first: see .user_locks
-            if user_id in self._unfinished:  # an interrupted forget of this user is finished first
-                self._finish_forgets(only=user_id)
+            self._finish_forget_of(user_id)
             if self._owed:  # and the vectors a failed deletion left (an id stored again must not lose its new one)
                 self._pay_owed()
             new = not_yet_stored(self.store, rows, chosen, user_id)
@@ -241,6 +240,18 @@ class MemoryWrites(MemoryEngines):
             self._unfinished = mark_forget(self.store, user_id, pending=False)
         forget_texts()  # no text of theirs stays in the process either (textcache.py)
         return len(ids) + archived
+
+    def _finish_forget_of(self, user_id: str) -> None:
+        """Before a write of ``user_id`` (``add_many``, and the layers' through ``Parts.writing``): an
+        interrupted ``forget_user`` of theirs is finished first, since finished after the write (the
+        next open, or their next ``add``), it would delete what the write stored.
+
+        Raises:
+            TieredMemoryError: the deletion failed again (the write is not made).
+        """
+        with self._write_lock:
+            if user_id in self._unfinished:
+                self._finish_forgets(only=user_id)
 
     def _finish_forgets(self, only: str | None = None) -> None:
         """Complete deletions a failure interrupted (all at open, with the vectors deleted rows still

@@ -173,6 +173,10 @@ def no_user_lock(user_id: str) -> AbstractContextManager[None]:
     return nullcontext()
 
 
+def nothing_unfinished(user_id: str) -> None:
+    """No deletion of the user left to finish (a memory whose deletions never stop half-way)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Parts:
     """What a layer may use. Built once by :class:`~tiered_memory.TieredMemory`; the layers
@@ -193,6 +197,10 @@ class Parts:
     jointly: Callable[[Callable[[], Any]], Any] = run_now
     #: the lock of one user's writes and deletions (:mod:`.user_locks`), taken before ``lock``
     user_lock: Callable[[str], AbstractContextManager[None]] = no_user_lock
+    #: finishes a ``forget_user`` of the user that a failure interrupted, under ``lock``, before a
+    #: write of theirs: finished after it (the next open, the user's next ``add``), it would delete
+    #: what that write stored (``add_many`` does the same)
+    finish_forget: Callable[[str], None] = nothing_unfinished
 
     @contextmanager
     def writing(self, *users: str | None) -> Iterator[None]:
@@ -200,11 +208,16 @@ class Parts:
         users never wait for each other's; ``None``, an import of every user, takes none): a write
         for a user whose deletion runs outside the write lock waits here for it, not at its vector
         write holding the write lock (:mod:`.user_locks`). None is taken by a thread holding the
-        write lock already (``UserLocks.user``): the lock order stays a user's, then the write lock."""
+        write lock already (``UserLocks.user``): the lock order stays a user's, then the write lock. A
+        ``forget_user`` of one of ``users`` that a failure interrupted is finished first
+        (``finish_forget``; still failing, it raises and nothing is written)."""
+        wanted = sorted({u for u in users if u is not None})
         with ExitStack() as held:
-            for user in sorted({u for u in users if u is not None}):
+            for user in wanted:
                 held.enter_context(self.user_lock(user))
             with self.lock:
+                for user in wanted:
+                    self.finish_forget(user)
                 yield
 
     def now(self) -> float:
