@@ -280,8 +280,8 @@ def test_a_failed_forget_is_paid_before_the_users_next_write_and_the_id_stored_a
     assert memory.search("where did I move?", user_id="a")[0].id == first
 
 
-@pytest.mark.parametrize("write", ["fact", "item"])
-def test_a_fact_or_item_written_after_a_failed_forget_user_is_not_deleted_by_its_finishing(
+@pytest.mark.parametrize("write", ["fact", "item", "working", "scratchpad"])
+def test_a_write_after_a_failed_forget_user_is_not_deleted_by_its_finishing(
         held: tuple[TieredMemory, HeldDeletes], write: str) -> None:
     """A forget_user that failed half-way is finished before the user's next write, as ``add_many``
     does: finished after it (by a later ``add``, or the next open), it would delete what that write
@@ -294,14 +294,19 @@ def test_a_fact_or_item_written_after_a_failed_forget_user_is_not_deleted_by_its
         forget.result()
     index.held = False
     stale = memory.index.ids("a")  # the forgotten turns' vectors, still there
+    wm = memory.working_memory("s2", user_id="a")
     if write == "fact":
         memory.add_fact("User moved to Porto", user_id="a")
-    else:
+    elif write == "item":
         memory.item_store().write_many([ItemWrite(namespace=("a", "notes"), key="home", user_id="a",
                                                   value={"city": "Porto"}, text="moved to Porto")])
-    [kept] = memory.index.ids("a") - stale
-    assert memory.index.ids("a") == {kept}  # the forgotten turns' vectors gone before it was written
+    elif write == "working":
+        wm.remember("moved to Porto", type="goal")  # (its vector lives in its row)
+    else:
+        wm.scratchpad["city"] = "Porto"
+    kept = memory.index.ids("a") - stale
+    assert memory.index.ids("a") == kept  # the forgotten turns' vectors gone before it was written
     new = memory.add("user", "I sail on Mondays", session_id="s", user_id="a")  # finishes nothing now
-    assert (len(memory.facts("a")) if write == "fact" else
-            memory.item_store().get(("a", "notes"), "home") is not None) == 1
-    assert memory.index.ids("a") == {kept, new}
+    assert {"fact": lambda: len(memory.facts("a")), "item": lambda: memory.item_store().get(("a", "notes"), "home"),
+            "working": lambda: len(wm.items()), "scratchpad": lambda: wm.scratchpad.get("city")}[write]()
+    assert memory.index.ids("a") == kept | {new}

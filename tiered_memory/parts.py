@@ -226,6 +226,23 @@ class Parts:
         return clock_seconds(self.clock())
 
 
+class WritingLock:
+    """``parts.writing(user_id)`` as a lock object, taken by ``with`` as often as wanted, from any
+    thread: a session's working memory holds one for its writes (the user's lock, then the write
+    lock, an interrupted ``forget_user`` of theirs finished first)."""
+
+    def __init__(self, parts: Parts, user_id: str) -> None:
+        self._parts, self._user_id, self._held = parts, user_id, threading.local()
+
+    def __enter__(self) -> None:
+        held = ExitStack()
+        held.enter_context(self._parts.writing(self._user_id))
+        self._held.__dict__.setdefault("stack", []).append(held)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._held.stack.pop().__exit__(*exc)
+
+
 def clock_seconds(value: object) -> float:
     """What the memory's clock (``TieredMemory(clock=)``) returned, if it is seconds since the
     epoch: a real number (numpy's too), finite, within 1900..2200 as every stored time is (pure). Its time

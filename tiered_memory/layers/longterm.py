@@ -32,7 +32,7 @@ from .fact_unit import CHANGING, TRIES
 from .layer_repair import repair_layer_vectors
 from .llm_facts import FACTS_PROMPT, ExtractedFacts, fact_candidates
 from .semantic import SemanticMemory
-from ..parts import Parts
+from ..parts import Parts, WritingLock
 from ..records import Episode, EpisodeDraft, Fact, FactCandidate
 from ..store.repositories import LayerRepository, PendingVectorSource
 from .consolidation import ConsolidationReport, consolidate
@@ -85,8 +85,8 @@ class Layers:
 
     def working(self, session_id: str, user_id: str) -> WorkingMemory:
         return WorkingMemory(self.rows, self.parts.embedder, self.parts.config.working,
-                             self.parts.lock, user_id=user_id, session_id=session_id, calls=self.parts.calls,
-                             clock=self.parts.now)
+                             WritingLock(self.parts, user_id), user_id=user_id, session_id=session_id,
+                             calls=self.parts.calls, clock=self.parts.now)
 
     # ---- LLM calls with fallback -----------------------------------------------
     def _json(self, messages: list[dict[str, str]], schema: Any) -> Any:

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping, MutableMapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -116,9 +117,11 @@ class Scratchpad(MutableMapping[str, Any]):
     changes nothing stored; write it back (``plan = pad["plan"]; plan.append(x); pad["plan"] = plan``)."""
 
     def __init__(self, rows: WorkingRepository, user_id: str, session_id: str, calls: Calls, *,
-                 max_bytes: int, clock: Callable[[], float] = time.time) -> None:
+                 max_bytes: int, clock: Callable[[], float] = time.time,
+                 lock: AbstractContextManager[Any] | None = None) -> None:
         self.rows, self.user_id, self.session_id, self._calls = rows, user_id, session_id, calls
         self.max_bytes, self.clock = max_bytes, clock
+        self.lock = lock  # the working memory's, taken by a write (WorkingMemory)
 
     @usable
     def _load(self) -> dict[str, Any]:
@@ -127,7 +130,7 @@ class Scratchpad(MutableMapping[str, Any]):
     @usable
     def _update(self, change: Callable[[dict[str, Any]], None]) -> None:
         """Read, change and write the pad in one transaction, locked against other writers of the session."""
-        with self.rows.unit() as u:
+        with self.lock or nullcontext(), self.rows.unit() as u:
             u.lock_session(self.user_id, self.session_id)
             data = u.scratchpad(self.user_id, self.session_id)
             before = pad_bytes(data)
@@ -231,15 +234,17 @@ class WorkingMemory:
         >>> wm.scratchpad["step"] = 2  # doctest: +SKIP
     """
 
-    def __init__(self, rows: WorkingRepository, embedder: Embedder, config: WorkingConfig, lock: threading.RLock,
-                 *, user_id: str, session_id: str, calls: Calls, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, rows: WorkingRepository, embedder: Embedder, config: WorkingConfig,
+                 lock: AbstractContextManager[Any], *, user_id: str, session_id: str, calls: Calls,
+                 clock: Callable[[], float] = time.time) -> None:
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
         self.rows, self.embedder, self.config, self.lock = rows, embedder, config, lock
         self.user_id, self.session_id, self.clock = user_id, session_id, clock
         self._calls = calls  # the memory's: its close() waits for these calls, then refuses them
+        # lock: what a write takes (Parts.writing's: the user's lock, then the write lock; WritingLock)
         self.scratchpad = Scratchpad(rows, user_id, session_id, calls, max_bytes=config.scratchpad_max_bytes,
-                                     clock=clock)
+                                     clock=clock, lock=lock)
 
     @usable
     def remember(self, text: str, *, importance: float = 0.5, type: str = "note",
