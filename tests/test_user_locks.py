@@ -310,3 +310,54 @@ def test_a_write_after_a_failed_forget_user_is_not_deleted_by_its_finishing(
     assert {"fact": lambda: len(memory.facts("a")), "item": lambda: memory.item_store().get(("a", "notes"), "home"),
             "working": lambda: len(wm.items()), "scratchpad": lambda: wm.scratchpad.get("city")}[write]()
     assert memory.index.ids("a") == kept | {new}
+
+
+def test_another_users_deletion_and_add_go_ahead_while_a_forget_deletes_vectors(
+        held: tuple[TieredMemory, HeldDeletes]) -> None:
+    """b's ``delete_fact`` pays its own entry under the write lock while a's ``forget`` pays a's
+    outside it, held in the index's delete. On SQLite a payment held every entry of the process
+    (one lock), so b's deletion waited for a's, holding the write lock, and b's next ``add`` behind
+    it: now a payer waits only for the entries another holds."""
+    memory, index = held
+    fact = memory.add_fact("User sails on Sundays", user_id="b")
+    delete = _deleting(memory, index, "forget")
+    try:
+        dropped = Run(lambda: memory.delete_fact(fact.id, user_id="b"))
+        assert dropped.done.wait(WAIT), "b's delete_fact waited for a's vector delete"
+        dropped.result()
+        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"))
+        assert add.done.wait(WAIT), "b's add waited for a's vector delete"
+        new = add.result()
+        assert delete.thread.is_alive()  # a's delete still held: b's calls did not wait for it
+    finally:
+        index.release.set()
+    delete.result()
+    assert f"fact:{fact.id}" not in memory.index.ids("b") and new in memory.index.ids("b")
+    assert memory.facts("b") == [] and memory.store.owed_rows.owed(10) == []
+
+
+@pytest.mark.parametrize("held", ["wrapped"], indirect=True)
+def test_another_users_write_paying_what_a_failed_deletion_left_goes_ahead_while_a_forget_deletes_vectors(
+        held: tuple[TieredMemory, HeldDeletes]) -> None:
+    """b's earlier ``delete_fact`` failed at the index: b's next write pays everything owed first,
+    under the write lock, a's entries (in flight outside it) among them. It waited for a's held
+    delete; it pays the rest now and leaves a's to a's delete, which pays them."""
+    memory, index = held
+    failing = memory.index
+    assert isinstance(failing, FailingVectorIndex)
+    fact = memory.add_fact("User sails on Sundays", user_id="b")
+    failing.fail_on = {"delete"}
+    with pytest.raises(VectorIndexError):
+        memory.delete_fact(fact.id, user_id="b")
+    failing.healthy()
+    delete = _deleting(memory, index, "forget")
+    try:
+        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"))
+        assert add.done.wait(WAIT), "b's write, paying what was owed, waited for a's vector delete"
+        new = add.result()
+        assert f"fact:{fact.id}" not in index.ids("b")  # b's owed vector paid before b's write
+        assert delete.thread.is_alive()
+    finally:
+        index.release.set()
+    delete.result()
+    assert new in index.ids("b") and memory.store.owed_rows.owed(10) == []

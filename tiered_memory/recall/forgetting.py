@@ -57,17 +57,17 @@ def owed_ids(owed: Sequence[OwedVector], long: Collection[str] | None = None) ->
 
 
 def delete_owed(rows: OwedRows, index: VectorIndex, owed: Sequence[OwedVector], *, what: str,
-                long: Collection[str] | None = None) -> int:
+                long: Collection[str] | None = None, wait: bool = True) -> int:
     """Delete the vectors of ``owed`` (entries a deletion recorded) from ``index`` and clear the
     entries; returns how many were paid (an entry another payer paid meanwhile is not).
-    ``long``: see :func:`owed_ids`.
+    ``long``: see :func:`owed_ids`. ``wait``: see ``OwedRows.paying``.
 
     Raises:
         VectorIndexError: the index failed; the entries stay owed (``what`` names the rows).
     """
     if not owed:
         return 0
-    with rows.paying(owed) as due:
+    with rows.paying(owed, wait=wait) as due:
         if due:
             with vector_errors_typed(f"{what} {STILL_OWED}"):
                 index.delete(owed_ids(due, long))
@@ -133,8 +133,12 @@ def pay_owed(store: RecordStore, index: VectorIndex, *, skipped: list[VectorInde
     """Remove every vector the record store says ``index`` owes (what an earlier version recorded
     too), in batches of :data:`BATCH`, and clear them; returns how many entries were paid. An
     entry whose deletion the index refuses is skipped (:class:`~.skipping.SkippingPass`), still
-    owed, and the others are paid: one bad vector does not hold back the rest. ``skipped``: the
-    error of those goes there, not raised, for a caller with more to do first.
+    owed, and the others are paid: one bad vector does not hold back the rest. An entry another
+    thread of this process is paying (a ``forget`` deleting vectors outside the write lock) is
+    left to it, not waited for: a write paying under the write lock would hold up every other
+    write meanwhile, and that payer pays it or leaves it owed (and says so: the next write pays
+    it). ``skipped``: the error of those refused goes there, not raised, for a caller with more
+    to do first.
 
     Raises:
         VectorIndexError: the index failed (raised once the rest are paid, or at once when the
@@ -143,20 +147,18 @@ def pay_owed(store: RecordStore, index: VectorIndex, *, skipped: list[VectorInde
     take_legacy(store)
     paid = 0
     skipping = SkippingPass[OwedVector](what="owed deletion", name=lambda e: f"{e.kind} {e.item_id!r}")
+    seen: set[OwedVector] = set()  # this pass's, paid, skipped or left to their payer: read past, not again
 
     def pay(part: Sequence[OwedVector]) -> None:
         nonlocal paid
-        paid += delete_owed(store.owed_rows, index, part, what="rows are")
+        paid += delete_owed(store.owed_rows, index, part, what="rows are", wait=False)
 
     def unpaid() -> list[OwedVector]:
-        skipped = set(skipping.skipped)  # this pass's: read past, not again
-        return [e for e in store.owed_rows.owed(BATCH + len(skipped)) if e not in skipped][:BATCH]
+        return [e for e in store.owed_rows.owed(BATCH + len(seen)) if e not in seen][:BATCH]
 
     while due := unpaid():
-        before = (paid, len(skipping.skipped))
         skipping.write(due, pay)
-        if (paid, len(skipping.skipped)) == before and unpaid() == due:
-            break  # held by another payer: it pays them
+        seen.update(due)
     if skipping.error is not None:
         if skipped is None:
             raise skipping.error

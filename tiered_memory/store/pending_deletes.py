@@ -20,10 +20,17 @@ Invariants:
   the index deleted the old. On PostgreSQL the holder is one transaction that locks the entries'
   rows (:func:`lock_due_in`, :func:`paid_in`): many workers, and only the same entries wait. On
   SQLite a write transaction excludes every other writer (and the store's one connection every
-  reader): held across a slow index delete, it held up the whole database. There the entries
-  are held by a lock of the process (one process per file: the folder lock), read before the
-  index delete and deleted after it in a short transaction, each only if no deletion owed it
-  again meanwhile (its ``owed_at`` unchanged).
+  reader): held across a slow index delete, it held up the whole database. There the process
+  holds the entries' ids (one process per file: the folder lock), each on its own: a payer waits
+  only while another thread holds one of its ids, never for unrelated ones (a slow delete of one
+  user's vectors outside the write lock would otherwise hold up every payment made under it, and
+  every write behind that). It takes all its ids at once and holds none while it waits, so no
+  two payers wait for each other; a holder needs only the index and the store's connection, not
+  the write lock a waiter may hold (a ``forget`` paying outside it takes it after). The entries
+  are read once held, before the index delete, and deleted after it in a short transaction,
+  each only if no deletion owed it again meanwhile (its ``owed_at`` unchanged). A pass over
+  everything owed (``wait=False``) leaves an id another thread holds to that payer instead of
+  waiting: it pays it, or leaves it owed and says so.
 - ``forget_user`` empties the table for its user with the user's other rows (every table with a
   ``user_id``): the index's ``delete_user`` takes every vector of the user.
 - The ``meta`` record :data:`PENDING_DELETIONS` (a JSON list) holds the users whose
@@ -161,13 +168,15 @@ class OwedRows:
         transaction: the store's write transaction (a connection taking ``p`` placeholders).
         read: runs a function of a connection outside a write transaction.
         p: the dialect's placeholder. lock: what locks rows read (see the module docstring);
-            without one, a payment holds its entries with a lock of this process instead.
+            without one, a payment holds its entries' ids in this process instead, each on its own.
     """
 
     def __init__(self, transaction: Callable[[], AbstractContextManager[Any]],
                  read: Callable[[Callable[[Any], Any]], Any], *, p: str = "?", lock: str = "") -> None:
         self._transaction, self._read, self._p, self._lock = transaction, read, p, lock
-        self._held = None if lock else threading.RLock()  # the payments of this process, one at a time
+        # without row locks: the ids this process's payers hold, each with the thread holding it
+        self._held: dict[str, int] | None = None if lock else {}
+        self._changed = threading.Condition()
 
     def owe(self, owed: Sequence[OwedVector]) -> None:
         """Record ``owed`` (a deletion's own entries are written by its transaction: :func:`owe_in`)."""
@@ -184,11 +193,14 @@ class OwedRows:
         return list(self._read(lambda c: owed_for_in(c, turns=turns, vectors=vectors, p=self._p)))
 
     @contextmanager
-    def paying(self, owed: Sequence[OwedVector]) -> Iterator[list[OwedVector]]:
+    def paying(self, owed: Sequence[OwedVector], *, wait: bool = True) -> Iterator[list[OwedVector]]:
         """Pay ``owed``: yields those still owed, held (another payer, or a write paying one of them
         first, waits) while the caller deletes their vectors from the index, and deletes them when
         the block ends; an error in the block leaves them all owed. Held by a transaction's row
-        locks, or, without them, by this process's lock outside any transaction (the module docstring)."""
+        locks, or, without them, by this process outside any transaction, each id on its own (the
+        module docstring). ``wait=False`` (a pass over everything owed): an entry whose id another
+        thread holds is not waited for and not yielded, but left to that payer, which pays it or
+        leaves it owed. Row locks are waited for anyway: their holder may be another worker."""
         if not owed:
             yield []
             return
@@ -198,12 +210,37 @@ class OwedRows:
                 yield due
                 paid_in(c, due, p=self._p)
             return
-        with self._held:
-            read: dict[OwedVector, float] = self._read(lambda c: due_at_in(c, owed, p=self._p))
+        taken, left = self._hold(self._held, {e.item_id for e in owed}, wait=wait)
+        try:
+            mine = [e for e in owed if e.item_id not in left]
+            read: dict[OwedVector, float] = self._read(lambda c: due_at_in(c, mine, p=self._p)) if mine else {}
             yield list(read)
             if read:
                 with self._transaction() as c:
                     paid_as_read_in(c, read, p=self._p)
+        finally:
+            with self._changed:
+                for i in taken:
+                    del self._held[i]
+                self._changed.notify_all()
+
+    def _hold(self, held: dict[str, int], ids: set[str], *, wait: bool) -> tuple[set[str], set[str]]:
+        """Hold ``ids``: once no other thread holds any (``wait``), or those no other thread holds
+        (not ``wait``). Returns the ids taken (an id this thread holds already, in a payment around
+        this one, stays that payment's) and those left to other threads. Keyed by id, whoever's
+        entry: vector ids are global, and a write storing one again pays every user's entry of it."""
+        me = threading.get_ident()
+
+        def others() -> set[str]:
+            return {i for i in ids if held.get(i, me) != me}
+
+        with self._changed:
+            if wait:
+                self._changed.wait_for(lambda: not others())
+            left = others()
+            taken = {i for i in ids - left if i not in held}
+            held.update(dict.fromkeys(taken, me))
+        return taken, left
 
 
 # ---- the meta record: users of unfinished forget_user calls, and earlier versions' entries ----
