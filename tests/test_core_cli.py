@@ -310,12 +310,13 @@ def test_an_empty_path_is_a_usage_error_not_the_default_memory(tmp_path, embedde
 
 def test_an_unreachable_postgres_is_one_line_on_stderr_without_the_password(tmp_path):
     pytest.importorskip("psycopg")  # the [postgres] extra (absent in make test-notorch)
-    env = {**os.environ, "TIERED_MEMORY_RECORD_STORE": "postgresql://bob:s3cret-pw@127.0.0.1:1/db",
-           "TIERED_MEMORY_EMBEDDER": "static"}
+    env = {**os.environ, "TIERED_MEMORY_RECORD_STORE": "postgresql://bob:s3cret-pw@127.0.0.1:1/db?connect_timeout=2",
+           "TIERED_MEMORY_EMBEDDER": "static"}  # libpq's connect_timeout: 2 s, not the store's 10 s
     (tmp_path / "m").mkdir()  # the index's folder, so the CLI goes on to the server
     proc = subprocess.run([sys.executable, "-m", "tiered_memory", "--path", str(tmp_path / "m"), "stats"],
                           capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1 and "StoreError" in proc.stderr and "bob:***@127.0.0.1" in proc.stderr
+    assert "within 2s" in proc.stderr, proc.stderr
     assert "s3cret" not in proc.stderr + proc.stdout
     assert len(proc.stderr.splitlines()) == 1, proc.stderr  # not the connection pool's retries too
 

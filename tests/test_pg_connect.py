@@ -186,3 +186,57 @@ def test_an_open_waiting_for_a_server_that_comes_up_opens_it(caplog: pytest.LogC
 def test_refusal_tells_the_failures_no_retry_fixes(message: str, fixed_by: str | None) -> None:
     advice = refusal(message)
     assert advice is None if fixed_by is None else fixed_by in str(advice)
+
+
+@pytest.mark.parametrize("query, environ, seconds", [
+    ("?connect_timeout=3", {}, 3.0),
+    ("?connect_timeout=1", {}, 2.0),  # libpq's least: 1 is 2
+    ("?connect_timeout=2.9", {}, 2.0),  # whole seconds, as psycopg reads it
+    ("?connect_timeout=%2030", {}, 30.0),
+    ("", {}, None),  # the store's own 10 s
+    ("?sslmode=disable", {}, None),
+    ("", {"PGCONNECT_TIMEOUT": "4"}, 4.0),  # libpq's variable, when the URL says nothing
+    ("?connect_timeout=3", {"PGCONNECT_TIMEOUT": "4"}, 3.0),
+])
+def test_the_wait_is_libpqs_connect_timeout_of_the_url(
+        query: str, environ: dict[str, str], seconds: float | None) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    from tiered_memory.store.postgres_url import connect_wait
+
+    url = f"postgresql://app:{SECRET}@db/app{query}"
+    assert connect_wait(url, conninfo_to_dict(url), environ) == seconds
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "0", "", "inf", "nan", SECRET])
+def test_a_connect_timeout_that_is_no_wait_is_a_configuration_error_at_once_without_the_password(
+        value: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    url = f"postgresql://app:{SECRET}@127.0.0.1:{closed_port()}/app?connect_timeout={value}"
+    with pytest.raises(ConfigurationError, match="connect_timeout") as info:  # not a StoreError after a wait
+        PostgresRecordStore(url)
+    assert SECRET not in str(info.value) and "app:***@" in str(info.value)
+    assert SECRET not in caplog.text and pool_retries(caplog) == []
+
+
+def test_a_bad_connect_timeout_in_pgconnect_timeout_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "soon")
+    with pytest.raises(ConfigurationError, match="PGCONNECT_TIMEOUT"):
+        PostgresRecordStore(f"postgresql://app:{SECRET}@127.0.0.1:{closed_port()}/app")
+
+
+def test_a_connect_timeout_argument_wins_over_the_urls() -> None:
+    url = f"postgresql://app:{SECRET}@127.0.0.1:{closed_port()}/app?connect_timeout=30"
+    with pytest.raises(StoreError, match=r"within 0\.1s"):
+        PostgresRecordStore(url, connect_timeout=0.1)
+    with pytest.raises(ConfigurationError, match="connect_timeout='abc'"):  # each of libpq's attempts reads it
+        PostgresRecordStore(url.replace("=30", "=abc"), connect_timeout=0.1)
+
+
+@pytest.mark.servers
+def test_the_urls_connect_timeout_is_the_stores_wait(make_postgres_url: Callable[[], str]) -> None:
+    store = PostgresRecordStore(make_postgres_url() + "?connect_timeout=3")
+    try:
+        assert store.timeout == 3.0 and store.pool.timeout == 3.0  # a checkout while the server is down too
+    finally:
+        store.close()

@@ -70,7 +70,7 @@ class PostgresRecordStore(PostgresDatabase):
 
     def __init__(
         self, url: str, *, schema: str = DEFAULT_SCHEMA, min_size: int = 1, max_size: int = 8,
-        connect_timeout: float = 10.0, user_scan_rows: int = USER_SCAN_ROWS,
+        connect_timeout: float | None = None, user_scan_rows: int = USER_SCAN_ROWS,
     ) -> None:
         super().__init__(url, schema=schema, min_size=min_size, max_size=max_size,
                          connect_timeout=connect_timeout)

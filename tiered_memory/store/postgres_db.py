@@ -38,10 +38,12 @@ from ..guard import check_process
 from .base import warn_if_later
 from .postgres_connect import attempt, check_refused, unreachable, wait_for_server
 from .postgres_failures import commit_failed, conflicted, write_failed
-from .postgres_url import network_settings, redact
+from .postgres_url import connect_wait, libpq_settings, network_settings, redact
 
 APP_ID = "tiered-memory"
 DEFAULT_SCHEMA = "tiered_memory"
+#: seconds a store waits for its server when neither the code nor libpq's settings say
+DEFAULT_WAIT = 10.0
 #: what ends a query whose rows a transaction holds till it commits (another writer of them waits):
 #: the owed deletions a payment holds, the facts a consolidation merge holds
 ROW_LOCK = " FOR UPDATE"
@@ -68,12 +70,20 @@ class PostgresDatabase:
         max_size: most connections this process opens.
         connect_timeout: seconds to wait for the first connection before failing, and for a
             connection later: a call made while the server is down fails after it with a
-            ``StoreError`` naming the server; once it answers again the pool reconnects.
+            ``StoreError`` naming the server; once it answers again the pool reconnects. When
+            not given, libpq's ``connect_timeout`` of the URL or its service file, else
+            ``PGCONNECT_TIMEOUT`` (:func:`~.postgres_url.connect_wait`), else 10; given, it wins
+            over theirs (which each connection attempt of libpq still keeps).
+
+    Raises:
+        ConfigurationError: a URL that cannot be read, or whose ``connect_timeout`` is no number
+            of seconds or no limit (0 or less); a database, role or password the server refuses.
+        StoreError: the server did not answer within ``connect_timeout``.
     """
 
     def __init__(
         self, url: str, *, schema: str = DEFAULT_SCHEMA, min_size: int = 1, max_size: int = 8,
-        connect_timeout: float = 10.0,
+        connect_timeout: float | None = None,
     ) -> None:
         try:
             import psycopg
@@ -95,7 +105,10 @@ class PostgresDatabase:
                 "the form is postgresql://user:password@host:5432/dbname") from None  # the cause quotes it
         # as connection arguments beside the URL, which stays as given (its password is hidden by
         # what quotes it); the settings of the URL and of its service file win
-        self._network: dict[str, Any] = network_settings(url, given)
+        settings = libpq_settings(url, given)
+        self._network: dict[str, Any] = network_settings(settings)
+        wait = connect_wait(url, settings)  # checked even when the argument wins: each connection reads it
+        connect_timeout = connect_timeout if connect_timeout is not None else DEFAULT_WAIT if wait is None else wait
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
 
         def configure(conn: Any) -> None:

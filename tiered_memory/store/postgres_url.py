@@ -1,17 +1,21 @@
 """What a libpq URL of a PostgreSQL record store says: its password, hidden wherever a message
-or a log line may quote the URL, and the network settings its connections get.
+or a log line may quote the URL, the network settings its connections get, and how long the
+store waits for its server.
 
 Every connection gets :data:`NETWORK_DEFAULTS` for the keepalive and ``tcp_user_timeout``
 settings the user left out; what the user set wins, in the URL or in the service file the URL
-(``service=``) or ``PGSERVICE`` names.
+(``service=``) or ``PGSERVICE`` names. libpq's ``connect_timeout`` there (or ``PGCONNECT_TIMEOUT``)
+is the store's wait unless the code gives one (:func:`connect_wait`); one that is no number of
+seconds, or no limit (0 or less), is refused before anything connects.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Mapping
 
+from ..errors import ConfigurationError
 from ..redaction import mask
 
 #: libpq settings for every connection whose URL does not set them, so a peer that went silent (a
@@ -22,11 +26,10 @@ NETWORK_DEFAULTS = {"keepalives": "1", "keepalives_idle": "30", "keepalives_inte
                     "keepalives_count": "3", "tcp_user_timeout": "60000"}
 
 
-def network_settings(url: str, given: dict[str, Any]) -> dict[str, str]:
-    """The :data:`NETWORK_DEFAULTS` that neither ``url`` (read as ``given``) nor its service file sets,
-    to pass beside the URL (connection arguments override a service file's settings). libpq reads
-    the service file as a connection starts: one is started, read and abandoned before it sends
-    anything, only when a service is named."""
+def libpq_settings(url: str, given: dict[str, Any]) -> dict[str, Any]:
+    """The settings of ``url`` (read as ``given``) and of the service file it or ``PGSERVICE``
+    names. libpq reads the service file as a connection starts: one is started, read and abandoned
+    before it sends anything, only when a service is named."""
     if "service" in given or os.environ.get("PGSERVICE"):
         from psycopg import pq
 
@@ -35,7 +38,45 @@ def network_settings(url: str, given: dict[str, Any]) -> dict[str, str]:
             given = {**given, **{o.keyword.decode(): o.val for o in started.info if o.val is not None}}
         finally:
             started.finish()
-    return {k: v for k, v in NETWORK_DEFAULTS.items() if k not in given}
+    return given
+
+
+def network_settings(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The :data:`NETWORK_DEFAULTS` that the URL and its service file (their ``settings``,
+    :func:`libpq_settings`) leave out, to pass beside the URL (connection arguments override a
+    service file's settings) (pure)."""
+    return {k: v for k, v in NETWORK_DEFAULTS.items() if k not in settings}
+
+
+def connect_wait(url: str, settings: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> int | None:
+    """How long the store of ``url`` waits for its server, in seconds, by libpq's ``connect_timeout``
+    of the URL or its service file (their ``settings``), else ``PGCONNECT_TIMEOUT`` of ``environ``;
+    ``None`` when neither sets it. Read as psycopg reads it: whole seconds (``2.9`` is 2), at least
+    2 (libpq's least: ``1`` is 2) (pure).
+
+    Raises:
+        ConfigurationError: a value that is no number of seconds (``abc``), or 0 or less, which
+            libpq reads as no limit: the store waits a limited time, so that a call made while
+            the server is down fails with a ``StoreError`` instead of hanging. It names the setting
+            and quotes neither the password nor the value when it holds it.
+    """
+    name = "connect_timeout" if "connect_timeout" in settings else "PGCONNECT_TIMEOUT"
+    value = settings.get("connect_timeout", environ.get("PGCONNECT_TIMEOUT"))
+    if value is None:
+        return None
+    try:
+        seconds = int(float(value))
+    except (ValueError, OverflowError):  # not a number, inf, nan
+        seconds = None
+    if seconds is not None and seconds > 0:
+        return max(seconds, 2)
+    said = f"{name}={redact(str(value), url)!r} for PostgreSQL at {redact(url, url)}"
+    fix = ("write the seconds to wait for the server (connect_timeout=5: whole seconds, 2 at least), "
+           "or leave it out to wait 10 s")
+    if seconds is None:
+        raise ConfigurationError(f"{said} is not a number of seconds: {fix}")
+    raise ConfigurationError(f"{said} is no limit to libpq, but the store waits a limited time for its server, so that "
+                             f"a call made while it is down fails with a StoreError instead of hanging: {fix}")
 
 
 def _secrets(url: str) -> list[str]:
