@@ -240,3 +240,12 @@ def test_the_urls_connect_timeout_is_the_stores_wait(make_postgres_url: Callable
         assert store.timeout == 3.0 and store.pool.timeout == 3.0  # a checkout while the server is down too
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("seconds", [0, -1, float("nan"), float("inf"), "5", True])
+def test_a_connect_timeout_argument_that_is_no_wait_is_a_configuration_error(seconds: object) -> None:
+    """0 failed at once with a StoreError saying the server did not answer; inf and nan never
+    connected (each attempt failed to read them) and waited for ever."""
+    with pytest.raises(ConfigurationError, match="connect_timeout"):
+        PostgresRecordStore(f"postgresql://app:{SECRET}@127.0.0.1:{closed_port()}/app",
+                            connect_timeout=seconds)  # type: ignore[arg-type]

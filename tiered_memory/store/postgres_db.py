@@ -38,7 +38,7 @@ from ..guard import check_process
 from .base import warn_if_later
 from .postgres_connect import attempt, check_refused, unreachable, wait_for_server
 from .postgres_failures import commit_failed, conflicted, write_failed
-from .postgres_url import connect_wait, libpq_settings, network_settings, redact
+from .postgres_url import checked_wait, connect_wait, libpq_settings, network_settings, redact
 
 APP_ID = "tiered-memory"
 DEFAULT_SCHEMA = "tiered_memory"
@@ -77,7 +77,8 @@ class PostgresDatabase:
 
     Raises:
         ConfigurationError: a URL that cannot be read, or whose ``connect_timeout`` is no number
-            of seconds or no limit (0 or less); a database, role or password the server refuses.
+            of seconds or no limit (0 or less); a ``connect_timeout`` argument that is not a finite
+            number above 0; a database, role or password the server refuses.
         StoreError: the server did not answer within ``connect_timeout``.
     """
 
@@ -108,7 +109,8 @@ class PostgresDatabase:
         settings = libpq_settings(url, given)
         self._network: dict[str, Any] = network_settings(settings)
         wait = connect_wait(url, settings)  # checked even when the argument wins: each connection reads it
-        connect_timeout = connect_timeout if connect_timeout is not None else DEFAULT_WAIT if wait is None else wait
+        connect_timeout = checked_wait(connect_timeout) if connect_timeout is not None \
+            else DEFAULT_WAIT if wait is None else wait
         search_path = sql.SQL("SET search_path TO {}").format(sql.Identifier(schema))
 
         def configure(conn: Any) -> None:

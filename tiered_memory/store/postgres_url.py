@@ -11,6 +11,7 @@ seconds, or no limit (0 or less), is refused before anything connects.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import Any, Mapping
@@ -46,6 +47,20 @@ def network_settings(settings: Mapping[str, Any]) -> dict[str, str]:
     :func:`libpq_settings`) leave out, to pass beside the URL (connection arguments override a
     service file's settings) (pure)."""
     return {k: v for k, v in NETWORK_DEFAULTS.items() if k not in settings}
+
+
+def checked_wait(seconds: object) -> float:
+    """``seconds``, a store's ``connect_timeout`` argument, when it is a wait: a finite number
+    above 0 (pure).
+
+    Raises:
+        ConfigurationError: anything else (``0`` failed at once, ``inf`` and ``nan`` never connected).
+    """
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
+            or seconds <= 0:
+        raise ConfigurationError("connect_timeout must be the seconds to wait for the PostgreSQL server, a "
+                                 f"number above 0 (connect_timeout=5), got {seconds!r}")
+    return seconds
 
 
 def connect_wait(url: str, settings: Mapping[str, Any], environ: Mapping[str, str] = os.environ) -> int | None:
