@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
@@ -249,3 +250,11 @@ def test_a_connect_timeout_argument_that_is_no_wait_is_a_configuration_error(sec
     with pytest.raises(ConfigurationError, match="connect_timeout"):
         PostgresRecordStore(f"postgresql://app:{SECRET}@127.0.0.1:{closed_port()}/app",
                             connect_timeout=seconds)  # type: ignore[arg-type]
+
+
+def test_a_bad_connect_timeout_of_a_service_file_is_named_as_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "services.conf").write_text(f"[tm]\nhost=127.0.0.1\nport={closed_port()}\nconnect_timeout=soon\n")
+    monkeypatch.setenv("PGSERVICEFILE", str(tmp_path / "services.conf"))
+    with pytest.raises(ConfigurationError, match="connect_timeout='soon' for PostgreSQL"):  # not b'soon'
+        PostgresRecordStore("postgresql://app@/app?service=tm")

@@ -36,7 +36,7 @@ def libpq_settings(url: str, given: dict[str, Any]) -> dict[str, Any]:
 
         started = pq.PGconn.connect_start(url.encode())
         try:
-            given = {**given, **{o.keyword.decode(): o.val for o in started.info if o.val is not None}}
+            given = {**given, **{o.keyword.decode(): o.val.decode() for o in started.info if o.val is not None}}
         finally:
             started.finish()
     return given
