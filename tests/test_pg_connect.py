@@ -198,6 +198,8 @@ def test_refusal_tells_the_failures_no_retry_fixes(message: str, fixed_by: str |
     ("?sslmode=disable", {}, None),
     ("", {"PGCONNECT_TIMEOUT": "4"}, 4.0),  # libpq's variable, when the URL says nothing
     ("?connect_timeout=3", {"PGCONNECT_TIMEOUT": "4"}, 3.0),
+    ("", {"PGCONNECT_TIMEOUT": "0"}, None),  # the environment's 'no limit' (other libpq programs'): the store's 10 s
+    ("", {"PGCONNECT_TIMEOUT": "-5"}, None),
 ])
 def test_the_wait_is_libpqs_connect_timeout_of_the_url(
         query: str, environ: dict[str, str], seconds: float | None) -> None:

@@ -70,10 +70,12 @@ def connect_wait(url: str, settings: Mapping[str, Any], environ: Mapping[str, st
     2 (libpq's least: ``1`` is 2) (pure).
 
     Raises:
-        ConfigurationError: a value that is no number of seconds (``abc``), or 0 or less, which
-            libpq reads as no limit: the store waits a limited time, so that a call made while
-            the server is down fails with a ``StoreError`` instead of hanging. It names the setting
-            and quotes neither the password nor the value when it holds it.
+        ConfigurationError: a value that is no number of seconds (``abc``), or 0 or less in the
+            URL or its service file, which libpq reads as no limit: the store waits a limited time,
+            so that a call made while the server is down fails with a ``StoreError`` instead of
+            hanging. It names the setting and quotes neither the password nor the value when it
+            holds it. (0 or less in ``PGCONNECT_TIMEOUT``, which every libpq program of the
+            environment reads, leaves the store's own wait: ``None``.)
     """
     name = "connect_timeout" if "connect_timeout" in settings else "PGCONNECT_TIMEOUT"
     value = settings.get("connect_timeout", environ.get("PGCONNECT_TIMEOUT"))
@@ -85,6 +87,8 @@ def connect_wait(url: str, settings: Mapping[str, Any], environ: Mapping[str, st
         seconds = None
     if seconds is not None and seconds > 0:
         return max(seconds, 2)
+    if seconds is not None and name == "PGCONNECT_TIMEOUT":  # every libpq program's: no limit there is no mistake
+        return None
     said = f"{name}={redact(str(value), url)!r} for PostgreSQL at {redact(url, url)}"
     fix = ("write the seconds to wait for the server (connect_timeout=5: whole seconds, 2 at least), "
            "or leave it out to wait 10 s")
