@@ -83,8 +83,8 @@ servers:
 # where make can (GNU make 4; macOS ships 3.81)
 SYNC := $(if $(filter 3.%,$(MAKE_VERSION)),,--output-sync=target)
 # The suite on two pytest-xdist workers: many tests wait (fsync, subprocesses, servers,
-# timeouts), so two may overlap (the whole make test took 18.0 min on a fresh clone on
-# 2026-12-07, 12.0 of them the suite: see the README); each worker starts
+# timeouts), so two may overlap (the whole make test took 18.8-23.1 min on a fresh clone on
+# 2026-12-07, 16.7 of them the suite in the slower run: see the README); each worker starts
 # its own PostgreSQL and Chroma servers on free ports. The end-to-end LLM tests run after it in
 # one process: one model server, nothing beside it; named by file (LLM_TESTS), so that run does
 # not collect the whole suite again. TEST_WORKERS=0 runs the suite in one process.

@@ -90,6 +90,14 @@ class Run:
         return self.value
 
 
+def meanwhile(fn: Callable[[], Any], why: str) -> Any:
+    """``fn``'s value, run in a thread while something else is held: it must return within
+    ``WAIT`` (else ``why``), proving it did not wait for what is held."""
+    run = Run(fn)
+    assert run.done.wait(WAIT), why
+    return run.result()
+
+
 @pytest.fixture
 def held(make_memory: Callable[..., TieredMemory], tmp_path: Path, request: pytest.FixtureRequest,
          ) -> tuple[TieredMemory, HeldDeletes]:
@@ -118,9 +126,8 @@ def test_another_users_add_is_stored_while_a_forget_user_deletes_vectors(
     memory, index = held
     forget = _forgetting(memory, index)
     try:
-        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"))
-        assert add.done.wait(WAIT), "b's add waited for a's vector delete"
-        new = add.result()
+        new = meanwhile(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"),
+                        "b's add waited for a's vector delete")
         assert forget.thread.is_alive()  # a's delete still held: b's write did not wait for it
     finally:
         index.release.set()
@@ -199,9 +206,9 @@ def test_a_fact_or_item_of_the_user_being_forgotten_waits_for_the_delete_without
                       memory.item_store().write_many([ItemWrite(namespace=("a", "notes"), key="home", user_id="a",
                                                                 value={"city": "Porto"}, text="moved to Porto")]))
         assert not written.done.wait(0.1)  # it waits for a's delete, which would take its vector too
-        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"))
-        assert add.done.wait(WAIT), f"b's add waited behind a's {write}, waiting for a's delete"
-        assert new_b in memory.index.ids("b") if (new_b := add.result()) else False
+        new_b = meanwhile(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"),
+                          f"b's add waited behind a's {write}, waiting for a's delete")
+        assert new_b in memory.index.ids("b")
         assert forget.thread.is_alive() and not index.landed.is_set()
     finally:
         index.release.set()
@@ -244,9 +251,8 @@ def test_another_users_add_is_stored_while_a_forget_or_clear_session_deletes_vec
     kept = memory.get_messages("s", user_id="a")[1].id
     delete = _deleting(memory, index, deletion)
     try:
-        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"))
-        assert add.done.wait(WAIT), f"b's add waited for a's {deletion}"
-        new = add.result()
+        new = meanwhile(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"),
+                        f"b's add waited for a's {deletion}")
         assert delete.thread.is_alive()  # a's delete still held: b's write did not wait for it
     finally:
         index.release.set()
@@ -322,12 +328,9 @@ def test_another_users_deletion_and_add_go_ahead_while_a_forget_deletes_vectors(
     fact = memory.add_fact("User sails on Sundays", user_id="b")
     delete = _deleting(memory, index, "forget")
     try:
-        dropped = Run(lambda: memory.delete_fact(fact.id, user_id="b"))
-        assert dropped.done.wait(WAIT), "b's delete_fact waited for a's vector delete"
-        dropped.result()
-        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"))
-        assert add.done.wait(WAIT), "b's add waited for a's vector delete"
-        new = add.result()
+        meanwhile(lambda: memory.delete_fact(fact.id, user_id="b"), "b's delete_fact waited for a's vector delete")
+        new = meanwhile(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"),
+                        "b's add waited for a's vector delete")
         assert delete.thread.is_alive()  # a's delete still held: b's calls did not wait for it
     finally:
         index.release.set()
@@ -352,9 +355,8 @@ def test_another_users_write_paying_what_a_failed_deletion_left_goes_ahead_while
     failing.healthy()
     delete = _deleting(memory, index, "forget")
     try:
-        add = Run(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"))
-        assert add.done.wait(WAIT), "b's write, paying what was owed, waited for a's vector delete"
-        new = add.result()
+        new = meanwhile(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"),
+                        "b's write, paying what was owed, waited for a's vector delete")
         assert f"fact:{fact.id}" not in index.ids("b")  # b's owed vector paid before b's write
         assert delete.thread.is_alive()
     finally:
