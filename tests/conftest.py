@@ -40,18 +40,6 @@ def embedder() -> Embedder:
     return e
 
 
-# Modules holding a test of 15 s or more in make test (its --durations, December), run first. In
-# file order test_stateful_memory's and test_typing's half-minute tests came among the last, where
-# one could keep a pytest-xdist worker busy after the other had run out of tests; run first, the
-# short tests after them even the two workers out.
-STARTED_FIRST = ("test_crash_safety.py", "test_duplicates_plans.py", "test_multiworker.py", "test_notebooks.py",
-                 "test_open_close_cycles.py", "test_pg_restart.py", "test_stateful_memory.py", "test_typing.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name not in STARTED_FIRST)  # stable: each module keeps its order
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests of a module marked ``record_stores`` run once per record store it names."""
     if "record_backend" not in metafunc.fixturenames:
