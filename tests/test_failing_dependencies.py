@@ -151,6 +151,32 @@ def test_forget_user_with_a_failing_engine_can_be_retried_to_completion(tmp_path
         assert batches_in(m, "stayer") == {"b": 4}
 
 
+@pytest.mark.parametrize("call", ["forget", "clear_session"])
+def test_a_duplicate_a_deletion_could_not_index_again_is_indexed_by_the_next_write(
+    tmp_path: Path, embedder: Any, call: str,
+) -> None:
+    """Deleting a message releases its duplicates, which are indexed at once. Should that
+    fail, the deletion raises, and the next write indexes them (not only the next open)."""
+    folder = tmp_path / "store"
+    index = failing(folder, fail_on=set(), times=1, error=VectorIndexError("engine busy"))
+    with TieredMemory(folder, embedder=embedder, vector_store=index) as m:
+        original = m.add("user", "My sister Ana lives in Porto.", session_id="old", user_id="u")
+        copy = m.add("user", "My sister Ana lives in Porto.", session_id="new", user_id="u")
+        m.flush()
+        assert m.index.ids("u") == {original}  # the copy is a duplicate, found by the original's vector
+        index.fail_on = {"upsert"}
+        with pytest.raises(VectorIndexError):
+            if call == "forget":
+                m.forget(original, user_id="u")
+            else:
+                m.clear_session("old", user_id="u")
+        assert index.failures == 1 and m.index.ids("u") == set()
+        later = m.add("user", "The ferry leaves at nine.", session_id="new", user_id="u")
+        m.flush()
+        assert m.index.ids("u") == {copy, later}
+        assert [h.id for h in m.search("where does my sister live?", user_id="u", k=1)] == [copy]
+
+
 # ---- a full disk --------------------------------------------------------------------
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:

@@ -128,7 +128,7 @@ class MemoryWrites(MemoryEngines):
                 return []
 
         try:
-            with self._users.user(user_id), self._owing():
+            with self._users.user(user_id):
                 self._drop_turns(user_id, rows, what="the message is")
         finally:  # its vectors owed or not, its text leaves the process
             forget_texts()
@@ -140,7 +140,7 @@ class MemoryWrites(MemoryEngines):
         session stay: remove those with :meth:`delete_episode` and :meth:`delete_fact`."""
         check_id(user_id, "user_id")
         check_id(session_id, "session_id")
-        with self._users.user(user_id), self._owing():
+        with self._users.user(user_id):
             try:
                 ids = self._drop_turns(user_id, lambda: drop_session_rows(self.store, user_id, session_id),
                                        what="the session's messages are")
@@ -170,8 +170,8 @@ class MemoryWrites(MemoryEngines):
         it is one transaction under the lock.
 
         Raises:
-            VectorIndexError: the rows are deleted, their vectors still owed (one engine: nothing
-                was deleted).
+            VectorIndexError: the rows are deleted, their vectors still owed or the duplicates
+                they released left pending, for the next write (one engine: nothing was deleted).
         """
         def orphans() -> None:
             index_orphans(self.store, self.parts.index, self.embedder, user_id, self.config.dedup_threshold)
@@ -191,12 +191,12 @@ class MemoryWrites(MemoryEngines):
                     if ids:
                         deleting.enter_context(self._users.deleting(user_id))  # closed before the lock opens
                 drop_vectors(self.store, self.index, user_id, ids, what=what)
-        except VectorIndexError:
+            with self._write_lock:  # after the delete: an orphan is not taken for a duplicate of a vector going
+                orphans()
+        except VectorIndexError:  # vectors owed, or orphans left pending: the next write pays or indexes them
             with self._write_lock:  # (the gate open again): a payment running now cannot clear it after
                 self._owed = True
             raise
-        with self._write_lock:  # after the delete: an orphan is not taken for a duplicate of a vector going
-            orphans()
         return ids
 
     def _forget_archived(self, user_id: str, *, ids: list[str] | None = None, session_id: str | None = None) -> int:
