@@ -20,7 +20,7 @@ a key goes in the slot its words name (:func:`~.resolution.slotted`).
 from __future__ import annotations
 
 import json
-import threading
+from contextlib import AbstractContextManager
 from typing import Any, Iterable, Iterator, Sequence
 
 from ..embedding import Embedder, embed_batched
@@ -52,9 +52,10 @@ def history_key(place: int | None, at: float, trail: bool) -> tuple[float, float
 
 
 def restore_facts(rows: FactRepository, index: VectorIndex, embedder: Embedder, owed: OwedRows,
-                  lock: threading.RLock, batches: Iterable[FactBatch]) -> int:
+                  writing: AbstractContextManager[Any], batches: Iterable[FactBatch]) -> int:
     """Write the facts of ``batches`` and their history, and the history of facts no longer stored
-    (the caller skips ids already stored), as the module's docstring says; returns how many facts.
+    (the caller skips ids already stored), as the module's docstring says, holding ``writing`` (the
+    write lock) while it writes; returns how many facts.
 
     Raises:
         VectorIndexError or what a custom index raises: the facts and history are stored, their
@@ -65,7 +66,7 @@ def restore_facts(rows: FactRepository, index: VectorIndex, embedder: Embedder, 
         facts, entries, numbered = _hold(scratch, embedder, batches)
         if not facts and not entries:
             return 0
-        with lock:
+        with writing:
             with rows.unit() as u:
                 for fact, vector in _facts(scratch):
                     u.insert_fact(fact, vector)

@@ -64,7 +64,7 @@ class Layers:
         self.owing = owing  # called when background work left vectors pending: the next call writes them
         cfg = parts.config
         self.rows = rows
-        self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.lock, writing=parts.writing,
+        self.facts = SemanticMemory(rows, parts.index, parts.embedder, cfg.facts, parts.writing,
                                     max_metadata_bytes=cfg.max_metadata_bytes, owed=parts.store.owed_rows)
         self.episodes = EpisodicMemory(rows, parts.index, parts.embedder, cfg.episodes, parts.writing,
                                        jointly=parts.jointly, owed=parts.store.owed_rows)

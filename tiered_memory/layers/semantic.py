@@ -10,7 +10,6 @@ the fact history.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from contextlib import AbstractContextManager
@@ -54,14 +53,14 @@ def check_type(type_: str | None, *, optional: bool = True) -> None:
 
 
 class SemanticMemory:
-    """Facts of every user: storage, resolution, search. Thread-safe through ``lock``."""
+    """Facts of every user: storage, resolution, search. Thread-safe through ``writing``."""
 
     def __init__(self, rows: FactRepository, index: VectorIndex, embedder: Embedder, config: FactConfig,
-                 lock: threading.RLock, *, max_metadata_bytes: int, owed: OwedRows,
-                 writing: Callable[[str], AbstractContextManager[Any]] | None = None) -> None:
-        self.rows, self.index, self.embedder, self.config, self.lock = rows, index, embedder, config, lock
-        # a user's writes: the user's lock, then ``lock`` (Parts.writing; a user being deleted is waited for first)
-        self.writing: Callable[[str], AbstractContextManager[Any]] = writing or (lambda user_id: lock)
+                 writing: Callable[[str | None], AbstractContextManager[Any]], *, max_metadata_bytes: int,
+                 owed: OwedRows) -> None:
+        # writing(user): the user's lock, then the write lock (Parts.writing: a user being deleted is waited
+        # for first); writing(None): the write lock alone, for a restore of every user's facts
+        self.rows, self.index, self.embedder, self.config, self.writing = rows, index, embedder, config, writing
         self.owed = owed  # what the index owes, beside the rows (store/pending_deletes.py)
         # MemoryConfig.max_metadata_bytes: what an import takes, so what a write stores exports whole
         self.max_metadata_bytes = max_metadata_bytes
@@ -367,7 +366,7 @@ class SemanticMemory:
         (:func:`~.fact_restore.restore_facts`): no resolution; ids, times, validity and access
         counts kept. Vectors are recomputed; only valid facts go into the vector index (as
         :meth:`apply` leaves it). The caller skips ids already stored."""
-        return restore_facts(self.rows, self.index, self.embedder, self.owed, self.lock, batches)
+        return restore_facts(self.rows, self.index, self.embedder, self.owed, self.writing(None), batches)
 
     def reindex(self, user_id: str | None = None, skipped: list[VectorIndexError] | None = None) -> int:
         """Re-embed and upsert the vectors of every live fact (after ``rebuild_index``;
