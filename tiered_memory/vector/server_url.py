@@ -168,9 +168,9 @@ def remember_qdrant_tokens(client: Any) -> RememberedTokens | None:
     current = getattr(bearer, "auth_token_provider", None)
     if isinstance(current, RememberedTokens):
         return current
-    wrapped = RememberedTokens(provider)
     if bearer is None or current is not provider:
         return None
+    wrapped = RememberedTokens(provider)
     bearer.auth_token_provider = wrapped
     if remote is not None and getattr(remote, "_auth_token_provider", None) is provider:
         remote._auth_token_provider = wrapped
