@@ -170,7 +170,7 @@ def remember_qdrant_tokens(client: Any) -> RememberedTokens | None:
         return current
     if bearer is None or current is not provider:
         return None
-    wrapped = RememberedTokens(provider)
+    wrapped = RememberedTokens(options["auth_token_provider"])
     bearer.auth_token_provider = wrapped
     if remote is not None and getattr(remote, "_auth_token_provider", None) is provider:
         remote._auth_token_provider = wrapped
