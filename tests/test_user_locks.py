@@ -339,6 +339,7 @@ def test_another_users_deletion_and_add_go_ahead_while_a_forget_deletes_vectors(
     assert memory.facts("b") == [] and memory.store.owed_rows.owed(10) == []
 
 
+@pytest.mark.record_stores("sqlite", "postgres")  # PostgreSQL: a's entries are held by a's transaction's row locks
 @pytest.mark.parametrize("held", ["wrapped"], indirect=True)
 def test_another_users_write_paying_what_a_failed_deletion_left_goes_ahead_while_a_forget_deletes_vectors(
         held: tuple[TieredMemory, HeldDeletes]) -> None:
@@ -363,3 +364,4 @@ def test_another_users_write_paying_what_a_failed_deletion_left_goes_ahead_while
         index.release.set()
     delete.result()
     assert new in index.ids("b") and memory.store.owed_rows.owed(10) == []
+

@@ -134,11 +134,11 @@ def pay_owed(store: RecordStore, index: VectorIndex, *, skipped: list[VectorInde
     too), in batches of :data:`BATCH`, and clear them; returns how many entries were paid. An
     entry whose deletion the index refuses is skipped (:class:`~.skipping.SkippingPass`), still
     owed, and the others are paid: one bad vector does not hold back the rest. An entry another
-    thread of this process is paying (a ``forget`` deleting vectors outside the write lock) is
-    left to it, not waited for: a write paying under the write lock would hold up every other
-    write meanwhile, and that payer pays it or leaves it owed (and says so: the next write pays
-    it). ``skipped``: the error of those refused goes there, not raised, for a caller with more
-    to do first.
+    payer holds (a ``forget`` deleting vectors outside the write lock, in this process or another
+    worker) is left to it, not waited for: a write paying under the write lock would hold up every
+    other write meanwhile, and that payer pays it or leaves it owed (and says so: its process's
+    next write, or any worker's next open, pays it). ``skipped``: the error of those refused goes
+    there, not raised, for a caller with more to do first.
 
     Raises:
         VectorIndexError: the index failed (raised once the rest are paid, or at once when the

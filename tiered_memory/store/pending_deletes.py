@@ -28,9 +28,16 @@ Invariants:
   two payers wait for each other; a holder needs only the index and the store's connection, not
   the write lock a waiter may hold (a ``forget`` paying outside it takes it after). The entries
   are read once held, before the index delete, and deleted after it in a short transaction,
-  each only if no deletion owed it again meanwhile (its ``owed_at`` unchanged). A pass over
-  everything owed (``wait=False``) leaves an id another thread holds to that payer instead of
-  waiting: it pays it, or leaves it owed and says so.
+  each only if no deletion owed it again meanwhile (its ``owed_at`` unchanged).
+- A pass over everything owed (``wait=False``: a write's or an open's, ``rebuild_index``'s
+  clearing) leaves an entry another payer holds to that payer instead of waiting for it: on
+  SQLite an id another thread holds, on PostgreSQL a row another transaction has locked (``skip``:
+  ``SKIP LOCKED``), whichever worker's. Such a pass runs under the write lock, and the holder may
+  be a ``forget`` deleting slow vectors outside it, in this process or another: waiting, the pass
+  held up every write of the process behind it. The entry is not lost: its holder deletes its row
+  once the index has deleted its vectors, or fails and leaves it owed (its row unlocked, its
+  process's next write or any worker's next open pays it). A payment that must see given ids paid
+  (a write storing them again: :func:`~tiered_memory.recall.forgetting.pay_before_storing`) waits.
 - ``forget_user`` empties the table for its user with the user's other rows (every table with a
   ``user_id``): the index's ``delete_user`` takes every vector of the user.
 - The ``meta`` record :data:`PENDING_DELETIONS` (a JSON list) holds the users whose
@@ -40,8 +47,9 @@ Invariants:
   unknown: :data:`NO_USER`) and paid with the rest (:func:`legacy_entries`).
 
 The SQL here is the portable subset both dialects run; ``p`` is the placeholder (``?`` or
-``%s``) and ``lock`` what locks the rows read (``" FOR UPDATE"`` on PostgreSQL; nothing on
-SQLite, which has no row locks: see above).
+``%s``), ``lock`` what locks the rows read (``" FOR UPDATE"`` on PostgreSQL; nothing on SQLite,
+which has no row locks: see above) and ``skip`` what, added to it, leaves out rows another
+transaction holds (``" SKIP LOCKED"``).
 """
 
 from __future__ import annotations
@@ -106,7 +114,7 @@ def owe_in(c: Any, owed: Sequence[OwedVector], at: float, *, p: str = "?") -> No
 def lock_due_in(c: Any, owed: Sequence[OwedVector], *, p: str = "?", lock: str = "") -> list[OwedVector]:
     """Which of ``owed`` are still owed, their rows locked in key order (one order for every
     payer: no deadlock) till ``c`` commits; an entry another payer holds is waited for, and
-    then found paid."""
+    then found paid (or, ``lock`` skipping locked rows, left out)."""
     return list(due_at_in(c, owed, p=p, lock=lock))
 
 
@@ -169,11 +177,13 @@ class OwedRows:
         read: runs a function of a connection outside a write transaction.
         p: the dialect's placeholder. lock: what locks rows read (see the module docstring);
             without one, a payment holds its entries' ids in this process instead, each on its own.
+        skip: added to ``lock`` by a payment that does not wait: rows another transaction holds
+            are left out.
     """
 
     def __init__(self, transaction: Callable[[], AbstractContextManager[Any]],
-                 read: Callable[[Callable[[Any], Any]], Any], *, p: str = "?", lock: str = "") -> None:
-        self._transaction, self._read, self._p, self._lock = transaction, read, p, lock
+                 read: Callable[[Callable[[Any], Any]], Any], *, p: str = "?", lock: str = "", skip: str = "") -> None:
+        self._transaction, self._read, self._p, self._lock, self._skip = transaction, read, p, lock, skip
         # without row locks: the ids this process's payers hold, each with the thread holding it
         self._held: dict[str, int] | None = None if lock else {}
         self._changed = threading.Condition()
@@ -198,15 +208,15 @@ class OwedRows:
         first, waits) while the caller deletes their vectors from the index, and deletes them when
         the block ends; an error in the block leaves them all owed. Held by a transaction's row
         locks, or, without them, by this process outside any transaction, each id on its own (the
-        module docstring). ``wait=False`` (a pass over everything owed): an entry whose id another
-        thread holds is not waited for and not yielded, but left to that payer, which pays it or
-        leaves it owed. Row locks are waited for anyway: their holder may be another worker."""
+        module docstring). ``wait=False`` (a pass over everything owed): an entry another payer
+        holds (its id another thread's, its row another transaction's, any worker's) is not waited
+        for and not yielded, but left to that payer, which pays it or leaves it owed."""
         if not owed:
             yield []
             return
         if self._held is None:
             with self._transaction() as c:
-                due = lock_due_in(c, owed, p=self._p, lock=self._lock)
+                due = lock_due_in(c, owed, p=self._p, lock=self._lock if wait else self._lock + self._skip)
                 yield due
                 paid_in(c, due, p=self._p)
             return

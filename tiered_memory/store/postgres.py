@@ -22,7 +22,7 @@ from ..types import SessionInfo, StoredMessage
 from .base import LONG_MESSAGE_CHARS, pend_duplicates, read_duplicates
 from .filters import postgres_filter
 from .pending_deletes import OwedRows, entries, owe_in
-from .postgres_db import DEFAULT_SCHEMA, ROW_LOCK, PostgresDatabase, lock_key
+from .postgres_db import DEFAULT_SCHEMA, ROW_LOCK, SKIP_LOCKED, PostgresDatabase, lock_key
 from .postgres_keywords import match_prepare, turn_matches
 from .postgres_schema import MIGRATIONS
 from .stored_values import json_dict, message_values
@@ -75,7 +75,7 @@ class PostgresRecordStore(PostgresDatabase):
         super().__init__(url, schema=schema, min_size=min_size, max_size=max_size,
                          connect_timeout=connect_timeout)
         self.user_scan_rows = user_scan_rows
-        self.owed_rows = OwedRows(self.transaction, self.read, p="%s", lock=ROW_LOCK)
+        self.owed_rows = OwedRows(self.transaction, self.read, p="%s", lock=ROW_LOCK, skip=SKIP_LOCKED)
         try:
             self.migrate("core", MIGRATIONS)
         except BaseException:

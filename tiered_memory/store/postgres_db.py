@@ -47,6 +47,9 @@ DEFAULT_WAIT = 10.0
 #: what ends a query whose rows a transaction holds till it commits (another writer of them waits):
 #: the owed deletions a payment holds, the facts a consolidation merge holds
 ROW_LOCK = " FOR UPDATE"
+#: added to :data:`ROW_LOCK`: rows another transaction holds are left out instead of waited for (a
+#: payment over everything owed leaves the entries another payer holds to it)
+SKIP_LOCKED = " SKIP LOCKED"
 
 # A migration step is SQL text (may hold several statements) or a function of the
 # connection, run inside the step's transaction. Append, never edit.
