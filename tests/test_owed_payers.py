@@ -22,6 +22,28 @@ from tiered_memory.testing import FailingVectorIndex
 __all__ = ["held"]  # the fixture, imported for the tests below
 
 
+@pytest.mark.record_stores("sqlite", "postgres")
+def test_a_rebuild_leaves_what_a_clear_session_is_paying_to_it_and_holds_up_no_other_user(
+        held: tuple[TieredMemory, HeldDeletes]) -> None:
+    """``rebuild_index`` clears what is owed once it dropped every vector; a's ``clear_session`` is
+    paying a's entries outside the write lock, held in the index's delete. The rebuild waited for
+    that delete holding the write lock (and b's ``add`` behind it): it leaves those entries to
+    their payer now, which pays them (or leaves them owed, and the next payment deletes them)."""
+    memory, index = held
+    delete = _deleting(memory, index, "clear_session")
+    try:
+        meanwhile(memory.rebuild_index, "rebuild_index waited for a's vector delete, holding the write lock")
+        new = meanwhile(lambda: memory.add("user", "I moved to Porto", session_id="s", user_id="b"),
+                        "b's add waited behind a rebuild waiting for a's vector delete")
+        assert delete.thread.is_alive()  # a's delete still held: neither call waited for it
+    finally:
+        index.release.set()
+    delete.result()
+    assert new in memory.index.ids("b") and memory.index.ids("a") == set()
+    assert memory.store.owed_rows.owed(10) == []  # a's entries paid by a's clear_session
+    assert memory.search("where did I move?", user_id="b")[0].id == new
+
+
 @pytest.mark.record_stores("postgres")  # workers: one database, one vector index
 @pytest.mark.parametrize("held", ["wrapped"], indirect=True)
 def test_a_workers_write_paying_what_is_owed_leaves_what_another_worker_pays_and_that_worker_pays_it_later(

@@ -175,7 +175,10 @@ def all_owed(store: RecordStore) -> list[OwedVector]:
 
 
 def clear_owed(store: RecordStore, owed: Sequence[OwedVector]) -> None:
-    """Clear ``owed`` without asking the index (it dropped every vector)."""
+    """Clear ``owed`` without asking the index (it dropped every vector). An entry another payer
+    holds (a ``forget`` deleting vectors outside the write lock, which ``rebuild_index`` holds) is
+    left to it, not waited for: its vectors went with the index, and it deletes its row, or leaves
+    it owed for the next payment to delete nothing."""
     for start in range(0, len(owed), BATCH):
-        with store.owed_rows.paying(owed[start:start + BATCH]):
+        with store.owed_rows.paying(owed[start:start + BATCH], wait=False):
             pass
