@@ -8,7 +8,10 @@ event loop is already running (Jupyter).
 
 A cancel never cuts a write short: :func:`to_thread` runs its call whole (the caller gets
 ``CancelledError`` at once); :func:`call_in_thread` is that for an adapter's call made of
-memory calls, counted for ``close()`` from the moment it is made, as a twin's is;
+memory calls, counted for ``close()`` from the moment it is made, as a twin's is; a twin of a call
+that holds its user's lock throughout (``twin(add, user="user_id")``) waits for that lock in the
+user's line on the event loop, not in a worker thread (:func:`call_in_line`), so one user's queued
+writes never take the threads that the other users' calls, and the app, need;
 :func:`whole` runs an async write of several steps to its end; :func:`open_in_thread`
 closes what an open made once its caller is gone.
 
@@ -26,6 +29,7 @@ import contextvars
 import threading
 import contextlib
 import functools
+import inspect
 import logging
 import os
 from typing import Any, Callable, Concatenate, Coroutine, Generic, Iterator, ParamSpec, Protocol, TypeVar
@@ -33,15 +37,38 @@ from typing import Any, Callable, Concatenate, Coroutine, Generic, Iterator, Par
 from .guard import COUNTED, Guarded
 
 log = logging.getLogger("tiered_memory")
+T = TypeVar("T")
 
 
 class Closable(Protocol):
     def close(self) -> None: ...
 
 
-C = TypeVar("C", bound=Closable)
+class Place(Protocol):
+    """A call's place in its user's line (``user_locks.Line``)."""
 
-T = TypeVar("T")
+    async def ready(self) -> None:
+        """Return once the call is first in its line and no thread holds the user's lock."""
+
+    def attempt(self, call: Callable[[], T]) -> tuple[T] | None:
+        """In a worker thread: ``call()`` holding the user's lock, taken without waiting; ``None``
+        (nothing run) if a thread holds it."""
+
+    def leave(self) -> None:
+        """Leave the line (idempotent)."""
+
+
+class Lines(Protocol):
+    def line(self, user_id: str) -> Place: ...
+
+
+class Lined(Guarded, Protocol):
+    """What a twin with ``user=`` reads on its object: the memory's calls and its users' lines."""
+
+    _users: Lines
+
+
+C = TypeVar("C", bound=Closable)
 S = TypeVar("S")
 P = ParamSpec("P")
 _GUARD = threading.Lock()
@@ -129,6 +156,49 @@ async def call_in_thread(owner: Guarded, fn: Callable[P, T], /, *args: P.args, *
         raise
     running.add_done_callback(lambda f: admitted.drop() if f.cancelled() else None)  # never run
     return await asyncio.shield(running)
+
+
+async def call_in_line(owner: Lined, user_id: str, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> T:
+    """:func:`call_in_thread` for a call that holds ``user_id``'s lock throughout: it waits in that
+    user's line, on the event loop, until the lock is free and the user's earlier async calls have
+    taken it; only then does it take a worker thread, where it takes the lock without waiting (taken
+    meanwhile by a sync call, it gives the thread back and waits again). A cancel (the caller gets
+    ``CancelledError`` at once) never cuts it short: it stays in the line and runs whole; if the loop
+    ends first, it runs in a worker thread that waits for the lock, which the loop's end waits for."""
+    admitted = owner._calls.admit()
+    try:
+        place = owner._users.line(user_id)
+    except BaseException:
+        admitted.drop()
+        raise
+    task = asyncio.ensure_future(_in_line(place, functools.partial(admitted.run, fn, *args, **kwargs)))
+    _WHOLE.add(task)
+    task.add_done_callback(_WHOLE.discard)
+    task.add_done_callback(_retrieve)
+    def settle(_: object) -> None:  # each a no-op once taken: a task ended before its first step leaves nothing
+        place.leave()
+        admitted.drop()
+
+    task.add_done_callback(settle)
+    return await asyncio.shield(task)
+
+
+async def _in_line(place: Place, call: Callable[[], T]) -> T:
+    attempt: "asyncio.Future[tuple[T] | None] | None" = None
+    try:
+        while True:
+            await place.ready()
+            attempt = _submit(place.attempt, call)
+            ran = await asyncio.shield(attempt)  # a cancel leaves the attempt running: awaited below
+            attempt = None
+            if ran is not None:
+                return ran[0]
+    except asyncio.CancelledError:  # the loop's end (its caller's cancel never reaches this task)
+        ran = await attempt if attempt is not None else None
+        if ran is not None:
+            return ran[0]
+        place.leave()
+        return await _submit(call)  # waits for the lock in a worker thread, as a sync call does
 
 
 async def open_in_thread(make: Callable[P, C], /, *args: P.args, **kwargs: P.kwargs) -> C:
@@ -279,11 +349,16 @@ class ReadWriteGate:
                 self._cond.notify_all()
 
 
-def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+def twin(method: Callable[Concatenate[S, P], T], *,
+         user: str | None = None) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
     """The async twin of a sync method: same parameters, run by :func:`to_thread`. A method
     guarded by :func:`~.guard.usable` is counted as one of its memory's calls when the twin
     is called, not when a worker thread takes it: a ``close()`` that begins while it waits
     for a thread waits for it too, and one that began before refuses it at once.
+
+    ``user`` names the parameter of a guarded method that holds that user's lock throughout (a
+    write or deletion of one user's records; not one that asks a model first): its twin waits for
+    the lock in the user's line, on the event loop, not in a worker thread (:func:`call_in_line`).
 
     Example:
         >>> class Store:
@@ -295,11 +370,21 @@ def twin(method: Callable[Concatenate[S, P], T]) -> Callable[Concatenate[S, P], 
     """
 
     counted = getattr(method, COUNTED, False)
+    if user is not None and not counted:
+        raise TypeError(f"twin(user=...) needs a method guarded by usable(): {method.__qualname__} is not")
+    signature = inspect.signature(method) if user is not None else None
 
     @functools.wraps(method)
     async def run(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         if not counted:
             return await to_thread(method, self, *args, **kwargs)
+        if user is not None and signature is not None:
+            try:
+                who = signature.bind(self, *args, **kwargs).arguments.get(user)
+            except TypeError:  # the method raises it, as its sync call does
+                who = None
+            if isinstance(who, str):  # else the method refuses it at once (InvalidInputError)
+                return await call_in_line(self, who, method, self, *args, **kwargs)  # type: ignore[arg-type]
         # usable() guards only a Guarded
         return await call_in_thread(self, method, self, *args, **kwargs)  # type: ignore[arg-type]
 

@@ -372,5 +372,5 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
 
     astats = twin(stats)
     aexport_jsonl = twin(export_jsonl)
-    aimport_jsonl = twin(import_jsonl)
+    aimport_jsonl = twin(import_jsonl, user="user_id")  # scoped to a user, it waits for their lock on the loop
     aclose = twin(close)

@@ -267,8 +267,9 @@ class MemoryWrites(MemoryEngines):
                 if only is not None:
                     raise
 
-    aadd = twin(add)
-    aadd_many = twin(add_many)
-    aforget = twin(forget)
-    aclear_session = twin(clear_session)
-    aforget_user = twin(forget_user)
+    # each holds the user's lock throughout: its twin waits for it on the event loop (.user_locks)
+    aadd = twin(add, user="user_id")
+    aadd_many = twin(add_many, user="user_id")
+    aforget = twin(forget, user="user_id")
+    aclear_session = twin(clear_session, user="user_id")
+    aforget_user = twin(forget_user, user="user_id")
