@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import pytest
 
-from tiered_memory import TieredMemory, VectorIndexError
+from tiered_memory import NotFoundError, TieredMemory, VectorIndexError
 from tiered_memory.store.pending_deletes import PENDING_DELETIONS, owed
 from tiered_memory.testing import FailingVectorIndex
 from tiered_memory.vector.chroma import ChromaVectorIndex
@@ -144,3 +144,35 @@ def test_forget_user_and_a_turns_vectors_both_owed(make_memory: Callable[..., Ti
     with make_memory(vector_store=_chroma(tmp_path)) as memory:
         assert not owed(memory.store.get_meta(PENDING_DELETIONS)) and _owed(memory) == set()
         assert memory.index.ids("leaver") == set() and gone not in memory.index.ids("u")
+
+
+@pytest.mark.parametrize("write", ["delete_fact", "add_fact"])
+def test_a_write_failing_after_it_finished_a_failed_forget_user_leaves_it_finished(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, write: str) -> None:
+    """Two engines: a write of a user whose ``forget_user`` failed half-way finishes it first, each
+    step committed on its own (no transaction around the write, as pgvector's has:
+    tests/test_pgvector_joint_deletes.py). The write failing after that (the fact it deletes went
+    with the user; the new fact's vector refused) undoes none of it: the forgotten vectors stay
+    gone, the user's next ``add`` is stored, and the next open deletes none of it."""
+    index = FailingVectorIndex(_chroma(tmp_path), fail_on=["delete_user"], times=1)
+    memory = make_memory(vector_store=index)
+    gone = _secret(memory)
+    fact = memory.add_fact("User keeps bees on the roof", user_id="u")
+    with pytest.raises(VectorIndexError):
+        memory.forget_user("u")
+    assert gone in index.inner.ids("u")  # half-way: the rows deleted, the vectors not
+    if write == "delete_fact":
+        with pytest.raises(NotFoundError):  # the fact went with the user's rows
+            memory.delete_fact(fact.id, user_id="u")
+    else:
+        index.fail_on, index.times = {"upsert"}, 2
+        with pytest.raises(VectorIndexError):  # stored, its vector refused
+            memory.add_fact("User moved to Porto", user_id="u")
+    assert index.inner.ids("u") == set(), "the forgotten user's vectors outlived the finish"
+    new = memory.add("user", "I sail on Mondays", session_id="s2", user_id="u")
+    memory.close()
+    with make_memory(vector_store=_chroma(tmp_path)) as memory:
+        assert not owed(memory.store.get_meta(PENDING_DELETIONS))
+        assert [m.id for m in memory.get_messages("s2", user_id="u")] == [new]
+        assert [f.text for f in memory.facts("u")] == ([] if write == "delete_fact" else ["User moved to Porto"])
+        assert memory.index.ids("u") == {new} | {f"fact:{f.id}" for f in memory.facts("u")}

@@ -21,7 +21,7 @@ import psycopg
 import pytest
 
 from tiered_memory import TieredMemory
-from tiered_memory.errors import VectorIndexError
+from tiered_memory.errors import NotFoundError, StoreError, VectorIndexError
 
 from test_pgvector import database, open_pg, vector_ids  # noqa: F401 (fixtures)
 
@@ -105,3 +105,55 @@ def test_a_prune_whose_vector_delete_fails_prunes_nothing(open_pg: Callable[...,
     assert "fact:faint" in vector_ids(memory, "u")
     assert memory.consolidate("u").pruned == 1
     assert memory.facts("u") == [] and "fact:faint" not in vector_ids(memory, "u")
+
+
+def test_a_write_rolled_back_after_finishing_a_failed_forget_user_leaves_it_unfinished(
+        open_pg: Callable[..., TieredMemory]) -> None:
+    """A ``forget_user`` that failed is finished before the user's next write (``Parts.writing``),
+    here inside that write's transaction: ``delete_fact`` finishes it, which deletes the fact, so
+    the delete then finds no fact, raises, and the transaction rolls back, the finish with it. The
+    deletion is unfinished again in the database: the process must not take it for finished, or
+    the user's next ``add`` is stored beside the forgotten messages, and the next open, finishing
+    the deletion, deletes that acknowledged message too."""
+    memory = open_pg()
+    old = memory.add("user", "My bank PIN is 4921, do not tell anyone", session_id="s", user_id="u")
+    fact = memory.add_fact("User keeps bees on the roof", user_id="u")
+    for _ in refusing_vector_deletes(memory):  # marked pending; nothing deleted (one transaction)
+        with pytest.raises(StoreError, match="refuses this delete"):
+            memory.forget_user("u")
+    with pytest.raises(NotFoundError):
+        memory.delete_fact(fact.id, user_id="u")
+    new = memory.add("user", "I sail on Mondays", session_id="s2", user_id="u")
+    assert [m.id for m in memory.get_messages("s", user_id="u")] == [], (
+        "the forgotten user's messages outlived the deletion's finish the failed write rolled back")
+    assert memory.facts("u") == [] and vector_ids(memory, "u") == {new}
+    reopened = open_pg()  # an open finishes what is still pending: nothing
+    assert [m.id for m in reopened.get_messages("s2", user_id="u")] == [new], (
+        "the message stored after the failed write was deleted by the deletion's late finish")
+    assert old not in vector_ids(reopened, "u")
+
+
+def test_a_write_run_again_after_its_connection_dropped_finishes_a_failed_forget_user_again(
+        open_pg: Callable[..., TieredMemory]) -> None:
+    """The same finish, in a unit whose connection the server ends before the commit (here the
+    fact's vector insert terminates its own backend, once): the store runs the unit again whole on
+    a fresh connection, and that run must finish the deletion again, not store the fact beside the
+    forgotten rows while the deletion stays pending in the database."""
+    memory = open_pg()
+    old = memory.add("user", "My bank PIN is 4921, do not tell anyone", session_id="s", user_id="u")
+    for _ in refusing_vector_deletes(memory):
+        with pytest.raises(StoreError, match="refuses this delete"):
+            memory.forget_user("u")
+    store = memory.store
+    with psycopg.connect(store.url, autocommit=True) as conn:  # type: ignore[attr-defined]
+        conn.execute(f'SET search_path TO "{store.schema}"')  # type: ignore[attr-defined]
+        conn.execute("CREATE SEQUENCE drops")  # not rolled back with the unit: the first run only
+        conn.execute("CREATE FUNCTION drop_once() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                     " IF nextval('drops') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;"
+                     " RETURN NEW; END $$")
+        conn.execute("CREATE TRIGGER drop_once BEFORE INSERT ON vectors FOR EACH ROW EXECUTE FUNCTION drop_once()")
+    fact = memory.add_fact("User moved to Porto", user_id="u")  # run twice, stored once
+    assert [m.id for m in memory.get_messages("s", user_id="u")] == [], "the run again did not finish the deletion"
+    assert vector_ids(memory, "u") == {f"fact:{fact.id}"} and old not in vector_ids(memory, "u")
+    reopened = open_pg()
+    assert [f.id for f in reopened.facts("u")] == [fact.id], "the deletion's late finish deleted the fact"

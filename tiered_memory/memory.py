@@ -195,7 +195,7 @@ class TieredMemory(MemoryWrites, MemoryReads, MemoryLayers):
                 calls=self._calls, clock=clock or time.time, jointly=self._jointly, user_lock=self._users.user,
                 finish_forget=self._finish_forget_of)
             self._index_name = index_name(self.index, folder=self._folder, records_in_folder=records_in_folder)
-            self._owed = False
+            self._owed, self._unfinished = False, set()  # the deletions left unfinished: read below
             self._pay_owed()  # first: a row stored again under a deleted id is indexed after its old vectors go
             startup_repair(self.store, self.index, self.embedder,
                            repair=lambda full: self._repair(full=full), rebuild=self._rebuild,

@@ -73,7 +73,8 @@ class MemoryEngines:
     _gate: ReadWriteGate
     _users: UserLocks  # a lock per user, taken before the write lock (see .user_locks)
     _joint: Joint | None  # None: rows and vectors in two engines
-    _unfinished: set[str]
+    _unfinished: set[str]  # users whose forget_user a failure interrupted, as this process knows them
+    _in_unit = False  # a unit of _jointly runs (read and set under the write lock)
     _owed: bool  # a deletion of this process left vectors owed: paid before the next write
     _index_name: str  # the index's name, recorded by a rebuild (see .vector.identity)
 
@@ -123,11 +124,31 @@ class MemoryEngines:
     def _jointly(self, fn: Callable[[], T]) -> T:
         """``fn()`` as one transaction of rows and vectors where both live in one engine. The
         write lock is taken first and held to the commit: a unit never waits for the lock
-        while it holds row locks that a lock holder (the access-count flush) may wait for."""
+        while it holds row locks that a lock holder (the access-count flush) may wait for.
+
+        A write finishes an interrupted ``forget_user`` of its user inside its unit
+        (``Parts.writing``): the users left unfinished (``_unfinished``) are what the unit found,
+        at each run of ``fn`` (the unit runs it again on a conflict) and after a failure (rolled
+        back, the finish with it; or its commit in doubt): the next write finishes it again."""
         if self._joint is None:
             return fn()
         with self._write_lock:
-            return self._joint(fn)
+            if self._in_unit:  # joins the unit this thread runs
+                return self._joint(fn)
+            unfinished = set(self._unfinished)
+
+            def attempt() -> T:
+                self._unfinished = set(unfinished)
+                return fn()
+
+            self._in_unit = True
+            try:
+                return self._joint(attempt)
+            except BaseException:
+                self._unfinished |= unfinished
+                raise
+            finally:
+                self._in_unit = False
 
     # ---- the pending-vector pass: repair at open, rebuild, flush -----------
     def _repair(self, *, full: bool) -> dict[str, int]:

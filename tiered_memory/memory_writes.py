@@ -244,7 +244,8 @@ class MemoryWrites(MemoryEngines):
     def _finish_forget_of(self, user_id: str) -> None:
         """Before a write of ``user_id`` (``add_many``, and the layers' through ``Parts.writing``): an
         interrupted ``forget_user`` of theirs is finished first, since finished after the write (the
-        next open, or their next ``add``), it would delete what the write stored.
+        next open, or their next ``add``), it would delete what the write stored. In a write's unit
+        of rows and vectors (pgvector), the finish commits or rolls back with it (``_jointly``).
 
         Raises:
             TieredMemoryError: the deletion failed again (the write is not made).
@@ -259,6 +260,8 @@ class MemoryWrites(MemoryEngines):
         if only is None:
             self._pay_owed()
         pending = pending_forgets(self.store)
+        if only is not None and only not in pending:  # finished meanwhile (another worker, a commit in doubt)
+            self._unfinished.discard(only)
         for user in sorted(pending if only is None else pending & {only}):
             try:
                 self._forget_user(user)  # no user lock: a write of theirs holds it, or the write lock (.user_locks)

@@ -210,7 +210,9 @@ class Parts:
         write holding the write lock (:mod:`.user_locks`). None is taken by a thread holding the
         write lock already (``UserLocks.user``): the lock order stays a user's, then the write lock. A
         ``forget_user`` of one of ``users`` that a failure interrupted is finished first
-        (``finish_forget``; still failing, it raises and nothing is written)."""
+        (``finish_forget``; still failing, it raises and nothing is written). Inside a unit of
+        ``jointly`` (pgvector) the finish commits with the write: rolled back, or run again, it is
+        unfinished again for the next write (``MemoryEngines._jointly``)."""
         wanted = sorted({u for u in users if u is not None})
         with ExitStack() as held:
             for user in wanted:
