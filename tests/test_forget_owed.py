@@ -10,13 +10,18 @@ outlives the failure in the record store).
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import psycopg
 import pytest
 
-from tiered_memory import NotFoundError, TieredMemory, VectorIndexError
+from tiered_memory import (ConsolidationConfig, MemoryConfig, NotFoundError, StoreError, TieredMemory,
+                           VectorIndexError)
 from tiered_memory.store.pending_deletes import PENDING_DELETIONS, owed
+from tiered_memory.store.postgres import PostgresRecordStore
 from tiered_memory.testing import FailingVectorIndex
 from tiered_memory.vector.chroma import ChromaVectorIndex
 
@@ -176,3 +181,49 @@ def test_a_write_failing_after_it_finished_a_failed_forget_user_leaves_it_finish
         assert [m.id for m in memory.get_messages("s2", user_id="u")] == [new]
         assert [f.text for f in memory.facts("u")] == ([] if write == "delete_fact" else ["User moved to Porto"])
         assert memory.index.ids("u") == {new} | {f"fact:{f.id}" for f in memory.facts("u")}
+
+
+@contextlib.contextmanager
+def _refusing_message_deletes(memory: TieredMemory) -> Iterator[None]:
+    """While it runs, the record store refuses to delete a message (as a full disk would)."""
+    store = memory.store
+    if isinstance(store, PostgresRecordStore):
+        with psycopg.connect(store.url, autocommit=True) as conn:
+            conn.execute(f'SET search_path TO "{store.schema}"')
+            conn.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
+                         " $$ BEGIN RAISE EXCEPTION 'disk full'; END $$")
+            conn.execute("CREATE TRIGGER refuse BEFORE DELETE ON messages FOR EACH ROW EXECUTE FUNCTION refuse()")
+            try:
+                yield
+            finally:
+                conn.execute("DROP TRIGGER refuse ON messages")
+                conn.execute("DROP FUNCTION refuse()")
+        return
+    with contextlib.closing(sqlite3.connect(memory.path / "records.sqlite3", isolation_level=None)) as db:
+        db.execute("CREATE TRIGGER refuse BEFORE DELETE ON messages BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+        try:
+            yield
+        finally:
+            db.execute("DROP TRIGGER refuse")
+
+
+@pytest.mark.parametrize("call", ["end_session", "consolidate"])
+def test_a_call_after_a_failed_forget_user_draws_nothing_from_the_forgotten_rows(
+        make_memory: Callable[..., TieredMemory], tmp_path: Path, call: str) -> None:
+    """A ``forget_user`` whose row delete failed leaves the user's rows in place, the deletion
+    pending. ``end_session`` (``consolidate``) must finish it before it reads the turns (the
+    episodes it promotes): read first, the facts and episode drawn from them outlived the
+    deletion that the call's first write finished."""
+    memory = make_memory(vector_store=_chroma(tmp_path),
+                         config=MemoryConfig(consolidation=ConsolidationConfig(promote_access_count=0)))
+    memory.add("user", "I live in Lisbon and my bank PIN is 4921", session_id="s", user_id="u")
+    if call == "consolidate":
+        memory.end_session("s", user_id="u")  # an episode, promoted by any run
+    with _refusing_message_deletes(memory), pytest.raises(StoreError, match="disk full"):
+        memory.forget_user("u")
+    if call == "end_session":
+        with pytest.raises(NotFoundError, match="has no messages"):
+            memory.end_session("s", user_id="u")
+    else:
+        assert memory.consolidate("u").promoted == 0
+    assert (memory.facts("u"), memory.episodes("u"), memory.index.ids("u")) == ([], [], set())

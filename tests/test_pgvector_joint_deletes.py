@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import psycopg
 import pytest
 
-from tiered_memory import TieredMemory
+from tiered_memory import ConsolidationConfig, MemoryConfig, TieredMemory
 from tiered_memory.errors import NotFoundError, StoreError, VectorIndexError
 
 from test_pgvector import database, open_pg, vector_ids  # noqa: F401 (fixtures)
@@ -157,3 +157,25 @@ def test_a_write_run_again_after_its_connection_dropped_finishes_a_failed_forget
     assert vector_ids(memory, "u") == {f"fact:{fact.id}"} and old not in vector_ids(memory, "u")
     reopened = open_pg()
     assert [f.id for f in reopened.facts("u")] == [fact.id], "the deletion's late finish deleted the fact"
+
+
+@pytest.mark.parametrize("call", ["end_session", "consolidate"])
+def test_a_call_after_a_failed_forget_user_draws_nothing_from_the_forgotten_rows(
+        open_pg: Callable[..., TieredMemory], call: str) -> None:
+    """A failed ``forget_user`` leaves every row in place here (one transaction). ``end_session``
+    read the session's turns (``consolidate`` the user's episodes, to promote), then its first
+    write finished the deletion and stored facts and an episode drawn from them: the forgotten
+    text outlived the finished deletion for good. The deletion is finished before they are read."""
+    memory = open_pg(config=MemoryConfig(consolidation=ConsolidationConfig(promote_access_count=0)))
+    memory.add("user", "I live in Lisbon and my bank PIN is 4921", session_id="s", user_id="u")
+    if call == "consolidate":
+        memory.end_session("s", user_id="u")  # an episode, promoted by any run
+    for _ in refusing_vector_deletes(memory):
+        with pytest.raises(StoreError, match="refuses this delete"):
+            memory.forget_user("u")
+    if call == "end_session":
+        with pytest.raises(NotFoundError, match="has no messages"):
+            memory.end_session("s", user_id="u")
+    else:
+        assert memory.consolidate("u").promoted == 0
+    assert (memory.facts("u"), memory.episodes("u"), vector_ids(memory, "u")) == ([], [], set())

@@ -73,6 +73,10 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
     return, nothing written (:func:`~.consolidation_plan.preview`)."""
     if dry_run:
         return preview(layers, user_id, progress=progress, now=now)
+    # a forget_user of theirs that a failure interrupted is finished before anything is read: finished
+    # by the first write, it would leave what the run drew from those rows (a promoted fact)
+    with layers.parts.writing(user_id):
+        pass
     working_now = layers.parts.now() if now is None else now
     now = time.time() if now is None else now
     cfg = layers.parts.config.consolidation
