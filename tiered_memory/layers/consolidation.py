@@ -108,26 +108,10 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
     episodes = layers.episodes.select(user_id)
     promote = select_promotions(episodes, cfg.promote_access_count)
     for n, ep in enumerate(promote, 1):
-        # read again: the user may have deleted it since (its facts must not appear then), and
-        # another run (a worker, a thread) may have promoted it: that run's to count and audit;
-        # one that does so during the ingest finds the facts known (its ingest is a no-op)
-        if ep.id not in layers.episodes.load(user_id, [ep.id]):
-            tick("promote", n, len(promote))
-            continue
-        # the texts of its turns the user holds (an imported episode may cite any id): what each point cites
-        said = {i: t.content for i, t in layers.rows.archived_by_ids(user_id, ep.source_ids).items()}
-        said.update((i, m.content) for i, m in layers.parts.store.get_by_ids(user_id, ep.source_ids).items())
         try:
-            layers.ingest(user_id, promotion_candidates(ep, said), {"method": "promotion", "episode_id": ep.id},
-                          at=None if ep.end == NO_TIME else ep.end)  # said then, not now
+            _promote(layers, user_id, ep, now, details)
         except LLMError as e:  # not marked promoted: the next run ingests it again (a no-op for what is known)
             left.append(("promote", ep.id, e))
-            tick("promote", n, len(promote))
-            continue
-        with layers.rows.unit() as u:
-            if u.mark_promoted(ep.id, now):
-                u.audit(user_id, "episode", ep.id, "promote", {"access_count": ep.access_count}, now)
-                details["promote"].append(ep.id)
         tick("promote", n, len(promote))
 
     archived = _compress(layers, user_id, episodes, now, tick, details)
@@ -139,6 +123,27 @@ def consolidate(layers: Consolidating, user_id: str, *, progress: Progress | Non
         raise error(unfinished(user_id, report, [(step, i) for step, i, _ in left],
                                {"sessions": len(idle), "promote": len(promote)}, first)) from first
     return report
+
+
+def _promote(layers: Consolidating, user_id: str, ep: Episode, now: float, details: dict[str, list[str]]) -> None:
+    """Facts of ``ep``, written with its mark under the user's lock (no model is asked: its points are
+    resolved by the rules): a deletion of the user's (forget_user, delete_episode, forget) either
+    finished before it is read again here, or waits for the writes and takes them too."""
+    with layers.parts.writing(user_id):
+        # read again: the user may have deleted it since (its facts must not appear then), and
+        # another run (a worker, a thread) may have promoted it: that run's to count and audit;
+        # one that does so during the ingest finds the facts known (its ingest is a no-op)
+        if ep.id not in layers.episodes.load(user_id, [ep.id]):
+            return
+        # the texts of its turns the user holds (an imported episode may cite any id): what each point cites
+        said = {i: t.content for i, t in layers.rows.archived_by_ids(user_id, ep.source_ids).items()}
+        said.update((i, m.content) for i, m in layers.parts.store.get_by_ids(user_id, ep.source_ids).items())
+        layers.ingest(user_id, promotion_candidates(ep, said), {"method": "promotion", "episode_id": ep.id},
+                      at=None if ep.end == NO_TIME else ep.end)  # said then, not now
+        with layers.rows.unit() as u:
+            if u.mark_promoted(ep.id, now):
+                u.audit(user_id, "episode", ep.id, "promote", {"access_count": ep.access_count}, now)
+                details["promote"].append(ep.id)
 
 
 def _merge(layers: Consolidating, user_id: str, now: float, threshold: float, tick: Progress) -> list[str]:

@@ -199,6 +199,9 @@ def _braced(text: str) -> str:
     return text.replace("{", "{{").replace("}", "}}")
 
 
+Prepared = tuple[Episode, list[str], Any, int, int]  # EpisodicMemory.prepare's: points, vectors, first/last seq
+
+
 def count_turns(messages: Sequence[StoredMessage]) -> int:
     return sum(1 for i, m in enumerate(messages) if m.role == "user" or i == 0)
 
@@ -220,48 +223,47 @@ class EpisodicMemory:
     def load(self, user_id: str, ids: Sequence[str]) -> dict[str, Episode]:
         return self.rows.episodes_by_ids(user_id, ids)
 
-    def save(self, user_id: str, session_id: str, draft: EpisodeDraft, messages: Sequence[StoredMessage],
-             metadata: dict[str, Any], audit: tuple[str, float] | None = None) -> Episode | None:
-        """Store the episode and advance the session's coverage cursor in one transaction, with
-        an audit log entry when ``audit`` (action, time) is given, only if this call made the episode.
-
-        ``messages`` are the session's turns above the cursor when the caller read it; another
-        worker may have written an episode since (the cursor is checked again under the session's
-        lock). One that covers them all is returned instead; one that covers some of them only
-        (it read fewer: a turn committed between the two reads) leaves this episode unwritten, as
-        it would cover those turns twice: ``None``, and the caller summarises what is left."""
-        now = time.time()
+    def prepare(self, user_id: str, session_id: str, draft: EpisodeDraft, messages: Sequence[StoredMessage],
+                metadata: dict[str, Any]) -> Prepared:
+        """The episode of ``messages`` and its points' vectors, for :meth:`save` (embedded before any lock)."""
         ep = Episode(id=uuid.uuid4().hex, user_id=user_id, session_id=session_id, summary=draft.summary,
                      entities=list(draft.entities), decisions=list(draft.decisions),
                      open_questions=list(draft.open_questions), key_facts=list(draft.key_facts),
                      turn_count=count_turns(messages), start=min(m.timestamp for m in messages),
                      end=max(m.timestamp for m in messages), source_ids=[m.id for m in messages],
-                     metadata=dict(metadata), created_at=now)
+                     metadata=dict(metadata), created_at=time.time())
         points = [] if said_nothing(ep) else ep.key_points()  # nothing to recall it by
-        vectors: Any = embed(self.embedder, points) if points else []
-        first_seq, last_seq = min(m.seq for m in messages), max(m.seq for m in messages)
+        seqs = [m.seq for m in messages]
+        return ep, points, embed(self.embedder, points) if points else [], min(seqs), max(seqs)
+
+    def save(self, ready: Prepared, audit: tuple[str, float] | None = None) -> Episode | None:
+        """Store the episode and advance the session's cursor in one transaction (an audit entry when
+        ``audit``, action and time, is given). Another worker's episode written since its turns were
+        read (the cursor checked again under the session's lock) that covers them all is returned
+        instead; one covering some only (it read fewer) leaves it unwritten (it would cover those
+        twice): ``None``, and the caller summarises what is left."""
+        ep, points, vectors, first_seq, last_seq = ready
 
         def write() -> Episode | None:
-            with self.writing(user_id):
+            with self.writing(ep.user_id):
                 with self.rows.unit() as u:
-                    u.lock_session(user_id, session_id)
-                    cursor = u.cursor(user_id, session_id)
+                    u.lock_session(ep.user_id, ep.session_id)
+                    cursor = u.cursor(ep.user_id, ep.session_id)
                     if cursor >= last_seq:  # another worker got there first: its episode covers these messages
-                        return u.latest_episode(user_id, session_id)
+                        return u.latest_episode(ep.user_id, ep.session_id)
                     if cursor >= first_seq:  # ... some of them: the rest are summarised again, alone
                         return None
                     u.insert_episode(ep, [(f"ep:{ep.id}:{n}", p) for n, p in enumerate(points)])
-                    u.advance_cursor(user_id, session_id, last_seq)
+                    u.advance_cursor(ep.user_id, ep.session_id, last_seq)
                     if audit is not None:
-                        u.audit(user_id, "episode", ep.id, audit[0], {"session_id": session_id,
-                                                                      "messages": len(messages)}, audit[1])
+                        u.audit(ep.user_id, "episode", ep.id, audit[0],
+                                {"session_id": ep.session_id, "messages": len(ep.source_ids)}, audit[1])
                 if points:
                     self._upsert([(ep, n) for n in range(len(points))], vectors, ENDED)
                 self._settle([ep.id])
             return ep
 
-        written: Episode | None = self.jointly(write)
-        return written
+        return self.jointly(write)  # type: ignore[no-any-return]  # write's Episode | None
 
     def restore(self, episodes: Sequence[tuple[Episode, Sequence[str]]], covered: dict[tuple[str, str], int]) -> int:
         """Write episodes as they were exported, with their key points (no summarising): ids,
@@ -352,15 +354,13 @@ class EpisodicMemory:
         point_episode = {f.id: episode_of_point(f.id) for f in fused}
         episodes = {i: e for i, e in self.load(user_id, sorted(set(point_episode.values()))).items()
                     if not said_nothing(e)}  # indexed by an older version: never recalled
-        ranked = rank_episodes({f.id: f.score for f in fused}, point_episode,
-                               {e.id: e.end for e in episodes.values()}, now=now,
-                               recency_weight=self.config.recency_weight,
+        ranked = rank_episodes({f.id: f.score for f in fused}, point_episode, {e.id: e.end for e in episodes.values()},
+                               now=now, recency_weight=self.config.recency_weight,
                                half_life_days=self.config.recency_half_life_days)[:k]
         texts = self.rows.point_texts([pid for _, _, pid in ranked])
-        hits = [EpisodeHit(episode=episodes[eid], score=s, matched=texts.get(pid, ""),
+        return [EpisodeHit(episode=episodes[eid], score=s, matched=texts.get(pid, ""),
                            explanation={"best_point": pid, "recency_weight": self.config.recency_weight})
                 for eid, s, pid in ranked]
-        return hits
 
     def touch(self, user_id: str, ids: Sequence[str], now: float) -> None:
         if ids:

@@ -142,27 +142,52 @@ class Layers:
 
     def ingest(self, user_id: str, candidates: Sequence[FactCandidate], metadata: dict[str, Any],
                      messages: Sequence[StoredMessage] = (), at: float | None = None) -> list[Fact]:
-        """Resolve and store candidates; an LLM judges against related facts when available.
+        """Resolve and store candidates; an LLM judges against related facts when available (its
+        calls first, then every write under the user's lock: :meth:`store_facts`).
 
         A candidate is dated by the newest of ``messages`` it cites, else by ``at`` (else now)."""
+        judged = self.judged(user_id, candidates, metadata)
+        with self.parts.writing(user_id):
+            return self.store_facts(user_id, judged, metadata, messages, at)
+
+    def _related(self, user_id: str, cand: FactCandidate) -> list[tuple[Fact, float]]:
+        related = self.facts.related(user_id, cand.text, self.parts.config.facts.related_k, cand.key)
+        # a fact of the candidate's slot (slot_of: its key, else its words') is related however
+        # unlike its words: the rules replace it ("User works at Globex" is 0.57 from "User works
+        # at ACME" with MiniLM)
+        return [r for r in related if r[1] >= self.parts.config.facts.related_similarity
+                or (cand.key is not None and slot_of(r[0])[0] == cand.key)]
+
+    def judged(self, user_id: str, candidates: Sequence[FactCandidate], metadata: dict[str, Any]
+               ) -> list[tuple[FactCandidate, Judgement | None, set[str]]]:
+        """Each candidate with the model's judgement against its related facts (and their ids), or
+        none: the model's facts are judged, in a slot or not; the rules' own are not. Asked before
+        any write, holding no lock (a model call may take minutes)."""
+        out: list[tuple[FactCandidate, Judgement | None, set[str]]] = []
+        asks = self.llm is not None and metadata.get("method") == "llm"
+        for cand in candidates:
+            related = self._related(user_id, cand) if asks else []
+            out.append((cand, self._judge(cand, related) if related else None, {f.id for f, _ in related}))
+        return out
+
+    def store_facts(self, user_id: str, judged: Sequence[tuple[FactCandidate, Judgement | None, set[str]]],
+                    metadata: dict[str, Any], messages: Sequence[StoredMessage] = (),
+                    at: float | None = None) -> list[Fact]:
+        """Write :meth:`judged` candidates, the caller holding ``parts.writing(user_id)``. Each is
+        resolved against its related facts as they are now (an earlier candidate may have added
+        one): a judgement made against others is set aside, and the rules decide."""
         stamps = {m.id: m.timestamp for m in messages}
         changed = []
-        for cand in candidates:
-            related = self.facts.related(user_id, cand.text, self.parts.config.facts.related_k, cand.key)
-            # a fact of the candidate's slot (slot_of: its key, else its words') is related however
-            # unlike its words: the rules replace it ("User works at Globex" is 0.57 from "User works
-            # at ACME" with MiniLM)
-            related = [r for r in related if r[1] >= self.parts.config.facts.related_similarity
-                       or (cand.key is not None and slot_of(r[0])[0] == cand.key)]
-            judgement = None  # the model's facts are judged, in a slot or not; the rules' own are not
-            if self.llm is not None and related and metadata.get("method") == "llm":
-                judgement = self._judge(cand, related)
+        for cand, judgement, judged_ids in judged:
+            related = self._related(user_id, cand)
+            if judgement is not None and {f.id for f, _ in related} != judged_ids:
+                judgement = None
             said = max((stamps[i] for i in cand.source_ids if i in stamps), default=at)
             # the fact's row and its vector in one transaction where one engine holds both (as
             # add_fact's): a row committed without its vector would never get one there, since
-            # such a store has no start-up repair and a second pass finds the fact by its words
+            # such a store has no start-up repair and a second pass finds the fact by its words (run now)
             _, fact = self.parts.jointly(lambda: self.facts.resolve_and_apply(
-                user_id, cand, metadata=metadata, judgement=judgement, related=related, at=said))  # noqa: B023 (run now)
+                user_id, cand, metadata=metadata, judgement=judgement, related=related, at=said))  # noqa: B023
             if fact is not None:
                 changed.append(fact)
         return changed
@@ -224,21 +249,34 @@ class Layers:
         episode: Episode | None = None
         said = bool(read_by(msgs, QUOTED_ROLES))
         for span in self._spans(msgs):
-            # both LLM calls before any write: a strict-mode failure of the episode leaves no fact
-            # behind; facts are stored before the episode, so a crash between the two leaves the turns
-            # uncovered and end_session redoes both (facts merge on the second pass)
+            # every LLM call before any write: a strict-mode failure of the episode leaves no fact behind
             if said:
                 found, meta = self.candidates(span)
                 draft, ep_meta = self.compress(span)
             else:
                 meta = ep_meta = {"method": "extractive", "reason": "nothing said"}
                 found, draft = [], extract_episode(span)
-            # a fact citing no turn (none says it) was said by the span's newest (NO_TIME: now)
-            self.ingest(user_id, found, meta, span, at=max(m.timestamp for m in span) or None)
-            episode = self.episodes.save(user_id, session_id, draft, span, ep_meta, audit=audit)
+            judged = self.judged(user_id, found, meta)
+            ready = self.episodes.prepare(user_id, session_id, draft, span, ep_meta)
+            # written under the user's lock, which their deletions take: one finished since the read
+            # (forget_user, forget, clear_session) leaves nothing of the span written, and what is left is
+            # read again (after forget_user: nothing). Facts first: a crash before the episode leaves the
+            # turns uncovered and end_session redoes both (facts merge on the second pass)
+            with self.parts.writing(user_id):
+                if not self._unchanged(user_id, session_id, span):
+                    return None
+                # a fact citing no turn (none says it) was said by the span's newest (NO_TIME: now)
+                self.store_facts(user_id, judged, meta, span, at=max(m.timestamp for m in span) or None)
+                episode = self.episodes.save(ready, audit=audit)
             if episode is None:
                 return None
         return episode
+
+    def _unchanged(self, user_id: str, session_id: str, span: Sequence[StoredMessage]) -> bool:
+        """Are the span's turns all still stored, and none covered by an episode since they were read?"""
+        ids = [m.id for m in span]
+        return (len(self.parts.store.get_by_ids(user_id, ids)) == len(set(ids))
+                and self.rows.cursor(user_id, session_id) < min(m.seq for m in span))
 
     def _spans(self, msgs: Sequence[StoredMessage]) -> list[list[StoredMessage]]:
         """The spans of ``msgs`` that each make an episode: a model reads one transcript, so of more
