@@ -24,7 +24,7 @@ NOTORCH_TESTS ?= $(filter-out tests/test_core_embedding.py tests/test_core_qdran
 	tests/test_consolidation.py tests/test_consolidation_decisions.py tests/test_consolidation_forget.py \
 	tests/test_consolidation_merge_races.py tests/test_semantic_races.py tests/test_consolidation_dry_run.py tests/test_episodes_nothing_said.py \
 	tests/test_concurrency.py tests/test_user_locks.py tests/test_async_user_lines.py tests/test_injection.py \
-	tests/test_failing_dependencies.py tests/test_forget_owed.py tests/test_owed_rows.py tests/test_owed_payments.py tests/test_owed_payers.py tests/test_missing_extras.py \
+	tests/test_failing_dependencies.py tests/test_forget_owed.py tests/test_end_session_races.py tests/test_owed_rows.py tests/test_owed_payments.py tests/test_owed_payers.py tests/test_missing_extras.py \
 	tests/test_retrieval.py $(wildcard tests/test_recall_*.py) tests/test_long_messages.py \
 	tests/test_search_filters.py tests/test_keyword_index.py tests/test_keyword_terms.py tests/test_schema_ahead.py tests/test_cli_embedder.py tests/test_cli_stored_text.py tests/test_cli_config.py tests/test_portable_streaming.py tests/test_index_remembered.py tests/test_tool_call_names.py tests/test_layer_repair_skips.py \
 	tests/test_redaction.py

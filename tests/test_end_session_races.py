@@ -16,9 +16,11 @@ from typing import Any, Callable, NamedTuple
 
 import pytest
 
-from tiered_memory import ConsolidationConfig, Embedder, MemoryConfig, TieredMemory
+from tiered_memory import ConsolidationConfig, Embedder, MemoryConfig, StaticEmbedder, TieredMemory
 from tiered_memory.errors import NotFoundError
 from tiered_memory.testing import HeldEmbedder, ScriptedLLM
+
+from test_pgvector import database, open_pg  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.record_stores("sqlite", "postgres")
 
@@ -130,4 +132,27 @@ def test_forget_user_during_consolidate_promotes_nothing_of_theirs(
         held_embedder.release()
         forgetting.result(60)
         running.result(60)
+    assert (memory.facts("u"), memory.episodes("u"), memory.index.ids("u")) == ([], [], set())
+
+
+@pytest.mark.servers
+@pytest.mark.parametrize("kind", ["model", "rules"])
+def test_forget_user_during_end_session_leaves_nothing_with_pgvector(
+        open_pg: Callable[..., TieredMemory], kind: str) -> None:
+    """The same with rows and vectors in one engine (forget_user one transaction under the lock)."""
+    model, held_embedder = HeldModel(), HeldEmbedder(StaticEmbedder())
+    if kind == "model":
+        memory, entered, release = open_pg(llm=model.llm), model.entered, model.released.set
+    else:
+        memory, entered, release = open_pg(embedder=held_embedder), held_embedder.entered, held_embedder.release
+    _start(memory, [HOME, PIN])
+    if kind == "rules":
+        held_embedder.hold()
+    with ThreadPoolExecutor(1) as pool:
+        ending = pool.submit(memory.end_session, "s", user_id="u")
+        assert entered.wait(60), "end_session never reached the hold"
+        assert memory.forget_user("u") == 2
+        release()
+        with pytest.raises(NotFoundError, match="has no messages"):
+            ending.result(60)
     assert (memory.facts("u"), memory.episodes("u"), memory.index.ids("u")) == ([], [], set())
