@@ -79,15 +79,15 @@ def held(request: pytest.FixtureRequest, make_memory: Callable[..., TieredMemory
                 held_embedder.release)
 
 
-def test_forget_user_during_end_session_leaves_nothing_drawn_from_the_turns(
-        held: Held) -> None:
+@pytest.mark.parametrize("deletion", ["forget_user", "clear_session"])
+def test_a_deletion_during_end_session_leaves_nothing_drawn_from_the_turns(held: Held, deletion: str) -> None:
     memory, hold, entered, release = held
     _start(memory, [HOME, PIN])
     hold()
     with ThreadPoolExecutor(1) as pool:
         ending = pool.submit(memory.end_session, "s", user_id="u")
         assert entered.wait(60), "end_session never reached the hold"
-        assert memory.forget_user("u") == 2
+        assert (memory.forget_user("u") if deletion == "forget_user" else memory.clear_session("s", user_id="u")) == 2
         release()
         with pytest.raises(NotFoundError, match="has no messages"):  # as for a session never written
             ending.result(60)
