@@ -213,10 +213,6 @@ class Layers:
         lock = self._session_lock(user_id, session_id)
         lock.acquire()
         try:
-            # a forget_user of theirs that a failure interrupted (their turns still stored) is finished
-            # before the turns are read: finished by the first write, it would leave what was drawn from them
-            with self.parts.writing(user_id):
-                pass
             # another worker (process) may end the session meanwhile: an episode of ours that would
             # cover some of its turns again is not written, and what it left is read again (each
             # pass reads above a cursor that moved, so this ends)
