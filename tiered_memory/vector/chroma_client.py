@@ -9,8 +9,9 @@ folders an embedded index leaves on disk."""
 from __future__ import annotations
 
 import base64
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Hashable
 
 from ..errors import ConfigurationError, VectorIndexError, missing
 from ..redaction import mask, masked_cause
@@ -21,11 +22,41 @@ from .server_url import credential_headers, url_credentials, url_password
 BASIC_AUTH = "chromadb.auth.basic_authn.BasicAuthClientProvider"
 
 
+#: the last settings built, under what they were built from (see client_settings)
+_built: tuple[Hashable, Any] | None = None
+
+
 def client_settings(**given: Any) -> Any:
-    """Chroma's settings for every client we open: no telemetry (and ``given`` settings)."""
+    """Chroma's settings for every client we open: no telemetry (and ``given`` settings).
+
+    Each call gets its own copy (``PersistentClient`` writes its folder into the settings it is
+    given). Building them reads each of their fields from the environment and the working
+    folder's ``.env`` (pydantic's settings): about a third of an embedded open, so the last ones
+    built are copied while the environment, the ``.env`` file's contents and ``given`` are the
+    same, and built again when any of them changed."""
     from chromadb.config import Settings
 
-    return Settings(anonymized_telemetry=False, **given)
+    global _built
+    source = _settings_source(given)
+    built = _built
+    if source is None or built is None or built[0] != source:
+        built = (source, Settings(anonymized_telemetry=False, **given))
+        if source is not None:
+            _built = built
+    return built[1].model_copy(deep=True)
+
+
+def _settings_source(given: dict[str, Any]) -> Hashable | None:
+    """What Chroma's settings are read from: ``given``, the environment and ``.env``'s bytes;
+    ``None`` when that cannot be told (a value that is not hashable, a ``.env`` not readable)."""
+    try:
+        dotenv = Path(".env")
+        text = dotenv.read_bytes() if dotenv.exists() else None
+        source = (tuple(sorted(given.items())), frozenset(os.environ.items()), text)
+        hash(source)
+    except (OSError, TypeError):
+        return None
+    return source
 
 
 def settings_secrets(settings: Any) -> tuple[str, ...]:
