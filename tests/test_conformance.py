@@ -342,6 +342,20 @@ class TestSQLiteRecordStore(RecordStoreConformance):
 
         return lambda: SQLiteRecordStore(tmp_path / "records.sqlite3")
 
+    def test_migrate_applies_the_steps_of_one_call_all_or_none(self, store: Any, open_store: OpenStore) -> None:
+        """One transaction for a call's pending steps (one commit, not one a step, for a new
+        store's 28): a step that fails leaves none of the call's steps, and no version of them."""
+        steps = ["CREATE TABLE conformance_a (id TEXT PRIMARY KEY);", "CREATE TABLE conformance_b (id TEXT);",
+                 "INSERT INTO no_such_table VALUES (1);", "CREATE TABLE conformance_c (id TEXT);"]
+        store.migrate("conformance", steps[:1])
+        with pytest.raises(StoreError, match="no_such_table"):
+            store.migrate("conformance", steps)
+        tables = {r[0] for r in store.query("SELECT name FROM sqlite_master WHERE type='table'")}
+        assert "conformance_a" in tables and not {"conformance_b", "conformance_c"} & tables
+        assert store.schema_version("conformance") == 1
+        store.migrate("conformance", [*steps[:2], "SELECT 1", steps[3]])  # fixed: every pending step runs
+        assert store.schema_version("conformance") == 4
+
 
 @pytest.fixture(scope="module")
 def _conformance_database(request: pytest.FixtureRequest) -> str:

@@ -218,9 +218,10 @@ class SQLiteDatabase:
                 raise StoreError(f"record store read failed: {e}") from e
 
     def migrate(self, name: str, steps: Sequence[Step]) -> None:
-        """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``, each in its
-        own transaction with its version row. Opened read-only, pending steps are refused instead:
-        the code's queries may need them.
+        """Apply the ``steps`` not yet recorded for ``name`` in ``schema_migrations``, with their
+        version rows, in one transaction: all or none of them, and one commit (one wait for the
+        disk) where a step each made a new store's open wait for 28. Opened read-only, pending
+        steps are refused instead: the code's queries may need them.
 
         A store a later version migrated further opens, with a warning (``warn_if_later``).
 
@@ -236,14 +237,15 @@ class SQLiteDatabase:
                     "once with this version, with the folder to itself (stop the application that holds "
                     "it, or upgrade the application), then read it again.")
             return
-        if not self.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'"):
-            with self.transaction() as c:  # once per file: not a write transaction on every open
-                c.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
-                          " version INTEGER NOT NULL, applied_at REAL NOT NULL, PRIMARY KEY (name, version))")
+        table = self.query("SELECT 1 FROM sqlite_master WHERE type='table' AND name='schema_migrations'")
         current = self.schema_version(name)
         warn_if_later(self.path, name, current, len(steps))
-        for version, step in enumerate(steps[current:], start=current + 1):
-            with self.transaction() as c:
+        if table and current >= len(steps):
+            return  # not a write transaction on every open
+        with self.transaction() as c:
+            c.execute("CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT NOT NULL,"
+                      " version INTEGER NOT NULL, applied_at REAL NOT NULL, PRIMARY KEY (name, version))")
+            for version, step in enumerate(steps[current:], start=current + 1):
                 if callable(step):
                     step(c)
                 else:
