@@ -90,7 +90,8 @@ def startup_repair(store: RecordStore, index: VectorIndex, embedder: Embedder, *
     else:
         repair(unclean or due or index_lost_vectors(store, index))
         _note_index(store, was, name)
-    store.set_meta("embedder", embedder_id)
+    if previous != embedder_id:  # (the same name again would cost a commit, a wait for the disk, every open)
+        store.set_meta("embedder", embedder_id)
 
 
 def _rebuild_moved(rebuild: Callable[[], object], was: str | None, name: str | None) -> None:
