@@ -50,6 +50,14 @@ def _deep(levels: int) -> dict[str, Any]:
     return value
 
 
+@pytest.fixture
+def memory(reused_memory: TieredMemory) -> TieredMemory:
+    """The module's one memory (conftest's ``reused_memory``, user ``"u"`` forgotten after each
+    test): these tests are about what the adapters refuse, not about a memory's contents or its
+    model, and a memory opened for each of them was most of the module's time."""
+    return reused_memory
+
+
 # (what, build the adapter from the memory and the bad arguments, the bad arguments, the field named)
 CONSTRUCTORS: list[tuple[str, Callable[..., Any], dict[str, Any], str]] = [
     ("classic empty user", TieredConversationMemory, {"user_id": "", "session_id": "s"}, "user_id"),
