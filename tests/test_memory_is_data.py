@@ -161,8 +161,8 @@ def test_middleware_prompt_has_only_the_agents_and_the_quoted_memory_system_text
 
 
 @pytest.mark.parametrize("bad_type", [HOSTILE_LABEL, "goal\n", "", " ", 5, None, "x" * 41, "a<b", 'a"b', "a]b"])
-def test_working_memory_type_must_be_a_plain_label(memory: TieredMemory, bad_type: Any) -> None:
-    wm = memory.working_memory("s", user_id="u")
+def test_working_memory_type_must_be_a_plain_label(reused_memory: TieredMemory, bad_type: Any) -> None:
+    wm = reused_memory.working_memory("s", user_id="u")
     with pytest.raises(InvalidInputError):
         wm.remember("something", type=bad_type)
     assert wm.items() == []  # nothing stored
@@ -184,16 +184,16 @@ def test_renderer_never_lets_a_label_or_role_leave_the_item_head(label: Any) -> 
                                 "9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+05:00"],
                          ids=["now-in-ms", "1e20", "-1e13", "year-2200", "year-1899", "year-9999-local",
                               "year-1-local"])  # ids fixed: every pytest-xdist worker collects the same
-def test_timestamps_outside_the_renderable_range_are_refused(memory: TieredMemory, ts: Any) -> None:
+def test_timestamps_outside_the_renderable_range_are_refused(reused_memory: TieredMemory, ts: Any) -> None:
     with pytest.raises(InvalidInputError):
-        memory.add("user", "hi", session_id="s", user_id="u", timestamp=ts)
-    assert memory.get_messages("s", user_id="u") == []
+        reused_memory.add("user", "hi", session_id="s", user_id="u", timestamp=ts)
+    assert reused_memory.get_messages("s", user_id="u") == []
 
 
-def test_a_millisecond_timestamp_error_says_so(memory: TieredMemory) -> None:
+def test_a_millisecond_timestamp_error_says_so(reused_memory: TieredMemory) -> None:
     with pytest.raises(InvalidInputError, match="milliseconds"):
-        memory.add("user", "hi", session_id="s", user_id="u", timestamp=1_733_000_000_000)
-    memory.add("user", "hi", session_id="s", user_id="u", timestamp=1_733_000_000)  # the same in seconds
+        reused_memory.add("user", "hi", session_id="s", user_id="u", timestamp=1_733_000_000_000)
+    reused_memory.add("user", "hi", session_id="s", user_id="u", timestamp=1_733_000_000)  # the same in seconds
 
 
 def test_import_refuses_a_millisecond_line_and_imports_nothing(memory: TieredMemory, tmp_path: Path) -> None:
