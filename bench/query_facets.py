@@ -110,6 +110,13 @@ def tail_fill(main: Sequence[str], base: list[int], facets: Sequence[Sequence[st
             if depth < len(f) and session_of(f[depth]) not in seen and len(picks) < cap:
                 picks.append(f[depth])
                 seen.add(session_of(f[depth]))
+    return give_places(ten, picks, keep)
+
+
+def give_places(ten: list[str], picks: Sequence[str], keep: int) -> list[str]:
+    """``ten`` with each pick in turn taking the last place (past the first ``keep``) whose
+    session another of the ten holds; no session of ``ten`` is lost."""
+    ten = list(ten)
     for p in picks:
         counts: dict[str, int] = {}
         for i in ten:
@@ -117,7 +124,7 @@ def tail_fill(main: Sequence[str], base: list[int], facets: Sequence[Sequence[st
         spare = [n for n in range(len(ten) - 1, keep - 1, -1) if counts[session_of(ten[n])] > 1]
         if not spare:
             break
-        ten[spare[0]:spare[0] + 1] = []
+        del ten[spare[0]]
         ten.append(p)
     return ten
 

@@ -45,8 +45,8 @@ if not __package__:
 
 from bench.locomo import DEFAULT_DATA, ingest, make_embedder  # noqa: E402
 from bench.locomo_data import CATEGORIES, load_conversations, recall_at, session_of, session_recall_at  # noqa: E402
-from bench.query_facets import (CACHE, DEPTH, TUNE, Asked, Hits, collect, rrf, second_hop, shipped,  # noqa: E402
-                                subject_words, tail_fill)
+from bench.query_facets import (CACHE, DEPTH, TUNE, Asked, Hits, collect, give_places, rrf, second_hop,  # noqa: E402
+                                shipped, subject_words, tail_fill)
 
 # ---- rules (pure, over the cached rankings) ------------------------------------
 Rule = Callable[[Asked], list[str]]
@@ -61,22 +61,6 @@ def ids(h: Hits) -> list[str]:
 def rule_shipped(a: Asked) -> list[str]:
     m = ids(a.main)
     return [m[i] for i in shipped(m, a.listing)]
-
-
-def give_places(ten: list[str], picks: Sequence[str], keep: int) -> list[str]:
-    """``ten`` with each pick in turn taking the last place (past the first ``keep``) whose
-    session another of the ten holds; no session of ``ten`` is lost."""
-    ten = list(ten)
-    for p in picks:
-        counts: dict[str, int] = {}
-        for i in ten:
-            counts[session_of(i)] = counts.get(session_of(i), 0) + 1
-        spare = [n for n in range(len(ten) - 1, keep - 1, -1) if counts[session_of(ten[n])] > 1]
-        if not spare:
-            break
-        del ten[spare[0]]
-        ten.append(p)
-    return ten
 
 
 def facet_lists(a: Asked, families: Sequence[str]) -> list[list[str]]:

@@ -211,9 +211,10 @@ def _refusing_message_deletes(memory: TieredMemory) -> Iterator[None]:
 def test_a_call_after_a_failed_forget_user_draws_nothing_from_the_forgotten_rows(
         make_memory: Callable[..., TieredMemory], tmp_path: Path, call: str) -> None:
     """A ``forget_user`` whose row delete failed leaves the user's rows in place, the deletion
-    pending. ``end_session`` (``consolidate``) must finish it before it reads the turns (the
-    episodes it promotes): read first, the facts and episode drawn from them outlived the
-    deletion that the call's first write finished."""
+    pending. ``end_session`` read the turns (``consolidate`` the episodes it promotes), then its
+    first write finished the deletion and stored the facts and episode drawn from them, which
+    outlived it. ``consolidate`` finishes it before it reads; ``end_session`` before it stores,
+    and then stores nothing of turns gone."""
     memory = make_memory(vector_store=_chroma(tmp_path),
                          config=MemoryConfig(consolidation=ConsolidationConfig(promote_access_count=0)))
     memory.add("user", "I live in Lisbon and my bank PIN is 4921", session_id="s", user_id="u")
@@ -221,9 +222,15 @@ def test_a_call_after_a_failed_forget_user_draws_nothing_from_the_forgotten_rows
         memory.end_session("s", user_id="u")  # an episode, promoted by any run
     with _refusing_message_deletes(memory), pytest.raises(StoreError, match="disk full"):
         memory.forget_user("u")
+    draws_nothing(memory, call, lambda: memory.index.ids("u"))
+
+
+def draws_nothing(memory: TieredMemory, call: str, vectors: Callable[[], set[str]]) -> None:
+    """After a failed ``forget_user`` of "u": ``call`` ("end_session" or "consolidate") draws nothing
+    from the user's rows, and nothing of theirs is left (``vectors()``: their vector ids)."""
     if call == "end_session":
         with pytest.raises(NotFoundError, match="has no messages"):
             memory.end_session("s", user_id="u")
     else:
         assert memory.consolidate("u").promoted == 0
-    assert (memory.facts("u"), memory.episodes("u"), memory.index.ids("u")) == ([], [], set())
+    assert (memory.facts("u"), memory.episodes("u"), vectors()) == ([], [], set())

@@ -23,6 +23,7 @@ import pytest
 from tiered_memory import ConsolidationConfig, MemoryConfig, TieredMemory
 from tiered_memory.errors import NotFoundError, StoreError, VectorIndexError
 
+from test_forget_owed import draws_nothing
 from test_pgvector import database, open_pg, vector_ids  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.servers
@@ -162,10 +163,8 @@ def test_a_write_run_again_after_its_connection_dropped_finishes_a_failed_forget
 @pytest.mark.parametrize("call", ["end_session", "consolidate"])
 def test_a_call_after_a_failed_forget_user_draws_nothing_from_the_forgotten_rows(
         open_pg: Callable[..., TieredMemory], call: str) -> None:
-    """A failed ``forget_user`` leaves every row in place here (one transaction). ``end_session``
-    read the session's turns (``consolidate`` the user's episodes, to promote), then its first
-    write finished the deletion and stored facts and an episode drawn from them: the forgotten
-    text outlived the finished deletion for good. The deletion is finished before they are read."""
+    """A failed ``forget_user`` leaves every row in place here (one transaction); the rest as in
+    ``test_forget_owed``'s test of the same name."""
     memory = open_pg(config=MemoryConfig(consolidation=ConsolidationConfig(promote_access_count=0)))
     memory.add("user", "I live in Lisbon and my bank PIN is 4921", session_id="s", user_id="u")
     if call == "consolidate":
@@ -173,9 +172,4 @@ def test_a_call_after_a_failed_forget_user_draws_nothing_from_the_forgotten_rows
     for _ in refusing_vector_deletes(memory):
         with pytest.raises(StoreError, match="refuses this delete"):
             memory.forget_user("u")
-    if call == "end_session":
-        with pytest.raises(NotFoundError, match="has no messages"):
-            memory.end_session("s", user_id="u")
-    else:
-        assert memory.consolidate("u").promoted == 0
-    assert (memory.facts("u"), memory.episodes("u"), vector_ids(memory, "u")) == ([], [], set())
+    draws_nothing(memory, call, lambda: vector_ids(memory, "u"))
