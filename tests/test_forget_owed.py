@@ -15,7 +15,6 @@ import sqlite3
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import psycopg
 import pytest
 
 from tiered_memory import (ConsolidationConfig, MemoryConfig, NotFoundError, StoreError, TieredMemory,
@@ -188,6 +187,8 @@ def _refusing_message_deletes(memory: TieredMemory) -> Iterator[None]:
     """While it runs, the record store refuses to delete a message (as a full disk would)."""
     store = memory.store
     if isinstance(store, PostgresRecordStore):
+        import psycopg  # (the torch-free suite's venv has no PostgreSQL driver: it runs the SQLite cases)
+
         with psycopg.connect(store.url, autocommit=True) as conn:
             conn.execute(f'SET search_path TO "{store.schema}"')
             conn.execute("CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS"
